@@ -1,0 +1,150 @@
+"""`graphtier dataset ...`: prepare, list, inspect, remove, tiering-report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes, step_observer
+
+app = typer.Typer(help="Prepare and inspect datasets.", no_args_is_help=True)
+
+OutOption = Annotated[
+    Optional[Path], typer.Option("--out", help="dataset root directory (default $GRAPHTIER_HOME/datasets)")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+
+
+def _source_options(**options: object) -> dict[str, object]:
+    return {key: value for key, value in options.items() if value is not None}
+
+
+@app.command()
+def prepare(
+    source: Annotated[str, typer.Argument(help="synthetic:rmat | planetoid:DIR | npz:FILE | edges:FILE | ogb:DIR")],
+    name: Annotated[str, typer.Option("--name", help="name of the prepared dataset")],
+    score: Annotated[str, typer.Option(help="hotness score: wrpr, rpr, degree, none, or user:PATH.npy")] = "wrpr",
+    iterations: Annotated[Optional[int], typer.Option(help="PageRank iterations (wrpr default 5, rpr 20)")] = None,
+    damping: Annotated[float, typer.Option(help="PageRank damping factor")] = 0.85,
+    undirected: Annotated[bool, typer.Option("--undirected", help="add the reverse of every edge")] = False,
+    out: OutOption = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset of that name")] = False,
+    scale: Annotated[Optional[int], typer.Option(help="[synthetic] log2 of the node count")] = None,
+    edge_factor: Annotated[Optional[int], typer.Option(help="[synthetic] edges per node")] = None,
+    num_classes: Annotated[Optional[int], typer.Option(help="[synthetic] planted communities")] = None,
+    feature_dim: Annotated[Optional[int], typer.Option(help="[synthetic] feature dimension")] = None,
+    homophily: Annotated[Optional[float], typer.Option(help="[synthetic] fraction of intra-community edges")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="[synthetic] generator seed; [others] split seed")] = None,
+    features: Annotated[Optional[Path], typer.Option(help="[edges] node feature file (.npy or text)")] = None,
+    labels: Annotated[Optional[Path], typer.Option(help="[edges] node label file (.npy or text)")] = None,
+    train_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
+    val_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
+    test_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Read SOURCE, score and reorder it by hotness, and write a prepared dataset atomically."""
+    from graphtier.service.hotness import ScoreSpec
+    from graphtier.service.prepared import PrepareConfig, prepare_dataset
+
+    with error_boundary():
+        config = PrepareConfig(
+            source=source,
+            name=name,
+            score=ScoreSpec.parse(score, iterations=iterations, damping=damping),
+            undirected=undirected,
+            root=out,
+            overwrite=overwrite,
+            source_options=_source_options(
+                scale=scale,
+                edge_factor=edge_factor,
+                num_classes=num_classes,
+                feature_dim=feature_dim,
+                homophily=homophily,
+                seed=seed,
+                features=str(features) if features else None,
+                labels=str(labels) if labels else None,
+                train_fraction=train_fraction,
+                val_fraction=val_fraction,
+                test_fraction=test_fraction,
+            ),
+        )
+        observe, stop = step_observer()
+        try:
+            manifest = prepare_dataset(config, observer=observe)
+        finally:
+            stop()
+    if json_out:
+        emit_json(manifest)
+        return
+    console.print(
+        f"[green]prepared[/] {manifest.name}: {manifest.num_nodes:,} nodes, {manifest.num_edges:,} edges, "
+        f"{manifest.feature_dim} features, {manifest.num_classes} classes, score {manifest.score['label']}; "
+        f"{manifest.timings_s['total']:.1f}s, peak memory {human_bytes(manifest.peak_rss_bytes)}",
+        highlight=False,
+    )
+
+
+@app.command("list")
+def list_(out: OutOption = None, json_out: JsonOption = False) -> None:
+    """List prepared datasets."""
+    from graphtier.service.prepared import default_dataset_root, list_datasets
+
+    with error_boundary():
+        manifests = list_datasets(out)
+    if json_out:
+        emit_json(manifests)
+        return
+    table = Table(title=f"datasets in {out or default_dataset_root()}")
+    for column in ("name", "nodes", "edges", "features", "classes", "score", "size", "source"):
+        table.add_column(column)
+    for m in manifests:
+        table.add_row(
+            m.name, f"{m.num_nodes:,}", f"{m.num_edges:,}", str(m.feature_dim), str(m.num_classes),
+            str(m.score["kind"]), human_bytes(m.total_bytes), m.source,
+        )
+    console.print(table)
+
+
+@app.command()
+def inspect(
+    name: str,
+    out: OutOption = None,
+    verify: Annotated[bool, typer.Option("--verify", help="recompute every checksum")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Show a prepared dataset's manifest (and check its files with --verify)."""
+    from graphtier.service.prepared import PreparedDataset
+
+    with error_boundary():
+        dataset = PreparedDataset.open(name, out)
+        if verify:
+            dataset.verify()
+    m = dataset.manifest
+    if json_out:
+        emit_json({**m.model_dump(mode="json"), "path": str(dataset.directory), "verified": verify})
+        return
+    table = Table(title=f"{m.name} ({dataset.directory})", show_header=False)
+    for key, value in (
+        ("source", m.source), ("created", m.created_at), ("format version", m.format_version),
+        ("nodes", f"{m.num_nodes:,}"), ("edges", f"{m.num_edges:,}"), ("undirected", m.undirected),
+        ("features", m.feature_dim), ("classes", m.num_classes), ("splits", m.split_sizes),
+        ("score", m.score["label"]), ("size", human_bytes(m.total_bytes)), ("timings (s)", m.timings_s),
+        ("peak memory", human_bytes(m.peak_rss_bytes)), ("checksums", "verified" if verify else "not checked"),
+    ):
+        table.add_row(key, str(value))
+    for key, info in m.arrays.items():
+        table.add_row(f"  {key}", f"{info.dtype} {info.shape} sha256 {info.sha256[:16]}…")
+    console.print(table)
+
+
+@app.command()
+def remove(name: str, out: OutOption = None) -> None:
+    """Delete a prepared dataset."""
+    from graphtier.service.prepared import remove_dataset
+
+    with error_boundary():
+        path = remove_dataset(out, name)
+    console.print(f"removed {path}")

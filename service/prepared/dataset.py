@@ -1,0 +1,109 @@
+"""`PreparedDataset`: a prepared dataset opened read-only, its arrays memory-mapped."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from graphtier.service.errors import PreparedDatasetError
+from graphtier.service.graph.csc import CSCGraph
+from graphtier.service.prepared.catalog import default_dataset_root, read_manifest, validate_name
+from graphtier.service.prepared.manifest import DatasetManifest
+from graphtier.service.prepared.npy_io import file_sha256, open_npy
+
+
+class PreparedDataset:
+    """Arrays of one prepared dataset, mapped on first use; nothing is copied into memory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.manifest: DatasetManifest = read_manifest(self.directory)
+        self._check_files()
+
+    @classmethod
+    def open(cls, name: str, root: Path | None = None) -> "PreparedDataset":
+        root = Path(root) if root else default_dataset_root()
+        directory = root / validate_name(name)
+        if not directory.is_dir():
+            raise PreparedDatasetError(
+                f"no dataset named {name!r} under {root}; `graphtier dataset list` shows the prepared ones"
+            )
+        return cls(directory)
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def _check_files(self) -> None:
+        for key, info in self.manifest.arrays.items():
+            path = self.directory / info.file
+            if not path.is_file():
+                raise PreparedDatasetError(f"{path}: array {key!r} listed in the manifest is missing")
+            if path.stat().st_size < info.nbytes:
+                raise PreparedDatasetError(
+                    f"{path}: truncated: {path.stat().st_size} bytes on disk, {info.nbytes} bytes of data expected"
+                )
+
+    def verify(self) -> None:
+        """Recompute every file's sha256 and compare with the manifest."""
+        for key, info in self.manifest.arrays.items():
+            path = self.directory / info.file
+            actual = file_sha256(path)
+            if actual != info.sha256:
+                raise PreparedDatasetError(
+                    f"{path}: checksum mismatch for {key!r} (manifest {info.sha256[:12]}…, file {actual[:12]}…); "
+                    "the dataset is corrupt: prepare it again"
+                )
+
+    def has(self, key: str) -> bool:
+        return key in self.manifest.arrays
+
+    def array(self, key: str) -> torch.Tensor:
+        if key not in self.manifest.arrays:
+            raise PreparedDatasetError(f"dataset {self.name!r} has no {key!r} array")
+        return self._arrays[key]
+
+    def array_path(self, key: str) -> Path:
+        return self.directory / self.manifest.arrays[key].file
+
+    @cached_property
+    def _arrays(self) -> dict[str, torch.Tensor]:
+        arrays = {}
+        for key, info in self.manifest.arrays.items():
+            tensor, _ = open_npy(self.directory / info.file)
+            if list(tensor.shape) != info.shape or str(tensor.numpy().dtype) != info.dtype:
+                raise PreparedDatasetError(
+                    f"{self.directory / info.file}: holds {str(tensor.numpy().dtype)} {list(tensor.shape)}, "
+                    f"manifest says {info.dtype} {info.shape}"
+                )
+            arrays[key] = tensor
+        return arrays
+
+    @property
+    def graph(self) -> CSCGraph:
+        return CSCGraph(colptr=self.array("colptr"), row=self.array("row"))
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        return self.array("features") if self.has("features") else None
+
+    @property
+    def labels(self) -> torch.Tensor | None:
+        return self.array("labels") if self.has("labels") else None
+
+    def split(self, name: str) -> torch.Tensor:
+        return self.array(f"{name}_ids")
+
+    @property
+    def scores(self) -> torch.Tensor:
+        return self.array("scores")
+
+    @property
+    def new_to_old(self) -> torch.Tensor:
+        return self.array("new_to_old")
+
+    @property
+    def old_to_new(self) -> torch.Tensor:
+        return self.array("old_to_new")

@@ -1,0 +1,69 @@
+"""The manifest of a prepared dataset: format version, shapes, dtypes, checksums, score.
+
+It is the one file a reader trusts first; every array file it lists is checked against
+its recorded shape and dtype on open, and against its sha256 on `verify`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+
+# Array files of a prepared dataset, all `.npy` so they can be memory-mapped.
+ARRAY_NAMES = (
+    "colptr",  # int64 [N+1], CSC in the reordered id space
+    "row",  # int64 [E], in-neighbour (source) ids, reordered space
+    "features",  # float32 [N, F], row i = node i of the reordered space
+    "labels",  # int64 [N], -1 = unlabelled
+    "train_ids",  # int64, reordered ids
+    "val_ids",
+    "test_ids",
+    "new_to_old",  # int64 [N]: source id of reordered node i
+    "old_to_new",  # int64 [N]: reordered id of source node j
+    "scores",  # float64 [N], in reordered order (non-increasing)
+)
+OPTIONAL_ARRAYS = ("features", "labels", "original_ids")
+
+
+class ArrayInfo(BaseModel):
+    """One array file: where it is, what it holds, and its checksum."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    shape: list[int]
+    dtype: str
+    nbytes: int = Field(ge=0)
+    sha256: str
+
+
+class DatasetManifest(BaseModel):
+    """Everything needed to open, verify and describe a prepared dataset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = FORMAT_VERSION
+    name: str
+    created_at: str
+    source: str = Field(description="the SOURCE argument of `dataset prepare`")
+    source_description: dict[str, object] = Field(default_factory=dict)
+    undirected: bool
+    num_nodes: int = Field(ge=1)
+    num_edges: int = Field(ge=0)
+    feature_dim: int = Field(ge=0, description="0 when the source has no features")
+    num_classes: int = Field(ge=0, description="0 when the source has no labels")
+    split_sizes: dict[str, int]
+    score: dict[str, object] = Field(description="the ScoreSpec used, plus its label")
+    arrays: dict[str, ArrayInfo]
+    timings_s: dict[str, float] = Field(default_factory=dict)
+    peak_rss_bytes: int = 0
+
+    @property
+    def feature_row_bytes(self) -> int:
+        return self.feature_dim * 4
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())

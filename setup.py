@@ -1,0 +1,45 @@
+"""Build script: maps the import names onto the top-level folders and builds the native ops.
+
+`graphtier.service` lives in `service/`, `graphtier.launcher` in `launcher/` (see DESIGN.md).
+The C++ ops in `native/` are compiled through torch's extension machinery into
+`graphtier.service._native`; every op has a pure-torch fallback, so an install without a
+compiler still works (slower), and the fallback is what the native results are tested against.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from setuptools import find_packages, setup
+
+
+def _packages() -> tuple[list[str], dict[str, str]]:
+    packages: list[str] = []
+    package_dir: dict[str, str] = {}
+    for import_name, folder in (("graphtier.service", "service"), ("graphtier.launcher", "launcher")):
+        package_dir[import_name] = folder
+        packages.append(import_name)
+        packages += [f"{import_name}.{sub}" for sub in find_packages(folder)]
+    return packages, package_dir
+
+
+def _extensions():
+    if os.environ.get("GRAPHTIER_NO_NATIVE") == "1":
+        return [], {}
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+    sources = sorted(glob.glob("native/cpu/*.cpp"))
+    ext = CppExtension(
+        name="graphtier.service._native",
+        sources=sources,
+        include_dirs=[os.path.abspath("native/include")],
+        extra_compile_args=["-O3", "-fopenmp", "-std=c++17"],
+        extra_link_args=["-fopenmp"],
+    )
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+packages, package_dir = _packages()
+ext_modules, cmdclass = _extensions()
+setup(packages=packages, package_dir=package_dir, ext_modules=ext_modules, cmdclass=cmdclass)

@@ -1,0 +1,68 @@
+"""Fixtures shared by the whole suite: an isolated GRAPHTIER_HOME, small prepared datasets,
+the shared real datasets, and a leak check for shared-memory segments after every test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+if not SHARED_DATASETS.is_dir():
+    SHARED_DATASETS = Path(os.environ.get("GRAPHTIER_SHARED_DATASETS", "/work/shared/datasets"))
+
+
+def _graphtier_segments() -> set[str]:
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith("graphtier")}
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_segments():
+    """Every test must leave /dev/shm as it found it."""
+    before = _graphtier_segments()
+    yield
+    leaked = _graphtier_segments() - before
+    assert not leaked, f"test leaked shared-memory segments: {sorted(leaked)}"
+
+
+@pytest.fixture
+def graphtier_home(tmp_path, monkeypatch) -> Path:
+    """A private GRAPHTIER_HOME so tests never touch the user's datasets."""
+    home = tmp_path / "graphtier-home"
+    monkeypatch.setenv("GRAPHTIER_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def shared_datasets() -> Path:
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"shared datasets not found at {SHARED_DATASETS}")
+    return SHARED_DATASETS
+
+
+@pytest.fixture(scope="session")
+def prepared_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("prepared")
+
+
+@pytest.fixture(scope="session")
+def small_rmat(prepared_root):
+    """A prepared synthetic R-MAT dataset (scale 12, undirected, wrpr), shared by read-only tests."""
+    from graphtier.service.hotness import ScoreSpec
+    from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+
+    prepare_dataset(
+        PrepareConfig(
+            source="synthetic:rmat",
+            name="rmat12",
+            undirected=True,
+            score=ScoreSpec(kind="wrpr"),
+            source_options={"scale": 12, "feature_dim": 16},
+            root=prepared_root,
+        )
+    )
+    return PreparedDataset.open("rmat12", prepared_root)
