@@ -1,0 +1,100 @@
+"""`load_source(spec, **options)`: one entry point from a dataset spec string to a `GraphData`.
+
+A spec is `scheme:target`: `synthetic:rmat`, `planetoid:DIR`, `npz:FILE`, `edges:FILE` or
+`ogb:DIR`. Options are checked against what the chosen reader takes before anything is
+read, so a typo fails fast with the list of valid options. Every loaded graph then goes
+through `ensure_split` (a no-op when the source ships a split), which is why the split
+options `train_fraction`, `val_fraction`, `test_fraction` and `split_seed` are accepted
+for every scheme.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from graphtier.service.errors import DatasetSourceError
+from graphtier.service.graph.graph_data import GraphData
+from graphtier.service.sources.edge_list import load_edge_list
+from graphtier.service.sources.npz import load_npz
+from graphtier.service.sources.ogb import load_ogb
+from graphtier.service.sources.planetoid import load_planetoid
+from graphtier.service.sources.split import ensure_split
+
+SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
+SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")
+SYNTHETIC_GENERATORS: tuple[str, ...] = ("rmat",)
+# Keyword options of `synthetic.generate_rmat`; its fractions make the split, `seed` drives the generator.
+SYNTHETIC_OPTIONS: tuple[str, ...] = (
+    "scale", "edge_factor", "num_classes", "feature_dim", "homophily", "feature_noise",
+    "train_fraction", "val_fraction", "test_fraction", "seed",
+)
+_EXAMPLES = "synthetic:rmat, planetoid:DIR, npz:FILE, edges:FILE, ogb:DIR"
+
+_READERS: dict[str, Callable[..., GraphData]] = {
+    "planetoid": load_planetoid,
+    "npz": load_npz,
+    "edges": load_edge_list,
+    "ogb": load_ogb,
+}
+
+
+def reader_options(scheme: str) -> tuple[str, ...]:
+    """Option names `load_source` accepts for `scheme` (reader keywords plus split options)."""
+    if scheme == "synthetic":
+        return SYNTHETIC_OPTIONS + ("split_seed",)
+    params = list(inspect.signature(_READERS[scheme]).parameters.values())[1:]  # first one is the path
+    return tuple(p.name for p in params) + SPLIT_OPTIONS
+
+
+def _parse(spec: str) -> tuple[str, str]:
+    scheme, sep, target = spec.partition(":")
+    if not sep or not target:
+        raise DatasetSourceError(None, f"dataset spec {spec!r} is not scheme:target", fix=f"use one of {_EXAMPLES}")
+    if scheme not in SOURCE_SCHEMES:
+        raise DatasetSourceError(
+            None, f"unknown dataset scheme {scheme!r} in {spec!r}", fix=f"valid schemes: {', '.join(SOURCE_SCHEMES)}"
+        )
+    return scheme, target
+
+
+def _generate(target: str, options: dict[str, Any]) -> GraphData:
+    if target not in SYNTHETIC_GENERATORS:
+        raise DatasetSourceError(
+            None, f"unknown synthetic generator {target!r}", fix=f"valid: {', '.join(SYNTHETIC_GENERATORS)}"
+        )
+    from graphtier.service.sources.synthetic import generate_rmat  # lazy: written separately
+
+    return generate_rmat(**options)
+
+
+def load_source(spec: str, **options: Any) -> GraphData:
+    """Load the dataset named by `spec` and give it a split (see module docstring).
+
+    Raises `DatasetSourceError` for an unknown scheme, a missing path, an option the reader
+    does not take, and anything the reader itself rejects.
+    """
+    scheme, target = _parse(spec)
+    valid = reader_options(scheme)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise DatasetSourceError(
+            None,
+            f"option(s) {', '.join(unknown)} not accepted by {scheme}: sources",
+            fix=f"valid options: {', '.join(valid)}",
+        )
+    split: dict[str, Any] = {k: options[k] for k in SPLIT_OPTIONS[:3] if k in options}
+    if "split_seed" in options:
+        split["seed"] = options.pop("split_seed")
+    if scheme == "synthetic":  # the generator makes its own split from the same fractions
+        graph = _generate(target, options)
+    else:
+        for key in SPLIT_OPTIONS[:3]:
+            options.pop(key, None)
+        path = Path(target).expanduser()
+        if not path.exists():
+            raise DatasetSourceError(path, f"does not exist (from dataset spec {spec!r})")
+        graph = _READERS[scheme](path, **options)
+    return ensure_split(graph, **split)
