@@ -15,7 +15,7 @@ if not SHARED_DATASETS.is_dir():
 
 def _graphtier_segments() -> set[str]:
     try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith("graphtier")}
+        return {name for name in os.listdir("/dev/shm") if name.startswith("graphtier.")}
     except FileNotFoundError:
         return set()
 

@@ -18,6 +18,18 @@ OutOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 
 
+def parse_fanouts(text: str) -> list[int]:
+    """`15,10,5` -> [15, 10, 5], validated by the sampler's own rules."""
+    from graphtier.service.errors import SamplingError
+    from graphtier.service.sampling.neighbor_sampler import validate_fanouts
+
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise SamplingError(f"--fanout {text!r}: expected comma-separated integers like 15,10,5 (-1 = all)") from None
+    return validate_fanouts(values)
+
+
 def _source_options(**options: object) -> dict[str, object]:
     return {key: value for key, value in options.items() if value is not None}
 
@@ -37,9 +49,15 @@ def prepare(
     num_classes: Annotated[Optional[int], typer.Option(help="[synthetic] planted communities")] = None,
     feature_dim: Annotated[Optional[int], typer.Option(help="[synthetic] feature dimension")] = None,
     homophily: Annotated[Optional[float], typer.Option(help="[synthetic] fraction of intra-community edges")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="[synthetic] generator seed; [others] split seed")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="[synthetic] generator seed")] = None,
     features: Annotated[Optional[Path], typer.Option(help="[edges] node feature file (.npy or text)")] = None,
     labels: Annotated[Optional[Path], typer.Option(help="[edges] node label file (.npy or text)")] = None,
+    skip_rows: Annotated[Optional[int], typer.Option(help="[edges] header lines to skip (default: detect)")] = None,
+    one_based: Annotated[Optional[bool], typer.Option("--one-based", help="[edges] ids start at 1")] = None,
+    missing_features: Annotated[
+        Optional[str], typer.Option(help="[planetoid] 'error' or 'zeros' for nodes the files give no features")
+    ] = None,
+    split_seed: Annotated[Optional[int], typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
     val_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
     test_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
@@ -66,6 +84,10 @@ def prepare(
                 seed=seed,
                 features=str(features) if features else None,
                 labels=str(labels) if labels else None,
+                skip_rows=skip_rows,
+                one_based=one_based,
+                missing_features=missing_features,
+                split_seed=split_seed,
                 train_fraction=train_fraction,
                 val_fraction=val_fraction,
                 test_fraction=test_fraction,
@@ -148,3 +170,58 @@ def remove(name: str, out: OutOption = None) -> None:
     with error_boundary():
         path = remove_dataset(out, name)
     console.print(f"removed {path}")
+
+
+@app.command("tiering-report")
+def tiering_report(
+    name: str,
+    budget: Annotated[str, typer.Option(help="device-tier budget: a share of the feature bytes (10%) or a size (512MiB)")] = "10%",
+    fanout: Annotated[str, typer.Option(help="neighbours per hop, -1 = all")] = "15,10,5",
+    batch_size: Annotated[int, typer.Option(help="seeds per mini-batch")] = 1024,
+    epochs: Annotated[int, typer.Option(help="epochs to replay")] = 1,
+    seed: Annotated[int, typer.Option(help="shuffle and sampling seed")] = 0,
+    png: Annotated[Optional[Path], typer.Option(help="where to write the figure (default <dataset>/tiering-report.png)")] = None,
+    out: OutOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Replay sampled epochs; print each score's device-tier hit ratio at BUDGET against the oracle's."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from graphtier.service.prepared import PreparedDataset
+    from graphtier.service.tiering import build_tiering_report
+    from graphtier.service.tiering.plot import write_cumulative_access_png
+
+    with error_boundary():
+        dataset = PreparedDataset.open(name, out)
+        fanouts = parse_fanouts(fanout)
+        with Progress(
+            "replaying epochs", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console, transient=True
+        ) as progress:
+            task = progress.add_task("replay", total=None)
+            report = build_tiering_report(
+                dataset, budget=budget, fanouts=fanouts, batch_size=batch_size, epochs=epochs, seed=seed,
+                on_batch=lambda done, total: progress.update(task, completed=done, total=total),
+            )
+        report.png = str(write_cumulative_access_png(report, png or dataset.directory / "tiering-report.png"))
+    if json_out:
+        emit_json(report)
+        return
+    table = Table(
+        title=(
+            f"{report.dataset}: device tier {report.budget} = {report.budget_rows:,} of {report.num_nodes:,} rows "
+            f"({human_bytes(report.budget_bytes)}); fanout {fanout}, batch {report.batch_size}, "
+            f"{report.epochs} epoch(s), {report.batches} batches"
+        ),
+        caption=(
+            "device tiers accounted, not real (no GPU): the figures are exact, they are what a GPU would see"
+            + ("; row size assumed 512 B (dataset has no features)" if report.row_bytes_assumed else "")
+        ),
+    )
+    for column in ("score", "hit ratio", "vs oracle", "host->device per epoch"):
+        table.add_column(column, justify="right" if column != "score" else "left")
+    for o in report.outcomes:
+        table.add_row(o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", human_bytes(o.host_to_device_bytes_per_epoch))
+    from rich.console import Console
+
+    Console().print(table)
+    Console().print(f"figure: {report.png}")

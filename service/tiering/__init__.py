@@ -1,0 +1,6 @@
+"""The tiering report: how well each hotness score would place rows, measured by replaying epochs."""
+
+from graphtier.service.tiering.replay import AccessReplay, replay_access_counts
+from graphtier.service.tiering.report import ScoreOutcome, TieringReport, build_tiering_report
+
+__all__ = ["AccessReplay", "ScoreOutcome", "TieringReport", "build_tiering_report", "replay_access_counts"]

@@ -1,0 +1,41 @@
+"""The tiering report's figure: cumulative read share against fraction of nodes (the seed's Figure 7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphtier.service.tiering.report import TieringReport
+
+
+def write_cumulative_access_png(report: TieringReport, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    for outcome in report.outcomes:
+        share = outcome.cumulative_share
+        xs = [i / (len(share) - 1) for i in range(len(share))]
+        style = {"color": "black", "linestyle": "--"} if outcome.score == "oracle" else {}
+        ax.plot(xs, share, label=f"{outcome.score} ({outcome.hit_ratio:.1%} at budget)", **style)
+    budget_fraction = report.budget_rows / report.num_nodes
+    ax.axvline(budget_fraction, color="grey", linewidth=0.8)
+    ax.set_xlabel("fraction of nodes, hottest first")
+    ax.set_ylabel("cumulative share of feature reads")
+    ax.set_title(
+        f"{report.dataset}: fanout {','.join(map(str, report.fanouts))}, batch {report.batch_size}, "
+        f"{report.epochs} epoch(s)"
+    )
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.01)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    tmp.replace(path)
+    return path

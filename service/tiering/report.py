@@ -1,0 +1,135 @@
+"""Device-tier hit ratio per hotness score at a budget, against the oracle placement.
+
+The oracle places by the access counts observed in the very epochs being scored, so no
+static placement can beat it; `ratio_to_oracle` is how close a score gets. Device tiers
+are accounted, not real, when no GPU is present: the figures are exact either way, since
+a row's tier follows from its id alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from pydantic import BaseModel, Field
+
+from graphtier.service.errors import PlacementError
+from graphtier.service.hotness import ScoreSpec, compute_scores
+from graphtier.service.placement import parse_budget
+from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.tiering.replay import AccessReplay, replay_access_counts
+
+DEFAULT_ROW_BYTES = 512  # 128 float32: assumed for datasets without features
+COMPARED_SCORES = ("wrpr", "rpr", "degree")
+
+
+class ScoreOutcome(BaseModel):
+    """How one placement would have served the replayed epochs."""
+
+    score: str
+    hit_ratio: float = Field(description="device-tier reads / all reads at the budget")
+    ratio_to_oracle: float
+    host_to_device_bytes_per_epoch: float = Field(description="bytes read from below the device tiers, per epoch")
+    cumulative_share: list[float] = Field(default_factory=list, exclude=True)
+
+
+class TieringReport(BaseModel):
+    dataset: str
+    num_nodes: int
+    budget: str
+    budget_rows: int
+    budget_bytes: int
+    row_bytes: int
+    row_bytes_assumed: bool
+    fanouts: list[int]
+    batch_size: int
+    epochs: int
+    batches: int
+    reads_per_epoch: float
+    outcomes: list[ScoreOutcome]
+    device_tiers_simulated: bool = True
+    png: str | None = None
+
+    def outcome(self, score: str) -> ScoreOutcome:
+        return next(o for o in self.outcomes if o.score == score)
+
+
+def placement_scores(dataset: PreparedDataset) -> dict[str, torch.Tensor]:
+    """Every score to compare, in the dataset's (reordered) id space."""
+    graph = dataset.graph
+    train = dataset.split("train")
+    scores: dict[str, torch.Tensor] = {}
+    for kind in COMPARED_SCORES:
+        if kind == "wrpr" and train.numel() == 0:
+            continue
+        scores[kind] = compute_scores(graph, ScoreSpec(kind=kind), train_ids=train)
+    scores["source order"] = -dataset.new_to_old.to(torch.float64)
+    if dataset.manifest.score.get("kind") == "user":
+        scores[f"as prepared ({dataset.manifest.score['label']})"] = -torch.arange(graph.num_nodes, dtype=torch.float64)
+    return scores
+
+
+def cumulative_share(counts: torch.Tensor, order: torch.Tensor, points: int = 512) -> list[float]:
+    """Share of all reads served by the first k nodes of `order`, at `points` evenly spaced k."""
+    cum = torch.cumsum(counts[order].to(torch.float64), 0)
+    total = float(cum[-1]) if cum.numel() else 0.0
+    idx = torch.linspace(0, counts.numel() - 1, points).round().long()
+    return (cum[idx] / max(total, 1.0)).tolist()
+
+
+def build_tiering_report(
+    dataset: PreparedDataset,
+    *,
+    budget: str,
+    fanouts: Sequence[int] = (15, 10, 5),
+    batch_size: int = 1024,
+    epochs: int = 1,
+    seed: int = 0,
+    row_bytes: int | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+    replay: AccessReplay | None = None,
+) -> TieringReport:
+    """Replay epochs once, then score every placement against the same reads."""
+    n = dataset.manifest.num_nodes
+    assumed = False
+    if row_bytes is None:
+        row_bytes = dataset.manifest.feature_row_bytes
+        if row_bytes == 0:
+            row_bytes, assumed = DEFAULT_ROW_BYTES, True
+    if row_bytes < 1:
+        raise PlacementError(f"row bytes must be >= 1, got {row_bytes}")
+    data_bytes = n * row_bytes
+    budget_bytes = parse_budget(budget, total_bytes=data_bytes, what="--budget")
+    if budget_bytes > data_bytes:
+        raise PlacementError(
+            f"--budget {budget} is {budget_bytes:,} bytes, larger than the {data_bytes:,} feature bytes of "
+            f"{dataset.name!r}; give at most 100% or {data_bytes:,} bytes"
+        )
+    budget_rows = min(n, budget_bytes // row_bytes)
+    if replay is None:
+        replay = replay_access_counts(
+            dataset.graph, dataset.split("train"), fanouts=fanouts, batch_size=batch_size,
+            epochs=epochs, seed=seed, on_batch=on_batch,
+        )
+    counts = replay.counts
+    total = max(replay.total, 1)
+    oracle_order = torch.sort(counts, descending=True, stable=True).indices
+    oracle_hits = int(counts[oracle_order[:budget_rows]].sum())
+    outcomes = []
+    for name, score in {**placement_scores(dataset), "oracle": counts.to(torch.float64)}.items():
+        order = oracle_order if name == "oracle" else torch.sort(score, descending=True, stable=True).indices
+        hits = int(counts[order[:budget_rows]].sum())
+        outcomes.append(
+            ScoreOutcome(
+                score=name,
+                hit_ratio=hits / total,
+                ratio_to_oracle=hits / oracle_hits if oracle_hits else 1.0,
+                host_to_device_bytes_per_epoch=(replay.total - hits) * row_bytes / replay.epochs,
+                cumulative_share=cumulative_share(counts, order),
+            )
+        )
+    return TieringReport(
+        dataset=dataset.name, num_nodes=n, budget=str(budget), budget_rows=budget_rows, budget_bytes=budget_bytes,
+        row_bytes=row_bytes, row_bytes_assumed=assumed, fanouts=list(fanouts), batch_size=batch_size,
+        epochs=replay.epochs, batches=replay.batches, reads_per_epoch=replay.total / replay.epochs, outcomes=outcomes,
+    )

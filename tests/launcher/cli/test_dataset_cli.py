@@ -1,0 +1,80 @@
+"""The `graphtier dataset` commands, run as a user runs them: real processes, real files."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def graphtier(*args, home, check=True):
+    done = subprocess.run(
+        [sys.executable, "-m", "graphtier.launcher.cli", *map(str, args)],
+        capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "GRAPHTIER_HOME": str(home)},
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    graphtier("dataset", "prepare", "synthetic:rmat", "--name", "tiny", "--scale", "11", "--feature-dim", "8",
+              "--undirected", home=home)
+    return home
+
+
+def test_prepare_list_inspect_json(home, shared_datasets):
+    done = graphtier("dataset", "prepare", f"planetoid:{shared_datasets}/planetoid_cora", "--name", "cora", "--json",
+                     home=home)
+    manifest = json.loads(done.stdout)
+    assert manifest["num_nodes"] == 2708 and manifest["feature_dim"] == 1433 and manifest["num_classes"] == 7
+    assert manifest["split_sizes"] == {"train": 140, "val": 500, "test": 1000}
+    listed = json.loads(graphtier("dataset", "list", "--json", home=home).stdout)
+    assert {m["name"] for m in listed} >= {"cora", "tiny"}
+    inspected = json.loads(graphtier("dataset", "inspect", "cora", "--verify", "--json", home=home).stdout)
+    assert inspected["verified"] is True and inspected["arrays"]["features"]["shape"] == [2708, 1433]
+    human = graphtier("dataset", "list", home=home)
+    assert "cora" in human.stderr + human.stdout
+
+
+def test_tiering_report_json_and_png(home, tmp_path):
+    png = tmp_path / "fig.png"
+    done = graphtier("dataset", "tiering-report", "tiny", "--budget", "10%", "--fanout", "5,5", "--batch-size", "64",
+                     "--epochs", "2", "--png", png, "--json", home=home)
+    report = json.loads(done.stdout)
+    hits = {o["score"]: o["hit_ratio"] for o in report["outcomes"]}
+    assert set(hits) >= {"wrpr", "rpr", "degree", "source order", "oracle"}
+    assert all(hits["oracle"] >= h - 1e-12 for h in hits.values())
+    assert report["budget_rows"] == 2048 // 10 and report["epochs"] == 2 and report["device_tiers_simulated"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = graphtier("dataset", "tiering-report", "tiny", "--fanout", "5,5", "--batch-size", "64", home=home)
+    assert "oracle" in table.stdout and "accounted" in table.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["prepare", "bogus:x", "--name", "b"], "bogus"),
+        (["prepare", "edges:/nonexistent/e.txt", "--name", "b"], "/nonexistent/e.txt"),
+        (["prepare", "synthetic:rmat", "--name", "tiny", "--scale", "8"], "already exists"),
+        (["prepare", "synthetic:rmat", "--name", "b", "--score", "pagerank"], "unknown score 'pagerank'"),
+        (["prepare", "synthetic:rmat", "--name", "b", "--scale", "0"], "scale must be in"),
+        (["prepare", "synthetic:rmat", "--name", "b/c"], "invalid dataset name"),
+        (["tiering-report", "tiny", "--budget", "150%"], "150%"),
+        (["tiering-report", "tiny", "--budget", "1GiB"], "larger than the"),
+        (["tiering-report", "tiny", "--budget", "ten"], "ten"),
+        (["tiering-report", "tiny", "--fanout", "a,b"], "--fanout 'a,b'"),
+        (["tiering-report", "tiny", "--fanout", "5,0"], "fanout 0"),
+        (["tiering-report", "nope"], "no dataset named 'nope'"),
+        (["inspect", "nope"], "no dataset named 'nope'"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(home, args, message):
+    before = sorted(p.name for p in (home / "datasets").iterdir())
+    done = graphtier("dataset", *args, home=home, check=False)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in (home / "datasets").iterdir()) == before
