@@ -1,0 +1,10 @@
+"""Tier placement: byte budgets per memory tier -> node-id boundaries of each tier.
+
+`parse_budget` reads "10%", "512MiB" and the like; `TierBudgets` groups the budgets;
+`PlacementPlan.from_budgets` turns them into the boundaries the gather and sampler use.
+"""
+
+from graphtier.service.placement.budget import TierBudgets, parse_budget
+from graphtier.service.placement.plan import PlacementPlan, Tier, TierSize
+
+__all__ = ["PlacementPlan", "Tier", "TierBudgets", "TierSize", "parse_budget"]
