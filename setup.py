@@ -1,6 +1,7 @@
 """Build script: maps the import names onto the top-level folders and builds the native ops.
 
-`graphtier.service` lives in `service/`, `graphtier.launcher` in `launcher/` (see DESIGN.md).
+`graphtier.service` lives in `service/`, `graphtier.launcher` in `launcher/`, and the
+generated gRPC contract `graphtier.v1` next to its `.proto` files in `proto/graphtier/v1/`.
 The C++ ops in `native/` are compiled through torch's extension machinery into
 `graphtier.service._native`; every op has a pure-torch fallback, so an install without a
 compiler still works (slower), and the fallback is what the native results are tested against.
@@ -17,7 +18,11 @@ from setuptools import find_packages, setup
 def _packages() -> tuple[list[str], dict[str, str]]:
     packages: list[str] = []
     package_dir: dict[str, str] = {}
-    for import_name, folder in (("graphtier.service", "service"), ("graphtier.launcher", "launcher")):
+    for import_name, folder in (
+        ("graphtier.service", "service"),
+        ("graphtier.launcher", "launcher"),
+        ("graphtier.v1", "proto/graphtier/v1"),
+    ):
         package_dir[import_name] = folder
         packages.append(import_name)
         packages += [f"{import_name}.{sub}" for sub in find_packages(folder)]

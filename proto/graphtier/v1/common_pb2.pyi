@@ -1,0 +1,119 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIER_UNSPECIFIED: _ClassVar[Tier]
+    TIER_DEVICE_REPLICATED: _ClassVar[Tier]
+    TIER_DEVICE_INTERLEAVED: _ClassVar[Tier]
+    TIER_HOST: _ClassVar[Tier]
+    TIER_STORAGE: _ClassVar[Tier]
+    TIER_STRUCTURE_DEVICE: _ClassVar[Tier]
+TIER_UNSPECIFIED: Tier
+TIER_DEVICE_REPLICATED: Tier
+TIER_DEVICE_INTERLEAVED: Tier
+TIER_HOST: Tier
+TIER_STORAGE: Tier
+TIER_STRUCTURE_DEVICE: Tier
+
+class SegmentRef(_message.Message):
+    __slots__ = ("name", "offset", "shape", "dtype")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    offset: int
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+
+class StorageTierRef(_message.Message):
+    __slots__ = ("path", "offset_bytes", "first_row", "rows", "row_shape", "dtype")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ROW_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    offset_bytes: int
+    first_row: int
+    rows: int
+    row_shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    def __init__(self, path: _Optional[str] = ..., offset_bytes: _Optional[int] = ..., first_row: _Optional[int] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+
+class TierBudgetSpec(_message.Message):
+    __slots__ = ("num_devices", "device_replicated", "device_interleaved", "host", "structure_device")
+    NUM_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_INTERLEAVED_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURE_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    num_devices: int
+    device_replicated: str
+    device_interleaved: str
+    host: str
+    structure_device: str
+    def __init__(self, num_devices: _Optional[int] = ..., device_replicated: _Optional[str] = ..., device_interleaved: _Optional[str] = ..., host: _Optional[str] = ..., structure_device: _Optional[str] = ...) -> None: ...
+
+class PlacementBoundaries(_message.Message):
+    __slots__ = ("num_nodes", "row_bytes", "num_devices", "replicated_end", "interleaved_end", "host_end", "structure_device_end", "structure_device_edges")
+    NUM_NODES_FIELD_NUMBER: _ClassVar[int]
+    ROW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_END_FIELD_NUMBER: _ClassVar[int]
+    INTERLEAVED_END_FIELD_NUMBER: _ClassVar[int]
+    HOST_END_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURE_DEVICE_END_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURE_DEVICE_EDGES_FIELD_NUMBER: _ClassVar[int]
+    num_nodes: int
+    row_bytes: int
+    num_devices: int
+    replicated_end: int
+    interleaved_end: int
+    host_end: int
+    structure_device_end: int
+    structure_device_edges: int
+    def __init__(self, num_nodes: _Optional[int] = ..., row_bytes: _Optional[int] = ..., num_devices: _Optional[int] = ..., replicated_end: _Optional[int] = ..., interleaved_end: _Optional[int] = ..., host_end: _Optional[int] = ..., structure_device_end: _Optional[int] = ..., structure_device_edges: _Optional[int] = ...) -> None: ...
+
+class TierSize(_message.Message):
+    __slots__ = ("tier", "rows", "bytes")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    tier: Tier
+    rows: int
+    bytes: int
+    def __init__(self, tier: _Optional[_Union[Tier, str]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class SourceTraffic(_message.Message):
+    __slots__ = ("rows", "bytes")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    bytes: int
+    def __init__(self, rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class TierCounters(_message.Message):
+    __slots__ = ("replicated", "interleaved_local", "interleaved_peer", "host", "storage", "simulated")
+    REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    INTERLEAVED_LOCAL_FIELD_NUMBER: _ClassVar[int]
+    INTERLEAVED_PEER_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
+    SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    replicated: SourceTraffic
+    interleaved_local: SourceTraffic
+    interleaved_peer: SourceTraffic
+    host: SourceTraffic
+    storage: SourceTraffic
+    simulated: bool
+    def __init__(self, replicated: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_local: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_peer: _Optional[_Union[SourceTraffic, _Mapping]] = ..., host: _Optional[_Union[SourceTraffic, _Mapping]] = ..., storage: _Optional[_Union[SourceTraffic, _Mapping]] = ..., simulated: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,261 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from graphtier.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Model(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_UNSPECIFIED: _ClassVar[Model]
+    MODEL_SAGE: _ClassVar[Model]
+    MODEL_GCN: _ClassVar[Model]
+    MODEL_GAT: _ClassVar[Model]
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_PENDING: _ClassVar[JobState]
+    JOB_STATE_STARTING: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+
+class LogStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOG_STREAM_UNSPECIFIED: _ClassVar[LogStream]
+    LOG_STREAM_STDOUT: _ClassVar[LogStream]
+    LOG_STREAM_STDERR: _ClassVar[LogStream]
+MODEL_UNSPECIFIED: Model
+MODEL_SAGE: Model
+MODEL_GCN: Model
+MODEL_GAT: Model
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_PENDING: JobState
+JOB_STATE_STARTING: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+LOG_STREAM_UNSPECIFIED: LogStream
+LOG_STREAM_STDOUT: LogStream
+LOG_STREAM_STDERR: LogStream
+
+class JobSpec(_message.Message):
+    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    DROPOUT_FIELD_NUMBER: _ClassVar[int]
+    NPROC_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    NNODES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
+    NUM_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    RDZV_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    RDZV_ID_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    model: Model
+    fanouts: _containers.RepeatedScalarFieldContainer[int]
+    batch_size: int
+    hidden: int
+    epochs: int
+    lr: float
+    dropout: float
+    nproc_per_node: int
+    nnodes: int
+    checkpoint_every_steps: int
+    seed: int
+    budgets: _common_pb2.TierBudgetSpec
+    name: str
+    heads: int
+    num_slots: int
+    max_restarts: int
+    rdzv_endpoint: str
+    rdzv_id: str
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: JobSpec
+    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("states", "dataset")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[JobState]
+    dataset: str
+    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., dataset: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class StreamJobEventsRequest(_message.Message):
+    __slots__ = ("job_id", "from_sequence", "follow", "include_logs")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_LOGS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    from_sequence: int
+    follow: bool
+    include_logs: bool
+    def __init__(self, job_id: _Optional[str] = ..., from_sequence: _Optional[int] = ..., follow: _Optional[bool] = ..., include_logs: _Optional[bool] = ...) -> None: ...
+
+class JobProgress(_message.Message):
+    __slots__ = ("epoch", "step_in_epoch", "steps_per_epoch", "global_step", "total_steps", "loss", "train_accuracy", "batches_per_second", "traffic")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STEP_IN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_STEP_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    step_in_epoch: int
+    steps_per_epoch: int
+    global_step: int
+    total_steps: int
+    loss: float
+    train_accuracy: float
+    batches_per_second: float
+    traffic: _common_pb2.TierCounters
+    def __init__(self, epoch: _Optional[int] = ..., step_in_epoch: _Optional[int] = ..., steps_per_epoch: _Optional[int] = ..., global_step: _Optional[int] = ..., total_steps: _Optional[int] = ..., loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., traffic: _Optional[_Union[_common_pb2.TierCounters, _Mapping]] = ...) -> None: ...
+
+class RankStatus(_message.Message):
+    __slots__ = ("rank", "trainer_pid", "producer_pid", "global_step", "batches_per_second", "ready_slots", "last_report")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_PID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_PID_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_STEP_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    READY_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_REPORT_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    trainer_pid: int
+    producer_pid: int
+    global_step: int
+    batches_per_second: float
+    ready_slots: int
+    last_report: _timestamp_pb2.Timestamp
+    def __init__(self, rank: _Optional[int] = ..., trainer_pid: _Optional[int] = ..., producer_pid: _Optional[int] = ..., global_step: _Optional[int] = ..., batches_per_second: _Optional[float] = ..., ready_slots: _Optional[int] = ..., last_report: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class JobResult(_message.Message):
+    __slots__ = ("val_accuracy", "test_accuracy", "final_loss", "train_seconds", "checkpoint_path")
+    VAL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    FINAL_LOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
+    val_accuracy: float
+    test_accuracy: float
+    final_loss: float
+    train_seconds: float
+    checkpoint_path: str
+    def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    spec: JobSpec
+    state: JobState
+    message: str
+    created_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    progress: JobProgress
+    result: JobResult
+    ranks: _containers.RepeatedCompositeFieldContainer[RankStatus]
+    exit_code: int
+    restarts: int
+    log_path: str
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ...) -> None: ...
+
+class JobStateChange(_message.Message):
+    __slots__ = ("previous", "current", "message", "result")
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    previous: JobState
+    current: JobState
+    message: str
+    result: JobResult
+    def __init__(self, previous: _Optional[_Union[JobState, str]] = ..., current: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("rank", "from_producer", "stream", "text")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    FROM_PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    from_producer: bool
+    stream: LogStream
+    text: str
+    def __init__(self, rank: _Optional[int] = ..., from_producer: _Optional[bool] = ..., stream: _Optional[_Union[LogStream, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("sequence", "time", "job_id", "state_change", "progress", "log")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    time: _timestamp_pb2.Timestamp
+    job_id: str
+    state_change: JobStateChange
+    progress: JobProgress
+    log: LogLine
+    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., state_change: _Optional[_Union[JobStateChange, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., log: _Optional[_Union[LogLine, _Mapping]] = ...) -> None: ...
