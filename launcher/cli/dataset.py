@@ -41,6 +41,9 @@ def prepare(
     score: Annotated[str, typer.Option(help="hotness score: wrpr, rpr, degree, none, or user:PATH.npy")] = "wrpr",
     iterations: Annotated[Optional[int], typer.Option(help="PageRank iterations (wrpr default 5, rpr 20)")] = None,
     damping: Annotated[float, typer.Option(help="PageRank damping factor")] = 0.85,
+    score_fanout: Annotated[
+        Optional[int], typer.Option(help="wrpr/rpr: model a k-neighbour sample, min(1,k/d), instead of 1/d")
+    ] = None,
     undirected: Annotated[bool, typer.Option("--undirected", help="add the reverse of every edge")] = False,
     out: OutOption = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset of that name")] = False,
@@ -71,7 +74,7 @@ def prepare(
         config = PrepareConfig(
             source=source,
             name=name,
-            score=ScoreSpec.parse(score, iterations=iterations, damping=damping),
+            score=ScoreSpec.parse(score, iterations=iterations, damping=damping, fanout=score_fanout),
             undirected=undirected,
             root=out,
             overwrite=overwrite,
@@ -178,7 +181,7 @@ def tiering_report(
     budget: Annotated[str, typer.Option(help="device-tier budget: a share of the feature bytes (10%) or a size (512MiB)")] = "10%",
     fanout: Annotated[str, typer.Option(help="neighbours per hop, -1 = all")] = "15,10,5",
     batch_size: Annotated[int, typer.Option(help="seeds per mini-batch")] = 1024,
-    epochs: Annotated[int, typer.Option(help="epochs to replay")] = 1,
+    epochs: Annotated[int, typer.Option(help="epochs to replay")] = 3,
     seed: Annotated[int, typer.Option(help="shuffle and sampling seed")] = 0,
     png: Annotated[Optional[Path], typer.Option(help="where to write the figure (default <dataset>/tiering-report.png)")] = None,
     out: OutOption = None,

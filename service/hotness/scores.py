@@ -6,6 +6,11 @@
 - `wrpr`: weighted reverse PageRank, Algorithm 1: training nodes start with weight
   N/|train| times the uniform 1/N, and only a few iterations run (paper: 5) so that the
   start bias toward where sampling begins is kept rather than converged away.
+  With `fanout=k` (our extension) a node v passes score to each in-neighbour with the
+  probability that a k-neighbour sample of v picks it, min(1, k/d_v), instead of 1/d_v
+  (Algorithm 1 models a fanout of one); scores are renormalised each iteration. On the
+  shared SNAP graphs this lifts the 10% hit ratio from 89-98% to 96-99% of the oracle
+  (tests/bench/bench_tiering.py).
 - `user`: a score array supplied by the user (`.npy`, one float per node, original ids).
 - `none`: keep the source order (every node scores by its negated id).
 
@@ -39,6 +44,9 @@ class ScoreSpec(BaseModel):
     )
     damping: float = Field(0.85, gt=0.0, lt=1.0, description="PageRank damping factor d")
     path: str | None = Field(None, description="`.npy` file with one score per node (kind=user)")
+    fanout: int | None = Field(
+        None, ge=1, description="wrpr/rpr: model a k-neighbour sample, min(1, k/d), instead of 1/d (None = paper)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "ScoreSpec":
@@ -46,6 +54,8 @@ class ScoreSpec(BaseModel):
             raise ValueError("kind 'user' needs a path to a .npy score array")
         if self.kind != "user" and self.path:
             raise ValueError(f"a score path only applies to kind 'user', not {self.kind!r}")
+        if self.fanout is not None and self.kind not in ("wrpr", "rpr"):
+            raise ValueError(f"a score fanout only applies to wrpr and rpr, not {self.kind!r}")
         return self
 
     @property
@@ -55,7 +65,9 @@ class ScoreSpec(BaseModel):
         return 5 if self.kind == "wrpr" else 20
 
     @classmethod
-    def parse(cls, text: str, *, iterations: int | None = None, damping: float = 0.85) -> "ScoreSpec":
+    def parse(
+        cls, text: str, *, iterations: int | None = None, damping: float = 0.85, fanout: int | None = None
+    ) -> "ScoreSpec":
         """Parse the CLI form: `wrpr`, `rpr`, `degree`, `none` or `user:PATH.npy`."""
         if text.startswith("user:"):
             return cls(kind="user", path=text[len("user:") :], iterations=iterations, damping=damping)
@@ -63,11 +75,12 @@ class ScoreSpec(BaseModel):
             raise GraphtierError(
                 f"unknown score {text!r}: expected one of wrpr, rpr, degree, none, or user:PATH.npy"
             )
-        return cls(kind=text, iterations=iterations, damping=damping)  # type: ignore[arg-type]
+        return cls(kind=text, iterations=iterations, damping=damping, fanout=fanout)  # type: ignore[arg-type]
 
     def label(self) -> str:
         if self.kind in ("wrpr", "rpr"):
-            return f"{self.kind}(iterations={self.effective_iterations}, damping={self.damping})"
+            fanout = f", fanout={self.fanout}" if self.fanout else ""
+            return f"{self.kind}(iterations={self.effective_iterations}, damping={self.damping}{fanout})"
         return self.kind if self.kind != "user" else f"user({self.path})"
 
 
@@ -77,20 +90,29 @@ def reverse_pagerank(
     iterations: int,
     damping: float,
     train_ids: torch.Tensor | None = None,
+    fanout: int | None = None,
 ) -> torch.Tensor:
-    """Algorithm 1; with `train_ids=None` it is plain reverse PageRank from a uniform start."""
+    """Algorithm 1; with `train_ids=None` it is plain reverse PageRank from a uniform start.
+
+    `fanout=k` passes min(1, k/d) of a node's score to each in-neighbour instead of 1/d and
+    renormalises the pulled mass each iteration (see the module docstring).
+    """
     n = graph.num_nodes
     score = torch.full((n,), 1.0 / n, dtype=torch.float64)
     if train_ids is not None and train_ids.numel() > 0:
         score[train_ids] *= n / train_ids.numel()
     in_degree = graph.in_degree().to(torch.float64)
-    inv_in_degree = torch.where(in_degree > 0, 1.0 / in_degree.clamp(min=1.0), torch.zeros_like(in_degree))
+    per_neighbour = 1.0 if fanout is None else float(fanout)
+    pass_on = (per_neighbour / in_degree.clamp(min=1.0)).clamp(max=1.0)
+    pass_on[in_degree == 0] = 0.0
     row = graph.row
     in_deg_long = graph.in_degree()
     for _ in range(iterations):
-        share = score * inv_in_degree
+        share = score * pass_on
         pulled = torch.zeros(n, dtype=torch.float64)
         pulled.index_add_(0, row, share.repeat_interleave(in_deg_long, output_size=row.numel()))
+        if fanout is not None:
+            pulled /= max(float(pulled.sum()), torch.finfo(torch.float64).tiny)
         score = pulled.mul_(damping).add_((1.0 - damping) / n)
     return score
 
@@ -121,12 +143,12 @@ def compute_scores(
     if spec.kind == "degree":
         return graph.out_degree().to(torch.float64)
     if spec.kind == "rpr":
-        return reverse_pagerank(graph, iterations=spec.effective_iterations, damping=spec.damping)
+        return reverse_pagerank(graph, iterations=spec.effective_iterations, damping=spec.damping, fanout=spec.fanout)
     if spec.kind == "wrpr":
         if train_ids is None or train_ids.numel() == 0:
             raise GraphtierError("score 'wrpr' needs training ids; this dataset has no train split")
         return reverse_pagerank(
-            graph, iterations=spec.effective_iterations, damping=spec.damping, train_ids=train_ids
+            graph, iterations=spec.effective_iterations, damping=spec.damping, train_ids=train_ids, fanout=spec.fanout
         )
     if spec.kind == "user":
         return _user_scores(str(spec.path), graph.num_nodes)

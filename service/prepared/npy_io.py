@@ -57,7 +57,8 @@ def npy_data_offset(path: Path) -> int:
     """Byte offset of the array data inside a `.npy` file (for mapping a row range)."""
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
-        np.lib.format._read_array_header(f, version)  # noqa: SLF001 - numpy has no public accessor
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        read_header(f)
         return f.tell()
 
 

@@ -24,11 +24,23 @@ def _fail(problem: str) -> None:
     raise DatasetSourceError("synthetic:rmat", problem)
 
 
-def rmat_edges(scale: int, num_edges: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """`num_edges` R-MAT edges over `2**scale` ids, before any relabelling (vectorised per bit level)."""
-    ab = RMAT_A + RMAT_B
-    c_norm = RMAT_C / (1.0 - ab)
-    a_norm = RMAT_A / ab
+def rmat_edges(
+    scale: int,
+    num_edges: int,
+    generator: torch.Generator,
+    *,
+    a: float = RMAT_A,
+    b: float = RMAT_B,
+    c: float = RMAT_C,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`num_edges` R-MAT edges over `2**scale` ids, before any relabelling (vectorised per bit level).
+
+    Two uniform draws per bit level, in the order Graph500-style generators use, so a seeded
+    generator reproduces the reference benchmark graphs draw for draw.
+    """
+    ab = a + b
+    c_norm = c / (1.0 - ab)
+    a_norm = a / ab
     src = torch.zeros(num_edges, dtype=torch.int64)
     dst = torch.zeros(num_edges, dtype=torch.int64)
     for level in range(scale):

@@ -54,15 +54,19 @@ class TieringReport(BaseModel):
         return next(o for o in self.outcomes if o.score == score)
 
 
-def placement_scores(dataset: PreparedDataset) -> dict[str, torch.Tensor]:
+def placement_scores(dataset: PreparedDataset, fanouts: Sequence[int]) -> dict[str, torch.Tensor]:
     """Every score to compare, in the dataset's (reordered) id space."""
     graph = dataset.graph
     train = dataset.split("train")
+    first_fanout = fanouts[0] if fanouts[0] > 0 else None
+    specs = {kind: ScoreSpec(kind=kind) for kind in COMPARED_SCORES}
+    if first_fanout:
+        specs[f"wrpr k={first_fanout}"] = ScoreSpec(kind="wrpr", fanout=first_fanout)
     scores: dict[str, torch.Tensor] = {}
-    for kind in COMPARED_SCORES:
-        if kind == "wrpr" and train.numel() == 0:
+    for name, spec in specs.items():
+        if spec.kind == "wrpr" and train.numel() == 0:
             continue
-        scores[kind] = compute_scores(graph, ScoreSpec(kind=kind), train_ids=train)
+        scores[name] = compute_scores(graph, spec, train_ids=train)
     scores["source order"] = -dataset.new_to_old.to(torch.float64)
     if dataset.manifest.score.get("kind") == "user":
         scores[f"as prepared ({dataset.manifest.score['label']})"] = -torch.arange(graph.num_nodes, dtype=torch.float64)
@@ -83,7 +87,7 @@ def build_tiering_report(
     budget: str,
     fanouts: Sequence[int] = (15, 10, 5),
     batch_size: int = 1024,
-    epochs: int = 1,
+    epochs: int = 3,
     seed: int = 0,
     row_bytes: int | None = None,
     on_batch: Callable[[int, int], None] | None = None,
@@ -116,7 +120,7 @@ def build_tiering_report(
     oracle_order = torch.sort(counts, descending=True, stable=True).indices
     oracle_hits = int(counts[oracle_order[:budget_rows]].sum())
     outcomes = []
-    for name, score in {**placement_scores(dataset), "oracle": counts.to(torch.float64)}.items():
+    for name, score in {**placement_scores(dataset, fanouts), "oracle": counts.to(torch.float64)}.items():
         order = oracle_order if name == "oracle" else torch.sort(score, descending=True, stable=True).indices
         hits = int(counts[order[:budget_rows]].sum())
         outcomes.append(

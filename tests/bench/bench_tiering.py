@@ -36,7 +36,7 @@ GRAPHS = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", default="10%")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--fanout", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--rmat-scale", type=int, default=18)
@@ -73,15 +73,18 @@ def main() -> None:
     print(f"\ngraphtier tiering benchmark  budget={args.budget} fanout={args.fanout} batch={args.batch_size} "
           f"epochs={args.epochs}  torch {torch.__version__}  {platform.processor() or platform.machine()}  "
           f"threads={torch.get_num_threads()}  (device tiers accounted)")
-    scores = ["wrpr", "rpr", "degree", "source order", "oracle"]
-    header = f"{'graph':28s} {'nodes':>9s} {'edges':>10s} " + " ".join(f"{s:>12s}" for s in scores) + f" {'wrpr/oracle':>11s} {'prep s':>7s} {'replay s':>8s}"
+    aware = f"wrpr k={fanouts[0]}"
+    scores = ["wrpr", aware, "rpr", "degree", "source order", "oracle"]
+    header = (f"{'graph':28s} {'nodes':>9s} {'edges':>10s} " + " ".join(f"{s[:14]:>14s}" for s in scores)
+              + f" {'wrpr/oracle':>11s} {'wrpr-k/oracle':>13s} {'prep s':>7s} {'replay s':>8s}")
     print(header)
     print("-" * len(header))
     for label, m, report, t_prepare, t_report in rows:
         hits = {o.score: o.hit_ratio for o in report.outcomes}
         ratio = report.outcome("wrpr").ratio_to_oracle
-        print(f"{label:28s} {m.num_nodes:9,d} {m.num_edges:10,d} " + " ".join(f"{hits.get(s, float('nan')):12.1%}" for s in scores)
-              + f" {ratio:11.1%} {t_prepare:7.1f} {t_report:8.1f}")
+        ratio_aware = report.outcome(aware).ratio_to_oracle
+        print(f"{label:28s} {m.num_nodes:9,d} {m.num_edges:10,d} " + " ".join(f"{hits.get(s, float('nan')):14.1%}" for s in scores)
+              + f" {ratio:11.1%} {ratio_aware:13.1%} {t_prepare:7.1f} {t_report:8.1f}")
 
 
 if __name__ == "__main__":

@@ -110,3 +110,22 @@ def test_score_spec_validation():
         ScoreSpec(kind="rpr", damping=1.5)
     with pytest.raises(ValueError):
         ScoreSpec(kind="degree", path="/x.npy")
+
+
+def test_fanout_aware_wrpr_passes_min_one_k_over_d(small_graph):
+    n, graph = small_graph
+    train = torch.tensor([2, 9, 11])
+    k, damping = 3, 0.85
+    in_degree = graph.in_degree().double()
+    score = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    score[train] *= n / 3
+    for _ in range(5):
+        pulled = torch.zeros(n, dtype=torch.float64)
+        for u, v in edges_of(graph):
+            pulled[u] += score[v] * min(1.0, k / in_degree[v].item())
+        score = damping * pulled / pulled.sum() + (1 - damping) / n
+    got = compute_scores(graph, ScoreSpec(kind="wrpr", fanout=k), train_ids=train)
+    np.testing.assert_allclose(got.numpy(), score.numpy(), rtol=1e-10)
+    assert "fanout=3" in ScoreSpec(kind="wrpr", fanout=k).label()
+    with pytest.raises(ValueError):
+        ScoreSpec(kind="degree", fanout=3)

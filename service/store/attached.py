@@ -1,0 +1,80 @@
+"""`attach_dataset`: zero-copy, read-only views of a dataset another process loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import warnings
+
+import numpy as np
+import torch
+
+from graphtier.service.errors import GraphtierError, SharedMemoryError
+from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
+from graphtier.service.graph.csc import CSCGraph
+from graphtier.service.shm import attach_tensor
+from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
+
+
+def _open_storage(ref: StorageTierRef) -> torch.Tensor:
+    try:
+        array = np.memmap(ref.path, mode="r", dtype=np.dtype(ref.dtype), offset=ref.offset_bytes,
+                          shape=(ref.rows, *ref.row_shape))
+    except (OSError, ValueError) as exc:
+        raise SharedMemoryError(f"{ref.path}: cannot map the storage tier ({exc})") from exc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only mapping, intended
+        return torch.from_numpy(array)
+
+
+@dataclass
+class AttachedDataset:
+    """A dataset as seen by a producer: graph, labels, splits and its feature tiers."""
+
+    handle: SharedDatasetHandle
+    graph: CSCGraph
+    labels: torch.Tensor | None
+    splits: dict[str, torch.Tensor]
+    resident: torch.Tensor | None
+    storage: torch.Tensor | None
+    _tiers: dict[int, FeatureTiers] = field(default_factory=dict, repr=False)
+
+    @property
+    def has_features(self) -> bool:
+        return self.resident is not None or self.storage is not None
+
+    def feature_tiers(self, device_index: int = 0) -> FeatureTiers:
+        """The tier table as seen from GPU `device_index` (decides local vs peer interleaved rows)."""
+        if device_index not in self._tiers:
+            plan = self.handle.plan
+            some = self.resident if self.resident is not None else self.storage
+            if some is None:
+                raise GraphtierError(f"dataset {self.handle.dataset!r} has no node features to gather")
+            empty = some.new_empty((0, *some.shape[1:]))
+            self._tiers[device_index] = FeatureTiers(
+                replicated_end=plan.replicated_end,
+                interleaved_end=plan.interleaved_end,
+                host_end=plan.host_end,
+                num_rows=plan.num_nodes,
+                num_devices=max(plan.num_devices, 1),
+                device_index=device_index,
+                resident=self.resident if self.resident is not None else empty,
+                storage=self.storage if self.storage is not None else empty,
+                simulated=not torch.cuda.is_available(),
+            )
+        return self._tiers[device_index]
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor, *, device_index: int = 0) -> TrafficCounts:
+        return tiered_gather(ids, self.feature_tiers(device_index), out)
+
+
+def attach_dataset(handle: SharedDatasetHandle) -> AttachedDataset:
+    """Map every segment of `handle` read-only; fails with a clear error when the owner is gone."""
+    return AttachedDataset(
+        handle=handle,
+        graph=CSCGraph(colptr=attach_tensor(handle.colptr), row=attach_tensor(handle.row)),
+        labels=attach_tensor(handle.labels) if handle.labels else None,
+        splits={name: attach_tensor(ref) for name, ref in handle.splits.items()},
+        resident=attach_tensor(handle.resident_features) if handle.resident_features else None,
+        storage=_open_storage(handle.storage_features) if handle.storage_features else None,
+    )

@@ -1,0 +1,36 @@
+"""`SharedDatasetHandle`: everything another process needs to attach a loaded dataset."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graphtier.service.placement import PlacementPlan
+from graphtier.service.shm import SegmentRef
+
+
+class StorageTierRef(BaseModel):
+    """Rows [first_row, first_row + rows) of the feature matrix, read from a file (the storage tier)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    offset_bytes: int = Field(ge=0)
+    first_row: int = Field(ge=0)
+    rows: int = Field(ge=0)
+    row_shape: tuple[int, ...]
+    dtype: str
+
+
+class SharedDatasetHandle(BaseModel):
+    """Names, offsets, shapes and dtypes only: tensors never travel in messages."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str
+    plan: PlacementPlan
+    colptr: SegmentRef
+    row: SegmentRef
+    labels: SegmentRef | None
+    splits: dict[str, SegmentRef]
+    resident_features: SegmentRef | None = Field(description="rows [0, plan.host_end): device tiers + host tier")
+    storage_features: StorageTierRef | None
