@@ -1,0 +1,95 @@
+"""Fill a preallocated buffer with feature rows from the tiers, counting bytes per source.
+
+`tiered_gather(ids, tiers, out)` copies row ids[i] into out[i] for every i and returns the
+exact TrafficCounts: which rows came from the device replica, this GPU's or a peer's share
+of the interleaved tier, host memory or storage. The native op does one prefetched memcpy
+per row across OpenMP threads; the torch fallback (index_select per tier) gives the same
+bytes and counts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphtier.service.errors import GraphtierError
+from graphtier.service.gather.tiers import FeatureTiers
+from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.service.sampling.native_ops import Backend, resolve_backend
+
+
+def _check_ids(ids: torch.Tensor) -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1:
+        raise GraphtierError(f"ids must be a 1-D integer tensor, got {ids!r:.80}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise GraphtierError(f"ids must be an integer tensor, got dtype {ids.dtype}")
+    return ids.to(device="cpu", dtype=torch.int64).contiguous()
+
+
+def _check_out(out: torch.Tensor, tiers: FeatureTiers, n: int) -> None:
+    if not isinstance(out, torch.Tensor) or out.device.type != "cpu" or out.dim() < 1 or not out.is_contiguous():
+        raise GraphtierError(f"out must be a contiguous CPU tensor with a row dimension, got {out!r:.80}")
+    if out.dtype != tiers.dtype or tuple(out.shape[1:]) != tiers.row_shape:
+        raise GraphtierError(
+            f"out rows are {out.dtype} {tuple(out.shape[1:])} but the feature rows are {tiers.dtype} {tiers.row_shape}"
+        )
+    if out.shape[0] < n:
+        raise GraphtierError(f"out has {out.shape[0]} rows, fewer than the {n} ids to gather")
+
+
+def _out_of_range(ids: torch.Tensor, num_rows: int) -> GraphtierError:
+    pos = int(((ids < 0) | (ids >= num_rows)).nonzero()[0])
+    return GraphtierError(f"id {int(ids[pos])} at position {pos} is out of range [0, {num_rows})")
+
+
+def count_rows_torch(ids: torch.Tensor, tiers: FeatureTiers) -> list[int]:
+    """Rows per source (traffic.SOURCES order) for in-range int64 ids."""
+    rep, inter, host, _ = tiers.boundaries
+    tier = torch.bucketize(ids, torch.tensor([rep, inter, host], dtype=torch.int64), right=True)
+    per_tier = torch.bincount(tier, minlength=4).tolist()
+    interleaved = ids[tier == 1]
+    local = int(((interleaved - rep) % tiers.num_devices == tiers.device_index).sum())
+    return [per_tier[0], local, per_tier[1] - local, per_tier[2], per_tier[3]]
+
+
+def gather_rows_torch(ids: torch.Tensor, tiers: FeatureTiers, dst: torch.Tensor) -> None:
+    """Copy rows `ids` (in range, int64) into `dst` with index_select per memory."""
+    host_end = tiers.host_end
+    if host_end == tiers.num_rows:
+        torch.index_select(tiers.resident, 0, ids, out=dst)
+        return
+    if host_end == 0:
+        torch.index_select(tiers.storage, 0, ids, out=dst)
+        return
+    # One index_select over the resident rows (storage ids clamped onto a resident row, so
+    # every slot is written), then the storage rows overwrite their slots.
+    torch.index_select(tiers.resident, 0, ids.clamp(max=host_end - 1), out=dst)
+    pos = (ids >= host_end).nonzero().squeeze(1)
+    dst[pos] = tiers.storage.index_select(0, ids[pos] - host_end)
+
+
+def tiered_gather(
+    ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, *, backend: Backend = "auto"
+) -> TrafficCounts:
+    """Write the rows of `ids` (reordered id space) into out[:len(ids)]; return the traffic.
+
+    Raises GraphtierError naming the first id outside [0, num_rows), or a mismatched `out`.
+    """
+    ids = _check_ids(ids)
+    n = ids.numel()
+    _check_out(out, tiers, n)
+    if resolve_backend(backend, "tiered_gather") == "native":
+        try:
+            counts = torch.ops.graphtier.tiered_gather(
+                ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
+            )
+        except IndexError as exc:
+            raise GraphtierError(str(exc).splitlines()[0]) from None
+        rows = counts.tolist()
+    else:
+        if n:
+            lo, hi = torch.aminmax(ids)
+            if int(lo) < 0 or int(hi) >= tiers.num_rows:
+                raise _out_of_range(ids, tiers.num_rows)
+            gather_rows_torch(ids, tiers, out[:n])
+        rows = count_rows_torch(ids, tiers)
+    return TrafficCounts.from_rows(rows, tiers.row_bytes, simulated=tiers.simulated)

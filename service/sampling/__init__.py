@@ -1,0 +1,11 @@
+"""Neighbour sampling: k-hop uniform sampling without replacement over a CSC graph.
+
+`NeighborSampler(graph, fanouts).sample(seeds, seed=...)` returns a `SampledSubgraph` whose
+per-layer `Block`s are zero-copy prefixes. Runs the C++/OpenMP op when built, else an
+identical pure-torch fallback.
+"""
+
+from graphtier.service.sampling.neighbor_sampler import NeighborSampler, validate_fanouts
+from graphtier.service.sampling.subgraph import Block, SampledSubgraph
+
+__all__ = ["Block", "NeighborSampler", "SampledSubgraph", "validate_fanouts"]

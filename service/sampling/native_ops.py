@@ -1,0 +1,69 @@
+"""Lazy loading of graphtier's compiled ops (`torch.ops.graphtier.*`) and backend choice.
+
+The shared object `graphtier.service._native` is built by `python setup.py build_ext
+--inplace`; importing it registers the ops. Nothing is imported until an op is first needed,
+and a missing build degrades to the pure-torch fallbacks with one warning per process.
+Set GRAPHTIER_NO_NATIVE=1 to force the fallbacks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from typing import Literal
+
+from graphtier.service.errors import GraphtierError
+
+Backend = Literal["auto", "native", "torch"]
+BACKENDS: tuple[str, ...] = ("auto", "native", "torch")
+
+_state: dict[str, object] = {}
+
+
+def native_available() -> bool:
+    """True when the compiled ops can be used; the import is attempted once and cached."""
+    if "available" not in _state:
+        if os.environ.get("GRAPHTIER_NO_NATIVE") == "1":
+            _state["available"], _state["reason"] = False, "GRAPHTIER_NO_NATIVE=1 is set"
+        else:
+            try:
+                importlib.import_module("graphtier.service._native")
+                _state["available"], _state["reason"] = True, ""
+            except ImportError as exc:
+                _state["available"], _state["reason"] = False, f"cannot import graphtier.service._native: {exc}"
+    return bool(_state["available"])
+
+
+def unavailable_reason() -> str:
+    """Why the native ops are not available ('' when they are)."""
+    native_available()
+    return str(_state["reason"])
+
+
+def resolve_backend(backend: str, what: str) -> Literal["native", "torch"]:
+    """Turn a user's backend choice into the one to run for operation `what`.
+
+    'auto' picks native when built, else torch (warning once per process); 'native' fails
+    with GraphtierError when the ops are not built; 'torch' always runs the fallback.
+    """
+    if backend not in BACKENDS:
+        raise GraphtierError(f"{what}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return "torch"
+    if native_available():
+        return "native"
+    if backend == "native":
+        raise GraphtierError(
+            f"{what}: backend 'native' was requested but the native ops are unavailable "
+            f"({unavailable_reason()}); build them with `python setup.py build_ext --inplace`"
+        )
+    if not _state.get("warned"):
+        _state["warned"] = True
+        warnings.warn(
+            f"graphtier native ops unavailable ({unavailable_reason()}); using the slower "
+            "pure-torch fallbacks. Build them with `python setup.py build_ext --inplace`.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return "torch"

@@ -1,0 +1,122 @@
+"""tiered_gather: native and torch give the same bytes and counts, equal to a numpy reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphtier.service.errors import GraphtierError
+from graphtier.service.gather import FeatureTiers, tiered_gather
+from graphtier.service.sampling.native_ops import native_available, unavailable_reason
+
+BACKENDS = [
+    "torch",
+    pytest.param(
+        "native",
+        marks=pytest.mark.skipif(not native_available(), reason=f"native ops not built: {unavailable_reason()}"),
+    ),
+]
+
+# (replicated_end, interleaved_end, host_end) for a 200-row table, incl. empty tiers
+LAYOUTS = [(20, 90, 150), (0, 0, 200), (0, 0, 0), (200, 200, 200), (0, 120, 120), (30, 30, 170), (50, 200, 200)]
+
+
+def numpy_counts(ids: np.ndarray, bounds: tuple[int, int, int], num_devices: int, device_index: int) -> list[int]:
+    rep, inter, host = bounds
+    interleaved = ids[(ids >= rep) & (ids < inter)]
+    local = int(np.count_nonzero((interleaved - rep) % num_devices == device_index))
+    return [
+        int(np.count_nonzero(ids < rep)),
+        local,
+        interleaved.size - local,
+        int(np.count_nonzero((ids >= inter) & (ids < host))),
+        int(np.count_nonzero(ids >= host)),
+    ]
+
+
+def make_table(dtype: torch.dtype, rows: int = 200) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point:
+        return torch.randn(rows, 3, 5, generator=g).to(dtype)
+    return torch.randint(-(2**40), 2**40, (rows, 7), generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=[str(b) for b in LAYOUTS])
+@pytest.mark.parametrize(("num_devices", "device_index"), [(1, 0), (4, 0), (4, 3)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int64, torch.float32])
+def test_backends_agree_with_reference(layout: tuple[int, int, int], num_devices: int, device_index: int,
+                                       dtype: torch.dtype) -> None:
+    table = make_table(dtype)
+    tiers = FeatureTiers.from_table(table, replicated_end=layout[0], interleaved_end=layout[1], host_end=layout[2],
+                                    num_devices=num_devices, device_index=device_index)
+    ids = torch.randint(0, 200, (3000,), generator=torch.Generator().manual_seed(sum(layout)))
+    want_rows = numpy_counts(ids.numpy(), layout, num_devices, device_index)
+    outputs = []
+    for backend in ["torch"] + (["native"] if native_available() else []):
+        out = torch.full((3100, 3, 5) if dtype.is_floating_point else (3100, 7), 7, dtype=dtype)
+        counts = tiered_gather(ids, tiers, out, backend=backend)
+        assert [t.rows for t in counts.by_source().values()] == want_rows
+        assert counts.total_bytes == 3000 * tiers.row_bytes and counts.simulated
+        assert torch.equal(out[:3000], table[ids])
+        assert (out[3000:] == 7).all()  # rows past len(ids) untouched
+        outputs.append((out, counts))
+    for out, counts in outputs[1:]:
+        assert torch.equal(out, outputs[0][0]) and counts == outputs[0][1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_storage_tier_is_a_memory_mapped_file(tmp_path: Path, backend: str) -> None:
+    path = tmp_path / "storage.bin"
+    table = torch.arange(100 * 16, dtype=torch.float32).view(100, 16)
+    storage = torch.from_file(str(path), shared=True, size=40 * 16, dtype=torch.float32).view(40, 16)
+    storage.copy_(table[60:])
+    tiers = FeatureTiers(replicated_end=10, interleaved_end=30, host_end=60, num_rows=100, num_devices=2,
+                         device_index=1, resident=table[:60].clone(), storage=storage)
+    ids = torch.tensor([99, 0, 59, 60, 15, 16, 45])
+    out = torch.empty(7, 16)
+    counts = tiered_gather(ids, tiers, out, backend=backend)
+    assert torch.equal(out, table[ids])
+    assert counts.to_dict()["storage"] == {"rows": 2, "bytes": 128}
+    rows = [t.rows for t in counts.by_source().values()]
+    assert rows == [1, 1, 1, 2, 2]  # 0 | 15 (local: (15-10)%2 == 1) | 16 | 45, 59 | 60, 99
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_ids_and_outputs(backend: str) -> None:
+    tiers = FeatureTiers.from_table(torch.zeros(50, 4), replicated_end=5, interleaved_end=10, host_end=30)
+    out = torch.empty(10, 4)
+    with pytest.raises(GraphtierError, match="id 50 at position 2 is out of range"):
+        tiered_gather(torch.tensor([1, 49, 50, 3]), tiers, out, backend=backend)
+    with pytest.raises(GraphtierError, match="id -3 at position 0"):
+        tiered_gather(torch.tensor([-3]), tiers, out, backend=backend)
+    with pytest.raises(GraphtierError, match="fewer than the 11 ids"):
+        tiered_gather(torch.zeros(11, dtype=torch.int64), tiers, out, backend=backend)
+    with pytest.raises(GraphtierError, match="float64"):
+        tiered_gather(torch.tensor([1]), tiers, torch.empty(2, 4, dtype=torch.float64), backend=backend)
+    with pytest.raises(GraphtierError, match=r"\(5,\)"):
+        tiered_gather(torch.tensor([1]), tiers, torch.empty(2, 5), backend=backend)
+    with pytest.raises(GraphtierError, match="integer"):
+        tiered_gather(torch.tensor([1.0]), tiers, out, backend=backend)
+    assert tiered_gather(torch.empty(0, dtype=torch.int64), tiers, out, backend=backend).total_rows == 0
+
+
+@pytest.mark.skipif(not native_available(), reason="native ops not built")
+def test_native_large_parallel_gather_counts_merge() -> None:
+    table = torch.randn(50000, 32)
+    tiers = FeatureTiers.from_table(table, replicated_end=5000, interleaved_end=20000, host_end=40000, num_devices=3,
+                                    device_index=2)
+    ids = torch.randint(0, 50000, (200000,), generator=torch.Generator().manual_seed(1))
+    out = torch.empty(200000, 32)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            counts = tiered_gather(ids, tiers, out, backend="native")
+            want = numpy_counts(ids.numpy(), (5000, 20000, 40000), 3, 2)
+            assert [t.rows for t in counts.by_source().values()] == want
+            assert torch.equal(out, table[ids])
+    finally:
+        torch.set_num_threads(before)
