@@ -14,7 +14,7 @@ import torch
 from graphtier.service.errors import GraphtierError
 from graphtier.service.gather.tiers import FeatureTiers
 from graphtier.service.gather.traffic import TrafficCounts
-from graphtier.service.sampling.native_ops import Backend, resolve_backend
+from graphtier.service.native_ops import Backend, resolve_backend
 
 
 def _check_ids(ids: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from graphtier.service.errors import SamplingError
 from graphtier.service.graph.csc import CSCGraph
-from graphtier.service.sampling.native_ops import Backend, resolve_backend
+from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling.subgraph import SampledSubgraph
 from graphtier.service.sampling.torch_sampler import sample_neighbors_torch
 

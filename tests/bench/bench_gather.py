@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from graphtier.service.gather import FeatureTiers, tiered_gather
-from graphtier.service.sampling.native_ops import native_available, unavailable_reason
+from graphtier.service.native_ops import native_available, unavailable_reason
 
 
 def interleaved_rounds(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, tuple[float, float]]:

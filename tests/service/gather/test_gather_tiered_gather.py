@@ -10,7 +10,7 @@ import torch
 
 from graphtier.service.errors import GraphtierError
 from graphtier.service.gather import FeatureTiers, tiered_gather
-from graphtier.service.sampling.native_ops import native_available, unavailable_reason
+from graphtier.service.native_ops import native_available, unavailable_reason
 
 BACKENDS = [
     "torch",

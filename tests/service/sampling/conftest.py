@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graphtier.service.graph.csc import CSCGraph
-from graphtier.service.sampling.native_ops import native_available, unavailable_reason
+from graphtier.service.native_ops import native_available, unavailable_reason
 
 from sampling_graphs import random_graph
 

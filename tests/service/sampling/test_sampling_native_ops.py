@@ -9,7 +9,8 @@ import torch
 
 from graphtier.service.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
-from graphtier.service.sampling import NeighborSampler, native_ops
+from graphtier.service import native_ops
+from graphtier.service.sampling import NeighborSampler
 
 
 @pytest.fixture

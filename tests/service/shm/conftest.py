@@ -1,4 +1,4 @@
-"""Shared-memory test fixtures: a /dev/shm leak check around every test, and child processes."""
+"""Shared-memory test fixtures: mappings of a process, and child processes (the leak check is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -13,25 +13,6 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-SHM_DIR = "/dev/shm"
-
-
-def graphtier_entries() -> set[str]:
-    return {name for name in os.listdir(SHM_DIR) if name.startswith("graphtier.")}
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments() -> Iterator[None]:
-    """Fail a test that leaves a graphtier.* entry in /dev/shm (and remove it, so one leak fails one test).
-
-    Entries present before the test (another user's live daemon on this machine) are not this test's.
-    """
-    before = graphtier_entries()
-    yield
-    leaked = sorted(graphtier_entries() - before)
-    for name in leaked:
-        os.unlink(os.path.join(SHM_DIR, name))
-    assert not leaked, f"test leaked shared-memory segments: {leaked}"
 
 
 def mappings_of(path: str, pid: int | str = "self") -> list[tuple[int, str]]:

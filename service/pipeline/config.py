@@ -1,0 +1,83 @@
+"""`ProducerConfig`: what one producer process needs; the daemon writes it as JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from graphtier.service.errors import SamplingError
+from graphtier.service.pipeline.errors import ChannelError
+from graphtier.service.pipeline.layout import MAX_HOPS, SlotCapacity, check_channel_name
+from graphtier.service.sampling import validate_fanouts
+from graphtier.service.store import SharedDatasetHandle
+
+
+class ProducerConfig(BaseModel):
+    """One rank's producer: which data, how to sample it, and where its channel lives."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset: SharedDatasetHandle = Field(description="The daemon's loaded dataset to attach.")
+    rank: int = Field(ge=0, description="Global rank this producer feeds.")
+    world_size: int = Field(ge=1, description="Ranks in the job; train ids are sharded over them.")
+    fanouts: list[int] = Field(description=f"Neighbours per hop, seeds' hop first; -1 = all; <= {MAX_HOPS} hops.")
+    batch_size: int = Field(ge=1, description="Seeds per batch.")
+    epochs: int = Field(ge=1)
+    seed: int = Field(ge=0, lt=2**63, description="Job seed: shared by all ranks (same permutation everywhere).")
+    num_slots: int = Field(default=2, ge=2, le=16, description="Ping-pong slots; 2 or more.")
+    channel_dir: Path = Field(description="Directory for the socket and layout.json; short (socket paths <= 107 bytes).")
+    channel: str | None = Field(default=None, description="Channel name (default 'rank<rank>').")
+    device_index: int = Field(default=0, ge=0, description="GPU whose view of the interleaved tier is accounted.")
+    capacity_margin: float = Field(default=1.3, gt=0, le=100, description="Slot size over the largest probe batch.")
+    probe_batches: int = Field(default=8, ge=1, le=1000, description="Batches sampled to size the slots.")
+    initial_capacity: SlotCapacity | None = Field(default=None, description="Fixed slot capacity instead of probing.")
+    connect_timeout_s: float = Field(default=120.0, gt=0, description="Exit if no consumer connects in this time.")
+    heartbeat_interval_s: float = Field(default=0.2, gt=0, le=60, description="Heartbeat period while waiting.")
+    num_threads: int | None = Field(default=None, ge=1, description="torch/OpenMP threads for sample and gather.")
+    sampler_backend: Literal["auto", "native", "torch"] = "auto"
+
+    @field_validator("fanouts")
+    @classmethod
+    def _check_fanouts(cls, fanouts: list[int]) -> list[int]:
+        try:
+            checked = validate_fanouts(fanouts)
+        except SamplingError as exc:
+            raise ValueError(str(exc)) from None
+        if len(checked) > MAX_HOPS:
+            raise ValueError(f"{len(checked)} hops in {checked}; a channel carries at most {MAX_HOPS}")
+        return checked
+
+    @field_validator("channel")
+    @classmethod
+    def _check_channel(cls, name: str | None) -> str | None:
+        return None if name is None else check_channel_name(name)
+
+    @model_validator(mode="after")
+    def _check_rank(self) -> ProducerConfig:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        return self
+
+    @property
+    def channel_name(self) -> str:
+        return self.channel or f"rank{self.rank}"
+
+    @classmethod
+    def parse(cls, text: str) -> ProducerConfig:
+        """From JSON text, or from a file when `text` is '@PATH'; ChannelError saying what is wrong."""
+        source = "--config"
+        if text.startswith("@"):
+            source = text[1:]
+            try:
+                text = Path(source).read_text()
+            except OSError as exc:
+                raise ChannelError(f"{source}: cannot read the producer config ({exc.strerror})") from None
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ChannelError(f"{source}: invalid producer config: {problems}") from None

@@ -1,0 +1,304 @@
+"""The producer: samples one rank's batches and gathers their features into ping-pong slots.
+
+Per epoch it shuffles the train ids with the job seed (the same permutation on every
+rank), takes this rank's shard (see shard.py), and for each batch: waits for a FREE slot,
+samples, copies the sampled structure and the seed labels into the slot, gathers the input
+features from the tiers straight into the slot, marks it READY and tells the consumer.
+It never touches a slot the consumer holds; it exits cleanly, unlinking its segments, when
+the consumer goes away. Run it as a process:
+
+    python -m graphtier.service.pipeline.producer --config JSON|@PATH
+
+It prints one line, the path of its layout.json, on stdout once a consumer may connect.
+Exit status: 0 finished, consumer gone or SIGTERM; 1 failed (the error is in the control
+block and in the log on stderr); 2 bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+
+import torch
+
+from graphtier.service.pipeline import capacity as caps
+from graphtier.service.pipeline.config import ProducerConfig
+from graphtier.service.pipeline.control import ProducerStatus, SlotState
+from graphtier.service.pipeline.errors import ChannelError
+from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
+from graphtier.service.pipeline.consumer_link import ConsumerLink
+from graphtier.service.pipeline.notify import ConnectionClosed, Listener
+from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
+from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
+from graphtier.service.sampling import NeighborSampler, SampledSubgraph
+from graphtier.service.shm import SegmentOwner
+from graphtier.service.shm.naming import process_start_time
+from graphtier.service.store import attach_dataset
+
+
+class Producer:
+    """One rank's producer channel: its slots, control block and socket (see module docstring)."""
+
+    def __init__(self, config: ProducerConfig, *, owner: SegmentOwner | None = None) -> None:
+        self.config = config
+        self.channel = config.channel_name
+        self._own_owner = owner is None
+        self.owner = owner or SegmentOwner()
+        self._link: ConsumerLink | None = None
+        self._layout_path: Path | None = None
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def _log(self, message: str) -> None:
+        print(f"[producer {self.channel} pid {os.getpid()}] {message}", file=sys.stderr, flush=True)
+
+    def _setup(self) -> None:
+        cfg = self.config
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        self.dataset = attach_dataset(cfg.dataset)
+        graph = self.dataset.graph
+        train = self.dataset.splits.get("train")
+        num_train = 0 if train is None else train.numel()
+        self.steps = steps_per_epoch(num_train, cfg.world_size, cfg.batch_size)
+        if self.steps == 0:
+            raise ChannelError(
+                f"dataset {cfg.dataset.dataset!r} has {num_train} train ids, fewer than world_size {cfg.world_size}"
+            )
+        self.train_ids = train
+        self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
+        tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
+        self._limit = caps.upper_bound(
+            batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
+        )
+        capacity = cfg.initial_capacity or self._probe()
+        pid = os.getpid()
+        self.control, control_ref, error_ref = create_control(self.owner, channel=self.channel, num_slots=cfg.num_slots)
+        start_time = process_start_time(pid) or 0
+        self.control.initialise(num_slots=cfg.num_slots, producer_pid=pid, producer_start_time=start_time)
+        self.control.header["simulated"] = int(tiers.simulated) if tiers is not None else 0
+        self._slot_args = {
+            "channel": self.channel,
+            "batch_size": cfg.batch_size,
+            "feature_shape": tiers.row_shape if tiers is not None else None,
+            "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
+        }
+        self.slots: list[SlotViews] = []
+        for k in range(cfg.num_slots):
+            self.slots.append(create_slot(self.owner, index=k, generation=0, capacity=capacity, **self._slot_args))
+            self._record_capacity(k)
+        cfg.channel_dir.mkdir(parents=True, exist_ok=True)
+        listener = Listener(str(cfg.channel_dir / SOCKET_FILE))
+        self._link = ConsumerLink(listener, self.control, channel=self.channel, heartbeat_s=cfg.heartbeat_interval_s)
+        self.layout = ChannelLayout(
+            channel=self.channel, dataset=cfg.dataset.dataset, producer_pid=pid,
+            producer_start_time=self.control.header["producer_start_time"], socket_path=listener.path,
+            control=control_ref, error_text=error_ref, rank=cfg.rank, world_size=cfg.world_size,
+            fanouts=cfg.fanouts, batch_size=cfg.batch_size, epochs=cfg.epochs, steps_per_epoch=self.steps,
+            num_nodes=graph.num_nodes, slots=[s.layout for s in self.slots],
+        )  # fmt: skip
+        self._write_layout()
+
+    def _probe(self) -> SlotCapacity:
+        """Largest sizes over the first `probe_batches` batches of epoch 0, plus the margin."""
+        cfg = self.config
+        shard = rank_shard(self.train_ids, seed=cfg.seed, epoch=0, rank=cfg.rank, world_size=cfg.world_size)
+        seen = []
+        for step in range(min(cfg.probe_batches, self.steps)):
+            seeds = batch_seeds(shard, step, cfg.batch_size)
+            seen.append(caps.needed(self.sampler.sample(seeds, seed=sample_seed(cfg.seed, 0, cfg.rank, step))))
+        return caps.with_margin(caps.largest(seen), cfg.capacity_margin, self._limit)
+
+    def _write_layout(self) -> None:
+        path = self.config.channel_dir / LAYOUT_FILE
+        tmp = path.with_name(f".{LAYOUT_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(self.layout.model_dump_json())
+        os.replace(tmp, path)
+        self._layout_path = path
+
+    def _record_capacity(self, k: int) -> None:
+        rec, layout = self.control.slots[k], self.slots[k].layout
+        rec["generation"] = layout.generation
+        rec["cap_nodes"], rec["cap_edges"], rec["cap_expanded"] = (
+            layout.capacity.nodes, layout.capacity.edges, layout.capacity.expanded,
+        )  # fmt: skip
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> ProducerStatus:
+        """Serve every epoch to one consumer; returns FINISHED or CONSUMER_GONE."""
+        ctl, cfg, link = self.control, self.config, self._require_link()
+        try:
+            link.accept(cfg.connect_timeout_s)
+            ctl.status = ProducerStatus.RUNNING
+            batch = 0
+            for epoch in range(cfg.epochs):
+                ctl.header["epoch"] = epoch
+                shard = rank_shard(self.train_ids, seed=cfg.seed, epoch=epoch, rank=cfg.rank, world_size=cfg.world_size)
+                for step in range(self.steps):
+                    self._produce(link, shard, epoch, step, batch)
+                    batch += 1
+                ctl.header["epochs_completed"] = epoch + 1
+                link.send({"kind": "epoch_end", "epoch": epoch})
+            ctl.header["end_of_data"] = 1
+            link.send({"kind": "end"})
+            ctl.status = ProducerStatus.DRAINING
+            link.drain()  # keep the segments until every batch is released
+            ctl.status = ProducerStatus.FINISHED
+        except ConnectionClosed:
+            ended = ctl.header["end_of_data"] == 1  # a consumer leaving after the end is done, not gone
+            ctl.status = ProducerStatus.FINISHED if ended else ProducerStatus.CONSUMER_GONE
+        except Exception as exc:
+            self._fail(f"{type(exc).__name__}: {exc}")
+            raise
+        except BaseException:
+            ctl.status = ProducerStatus.TERMINATED
+            raise
+        return ctl.status
+
+    def _require_link(self) -> ConsumerLink:
+        if self._link is None:
+            raise ChannelError(f"producer of channel {self.channel!r} is closed")
+        return self._link
+
+    def _fit(self, k: int, sub: SampledSubgraph) -> tuple[SlotViews, bool]:
+        """Slot k's views, re-created larger (new segment, next generation) when `sub` does not fit."""
+        views, need = self.slots[k], caps.needed(sub)
+        if views.layout.capacity.fits(need):
+            return views, False
+        capacity = caps.grow(views.layout.capacity, need, self.config.capacity_margin, self._limit)
+        generation = views.layout.generation + 1
+        self.owner.remove(slot_label(self.channel, k, views.layout.generation))
+        views = create_slot(self.owner, index=k, generation=generation, capacity=capacity, **self._slot_args)
+        self.slots[k] = views
+        self._record_capacity(k)
+        self.control.header["slot_growths"] += 1
+        self.layout = self.layout.model_copy(update={"slots": [s.layout for s in self.slots]})
+        self._write_layout()
+        self._log(f"slot {k} grown to {capacity.model_dump()} (generation {generation}) for {need.model_dump()}")
+        return views, True
+
+    def _produce(self, link: ConsumerLink, shard: torch.Tensor, epoch: int, step: int, batch: int) -> None:
+        cfg, ctl = self.config, self.control
+        k = link.acquire()
+        rec = ctl.slots[k]
+        rec["state"] = SlotState.FILLING
+        seeds = batch_seeds(shard, step, cfg.batch_size)
+        seed = sample_seed(cfg.seed, epoch, cfg.rank, step)
+        t0 = time.perf_counter_ns()
+        sub = self.sampler.sample(seeds, seed=seed)
+        t1 = time.perf_counter_ns()
+        ctl.beat()
+        views, grown = self._fit(k, sub)
+        nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
+        views.node_ids[:nodes].copy_(sub.node_ids)
+        views.indptr[: expanded + 1].copy_(sub.indptr)
+        views.indices[:edges].copy_(sub.indices)
+        if self.dataset.labels is not None:
+            torch.index_select(self.dataset.labels, 0, seeds, out=views.labels[: seeds.numel()])
+        else:
+            views.labels[: seeds.numel()].fill_(-1)
+        if views.features is not None:
+            traffic = self.dataset.gather(sub.node_ids, views.features, device_index=cfg.device_index)
+            rec.set_traffic(traffic)
+            ctl.header.set_traffic(traffic, add=True)
+        t2 = time.perf_counter_ns()
+        for name, value in (("batch", batch), ("epoch", epoch), ("step", step), ("num_seeds", seeds.numel()),
+                            ("num_nodes", nodes), ("num_edges", edges), ("num_expanded", expanded),
+                            ("num_hops", sub.num_layers), ("sample_seed", seed), ("sample_ns", t1 - t0),
+                            ("gather_ns", t2 - t1)):  # fmt: skip
+            rec[name] = value
+        per_hop_nodes, per_hop_edges = rec.array("nodes_per_hop"), rec.array("edges_per_hop")
+        per_hop_nodes[:] = 0
+        per_hop_edges[:] = 0
+        per_hop_nodes[: sub.num_layers + 1] = sub.num_nodes_per_hop
+        per_hop_edges[: sub.num_layers] = sub.num_edges_per_hop
+        ctl.header["sample_ns"] += t1 - t0
+        ctl.header["gather_ns"] += t2 - t1
+        ctl.header["batches_produced"] += 1
+        rec["ready_ns"] = time.monotonic_ns()
+        rec["state"] = SlotState.READY
+        message: dict[str, object] = {
+            "kind": "ready", "slot": k, "batch": batch, "generation": views.layout.generation,
+        }  # fmt: skip
+        if grown:
+            message["layout"] = views.layout.model_dump(mode="json")
+        link.send(message)
+        ctl.beat()
+
+    def _fail(self, message: str) -> None:
+        """Record the error for the consumer and the daemon, and tell the consumer if it listens."""
+        self.control.set_error(message)
+        self.control.status = ProducerStatus.FAILED
+        self._log(f"failed: {message}")
+        if self._link is not None:
+            self._link.try_send({"kind": "error", "message": message[:4000]})
+
+    def close(self) -> None:
+        """Close the socket and unlink every segment and file this producer made; idempotent."""
+        if self._link is not None:
+            self._link.close()
+            self._link = None
+        if self._layout_path is not None:
+            try:
+                if ChannelLayout.read(self._layout_path.parent).producer_pid == os.getpid():
+                    self._layout_path.unlink()
+            except (ChannelError, OSError):
+                pass
+            self._layout_path = None
+        if self._own_owner:
+            self.owner.close()
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread on SIGTERM so cleanup runs."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m graphtier.service.pipeline.producer", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--config", required=True, help="ProducerConfig as JSON, or @PATH of a JSON file")
+    args = parser.parse_args(argv)
+    try:
+        config = ProducerConfig.parse(args.config)
+    except ChannelError as exc:
+        print(f"graphtier producer: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    producer: Producer | None = None
+    try:
+        producer = Producer(config)
+        print(config.channel_dir / LAYOUT_FILE, flush=True)
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the handshake line was the last stdout output
+        status = producer.run()
+        producer._log(f"exiting: {status.name.lower()}")
+        return 0
+    except _Terminated:
+        return 0
+    except Exception as exc:
+        if producer is None:
+            print(f"graphtier producer {config.channel_name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        traceback.print_exc()
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+        if producer is not None:
+            producer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""`ChannelReader`: the consumer end of a producer channel, used inside a trainer rank.
+
+It attaches the slots read-only and the control block writable (for its own counters),
+connects to the producer's socket, and hands out `Batch`es of zero-copy views. Every wait
+is bounded: it polls the socket with a short timeout and, between polls, checks that the
+producer process lives (pid + start time) and that its heartbeat is younger than `timeout`,
+raising ProducerDiedError / ProducerStalledError / ProducerFailedError naming the pid and
+the channel instead of hanging.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import NoReturn
+
+from graphtier.service.errors import SharedMemoryError
+from graphtier.service.pipeline.batch import Batch
+from graphtier.service.pipeline.control import ChannelStats, ControlBlock, ProducerStatus, SlotState
+from graphtier.service.pipeline.errors import (
+    ChannelError,
+    ProducerDiedError,
+    ProducerFailedError,
+    ProducerStalledError,
+)
+from graphtier.service.pipeline.layout import ChannelLayout, SlotLayout
+from graphtier.service.pipeline.notify import ConnectionClosed, MessageSocket, connect
+from graphtier.service.pipeline.slots import SlotViews, attach_control, attach_slot
+from graphtier.service.sampling import SampledSubgraph
+from graphtier.service.shm.naming import process_start_time
+
+
+class ChannelReader:
+    """Iterate a producer's batches: `for batch in reader.epoch(): ...` per epoch, or `for batch in reader`.
+
+    With `auto_release` (the default) asking for the next batch releases the previous one;
+    otherwise call `batch.release()` (or use `with batch:`). At most `num_slots` batches
+    can be held at once.
+    """
+
+    def __init__(self, layout: ChannelLayout, *, timeout: float = 30.0, auto_release: bool = True) -> None:
+        if timeout <= 0:
+            raise ChannelError(f"timeout must be > 0 seconds, got {timeout}")
+        self.layout = layout
+        self.timeout = timeout
+        self.auto_release = auto_release
+        self.epochs_completed = 0
+        self.finished = False
+        self._poll_s = min(0.25, timeout / 4)
+        self._closed = False
+        self._conn: MessageSocket | None = None
+        self._held: dict[int, Batch] = {}
+        self._last: Batch | None = None
+        self._wait_ns = 0
+        try:
+            self.control: ControlBlock = attach_control(layout.control, layout.error_text, writable=True)
+            self._slots: list[SlotViews] = [attach_slot(slot) for slot in layout.slots]
+        except SharedMemoryError as exc:
+            self._check_alive()
+            raise ChannelError(f"cannot attach channel {layout.channel!r}: {exc}") from None
+        if not self.control.valid:
+            raise ChannelError(f"channel {layout.channel!r}: {layout.control.name} is not a producer control block")
+        try:
+            self._conn = connect(layout.socket_path)
+        except OSError as exc:
+            self._check_alive()
+            raise ChannelError(
+                f"cannot connect to producer pid {layout.producer_pid} of channel {layout.channel!r} at "
+                f"{layout.socket_path}: {exc.strerror or exc} (is another consumer already attached?)"
+            ) from None
+        try:
+            self._conn.send({"kind": "hello", "pid": os.getpid()})
+        except ConnectionClosed:
+            self.close()
+            self._producer_gone()
+
+    def _describe(self) -> str:
+        return f"producer pid {self.layout.producer_pid} of channel {self.layout.channel!r}"
+
+    def _producer_alive(self) -> bool:
+        return process_start_time(self.layout.producer_pid) == self.layout.producer_start_time
+
+    def _check_alive(self) -> None:
+        if not self._producer_alive():
+            raise ProducerDiedError(
+                f"{self._describe()} is gone (killed or crashed)", pid=self.layout.producer_pid,
+                channel=self.layout.channel,
+            )  # fmt: skip
+
+    def _check_producer(self) -> None:
+        """Raise if the producer died, failed, or made no progress for `timeout` seconds."""
+        pid, channel = self.layout.producer_pid, self.layout.channel
+        if self.control.status == ProducerStatus.FAILED:
+            raise ProducerFailedError(f"{self._describe()} failed: {self.control.error()}", pid=pid, channel=channel)
+        self._check_alive()
+        age = self.control.heartbeat_age_s()
+        if age > self.timeout:
+            raise ProducerStalledError(
+                f"{self._describe()} is alive but has shown no progress for {age:.1f} s (timeout {self.timeout:g} s; "
+                f"status {self.control.status.name.lower()}): stopped (SIGSTOP), swapping or deadlocked",
+                pid=pid, channel=channel,
+            )  # fmt: skip
+
+    def _producer_gone(self) -> NoReturn:
+        """The socket closed before the end of data: say why, as precisely as the control block allows."""
+        pid, channel = self.layout.producer_pid, self.layout.channel
+        deadline = time.monotonic() + min(self.timeout, 5.0)
+        while self._producer_alive() and self.control.status != ProducerStatus.FAILED and time.monotonic() < deadline:
+            time.sleep(0.02)  # the process is exiting; give it a moment to finish
+        if self.control.status == ProducerStatus.FAILED:
+            raise ProducerFailedError(f"{self._describe()} failed: {self.control.error()}", pid=pid, channel=channel)
+        if self.control.status == ProducerStatus.TERMINATED:
+            how = "was terminated (SIGTERM)"
+        else:
+            how = "closed the channel but still runs" if self._producer_alive() else "died"
+        raise ProducerDiedError(
+            f"{self._describe()} {how} after publishing {self.control.header['batches_produced']} batches",
+            pid=pid, channel=channel,
+        )  # fmt: skip
+
+    def _wait_message(self) -> dict[str, object]:
+        assert self._conn is not None
+        start = time.monotonic_ns()
+        try:
+            while True:
+                try:
+                    message = self._conn.recv(self._poll_s)
+                except ConnectionClosed:
+                    self._producer_gone()
+                if message is not None:
+                    return message
+                self._check_producer()
+        finally:
+            self._wait_ns += time.monotonic_ns() - start
+
+    def _next_event(self) -> Batch | int | None:
+        """The next batch, an epoch number at an epoch's end, or None at the end of the data."""
+        if self._closed:
+            raise ChannelError(f"the reader of channel {self.layout.channel!r} is closed")
+        if self.finished:
+            return None
+        if self.auto_release and self._last is not None:
+            self._last.release()
+        if len(self._held) >= len(self._slots):
+            raise ChannelError(
+                f"all {len(self._slots)} slots of channel {self.layout.channel!r} are held; "
+                "release a batch before asking for the next one"
+            )
+        message = self._wait_message()
+        kind = message["kind"]
+        if kind == "ready":
+            return self._take(message)
+        if kind == "epoch_end":
+            self.epochs_completed = int(message["epoch"]) + 1
+            return int(message["epoch"])
+        if kind == "end":
+            self.finished = True
+            return None
+        if kind == "error":
+            raise ProducerFailedError(
+                f"{self._describe()} failed: {message.get('message')}", pid=self.layout.producer_pid,
+                channel=self.layout.channel,
+            )  # fmt: skip
+        raise ChannelError(f"unexpected message {message!r} from {self._describe()}")
+
+    def _take(self, message: dict[str, object]) -> Batch:
+        k, generation = int(message["slot"]), int(message["generation"])
+        if not 0 <= k < len(self._slots):
+            raise ChannelError(f"{self._describe()} announced slot {k}; the channel has {len(self._slots)}")
+        if "layout" in message:  # the producer grew the slot: a new segment
+            layout = SlotLayout.model_validate(message["layout"])
+            try:
+                self._slots[k] = attach_slot(layout)
+            except SharedMemoryError:
+                self._check_alive()
+                raise
+        views, rec = self._slots[k], self.control.slots[k]
+        if (views.layout.generation, rec["generation"], rec["batch"]) != (generation, generation, message["batch"]):
+            raise ChannelError(
+                f"slot {k} of channel {self.layout.channel!r} is out of step: announced batch {message['batch']} "
+                f"generation {generation}, control block says batch {rec['batch']} generation {rec['generation']}, "
+                f"attached generation {views.layout.generation}"
+            )
+        cap = views.layout.capacity
+        nodes, edges, expanded, hops = rec["num_nodes"], rec["num_edges"], rec["num_expanded"], rec["num_hops"]
+        too_big = nodes > cap.nodes or edges > cap.edges or expanded > cap.expanded
+        if too_big or rec["num_seeds"] > self.layout.batch_size:
+            raise ChannelError(f"slot {k} of channel {self.layout.channel!r} claims more than its capacity {cap}")
+        subgraph = SampledSubgraph(
+            node_ids=views.node_ids[:nodes],
+            indptr=views.indptr[: expanded + 1],
+            indices=views.indices[:edges],
+            num_nodes_per_hop=rec.array("nodes_per_hop")[: hops + 1].tolist(),
+            num_edges_per_hop=rec.array("edges_per_hop")[:hops].tolist(),
+        )
+        rec["state"] = SlotState.HELD
+        header = self.control.header
+        header["batches_consumed"] += 1
+        header["consumer_wait_ns"] += self._wait_ns
+        header["consumer_last_wait_ns"] = self._wait_ns
+        batch = Batch(
+            slot=k, batch=rec["batch"], epoch=rec["epoch"], step=rec["step"],
+            steps_per_epoch=self.layout.steps_per_epoch, subgraph=subgraph,
+            features=views.features[:nodes] if views.features is not None else None,
+            labels=views.labels[: rec["num_seeds"]], sample_seed=rec["sample_seed"],
+            sample_s=rec["sample_ns"] / 1e9, gather_s=rec["gather_ns"] / 1e9, wait_s=self._wait_ns / 1e9,
+            traffic=rec.traffic(bool(header["simulated"])), _release=self._release,
+        )  # fmt: skip
+        self._wait_ns = 0
+        self._held[k] = batch
+        self._last = batch
+        return batch
+
+    def _release(self, batch: Batch) -> None:
+        batch.released = True
+        if self._held.get(batch.slot) is batch:
+            del self._held[batch.slot]
+        if self._closed or self._conn is None:
+            return
+        try:
+            self._conn.send({"kind": "release", "slot": batch.slot})
+        except ConnectionClosed:
+            pass  # the producer is gone; the next wait says how
+
+    def next_batch(self) -> Batch | None:
+        """The next batch across epoch boundaries; None once the producer has sent every epoch."""
+        while True:
+            event = self._next_event()
+            if event is None or isinstance(event, Batch):
+                return event
+
+    def epoch(self) -> Iterator[Batch]:
+        """The batches of the current epoch, up to its end marker (nothing once the data has ended)."""
+        while isinstance(event := self._next_event(), Batch):
+            yield event
+
+    def __iter__(self) -> Iterator[Batch]:
+        while (batch := self.next_batch()) is not None:
+            yield batch
+
+    def stats(self) -> ChannelStats:
+        return self.control.stats()
+
+    def close(self) -> None:
+        """Tell the producer goodbye and drop the slot mappings (batches still referenced stay valid)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._conn is not None:
+            try:
+                self._conn.send({"kind": "bye"})
+            except (ConnectionClosed, OSError):
+                pass
+            self._conn.close()
+        for batch in list(self._held.values()):
+            batch.released = True
+        self._held.clear()
+        self._last = None
+        self._slots = []
+
+    def __enter__(self) -> ChannelReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

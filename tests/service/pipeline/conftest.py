@@ -1,0 +1,62 @@
+"""Fixtures for the producer-channel tests: a tiered shm copy of `small_rmat`, short channel dirs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from graphtier.service.pipeline import ProducerConfig
+from graphtier.service.placement import PlacementPlan, TierBudgets
+from graphtier.service.store import SharedDatasetStore
+
+
+@pytest.fixture(scope="module")
+def store(small_rmat) -> Iterator[SharedDatasetStore]:
+    """small_rmat in every tier: replicated, interleaved over 2 devices, host and storage rows."""
+    n, row_bytes = small_rmat.manifest.num_nodes, small_rmat.manifest.feature_row_bytes
+    budgets = TierBudgets(
+        device_replicated_bytes=n * row_bytes // 20,
+        device_interleaved_bytes=n * row_bytes // 10,
+        num_devices=2,
+        host_bytes=n * row_bytes // 2,
+        structure_device_bytes=0,
+    )
+    plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
+    with SharedDatasetStore(small_rmat, plan) as shared:
+        yield shared
+
+
+@pytest.fixture
+def channel_dir() -> Iterator[Path]:
+    """A short directory (Unix socket paths are limited to 107 bytes), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="gtch-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_config(store, channel_dir) -> Callable[..., ProducerConfig]:
+    def make(**overrides: object) -> ProducerConfig:
+        fields: dict[str, object] = dict(
+            dataset=store.handle, rank=0, world_size=1, fanouts=[5, 3], batch_size=64, epochs=2, seed=11,
+            channel_dir=channel_dir, num_slots=2, num_threads=1, heartbeat_interval_s=0.05,
+        )  # fmt: skip
+        fields.update(overrides)
+        return ProducerConfig(**fields)
+
+    return make
+
+
+@pytest.fixture
+def segments_of() -> Callable[[int], list[str]]:
+    """graphtier shm segments whose name says process `pid` owns them."""
+
+    def find(pid: int) -> list[str]:
+        return [name for name in os.listdir("/dev/shm") if name.startswith(f"graphtier.{pid}.")]
+
+    return find

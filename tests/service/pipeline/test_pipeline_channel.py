@@ -1,0 +1,83 @@
+"""A real producer process feeding a reader in the test: content, order, epochs, slot growth."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from graphtier.service.pipeline import ChannelReader, SlotCapacity, spawn_producer
+from graphtier.service.pipeline.shard import batch_seeds, rank_shard
+from graphtier.service.sampling import NeighborSampler
+
+
+def check_batch(batch, dataset, config, sampler) -> None:
+    """The batch equals the dataset's rows and a direct sample of the same seeds with the same seed."""
+    shard = rank_shard(dataset.split("train"), seed=config.seed, epoch=batch.epoch, rank=config.rank,
+                       world_size=config.world_size)  # fmt: skip
+    seeds = batch_seeds(shard, batch.step, config.batch_size)
+    assert torch.equal(batch.seeds, seeds)
+    direct = sampler.sample(seeds, seed=batch.sample_seed)
+    assert torch.equal(batch.node_ids, direct.node_ids)
+    assert batch.subgraph.num_nodes_per_hop == direct.num_nodes_per_hop
+    assert batch.subgraph.num_edges_per_hop == direct.num_edges_per_hop
+    for got, want in zip(batch.blocks(), direct.blocks(), strict=True):
+        assert (got.num_src, got.num_dst) == (want.num_src, want.num_dst)
+        assert torch.equal(got.indptr, want.indptr) and torch.equal(got.indices, want.indices)
+    assert torch.equal(batch.features, dataset.features[batch.node_ids])
+    assert torch.equal(batch.labels, dataset.labels[seeds])
+    assert batch.traffic.total_rows == batch.node_ids.numel()
+    assert batch.traffic.total_bytes == batch.features.numel() * 4
+
+
+def test_batches_arrive_in_order_with_the_right_content(make_config, small_rmat, segments_of, channel_dir):
+    config = make_config(epochs=2, batch_size=64, num_slots=3)
+    sampler = NeighborSampler(small_rmat.graph, config.fanouts)
+    with spawn_producer(config) as producer:
+        layout = producer.layout
+        assert layout.num_slots == 3 and layout.steps_per_epoch == -(-small_rmat.split("train").numel() // 64)
+        cap = layout.slots[0].capacity  # probed: far below the k-hop tree bound of 64 * 21 nodes
+        assert 64 <= cap.nodes < 64 * 21 and cap.nodes <= small_rmat.manifest.num_nodes
+        seen = []
+        with ChannelReader(layout, timeout=20) as reader:
+            for epoch in range(config.epochs):
+                for batch in reader.epoch():
+                    assert batch.epoch == epoch and reader.epochs_completed == epoch
+                    assert batch.features.data_ptr() != 0 and not batch.released
+                    check_batch(batch, small_rmat, config, sampler)
+                    seen.append((batch.batch, batch.epoch, batch.step, batch.is_last_in_epoch))
+                assert reader.epochs_completed == epoch + 1
+            assert reader.next_batch() is None and reader.finished
+            stats = reader.stats()
+        steps = layout.steps_per_epoch
+        assert seen == [(e * steps + s, e, s, s == steps - 1) for e in range(2) for s in range(steps)]
+        assert stats.batches_produced == stats.batches_consumed == 2 * steps
+        assert stats.end_of_data and stats.epochs_completed == 2 and stats.error is None
+        assert stats.traffic.total_rows > 0 and stats.traffic.storage.rows > 0 and stats.traffic.simulated
+        assert producer.wait(20) == 0
+        assert "exiting: finished" in producer.log()
+        final = producer.stats()  # the daemon's view, still readable after the exit
+        assert final.status == "finished" and final.batches_consumed == 2 * steps and final.ready_slots == 0
+    assert segments_of(producer.pid) == []
+    assert sorted(os.listdir(channel_dir)) == ["producer.log"]  # socket and layout.json removed
+
+
+def test_a_batch_larger_than_its_slot_grows_the_slot(make_config, small_rmat, segments_of):
+    tiny = SlotCapacity(nodes=70, edges=16, expanded=64)  # holds the seeds, not their neighbourhoods
+    config = make_config(epochs=1, batch_size=64, initial_capacity=tiny, capacity_margin=1.2)
+    sampler = NeighborSampler(small_rmat.graph, config.fanouts)
+    with spawn_producer(config) as producer:
+        assert all(slot.capacity == tiny for slot in producer.layout.slots)
+        old_segments = {slot.node_ids.name for slot in producer.layout.slots}
+        with ChannelReader(producer.layout, timeout=20) as reader:
+            batches = 0
+            for batch in reader.epoch():
+                check_batch(batch, small_rmat, config, sampler)  # nothing truncated
+                batches += 1
+            stats = reader.stats()
+        assert batches == producer.layout.steps_per_epoch
+        assert stats.slot_growths >= 2  # both slots grew at least once
+        assert producer.wait(20) == 0
+        assert "grown to" in producer.log()
+    assert not any(os.path.exists(f"/dev/shm/{name}") for name in old_segments)
+    assert segments_of(producer.pid) == []

@@ -1,0 +1,120 @@
+"""The channel's building blocks without a producer process: shards, capacities, control block, socket, config."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+
+from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.service.pipeline import ChannelError, ControlBlock, ProducerConfig, ProducerStatus, SlotCapacity
+from graphtier.service.pipeline import capacity as caps
+from graphtier.service.pipeline.control import control_words
+from graphtier.service.pipeline.notify import ConnectionClosed, Listener, connect
+from graphtier.service.pipeline.producer import main as producer_main
+from graphtier.service.pipeline.shard import rank_shard, steps_per_epoch
+
+
+def test_shards_are_equal_disjoint_and_the_same_permutation_on_every_rank():
+    train = torch.arange(1000, 1103)  # 103 ids over 4 ranks: 25 each, 3 dropped
+    shards = [rank_shard(train, seed=5, epoch=2, rank=r, world_size=4) for r in range(4)]
+    assert [s.numel() for s in shards] == [25] * 4
+    together = torch.cat(shards)
+    assert together.unique().numel() == 100 and bool(torch.isin(together, train).all())
+    again = rank_shard(train, seed=5, epoch=2, rank=1, world_size=4)
+    assert torch.equal(again, shards[1])  # any process computes the same shard
+    assert not torch.equal(rank_shard(train, seed=5, epoch=3, rank=1, world_size=4), shards[1])
+    assert steps_per_epoch(103, 4, 10) == 3  # 25 seeds -> batches of 10, 10, 5
+
+
+def test_capacity_bounds_margin_and_growth():
+    bound = caps.upper_bound(batch_size=1024, fanouts=[15, 10, 5], num_nodes=10**9, num_edges=10**12)
+    assert bound == SlotCapacity(nodes=1024 * 916, edges=1024 * 915, expanded=1024 * 166)
+    small = caps.upper_bound(batch_size=1024, fanouts=[15, 10, 5], num_nodes=5000, num_edges=80000)
+    assert small == SlotCapacity(nodes=5000, edges=80000, expanded=5000)
+    assert caps.upper_bound(batch_size=4, fanouts=[-1, 2], num_nodes=50, num_edges=70).nodes == 50
+    seen = SlotCapacity(nodes=100, edges=300, expanded=40)
+    assert caps.with_margin(seen, 1.3, small) == SlotCapacity(nodes=130, edges=390, expanded=52)
+    assert caps.with_margin(seen, 1.3, SlotCapacity(nodes=110, edges=10**6, expanded=10**6)).nodes == 110
+    grown = caps.grow(SlotCapacity(nodes=200, edges=10, expanded=10), seen, 1.5, small)
+    assert grown == SlotCapacity(nodes=200, edges=450, expanded=60)  # never shrinks, holds the need
+    assert grown.fits(seen) and not SlotCapacity(nodes=99, edges=300, expanded=40).fits(seen)
+
+
+def test_control_block_counts_and_reports():
+    words = torch.zeros(control_words(3), dtype=torch.int64)
+    error = torch.zeros(4096, dtype=torch.uint8)
+    block = ControlBlock(words, error)
+    assert not block.valid
+    block.initialise(num_slots=3, producer_pid=1234, producer_start_time=99)
+    assert block.valid and block.status == ProducerStatus.STARTING and block.heartbeat_age_s() < 1
+    traffic = TrafficCounts.from_rows([1, 2, 3, 4, 5], 64, simulated=True)
+    block.header.set_traffic(traffic, add=True)
+    block.header.set_traffic(traffic, add=True)
+    block.header["simulated"] = 1
+    block.slots[1]["state"] = 2
+    block.slots[2]["state"] = 3
+    block.set_error("boom: " + "x" * 5000)
+    stats = block.stats()
+    assert stats.traffic == traffic + traffic
+    assert (stats.ready_slots, stats.held_slots) == (1, 1)
+    assert stats.slot_states == ["free", "ready", "held"]
+    assert stats.error.startswith("boom: ") and len(stats.error) == 4096
+    assert stats.to_dict()["traffic"]["host"] == {"rows": 8, "bytes": 512}
+
+
+def test_socket_messages_and_close_detection(tmp_path):
+    path = str(tmp_path / "p.sock")
+    listener = Listener(path)
+    try:
+        client = connect(path)
+        server = listener.accept(1.0)
+        assert server is not None
+        client.send({"kind": "hello", "pid": 7})
+        assert server.recv(1.0) == {"kind": "hello", "pid": 7}
+        assert server.recv(0.05) is None  # timeout, no hang
+        assert server.recv(0) is None  # non-blocking poll
+        client.close()
+        with pytest.raises(ConnectionClosed):
+            server.recv(1.0)
+        with pytest.raises(ConnectionClosed):
+            server.send({"kind": "end"})
+        server.close()
+    finally:
+        listener.close()
+    assert not os.path.exists(path)
+
+
+def test_listener_replaces_a_dead_socket_and_refuses_a_live_one(tmp_path):
+    path = str(tmp_path / "p.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    dead.bind(path)
+    dead.close()  # the file stays, nobody listens: a crashed producer's leftover
+    live = Listener(path)
+    try:
+        with pytest.raises(ChannelError, match="in use by another producer"):
+            Listener(path)
+    finally:
+        live.close()
+    with pytest.raises(ChannelError, match="107"):
+        Listener("/tmp/" + "d" * 120 + "/p.sock")
+
+
+def test_config_errors_name_the_field(make_config, capsys):
+    good = make_config()
+    assert good.channel_name == "rank0"
+    text = good.model_dump_json()
+    with pytest.raises(ChannelError, match="rank 3 is not below world_size 2"):
+        ProducerConfig.parse(text.replace('"rank":0', '"rank":3').replace('"world_size":1', '"world_size":2'))
+    with pytest.raises(ChannelError, match=r"num_slots: .*greater than or equal to 2"):
+        ProducerConfig.parse(text.replace('"num_slots":2', '"num_slots":1'))
+    with pytest.raises(ChannelError, match=r"fanouts: .*fanout 0 for hop 2"):
+        ProducerConfig.parse(text.replace('"fanouts":[5,3]', '"fanouts":[5,0]'))
+    with pytest.raises(ChannelError, match="at most 8"):
+        ProducerConfig.parse(text.replace('"fanouts":[5,3]', '"fanouts":[2,2,2,2,2,2,2,2,2]'))
+    with pytest.raises(ChannelError, match="/nonexistent.json: cannot read"):
+        ProducerConfig.parse("@/nonexistent.json")
+    assert producer_main(["--config", text.replace('"epochs":2', '"epochs":0')]) == 2
+    assert "epochs: Input should be greater than or equal to 1" in capsys.readouterr().err
