@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from graphtier.launcher.cli import dataset
+from graphtier.launcher.cli import cluster, dataset, metrics
 
 app = typer.Typer(
     help="graphtier: a training data service for GNNs.",
@@ -13,6 +13,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(dataset.app, name="dataset")
+app.add_typer(cluster.app, name="cluster")
+app.command("metrics")(metrics.metrics)
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from graphtier.service.placement import PlacementPlan
@@ -32,7 +34,9 @@ class SharedDatasetStore:
             raise
 
     def _copy(self, label: str, source: torch.Tensor) -> SegmentRef:
-        segment, tensor = self.owner.create_tensor(f"{self.dataset.name}-{label}", tuple(source.shape), source.dtype)
+        # Segment labels allow [A-Za-z0-9_-] only; dataset names may also hold '.' and be longer.
+        prefix = re.sub(r"[^A-Za-z0-9_-]", "_", self.dataset.name)[:40]
+        segment, tensor = self.owner.create_tensor(f"{prefix}-{label}", tuple(source.shape), source.dtype)
         tensor.copy_(source)
         return segment.ref_for(tensor)
 

@@ -1,0 +1,211 @@
+"""`graphtier cluster start|stop|status`: run the local daemon (graphtierd) and look at it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
+
+app = typer.Typer(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
+
+RuntimeDirOption = Annotated[
+    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+
+
+def _runtime_dir(runtime_dir: Path | None) -> Path:
+    from graphtier.service.daemon.config import default_runtime_dir
+
+    return Path(os.path.abspath(runtime_dir)) if runtime_dir else default_runtime_dir()
+
+
+def _log_tail(path: Path, offset: int, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(the log is empty)"
+
+
+def _alive(pid: int) -> bool:
+    from graphtier.service.shm.naming import process_start_time
+
+    return process_start_time(pid) is not None  # a zombie counts as gone
+
+
+def _wait_ready(popen: subprocess.Popen[bytes], runtime_dir: Path, log_path: Path, offset: int, timeout: float):
+    from graphtier.launcher.client import DaemonClient
+    from graphtier.service.daemon.errors import DaemonError
+    from graphtier.service.daemon.instance import read_endpoints
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = popen.poll()
+        if code is not None:
+            raise DaemonError(
+                f"graphtierd exited with status {code} before it was ready; end of its log {log_path}:\n"
+                + _log_tail(log_path, offset)
+            )
+        endpoints = read_endpoints(runtime_dir)
+        if endpoints is not None and endpoints.pid == popen.pid:
+            with DaemonClient(endpoints.grpc_target, http_url=endpoints.http_url) as client:
+                with contextlib.suppress(DaemonError):
+                    if client.health() == "SERVING":
+                        return endpoints
+        time.sleep(0.1)
+    popen.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(10)
+    raise DaemonError(
+        f"graphtierd (pid {popen.pid}) was not serving after {timeout:.0f} s and was stopped; end of its log "
+        f"{log_path}:\n" + _log_tail(log_path, offset)
+    )
+
+
+@app.command()
+def start(
+    foreground: Annotated[bool, typer.Option("--foreground", help="run in this terminal until Ctrl-C")] = False,
+    http_port: Annotated[Optional[int], typer.Option("--http-port", help="status app port (0 = a free one)")] = None,
+    http_host: Annotated[Optional[str], typer.Option("--http-host", help="status app address")] = None,
+    tcp: Annotated[Optional[str], typer.Option("--tcp", help="also serve gRPC on HOST:PORT")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="YAML/JSON daemon config")] = None,
+    dataset_root: Annotated[Optional[Path], typer.Option("--dataset-root", help="prepared datasets")] = None,
+    runtime_dir: RuntimeDirOption = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait until the daemon serves")] = 120.0,
+    json_out: JsonOption = False,
+) -> None:
+    """Start graphtierd in the background and wait until it serves; print its endpoints."""
+    from graphtier.service.daemon.config import DaemonConfig
+    from graphtier.service.daemon.errors import DaemonAlreadyRunningError
+    from graphtier.service.daemon.instance import describe_running, running_daemon_pid
+
+    with error_boundary():
+        flags = {"--config": config, "--runtime-dir": runtime_dir, "--http-port": http_port,
+                 "--http-host": http_host, "--tcp": tcp, "--dataset-root": dataset_root}  # fmt: skip
+        argv = [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
+        settings = DaemonConfig.build(config, runtime_dir=runtime_dir, http_port=http_port, http_host=http_host,
+                                      tcp=tcp, dataset_root=dataset_root)  # fmt: skip
+        if foreground:
+            from graphtier.service.daemon.main import main
+
+            raise SystemExit(main(argv))
+        pid = running_daemon_pid(settings.runtime_dir)
+        if pid is not None:
+            raise DaemonAlreadyRunningError(
+                f"a graphtier daemon is already running for {settings.runtime_dir} "
+                f"({describe_running(settings.runtime_dir, pid)}); stop it with `graphtier cluster stop`"
+            )
+        log_path = settings.log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "graphtier.service.daemon", *argv],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            )  # fmt: skip
+        try:
+            endpoints = _wait_ready(popen, settings.runtime_dir, log_path, offset, timeout)
+        except KeyboardInterrupt:
+            popen.terminate()
+            raise
+        if json_out:
+            emit_json(endpoints)
+            return
+        console.print(f"[green]graphtierd is serving[/] (pid {endpoints.pid})")
+        tcp = f"  tcp {endpoints.grpc_tcp}" if endpoints.grpc_tcp else ""
+        console.print(f"  gRPC  {endpoints.grpc_target}{tcp}")
+        console.print(f"  HTTP  {endpoints.http_url}  (dashboard /, /v1/status, /metrics)")
+        console.print(f"  log   {endpoints.log_file}")
+
+
+@app.command()
+def stop(
+    runtime_dir: RuntimeDirOption = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait after SIGTERM before SIGKILL")] = 20.0,
+    json_out: JsonOption = False,
+) -> None:
+    """Stop the daemon: SIGTERM (it drains and cleans up), then SIGKILL after --timeout."""
+    from graphtier.service.daemon.errors import DaemonError, DaemonNotRunningError
+    from graphtier.service.daemon.instance import running_daemon_pid
+
+    with error_boundary():
+        directory = _runtime_dir(runtime_dir)
+        pid = running_daemon_pid(directory)
+        if pid is None:
+            raise DaemonNotRunningError(f"no graphtier daemon at {directory}; nothing to stop")
+        if pid < 0:
+            raise DaemonError(f"a daemon holds {directory / 'daemon.lock'} but its pid is unreadable; stop it by hand")
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (_alive(pid) or running_daemon_pid(directory) is not None):
+            time.sleep(0.05)
+        killed = _alive(pid)
+        if killed:
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.05)
+            _clean_after_kill(directory)
+        if json_out:
+            emit_json({"pid": pid, "stopped": True, "killed": killed})
+        else:
+            how = f"killed after {timeout:.0f} s without stopping" if killed else "stopped"
+            console.print(f"graphtierd (pid {pid}) {how}")
+
+
+def _clean_after_kill(directory: Path) -> None:
+    """What a SIGTERM would have cleaned: stale files (by taking and dropping the lock) and segments."""
+    from graphtier.service.daemon.config import DaemonConfig
+    from graphtier.service.daemon.instance import InstanceLock
+    from graphtier.service.shm import reclaim_stale_segments
+
+    lock = InstanceLock(DaemonConfig(runtime_dir=directory))
+    lock.acquire()
+    lock.release()
+    reclaim_stale_segments()
+
+
+@app.command()
+def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -> None:
+    """Endpoints, pid, uptime, health and loaded datasets of the daemon."""
+    from graphtier.launcher.client import DaemonClient
+
+    with error_boundary():
+        with DaemonClient(runtime_dir=_runtime_dir(runtime_dir)) as client:
+            health = client.health()
+            snapshot = client.status()
+            datasets = client.list_datasets()
+        endpoints = client.endpoints
+        if json_out:
+            emit_json({
+                "pid": snapshot.pid, "health": health, "version": snapshot.version,
+                "started_at": snapshot.started_at.isoformat(), "uptime_seconds": snapshot.uptime_seconds,
+                "endpoints": endpoints.model_dump(mode="json") if endpoints else None,
+                "datasets": [d.model_dump(mode="json") for d in datasets],
+                "jobs": [{"job_id": j.job_id, "state": j.state, "dataset": j.dataset} for j in snapshot.jobs],
+            })  # fmt: skip
+            return
+        uptime = f"up {snapshot.uptime_seconds:.0f} s"
+        console.print(f"graphtierd pid {snapshot.pid}, {health}, {uptime}, v{snapshot.version}")
+        tcp = f"  tcp {snapshot.endpoints.grpc_tcp}" if snapshot.endpoints.grpc_tcp else ""
+        console.print(f"  gRPC  unix:{snapshot.endpoints.grpc_unix}{tcp}")
+        console.print(f"  HTTP  {snapshot.endpoints.http_url}")
+        if endpoints:
+            console.print(f"  log   {endpoints.log_file}")
+        table = Table("dataset", "nodes", "edges", "resident", "jobs", title="loaded datasets")
+        for d in datasets:
+            resident = human_bytes(d.resident_bytes)
+            table.add_row(d.name, str(d.num_nodes), str(d.num_edges), resident, ", ".join(d.job_ids))
+        console.print(table if datasets else "  no datasets loaded")

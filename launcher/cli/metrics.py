@@ -1,0 +1,70 @@
+"""`graphtier metrics`: the daemon's /v1/status as readable tables (or `--json`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+RuntimeDirOption = Annotated[
+    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
+]
+
+
+def metrics(
+    runtime_dir: RuntimeDirOption = None,
+    json_out: Annotated[bool, typer.Option("--json", help="the /v1/status JSON on stdout")] = False,
+) -> None:
+    """Per-tier hit ratio, bytes by tier and link, producer lag and throughput, per job."""
+    from graphtier.launcher.client import DaemonClient
+
+    with error_boundary():
+        directory = Path(os.path.abspath(runtime_dir)) if runtime_dir else None
+        with DaemonClient(runtime_dir=directory) as client:
+            snapshot = client.status()
+    if json_out:
+        emit_json(snapshot)
+        return
+    traffic = snapshot.traffic
+    where = "simulated (no GPU: device tiers are accounted)" if snapshot.simulated_devices else "real"
+    console.print(
+        f"graphtierd pid {snapshot.pid}, up {snapshot.uptime_seconds:.0f} s; device tiers {where}\n"
+        f"batches trained {snapshot.batches_total} ({snapshot.batches_per_second:.2f}/s), produced "
+        f"{snapshot.produced_batches_per_second:.2f}/s; hit ratio {_pct(traffic.hit_ratio)}; "
+        f"producer lag {snapshot.producer_lag_batches} batches"
+    )
+    sources = Table("source", "rows", "bytes", "share", title="feature traffic by tier")
+    for name, source in traffic.sources.items():
+        sources.add_row(name, f"{source.rows:,}", human_bytes(source.bytes), _pct(source.share))
+    everything = _pct(1.0 if traffic.total_bytes else 0.0)
+    sources.add_row("total", f"{traffic.total_rows:,}", human_bytes(traffic.total_bytes), everything)
+    console.print(sources)
+    links = Table("link", "bytes", title="bytes by link")
+    for link, nbytes in traffic.links.items():
+        links.add_row(link, human_bytes(nbytes))
+    console.print(links)
+    datasets = Table("dataset", "tier", "rows", "bytes", title="loaded datasets")
+    for dataset in snapshot.datasets:
+        for tier in dataset.tiers:
+            datasets.add_row(dataset.name, tier.tier, f"{tier.rows:,}", human_bytes(tier.bytes))
+    console.print(datasets if snapshot.datasets else "no datasets loaded")
+    jobs = Table("job", "state", "dataset", "ranks", "batches", "batches/s", "lag", "hit ratio", "gathered",
+                 "sample s", "gather s", "train s", title="jobs")  # fmt: skip
+    for job in snapshot.jobs:
+        jobs.add_row(
+            job.job_id, job.state, job.dataset, str(job.world_size), str(job.batches_total),
+            f"{job.batches_per_second:.2f}", str(job.producer_lag_batches), _pct(job.traffic.hit_ratio),
+            human_bytes(job.traffic.total_bytes), f"{sum(r.sample_seconds for r in job.ranks):.2f}",
+            f"{sum(r.gather_seconds for r in job.ranks):.2f}", f"{sum(r.train_seconds for r in job.ranks):.2f}",
+        )  # fmt: skip
+    console.print(jobs if snapshot.jobs else "no jobs")

@@ -1,0 +1,172 @@
+"""`DaemonClient`: talk to the local graphtier daemon from the CLI, a producer or a trainer rank.
+
+Finds the daemon through `<runtime_dir>/endpoints.json` (written only once the daemon is
+ready) or takes an explicit gRPC target. Methods take and return domain types (pydantic
+models and dataclasses of `graphtier.service.daemon`), never `_pb2` messages, and failures
+are `DaemonError`s with the daemon's own message: the CLI prints them as one line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from graphtier.service.daemon import conversions
+from graphtier.service.daemon.config import default_runtime_dir
+from graphtier.service.daemon.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
+from graphtier.service.daemon.instance import Endpoints, read_endpoints, running_daemon_pid
+from graphtier.service.daemon.models import BudgetSpec, DatasetLayoutInfo, DatasetSummary, LoadResult, UnloadResult
+from graphtier.service.daemon.progress import ProgressReport
+from graphtier.service.daemon.status_models import DaemonStatus
+from graphtier.v1 import datasets_pb2, datasets_pb2_grpc, progress_pb2_grpc
+
+Reply = TypeVar("Reply")
+START_HINT = "start one with `graphtier cluster start`"
+
+
+def locate_daemon(runtime_dir: Path | None = None) -> Endpoints:
+    """The endpoints of the daemon running for `runtime_dir`; DaemonNotRunningError when there is none."""
+    runtime_dir = Path(runtime_dir) if runtime_dir else default_runtime_dir()
+    pid = running_daemon_pid(runtime_dir)
+    if pid is None:
+        raise DaemonNotRunningError(f"no graphtier daemon at {runtime_dir}; {START_HINT}")
+    endpoints = read_endpoints(runtime_dir)
+    if endpoints is None or (pid > 0 and endpoints.pid != pid):
+        raise DaemonNotRunningError(
+            f"the graphtier daemon at {runtime_dir} (pid {pid}) is still starting; wait for it or see its log "
+            f"{runtime_dir / 'daemon.log'}"
+        )
+    return endpoints
+
+
+class DaemonClient:
+    """A connection to one daemon; use as a context manager or call `close()`."""
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        runtime_dir: Path | None = None,
+        http_url: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.runtime_dir = Path(runtime_dir) if runtime_dir else default_runtime_dir()
+        self.endpoints: Endpoints | None = None
+        if target is None:
+            self.endpoints = locate_daemon(self.runtime_dir)
+            target = self.endpoints.grpc_target
+            http_url = http_url or self.endpoints.http_url
+        self.target = target
+        self.http_url = http_url
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(target)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._datasets = datasets_pb2_grpc.DatasetServiceStub(self._channel)
+        self._progress = progress_pb2_grpc.ProgressServiceStub(self._channel)
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _where(self) -> str:
+        return str(self.runtime_dir) if self.endpoints else self.target
+
+    def _call(self, method: Callable[..., Reply], request: Any, timeout_s: float | None = None) -> Reply:
+        try:
+            return method(request, timeout=timeout_s or self.timeout_s)
+        except grpc.RpcError as error:
+            code, details = error.code(), error.details() or ""
+            if code == grpc.StatusCode.UNAVAILABLE:
+                where = self._where()
+                raise DaemonNotRunningError(f"no graphtier daemon at {where} ({details}); {START_HINT}") from None
+            raise DaemonRequestError(code.name, details) from None
+
+    # Health
+
+    def health(self, service: str = "") -> str:
+        """The health status name of `service` ('' = the whole daemon): SERVING, NOT_SERVING, ..."""
+        reply = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service), timeout_s=5.0)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+    def wait_until_serving(self, timeout_s: float = 30.0) -> None:
+        """Block until health is SERVING; DaemonNotRunningError after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                last = self.health()
+                if last == "SERVING":
+                    return
+            except DaemonError as error:
+                last = str(error)
+            time.sleep(0.1)
+        raise DaemonNotRunningError(
+            f"the graphtier daemon at {self._where()} is not serving after {timeout_s:.0f} s ({last})"
+        )
+
+    # Datasets
+
+    def load_dataset(self, name: str, budgets: BudgetSpec | None = None, *, timeout_s: float = 600.0) -> LoadResult:
+        """Load a prepared dataset into the daemon's tiers (or get the loaded copy's layout)."""
+        request = datasets_pb2.LoadDatasetRequest(name=name)
+        if budgets is not None:
+            request.budgets.CopyFrom(conversions.budgets_to_proto(budgets))
+        reply = self._call(self._datasets.LoadDataset, request, timeout_s)
+        return LoadResult(layout=conversions.layout_from_proto(reply.layout), already_loaded=reply.already_loaded)
+
+    def unload_dataset(self, name: str, *, force: bool = False) -> UnloadResult:
+        reply = self._call(self._datasets.UnloadDataset, datasets_pb2.UnloadDatasetRequest(name=name, force=force))
+        return UnloadResult(released_bytes=reply.released_bytes, cancelled_job_ids=list(reply.cancelled_job_ids))
+
+    def list_datasets(self, *, include_prepared: bool = False) -> list[DatasetSummary]:
+        reply = self._call(
+            self._datasets.ListDatasets, datasets_pb2.ListDatasetsRequest(include_prepared=include_prepared)
+        )
+        return [conversions.summary_from_proto(summary) for summary in reply.datasets]
+
+    def dataset_layout(self, name: str) -> DatasetLayoutInfo:
+        reply = self._call(self._datasets.GetDatasetLayout, datasets_pb2.GetDatasetLayoutRequest(name=name))
+        return conversions.layout_from_proto(reply)
+
+    # Progress
+
+    def report_progress(self, report: ProgressReport) -> bool:
+        """Send one report; True when the job is being cancelled and the reporter should stop."""
+        return self._call(self._progress.ReportProgress, conversions.report_to_proto(report)).cancel_requested
+
+    # HTTP status
+
+    def _get(self, path: str) -> bytes:
+        if not self.http_url:
+            raise DaemonError(f"no HTTP address known for the daemon at {self.target}; pass http_url")
+        try:
+            with urllib.request.urlopen(self.http_url + path, timeout=self.timeout_s) as response:
+                return response.read()
+        except urllib.error.HTTPError as error:
+            raise DaemonRequestError(f"HTTP {error.code}", f"{self.http_url}{path}: {error.reason}") from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise DaemonNotRunningError(
+                f"no graphtier daemon answers at {self.http_url} ({reason}); {START_HINT}"
+            ) from None
+
+    def status(self) -> DaemonStatus:
+        """The daemon's `/v1/status`: datasets, jobs, traffic, throughput."""
+        return DaemonStatus.model_validate(json.loads(self._get("/v1/status")))
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition at `/metrics`."""
+        return self._get("/metrics").decode()

@@ -1,0 +1,154 @@
+"""`DaemonConfig`: where the daemon keeps its files, what it listens on, where datasets are.
+
+Loaded from a YAML or JSON file (`graphtierd --config FILE`) and/or command-line flags;
+flags win over the file. Validated up front, so a typo is a clear error before anything
+starts. This module stays light (no torch, no grpc) so that a second `graphtierd` is
+refused quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from graphtier.service.daemon.errors import DaemonConfigError
+
+HOME_ENV = "GRAPHTIER_HOME"
+SOCKET_FILE = "daemon.sock"
+LOG_FILE = "daemon.log"
+MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
+
+
+def graphtier_home() -> Path:
+    """`$GRAPHTIER_HOME`, or `~/.graphtier` (the same home `graphtier dataset` uses)."""
+    home = os.environ.get(HOME_ENV)
+    return Path(home).expanduser() if home else Path.home() / ".graphtier"
+
+
+def default_runtime_dir() -> Path:
+    """`$GRAPHTIER_HOME/run`: the daemon's socket, lock, endpoints and log."""
+    return graphtier_home() / "run"
+
+
+def default_dataset_root() -> Path:
+    """`$GRAPHTIER_HOME/datasets`, where `graphtier dataset prepare` writes."""
+    return graphtier_home() / "datasets"
+
+
+def parse_host_port(text: str, *, what: str) -> tuple[str, int]:
+    """`host:port` (IPv6 as `[::1]:port`) -> (host, port); ValueError naming `what` otherwise."""
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{what} {text!r} must be HOST:PORT with a port in 0..65535 (0 = pick a free one)")
+    return host, int(port_text)
+
+
+class DaemonConfig(BaseModel):
+    """Everything `graphtierd` needs to start; every path is made absolute on validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = Field(default=1, description="Config format version; only 1 exists.")
+    runtime_dir: Path = Field(
+        default_factory=default_runtime_dir,
+        description="Directory of the lock, Unix socket, endpoints.json and log; one daemon per directory.",
+    )
+    socket_path: Path | None = Field(
+        default=None, description="gRPC Unix socket; default <runtime_dir>/daemon.sock (at most 107 bytes)."
+    )
+    tcp: str | None = Field(
+        default=None, description="Also serve gRPC on TCP HOST:PORT (port 0 = pick a free one); unset = Unix only."
+    )
+    http_host: str = Field(default="127.0.0.1", min_length=1, description="Address of the status app.")
+    http_port: int = Field(
+        default=0, ge=0, le=65535, description="Port of the status app; 0 = pick a free one (endpoints.json has it)."
+    )
+    dataset_root: Path = Field(
+        default_factory=default_dataset_root, description="Where prepared datasets are looked up by name."
+    )
+    log_file: Path | None = Field(default=None, description="Log file; default <runtime_dir>/daemon.log.")
+    grpc_workers: int = Field(default=16, ge=2, le=256, description="Threads serving gRPC calls.")
+    shutdown_grace_s: float = Field(
+        default=5.0, ge=0, le=600, description="Seconds in-flight calls get to finish on SIGTERM."
+    )
+
+    @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file")
+    @classmethod
+    def _absolute(cls, path: Path | None) -> Path | None:
+        return None if path is None else Path(os.path.abspath(path.expanduser()))
+
+    @field_validator("tcp")
+    @classmethod
+    def _check_tcp(cls, tcp: str | None) -> str | None:
+        if tcp is not None:
+            parse_host_port(tcp, what="tcp")
+        return tcp
+
+    @model_validator(mode="after")
+    def _check_socket_length(self) -> DaemonConfig:
+        length = len(os.fsencode(self.socket))
+        if length > MAX_SOCKET_PATH_BYTES:
+            raise ValueError(
+                f"socket path {str(self.socket)!r} is {length} bytes; Unix sockets allow at most "
+                f"{MAX_SOCKET_PATH_BYTES}: choose a shorter runtime_dir or set socket_path"
+            )
+        return self
+
+    @property
+    def socket(self) -> Path:
+        """The gRPC Unix socket path, with its default applied."""
+        return self.socket_path or self.runtime_dir / SOCKET_FILE
+
+    @property
+    def log_path(self) -> Path:
+        """The log file, with its default applied."""
+        return self.log_file or self.runtime_dir / LOG_FILE
+
+    @property
+    def tcp_address(self) -> tuple[str, int] | None:
+        return None if self.tcp is None else parse_host_port(self.tcp, what="tcp")
+
+    @classmethod
+    def build(cls, source: str | Path | None = None, **overrides: Any) -> DaemonConfig:
+        """Config from file `source` (YAML or JSON; relative paths are relative to the file), then
+        `overrides` whose value is not None (command-line flags). DaemonConfigError says what is wrong."""
+        data: dict[str, Any] = {}
+        where = "daemon config"
+        if source is not None:
+            path = Path(source)
+            where = str(path)
+            data = _read_file(path)
+            for key in ("runtime_dir", "socket_path", "dataset_root", "log_file"):
+                if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
+                    data[key] = str(path.parent / data[key])
+        data.update({key: value for key, value in overrides.items() if value is not None})
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']} (got {err.get('input')!r})"
+                for err in exc.errors()
+            )
+            raise DaemonConfigError(f"{where}: {problems}") from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise DaemonConfigError(f"{path}: cannot read the daemon config ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise DaemonConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise DaemonConfigError(f"{path}: the daemon config must be a mapping of settings, got {type(data).__name__}")
+    return data

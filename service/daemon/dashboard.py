@@ -1,0 +1,106 @@
+"""The live dashboard served at `/`: one self-contained HTML page (vanilla JS, canvas charts).
+
+Nothing is fetched from outside: the page polls `/v1/status` every two seconds, keeps the
+last ten minutes in the browser, and charts throughput, hit ratio and traffic by link
+(rates are differences of the cumulative counters between polls).
+"""
+
+DASHBOARD_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>graphtier</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+ body{font:14px system-ui,sans-serif;margin:1.2em;color:#222;background:#fafafa}
+ h1{font-size:1.3em;margin:0 0 .3em} h2{font-size:1.05em;margin:1.2em 0 .4em}
+ .tiles{display:flex;gap:.8em;flex-wrap:wrap} .tile{background:#fff;border:1px solid #ddd;border-radius:6px;
+ padding:.5em .8em;min-width:9em} .tile b{display:block;font-size:1.3em}
+ .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));gap:.8em}
+ .chart{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.5em}
+ canvas{width:100%;height:180px} table{border-collapse:collapse;background:#fff;width:100%}
+ th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right} th:first-child,td:first-child{text-align:left}
+ .legend span{margin-right:1em} .muted{color:#777} #error{color:#b00}
+</style></head><body>
+<h1>graphtier daemon <span id="where" class="muted"></span></h1><div id="error"></div>
+<div class="tiles" id="tiles"></div>
+<h2>Over time</h2>
+<div class="charts">
+ <div class="chart"><div>Throughput (batches/s)</div><canvas id="c_tp"></canvas><div class="legend" id="l_tp"></div></div>
+ <div class="chart"><div>Device-tier hit ratio</div><canvas id="c_hit"></canvas><div class="legend" id="l_hit"></div></div>
+ <div class="chart"><div>Feature traffic by link (bytes/s)</div><canvas id="c_link"></canvas>
+  <div class="legend" id="l_link"></div></div>
+</div>
+<h2>Datasets</h2><table id="datasets"></table>
+<h2>Jobs</h2><table id="jobs"></table>
+<script>
+"use strict";
+const COLORS = {trained:"#1f77b4", produced:"#ff7f0e", hit:"#2ca02c", local:"#2ca02c", nvlink:"#9467bd",
+                pcie:"#d62728", storage:"#8c564b"};
+const KEEP_S = 600, history = [];
+let previous = null;
+function human(n){const u=["B","KiB","MiB","GiB","TiB"];let i=0;while(Math.abs(n)>=1024&&i<u.length-1){n/=1024;i++}
+  return (i?n.toFixed(1):n.toFixed(0))+" "+u[i]}
+function esc(s){return String(s).replace(/[&<>"]/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]))}
+function pct(x){return (100*x).toFixed(1)+"%"}
+function draw(id, names, fmt){
+  const canvas=document.getElementById(id), ctx=canvas.getContext("2d");
+  const w=canvas.width=canvas.clientWidth*devicePixelRatio, h=canvas.height=canvas.clientHeight*devicePixelRatio;
+  ctx.clearRect(0,0,w,h); ctx.font=(11*devicePixelRatio)+"px sans-serif"; ctx.fillStyle="#777";
+  if(history.length<2){ctx.fillText("waiting for data",10,20);return}
+  const t0=history[0].t, t1=history[history.length-1].t, pad=40*devicePixelRatio;
+  let ymax=0; for(const p of history) for(const n of names) ymax=Math.max(ymax,p[n]||0);
+  if(ymax<=0) ymax=1;
+  ctx.strokeStyle="#eee"; ctx.beginPath();
+  for(let k=0;k<=4;k++){const y=h-10-(h-20)*k/4; ctx.moveTo(pad,y); ctx.lineTo(w,y); ctx.fillText(fmt(ymax*k/4),2,y)}
+  ctx.stroke();
+  for(const n of names){
+    ctx.strokeStyle=COLORS[n]; ctx.lineWidth=2*devicePixelRatio; ctx.beginPath(); let first=true;
+    for(const p of history){ if(p[n]===undefined) continue;
+      const x=pad+(w-pad)*(t1>t0?(p.t-t0)/(t1-t0):1), y=h-10-(h-20)*p[n]/ymax;
+      if(first){ctx.moveTo(x,y);first=false}else ctx.lineTo(x,y)}
+    ctx.stroke();
+  }
+}
+function legend(id, names, last, fmt){
+  document.getElementById(id).innerHTML=names.map(n=>`<span style="color:${COLORS[n]}">&#9632; ${n}`+
+    (last&&last[n]!==undefined?` ${fmt(last[n])}`:"")+"</span>").join("");
+}
+function render(s){
+  const now=Date.parse(s.time)/1000, point={t:now, trained:s.batches_per_second, produced:s.produced_batches_per_second};
+  const tr=s.traffic;
+  if(previous){
+    const dt=now-previous.t, db=tr.total_bytes-previous.total, dd=tr.device_bytes-previous.device;
+    point.hit = db>0 ? dd/db : tr.hit_ratio;
+    for(const l of ["local","nvlink","pcie","storage"]) point[l]=dt>0?Math.max(0,(tr.links[l]-previous.links[l])/dt):0;
+  } else point.hit=tr.hit_ratio;
+  previous={t:now,total:tr.total_bytes,device:tr.device_bytes,links:tr.links};
+  history.push(point); while(history.length&&now-history[0].t>KEEP_S) history.shift();
+  document.getElementById("where").textContent=`pid ${s.pid} · ${s.endpoints.grpc_unix} · v${s.version}`;
+  const tiles=[["uptime",Math.round(s.uptime_seconds)+" s"],["batches/s",s.batches_per_second.toFixed(2)],
+    ["batches trained",s.batches_total],["hit ratio",pct(tr.hit_ratio)],["bytes gathered",human(tr.total_bytes)],
+    ["producer lag",s.producer_lag_batches+" batches"],["device tiers",s.simulated_devices?"simulated":"real"]];
+  document.getElementById("tiles").innerHTML=tiles.map(([k,v])=>`<div class="tile">${k}<b>${esc(v)}</b></div>`).join("");
+  draw("c_tp",["trained","produced"],x=>x.toFixed(1)); legend("l_tp",["trained","produced"],point,x=>x.toFixed(2));
+  draw("c_hit",["hit"],pct); legend("l_hit",["hit"],point,pct);
+  const links=["local","nvlink","pcie","storage"];
+  draw("c_link",links,x=>human(x)+"/s"); legend("l_link",links,point,x=>human(x)+"/s");
+  const tierNames=["device_replicated","device_interleaved","host","storage","structure_device"];
+  document.getElementById("datasets").innerHTML="<tr><th>dataset</th><th>nodes</th><th>edges</th><th>resident</th>"+
+    tierNames.map(t=>`<th>${t}</th>`).join("")+"<th>jobs</th></tr>"+
+    s.datasets.map(d=>{const by=Object.fromEntries(d.tiers.map(t=>[t.tier,t]));
+      return `<tr><td>${esc(d.name)}</td><td>${d.num_nodes}</td><td>${d.num_edges}</td><td>${human(d.resident_bytes)}</td>`+
+      tierNames.map(t=>`<td>${by[t]?human(by[t].bytes):"-"}</td>`).join("")+`<td>${esc(d.job_ids.join(", "))}</td></tr>`}).join("");
+  document.getElementById("jobs").innerHTML="<tr><th>job</th><th>state</th><th>dataset</th><th>ranks</th>"+
+    "<th>batches</th><th>batches/s</th><th>lag</th><th>hit ratio</th><th>gathered</th><th>message</th></tr>"+
+    s.jobs.map(j=>`<tr><td>${esc(j.job_id)} ${esc(j.name)}</td><td>${j.state}</td><td>${esc(j.dataset)}</td>`+
+      `<td>${j.world_size}</td><td>${j.batches_total}</td><td>${j.batches_per_second.toFixed(2)}</td>`+
+      `<td>${j.producer_lag_batches}</td><td>${pct(j.traffic.hit_ratio)}</td><td>${human(j.traffic.total_bytes)}</td>`+
+      `<td>${esc(j.message)}</td></tr>`).join("");
+}
+async function poll(){
+  try{const r=await fetch("/v1/status",{cache:"no-store"}); if(!r.ok) throw new Error("HTTP "+r.status);
+    render(await r.json()); document.getElementById("error").textContent="";}
+  catch(e){document.getElementById("error").textContent="cannot reach the daemon: "+e.message}
+  setTimeout(poll,2000);
+}
+poll();
+</script></body></html>
+"""

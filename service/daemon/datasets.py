@@ -1,0 +1,227 @@
+"""`DatasetRegistry`: the daemon's loaded datasets, one shared-memory copy each per machine.
+
+Loading opens a prepared dataset under the daemon's root, turns the requested budgets into
+a `PlacementPlan` and copies the dataset into a `SharedDatasetStore`. Every job shares that
+copy: loading a loaded dataset again returns the same layout when the plan is the same,
+and is refused when it differs (one copy cannot have two placements).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from graphtier.service.daemon.errors import (
+    DatasetConflictError,
+    DatasetInUseError,
+    InvalidRequestError,
+    UnknownDatasetError,
+)
+from graphtier.service.daemon.models import (
+    BudgetSpec,
+    DatasetLayoutInfo,
+    DatasetSummary,
+    LoadResult,
+    TierBytes,
+    UnloadResult,
+)
+from graphtier.service.errors import PreparedDatasetError, SharedMemoryError
+from graphtier.service.placement import PlacementPlan
+from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
+from graphtier.service.prepared.catalog import validate_name
+from graphtier.service.shm.naming import validate_label
+from graphtier.service.store import SharedDatasetStore
+
+_LONGEST_LABEL_SUFFIX = "-train-ids"  # the store labels segments "<dataset>-<what>"
+
+
+def feature_bytes(manifest: DatasetManifest) -> int:
+    info = manifest.arrays.get("features")
+    return info.nbytes if info is not None else 0
+
+
+def structure_bytes(manifest: DatasetManifest) -> int:
+    return sum(manifest.arrays[key].nbytes for key in ("colptr", "row") if key in manifest.arrays)
+
+
+@dataclass
+class LoadedDataset:
+    """One dataset in the daemon's tiers: its store (which owns the segments) and how it was asked for."""
+
+    store: SharedDatasetStore
+    manifest: DatasetManifest
+    budgets: BudgetSpec
+    loaded_at: datetime
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def plan(self) -> PlacementPlan:
+        return self.store.plan
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(segment.nbytes for segment in self.store.owner.segments.values())
+
+    def layout(self) -> DatasetLayoutInfo:
+        plan = self.plan
+        sizes = plan.tier_sizes()
+        return DatasetLayoutInfo(
+            handle=self.store.handle,
+            tier_sizes=[TierBytes(tier=name, rows=size.rows, bytes=size.bytes) for name, size in sizes.items()],
+            num_edges=self.manifest.num_edges,
+            feature_dim=self.manifest.feature_dim,
+            num_classes=self.manifest.num_classes,
+            feature_bytes=feature_bytes(self.manifest),
+            structure_bytes=structure_bytes(self.manifest),
+            device_bytes_per_device=plan.device_bytes_per_device(),
+            simulated_devices=not torch.cuda.is_available(),
+            owner_pid=os.getpid(),
+            loaded_at=self.loaded_at,
+            budgets=self.budgets,
+        )
+
+
+def _summary(manifest: DatasetManifest, *, loaded: LoadedDataset | None, job_ids: list[str]) -> DatasetSummary:
+    return DatasetSummary(
+        name=manifest.name,
+        loaded=loaded is not None,
+        num_nodes=manifest.num_nodes,
+        num_edges=manifest.num_edges,
+        feature_dim=manifest.feature_dim,
+        num_classes=manifest.num_classes,
+        feature_bytes=feature_bytes(manifest),
+        structure_bytes=structure_bytes(manifest),
+        resident_bytes=loaded.resident_bytes if loaded is not None else 0,
+        job_ids=job_ids,
+        source=manifest.source,
+    )
+
+
+class DatasetRegistry:
+    """Loaded datasets by name. `users(name)` lists the unfinished jobs on a dataset and
+    `cancel(job_ids, reason)` cancels jobs (both from the job table)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        users: Callable[[str], list[str]] = lambda name: [],
+        cancel: Callable[[list[str], str], None] = lambda job_ids, reason: None,
+    ) -> None:
+        self.root = Path(root)
+        self._users = users
+        self._cancel = cancel
+        self._lock = threading.RLock()  # loads are serialised: two jobs asking at once get one copy
+        self._loaded: dict[str, LoadedDataset] = {}
+
+    def _open(self, name: str) -> PreparedDataset:
+        try:
+            validate_name(name)
+        except PreparedDatasetError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        try:
+            validate_label(name + _LONGEST_LABEL_SUFFIX)
+        except SharedMemoryError:
+            raise InvalidRequestError(
+                f"dataset name {name!r} cannot label shared-memory segments: use at most "
+                f"{64 - len(_LONGEST_LABEL_SUFFIX)} letters, digits, '_' or '-' (prepare it under such a name)"
+            ) from None
+        if not (self.root / name / "manifest.json").is_file():
+            raise UnknownDatasetError(
+                f"no prepared dataset {name!r} under the daemon's dataset root {self.root}; prepare it with "
+                f"`graphtier dataset prepare ... --name {name} --out {self.root}`"
+            )
+        return PreparedDataset.open(name, self.root)
+
+    @staticmethod
+    def _plan(budgets: BudgetSpec, dataset: PreparedDataset) -> PlacementPlan:
+        manifest = dataset.manifest
+        tier_budgets = budgets.tier_budgets(
+            feature_bytes=feature_bytes(manifest), structure_bytes=structure_bytes(manifest)
+        )
+        colptr = dataset.array("colptr") if tier_budgets.structure_device_bytes else None
+        row_bytes = feature_bytes(manifest) // manifest.num_nodes
+        return PlacementPlan.from_budgets(
+            tier_budgets, num_nodes=manifest.num_nodes, row_bytes=row_bytes, colptr=colptr
+        )
+
+    def load(self, name: str, budgets: BudgetSpec | None = None) -> LoadResult:
+        """Load `name` with `budgets` (default: all in host memory), or return the loaded copy."""
+        budgets = budgets or BudgetSpec()
+        with self._lock:
+            loaded = self._loaded.get(name)
+            if loaded is not None:
+                if self._plan(budgets, loaded.store.dataset) != loaded.plan:
+                    raise DatasetConflictError(
+                        f"dataset {name!r} is already loaded with another placement (budgets "
+                        f"{loaded.budgets.model_dump()}); every job shares one copy: use the same budgets, "
+                        f"or unload it first when no job uses it"
+                    )
+                return LoadResult(layout=loaded.layout(), already_loaded=True)
+            dataset = self._open(name)
+            store = SharedDatasetStore(dataset, self._plan(budgets, dataset))
+            loaded = LoadedDataset(
+                store=store, manifest=dataset.manifest, budgets=budgets, loaded_at=datetime.now(timezone.utc)
+            )
+            self._loaded[name] = loaded
+            return LoadResult(layout=loaded.layout(), already_loaded=False)
+
+    def get(self, name: str) -> LoadedDataset:
+        with self._lock:
+            loaded = self._loaded.get(name)
+            if loaded is None:
+                names = ", ".join(sorted(self._loaded)) or "none"
+                raise UnknownDatasetError(f"dataset {name!r} is not loaded in this daemon (loaded: {names})")
+            return loaded
+
+    def layout(self, name: str) -> DatasetLayoutInfo:
+        return self.get(name).layout()
+
+    def loaded(self) -> list[LoadedDataset]:
+        with self._lock:
+            return [self._loaded[name] for name in sorted(self._loaded)]
+
+    def unload(self, name: str, *, force: bool = False) -> UnloadResult:
+        """Unlink the dataset's segments; refused while jobs use it unless `force` (they are cancelled)."""
+        with self._lock:
+            loaded = self.get(name)
+            users = self._users(name)
+            if users and not force:
+                raise DatasetInUseError(
+                    f"dataset {name!r} is used by job(s) {', '.join(users)}; cancel them first or unload with force"
+                )
+            if users:
+                self._cancel(users, f"dataset {name!r} was unloaded")
+            released = loaded.resident_bytes
+            del self._loaded[name]
+            loaded.store.close()
+            return UnloadResult(released_bytes=released, cancelled_job_ids=users)
+
+    def summaries(self, *, include_prepared: bool = False) -> list[DatasetSummary]:
+        """Loaded datasets, and with `include_prepared` every prepared one under the root; sorted by name."""
+        with self._lock:
+            rows = {
+                name: _summary(loaded.manifest, loaded=loaded, job_ids=self._users(name))
+                for name, loaded in self._loaded.items()
+            }
+        if include_prepared:
+            for manifest in list_datasets(self.root):
+                rows.setdefault(manifest.name, _summary(manifest, loaded=None, job_ids=self._users(manifest.name)))
+        return [rows[name] for name in sorted(rows)]
+
+    def close(self) -> list[str]:
+        """Unload every dataset (the daemon is stopping); returns their names."""
+        with self._lock:
+            names = sorted(self._loaded)
+            for name in names:
+                self._loaded.pop(name).store.close()
+            return names

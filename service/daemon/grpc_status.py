@@ -1,0 +1,83 @@
+"""gRPC status codes for the daemon's errors, and the decorator servicer methods wear.
+
+A servicer method raises domain errors; `grpc_method` turns each into the status code the
+contract names for it, with the error's message (which names the offending value). Any
+other exception is a bug: it is logged with its traceback and answered INTERNAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from pydantic import ValidationError
+
+from graphtier.service.daemon.errors import (
+    DaemonError,
+    DatasetConflictError,
+    DatasetInUseError,
+    InvalidReportError,
+    InvalidRequestError,
+    UnknownDatasetError,
+    UnknownJobError,
+)
+from graphtier.service.errors import GraphtierError, PlacementError, PreparedDatasetError, SharedMemoryError
+
+log = logging.getLogger("graphtierd")
+
+# Most specific first: the first class the error is an instance of decides.
+_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (UnknownDatasetError, grpc.StatusCode.NOT_FOUND),
+    (UnknownJobError, grpc.StatusCode.NOT_FOUND),
+    (DatasetConflictError, grpc.StatusCode.ALREADY_EXISTS),
+    (DatasetInUseError, grpc.StatusCode.FAILED_PRECONDITION),
+    (InvalidReportError, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (PlacementError, grpc.StatusCode.INVALID_ARGUMENT),
+    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
+    (SharedMemoryError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (PreparedDatasetError, grpc.StatusCode.FAILED_PRECONDITION),
+    (DaemonError, grpc.StatusCode.FAILED_PRECONDITION),
+    (GraphtierError, grpc.StatusCode.INVALID_ARGUMENT),
+)
+
+
+def status_code_for(error: BaseException) -> grpc.StatusCode:
+    """The status code the contract gives `error` (INTERNAL for anything unexpected)."""
+    for kind, code in _CODES:
+        if isinstance(error, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']} (got {err.get('input')!r})"
+            for err in error.errors()
+        )
+    return str(error)
+
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def grpc_method(method: Method) -> Method:
+    """Wrap a servicer method `(self, request, context)`: domain errors become their status codes."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except (GraphtierError, ValidationError) as error:
+            code = status_code_for(error)
+            log.info("%s: %s %s", method.__name__, code.name, _message(error))
+            context.abort(code, _message(error))
+        except Exception as error:  # a bug: keep serving, say so, keep the traceback in the log
+            log.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__} failed inside the daemon: {error!r}")
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,184 @@
+"""One daemon per runtime directory: the lock file, the endpoints file, and stale-file cleanup.
+
+`InstanceLock` holds an exclusive `fcntl.flock` on `<runtime_dir>/daemon.lock` for the
+daemon's life and writes its pid there; the kernel drops the lock when the process dies,
+even by `kill -9`, so whoever gets the lock next knows every file left behind is stale.
+`endpoints.json` is written (atomically) only once the daemon is ready, so a client that
+finds it can connect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from graphtier.service.daemon.config import DaemonConfig
+from graphtier.service.daemon.errors import DaemonAlreadyRunningError, DaemonError
+
+LOCK_FILE = "daemon.lock"
+ENDPOINTS_FILE = "endpoints.json"
+
+
+class Endpoints(BaseModel):
+    """Where a ready daemon listens; written to `<runtime_dir>/endpoints.json`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    pid: int
+    started_at: datetime
+    runtime_dir: str
+    grpc_unix: str
+    grpc_tcp: str | None = None
+    http_url: str
+    log_file: str
+    dataset_root: str
+
+    @property
+    def grpc_target(self) -> str:
+        """The gRPC target of the Unix socket (`unix:/abs/path`)."""
+        return f"unix:{self.grpc_unix}"
+
+
+def read_endpoints(runtime_dir: Path) -> Endpoints | None:
+    """The endpoints a daemon wrote into `runtime_dir`, or None when there are none (or they are unreadable)."""
+    try:
+        return Endpoints.model_validate_json((Path(runtime_dir) / ENDPOINTS_FILE).read_text())
+    except (OSError, ValidationError, ValueError):
+        return None
+
+
+def write_endpoints(runtime_dir: Path, endpoints: Endpoints) -> Path:
+    """Write endpoints.json atomically (temporary file + rename): readers never see half a file."""
+    path = Path(runtime_dir) / ENDPOINTS_FILE
+    tmp = path.with_name(f".{ENDPOINTS_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(endpoints.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def running_daemon_pid(runtime_dir: Path) -> int | None:
+    """Pid of the daemon holding `runtime_dir`'s lock, or None when no daemon holds it.
+
+    Probes with a shared non-blocking lock, which fails exactly while a daemon holds its
+    exclusive one; the probe is released at once.
+    """
+    path = Path(runtime_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_pid(fd) or -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_pid(fd: int) -> int | None:
+    text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def describe_running(runtime_dir: Path, pid: int | None) -> str:
+    """'pid N, gRPC ..., HTTP ...' for messages about a running daemon."""
+    endpoints = read_endpoints(runtime_dir)
+    who = f"pid {pid}" if pid and pid > 0 else "pid unknown"
+    if endpoints is None or (pid and endpoints.pid != pid):
+        return f"{who}, still starting (no endpoints.json yet)"
+    tcp = f", gRPC tcp {endpoints.grpc_tcp}" if endpoints.grpc_tcp else ""
+    return f"{who}, gRPC {endpoints.grpc_target}{tcp}, HTTP {endpoints.http_url}"
+
+
+class InstanceLock:
+    """The exclusive lock that makes a daemon the only one for its runtime directory."""
+
+    def __init__(self, config: DaemonConfig, *, wait_s: float = 0.5) -> None:
+        self.config = config
+        self.runtime_dir = config.runtime_dir
+        self.path = self.runtime_dir / LOCK_FILE
+        self._wait_s = wait_s
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> list[Path]:
+        """Take the lock (DaemonAlreadyRunningError naming the holder if another daemon has it),
+        record this pid, and remove what a dead daemon left; returns the stale files removed."""
+        try:
+            self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise DaemonError(f"{self.runtime_dir}: cannot create the runtime directory ({exc.strerror})") from None
+        deadline = time.monotonic() + self._wait_s  # rides over a client's momentary probe
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = _read_pid(fd)
+                os.close(fd)
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise DaemonAlreadyRunningError(
+                    f"a graphtier daemon is already running for {self.runtime_dir} "
+                    f"({describe_running(self.runtime_dir, pid)}); stop it with `graphtier cluster stop` "
+                    "or start this one with another --runtime-dir"
+                ) from None
+            if self._same_file(fd):
+                break
+            os.close(fd)  # the previous holder unlinked the file between our open and lock: retry
+        self._fd = fd
+        stale = self._remove_stale_files()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return stale
+
+    def _same_file(self, fd: int) -> bool:
+        try:
+            return os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
+
+    def _remove_stale_files(self) -> list[Path]:
+        removed = []
+        for path in (self.runtime_dir / ENDPOINTS_FILE, self.config.socket):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
+
+    def publish(self, endpoints: Endpoints) -> Path:
+        """Write endpoints.json: the daemon is ready."""
+        if self._fd is None:
+            raise DaemonError("cannot publish endpoints without holding the runtime directory's lock")
+        return write_endpoints(self.runtime_dir, endpoints)
+
+    def unpublish(self) -> None:
+        """Remove endpoints.json: the daemon is stopping, new clients should not find it."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.runtime_dir / ENDPOINTS_FILE).unlink()
+
+    def release(self) -> None:
+        """Remove endpoints, socket and lock file, then drop the lock; idempotent."""
+        if self._fd is None:
+            return
+        self._remove_stale_files()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+

@@ -1,0 +1,133 @@
+"""`JobTable`: the jobs a daemon knows, their state, and who asked to cancel them.
+
+The job manager (which spawns torchrun and the producers) adds jobs here and moves them
+through their states; the progress service checks reports against it, the dataset
+registry asks it which jobs use a dataset, and the status app and metrics read it.
+Thread-safe: gRPC calls arrive on many threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from enum import Enum
+
+from graphtier.service.daemon.errors import DaemonError, UnknownJobError
+
+
+class JobState(str, Enum):
+    """Where a job is in its life; the last three are final."""
+
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as the daemon keeps it (a snapshot: the table hands out copies)."""
+
+    job_id: str
+    dataset: str
+    world_size: int
+    name: str = ""
+    state: JobState = JobState.PENDING
+    message: str = ""
+    created_at: datetime = field(default_factory=_now)
+    finished_at: datetime | None = None
+    cancel_requested: bool = False
+
+
+CancelListener = Callable[[JobRecord, str], None]
+
+
+class JobTable:
+    """Every job of this daemon, by id; newest first when listed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._jobs: dict[str, JobRecord] = {}
+        self._cancel_listeners: list[CancelListener] = []
+
+    def add(self, record: JobRecord) -> JobRecord:
+        """Register a new job; DaemonError if its id is taken or its world size is not positive."""
+        if record.world_size < 1:
+            raise DaemonError(f"job {record.job_id!r}: world size {record.world_size} must be at least 1")
+        with self._lock:
+            if record.job_id in self._jobs:
+                raise DaemonError(f"a job with id {record.job_id!r} already exists")
+            self._jobs[record.job_id] = record
+        return record
+
+    def get(self, job_id: str) -> JobRecord:
+        with self._lock:
+            record = self._jobs.get(job_id)
+            if record is None:
+                known = ", ".join(sorted(self._jobs)[-5:]) or "none"
+                raise UnknownJobError(f"no job {job_id!r} in this daemon (latest known: {known})")
+            return record
+
+    def check_rank(self, job_id: str, rank: int) -> JobRecord:
+        """The job, if `rank` is one of its ranks; UnknownJobError otherwise."""
+        record = self.get(job_id)
+        if not 0 <= rank < record.world_size:
+            raise UnknownJobError(f"job {job_id!r} has ranks 0..{record.world_size - 1}; there is no rank {rank}")
+        return record
+
+    def list(self) -> list[JobRecord]:
+        with self._lock:
+            return sorted(self._jobs.values(), key=lambda r: r.created_at, reverse=True)
+
+    def set_state(self, job_id: str, state: JobState, message: str = "") -> JobRecord:
+        """Move a job to `state`; a final state is never left (DaemonError)."""
+        with self._lock:
+            record = self.get(job_id)
+            if record.state.final and state != record.state:
+                raise DaemonError(f"job {job_id!r} has ended ({record.state.value}); it cannot become {state.value}")
+            finished = _now() if state.final and record.finished_at is None else record.finished_at
+            updated = replace(record, state=state, message=message or record.message, finished_at=finished)
+            self._jobs[job_id] = updated
+            return updated
+
+    def on_cancel(self, listener: CancelListener) -> None:
+        """Call `listener(job, reason)` whenever a job's cancellation is requested (the job manager stops it)."""
+        with self._lock:
+            self._cancel_listeners.append(listener)
+
+    def request_cancel(self, job_id: str, reason: str) -> JobRecord:
+        """Mark a running job for cancellation: its reporters are told so in every ack."""
+        with self._lock:
+            record = self.get(job_id)
+            if record.state.final:
+                raise DaemonError(f"job {job_id!r} has already ended ({record.state.value})")
+            updated = replace(record, cancel_requested=True, message=reason or record.message)
+            self._jobs[job_id] = updated
+            listeners = list(self._cancel_listeners)
+        for listener in listeners:
+            listener(updated, reason)
+        return updated
+
+    def jobs_using(self, dataset: str) -> list[str]:
+        """Ids of the jobs on `dataset` that have not ended."""
+        with self._lock:
+            return sorted(r.job_id for r in self._jobs.values() if r.dataset == dataset and not r.state.final)
+
+    def counts_by_state(self) -> dict[JobState, int]:
+        with self._lock:
+            counts = dict.fromkeys(JobState, 0)
+            for record in self._jobs.values():
+                counts[record.state] += 1
+            return counts

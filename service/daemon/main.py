@@ -1,0 +1,109 @@
+"""`graphtierd`: the command that runs the daemon until SIGTERM or SIGINT.
+
+The config is validated and the runtime directory's lock taken before the heavy imports
+(torch, grpc), so a second daemon is refused in a fraction of a second. Signals only set
+an event; the main thread then stops the daemon in order (see `server.Daemon.stop`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from graphtier.service.daemon.config import DaemonConfig
+from graphtier.service.daemon.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
+from graphtier.service.daemon.instance import InstanceLock
+
+EXIT_CONFIG = 2
+EXIT_RUNNING = 3
+EXIT_FAILED = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphtierd", description="The graphtier daemon: datasets, jobs, metrics.")
+    parser.add_argument("--config", type=Path, help="YAML or JSON DaemonConfig file; flags override it")
+    parser.add_argument(
+        "--runtime-dir", type=Path, help="lock, socket, endpoints.json and log (default $GRAPHTIER_HOME/run)"
+    )
+    parser.add_argument("--socket", type=Path, dest="socket_path", help="gRPC Unix socket path")
+    parser.add_argument("--tcp", help="also serve gRPC on HOST:PORT (port 0 = a free one)")
+    parser.add_argument("--http-host", help="status app address (default 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, help="status app port (default 0 = a free one)")
+    parser.add_argument("--dataset-root", type=Path, help="prepared datasets (default $GRAPHTIER_HOME/datasets)")
+    parser.add_argument("--log-file", type=Path, help="log file (default <runtime-dir>/daemon.log)")
+    parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls")
+    return parser
+
+
+def _same_file(stream: object, path: Path) -> bool:
+    try:
+        a, b = os.fstat(stream.fileno()), os.stat(path)  # type: ignore[attr-defined]
+    except (OSError, AttributeError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def setup_logging(config: DaemonConfig) -> None:
+    """Log to stderr, and to the log file unless stderr already is that file (`cluster start`)."""
+    config.log_path.parent.mkdir(parents=True, exist_ok=True)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if not _same_file(sys.stderr, config.log_path):
+        handlers.append(logging.FileHandler(config.log_path))
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s", handlers=handlers
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = {key: value for key, value in vars(args).items() if key != "config"}
+    try:
+        config = DaemonConfig.build(args.config, **overrides)
+    except DaemonConfigError as exc:
+        print(f"graphtierd: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    lock = InstanceLock(config)
+    try:
+        stale = lock.acquire()
+    except DaemonAlreadyRunningError as exc:
+        print(f"graphtierd: error: {exc}", file=sys.stderr)
+        return EXIT_RUNNING
+    except DaemonError as exc:
+        print(f"graphtierd: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    setup_logging(config)
+    log = logging.getLogger("graphtierd")
+    for path in stale:
+        log.info("removed stale %s left by a daemon that died", path)
+    try:
+        from graphtier.service.daemon.server import Daemon  # heavy: torch, grpc, fastapi
+
+        daemon = Daemon(config, lock=lock)
+        daemon.start()
+    except BaseException as exc:
+        lock.release()
+        if isinstance(exc, DaemonError):
+            log.error("cannot start: %s", exc)
+            return EXIT_FAILED
+        log.exception("cannot start")
+        return EXIT_FAILED
+    try:
+        while not stop.wait(1.0):
+            pass
+        log.info("stopping on a signal")
+    finally:
+        daemon.stop()
+    return 0

@@ -1,0 +1,215 @@
+"""`MetricsRegistry`: every metric of the daemon, in one prometheus_client `CollectorRegistry`.
+
+Counters are fed deltas by the progress tracker (reports carry cumulative values; the
+tracker turns them into increments and handles reporter restarts like Prometheus counter
+resets). Dataset sizes and job counts are read live from their owners at scrape time, so
+they can never go stale. `/metrics` and `/v1/status` both read this registry.
+
+Traffic sources (label `tier`): replicated, interleaved_local, interleaved_peer, host,
+storage. Links (label `link`): local (the device's own memory: replicated +
+interleaved_local), nvlink (interleaved_peer), pcie (host), storage. Hit ratio in PromQL:
+
+    sum(rate(graphtier_tier_bytes_total{tier=~"replicated|interleaved_.*"}[1m]))
+      / sum(rate(graphtier_tier_bytes_total[1m]))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
+
+LINK_OF_SOURCE: dict[str, str] = {
+    "replicated": "local",
+    "interleaved_local": "local",
+    "interleaved_peer": "nvlink",
+    "host": "pcie",
+    "storage": "storage",
+}
+LINKS: tuple[str, ...] = ("local", "nvlink", "pcie", "storage")
+
+
+@dataclass(frozen=True)
+class ProducerDelta:
+    """What one producer report added since the previous one."""
+
+    batches: int
+    sampled_nodes: int
+    sampled_edges: int
+    sample_seconds: float
+    gather_seconds: float
+    wait_seconds: float
+    traffic: TrafficCounts
+
+
+@dataclass(frozen=True)
+class TrainerDelta:
+    """What one trainer report added since the previous one."""
+
+    steps: int
+    train_seconds: float
+    data_wait_seconds: float
+
+
+class _LiveGauges(Collector):
+    """Gauges computed at scrape time from the daemon's live state."""
+
+    def __init__(self, families: Callable[[], Iterable[Metric]], describe: Callable[[], Iterable[Metric]]) -> None:
+        self._families = families
+        self._describe = describe
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families()
+
+    def describe(self) -> Iterable[Metric]:
+        return self._describe()
+
+
+class MetricsRegistry:
+    """The daemon's metrics; `exposition()` is the /metrics body."""
+
+    def __init__(self, *, simulated_devices: bool) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        job_rank = ("job", "rank")
+        self.tier_rows = Counter("graphtier_tier_rows", "Feature rows served, by traffic source.",
+                                 ("dataset", "job", "rank", "tier"), registry=r)
+        self.tier_bytes = Counter("graphtier_tier_bytes", "Feature bytes served, by traffic source.",
+                                  ("dataset", "job", "rank", "tier"), unit="bytes", registry=r)
+        self.link_bytes = Counter("graphtier_link_bytes", "Feature bytes by the link they would cross "
+                                  "(local, nvlink, pcie, storage).", ("link",), unit="bytes", registry=r)
+        self.batches = Counter("graphtier_batches", "Mini-batches trained.", job_rank, registry=r)
+        self.batches_produced = Counter("graphtier_batches_produced", "Mini-batches published by producers.",
+                                        job_rank, registry=r)
+        self.sampled_nodes = Counter("graphtier_sampled_nodes", "Nodes in sampled subgraphs.", job_rank, registry=r)
+        self.sampled_edges = Counter("graphtier_sampled_edges", "Edges in sampled subgraphs.", job_rank, registry=r)
+        self.sample_seconds = Counter("graphtier_sample_seconds", "Time producers spent sampling.",
+                                      job_rank, unit="seconds", registry=r)
+        self.gather_seconds = Counter("graphtier_gather_seconds", "Time producers spent gathering features.",
+                                      job_rank, unit="seconds", registry=r)
+        self.producer_wait_seconds = Counter("graphtier_producer_wait_seconds",
+                                             "Time producers waited for a free slot.", job_rank, unit="seconds",
+                                             registry=r)
+        self.train_seconds = Counter("graphtier_train_seconds", "Time ranks spent in forward, backward and step.",
+                                     job_rank, unit="seconds", registry=r)
+        self.data_wait_seconds = Counter("graphtier_data_wait_seconds", "Time ranks waited for their next batch.",
+                                         job_rank, unit="seconds", registry=r)
+        self.reports = Counter("graphtier_progress_reports", "Progress reports received.", ("reporter",), registry=r)
+        self.reporter_restarts = Counter("graphtier_reporter_restarts", "Reports whose counters went back "
+                                         "(the reporter restarted).", ("job", "rank", "reporter"), registry=r)
+        self.producer_lag = Gauge("graphtier_producer_lag_batches", "Batch the producer fills minus the batch "
+                                  "the rank holds.", job_rank, registry=r)
+        self.ready_slots = Gauge("graphtier_producer_ready_slots", "Slots holding batches the rank has not taken.",
+                                 job_rank, registry=r)
+        self.loss = Gauge("graphtier_train_loss", "Training loss of the latest step.", job_rank, registry=r)
+        self.accuracy = Gauge("graphtier_train_accuracy", "Training accuracy of the latest step.", job_rank,
+                              registry=r)
+        self.simulated = Gauge("graphtier_device_tiers_simulated", "1 when device tiers are accounted, not real "
+                               "(no GPU).", registry=r)
+        self.simulated.set(1 if simulated_devices else 0)
+        self.start_time = Gauge("graphtier_daemon_start_time_seconds", "Unix time the daemon started.",
+                                unit="seconds", registry=r)
+        self.start_time.set(time.time())
+        self.link_bytes_children = {link: self.link_bytes.labels(link=link) for link in LINKS}
+
+    def watch(
+        self,
+        dataset_tiers: Callable[[], Iterable[tuple[str, str, int]]],
+        job_states: Callable[[], Iterable[tuple[str, int]]],
+    ) -> None:
+        """Export live gauges: `dataset_tiers()` yields (dataset, tier, bytes), `job_states()` (state, count)."""
+
+        def describe() -> list[Metric]:
+            return [
+                GaugeMetricFamily("graphtier_dataset_bytes", "Bytes of one copy of each tier of each loaded "
+                                  "dataset.", labels=("dataset", "tier"), unit="bytes"),
+                GaugeMetricFamily("graphtier_jobs", "Jobs by state.", labels=("state",)),
+            ]
+
+        def families() -> list[Metric]:
+            datasets, jobs = describe()
+            for dataset, tier, nbytes in dataset_tiers():
+                datasets.add_metric((dataset, tier), nbytes)
+            for state, count in job_states():
+                jobs.add_metric((state,), count)
+            return [datasets, jobs]
+
+        self.registry.register(_LiveGauges(families, describe))
+
+    def add_producer(self, dataset: str, job: str, rank: int, delta: ProducerDelta) -> None:
+        labels = {"job": job, "rank": str(rank)}
+        self.batches_produced.labels(**labels).inc(delta.batches)
+        self.sampled_nodes.labels(**labels).inc(delta.sampled_nodes)
+        self.sampled_edges.labels(**labels).inc(delta.sampled_edges)
+        self.sample_seconds.labels(**labels).inc(delta.sample_seconds)
+        self.gather_seconds.labels(**labels).inc(delta.gather_seconds)
+        self.producer_wait_seconds.labels(**labels).inc(delta.wait_seconds)
+        for source, traffic in delta.traffic.by_source().items():
+            self.tier_rows.labels(dataset=dataset, tier=source, **labels).inc(traffic.rows)
+            self.tier_bytes.labels(dataset=dataset, tier=source, **labels).inc(traffic.bytes)
+            self.link_bytes_children[LINK_OF_SOURCE[source]].inc(traffic.bytes)
+
+    def set_producer_gauges(self, job: str, rank: int, *, lag_batches: int, ready_slots: int) -> None:
+        self.producer_lag.labels(job=job, rank=str(rank)).set(lag_batches)
+        self.ready_slots.labels(job=job, rank=str(rank)).set(ready_slots)
+
+    def add_trainer(self, job: str, rank: int, delta: TrainerDelta, *, loss: float, accuracy: float) -> None:
+        labels = {"job": job, "rank": str(rank)}
+        self.batches.labels(**labels).inc(delta.steps)
+        self.train_seconds.labels(**labels).inc(delta.train_seconds)
+        self.data_wait_seconds.labels(**labels).inc(delta.data_wait_seconds)
+        self.loss.labels(**labels).set(loss)
+        self.accuracy.labels(**labels).set(accuracy)
+
+    def count_report(self, reporter: str, *, job: str, rank: int, restarted: bool) -> None:
+        self.reports.labels(reporter=reporter).inc()
+        if restarted:
+            self.reporter_restarts.labels(job=job, rank=str(rank), reporter=reporter).inc()
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+    # Reading back, for /v1/status: the same numbers /metrics shows.
+
+    def _samples(self, counter: Counter, **match: str) -> Iterable[tuple[dict[str, str], float]]:
+        for family in counter.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total") and all(sample.labels.get(k) == v for k, v in match.items()):
+                    yield sample.labels, sample.value
+
+    def traffic(self, **match: str) -> TrafficCounts:
+        """Traffic summed over every series whose labels include `match` (e.g. job="7")."""
+        rows = dict.fromkeys(SOURCES, 0)
+        nbytes = dict.fromkeys(SOURCES, 0)
+        for labels, value in self._samples(self.tier_rows, **match):
+            rows[labels["tier"]] += int(value)
+        for labels, value in self._samples(self.tier_bytes, **match):
+            nbytes[labels["tier"]] += int(value)
+        per = {source: SourceTraffic(rows[source], nbytes[source]) for source in SOURCES}
+        return TrafficCounts(**per, simulated=self.simulated_devices)
+
+    @property
+    def simulated_devices(self) -> bool:
+        return bool(self.registry.get_sample_value("graphtier_device_tiers_simulated"))
+
+    def link_totals(self) -> dict[str, int]:
+        """Bytes per link since the daemon started."""
+        return {
+            link: int(self.registry.get_sample_value("graphtier_link_bytes_total", {"link": link}) or 0)
+            for link in LINKS
+        }
+
+    def total(self, counter: Counter, **match: str) -> float:
+        """Sum of `counter` over every series whose labels include `match`."""
+        return sum(value for _, value in self._samples(counter, **match))
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """The value of one exposed sample (e.g. "graphtier_producer_lag_batches", job=..., rank=...)."""
+        return self.registry.get_sample_value(name, labels)

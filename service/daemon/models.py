@@ -1,0 +1,112 @@
+"""Domain types the daemon hands out about datasets; the gRPC messages mirror them.
+
+Servicers and the client convert between these and `graphtier.v1` messages at the
+boundary (`conversions.py`); nothing else sees a `_pb2` type.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graphtier.service.placement import TierBudgets
+from graphtier.service.store import SharedDatasetHandle
+
+TIER_NAMES: tuple[str, ...] = ("device_replicated", "device_interleaved", "host", "storage", "structure_device")
+
+
+class BudgetSpec(BaseModel):
+    """Tier budgets as a user typed them ("10%", "512MiB", "4096"; "" = 0); parsed per dataset.
+
+    The default (no devices, `host` unset) keeps every feature row in host shared memory.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_devices: int = Field(default=0, ge=0, le=1024, description="Devices the device tiers span (may be accounted).")
+    device_replicated: str = Field(default="", description="Feature bytes on every device.")
+    device_interleaved: str = Field(default="", description="Feature bytes interleaved over the devices, in total.")
+    host: str | None = Field(default=None, description="Feature bytes in host memory; unset = all the rest.")
+    structure_device: str = Field(default="", description="Structure bytes on every device.")
+
+    def tier_budgets(self, *, feature_bytes: int, structure_bytes: int) -> TierBudgets:
+        """The budgets in bytes for one dataset; PlacementError when the text cannot be used."""
+        return TierBudgets.parse(
+            feature_bytes=feature_bytes,
+            structure_bytes=structure_bytes,
+            num_devices=self.num_devices,
+            device_replicated=self.device_replicated or 0,
+            device_interleaved=self.device_interleaved or 0,
+            host=None if self.host is None else (self.host or 0),
+            structure_device=self.structure_device or 0,
+        )
+
+
+class TierBytes(BaseModel):
+    """Rows and bytes (one copy) of one tier."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tier: str = Field(description="One of TIER_NAMES.")
+    rows: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+
+
+class DatasetSummary(BaseModel):
+    """One prepared or loaded dataset, as ListDatasets returns it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    loaded: bool
+    num_nodes: int
+    num_edges: int
+    feature_dim: int
+    num_classes: int
+    feature_bytes: int
+    structure_bytes: int
+    resident_bytes: int = Field(description="Shared-memory bytes the loaded dataset holds; 0 when not loaded.")
+    job_ids: list[str] = Field(default_factory=list)
+    source: str = ""
+
+
+class DatasetLayoutInfo(BaseModel):
+    """Where every part of a loaded dataset lives (the handle) plus the sizes reports need."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    handle: SharedDatasetHandle
+    tier_sizes: list[TierBytes] = Field(description="Hottest tier first, then structure_device.")
+    num_edges: int
+    feature_dim: int
+    num_classes: int
+    feature_bytes: int
+    structure_bytes: int
+    device_bytes_per_device: int
+    simulated_devices: bool
+    owner_pid: int
+    loaded_at: datetime
+    budgets: BudgetSpec
+
+    @property
+    def dataset(self) -> str:
+        return self.handle.dataset
+
+
+class LoadResult(BaseModel):
+    """What LoadDataset returns: the layout, and whether the dataset was loaded before."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    layout: DatasetLayoutInfo
+    already_loaded: bool
+
+
+class UnloadResult(BaseModel):
+    """What UnloadDataset returns."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    released_bytes: int
+    cancelled_job_ids: list[str] = Field(default_factory=list)

@@ -1,0 +1,228 @@
+"""Progress reports from a job's processes, and the tracker that turns them into metrics.
+
+Reports carry cumulative counters, so a lost report loses nothing. The tracker keeps each
+reporter's previous report and feeds the metrics the difference; when a counter goes back
+or the pid changes, the reporter restarted and its whole report counts as new (as
+Prometheus treats a counter reset). It also keeps the latest figures of every rank, and
+short windows of batch counts for batches/s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import Enum
+
+from graphtier.service.daemon.jobs import JobTable
+from graphtier.service.daemon.metrics import MetricsRegistry, ProducerDelta, TrainerDelta
+from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
+
+
+class Phase(str, Enum):
+    """What a trainer rank is doing."""
+
+    UNSPECIFIED = "unspecified"
+    TRAIN = "train"
+    EVAL = "eval"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class TrainerFigures:
+    """Figures only a trainer rank knows; `*_total` fields are cumulative since it started."""
+
+    phase: Phase = Phase.UNSPECIFIED
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    loss: float = 0.0
+    accuracy: float = 0.0
+    batches_per_second: float = 0.0
+    data_wait_seconds_total: float = 0.0
+    train_seconds_total: float = 0.0
+    steps_total: int = 0
+    val_accuracy: float | None = None
+    test_accuracy: float | None = None
+    model_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ProducerFigures:
+    """Figures only a producer knows; `*_total` fields and `traffic` are cumulative since it started."""
+
+    epoch: int = 0
+    batches_total: int = 0
+    seeds_total: int = 0
+    sampled_nodes_total: int = 0
+    sampled_edges_total: int = 0
+    sample_seconds_total: float = 0.0
+    gather_seconds_total: float = 0.0
+    wait_seconds_total: float = 0.0
+    traffic: TrafficCounts = field(default_factory=TrafficCounts)
+    ready_slots: int = 0
+    lag_batches: int = 0
+    slot_grows_total: int = 0
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """One report from a trainer rank or its producer."""
+
+    job_id: str
+    rank: int
+    pid: int
+    time: datetime
+    figures: TrainerFigures | ProducerFigures
+
+    @property
+    def reporter(self) -> str:
+        return "trainer" if isinstance(self.figures, TrainerFigures) else "producer"
+
+
+@dataclass(frozen=True)
+class RankView:
+    """The latest of one rank, as the status shows it."""
+
+    rank: int
+    trainer_pid: int = 0
+    producer_pid: int = 0
+    trainer: TrainerFigures | None = None
+    producer: ProducerFigures | None = None
+    last_report: datetime | None = None
+
+
+_TRAINER_COUNTERS = ("steps_total", "train_seconds_total", "data_wait_seconds_total")
+_PRODUCER_COUNTERS = (
+    "batches_total", "sampled_nodes_total", "sampled_edges_total",
+    "sample_seconds_total", "gather_seconds_total", "wait_seconds_total", "slot_grows_total",
+)  # fmt: skip
+
+
+def _traffic_values(traffic: TrafficCounts) -> list[int]:
+    return [value for source in SOURCES for value in (getattr(traffic, source).rows, getattr(traffic, source).bytes)]
+
+
+def _went_back(current: object, previous: object, names: tuple[str, ...]) -> bool:
+    went_back = any(getattr(current, name) < getattr(previous, name) for name in names)
+    if isinstance(current, ProducerFigures) and isinstance(previous, ProducerFigures):
+        went_back |= any(c < p for c, p in zip(_traffic_values(current.traffic), _traffic_values(previous.traffic)))
+    return went_back
+
+
+def _traffic_delta(current: TrafficCounts, previous: TrafficCounts | None) -> TrafficCounts:
+    if previous is None:
+        return current
+    per = {
+        source: SourceTraffic(
+            getattr(current, source).rows - getattr(previous, source).rows,
+            getattr(current, source).bytes - getattr(previous, source).bytes,
+        )
+        for source in SOURCES
+    }
+    return TrafficCounts(**per, simulated=current.simulated)
+
+
+class _RateWindow:
+    """Counts added over the last `window_s` seconds -> a rate that decays to 0 when reports stop."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, float]] = deque()
+
+    def add(self, now: float, count: float) -> None:
+        self._samples.append((now, count))
+
+    def rate(self, now: float) -> float:
+        while self._samples and now - self._samples[0][0] > self.window_s:
+            self._samples.popleft()
+        if len(self._samples) < 2:
+            return 0.0
+        span = now - self._samples[0][0]
+        return sum(count for _, count in list(self._samples)[1:]) / span if span > 0 else 0.0
+
+
+@dataclass
+class _JobRates:
+    trained: _RateWindow
+    produced: _RateWindow
+
+
+class ProgressTracker:
+    """Checks reports against the job table, feeds the metrics, and keeps every rank's latest."""
+
+    def __init__(
+        self, metrics: MetricsRegistry, jobs: JobTable, *, window_s: float = 10.0, clock=time.monotonic
+    ) -> None:
+        self.metrics = metrics
+        self.jobs = jobs
+        self._window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, int, str], tuple[int, TrainerFigures | ProducerFigures]] = {}
+        self._ranks: dict[tuple[str, int], RankView] = {}
+        self._rates: dict[str, _JobRates] = {}
+
+    def record(self, report: ProgressReport) -> bool:
+        """Account one report; returns True when the job is being cancelled (UnknownJobError for a
+        job or rank the daemon does not know)."""
+        job = self.jobs.check_rank(report.job_id, report.rank)
+        kind = report.reporter
+        figures = report.figures
+        names = _TRAINER_COUNTERS if kind == "trainer" else _PRODUCER_COUNTERS
+        with self._lock:
+            key = (report.job_id, report.rank, kind)
+            previous = self._last.get(key)
+            restarted = previous is not None and (
+                previous[0] != report.pid or _went_back(figures, previous[1], names)
+            )
+            base = None if previous is None or restarted else previous[1]
+            self._last[key] = (report.pid, figures)
+            delta = {name: getattr(figures, name) - (getattr(base, name) if base else 0) for name in names}
+            now = self._clock()
+            rates = self._rates.setdefault(
+                report.job_id, _JobRates(_RateWindow(self._window_s), _RateWindow(self._window_s))
+            )
+            view = self._ranks.get((report.job_id, report.rank), RankView(rank=report.rank))
+            if isinstance(figures, TrainerFigures):
+                view = replace(view, trainer_pid=report.pid, trainer=figures, last_report=report.time)
+                rates.trained.add(now, delta["steps_total"])
+                self.metrics.add_trainer(
+                    report.job_id, report.rank,
+                    TrainerDelta(delta["steps_total"], delta["train_seconds_total"], delta["data_wait_seconds_total"]),
+                    loss=figures.loss, accuracy=figures.accuracy,
+                )  # fmt: skip
+            else:
+                view = replace(view, producer_pid=report.pid, producer=figures, last_report=report.time)
+                rates.produced.add(now, delta["batches_total"])
+                traffic = _traffic_delta(figures.traffic, base.traffic if isinstance(base, ProducerFigures) else None)
+                self.metrics.add_producer(
+                    job.dataset, report.job_id, report.rank,
+                    ProducerDelta(
+                        batches=delta["batches_total"], sampled_nodes=delta["sampled_nodes_total"],
+                        sampled_edges=delta["sampled_edges_total"], sample_seconds=delta["sample_seconds_total"],
+                        gather_seconds=delta["gather_seconds_total"], wait_seconds=delta["wait_seconds_total"],
+                        traffic=traffic,
+                    ),
+                )  # fmt: skip
+                self.metrics.set_producer_gauges(
+                    report.job_id, report.rank, lag_batches=figures.lag_batches, ready_slots=figures.ready_slots
+                )
+            self._ranks[(report.job_id, report.rank)] = view
+            self.metrics.count_report(kind, job=report.job_id, rank=report.rank, restarted=restarted)
+        return self.jobs.get(report.job_id).cancel_requested
+
+    def ranks(self, job_id: str) -> list[RankView]:
+        """The latest of every rank of `job_id` that has reported, by rank."""
+        with self._lock:
+            return sorted((v for (job, _), v in self._ranks.items() if job == job_id), key=lambda v: v.rank)
+
+    def rates(self, job_id: str | None = None) -> tuple[float, float]:
+        """(batches trained, batches produced) per second over the window, for one job or all."""
+        now = self._clock()
+        with self._lock:
+            windows = [self._rates[job_id]] if job_id in self._rates else [] if job_id else list(self._rates.values())
+            return sum(w.trained.rate(now) for w in windows), sum(w.produced.rate(now) for w in windows)
+

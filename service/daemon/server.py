@@ -1,0 +1,204 @@
+"""`Daemon`: one running graphtierd, wiring gRPC, the status app, datasets, jobs and metrics.
+
+Start order: take the runtime directory's lock (stale files of a dead daemon are removed),
+reclaim stale shared-memory segments, bind HTTP, start gRPC with health NOT_SERVING,
+start the status app, flip health to SERVING, and only then write endpoints.json. Stop
+order: health NOT_SERVING, gRPC stops accepting and drains in-flight calls, the status app
+stops, every dataset is unloaded (segments unlinked), and socket, endpoints and lock go.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent import futures
+from datetime import datetime, timezone
+
+import grpc
+import torch
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from graphtier.service.daemon.config import DaemonConfig
+from graphtier.service.daemon.datasets import DatasetRegistry
+from graphtier.service.daemon.errors import DaemonError
+from graphtier.service.daemon.instance import Endpoints, InstanceLock
+from graphtier.service.daemon.jobs import JobTable
+from graphtier.service.daemon.metrics import MetricsRegistry
+from graphtier.service.daemon.progress import ProgressTracker
+from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
+from graphtier.service.daemon.status import StatusBuilder
+from graphtier.service.daemon.status_app import create_status_app
+from graphtier.service.daemon.status_models import EndpointsStatus
+from graphtier.service.shm import reclaim_stale_segments
+
+log = logging.getLogger("graphtierd")
+
+HTTP_START_TIMEOUT_S = 30.0
+
+
+def _bind_http(host: str, port: int) -> tuple[socket.socket, str]:
+    """A bound TCP socket for the status app (port 0 = a free one) and its URL."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise DaemonError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    return sock, f"http://{shown}:{bound}"
+
+
+class Daemon:
+    """The daemon's parts; `start()` makes it ready, `stop()` takes everything down (idempotent)."""
+
+    def __init__(self, config: DaemonConfig, *, lock: InstanceLock | None = None) -> None:
+        self.config = config
+        self.lock = lock or InstanceLock(config)
+        self.jobs = JobTable()
+        self.metrics = MetricsRegistry(simulated_devices=not torch.cuda.is_available())
+        self.datasets = DatasetRegistry(config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs)
+        self.tracker = ProgressTracker(self.metrics, self.jobs)
+        self.health = health.HealthServicer()
+        self.endpoints: Endpoints | None = None
+        self.started_at = datetime.now(timezone.utc)
+        self._grpc: grpc.Server | None = None
+        self._http: uvicorn.Server | None = None
+        self._http_thread: threading.Thread | None = None
+        self._serving = False
+        self._stopped = False
+
+    def _cancel_jobs(self, job_ids: list[str], reason: str) -> None:
+        for job_id in job_ids:
+            self.jobs.request_cancel(job_id, reason)
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
+
+    def start(self) -> Endpoints:
+        """Make the daemon ready; on any failure everything started so far is stopped again."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> Endpoints:
+        if not self.lock.held:
+            for path in self.lock.acquire():
+                log.info("removed stale %s left by a daemon that died", path)
+        for name in reclaim_stale_segments():
+            log.info("reclaimed stale shared-memory segment %s", name)
+        self.metrics.watch(self._dataset_tiers, self._job_states)
+        for name in ("", *SERVICE_NAMES):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        http_socket, http_url = _bind_http(self.config.http_host, self.config.http_port)
+        tcp = self._start_grpc()
+        builder = StatusBuilder(
+            endpoints=EndpointsStatus(grpc_unix=str(self.config.socket), grpc_tcp=tcp, http_url=http_url),
+            dataset_root=str(self.config.dataset_root),
+            datasets=self.datasets,
+            jobs=self.jobs,
+            tracker=self.tracker,
+            metrics=self.metrics,
+            started_at=self.started_at,
+        )
+        self._start_http(builder, http_socket)
+        self._serving = True
+        for name in ("", *SERVICE_NAMES):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.endpoints = Endpoints(
+            pid=os.getpid(),
+            started_at=self.started_at,
+            runtime_dir=str(self.config.runtime_dir),
+            grpc_unix=str(self.config.socket),
+            grpc_tcp=tcp,
+            http_url=http_url,
+            log_file=str(self.config.log_path),
+            dataset_root=str(self.config.dataset_root),
+        )
+        self.lock.publish(self.endpoints)
+        log.info("ready: gRPC unix:%s%s, HTTP %s, datasets from %s", self.config.socket,
+                 f" and tcp {tcp}" if tcp else "", http_url, self.config.dataset_root)  # fmt: skip
+        return self.endpoints
+
+    def _start_grpc(self) -> str | None:
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self.config.grpc_workers, thread_name_prefix="graphtier-grpc"),
+            options=[("grpc.so_reuseport", 0)],
+        )
+        self._grpc = server
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        add_servicers(server, self.datasets, self.tracker)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        self.config.socket.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            server.add_insecure_port(f"unix:{self.config.socket}")
+        except RuntimeError as exc:
+            raise DaemonError(f"cannot listen for gRPC on unix:{self.config.socket}: {exc}") from None
+        tcp = None
+        if self.config.tcp_address is not None:
+            host, port = self.config.tcp_address
+            shown = f"[{host}]" if ":" in host else host
+            try:
+                bound = server.add_insecure_port(f"{shown}:{port}")
+            except RuntimeError as exc:
+                raise DaemonError(f"cannot listen for gRPC on tcp {self.config.tcp}: {exc}") from None
+            tcp = f"{shown}:{bound}"
+        server.start()
+        return tcp
+
+    def _start_http(self, builder: StatusBuilder, sock: socket.socket) -> None:
+        app = create_status_app(
+            status=builder.snapshot, metrics=self.metrics, serving=lambda: self._serving, pid=os.getpid()
+        )
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", log_config=None,
+            timeout_graceful_shutdown=max(1, int(self.config.shutdown_grace_s)),
+        )  # fmt: skip
+        self._http = uvicorn.Server(config)
+        self._http_thread = threading.Thread(
+            target=self._http.run, kwargs={"sockets": [sock]}, name="graphtier-http", daemon=True
+        )
+        self._http_thread.start()
+        deadline = time.monotonic() + HTTP_START_TIMEOUT_S
+        while not self._http.started:
+            if not self._http_thread.is_alive() or time.monotonic() > deadline:
+                raise DaemonError(f"the status app did not start on {sock.getsockname()} (see the log)")
+            time.sleep(0.01)
+
+    def _dataset_tiers(self) -> list[tuple[str, str, int]]:
+        return [
+            (loaded.name, tier, size.bytes)
+            for loaded in self.datasets.loaded()
+            for tier, size in loaded.plan.tier_sizes().items()
+        ]
+
+    def _job_states(self) -> list[tuple[str, int]]:
+        return [(state.value, count) for state, count in self.jobs.counts_by_state().items()]
+
+    def stop(self) -> None:
+        """Stop accepting, drain, unload every dataset, remove socket, endpoints and lock."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._serving = False
+        if self.lock.held:
+            self.lock.unpublish()
+        self.health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            self._grpc.stop(self.config.shutdown_grace_s).wait()
+        if self._http is not None and self._http_thread is not None:
+            self._http.should_exit = True
+            self._http_thread.join(timeout=10)
+        for name in self.datasets.close():
+            log.info("unloaded %s", name)
+        self.lock.release()
+        log.info("stopped")

@@ -1,0 +1,80 @@
+"""The daemon's gRPC servicers: proto in, domain call, proto out; nothing else.
+
+`DatasetServicer` fronts the `DatasetRegistry`, `ProgressServicer` the `ProgressTracker`.
+Conversions live in `conversions.py`; errors become status codes in `grpc_status.py`.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from graphtier.service.daemon import conversions
+from graphtier.service.daemon.datasets import DatasetRegistry
+from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.daemon.progress import ProgressTracker
+from graphtier.v1 import datasets_pb2, datasets_pb2_grpc, progress_pb2, progress_pb2_grpc
+
+
+class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
+    """LoadDataset, UnloadDataset, ListDatasets, GetDatasetLayout."""
+
+    def __init__(self, registry: DatasetRegistry) -> None:
+        self.registry = registry
+
+    @grpc_method
+    def LoadDataset(
+        self, request: datasets_pb2.LoadDatasetRequest, context: grpc.ServicerContext
+    ) -> datasets_pb2.LoadDatasetResponse:
+        budgets = conversions.budgets_from_proto(request.budgets) if request.HasField("budgets") else None
+        result = self.registry.load(request.name, budgets)
+        return datasets_pb2.LoadDatasetResponse(
+            layout=conversions.layout_to_proto(result.layout), already_loaded=result.already_loaded
+        )
+
+    @grpc_method
+    def UnloadDataset(
+        self, request: datasets_pb2.UnloadDatasetRequest, context: grpc.ServicerContext
+    ) -> datasets_pb2.UnloadDatasetResponse:
+        result = self.registry.unload(request.name, force=request.force)
+        return datasets_pb2.UnloadDatasetResponse(
+            released_bytes=result.released_bytes, cancelled_job_ids=result.cancelled_job_ids
+        )
+
+    @grpc_method
+    def ListDatasets(
+        self, request: datasets_pb2.ListDatasetsRequest, context: grpc.ServicerContext
+    ) -> datasets_pb2.ListDatasetsResponse:
+        summaries = self.registry.summaries(include_prepared=request.include_prepared)
+        return datasets_pb2.ListDatasetsResponse(datasets=[conversions.summary_to_proto(s) for s in summaries])
+
+    @grpc_method
+    def GetDatasetLayout(
+        self, request: datasets_pb2.GetDatasetLayoutRequest, context: grpc.ServicerContext
+    ) -> datasets_pb2.DatasetLayout:
+        return conversions.layout_to_proto(self.registry.layout(request.name))
+
+
+class ProgressServicer(progress_pb2_grpc.ProgressServiceServicer):
+    """ReportProgress."""
+
+    def __init__(self, tracker: ProgressTracker) -> None:
+        self.tracker = tracker
+
+    @grpc_method
+    def ReportProgress(
+        self, request: progress_pb2.ProgressReport, context: grpc.ServicerContext
+    ) -> progress_pb2.ProgressAck:
+        cancel = self.tracker.record(conversions.report_from_proto(request))
+        return progress_pb2.ProgressAck(cancel_requested=cancel)
+
+
+SERVICE_NAMES: tuple[str, ...] = (
+    datasets_pb2.DESCRIPTOR.services_by_name["DatasetService"].full_name,
+    progress_pb2.DESCRIPTOR.services_by_name["ProgressService"].full_name,
+)
+
+
+def add_servicers(server: grpc.Server, registry: DatasetRegistry, tracker: ProgressTracker) -> None:
+    """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES)."""
+    datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry), server)
+    progress_pb2_grpc.add_ProgressServiceServicer_to_server(ProgressServicer(tracker), server)

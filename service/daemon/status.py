@@ -1,0 +1,165 @@
+"""`StatusBuilder`: the `/v1/status` snapshot, read from the metrics registry and live state."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from importlib import metadata
+
+from graphtier.service.daemon.datasets import DatasetRegistry, LoadedDataset
+from graphtier.service.daemon.jobs import JobRecord, JobTable
+from graphtier.service.daemon.metrics import LINK_OF_SOURCE, LINKS, MetricsRegistry
+from graphtier.service.daemon.progress import ProgressTracker, RankView
+from graphtier.service.daemon.status_models import (
+    DaemonStatus,
+    DatasetStatus,
+    EndpointsStatus,
+    JobStatus,
+    RankStatus,
+    SourceStatus,
+    TierStatus,
+    TrafficStatus,
+)
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("graphtier")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class StatusBuilder:
+    """Builds `DaemonStatus` snapshots; cheap enough to call on every dashboard poll."""
+
+    def __init__(
+        self,
+        *,
+        endpoints: EndpointsStatus,
+        dataset_root: str,
+        datasets: DatasetRegistry,
+        jobs: JobTable,
+        tracker: ProgressTracker,
+        metrics: MetricsRegistry,
+        started_at: datetime,
+    ) -> None:
+        self.endpoints = endpoints
+        self.dataset_root = dataset_root
+        self.datasets = datasets
+        self.jobs = jobs
+        self.tracker = tracker
+        self.metrics = metrics
+        self.started_at = started_at
+        self.version = package_version()
+
+    def traffic(self, **match: str) -> TrafficStatus:
+        counts = self.metrics.traffic(**match)
+        total = counts.total_bytes
+        sources = {
+            name: SourceStatus(rows=t.rows, bytes=t.bytes, share=t.bytes / total if total else 0.0)
+            for name, t in counts.by_source().items()
+        }
+        if match:  # the link counter has no job label: sum this job's sources by link
+            links = dict.fromkeys(LINKS, 0)
+            for name, source in counts.by_source().items():
+                links[LINK_OF_SOURCE[name]] += source.bytes
+        else:
+            links = self.metrics.link_totals()
+        return TrafficStatus(
+            sources=sources, links=links, total_rows=counts.total_rows, total_bytes=total,
+            device_bytes=counts.device_bytes, hit_ratio=counts.hit_ratio, simulated=counts.simulated,
+        )  # fmt: skip
+
+    def _dataset(self, loaded: LoadedDataset) -> DatasetStatus:
+        layout = loaded.layout()
+        return DatasetStatus(
+            name=loaded.name,
+            num_nodes=loaded.manifest.num_nodes,
+            num_edges=layout.num_edges,
+            feature_dim=layout.feature_dim,
+            num_classes=layout.num_classes,
+            feature_bytes=layout.feature_bytes,
+            structure_bytes=layout.structure_bytes,
+            resident_bytes=loaded.resident_bytes,
+            num_devices=loaded.plan.num_devices,
+            device_bytes_per_device=layout.device_bytes_per_device,
+            simulated_devices=layout.simulated_devices,
+            tiers=[TierStatus(tier=t.tier, rows=t.rows, bytes=t.bytes) for t in layout.tier_sizes],
+            job_ids=self.jobs.jobs_using(loaded.name),
+            loaded_at=loaded.loaded_at,
+        )
+
+    def _rank(self, job_id: str, view: RankView) -> RankStatus:
+        m, labels = self.metrics, {"job": job_id, "rank": str(view.rank)}
+        trainer, producer = view.trainer, view.producer
+        return RankStatus(
+            rank=view.rank,
+            trainer_pid=view.trainer_pid,
+            producer_pid=view.producer_pid,
+            phase=trainer.phase.value if trainer else "unspecified",
+            epoch=trainer.epoch if trainer else (producer.epoch if producer else 0),
+            global_step=trainer.global_step if trainer else 0,
+            loss=trainer.loss if trainer else None,
+            accuracy=trainer.accuracy if trainer else None,
+            batches_trained=int(m.total(m.batches, **labels)),
+            batches_produced=int(m.total(m.batches_produced, **labels)),
+            producer_lag_batches=producer.lag_batches if producer else 0,
+            ready_slots=producer.ready_slots if producer else 0,
+            sample_seconds=m.total(m.sample_seconds, **labels),
+            gather_seconds=m.total(m.gather_seconds, **labels),
+            train_seconds=m.total(m.train_seconds, **labels),
+            data_wait_seconds=m.total(m.data_wait_seconds, **labels),
+            last_report=view.last_report,
+        )
+
+    def _job(self, record: JobRecord) -> JobStatus:
+        views = self.tracker.ranks(record.job_id)
+        ranks = [self._rank(record.job_id, view) for view in views]
+        trained, produced = self.tracker.rates(record.job_id)
+        evaluated = [v.trainer for v in views if v.trainer is not None and v.trainer.val_accuracy is not None]
+        return JobStatus(
+            job_id=record.job_id,
+            name=record.name,
+            dataset=record.dataset,
+            state=record.state.value,
+            message=record.message,
+            world_size=record.world_size,
+            created_at=record.created_at,
+            finished_at=record.finished_at,
+            cancel_requested=record.cancel_requested,
+            batches_total=int(self.metrics.total(self.metrics.batches, job=record.job_id)),
+            batches_per_second=trained,
+            produced_batches_per_second=produced,
+            producer_lag_batches=max((r.producer_lag_batches for r in ranks), default=0),
+            val_accuracy=evaluated[0].val_accuracy if evaluated else None,
+            test_accuracy=evaluated[0].test_accuracy if evaluated else None,
+            traffic=self.traffic(job=record.job_id),
+            ranks=ranks,
+        )
+
+    def snapshot(self) -> DaemonStatus:
+        now = datetime.now(timezone.utc)
+        jobs = [self._job(record) for record in self.jobs.list()]
+        trained, produced = self.tracker.rates()
+        m = self.metrics
+        running = [j for j in jobs if j.state in ("starting", "running")]
+        return DaemonStatus(
+            version=self.version,
+            pid=os.getpid(),
+            started_at=self.started_at,
+            time=now,
+            uptime_seconds=(now - self.started_at).total_seconds(),
+            endpoints=self.endpoints,
+            dataset_root=self.dataset_root,
+            simulated_devices=m.simulated_devices,
+            datasets=[self._dataset(loaded) for loaded in self.datasets.loaded()],
+            jobs=jobs,
+            traffic=self.traffic(),
+            batches_total=int(m.total(m.batches)),
+            batches_per_second=trained,
+            produced_batches_per_second=produced,
+            producer_lag_batches=max((j.producer_lag_batches for j in running), default=0),
+            sample_seconds_total=m.total(m.sample_seconds),
+            gather_seconds_total=m.total(m.gather_seconds),
+            train_seconds_total=m.total(m.train_seconds),
+        )

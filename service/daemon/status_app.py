@@ -1,0 +1,54 @@
+"""The status app (FastAPI): `/healthz`, `/v1/status`, `/metrics` and the dashboard at `/`.
+
+It only reads: the status snapshot comes from `StatusBuilder`, `/metrics` is the
+exposition of the daemon's one `MetricsRegistry`. The interactive API docs are off
+because they load scripts from a CDN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from fastapi import FastAPI, Response
+from fastapi.responses import HTMLResponse, JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
+
+from graphtier.service.daemon.dashboard import DASHBOARD_HTML
+from graphtier.service.daemon.metrics import MetricsRegistry
+from graphtier.service.daemon.status_models import DaemonStatus
+
+
+class Health(BaseModel):
+    """The body of /healthz."""
+
+    status: Literal["serving", "not_serving"]
+    pid: int
+
+
+def create_status_app(
+    *, status: Callable[[], DaemonStatus], metrics: MetricsRegistry, serving: Callable[[], bool], pid: int
+) -> FastAPI:
+    """The app; `serving()` says whether the daemon is ready (503 on /healthz otherwise)."""
+    app = FastAPI(title="graphtier daemon", docs_url=None, redoc_url=None)
+
+    @app.get("/healthz", response_model=Health)
+    def healthz() -> JSONResponse:
+        ok = serving()
+        body = Health(status="serving" if ok else "not_serving", pid=pid)
+        return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+
+    @app.get("/v1/status", response_model=DaemonStatus)
+    def v1_status() -> DaemonStatus:
+        return status()
+
+    @app.get("/metrics")
+    def prometheus_metrics() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", response_class=HTMLResponse)
+    def dashboard() -> str:
+        return DASHBOARD_HTML
+
+    return app

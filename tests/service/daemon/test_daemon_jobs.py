@@ -1,0 +1,42 @@
+"""JobTable: the states a job may take, cancellation requests, and which jobs hold a dataset."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphtier.service.daemon.errors import DaemonError, UnknownJobError
+from graphtier.service.daemon.jobs import JobRecord, JobState, JobTable
+
+
+def test_states_cancellation_and_dataset_users():
+    table = JobTable()
+    cancelled: list[tuple[str, str]] = []
+    table.on_cancel(lambda job, reason: cancelled.append((job.job_id, reason)))
+    table.add(JobRecord(job_id="a", dataset="d", world_size=2))
+    table.add(JobRecord(job_id="b", dataset="d", world_size=1, state=JobState.RUNNING))
+    assert table.jobs_using("d") == ["a", "b"] and table.jobs_using("other") == []
+    assert [r.job_id for r in table.list()] == ["b", "a"]  # newest first
+
+    assert table.request_cancel("b", "stop please").cancel_requested
+    assert cancelled == [("b", "stop please")]
+    done = table.set_state("b", JobState.CANCELLED)
+    assert done.finished_at is not None and done.message == "stop please"
+    assert table.jobs_using("d") == ["a"]
+    with pytest.raises(DaemonError, match="has ended \\(cancelled\\); it cannot become running"):
+        table.set_state("b", JobState.RUNNING)
+    with pytest.raises(DaemonError, match="already ended"):
+        table.request_cancel("b", "again")
+    assert table.counts_by_state()[JobState.PENDING] == 1
+
+
+def test_unknown_jobs_ranks_and_duplicates_are_refused():
+    table = JobTable()
+    table.add(JobRecord(job_id="a", dataset="d", world_size=2))
+    with pytest.raises(UnknownJobError, match="no job 'zz' in this daemon \\(latest known: a\\)"):
+        table.get("zz")
+    with pytest.raises(UnknownJobError, match="ranks 0..1; there is no rank 2"):
+        table.check_rank("a", 2)
+    with pytest.raises(DaemonError, match="already exists"):
+        table.add(JobRecord(job_id="a", dataset="d", world_size=1))
+    with pytest.raises(DaemonError, match="world size 0"):
+        table.add(JobRecord(job_id="c", dataset="d", world_size=0))

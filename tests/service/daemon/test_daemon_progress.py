@@ -1,0 +1,143 @@
+"""Progress reports -> one metrics registry -> /metrics and /v1/status, over real gRPC and HTTP."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import grpc
+import httpx
+import pytest
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon import conversions
+from graphtier.service.daemon.errors import DaemonRequestError
+from graphtier.service.daemon.jobs import JobRecord, JobState, JobTable
+from graphtier.service.daemon.metrics import MetricsRegistry
+from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, ProgressTracker, TrainerFigures
+from graphtier.service.gather.traffic import SourceTraffic, TrafficCounts
+from graphtier.v1 import progress_pb2, progress_pb2_grpc
+
+
+def _traffic(replicated: int, peer: int, host: int, storage: int, row_bytes: int = 64) -> TrafficCounts:
+    def rows(n: int) -> SourceTraffic:
+        return SourceTraffic(n, n * row_bytes)
+
+    return TrafficCounts(replicated=rows(replicated), interleaved_peer=rows(peer), host=rows(host),
+                         storage=rows(storage), simulated=True)  # fmt: skip
+
+
+def _producer(job: str, rank: int, pid: int, batches: int, traffic: TrafficCounts, lag: int = 1) -> ProgressReport:
+    figures = ProducerFigures(batches_total=batches, sample_seconds_total=0.5 * batches,
+                              gather_seconds_total=0.25 * batches, traffic=traffic, lag_batches=lag, ready_slots=1)
+    return ProgressReport(job_id=job, rank=rank, pid=pid, time=datetime.now(timezone.utc), figures=figures)
+
+
+def _trainer(job: str, rank: int, pid: int, steps: int) -> ProgressReport:
+    figures = TrainerFigures(phase=Phase.TRAIN, steps_total=steps, global_step=steps, loss=1.5, accuracy=0.25,
+                             train_seconds_total=0.2 * steps, val_accuracy=0.5)  # fmt: skip
+    return ProgressReport(job_id=job, rank=rank, pid=pid, time=datetime.now(timezone.utc), figures=figures)
+
+
+@pytest.fixture
+def running_job(inproc_daemon):
+    inproc_daemon.jobs.add(JobRecord(job_id="7", dataset="rmat12", world_size=2, state=JobState.RUNNING))
+    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+        client.load_dataset("rmat12")
+        yield client
+        client.unload_dataset("rmat12", force=True)
+
+
+def _metric(text: str, line_start: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(line_start + " ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_reports_show_up_in_metrics_and_status_with_restarts_as_resets(running_job, inproc_daemon):
+    client = running_job
+    assert client.report_progress(_producer("7", 0, pid=100, batches=2, traffic=_traffic(6, 2, 2, 0))) is False
+    client.report_progress(_producer("7", 0, pid=100, batches=5, traffic=_traffic(10, 4, 4, 2), lag=3))
+    client.report_progress(_trainer("7", 0, pid=200, steps=4))
+    # rank 1's producer restarted: its counters went back, so its report counts in full
+    client.report_progress(_producer("7", 1, pid=300, batches=3, traffic=_traffic(0, 0, 10, 0)))
+    client.report_progress(_producer("7", 1, pid=301, batches=1, traffic=_traffic(0, 0, 5, 0)))
+
+    text = httpx.get(client.http_url + "/metrics", timeout=10).text
+    series = 'dataset="rmat12",job="7",rank="0",tier='
+    assert _metric(text, f'graphtier_tier_rows_total{{{series}"replicated"}}') == 10
+    assert _metric(text, f'graphtier_tier_bytes_total{{{series}"interleaved_peer"}}') == 4 * 64
+    assert _metric(text, 'graphtier_tier_bytes_total{dataset="rmat12",job="7",rank="1",tier="host"}') == 15 * 64
+    assert _metric(text, 'graphtier_link_bytes_total{link="local"}') == 10 * 64
+    assert _metric(text, 'graphtier_link_bytes_total{link="nvlink"}') == 4 * 64
+    assert _metric(text, 'graphtier_link_bytes_total{link="pcie"}') == 19 * 64
+    assert _metric(text, 'graphtier_link_bytes_total{link="storage"}') == 2 * 64
+    assert _metric(text, 'graphtier_batches_produced_total{job="7",rank="1"}') == 4
+    assert _metric(text, 'graphtier_batches_total{job="7",rank="0"}') == 4
+    assert _metric(text, 'graphtier_sample_seconds_total{job="7",rank="0"}') == 2.5
+    assert _metric(text, 'graphtier_train_seconds_total{job="7",rank="0"}') == pytest.approx(0.8)
+    assert _metric(text, 'graphtier_producer_lag_batches{job="7",rank="0"}') == 3
+    assert _metric(text, 'graphtier_reporter_restarts_total{job="7",rank="1",reporter="producer"}') == 1
+    assert _metric(text, 'graphtier_dataset_bytes{dataset="rmat12",tier="host"}') == 4096 * 16 * 4
+    assert _metric(text, 'graphtier_jobs{state="running"}') == 1
+    assert _metric(text, "graphtier_device_tiers_simulated") == 1
+
+    status = client.status()
+    (job,) = status.jobs
+    assert job.state == "running" and job.batches_total == 4 and job.producer_lag_batches == 3
+    assert job.traffic.total_bytes == (20 + 15) * 64 and job.traffic.device_bytes == 14 * 64
+    assert job.traffic.hit_ratio == pytest.approx(14 / 35)
+    assert job.traffic.sources["host"].share == pytest.approx(19 / 35)
+    assert job.val_accuracy == 0.5
+    rank0, rank1 = job.ranks
+    assert (rank0.trainer_pid, rank0.producer_pid, rank1.producer_pid) == (200, 100, 301)
+    assert rank0.loss == 1.5 and rank0.batches_produced == 5 and rank1.batches_produced == 4
+    assert status.traffic.links == {"local": 640, "nvlink": 256, "pcie": 19 * 64, "storage": 128}
+    assert status.producer_lag_batches == 3 and status.simulated_devices
+    (dataset,) = status.datasets
+    assert dataset.name == "rmat12" and dataset.job_ids == ["7"] and dataset.resident_bytes > 0
+
+
+def test_dashboard_is_self_contained(inproc_daemon):
+    page = httpx.get(inproc_daemon.endpoints.http_url + "/", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<canvas" in page.text and 'fetch("/v1/status"' in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # nothing is fetched from outside
+
+
+def test_unknown_job_or_rank_is_not_found_and_cancel_reaches_reporters(running_job, inproc_daemon):
+    client = running_job
+    for job, rank, expected in (("nope", 0, "no job 'nope'"), ("7", 2, "there is no rank 2")):
+        with pytest.raises(DaemonRequestError) as info:
+            client.report_progress(_trainer(job, rank, pid=1, steps=1))
+        assert info.value.code == "NOT_FOUND" and expected in info.value.message
+    inproc_daemon.jobs.request_cancel("7", "user asked")
+    assert client.report_progress(_trainer("7", 0, pid=1, steps=1)) is True
+
+
+def test_report_without_reporter_kind_is_invalid_argument(inproc_daemon):
+    with grpc.insecure_channel(f"unix:{inproc_daemon.config.socket}") as channel:
+        stub = progress_pb2_grpc.ProgressServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ReportProgress(progress_pb2.ProgressReport(job_id="7", rank=0), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "names no reporter kind" in info.value.details()
+
+
+@pytest.mark.parametrize("report", [_trainer("j", 3, pid=9, steps=12), _producer("j", 1, pid=8, batches=4,
+                                    traffic=_traffic(1, 2, 3, 4))])
+def test_reports_survive_the_wire_unchanged(report):
+    assert conversions.report_from_proto(conversions.report_to_proto(report)) == report
+
+
+def test_batches_per_second_over_the_window_decays_when_reports_stop():
+    now = [0.0]
+    jobs = JobTable()
+    jobs.add(JobRecord(job_id="j", dataset="d", world_size=1))
+    tracker = ProgressTracker(MetricsRegistry(simulated_devices=True), jobs, window_s=10.0, clock=lambda: now[0])
+    for second in range(5):
+        now[0] = float(second)
+        tracker.record(_trainer("j", 0, pid=1, steps=10 * (second + 1)))
+    assert tracker.rates("j") == (pytest.approx(10.0), 0.0)  # 40 steps over 4 s; the first report is the baseline
+    now[0] = 8.0
+    assert tracker.rates()[0] == pytest.approx(40 / 8)
+    now[0] = 30.0
+    assert tracker.rates("j") == (0.0, 0.0)
