@@ -1,0 +1,110 @@
+"""Training checkpoints: atomic writes, newest-first discovery, bounded retention.
+
+A checkpoint holds the model and optimizer state and where training stood (epoch, batches
+done in that epoch, global step). It is written to a temporary file in the same directory,
+flushed and fsynced, then renamed into place, so a rank killed mid-write leaves either the
+previous checkpoint or the new one, never a torn file. Names carry the step
+(`ckpt-000000120.pt`) so the newest is found by name alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphtier.service.errors import GraphtierError
+
+FORMAT = 1
+_NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
+
+
+@dataclass(frozen=True)
+class TrainPosition:
+    """Where training stands: `batch` batches of `epoch` are done, `step` optimizer steps in all."""
+
+    epoch: int = 0
+    batch: int = 0
+    step: int = 0
+
+
+def checkpoint_path(directory: Path, step: int) -> Path:
+    return Path(directory) / f"ckpt-{step:09d}.pt"
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoints in `directory`, oldest first (empty when the directory does not exist)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if _NAME.match(p.name)]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    found = list_checkpoints(directory)
+    return found[-1] if found else None
+
+
+def save_checkpoint(
+    directory: Path, position: TrainPosition, model_state: dict[str, Any], optimizer_state: dict[str, Any],
+    *, extra: dict[str, Any] | None = None, keep: int = 2,
+) -> Path:
+    """Write a checkpoint atomically and keep only the newest `keep`; returns its path."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GraphtierError(f"{directory}: cannot create the checkpoint directory ({exc.strerror})") from exc
+    target = checkpoint_path(directory, position.step)
+    payload = {
+        "format": FORMAT,
+        "epoch": position.epoch,
+        "batch": position.batch,
+        "step": position.step,
+        "model": model_state,
+        "optimizer": optimizer_state,
+        "extra": extra or {},
+    }
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+        old.unlink(missing_ok=True)
+    return target
+
+
+def remove_partial_writes(directory: Path) -> None:
+    """Delete temporary files left by a writer that was killed mid-write."""
+    directory = Path(directory)
+    if directory.is_dir():
+        for leftover in directory.glob(".ckpt-*.tmp"):
+            leftover.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: Path) -> tuple[TrainPosition, dict[str, Any]]:
+    """(position, payload) of a checkpoint; GraphtierError naming the file when it is unusable."""
+    path = Path(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a corrupt or foreign file
+        raise GraphtierError(f"{path}: not a readable graphtier checkpoint ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise GraphtierError(f"{path}: checkpoint format {got!r} is not the supported format {FORMAT}")
+    missing = [k for k in ("epoch", "batch", "step", "model", "optimizer") if k not in payload]
+    if missing:
+        raise GraphtierError(f"{path}: checkpoint lacks {', '.join(missing)}")
+    return TrainPosition(int(payload["epoch"]), int(payload["batch"]), int(payload["step"])), payload

@@ -1,0 +1,53 @@
+"""Accuracy of a model on the seed nodes of evaluation batches, summed over all ranks.
+
+Every rank evaluates its own shard of a split's ids (shards partition the split), counts
+correct and labelled seeds, and the counts are all-reduced, so the accuracy is that of the
+whole split whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from graphtier.launcher.runtime.batch import TrainBatch, blocks_to
+from graphtier.launcher.runtime.distributed import DistContext
+
+EvalBatches = Callable[[str], Iterable[TrainBatch]]
+
+
+@torch.no_grad()
+def count_correct(model: nn.Module, batches: Iterable[TrainBatch], device: torch.device) -> tuple[int, int]:
+    """(correct, labelled) seeds over `batches`; releases every batch."""
+    correct = labelled = 0
+    for batch in batches:
+        try:
+            y = batch.y.to(device)
+            logits = model(blocks_to(batch.blocks, device), batch.x.to(device))
+            mask = y >= 0
+            correct += int((logits.argmax(dim=1) == y)[mask].sum())
+            labelled += int(mask.sum())
+        finally:
+            batch.release()
+    return correct, labelled
+
+
+def evaluate_splits(
+    model: nn.Module, eval_batches: EvalBatches, splits: Sequence[str], ctx: DistContext
+) -> dict[str, float]:
+    """split -> accuracy over all ranks (splits with no labelled seed anywhere are left out).
+
+    Every rank must call this (it all-reduces); the model is put back in training mode after.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        counts = torch.zeros(len(splits), 2, dtype=torch.float64, device=ctx.device)
+        for i, split in enumerate(splits):
+            counts[i, 0], counts[i, 1] = count_correct(model, eval_batches(split), ctx.device)
+        ctx.all_reduce_sum(counts)
+    finally:
+        model.train(was_training)
+    return {split: float(c / n) for split, (c, n) in zip(splits, counts.tolist()) if n > 0}

@@ -1,0 +1,70 @@
+"""GAT (Velickovic et al. 2018) over sampled blocks: multi-head attention per destination.
+
+Each destination attends over its sampled in-neighbours and itself (a self loop is added,
+as PyG's GATConv does): e_uv = LeakyReLU(a_src . W h_u + a_dst . W h_v), softmax over v's
+edges per head, then the attention-weighted sum of W h_u. Hidden layers concatenate the
+heads, the output layer averages them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphtier.launcher.runtime.models.base import BlockGNN, dims
+from graphtier.launcher.runtime.models.block_ops import attention_sum, destination_index, segment_softmax
+from graphtier.service.errors import GraphtierError
+from graphtier.service.sampling import Block
+
+
+class GATConv(nn.Module):
+    """One attention layer: [num_src, in] -> [num_dst, heads * out] (concat) or [num_dst, out] (mean)."""
+
+    def __init__(
+        self, in_dim: int, out_dim: int, *, heads: int, concat: bool, attn_dropout: float = 0.0, negative_slope: float = 0.2
+    ) -> None:
+        super().__init__()
+        self.heads, self.out_dim, self.concat = heads, out_dim, concat
+        self.negative_slope = negative_slope
+        self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
+        self.attn_dropout = nn.Dropout(attn_dropout)
+        nn.init.xavier_uniform_(self.lin.weight)
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+
+    def forward(self, block: Block, x: Tensor) -> Tensor:
+        n = block.num_dst
+        loops = torch.arange(n, dtype=torch.int64, device=block.indices.device)
+        src = torch.cat([block.indices, loops])
+        dst = torch.cat([destination_index(block), loops])
+        h = self.lin(x).view(-1, self.heads, self.out_dim)  # [num_src, H, C]
+        score_src = (h * self.att_src).sum(-1)  # [num_src, H]
+        score_dst = (h[:n] * self.att_dst).sum(-1)  # [num_dst, H]
+        scores = F.leaky_relu(score_src.index_select(0, src) + score_dst.index_select(0, dst), self.negative_slope)
+        alpha = self.attn_dropout(segment_softmax(scores, dst, n))
+        out = attention_sum(h, src, dst, alpha, n)  # [num_dst, H, C]
+        out = out.reshape(n, -1) if self.concat else out.mean(dim=1)
+        return out + self.bias
+
+
+class GAT(BlockGNN):
+    """`num_layers` GATConv layers with ELU between them; `hidden` is the concatenated width."""
+
+    def __init__(
+        self, in_dim: int, hidden: int, out_dim: int, num_layers: int, *, heads: int = 4, dropout: float = 0.5
+    ) -> None:
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+            raise GraphtierError(f"heads must be an int >= 1, got {heads!r}")
+        if hidden % heads:
+            raise GraphtierError(f"hidden={hidden} must be divisible by heads={heads} (each head gets hidden // heads)")
+        convs = []
+        for layer, (i, o) in enumerate(dims(in_dim, hidden, out_dim, num_layers)):
+            last = layer == num_layers - 1
+            convs.append(
+                GATConv(i, o if last else o // heads, heads=heads, concat=not last, attn_dropout=dropout)
+            )
+        super().__init__(convs, dropout=dropout, activation=F.elu)

@@ -1,0 +1,138 @@
+"""PyG's remote-backend interface over graphtier's data: `(feature_store, graph_store)`.
+
+`NeighborLoader((GraphtierFeatureStore(ds), GraphtierGraphStore(ds)), num_neighbors=...,
+input_nodes=ds.split("train"))` then trains a PyG script unchanged, with features read from
+graphtier's tiers (`tiered_gather`, traffic counted) and the CSC taken as is, no copy.
+The stores are read-only and homogeneous: one node group (`group_name=None`) with the
+tensors `x` (features) and `y` (labels), one edge type (`edge_type=None`) whose CSC is
+(`row`, `colptr`). Node ids are the dataset's reordered ids (`new_to_old` maps back).
+
+Importing this module needs torch_geometric.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
+from torch_geometric.data.graph_store import EdgeLayout
+
+from graphtier.service.errors import GraphtierError
+from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
+from graphtier.service.graph.csc import CSCGraph
+from graphtier.service.prepared import PreparedDataset
+from graphtier.service.store import AttachedDataset
+
+FEATURES, LABELS = "x", "y"
+
+
+def _tiers_and_labels(dataset: PreparedDataset | AttachedDataset, device_index: int) -> tuple[FeatureTiers, Tensor | None]:
+    if isinstance(dataset, AttachedDataset):
+        return dataset.feature_tiers(device_index), dataset.labels
+    if isinstance(dataset, PreparedDataset):
+        features = dataset.features
+        if features is None:
+            raise GraphtierError(f"dataset {dataset.name!r} has no node features for a PyG feature store")
+        n = features.shape[0]
+        return FeatureTiers.from_table(features, replicated_end=0, interleaved_end=0, host_end=n), dataset.labels
+    raise GraphtierError(f"expected a PreparedDataset or an AttachedDataset, got {type(dataset).__name__}")
+
+
+def _graph(dataset: PreparedDataset | AttachedDataset) -> CSCGraph:
+    if isinstance(dataset, (PreparedDataset, AttachedDataset)):
+        return dataset.graph
+    raise GraphtierError(f"expected a PreparedDataset or an AttachedDataset, got {type(dataset).__name__}")
+
+
+class GraphtierFeatureStore(FeatureStore):
+    """Read-only `x` and `y` of one dataset; every `x` read is a tiered gather, counted in `traffic`."""
+
+    def __init__(self, dataset: PreparedDataset | AttachedDataset, *, device_index: int = 0) -> None:
+        super().__init__()
+        self._tiers, self._labels = _tiers_and_labels(dataset, device_index)
+        self.traffic = TrafficCounts(simulated=self._tiers.simulated)
+
+    @property
+    def num_nodes(self) -> int:
+        return self._tiers.num_rows
+
+    def _ids(self, index: Any) -> Tensor:
+        """The node ids an index selects: None or ':' for all, else a tensor, array, slice or int."""
+        n = self.num_nodes
+        if index is None:
+            return torch.arange(n)
+        if isinstance(index, slice):
+            return torch.arange(n)[index]
+        if isinstance(index, np.ndarray):
+            index = torch.from_numpy(index)
+        if isinstance(index, int) and not isinstance(index, bool):
+            index = torch.tensor([index])
+        if not isinstance(index, Tensor) or index.dim() != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
+            raise GraphtierError(f"node index must be a 1-D integer tensor, array, slice or int, got {index!r:.80}")
+        ids = index.to(torch.int64)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            raise GraphtierError(f"node index holds ids outside [0, {n}): min {int(ids.min())}, max {int(ids.max())}")
+        return ids
+
+    def _check_attr(self, attr: TensorAttr) -> None:
+        if attr.group_name is not None:
+            raise KeyError(f"graphtier stores are homogeneous (group_name=None), got group {attr.group_name!r}")
+        if attr.attr_name not in (FEATURES, LABELS) or (attr.attr_name == LABELS and self._labels is None):
+            raise KeyError(f"no tensor {attr.attr_name!r}; this store holds {[a.attr_name for a in self.get_all_tensor_attrs()]}")
+
+    def _get_tensor(self, attr: TensorAttr) -> Tensor:
+        self._check_attr(attr)
+        ids = self._ids(attr.index)
+        if attr.attr_name == LABELS:
+            return self._labels.index_select(0, ids)  # type: ignore[union-attr]
+        out = torch.empty((ids.numel(), *self._tiers.row_shape), dtype=self._tiers.dtype)
+        self.traffic = self.traffic + tiered_gather(ids, self._tiers, out)
+        return out
+
+    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...]:
+        self._check_attr(attr)
+        rows = self._ids(attr.index).numel() if attr.index is not None else self.num_nodes
+        return (rows, *self._tiers.row_shape) if attr.attr_name == FEATURES else (rows,)
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        names = [FEATURES] + ([LABELS] if self._labels is not None else [])
+        return [TensorAttr(group_name=None, attr_name=name) for name in names]
+
+    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
+        raise GraphtierError("graphtier's feature store is read-only; prepare a dataset to change its features")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise GraphtierError("graphtier's feature store is read-only; prepare a dataset to change its features")
+
+
+class GraphtierGraphStore(GraphStore):
+    """Read-only CSC of one dataset: (row, colptr) for layout 'csc', (row, col) for 'coo'."""
+
+    def __init__(self, dataset: PreparedDataset | AttachedDataset) -> None:
+        super().__init__()
+        self._graph = _graph(dataset)
+        n = self._graph.num_nodes
+        self._attr = EdgeAttr(edge_type=None, layout=EdgeLayout.CSC, is_sorted=True, size=(n, n))
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> tuple[Tensor, Tensor] | None:
+        if edge_attr.edge_type is not None:
+            return None
+        if edge_attr.layout == EdgeLayout.CSC:
+            return self._graph.row, self._graph.colptr
+        if edge_attr.layout == EdgeLayout.COO:
+            counts = self._graph.colptr[1:] - self._graph.colptr[:-1]
+            col = torch.repeat_interleave(torch.arange(self._graph.num_nodes), counts, output_size=self._graph.num_edges)
+            return self._graph.row, col
+        return None
+
+    def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        return [self._attr]
+
+    def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
+        raise GraphtierError("graphtier's graph store is read-only; prepare a dataset to change its edges")
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        raise GraphtierError("graphtier's graph store is read-only; prepare a dataset to change its edges")

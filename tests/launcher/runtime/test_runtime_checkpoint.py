@@ -1,0 +1,52 @@
+"""Checkpoints: atomic files named by step, bounded retention, clear errors for bad files."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphtier.launcher.runtime.checkpoint import (
+    TrainPosition,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    remove_partial_writes,
+    save_checkpoint,
+)
+from graphtier.service.errors import GraphtierError
+
+
+def _save(directory, step, keep=2):
+    model = {"w": torch.full((3,), float(step))}
+    return save_checkpoint(directory, TrainPosition(1, step % 5, step), model, {"state": {}, "param_groups": []}, keep=keep)
+
+
+def test_save_load_round_trip_and_retention(tmp_path):
+    assert latest_checkpoint(tmp_path / "none") is None
+    for step in (3, 12, 100):
+        _save(tmp_path / "ck", step)
+    assert [p.name for p in list_checkpoints(tmp_path / "ck")] == ["ckpt-000000012.pt", "ckpt-000000100.pt"]
+    position, payload = load_checkpoint(latest_checkpoint(tmp_path / "ck"))
+    assert position == TrainPosition(1, 0, 100)
+    assert torch.equal(payload["model"]["w"], torch.full((3,), 100.0))
+    assert not list((tmp_path / "ck").glob(".*"))  # no temporary file is left behind
+
+
+def test_partial_writes_are_ignored_and_cleaned(tmp_path):
+    _save(tmp_path, 7)
+    torn = tmp_path / ".ckpt-000000009.pt.abc123.tmp"
+    torn.write_bytes(b"half a checkpoint")
+    assert latest_checkpoint(tmp_path).name == "ckpt-000000007.pt"
+    remove_partial_writes(tmp_path)
+    assert not torn.exists() and (tmp_path / "ckpt-000000007.pt").exists()
+
+
+def test_unreadable_checkpoints_name_the_file(tmp_path):
+    bad = tmp_path / "ckpt-000000001.pt"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(GraphtierError, match=r"ckpt-000000001\.pt: not a readable graphtier checkpoint"):
+        load_checkpoint(bad)
+    foreign = tmp_path / "ckpt-000000002.pt"
+    torch.save({"weights": torch.zeros(1)}, foreign)
+    with pytest.raises(GraphtierError, match="format None is not the supported format 1"):
+        load_checkpoint(foreign)

@@ -1,0 +1,68 @@
+"""PyG's (FeatureStore, GraphStore) over graphtier data: the tensors, the CSC and PyG's own
+remote-backend assembly read graphtier's tiers; NeighborLoader runs on them when PyG can sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("torch_geometric", reason="torch_geometric is not installed (the PyG baseline installs it)")
+
+import torch_geometric.typing as pyg_typing  # noqa: E402
+from torch_geometric.data import EdgeAttr, TensorAttr  # noqa: E402
+from torch_geometric.loader.utils import filter_custom_store  # noqa: E402
+
+from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore  # noqa: E402
+from graphtier.service.errors import GraphtierError  # noqa: E402
+
+
+def test_feature_store_serves_features_and_labels_through_the_tiered_gather(small_rmat):
+    store = GraphtierFeatureStore(small_rmat)
+    ids = torch.tensor([5, 0, 4095, 5])
+    torch.testing.assert_close(store.get_tensor(None, "x", ids), small_rmat.features[ids])
+    assert torch.equal(store.get_tensor(None, "y", ids), small_rmat.labels[ids])
+    assert torch.equal(store.get_tensor(None, "y", slice(0, 3)), small_rmat.labels[:3])
+    assert store.get_tensor(None, "x", None).shape == tuple(small_rmat.features.shape)
+    assert store.traffic.total_rows == 4 + small_rmat.features.shape[0]
+    assert store.get_tensor_size(None, "x") == (4096, 16) and store.get_tensor_size(None, "y") == (4096,)
+    assert [a.attr_name for a in store.get_all_tensor_attrs()] == ["x", "y"]
+    with pytest.raises(KeyError, match="no tensor 'edge_attr'"):
+        store.get_tensor(None, "edge_attr", ids)
+    with pytest.raises(GraphtierError, match=r"outside \[0, 4096\)"):
+        store.get_tensor(None, "x", torch.tensor([4096]))
+    with pytest.raises(GraphtierError, match="read-only"):
+        store.put_tensor(torch.zeros(2, 16), TensorAttr(None, "x", torch.tensor([0, 1])))
+
+
+def test_graph_store_exposes_the_csc_without_copying(small_rmat):
+    store = GraphtierGraphStore(small_rmat)
+    (attr,) = store.get_all_edge_attrs()
+    assert attr.layout.value == "csc" and attr.size == (4096, 4096) and attr.edge_type is None
+    row, colptr, perm = store.csc()
+    assert perm is None and torch.equal(colptr, small_rmat.graph.colptr) and torch.equal(row, small_rmat.graph.row)
+    row, col = store.get_edge_index(EdgeAttr(None, "coo"))
+    assert torch.equal(torch.bincount(col, minlength=4096), colptr[1:] - colptr[:-1])
+    with pytest.raises(KeyError):
+        store.get_edge_index(EdgeAttr(None, "csr"))
+
+
+def test_pyg_remote_backend_assembly_reads_graphtier(small_rmat):
+    fs, gs = GraphtierFeatureStore(small_rmat), GraphtierGraphStore(small_rmat)
+    node = torch.tensor([10, 20, 30])
+    data = filter_custom_store(fs, gs, node, torch.tensor([1, 2]), torch.tensor([0, 0]), None)
+    torch.testing.assert_close(data.x, small_rmat.features[node])
+    assert torch.equal(data.y, small_rmat.labels[node]) and data.num_nodes == 3
+
+
+@pytest.mark.skipif(
+    not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE), reason="PyG's NeighborLoader needs pyg-lib or torch-sparse"
+)
+def test_neighbor_loader_runs_on_graphtier_stores(small_rmat):
+    from torch_geometric.loader import NeighborLoader
+
+    fs, gs = GraphtierFeatureStore(small_rmat), GraphtierGraphStore(small_rmat)
+    loader = NeighborLoader((fs, gs), num_neighbors=[5, 3], input_nodes=small_rmat.split("train"), batch_size=64)
+    batch = next(iter(loader))
+    assert batch.batch_size == 64 and batch.x.shape[1] == 16
+    torch.testing.assert_close(batch.x, small_rmat.features[batch.n_id])
+    assert torch.equal(batch.y[:64], small_rmat.labels[batch.n_id[:64]])
