@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes, step_observer
@@ -224,7 +225,6 @@ def tiering_report(
         table.add_column(column, justify="right" if column != "score" else "left")
     for o in report.outcomes:
         table.add_row(o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", human_bytes(o.host_to_device_bytes_per_epoch))
-    from rich.console import Console
-
-    Console().print(table)
-    Console().print(f"figure: {report.png}")
+    stdout = Console()
+    stdout.print(table)
+    stdout.print(f"figure: {report.png}")
