@@ -140,7 +140,9 @@ def load_planetoid(
     if "allx" in absent and missing_features == "zeros":
         absent.remove("allx")
     if absent:
-        fix = "pass missing_features='zeros' to give nodes without features zero rows" if absent == ["allx"] else None
+        fix = None
+        if absent == ["allx"]:
+            fix = "pass --missing-features zeros (missing_features='zeros' in Python) to give nodes without features zero rows"
         raise DatasetSourceError(files[absent[0]], f"missing Planetoid file (absent: {', '.join(absent)})", fix=fix)
 
     x = _matrix(files["x"], _unpickle(files["x"]), sparse=True)
