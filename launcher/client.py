@@ -12,21 +12,32 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from graphtier.service.daemon import conversions
+from graphtier.service.daemon import conversions, job_conversions
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.job_view import ChannelGrant, JobEvent, JobInfo
+from graphtier.service.daemon.jobs import JobState
 from graphtier.service.daemon.config import default_runtime_dir
 from graphtier.service.daemon.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from graphtier.service.daemon.instance import Endpoints, read_endpoints, running_daemon_pid
 from graphtier.service.daemon.models import BudgetSpec, DatasetLayoutInfo, DatasetSummary, LoadResult, UnloadResult
 from graphtier.service.daemon.progress import ProgressReport
 from graphtier.service.daemon.status_models import DaemonStatus
-from graphtier.v1 import datasets_pb2, datasets_pb2_grpc, progress_pb2_grpc
+from graphtier.v1 import (
+    channels_pb2,
+    channels_pb2_grpc,
+    datasets_pb2,
+    datasets_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    progress_pb2_grpc,
+)
 
 Reply = TypeVar("Reply")
 START_HINT = "start one with `graphtier cluster start`"
@@ -71,6 +82,8 @@ class DaemonClient:
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._datasets = datasets_pb2_grpc.DatasetServiceStub(self._channel)
         self._progress = progress_pb2_grpc.ProgressServiceStub(self._channel)
+        self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
+        self._channels = channels_pb2_grpc.ChannelServiceStub(self._channel)
 
     def __enter__(self) -> DaemonClient:
         return self
@@ -146,6 +159,56 @@ class DaemonClient:
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
         return self._call(self._progress.ReportProgress, conversions.report_to_proto(report)).cancel_requested
+
+    # Jobs
+
+    def submit_job(self, spec: JobSpec) -> JobInfo:
+        """Start a job; the daemon validates the spec and loads its dataset first."""
+        request = jobs_pb2.SubmitJobRequest(spec=job_conversions.spec_to_proto(spec))
+        return job_conversions.job_from_proto(self._call(self._jobs.SubmitJob, request, 600.0))
+
+    def get_job(self, job_id: str) -> JobInfo:
+        return job_conversions.job_from_proto(self._call(self._jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id)))
+
+    def list_jobs(self, states: list[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
+        request = jobs_pb2.ListJobsRequest(
+            states=[job_conversions.state_to_proto(s) for s in states or []], dataset=dataset
+        )
+        return [job_conversions.job_from_proto(job) for job in self._call(self._jobs.ListJobs, request).jobs]
+
+    def cancel_job(self, job_id: str, reason: str = "") -> JobInfo:
+        """Cancel a job and return it once every one of its processes has stopped."""
+        request = jobs_pb2.CancelJobRequest(job_id=job_id, reason=reason)
+        return job_conversions.job_from_proto(self._call(self._jobs.CancelJob, request, 120.0))
+
+    def job_events(
+        self, job_id: str, *, from_sequence: int = 0, follow: bool = False, include_logs: bool = False
+    ) -> Iterator[JobEvent]:
+        """A job's events in order; with `follow`, until the job ends."""
+        request = jobs_pb2.StreamJobEventsRequest(
+            job_id=job_id, from_sequence=from_sequence, follow=follow, include_logs=include_logs
+        )
+        stream = self._jobs.StreamJobEvents(request, timeout=None if follow else self.timeout_s)
+        try:
+            for message in stream:
+                yield job_conversions.event_from_proto(message)
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNAVAILABLE:
+                raise DaemonNotRunningError(f"lost the graphtier daemon at {self._where()} ({error.details()})") from None
+            raise DaemonRequestError(error.code().name, error.details() or "") from None
+        finally:
+            stream.cancel()
+
+    # Channels
+
+    def open_channel(self, job_id: str, rank: int, trainer_pid: int, *, timeout_s: float = 300.0) -> ChannelGrant:
+        """The producer channel of one rank of a job (a restarted rank gets a fresh producer)."""
+        request = channels_pb2.OpenChannelRequest(job_id=job_id, rank=rank, trainer_pid=trainer_pid)
+        return job_conversions.grant_from_proto(self._call(self._channels.OpenChannel, request, timeout_s))
+
+    def release_channel(self, job_id: str, rank: int, reason: str = "") -> int:
+        request = channels_pb2.ReleaseChannelRequest(job_id=job_id, rank=rank, reason=reason)
+        return self._call(self._channels.ReleaseChannel, request).batches_consumed
 
     # HTTP status
 

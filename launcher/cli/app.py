@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from graphtier.launcher.cli import cluster, dataset, metrics
+from graphtier.launcher.cli import cluster, dataset, demo, job, metrics
 
 app = typer.Typer(
     help="graphtier: a training data service for GNNs.",
@@ -14,7 +14,9 @@ app = typer.Typer(
 )
 app.add_typer(dataset.app, name="dataset")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(job.app, name="job")
 app.command("metrics")(metrics.metrics)
+app.command("demo")(demo.demo)
 
 
 def main() -> None:

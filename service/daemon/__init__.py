@@ -2,7 +2,9 @@
 
 Modules, one concept each: `config` (DaemonConfig), `instance` (lock and endpoints file),
 `datasets` (loaded datasets), `jobs` (the job table), `progress` (reports -> metrics),
-`metrics` (the Prometheus registry), `conversions` and `servicers` (the gRPC boundary),
+`metrics` (the Prometheus registry), `job_spec`/`job_manager`/`job_runner`/`job_events`/`job_view`
+(running jobs: torchrun plus one producer per rank), `conversions`, `job_conversions`,
+`servicers` and `job_servicers` (the gRPC boundary),
 `grpc_status` (errors -> status codes), `status`/`status_models`/`status_app`/`dashboard`
 (the HTTP side), `server` (the `Daemon` wiring) and `main` (the `graphtierd` command).
 The heavy modules are imported on first use, so `graphtierd` can refuse a second start
@@ -23,6 +25,9 @@ _EXPORTS = {
     "JobRecord": "jobs",
     "JobState": "jobs",
     "JobTable": "jobs",
+    "JobSpec": "job_spec",
+    "JobManager": "job_manager",
+    "JobInfo": "job_view",
     "BudgetSpec": "models",
     "DatasetLayoutInfo": "models",
     "DatasetSummary": "models",

@@ -27,6 +27,7 @@ from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.errors import DaemonError
 from graphtier.service.daemon.instance import Endpoints, InstanceLock
+from graphtier.service.daemon.job_manager import JobManager
 from graphtier.service.daemon.jobs import JobTable
 from graphtier.service.daemon.metrics import MetricsRegistry
 from graphtier.service.daemon.progress import ProgressTracker
@@ -65,6 +66,7 @@ class Daemon:
         self.metrics = MetricsRegistry(simulated_devices=not torch.cuda.is_available())
         self.datasets = DatasetRegistry(config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs)
         self.tracker = ProgressTracker(self.metrics, self.jobs)
+        self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker)
         self.health = health.HealthServicer()
         self.endpoints: Endpoints | None = None
         self.started_at = datetime.now(timezone.utc)
@@ -136,7 +138,7 @@ class Daemon:
         )
         self._grpc = server
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        add_servicers(server, self.datasets, self.tracker)
+        add_servicers(server, self.datasets, self.tracker, self.job_manager)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         self.config.socket.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -193,6 +195,7 @@ class Daemon:
         if self.lock.held:
             self.lock.unpublish()
         self.health.enter_graceful_shutdown()
+        self.job_manager.shutdown()  # every job's processes end before the tiers they read go
         if self._grpc is not None:
             self._grpc.stop(self.config.shutdown_grace_s).wait()
         if self._http is not None and self._http_thread is not None:

@@ -1,10 +1,13 @@
 """The daemon's gRPC servicers: proto in, domain call, proto out; nothing else.
 
-`DatasetServicer` fronts the `DatasetRegistry`, `ProgressServicer` the `ProgressTracker`.
+`DatasetServicer` fronts the `DatasetRegistry`, `ProgressServicer` the `ProgressTracker`;
+the job and channel servicers (`job_servicers.py`) front the `JobManager`.
 Conversions live in `conversions.py`; errors become status codes in `grpc_status.py`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -12,7 +15,19 @@ from graphtier.service.daemon import conversions
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.grpc_status import grpc_method
 from graphtier.service.daemon.progress import ProgressTracker
-from graphtier.v1 import datasets_pb2, datasets_pb2_grpc, progress_pb2, progress_pb2_grpc
+from graphtier.v1 import (
+    channels_pb2,
+    channels_pb2_grpc,
+    datasets_pb2,
+    datasets_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    progress_pb2,
+    progress_pb2_grpc,
+)
+
+if TYPE_CHECKING:
+    from graphtier.service.daemon.job_manager import JobManager
 
 
 class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
@@ -71,10 +86,20 @@ class ProgressServicer(progress_pb2_grpc.ProgressServiceServicer):
 SERVICE_NAMES: tuple[str, ...] = (
     datasets_pb2.DESCRIPTOR.services_by_name["DatasetService"].full_name,
     progress_pb2.DESCRIPTOR.services_by_name["ProgressService"].full_name,
+    jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    channels_pb2.DESCRIPTOR.services_by_name["ChannelService"].full_name,
 )
 
 
-def add_servicers(server: grpc.Server, registry: DatasetRegistry, tracker: ProgressTracker) -> None:
-    """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES)."""
+def add_servicers(
+    server: grpc.Server, registry: DatasetRegistry, tracker: ProgressTracker, jobs: JobManager | None = None
+) -> None:
+    """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES;
+    JobService and ChannelService only with a job manager)."""
     datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry), server)
     progress_pb2_grpc.add_ProgressServiceServicer_to_server(ProgressServicer(tracker), server)
+    if jobs is not None:
+        from graphtier.service.daemon.job_servicers import ChannelServicer, JobServicer
+
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs), server)
+        channels_pb2_grpc.add_ChannelServiceServicer_to_server(ChannelServicer(jobs), server)

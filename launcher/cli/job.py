@@ -1,0 +1,225 @@
+"""`graphtier job submit|status|list|logs|cancel`: run training jobs on the local daemon."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from graphtier.launcher.cli.rendering import EXIT_INTERRUPTED, console, emit_json, error_boundary, human_bytes
+
+if TYPE_CHECKING:
+    from graphtier.launcher.client import DaemonClient
+    from graphtier.service.daemon.job_view import JobInfo
+
+app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
+
+RuntimeDirOption = Annotated[
+    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+EXIT_JOB_FAILED = 1
+
+
+def _client(runtime_dir: Path | None) -> DaemonClient:
+    from graphtier.launcher.client import DaemonClient
+
+    return DaemonClient(runtime_dir=Path(os.path.abspath(runtime_dir)) if runtime_dir else None)
+
+
+def job_dict(job: JobInfo) -> dict[str, Any]:
+    """A job as plain JSON-able data (what `--json` prints)."""
+    out = {f.name: getattr(job, f.name) for f in dataclasses.fields(job)}
+    out["spec"] = job.spec.model_dump(mode="json")
+    out["state"] = job.state.value
+    for name in ("progress", "result"):
+        out[name] = dataclasses.asdict(out[name]) if out[name] is not None else None
+    out["ranks"] = [dataclasses.asdict(rank) for rank in job.ranks]
+    return out
+
+
+def describe(job: JobInfo) -> str:
+    """One paragraph: state, progress, result or message."""
+    lines = [f"job {job.job_id} [{job.state.value}] {job.spec.model} on {job.spec.dataset}, "
+             f"{job.spec.nproc_per_node} rank(s), {job.spec.epochs} epoch(s)"]  # fmt: skip
+    p = job.progress
+    if p is not None and p.total_steps:
+        done = min(p.global_step, p.total_steps)
+        bar = "#" * int(30 * done / p.total_steps)
+        lines.append(f"  [{bar:<30}] step {done}/{p.total_steps}  epoch {p.epoch + 1}/{job.spec.epochs}  "
+                     f"loss {p.loss:.4f}  train acc {p.train_accuracy:.3f}  {p.batches_per_second:.1f} batches/s  "
+                     f"gathered {human_bytes(p.traffic.total_bytes)}")  # fmt: skip
+    if job.result is not None:
+        r = job.result
+        lines.append(f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "
+                     f"final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s")  # fmt: skip
+    if job.message:
+        lines.append(f"  {job.message}")
+    lines.append(f"  log {job.log_path}")
+    return "\n".join(lines)
+
+
+def follow(client: DaemonClient, job_id: str, *, quiet: bool = False) -> JobInfo:
+    """Show a live progress bar until the job ends; Ctrl-C detaches (the job keeps running)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("job {task.fields[job]} {task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[figures]}"), TimeElapsedColumn(), console=console,
+                        disable=quiet)  # fmt: skip
+    task = progress.add_task("", total=None, job=job_id, state="pending", figures="")
+    try:
+        with progress:
+            for event in client.job_events(job_id, follow=True):
+                if event.state_change is not None:
+                    progress.update(task, state=event.state_change.current.value)
+                elif event.progress is not None:
+                    p = event.progress
+                    figures = f"loss {p.loss:.4f} acc {p.train_accuracy:.3f} {p.batches_per_second:.1f} b/s"
+                    progress.update(task, total=p.total_steps or None, completed=p.global_step, figures=figures)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]detached from job {job_id}; it keeps running.[/] Follow it again with "
+                      f"`graphtier job status {job_id} --watch`, stop it with `graphtier job cancel {job_id}`.")  # fmt: skip
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    return client.get_job(job_id)
+
+
+def _finish(job: JobInfo, json_out: bool) -> None:
+    from graphtier.service.daemon.jobs import JobState
+
+    if json_out:
+        emit_json(job_dict(job))
+    else:
+        console.print(describe(job), highlight=False, markup=False)
+    if job.state.final and job.state != JobState.SUCCEEDED:
+        raise SystemExit(EXIT_JOB_FAILED)
+
+
+@app.command()
+def submit(
+    dataset: Annotated[Optional[str], typer.Option(help="prepared dataset to train on")] = None,
+    model: Annotated[Optional[str], typer.Option(help="sage, gcn or gat")] = None,
+    fanout: Annotated[Optional[str], typer.Option(help="neighbours per hop, e.g. 15,10,5 (-1 = all)")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="seed nodes per batch per rank")] = None,
+    hidden: Annotated[Optional[int], typer.Option(help="hidden width")] = None,
+    heads: Annotated[Optional[int], typer.Option(help="attention heads (gat)")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="passes over the train ids")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate")] = None,
+    dropout: Annotated[Optional[float], typer.Option(help="dropout in [0, 1)")] = None,
+    nproc_per_node: Annotated[Optional[int], typer.Option(help="trainer ranks (torchrun --nproc-per-node)")] = None,
+    checkpoint_every_steps: Annotated[Optional[int], typer.Option(help="0 = at epoch ends only")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="seed of shuffles, samplers and init")] = None,
+    max_restarts: Annotated[Optional[int], typer.Option(help="torchrun --max-restarts")] = None,
+    name: Annotated[Optional[str], typer.Option(help="a name shown by `job list`")] = None,
+    spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
+    runtime_dir: RuntimeDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Submit a job (flags or --spec job.yaml) and print its id."""
+    from graphtier.launcher.cli.dataset import parse_fanouts
+    from graphtier.service.daemon.job_spec import JobSpec
+
+    with error_boundary():
+        flags = {"dataset": dataset, "model": model, "fanouts": parse_fanouts(fanout) if fanout else None,
+                 "batch_size": batch_size, "hidden": hidden, "heads": heads, "epochs": epochs, "lr": lr,
+                 "dropout": dropout, "nproc_per_node": nproc_per_node, "checkpoint_every_steps": checkpoint_every_steps,
+                 "seed": seed, "max_restarts": max_restarts, "name": name}  # fmt: skip
+        if spec is not None:
+            job_spec = JobSpec.from_yaml(spec, **flags)
+        else:
+            job_spec = JobSpec.build({k: v for k, v in flags.items() if v is not None}, source="command line")
+        with _client(runtime_dir) as client:
+            job = client.submit_job(job_spec)
+            if not wait:
+                if json_out:
+                    emit_json(job_dict(job))
+                else:
+                    console.print(f"submitted job [bold]{job.job_id}[/] ({job_spec.model} on {job_spec.dataset}); "
+                                  f"follow it with `graphtier job status {job.job_id} --watch`")  # fmt: skip
+                    typer.echo(job.job_id)
+                return
+            console.print(f"submitted job [bold]{job.job_id}[/]")
+            job = follow(client, job.job_id, quiet=json_out)
+        _finish(job, json_out)
+
+
+@app.command()
+def status(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    watch: Annotated[bool, typer.Option("--watch", help="live progress bar until the job ends")] = False,
+    runtime_dir: RuntimeDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """State, progress and (once done) the final accuracies of one job."""
+    with error_boundary():
+        with _client(runtime_dir) as client:
+            job = client.get_job(job_id)
+            if watch and not job.state.final:
+                job = follow(client, job_id, quiet=json_out)
+        _finish(job, json_out)
+
+
+@app.command("list")
+def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -> None:
+    """Every job of the daemon, newest first."""
+    with error_boundary():
+        with _client(runtime_dir) as client:
+            jobs = client.list_jobs()
+    if json_out:
+        emit_json([job_dict(job) for job in jobs])
+        return
+    table = Table("job", "name", "state", "dataset", "model", "ranks", "step", "val acc", "test acc", title="jobs")
+    for job in jobs:
+        p, r = job.progress, job.result
+        step = f"{p.global_step}/{p.total_steps}" if p else "-"
+        table.add_row(job.job_id, job.spec.name, job.state.value, job.spec.dataset, job.spec.model,
+                      str(job.spec.nproc_per_node), step, f"{r.val_accuracy:.4f}" if r else "-",
+                      f"{r.test_accuracy:.4f}" if r else "-")  # fmt: skip
+    console.print(table if jobs else "no jobs")
+
+
+@app.command()
+def logs(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    follow_logs: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the job ends")] = False,
+    runtime_dir: RuntimeDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """The output of the job's ranks, torchrun and producers (one JSON object per line with --json)."""
+    import json
+
+    with error_boundary():
+        with _client(runtime_dir) as client:
+            try:
+                for event in client.job_events(job_id, follow=follow_logs, include_logs=True):
+                    line = event.log
+                    if line is None:
+                        continue
+                    if json_out:
+                        typer.echo(json.dumps({"sequence": event.sequence, **dataclasses.asdict(line)}))
+                    else:
+                        typer.echo(line.text)
+            except KeyboardInterrupt:
+                console.print(f"[yellow]stopped following job {job_id}; it keeps running[/]")
+                raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    reason: Annotated[str, typer.Option(help="recorded in the job's message")] = "cancelled from the command line",
+    runtime_dir: RuntimeDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Stop a job: torchrun, its ranks and producers; returns once they are gone."""
+    with error_boundary():
+        with _client(runtime_dir) as client:
+            job = client.cancel_job(job_id, reason)
+    if json_out:
+        emit_json(job_dict(job))
+    else:
+        console.print(f"job {job.job_id} {job.state.value}: {job.message}")

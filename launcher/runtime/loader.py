@@ -1,0 +1,119 @@
+"""`ChannelLoader`: a torchrun rank's mini-batches, straight out of its producer's ping-pong slots.
+
+The rank asks the daemon for its channel (OpenChannel), attaches the slots with a
+`ChannelReader` and iterates `ChannelBatch`es: blocks, features and labels are zero-copy
+views of the slot, valid until `release()`. Works with any `torch.nn.Module` taking
+`(blocks, x)`; `batches_for_epoch` plugs into `run_training`.
+
+    with DaemonClient() as client, ChannelLoader.open(client, job_id) as loader:
+        for epoch in range(loader.epochs):
+            for batch in loader.batches_for_epoch(epoch):
+                loss = criterion(model(batch.blocks, batch.x), batch.y); ...; batch.release()
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.job_view import ChannelGrant
+from graphtier.service.errors import GraphtierError
+from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
+from graphtier.service.sampling import Block
+
+
+@dataclass
+class ChannelBatch:
+    """A `Batch` as the train loop's `TrainBatch`: blocks, x (features view), y (labels view)."""
+
+    batch: Batch
+    blocks: list[Block] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.batch.features is None:
+            raise GraphtierError(f"batch {self.batch.batch} carries no features; the dataset has none to train on")
+        self.blocks = self.batch.blocks()
+
+    @property
+    def x(self) -> Tensor:
+        return self.batch.features  # type: ignore[return-value]  # checked in __post_init__
+
+    @property
+    def y(self) -> Tensor:
+        return self.batch.labels
+
+    def release(self) -> None:
+        self.batch.release()
+
+
+def env_rank() -> int:
+    """The global rank torchrun gave this process (RANK, else LOCAL_RANK, else 0)."""
+    raw = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
+    try:
+        return int(raw)
+    except ValueError:
+        raise GraphtierError(f"environment variable RANK/LOCAL_RANK={raw!r} is not an integer") from None
+
+
+class ChannelLoader:
+    """One rank's producer channel; `batches_for_epoch(e)` yields epoch e's batches in order."""
+
+    def __init__(self, client: DaemonClient, grant: ChannelGrant) -> None:
+        self.client = client
+        self.grant = grant
+        self.reader = ChannelReader(grant.layout, timeout=grant.stall_timeout_s)
+        self.batches_taken = 0
+        self._released = False
+
+    @classmethod
+    def open(cls, client: DaemonClient, job_id: str, rank: int | None = None) -> ChannelLoader:
+        """Open the channel of `rank` (default: this torchrun rank) of job `job_id`."""
+        grant = client.open_channel(job_id, env_rank() if rank is None else rank, os.getpid())
+        return cls(client, grant)
+
+    @property
+    def epochs(self) -> int:
+        return self.grant.layout.epochs
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.grant.layout.steps_per_epoch
+
+    def batches_for_epoch(self, epoch: int) -> Iterator[ChannelBatch]:
+        """Epoch `epoch`'s batches. A fresh producer starts at epoch 0: earlier epochs (already
+        trained before a restart) are drained and released first."""
+        if epoch < self.reader.epochs_completed:
+            raise GraphtierError(
+                f"epoch {epoch} of channel {self.grant.layout.channel!r} has passed "
+                f"({self.reader.epochs_completed} epochs done); epochs are read in order"
+            )
+        while self.reader.epochs_completed < epoch and not self.reader.finished:
+            for batch in self.reader.epoch():
+                batch.release()
+        for batch in self.reader.epoch():
+            self.batches_taken += 1
+            yield ChannelBatch(batch)
+
+    def stats(self) -> ChannelStats:
+        return self.reader.stats()
+
+    def close(self, reason: str = "") -> None:
+        """Say goodbye to the producer and give the channel back to the daemon (once)."""
+        self.reader.close()
+        if not self._released:
+            self._released = True
+            try:
+                self.client.release_channel(self.grant.job_id, self.grant.layout.rank, reason)
+            except GraphtierError:
+                if not reason:
+                    raise  # a failing rank's own error matters more than the goodbye
+
+    def __enter__(self) -> ChannelLoader:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close("" if exc is None else f"{type(exc).__name__}: {exc}")

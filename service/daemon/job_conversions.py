@@ -1,0 +1,252 @@
+"""Conversions between the jobs/channels half of `graphtier.v1` and the daemon's job types.
+
+The companion of `conversions.py` (datasets and progress), kept apart to stay one concept
+per module: job specs, jobs, job events and channel grants. Zero values of the wire spec
+mean "the default" as `jobs.proto` documents; the domain `JobSpec` then validates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphtier.service.daemon.conversions import (
+    budgets_from_proto,
+    budgets_to_proto,
+    from_timestamp,
+    segment_ref_from_proto,
+    segment_ref_to_proto,
+    timestamp,
+    traffic_from_proto,
+    traffic_to_proto,
+)
+from graphtier.service.daemon.errors import InvalidRequestError
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.job_view import (
+    ChannelGrant,
+    JobEvent,
+    JobInfo,
+    JobProgressInfo,
+    JobResultInfo,
+    LogLine,
+    RankInfo,
+    StateChange,
+)
+from graphtier.service.daemon.jobs import JobState
+from graphtier.service.pipeline import ChannelLayout, SlotCapacity, SlotLayout
+from graphtier.v1 import channels_pb2, jobs_pb2
+
+_MODELS = {"sage": jobs_pb2.MODEL_SAGE, "gcn": jobs_pb2.MODEL_GCN, "gat": jobs_pb2.MODEL_GAT}
+
+
+def state_to_proto(state: JobState) -> int:
+    return jobs_pb2.JobState.Value(f"JOB_STATE_{state.name}")
+
+
+def state_from_proto(value: int) -> JobState:
+    return JobState[jobs_pb2.JobState.Name(value).removeprefix("JOB_STATE_")]
+
+
+# Specs
+
+
+def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
+    message = jobs_pb2.JobSpec(
+        dataset=spec.dataset, model=_MODELS[spec.model], fanouts=spec.fanouts, batch_size=spec.batch_size,
+        hidden=spec.hidden, epochs=spec.epochs, lr=spec.lr, dropout=spec.dropout,
+        nproc_per_node=spec.nproc_per_node, nnodes=1, checkpoint_every_steps=spec.checkpoint_every_steps,
+        seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
+    )  # fmt: skip
+    if spec.budgets is not None:
+        message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
+    return message
+
+
+def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
+    """The fields the request set (zero = default left out), for `JobSpec.build` to validate."""
+    values: dict[str, Any] = {"dataset": message.dataset}
+    if message.model != jobs_pb2.MODEL_UNSPECIFIED:
+        names = {v: k for k, v in _MODELS.items()}
+        values["model"] = names.get(message.model, f"unknown model {message.model}")
+    else:
+        values["model"] = "model not set (choose sage, gcn or gat)"
+    if message.fanouts:
+        values["fanouts"] = list(message.fanouts)
+    for name in ("batch_size", "hidden", "epochs", "lr", "nproc_per_node", "checkpoint_every_steps", "heads",
+                 "num_slots"):  # fmt: skip
+        if getattr(message, name):
+            values[name] = getattr(message, name)
+    for name in ("dropout", "seed", "max_restarts"):
+        if message.HasField(name):
+            values[name] = getattr(message, name)
+    if message.HasField("budgets"):
+        values["budgets"] = budgets_from_proto(message.budgets)
+    if message.name:
+        values["name"] = message.name
+    if message.nnodes > 1 or message.rdzv_endpoint:
+        raise InvalidRequestError(
+            f"SubmitJob: multi-node jobs (nnodes {message.nnodes}, rdzv_endpoint {message.rdzv_endpoint!r}) are not "
+            "supported by this daemon yet; submit with nnodes 1 and no rendezvous endpoint"
+        )
+    return values
+
+
+def spec_from_proto(message: jobs_pb2.JobSpec) -> JobSpec:
+    return JobSpec.build(spec_values_from_proto(message), source="SubmitJob")
+
+
+# Jobs
+
+
+def progress_to_proto(p: JobProgressInfo) -> jobs_pb2.JobProgress:
+    return jobs_pb2.JobProgress(
+        epoch=p.epoch, step_in_epoch=p.step_in_epoch, steps_per_epoch=p.steps_per_epoch, global_step=p.global_step,
+        total_steps=p.total_steps, loss=p.loss, train_accuracy=p.train_accuracy,
+        batches_per_second=p.batches_per_second, traffic=traffic_to_proto(p.traffic),
+    )  # fmt: skip
+
+
+def progress_from_proto(m: jobs_pb2.JobProgress) -> JobProgressInfo:
+    return JobProgressInfo(
+        epoch=m.epoch, step_in_epoch=m.step_in_epoch, steps_per_epoch=m.steps_per_epoch, global_step=m.global_step,
+        total_steps=m.total_steps, loss=m.loss, train_accuracy=m.train_accuracy,
+        batches_per_second=m.batches_per_second, traffic=traffic_from_proto(m.traffic),
+    )  # fmt: skip
+
+
+def result_to_proto(r: JobResultInfo) -> jobs_pb2.JobResult:
+    return jobs_pb2.JobResult(**r.__dict__)
+
+
+def result_from_proto(m: jobs_pb2.JobResult) -> JobResultInfo:
+    return JobResultInfo(**{name: getattr(m, name) for name in JobResultInfo.__dataclass_fields__})
+
+
+def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
+    message = jobs_pb2.Job(
+        job_id=job.job_id, spec=spec_to_proto(job.spec), state=state_to_proto(job.state), message=job.message,
+        created_at=timestamp(job.created_at), restarts=job.restarts, log_path=job.log_path,
+    )  # fmt: skip
+    if job.started_at:
+        message.started_at.CopyFrom(timestamp(job.started_at))
+    if job.finished_at:
+        message.finished_at.CopyFrom(timestamp(job.finished_at))
+    if job.progress:
+        message.progress.CopyFrom(progress_to_proto(job.progress))
+    if job.result:
+        message.result.CopyFrom(result_to_proto(job.result))
+    if job.exit_code is not None:
+        message.exit_code = job.exit_code
+    for r in job.ranks:
+        rank = message.ranks.add(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid,
+                                 global_step=r.global_step, batches_per_second=r.batches_per_second,
+                                 ready_slots=r.ready_slots)  # fmt: skip
+        if r.last_report:
+            rank.last_report.CopyFrom(timestamp(r.last_report))
+    return message
+
+
+def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
+    spec_values = spec_values_from_proto(m.spec)
+    return JobInfo(
+        job_id=m.job_id, spec=JobSpec.build(spec_values, source=f"job {m.job_id}"), state=state_from_proto(m.state),
+        message=m.message, created_at=from_timestamp(m.created_at),
+        started_at=from_timestamp(m.started_at) if m.HasField("started_at") else None,
+        finished_at=from_timestamp(m.finished_at) if m.HasField("finished_at") else None,
+        progress=progress_from_proto(m.progress) if m.HasField("progress") else None,
+        result=result_from_proto(m.result) if m.HasField("result") else None,
+        ranks=[RankInfo(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid,
+                        global_step=r.global_step, batches_per_second=r.batches_per_second, ready_slots=r.ready_slots,
+                        last_report=from_timestamp(r.last_report) if r.HasField("last_report") else None)
+               for r in m.ranks],
+        exit_code=m.exit_code if m.HasField("exit_code") else None, restarts=m.restarts, log_path=m.log_path,
+    )  # fmt: skip
+
+
+# Events
+
+_STREAMS = {"stdout": jobs_pb2.LOG_STREAM_STDOUT, "stderr": jobs_pb2.LOG_STREAM_STDERR}
+
+
+def event_to_proto(event: JobEvent) -> jobs_pb2.JobEvent:
+    message = jobs_pb2.JobEvent(sequence=event.sequence, time=timestamp(event.time), job_id=event.job_id)
+    if event.state_change is not None:
+        change = event.state_change
+        message.state_change.previous = state_to_proto(change.previous)
+        message.state_change.current = state_to_proto(change.current)
+        message.state_change.message = change.message
+        if change.result is not None:
+            message.state_change.result.CopyFrom(result_to_proto(change.result))
+    elif event.progress is not None:
+        message.progress.CopyFrom(progress_to_proto(event.progress))
+    elif event.log is not None:
+        line = event.log
+        message.log.from_producer, message.log.stream, message.log.text = (
+            line.from_producer, _STREAMS[line.stream], line.text)  # fmt: skip
+        if line.rank is not None:
+            message.log.rank = line.rank
+    return message
+
+
+def event_from_proto(m: jobs_pb2.JobEvent) -> JobEvent:
+    kind = m.WhichOneof("event")
+    base = {"sequence": m.sequence, "time": from_timestamp(m.time), "job_id": m.job_id}
+    if kind == "state_change":
+        c = m.state_change
+        change = StateChange(state_from_proto(c.previous), state_from_proto(c.current), c.message,
+                             result_from_proto(c.result) if c.HasField("result") else None)  # fmt: skip
+        return JobEvent(**base, state_change=change)
+    if kind == "progress":
+        return JobEvent(**base, progress=progress_from_proto(m.progress))
+    stream = "stderr" if m.log.stream == jobs_pb2.LOG_STREAM_STDERR else "stdout"
+    line = LogLine(m.log.text, m.log.rank if m.log.HasField("rank") else None, m.log.from_producer, stream)
+    return JobEvent(**base, log=line)
+
+
+# Channels
+
+
+def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
+    message = channels_pb2.ChannelSlot(
+        index=slot.index, generation=slot.generation,
+        capacity=channels_pb2.SlotCapacity(**slot.capacity.model_dump()),
+        node_ids=segment_ref_to_proto(slot.node_ids), indptr=segment_ref_to_proto(slot.indptr),
+        indices=segment_ref_to_proto(slot.indices), labels=segment_ref_to_proto(slot.labels),
+    )  # fmt: skip
+    if slot.features is not None:
+        message.features.CopyFrom(segment_ref_to_proto(slot.features))
+    return message
+
+
+def _slot_from_proto(m: channels_pb2.ChannelSlot) -> SlotLayout:
+    return SlotLayout(
+        index=m.index, generation=m.generation,
+        capacity=SlotCapacity(nodes=m.capacity.nodes, edges=m.capacity.edges, expanded=m.capacity.expanded),
+        node_ids=segment_ref_from_proto(m.node_ids), indptr=segment_ref_from_proto(m.indptr),
+        indices=segment_ref_from_proto(m.indices), labels=segment_ref_from_proto(m.labels),
+        features=segment_ref_from_proto(m.features) if m.HasField("features") else None,
+    )  # fmt: skip
+
+
+def grant_to_proto(grant: ChannelGrant) -> channels_pb2.ChannelLayout:
+    layout = grant.layout
+    return channels_pb2.ChannelLayout(
+        version=layout.version, channel=layout.channel, job_id=grant.job_id, rank=layout.rank,
+        world_size=layout.world_size, slots=[_slot_to_proto(s) for s in layout.slots],
+        control=segment_ref_to_proto(layout.control), error_text=segment_ref_to_proto(layout.error_text),
+        socket_path=layout.socket_path, producer_pid=layout.producer_pid,
+        producer_start_time=layout.producer_start_time, stall_timeout_seconds=grant.stall_timeout_s,
+        dataset=layout.dataset, num_nodes=layout.num_nodes, feature_dim=grant.feature_dim,
+        num_classes=grant.num_classes, fanouts=layout.fanouts, batch_size=layout.batch_size,
+        steps_per_epoch=layout.steps_per_epoch, epochs=layout.epochs,
+    )  # fmt: skip
+
+
+def grant_from_proto(m: channels_pb2.ChannelLayout) -> ChannelGrant:
+    layout = ChannelLayout(
+        version=m.version, channel=m.channel, dataset=m.dataset, producer_pid=m.producer_pid,
+        producer_start_time=m.producer_start_time, socket_path=m.socket_path,
+        control=segment_ref_from_proto(m.control), error_text=segment_ref_from_proto(m.error_text),
+        rank=m.rank, world_size=m.world_size, fanouts=list(m.fanouts), batch_size=m.batch_size, epochs=m.epochs,
+        steps_per_epoch=m.steps_per_epoch, num_nodes=m.num_nodes, slots=[_slot_from_proto(s) for s in m.slots],
+    )  # fmt: skip
+    return ChannelGrant(m.job_id, layout, m.feature_dim, m.num_classes, m.stall_timeout_seconds)

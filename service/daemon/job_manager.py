@@ -1,0 +1,253 @@
+"""`JobManager`: submit, inspect, cancel and follow jobs; hand ranks their producer channels.
+
+Submission validates the spec, loads the dataset (the shared copy: several jobs on one
+dataset share its tiers), creates `<runtime_dir>/jobs/<id>/` and starts a `JobRunner` on its
+own thread; the call returns at once with the job PENDING/STARTING. The manager owns the
+job's event log and assembles `JobInfo` from the job table, the progress tracker and the
+runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from graphtier.service.daemon.datasets import DatasetRegistry
+from graphtier.service.daemon.errors import DaemonError
+from graphtier.service.daemon.job_events import JobEventLog
+from graphtier.service.daemon.job_runner import JobRunner
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.job_view import ChannelGrant, JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
+from graphtier.service.daemon.jobs import JobRecord, JobState, JobTable
+from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, ProgressTracker
+from graphtier.service.gather.traffic import TrafficCounts
+
+log = logging.getLogger("graphtierd")
+CANCEL_WAIT_S = 60.0
+
+
+@dataclass
+class _Job:
+    spec: JobSpec
+    runner: JobRunner
+    events: JobEventLog
+    feature_dim: int
+    num_classes: int
+    started_at: datetime | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    last_progress: JobProgressInfo | None = None
+
+
+class JobManager:
+    """Every job this daemon started; thread-safe."""
+
+    def __init__(self, runtime_dir: Path, jobs: JobTable, datasets: DatasetRegistry, tracker: ProgressTracker) -> None:
+        self.runtime_dir = Path(runtime_dir)
+        self.table, self.datasets, self.tracker = jobs, datasets, tracker
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Job] = {}
+        self._next_id = 1
+        jobs.on_cancel(self._on_cancel)
+
+    def _new_id(self) -> str:
+        with self._lock:
+            while (self.runtime_dir / "jobs" / str(self._next_id)).exists():
+                self._next_id += 1
+            job_id = str(self._next_id)
+            self._next_id += 1
+            (self.runtime_dir / "jobs" / job_id).mkdir(parents=True)
+            return job_id
+
+    def _job(self, job_id: str) -> _Job:
+        self.table.get(job_id)  # UnknownJobError naming the id
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise DaemonError(f"job {job_id!r} is not managed by this daemon")
+        return job
+
+    # Submission and life cycle
+
+    def submit(self, spec: JobSpec) -> JobInfo:
+        """Validate, load the dataset, and start the job on its own thread."""
+        if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
+            loaded = self.datasets.layout(spec.dataset)  # no budgets asked: share the copy as it is placed
+        else:
+            loaded = self.datasets.load(spec.dataset, spec.budgets).layout
+        if loaded.num_classes < 2 or loaded.feature_dim < 1:
+            raise DaemonError(
+                f"dataset {spec.dataset!r} cannot be trained on: it needs features and at least 2 label classes "
+                f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"
+            )
+        job_id = self._new_id()
+        job_dir = self.runtime_dir / "jobs" / job_id
+        (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
+        events = JobEventLog(job_id)
+        runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log)
+        job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes)
+        with self._lock:
+            self._jobs[job_id] = job
+        self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name))
+        events.state(StateChange(JobState.PENDING, JobState.PENDING, "accepted"))
+        threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
+        return self.get(job_id)
+
+    def _move(self, job_id: str, job: _Job, state: JobState, message: str = "") -> None:
+        previous = self.table.get(job_id).state
+        if previous == state or previous.final:
+            return
+        self.table.set_state(job_id, state, message)
+        result = self._result(job_id, job) if state == JobState.SUCCEEDED else None
+        job.events.state(StateChange(previous, state, message, result))
+        log.info("job %s: %s -> %s %s", job_id, previous.value, state.value, message)
+
+    def _run(self, job_id: str, job: _Job) -> None:
+        self._move(job_id, job, JobState.STARTING)
+        job.started_at = datetime.now(timezone.utc)
+        outcome, message, _ = "failed", "the job's supervisor crashed", None
+        try:
+            outcome, message, _ = job.runner.run(lambda: self._tick(job_id, job))
+        except Exception as exc:  # a bug: the job must still end, and say why
+            log.exception("job %s: supervisor failed", job_id)
+            message = f"the job's supervisor failed: {exc!r}"
+        finally:
+            self._tick(job_id, job)
+            self._move(job_id, job, JobState(outcome), message)
+            job.events.close()
+            job.done.set()
+
+    def _tick(self, job_id: str, job: _Job) -> None:
+        """Producers' counters -> tracker; STARTING -> RUNNING at the first step; progress events."""
+        with job.runner.lock:
+            channels = list(job.runner.channels.values())
+        for channel in channels:
+            s = channel.producer.stats()
+            figures = ProducerFigures(
+                epoch=s.epoch, batches_total=s.batches_produced, sample_seconds_total=s.sample_s,
+                gather_seconds_total=s.gather_s, wait_seconds_total=s.producer_wait_s, traffic=s.traffic,
+                ready_slots=s.ready_slots, lag_batches=s.batches_produced - s.batches_consumed,
+                slot_grows_total=s.slot_growths,
+            )  # fmt: skip
+            self.tracker.record(ProgressReport(job_id, channel.rank, channel.producer.pid,
+                                               datetime.now(timezone.utc), figures))  # fmt: skip
+        progress = self._progress(job_id, job)
+        if progress is None:
+            return
+        if progress.global_step > 0 and self.table.get(job_id).state == JobState.STARTING:
+            self._move(job_id, job, JobState.RUNNING)
+        if job.last_progress is None or (progress.global_step, progress.epoch) != (
+            job.last_progress.global_step, job.last_progress.epoch
+        ):
+            job.events.progress(progress)
+        job.last_progress = progress
+
+    def _progress(self, job_id: str, job: _Job) -> JobProgressInfo | None:
+        views = self.tracker.ranks(job_id)
+        trainers = [v.trainer for v in views if v.trainer is not None]
+        traffic = TrafficCounts()
+        for view in views:
+            if view.producer is not None:
+                traffic = traffic + view.producer.traffic
+        with job.runner.lock:
+            layouts = [c.producer.layout for c in job.runner.channels.values()]
+        if not trainers and not layouts:
+            return None
+        steps = layouts[0].steps_per_epoch if layouts else 0
+        trained = trainers or []
+        count = max(len(trained), 1)
+        return JobProgressInfo(
+            epoch=min((t.epoch for t in trained), default=0),
+            step_in_epoch=min((t.step_in_epoch for t in trained), default=0),
+            steps_per_epoch=steps, global_step=min((t.global_step for t in trained), default=0),
+            total_steps=steps * job.spec.epochs, loss=sum(t.loss for t in trained) / count,
+            train_accuracy=sum(t.accuracy for t in trained) / count,
+            batches_per_second=self.tracker.rates(job_id)[0], traffic=traffic,
+        )  # fmt: skip
+
+    def _result(self, job_id: str, job: _Job) -> JobResultInfo | None:
+        rank0 = next((v.trainer for v in self.tracker.ranks(job_id) if v.rank == 0 and v.trainer), None)
+        if rank0 is None:
+            return None
+        checkpoints = sorted(job.runner.checkpoint_dir.glob("ckpt-*.pt"))
+        return JobResultInfo(
+            val_accuracy=rank0.val_accuracy or 0.0, test_accuracy=rank0.test_accuracy or 0.0,
+            final_loss=rank0.loss, train_seconds=rank0.train_seconds_total,
+            checkpoint_path=str(checkpoints[-1]) if checkpoints else "",
+        )  # fmt: skip
+
+    # Queries
+
+    def get(self, job_id: str) -> JobInfo:
+        job = self._job(job_id)
+        record = self.table.get(job_id)
+        producers = {c.rank: c.producer for c in list(job.runner.channels.values())}
+        ranks = []
+        for view in self.tracker.ranks(job_id):
+            trainer = view.trainer
+            ranks.append(RankInfo(
+                rank=view.rank, trainer_pid=view.trainer_pid,
+                producer_pid=producers[view.rank].pid if view.rank in producers else view.producer_pid,
+                global_step=trainer.global_step if trainer else 0,
+                batches_per_second=trainer.batches_per_second if trainer else 0.0,
+                ready_slots=view.producer.ready_slots if view.producer else 0, last_report=view.last_report,
+            ))  # fmt: skip
+        done = any(v.rank == 0 and v.trainer and v.trainer.phase == Phase.DONE for v in self.tracker.ranks(job_id))
+        return JobInfo(
+            job_id=job_id, spec=job.spec, state=record.state, message=record.message, created_at=record.created_at,
+            started_at=job.started_at, finished_at=record.finished_at, progress=job.last_progress,
+            result=self._result(job_id, job) if done or record.state == JobState.SUCCEEDED else None,
+            ranks=ranks, exit_code=job.runner.exit_code, restarts=job.runner.restarts,
+            log_path=str(job.runner.log_path),
+        )  # fmt: skip
+
+    def list(self, states: set[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
+        records = [r for r in self.table.list()
+                   if (not states or r.state in states) and (not dataset or r.dataset == dataset)]  # fmt: skip
+        return [self.get(r.job_id) for r in records if r.job_id in self._jobs]
+
+    def events(self, job_id: str) -> JobEventLog:
+        return self._job(job_id).events
+
+    # Cancellation and channels
+
+    def _on_cancel(self, record: JobRecord, reason: str) -> None:
+        with self._lock:
+            job = self._jobs.get(record.job_id)
+        if job is not None:
+            job.runner.cancel_reason = reason or "cancelled"
+            job.runner.cancel_event.set()
+
+    def cancel(self, job_id: str, reason: str = "", *, wait_s: float = CANCEL_WAIT_S) -> JobInfo:
+        """Cancel and wait until every process of the job is gone; DaemonError if it has ended."""
+        job = self._job(job_id)
+        self.table.request_cancel(job_id, reason or "cancelled by request")
+        if not job.done.wait(wait_s):
+            raise DaemonError(f"job {job_id}: its processes did not stop within {wait_s:g} s")
+        return self.get(job_id)
+
+    def open_channel(self, job_id: str, rank: int, trainer_pid: int) -> ChannelGrant:
+        job = self._job(job_id)
+        record = self.table.check_rank(job_id, rank)
+        if record.state.final:
+            raise DaemonError(f"job {job_id} has ended ({record.state.value}); its channels are closed")
+        producer = job.runner.reopen(rank, trainer_pid)
+        return ChannelGrant(job_id, producer.layout, job.feature_dim, job.num_classes)
+
+    def release_channel(self, job_id: str, rank: int) -> int:
+        job = self._job(job_id)
+        self.table.check_rank(job_id, rank)
+        channel = job.runner.channels.get(rank)
+        return channel.producer.stats().batches_consumed if channel else 0
+
+    def shutdown(self) -> None:
+        """Cancel every unfinished job and wait for its processes (the daemon is stopping)."""
+        with self._lock:
+            jobs = list(self._jobs.items())
+        for job_id, job in jobs:
+            if not self.table.get(job_id).state.final:
+                self.table.request_cancel(job_id, "the daemon is stopping")
+        for _, job in jobs:
+            job.done.wait(CANCEL_WAIT_S)

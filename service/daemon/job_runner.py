@@ -1,0 +1,252 @@
+"""`JobRunner`: one job's processes -- a producer per rank and torchrun -- and their supervision.
+
+The runner's thread starts the producers (each must open its channel), then
+`python -m torch.distributed.run ... -m graphtier.launcher.runtime.rank_main` in its own
+process group with output captured to `<job_dir>/job.log`. Every tick it feeds the
+producers' counters to the progress tracker, turns new log lines and progress into
+events, and watches the processes: torchrun's exit status decides SUCCEEDED/FAILED; a
+producer that exits non-zero (killed, crashed) FAILS the job with a message naming its pid
+and rank -- producers are not restarted behind torchrun's back, except when a restarted
+rank re-opens its channel (`reopen`). On cancel or failure everything is stopped:
+SIGTERM to torchrun's group, then SIGKILL; producers stopped; stale segments reclaimed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphtier.service.daemon.errors import DaemonError
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.job_view import LogLine
+from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
+from graphtier.service.shm import reclaim_stale_segments
+from graphtier.service.shm.naming import process_start_time
+from graphtier.service.store import SharedDatasetHandle
+
+TICK_S = 0.2
+STOP_GRACE_S = 15.0
+_RANK_PREFIX = re.compile(r"^\[rank ?(\d+)\]")
+MAX_SOCKET_PATH = 100
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def describe_exit(code: int) -> str:
+    return f"was killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with status {code}"
+
+
+@dataclass
+class RankChannel:
+    """One rank's producer and the trainer that last opened its channel."""
+
+    rank: int
+    producer: ProducerProcess
+    trainer_pid: int = 0
+    respawns: int = 0
+
+
+class _Tail:
+    """New complete lines of a growing file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(1 << 20)
+        except OSError:
+            return []
+        self.offset += len(data)
+        *complete, self.partial = (self.partial + data).split(b"\n")
+        return [line.decode(errors="replace").rstrip("\r") for line in complete]
+
+
+class JobRunner:
+    """The processes of one job; `run()` (on the runner's thread) returns (final state name, message, exit code)."""
+
+    def __init__(self, job_id: str, spec: JobSpec, handle: SharedDatasetHandle, job_dir: Path, runtime_dir: Path,
+                 on_log: Callable[[LogLine], None]) -> None:  # fmt: skip
+        self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.job_dir, self.runtime_dir = job_dir, runtime_dir
+        self.log_path = job_dir / "job.log"
+        self.checkpoint_dir = job_dir / "checkpoints"
+        self.on_log = on_log
+        self.cancel_event = threading.Event()
+        self.cancel_reason = ""
+        self.lock = threading.RLock()
+        self.channels: dict[int, RankChannel] = {}
+        self.torchrun: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+        self._tails: dict[int | None, _Tail] = {}
+        self._scratch: list[Path] = []
+        cpus = os.cpu_count() or 1
+        self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.world_size))
+
+    # Producers
+
+    def _channel_dir(self, rank: int, attempt: int) -> Path:
+        directory = self.job_dir / "channels" / f"r{rank}-{attempt}"
+        if len(str(directory / "producer.sock")) > MAX_SOCKET_PATH:  # Unix socket paths are short
+            directory = Path(tempfile.mkdtemp(prefix=f"gt{self.job_id}-r{rank}-"))
+            self._scratch.append(directory)
+        return directory
+
+    def _spawn(self, rank: int, attempt: int) -> ProducerProcess:
+        config = ProducerConfig(
+            dataset=self.handle, rank=rank, world_size=self.spec.world_size, fanouts=self.spec.fanouts,
+            batch_size=self.spec.batch_size, epochs=self.spec.epochs, seed=self.spec.seed,
+            num_slots=self.spec.num_slots, channel_dir=self._channel_dir(rank, attempt), channel=f"j{self.job_id}r{rank}",
+            num_threads=self.threads,
+        )  # fmt: skip
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(self.threads)}
+        try:
+            producer = spawn_producer(config, env=env)
+        except ChannelError as exc:
+            raise DaemonError(f"job {self.job_id}: the producer of rank {rank} did not start: {exc}") from None
+        self._tails[rank] = _Tail(producer.log_path)
+        return producer
+
+    def reopen(self, rank: int, trainer_pid: int) -> ProducerProcess:
+        """The rank's producer for trainer `trainer_pid`; a new trainer (a restarted rank) gets a fresh producer."""
+        with self.lock:
+            channel = self.channels.get(rank)
+            if channel is None:
+                raise DaemonError(f"job {self.job_id}: the producer of rank {rank} has not started yet")
+            code = channel.producer.poll()
+            if code not in (None, 0):
+                raise DaemonError(
+                    f"job {self.job_id}: producer pid {channel.producer.pid} of rank {rank} {describe_exit(code)}"
+                )
+            restarted = channel.trainer_pid not in (0, trainer_pid) and trainer_pid != 0
+            if restarted or code == 0:
+                channel.producer.stop()
+                channel.respawns += 1
+                self._tails.pop(rank, None)
+                channel.producer = self._spawn(rank, channel.respawns)
+            channel.trainer_pid = trainer_pid
+            return channel.producer
+
+    @property
+    def restarts(self) -> int:
+        with self.lock:
+            return max((c.respawns for c in self.channels.values()), default=0)
+
+    # The job
+
+    def _start(self) -> None:
+        for rank in range(self.spec.world_size):
+            if self.cancel_event.is_set():
+                return
+            producer = self._spawn(rank, 0)
+            with self.lock:
+                self.channels[rank] = RankChannel(rank, producer)
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+            "--nproc-per-node", str(self.spec.world_size), "--max-restarts", str(self.spec.max_restarts),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", f"job-{self.job_id}",
+            "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE",
+               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        self._tails[None] = _Tail(self.log_path)
+        with open(self.log_path, "ab") as log:
+            self.torchrun = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True, cwd=self.job_dir,
+            )  # fmt: skip
+
+    def _dead_producer(self) -> str | None:
+        with self.lock:
+            for channel in self.channels.values():
+                code = channel.producer.poll()
+                if code not in (None, 0):
+                    error = channel.producer.stats().error
+                    detail = f": {error}" if error else ""
+                    return (f"producer pid {channel.producer.pid} of rank {channel.rank} {describe_exit(code)}"
+                            f"{detail}; log {channel.producer.log_path}")  # fmt: skip
+        return None
+
+    def pump_logs(self) -> None:
+        for rank, tail in list(self._tails.items()):
+            for text in tail.lines():
+                if rank is None:
+                    match = _RANK_PREFIX.match(text)
+                    self.on_log(LogLine(text=text, rank=int(match.group(1)) if match else None))
+                else:
+                    self.on_log(LogLine(text=text, rank=rank, from_producer=True, stream="stderr"))
+
+    def run(self, tick: Callable[[], None]) -> tuple[str, str, int | None]:
+        """Start, supervise and clean up; `tick()` is called every TICK_S while the job runs."""
+        try:
+            self._start()
+            while True:
+                self.pump_logs()
+                if self.cancel_event.is_set():
+                    return "cancelled", self.cancel_reason or "cancelled", self._stop_all()
+                died = self._dead_producer()
+                if died is not None:
+                    self._stop_all()
+                    return "failed", died, self.exit_code
+                assert self.torchrun is not None
+                code = self.torchrun.poll()
+                if code is not None:
+                    self.exit_code = code
+                    tick()
+                    if code == 0:
+                        return "succeeded", "", code
+                    time.sleep(TICK_S)  # a producer killed under the ranks is the cause, not the symptom
+                    died = self._dead_producer()
+                    return "failed", died or f"torchrun {describe_exit(code)}; see {self.log_path}", code
+                tick()
+                time.sleep(TICK_S)
+        except DaemonError as exc:
+            self._stop_all()
+            return ("cancelled", self.cancel_reason, self.exit_code) if self.cancel_event.is_set() else (
+                "failed", str(exc), self.exit_code)  # fmt: skip
+        finally:
+            self._stop_all()
+            self.pump_logs()
+
+    def _stop_all(self) -> int | None:
+        """Stop torchrun's group and every producer; reclaim segments of the dead. Idempotent."""
+        if self.torchrun is not None and self.torchrun.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.torchrun.pid, signal.SIGTERM)
+            try:
+                self.torchrun.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.torchrun.pid, signal.SIGKILL)
+                self.torchrun.wait()
+        if self.torchrun is not None:
+            self.exit_code = self.torchrun.returncode
+        with self.lock:
+            channels = list(self.channels.values())
+        for channel in channels:
+            if channel.trainer_pid and process_start_time(channel.trainer_pid) is not None:
+                with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
+                    os.kill(channel.trainer_pid, signal.SIGKILL)
+            channel.producer.stop()
+        reclaim_stale_segments()
+        for directory in self._scratch:
+            shutil.rmtree(directory, ignore_errors=True)
+        return self.exit_code

@@ -1,0 +1,94 @@
+"""`JobSpec`: what a training job runs, validated once at the door (CLI flags, YAML, or gRPC).
+
+Unknown fields are refused and every impossible value is named with the reason, so a bad
+spec fails at submission, not minutes later inside a rank. The daemon fills the defaults
+the contract documents (`jobs.proto`: JobSpec).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from graphtier.service.daemon.errors import InvalidRequestError
+from graphtier.service.daemon.models import BudgetSpec
+from graphtier.service.errors import SamplingError
+from graphtier.service.pipeline.layout import MAX_HOPS
+from graphtier.service.sampling import validate_fanouts
+
+ModelKind = Literal["sage", "gcn", "gat"]
+
+
+class JobSpec(BaseModel):
+    """One training job: the dataset, the model, sampling, optimisation and how many ranks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset: str = Field(min_length=1, description="Prepared dataset to train on (loaded with `budgets` if needed).")
+    model: ModelKind = Field("sage", description="sage (GraphSAGE mean), gcn or gat.")
+    fanouts: list[int] = Field(default_factory=lambda: [10, 5], description="Neighbours per hop; -1 = all.")
+    batch_size: int = Field(1024, ge=1, le=1 << 20, description="Seed nodes per batch per rank.")
+    hidden: int = Field(256, ge=1, le=1 << 16, description="Hidden width of the model.")
+    heads: int = Field(4, ge=1, le=64, description="Attention heads (gat only).")
+    epochs: int = Field(1, ge=1, le=100_000, description="Passes over the train ids.")
+    lr: float = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
+    dropout: float = Field(0.5, ge=0.0, lt=1.0, description="Dropout probability in [0, 1).")
+    nproc_per_node: int = Field(1, ge=1, le=64, description="Trainer ranks on this machine.")
+    checkpoint_every_steps: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = at epoch ends only.")
+    seed: int = Field(0, ge=0, lt=2**63, description="Seed of shuffles, samplers and initialisation.")
+    budgets: BudgetSpec | None = Field(None, description="Tier budgets if the dataset must be loaded.")
+    max_restarts: int = Field(0, ge=0, le=100, description="torchrun --max-restarts (resumes from checkpoints).")
+    num_slots: int = Field(2, ge=2, le=16, description="Ping-pong slots per rank's producer channel.")
+    name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
+
+    @field_validator("fanouts")
+    @classmethod
+    def _check_fanouts(cls, fanouts: list[int]) -> list[int]:
+        try:
+            checked = validate_fanouts(fanouts)
+        except SamplingError as exc:
+            raise ValueError(str(exc)) from None
+        if len(checked) > MAX_HOPS:
+            raise ValueError(f"{len(checked)} hops in {checked}; at most {MAX_HOPS} are supported")
+        return checked
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> JobSpec:
+        if self.model == "gat" and self.hidden % self.heads:
+            raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads} for model gat")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node
+
+    @classmethod
+    def build(cls, values: dict[str, Any], *, source: str = "job spec") -> JobSpec:
+        """Validate `values`; InvalidRequestError naming `source`, each bad field and why."""
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']} (got {err.get('input')!r})"
+                for err in exc.errors()
+            )
+            raise InvalidRequestError(f"{source}: invalid job spec: {problems}") from None
+
+    @classmethod
+    def from_yaml(cls, path: Path, **overrides: Any) -> JobSpec:
+        """A spec from a YAML (or JSON) mapping in `path`; `overrides` (non-None) win over the file."""
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise InvalidRequestError(f"{path}: cannot read the job spec ({exc.strerror})") from None
+        except yaml.YAMLError as exc:
+            raise InvalidRequestError(f"{path}: not valid YAML ({exc})") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise InvalidRequestError(f"{path}: a job spec must be a mapping of fields, got {type(loaded).__name__}")
+        values = {**loaded, **{key: value for key, value in overrides.items() if value is not None}}
+        return cls.build(values, source=str(path))

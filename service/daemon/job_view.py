@@ -1,0 +1,113 @@
+"""What the daemon tells about a job: `JobInfo` (GetJob/ListJobs) and `JobEvent` (StreamJobEvents).
+
+Plain frozen dataclasses mirroring `jobs.proto`; `job_conversions.py` copies them to and
+from the wire. The job manager builds them from the job table, the progress tracker and
+its own supervision records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.jobs import JobState
+from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.service.pipeline.layout import ChannelLayout
+
+
+@dataclass(frozen=True)
+class JobProgressInfo:
+    """Progress summed or averaged over a job's ranks."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    steps_per_epoch: int = 0
+    global_step: int = 0
+    total_steps: int = 0
+    loss: float = 0.0
+    train_accuracy: float = 0.0
+    batches_per_second: float = 0.0
+    traffic: TrafficCounts = field(default_factory=TrafficCounts)
+
+
+@dataclass(frozen=True)
+class JobResultInfo:
+    """Final figures of a job that succeeded (reported by rank 0)."""
+
+    val_accuracy: float = 0.0
+    test_accuracy: float = 0.0
+    final_loss: float = 0.0
+    train_seconds: float = 0.0
+    checkpoint_path: str = ""
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """One rank: its trainer and producer processes and how far it got."""
+
+    rank: int
+    trainer_pid: int = 0
+    producer_pid: int = 0
+    global_step: int = 0
+    batches_per_second: float = 0.0
+    ready_slots: int = 0
+    last_report: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as GetJob returns it."""
+
+    job_id: str
+    spec: JobSpec
+    state: JobState
+    message: str
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    progress: JobProgressInfo | None = None
+    result: JobResultInfo | None = None
+    ranks: list[RankInfo] = field(default_factory=list)
+    exit_code: int | None = None
+    restarts: int = 0
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class StateChange:
+    previous: JobState
+    current: JobState
+    message: str = ""
+    result: JobResultInfo | None = None
+
+
+@dataclass(frozen=True)
+class LogLine:
+    text: str
+    rank: int | None = None
+    from_producer: bool = False
+    stream: str = "stdout"  # "stdout" or "stderr"
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One entry of a job's event log; exactly one of the payloads is set."""
+
+    sequence: int
+    time: datetime
+    job_id: str
+    state_change: StateChange | None = None
+    progress: JobProgressInfo | None = None
+    log: LogLine | None = None
+
+
+@dataclass(frozen=True)
+class ChannelGrant:
+    """What OpenChannel returns: the producer's layout plus what the rank needs to build its model."""
+
+    job_id: str
+    layout: ChannelLayout
+    feature_dim: int
+    num_classes: int
+    stall_timeout_s: float = 60.0

@@ -1,0 +1,122 @@
+"""`graphtier job ...` and `graphtier demo` against a real daemon started by `graphtier cluster start`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from graphtier.launcher.cli.app import app
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # tables unwrapped
+    runner = CliRunner()
+
+    def invoke(*args: object):
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def running_daemon(cli, tmp_path, small_rmat):
+    run = tmp_path / "run"
+    started = cli("cluster", "start", "--runtime-dir", run, "--dataset-root", small_rmat.directory.parent, "--json")
+    assert started.exit_code == 0, started.output
+    try:
+        yield run
+    finally:
+        stopped = cli("cluster", "stop", "--runtime-dir", run)
+        assert stopped.exit_code == 0, stopped.output
+        from graphtier.service.shm import reclaim_stale_segments
+
+        reclaim_stale_segments()
+
+
+def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
+    run = tmp_path / "run"
+    bad = cli("job", "submit", "--dataset", "rmat12", "--dropout", "1.5", "--runtime-dir", run)
+    assert bad.exit_code == 2 and "command line: invalid job spec: dropout" in bad.output
+    spec = tmp_path / "job.yaml"
+    spec.write_text("dataset: rmat12\nmodel: transformer\nepochz: 3\n")
+    bad = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert bad.exit_code == 2 and f"{spec}: invalid job spec: model" in bad.output and "epochz" in bad.output
+    nothing = cli("job", "list", "--runtime-dir", run, "--json")
+    assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
+
+
+def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
+    run = running_daemon
+    spec = tmp_path / "job.yaml"
+    spec.write_text("dataset: rmat12\nmodel: gcn\nfanouts: [5, 5]\nbatch_size: 128\nhidden: 16\nepochs: 3\n"
+                    "nproc_per_node: 2\nname: from-yaml\n")  # fmt: skip
+    unknown = cli("job", "submit", "--dataset", "nope", "--runtime-dir", run)
+    assert unknown.exit_code == 2 and "no prepared dataset 'nope'" in unknown.output
+
+    done = cli("job", "submit", "--spec", spec, "--epochs", "1", "--wait", "--json", "--runtime-dir", run)
+    assert done.exit_code == 0, done.output
+    job = json.loads(done.stdout)
+    assert job["state"] == "succeeded" and job["spec"]["model"] == "gcn" and job["spec"]["epochs"] == 1
+    assert 0 < job["result"]["val_accuracy"] <= 1 and 0 < job["result"]["test_accuracy"] <= 1
+    job_id = job["job_id"]
+
+    status = cli("job", "status", job_id, "--runtime-dir", run)
+    assert status.exit_code == 0 and f"job {job_id} [succeeded] gcn on rmat12" in status.output
+    assert "val accuracy" in status.output and "test accuracy" in status.output
+    listed = json.loads(cli("job", "list", "--json", "--runtime-dir", run).stdout)
+    assert [(j["job_id"], j["spec"]["name"]) for j in listed] == [(job_id, "from-yaml")]
+    assert "from-yaml" in cli("job", "list", "--runtime-dir", run).output
+    logs = cli("job", "logs", job_id, "--runtime-dir", run)
+    assert logs.exit_code == 0 and "[rank 0] done" in logs.stdout and "[rank 1]" in logs.stdout
+    lines = [json.loads(line) for line in cli("job", "logs", job_id, "--json", "--runtime-dir", run).stdout.splitlines()]
+    assert any(line["from_producer"] for line in lines) and all("text" in line for line in lines)
+
+    again = cli("job", "cancel", job_id, "--runtime-dir", run)
+    assert again.exit_code == 2 and f"job '{job_id}' has already ended (succeeded)" in again.output
+
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "graphtier.launcher.cli", "job", "submit", "--spec", str(spec), "--epochs", "500",
+         "--batch-size", "16", "--wait", "--runtime-dir", str(run)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            jobs = json.loads(cli("job", "list", "--json", "--runtime-dir", run).stdout)
+            if jobs[0]["job_id"] != job_id and jobs[0]["state"] == "running":
+                break
+            time.sleep(0.3)
+        second = jobs[0]["job_id"]
+        waiting.send_signal(signal.SIGINT)  # Ctrl-C while following: detach, the job goes on
+        _, err = waiting.communicate(timeout=30)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 130, err
+    assert f"detached from job {second}; it keeps running" in err and f"graphtier job cancel {second}" in err
+    assert json.loads(cli("job", "status", second, "--json", "--runtime-dir", run).stdout)["state"] == "running"
+    cancelled = cli("job", "cancel", second, "--reason", "enough", "--json", "--runtime-dir", run)
+    assert cancelled.exit_code == 0 and json.loads(cancelled.stdout)["state"] == "cancelled"
+    status = cli("job", "status", second, "--runtime-dir", run)
+    assert status.exit_code == 1 and "[cancelled]" in status.output and "enough" in status.output
+    missing = cli("job", "status", "999", "--runtime-dir", run)
+    assert missing.exit_code == 2 and "no job '999'" in missing.output
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    env = {**os.environ, "GRAPHTIER_HOME": str(tmp_path / "home"), "COLUMNS": "160"}
+    result = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "demo", "--scale", "13"],
+                            capture_output=True, text=True, env=env, timeout=400)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout + result.stderr
+    assert "started graphtierd" in out and "prepared rmat-13" in out and "[succeeded]" in out
+    assert "val accuracy" in out and "feature traffic by tier" in out and "stopped graphtierd" in out
+    assert not (tmp_path / "home" / "run" / "daemon.lock").exists()
