@@ -81,6 +81,14 @@ class PreparedDataset:
             arrays[key] = tensor
         return arrays
 
+    def release(self) -> None:
+        """Drop this object's file mappings (they come back on next use).
+
+        A process that copied the arrays elsewhere (the shared-memory store) calls this so
+        the page cache behind the mappings is not counted against it a second time.
+        """
+        self.__dict__.pop("_arrays", None)
+
     @property
     def graph(self) -> CSCGraph:
         return CSCGraph(colptr=self.array("colptr"), row=self.array("row"))

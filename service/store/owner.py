@@ -32,6 +32,8 @@ class SharedDatasetStore:
         except BaseException:
             self.close()
             raise
+        finally:
+            dataset.release()  # everything needed now lives in the segments or the storage-tier file
 
     def _copy(self, label: str, source: torch.Tensor) -> SegmentRef:
         # Segment labels allow [A-Za-z0-9_-] only; dataset names may also hold '.' and be longer.

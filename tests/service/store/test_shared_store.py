@@ -120,3 +120,27 @@ def test_owner_killed_leaves_segments_that_the_next_owner_reclaims(small_rmat):
     with SegmentOwner():
         pass  # a new owner reclaims the dead owner's segments on creation
     assert not os.path.exists(f"/dev/shm/{handle.row.name}")
+
+
+def test_the_owner_keeps_no_second_copy_mapped(small_rmat):
+    """After copying into shm, the owner drops its mappings of the dataset files (a fresh process, so
+    no other test's mapping of the same file counts)."""
+    child = _run_child(
+        """
+        import gc, sys
+        from graphtier.service.placement import PlacementPlan
+        from graphtier.service.prepared import PreparedDataset
+        from graphtier.service.store import SharedDatasetStore
+        dataset = PreparedDataset.open("rmat12", sys.argv[1])
+        features_file = str(dataset.array_path("features"))
+        assert dataset.features is not None  # mapped now
+        with SharedDatasetStore(dataset, PlacementPlan.model_validate_json(sys.argv[2])):
+            gc.collect()
+            maps = open("/proc/self/maps").read().splitlines()
+            print(sum(line.endswith(features_file) for line in maps))
+        """,
+        str(small_rmat.directory.parent),
+        _plan(small_rmat, host_fraction=1.0).model_dump_json(),
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "0"
