@@ -15,9 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from graphtier.service.daemon.errors import InvalidRequestError
 from graphtier.service.daemon.models import BudgetSpec
-from graphtier.service.errors import SamplingError
-from graphtier.service.pipeline.layout import MAX_HOPS
-from graphtier.service.sampling import validate_fanouts
+from graphtier.service.pipeline.layout import check_channel_fanouts
 
 ModelKind = Literal["sage", "gcn", "gat"]
 
@@ -47,13 +45,7 @@ class JobSpec(BaseModel):
     @field_validator("fanouts")
     @classmethod
     def _check_fanouts(cls, fanouts: list[int]) -> list[int]:
-        try:
-            checked = validate_fanouts(fanouts)
-        except SamplingError as exc:
-            raise ValueError(str(exc)) from None
-        if len(checked) > MAX_HOPS:
-            raise ValueError(f"{len(checked)} hops in {checked}; at most {MAX_HOPS} are supported")
-        return checked
+        return check_channel_fanouts(fanouts)
 
     @model_validator(mode="after")
     def _check_heads(self) -> JobSpec:

@@ -7,10 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphtier.service.errors import SamplingError
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.layout import MAX_HOPS, SlotCapacity, check_channel_name
-from graphtier.service.sampling import validate_fanouts
+from graphtier.service.pipeline.layout import MAX_HOPS, SlotCapacity, check_channel_fanouts, check_channel_name
 from graphtier.service.store import SharedDatasetHandle
 
 
@@ -41,13 +39,7 @@ class ProducerConfig(BaseModel):
     @field_validator("fanouts")
     @classmethod
     def _check_fanouts(cls, fanouts: list[int]) -> list[int]:
-        try:
-            checked = validate_fanouts(fanouts)
-        except SamplingError as exc:
-            raise ValueError(str(exc)) from None
-        if len(checked) > MAX_HOPS:
-            raise ValueError(f"{len(checked)} hops in {checked}; a channel carries at most {MAX_HOPS}")
-        return checked
+        return check_channel_fanouts(fanouts)
 
     @field_validator("channel")
     @classmethod

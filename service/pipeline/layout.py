@@ -13,7 +13,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from graphtier.service.errors import SamplingError
 from graphtier.service.pipeline.errors import ChannelError
+from graphtier.service.sampling import validate_fanouts
 from graphtier.service.shm import SegmentRef
 
 LAYOUT_VERSION = 1
@@ -28,6 +30,17 @@ def check_channel_name(name: str) -> str:
     if not CHANNEL_NAME_RE.fullmatch(name):
         raise ValueError(f"channel name {name!r} must be 1-40 letters, digits, '_' or '-'")
     return name
+
+
+def check_channel_fanouts(fanouts: list[int]) -> list[int]:
+    """Fanouts a channel can carry: valid for the sampler and at most MAX_HOPS hops (ValueError otherwise)."""
+    try:
+        checked = validate_fanouts(fanouts)
+    except SamplingError as exc:
+        raise ValueError(str(exc)) from None
+    if len(checked) > MAX_HOPS:
+        raise ValueError(f"{len(checked)} hops in {checked}; a channel carries at most {MAX_HOPS}")
+    return checked
 
 
 class SlotCapacity(BaseModel):
