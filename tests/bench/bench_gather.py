@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
+from machine import cpu_model
 
 from graphtier.service.gather import FeatureTiers, tiered_gather
 from graphtier.service.native_ops import native_available, unavailable_reason
@@ -41,13 +41,6 @@ def interleaved_rounds(cases: dict[str, Callable[[], object]], rounds: int) -> d
             times[name].append(time.perf_counter() - t)
     return {name: (min(ts), statistics.median(ts)) for name, ts in times.items()}
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def main() -> None:

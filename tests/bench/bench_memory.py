@@ -36,6 +36,7 @@ from pathlib import Path
 
 import psutil
 import torch
+from machine import cpu_model
 
 from graphtier.launcher.client import DaemonClient
 from graphtier.launcher.runtime.models.factory import build_model
@@ -50,13 +51,6 @@ ROLES = ("daemon", "producer", "torchrun agent", "rank", "other")
 SHM_PREFIX = f"{SHM_DIR}/{PREFIX}"
 GRAPHTIER = [sys.executable, "-m", "graphtier.launcher.cli"]
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def role_of(proc: psutil.Process, daemon_pid: int) -> str:

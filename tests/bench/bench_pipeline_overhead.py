@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_model
 
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
 from graphtier.service.pipeline import capacity as caps
@@ -38,13 +39,6 @@ from graphtier.service.store import SharedDatasetStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def ensure_dataset(root: Path, name: str, scale: int) -> PreparedDataset:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from machine import cpu_model
 
 from graphtier.service.errors import GraphtierError
 from graphtier.service.graph import CSCGraph
@@ -187,12 +188,7 @@ def pyg_samplers(graph: CSCGraph, fanouts: list[int], batches: list[torch.Tensor
 
 def machine_info(threads: int) -> str:
     """One line naming CPU, cores, versions and current load, so a table can be interpreted later."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    model = cpu_model()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     try:
         import torch_geometric
