@@ -5,11 +5,12 @@ rank), takes this rank's shard (see shard.py), and for each batch: waits for a F
 samples, copies the sampled structure and the seed labels into the slot, gathers the input
 features from the tiers straight into the slot, marks it READY and tells the consumer.
 It never touches a slot the consumer holds; it exits cleanly, unlinking its segments, when
-the consumer goes away. Run it as a process:
+the consumer goes away. The daemon forks it from a warm server (`spawn_producer`, see
+forkserver.py); it also runs as a process of its own:
 
     python -m graphtier.service.pipeline.producer --config JSON|@PATH
 
-It prints one line, the path of its layout.json, on stdout once a consumer may connect.
+which prints one line, the path of its layout.json, on stdout once a consumer may connect.
 Exit status: 0 finished, consumer gone or SIGTERM; 1 failed (the error is in the control
 block and in the log on stderr); 2 bad config.
 """
@@ -22,6 +23,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -267,23 +269,13 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Terminated()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m graphtier.service.pipeline.producer", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--config", required=True, help="ProducerConfig as JSON, or @PATH of a JSON file")
-    args = parser.parse_args(argv)
-    try:
-        config = ProducerConfig.parse(args.config)
-    except ChannelError as exc:
-        print(f"graphtier producer: {exc}", file=sys.stderr)
-        return 2
+def run_producer(config: ProducerConfig, announce: Callable[[Path], None]) -> int:
+    """Serve one channel until it ends; `announce(layout_path)` once a consumer may connect. Returns the exit status."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     producer: Producer | None = None
     try:
         producer = Producer(config)
-        print(config.channel_dir / LAYOUT_FILE, flush=True)
-        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the handshake line was the last stdout output
+        announce(config.channel_dir / LAYOUT_FILE)
         status = producer.run()
         producer._log(f"exiting: {status.name.lower()}")
         return 0
@@ -298,6 +290,25 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         if producer is not None:
             producer.close()
+
+
+def _announce_on_stdout(layout_path: Path) -> None:
+    print(layout_path, flush=True)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the handshake line was the last stdout output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m graphtier.service.pipeline.producer", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--config", required=True, help="ProducerConfig as JSON, or @PATH of a JSON file")
+    args = parser.parse_args(argv)
+    try:
+        config = ProducerConfig.parse(args.config)
+    except ChannelError as exc:
+        print(f"graphtier producer: {exc}", file=sys.stderr)
+        return 2
+    return run_producer(config, _announce_on_stdout)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from graphtier.service.shm.naming import PREFIX, SHM_DIR, SegmentName
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
-ROLES = ("daemon", "producer", "torchrun agent", "rank", "other")
+ROLES = ("daemon", "forkserver", "producer", "torchrun agent", "rank", "other")
 SHM_PREFIX = f"{SHM_DIR}/{PREFIX}"
 GRAPHTIER = [sys.executable, "-m", "graphtier.launcher.cli"]
 
@@ -57,10 +57,14 @@ def role_of(proc: psutil.Process, daemon_pid: int) -> str:
     if proc.pid == daemon_pid:
         return "daemon"
     cmdline = " ".join(proc.cmdline())
-    if "graphtier.service.pipeline.producer" in cmdline:
-        return "producer"
-    if "torch.distributed.run" in cmdline:  # the agent's argv also names rank_main
-        return "torchrun agent"
+    if "multiprocessing.forkserver" in cmdline:  # producers and agents are forked from it and keep its cmdline
+        if proc.ppid() == daemon_pid:
+            return "forkserver"
+        try:
+            ranks = any("rank_main" in " ".join(child.cmdline()) for child in proc.children())
+        except psutil.Error:
+            ranks = False
+        return "torchrun agent" if ranks else "producer"
     if "graphtier.launcher.runtime.rank_main" in cmdline:
         return "rank"
     return "other"

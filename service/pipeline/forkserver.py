@@ -1,0 +1,112 @@
+"""Processes forked from one warm server instead of started as fresh interpreters.
+
+A fresh interpreter that imports torch holds about 150 MiB of private memory before it does
+any work (relocated library pages, the interpreter's heap); with a producer per rank and a
+torchrun agent per job that is paid again and again beside the one copy of the data. A child
+forked from a process that has already imported those modules shares the pages
+copy-on-write and costs a few MiB. multiprocessing's forkserver is that process: started
+once per parent (the daemon, or a test) with `PRELOAD` imported, it forks each child on
+request and reports its exit status back. `ForkedProcess` gives the parent the supervision
+surface of `subprocess.Popen` (pid, poll, wait, terminate, kill) over such a child.
+
+The server is started with `OMP_WAIT_POLICY=PASSIVE`: OpenMP reads it once, when torch is
+loaded, and producers share cores with trainer ranks, where busy-waiting OpenMP threads
+steal the cores the ranks compute on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+PRELOAD = ["graphtier.service.pipeline.producer", "torch.distributed.run"]
+SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+_lock = threading.Lock()
+
+
+def forkserver_context() -> ForkServerContext:
+    """The forkserver context children are started from; starts the server on first use."""
+    context = multiprocessing.get_context("forkserver")
+    with _lock:
+        saved = {key: os.environ.get(key) for key in SERVER_ENV}
+        os.environ.update(SERVER_ENV)  # inherited by the server alone: it is started right here
+        try:
+            context.set_forkserver_preload(PRELOAD)
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return context  # type: ignore[return-value]
+
+
+def redirect_output(log_path: str | Path) -> None:
+    """In a forked child: send stdout and stderr (file descriptors 1 and 2) to the end of `log_path`."""
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log_fd, sys.stdout.fileno())
+    os.dup2(log_fd, sys.stderr.fileno())
+    os.close(log_fd)
+
+
+class ForkedProcess:
+    """A child of the forkserver, supervised like a `subprocess.Popen`.
+
+    `target(*args)` runs in the child; its `SystemExit` code is the exit status, an uncaught
+    exception exits 1 after printing its traceback, a signal gives minus its number.
+    """
+
+    def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], *, name: str) -> None:
+        self.process: BaseProcess = forkserver_context().Process(target=target, args=args, name=name, daemon=True)
+        self.process.start()
+        self.pid: int = self.process.pid or 0
+
+    @property
+    def sentinel(self) -> int:
+        """A file descriptor that becomes readable when the child exits."""
+        return self.process.sentinel
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        code = self.process.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+        return code
+
+    def terminate(self) -> None:
+        self.process.terminate()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def stop(self, timeout: float) -> int:
+        """SIGTERM (and SIGCONT, so a stopped child runs its cleanup), then SIGKILL after `timeout` seconds."""
+        if self.poll() is None:
+            self.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)
+            try:
+                return self.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.wait()
