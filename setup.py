@@ -39,7 +39,9 @@ def _extensions():
         name="graphtier.service._native",
         sources=sources,
         include_dirs=[os.path.abspath("native/include")],
-        extra_compile_args=["-O3", "-fopenmp", "-std=c++17"],
+        # No -std here: torch picks the standard its own headers were built with (C++20 for
+        # torch >= 2.10); forcing C++17 over it crashed the ops' error path under torch 2.11.
+        extra_compile_args=["-O3", "-fopenmp"],
         extra_link_args=["-fopenmp"],
     )
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}

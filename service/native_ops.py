@@ -4,6 +4,11 @@ The shared object `graphtier.service._native` is built by `python setup.py build
 --inplace`; importing it registers the ops. Nothing is imported until an op is first needed,
 and a missing build degrades to the pure-torch fallbacks with one warning per process.
 Set GRAPHTIER_NO_NATIVE=1 to force the fallbacks.
+
+Bad input is refused in Python before an op is called (ids and seeds in range, seeds
+unique): the ops' own checks are last-line asserts, never the user's error message. Formatting
+a c10 error message inside the extension crashed the process (SIGSEGV in the ostream code the
+extension carries) when built on the CUDA image with torch 2.11, so that path is never relied on.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ def native_available() -> bool:
             _state["available"], _state["reason"] = False, "GRAPHTIER_NO_NATIVE=1 is set"
         else:
             try:
+                import torch  # noqa: F401  (loads libc10/libtorch, which the extension links against)
+
                 importlib.import_module("graphtier.service._native")
                 _state["available"], _state["reason"] = True, ""
             except ImportError as exc:

@@ -77,19 +77,17 @@ def tiered_gather(
     ids = _check_ids(ids)
     n = ids.numel()
     _check_out(out, tiers, n)
+    if n:  # here, not in the op: see native_ops (no error messages are formatted in native code)
+        lo, hi = torch.aminmax(ids)
+        if int(lo) < 0 or int(hi) >= tiers.num_rows:
+            raise _out_of_range(ids, tiers.num_rows)
     if resolve_backend(backend, "tiered_gather") == "native":
-        try:
-            counts = torch.ops.graphtier.tiered_gather(
-                ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
-            )
-        except IndexError as exc:
-            raise GraphtierError(str(exc).splitlines()[0]) from None
+        counts = torch.ops.graphtier.tiered_gather(
+            ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
+        )
         rows = counts.tolist()
     else:
         if n:
-            lo, hi = torch.aminmax(ids)
-            if int(lo) < 0 or int(hi) >= tiers.num_rows:
-                raise _out_of_range(ids, tiers.num_rows)
             gather_rows_torch(ids, tiers, out[:n])
         rows = count_rows_torch(ids, tiers)
     return TrafficCounts.from_rows(rows, tiers.row_bytes, simulated=tiers.simulated)

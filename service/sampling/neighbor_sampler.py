@@ -118,15 +118,10 @@ class NeighborSampler:
         word &= (1 << 64) - 1
         signed = word - (1 << 64) if word >= 1 << 63 else word
         g = self._graph
+        self._check_unique(seeds)  # here, not in the op: see native_ops (no error messages are formatted in native code)
         if self._backend == "native":
-            try:
-                out = torch.ops.graphtier.sample_neighbors(
-                    g.colptr, g.row, seeds, self._fanouts, signed, self._node_map
-                )
-            except (ValueError, IndexError) as exc:
-                raise SamplingError(str(exc).splitlines()[0]) from None
+            out = torch.ops.graphtier.sample_neighbors(g.colptr, g.row, seeds, self._fanouts, signed, self._node_map)
         else:
-            self._check_unique(seeds)
             out = sample_neighbors_torch(g.colptr, g.row, seeds, self._fanouts, word, self._node_map)
         node_ids, indptr, indices, nodes_per_hop, edges_per_hop = out
         return SampledSubgraph(
