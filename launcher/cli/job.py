@@ -109,6 +109,8 @@ def submit(
     epochs: Annotated[Optional[int], typer.Option(help="passes over the train ids")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Adam learning rate")] = None,
     dropout: Annotated[Optional[float], typer.Option(help="dropout in [0, 1)")] = None,
+    weight_decay: Annotated[Optional[float], typer.Option(help="Adam L2 weight decay")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu, or cuda (one GPU per rank)")] = None,
     nproc_per_node: Annotated[Optional[int], typer.Option(help="trainer ranks (torchrun --nproc-per-node)")] = None,
     checkpoint_every_steps: Annotated[Optional[int], typer.Option(help="0 = at epoch ends only")] = None,
     seed: Annotated[Optional[int], typer.Option(help="seed of shuffles, samplers and init")] = None,
@@ -126,7 +128,8 @@ def submit(
     with error_boundary():
         flags = {"dataset": dataset, "model": model, "fanouts": parse_fanouts(fanout) if fanout else None,
                  "batch_size": batch_size, "hidden": hidden, "heads": heads, "epochs": epochs, "lr": lr,
-                 "dropout": dropout, "nproc_per_node": nproc_per_node, "checkpoint_every_steps": checkpoint_every_steps,
+                 "dropout": dropout, "weight_decay": weight_decay, "device": device, "nproc_per_node": nproc_per_node,
+                 "checkpoint_every_steps": checkpoint_every_steps,
                  "seed": seed, "max_restarts": max_restarts, "name": name}  # fmt: skip
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)

@@ -81,6 +81,7 @@ def train(job_id: str, runtime_dir: Path) -> int:
             config = TrainConfig(
                 model=spec.model, in_dim=grant.feature_dim, num_classes=grant.num_classes, hidden=spec.hidden,
                 layers=len(spec.fanouts), heads=spec.heads, dropout=spec.dropout, lr=spec.lr, epochs=spec.epochs,
+                weight_decay=spec.weight_decay, device=spec.device,
                 seed=spec.seed, checkpoint_dir=runtime_dir / "jobs" / job_id / "checkpoints",
                 checkpoint_every_steps=spec.checkpoint_every_steps,
                 log_every_steps=max(1, min(10, loader.steps_per_epoch // 10)),

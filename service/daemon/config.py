@@ -77,6 +77,11 @@ class DaemonConfig(BaseModel):
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, le=600, description="Seconds in-flight calls get to finish on SIGTERM."
     )
+    producer_stall_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600,
+        description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
+        "job fails naming it.",
+    )  # fmt: skip
 
     @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file")
     @classmethod

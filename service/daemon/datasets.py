@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import torch
-
 from graphtier.service.daemon.errors import (
     DatasetConflictError,
     DatasetInUseError,
@@ -32,6 +30,7 @@ from graphtier.service.daemon.models import (
     UnloadResult,
 )
 from graphtier.service.errors import PreparedDatasetError, SharedMemoryError
+from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name
@@ -83,7 +82,7 @@ class LoadedDataset:
             feature_bytes=feature_bytes(self.manifest),
             structure_bytes=structure_bytes(self.manifest),
             device_bytes_per_device=plan.device_bytes_per_device(),
-            simulated_devices=not torch.cuda.is_available(),
+            simulated_devices=DEVICE_TIERS_SIMULATED,
             owner_pid=os.getpid(),
             loaded_at=self.loaded_at,
             budgets=self.budgets,

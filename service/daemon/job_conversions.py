@@ -36,6 +36,7 @@ from graphtier.service.pipeline import ChannelLayout, SlotCapacity, SlotLayout
 from graphtier.v1 import channels_pb2, jobs_pb2
 
 _MODELS = {"sage": jobs_pb2.MODEL_SAGE, "gcn": jobs_pb2.MODEL_GCN, "gat": jobs_pb2.MODEL_GAT}
+_DEVICES = {"cpu": jobs_pb2.DEVICE_CPU, "cuda": jobs_pb2.DEVICE_CUDA}
 
 
 def state_to_proto(state: JobState) -> int:
@@ -55,6 +56,7 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         hidden=spec.hidden, epochs=spec.epochs, lr=spec.lr, dropout=spec.dropout,
         nproc_per_node=spec.nproc_per_node, nnodes=1, checkpoint_every_steps=spec.checkpoint_every_steps,
         seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
+        weight_decay=spec.weight_decay, device=_DEVICES[spec.device],
     )  # fmt: skip
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
@@ -75,7 +77,10 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
                  "num_slots"):  # fmt: skip
         if getattr(message, name):
             values[name] = getattr(message, name)
-    for name in ("dropout", "seed", "max_restarts"):
+    if message.device != jobs_pb2.DEVICE_UNSPECIFIED:
+        devices = {v: k for k, v in _DEVICES.items()}
+        values["device"] = devices.get(message.device, f"unknown device {message.device}")
+    for name in ("dropout", "seed", "max_restarts", "weight_decay"):
         if message.HasField(name):
             values[name] = getattr(message, name)
     if message.HasField("budgets"):

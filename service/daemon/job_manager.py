@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
+
 from graphtier.service.daemon.datasets import DatasetRegistry
-from graphtier.service.daemon.errors import DaemonError
+from graphtier.service.daemon.errors import DaemonError, InvalidRequestError
 from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_runner import JobRunner
 from graphtier.service.daemon.job_spec import JobSpec
@@ -44,8 +46,10 @@ class _Job:
 class JobManager:
     """Every job this daemon started; thread-safe."""
 
-    def __init__(self, runtime_dir: Path, jobs: JobTable, datasets: DatasetRegistry, tracker: ProgressTracker) -> None:
+    def __init__(self, runtime_dir: Path, jobs: JobTable, datasets: DatasetRegistry, tracker: ProgressTracker, *,
+                 stall_timeout_s: float = 60.0) -> None:  # fmt: skip
         self.runtime_dir = Path(runtime_dir)
+        self.stall_timeout_s = stall_timeout_s
         self.table, self.datasets, self.tracker = jobs, datasets, tracker
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
@@ -73,6 +77,12 @@ class JobManager:
 
     def submit(self, spec: JobSpec) -> JobInfo:
         """Validate, load the dataset, and start the job on its own thread."""
+        if spec.device == "cuda" and torch.cuda.device_count() < spec.nproc_per_node:
+            raise InvalidRequestError(
+                f"job spec: device 'cuda' needs one CUDA device per rank, but this machine's torch sees "
+                f"{torch.cuda.device_count()} for nproc_per_node {spec.nproc_per_node}; "
+                "submit with device cpu or fewer ranks"
+            )
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
             loaded = self.datasets.layout(spec.dataset)  # no budgets asked: share the copy as it is placed
         else:
@@ -86,7 +96,8 @@ class JobManager:
         job_dir = self.runtime_dir / "jobs" / job_id
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
         events = JobEventLog(job_id)
-        runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log)
+        runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log,
+                           stall_timeout_s=self.stall_timeout_s)
         job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes)
         with self._lock:
             self._jobs[job_id] = job
@@ -234,7 +245,7 @@ class JobManager:
         if record.state.final:
             raise DaemonError(f"job {job_id} has ended ({record.state.value}); its channels are closed")
         producer = job.runner.reopen(rank, trainer_pid)
-        return ChannelGrant(job_id, producer.layout, job.feature_dim, job.num_classes)
+        return ChannelGrant(job_id, producer.layout, job.feature_dim, job.num_classes, self.stall_timeout_s)
 
     def release_channel(self, job_id: str, rank: int) -> int:
         job = self._job(job_id)

@@ -1,8 +1,10 @@
 """`JobRunner`: one job's processes -- a producer per rank and torchrun -- and their supervision.
 
-The runner's thread starts the producers (each must open its channel), then
-`python -m torch.distributed.run ... -m graphtier.launcher.runtime.rank_main` in its own
-process group with output captured to `<job_dir>/job.log`. Every tick it feeds the
+The runner's thread starts the producers (each must open its channel), then torchrun
+(`torch.distributed.run ... -m graphtier.launcher.runtime.rank_main`) in its own process
+group with output captured to `<job_dir>/job.log`; producers and the torchrun agent are
+forked from the daemon's warm forkserver (pipeline/forkserver.py), the ranks are fresh
+interpreters started by torchrun. Every tick it feeds the
 producers' counters to the progress tracker, turns new log lines and progress into
 events, and watches the processes: torchrun's exit status decides SUCCEEDED/FAILED; a
 producer that exits non-zero (killed, crashed) FAILS the job with a message naming its pid
@@ -20,7 +22,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,6 +33,7 @@ from graphtier.service.daemon.errors import DaemonError
 from graphtier.service.daemon.job_spec import JobSpec
 from graphtier.service.daemon.job_view import LogLine
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
+from graphtier.service.pipeline.forkserver import ForkedProcess, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.store import SharedDatasetHandle
@@ -80,12 +82,36 @@ class _Tail:
         return [line.decode(errors="replace").rstrip("\r") for line in complete]
 
 
+def _signal_group(agent: ForkedProcess, signum: int) -> None:
+    """Signal the agent's process group (it and its ranks); the agent alone if it has not made its group yet."""
+    try:
+        os.killpg(agent.pid, signum)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(agent.pid, signum)
+
+
+def _forked_torchrun(argv: list[str], log_path: str, cwd: str, env: dict[str, str]) -> None:
+    """`torchrun ARGV` in a child of the forkserver: its own process group, output to the job log.
+
+    The ranks torchrun starts are fresh interpreters and read `env` (their OpenMP settings) at start.
+    """
+    from torch.distributed.run import main  # preloaded by the forkserver: no import cost
+
+    os.setsid()  # the runner signals the agent and its ranks as one group
+    redirect_output(log_path)
+    os.chdir(cwd)
+    os.environ.update(env)
+    main(argv)
+
+
 class JobRunner:
     """The processes of one job; `run()` (on the runner's thread) returns (final state name, message, exit code)."""
 
     def __init__(self, job_id: str, spec: JobSpec, handle: SharedDatasetHandle, job_dir: Path, runtime_dir: Path,
-                 on_log: Callable[[LogLine], None]) -> None:  # fmt: skip
+                 on_log: Callable[[LogLine], None], *, stall_timeout_s: float = 60.0) -> None:  # fmt: skip
         self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.stall_timeout_s = stall_timeout_s
         self.job_dir, self.runtime_dir = job_dir, runtime_dir
         self.log_path = job_dir / "job.log"
         self.checkpoint_dir = job_dir / "checkpoints"
@@ -94,7 +120,7 @@ class JobRunner:
         self.cancel_reason = ""
         self.lock = threading.RLock()
         self.channels: dict[int, RankChannel] = {}
-        self.torchrun: subprocess.Popen[bytes] | None = None
+        self.torchrun: ForkedProcess | None = None
         self.exit_code: int | None = None
         self._tails: dict[int | None, _Tail] = {}
         self._scratch: list[Path] = []
@@ -117,9 +143,8 @@ class JobRunner:
             num_slots=self.spec.num_slots, channel_dir=self._channel_dir(rank, attempt), channel=f"j{self.job_id}r{rank}",
             num_threads=self.threads,
         )  # fmt: skip
-        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(self.threads)}
         try:
-            producer = spawn_producer(config, env=env)
+            producer = spawn_producer(config)
         except ChannelError as exc:
             raise DaemonError(f"job {self.job_id}: the producer of rank {rank} did not start: {exc}") from None
         self._tails[rank] = _Tail(producer.log_path)
@@ -159,30 +184,32 @@ class JobRunner:
             producer = self._spawn(rank, 0)
             with self.lock:
                 self.channels[rank] = RankChannel(rank, producer)
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-            "--nproc-per-node", str(self.spec.world_size), "--max-restarts", str(self.spec.max_restarts),
+        argv = [
+            "--nnodes", "1", "--nproc-per-node", str(self.spec.world_size), "--max-restarts", str(self.spec.max_restarts),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", f"job-{self.job_id}",
             "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
         ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE",
-               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        env = {"OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
         self._tails[None] = _Tail(self.log_path)
-        with open(self.log_path, "ab") as log:
-            self.torchrun = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True, cwd=self.job_dir,
-            )  # fmt: skip
+        self.torchrun = ForkedProcess(
+            _forked_torchrun, (argv, str(self.log_path), str(self.job_dir), env), name=f"graphtier-torchrun-{self.job_id}"
+        )
 
-    def _dead_producer(self) -> str | None:
+    def _failed_producer(self) -> str | None:
+        """Why a producer failed the job -- it died, or it lives without a heartbeat -- or None."""
         with self.lock:
             for channel in self.channels.values():
-                code = channel.producer.poll()
+                producer, code = channel.producer, channel.producer.poll()
+                where = f"producer pid {producer.pid} of rank {channel.rank}"
                 if code not in (None, 0):
-                    error = channel.producer.stats().error
+                    error = producer.stats().error
                     detail = f": {error}" if error else ""
-                    return (f"producer pid {channel.producer.pid} of rank {channel.rank} {describe_exit(code)}"
-                            f"{detail}; log {channel.producer.log_path}")  # fmt: skip
+                    return f"{where} {describe_exit(code)}{detail}; log {producer.log_path}"
+                age = producer.stats().heartbeat_age_s if code is None else 0.0
+                if age > self.stall_timeout_s:
+                    return (f"{where} is alive but has shown no progress for {age:.0f} s (stall timeout "
+                            f"{self.stall_timeout_s:g} s): stopped (SIGSTOP), swapping or deadlocked; "
+                            f"log {producer.log_path}")  # fmt: skip
         return None
 
     def pump_logs(self) -> None:
@@ -202,7 +229,7 @@ class JobRunner:
                 self.pump_logs()
                 if self.cancel_event.is_set():
                     return "cancelled", self.cancel_reason or "cancelled", self._stop_all()
-                died = self._dead_producer()
+                died = self._failed_producer()
                 if died is not None:
                     self._stop_all()
                     return "failed", died, self.exit_code
@@ -214,7 +241,7 @@ class JobRunner:
                     if code == 0:
                         return "succeeded", "", code
                     time.sleep(TICK_S)  # a producer killed under the ranks is the cause, not the symptom
-                    died = self._dead_producer()
+                    died = self._failed_producer()
                     return "failed", died or f"torchrun {describe_exit(code)}; see {self.log_path}", code
                 tick()
                 time.sleep(TICK_S)
@@ -229,13 +256,11 @@ class JobRunner:
     def _stop_all(self) -> int | None:
         """Stop torchrun's group and every producer; reclaim segments of the dead. Idempotent."""
         if self.torchrun is not None and self.torchrun.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.torchrun.pid, signal.SIGTERM)
+            _signal_group(self.torchrun, signal.SIGTERM)
             try:
                 self.torchrun.wait(STOP_GRACE_S)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.torchrun.pid, signal.SIGKILL)
+                _signal_group(self.torchrun, signal.SIGKILL)
                 self.torchrun.wait()
         if self.torchrun is not None:
             self.exit_code = self.torchrun.returncode

@@ -18,6 +18,7 @@ from graphtier.service.daemon.models import BudgetSpec
 from graphtier.service.pipeline.layout import check_channel_fanouts
 
 ModelKind = Literal["sage", "gcn", "gat"]
+DeviceKind = Literal["cpu", "cuda"]
 
 
 class JobSpec(BaseModel):
@@ -33,8 +34,10 @@ class JobSpec(BaseModel):
     heads: int = Field(4, ge=1, le=64, description="Attention heads (gat only).")
     epochs: int = Field(1, ge=1, le=100_000, description="Passes over the train ids.")
     lr: float = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Adam L2 weight decay.")
     dropout: float = Field(0.5, ge=0.0, lt=1.0, description="Dropout probability in [0, 1).")
     nproc_per_node: int = Field(1, ge=1, le=64, description="Trainer ranks on this machine.")
+    device: DeviceKind = Field("cpu", description="Where ranks compute: cpu (gloo) or cuda (cuda:LOCAL_RANK, NCCL).")
     checkpoint_every_steps: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = at epoch ends only.")
     seed: int = Field(0, ge=0, lt=2**63, description="Seed of shuffles, samplers and initialisation.")
     budgets: BudgetSpec | None = Field(None, description="Tier budgets if the dataset must be loaded.")

@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset-root", type=Path, help="prepared datasets (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--log-file", type=Path, help="log file (default <runtime-dir>/daemon.log)")
     parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls")
+    parser.add_argument("--producer-stall-timeout", type=float, dest="producer_stall_timeout_s",
+                        help="seconds without a producer heartbeat before its job fails (default 60)")
     return parser
 
 

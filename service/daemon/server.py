@@ -18,7 +18,6 @@ from concurrent import futures
 from datetime import datetime, timezone
 
 import grpc
-import torch
 import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -35,6 +34,8 @@ from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
 from graphtier.service.daemon.status import StatusBuilder
 from graphtier.service.daemon.status_app import create_status_app
 from graphtier.service.daemon.status_models import EndpointsStatus
+from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
+from graphtier.service.pipeline.forkserver import forkserver_context
 from graphtier.service.shm import reclaim_stale_segments
 
 log = logging.getLogger("graphtierd")
@@ -63,10 +64,11 @@ class Daemon:
         self.config = config
         self.lock = lock or InstanceLock(config)
         self.jobs = JobTable()
-        self.metrics = MetricsRegistry(simulated_devices=not torch.cuda.is_available())
+        self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
         self.datasets = DatasetRegistry(config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs)
         self.tracker = ProgressTracker(self.metrics, self.jobs)
-        self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker)
+        self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker,
+                                      stall_timeout_s=config.producer_stall_timeout_s)
         self.health = health.HealthServicer()
         self.endpoints: Endpoints | None = None
         self.started_at = datetime.now(timezone.utc)
@@ -98,6 +100,7 @@ class Daemon:
                 log.info("removed stale %s left by a daemon that died", path)
         for name in reclaim_stale_segments():
             log.info("reclaimed stale shared-memory segment %s", name)
+        forkserver_context()  # producers and torchrun agents fork from it: warm before the first job
         self.metrics.watch(self._dataset_tiers, self._job_states)
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

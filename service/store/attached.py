@@ -11,6 +11,7 @@ import torch
 
 from graphtier.service.errors import GraphtierError, SharedMemoryError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
+from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.shm import attach_tensor
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
@@ -60,7 +61,7 @@ class AttachedDataset:
                 device_index=device_index,
                 resident=self.resident if self.resident is not None else empty,
                 storage=self.storage if self.storage is not None else empty,
-                simulated=not torch.cuda.is_available(),
+                simulated=DEVICE_TIERS_SIMULATED,
             )
         return self._tiers[device_index]
 

@@ -168,7 +168,19 @@ def _job_spec() -> jobs_pb2.JobSpec:
         heads=4,
         num_slots=3,
         max_restarts=0,
+        weight_decay=0.0005,
+        device=jobs_pb2.DEVICE_CUDA,
     )
+
+
+def test_domain_job_spec_survives_the_wire_and_unset_fields_take_defaults():
+    from graphtier.service.daemon.job_conversions import spec_from_proto, spec_to_proto
+    from graphtier.service.daemon.job_spec import JobSpec
+
+    spec = JobSpec(dataset="d", model="gcn", fanouts=[5, -1], weight_decay=5e-4, device="cuda", dropout=0.0, seed=7)
+    assert spec_from_proto(jobs_pb2.JobSpec.FromString(spec_to_proto(spec).SerializeToString())) == spec
+    bare = spec_from_proto(jobs_pb2.JobSpec(dataset="d", model=jobs_pb2.MODEL_SAGE))
+    assert (bare.device, bare.weight_decay, bare.dropout) == ("cpu", 0.0, 0.5)
 
 
 def test_job_spec_round_trips_with_presence_of_zero_optionals():

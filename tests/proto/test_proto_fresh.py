@@ -13,9 +13,9 @@ def test_committed_generated_code_is_fresh(proto_root, run_generate):
 def test_check_fails_when_a_proto_is_edited_and_generate_repairs_it(proto_copy, run_generate):
     jobs = proto_copy / "graphtier" / "v1" / "jobs.proto"
     text = jobs.read_text()
-    marker = "  string rdzv_id = 19;\n"
+    marker = "  Device device = 21;\n"
     assert marker in text
-    jobs.write_text(text.replace(marker, marker + "  // A field added after generation.\n  string added = 20;\n"))
+    jobs.write_text(text.replace(marker, marker + "  // A field added after generation.\n  string added = 22;\n"))
 
     stale = run_generate(proto_copy, "--check")
     assert stale.returncode == 1

@@ -11,6 +11,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Device(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEVICE_UNSPECIFIED: _ClassVar[Device]
+    DEVICE_CPU: _ClassVar[Device]
+    DEVICE_CUDA: _ClassVar[Device]
+
 class Model(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MODEL_UNSPECIFIED: _ClassVar[Model]
@@ -33,6 +39,9 @@ class LogStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOG_STREAM_UNSPECIFIED: _ClassVar[LogStream]
     LOG_STREAM_STDOUT: _ClassVar[LogStream]
     LOG_STREAM_STDERR: _ClassVar[LogStream]
+DEVICE_UNSPECIFIED: Device
+DEVICE_CPU: Device
+DEVICE_CUDA: Device
 MODEL_UNSPECIFIED: Model
 MODEL_SAGE: Model
 MODEL_GCN: Model
@@ -49,7 +58,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id")
+    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +78,8 @@ class JobSpec(_message.Message):
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     RDZV_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     RDZV_ID_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
@@ -88,7 +99,9 @@ class JobSpec(_message.Message):
     max_restarts: int
     rdzv_endpoint: str
     rdzv_id: str
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
+    weight_decay: float
+    device: Device
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)

@@ -7,6 +7,7 @@ import signal
 import time
 
 import pytest
+import torch
 
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon.errors import DaemonRequestError
@@ -80,6 +81,13 @@ def test_unknown_dataset_and_bad_specs_fail_at_submit(inproc_daemon, tmp_path):
             client._call(client._jobs.SubmitJob, wire)
         with pytest.raises(DaemonRequestError, match=r"SubmitJob: invalid job spec: .*model.*\[INVALID_ARGUMENT\]"):
             client._call(client._jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=jobs_pb2.JobSpec(dataset="rmat12")))
+        too_many = torch.cuda.device_count() + 1
+        with pytest.raises(DaemonRequestError, match=rf"device 'cuda' needs one CUDA device per rank.*sees "
+                                                     rf"{too_many - 1} for nproc_per_node {too_many}.*\[INVALID_ARGUMENT\]"):
+            client.submit_job(JobSpec(dataset="rmat12", device="cuda", nproc_per_node=too_many))
+        with pytest.raises(DaemonRequestError, match=r"weight_decay: .*greater than or equal to 0"):
+            client._call(client._jobs.SubmitJob, jobs_pb2.SubmitJobRequest(
+                spec=jobs_pb2.JobSpec(dataset="rmat12", model=jobs_pb2.MODEL_SAGE, weight_decay=-1.0)))
         assert client.list_jobs() == []  # nothing was started
         with pytest.raises(DaemonRequestError, match=r"no job '42'.*\[NOT_FOUND\]"):
             client.get_job("42")
@@ -135,6 +143,34 @@ def test_cancel_and_killed_producer_on_one_shared_dataset(inproc_daemon):
         assert not any(_alive(pid) for pid in others)
         assert not [n for n in os.listdir("/dev/shm") if f"graphtier.{producer}." in n]  # reclaimed
         assert inproc_daemon.jobs.jobs_using("rmat12") == []
+
+
+def test_a_stalled_producer_fails_its_job_naming_it(tmp_path, small_rmat):
+    """SIGSTOP a producer mid-job: no hang; the job fails within the stall timeout, naming the producer."""
+    from graphtier.service.daemon.config import DaemonConfig
+    from graphtier.service.daemon.server import Daemon
+
+    daemon = Daemon(DaemonConfig(runtime_dir=tmp_path / "run", dataset_root=small_rmat.directory.parent,
+                                 producer_stall_timeout_s=6.0))  # fmt: skip
+    daemon.start()
+    try:
+        spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=16, hidden=16, epochs=500, nproc_per_node=2)
+        with _client(daemon) as client:
+            job = client.submit_job(spec)
+            running = _wait_for(lambda: _running(client, job.job_id), FINAL_TIMEOUT_S, "job to run")
+            stalled = next(r.producer_pid for r in running.ranks if r.rank == 0)
+            others = [r.trainer_pid for r in running.ranks] + [r.producer_pid for r in running.ranks]
+            os.kill(stalled, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            failed = _wait_for(lambda: (j := client.get_job(job.job_id)).state.final and j, 60, "the job to fail")
+            waited = time.monotonic() - stopped_at
+        assert failed.state == JobState.FAILED
+        assert f"producer pid {stalled} of rank 0 is alive but has shown no progress" in failed.message
+        assert "stall timeout 6 s" in failed.message and waited >= 6.0
+        assert not any(_alive(pid) for pid in others)  # the stopped producer too: SIGTERM + SIGCONT
+        assert not [n for n in os.listdir("/dev/shm") if any(f"graphtier.{pid}." in n for pid in others)]
+    finally:
+        daemon.stop()
 
 
 @pytest.mark.slow
