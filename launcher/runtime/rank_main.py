@@ -52,7 +52,7 @@ class ProgressReporter:
             accuracy=event.accuracy if event.accuracy is not None else f.accuracy,
             batches_per_second=event.batches_per_second or f.batches_per_second,
             data_wait_seconds_total=self.loader.stats().consumer_wait_s, train_seconds_total=event.elapsed_s,
-            steps_total=self.loader.batches_taken, val_accuracy=val, test_accuracy=test,
+            steps_total=self.loader.batches_taken, val_accuracy=val, test_accuracy=test, model_bytes=event.model_bytes,
         )  # fmt: skip
         if event.kind in ("epoch", "eval", "done"):
             accuracy = ", ".join(f"{k} {v:.4f}" for k, v in event.eval_accuracy.items())

@@ -67,6 +67,7 @@ class TrainProgress:
     batches_per_second: float | None = None
     eval_accuracy: dict[str, float] = field(default_factory=dict)  # split -> accuracy ('eval', 'done')
     elapsed_s: float = 0.0
+    model_bytes: int = 0  # parameters + gradients + optimizer state on this rank
 
 
 @dataclass

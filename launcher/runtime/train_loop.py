@@ -59,6 +59,16 @@ class _Window:
         }
 
 
+def model_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the parameters, their gradients and the optimizer's state tensors (one rank's model footprint)."""
+    params = sum(p.numel() * p.element_size() for p in module.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in module.parameters() if p.grad is not None)
+    state = sum(
+        v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+    )
+    return params + grads + state
+
+
 def _train_step(
     ddp: nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, device: torch.device
 ) -> tuple[float, int, int]:
@@ -158,7 +168,8 @@ def _run(
     def emit(kind: str, epoch: int, batches: int, **values) -> None:
         event = TrainProgress(
             kind=kind, rank=ctx.rank, world_size=ctx.world_size, epoch=epoch, step=step, epochs=config.epochs,  # type: ignore[arg-type]
-            batches_in_epoch=batches, elapsed_s=time.perf_counter() - started, **values,
+            batches_in_epoch=batches, elapsed_s=time.perf_counter() - started,
+            model_bytes=model_state_bytes(module, optimizer), **values,
         )
         if kind != "step":
             history.append(event)

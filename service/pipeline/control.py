@@ -67,7 +67,7 @@ _HEADER = _index(
      ("heartbeat_ns", 1), ("epoch", 1), ("batches_produced", 1), ("epochs_completed", 1), ("end_of_data", 1),
      ("producer_wait_ns", 1), ("sample_ns", 1), ("gather_ns", 1), ("slot_growths", 1), ("simulated", 1),
      ("error_len", 1), ("consumer_pid", 1), ("batches_consumed", 1), ("consumer_wait_ns", 1),
-     ("consumer_last_wait_ns", 1))
+     ("consumer_last_wait_ns", 1), ("seeds_total", 1), ("sampled_nodes_total", 1), ("sampled_edges_total", 1))
     + tuple((name, 1) for name in _TRAFFIC),
     HEADER_WORDS,
 )  # fmt: skip
@@ -139,6 +139,9 @@ class ChannelStats:
     producer_wait_s: float  # producer blocked on a full buffer (consumer is the bottleneck)
     consumer_wait_s: float  # consumer blocked on an empty buffer (producer is the bottleneck)
     consumer_last_wait_s: float
+    seeds_total: int  # seeds, nodes and edges of every batch published so far
+    sampled_nodes_total: int
+    sampled_edges_total: int
     traffic: TrafficCounts
     error: str | None
 
@@ -218,6 +221,9 @@ class ControlBlock:
             producer_wait_s=h["producer_wait_ns"] / 1e9,
             consumer_wait_s=h["consumer_wait_ns"] / 1e9,
             consumer_last_wait_s=h["consumer_last_wait_ns"] / 1e9,
+            seeds_total=h["seeds_total"],
+            sampled_nodes_total=h["sampled_nodes_total"],
+            sampled_edges_total=h["sampled_edges_total"],
             traffic=h.traffic(bool(h["simulated"])),
             error=self.error(),
         )

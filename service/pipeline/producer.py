@@ -226,6 +226,9 @@ class Producer:
         per_hop_edges[: sub.num_layers] = sub.num_edges_per_hop
         ctl.header["sample_ns"] += t1 - t0
         ctl.header["gather_ns"] += t2 - t1
+        ctl.header["seeds_total"] += seeds.numel()
+        ctl.header["sampled_nodes_total"] += nodes
+        ctl.header["sampled_edges_total"] += edges
         ctl.header["batches_produced"] += 1
         rec["ready_ns"] = time.monotonic_ns()
         rec["state"] = SlotState.READY

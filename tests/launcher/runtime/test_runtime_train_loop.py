@@ -85,8 +85,14 @@ def test_any_module_with_the_block_signature_trains(small_rmat):
     source = LocalBatchSource(small_rmat, [3], 128)
     model = SeedsOnly(source.feature_dim, source.num_classes)
     before = model.lin.weight.detach().clone()
-    result = run_training(source.epoch_batches, source.eval_batches, _config(source, layers=1, epochs=1), model=model)
+    reports = []
+    result = run_training(source.epoch_batches, source.eval_batches, _config(source, layers=1, epochs=1), reports.append,
+                          model=model)  # fmt: skip
     assert result.model is model and not torch.equal(before, model.lin.weight)
+    # Linear(f, c): f*c + c float32 parameters; after a step, as many gradient and Adam moment values,
+    # plus Adam's step counter per parameter tensor.
+    params = (source.feature_dim + 1) * source.num_classes * 4
+    assert reports[-1].model_bytes == 4 * params + 2 * 4
 
 
 def test_bad_configs_and_foreign_checkpoints_are_refused(small_rmat, tmp_path):

@@ -69,6 +69,13 @@ def test_two_rank_job_succeeds_and_reports_accuracy(inproc_daemon):
         assert not _alive(rank.trainer_pid) and not _alive(rank.producer_pid)
     status = inproc_daemon.tracker.ranks(job.job_id)
     assert status[0].trainer.val_accuracy == final.result.val_accuracy
+    assert status[0].trainer.model_bytes > 0  # parameters + gradients + Adam state
+    for rank in (0, 1):  # the producers' sample sizes reach the status and the metrics
+        producer = status[rank].producer
+        assert producer.batches_total == p.total_steps and 0 < producer.seeds_total <= 128 * producer.batches_total
+        assert producer.sampled_nodes_total >= producer.seeds_total and producer.sampled_edges_total > 0
+        exported = inproc_daemon.metrics.sample("graphtier_sampled_nodes_total", job=job.job_id, rank=str(rank))
+        assert exported == producer.sampled_nodes_total
 
 
 def test_unknown_dataset_and_bad_specs_fail_at_submit(inproc_daemon, tmp_path):
