@@ -7,7 +7,8 @@ forked from a process that has already imported those modules shares the pages
 copy-on-write and costs a few MiB. multiprocessing's forkserver is that process: started
 once per parent (the daemon, or a test) with `PRELOAD` imported, it forks each child on
 request and reports its exit status back. `ForkedProcess` gives the parent the supervision
-surface of `subprocess.Popen` (pid, poll, wait, terminate, kill) over such a child.
+surface of `subprocess.Popen` (pid, poll, wait, terminate, kill) over such a child, and the
+child terminates itself when its owner dies (kill -9 of the daemon leaves nothing running).
 
 The server is started with `OMP_WAIT_POLICY=PASSIVE`: OpenMP reads it once, when torch is
 loaded, and producers share cores with trainer ranks, where busy-waiting OpenMP threads
@@ -20,6 +21,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -54,6 +56,26 @@ def forkserver_context() -> ForkServerContext:
     return context  # type: ignore[return-value]
 
 
+def _die_with_the_owner(owner_pid: int, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """In the child: SIGTERM itself when the process that asked for it (the daemon) exits, also by SIGKILL.
+
+    The child's parent is the forkserver, which outlives a killed daemon (every child holds the
+    server's keep-alive pipe), so the parent-death signal would never fire: the child watches its
+    owner through a pidfd instead. On SIGTERM producers unlink their slots and torchrun stops its ranks.
+    """
+    try:
+        owner = os.pidfd_open(owner_pid)
+    except ProcessLookupError:  # the owner died before the child started
+        raise SystemExit(0) from None
+
+    def watch() -> None:
+        select.select([owner], [], [])  # readable once the owner has exited
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="graphtier-owner-watch", daemon=True).start()
+    target(*args)
+
+
 def redirect_output(log_path: str | Path) -> None:
     """In a forked child: send stdout and stderr (file descriptors 1 and 2) to the end of `log_path`."""
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -70,7 +92,9 @@ class ForkedProcess:
     """
 
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], *, name: str) -> None:
-        self.process: BaseProcess = forkserver_context().Process(target=target, args=args, name=name, daemon=True)
+        self.process: BaseProcess = forkserver_context().Process(
+            target=_die_with_the_owner, args=(os.getpid(), target, args), name=name, daemon=True
+        )
         self.process.start()
         self.pid: int = self.process.pid or 0
 

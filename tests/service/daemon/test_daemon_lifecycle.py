@@ -1,5 +1,5 @@
 """graphtierd as a process: ready, single instance, zero-copy attach of its dataset from
-another process, recovery after kill -9, and SIGTERM cleaning every segment and file.
+another process, recovery after kill -9 (also mid-job), and SIGTERM cleaning every segment and file.
 
 One story per test because every daemon start costs seconds (torch, grpc, fastapi).
 """
@@ -13,6 +13,7 @@ import time
 import urllib.request
 
 import grpc
+import psutil
 import pytest
 import torch
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -20,6 +21,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon.errors import DaemonNotRunningError
 from graphtier.service.daemon.instance import ENDPOINTS_FILE, LOCK_FILE, running_daemon_pid
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.jobs import JobState
 from graphtier.service.daemon.models import BudgetSpec
 from graphtier.service.store import attach_dataset
 
@@ -119,6 +122,50 @@ def test_ready_refuse_attach_kill9_recover_sigterm(daemon_processes, small_rmat,
     assert "unloaded rmat12" in second.log() and "stopped" in second.log()
     with pytest.raises(DaemonNotRunningError, match=f"no graphtier daemon at {run}"):
         DaemonClient(runtime_dir=run)
+
+
+def _running_pids(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def test_kill9_of_the_daemon_mid_job_takes_its_processes_down(daemon_processes, small_rmat, shm_of):
+    """No job process runs on unsupervised: producers and torchrun die with the daemon, ranks with them."""
+    first = daemon_processes(small_rmat.directory.parent)
+    first.start()
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=16, hidden=16, epochs=500, nproc_per_node=2)
+    with DaemonClient(runtime_dir=first.runtime_dir) as client:
+        job_id = client.submit_job(spec).job_id
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            job = client.get_job(job_id)
+            assert not job.state.final, job.message
+            if job.state == JobState.RUNNING and len(job.ranks) == 2 and all(r.trainer_pid for r in job.ranks):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the job did not start running")
+    producers = [r.producer_pid for r in job.ranks]
+    tree = [child.pid for child in psutil.Process(first.pid).children(recursive=True)]
+    assert set(producers) | {r.trainer_pid for r in job.ranks} <= set(tree)
+
+    first.kill9()
+    deadline = time.monotonic() + 60
+    while _running_pids(tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running_pids(tree), [" ".join(psutil.Process(p).cmdline()) for p in _running_pids(tree)]
+    assert not [name for pid in producers for name in shm_of(pid)]  # SIGTERMed producers unlinked their slots
+
+    second = daemon_processes(small_rmat.directory.parent)
+    second.start()
+    assert not shm_of(first.pid)  # the dead daemon's tiers are reclaimed
+    assert second.terminate() == 0, second.log()
 
 
 def test_invalid_flags_are_refused_before_anything_is_created(tmp_path):
