@@ -330,6 +330,12 @@ def report(args: argparse.Namespace, dataset: PreparedDataset, spec: JobSpec, sa
           f"({total / target:.3f} x): {'met' if ok else 'NOT met'}; features + structure in shm "
           f"{copies:.2f} x their bytes (one copy); the sum of RSS says {job.rss_total / MIB:.1f} MiB "
           f"({job.rss_total / max(1, total):.2f} x)")  # fmt: skip
+    # A rank that loaded its own batches would hold the one it trains on in its USS; here that batch is a
+    # slot in shm, outside the rank's USS. The same bound with that slot counted as part of each rank:
+    slot = job.shm_by_role.get("producer", 0) / max(1, spec.nproc_per_node * spec.num_slots)
+    with_input = target + spec.nproc_per_node * slot
+    print(f"the same with each rank's held slot (its input batch, {slot / MIB:.1f} MiB) in its footprint: target "
+          f"{with_input / MIB:.1f} MiB ({total / with_input:.3f} x): {'met' if total <= with_input else 'NOT met'}")
 
 
 def main() -> int:

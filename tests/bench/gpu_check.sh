@@ -26,7 +26,7 @@ python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log
 python3 -c "from graphtier.service import native_ops; print('native ops', native_ops.native_available())"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    timeout 330 python3 -m pytest -m "not slow" -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -8
+    timeout 330 python3 -m pytest -m "not slow" -q -p no:cacheprovider --timeout 120 2>&1 | tee "$OUT/pytest.log" | tail -8
 fi
 
 [ "${SKIP_JOBS:-0}" = 1 ] && exit 0
