@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
@@ -64,16 +65,32 @@ def _die_with_the_owner(owner_pid: int, target: Callable[..., Any], args: tuple[
     owner through a pidfd instead. On SIGTERM producers unlink their slots and torchrun stops its ranks.
     """
     try:
-        owner = os.pidfd_open(owner_pid)
+        owner: int | None = os.pidfd_open(owner_pid)
     except ProcessLookupError:  # the owner died before the child started
         raise SystemExit(0) from None
+    except (AttributeError, OSError):  # no pidfds (Linux < 5.3): poll the pid instead
+        owner = None
 
     def watch() -> None:
-        select.select([owner], [], [])  # readable once the owner has exited
+        if owner is not None:
+            select.select([owner], [], [])  # readable once the owner has exited
+        else:
+            while _alive(owner_pid):
+                time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="graphtier-owner-watch", daemon=True).start()
     target(*args)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def redirect_output(log_path: str | Path) -> None:
