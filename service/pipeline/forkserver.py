@@ -33,6 +33,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from graphtier.service.shm.naming import process_start_time
+
 PRELOAD = ["graphtier.service.pipeline.producer", "torch.distributed.run"]
 SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
@@ -57,40 +59,31 @@ def forkserver_context() -> ForkServerContext:
     return context  # type: ignore[return-value]
 
 
-def _die_with_the_owner(owner_pid: int, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def _die_with_the_owner(owner: tuple[int, int | None], target: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """In the child: SIGTERM itself when the process that asked for it (the daemon) exits, also by SIGKILL.
 
     The child's parent is the forkserver, which outlives a killed daemon (every child holds the
     server's keep-alive pipe), so the parent-death signal would never fire: the child watches its
     owner through a pidfd instead. On SIGTERM producers unlink their slots and torchrun stops its ranks.
     """
+    owner_pid, owner_start = owner
     try:
-        owner: int | None = os.pidfd_open(owner_pid)
+        pidfd: int | None = os.pidfd_open(owner_pid)
     except ProcessLookupError:  # the owner died before the child started
         raise SystemExit(0) from None
-    except (AttributeError, OSError):  # no pidfds (Linux < 5.3): poll the pid instead
-        owner = None
+    except (AttributeError, OSError):  # no pidfds (Linux < 5.3): poll the pid and its start time instead
+        pidfd = None
 
     def watch() -> None:
-        if owner is not None:
-            select.select([owner], [], [])  # readable once the owner has exited
+        if pidfd is not None:
+            select.select([pidfd], [], [])  # readable once the owner has exited
         else:
-            while _alive(owner_pid):
+            while process_start_time(owner_pid) == owner_start:
                 time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="graphtier-owner-watch", daemon=True).start()
     target(*args)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def redirect_output(log_path: str | Path) -> None:
@@ -99,6 +92,10 @@ def redirect_output(log_path: str | Path) -> None:
     os.dup2(log_fd, sys.stdout.fileno())
     os.dup2(log_fd, sys.stderr.fileno())
     os.close(log_fd)
+
+
+def _this_process() -> tuple[int, int | None]:
+    return os.getpid(), process_start_time(os.getpid())
 
 
 class ForkedProcess:
@@ -110,7 +107,7 @@ class ForkedProcess:
 
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], *, name: str) -> None:
         self.process: BaseProcess = forkserver_context().Process(
-            target=_die_with_the_owner, args=(os.getpid(), target, args), name=name, daemon=True
+            target=_die_with_the_owner, args=(_this_process(), target, args), name=name, daemon=True
         )
         self.process.start()
         self.pid: int = self.process.pid or 0
