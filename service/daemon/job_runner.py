@@ -94,13 +94,16 @@ def _signal_group(agent: ForkedProcess, signum: int) -> None:
 def _forked_torchrun(argv: list[str], log_path: str, cwd: str, env: dict[str, str]) -> None:
     """`torchrun ARGV` in a child of the forkserver: its own process group, output to the job log.
 
-    The ranks torchrun starts are fresh interpreters and read `env` (their OpenMP settings) at start.
+    `env` replaces the environment the forkserver was started with: the ranks torchrun starts are
+    fresh interpreters that inherit the daemon's environment as of this job (and read their
+    OpenMP settings from it).
     """
     from torch.distributed.run import main  # preloaded by the forkserver: no import cost
 
     os.setsid()  # the runner signals the agent and its ranks as one group
     redirect_output(log_path)
     os.chdir(cwd)
+    os.environ.clear()
     os.environ.update(env)
     main(argv)
 
@@ -189,10 +192,11 @@ class JobRunner:
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", f"job-{self.job_id}",
             "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
         ]  # fmt: skip
-        env = {"OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(
-            _forked_torchrun, (argv, str(self.log_path), str(self.job_dir), env), name=f"graphtier-torchrun-{self.job_id}"
+            _forked_torchrun, (argv, str(self.log_path), str(self.job_dir), env),
+            name=f"graphtier-torchrun-{self.job_id}",
         )
 
     def _failed_producer(self) -> str | None:
