@@ -9,6 +9,7 @@ or stays silent during start-up is an error quoting the end of its log.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.control import ChannelStats, ControlBlock
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.forkserver import ForkedProcess, forkserver_context, redirect_output
+from graphtier.service.pipeline.forkserver import ForkedProcess, redirect_output
 from graphtier.service.pipeline.layout import ChannelLayout
 from graphtier.service.pipeline.slots import attach_control
 
@@ -97,7 +98,7 @@ def spawn_producer(
     channel_dir = Path(config.channel_dir)
     channel_dir.mkdir(parents=True, exist_ok=True)
     log_path = channel_dir / LOG_FILE
-    reader, writer = forkserver_context().Pipe(duplex=False)
+    reader, writer = multiprocessing.Pipe(duplex=False)  # the server is started once, by ForkedProcess
     process: ForkedProcess | None = None
     try:
         process = ForkedProcess(

@@ -92,17 +92,32 @@ def daemon_processes(tmp_path):
 
 
 @pytest.fixture
-def inproc_daemon(tmp_path, small_rmat):
-    """A `Daemon` running in this process (real gRPC socket and HTTP), so a test can add jobs to it."""
+def make_inproc_daemon(tmp_path, small_rmat):
+    """`make(**config) -> Daemon`: a started `Daemon` in this process (real gRPC socket and HTTP) serving
+    small_rmat's root, with DaemonConfig fields overridden by `config`; stopped after the test."""
     from graphtier.service.daemon.config import DaemonConfig
     from graphtier.service.daemon.server import Daemon
 
-    daemon = Daemon(DaemonConfig(runtime_dir=tmp_path / "run", dataset_root=small_rmat.directory.parent))
-    daemon.start()
+    started = []
+
+    def make(**config):
+        daemon = Daemon(DaemonConfig(runtime_dir=tmp_path / f"run{len(started) or ''}",
+                                     dataset_root=small_rmat.directory.parent, **config))  # fmt: skip
+        started.append(daemon)
+        daemon.start()
+        return daemon
+
     try:
-        yield daemon
+        yield make
     finally:
-        daemon.stop()
+        for daemon in started:
+            daemon.stop()
+
+
+@pytest.fixture
+def inproc_daemon(make_inproc_daemon):
+    """A `Daemon` running in this process, so a test can add jobs to it."""
+    return make_inproc_daemon()
 
 
 def segments_of(pid: int) -> set[str]:

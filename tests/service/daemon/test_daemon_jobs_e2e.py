@@ -152,32 +152,24 @@ def test_cancel_and_killed_producer_on_one_shared_dataset(inproc_daemon):
         assert inproc_daemon.jobs.jobs_using("rmat12") == []
 
 
-def test_a_stalled_producer_fails_its_job_naming_it(tmp_path, small_rmat):
+def test_a_stalled_producer_fails_its_job_naming_it(make_inproc_daemon):
     """SIGSTOP a producer mid-job: no hang; the job fails within the stall timeout, naming the producer."""
-    from graphtier.service.daemon.config import DaemonConfig
-    from graphtier.service.daemon.server import Daemon
-
-    daemon = Daemon(DaemonConfig(runtime_dir=tmp_path / "run", dataset_root=small_rmat.directory.parent,
-                                 producer_stall_timeout_s=6.0))  # fmt: skip
-    daemon.start()
-    try:
-        spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=16, hidden=16, epochs=500, nproc_per_node=2)
-        with _client(daemon) as client:
-            job = client.submit_job(spec)
-            running = _wait_for(lambda: _running(client, job.job_id), FINAL_TIMEOUT_S, "job to run")
-            stalled = next(r.producer_pid for r in running.ranks if r.rank == 0)
-            others = [r.trainer_pid for r in running.ranks] + [r.producer_pid for r in running.ranks]
-            os.kill(stalled, signal.SIGSTOP)
-            stopped_at = time.monotonic()
-            failed = _wait_for(lambda: (j := client.get_job(job.job_id)).state.final and j, 60, "the job to fail")
-            waited = time.monotonic() - stopped_at
-        assert failed.state == JobState.FAILED
-        assert f"producer pid {stalled} of rank 0 is alive but has shown no progress" in failed.message
-        assert "stall timeout 6 s" in failed.message and waited >= 6.0
-        assert not any(_alive(pid) for pid in others)  # the stopped producer too: SIGTERM + SIGCONT
-        assert not [n for n in os.listdir("/dev/shm") if any(f"graphtier.{pid}." in n for pid in others)]
-    finally:
-        daemon.stop()
+    daemon = make_inproc_daemon(producer_stall_timeout_s=6.0)
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=16, hidden=16, epochs=500, nproc_per_node=2)
+    with _client(daemon) as client:
+        job = client.submit_job(spec)
+        running = _wait_for(lambda: _running(client, job.job_id), FINAL_TIMEOUT_S, "job to run")
+        stalled = next(r.producer_pid for r in running.ranks if r.rank == 0)
+        others = [r.trainer_pid for r in running.ranks] + [r.producer_pid for r in running.ranks]
+        os.kill(stalled, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        failed = _wait_for(lambda: (j := client.get_job(job.job_id)).state.final and j, 60, "the job to fail")
+        waited = time.monotonic() - stopped_at
+    assert failed.state == JobState.FAILED
+    assert f"producer pid {stalled} of rank 0 is alive but has shown no progress" in failed.message
+    assert "stall timeout 6 s" in failed.message and waited >= 6.0
+    assert not any(_alive(pid) for pid in others)  # the stopped producer too: SIGTERM + SIGCONT
+    assert not [n for n in os.listdir("/dev/shm") if any(f"graphtier.{pid}." in n for pid in others)]
 
 
 @pytest.mark.slow
