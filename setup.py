@@ -5,6 +5,8 @@ generated gRPC contract `graphtier.v1` next to its `.proto` files in `proto/grap
 The C++ ops in `native/` are compiled through torch's extension machinery into
 `graphtier.service._native`; every op has a pure-torch fallback, so an install without a
 compiler still works (slower), and the fallback is what the native results are tested against.
+Where torch has CUDA and nvcc is found, the GPU ops in `native/cuda/` are built too, into
+`graphtier.service._native_cuda` (the GPU gather has the CPU gather as its reference).
 """
 
 from __future__ import annotations
@@ -29,13 +31,29 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     return packages, package_dir
 
 
+def _cuda_extension(cpp_extension):
+    """The GPU ops (`native/cuda/`), built only where torch has CUDA and nvcc is found."""
+    import torch
+
+    if torch.version.cuda is None or cpp_extension.CUDA_HOME is None:
+        return None
+    # Hopper by default (the machines this targets); TORCH_CUDA_ARCH_LIST overrides it.
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    return cpp_extension.CUDAExtension(
+        name="graphtier.service._native_cuda",
+        sources=sorted(glob.glob("native/cuda/*.cu")) + sorted(glob.glob("native/cuda/*.cpp")),
+        include_dirs=[os.path.abspath("native/include")],
+        extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "-Xptxas=-v"]},
+    )
+
+
 def _extensions():
     if os.environ.get("GRAPHTIER_NO_NATIVE") == "1":
         return [], {}
-    from torch.utils.cpp_extension import BuildExtension, CppExtension
+    from torch.utils import cpp_extension
 
     sources = sorted(glob.glob("native/cpu/*.cpp"))
-    ext = CppExtension(
+    ext = cpp_extension.CppExtension(
         name="graphtier.service._native",
         sources=sources,
         include_dirs=[os.path.abspath("native/include")],
@@ -44,7 +62,9 @@ def _extensions():
         extra_compile_args=["-O3", "-fopenmp"],
         extra_link_args=["-fopenmp"],
     )
-    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+    cuda_ext = _cuda_extension(cpp_extension)
+    extensions = [ext] if cuda_ext is None else [ext, cuda_ext]
+    return extensions, {"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)}
 
 
 packages, package_dir = _packages()

@@ -1,0 +1,118 @@
+// One-launch tiered gather on the GPU: every output row is read from wherever its id says it
+// lives (this GPU's replica, a local or peer share of the interleaved tier over NVLink,
+// registered host memory over PCIe, or the storage rows staged in pinned memory), and written
+// to its place in the output. See graphtier/cuda_gather.h for the contract.
+//
+// A group of G lanes copies one row. The lanes walk the row in 16-byte chunks laid on the
+// 128-byte lines that hold it (the group's first chunk is the line start, not the row start):
+// every request the group issues is a whole, aligned 16-byte piece of a line the row touches,
+// so a row that starts mid-line costs no extra line and no split request over PCIe (seed 003's
+// circular shift, with int4 loads). Bytes of a chunk outside the row are loaded and dropped;
+// the writes are exact. Sorting the ids (done by the caller) puts host rows in address order
+// and makes each tier a contiguous run of positions.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "graphtier/cuda_gather.h"
+
+namespace graphtier {
+namespace cuda {
+namespace {
+
+__device__ __forceinline__ const char* row_source(const GatherTable& t, int64_t id, int64_t pos) {
+  const int64_t rb = t.row_bytes;
+  if (id < t.replicated_end) return t.replicated + id * rb;
+  if (id < t.interleaved_end) {
+    const int64_t off = id - t.replicated_end;
+    const char* share = t.interleaved[off % t.num_devices];
+    if (share != nullptr) return share + (off / t.num_devices) * rb;
+    return t.host + id * rb;  // an unreachable peer's rows are read from the host copy
+  }
+  if (id < t.host_end) return t.host + id * rb;
+  return t.staged + (pos - t.storage_first) * rb;
+}
+
+// Writes the bytes of chunk `v` (loaded from address c) that fall inside the row [s, e) to
+// the matching bytes of the destination row d. kWords: rows and bases are 4-byte multiples.
+template <bool kWords>
+__device__ __forceinline__ void store_partial(const int4& v, uintptr_t c, uintptr_t s, uintptr_t e,
+                                              char* d) {
+  if (kWords) {
+    const uint32_t w[4] = {static_cast<uint32_t>(v.x), static_cast<uint32_t>(v.y),
+                           static_cast<uint32_t>(v.z), static_cast<uint32_t>(v.w)};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uintptr_t a = c + 4 * k;
+      if (a >= s && a < e) *reinterpret_cast<uint32_t*>(d + (a - s)) = w[k];
+    }
+  } else {
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(&v);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const uintptr_t a = c + k;
+      if (a >= s && a < e) d[a - s] = static_cast<char>(b[k]);
+    }
+  }
+}
+
+template <int G, bool kWords>
+__global__ void tiered_gather_kernel(const GatherTable t, const int64_t* __restrict__ sorted_ids,
+                                     const int64_t* __restrict__ positions, int64_t n,
+                                     char* __restrict__ out) {
+  const int lane = threadIdx.x % G;
+  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) / G;
+  const int64_t rb = t.row_bytes;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / G; i < n;
+       i += groups) {
+    const int64_t id = sorted_ids[i];
+    const uintptr_t s = reinterpret_cast<uintptr_t>(row_source(t, id, i));
+    const uintptr_t e = s + rb;
+    char* d = out + positions[i] * rb;
+    const uintptr_t line = s & ~static_cast<uintptr_t>(127);
+    for (uintptr_t c = line + 16 * lane; c < e; c += 16 * G) {
+      if (c + 16 <= s) continue;  // a chunk of the first line before the row starts
+      const int4 v = *reinterpret_cast<const int4*>(c);
+      char* dst = d + (static_cast<intptr_t>(c) - static_cast<intptr_t>(s));
+      if (c >= s && c + 16 <= e && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+        *reinterpret_cast<int4*>(dst) = v;
+      } else {
+        store_partial<kWords>(v, c, s, e, d);
+      }
+    }
+  }
+}
+
+template <int G>
+cudaError_t launch_group(const GatherTable& t, const int64_t* ids, const int64_t* pos, int64_t n,
+                         char* out, int max_blocks, int threads, cudaStream_t stream) {
+  const int64_t wanted = (n * G + threads - 1) / threads;
+  const int blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
+  if (t.row_bytes % 4 == 0) {
+    tiered_gather_kernel<G, true><<<blocks, threads, 0, stream>>>(t, ids, pos, n, out);
+  } else {
+    tiered_gather_kernel<G, false><<<blocks, threads, 0, stream>>>(t, ids, pos, n, out);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_tiered_gather(const GatherTable& table, const int64_t* sorted_ids,
+                                 const int64_t* positions, int64_t n, char* out, int max_blocks,
+                                 int threads, cudaStream_t stream) {
+  if (n <= 0 || table.row_bytes <= 0) return cudaSuccess;
+  if (max_blocks < 1 || threads < 32 || threads > 1024 || threads % 32 != 0 ||
+      table.num_devices < 1 || table.num_devices > kMaxDevices) {
+    return cudaErrorInvalidValue;
+  }
+  // Lanes per row: enough 16-byte chunks to cover a row in one pass, 4 to 32.
+  const int chunks = (table.row_bytes + 15) / 16;
+  if (chunks > 16) return launch_group<32>(table, sorted_ids, positions, n, out, max_blocks, threads, stream);
+  if (chunks > 8) return launch_group<16>(table, sorted_ids, positions, n, out, max_blocks, threads, stream);
+  if (chunks > 4) return launch_group<8>(table, sorted_ids, positions, n, out, max_blocks, threads, stream);
+  return launch_group<4>(table, sorted_ids, positions, n, out, max_blocks, threads, stream);
+}
+
+}  // namespace cuda
+}  // namespace graphtier

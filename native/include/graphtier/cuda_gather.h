@@ -1,0 +1,50 @@
+// The GPU tiered gather's pointer table and launcher. Plain CUDA (no torch headers), so the
+// kernel file compiles with nvcc alone, on any machine that has it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace graphtier {
+namespace cuda {
+
+constexpr int kMaxDevices = 16;
+
+// Where every row of the feature table lives, as seen from one GPU. Row ids are in the
+// hotness order, so a row's source follows from its id (see service/placement/plan.py):
+//   [0, replicated_end)               replicated: this GPU's replica
+//   [replicated_end, interleaved_end) interleaved[(id - replicated_end) % num_devices],
+//                                     row (id - replicated_end) / num_devices of that share;
+//                                     a null share is unreachable and read from `host`
+//   [interleaved_end, host_end)       host: registered host memory read in place (UVA)
+//   [host_end, num_rows)              storage: rows staged in `staged`, in sorted-id order,
+//                                     the first at sorted position `storage_first`
+// Every base pointer is 16-byte aligned and readable up to the next 128-byte boundary past
+// its last row (allocations are padded; host mappings are whole pages).
+struct GatherTable {
+  const char* replicated;
+  const char* interleaved[kMaxDevices];
+  const char* host;
+  const char* staged;
+  int64_t replicated_end;
+  int64_t interleaved_end;
+  int64_t host_end;
+  int64_t num_rows;
+  int64_t storage_first;
+  int32_t num_devices;
+  int32_t row_bytes;
+};
+
+// out[positions[i]] = row sorted_ids[i], for i < n. `sorted_ids` ascending (so the host rows
+// are read in address order and the storage rows match the staging order); `positions`
+// restores the caller's order. At most `max_blocks` blocks of `threads` threads run, so a
+// producer can keep to a slice of the SMs. Reads are 16-byte loads aligned to 128-byte
+// lines (a row that starts mid-line costs no extra line); writes are exact.
+// Returns the launch error (cudaSuccess when enqueued).
+cudaError_t launch_tiered_gather(const GatherTable& table, const int64_t* sorted_ids,
+                                 const int64_t* positions, int64_t n, char* out,
+                                 int max_blocks, int threads, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace graphtier
