@@ -1,0 +1,145 @@
+"""Dedicated device allocations shared between processes as CUDA IPC handles.
+
+The daemon allocates each device tier with its own `cudaMalloc` (never a block of torch's
+caching allocator, which would share an IPC handle with its neighbours), rounded up to 2 MiB,
+fills it once and hands out the 64-byte `cudaIpcMemHandle_t`. A consumer opens a handle once
+per process (`opened_handles()` counts users) with lazy peer access, so a peer GPU's share is
+reachable over NVLink, and closes it when its last user detaches. The memory stays the
+daemon's: it outlives every job that maps it and is freed when the daemon unloads the dataset.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+
+from graphtier.service.gpu.runtime import CudaError, check, cudart, device_of_pci_bus_id, pci_bus_id, set_device
+
+ALLOCATION_ALIGN = 2 << 20
+IPC_HANDLE_BYTES = 64
+
+
+def _handle_bytes(handle: object) -> bytes:
+    return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)  # type: ignore[attr-defined]
+
+
+def _handle_from_bytes(raw: bytes) -> object:
+    if len(raw) != IPC_HANDLE_BYTES:
+        raise CudaError(f"a CUDA IPC handle is {IPC_HANDLE_BYTES} bytes, got {len(raw)}")
+    handle = cudart().cudaIpcMemHandle_t()
+    ctypes.memmove(handle.getPtr(), raw, IPC_HANDLE_BYTES)
+    return handle
+
+
+class DeviceAllocation:
+    """`nbytes` of device memory on `device`, owned by this object until `close()`."""
+
+    def __init__(self, device: int, nbytes: int, label: str) -> None:
+        if nbytes <= 0:
+            raise CudaError(f"{label}: cannot allocate {nbytes} bytes of device memory")
+        self.device = device
+        self.label = label
+        self.nbytes = nbytes
+        self.padded_bytes = -(-nbytes // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
+        self.pci_bus_id = pci_bus_id(device)
+        set_device(device)
+        self.ptr = int(check(cudart().cudaMalloc(self.padded_bytes),
+                             f"cudaMalloc of {self.padded_bytes} bytes for {label} on GPU {device}"))  # fmt: skip
+        self.owner_pid = os.getpid()
+
+    def copy_from_host(self, offset: int, host_ptr: int, nbytes: int) -> None:
+        """Synchronous copy of `nbytes` at host address `host_ptr` to byte `offset` of this allocation."""
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise CudaError(f"{self.label}: copy of {nbytes} bytes at offset {offset} is outside {self.nbytes} bytes")
+        rt = cudart()
+        set_device(self.device)
+        check(rt.cudaMemcpy(self.ptr + offset, host_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
+              f"filling {self.label} on GPU {self.device}")  # fmt: skip
+
+    def ipc_handle(self) -> bytes:
+        set_device(self.device)
+        return _handle_bytes(check(cudart().cudaIpcGetMemHandle(self.ptr), f"cudaIpcGetMemHandle of {self.label}"))
+
+    def close(self) -> None:
+        if self.ptr:
+            set_device(self.device)
+            ptr, self.ptr = self.ptr, 0
+            check(cudart().cudaFree(ptr), f"cudaFree of {self.label}")
+
+
+@dataclass
+class _Opened:
+    ptr: int
+    device: int
+    users: int
+
+
+class OpenedHandles:
+    """IPC handles this process has opened, by (handle, device); use `opened_handles()`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[tuple[bytes, int], _Opened] = {}
+        self._local: dict[bytes, int] = {}  # handles of allocations made by this very process
+
+    def note_local(self, handle: bytes, ptr: int) -> None:
+        """This process made the allocation behind `handle` (a handle cannot be opened by its maker)."""
+        with self._lock:
+            self._local[handle] = ptr
+
+    def forget_local(self, handle: bytes) -> None:
+        with self._lock:
+            self._local.pop(handle, None)
+
+    def open(self, handle: bytes, device: int, label: str) -> int:
+        """Map `handle` into `device`'s address space (peer access enabled lazily); its address."""
+        with self._lock:
+            if handle in self._local:
+                return self._local[handle]
+            key = (handle, device)
+            opened = self._open.get(key)
+            if opened is None:
+                rt = cudart()
+                set_device(device)
+                ptr = check(rt.cudaIpcOpenMemHandle(_handle_from_bytes(handle), rt.cudaIpcMemLazyEnablePeerAccess),
+                            f"cudaIpcOpenMemHandle of {label} on GPU {device} (is the daemon that owns it alive?)")  # fmt: skip
+                opened = self._open[key] = _Opened(ptr=int(ptr), device=device, users=0)
+            opened.users += 1
+            return opened.ptr
+
+    def close(self, handle: bytes, device: int, label: str) -> None:
+        """Drop one user; the last one closes the mapping."""
+        with self._lock:
+            if handle in self._local:
+                return
+            opened = self._open.get((handle, device))
+            if opened is None:
+                return
+            opened.users -= 1
+            if opened.users == 0:
+                del self._open[(handle, device)]
+                set_device(device)
+                check(cudart().cudaIpcCloseMemHandle(opened.ptr), f"cudaIpcCloseMemHandle of {label}")
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+
+_opened: list[OpenedHandles] = []
+_opened_lock = threading.Lock()
+
+
+def opened_handles() -> OpenedHandles:
+    """The IPC handles of this process (created on first use)."""
+    with _opened_lock:
+        if not _opened:
+            _opened.append(OpenedHandles())
+        return _opened[0]
+
+
+def local_device_of(pci_bus: str) -> int:
+    """This process's ordinal for the GPU the daemon named by PCI bus id."""
+    return device_of_pci_bus_id(pci_bus)

@@ -1,0 +1,174 @@
+"""The device tiers of a loaded dataset: allocated by the daemon, opened by the consumers.
+
+Daemon side, `DeviceTierSet` puts rows [0, replicated_end) on every tier GPU and share j of
+the interleaved rows (row r with (r - replicated_end) % n == j) on GPU j, each in its own
+allocation, filled once from the host copy; `refs` describes them for the dataset layout.
+Consumer side, `open_cuda_tiers` maps the handles this GPU needs (its replica, every share it
+can reach), registers the host tier, and returns the `CudaFeatureTiers` the gather reads;
+`CudaTiersLease.close()` gives it all back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import torch
+
+from graphtier.service.errors import GraphtierError
+from graphtier.service.gpu.device_memory import DeviceAllocation, local_device_of, opened_handles
+from graphtier.service.gpu.gather import CudaFeatureTiers
+from graphtier.service.gpu.host_registry import HostRegistration, host_registry
+from graphtier.service.gpu.runtime import can_access_peer, pci_bus_id
+from graphtier.service.placement import PlacementPlan
+from graphtier.service.store.handle import DeviceTierRef
+
+log = logging.getLogger("graphtier.gpu")
+
+_FILL_CHUNK_BYTES = 256 << 20
+
+
+def peer_matrix_complete(devices: Sequence[int]) -> bool:
+    """True when every tier GPU can read every other one's memory (the interleaved tier needs it)."""
+    return all(can_access_peer(a, b) for a in devices for b in devices if a != b)
+
+
+class DeviceTierSet:
+    """The daemon's allocations of one dataset's device tiers; `close()` frees them."""
+
+    def __init__(self, plan: PlacementPlan, resident: torch.Tensor, devices: Sequence[int], label: str) -> None:
+        if len(devices) != plan.num_devices:
+            raise GraphtierError(f"the plan spans {plan.num_devices} devices but {len(devices)} GPUs were given")
+        self.allocations: list[DeviceAllocation] = []
+        self.refs: list[DeviceTierRef] = []
+        rows = resident.reshape(resident.shape[0], -1).view(torch.uint8)  # [host_end, row_bytes] bytes
+        t0 = time.perf_counter()
+        try:
+            for slot, device in enumerate(devices):
+                if plan.replicated_end:
+                    self._place("replicated", slot, device, rows[: plan.replicated_end], label)
+                if plan.interleaved_end > plan.replicated_end:
+                    share = rows[plan.replicated_end + slot : plan.interleaved_end : plan.num_devices]
+                    self._place("interleaved", slot, device, share, label)
+        except BaseException:
+            self.close()
+            raise
+        if self.allocations:
+            log.info("placed device tiers of %s on GPUs %s: %.1f MiB in %.2f s", label, list(devices),
+                     sum(a.nbytes for a in self.allocations) / 2**20, time.perf_counter() - t0)  # fmt: skip
+
+    def _place(self, tier: str, slot: int, device: int, rows: torch.Tensor, label: str) -> None:
+        nbytes = rows.numel()
+        alloc = DeviceAllocation(device, nbytes, f"{label} {tier} tier on GPU {device}")
+        self.allocations.append(alloc)
+        per_chunk = max(1, _FILL_CHUNK_BYTES // max(rows.shape[1], 1))
+        for first in range(0, rows.shape[0], per_chunk):
+            chunk = rows[first : first + per_chunk].contiguous()  # strided shares are packed here
+            alloc.copy_from_host(first * rows.shape[1], chunk.data_ptr(), chunk.numel())
+        handle = alloc.ipc_handle()
+        opened_handles().note_local(handle, alloc.ptr)
+        self.refs.append(DeviceTierRef(
+            tier=tier, slot=slot, pci_bus_id=alloc.pci_bus_id, handle=handle.hex(), nbytes=nbytes,
+            rows=rows.shape[0], owner_pid=alloc.owner_pid,
+        ))  # fmt: skip
+
+    def close(self) -> None:
+        for ref in self.refs:
+            opened_handles().forget_local(bytes.fromhex(ref.handle))
+        allocations, self.allocations, self.refs = self.allocations, [], []
+        for alloc in allocations:
+            alloc.close()
+
+
+class CudaTiersLease:
+    """What one process mapped to read a dataset's tiers on one GPU; `close()` releases it."""
+
+    def __init__(self) -> None:
+        self.tiers: CudaFeatureTiers | None = None
+        self._handles: list[tuple[bytes, int, str]] = []
+        self._registrations: list[HostRegistration] = []
+
+    def open_handle(self, ref: DeviceTierRef, device: int) -> int:
+        label = f"{ref.tier} share {ref.slot}"
+        ptr = opened_handles().open(bytes.fromhex(ref.handle), device, label)
+        self._handles.append((bytes.fromhex(ref.handle), device, label))
+        return ptr
+
+    def register(self, tensor: torch.Tensor, label: str) -> int:
+        reg = host_registry().register(tensor.data_ptr(), tensor.numel() * tensor.element_size(), label)
+        self._registrations.append(reg)
+        return tensor.data_ptr()
+
+    def register_view(self, tensor: torch.Tensor, label: str, device: int) -> torch.Tensor:
+        """Register `tensor`'s host pages and return a CUDA view of them at the same address."""
+        from graphtier.service.gpu.views import cuda_view
+
+        if tensor.numel() == 0:
+            return torch.empty(tensor.shape, dtype=tensor.dtype, device=f"cuda:{device}")
+        ptr = self.register(tensor, label)
+        return cuda_view(ptr, tuple(tensor.shape), tensor.dtype, device, owner=tensor)
+
+    def close(self) -> None:
+        handles, self._handles = self._handles, []
+        registrations, self._registrations = self._registrations, []
+        for handle, device, label in handles:
+            opened_handles().close(handle, device, label)
+        for reg in registrations:
+            host_registry().release(reg)
+        self.tiers = None
+
+
+def open_cuda_tiers(
+    plan: PlacementPlan,
+    refs: Sequence[DeviceTierRef],
+    resident: torch.Tensor | None,
+    storage: torch.Tensor | None,
+    device: int,
+    *,
+    label: str,
+) -> CudaTiersLease:
+    """Map everything GPU `device` of this process needs to gather `plan`'s rows."""
+    lease = CudaTiersLease()
+    try:
+        some = resident if resident is not None else storage
+        if some is None:
+            raise GraphtierError(f"dataset {label!r} has no node features to gather")
+        here = pci_bus_id(device)
+        tier_slots = {ref.slot: ref.pci_bus_id for ref in refs}
+        slot = next((s for s, bus in tier_slots.items() if bus == here), None)
+        if (plan.replicated_end or plan.interleaved_end) and slot is None:
+            raise GraphtierError(
+                f"GPU {device} ({here}) holds no device tier of {label!r} (tier GPUs: "
+                f"{', '.join(sorted(set(tier_slots.values()))) or 'none'}); train on those GPUs or load the "
+                "dataset with num_devices covering every rank's GPU"
+            )
+        replicated = 0
+        shares = [0] * max(plan.num_devices, 1)
+        for ref in refs:
+            if ref.tier == "replicated" and ref.slot == slot:
+                replicated = lease.open_handle(ref, device)
+            elif ref.tier == "interleaved":
+                owner = local_device_of(ref.pci_bus_id)
+                if owner == device or can_access_peer(device, owner):
+                    shares[ref.slot] = lease.open_handle(ref, device)
+        host_ptr = lease.register(resident, f"{label} host tier") if resident is not None and resident.numel() else 0
+        lease.tiers = CudaFeatureTiers(
+            device=torch.device("cuda", device),
+            replicated_end=plan.replicated_end,
+            interleaved_end=plan.interleaved_end,
+            host_end=plan.host_end,
+            num_rows=plan.num_nodes,
+            num_devices=max(plan.num_devices, 1),
+            device_index=slot or 0,
+            dtype=some.dtype,
+            row_shape=tuple(some.shape[1:]),
+            replicated_ptr=replicated,
+            interleaved_ptrs=tuple(shares),
+            host_ptr=host_ptr,
+            storage=storage,
+        )
+        return lease
+    except BaseException:
+        lease.close()
+        raise

@@ -1,0 +1,86 @@
+"""Checked calls into the CUDA runtime through cuda-python (`cuda.bindings.runtime`).
+
+cuda-python is NVIDIA's maintained binding of the runtime and driver APIs: it gives the
+calls torch does not expose (IPC handles, host registration with flags, PCI bus ids) without
+a compiled extension of ours. It uses the same primary context per device as torch, so
+pointers from either are interchangeable. Every failure raises `CudaError` naming the call,
+the error and what it was for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from graphtier.service.errors import GraphtierError
+
+
+class CudaError(GraphtierError):
+    """A CUDA runtime call failed, or CUDA is not usable on this machine."""
+
+
+_state: dict[str, Any] = {}
+
+
+def cudart() -> Any:
+    """The `cuda.bindings.runtime` module; CudaError when cuda-python is not installed."""
+    if "rt" not in _state:
+        try:
+            _state["rt"] = importlib.import_module("cuda.bindings.runtime")
+        except ImportError as exc:
+            raise CudaError(
+                f"cuda-python is not installed ({exc}); install `cuda-bindings` to use the GPU tiers"
+            ) from None
+    return _state["rt"]
+
+
+def check(result: Any, what: str) -> Any:
+    """Unpack a cuda-python result `(err, *values)`: the value(s), or CudaError naming `what`."""
+    rt = cudart()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != rt.cudaError_t.cudaSuccess:
+        _, name = rt.cudaGetErrorName(err)
+        _, text = rt.cudaGetErrorString(err)
+        raise CudaError(f"{what}: {name.decode()} ({text.decode()})")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def device_count() -> tuple[int, str]:
+    """(CUDA devices visible to this process, why none when 0). Initialises the driver only."""
+    try:
+        rt = cudart()
+    except CudaError as exc:
+        return 0, str(exc)
+    err, count = rt.cudaGetDeviceCount()
+    if err != rt.cudaError_t.cudaSuccess:
+        _, text = rt.cudaGetErrorString(err)
+        return 0, f"cudaGetDeviceCount: {text.decode()}"
+    return int(count), "" if count else "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)"
+
+
+def set_device(device: int) -> None:
+    check(cudart().cudaSetDevice(device), f"cudaSetDevice({device})")
+
+
+def pci_bus_id(device: int) -> str:
+    """The device's PCI bus id ("0000:18:00.0"): the same GPU under any CUDA_VISIBLE_DEVICES."""
+    raw = check(cudart().cudaDeviceGetPCIBusId(32, device), f"cudaDeviceGetPCIBusId({device})")
+    return raw.split(b"\x00", 1)[0].decode()
+
+
+def device_of_pci_bus_id(bus_id: str) -> int:
+    """This process's ordinal of the GPU at `bus_id`; CudaError when it is not visible here."""
+    return int(check(cudart().cudaDeviceGetByPCIBusId(bus_id.encode()), f"GPU {bus_id} is not visible here"))
+
+
+def can_access_peer(device: int, peer: int) -> bool:
+    return bool(check(cudart().cudaDeviceCanAccessPeer(device, peer), f"cudaDeviceCanAccessPeer({device}, {peer})"))
+
+
+def mem_get_info(device: int) -> tuple[int, int]:
+    """(free, total) bytes of `device` (creates its primary context)."""
+    set_device(device)
+    free, total = check(cudart().cudaMemGetInfo(), f"cudaMemGetInfo on device {device}")
+    return int(free), int(total)
