@@ -13,6 +13,12 @@ if not SHARED_DATASETS.is_dir():
     SHARED_DATASETS = Path(os.environ.get("GRAPHTIER_SHARED_DATASETS", "/work/shared/datasets"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Daemons started by tests keep their device tiers accounted unless a test asks for GPUs
+    (`gpu_tiers="auto"`), so the suite asserts the same things on a CPU and a GPU machine."""
+    os.environ.setdefault("GRAPHTIER_GPU_TIERS", "off")
+
+
 def _graphtier_segments() -> set[str]:
     try:
         return {name for name in os.listdir("/dev/shm") if name.startswith("graphtier.")}

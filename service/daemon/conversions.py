@@ -17,7 +17,7 @@ from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressRe
 from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
-from graphtier.service.store import SharedDatasetHandle, StorageTierRef
+from graphtier.service.store import DeviceTierRef, SharedDatasetHandle, StorageTierRef
 from graphtier.v1 import common_pb2, datasets_pb2, progress_pb2
 
 # Time
@@ -120,6 +120,8 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         loaded_at=timestamp(layout.loaded_at),
         budgets=budgets_to_proto(layout.budgets),
     )  # fmt: skip
+    message.device_tiers.extend(common_pb2.DeviceTierRef(**ref.model_dump()) for ref in handle.device_tiers)
+    message.placement_notes.extend(handle.placement_notes)
     if handle.labels is not None:
         message.labels.CopyFrom(segment_ref_to_proto(handle.labels))
     if handle.resident_features is not None:
@@ -143,6 +145,11 @@ def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
         storage_features=(
             storage_ref_from_proto(message.storage_features) if message.HasField("storage_features") else None
         ),
+        device_tiers=tuple(
+            DeviceTierRef(**{name: getattr(ref, name) for name in DeviceTierRef.model_fields})
+            for ref in message.device_tiers
+        ),
+        placement_notes=tuple(message.placement_notes),
     )
     return DatasetLayoutInfo(
         handle=handle,

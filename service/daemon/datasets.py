@@ -21,6 +21,7 @@ from graphtier.service.daemon.errors import (
     InvalidRequestError,
     UnknownDatasetError,
 )
+from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.daemon.models import (
     BudgetSpec,
     DatasetLayoutInfo,
@@ -30,7 +31,6 @@ from graphtier.service.daemon.models import (
     UnloadResult,
 )
 from graphtier.service.errors import PreparedDatasetError, SharedMemoryError
-from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name
@@ -57,6 +57,7 @@ class LoadedDataset:
     manifest: DatasetManifest
     budgets: BudgetSpec
     loaded_at: datetime
+    asked_plan: PlacementPlan  # before the GPU decision (which may move interleaved rows to host)
 
     @property
     def name(self) -> str:
@@ -82,7 +83,7 @@ class LoadedDataset:
             feature_bytes=feature_bytes(self.manifest),
             structure_bytes=structure_bytes(self.manifest),
             device_bytes_per_device=plan.device_bytes_per_device(),
-            simulated_devices=DEVICE_TIERS_SIMULATED,
+            simulated_devices=self.store.simulated_devices,
             owner_pid=os.getpid(),
             loaded_at=self.loaded_at,
             budgets=self.budgets,
@@ -115,8 +116,10 @@ class DatasetRegistry:
         *,
         users: Callable[[str], list[str]] = lambda name: [],
         cancel: Callable[[list[str], str], None] = lambda job_ids, reason: None,
+        gpus: GpuPlacement | None = None,
     ) -> None:
         self.root = Path(root)
+        self.gpus = gpus or GpuPlacement()
         self._users = users
         self._cancel = cancel
         self._lock = threading.RLock()  # loads are serialised: two jobs asking at once get one copy
@@ -159,7 +162,7 @@ class DatasetRegistry:
         with self._lock:
             loaded = self._loaded.get(name)
             if loaded is not None:
-                if self._plan(budgets, loaded.store.dataset) != loaded.plan:
+                if self._plan(budgets, loaded.store.dataset) != loaded.asked_plan:
                     raise DatasetConflictError(
                         f"dataset {name!r} is already loaded with another placement (budgets "
                         f"{loaded.budgets.model_dump()}); every job shares one copy: use the same budgets, "
@@ -167,9 +170,12 @@ class DatasetRegistry:
                     )
                 return LoadResult(layout=loaded.layout(), already_loaded=True)
             dataset = self._open(name)
-            store = SharedDatasetStore(dataset, self._plan(budgets, dataset))
+            asked = self._plan(budgets, dataset)
+            decision = self.gpus.decide(asked, name)
+            store = SharedDatasetStore(dataset, decision.plan, devices=decision.devices, placement_notes=decision.notes)
             loaded = LoadedDataset(
-                store=store, manifest=dataset.manifest, budgets=budgets, loaded_at=datetime.now(timezone.utc)
+                store=store, manifest=dataset.manifest, budgets=budgets, loaded_at=datetime.now(timezone.utc),
+                asked_plan=asked,
             )
             self._loaded[name] = loaded
             return LoadResult(layout=loaded.layout(), already_loaded=False)

@@ -4,10 +4,10 @@ After hotness reordering a row's tier follows from its id alone:
 [0, replicated_end) replicated on every GPU, [replicated_end, interleaved_end) interleaved
 across `num_devices` GPUs (row r on device (r - replicated_end) % num_devices),
 [interleaved_end, host_end) pinned host memory, [host_end, num_rows) storage.
-`resident` holds rows [0, host_end) and `storage` rows [host_end, num_rows). The device
-tiers live in host shared memory and are accounted only (`simulated`), on every machine:
-`DEVICE_TIERS_SIMULATED` says so until rows are placed in GPU memory (CUDA IPC handles),
-whether or not the machine has a GPU.
+`resident` holds rows [0, host_end) and `storage` rows [host_end, num_rows). This CPU
+gather reads the device tiers' rows from their host copy, so its counts are `simulated`;
+the GPU gather (`graphtier.service.gpu`) reads them from GPU memory and reports them real.
+`DEVICE_TIERS_SIMULATED` is what the daemon reports until a dataset is placed on GPUs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from graphtier.service.errors import GraphtierError, PlacementError
 
-DEVICE_TIERS_SIMULATED = True  # no tier is in GPU memory yet: device rows are host rows, accounted as device
+DEVICE_TIERS_SIMULATED = True  # until a dataset's device tiers are placed on GPUs
 
 
 def _check_int(name: str, value: object) -> int:

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from graphtier.service.errors import GraphtierError, SharedMemoryError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
-from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.shm import attach_tensor
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
+
+if TYPE_CHECKING:
+    from graphtier.service.gpu.device_tiers import CudaTiersLease
 
 
 def _open_storage(ref: StorageTierRef) -> torch.Tensor:
@@ -39,6 +41,7 @@ class AttachedDataset:
     resident: torch.Tensor | None
     storage: torch.Tensor | None
     _tiers: dict[int, FeatureTiers] = field(default_factory=dict, repr=False)
+    _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
 
     @property
     def has_features(self) -> bool:
@@ -61,12 +64,36 @@ class AttachedDataset:
                 device_index=device_index,
                 resident=self.resident if self.resident is not None else empty,
                 storage=self.storage if self.storage is not None else empty,
-                simulated=DEVICE_TIERS_SIMULATED,
+                simulated=True,  # the CPU gather reads device rows from their host copy
             )
         return self._tiers[device_index]
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor, *, device_index: int = 0) -> TrafficCounts:
         return tiered_gather(ids, self.feature_tiers(device_index), out)
+
+    def cuda_tiers(self, device: int) -> CudaTiersLease:
+        """The tiers as GPU `device` of this process reads them: its device tier mappings
+        (opened once per device) and the host tier registered in place. Released by `detach()`."""
+        if device not in self._leases:
+            from graphtier.service.gpu.device_tiers import open_cuda_tiers  # CUDA only when asked for
+
+            self._leases[device] = open_cuda_tiers(
+                self.handle.plan, self.handle.device_tiers, self.resident, self.storage, device,
+                label=self.handle.dataset,
+            )  # fmt: skip
+        return self._leases[device]
+
+    def cuda_structure(self, device: int) -> CSCGraph:
+        """The CSC structure as zero-copy CUDA views of this process's registered mapping."""
+        lease = self.cuda_tiers(device)
+        return CSCGraph(colptr=lease.register_view(self.graph.colptr, "colptr", device),
+                        row=lease.register_view(self.graph.row, "row", device))  # fmt: skip
+
+    def detach(self) -> None:
+        """Close every device mapping and host registration this process made for the dataset."""
+        leases, self._leases = self._leases, {}
+        for lease in leases.values():
+            lease.close()
 
 
 def attach_dataset(handle: SharedDatasetHandle) -> AttachedDataset:

@@ -1,8 +1,10 @@
-"""`SharedDatasetStore`: loads a prepared dataset into shm segments it owns."""
+"""`SharedDatasetStore`: loads a prepared dataset into shm segments it owns, and its device
+tiers into GPU memory it owns when it is given GPUs."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import torch
 
@@ -16,7 +18,17 @@ from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 class SharedDatasetStore:
     """The one process-wide copy of a dataset; closing it unlinks every segment it made."""
 
-    def __init__(self, dataset: PreparedDataset, plan: PlacementPlan, *, owner: SegmentOwner | None = None) -> None:
+    def __init__(
+        self,
+        dataset: PreparedDataset,
+        plan: PlacementPlan,
+        *,
+        owner: SegmentOwner | None = None,
+        devices: Sequence[int] = (),
+        placement_notes: Sequence[str] = (),
+    ) -> None:
+        """`devices`: the CUDA ordinals (plan.num_devices of them) whose memory holds the device
+        tiers; empty = the device tiers stay in host memory, accounted only."""
         if plan.num_nodes != dataset.manifest.num_nodes:
             from graphtier.service.errors import PlacementError
 
@@ -27,6 +39,10 @@ class SharedDatasetStore:
         self.plan = plan
         self._own_owner = owner is None
         self.owner = owner or SegmentOwner()
+        self.devices = tuple(devices)
+        self.placement_notes = tuple(placement_notes)
+        self.device_tiers = None
+        self._copies: dict[str, torch.Tensor] = {}
         try:
             self.handle = self._load()
         except BaseException:
@@ -40,6 +56,7 @@ class SharedDatasetStore:
         prefix = re.sub(r"[^A-Za-z0-9_-]", "_", self.dataset.name)[:40]
         segment, tensor = self.owner.create_tensor(f"{prefix}-{label}", tuple(source.shape), source.dtype)
         tensor.copy_(source)
+        self._copies[label] = tensor
         return segment.ref_for(tensor)
 
     def _load(self) -> SharedDatasetHandle:
@@ -61,18 +78,37 @@ class SharedDatasetStore:
                     row_shape=tuple(features.shape[1:]),
                     dtype=str(features.numpy().dtype),
                 )
+        device_refs: tuple = ()
+        if self.devices and resident is not None and plan.interleaved_end > 0:
+            from graphtier.service.gpu.device_tiers import DeviceTierSet  # CUDA only when asked for
+
+            rows = self._copies["features"]
+            self.device_tiers = DeviceTierSet(plan, rows, self.devices, self.dataset.name)
+            device_refs = tuple(self.device_tiers.refs)
+        colptr, row = self._copy("colptr", ds.array("colptr")), self._copy("row", ds.array("row"))
+        self._copies.clear()  # the segments keep the data; the store keeps no views
         return SharedDatasetHandle(
             dataset=ds.name,
             plan=plan,
-            colptr=self._copy("colptr", ds.array("colptr")),
-            row=self._copy("row", ds.array("row")),
+            colptr=colptr,
+            row=row,
             labels=labels,
             splits=splits,
             resident_features=resident,
             storage_features=storage,
+            device_tiers=device_refs,
+            placement_notes=self.placement_notes,
         )
 
+    @property
+    def simulated_devices(self) -> bool:
+        """True when the device tiers are accounted in host memory, not placed on GPUs."""
+        return not self.devices
+
     def close(self) -> None:
+        if self.device_tiers is not None:
+            self.device_tiers.close()
+            self.device_tiers = None
         if self._own_owner:
             self.owner.close()
 

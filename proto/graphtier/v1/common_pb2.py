@@ -24,27 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19graphtier/v1/common.proto\x12\x0cgraphtier.v1\"s\n\nSegmentRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\r\n\x05\x64type\x18\x04 \x01(\tJ\x04\x08\x08\x10\tJ\x04\x08\t\x10\nR\x0f\x63uda_ipc_handleR\x0c\x64\x65vice_index\"w\n\x0eStorageTierRef\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x14\n\x0coffset_bytes\x18\x02 \x01(\x04\x12\x11\n\tfirst_row\x18\x03 \x01(\x03\x12\x0c\n\x04rows\x18\x04 \x01(\x03\x12\x11\n\trow_shape\x18\x05 \x03(\x03\x12\r\n\x05\x64type\x18\x06 \x01(\t\"\x92\x01\n\x0eTierBudgetSpec\x12\x13\n\x0bnum_devices\x18\x01 \x01(\r\x12\x19\n\x11\x64\x65vice_replicated\x18\x02 \x01(\t\x12\x1a\n\x12\x64\x65vice_interleaved\x18\x03 \x01(\t\x12\x11\n\x04host\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x10structure_device\x18\x05 \x01(\tB\x07\n\x05_host\"\xd1\x01\n\x13PlacementBoundaries\x12\x11\n\tnum_nodes\x18\x01 \x01(\x03\x12\x11\n\trow_bytes\x18\x02 \x01(\x03\x12\x13\n\x0bnum_devices\x18\x03 \x01(\r\x12\x16\n\x0ereplicated_end\x18\x04 \x01(\x03\x12\x17\n\x0finterleaved_end\x18\x05 \x01(\x03\x12\x10\n\x08host_end\x18\x06 \x01(\x03\x12\x1c\n\x14structure_device_end\x18\x07 \x01(\x03\x12\x1e\n\x16structure_device_edges\x18\x08 \x01(\x03\"I\n\x08TierSize\x12 \n\x04tier\x18\x01 \x01(\x0e\x32\x12.graphtier.v1.Tier\x12\x0c\n\x04rows\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\",\n\rSourceTraffic\x12\x0c\n\x04rows\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\x9a\x02\n\x0cTierCounters\x12/\n\nreplicated\x18\x01 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12\x36\n\x11interleaved_local\x18\x02 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12\x35\n\x10interleaved_peer\x18\x03 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12)\n\x04host\x18\x04 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12,\n\x07storage\x18\x05 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12\x11\n\tsimulated\x18\x06 \x01(\x08*\x91\x01\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\x1a\n\x16TIER_DEVICE_REPLICATED\x10\x01\x12\x1b\n\x17TIER_DEVICE_INTERLEAVED\x10\x02\x12\r\n\tTIER_HOST\x10\x03\x12\x10\n\x0cTIER_STORAGE\x10\x04\x12\x19\n\x15TIER_STRUCTURE_DEVICE\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19graphtier/v1/common.proto\x12\x0cgraphtier.v1\"s\n\nSegmentRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\r\n\x05\x64type\x18\x04 \x01(\tJ\x04\x08\x08\x10\tJ\x04\x08\t\x10\nR\x0f\x63uda_ipc_handleR\x0c\x64\x65vice_index\"\x8e\x01\n\rDeviceTierRef\x12\x0c\n\x04tier\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\x12\n\npci_bus_id\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0e\n\x06handle\x18\x05 \x01(\t\x12\x0e\n\x06nbytes\x18\x06 \x01(\x04\x12\x0c\n\x04rows\x18\x07 \x01(\x03\x12\x11\n\towner_pid\x18\x08 \x01(\x03\"w\n\x0eStorageTierRef\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x14\n\x0coffset_bytes\x18\x02 \x01(\x04\x12\x11\n\tfirst_row\x18\x03 \x01(\x03\x12\x0c\n\x04rows\x18\x04 \x01(\x03\x12\x11\n\trow_shape\x18\x05 \x03(\x03\x12\r\n\x05\x64type\x18\x06 \x01(\t\"\x92\x01\n\x0eTierBudgetSpec\x12\x13\n\x0bnum_devices\x18\x01 \x01(\r\x12\x19\n\x11\x64\x65vice_replicated\x18\x02 \x01(\t\x12\x1a\n\x12\x64\x65vice_interleaved\x18\x03 \x01(\t\x12\x11\n\x04host\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x10structure_device\x18\x05 \x01(\tB\x07\n\x05_host\"\xd1\x01\n\x13PlacementBoundaries\x12\x11\n\tnum_nodes\x18\x01 \x01(\x03\x12\x11\n\trow_bytes\x18\x02 \x01(\x03\x12\x13\n\x0bnum_devices\x18\x03 \x01(\r\x12\x16\n\x0ereplicated_end\x18\x04 \x01(\x03\x12\x17\n\x0finterleaved_end\x18\x05 \x01(\x03\x12\x10\n\x08host_end\x18\x06 \x01(\x03\x12\x1c\n\x14structure_device_end\x18\x07 \x01(\x03\x12\x1e\n\x16structure_device_edges\x18\x08 \x01(\x03\"I\n\x08TierSize\x12 \n\x04tier\x18\x01 \x01(\x0e\x32\x12.graphtier.v1.Tier\x12\x0c\n\x04rows\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\",\n\rSourceTraffic\x12\x0c\n\x04rows\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\x9a\x02\n\x0cTierCounters\x12/\n\nreplicated\x18\x01 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12\x36\n\x11interleaved_local\x18\x02 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12\x35\n\x10interleaved_peer\x18\x03 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12)\n\x04host\x18\x04 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12,\n\x07storage\x18\x05 \x01(\x0b\x32\x1b.graphtier.v1.SourceTraffic\x12\x11\n\tsimulated\x18\x06 \x01(\x08*\x91\x01\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\x1a\n\x16TIER_DEVICE_REPLICATED\x10\x01\x12\x1b\n\x17TIER_DEVICE_INTERLEAVED\x10\x02\x12\r\n\tTIER_HOST\x10\x03\x12\x10\n\x0cTIER_STORAGE\x10\x04\x12\x19\n\x15TIER_STRUCTURE_DEVICE\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graphtier.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TIER']._serialized_start=1049
-  _globals['_TIER']._serialized_end=1194
+  _globals['_TIER']._serialized_start=1194
+  _globals['_TIER']._serialized_end=1339
   _globals['_SEGMENTREF']._serialized_start=43
   _globals['_SEGMENTREF']._serialized_end=158
-  _globals['_STORAGETIERREF']._serialized_start=160
-  _globals['_STORAGETIERREF']._serialized_end=279
-  _globals['_TIERBUDGETSPEC']._serialized_start=282
-  _globals['_TIERBUDGETSPEC']._serialized_end=428
-  _globals['_PLACEMENTBOUNDARIES']._serialized_start=431
-  _globals['_PLACEMENTBOUNDARIES']._serialized_end=640
-  _globals['_TIERSIZE']._serialized_start=642
-  _globals['_TIERSIZE']._serialized_end=715
-  _globals['_SOURCETRAFFIC']._serialized_start=717
-  _globals['_SOURCETRAFFIC']._serialized_end=761
-  _globals['_TIERCOUNTERS']._serialized_start=764
-  _globals['_TIERCOUNTERS']._serialized_end=1046
+  _globals['_DEVICETIERREF']._serialized_start=161
+  _globals['_DEVICETIERREF']._serialized_end=303
+  _globals['_STORAGETIERREF']._serialized_start=305
+  _globals['_STORAGETIERREF']._serialized_end=424
+  _globals['_TIERBUDGETSPEC']._serialized_start=427
+  _globals['_TIERBUDGETSPEC']._serialized_end=573
+  _globals['_PLACEMENTBOUNDARIES']._serialized_start=576
+  _globals['_PLACEMENTBOUNDARIES']._serialized_end=785
+  _globals['_TIERSIZE']._serialized_start=787
+  _globals['_TIERSIZE']._serialized_end=860
+  _globals['_SOURCETRAFFIC']._serialized_start=862
+  _globals['_SOURCETRAFFIC']._serialized_end=906
+  _globals['_TIERCOUNTERS']._serialized_start=909
+  _globals['_TIERCOUNTERS']._serialized_end=1191
 # @@protoc_insertion_point(module_scope)

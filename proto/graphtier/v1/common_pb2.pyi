@@ -34,6 +34,26 @@ class SegmentRef(_message.Message):
     dtype: str
     def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
 
+class DeviceTierRef(_message.Message):
+    __slots__ = ("tier", "slot", "pci_bus_id", "kind", "handle", "nbytes", "rows", "owner_pid")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_PID_FIELD_NUMBER: _ClassVar[int]
+    tier: str
+    slot: int
+    pci_bus_id: str
+    kind: str
+    handle: str
+    nbytes: int
+    rows: int
+    owner_pid: int
+    def __init__(self, tier: _Optional[str] = ..., slot: _Optional[int] = ..., pci_bus_id: _Optional[str] = ..., kind: _Optional[str] = ..., handle: _Optional[str] = ..., nbytes: _Optional[int] = ..., rows: _Optional[int] = ..., owner_pid: _Optional[int] = ...) -> None: ...
+
 class StorageTierRef(_message.Message):
     __slots__ = ("path", "offset_bytes", "first_row", "rows", "row_shape", "dtype")
     PATH_FIELD_NUMBER: _ClassVar[int]

@@ -1,0 +1,76 @@
+"""Where the daemon puts device tiers: on GPUs where it can, else accounted with the reason in the layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.config import DaemonConfig
+from graphtier.service.daemon.errors import DaemonConfigError
+from graphtier.service.daemon.gpu_placement import GpuPlacement
+from graphtier.service.daemon.models import BudgetSpec
+from graphtier.service.gpu.runtime import device_count
+from graphtier.service.placement import PlacementPlan
+
+BUDGETS = BudgetSpec(num_devices=1, device_replicated="5%", device_interleaved="10%")
+NO_GPU = device_count()[0] == 0
+
+
+def _plan(num_devices: int = 1, interleaved: int = 100) -> PlacementPlan:
+    return PlacementPlan(num_nodes=1000, row_bytes=64, num_devices=num_devices, replicated_end=50,
+                         interleaved_end=50 + interleaved, host_end=1000)  # fmt: skip
+
+
+def test_gpu_tiers_off_keeps_the_device_tiers_accounted_and_says_why():
+    decision = GpuPlacement(mode="off").decide(_plan(), "d")
+    assert decision.devices == () and decision.plan == _plan()
+    assert decision.notes == ("device tiers accounted: the daemon runs with gpu_tiers: off",)
+
+
+def test_a_plan_without_device_rows_needs_no_gpu():
+    plan = PlacementPlan(num_nodes=10, row_bytes=4, num_devices=0, replicated_end=0, interleaved_end=0, host_end=10)
+    assert GpuPlacement().decide(plan, "d").notes == ()
+
+
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a CUDA device")
+def test_without_a_gpu_auto_accounts_the_tiers_naming_the_cause():
+    decision = GpuPlacement(mode="auto").decide(_plan(), "d")
+    assert decision.devices == ()
+    (note,) = decision.notes
+    assert note.startswith("device tiers accounted, not placed: ") and len(note) > 40
+
+
+@pytest.mark.skipif(NO_GPU, reason="needs a CUDA device")
+def test_with_a_gpu_a_plan_wider_than_the_machine_is_refused():
+    from graphtier.service.daemon.errors import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match="span 64 devices"):
+        GpuPlacement().decide(_plan(num_devices=64, interleaved=64), "d")
+
+
+def test_device_budget_settings_are_checked_up_front(monkeypatch):
+    with pytest.raises(DaemonConfigError, match=r"device_budget: .*'12 parsecs'"):
+        DaemonConfig.build(device_budget="12 parsecs")
+    with pytest.raises(DaemonConfigError, match="device_reserve"):
+        DaemonConfig.build(device_reserve="120%")
+    monkeypatch.setenv("GRAPHTIER_GPU_TIERS", "sometimes")
+    with pytest.raises(DaemonConfigError, match="gpu_tiers: Input should be 'auto' or 'off'"):
+        DaemonConfig.build()
+    assert DaemonConfig.build(gpu_tiers="auto", device_budget="24GiB").device_budget == "24GiB"
+
+
+def test_the_layout_carries_the_placement_and_its_notes_over_grpc(make_inproc_daemon):
+    daemon = make_inproc_daemon(gpu_tiers="auto")
+    with DaemonClient(runtime_dir=daemon.config.runtime_dir) as client:
+        layout = client.load_dataset("rmat12", BUDGETS).layout
+        assert layout == daemon.datasets.layout("rmat12")
+    handle = layout.handle
+    if NO_GPU:
+        assert layout.simulated_devices and handle.device_tiers == ()
+        assert handle.placement_notes and "not placed" in handle.placement_notes[0]
+    else:
+        assert not layout.simulated_devices
+        assert [ref.tier for ref in handle.device_tiers] == ["replicated", "interleaved"]
+        assert all(len(ref.handle) == 128 and ref.owner_pid > 0 for ref in handle.device_tiers)
+        assert torch.cuda.is_available()
