@@ -8,7 +8,9 @@
 # Optional inputs: .whl/*.whl (wheels of missing Python packages, installed to /tmp/site and put on
 # PYTHONPATH), GRAPHTIER_SHARED_DATASETS (the shared real datasets, for the tests and the Cora job),
 # SCALE (R-MAT scale of the throughput jobs, default 18), SKIP_TESTS=1, SKIP_JOBS=1 (a device call is
-# limited to 10 minutes: the two halves fit one each).
+# limited to 10 minutes: the two halves fit one each), GPU_BENCH=1 (first: the GPU unit tests, the
+# machine's limits by gpu_probe.py and bench_gpu_gather.py; BENCH_ARGS are passed to the latter),
+# SUITE_SECONDS (cap of the default suite, default 330), PYTEST_ARGS (extra pytest arguments).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 SCALE=${SCALE:-18}
@@ -24,9 +26,19 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.i
 nproc
 python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
 python3 -c "from graphtier.service import native_ops; print('native ops', native_ops.native_available())"
+grep -E "registers|spill" "$OUT/install.log" | sort | uniq -c | head -8
+
+if [ "${GPU_BENCH:-0}" = 1 ]; then
+    timeout 180 python3 -m pytest tests/service/gpu -q -p no:cacheprovider --timeout 120 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
+    timeout 150 python3 tests/bench/gpu_probe.py >"$OUT/gpu_probe.json" 2>"$OUT/gpu_probe.err"; cat "$OUT/gpu_probe.json"
+    tail -3 "$OUT/gpu_probe.err"
+    timeout 300 python3 tests/bench/bench_gpu_gather.py --json "$OUT/bench_gpu_gather.json" ${BENCH_ARGS:-} 2>&1 \
+        | tee "$OUT/bench_gpu_gather.log" | grep -v '^{'
+fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    timeout 330 python3 -m pytest -m "not slow" -q -p no:cacheprovider --timeout 120 2>&1 | tee "$OUT/pytest.log" | tail -8
+    timeout "${SUITE_SECONDS:-330}" python3 -m pytest -m "not slow" -q -p no:cacheprovider --timeout 120 \
+        ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -8
 fi
 
 [ "${SKIP_JOBS:-0}" = 1 ] && exit 0

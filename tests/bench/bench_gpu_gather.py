@@ -1,0 +1,291 @@
+"""GPU tiered gather on a CUDA machine: every figure is a ratio to a baseline of the same run.
+
+    python tests/bench/bench_gpu_gather.py [--host-gib 8] [--scale 22] [--skip-tiering] [--json OUT]
+
+1. Host tier, zero-copy: rows at random ids from >= 8 GiB of registered /dev/shm, 512 B and
+   400 B rows (useful bytes counted), full grid and about 10% of the SMs, against the same
+   run's cudaMemcpy host-to-device bandwidth from that registered memory.
+2. Device tier: the same gather from a device allocation against a device-to-device copy of
+   the same bytes.
+3. Traffic you can trust: NVML's PCIe RX byte counter over a run of host gathers against the
+   software-accounted host bytes.
+4. The point of tiering: R-MAT (fanout 15,10,5, batch 1024, wrpr order, 10% train split) id
+   stream gathered with 0% and 10% of the rows on the device: PCIe bytes and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_model  # noqa: E402
+
+GiB = 1 << 30
+
+
+def timed(fn, reps: int = 5) -> float:
+    """Median seconds of `fn` on the current stream, by CUDA events, after one warm-up."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def fill_distinct(t: torch.Tensor) -> None:
+    """Write every 4-byte word its own index (never zeros: they hide unwritten rows)."""
+    words = t.view(-1).view(torch.int32)
+    step = 1 << 27
+    for first in range(0, words.numel(), step):
+        last = min(first + step, words.numel())
+        words[first:last] = torch.arange(first + 1, last + 1, dtype=torch.int64).to(torch.int32)
+
+
+def memcpy_async(dst: int, src: int, nbytes: int, kind: str) -> None:
+    from graphtier.service.gpu.runtime import check, cudart
+
+    rt = cudart()
+    kinds = {"h2d": rt.cudaMemcpyKind.cudaMemcpyHostToDevice, "d2d": rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice}
+    stream = torch.cuda.current_stream().cuda_stream
+    check(rt.cudaMemcpyAsync(dst, src, nbytes, kinds[kind], stream), f"cudaMemcpyAsync {kind}")
+
+
+class PcieCounter:
+    """NVML PCIe RX/TX byte counters of GPU 0 (fields 198/197), or None with the reason."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+        try:
+            import pynvml as nv
+
+            nv.nvmlInit()
+            self.nv, self.handle = nv, nv.nvmlDeviceGetHandleByIndex(0)
+            self.read()
+        except Exception as exc:  # noqa: BLE001  (any failure is reported, never fatal)
+            self.reason = repr(exc)[:200]
+
+    def read(self) -> tuple[int, int] | None:
+        if self.reason:
+            return None
+        values = self.nv.nvmlDeviceGetFieldValues(self.handle, [198, 197])  # RX, TX bytes
+        if any(v.nvmlReturn != 0 for v in values):
+            self.reason = f"field values returned {[v.nvmlReturn for v in values]}"
+            return None
+        return values[0].value.ullVal, values[1].value.ullVal
+
+
+def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
+    from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
+    from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.shm import SegmentOwner
+
+    nbytes = int(host_gib * GiB)
+    owner = SegmentOwner()
+    try:
+        _, host = owner.create_tensor("bench-host-table", (nbytes // 4,), torch.float32)
+        t0 = time.perf_counter()
+        fill_distinct(host)
+        res["host_fill_s"] = round(time.perf_counter() - t0, 2)
+        reg = host_registry().register(host.data_ptr(), nbytes, "bench host table")
+        res["host_register_s"] = round(reg.seconds, 3)
+        res["host_huge_pages_advised"] = reg.huge_pages
+        copy_bytes = 2 * GiB
+        dst = torch.empty(copy_bytes, dtype=torch.uint8, device="cuda")
+        t = timed(lambda: memcpy_async(dst.data_ptr(), host.data_ptr(), copy_bytes, "h2d"))
+        h2d = copy_bytes / t
+        res["h2d_memcpy_GBps"] = round(h2d / 1e9, 2)
+        del dst
+        for row_bytes in (512, 400):
+            rows = nbytes // row_bytes
+            tiers = CudaFeatureTiers(
+                device=torch.device("cuda", 0), replicated_end=0, interleaved_end=0, host_end=rows, num_rows=rows,
+                num_devices=1, device_index=0, dtype=torch.float32, row_shape=(row_bytes // 4,), replicated_ptr=0,
+                interleaved_ptrs=(0,), host_ptr=host.data_ptr(),
+            )  # fmt: skip
+            n = GiB // row_bytes
+            ids = torch.randint(0, rows, (n,), device="cuda")
+            sorted_ids, positions = torch.sort(ids)
+            out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
+            for label, share in (("full", None), ("sm10pct", 0.1)):
+                gather = CudaGather(tiers, sm_share=share)
+                t = timed(lambda: gather.launch(sorted_ids, positions, out, n))
+                res[f"host_gather_{row_bytes}B_{label}_GBps"] = round(n * row_bytes / t / 1e9, 2)
+                res[f"host_gather_{row_bytes}B_{label}_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
+            t = timed(lambda: CudaGather(tiers).gather(ids, out), reps=3)
+            res[f"host_gather_{row_bytes}B_with_sort_and_counts_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
+            # Correctness on a sample: the rows are what the CPU reads at those ids.
+            check = ids[:4096].cpu()
+            expect = host.view(rows, row_bytes // 4)[check]
+            assert torch.equal(out[:4096].cpu(), expect), f"{row_bytes} B gather returned wrong rows"
+            if row_bytes == 512:
+                before = pcie.read()
+                gather = CudaGather(tiers)
+                reps = 8
+                torch.cuda.synchronize()
+                for _ in range(reps):
+                    gather.launch(sorted_ids, positions, out, n)
+                torch.cuda.synchronize()
+                time.sleep(1.2)  # the counters are refreshed by the driver about once a second
+                after = pcie.read()
+                accounted = reps * n * row_bytes
+                if before and after:
+                    res["nvml_pcie_rx_bytes_vs_accounted_host_bytes"] = round((after[0] - before[0]) / accounted, 3)
+                    res["nvml_pcie_tx_bytes_vs_accounted_host_bytes"] = round((after[1] - before[1]) / accounted, 3)
+                else:
+                    res["nvml_pcie_unavailable"] = pcie.reason
+            del ids, sorted_ids, positions, out
+        host_registry().release(reg)
+    finally:
+        owner.close()
+
+
+def device_tier_section(res: dict) -> None:
+    from graphtier.service.gpu.device_memory import DeviceAllocation
+    from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
+
+    row_bytes, nbytes = 512, 8 * GiB
+    rows = nbytes // row_bytes
+    alloc = DeviceAllocation(0, nbytes, "bench device tier")
+    try:
+        from graphtier.service.gpu.views import cuda_view
+
+        view = cuda_view(alloc.ptr, (rows, row_bytes // 4), torch.float32, 0, owner=alloc)
+        view.normal_()
+        tiers = CudaFeatureTiers(
+            device=torch.device("cuda", 0), replicated_end=rows, interleaved_end=rows, host_end=rows, num_rows=rows,
+            num_devices=1, device_index=0, dtype=torch.float32, row_shape=(row_bytes // 4,), replicated_ptr=alloc.ptr,
+            interleaved_ptrs=(0,), host_ptr=0,
+        )  # fmt: skip
+        n = 2 * GiB // row_bytes
+        ids = torch.randint(0, rows, (n,), device="cuda")
+        sorted_ids, positions = torch.sort(ids)
+        out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
+        gather = CudaGather(tiers)
+        t_gather = timed(lambda: gather.launch(sorted_ids, positions, out, n))
+        t_copy = timed(lambda: memcpy_async(out.data_ptr(), alloc.ptr, n * row_bytes, "d2d"))
+        t_torch = timed(lambda: torch.index_select(view, 0, ids, out=out))
+        res["device_gather_GBps_read_plus_write"] = round(2 * n * row_bytes / t_gather / 1e9, 1)
+        res["device_d2d_copy_GBps_read_plus_write"] = round(2 * n * row_bytes / t_copy / 1e9, 1)
+        res["device_gather_vs_d2d_copy"] = round(t_copy / t_gather, 3)
+        res["torch_index_select_vs_d2d_copy"] = round(t_copy / t_torch, 3)
+        gather.launch(sorted_ids, positions, out, n)
+        assert torch.equal(out[:4096], view[ids[:4096]]), "device gather returned wrong rows"
+        del view, out, ids, sorted_ids, positions
+    finally:
+        alloc.close()
+
+
+def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> None:
+    from rmat_fixture import RMatParams, load_or_build_rmat
+
+    from graphtier.service.gpu.device_memory import DeviceAllocation
+    from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
+    from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.hotness import ScoreSpec, compute_scores, reorder_by_score
+    from graphtier.service.sampling import NeighborSampler
+    from graphtier.service.shm import SegmentOwner
+
+    t0 = time.perf_counter()
+    graph = load_or_build_rmat(RMatParams(scale=scale))
+    n = graph.num_nodes
+    gen = torch.Generator().manual_seed(0)
+    train = torch.randperm(n, generator=gen)[: n // 10]
+    scores = compute_scores(graph, ScoreSpec(kind="wrpr"), train_ids=train)
+    reordering = reorder_by_score(graph, scores)
+    train_new = reordering.old_to_new[train]
+    sampler = NeighborSampler(reordering.graph, [15, 10, 5])
+    perm = train_new[torch.randperm(train_new.numel(), generator=gen)]
+    streams = [sampler.sample(perm[i * 1024 : (i + 1) * 1024], seed=i).node_ids for i in range(batches)]
+    res["tiering_graph"] = f"R-MAT scale {scale}: {n} nodes, {graph.num_edges} edges; {batches} batches"
+    res["tiering_setup_s"] = round(time.perf_counter() - t0, 1)
+    row_bytes = 512
+    owner = SegmentOwner()
+    try:
+        _, host = owner.create_tensor("bench-rmat-features", (n, row_bytes // 4), torch.float32)
+        fill_distinct(host)
+        reg = host_registry().register(host.data_ptr(), host.numel() * 4, "bench rmat features")
+        rep_rows = n // 10
+        alloc = DeviceAllocation(0, rep_rows * row_bytes, "bench replicated tier")
+        alloc.copy_from_host(0, host.data_ptr(), rep_rows * row_bytes)
+        out = torch.empty((max(s.numel() for s in streams), row_bytes // 4), device="cuda")
+        device_streams = [s.cuda() for s in streams]
+        for label, rep in (("0pct", 0), ("10pct", rep_rows)):
+            tiers = CudaFeatureTiers(
+                device=torch.device("cuda", 0), replicated_end=rep, interleaved_end=rep, host_end=n, num_rows=n,
+                num_devices=1, device_index=0, dtype=torch.float32, row_shape=(row_bytes // 4,),
+                replicated_ptr=alloc.ptr if rep else 0, interleaved_ptrs=(0,), host_ptr=host.data_ptr(),
+            )  # fmt: skip
+            gather = CudaGather(tiers)
+            host_bytes = 0
+            for ids in streams:  # warm-up and the accounted bytes
+                host_bytes += gather.gather(ids, out).host.bytes
+            torch.cuda.synchronize()
+            before = pcie.read()
+            t = timed(lambda: [gather.gather(ids, out) for ids in device_streams], reps=3)
+            torch.cuda.synchronize()
+            time.sleep(1.2)
+            after = pcie.read()
+            res[f"tiering_{label}_host_bytes_per_pass"] = host_bytes
+            res[f"tiering_{label}_gather_s_per_pass"] = round(t, 4)
+            if before and after:
+                res[f"tiering_{label}_nvml_rx_vs_accounted"] = round((after[0] - before[0]) / (4 * host_bytes), 3)
+            check = streams[0][:2048]
+            gather.gather(check, out)
+            assert torch.equal(out[:2048].cpu(), host[check]), f"tiering {label}: wrong rows"
+        res["tiering_10pct_pcie_bytes_vs_0pct"] = round(
+            res["tiering_10pct_host_bytes_per_pass"] / res["tiering_0pct_host_bytes_per_pass"], 3)
+        res["tiering_10pct_speedup_vs_0pct"] = round(
+            res["tiering_0pct_gather_s_per_pass"] / res["tiering_10pct_gather_s_per_pass"], 3)
+        alloc.close()
+        host_registry().release(reg)
+    finally:
+        owner.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host-gib", type=float, default=8.0, help="size of the host table (default 8 GiB)")
+    parser.add_argument("--scale", type=int, default=22, help="R-MAT scale of the tiering section (default 22)")
+    parser.add_argument("--batches", type=int, default=40, help="sampled batches in the tiering section")
+    parser.add_argument("--skip-tiering", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_gpu_gather: no CUDA device visible to torch; run it on a GPU machine", file=sys.stderr)
+        return 2
+    torch.set_num_threads(os.cpu_count() or 1)
+    props = torch.cuda.get_device_properties(0)
+    res: dict = {"machine": f"{props.name}, {props.multi_processor_count} SMs, {cpu_model()}, torch {torch.__version__}"}
+    pcie = PcieCounter()
+    for section in (lambda: host_tier_section(res, args.host_gib, pcie), lambda: device_tier_section(res),
+                    None if args.skip_tiering else lambda: tiering_section(res, args.scale, args.batches, pcie)):
+        if section is None:
+            continue
+        try:
+            section()
+        except Exception as exc:  # noqa: BLE001  (print what was measured, then the failure)
+            res[f"error_{len(res)}"] = f"{type(exc).__name__}: {exc}"[:400]
+        print(json.dumps(res), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    width = max(len(k) for k in res)
+    for key, value in res.items():
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
