@@ -134,6 +134,10 @@ def open_cuda_tiers(
         some = resident if resident is not None else storage
         if some is None:
             raise GraphtierError(f"dataset {label!r} has no node features to gather")
+        if not refs and plan.interleaved_end:
+            # The daemon kept the device tiers accounted (no GPU there, or gpu_tiers off): on this GPU
+            # every resident row is read from host memory, and counted as what it really is.
+            plan = plan.model_copy(update={"replicated_end": 0, "interleaved_end": 0, "num_devices": 1})
         here = pci_bus_id(device)
         tier_slots = {ref.slot: ref.pci_bus_id for ref in refs}
         slot = next((s for s, bus in tier_slots.items() if bus == here), None)

@@ -67,7 +67,8 @@ def set_device(device: int) -> None:
 def pci_bus_id(device: int) -> str:
     """The device's PCI bus id ("0000:18:00.0"): the same GPU under any CUDA_VISIBLE_DEVICES."""
     raw = check(cudart().cudaDeviceGetPCIBusId(32, device), f"cudaDeviceGetPCIBusId({device})")
-    return raw.split(b"\x00", 1)[0].decode()
+    text = raw.decode(errors="replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+    return text.split("\x00", 1)[0].strip()
 
 
 def device_of_pci_bus_id(bus_id: str) -> int:
