@@ -101,6 +101,14 @@ def describe_running(runtime_dir: Path, pid: int | None) -> str:
     return f"{who}, gRPC {endpoints.grpc_target}{tcp}, HTTP {endpoints.http_url}"
 
 
+def private_runtime_dir(path: Path) -> None:
+    """Create `path` (and parents) and make it 0700: the socket, lock and log inside are the
+    daemon's alone, whatever the umask or whoever created the directory first."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+
+
 class InstanceLock:
     """The exclusive lock that makes a daemon the only one for its runtime directory."""
 
@@ -119,7 +127,7 @@ class InstanceLock:
         """Take the lock (DaemonAlreadyRunningError naming the holder if another daemon has it),
         record this pid, and remove what a dead daemon left; returns the stale files removed."""
         try:
-            self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_runtime_dir(self.runtime_dir)
         except OSError as exc:
             raise DaemonError(f"{self.runtime_dir}: cannot create the runtime directory ({exc.strerror})") from None
         deadline = time.monotonic() + self._wait_s  # rides over a client's momentary probe
