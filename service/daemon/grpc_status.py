@@ -53,13 +53,25 @@ def status_code_for(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+MESSAGE_LIMIT = 600  # characters of an error message logged and echoed; callers choose the values in it
+
+
+def shorten(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """`text`, or its head and tail around a note of how much was cut: a caller who sends
+    megabytes must not get them written to the log, or echoed back, on every refused call."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 4
+    return f"{text[:head]}... [{len(text) - head - tail} characters cut] ...{text[-tail:]}"
+
+
 def _message(error: BaseException) -> str:
     if isinstance(error, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']} (got {err.get('input')!r})"
+        return shorten("; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']} (got {shorten(repr(err.get('input')), 120)})"
             for err in error.errors()
-        )
-    return str(error)
+        ))  # fmt: skip
+    return shorten(str(error))
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -78,6 +90,6 @@ def grpc_method(method: Method) -> Method:
             context.abort(code, _message(error))
         except Exception as error:  # a bug: keep serving, say so, keep the traceback in the log
             log.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__} failed inside the daemon: {error!r}")
+            context.abort(grpc.StatusCode.INTERNAL, shorten(f"{method.__name__} failed inside the daemon: {error!r}"))
 
     return wrapper  # type: ignore[return-value]
