@@ -4,6 +4,7 @@ the shared real datasets, and a leak check for shared-memory segments after ever
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import pytest
@@ -15,15 +16,23 @@ if not SHARED_DATASETS.is_dir():
 
 def pytest_configure(config: pytest.Config) -> None:
     """Daemons started by tests keep their device tiers accounted unless a test asks for GPUs
-    (`gpu_tiers="auto"`), so the suite asserts the same things on a CPU and a GPU machine."""
+    (`gpu_tiers="auto"`), so the suite asserts the same things on a CPU and a GPU machine. Every
+    segment this run's processes create carries the run's namespace in its owner token, so the
+    leak check sees only this run's segments (another suite or a user's daemon may share /dev/shm)."""
     os.environ.setdefault("GRAPHTIER_GPU_TIERS", "off")
+    os.environ["GRAPHTIER_SHM_NAMESPACE"] = secrets.token_hex(4)
 
 
 def _graphtier_segments() -> set[str]:
+    from graphtier.service.shm.naming import SegmentName, token_namespace
+
+    namespace = token_namespace()
     try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith("graphtier.")}
+        names = os.listdir("/dev/shm")
     except FileNotFoundError:
         return set()
+    parsed = {name: SegmentName.parse(name) for name in names if name.startswith("graphtier.")}
+    return {name for name, seg in parsed.items() if seg is not None and seg.token.startswith(namespace)}
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,13 @@ from typing import Any
 import torch
 
 from graphtier.service.errors import SharedMemoryError
-from graphtier.service.shm.naming import SegmentName, process_start_time, segment_path, validate_label
+from graphtier.service.shm.naming import (
+    SegmentName,
+    process_start_time,
+    segment_path,
+    token_namespace,
+    validate_label,
+)
 from graphtier.service.shm.reclaim import reclaim_stale_segments
 from graphtier.service.shm.ref import dtype_name, torch_dtype
 from graphtier.service.shm.segment import SharedSegment, create_segment
@@ -117,7 +123,7 @@ class SegmentOwner:
             raise SharedMemoryError(f"cannot read the start time of this process from /proc/{pid}/stat")
         self._pid = pid
         self._start_time = start_time
-        self._token = secrets.token_hex(4)
+        self._token = token_namespace() + secrets.token_hex(4)
         self._state = _OwnerState()
         with _lock:
             _open_states[id(self._state)] = self._state
