@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.service.daemon.errors import DaemonConfigError
 
 HOME_ENV = "GRAPHTIER_HOME"
+GPU_TIERS_ENV = "GRAPHTIER_GPU_TIERS"
 SOCKET_FILE = "daemon.sock"
 LOG_FILE = "daemon.log"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
@@ -82,6 +83,33 @@ class DaemonConfig(BaseModel):
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
     )  # fmt: skip
+    gpu_tiers: Literal["auto", "off"] = Field(
+        default_factory=lambda: os.environ.get(GPU_TIERS_ENV, "auto"),  # type: ignore[arg-type,return-value]
+        validate_default=True,
+        description=f"auto: device tiers in GPU memory when CUDA devices are visible; off: always accounted only "
+        f"(default ${GPU_TIERS_ENV}, else auto).",
+    )
+    device_budget: str = Field(
+        default="auto", min_length=1,
+        description="Device-tier bytes per GPU ('24GiB', '50%' of its memory); auto = free memory less device_reserve.",
+    )  # fmt: skip
+    device_reserve: str = Field(
+        default="25%", min_length=1, description="With device_budget auto: GPU memory left free for training."
+    )
+
+    @field_validator("device_budget", "device_reserve")
+    @classmethod
+    def _check_device_size(cls, text: str, info: Any) -> str:
+        if info.field_name == "device_budget" and text == "auto":
+            return text
+        from graphtier.service.placement.budget import parse_budget  # light: no torch
+        from graphtier.service.errors import PlacementError
+
+        try:
+            parse_budget(text, total_bytes=1, what=info.field_name)
+        except PlacementError as exc:
+            raise ValueError(str(exc)) from None
+        return text
 
     @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file")
     @classmethod

@@ -18,7 +18,7 @@ from types import FrameType
 
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
-from graphtier.service.daemon.instance import InstanceLock
+from graphtier.service.daemon.instance import InstanceLock, private_runtime_dir
 
 EXIT_CONFIG = 2
 EXIT_RUNNING = 3
@@ -40,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls")
     parser.add_argument("--producer-stall-timeout", type=float, dest="producer_stall_timeout_s",
                         help="seconds without a producer heartbeat before its job fails (default 60)")
+    parser.add_argument("--gpu-tiers", choices=("auto", "off"),
+                        help="auto (default): device tiers in GPU memory when GPUs are visible; off: accounted only")
+    parser.add_argument("--device-budget", help="device-tier bytes per GPU, e.g. 24GiB or 50%% "
+                        "(default auto: free memory less --device-reserve)")
+    parser.add_argument("--device-reserve", help="with --device-budget auto: GPU memory left for training (default 25%%)")
     return parser
 
 
@@ -53,7 +58,7 @@ def _same_file(stream: object, path: Path) -> bool:
 
 def setup_logging(config: DaemonConfig) -> None:
     """Log to stderr, and to the log file unless stderr already is that file (`cluster start`)."""
-    config.log_path.parent.mkdir(parents=True, exist_ok=True)
+    private_runtime_dir(config.log_path.parent)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if not _same_file(sys.stderr, config.log_path):
         handlers.append(logging.FileHandler(config.log_path))

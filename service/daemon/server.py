@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.errors import DaemonError
-from graphtier.service.daemon.instance import Endpoints, InstanceLock
+from graphtier.service.daemon.instance import Endpoints, InstanceLock, private_runtime_dir
 from graphtier.service.daemon.job_manager import JobManager
 from graphtier.service.daemon.jobs import JobTable
 from graphtier.service.daemon.metrics import MetricsRegistry
@@ -34,6 +34,7 @@ from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
 from graphtier.service.daemon.status import StatusBuilder
 from graphtier.service.daemon.status_app import create_status_app
 from graphtier.service.daemon.status_models import EndpointsStatus
+from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.pipeline.forkserver import forkserver_context
 from graphtier.service.shm import reclaim_stale_segments
@@ -65,7 +66,12 @@ class Daemon:
         self.lock = lock or InstanceLock(config)
         self.jobs = JobTable()
         self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
-        self.datasets = DatasetRegistry(config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs)
+        gpus = GpuPlacement(mode=config.gpu_tiers, device_budget=config.device_budget,
+                            device_reserve=config.device_reserve)  # fmt: skip
+        self.datasets = DatasetRegistry(config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs,
+                                        gpus=gpus)  # fmt: skip
+        self.metrics.simulated.set_function(  # real once a loaded dataset has its device tiers on GPUs
+            lambda: 0 if any(not d.store.simulated_devices for d in self.datasets.loaded()) else 1)
         self.tracker = ProgressTracker(self.metrics, self.jobs)
         self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker,
                                       stall_timeout_s=config.producer_stall_timeout_s)
@@ -143,11 +149,13 @@ class Daemon:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         add_servicers(server, self.datasets, self.tracker, self.job_manager)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        self.config.socket.parent.mkdir(parents=True, exist_ok=True)
+        private_runtime_dir(self.config.socket.parent)
         try:
             server.add_insecure_port(f"unix:{self.config.socket}")
         except RuntimeError as exc:
             raise DaemonError(f"cannot listen for gRPC on unix:{self.config.socket}: {exc}") from None
+        if self.config.socket.exists():
+            os.chmod(self.config.socket, 0o600)  # not the umask's choice: only this user may call the daemon
         tcp = None
         if self.config.tcp_address is not None:
             host, port = self.config.tcp_address
