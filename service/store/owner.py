@@ -4,6 +4,7 @@ tiers into GPU memory it owns when it is given GPUs."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 
 import torch
@@ -13,6 +14,7 @@ from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
+from graphtier.service.store.verified_copy import copy_verified
 
 
 class SharedDatasetStore:
@@ -26,9 +28,11 @@ class SharedDatasetStore:
         owner: SegmentOwner | None = None,
         devices: Sequence[int] = (),
         placement_notes: Sequence[str] = (),
+        verify: bool = True,
     ) -> None:
         """`devices`: the CUDA ordinals (plan.num_devices of them) whose memory holds the device
-        tiers; empty = the device tiers stay in host memory, accounted only."""
+        tiers; empty = the device tiers stay in host memory, accounted only. `verify`: check every
+        array it serves against the manifest's sha256 while copying (PreparedDatasetError)."""
         if plan.num_nodes != dataset.manifest.num_nodes:
             from graphtier.service.errors import PlacementError
 
@@ -43,6 +47,8 @@ class SharedDatasetStore:
         self.placement_notes = tuple(placement_notes)
         self.device_tiers = None
         self._copies: dict[str, torch.Tensor] = {}
+        self.verify = verify
+        self.verify_seconds = 0.0
         try:
             self.handle = self._load()
         except BaseException:
@@ -51,23 +57,31 @@ class SharedDatasetStore:
         finally:
             dataset.release()  # everything needed now lives in the segments or the storage-tier file
 
-    def _copy(self, label: str, source: torch.Tensor) -> SegmentRef:
+    def _copy(self, label: str, source: torch.Tensor, key: str | None = None) -> SegmentRef:
+        """Copy `source` (a prefix of rows of array `key`, when given) into a new segment; with
+        `verify`, the array's whole file is checked against the manifest while copying."""
         # Segment labels allow [A-Za-z0-9_-] only; dataset names may also hold '.' and be longer.
         prefix = re.sub(r"[^A-Za-z0-9_-]", "_", self.dataset.name)[:40]
         segment, tensor = self.owner.create_tensor(f"{prefix}-{label}", tuple(source.shape), source.dtype)
-        tensor.copy_(source)
+        if self.verify and key is not None:
+            t0 = time.perf_counter()
+            info = self.dataset.manifest.arrays[key]
+            copy_verified(self.dataset.array_path(key), key, info.sha256, self.dataset.array(key), tensor)
+            self.verify_seconds += time.perf_counter() - t0
+        else:
+            tensor.copy_(source)
         self._copies[label] = tensor
         return segment.ref_for(tensor)
 
     def _load(self) -> SharedDatasetHandle:
         ds, plan = self.dataset, self.plan
-        labels = self._copy("labels", ds.labels) if ds.labels is not None else None
-        splits = {name: self._copy(f"{name}-ids", ds.split(name)) for name in ("train", "val", "test")}
+        labels = self._copy("labels", ds.labels, "labels") if ds.labels is not None else None
+        splits = {name: self._copy(f"{name}-ids", ds.split(name), f"{name}_ids") for name in ("train", "val", "test")}
         resident = storage = None
         features = ds.features
         if features is not None:
             if plan.host_end > 0:
-                resident = self._copy("features", features[: plan.host_end])
+                resident = self._copy("features", features[: plan.host_end], "features")
             if plan.host_end < plan.num_nodes:
                 path = ds.array_path("features")
                 storage = StorageTierRef(
@@ -85,7 +99,12 @@ class SharedDatasetStore:
             rows = self._copies["features"]
             self.device_tiers = DeviceTierSet(plan, rows, self.devices, self.dataset.name)
             device_refs = tuple(self.device_tiers.refs)
-        colptr, row = self._copy("colptr", ds.array("colptr")), self._copy("row", ds.array("row"))
+        colptr, row = self._copy("colptr", ds.array("colptr"), "colptr"), self._copy("row", ds.array("row"), "row")
+        if self.verify and features is not None and resident is None:  # every row is on storage: check the file
+            t0 = time.perf_counter()
+            empty = features.new_empty((0, *features.shape[1:]))
+            copy_verified(ds.array_path("features"), "features", ds.manifest.arrays["features"].sha256, features, empty)
+            self.verify_seconds += time.perf_counter() - t0
         self._copies.clear()  # the segments keep the data; the store keeps no views
         return SharedDatasetHandle(
             dataset=ds.name,

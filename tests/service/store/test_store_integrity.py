@@ -1,0 +1,66 @@
+"""A dataset whose files changed since `prepare` is refused at load, naming the file; nothing is served."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from graphtier.service.errors import PreparedDatasetError
+from graphtier.service.placement import PlacementPlan, TierBudgets
+from graphtier.service.prepared import PreparedDataset
+from graphtier.service.prepared.npy_io import npy_data_offset
+from graphtier.service.store import SharedDatasetStore
+
+
+@pytest.fixture
+def dataset_copy(tmp_path, small_rmat):
+    """A private copy of the small R-MAT dataset that a test may damage."""
+    root = tmp_path / "datasets"
+    shutil.copytree(small_rmat.directory, root / "rmat12")
+    return root
+
+
+def _flip(path, at_fraction: float) -> None:
+    offset = npy_data_offset(path)
+    size = os.path.getsize(path)
+    position = offset + int((size - offset) * at_fraction)
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+def _plan(ds: PreparedDataset, host_fraction: float) -> PlacementPlan:
+    n, row = ds.manifest.num_nodes, ds.manifest.feature_row_bytes
+    budgets = TierBudgets(num_devices=0, device_replicated_bytes=0, device_interleaved_bytes=0,
+                          host_bytes=int(n * row * host_fraction), structure_device_bytes=0)  # fmt: skip
+    return PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row)
+
+
+@pytest.mark.parametrize(("key", "where", "host_fraction"), [
+    ("features", 0.1, 1.0),   # a resident row
+    ("features", 0.9, 0.5),   # a row left on storage, never copied
+    ("features", 0.5, 0.0),   # every row on storage
+    ("row", 0.5, 1.0),
+    ("train_ids", 0.0, 1.0),
+])  # fmt: skip
+def test_a_flipped_bit_anywhere_in_a_served_array_is_refused(dataset_copy, key, where, host_fraction):
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    path = ds.array_path(key)
+    _flip(path, where)
+    ds = PreparedDataset.open("rmat12", dataset_copy)  # same size: opening does not notice
+    with pytest.raises(PreparedDatasetError, match=rf"{path}: checksum mismatch for '{key}'.*nothing was loaded"):
+        SharedDatasetStore(ds, _plan(ds, host_fraction))
+
+
+def test_an_intact_dataset_loads_and_verification_can_be_skipped(dataset_copy):
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    with SharedDatasetStore(ds, _plan(ds, 0.5)) as store:
+        assert store.verify_seconds > 0
+    _flip(ds.array_path("features"), 0.5)
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    with SharedDatasetStore(ds, _plan(ds, 1.0), verify=False) as store:
+        assert store.verify_seconds == 0
