@@ -10,6 +10,7 @@ only by a `SegmentOwner`; this class maps one and carves tensors and references 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import mmap
 import os
@@ -36,6 +37,7 @@ class SharedSegment:
         self.nbytes = nbytes
         self._mapping = mapping
         self._base = torch.frombuffer(mapping, dtype=torch.uint8, count=1).data_ptr()
+        self.sealed = False
 
     def __repr__(self) -> str:
         return f"SharedSegment(name={self.name!r}, nbytes={self.nbytes})"
@@ -71,6 +73,19 @@ class SharedSegment:
         name = dtype_name(dtype)
         self._check_span(shape, torch_dtype(name), offset)
         return SegmentRef(name=self.name, offset=offset, shape=tuple(int(d) for d in shape), dtype=name)
+
+    def seal(self) -> None:
+        """Make the filled segment read-only: file mode 0400 (another process of this user can no
+        longer open it for writing) and this mapping PROT_READ (a stray write faults instead of
+        silently changing what every consumer reads). Views made before keep working for reads."""
+        os.chmod(self.path, 0o400)
+        length = -(-max(self.nbytes, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        if libc.mprotect(self._base, length, mmap.PROT_READ) != 0:
+            err = ctypes.get_errno()
+            raise SharedMemoryError(f"cannot make segment {self.name!r} read-only: {os.strerror(err)}")
+        self.sealed = True
 
     def ref_for(self, tensor: torch.Tensor) -> SegmentRef:
         """The reference of a contiguous tensor that lies inside this segment (e.g. a `view`)."""

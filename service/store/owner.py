@@ -51,6 +51,8 @@ class SharedDatasetStore:
         self.verify_seconds = 0.0
         try:
             self.handle = self._load()
+            for segment in self.owner.segments.values():
+                segment.seal()  # filled: from now on nobody writes the tiers, the owner included
         except BaseException:
             self.close()
             raise

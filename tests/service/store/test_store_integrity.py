@@ -64,3 +64,32 @@ def test_an_intact_dataset_loads_and_verification_can_be_skipped(dataset_copy):
     ds = PreparedDataset.open("rmat12", dataset_copy)
     with SharedDatasetStore(ds, _plan(ds, 1.0), verify=False) as store:
         assert store.verify_seconds == 0
+
+
+def test_loaded_segments_are_read_only_by_mode_and_mapping(small_rmat):
+    import signal
+    import stat
+    import subprocess
+    import sys
+    import textwrap
+
+    ds = PreparedDataset.open("rmat12", small_rmat.directory.parent)
+    with SharedDatasetStore(ds, _plan(ds, 1.0)) as store:
+        for segment in store.owner.segments.values():
+            assert segment.sealed and stat.S_IMODE(os.stat(segment.path).st_mode) == 0o400
+    code = """
+        from graphtier.service.shm import SegmentOwner
+        with SegmentOwner() as owner:
+            segment, tensor = owner.create_tensor("sealed", (1024,), "float32")
+            tensor.fill_(1.0)
+            segment.seal()
+            assert float(tensor.sum()) == 1024.0  # reads still work
+            print("sealed", flush=True)
+            tensor[0] = 2.0  # a stray write by the owner itself
+    """
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
+    assert child.stdout.strip() == "sealed"
+    assert child.returncode == -signal.SIGSEGV
+    from graphtier.service.shm import reclaim_stale_segments
+
+    reclaim_stale_segments()  # the crashed child's segment
