@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from graphtier.launcher.cli import cluster, dataset, demo, job, metrics
+from graphtier.launcher.cli import cluster, dataset, demo, doctor, job, metrics
 
 app = typer.Typer(
     help="graphtier: a training data service for GNNs.",
@@ -17,6 +17,7 @@ app.add_typer(cluster.app, name="cluster")
 app.add_typer(job.app, name="job")
 app.command("metrics")(metrics.metrics)
 app.command("demo")(demo.demo)
+app.command("doctor")(doctor.doctor)
 
 
 def main() -> None:
