@@ -53,6 +53,15 @@ def metrics(
     for link, nbytes in traffic.links.items():
         links.add_row(link, human_bytes(nbytes))
     console.print(links)
+    measured = snapshot.measured
+    if measured.pcie_rx_bytes is not None:
+        methods = ", ".join(sorted({g.method for g in measured.gpus if g.method}))
+        console.print(f"PCIe measured by NVML ({methods}): {human_bytes(measured.pcie_rx_bytes)} host to device, "
+                      f"beside {human_bytes(traffic.links.get('pcie', 0))} accounted", highlight=False)  # fmt: skip
+    else:
+        reasons = measured.reason or "; ".join(f"GPU {g.gpu}: {g.unavailable_reason}" for g in measured.gpus)
+        console.print(f"PCIe not measured: {reasons}", highlight=False)
+    console.print(f"machine: {snapshot.machine.summary}", highlight=False)
     datasets = Table("dataset", "tier", "rows", "bytes", title="loaded datasets")
     for dataset in snapshot.datasets:
         for tier in dataset.tiers:

@@ -23,6 +23,7 @@ GPU_TIERS_ENV = "GRAPHTIER_GPU_TIERS"
 SOCKET_FILE = "daemon.sock"
 LOG_FILE = "daemon.log"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
+MIN_NVML_INTERVAL_S = 0.1
 
 
 def graphtier_home() -> Path:
@@ -74,6 +75,16 @@ class DaemonConfig(BaseModel):
         default_factory=default_dataset_root, description="Where prepared datasets are looked up by name."
     )
     log_file: Path | None = Field(default=None, description="Log file; default <runtime_dir>/daemon.log.")
+    nvml_interval_s: float = Field(
+        default=1.0, ge=0, le=60,
+        description="Seconds between NVML samples of the GPUs' PCIe and NVLink byte counters; 0 turns the collector "
+        "off.",
+    )  # fmt: skip
+    cuda_probe_timeout_s: float = Field(
+        default=120.0, ge=0, le=600,
+        description="Seconds the CUDA probe subprocess (host registration, peer access) may run after start; 0 skips "
+        "it (`graphtier doctor` runs the same checks).",
+    )  # fmt: skip
     grpc_workers: int = Field(default=16, ge=2, le=256, description="Threads serving gRPC calls.")
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, le=600, description="Seconds in-flight calls get to finish on SIGTERM."
@@ -115,6 +126,14 @@ class DaemonConfig(BaseModel):
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         return None if path is None else Path(os.path.abspath(path.expanduser()))
+
+    @field_validator("nvml_interval_s")
+    @classmethod
+    def _check_nvml_interval(cls, seconds: float) -> float:
+        if 0 < seconds < MIN_NVML_INTERVAL_S:
+            raise ValueError(f"must be 0 (off) or at least {MIN_NVML_INTERVAL_S} s: NVML counters are read by a "
+                             "thread of the daemon, not a busy loop")  # fmt: skip
+        return seconds
 
     @field_validator("tcp")
     @classmethod

@@ -2,7 +2,9 @@
 
 Nothing is fetched from outside: the page polls `/v1/status` every two seconds, keeps the
 last ten minutes in the browser, and charts throughput, hit ratio and traffic by link
-(rates are differences of the cumulative counters between polls).
+(rates are differences of the cumulative counters between polls). Where NVML measures PCIe,
+the host-to-device bytes it counted are drawn beside the accounted pcie bytes ("pcie
+measured"), and the machine report (`graphtier doctor`) is shown below the jobs.
 """
 
 DASHBOARD_HTML = """<!doctype html>
@@ -30,10 +32,12 @@ DASHBOARD_HTML = """<!doctype html>
 </div>
 <h2>Datasets</h2><table id="datasets"></table>
 <h2>Jobs</h2><table id="jobs"></table>
+<h2>PCIe and NVLink measured by NVML</h2><div id="measured_note" class="muted"></div><table id="measured"></table>
+<h2>Machine</h2><div id="machine_summary"></div><table id="machine"></table>
 <script>
 "use strict";
 const COLORS = {trained:"#1f77b4", produced:"#ff7f0e", hit:"#2ca02c", local:"#2ca02c", nvlink:"#9467bd",
-                pcie:"#d62728", storage:"#8c564b"};
+                pcie:"#d62728", pcie_measured:"#ff9896", storage:"#8c564b"};
 const KEEP_S = 600, history = [];
 let previous = null;
 function human(n){const u=["B","KiB","MiB","GiB","TiB"];let i=0;while(Math.abs(n)>=1024&&i<u.length-1){n/=1024;i++}
@@ -65,22 +69,25 @@ function legend(id, names, last, fmt){
 }
 function render(s){
   const now=Date.parse(s.time)/1000, point={t:now, trained:s.batches_per_second, produced:s.produced_batches_per_second};
-  const tr=s.traffic;
+  const tr=s.traffic, ms=s.measured, measuredGpus=ms.gpus.filter(g=>g.pcie_rx_bytes!==null);
+  const mrx=measuredGpus.reduce((a,g)=>a+g.pcie_rx_bytes,0);
   if(previous){
     const dt=now-previous.t, db=tr.total_bytes-previous.total, dd=tr.device_bytes-previous.device;
     point.hit = db>0 ? dd/db : tr.hit_ratio;
     for(const l of ["local","nvlink","pcie","storage"]) point[l]=dt>0?Math.max(0,(tr.links[l]-previous.links[l])/dt):0;
+    if(measuredGpus.length) point.pcie_measured=dt>0?Math.max(0,(mrx-previous.mrx)/dt):0;
   } else point.hit=tr.hit_ratio;
-  previous={t:now,total:tr.total_bytes,device:tr.device_bytes,links:tr.links};
+  previous={t:now,total:tr.total_bytes,device:tr.device_bytes,links:tr.links,mrx:mrx};
   history.push(point); while(history.length&&now-history[0].t>KEEP_S) history.shift();
   document.getElementById("where").textContent=`pid ${s.pid} · ${s.endpoints.grpc_unix} · v${s.version}`;
   const tiles=[["uptime",Math.round(s.uptime_seconds)+" s"],["batches/s",s.batches_per_second.toFixed(2)],
     ["batches trained",s.batches_total],["hit ratio",pct(tr.hit_ratio)],["bytes gathered",human(tr.total_bytes)],
-    ["producer lag",s.producer_lag_batches+" batches"],["device tiers",s.simulated_devices?"simulated":"real"]];
+    ["producer lag",s.producer_lag_batches+" batches"],["device tiers",s.simulated_devices?"simulated":"real"],
+    ["PCIe accounted",human(tr.links.pcie)],["PCIe measured (H2D)",measuredGpus.length?human(mrx):"not measured"]];
   document.getElementById("tiles").innerHTML=tiles.map(([k,v])=>`<div class="tile">${k}<b>${esc(v)}</b></div>`).join("");
   draw("c_tp",["trained","produced"],x=>x.toFixed(1)); legend("l_tp",["trained","produced"],point,x=>x.toFixed(2));
   draw("c_hit",["hit"],pct); legend("l_hit",["hit"],point,pct);
-  const links=["local","nvlink","pcie","storage"];
+  const links=["local","nvlink","pcie","storage"].concat(measuredGpus.length?["pcie_measured"]:[]);
   draw("c_link",links,x=>human(x)+"/s"); legend("l_link",links,point,x=>human(x)+"/s");
   const tierNames=["device_replicated","device_interleaved","host","storage","structure_device"];
   document.getElementById("datasets").innerHTML="<tr><th>dataset</th><th>nodes</th><th>edges</th><th>resident</th>"+
@@ -94,6 +101,18 @@ function render(s){
       `<td>${j.world_size}</td><td>${j.batches_total}</td><td>${j.batches_per_second.toFixed(2)}</td>`+
       `<td>${j.producer_lag_batches}</td><td>${pct(j.traffic.hit_ratio)}</td><td>${human(j.traffic.total_bytes)}</td>`+
       `<td>${esc(j.message)}</td></tr>`).join("");
+  document.getElementById("measured_note").textContent=ms.reason?`not measured: ${ms.reason}`:
+    `NVML sampled every ${ms.interval_s} s (${ms.samples} samples); it counts all of a GPU's traffic, not only graphtier's`;
+  const sum=(g,k)=>g.nvlink.reduce((a,l)=>a+l[k],0);
+  document.getElementById("measured").innerHTML=ms.gpus.length?"<tr><th>gpu</th><th>method</th><th>PCIe rx (H2D)</th>"+
+    "<th>PCIe tx</th><th>NVLink links</th><th>NVLink tx</th><th>NVLink rx</th><th>unavailable</th></tr>"+
+    ms.gpus.map(g=>`<tr><td>${g.gpu} ${esc(g.name)}</td><td>${g.method||"-"}</td>`+
+      `<td>${g.pcie_rx_bytes===null?"-":human(g.pcie_rx_bytes)}</td><td>${g.pcie_tx_bytes===null?"-":human(g.pcie_tx_bytes)}</td>`+
+      `<td>${g.nvlink.length}</td><td>${human(sum(g,"tx_bytes"))}</td><td>${human(sum(g,"rx_bytes"))}</td>`+
+      `<td>${esc([g.unavailable_reason,g.nvlink_unavailable_reason].filter(x=>x).join("; "))}</td></tr>`).join(""):"";
+  document.getElementById("machine_summary").textContent=s.machine.summary;
+  document.getElementById("machine").innerHTML="<tr><th>check</th><th>status</th><th style='text-align:left'>reason</th></tr>"+
+    s.machine.checks.map(c=>`<tr><td>${c.name}</td><td>${c.status}</td><td style="text-align:left">${esc(c.reason)}</td></tr>`).join("");
 }
 async function poll(){
   try{const r=await fetch("/v1/status",{cache:"no-store"}); if(!r.ok) throw new Error("HTTP "+r.status);

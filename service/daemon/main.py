@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls")
     parser.add_argument("--producer-stall-timeout", type=float, dest="producer_stall_timeout_s",
                         help="seconds without a producer heartbeat before its job fails (default 60)")
+    parser.add_argument("--nvml-interval", type=float, dest="nvml_interval_s",
+                        help="seconds between NVML samples of PCIe/NVLink byte counters (default 1; 0 = off)")
+    parser.add_argument("--cuda-probe-timeout", type=float, dest="cuda_probe_timeout_s",
+                        help="seconds the start-up CUDA probe subprocess may take (default 120; 0 = skip it)")
     parser.add_argument("--gpu-tiers", choices=("auto", "off"),
                         help="auto (default): device tiers in GPU memory when GPUs are visible; off: accounted only")
     parser.add_argument("--device-budget", help="device-tier bytes per GPU, e.g. 24GiB or 50%% "

@@ -7,7 +7,10 @@ they can never go stale. `/metrics` and `/v1/status` both read this registry.
 
 Traffic sources (label `tier`): replicated, interleaved_local, interleaved_peer, host,
 storage. Links (label `link`): local (the device's own memory: replicated +
-interleaved_local), nvlink (interleaved_peer), pcie (host), storage. Hit ratio in PromQL:
+interleaved_local), nvlink (interleaved_peer), pcie (host), storage. Beside these accounted
+bytes, `NvmlCollector` (service/hardware) exports what the hardware measured:
+`graphtier_pcie_measured_{tx,rx}_bytes_total{gpu}` and `graphtier_nvlink_measured_*`.
+Hit ratio in PromQL:
 
     sum(rate(graphtier_tier_bytes_total{tier=~"replicated|interleaved_.*"}[1m]))
       / sum(rate(graphtier_tier_bytes_total[1m]))
@@ -141,6 +144,10 @@ class MetricsRegistry:
             return [datasets, jobs]
 
         self.registry.register(_LiveGauges(families, describe))
+
+    def add_collector(self, collector: Collector) -> None:
+        """Export another owner's metrics on this registry (the NVML collector's measured bytes)."""
+        self.registry.register(collector)
 
     def add_producer(self, dataset: str, job: str, rank: int, delta: ProducerDelta) -> None:
         labels = {"job": job, "rank": str(rank)}

@@ -36,6 +36,8 @@ from graphtier.service.daemon.status_app import create_status_app
 from graphtier.service.daemon.status_models import EndpointsStatus
 from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
+from graphtier.service.hardware.machine import MachineFacts
+from graphtier.service.hardware.nvml_collector import NvmlCollector
 from graphtier.service.pipeline.forkserver import forkserver_context
 from graphtier.service.shm import reclaim_stale_segments
 
@@ -76,6 +78,8 @@ class Daemon:
         self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker,
                                       stall_timeout_s=config.producer_stall_timeout_s)
         self.health = health.HealthServicer()
+        self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)
+        self.nvml = NvmlCollector(interval_s=config.nvml_interval_s)
         self.endpoints: Endpoints | None = None
         self.started_at = datetime.now(timezone.utc)
         self._grpc: grpc.Server | None = None
@@ -107,6 +111,8 @@ class Daemon:
         for name in reclaim_stale_segments():
             log.info("reclaimed stale shared-memory segment %s", name)
         forkserver_context()  # producers and torchrun agents fork from it: warm before the first job
+        self.machine.start()  # NVML and host checks here (fork-safe); CUDA ones in a subprocess
+        self._start_nvml()
         self.metrics.watch(self._dataset_tiers, self._job_states)
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -120,6 +126,8 @@ class Daemon:
             tracker=self.tracker,
             metrics=self.metrics,
             started_at=self.started_at,
+            machine=lambda: self.machine.report,
+            measured=self.nvml.status,
         )
         self._start_http(builder, http_socket)
         self._serving = True
@@ -139,6 +147,17 @@ class Daemon:
         log.info("ready: gRPC unix:%s%s, HTTP %s, datasets from %s", self.config.socket,
                  f" and tcp {tcp}" if tcp else "", http_url, self.config.dataset_root)  # fmt: skip
         return self.endpoints
+
+    def _start_nvml(self) -> None:
+        self.nvml.start()
+        self.metrics.add_collector(self.nvml)
+        measured = self.nvml.status()
+        if measured.enabled:
+            methods = ", ".join(f"GPU {g.gpu}: {g.method or 'PCIe not measured'}, {len(g.nvlink)} NVLink links"
+                                for g in measured.gpus)  # fmt: skip
+            log.info("NVML collector: sampling every %g s (%s)", measured.interval_s, methods)
+        else:
+            log.info("NVML collector off: %s", measured.reason)
 
     def _start_grpc(self) -> str | None:
         server = grpc.server(
@@ -212,6 +231,8 @@ class Daemon:
         if self._http is not None and self._http_thread is not None:
             self._http.should_exit = True
             self._http_thread.join(timeout=10)
+        self.nvml.stop()
+        self.machine.stop()
         for name in self.datasets.close():
             log.info("unloaded %s", name)
         self.lock.release()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 
@@ -20,6 +21,7 @@ from graphtier.service.daemon.status_models import (
     TierStatus,
     TrafficStatus,
 )
+from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
 
 
 def package_version() -> str:
@@ -42,6 +44,8 @@ class StatusBuilder:
         tracker: ProgressTracker,
         metrics: MetricsRegistry,
         started_at: datetime,
+        machine: Callable[[], MachineReport],
+        measured: Callable[[], MeasuredTraffic],
     ) -> None:
         self.endpoints = endpoints
         self.dataset_root = dataset_root
@@ -50,6 +54,8 @@ class StatusBuilder:
         self.tracker = tracker
         self.metrics = metrics
         self.started_at = started_at
+        self.machine = machine
+        self.measured = measured
         self.version = package_version()
 
     def traffic(self, **match: str) -> TrafficStatus:
@@ -162,4 +168,6 @@ class StatusBuilder:
             sample_seconds_total=m.total(m.sample_seconds),
             gather_seconds_total=m.total(m.gather_seconds),
             train_seconds_total=m.total(m.train_seconds),
+            machine=self.machine(),
+            measured=self.measured(),
         )

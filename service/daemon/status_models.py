@@ -1,7 +1,8 @@
 """The typed body of `GET /v1/status`: datasets and tiers, jobs and ranks, traffic, throughput.
 
 Every figure is read from the daemon's metrics registry (the numbers /metrics exports) or
-from its dataset registry and job table; `graphtier metrics` and the dashboard render it.
+from its dataset registry and job table (the machine report and NVML's measured bytes come
+from `graphtier.service.hardware`); `graphtier metrics` and the dashboard render it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
 
 
 class _Model(BaseModel):
@@ -137,3 +140,5 @@ class DaemonStatus(_Model):
     sample_seconds_total: float
     gather_seconds_total: float
     train_seconds_total: float
+    machine: MachineReport = Field(description="What this machine offers the data path (`graphtier doctor`).")
+    measured: MeasuredTraffic = Field(description="PCIe/NVLink bytes NVML measured, beside the accounted traffic.")
