@@ -68,7 +68,13 @@ class DaemonClient:
         runtime_dir: Path | None = None,
         http_url: str | None = None,
         timeout_s: float = 30.0,
+        token: str | None = None,
+        tls_cert: Path | None = None,
     ) -> None:
+        """`target`: `unix:/path` or `HOST:PORT`; None = the Unix socket of the daemon in `runtime_dir`.
+        Over TCP, `token` is the daemon's token (its token file) and `tls_cert` the certificate to
+        trust (the daemon's `tls/server.crt`, or a CA's); without `tls_cert` the channel is plaintext,
+        which a daemon accepts only when started with --insecure."""
         self.runtime_dir = Path(runtime_dir) if runtime_dir else default_runtime_dir()
         self.endpoints: Endpoints | None = None
         if target is None:
@@ -78,7 +84,15 @@ class DaemonClient:
         self.target = target
         self.http_url = http_url
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(target)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        if tls_cert is not None:
+            try:
+                trusted = Path(tls_cert).read_bytes()
+            except OSError as exc:
+                raise DaemonError(f"{tls_cert}: cannot read the certificate to trust ({exc.strerror})") from None
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=trusted))
+        else:
+            self._channel = grpc.insecure_channel(target)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._datasets = datasets_pb2_grpc.DatasetServiceStub(self._channel)
         self._progress = progress_pb2_grpc.ProgressServiceStub(self._channel)
@@ -99,7 +113,7 @@ class DaemonClient:
 
     def _call(self, method: Callable[..., Reply], request: Any, timeout_s: float | None = None) -> Reply:
         try:
-            return method(request, timeout=timeout_s or self.timeout_s)
+            return method(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as error:
             code, details = error.code(), error.details() or ""
             if code == grpc.StatusCode.UNAVAILABLE:
@@ -188,7 +202,7 @@ class DaemonClient:
         request = jobs_pb2.StreamJobEventsRequest(
             job_id=job_id, from_sequence=from_sequence, follow=follow, include_logs=include_logs
         )
-        stream = self._jobs.StreamJobEvents(request, timeout=None if follow else self.timeout_s)
+        stream = self._jobs.StreamJobEvents(request, timeout=None if follow else self.timeout_s, metadata=self._metadata)
         try:
             for message in stream:
                 yield job_conversions.event_from_proto(message)

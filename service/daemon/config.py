@@ -94,6 +94,17 @@ class DaemonConfig(BaseModel):
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
     )  # fmt: skip
+    insecure: bool = Field(
+        default=False,
+        description="Serve the TCP listener in plaintext (still token-checked); otherwise TCP is TLS only.",
+    )
+    tls_cert: Path | None = Field(
+        default=None, description="TLS certificate (PEM) of the TCP listener; default a self-signed one in <runtime_dir>/tls."
+    )
+    tls_key: Path | None = Field(default=None, description="Private key (PEM) of tls_cert; given with it or not at all.")
+    token_file: Path | None = Field(
+        default=None, description="The bearer token TCP callers must present; default <runtime_dir>/token, made if missing."
+    )
     gpu_tiers: Literal["auto", "off"] = Field(
         default_factory=lambda: os.environ.get(GPU_TIERS_ENV, "auto"),  # type: ignore[arg-type,return-value]
         validate_default=True,
@@ -122,7 +133,7 @@ class DaemonConfig(BaseModel):
             raise ValueError(str(exc)) from None
         return text
 
-    @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file")
+    @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         return None if path is None else Path(os.path.abspath(path.expanduser()))
@@ -152,6 +163,17 @@ class DaemonConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_tls_pair(self) -> DaemonConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both, or neither for a self-signed certificate")
+        return self
+
+    @property
+    def token_path(self) -> Path:
+        """The token file, with its default applied."""
+        return self.token_file or self.runtime_dir / "token"
+
     @property
     def socket(self) -> Path:
         """The gRPC Unix socket path, with its default applied."""
@@ -176,7 +198,7 @@ class DaemonConfig(BaseModel):
             path = Path(source)
             where = str(path)
             data = _read_file(path)
-            for key in ("runtime_dir", "socket_path", "dataset_root", "log_file"):
+            for key in ("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file"):
                 if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
                     data[key] = str(path.parent / data[key])
         data.update({key: value for key, value in overrides.items() if value is not None})

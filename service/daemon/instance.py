@@ -37,6 +37,8 @@ class Endpoints(BaseModel):
     runtime_dir: str
     grpc_unix: str
     grpc_tcp: str | None = None
+    tcp_tls_cert: str | None = None  # the TCP listener's certificate (clients' trust root); None = plaintext
+    token_file: str | None = None  # the bearer token TCP callers present
     http_url: str
     log_file: str
     dataset_root: str

@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds between NVML samples of PCIe/NVLink byte counters (default 1; 0 = off)")
     parser.add_argument("--cuda-probe-timeout", type=float, dest="cuda_probe_timeout_s",
                         help="seconds the start-up CUDA probe subprocess may take (default 120; 0 = skip it)")
+    parser.add_argument("--insecure", action="store_true", default=None,
+                        help="serve --tcp in plaintext (the token is still required); default: TLS only")
+    parser.add_argument("--tls-cert", type=Path, help="TLS certificate for --tcp (default: self-signed, made once)")
+    parser.add_argument("--tls-key", type=Path, help="private key of --tls-cert")
+    parser.add_argument("--token-file", type=Path, help="bearer token TCP callers must send (default <runtime-dir>/token)")
     parser.add_argument("--gpu-tiers", choices=("auto", "off"),
                         help="auto (default): device tiers in GPU memory when GPUs are visible; off: accounted only")
     parser.add_argument("--device-budget", help="device-tier bytes per GPU, e.g. 24GiB or 50%% "

@@ -16,6 +16,7 @@ import threading
 import time
 from concurrent import futures
 from datetime import datetime, timezone
+from pathlib import Path
 
 import grpc
 import uvicorn
@@ -34,6 +35,7 @@ from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
 from graphtier.service.daemon.status import StatusBuilder
 from graphtier.service.daemon.status_app import create_status_app
 from graphtier.service.daemon.status_models import EndpointsStatus
+from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
 from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.hardware.machine import MachineFacts
@@ -87,6 +89,7 @@ class Daemon:
         self._http_thread: threading.Thread | None = None
         self._serving = False
         self._stopped = False
+        self.tls_cert: Path | None = None
 
     def _cancel_jobs(self, job_ids: list[str], reason: str) -> None:
         for job_id in job_ids:
@@ -119,7 +122,8 @@ class Daemon:
         http_socket, http_url = _bind_http(self.config.http_host, self.config.http_port)
         tcp = self._start_grpc()
         builder = StatusBuilder(
-            endpoints=EndpointsStatus(grpc_unix=str(self.config.socket), grpc_tcp=tcp, http_url=http_url),
+            endpoints=EndpointsStatus(grpc_unix=str(self.config.socket), grpc_tcp=tcp, http_url=http_url,
+                                      tcp_security=self._tcp_security_name(tcp)),
             dataset_root=str(self.config.dataset_root),
             datasets=self.datasets,
             jobs=self.jobs,
@@ -139,6 +143,8 @@ class Daemon:
             runtime_dir=str(self.config.runtime_dir),
             grpc_unix=str(self.config.socket),
             grpc_tcp=tcp,
+            tcp_tls_cert=str(self.tls_cert) if tcp and self.tls_cert else None,
+            token_file=str(self.config.token_path) if tcp else None,
             http_url=http_url,
             log_file=str(self.config.log_path),
             dataset_root=str(self.config.dataset_root),
@@ -159,10 +165,27 @@ class Daemon:
         else:
             log.info("NVML collector off: %s", measured.reason)
 
+    def _tcp_security(self) -> tuple[list[grpc.ServerInterceptor], grpc.ServerCredentials | None]:
+        """The token check for TCP callers and the TLS credentials of the TCP listener (None: plaintext)."""
+        if self.config.tcp_address is None:
+            return [], None
+        token = ensure_token(self.config.token_path)
+        if self.config.insecure:
+            log.warning("SECURITY: gRPC on tcp %s is PLAINTEXT (--insecure): the token and every reply cross the "
+                        "network unencrypted", self.config.tcp)  # fmt: skip
+            return [TokenInterceptor(token)], None
+        cert, key = self.config.tls_cert, self.config.tls_key
+        if cert is None or key is None:
+            cert, key = ensure_self_signed(self.config.runtime_dir / "tls", self.config.tcp_address[0])
+        self.tls_cert = cert
+        return [TokenInterceptor(token)], server_credentials(cert, key)
+
     def _start_grpc(self) -> str | None:
+        interceptors, tls = self._tcp_security()
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.config.grpc_workers, thread_name_prefix="graphtier-grpc"),
             options=[("grpc.so_reuseport", 0)],
+            interceptors=interceptors,
         )
         self._grpc = server
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -180,12 +203,18 @@ class Daemon:
             host, port = self.config.tcp_address
             shown = f"[{host}]" if ":" in host else host
             try:
-                bound = server.add_insecure_port(f"{shown}:{port}")
+                address = f"{shown}:{port}"
+                bound = server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls)
             except RuntimeError as exc:
                 raise DaemonError(f"cannot listen for gRPC on tcp {self.config.tcp}: {exc}") from None
             tcp = f"{shown}:{bound}"
         server.start()
         return tcp
+
+    def _tcp_security_name(self, tcp: str | None) -> str | None:
+        if tcp is None:
+            return None
+        return "plaintext+token (insecure)" if self.config.insecure else "tls+token"
 
     def _start_http(self, builder: StatusBuilder, sock: socket.socket) -> None:
         app = create_status_app(

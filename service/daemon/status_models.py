@@ -117,6 +117,9 @@ class EndpointsStatus(_Model):
     grpc_unix: str
     grpc_tcp: str | None
     http_url: str
+    tcp_security: str | None = Field(
+        default=None, description="'tls+token', or 'plaintext+token (insecure)' (warned); None without TCP."
+    )
 
 
 class DaemonStatus(_Model):

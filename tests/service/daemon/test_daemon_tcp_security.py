@@ -1,0 +1,73 @@
+"""gRPC over TCP: TLS and the daemon's token, or a refusal that says why; plaintext only with --insecure."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.errors import DaemonError, DaemonRequestError
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _status(endpoints) -> dict:
+    with urllib.request.urlopen(f"{endpoints.http_url}/v1/status", timeout=10) as reply:
+        return json.load(reply)
+
+
+def test_tcp_needs_tls_and_the_token(daemon_processes, small_rmat):
+    daemon = daemon_processes(small_rmat.directory.parent, "--tcp", "127.0.0.1:0")
+    endpoints = daemon.start()
+    cert, token_file = Path(endpoints.tcp_tls_cert), Path(endpoints.token_file)
+    assert _mode(token_file) == 0o600 and _mode(cert.with_name("server.key")) == 0o600
+    token = token_file.read_text().strip()
+    target = endpoints.grpc_tcp
+    with DaemonClient(target, token=token, tls_cert=cert) as client:
+        assert client.health() == "SERVING"
+        assert [d.name for d in client.list_datasets(include_prepared=True)] == ["rmat12"]
+    with DaemonClient(target, tls_cert=cert) as client:
+        with pytest.raises(DaemonRequestError) as info:
+            client.list_datasets()
+        assert info.value.code == "UNAUTHENTICATED" and "no token was presented" in str(info.value)
+    with DaemonClient(target, token="0" * 64, tls_cert=cert) as client:
+        with pytest.raises(DaemonRequestError) as info:
+            client.health()
+        assert info.value.code == "UNAUTHENTICATED" and "not this daemon's" in str(info.value)
+    with DaemonClient(target, token=token, timeout_s=5) as client:  # plaintext to the TLS port
+        with pytest.raises(DaemonError):
+            client.list_datasets()
+    with DaemonClient(runtime_dir=daemon.runtime_dir) as client:  # the Unix socket needs no token
+        assert client.health() == "SERVING"
+    assert _status(endpoints)["endpoints"]["tcp_security"] == "tls+token"
+
+
+def test_insecure_tcp_is_plaintext_but_still_token_checked_and_warned(daemon_processes, small_rmat):
+    daemon = daemon_processes(small_rmat.directory.parent, "--tcp", "127.0.0.1:0", "--insecure")
+    endpoints = daemon.start()
+    assert endpoints.tcp_tls_cert is None
+    token = Path(endpoints.token_file).read_text().strip()
+    with DaemonClient(endpoints.grpc_tcp, token=token) as client:
+        assert client.health() == "SERVING"
+    with DaemonClient(endpoints.grpc_tcp) as client:
+        with pytest.raises(DaemonRequestError, match="UNAUTHENTICATED|no token"):
+            client.list_datasets()
+    assert _status(endpoints)["endpoints"]["tcp_security"] == "plaintext+token (insecure)"
+    assert "SECURITY: gRPC on tcp 127.0.0.1:0 is PLAINTEXT" in (daemon.runtime_dir / "daemon.log").read_text()
+
+
+def test_a_certificate_without_its_key_is_refused_before_start(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run"),
+                             "--tcp", "127.0.0.1:0", "--tls-cert", str(tmp_path / "c.pem")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2
+    assert "tls_cert and tls_key go together" in result.stderr
