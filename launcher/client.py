@@ -9,6 +9,7 @@ are `DaemonError`s with the daemon's own message: the CLI prints them as one lin
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from graphtier.service.daemon import conversions, job_conversions
 from graphtier.service.daemon.job_spec import JobSpec
 from graphtier.service.daemon.job_view import ChannelGrant, JobEvent, JobInfo
-from graphtier.service.daemon.jobs import JobState
+from graphtier.service.daemon.jobs import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
 from graphtier.service.daemon.config import default_runtime_dir
 from graphtier.service.daemon.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from graphtier.service.daemon.instance import Endpoints, read_endpoints, running_daemon_pid
@@ -111,9 +112,10 @@ class DaemonClient:
     def _where(self) -> str:
         return str(self.runtime_dir) if self.endpoints else self.target
 
-    def _call(self, method: Callable[..., Reply], request: Any, timeout_s: float | None = None) -> Reply:
+    def _call(self, method: Callable[..., Reply], request: Any, timeout_s: float | None = None,
+              extra_metadata: tuple[tuple[str, str], ...] = ()) -> Reply:  # fmt: skip
         try:
-            return method(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata)
+            return method(request, timeout=timeout_s or self.timeout_s, metadata=(*self._metadata, *extra_metadata))
         except grpc.RpcError as error:
             code, details = error.code(), error.details() or ""
             if code == grpc.StatusCode.UNAVAILABLE:
@@ -172,7 +174,9 @@ class DaemonClient:
 
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
-        return self._call(self._progress.ReportProgress, conversions.report_to_proto(report)).cancel_requested
+        token = os.environ.get(JOB_TOKEN_ENV, "")  # handed by the daemon to the job's own processes only
+        return self._call(self._progress.ReportProgress, conversions.report_to_proto(report),
+                          extra_metadata=((JOB_TOKEN_HEADER, token),)).cancel_requested  # fmt: skip
 
     # Jobs
 

@@ -101,7 +101,8 @@ class JobManager:
         job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes)
         with self._lock:
             self._jobs[job_id] = job
-        self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name))
+        self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name,
+                                 token=runner.job_token))  # fmt: skip
         events.state(StateChange(JobState.PENDING, JobState.PENDING, "accepted"))
         threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
         return self.get(job_id)

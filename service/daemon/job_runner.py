@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -32,6 +33,7 @@ from pathlib import Path
 from graphtier.service.daemon.errors import DaemonError
 from graphtier.service.daemon.job_spec import JobSpec
 from graphtier.service.daemon.job_view import LogLine
+from graphtier.service.daemon.jobs import JOB_TOKEN_ENV
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
 from graphtier.service.pipeline.forkserver import ForkedProcess, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
@@ -114,6 +116,7 @@ class JobRunner:
     def __init__(self, job_id: str, spec: JobSpec, handle: SharedDatasetHandle, job_dir: Path, runtime_dir: Path,
                  on_log: Callable[[LogLine], None], *, stall_timeout_s: float = 60.0) -> None:  # fmt: skip
         self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
         self.stall_timeout_s = stall_timeout_s
         self.job_dir, self.runtime_dir = job_dir, runtime_dir
         self.log_path = job_dir / "job.log"
@@ -192,7 +195,8 @@ class JobRunner:
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", f"job-{self.job_id}",
             "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
         ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
+               JOB_TOKEN_ENV: self.job_token}  # fmt: skip
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(
             _forked_torchrun, (argv, str(self.log_path), str(self.job_dir), env),

@@ -8,13 +8,15 @@ Thread-safe: gRPC calls arrive on many threads.
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import Enum
 
-from graphtier.service.daemon.errors import DaemonError, UnknownJobError
+from graphtier.service.daemon.errors import DaemonError, InvalidReportError, UnknownJobError
 
 
 class JobState(str, Enum):
@@ -49,7 +51,12 @@ class JobRecord:
     created_at: datetime = field(default_factory=_now)
     finished_at: datetime | None = None
     cancel_requested: bool = False
+    # Handed to the job's own processes only (JOB_TOKEN_ENV); progress reports must carry it.
+    token: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
+
+JOB_TOKEN_ENV = "GRAPHTIER_JOB_TOKEN"
+JOB_TOKEN_HEADER = "graphtier-job-token"
 
 CancelListener = Callable[[JobRecord, str], None]
 
@@ -79,6 +86,20 @@ class JobTable:
                 known = ", ".join(sorted(self._jobs)[-5:]) or "none"
                 raise UnknownJobError(f"no job {job_id!r} in this daemon (latest known: {known})")
             return record
+
+    def check_reporter(self, job_id: str, token: str) -> JobRecord:
+        """The job, if `token` is the one its processes were given; InvalidReportError otherwise
+        (another process of this user, or anyone on TCP, cannot speak for a job)."""
+        record = self.get(job_id)
+        if not hmac.compare_digest(token.encode(), record.token.encode()):
+            raise InvalidReportError(
+                f"progress for job {job_id!r} refused: only the job's own processes may report it "
+                f"({'no' if not token else 'a wrong'} job token; they get ${JOB_TOKEN_ENV} from the daemon)"
+            )
+        if record.state.final:
+            raise InvalidReportError(f"progress for job {job_id!r} refused: the job has {record.state.value}; "
+                                     "a finished job's results are final")  # fmt: skip
+        return record
 
     def check_rank(self, job_id: str, rank: int) -> JobRecord:
         """The job, if `rank` is one of its ranks; UnknownJobError otherwise."""

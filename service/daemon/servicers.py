@@ -14,6 +14,7 @@ import grpc
 from graphtier.service.daemon import conversions
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.daemon.jobs import JOB_TOKEN_HEADER
 from graphtier.service.daemon.progress import ProgressTracker
 from graphtier.v1 import (
     channels_pb2,
@@ -79,7 +80,10 @@ class ProgressServicer(progress_pb2_grpc.ProgressServiceServicer):
     def ReportProgress(
         self, request: progress_pb2.ProgressReport, context: grpc.ServicerContext
     ) -> progress_pb2.ProgressAck:
-        cancel = self.tracker.record(conversions.report_from_proto(request))
+        report = conversions.report_from_proto(request)
+        token = dict(context.invocation_metadata() or ()).get(JOB_TOKEN_HEADER, "")
+        self.tracker.jobs.check_reporter(report.job_id, str(token))
+        cancel = self.tracker.record(report)
         return progress_pb2.ProgressAck(cancel_requested=cancel)
 
 

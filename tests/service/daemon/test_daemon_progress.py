@@ -11,7 +11,7 @@ import pytest
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon import conversions
 from graphtier.service.daemon.errors import DaemonRequestError
-from graphtier.service.daemon.jobs import JobRecord, JobState, JobTable
+from graphtier.service.daemon.jobs import JOB_TOKEN_ENV, JobRecord, JobState, JobTable
 from graphtier.service.daemon.metrics import MetricsRegistry
 from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, ProgressTracker, TrainerFigures
 from graphtier.service.gather.traffic import SourceTraffic, TrafficCounts
@@ -39,8 +39,10 @@ def _trainer(job: str, rank: int, pid: int, steps: int) -> ProgressReport:
 
 
 @pytest.fixture
-def running_job(inproc_daemon):
-    inproc_daemon.jobs.add(JobRecord(job_id="7", dataset="rmat12", world_size=2, state=JobState.RUNNING))
+def running_job(inproc_daemon, monkeypatch):
+    """Job 7, running; this test process speaks as one of its processes (it holds the job's token)."""
+    record = inproc_daemon.jobs.add(JobRecord(job_id="7", dataset="rmat12", world_size=2, state=JobState.RUNNING))
+    monkeypatch.setenv(JOB_TOKEN_ENV, record.token)
     with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         client.load_dataset("rmat12")
         yield client
@@ -141,3 +143,20 @@ def test_batches_per_second_over_the_window_decays_when_reports_stop():
     assert tracker.rates()[0] == pytest.approx(40 / 8)
     now[0] = 30.0
     assert tracker.rates("j") == (0.0, 0.0)
+
+
+def test_only_the_jobs_own_processes_may_report_and_a_finished_job_is_final(running_job, inproc_daemon, monkeypatch):
+    client = running_job
+    client.report_progress(_trainer("7", 0, pid=200, steps=4))
+    steps = inproc_daemon.tracker.ranks("7")[0].trainer.steps_total
+    for forged in ("", "f" * 32):  # another process of this user, without or with a guessed token
+        monkeypatch.setenv(JOB_TOKEN_ENV, forged)
+        with pytest.raises(DaemonRequestError) as info:
+            client.report_progress(_trainer("7", 0, pid=666, steps=10_000))
+        assert info.value.code == "INVALID_ARGUMENT" and "only the job's own processes may report it" in info.value.message
+    assert inproc_daemon.tracker.ranks("7")[0].trainer.steps_total == steps  # nothing was counted
+    monkeypatch.setenv(JOB_TOKEN_ENV, inproc_daemon.jobs.get("7").token)
+    inproc_daemon.jobs.set_state("7", JobState.SUCCEEDED, "done")
+    with pytest.raises(DaemonRequestError) as info:
+        client.report_progress(_trainer("7", 0, pid=200, steps=5))
+    assert "the job has succeeded; a finished job's results are final" in info.value.message
