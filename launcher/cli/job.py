@@ -44,7 +44,7 @@ def job_dict(job: JobInfo) -> dict[str, Any]:
 
 def describe(job: JobInfo) -> str:
     """One paragraph: state, progress, result or message."""
-    lines = [f"job {job.job_id} [{job.state.value}] {job.spec.model} on {job.spec.dataset}, "
+    lines = [f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
              f"{job.spec.nproc_per_node} rank(s), {job.spec.epochs} epoch(s)"]  # fmt: skip
     p = job.progress
     if p is not None and p.total_steps:
@@ -98,6 +98,30 @@ def _finish(job: JobInfo, json_out: bool) -> None:
         raise SystemExit(EXIT_JOB_FAILED)
 
 
+def script_path(script: Path, what: str = "--script") -> str:
+    """The absolute path of a job's script; GraphtierError naming it unless it is a readable file."""
+    from graphtier.service.errors import GraphtierError
+
+    resolved = Path(os.path.abspath(script.expanduser()))
+    if not resolved.is_file():
+        raise GraphtierError(f"{what} {script}: {'not a file' if resolved.exists() else 'no such file'}")
+    if not os.access(resolved, os.R_OK):
+        raise GraphtierError(f"{what} {script}: not readable")
+    return str(resolved)
+
+
+def split_args(text: str) -> list[str]:
+    """--script-args as a shell would split it."""
+    import shlex
+
+    from graphtier.service.errors import GraphtierError
+
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise GraphtierError(f"--script-args {text!r}: {exc}") from None
+
+
 @app.command()
 def submit(
     dataset: Annotated[Optional[str], typer.Option(help="prepared dataset to train on")] = None,
@@ -116,6 +140,12 @@ def submit(
     seed: Annotated[Optional[int], typer.Option(help="seed of shuffles, samplers and init")] = None,
     max_restarts: Annotated[Optional[int], typer.Option(help="torchrun --max-restarts")] = None,
     name: Annotated[Optional[str], typer.Option(help="a name shown by `job list`")] = None,
+    script: Annotated[Optional[Path], typer.Option(help="your own training script, run under torchrun (see examples/)")] = None,
+    script_args: Annotated[Optional[str], typer.Option(help="the script's arguments, one string: '--layers 3 --tag x'")] = None,
+    num_devices: Annotated[Optional[int], typer.Option(help="devices the device tiers span (0: every row on host)")] = None,
+    device_replicated: Annotated[Optional[str], typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
+    device_interleaved: Annotated[Optional[str], typer.Option(help="feature bytes spread over the devices")] = None,
+    host_budget: Annotated[Optional[str], typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,
@@ -126,22 +156,31 @@ def submit(
     from graphtier.service.daemon.job_spec import JobSpec
 
     with error_boundary():
+        budgets = {"num_devices": num_devices, "device_replicated": device_replicated,
+                   "device_interleaved": device_interleaved, "host": host_budget}  # fmt: skip
         flags = {"dataset": dataset, "model": model, "fanouts": parse_fanouts(fanout) if fanout else None,
                  "batch_size": batch_size, "hidden": hidden, "heads": heads, "epochs": epochs, "lr": lr,
                  "dropout": dropout, "weight_decay": weight_decay, "device": device, "nproc_per_node": nproc_per_node,
-                 "checkpoint_every_steps": checkpoint_every_steps,
-                 "seed": seed, "max_restarts": max_restarts, "name": name}  # fmt: skip
+                 "checkpoint_every_steps": checkpoint_every_steps, "seed": seed, "max_restarts": max_restarts,
+                 "name": name, "script": script_path(script) if script else None,
+                 "args": split_args(script_args) if script_args is not None else None}  # fmt: skip
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)
         else:
             job_spec = JobSpec.build({k: v for k, v in flags.items() if v is not None}, source="command line")
+        if job_spec.script:
+            script_path(Path(job_spec.script), f"{spec}: script")  # a spec file's script too, before anything runs
+        if any(v is not None for v in budgets.values()):
+            given = job_spec.budgets.model_dump() if job_spec.budgets else {}
+            merged = {**given, **{k: v for k, v in budgets.items() if v is not None}}
+            job_spec = JobSpec.build({**job_spec.model_dump(), "budgets": merged}, source="command line")
         with _client(runtime_dir) as client:
             job = client.submit_job(job_spec)
             if not wait:
                 if json_out:
                     emit_json(job_dict(job))
                 else:
-                    console.print(f"submitted job [bold]{job.job_id}[/] ({job_spec.model} on {job_spec.dataset}); "
+                    console.print(f"submitted job [bold]{job.job_id}[/] ({job_spec.trains} on {job_spec.dataset}); "
                                   f"follow it with `graphtier job status {job.job_id} --watch`")  # fmt: skip
                     typer.echo(job.job_id)
                 return

@@ -10,22 +10,33 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.launcher.runtime.batch import TrainBatch, blocks_to
+from graphtier.launcher.runtime.batch import DeviceBatch, TrainBatch, seed_logits, to_device
 from graphtier.launcher.runtime.distributed import DistContext
 
 EvalBatches = Callable[[str], Iterable[TrainBatch]]
+Forward = Callable[[nn.Module, DeviceBatch], Tensor]
+
+
+def block_forward(model: nn.Module, batch: DeviceBatch) -> Tensor:
+    """The built-in models' call: `model(blocks, x)` -> [num_seeds, num_classes]."""
+    return model(batch.blocks, batch.x)
 
 
 @torch.no_grad()
-def count_correct(model: nn.Module, batches: Iterable[TrainBatch], device: torch.device) -> tuple[int, int]:
-    """(correct, labelled) seeds over `batches`; releases every batch."""
+def count_correct(
+    model: nn.Module, batches: Iterable[TrainBatch], device: torch.device, forward: Forward | None = None
+) -> tuple[int, int]:
+    """(correct, labelled) seeds over `batches`; releases every batch. `forward(model, batch)`
+    computes the logits (default `model(blocks, x)`); rows past the seeds are ignored."""
     correct = labelled = 0
     for batch in batches:
         try:
-            y = batch.y.to(device)
-            logits = model(blocks_to(batch.blocks, device), batch.x.to(device))
+            on_device = to_device(batch, device)
+            logits = seed_logits((forward or block_forward)(model, on_device), on_device.num_seeds)
+            y = on_device.y
             mask = y >= 0
             correct += int((logits.argmax(dim=1) == y)[mask].sum())
             labelled += int(mask.sum())
@@ -35,18 +46,22 @@ def count_correct(model: nn.Module, batches: Iterable[TrainBatch], device: torch
 
 
 def evaluate_splits(
-    model: nn.Module, eval_batches: EvalBatches, splits: Sequence[str], ctx: DistContext
+    model: nn.Module, eval_batches: EvalBatches, splits: Sequence[str], ctx: DistContext, forward: Forward | None = None
 ) -> dict[str, float]:
     """split -> accuracy over all ranks (splits with no labelled seed anywhere are left out).
 
-    Every rank must call this (it all-reduces); the model is put back in training mode after.
+    Every rank must call this (it all-reduces); a DDP wrapper is looked through (its forward
+    would synchronise buffers with ranks that hold other numbers of batches); the model is put
+    back in training mode after.
     """
+    if isinstance(model, DistributedDataParallel):
+        model = model.module
     was_training = model.training
     model.eval()
     try:
         counts = torch.zeros(len(splits), 2, dtype=torch.float64, device=ctx.device)
         for i, split in enumerate(splits):
-            counts[i, 0], counts[i, 1] = count_correct(model, eval_batches(split), ctx.device)
+            counts[i, 0], counts[i, 1] = count_correct(model, eval_batches(split), ctx.device, forward)
         ctx.all_reduce_sum(counts)
     finally:
         model.train(was_training)

@@ -1,109 +1,91 @@
-"""`python -m graphtier.launcher.runtime.rank_main --job-id ID --runtime-dir DIR`: one torchrun rank.
+"""`python -m graphtier.launcher.runtime.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`: one torchrun rank.
 
-The daemon's job manager launches this under torchrun. The rank reads its job's spec from
-the daemon, opens its producer channel (zero-copy batches), attaches the dataset's shared
-tiers for evaluation, trains with `run_training` (DDP over gloo on CPU), and reports
-progress -- loss, accuracy, batches/s, waiting time -- through ReportProgress; the final
-report of rank 0 carries the validation and test accuracy. Lines it prints start with
-`[rank N]` so the daemon can attribute them.
+The daemon's job manager launches this under torchrun. Without `--script` the rank trains the
+job's built-in model through the public API (`graphtier.launcher.loader`: connect, then `fit`).
+With `--script` it runs the user's file as `__main__` (sys.argv = [FILE, *ARGS], the file's
+folder first on sys.path, as `python FILE ARGS` would), and the script connects through the same
+API. Either way every line the rank prints is prefixed `[rank N] ` and written whole (see
+rank_output), and an exception that ends the rank is recorded in the job's directory so the job
+fails with the exception's last line as its cause.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import runpy
 import sys
 import time
-from datetime import datetime, timezone
+import traceback
 from pathlib import Path
+from types import TracebackType
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.launcher.runtime.loader import ChannelLoader, env_rank
-from graphtier.launcher.runtime.local_batches import LocalBatchSource
-from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress
-from graphtier.launcher.runtime.train_loop import run_training
-from graphtier.service.daemon.errors import DaemonError
-from graphtier.service.daemon.progress import Phase, ProgressReport, TrainerFigures
+from graphtier.launcher.runtime.loader import env_rank
+from graphtier.launcher.runtime.rank_output import install_rank_output
+from graphtier.service.daemon.rank_failures import write_rank_failure
 from graphtier.service.errors import GraphtierError
-from graphtier.service.store import attach_dataset
-
-_PHASES = {"step": Phase.TRAIN, "epoch": Phase.TRAIN, "eval": Phase.EVAL, "done": Phase.DONE}
 
 
-def say(rank: int, message: str) -> None:
-    print(f"[rank {rank}] {message}", flush=True)
+def train_builtin(job_id: str, runtime_dir: Path) -> None:
+    from graphtier.launcher import loader
+
+    with loader.connect(job_id, runtime_dir) as job:
+        grant = job.channel.grant
+        print(f"job {job_id}: channel {grant.layout.channel} (producer pid {grant.layout.producer_pid}), "
+              f"{job.dataset.steps_per_epoch} steps/epoch x {job.spec.epochs} epochs", flush=True)  # fmt: skip
+        started = time.perf_counter()
+        result = job.fit()
+        print(f"finished {result.steps} steps in {time.perf_counter() - started:.1f} s; final {result.final_eval}",
+              flush=True)  # fmt: skip
 
 
-class ProgressReporter:
-    """`TrainProgress` events -> trainer ProgressReports (cumulative counters, latest figures)."""
-
-    def __init__(self, client: DaemonClient, job_id: str, rank: int, loader: ChannelLoader) -> None:
-        self.client, self.job_id, self.rank, self.loader = client, job_id, rank, loader
-        self.figures = TrainerFigures()
-        self._warned = False
-
-    def __call__(self, event: TrainProgress) -> None:
-        f = self.figures
-        val = event.eval_accuracy.get("val", f.val_accuracy)
-        test = event.eval_accuracy.get("test", f.test_accuracy)
-        self.figures = TrainerFigures(
-            phase=_PHASES[event.kind], epoch=event.epoch, step_in_epoch=event.batches_in_epoch, global_step=event.step,
-            loss=event.loss if event.loss is not None else f.loss,
-            accuracy=event.accuracy if event.accuracy is not None else f.accuracy,
-            batches_per_second=event.batches_per_second or f.batches_per_second,
-            data_wait_seconds_total=self.loader.stats().consumer_wait_s, train_seconds_total=event.elapsed_s,
-            steps_total=self.loader.batches_taken, val_accuracy=val, test_accuracy=test, model_bytes=event.model_bytes,
-        )  # fmt: skip
-        if event.kind in ("epoch", "eval", "done"):
-            accuracy = ", ".join(f"{k} {v:.4f}" for k, v in event.eval_accuracy.items())
-            say(self.rank, f"{event.kind} epoch {event.epoch} step {event.step} loss {self.figures.loss:.4f}"
-                + (f" accuracy {accuracy}" if accuracy else ""))  # fmt: skip
-        report = ProgressReport(self.job_id, self.rank, os.getpid(), datetime.now(timezone.utc), self.figures)
-        try:
-            self.client.report_progress(report)
-        except DaemonError as exc:  # the daemon decides the job's fate; training goes on
-            if not self._warned:
-                say(self.rank, f"cannot report progress: {exc}")
-                self._warned = True
+def run_script(script: Path, args: list[str]) -> None:
+    """Run `script` as `__main__` with `args`; its SystemExit(0) is success."""
+    if not script.is_file():
+        raise GraphtierError(f"{script}: the job's script is gone or not a file")
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
 
 
-def train(job_id: str, runtime_dir: Path) -> int:
-    rank = env_rank()
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    with DaemonClient(runtime_dir=runtime_dir) as client:
-        spec = client.get_job(job_id).spec
-        with ChannelLoader.open(client, job_id, rank) as loader:
-            grant = loader.grant
-            say(rank, f"job {job_id}: channel {grant.layout.channel} (producer pid {grant.layout.producer_pid}), "
-                      f"{loader.steps_per_epoch} steps/epoch x {loader.epochs} epochs")  # fmt: skip
-            attached = attach_dataset(client.dataset_layout(spec.dataset).handle)
-            evaluation = LocalBatchSource(attached, spec.fanouts, spec.batch_size, rank, world_size, spec.seed)
-            config = TrainConfig(
-                model=spec.model, in_dim=grant.feature_dim, num_classes=grant.num_classes, hidden=spec.hidden,
-                layers=len(spec.fanouts), heads=spec.heads, dropout=spec.dropout, lr=spec.lr, epochs=spec.epochs,
-                weight_decay=spec.weight_decay, device=spec.device,
-                seed=spec.seed, checkpoint_dir=runtime_dir / "jobs" / job_id / "checkpoints",
-                checkpoint_every_steps=spec.checkpoint_every_steps,
-                log_every_steps=max(1, min(10, loader.steps_per_epoch // 10)),
-            )  # fmt: skip
-            started = time.perf_counter()
-            result = run_training(loader.batches_for_epoch, evaluation.eval_batches, config,
-                                  ProgressReporter(client, job_id, rank, loader))  # fmt: skip
-            say(rank, f"finished {result.steps} steps in {time.perf_counter() - started:.1f} s; "
-                      f"final {result.final_eval}")  # fmt: skip
-    return 0
+def _from_script(tb: TracebackType | None, script: Path | None) -> TracebackType | None:
+    """The traceback from the script's first frame on (rank_main and runpy are noise to its author)."""
+    here = tb
+    while script is not None and here is not None:
+        if here.tb_frame.f_code.co_filename == str(script):
+            return here
+        here = here.tb_next
+    return tb
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphtier.launcher.runtime.rank_main", description=__doc__.split("\n")[0])
     parser.add_argument("--job-id", required=True, help="id of the job (from SubmitJob)")
     parser.add_argument("--runtime-dir", required=True, type=Path, help="the daemon's runtime directory")
+    parser.add_argument("--script", type=Path, help="the user's training script (absolute path)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: the script's arguments")
     args = parser.parse_args(argv)
+    rank = env_rank()
+    install_rank_output(rank)
+    os.environ["GRAPHTIER_JOB_ID"], os.environ["GRAPHTIER_RUNTIME_DIR"] = args.job_id, str(args.runtime_dir)
+    script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
     try:
-        return train(args.job_id, args.runtime_dir)
-    except GraphtierError as exc:
-        say(env_rank(), f"error: {exc}")
-        return 1
+        if args.script is not None:
+            run_script(args.script, script_args)
+        else:
+            train_builtin(args.job_id, args.runtime_dir)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 -- whatever ends the rank is the job's cause
+        if isinstance(exc, GraphtierError):
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exception(type(exc), exc, _from_script(exc.__traceback__, args.script))
+        write_rank_failure(args.runtime_dir / "jobs" / args.job_id, rank, exc)
+        return exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
 
 
 if __name__ == "__main__":

@@ -94,6 +94,11 @@ class DaemonConfig(BaseModel):
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
     )  # fmt: skip
+    socket_group: str | None = Field(
+        default=None, min_length=1,
+        description="Unix group whose members may call the daemon: socket 0660 and runtime directory 0750 "
+        "owned by it; unset = the daemon's user only (0600 / 0700).",
+    )
     insecure: bool = Field(
         default=False,
         description="Serve the TCP listener in plaintext (still token-checked); otherwise TCP is TLS only.",
@@ -162,6 +167,25 @@ class DaemonConfig(BaseModel):
                 f"{MAX_SOCKET_PATH_BYTES}: choose a shorter runtime_dir or set socket_path"
             )
         return self
+
+    @field_validator("socket_group")
+    @classmethod
+    def _check_group(cls, group: str | None) -> str | None:
+        if group is not None:
+            import grp
+
+            try:
+                grp.getgrnam(group)
+            except KeyError:
+                raise ValueError(f"no Unix group named {group!r} on this machine") from None
+        return group
+
+    @property
+    def socket_gid(self) -> int | None:
+        """The gid of socket_group, None when unset."""
+        import grp
+
+        return None if self.socket_group is None else grp.getgrnam(self.socket_group).gr_gid
 
     @model_validator(mode="after")
     def _check_tls_pair(self) -> DaemonConfig:

@@ -103,12 +103,16 @@ def describe_running(runtime_dir: Path, pid: int | None) -> str:
     return f"{who}, gRPC {endpoints.grpc_target}{tcp}, HTTP {endpoints.http_url}"
 
 
-def private_runtime_dir(path: Path) -> None:
+def private_runtime_dir(path: Path, gid: int | None = None) -> None:
     """Create `path` (and parents) and make it 0700: the socket, lock and log inside are the
-    daemon's alone, whatever the umask or whoever created the directory first."""
+    daemon's alone, whatever the umask or whoever created the directory first. With `gid`
+    (the daemon's socket group) it is 0750 and owned by that group, so members reach the socket."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
+    mode = 0o700 if gid is None else 0o750
+    if gid is not None and path.stat().st_gid != gid:
+        os.chown(path, -1, gid)
+    if path.stat().st_mode & 0o777 != mode:
+        path.chmod(mode)
 
 
 class InstanceLock:
@@ -118,6 +122,7 @@ class InstanceLock:
         self.config = config
         self.runtime_dir = config.runtime_dir
         self.path = self.runtime_dir / LOCK_FILE
+        self._gid = config.socket_gid
         self._wait_s = wait_s
         self._fd: int | None = None
 
@@ -129,7 +134,7 @@ class InstanceLock:
         """Take the lock (DaemonAlreadyRunningError naming the holder if another daemon has it),
         record this pid, and remove what a dead daemon left; returns the stale files removed."""
         try:
-            private_runtime_dir(self.runtime_dir)
+            private_runtime_dir(self.runtime_dir, self._gid)
         except OSError as exc:
             raise DaemonError(f"{self.runtime_dir}: cannot create the runtime directory ({exc.strerror})") from None
         deadline = time.monotonic() + self._wait_s  # rides over a client's momentary probe

@@ -56,7 +56,7 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         hidden=spec.hidden, epochs=spec.epochs, lr=spec.lr, dropout=spec.dropout,
         nproc_per_node=spec.nproc_per_node, nnodes=1, checkpoint_every_steps=spec.checkpoint_every_steps,
         seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
-        weight_decay=spec.weight_decay, device=_DEVICES[spec.device],
+        weight_decay=spec.weight_decay, device=_DEVICES[spec.device], script=spec.script, args=spec.args,
     )  # fmt: skip
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
@@ -69,8 +69,8 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
     if message.model != jobs_pb2.MODEL_UNSPECIFIED:
         names = {v: k for k, v in _MODELS.items()}
         values["model"] = names.get(message.model, f"unknown model {message.model}")
-    else:
-        values["model"] = "model not set (choose sage, gcn or gat)"
+    elif not message.script:
+        values["model"] = "model not set (choose sage, gcn or gat, or name a script)"
     if message.fanouts:
         values["fanouts"] = list(message.fanouts)
     for name in ("batch_size", "hidden", "epochs", "lr", "nproc_per_node", "checkpoint_every_steps", "heads",
@@ -87,6 +87,10 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
         values["budgets"] = budgets_from_proto(message.budgets)
     if message.name:
         values["name"] = message.name
+    if message.script:
+        values["script"] = message.script
+    if message.args:
+        values["args"] = list(message.args)
     if message.nnodes > 1 or message.rdzv_endpoint:
         raise InvalidRequestError(
             f"SubmitJob: multi-node jobs (nnodes {message.nnodes}, rdzv_endpoint {message.rdzv_endpoint!r}) are not "

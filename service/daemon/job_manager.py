@@ -10,6 +10,7 @@ runner.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -41,6 +42,16 @@ class _Job:
     started_at: datetime | None = None
     done: threading.Event = field(default_factory=threading.Event)
     last_progress: JobProgressInfo | None = None
+
+
+def check_script(script: Path) -> None:
+    """InvalidRequestError naming `script` unless it is a readable file (a job's script, at submit)."""
+    if not script.exists():
+        raise InvalidRequestError(f"script {script}: no such file")
+    if not script.is_file():
+        raise InvalidRequestError(f"script {script}: not a file")
+    if not os.access(script, os.R_OK):
+        raise InvalidRequestError(f"script {script}: not readable by the daemon (uid {os.getuid()})")
 
 
 class JobManager:
@@ -83,6 +94,8 @@ class JobManager:
                 f"{torch.cuda.device_count()} for nproc_per_node {spec.nproc_per_node}; "
                 "submit with device cpu or fewer ranks"
             )
+        if spec.script:
+            check_script(Path(spec.script))
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
             loaded = self.datasets.layout(spec.dataset)  # no budgets asked: share the copy as it is placed
         else:

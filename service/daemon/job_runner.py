@@ -34,6 +34,7 @@ from graphtier.service.daemon.errors import DaemonError
 from graphtier.service.daemon.job_spec import JobSpec
 from graphtier.service.daemon.job_view import LogLine
 from graphtier.service.daemon.jobs import JOB_TOKEN_ENV
+from graphtier.service.daemon.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
 from graphtier.service.pipeline.forkserver import ForkedProcess, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
@@ -193,9 +194,13 @@ class JobRunner:
         argv = [
             "--nnodes", "1", "--nproc-per-node", str(self.spec.world_size), "--max-restarts", str(self.spec.max_restarts),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", f"job-{self.job_id}",
+            "--log-dir", str(self.job_dir / "torchelastic"),  # not a torchelastic_* directory left in /tmp
             "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
         ]  # fmt: skip
+        if self.spec.script:
+            argv += ["--script", self.spec.script, "--", *self.spec.args]
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
+               "GRAPHTIER_JOB_ID": self.job_id, "GRAPHTIER_RUNTIME_DIR": str(self.runtime_dir),
                JOB_TOKEN_ENV: self.job_token}  # fmt: skip
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(
@@ -249,7 +254,7 @@ class JobRunner:
                     if code == 0:
                         return "succeeded", "", code
                     time.sleep(TICK_S)  # a producer killed under the ranks is the cause, not the symptom
-                    died = self._failed_producer()
+                    died = self._failed_producer() or first_rank_failure(self.job_dir)
                     return "failed", died or f"torchrun {describe_exit(code)}; see {self.log_path}", code
                 tick()
                 time.sleep(TICK_S)

@@ -7,6 +7,7 @@ the contract documents (`jobs.proto`: JobSpec).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,17 +45,33 @@ class JobSpec(BaseModel):
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun --max-restarts (resumes from checkpoints).")
     num_slots: int = Field(2, ge=2, le=16, description="Ping-pong slots per rank's producer channel.")
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
+    script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
+    args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
     @field_validator("fanouts")
     @classmethod
     def _check_fanouts(cls, fanouts: list[int]) -> list[int]:
         return check_channel_fanouts(fanouts)
 
+    @field_validator("script")
+    @classmethod
+    def _check_script(cls, script: str) -> str:
+        if script and not Path(script).is_absolute():
+            raise ValueError(f"script {script!r} must be an absolute path (the daemon runs it from the job's directory)")
+        return script
+
     @model_validator(mode="after")
     def _check_heads(self) -> JobSpec:
         if self.model == "gat" and self.hidden % self.heads:
             raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads} for model gat")
+        if self.args and not self.script:
+            raise ValueError(f"args {self.args} need a script to pass them to")
         return self
+
+    @property
+    def trains(self) -> str:
+        """What the job trains, for people: the built-in model's name or the script's file name."""
+        return f"script {Path(self.script).name}" if self.script else self.model
 
     @property
     def world_size(self) -> int:
@@ -74,7 +91,8 @@ class JobSpec(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: Path, **overrides: Any) -> JobSpec:
-        """A spec from a YAML (or JSON) mapping in `path`; `overrides` (non-None) win over the file."""
+        """A spec from a YAML (or JSON) mapping in `path`; `overrides` (non-None) win over the file.
+        A relative `script:` is taken relative to the spec file's folder."""
         try:
             loaded = yaml.safe_load(Path(path).read_text())
         except OSError as exc:
@@ -85,5 +103,8 @@ class JobSpec(BaseModel):
             loaded = {}
         if not isinstance(loaded, dict):
             raise InvalidRequestError(f"{path}: a job spec must be a mapping of fields, got {type(loaded).__name__}")
+        script = loaded.get("script")
+        if isinstance(script, str) and script and not Path(script).expanduser().is_absolute():
+            loaded["script"] = os.path.normpath(Path(path).resolve().parent / script)  # relative to the spec file
         values = {**loaded, **{key: value for key, value in overrides.items() if value is not None}}
         return cls.build(values, source=str(path))

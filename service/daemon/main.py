@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
@@ -19,6 +21,9 @@ from types import FrameType
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
 from graphtier.service.daemon.instance import InstanceLock, private_runtime_dir
+from graphtier.service.daemon.systemd import SystemdNotifier
+
+SCRATCH_DIR = "tmp"  # the daemon's temporary directory, inside its runtime directory
 
 EXIT_CONFIG = 2
 EXIT_RUNNING = 3
@@ -44,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds between NVML samples of PCIe/NVLink byte counters (default 1; 0 = off)")
     parser.add_argument("--cuda-probe-timeout", type=float, dest="cuda_probe_timeout_s",
                         help="seconds the start-up CUDA probe subprocess may take (default 120; 0 = skip it)")
+    parser.add_argument("--socket-group", help="Unix group allowed to call the daemon (socket 0660); default: owner only")
     parser.add_argument("--insecure", action="store_true", default=None,
                         help="serve --tcp in plaintext (the token is still required); default: TLS only")
     parser.add_argument("--tls-cert", type=Path, help="TLS certificate for --tcp (default: self-signed, made once)")
@@ -67,7 +73,7 @@ def _same_file(stream: object, path: Path) -> bool:
 
 def setup_logging(config: DaemonConfig) -> None:
     """Log to stderr, and to the log file unless stderr already is that file (`cluster start`)."""
-    private_runtime_dir(config.log_path.parent)
+    private_runtime_dir(config.log_path.parent, config.socket_gid)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if not _same_file(sys.stderr, config.log_path):
         handlers.append(logging.FileHandler(config.log_path))
@@ -104,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("graphtierd")
     for path in stale:
         log.info("removed stale %s left by a daemon that died", path)
+    scratch = private_scratch_dir(config.runtime_dir, log)
     try:
         from graphtier.service.daemon.server import Daemon  # heavy: torch, grpc, fastapi
 
         daemon = Daemon(config, lock=lock)
-        daemon.start()
+        endpoints = daemon.start()
     except BaseException as exc:
         lock.release()
         if isinstance(exc, DaemonError):
@@ -117,9 +124,27 @@ def main(argv: list[str] | None = None) -> int:
         log.exception("cannot start")
         return EXIT_FAILED
     try:
-        while not stop.wait(1.0):
-            pass
+        notifier = SystemdNotifier()
+        notifier.ready(f"serving gRPC on {endpoints.grpc_target}, HTTP on {endpoints.http_url}")
+        while not stop.wait(notifier.tick_s):
+            notifier.tick()
         log.info("stopping on a signal")
+        notifier.stopping()
     finally:
         daemon.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
+
+
+def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
+    """`<runtime_dir>/tmp`, emptied, as this process's and its children's temporary directory:
+    multiprocessing's pymp-* and torchrun's files then live (and die) with the daemon, and what a
+    daemon killed with -9 left there is removed by the next one instead of staying in /tmp forever."""
+    scratch = runtime_dir / SCRATCH_DIR
+    if scratch.exists():
+        log.info("removed stale %s left by a daemon that died", scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(mode=0o700)
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = str(scratch)
+    return scratch

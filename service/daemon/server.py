@@ -191,13 +191,15 @@ class Daemon:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         add_servicers(server, self.datasets, self.tracker, self.job_manager)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        private_runtime_dir(self.config.socket.parent)
+        private_runtime_dir(self.config.socket.parent, self.config.socket_gid)
         try:
             server.add_insecure_port(f"unix:{self.config.socket}")
         except RuntimeError as exc:
             raise DaemonError(f"cannot listen for gRPC on unix:{self.config.socket}: {exc}") from None
-        if self.config.socket.exists():
-            os.chmod(self.config.socket, 0o600)  # not the umask's choice: only this user may call the daemon
+        if self.config.socket.exists():  # not the umask's choice: this user (and the socket group) only
+            if self.config.socket_gid is not None:
+                os.chown(self.config.socket, -1, self.config.socket_gid)
+            os.chmod(self.config.socket, 0o600 if self.config.socket_gid is None else 0o660)
         tcp = None
         if self.config.tcp_address is not None:
             host, port = self.config.tcp_address

@@ -15,7 +15,7 @@ def test_check_fails_when_a_proto_is_edited_and_generate_repairs_it(proto_copy, 
     text = jobs.read_text()
     marker = "  Device device = 21;\n"
     assert marker in text
-    jobs.write_text(text.replace(marker, marker + "  // A field added after generation.\n  string added = 22;\n"))
+    jobs.write_text(text.replace(marker, marker + "  // A field added after generation.\n  string added = 1000;\n"))
 
     stale = run_generate(proto_copy, "--check")
     assert stale.returncode == 1

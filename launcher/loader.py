@@ -1,0 +1,249 @@
+"""`graphtier.launcher.loader`: the public API of a training script the daemon runs for a job.
+
+Submit a script with `graphtier job submit --dataset cora --script train.py [--script-args ...]`
+(or `script:`/`args:` in a YAML job spec). The daemon runs it under torchrun, one process per
+rank, with the job's producers sampling and gathering into shared memory exactly as for a
+built-in model. Inside the script, `connect()` gives this rank its side of the job:
+
+    import torch, torch.nn.functional as F
+    from graphtier.launcher import loader
+
+    with loader.connect() as job:                   # the rank's channel, dataset, process group
+        model = MyGNN(job.dataset.feature_dim, job.spec.hidden, job.dataset.num_classes)
+        optimizer = torch.optim.Adam(model.parameters(), lr=job.spec.lr)
+        model = job.prepare(model, optimizer)        # to job.device, resume from a checkpoint, DDP
+        for epoch in job.epochs():                   # from the resumed epoch; checkpoints at each end
+            for batch in job.batches(epoch):         # blocks, x, y, edge_index on job.device
+                logits = model(batch.blocks, batch.x)    # or model(batch.x, batch.edge_index)
+                loss = F.cross_entropy(logits[: batch.num_seeds], batch.y)
+                optimizer.zero_grad(); loss.backward(); optimizer.step()
+                job.step(loss, logits)               # progress to the daemon; checkpoints every N steps
+        print(job.evaluate(model))                   # {'val': 0.80, 'test': 0.79}, over all ranks
+
+`job.fit(model)` runs the built-in loop (Adam, cross-entropy, evaluation every epoch) on any
+module taking `(blocks, x)`: the built-in models are trained exactly so. Progress, metrics,
+the status page, `job status` and restarts (`max_restarts`, from the job's checkpoints) work
+the same for either. An exception ends the job FAILED with its last line as the cause. Batches
+are zero-copy views of the producer's slot on CPU: a batch is handed back when the next one is
+asked for, so keep no reference to its tensors beyond its step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits, to_device
+from graphtier.launcher.runtime.distributed import DistContext
+from graphtier.launcher.runtime.evaluation import Forward
+from graphtier.launcher.runtime.loader import ChannelLoader
+from graphtier.launcher.runtime.local_batches import LocalBatchSource
+from graphtier.launcher.runtime.reporter import ProgressReporter
+from graphtier.launcher.runtime.session import TrainSession
+from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
+from graphtier.launcher.runtime.train_loop import run_training
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.errors import GraphtierError
+from graphtier.service.store import AttachedDataset, attach_dataset
+
+JOB_ID_ENV, RUNTIME_DIR_ENV = "GRAPHTIER_JOB_ID", "GRAPHTIER_RUNTIME_DIR"
+
+__all__ = ["DatasetInfo", "DeviceBatch", "Job", "connect"]
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a script needs to size its model and read its data."""
+
+    name: str
+    num_nodes: int
+    num_edges: int
+    feature_dim: int
+    num_classes: int
+    split_sizes: dict[str, int]  # train/val/test -> number of ids
+    fanouts: list[int]  # neighbours per hop of this job's sampler (hops = model layers)
+    batch_size: int  # seed nodes per batch per rank
+    steps_per_epoch: int  # batches per epoch on every rank
+
+
+class Job:
+    """One torchrun rank's side of a job; made by `connect()`, closed by `with` or `close()`."""
+
+    def __init__(self, client: DaemonClient, job_id: str, runtime_dir: Path, spec: JobSpec) -> None:
+        self.client, self.job_id, self.spec = client, job_id, spec
+        self.job_dir = Path(runtime_dir) / "jobs" / job_id
+        self.ctx = DistContext.from_env(spec.device)
+        try:
+            self.channel = ChannelLoader.open(client, job_id, self.ctx.rank)
+        except BaseException:
+            self.ctx.shutdown()
+            raise
+        try:
+            self.data: AttachedDataset = attach_dataset(client.dataset_layout(spec.dataset).handle)
+        except BaseException as exc:
+            self.channel.close(f"{type(exc).__name__}: {exc}")
+            self.ctx.shutdown()
+            raise
+        grant = self.channel.grant
+        self.dataset = DatasetInfo(
+            name=spec.dataset, num_nodes=self.data.graph.num_nodes, num_edges=self.data.graph.num_edges,
+            feature_dim=grant.feature_dim, num_classes=grant.num_classes,
+            split_sizes={name: int(ids.numel()) for name, ids in self.data.splits.items()},
+            fanouts=list(spec.fanouts), batch_size=spec.batch_size, steps_per_epoch=self.channel.steps_per_epoch,
+        )  # fmt: skip
+        self.config = TrainConfig(
+            model=spec.model, in_dim=grant.feature_dim, num_classes=grant.num_classes, hidden=spec.hidden,
+            layers=len(spec.fanouts), heads=spec.heads, dropout=spec.dropout, lr=spec.lr, epochs=spec.epochs,
+            weight_decay=spec.weight_decay, device=spec.device, seed=spec.seed,
+            checkpoint_dir=self.job_dir / "checkpoints", checkpoint_every_steps=spec.checkpoint_every_steps,
+            log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)),
+        )  # fmt: skip
+        self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
+        self.session = TrainSession(self.ctx, self.config, self.reporter)
+        self._eval = LocalBatchSource(self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size,
+                                      spec.seed)  # fmt: skip
+        self._epoch, self._index, self._current = 0, 0, None
+        self._finished = self._closed = False
+        torch.manual_seed(spec.seed)  # the model a script builds next starts alike on every rank
+
+    # Who and where
+
+    @property
+    def rank(self) -> int:
+        return self.ctx.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.ctx.world_size
+
+    @property
+    def device(self) -> torch.device:
+        """cpu, or cuda:LOCAL_RANK for a job submitted with device cuda."""
+        return self.ctx.device
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps counted by `step()` so far (resumed ones included)."""
+        return self.session.step
+
+    @property
+    def args(self) -> list[str]:
+        """The script's arguments as submitted (also its sys.argv[1:])."""
+        return list(self.spec.args)
+
+    # The loop
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+        """Move `model` to `device`, resume it and `optimizer` from the job's newest checkpoint
+        (a restarted rank), and wrap it in DDP when there are several ranks; train what it returns."""
+        model.to(self.device)
+        self.session.resume(model, optimizer)
+        if not self.ctx.distributed:
+            return model
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def epochs(self) -> Iterator[int]:
+        """The epochs left to train (all of them, or from the checkpoint resumed from); at the end of
+        each, rank 0 checkpoints the prepared model and the epoch's figures are reported."""
+        for epoch in range(self.session.position.epoch, self.spec.epochs):
+            self.session.start_epoch()
+            self._epoch, self._index = epoch, 0
+            yield epoch
+            self.session.end_epoch(epoch, self._index)
+
+    def batches(self, epoch: int | None = None) -> Iterator[DeviceBatch]:
+        """This rank's batches of `epoch` (default: the current one of `epochs()`) on `device`,
+        skipping those the resumed checkpoint covers. Each is handed back to the producer when
+        the next is asked for."""
+        epoch = self._epoch if epoch is None else epoch
+        self._epoch, skip = epoch, self.session.skip(epoch)
+        for index, batch in enumerate(self.channel.batches_for_epoch(epoch)):
+            if index < skip:
+                batch.release()
+                continue
+            self._index, self._current = index + 1, to_device(batch, self.device)
+            try:
+                yield self._current
+            finally:
+                self._current = None
+                batch.release()
+
+    def step(self, loss: Tensor | float, logits: Tensor | None = None) -> None:
+        """Count one optimizer step on the current batch: its loss and, given the model's `logits`
+        (the seeds' rows first), its training accuracy. Reports progress and checkpoints when due."""
+        if self._current is None:
+            raise GraphtierError("job.step() counts a step on the current batch: call it inside `for batch in job.batches()`")
+        value = float(loss.detach()) if isinstance(loss, Tensor) else float(loss)
+        correct = labelled = 0
+        if logits is not None:
+            y = self._current.y
+            mask = y >= 0
+            predicted = seed_logits(logits.detach(), y.numel()).argmax(dim=1)
+            correct, labelled = int((predicted == y)[mask].sum()), int(mask.sum())
+        self.session.record_step(self._epoch, self._index, value, correct, labelled)
+
+    def evaluate(self, model: nn.Module, splits: tuple[str, ...] = ("val", "test"),
+                 forward: Forward | None = None) -> dict[str, float]:  # fmt: skip
+        """Accuracy on each split over all ranks (every rank must call it), on `device`, reported
+        to the daemon as the job's latest val/test accuracy. `forward(model, batch)` computes the
+        logits (default `model(batch.blocks, batch.x)`; e.g. `lambda m, b: m(b.x, b.edge_index)`)."""
+        missing = [s for s in splits if s not in self.data.splits]
+        if missing:
+            raise GraphtierError(f"dataset {self.spec.dataset!r} has no split {missing[0]!r}; it has {sorted(self.data.splits)}")
+        return self.session.evaluate(self._epoch, self._index, self._eval.eval_batches, model, forward, tuple(splits))
+
+    def fit(self, model: nn.Module | None = None) -> TrainResult:
+        """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
+        resume. `model` takes `(blocks, x)`; None builds the spec's built-in `model`."""
+        result = run_training(self.channel.batches_for_epoch, self._eval.eval_batches, self.config, self.reporter,
+                              model=model)  # fmt: skip
+        self._finished = True
+        return result
+
+    # The end
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Report the end (when the script did not fail), give the channel back, leave the group."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if error is None and not self._finished:
+                self.session.finish(self._epoch + 1)
+            self.channel.close("" if error is None else f"{type(error).__name__}: {error}")
+        finally:
+            self.data.detach()
+            self.ctx.shutdown()
+            self.client.close()
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.close(exc)
+
+
+def connect(job_id: str | None = None, runtime_dir: Path | None = None) -> Job:
+    """This torchrun rank's side of the job the daemon started it for (ids from the environment
+    the daemon sets: GRAPHTIER_JOB_ID, GRAPHTIER_RUNTIME_DIR)."""
+    job_id = job_id or os.environ.get(JOB_ID_ENV)
+    if not job_id:
+        raise GraphtierError(
+            f"{JOB_ID_ENV} is not set: loader.connect() runs inside a job's rank; submit the script with "
+            "`graphtier job submit --dataset NAME --script FILE`"
+        )
+    where = runtime_dir or os.environ.get(RUNTIME_DIR_ENV)
+    client = DaemonClient(runtime_dir=Path(where) if where else None)
+    try:
+        spec = client.get_job(job_id).spec
+        return Job(client, job_id, client.runtime_dir, spec)
+    except BaseException:
+        client.close()
+        raise

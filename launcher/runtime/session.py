@@ -1,0 +1,187 @@
+"""`TrainSession`: the bookkeeping every training loop shares, whoever writes the loop.
+
+Steps and their position (epoch, batches done, global step), resuming from the newest
+checkpoint, periodic and end-of-epoch checkpoints (rank 0), loss/accuracy/throughput windows,
+evaluation with the best split tracked, and `TrainProgress` events for the reporter. The
+built-in loop (`run_training`) and a user's own loop (`graphtier.launcher.loader`) both drive
+one of these, so the status page, metrics and restarts behave the same for either.
+
+Throughput is one figure everywhere: optimizer steps per second of wall time over a window
+(`batches_per_second`; one step = one mini-batch of one rank).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from graphtier.launcher.runtime.checkpoint import (
+    TrainPosition,
+    latest_checkpoint,
+    load_checkpoint,
+    remove_partial_writes,
+    save_checkpoint,
+)
+from graphtier.launcher.runtime.distributed import DistContext
+from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
+from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
+from graphtier.service.errors import GraphtierError
+
+
+class Window:
+    """Loss, accuracy and throughput accumulated between two reports."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum, self.correct, self.labelled, self.batches = 0.0, 0, 0, 0
+        self.started = time.perf_counter()
+
+    def add(self, loss: float, correct: int, labelled: int) -> None:
+        self.loss_sum += loss
+        self.correct += correct
+        self.labelled += labelled
+        self.batches += 1
+
+    def summary(self) -> dict[str, float | None]:
+        took = time.perf_counter() - self.started
+        return {
+            "loss": self.loss_sum / self.batches if self.batches else None,
+            "accuracy": self.correct / self.labelled if self.labelled else None,
+            "batches_per_second": self.batches / took if self.batches and took > 0 else None,
+        }
+
+
+def model_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the parameters, their gradients and the optimizer's state tensors (one rank's model footprint)."""
+    params = sum(p.numel() * p.element_size() for p in module.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in module.parameters() if p.grad is not None)
+    state = sum(
+        v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+    )
+    return params + grads + state
+
+
+class TrainSession:
+    """One rank's training bookkeeping for `config.epochs` epochs; see the module docstring.
+
+    Call `resume(module, optimizer)` once (before wrapping the module in DDP), then per batch
+    `record_step`, per epoch `end_epoch` (and `evaluate` when it says so), and `finish` last.
+    """
+
+    def __init__(self, ctx: DistContext, config: TrainConfig, report: Callable[[TrainProgress], None] | None = None) -> None:
+        self.ctx, self.config = ctx, config
+        self.report = report or (lambda _: None)
+        self.started = time.perf_counter()
+        self.module: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.position, self.resumed_from = TrainPosition(), None
+        self.step = 0
+        self.last_checkpoint = None
+        self.history: list[TrainProgress] = []
+        self.final_eval: dict[str, float] = {}
+        self.best_eval: dict[str, float] = {}
+        self.best_epoch: int | None = None
+        self.evaluated_epoch = -1
+        self.window, self.epoch_window = Window(), Window()
+
+    def resume(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> TrainPosition:
+        """Load the newest checkpoint of `config.checkpoint_dir` into module and optimizer (if any);
+        seed dropout per rank; return where training stands. Every rank must call it."""
+        self.module, self.optimizer = module, optimizer
+        self.started = time.perf_counter()  # training time starts here, not with the imports and set-up before
+        ckpt_dir = self.config.checkpoint_dir
+        if ckpt_dir is not None:
+            if self.ctx.rank == 0:
+                remove_partial_writes(ckpt_dir)
+            self.resumed_from = latest_checkpoint(ckpt_dir)
+            if self.resumed_from is not None:
+                self.position, payload = load_checkpoint(self.resumed_from)
+                try:
+                    module.load_state_dict(payload["model"])
+                    optimizer.load_state_dict(payload["optimizer"])
+                except (RuntimeError, ValueError, KeyError) as exc:
+                    raise GraphtierError(
+                        f"{self.resumed_from}: checkpoint does not fit this model/optimizer ({exc}); "
+                        "use another checkpoint_dir or delete it"
+                    ) from exc
+            self.ctx.barrier()  # every rank has read the checkpoint before rank 0 may write (and prune) again
+        self.step, self.last_checkpoint = self.position.step, self.resumed_from
+        torch.manual_seed(self.config.seed + 7919 * (self.ctx.rank + 1) + self.position.step)  # dropout differs per rank
+        return self.position
+
+    def skip(self, epoch: int) -> int:
+        """How many leading batches of `epoch` the checkpoint resumed from already covers."""
+        return self.position.batch if epoch == self.position.epoch else 0
+
+    def start_epoch(self) -> None:
+        self.window.reset()
+        self.epoch_window.reset()
+
+    def emit(self, kind: str, epoch: int, batches: int, **values) -> None:
+        event = TrainProgress(
+            kind=kind, rank=self.ctx.rank, world_size=self.ctx.world_size, epoch=epoch, step=self.step,  # type: ignore[arg-type]
+            epochs=self.config.epochs, batches_in_epoch=batches, elapsed_s=time.perf_counter() - self.started,
+            model_bytes=model_state_bytes(self.module, self.optimizer) if self.module and self.optimizer else 0,
+            **values,
+        )  # fmt: skip
+        if kind != "step":
+            self.history.append(event)
+        self.report(event)
+
+    def checkpoint(self, at: TrainPosition) -> None:
+        if self.config.checkpoint_dir is not None and self.ctx.rank == 0 and self.module is not None:
+            assert self.optimizer is not None
+            self.last_checkpoint = save_checkpoint(
+                self.config.checkpoint_dir, at, self.module.state_dict(), self.optimizer.state_dict(),
+                extra={"config": self.config.model_dump(mode="json"), "world_size": self.ctx.world_size},
+                keep=self.config.keep_checkpoints,
+            )  # fmt: skip
+
+    def record_step(self, epoch: int, done: int, loss: float, correct: int, labelled: int) -> None:
+        """One optimizer step: batch `done` (1-based) of `epoch`; reports and checkpoints when due."""
+        self.step += 1
+        self.window.add(loss, correct, labelled)
+        self.epoch_window.add(loss, correct, labelled)
+        if self.step % self.config.log_every_steps == 0:
+            self.emit("step", epoch, done, **self.window.summary())
+            self.window.reset()
+        if self.config.checkpoint_every_steps and self.step % self.config.checkpoint_every_steps == 0:
+            self.checkpoint(TrainPosition(epoch, done, self.step))
+
+    def end_epoch(self, epoch: int, done: int) -> bool:
+        """Checkpoint and report the end of `epoch`; True when it is to be evaluated."""
+        self.checkpoint(TrainPosition(epoch + 1, 0, self.step))
+        self.emit("epoch", epoch, done, **self.epoch_window.summary())
+        every = self.config.eval_every_epochs
+        return epoch == self.config.epochs - 1 or bool(every and (epoch + 1) % every == 0)
+
+    def evaluate(self, epoch: int, batches: int, eval_batches: EvalBatches, model: nn.Module | None = None,
+                 forward: Forward | None = None, splits: tuple[str, ...] | None = None) -> dict[str, float]:  # fmt: skip
+        """Accuracy of every split (default `config.eval_splits`) over all ranks; every rank must call it."""
+        model = model if model is not None else self.module
+        assert model is not None, "resume() first, or pass the model"
+        splits = splits if splits is not None else self.config.eval_splits
+        self.final_eval = evaluate_splits(model, eval_batches, splits, self.ctx, forward=forward)
+        self.evaluated_epoch = epoch
+        score = self.final_eval.get(self.config.best_split)
+        if self.best_epoch is None or (score is not None and score > self.best_eval.get(self.config.best_split, -1.0)):
+            self.best_eval, self.best_epoch = dict(self.final_eval), epoch
+        self.emit("eval", epoch, batches, eval_accuracy=dict(self.final_eval))
+        return self.final_eval
+
+    def finish(self, epochs_completed: int | None = None) -> TrainResult:
+        """Report 'done' with the latest evaluation and return how training went."""
+        epochs = self.config.epochs if epochs_completed is None else epochs_completed
+        self.emit("done", max(epochs - 1, 0), 0, eval_accuracy=dict(self.final_eval))
+        return TrainResult(
+            model=self.module,  # type: ignore[arg-type]  # None only for a loop that never resumed
+            steps=self.step, epochs_completed=epochs, resumed_from=self.resumed_from,
+            resumed_position=self.position if self.resumed_from is not None else None, final_eval=self.final_eval,
+            best_eval=self.best_eval, best_epoch=self.best_epoch, history=self.history,
+            last_checkpoint=self.last_checkpoint,
+        )  # fmt: skip

@@ -1,0 +1,85 @@
+"""systemd readiness (READY only once serving, a watchdog, STOPPING), a scratch directory that dies
+with the daemon, and a socket group."""
+
+from __future__ import annotations
+
+import grp
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+from graphtier.launcher.client import DaemonClient
+
+
+def _datagrams(sock: socket.socket, until: str, timeout_s: float = 60.0) -> list[str]:
+    """Every datagram received until one contains `until` (or the timeout)."""
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            got.append(sock.recv(4096).decode())
+        except TimeoutError:
+            break
+        if until in got[-1]:
+            break
+    return got
+
+
+def test_ready_is_sent_once_serving_then_watchdog_pings_and_stopping(tmp_path, small_rmat, monkeypatch, daemon_processes):
+    address = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(address)
+    monkeypatch.setenv("NOTIFY_SOCKET", address)
+    monkeypatch.setenv("WATCHDOG_USEC", "1000000")
+    daemon = daemon_processes(small_rmat.directory.parent)
+    endpoints = daemon.start()  # returns once endpoints.json names it and health is SERVING
+    ready = _datagrams(listener, "READY=1")
+    assert ready and ready[-1].startswith("READY=1\n") and endpoints.grpc_target in ready[-1]
+    assert f"MAINPID={daemon.pid}" in ready[-1]
+    with DaemonClient(runtime_dir=daemon.runtime_dir) as client:
+        assert client.health() == "SERVING"  # READY meant it
+    pings = _datagrams(listener, "WATCHDOG=1", timeout_s=5)
+    assert pings and pings[-1] == "WATCHDOG=1"
+    assert daemon.terminate() == 0, daemon.log()
+    stopping = _datagrams(listener, "STOPPING=1", timeout_s=10)
+    assert any(d.startswith("STOPPING=1") for d in stopping)
+    listener.close()
+
+
+def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rmat, daemon_processes):
+    first = daemon_processes(small_rmat.directory.parent)
+    first.start()
+    scratch = first.runtime_dir / "tmp"
+    assert any(p.name.startswith("pymp-") for p in scratch.iterdir())  # multiprocessing's, here not in /tmp
+    first.kill9()
+    assert scratch.exists()  # what a crash leaves ...
+    second = daemon_processes(small_rmat.directory.parent)
+    second.start()
+    assert f"removed stale {scratch}" in second.log()  # ... the next daemon removes
+    assert second.terminate() == 0
+    assert not scratch.exists()
+
+
+def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
+    group = grp.getgrgid(os.getgid()).gr_name
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run),
+                             "--dataset-root", str(tmp_path), "--socket-group", group],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "endpoints.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stat.S_IMODE(os.stat(run / "daemon.sock").st_mode) == 0o660
+        assert stat.S_IMODE(os.stat(run).st_mode) == 0o750
+        assert os.stat(run / "daemon.sock").st_gid == os.getgid()
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0
+    bad = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "r2"),
+                          "--socket-group", "no-such-group-xyz"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "no Unix group named 'no-such-group-xyz'" in bad.stderr

@@ -1,0 +1,101 @@
+"""Users' own scripts as jobs: a real daemon, real producers, real torchrun ranks running the
+files in examples/ (and scripts written here) through `graphtier.launcher.loader`."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.errors import DaemonRequestError
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.jobs import JobState
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+SPEC = dict(dataset="rmat12", fanouts=[10, 5], batch_size=32, hidden=64, lr=0.01, epochs=6, nproc_per_node=2, seed=3)
+
+
+def _run(daemon, spec: JobSpec):
+    with DaemonClient(runtime_dir=daemon.config.runtime_dir) as client:
+        job = client.submit_job(spec)
+        events = list(client.job_events(job.job_id, follow=True, include_logs=True))
+        return client.get_job(job.job_id), events
+
+
+def _epoch_rates(log: str) -> list[float]:
+    """Each rank's batches/s of every epoch after the first (warm-up), from the job log."""
+    return [float(r) for epoch, r in re.findall(r"\] epoch (\d+) trained: .* ([\d.]+) batches/s", log) if epoch != "0"]
+
+
+def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
+    builtin, _ = _run(inproc_daemon, JobSpec(**SPEC))
+    custom, events = _run(inproc_daemon, JobSpec(**SPEC, script=str(EXAMPLES / "sage_blocks.py"),
+                                                 args=["--eval-every", "3"]))  # fmt: skip
+    for job in (builtin, custom):
+        assert job.state == JobState.SUCCEEDED, f"{job.message}\n{Path(job.log_path).read_text()[-3000:]}"
+    b, c = builtin.result, custom.result
+    print(f"builtin test {b.test_accuracy:.4f} val {b.val_accuracy:.4f}; script test {c.test_accuracy:.4f} "
+          f"val {c.val_accuracy:.4f}")  # fmt: skip
+    assert c.test_accuracy > 0.25  # 8 classes: chance is 0.125
+    assert abs(c.test_accuracy - b.test_accuracy) <= 0.03 and abs(c.val_accuracy - b.val_accuracy) <= 0.03
+
+    # Progress, restartable checkpoints and the per-rank view work as for the built-in model.
+    p = custom.progress
+    assert p.global_step == p.total_steps == 6 * p.steps_per_epoch and p.traffic.total_bytes > 0
+    assert sorted(r.rank for r in custom.ranks) == [0, 1] and all(r.global_step == p.total_steps for r in custom.ranks)
+    assert Path(c.checkpoint_path).name == f"ckpt-{p.total_steps:09d}.pt"
+    states = [e.state_change.current for e in events if e.state_change]
+    assert states == [JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED]
+    assert inproc_daemon.tracker.ranks(custom.job_id)[0].trainer.model_bytes > 0
+
+    # Every line a rank printed -- the runtime's and the script's own -- is whole and attributed.
+    logs = [e.log for e in events if e.log and not e.log.from_producer]
+    assert any(line.rank == 0 and line.text.startswith("[rank 0] epoch 2: {'val': ") for line in logs)
+    assert any(line.rank == 0 and line.text.startswith("[rank 0] final accuracy: ") for line in logs)
+    for line in logs:
+        assert line.text.count("[rank ") <= 1 and "epoch epoch" not in line.text, line.text
+        if line.text.startswith("[rank"):
+            assert line.rank is not None
+
+    rates = {name: statistics.median(_epoch_rates(Path(job.log_path).read_text())) for name, job in
+             (("builtin", builtin), ("script", custom))}  # fmt: skip
+    print(f"median rank steps/s: builtin {rates['builtin']:.1f}, script {rates['script']:.1f}")
+    assert rates["script"] >= 0.5 * rates["builtin"]  # a loose bound: tests/bench/bench_script_api.py measures
+
+
+def test_a_script_that_raises_fails_its_job_with_the_exception_line(inproc_daemon, tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text(
+        "from graphtier.launcher import loader\n"
+        "with loader.connect() as job:\n"
+        "    for epoch in job.epochs():\n"
+        "        for batch in job.batches(epoch):\n"
+        "            job.step(0.0)\n"
+        "            if job.rank == 1 and job.global_step == 3:\n"
+        "                raise ValueError(f'lr {job.spec.lr} is too high at step 3')\n"
+    )
+    job, events = _run(inproc_daemon, JobSpec(**{**SPEC, "epochs": 2}, script=str(script)))
+    assert job.state == JobState.FAILED
+    assert job.message == "rank 1: ValueError: lr 0.01 is too high at step 3"
+    assert events[-1].state_change.message == job.message
+    texts = [e.log.text for e in events if e.log]
+    assert f'[rank 1]   File "{script}", line 7, in <module>' in texts  # the traceback starts in the script
+
+
+def test_a_missing_script_is_refused_at_submit(inproc_daemon, tmp_path):
+    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+        with pytest.raises(DaemonRequestError, match=rf"script {tmp_path}/nope.py: no such file.*INVALID_ARGUMENT"):
+            client.submit_job(JobSpec(**SPEC, script=str(tmp_path / "nope.py")))
+        with pytest.raises(DaemonRequestError, match=rf"script {tmp_path}: not a file"):
+            client.submit_job(JobSpec(**SPEC, script=str(tmp_path)))
+        assert client.list_jobs() == []
+
+
+def test_pyg_example_trains_through_the_loader(inproc_daemon):
+    pytest.importorskip("torch_geometric", reason="the PyG example needs torch_geometric (the test extra has it)")
+    job, _ = _run(inproc_daemon, JobSpec(**SPEC, script=str(EXAMPLES / "pyg_sage.py")))
+    assert job.state == JobState.SUCCEEDED, f"{job.message}\n{Path(job.log_path).read_text()[-3000:]}"
+    assert job.result.test_accuracy > 0.25 and job.progress.global_step == job.progress.total_steps
