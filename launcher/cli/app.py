@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from graphtier.launcher.cli import cluster, dataset, demo, doctor, job, metrics
+from graphtier.launcher.cli import cluster, dataset, dataset_serving, demo, doctor, job, metrics
 
 app = typer.Typer(
     help="graphtier: a training data service for GNNs.",
@@ -12,6 +12,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+dataset_serving.register(dataset.app)
 app.add_typer(dataset.app, name="dataset")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(job.app, name="job")

@@ -94,6 +94,15 @@ class DaemonConfig(BaseModel):
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
     )  # fmt: skip
+    idle_unload_s: float = Field(
+        default=0.0, ge=0, le=30 * 86400,
+        description="Unload a dataset no unfinished job has used for this many seconds; 0 = keep it loaded.",
+    )
+    shm_budget: str = Field(
+        default="90%", min_length=1,
+        description="Shared memory all loaded datasets may hold ('40GiB', or a % of /dev/shm); idle ones are "
+        "unloaded least recently used first to make room.",
+    )
     socket_group: str | None = Field(
         default=None, min_length=1,
         description="Unix group whose members may call the daemon: socket 0660 and runtime directory 0750 "
@@ -124,7 +133,7 @@ class DaemonConfig(BaseModel):
         default="25%", min_length=1, description="With device_budget auto: GPU memory left free for training."
     )
 
-    @field_validator("device_budget", "device_reserve")
+    @field_validator("device_budget", "device_reserve", "shm_budget")
     @classmethod
     def _check_device_size(cls, text: str, info: Any) -> str:
         if info.field_name == "device_budget" and text == "auto":

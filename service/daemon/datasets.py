@@ -23,6 +23,7 @@ from graphtier.service.daemon.errors import (
     InvalidRequestError,
     UnknownDatasetError,
 )
+from graphtier.service.daemon.dataset_lifetime import LifetimePolicy, manifest_version, over_budget, resident_estimate
 from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.daemon.models import (
     BudgetSpec,
@@ -62,6 +63,8 @@ class LoadedDataset:
     budgets: BudgetSpec
     loaded_at: datetime
     asked_plan: PlacementPlan  # before the GPU decision (which may move interleaved rows to host)
+    version: str  # manifest_version of what was loaded
+    last_used: float = 0.0  # time.monotonic() of the last load, layout or job on it
 
     @property
     def name(self) -> str:
@@ -121,9 +124,12 @@ class DatasetRegistry:
         users: Callable[[str], list[str]] = lambda name: [],
         cancel: Callable[[list[str], str], None] = lambda job_ids, reason: None,
         gpus: GpuPlacement | None = None,
+        policy: LifetimePolicy | None = None,
     ) -> None:
         self.root = Path(root)
         self.gpus = gpus or GpuPlacement()
+        self.policy = policy or LifetimePolicy()
+        self._retired: list[LoadedDataset] = []  # stale versions kept while jobs may still read them
         self._users = users
         self._cancel = cancel
         self._lock = threading.RLock()  # loads are serialised: two jobs asking at once get one copy
@@ -160,11 +166,64 @@ class DatasetRegistry:
             tier_budgets, num_nodes=manifest.num_nodes, row_bytes=row_bytes, colptr=colptr
         )
 
+    def _current(self, name: str) -> LoadedDataset | None:
+        """The loaded copy of `name` if it is still the version on disk; a stale copy is retired
+        (kept for the jobs that may read it, never handed out again). Call with the lock held."""
+        loaded = self._loaded.get(name)
+        if loaded is None:
+            return None
+        on_disk = manifest_version(self.root / name)
+        if on_disk == loaded.version:
+            return loaded
+        del self._loaded[name]
+        self._retired.append(loaded)
+        what = "was removed" if on_disk is None else f"changed on disk (version {loaded.version} -> {on_disk})"
+        log.warning("dataset %s %s: new jobs get %s; the loaded copy stays until no job uses it", name, what,
+                    "an error" if on_disk is None else "the new version")  # fmt: skip
+        return None
+
+    def _make_room(self, name: str, need: int) -> None:
+        """Unload idle copies, least recently used first, until `need` more bytes fit the budget."""
+        budget = self.policy.shm_budget_bytes
+        if budget is None:
+            return
+        held = lambda: sum(d.resident_bytes for d in (*self._loaded.values(), *self._retired))  # noqa: E731
+        self.sweep()
+        idle = sorted((d for d in self._loaded.values() if not self._users(d.name)), key=lambda d: d.last_used)
+        while held() + need > budget and idle:
+            victim = idle.pop(0)
+            log.info("unloading idle dataset %s to make room for %s (shared-memory budget %d bytes)", victim.name,
+                     name, budget)  # fmt: skip
+            del self._loaded[victim.name]
+            victim.store.close()
+        if held() + need > budget:
+            raise over_budget(name, need, held(), budget, sorted(self._loaded))
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Close retired copies no job uses, and idle copies past `idle_unload_s`; their names."""
+        now = time.monotonic() if now is None else now
+        closed = []
+        with self._lock:
+            for old in [d for d in self._retired if not self._users(d.name)]:
+                self._retired.remove(old)
+                old.store.close()
+                closed.append(f"{old.name}@{old.version}")
+            for loaded in list(self._loaded.values()):
+                if self._users(loaded.name):
+                    loaded.last_used = now
+                elif self.policy.idle_unload_s and now - loaded.last_used > self.policy.idle_unload_s:
+                    del self._loaded[loaded.name]
+                    loaded.store.close()
+                    closed.append(loaded.name)
+        for name in closed:
+            log.info("unloaded %s (%s)", name, "retired version" if "@" in name else "idle")
+        return closed
+
     def load(self, name: str, budgets: BudgetSpec | None = None) -> LoadResult:
         """Load `name` with `budgets` (default: all in host memory), or return the loaded copy."""
         budgets = budgets or BudgetSpec()
         with self._lock:
-            loaded = self._loaded.get(name)
+            loaded = self._current(name)
             if loaded is not None:
                 if self._plan(budgets, loaded.store.dataset) != loaded.asked_plan:
                     raise DatasetConflictError(
@@ -172,17 +231,20 @@ class DatasetRegistry:
                         f"{loaded.budgets.model_dump()}); every job shares one copy: use the same budgets, "
                         f"or unload it first when no job uses it"
                     )
+                loaded.last_used = time.monotonic()
                 return LoadResult(layout=loaded.layout(), already_loaded=True)
+            version = manifest_version(self.root / name)  # before opening: a swap after it is seen next time
             dataset = self._open(name)
             asked = self._plan(budgets, dataset)
             decision = self.gpus.decide(asked, name)
+            self._make_room(name, resident_estimate(dataset.manifest, decision.plan))
             t0 = time.perf_counter()
             store = SharedDatasetStore(dataset, decision.plan, devices=decision.devices, placement_notes=decision.notes)
             log.info("loaded dataset %s in %.2f s (checksums of every served array verified, %.2f s of it)", name,
                      time.perf_counter() - t0, store.verify_seconds)  # fmt: skip
             loaded = LoadedDataset(
                 store=store, manifest=dataset.manifest, budgets=budgets, loaded_at=datetime.now(timezone.utc),
-                asked_plan=asked,
+                asked_plan=asked, version=version or "unknown", last_used=time.monotonic(),
             )
             self._loaded[name] = loaded
             return LoadResult(layout=loaded.layout(), already_loaded=False)
@@ -196,7 +258,16 @@ class DatasetRegistry:
             return loaded
 
     def layout(self, name: str) -> DatasetLayoutInfo:
-        return self.get(name).layout()
+        """The layout of the loaded copy of `name`; a stale copy is replaced by the version on disk
+        (loaded with the same budgets), and a removed dataset is an UnknownDatasetError."""
+        with self._lock:
+            loaded = self._loaded.get(name)
+            if loaded is None:
+                return self.get(name).layout()  # UnknownDatasetError naming what is loaded
+            if self._current(name) is None:
+                return self.load(name, loaded.budgets).layout
+            loaded.last_used = time.monotonic()
+            return loaded.layout()
 
     def loaded(self) -> list[LoadedDataset]:
         with self._lock:
@@ -216,6 +287,7 @@ class DatasetRegistry:
             released = loaded.resident_bytes
             del self._loaded[name]
             loaded.store.close()
+            log.info("unloaded %s (asked)", name)
             return UnloadResult(released_bytes=released, cancelled_job_ids=users)
 
     def summaries(self, *, include_prepared: bool = False) -> list[DatasetSummary]:
@@ -236,4 +308,7 @@ class DatasetRegistry:
             names = sorted(self._loaded)
             for name in names:
                 self._loaded.pop(name).store.close()
+            for old in self._retired:
+                old.store.close()
+            self._retired.clear()
             return names

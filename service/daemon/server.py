@@ -36,6 +36,7 @@ from graphtier.service.daemon.status import StatusBuilder
 from graphtier.service.daemon.status_app import create_status_app
 from graphtier.service.daemon.status_models import EndpointsStatus
 from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
+from graphtier.service.daemon.dataset_lifetime import LifetimePolicy
 from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.hardware.machine import MachineFacts
@@ -72,8 +73,11 @@ class Daemon:
         self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
         gpus = GpuPlacement(mode=config.gpu_tiers, device_budget=config.device_budget,
                             device_reserve=config.device_reserve)  # fmt: skip
+        policy = LifetimePolicy.from_config(config.idle_unload_s, config.shm_budget)
         self.datasets = DatasetRegistry(config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs,
-                                        gpus=gpus)  # fmt: skip
+                                        gpus=gpus, policy=policy)  # fmt: skip
+        self._sweeper_stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
         self.metrics.simulated.set_function(  # real once a loaded dataset has its device tiers on GPUs
             lambda: 0 if any(not d.store.simulated_devices for d in self.datasets.loaded()) else 1)
         self.tracker = ProgressTracker(self.metrics, self.jobs)
@@ -116,6 +120,8 @@ class Daemon:
         forkserver_context()  # producers and torchrun agents fork from it: warm before the first job
         self.machine.start()  # NVML and host checks here (fork-safe); CUDA ones in a subprocess
         self._start_nvml()
+        self._sweeper = threading.Thread(target=self._sweep_datasets, name="graphtier-dataset-sweeper", daemon=True)
+        self._sweeper.start()
         self.metrics.watch(self._dataset_tiers, self._job_states)
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -164,6 +170,15 @@ class Daemon:
             log.info("NVML collector: sampling every %g s (%s)", measured.interval_s, methods)
         else:
             log.info("NVML collector off: %s", measured.reason)
+
+    def _sweep_datasets(self) -> None:
+        """Every few seconds: unload retired versions no job uses and datasets idle too long."""
+        period = min(10.0, max(0.5, self.config.idle_unload_s / 4)) if self.config.idle_unload_s else 10.0
+        while not self._sweeper_stop.wait(period):
+            try:
+                self.datasets.sweep()
+            except Exception:  # noqa: BLE001  (a bug here must not take the daemon down)
+                log.exception("dataset sweep failed")
 
     def _tcp_security(self) -> tuple[list[grpc.ServerInterceptor], grpc.ServerCredentials | None]:
         """The token check for TCP callers and the TLS credentials of the TCP listener (None: plaintext)."""
@@ -263,6 +278,9 @@ class Daemon:
             self._http.should_exit = True
             self._http_thread.join(timeout=10)
         self.nvml.stop()
+        self._sweeper_stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=10)
         self.machine.stop()
         for name in self.datasets.close():
             log.info("unloaded %s", name)

@@ -1,0 +1,62 @@
+"""How long a loaded dataset lives: its version, idle unloading and a shared-memory budget.
+
+A loaded copy is a *version* of a dataset: the sha256 of its manifest (which holds the sha256
+of every file). When `prepare --overwrite` or `dataset remove` changes what is on disk, the
+copy is retired: new jobs never get it (they get the new version, or a clear error if the
+dataset is gone) and it is unloaded once no unfinished job uses the name. Idle copies (no
+unfinished job) are unloaded after `idle_unload_s`, and least recently used idle copies make
+room when a load would pass the daemon's shared-memory budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphtier.service.errors import SharedMemoryError
+from graphtier.service.placement import PlacementPlan
+from graphtier.service.placement.budget import parse_budget
+from graphtier.service.prepared import DatasetManifest
+
+SHM_DIR = "/dev/shm"
+
+
+def manifest_version(directory: Path) -> str | None:
+    """The version of the prepared dataset in `directory` (16 hex digits), None when it is gone."""
+    try:
+        return hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest()[:16]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def resident_estimate(manifest: DatasetManifest, plan: PlacementPlan) -> int:
+    """Shared-memory bytes a load with `plan` takes: structure, labels, splits and the host rows."""
+    arrays = manifest.arrays
+    fixed = sum(arrays[k].nbytes for k in ("colptr", "row", "labels", "train_ids", "val_ids", "test_ids") if k in arrays)
+    return fixed + plan.host_end * plan.row_bytes
+
+
+@dataclass(frozen=True)
+class LifetimePolicy:
+    """`idle_unload_s`: unload a copy no job has used for this long (0 = never). `shm_budget_bytes`:
+    what all loaded copies may hold in /dev/shm together (None = no limit)."""
+
+    idle_unload_s: float = 0.0
+    shm_budget_bytes: int | None = None
+
+    @classmethod
+    def from_config(cls, idle_unload_s: float, shm_budget: str) -> LifetimePolicy:
+        stat = os.statvfs(SHM_DIR)
+        total = stat.f_blocks * stat.f_frsize
+        return cls(idle_unload_s=idle_unload_s,
+                   shm_budget_bytes=parse_budget(shm_budget, total_bytes=total, what="shm_budget"))  # fmt: skip
+
+
+def over_budget(name: str, need: int, used: int, budget: int, busy: list[str]) -> SharedMemoryError:
+    return SharedMemoryError(
+        f"loading dataset {name!r} needs {need} bytes of shared memory but the daemon's budget is {budget} bytes "
+        f"and {used} are held by datasets in use ({', '.join(busy) or 'none'}); unload one "
+        "(`graphtier dataset unload NAME`), lower the host budget, or raise shm_budget"
+    )
