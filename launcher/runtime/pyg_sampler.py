@@ -1,0 +1,108 @@
+"""PyG's loaders on graphtier's sampler: `GraphtierSampler` (a PyG `BaseSampler`) and a
+`NeighborLoader`-style `GraphtierNeighborLoader`, with no pyg-lib or torch-sparse needed.
+
+    from graphtier.launcher.runtime.pyg_sampler import GraphtierNeighborLoader
+    loader = GraphtierNeighborLoader(data, num_neighbors=[25, 10], input_nodes=data.train_mask,
+                                     batch_size=64, shuffle=True)
+    for batch in loader:                               # a torch_geometric.data.Data, as from NeighborLoader
+        out = model(batch.x, batch.edge_index)[: batch.batch_size]
+
+`data` is a PyG `Data` (its `edge_index` is turned into CSC once), a graphtier dataset
+(`PreparedDataset`, or `AttachedDataset` inside a job: features through the tiered gather,
+counted), or a `(FeatureStore, GraphStore)` pair such as `pyg_stores`' adapters. Sampling is
+graphtier's k-hop uniform sampling without replacement (the native op when built), with
+NeighborLoader's hop semantics: seeds first in `n_id`, then each hop's new nodes;
+`num_sampled_nodes`/`num_sampled_edges` per hop. Sample seeds come from torch's global RNG, so
+`torch.manual_seed` (and DataLoader workers' seeding) makes runs repeatable.
+
+Importing this module needs torch_geometric.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader import NodeLoader
+from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+
+from graphtier.service.errors import GraphtierError
+from graphtier.service.graph.csc import CSCGraph
+from graphtier.service.prepared import PreparedDataset
+from graphtier.service.sampling import NeighborSampler
+from graphtier.service.store import AttachedDataset
+
+_SEED_BOUND = 1 << 62
+
+
+def csc_from_edge_index(edge_index: Tensor, num_nodes: int) -> CSCGraph:
+    """The CSC (in-edges by destination) of a PyG `edge_index` [2, E] (row 0 source, row 1 destination)."""
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.dtype.is_floating_point:
+        raise GraphtierError(f"edge_index must be an integer tensor [2, E], got {edge_index.dtype} {tuple(edge_index.shape)}")
+    src, dst = edge_index.to(torch.int64).cpu()
+    if src.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+        raise GraphtierError(f"edge_index holds ids outside [0, num_nodes={num_nodes})")
+    order = torch.argsort(dst, stable=True)
+    colptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+    colptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
+    return CSCGraph(colptr=colptr, row=src[order].contiguous())
+
+
+def graph_of(data: Any) -> CSCGraph:
+    """The CSC graph of a PyG `Data`, a graphtier dataset, or a `(FeatureStore, GraphStore)` pair."""
+    if isinstance(data, (PreparedDataset, AttachedDataset)):
+        return data.graph
+    if isinstance(data, Data):
+        if data.edge_index is None:
+            raise GraphtierError("the PyG Data has no edge_index to sample from")
+        return csc_from_edge_index(data.edge_index, data.num_nodes)
+    if isinstance(data, tuple) and len(data) == 2:
+        attrs = data[1].get_all_edge_attrs()
+        if len(attrs) != 1 or attrs[0].edge_type is not None:
+            raise GraphtierError(f"graphtier samples homogeneous graphs: one edge type, got {[a.edge_type for a in attrs]}")
+        row, colptr, _ = data[1].csc()  # homogeneous: (row, colptr, edge permutation) of the one edge type
+        return CSCGraph(colptr=colptr.to(torch.int64).contiguous(), row=row.to(torch.int64).contiguous())
+    raise GraphtierError(f"cannot sample from a {type(data).__name__}; give a PyG Data, a graphtier dataset, "
+                         "or a (FeatureStore, GraphStore) pair")  # fmt: skip
+
+
+class GraphtierSampler(BaseSampler):
+    """PyG's `BaseSampler` over graphtier's `NeighborSampler`: `sample_from_nodes` only (homogeneous)."""
+
+    def __init__(self, graph: CSCGraph, num_neighbors: list[int]) -> None:
+        self.num_neighbors = list(num_neighbors)
+        self._sampler = NeighborSampler(graph, self.num_neighbors)
+        self.num_nodes = graph.num_nodes
+
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput:
+        if index.input_type is not None:
+            raise GraphtierError(f"graphtier samples homogeneous graphs; got input type {index.input_type!r}")
+        if index.time is not None:
+            raise GraphtierError("graphtier's sampler is not temporal; sample without input_time/time_attr")
+        seed = int(torch.randint(_SEED_BOUND, ()))
+        sample = self._sampler.sample(index.node.to(torch.int64), seed=seed)
+        row, col = sample.edge_index()
+        return SamplerOutput(
+            node=sample.node_ids, row=row, col=col, edge=None,
+            num_sampled_nodes=list(sample.num_nodes_per_hop), num_sampled_edges=list(sample.num_edges_per_hop),
+            metadata=(index.input_id, index.time),
+        )  # fmt: skip
+
+    def sample_from_edges(self, index: Any, neg_sampling: Any = None) -> SamplerOutput:
+        raise GraphtierError("graphtier's sampler starts from nodes only; link prediction loaders are not supported")
+
+
+class GraphtierNeighborLoader(NodeLoader):
+    """`NeighborLoader(data, num_neighbors, input_nodes, batch_size, shuffle, ...)` on graphtier's sampler."""
+
+    def __init__(self, data: Any, num_neighbors: list[int], input_nodes: Any = None, **kwargs: Any) -> None:
+        if isinstance(data, (PreparedDataset, AttachedDataset)):
+            from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore
+
+            sampler = GraphtierSampler(data.graph, num_neighbors)
+            data = (GraphtierFeatureStore(data), GraphtierGraphStore(data))
+        else:
+            sampler = GraphtierSampler(graph_of(data), num_neighbors)
+        super().__init__(data, sampler, input_nodes=input_nodes, **kwargs)
