@@ -163,8 +163,20 @@ def list_datasets(root: Path | None = None) -> list[DatasetManifest]:
 def remove_dataset(root: Path | None, name: str) -> Path:
     root = Path(root) if root else default_dataset_root()
     directory = root / validate_name(name)
+    if directory.is_symlink():
+        raise PreparedDatasetError(
+            f"{directory} is a symbolic link, not a dataset graphtier prepared; nothing was removed (remove the link "
+            "yourself if you mean to)"
+        )
     if not directory.exists():
         raise PreparedDatasetError(f"no dataset named {name!r} under {root}")
+    try:
+        json.loads((directory / MANIFEST_FILE).read_text())["format_version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise PreparedDatasetError(
+            f"{directory} holds no graphtier manifest ({MANIFEST_FILE}); nothing was removed: graphtier deletes only "
+            "directories it prepared"
+        ) from None
     trash = root / f".trash-{name}-{os.getpid()}-{secrets.token_hex(4)}"
     os.rename(directory, trash)
     shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,42 @@
+"""`graphtier dataset remove` deletes only what graphtier prepared: never a user's directory or a link's target."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+
+def _remove(root, name):
+    return subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "remove", name, "--out",
+                           str(root)], capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_remove_deletes_a_prepared_dataset(tmp_path, small_rmat):
+    root = tmp_path / "datasets"
+    shutil.copytree(small_rmat.directory, root / "rmat12")
+    done = _remove(root, "rmat12")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(root.iterdir()) == []  # no .trash-* left either
+
+
+def test_remove_refuses_a_directory_graphtier_did_not_prepare(tmp_path):
+    root = tmp_path / "datasets"
+    (root / "important").mkdir(parents=True)
+    (root / "important" / "thesis.tex").write_text("years of work")
+    refused = _remove(root, "important")
+    assert refused.returncode == 2
+    assert "holds no graphtier manifest (manifest.json); nothing was removed" in " ".join((refused.stdout + refused.stderr).split())
+    assert (root / "important" / "thesis.tex").read_text() == "years of work"
+
+
+def test_remove_refuses_a_symlink_and_leaves_its_target(tmp_path, small_rmat):
+    root = tmp_path / "datasets"
+    root.mkdir()
+    target = tmp_path / "elsewhere"
+    shutil.copytree(small_rmat.directory, target)
+    (root / "linked").symlink_to(target)
+    refused = _remove(root, "linked")
+    assert refused.returncode == 2 and "is a symbolic link" in refused.stdout + refused.stderr
+    assert (root / "linked").is_symlink() and (target / "manifest.json").exists()
+    assert [p.name for p in root.iterdir()] == ["linked"]  # no .trash-* link
