@@ -72,7 +72,13 @@ class PreparedDataset:
     def _arrays(self) -> dict[str, torch.Tensor]:
         arrays = {}
         for key, info in self.manifest.arrays.items():
-            tensor, _ = open_npy(self.directory / info.file)
+            path = self.directory / info.file
+            try:
+                tensor, _ = open_npy(path)
+            except Exception as exc:  # noqa: BLE001  numpy raises ValueError, SyntaxError, TokenError, ...
+                raise PreparedDatasetError(
+                    f"{path}: cannot read array {key!r} ({exc}); the dataset is damaged: prepare it again"
+                ) from None
             if list(tensor.shape) != info.shape or str(tensor.numpy().dtype) != info.dtype:
                 raise PreparedDatasetError(
                     f"{self.directory / info.file}: holds {str(tensor.numpy().dtype)} {list(tensor.shape)}, "

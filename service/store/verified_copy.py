@@ -75,7 +75,7 @@ def copy_verified(path: Path, key: str, expected_sha256: str, source: torch.Tens
     except OSError as exc:
         hasher.finish()
         raise PreparedDatasetError(f"{path}: cannot read {key!r} ({exc.strerror or exc})") from None
-    except ValueError as exc:  # numpy's reading of a damaged .npy header
+    except Exception as exc:  # noqa: BLE001  numpy's reading of a damaged header raises many kinds
         hasher.finish()
         raise PreparedDatasetError(f"{path}: the .npy header of {key!r} is damaged ({exc})") from None
     actual = hasher.finish()

@@ -93,3 +93,13 @@ def test_loaded_segments_are_read_only_by_mode_and_mapping(small_rmat):
     from graphtier.service.shm import reclaim_stale_segments
 
     reclaim_stale_segments()  # the crashed child's segment
+
+
+def test_a_damaged_npy_header_names_the_file(dataset_copy):
+    path = dataset_copy / "rmat12" / "labels.npy"
+    data = bytearray(path.read_bytes())
+    data[10:40] = b"{'descr': '<x9', 'garbage':!!}"  # the header dict, mangled (same size)
+    path.write_bytes(bytes(data))
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    with pytest.raises(PreparedDatasetError, match=rf"{path}: cannot read array 'labels' .*prepare it again"):
+        ds.array("labels")
