@@ -1,0 +1,55 @@
+"""The live page in a real browser (headless Chromium from the distribution's packages): with a job
+running, its charts draw from successive /v1/status polls and its console shows no error."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.jobs import JobState
+
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
+
+
+def render(browser: str, url: str, *, budget_ms: int = 9000, screenshot: str | None = None) -> subprocess.CompletedProcess:
+    """Load `url` in headless Chromium for `budget_ms` of page time; stdout is the DOM then."""
+    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+            f"--virtual-time-budget={budget_ms}", "--window-size=1280,1600", "--dump-dom", url]  # fmt: skip
+    if screenshot:
+        argv.insert(-2, f"--screenshot={screenshot}")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no headless Chromium installed (apt-get install chromium-headless-shell)")
+def test_charts_draw_and_the_console_is_clean_with_a_job_running(daemon_processes, small_rmat):
+    daemon = daemon_processes(small_rmat.directory.parent)
+    endpoints = daemon.start()
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=200, nproc_per_node=1,
+                   name="browser")  # fmt: skip
+    with DaemonClient(endpoints.grpc_target) as client:
+        job = client.submit_job(spec)
+        deadline = time.monotonic() + 120
+        while client.get_job(job.job_id).state != JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert client.get_job(job.job_id).state == JobState.RUNNING
+        page = render(BROWSER, endpoints.http_url + "/")
+        state_after = client.get_job(job.job_id).state
+        client.cancel_job(job.job_id, "browser test done")
+    assert page.returncode == 0, page.stderr[-2000:]
+    dom = page.stdout
+    for chart in ("c_tp", "c_hit", "c_link"):
+        drawn = re.search(rf'<canvas id="{chart}"[^>]*data-points="(\d+)"', dom)
+        assert drawn and int(drawn.group(1)) >= 2, f"chart {chart} drew no line: {dom[:400]}"
+    assert state_after == JobState.RUNNING  # the page was loaded while the job ran ...
+    assert re.search(rf"<td>{job.job_id} browser</td><td>running</td>", dom)  # ... and shows it
+    error = re.search(r'id="error"[^>]*>([^<]*)<', dom)
+    assert error is not None and error.group(1) == "", error and error.group(1)
+    console = [line for line in page.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console  # the page logs nothing when all is well: any message is an error
