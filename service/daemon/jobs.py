@@ -34,6 +34,11 @@ class JobState(str, Enum):
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
+def job_id_order(job_id: str) -> tuple[int, int | str]:
+    """Sort key for job ids: numeric ids by number (2 before 10), any other after, by text."""
+    return (0, int(job_id)) if job_id.isdigit() else (1, job_id)
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -83,7 +88,7 @@ class JobTable:
         with self._lock:
             record = self._jobs.get(job_id)
             if record is None:
-                known = ", ".join(sorted(self._jobs)[-5:]) or "none"
+                known = ", ".join(sorted(self._jobs, key=job_id_order)[-5:]) or "none"
                 raise UnknownJobError(f"no job {job_id!r} in this daemon (latest known: {known})")
             return record
 
@@ -144,7 +149,8 @@ class JobTable:
     def jobs_using(self, dataset: str) -> list[str]:
         """Ids of the jobs on `dataset` that have not ended."""
         with self._lock:
-            return sorted(r.job_id for r in self._jobs.values() if r.dataset == dataset and not r.state.final)
+            return sorted((r.job_id for r in self._jobs.values() if r.dataset == dataset and not r.state.final),
+                          key=job_id_order)  # fmt: skip
 
     def counts_by_state(self) -> dict[JobState, int]:
         with self._lock:
