@@ -27,7 +27,7 @@ def manifest_version(directory: Path) -> str | None:
     """The version of the prepared dataset in `directory` (16 hex digits), None when it is gone."""
     try:
         return hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest()[:16]
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # gone, not a directory, unreadable: no version to serve
         return None
 
 

@@ -136,6 +136,17 @@ class DatasetRegistry:
         self._loaded: dict[str, LoadedDataset] = {}
 
     def _open(self, name: str) -> PreparedDataset:
+        self._check_name(name)
+        if not (self.root / name / "manifest.json").is_file():
+            raise UnknownDatasetError(
+                f"no prepared dataset {name!r} under the daemon's dataset root {self.root}; prepare it with "
+                f"`graphtier dataset prepare ... --name {name} --out {self.root}`"
+            )
+        return PreparedDataset.open(name, self.root)
+
+    @staticmethod
+    def _check_name(name: str) -> None:
+        """InvalidRequestError unless `name` may name a dataset here (before it touches a path)."""
         try:
             validate_name(name)
         except PreparedDatasetError as exc:
@@ -147,12 +158,6 @@ class DatasetRegistry:
                 f"dataset name {name!r} cannot label shared-memory segments: use at most "
                 f"{64 - len(_LONGEST_LABEL_SUFFIX)} letters, digits, '_' or '-' (prepare it under such a name)"
             ) from None
-        if not (self.root / name / "manifest.json").is_file():
-            raise UnknownDatasetError(
-                f"no prepared dataset {name!r} under the daemon's dataset root {self.root}; prepare it with "
-                f"`graphtier dataset prepare ... --name {name} --out {self.root}`"
-            )
-        return PreparedDataset.open(name, self.root)
 
     @staticmethod
     def _plan(budgets: BudgetSpec, dataset: PreparedDataset) -> PlacementPlan:
@@ -233,6 +238,7 @@ class DatasetRegistry:
                     )
                 loaded.last_used = time.monotonic()
                 return LoadResult(layout=loaded.layout(), already_loaded=True)
+            self._check_name(name)
             version = manifest_version(self.root / name)  # before opening: a swap after it is seen next time
             dataset = self._open(name)
             asked = self._plan(budgets, dataset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -89,7 +90,8 @@ def grpc_method(method: Method) -> Method:
             log.info("%s: %s %s", method.__name__, code.name, _message(error))
             context.abort(code, _message(error))
         except Exception as error:  # a bug: keep serving, say so, keep the traceback in the log
-            log.exception("%s failed", method.__name__)
+            trace = "".join(shorten(line, 2000) for line in traceback.format_exception(error))
+            log.error("%s failed:\n%s", method.__name__, trace)
             context.abort(grpc.StatusCode.INTERNAL, shorten(f"{method.__name__} failed inside the daemon: {error!r}"))
 
     return wrapper  # type: ignore[return-value]
