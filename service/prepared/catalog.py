@@ -8,11 +8,13 @@ name; the next writer removes temporaries whose writer process is gone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -20,7 +22,7 @@ from pydantic import ValidationError
 
 from graphtier.service.errors import PreparedDatasetError
 from graphtier.service.prepared.manifest import FORMAT_VERSION, MANIFEST_FILE, ArrayInfo, DatasetManifest
-from graphtier.service.prepared.npy_io import write_npy, write_npy_rows
+from graphtier.service.prepared.npy_io import NpyStreamWriter, write_npy, write_npy_rows
 
 HOME_ENV = "GRAPHTIER_HOME"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -121,6 +123,17 @@ class DatasetWriter:
     def write_rows(self, array_name: str, source, order) -> ArrayInfo:
         self.arrays[array_name] = write_npy_rows(self._path(array_name), source, order)
         return self.arrays[array_name]
+
+    @contextlib.contextmanager
+    def stream(self, array_name: str, shape: tuple[int, ...], dtype) -> Iterator[NpyStreamWriter]:
+        """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends."""
+        stream = NpyStreamWriter(self._path(array_name), shape, dtype)
+        try:
+            yield stream
+        except BaseException:
+            stream.abort()
+            raise
+        self.arrays[array_name] = stream.close()
 
     def commit(self, manifest: DatasetManifest) -> Path:
         """Write the manifest and move the finished dataset under its name."""

@@ -62,21 +62,61 @@ def npy_data_offset(path: Path) -> int:
         return f.tell()
 
 
+class NpyStreamWriter:
+    """Writes one `.npy` file front to back, chunk by chunk, hashing as it goes.
+
+    The header is the one `write_npy` would write for the whole array, so a file streamed in
+    chunks is byte-identical to the same array written at once. `close` checks that exactly
+    `shape[0]` rows arrived, fsyncs, and returns the file's `ArrayInfo`.
+    """
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype | str) -> None:
+        self.path = Path(path)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.rows_written = 0
+        header = io.BytesIO()
+        descr = np.lib.format.dtype_to_descr(self.dtype)
+        np.lib.format.write_array_header_1_0(header, {"descr": descr, "fortran_order": False, "shape": self.shape})
+        self._digest = hashlib.sha256(header.getvalue())
+        self._file = open(self.path, "wb")
+        self._file.write(header.getvalue())
+
+    def write(self, chunk: torch.Tensor | np.ndarray) -> None:
+        data = chunk.contiguous().numpy() if isinstance(chunk, torch.Tensor) else np.ascontiguousarray(chunk)
+        if data.dtype != self.dtype or tuple(data.shape[1:]) != self.shape[1:]:
+            raise ValueError(f"{self.path.name}: chunk {data.dtype} {data.shape} does not fit {self.dtype} {self.shape}")
+        if self.rows_written + data.shape[0] > self.shape[0]:
+            raise ValueError(f"{self.path.name}: more than the {self.shape[0]} rows announced")
+        flat = data.reshape(-1).view(np.uint8) if data.size else np.empty(0, np.uint8)
+        for start in range(0, flat.size, _CHUNK):
+            piece = flat[start : start + _CHUNK]
+            self._digest.update(piece)
+            self._file.write(piece.data)
+        self.rows_written += data.shape[0]
+
+    def close(self) -> ArrayInfo:
+        if self.rows_written != self.shape[0]:
+            raise ValueError(f"{self.path.name}: {self.rows_written} rows written, {self.shape[0]} announced")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return ArrayInfo(
+            file=self.path.name, shape=list(self.shape), dtype=str(self.dtype), nbytes=nbytes, sha256=self._digest.hexdigest()
+        )
+
+    def abort(self) -> None:
+        self._file.close()
+
+
 def write_npy_rows(path: Path, source: torch.Tensor, order: torch.Tensor, *, rows_per_chunk: int = 1 << 16) -> ArrayInfo:
     """Write `source[order]` as `.npy` without materialising it: gather and write chunk by chunk."""
-    num_rows = order.numel()
-    shape = (num_rows, *source.shape[1:])
-    descr = np.lib.format.dtype_to_descr(source.numpy().dtype)
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, {"descr": descr, "fortran_order": False, "shape": shape})
-    digest = hashlib.sha256(header.getvalue())
-    with open(path, "wb") as f:
-        f.write(header.getvalue())
-        for start in range(0, num_rows, rows_per_chunk):
-            chunk = source.index_select(0, order[start : start + rows_per_chunk]).numpy().reshape(-1).view(np.uint8)
-            digest.update(chunk)
-            f.write(chunk.data)
-        f.flush()
-        os.fsync(f.fileno())
-    nbytes = num_rows * int(np.prod(shape[1:], dtype=np.int64)) * source.element_size()
-    return ArrayInfo(file=path.name, shape=list(shape), dtype=str(source.numpy().dtype), nbytes=nbytes, sha256=digest.hexdigest())
+    stream = NpyStreamWriter(path, (order.numel(), *source.shape[1:]), source.numpy().dtype)
+    try:
+        for start in range(0, order.numel(), rows_per_chunk):
+            stream.write(source.index_select(0, order[start : start + rows_per_chunk]))
+        return stream.close()
+    except BaseException:
+        stream.abort()
+        raise
