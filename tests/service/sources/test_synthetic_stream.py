@@ -1,0 +1,44 @@
+"""The chunked R-MAT generator: the reference draws, in memory or streamed to spill files."""
+
+import pytest
+import torch
+
+from graphtier.service.sources import rmat_bits
+from graphtier.service.sources.synthetic import rmat_edges, rmat_feature_chunks
+
+
+def _reference_rmat_edges(scale, num_edges, generator, a, b, c):
+    """The level-major generator as first written: whole-array draws and int64 updates per level."""
+    ab, c_norm, a_norm = a + b, c / (1.0 - a - b), a / (a + b)
+    src = torch.zeros(num_edges, dtype=torch.int64)
+    dst = torch.zeros(num_edges, dtype=torch.int64)
+    for level in range(scale):
+        r1 = torch.rand(num_edges, generator=generator)
+        r2 = torch.rand(num_edges, generator=generator)
+        src_bit = r1 > ab
+        dst_bit = torch.where(src_bit, r2 > c_norm, r2 > a_norm)
+        src |= src_bit.to(torch.int64) << level
+        dst |= dst_bit.to(torch.int64) << level
+    return src, dst
+
+
+@pytest.mark.parametrize("scale, num_edges, abc", [(3, 5, (0.57, 0.19, 0.19)), (12, 50_001, (0.57, 0.19, 0.19)),
+                                                   (9, 4096, (0.25, 0.25, 0.25)), (14, 70_000, (0.45, 0.15, 0.3))])
+def test_bit_plane_generator_draws_what_the_reference_draws(scale, num_edges, abc):
+    a, b, c = abc
+    want = _reference_rmat_edges(scale, num_edges, torch.Generator().manual_seed(5), a, b, c)
+    got = rmat_edges(scale, num_edges, torch.Generator().manual_seed(5), a=a, b=b, c=c)
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+    planes = rmat_bits.MemoryPlanes(), rmat_bits.MemoryPlanes()
+    rmat_bits.draw_bit_planes(torch.Generator().manual_seed(5), scale, num_edges, *planes, a=a, b=b, c=c, chunk=24)
+    start, count = 8 * (num_edges // 24), num_edges - 8 * (num_edges // 24)  # an odd-sized tail chunk
+    assert torch.equal(rmat_bits.assemble_ids(planes[0], scale, num_edges, start, count), want[0][start:])
+
+
+def test_features_in_chunks_of_16_rows_are_the_rows_drawn_at_once():
+    labels = torch.randint(0, 4, (256,), generator=torch.Generator().manual_seed(0))
+    centroids = torch.randn(4, 7)
+    whole = torch.randn(256, 7, generator=torch.Generator().manual_seed(1)).mul_(3.0).add_(centroids[labels])
+    for rows in (16, 48, 256):
+        parts = rmat_feature_chunks(torch.Generator().manual_seed(1), labels, centroids, 3.0, rows)
+        assert torch.equal(torch.cat([chunk for _, chunk in parts]), whole)
