@@ -48,6 +48,13 @@ def prepare(
     undirected: Annotated[bool, typer.Option("--undirected", help="add the reverse of every edge")] = False,
     out: OutOption = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset of that name")] = False,
+    memory_budget: Annotated[
+        str,
+        typer.Option(
+            help="peak memory the preparation may use: a size (3GiB), a share of RAM (40%), 'auto' (half of RAM) "
+            "or 'unlimited' (everything in memory, about 3x the dataset)"
+        ),
+    ] = "auto",
     scale: Annotated[Optional[int], typer.Option(help="[synthetic] log2 of the node count")] = None,
     edge_factor: Annotated[Optional[int], typer.Option(help="[synthetic] edges per node")] = None,
     num_classes: Annotated[Optional[int], typer.Option(help="[synthetic] planted communities")] = None,
@@ -79,6 +86,7 @@ def prepare(
             undirected=undirected,
             root=out,
             overwrite=overwrite,
+            memory_budget=memory_budget,
             source_options=_source_options(
                 scale=scale,
                 edge_factor=edge_factor,
@@ -108,7 +116,8 @@ def prepare(
     console.print(
         f"[green]prepared[/] {manifest.name}: {manifest.num_nodes:,} nodes, {manifest.num_edges:,} edges, "
         f"{manifest.feature_dim} features, {manifest.num_classes} classes, score {manifest.score['label']}; "
-        f"{manifest.timings_s['total']:.1f}s, peak memory {human_bytes(manifest.peak_rss_bytes)}",
+        f"{manifest.timings_s['total']:.1f}s, peak memory {human_bytes(manifest.peak_rss_bytes)}"
+        + (f" (budget {human_bytes(manifest.memory_budget_bytes)})" if manifest.memory_budget_bytes else " (no budget)"),
         highlight=False,
     )
 
@@ -158,7 +167,9 @@ def inspect(
         ("nodes", f"{m.num_nodes:,}"), ("edges", f"{m.num_edges:,}"), ("undirected", m.undirected),
         ("features", m.feature_dim), ("classes", m.num_classes), ("splits", m.split_sizes),
         ("score", m.score["label"]), ("size", human_bytes(m.total_bytes)), ("timings (s)", m.timings_s),
-        ("peak memory", human_bytes(m.peak_rss_bytes)), ("checksums", "verified" if verify else "not checked"),
+        ("peak memory", human_bytes(m.peak_rss_bytes)),
+        ("memory budget", human_bytes(m.memory_budget_bytes) if m.memory_budget_bytes else "none (in memory)"),
+        ("checksums", "verified" if verify else "not checked"),
     ):
         table.add_row(key, str(value))
     for key, info in m.arrays.items():

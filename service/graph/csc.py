@@ -7,6 +7,7 @@ the sampler walks (it expands v by picking among its in-neighbours) and the one 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,11 @@ class CSCGraph:
 
     def out_degree(self) -> torch.Tensor:
         return torch.bincount(self.row, minlength=self.num_nodes)
+
+    def column_chunks(self, max_edges: int | None = None) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(v0, v1, sources of columns v0..v1-1): here the whole graph at once; an on-disk CSC
+        (`prepared.external_sort.DiskCSC`) yields column ranges that fit its memory budget."""
+        yield 0, self.num_nodes, self.row
 
     def dst_of_edges(self) -> torch.Tensor:
         """The destination of every edge, aligned with `row` (O(E) memory)."""

@@ -14,13 +14,15 @@
 - `user`: a score array supplied by the user (`.npy`, one float per node, original ids).
 - `none`: keep the source order (every node scores by its negated id).
 
-All are vectorised torch: one `index_add_` over the edges per iteration.
+All are vectorised torch: one `index_add_` over the edges per iteration, or one per column
+range when the graph is on disk (`DiskCSC`): the same additions in the same order, so the
+scores are bit-identical either way.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -28,6 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphtier.service.errors import DatasetSourceError, GraphtierError
 from graphtier.service.graph.csc import CSCGraph
+
+if TYPE_CHECKING:
+    from graphtier.service.prepared.external_sort import DiskCSC
 
 SCORE_KINDS = ("wrpr", "rpr", "degree", "user", "none")
 ScoreKind = Literal["wrpr", "rpr", "degree", "user", "none"]
@@ -85,7 +90,7 @@ class ScoreSpec(BaseModel):
 
 
 def reverse_pagerank(
-    graph: CSCGraph,
+    graph: CSCGraph | DiskCSC,
     *,
     iterations: int,
     damping: float,
@@ -105,12 +110,12 @@ def reverse_pagerank(
     per_neighbour = 1.0 if fanout is None else float(fanout)
     pass_on = (per_neighbour / in_degree.clamp(min=1.0)).clamp(max=1.0)
     pass_on[in_degree == 0] = 0.0
-    row = graph.row
     in_deg_long = graph.in_degree()
     for _ in range(iterations):
         share = score * pass_on
         pulled = torch.zeros(n, dtype=torch.float64)
-        pulled.index_add_(0, row, share.repeat_interleave(in_deg_long, output_size=row.numel()))
+        for v0, v1, row in graph.column_chunks():  # in edge order, so the sums add up in the same order
+            pulled.index_add_(0, row, share[v0:v1].repeat_interleave(in_deg_long[v0:v1], output_size=row.numel()))
         if fanout is not None:
             pulled /= max(float(pulled.sum()), torch.finfo(torch.float64).tiny)
         score = pulled.mul_(damping).add_((1.0 - damping) / n)
@@ -134,7 +139,7 @@ def _user_scores(path: str, num_nodes: int) -> torch.Tensor:
 
 
 def compute_scores(
-    graph: CSCGraph,
+    graph: CSCGraph | DiskCSC,
     spec: ScoreSpec,
     *,
     train_ids: torch.Tensor | None = None,

@@ -58,7 +58,13 @@ class DatasetManifest(BaseModel):
     score: dict[str, object] = Field(description="the ScoreSpec used, plus its label")
     arrays: dict[str, ArrayInfo]
     timings_s: dict[str, float] = Field(default_factory=dict)
-    peak_rss_bytes: int = 0
+    peak_rss_bytes: int = Field(0, description="peak resident memory of the preparing process")
+    memory_budget_bytes: int | None = Field(
+        None, description="the memory budget it was prepared under; None: the unbounded in-memory path"
+    )
+    preparation: dict[str, object] = Field(
+        default_factory=dict, description="how: path, peak memory after each step, chunks and spill per step"
+    )
 
     @property
     def feature_row_bytes(self) -> int:

@@ -1,4 +1,10 @@
-"""The preparation pipeline: read a source, build CSC, score, reorder, write atomically."""
+"""The preparation pipeline: read a source, build CSC, score, reorder, write atomically.
+
+Two paths give the same bytes. Under a memory budget (the default: half of the machine's
+memory) the out-of-core path (`out_of_core.py`) streams every step through spill files in
+the dataset's temporary directory; with `memory_budget="unlimited"` the in-memory path
+below holds the whole graph and its features (about 3x the dataset's bytes at its peak).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import datetime as dt
 import resource
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -14,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.graph_data import SPLIT_NAMES, GraphData
-from graphtier.service.hotness import Reordering, ScoreSpec, compute_scores, reorder_by_score
+from graphtier.service.hotness import ScoreSpec, compute_scores, reorder_by_score
+from graphtier.service.prepared.budget import MemoryPlan, parse_memory_budget
 from graphtier.service.prepared.catalog import DatasetWriter, default_dataset_root, validate_name
 from graphtier.service.prepared.manifest import DatasetManifest
 
@@ -33,6 +41,13 @@ class PrepareConfig(BaseModel):
     source_options: dict[str, object] = Field(default_factory=dict)
     root: Path | None = Field(None, description="dataset root; default $GRAPHTIER_HOME/datasets")
     overwrite: bool = False
+    memory_budget: str | int = Field(
+        "auto", description="peak memory allowed: a size ('3GiB'), a share of memory ('40%'), 'auto' (half of "
+        "the machine's memory) or 'unlimited' (the in-memory path)"
+    )
+    work_bytes: int | None = Field(
+        None, ge=1, description="out-of-core working memory, bypassing the measurement (tests use it to force many chunks)"
+    )
 
 
 class StepClock:
@@ -41,6 +56,7 @@ class StepClock:
     def __init__(self, observer: StepCallback | None = None) -> None:
         self.observer = observer
         self.timings: dict[str, float] = {}
+        self.peaks: dict[str, int] = {}  # peak RSS so far, at the end of each step
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -49,6 +65,7 @@ class StepClock:
         start = time.perf_counter()
         yield
         self.timings[name] = round(time.perf_counter() - start, 3)
+        self.peaks[name] = peak_rss_bytes()
         if self.observer:
             self.observer(name, "done")
 
@@ -56,6 +73,19 @@ class StepClock:
 def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@dataclass
+class PreparedContent:
+    """What either path found out about the graph it wrote, for the manifest."""
+
+    num_nodes: int
+    num_edges: int
+    feature_dim: int
+    num_classes: int
+    split_sizes: dict[str, int]
+    description: dict[str, object]
+    details: dict[str, object] = field(default_factory=dict)
 
 
 def load_graph(config: PrepareConfig) -> GraphData:
@@ -67,10 +97,55 @@ def load_graph(config: PrepareConfig) -> GraphData:
 def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = None) -> DatasetManifest:
     """Run the whole pipeline; on any error or interrupt nothing is left under the name."""
     validate_name(config.name)
+    budget = parse_memory_budget(config.memory_budget)
     root = Path(config.root) if config.root else default_dataset_root()
     clock = StepClock(observer)
     started = time.perf_counter()
+    # Import both paths before the temporary directory exists: an interrupt that lands inside an
+    # import can make the interpreter exit by SIGINT instead of through our clean-up and status.
+    import graphtier.service.sources  # noqa: F401
+    from graphtier.service.prepared.out_of_core import prepare_out_of_core
+
     writer = DatasetWriter(root, config.name, overwrite=config.overwrite)  # fails early on an existing name
+    with writer:
+        if budget is None:
+            content = _prepare_in_memory(config, writer, clock)
+        else:
+            plan = MemoryPlan.start(budget, work_bytes=config.work_bytes)
+            content = prepare_out_of_core(config, writer, clock, plan)
+        clock.timings["total"] = round(time.perf_counter() - started, 3)
+        manifest = DatasetManifest(
+            name=config.name,
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            source=config.source,
+            source_description={**content.description, "options": config.source_options},
+            undirected=config.undirected,
+            num_nodes=content.num_nodes,
+            num_edges=content.num_edges,
+            feature_dim=content.feature_dim,
+            num_classes=content.num_classes,
+            split_sizes=content.split_sizes,
+            score={**config.score.model_dump(), "label": config.score.label()},
+            arrays=dict(writer.arrays),
+            timings_s=dict(clock.timings),
+            peak_rss_bytes=peak_rss_bytes(),
+            memory_budget_bytes=budget,
+            preparation={
+                "path": "in-memory" if budget is None else "out-of-core",
+                "peak_rss_after_step_bytes": dict(clock.peaks),
+                **content.details,
+            },
+        )
+        writer.commit(manifest)
+    return manifest
+
+
+def split_sizes(splits: dict[str, torch.Tensor]) -> dict[str, int]:
+    return {split: int(splits[split].numel()) if split in splits else 0 for split in SPLIT_NAMES}
+
+
+def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: StepClock) -> PreparedContent:
+    """The unbounded path: the whole edge list, CSC and features in memory."""
     with clock.step("read source"):
         data = load_graph(config)
     with clock.step("build CSC"):
@@ -82,44 +157,40 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     with clock.step("reorder"):
         reordering = reorder_by_score(graph, scores)
         del graph
-    with writer:
-        with clock.step("write arrays"):
-            _write_arrays(writer, data, reordering, scores)
-        clock.timings["total"] = round(time.perf_counter() - started, 3)
-        manifest = DatasetManifest(
-            name=config.name,
-            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            source=config.source,
-            source_description={**data.description, "options": config.source_options},
-            undirected=config.undirected,
-            num_nodes=reordering.graph.num_nodes,
-            num_edges=reordering.graph.num_edges,
-            feature_dim=0 if data.features is None else int(data.features.shape[1]),
-            num_classes=data.num_classes,
-            split_sizes={split: int(data.splits[split].numel()) if split in data.splits else 0 for split in SPLIT_NAMES},
-            score={**config.score.model_dump(), "label": config.score.label()},
-            arrays=dict(writer.arrays),
-            timings_s=dict(clock.timings),
-            peak_rss_bytes=peak_rss_bytes(),
-        )
-        writer.commit(manifest)
-    return manifest
+    with clock.step("write arrays"):
+        writer.write("colptr", reordering.graph.colptr)
+        writer.write("row", reordering.graph.row)
+        if data.features is not None:
+            writer.write_rows("features", data.features, reordering.new_to_old)
+        write_node_arrays(writer, data.labels, data.splits, reordering.new_to_old, reordering.old_to_new, scores,
+                          data.original_ids)
+    return PreparedContent(
+        num_nodes=reordering.graph.num_nodes,
+        num_edges=reordering.graph.num_edges,
+        feature_dim=0 if data.features is None else int(data.features.shape[1]),
+        num_classes=data.num_classes,
+        split_sizes=split_sizes(data.splits),
+        description=data.description,
+    )
 
 
-def _write_arrays(writer: DatasetWriter, data: GraphData, reordering: Reordering, scores: torch.Tensor) -> None:
-    """Every array in the reordered id space; features are permuted chunk by chunk while written."""
-    old_to_new, new_to_old = reordering.old_to_new, reordering.new_to_old
-    writer.write("colptr", reordering.graph.colptr)
-    writer.write("row", reordering.graph.row)
-    if data.features is not None:
-        writer.write_rows("features", data.features, new_to_old)
-    if data.labels is not None:
-        writer.write("labels", data.labels[new_to_old])
+def write_node_arrays(
+    writer: DatasetWriter,
+    labels: torch.Tensor | None,
+    splits: dict[str, torch.Tensor],
+    new_to_old: torch.Tensor,
+    old_to_new: torch.Tensor,
+    scores: torch.Tensor,
+    original_ids: torch.Tensor | None,
+) -> None:
+    """The per-node arrays, in the reordered id space (the same for both paths)."""
+    if labels is not None:
+        writer.write("labels", labels[new_to_old])
     for split in SPLIT_NAMES:
-        ids = data.splits.get(split, torch.empty(0, dtype=torch.int64))
+        ids = splits.get(split, torch.empty(0, dtype=torch.int64))
         writer.write(f"{split}_ids", old_to_new[ids].sort().values)
     writer.write("new_to_old", new_to_old)
     writer.write("old_to_new", old_to_new)
     writer.write("scores", scores[new_to_old])
-    if data.original_ids is not None:
-        writer.write("original_ids", data.original_ids)
+    if original_ids is not None:
+        writer.write("original_ids", original_ids)

@@ -13,15 +13,19 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphtier.service.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import GraphData
+from graphtier.service.graph.streamed import StreamedGraph
 from graphtier.service.sources.edge_list import load_edge_list
 from graphtier.service.sources.npz import load_npz
 from graphtier.service.sources.ogb import load_ogb
 from graphtier.service.sources.planetoid import load_planetoid
 from graphtier.service.sources.split import ensure_split
+
+if TYPE_CHECKING:
+    from graphtier.service.prepared.budget import MemoryPlan
 
 SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
 SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")
@@ -70,13 +74,7 @@ def _generate(target: str, options: dict[str, Any]) -> GraphData:
     return generate_rmat(**options)
 
 
-def load_source(spec: str, **options: Any) -> GraphData:
-    """Load the dataset named by `spec` and give it a split (see module docstring).
-
-    Raises `DatasetSourceError` for an unknown scheme, a missing path, an option the reader
-    does not take, and anything the reader itself rejects.
-    """
-    scheme, target = _parse(spec)
+def _check_options(scheme: str, options: dict[str, Any]) -> None:
     valid = reader_options(scheme)
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -85,6 +83,33 @@ def load_source(spec: str, **options: Any) -> GraphData:
             f"option(s) {', '.join(unknown)} not accepted by {scheme}: sources",
             fix=f"valid options: {', '.join(valid)}",
         )
+
+
+def load_source_stream(spec: str, spill_dir: Path, plan: MemoryPlan, **options: Any) -> StreamedGraph:
+    """`load_source` for preparation under a memory budget: the synthetic generator draws its
+    edges and features in chunks into spill files under `spill_dir` (the same bytes as
+    `load_source`); the file readers load whole, and their graph is wrapped as chunk streams.
+    `plan` learns the node count before anything O(E) is held."""
+    scheme, target = _parse(spec)
+    if scheme != "synthetic" or target not in SYNTHETIC_GENERATORS:
+        graph = StreamedGraph.from_graph_data(load_source(spec, **options))
+        plan.reserve_nodes(graph.num_nodes)
+        return graph
+    _check_options(scheme, options)
+    from graphtier.service.sources.synthetic_stream import stream_rmat
+
+    generator_options = {k: v for k, v in options.items() if k != "split_seed"}  # the generator makes its own split
+    return stream_rmat(spill_dir, plan, **generator_options)
+
+
+def load_source(spec: str, **options: Any) -> GraphData:
+    """Load the dataset named by `spec` and give it a split (see module docstring).
+
+    Raises `DatasetSourceError` for an unknown scheme, a missing path, an option the reader
+    does not take, and anything the reader itself rejects.
+    """
+    scheme, target = _parse(spec)
+    _check_options(scheme, options)
     split: dict[str, Any] = {k: options[k] for k in SPLIT_OPTIONS[:3] if k in options}
     if "split_seed" in options:
         split["seed"] = options.pop("split_seed")

@@ -1,10 +1,13 @@
 """The chunked R-MAT generator: the reference draws, in memory or streamed to spill files."""
 
+import numpy as np
 import pytest
 import torch
 
+from graphtier.service.prepared.budget import MemoryPlan
 from graphtier.service.sources import rmat_bits
-from graphtier.service.sources.synthetic import rmat_edges, rmat_feature_chunks
+from graphtier.service.sources.synthetic import generate_rmat, rmat_edges, rmat_feature_chunks
+from graphtier.service.sources.synthetic_stream import stream_rmat
 
 
 def _reference_rmat_edges(scale, num_edges, generator, a, b, c):
@@ -42,3 +45,25 @@ def test_features_in_chunks_of_16_rows_are_the_rows_drawn_at_once():
     for rows in (16, 48, 256):
         parts = rmat_feature_chunks(torch.Generator().manual_seed(1), labels, centroids, 3.0, rows)
         assert torch.equal(torch.cat([chunk for _, chunk in parts]), whole)
+
+
+@pytest.mark.parametrize(
+    "options, work",
+    [({"scale": 3, "feature_dim": 3, "num_classes": 2}, 1000), ({"scale": 10, "feature_dim": 8}, 20_000),
+     ({"scale": 11, "feature_dim": 5, "seed": 3, "homophily": 0.3, "edge_factor": 5}, 1 << 30)],
+)
+def test_streamed_generator_gives_the_in_memory_graph(tmp_path, options, work):
+    plan = MemoryPlan.start(1 << 40, work_bytes=work)
+    streamed = stream_rmat(tmp_path, plan, **options)
+    whole = generate_rmat(**options)
+    src, dst = (torch.cat(part) for part in zip(*streamed.edges.chunks(777)))
+    assert torch.equal(src, whole.src) and torch.equal(dst, whole.dst)
+    assert torch.equal(torch.cat([rows for _, rows in streamed.features.chunks(100)]), whole.features)
+    assert torch.equal(streamed.labels, whole.labels) and streamed.description == whole.description
+    assert streamed.splits.keys() == whole.splits.keys()
+    assert all(torch.equal(streamed.splits[k], whole.splits[k]) for k in whole.splits)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rmat-dst.i32", "rmat-features.f32", "rmat-src.i32"]
+    assert np.fromfile(tmp_path / "rmat-src.i32", np.int32).size == whole.num_edges
+    streamed.edges.release()
+    streamed.features.release()
+    assert list(tmp_path.iterdir()) == []

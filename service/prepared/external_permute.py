@@ -1,0 +1,108 @@
+"""Applying the hotness permutation out of core: structure and features, written front to back.
+
+Both are one primitive, `ExternalScatter`: rows arrive in source order with the position
+each takes in the output; they are appended to the spill file of the output range
+("bucket") they fall in, then each bucket is loaded, placed into a buffer and written, in
+order, to the dataset file. Every read and write of the data is sequential, so it runs at
+disk speed even when the data is many times the memory. When the whole output fits the
+working memory it is placed into one buffer directly and nothing is spilled.
+
+The structure is the permutation of `hotness.reorder.permute_csc`: the entries of old
+column v move, in their order, to new column `old_to_new[v]`, so an entry's new position
+is the new column's start plus its offset inside the old column, and its value is the
+relabelled source `old_to_new[u]`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphtier.service.graph.streamed import FileRows, TensorRows
+from graphtier.service.prepared.budget import MemoryPlan
+from graphtier.service.prepared.external_sort import DiskCSC
+from graphtier.service.prepared.npy_io import NpyStreamWriter
+from graphtier.service.prepared.spill import BucketSpill, as_numpy
+
+CHUNK_SHARE = 0.2  # of the working memory, for the chunk being distributed
+STRUCTURE_CHUNK_BYTES = 96  # per entry: row, expanded offsets, positions, values, bucket ids, grouping
+
+
+class ExternalScatter:
+    """`out[positions] = values` for a permutation of `num_rows` rows, written in order to an `NpyStreamWriter`."""
+
+    def __init__(self, spill_dir: Path, name: str, num_rows: int, row_shape: tuple[int, ...], dtype, work_bytes: int):
+        self.num_rows, self.row_shape, self.dtype = num_rows, tuple(row_shape), np.dtype(dtype)
+        row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+        # a bucket is loaded (values + 4-byte positions) and placed into a buffer of its rows
+        self.rows_per_bucket = max(1, int(work_bytes // (2 * row_bytes + 4)))
+        self.num_buckets = max(1, math.ceil(num_rows / self.rows_per_bucket))
+        if num_rows * row_bytes <= work_bytes:
+            self.num_buckets, self.rows_per_bucket = 1, max(1, num_rows)
+        self.buffer = np.empty((num_rows, *self.row_shape), self.dtype) if self.num_buckets == 1 else None
+        fields = {"pos": (np.dtype(np.int32), ()), "value": (self.dtype, self.row_shape)}
+        self.spill = None if self.buffer is not None else BucketSpill(spill_dir, name, self.num_buckets, fields)
+
+    def add(self, positions: torch.Tensor, values: torch.Tensor | np.ndarray) -> None:
+        if self.buffer is not None:
+            self.buffer[as_numpy(positions)] = as_numpy(values)
+            return
+        bucket = positions // self.rows_per_bucket
+        local = (positions - bucket * self.rows_per_bucket).to(torch.int32)
+        self.spill.add(bucket.numpy(), pos=local, value=values)
+
+    def finish(self, out: NpyStreamWriter) -> dict[str, int]:
+        if self.buffer is not None:
+            out.write(self.buffer)
+            self.buffer = None
+            return {"buckets": 1, "spilled_bytes": 0}
+        for b in range(self.num_buckets):
+            records = self.spill.take(b)
+            count = min(self.rows_per_bucket, self.num_rows - b * self.rows_per_bucket)
+            if records["pos"].size != count:
+                raise RuntimeError(f"bucket {b} of {out.path.name} got {records['pos'].size} rows, expected {count}")
+            block = np.empty((count, *self.row_shape), self.dtype)
+            block[records["pos"]] = records["value"]
+            del records
+            out.write(block)
+            del block  # before the next bucket is loaded, not after
+        return {"buckets": self.num_buckets, "spilled_bytes": self.spill.bytes_written}
+
+
+def new_colptr(csc: DiskCSC, new_to_old: torch.Tensor) -> torch.Tensor:
+    colptr = torch.zeros_like(csc.colptr)
+    torch.cumsum(csc.in_degree()[new_to_old], 0, out=colptr[1:])
+    return colptr
+
+
+def permute_structure(
+    csc: DiskCSC, colptr: torch.Tensor, old_to_new: torch.Tensor, out: NpyStreamWriter, spill_dir: Path, plan: MemoryPlan
+) -> dict[str, int]:
+    """Write the reordered `row` (see the module docstring) to `out`; `colptr` is the new one."""
+    in_degree = csc.in_degree()
+    shift = colptr[:-1][old_to_new] - csc.colptr[:-1]  # new start - old start, per old column
+    chunk = plan.units(STRUCTURE_CHUNK_BYTES, share=CHUNK_SHARE)
+    scatter = ExternalScatter(spill_dir, "row", csc.num_edges, (), np.int64, plan.units(1, share=1 - CHUNK_SHARE))
+    for v0, v1, row in csc.column_chunks(chunk):
+        first = int(csc.colptr[v0])
+        positions = shift[v0:v1].repeat_interleave(in_degree[v0:v1], output_size=row.numel())
+        positions += torch.arange(first, first + row.numel())
+        scatter.add(positions, old_to_new[row])
+    return scatter.finish(out)
+
+
+def permute_rows(
+    rows: TensorRows | FileRows, old_to_new: torch.Tensor, out: NpyStreamWriter, spill_dir: Path, plan: MemoryPlan
+) -> dict[str, int]:
+    """Write `rows[new_to_old]` (row i of the output is source row new_to_old[i]) to `out`."""
+    row_bytes = np.dtype(rows.dtype).itemsize * int(np.prod(rows.row_shape, dtype=np.int64))
+    chunk = plan.units(3 * row_bytes + 24, share=CHUNK_SHARE, cap=1 << 20)
+    scatter = ExternalScatter(
+        spill_dir, "features", rows.num_rows, rows.row_shape, rows.dtype, plan.units(1, share=1 - CHUNK_SHARE)
+    )
+    for start, block in rows.chunks(chunk):
+        scatter.add(old_to_new[start : start + block.shape[0]], block)
+    return scatter.finish(out)

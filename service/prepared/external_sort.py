@@ -1,0 +1,143 @@
+"""The CSC structure built out of core: an on-disk counting sort of the edge list.
+
+Same result as `graph.csc.build_csc` (the sorted distinct keys `dst * N + src`, cut into
+columns), in three passes over the edge stream's chunks:
+
+1. count every destination's incoming entries (duplicates and reverse edges included);
+2. cut the destinations into contiguous ranges ("buckets") whose entries fit the working
+   memory, and append every key to its bucket's spill file;
+3. per bucket, in destination order: load its keys, sort, drop duplicates, split into
+   (destination, source), count the column lengths and append the sources to the row file.
+
+With one bucket (the graph fits) the keys stay in memory and no bucket file is written.
+`DiskCSC` is the result: colptr in memory, row in a spill file read column range by range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphtier.service.graph.streamed import FileEdges, TensorEdges
+from graphtier.service.prepared.budget import MemoryPlan
+from graphtier.service.prepared.spill import BucketSpill, SpillArray
+
+DISTRIBUTE_BYTES_PER_EDGE = 112  # an edge chunk: ids read and relabelled, two keys, bucket ids, grouping
+SORT_BYTES_PER_KEY = 40  # a bucket: keys, dedup mask, distinct keys, destination, row
+SCAN_BYTES_PER_EDGE = 32  # a column range read for scoring: row, expanded shares
+MAX_CHUNK = 1 << 22
+
+
+def column_ranges(colptr: torch.Tensor, max_edges: int) -> list[tuple[int, int]]:
+    """Consecutive column ranges [v0, v1) holding at most `max_edges` entries each (one longer column alone)."""
+    offsets = colptr.numpy()
+    num_columns = offsets.size - 1
+    ranges, v = [], 0
+    while v < num_columns:
+        w = int(np.searchsorted(offsets, offsets[v] + max_edges, side="right")) - 1
+        w = min(max(w, v + 1), num_columns)
+        ranges.append((v, w))
+        v = w
+    return ranges
+
+
+class DiskCSC:
+    """A CSC graph whose `row` is a spill file; walks it in column ranges of at most `chunk_edges` entries."""
+
+    def __init__(self, colptr: torch.Tensor, row: SpillArray, chunk_edges: int) -> None:
+        self.colptr, self.row, self.chunk_edges = colptr, row, chunk_edges
+
+    @property
+    def num_nodes(self) -> int:
+        return self.colptr.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.colptr[-1])
+
+    def in_degree(self) -> torch.Tensor:
+        return self.colptr[1:] - self.colptr[:-1]
+
+    def column_chunks(self, max_edges: int | None = None) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(v0, v1, sources of the edges into columns v0..v1-1), range after range."""
+        for v0, v1 in column_ranges(self.colptr, max_edges or self.chunk_edges):
+            yield v0, v1, torch.from_numpy(self.row.read(int(self.colptr[v0]), int(self.colptr[v1])))
+
+    def out_degree(self) -> torch.Tensor:
+        degree = torch.zeros(self.num_nodes, dtype=torch.int64)
+        for _, _, row in self.column_chunks():
+            degree += torch.bincount(row, minlength=self.num_nodes)
+        return degree
+
+    def release(self) -> None:
+        self.row.delete()
+
+
+def _count_entries(edges: TensorEdges | FileEdges, num_nodes: int, undirected: bool, chunk: int) -> torch.Tensor:
+    counts = torch.zeros(num_nodes, dtype=torch.int64)
+    for src, dst in edges.chunks(chunk):
+        counts += torch.bincount(dst, minlength=num_nodes)
+        if undirected:
+            counts += torch.bincount(src, minlength=num_nodes)
+    return counts
+
+
+def _sorted_distinct(keys: np.ndarray) -> np.ndarray:
+    keys.sort()
+    if keys.size < 2:
+        return keys
+    keep = np.empty(keys.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
+def build_csc_external(
+    edges: TensorEdges | FileEdges, num_nodes: int, *, undirected: bool, spill_dir: Path, plan: MemoryPlan
+) -> tuple[DiskCSC, dict[str, object]]:
+    """The deduplicated CSC of `edges` (plus every reverse edge when `undirected`), see the module docstring."""
+    n = num_nodes
+    chunk = plan.units(DISTRIBUTE_BYTES_PER_EDGE, share=0.2, cap=MAX_CHUNK)
+    entries = _count_entries(edges, n, undirected, chunk)
+    total = int(entries.sum())
+    per_bucket = plan.units(SORT_BYTES_PER_KEY, share=0.8)
+    entry_ptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(entries, 0, out=entry_ptr[1:])
+    del entries
+    buckets = column_ranges(entry_ptr, per_bucket)
+    bucket_starts = torch.tensor([v0 for v0, _ in buckets], dtype=torch.int64)
+
+    in_memory = np.empty(total if len(buckets) == 1 else 0, dtype=np.int64)
+    spill = None if len(buckets) == 1 else BucketSpill(spill_dir, "csc-keys", len(buckets), {"key": (np.int64, ())})
+    filled = 0
+    for src, dst in edges.chunks(chunk):
+        for owner, other in ((dst, src), (src, dst)) if undirected else ((dst, src),):
+            keys = owner * n + other
+            if spill is None:
+                in_memory[filled : filled + keys.numel()] = keys.numpy()
+                filled += keys.numel()
+            else:
+                spill.add((torch.searchsorted(bucket_starts, owner, right=True) - 1).numpy(), key=keys)
+    edges.release()
+
+    row = SpillArray(Path(spill_dir) / "csc-row.i64", np.int64)
+    degree = torch.zeros(n, dtype=torch.int64)
+    for b, (v0, v1) in enumerate(buckets):
+        keys = in_memory if spill is None else spill.take(b)["key"]
+        in_memory = np.empty(0, dtype=np.int64)
+        keys = _sorted_distinct(keys)
+        dst = keys // n
+        keys -= dst * n
+        if v0:
+            dst -= v0
+        degree[v0:v1] = torch.from_numpy(np.bincount(dst, minlength=v1 - v0))
+        del dst
+        row.append(keys)
+        del keys
+    colptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(degree, 0, out=colptr[1:])
+    stats = {"entries": total, "buckets": len(buckets), "spilled_bytes": 0 if spill is None else spill.bytes_written}
+    return DiskCSC(colptr, row, plan.units(SCAN_BYTES_PER_EDGE, share=0.5, cap=4 * MAX_CHUNK)), stats

@@ -1,0 +1,82 @@
+"""The synthetic R-MAT graph generated in chunks, under a memory budget, into spill files.
+
+It draws exactly the numbers `synthetic.generate_rmat` draws, in the same order, so the
+two give the same graph byte for byte. The bit planes of the R-MAT levels
+(`rmat_bits`) go to a spill file; a final pass reads them back chunk by chunk, assembles
+the ids, rewires, drops self loops and writes the edges (int32, before the random
+relabelling, which is applied on read).
+Features are drawn in chunks (see `synthetic.feature_chunk_rows`) into a spill file.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphtier.service.graph.streamed import FileEdges, FileRows, StreamedGraph
+from graphtier.service.prepared.budget import MemoryPlan
+from graphtier.service.prepared.spill import SpillArray
+from graphtier.service.sources import rmat_bits
+from graphtier.service.sources import synthetic as rmat
+
+# Working bytes per edge of a chunk: 2 uniforms, masks, 2 x scale unpacked bits, int64 ids.
+EDGE_CHUNK_BYTES = 160
+FEATURE_CHUNK_OVERHEAD = 3  # a feature chunk, its centroid rows and the spill write
+
+
+def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> StreamedGraph:
+    """`generate_rmat(**options)` as a `StreamedGraph` whose edges and features are spill files."""
+    bound = inspect.signature(rmat.generate_rmat).bind(**options)
+    bound.apply_defaults()
+    opt = dict(bound.arguments)
+    scale, edge_factor, num_classes, feature_dim = (int(opt[k]) for k in ("scale", "edge_factor", "num_classes", "feature_dim"))
+    homophily, noise = float(opt["homophily"]), float(opt["feature_noise"])
+    fractions = {"train": opt["train_fraction"], "val": opt["val_fraction"], "test": opt["test_fraction"]}
+    rmat.check_rmat_options(scale, edge_factor, num_classes, feature_dim, homophily, noise, fractions)
+    num_nodes = 1 << scale
+    num_edges = edge_factor * num_nodes
+    plan.reserve_nodes(num_nodes)
+    chunk = plan.units(EDGE_CHUNK_BYTES + 2 * scale, cap=rmat_bits.DEFAULT_CHUNK, multiple=8)
+    spill_dir = Path(spill_dir)
+
+    gen = torch.Generator().manual_seed(int(opt["seed"]))
+    src_planes = SpillArray(spill_dir / "rmat-src.bits", np.uint8)
+    dst_planes = SpillArray(spill_dir / "rmat-dst.bits", np.uint8)
+    abc = {"a": rmat.RMAT_A, "b": rmat.RMAT_B, "c": rmat.RMAT_C}
+    rmat_bits.draw_bit_planes(gen, scale, num_edges, src_planes, dst_planes, chunk=chunk, **abc)
+
+    starts, sizes = rmat.community_bounds(num_nodes, num_classes)
+    src_file = SpillArray(spill_dir / "rmat-src.i32", np.int32)
+    dst_file = SpillArray(spill_dir / "rmat-dst.i32", np.int32)
+    for start in range(0, num_edges, chunk):
+        count = min(chunk, num_edges - start)
+        src = rmat_bits.assemble_ids(src_planes, scale, num_edges, start, count)
+        dst = rmat_bits.assemble_ids(dst_planes, scale, num_edges, start, count)
+        rmat.rewire_edges(src, dst, torch.rand(count, generator=gen), starts, sizes, homophily)
+        keep = src != dst
+        src_file.append(src[keep].to(torch.int32))
+        dst_file.append(dst[keep].to(torch.int32))
+    src_planes.delete()
+    dst_planes.delete()
+    relabel = torch.randperm(num_nodes, generator=gen)
+    labels = torch.empty(num_nodes, dtype=torch.int64)
+    labels[relabel] = torch.bucketize(torch.arange(num_nodes), starts[1:], right=True)
+
+    centroids = torch.randn(num_classes, feature_dim, generator=gen)
+    features = SpillArray(spill_dir / "rmat-features.f32", np.float32, (feature_dim,))
+    rows = rmat.feature_chunk_rows(num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.5, cap=1 << 16))
+    for _, block in rmat.rmat_feature_chunks(gen, labels, centroids, noise, rows):
+        features.append(block)
+
+    return StreamedGraph(
+        num_nodes=num_nodes,
+        edges=FileEdges(src_file, dst_file, relabel),
+        features=FileRows(features, (feature_dim,), np.float32),
+        labels=labels,
+        splits=rmat.rmat_split(gen, num_nodes, fractions, scale),
+        origin="synthetic:rmat",
+        description=rmat.rmat_description(opt),
+    )
