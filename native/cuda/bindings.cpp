@@ -41,6 +41,7 @@ int64_t tiered_gather(const at::Tensor& sorted_ids, const at::Tensor& positions,
   t.num_devices = static_cast<int32_t>(devices);
   t.row_bytes = static_cast<int32_t>(row_bytes);
   const c10::cuda::CUDAGuard guard(out.device());
+  (void)cudaGetLastError();  // a stale, non-sticky error of earlier work is not this launch's
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(out.device().index()).stream();
   return launch_tiered_gather(t, sorted_ids.data_ptr<int64_t>(), positions.data_ptr<int64_t>(),
                               sorted_ids.numel(), static_cast<char*>(out.data_ptr()),

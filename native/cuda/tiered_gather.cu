@@ -83,12 +83,21 @@ __global__ void tiered_gather_kernel(const GatherTable t, const int64_t* __restr
   }
 }
 
+// 4-byte stores are safe when every row starts 4-byte aligned at the source and the destination.
+bool word_aligned(const GatherTable& t, const char* out) {
+  uintptr_t bits = reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(t.replicated) |
+                   reinterpret_cast<uintptr_t>(t.host) | reinterpret_cast<uintptr_t>(t.staged) |
+                   static_cast<uintptr_t>(t.row_bytes);
+  for (int d = 0; d < t.num_devices; ++d) bits |= reinterpret_cast<uintptr_t>(t.interleaved[d]);
+  return (bits & 3) == 0;
+}
+
 template <int G>
 cudaError_t launch_group(const GatherTable& t, const int64_t* ids, const int64_t* pos, int64_t n,
                          char* out, int max_blocks, int threads, cudaStream_t stream) {
   const int64_t wanted = (n * G + threads - 1) / threads;
   const int blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
-  if (t.row_bytes % 4 == 0) {
+  if (word_aligned(t, out)) {
     tiered_gather_kernel<G, true><<<blocks, threads, 0, stream>>>(t, ids, pos, n, out);
   } else {
     tiered_gather_kernel<G, false><<<blocks, threads, 0, stream>>>(t, ids, pos, n, out);

@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from graphtier.service.gpu.runtime import CudaError, check, cudart, device_of_pci_bus_id, pci_bus_id, set_device
+from graphtier.service.gpu.runtime import CudaError, check, cudart, device_of_pci_bus_id, on_device, pci_bus_id
 
 ALLOCATION_ALIGN = 2 << 20
 IPC_HANDLE_BYTES = 64
@@ -44,9 +44,9 @@ class DeviceAllocation:
         self.nbytes = nbytes
         self.padded_bytes = -(-nbytes // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
         self.pci_bus_id = pci_bus_id(device)
-        set_device(device)
-        self.ptr = int(check(cudart().cudaMalloc(self.padded_bytes),
-                             f"cudaMalloc of {self.padded_bytes} bytes for {label} on GPU {device}"))  # fmt: skip
+        with on_device(device):
+            self.ptr = int(check(cudart().cudaMalloc(self.padded_bytes),
+                                 f"cudaMalloc of {self.padded_bytes} bytes for {label} on GPU {device}"))  # fmt: skip
         self.owner_pid = os.getpid()
 
     def copy_from_host(self, offset: int, host_ptr: int, nbytes: int) -> None:
@@ -54,19 +54,20 @@ class DeviceAllocation:
         if offset < 0 or offset + nbytes > self.nbytes:
             raise CudaError(f"{self.label}: copy of {nbytes} bytes at offset {offset} is outside {self.nbytes} bytes")
         rt = cudart()
-        set_device(self.device)
-        check(rt.cudaMemcpy(self.ptr + offset, host_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
-              f"filling {self.label} on GPU {self.device}")  # fmt: skip
+        with on_device(self.device):
+            check(rt.cudaMemcpy(self.ptr + offset, host_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
+                  f"filling {self.label} on GPU {self.device}")  # fmt: skip
 
     def ipc_handle(self) -> bytes:
-        set_device(self.device)
-        return _handle_bytes(check(cudart().cudaIpcGetMemHandle(self.ptr), f"cudaIpcGetMemHandle of {self.label}"))
+        with on_device(self.device):
+            raw = check(cudart().cudaIpcGetMemHandle(self.ptr), f"cudaIpcGetMemHandle of {self.label}")
+        return _handle_bytes(raw)
 
     def close(self) -> None:
         if self.ptr:
-            set_device(self.device)
             ptr, self.ptr = self.ptr, 0
-            check(cudart().cudaFree(ptr), f"cudaFree of {self.label}")
+            with on_device(self.device):
+                check(cudart().cudaFree(ptr), f"cudaFree of {self.label}")
 
 
 @dataclass
@@ -102,9 +103,9 @@ class OpenedHandles:
             opened = self._open.get(key)
             if opened is None:
                 rt = cudart()
-                set_device(device)
-                ptr = check(rt.cudaIpcOpenMemHandle(_handle_from_bytes(handle), rt.cudaIpcMemLazyEnablePeerAccess),
-                            f"cudaIpcOpenMemHandle of {label} on GPU {device} (is the daemon that owns it alive?)")  # fmt: skip
+                with on_device(device):
+                    ptr = check(rt.cudaIpcOpenMemHandle(_handle_from_bytes(handle), rt.cudaIpcMemLazyEnablePeerAccess),
+                                f"cudaIpcOpenMemHandle of {label} on GPU {device} (is the daemon that owns it alive?)")  # fmt: skip
                 opened = self._open[key] = _Opened(ptr=int(ptr), device=device, users=0)
             opened.users += 1
             return opened.ptr
@@ -120,8 +121,8 @@ class OpenedHandles:
             opened.users -= 1
             if opened.users == 0:
                 del self._open[(handle, device)]
-                set_device(device)
-                check(cudart().cudaIpcCloseMemHandle(opened.ptr), f"cudaIpcCloseMemHandle of {label}")
+                with on_device(device):
+                    check(cudart().cudaIpcCloseMemHandle(opened.ptr), f"cudaIpcCloseMemHandle of {label}")
 
     def count(self) -> int:
         with self._lock:
@@ -138,6 +139,11 @@ def opened_handles() -> OpenedHandles:
         if not _opened:
             _opened.append(OpenedHandles())
         return _opened[0]
+
+
+# A forked child (a DataLoader worker, say) shares no CUDA state with its parent: it must not
+# close the parent's mappings, so it starts with an empty registry.
+os.register_at_fork(after_in_child=_opened.clear)
 
 
 def local_device_of(pci_bus: str) -> int:

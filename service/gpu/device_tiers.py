@@ -10,7 +10,11 @@ can reach), registers the host tier, and returns the `CudaFeatureTiers` the gath
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import mmap
+import os
 import time
 from collections.abc import Sequence
 
@@ -20,8 +24,10 @@ from graphtier.service.errors import GraphtierError
 from graphtier.service.gpu.device_memory import DeviceAllocation, local_device_of, opened_handles
 from graphtier.service.gpu.gather import CudaFeatureTiers
 from graphtier.service.gpu.host_registry import HostRegistration, host_registry
-from graphtier.service.gpu.runtime import can_access_peer, pci_bus_id
+from graphtier.service.gpu.runtime import CudaError, can_access_peer, pci_bus_id, read_only_registration_supported
 from graphtier.service.placement import PlacementPlan
+from graphtier.service.shm import SegmentRef
+from graphtier.service.shm.naming import segment_path
 from graphtier.service.store.handle import DeviceTierRef
 
 log = logging.getLogger("graphtier.gpu")
@@ -60,7 +66,7 @@ class DeviceTierSet:
 
     def _place(self, tier: str, slot: int, device: int, rows: torch.Tensor, label: str) -> None:
         nbytes = rows.numel()
-        alloc = DeviceAllocation(device, nbytes, f"{label} {tier} tier on GPU {device}")
+        alloc = DeviceAllocation(device, max(nbytes, 1), f"{label} {tier} tier on GPU {device}")  # a share may be empty
         self.allocations.append(alloc)
         per_chunk = max(1, _FILL_CHUNK_BYTES // max(rows.shape[1], 1))
         for first in range(0, rows.shape[0], per_chunk):
@@ -77,17 +83,26 @@ class DeviceTierSet:
         for ref in self.refs:
             opened_handles().forget_local(bytes.fromhex(ref.handle))
         allocations, self.allocations, self.refs = self.allocations, [], []
+        errors: list[BaseException] = []
         for alloc in allocations:
-            alloc.close()
+            try:
+                alloc.close()
+            except Exception as exc:  # noqa: BLE001  (free the rest, then say what failed)
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 class CudaTiersLease:
-    """What one process mapped to read a dataset's tiers on one GPU; `close()` releases it."""
+    """What one process mapped to read a dataset's tiers on GPU `device`; `close()` releases it."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: int) -> None:
+        self.device = device
         self.tiers: CudaFeatureTiers | None = None
+        self.structure: tuple[torch.Tensor, torch.Tensor] | None = None
         self._handles: list[tuple[bytes, int, str]] = []
         self._registrations: list[HostRegistration] = []
+        self._writable: list[mmap.mmap] = []
 
     def open_handle(self, ref: DeviceTierRef, device: int) -> int:
         label = f"{ref.tier} share {ref.slot}"
@@ -95,28 +110,68 @@ class CudaTiersLease:
         self._handles.append((bytes.fromhex(ref.handle), device, label))
         return ptr
 
-    def register(self, tensor: torch.Tensor, label: str) -> int:
-        reg = host_registry().register(tensor.data_ptr(), tensor.numel() * tensor.element_size(), label)
+    def register(self, tensor: torch.Tensor, label: str, ref: SegmentRef | None = None) -> int:
+        """Register the host pages of `tensor` (a read-only mapping of segment `ref`) for this GPU;
+        the device address of its first byte. A GPU that cannot register read-only memory gets a
+        writable mapping of the same segment (needs write permission on it: the daemon's user)."""
+        nbytes = tensor.numel() * tensor.element_size()
+        if read_only_registration_supported(self.device) or ref is None:
+            self._registrations.append(host_registry().register(tensor.data_ptr(), nbytes, label, device=self.device))
+            return tensor.data_ptr()
+        try:
+            fd = os.open(segment_path(ref.name), os.O_RDWR)
+        except OSError as exc:
+            raise CudaError(
+                f"cannot register {label}: GPU {self.device} cannot register read-only host memory and segment "
+                f"{ref.name} cannot be opened for writing ({exc.strerror}); run the job as the daemon's user"
+            ) from None
+        try:
+            mapping = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._writable.append(mapping)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+        reg = host_registry().register(base + ref.offset, nbytes, label, device=self.device, read_only=False)
         self._registrations.append(reg)
-        return tensor.data_ptr()
+        return base + ref.offset
 
-    def register_view(self, tensor: torch.Tensor, label: str, device: int) -> torch.Tensor:
-        """Register `tensor`'s host pages and return a CUDA view of them at the same address."""
+    def register_view(self, tensor: torch.Tensor, label: str, ref: SegmentRef | None = None) -> torch.Tensor:
+        """Register `tensor`'s host pages and return a CUDA view of the same bytes (no copy)."""
         from graphtier.service.gpu.views import cuda_view
 
         if tensor.numel() == 0:
-            return torch.empty(tensor.shape, dtype=tensor.dtype, device=f"cuda:{device}")
-        ptr = self.register(tensor, label)
-        return cuda_view(ptr, tuple(tensor.shape), tensor.dtype, device, owner=tensor)
+            return torch.empty(tensor.shape, dtype=tensor.dtype, device=f"cuda:{self.device}")
+        ptr = self.register(tensor, label, ref)
+        return cuda_view(ptr, tuple(tensor.shape), tensor.dtype, self.device, owner=tensor)
 
     def close(self) -> None:
+        """Wait for this GPU's work (a gather may still read the mappings), then release everything;
+        every release is attempted, and the first failure is raised after the last."""
         handles, self._handles = self._handles, []
         registrations, self._registrations = self._registrations, []
+        writable, self._writable = self._writable, []
+        self.tiers = self.structure = None
+        errors: list[BaseException] = []
+        if handles or registrations:
+            try:
+                torch.cuda.synchronize(self.device)
+            except Exception as exc:  # noqa: BLE001  (a sticky error must not stop the releases)
+                errors.append(exc)
         for handle, device, label in handles:
-            opened_handles().close(handle, device, label)
+            try:
+                opened_handles().close(handle, device, label)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
         for reg in registrations:
-            host_registry().release(reg)
-        self.tiers = None
+            try:
+                host_registry().release(reg)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+        for mapping in writable:
+            with contextlib.suppress(BufferError):  # a view still exported: the mapping goes with it
+                mapping.close()
+        if errors:
+            raise errors[0]
 
 
 def open_cuda_tiers(
@@ -127,9 +182,10 @@ def open_cuda_tiers(
     device: int,
     *,
     label: str,
+    resident_ref: SegmentRef | None = None,
 ) -> CudaTiersLease:
     """Map everything GPU `device` of this process needs to gather `plan`'s rows."""
-    lease = CudaTiersLease()
+    lease = CudaTiersLease(device)
     try:
         some = resident if resident is not None else storage
         if some is None:
@@ -152,11 +208,20 @@ def open_cuda_tiers(
         for ref in refs:
             if ref.tier == "replicated" and ref.slot == slot:
                 replicated = lease.open_handle(ref, device)
-            elif ref.tier == "interleaved":
-                owner = local_device_of(ref.pci_bus_id)
-                if owner == device or can_access_peer(device, owner):
-                    shares[ref.slot] = lease.open_handle(ref, device)
-        host_ptr = lease.register(resident, f"{label} host tier") if resident is not None and resident.numel() else 0
+            elif ref.tier == "interleaved" and ref.rows:
+                try:
+                    owner = local_device_of(ref.pci_bus_id)
+                    reachable = owner == device or can_access_peer(device, owner)
+                except CudaError:  # not visible here (CUDA_VISIBLE_DEVICES): IPC may still map it
+                    reachable = True
+                if reachable:
+                    try:
+                        shares[ref.slot] = lease.open_handle(ref, device)
+                    except CudaError as exc:
+                        log.warning("%s: interleaved share %d is read from the host copy: %s", label, ref.slot, exc)
+        host_ptr = 0
+        if resident is not None and resident.numel():
+            host_ptr = lease.register(resident, f"{label} host tier", resident_ref)
         lease.tiers = CudaFeatureTiers(
             device=torch.device("cuda", device),
             replicated_end=plan.replicated_end,

@@ -103,6 +103,8 @@ def count_rows(ids: torch.Tensor, tiers: CudaFeatureTiers) -> list[int]:
     rows = torch.cat([per_tier, per_share]).tolist()
     tier_rows, share_rows = rows[:4], rows[4:]
     local = share_rows[tiers.device_index]
+    if not tiers.interleaved_ptrs[tiers.device_index] and local:
+        raise GraphtierError("this GPU's own interleaved share has rows but no address")
     unreachable = sum(r for j, r in enumerate(share_rows) if not tiers.interleaved_ptrs[j])
     peer = tier_rows[1] - local - unreachable
     return [tier_rows[0], local, peer, tier_rows[2] + unreachable, tier_rows[3]]
@@ -110,7 +112,8 @@ def count_rows(ids: torch.Tensor, tiers: CudaFeatureTiers) -> list[int]:
 
 class CudaGather:
     """Gathers batches for one GPU. `sm_share` caps the grid to about that share of the SMs
-    (blocks of 1024 threads, one per SM) so a producer leaves the rest to training."""
+    (blocks of 1024 threads, one per SM) so a producer leaves the rest to training. Not
+    thread-safe: one per thread (it owns a staging buffer and a pointer table)."""
 
     def __init__(self, tiers: CudaFeatureTiers, *, sm_share: float | None = None) -> None:
         load_cuda_ops()
@@ -196,5 +199,5 @@ class CudaGather:
         self.launch(sorted_ids, positions, out, n - storage_ids.numel(), staged)
         if staged:
             self._staging_free = torch.cuda.Event()
-            self._staging_free.record()
+            self._staging_free.record(torch.cuda.current_stream(t.device))  # the stream the kernel ran on
         return TrafficCounts.from_rows(count_rows(ids, t), t.row_bytes, simulated=False)

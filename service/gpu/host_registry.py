@@ -14,11 +14,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import mmap
+import os
 import threading
 import time
 from dataclasses import dataclass
 
-from graphtier.service.gpu.runtime import CudaError, check, cudart
+from graphtier.service.gpu.runtime import CudaError, check, cudart, on_device, read_only_registration_supported
 
 log = logging.getLogger("graphtier.gpu")
 
@@ -41,6 +42,7 @@ class HostRegistration:
     label: str
     seconds: float
     huge_pages: bool
+    device: int = 0
     users: int = 1
 
     @property
@@ -55,9 +57,11 @@ class HostRegistry:
         self._lock = threading.Lock()
         self._ranges: dict[int, HostRegistration] = {}
 
-    def register(self, ptr: int, nbytes: int, label: str, *, read_only: bool = True) -> HostRegistration:
+    def register(self, ptr: int, nbytes: int, label: str, *, device: int = 0, read_only: bool = True) -> HostRegistration:
         """Register the pages holding [ptr, ptr + nbytes) (or add a user to the range holding
-        them) and return the registration; CudaError on an overlap or a driver failure."""
+        them) and return the registration; CudaError on an overlap or a driver failure.
+        `read_only`: the pages are mapped PROT_READ; GPUs that cannot register such memory
+        (cudaDevAttrHostRegisterReadOnlySupported = 0) get a CudaError saying so."""
         if nbytes <= 0:
             raise CudaError(f"cannot register {label}: {nbytes} bytes")
         start = ptr - ptr % _PAGE
@@ -73,24 +77,31 @@ class HostRegistry:
                         f"{reg.label} [{reg.start:#x}, {reg.end:#x}) without being inside it"
                     )
             rt = cudart()
-            huge = _advise_huge_pages(start, end - start)
+            if read_only and not read_only_registration_supported(device):
+                raise CudaError(
+                    f"cannot register {label}: it is mapped read-only and GPU {device} cannot register read-only host "
+                    "memory (cudaDevAttrHostRegisterReadOnlySupported = 0); register a writable mapping instead"
+                )
+            huge = _advise_huge_pages(start, end - start)  # after filling it only helps pages faulted later
             flags = rt.cudaHostRegisterPortable | rt.cudaHostRegisterMapped
             if read_only:
                 flags |= rt.cudaHostRegisterReadOnly
-            t0 = time.perf_counter()
-            check(rt.cudaHostRegister(start, end - start, flags), f"cudaHostRegister of {label} ({end - start} bytes)")
-            seconds = time.perf_counter() - t0
-            try:
-                device_ptr = int(check(rt.cudaHostGetDevicePointer(start, 0), f"cudaHostGetDevicePointer of {label}"))
-                if device_ptr != start:
-                    raise CudaError(
-                        f"{label}: the device address {device_ptr:#x} of registered host memory differs from its "
-                        f"host address {start:#x} (no unified addressing); zero-copy views need UVA"
-                    )
-            except BaseException:
-                rt.cudaHostUnregister(start)
-                raise
-            reg = HostRegistration(start=start, nbytes=end - start, label=label, seconds=seconds, huge_pages=huge)
+            with on_device(device):
+                t0 = time.perf_counter()
+                check(rt.cudaHostRegister(start, end - start, flags), f"cudaHostRegister of {label} ({end - start} B)")
+                seconds = time.perf_counter() - t0
+                try:
+                    device_ptr = int(check(rt.cudaHostGetDevicePointer(start, 0), f"cudaHostGetDevicePointer of {label}"))
+                    if device_ptr != start:
+                        raise CudaError(
+                            f"{label}: the device address {device_ptr:#x} of registered host memory differs from its "
+                            f"host address {start:#x} (no unified addressing); zero-copy views need UVA"
+                        )
+                except BaseException:
+                    rt.cudaHostUnregister(start)
+                    raise
+            reg = HostRegistration(start=start, nbytes=end - start, label=label, seconds=seconds, huge_pages=huge,
+                                   device=device)  # fmt: skip
             self._ranges[start] = reg
         log.info("registered %s with CUDA: %.1f MiB in %.3f s (huge pages %s)", label, reg.nbytes / 2**20,
                  seconds, "advised" if huge else "refused")  # fmt: skip
@@ -105,7 +116,8 @@ class HostRegistry:
             if reg.users:
                 return
             del self._ranges[reg.start]
-            check(cudart().cudaHostUnregister(reg.start), f"cudaHostUnregister of {reg.label}")
+            with on_device(reg.device):
+                check(cudart().cudaHostUnregister(reg.start), f"cudaHostUnregister of {reg.label}")
 
     def registrations(self) -> list[HostRegistration]:
         with self._lock:
@@ -122,3 +134,6 @@ def host_registry() -> HostRegistry:
         if not _registry:
             _registry.append(HostRegistry())
         return _registry[0]
+
+
+os.register_at_fork(after_in_child=_registry.clear)  # a forked child registered nothing itself

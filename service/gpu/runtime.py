@@ -9,7 +9,9 @@ the error and what it was for.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
 from typing import Any
 
 from graphtier.service.errors import GraphtierError
@@ -64,6 +66,28 @@ def set_device(device: int) -> None:
     check(cudart().cudaSetDevice(device), f"cudaSetDevice({device})")
 
 
+@contextlib.contextmanager
+def on_device(device: int) -> Iterator[None]:
+    """Make `device` current for the block, then restore the thread's previous context (maybe none):
+    torch reads the current device from the same runtime state, so it must not change behind its back."""
+    from cuda.bindings import driver
+
+    check(driver.cuInit(0), "cuInit")
+    previous = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    set_device(device)
+    try:
+        yield
+    finally:
+        driver.cuCtxSetCurrent(previous)
+
+
+def read_only_registration_supported(device: int) -> bool:
+    """Whether `device` can register read-only host memory (cudaDevAttrHostRegisterReadOnlySupported)."""
+    rt = cudart()
+    attr = rt.cudaDeviceAttr.cudaDevAttrHostRegisterReadOnlySupported
+    return bool(check(rt.cudaDeviceGetAttribute(attr, device), f"read-only host registration attribute of GPU {device}"))
+
+
 def pci_bus_id(device: int) -> str:
     """The device's PCI bus id ("0000:18:00.0"): the same GPU under any CUDA_VISIBLE_DEVICES."""
     raw = check(cudart().cudaDeviceGetPCIBusId(32, device), f"cudaDeviceGetPCIBusId({device})")
@@ -82,6 +106,6 @@ def can_access_peer(device: int, peer: int) -> bool:
 
 def mem_get_info(device: int) -> tuple[int, int]:
     """(free, total) bytes of `device` (creates its primary context)."""
-    set_device(device)
-    free, total = check(cudart().cudaMemGetInfo(), f"cudaMemGetInfo on device {device}")
+    with on_device(device):
+        free, total = check(cudart().cudaMemGetInfo(), f"cudaMemGetInfo on device {device}")
     return int(free), int(total)

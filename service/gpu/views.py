@@ -16,12 +16,13 @@ class _RawDeviceBytes:
     def __init__(self, ptr: int, nbytes: int, owner: Any) -> None:
         self.owner = owner
         self.__cuda_array_interface__ = {
-            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, True), "version": 3, "strides": None,
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3, "strides": None,
         }  # fmt: skip
 
 
 def cuda_view(ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: int, owner: Any = None) -> torch.Tensor:
-    """A read-only-by-contract CUDA tensor over `shape`/`dtype` elements at device address `ptr`."""
+    """A CUDA tensor over `shape`/`dtype` elements at device address `ptr` (read-only by contract:
+    torch's `__cuda_array_interface__` import takes no read-only flag)."""
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     with torch.cuda.device(device):
         raw = torch.as_tensor(_RawDeviceBytes(ptr, nbytes, owner), device=f"cuda:{device}")

@@ -59,7 +59,7 @@ class _DeviceView:
     """`__cuda_array_interface__` over `nbytes` at `ptr`: torch asks the driver which device owns it."""
 
     def __init__(self, ptr: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, True), "version": 3}
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
 
 
 def _device_pointer(ptr: int) -> tuple[int | None, str | None]:

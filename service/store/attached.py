@@ -79,15 +79,17 @@ class AttachedDataset:
 
             self._leases[device] = open_cuda_tiers(
                 self.handle.plan, self.handle.device_tiers, self.resident, self.storage, device,
-                label=self.handle.dataset,
+                label=self.handle.dataset, resident_ref=self.handle.resident_features,
             )  # fmt: skip
         return self._leases[device]
 
     def cuda_structure(self, device: int) -> CSCGraph:
         """The CSC structure as zero-copy CUDA views of this process's registered mapping."""
         lease = self.cuda_tiers(device)
-        return CSCGraph(colptr=lease.register_view(self.graph.colptr, "colptr", device),
-                        row=lease.register_view(self.graph.row, "row", device))  # fmt: skip
+        if lease.structure is None:  # registered once per lease; the views go with it on detach()
+            lease.structure = (lease.register_view(self.graph.colptr, f"{self.handle.dataset} colptr", self.handle.colptr),
+                               lease.register_view(self.graph.row, f"{self.handle.dataset} row", self.handle.row))  # fmt: skip
+        return CSCGraph(colptr=lease.structure[0], row=lease.structure[1])
 
     def detach(self) -> None:
         """Close every device mapping and host registration this process made for the dataset."""

@@ -72,7 +72,10 @@ class PcieCounter:
             import pynvml as nv
 
             nv.nvmlInit()
-            self.nv, self.handle = nv, nv.nvmlDeviceGetHandleByIndex(0)
+            from graphtier.service.gpu.runtime import pci_bus_id
+
+            # NVML orders GPUs by PCI bus, CUDA fastest first: find CUDA device 0 by its bus id
+            self.nv, self.handle = nv, nv.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id(0))
             self.read()
         except Exception as exc:  # noqa: BLE001  (any failure is reported, never fatal)
             self.reason = repr(exc)[:200]
@@ -94,12 +97,13 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
 
     nbytes = int(host_gib * GiB)
     owner = SegmentOwner()
+    reg = None
     try:
         _, host = owner.create_tensor("bench-host-table", (nbytes // 4,), torch.float32)
         t0 = time.perf_counter()
         fill_distinct(host)
         res["host_fill_s"] = round(time.perf_counter() - t0, 2)
-        reg = host_registry().register(host.data_ptr(), nbytes, "bench host table")
+        reg = host_registry().register(host.data_ptr(), nbytes, "bench host table", read_only=False)
         res["host_register_s"] = round(reg.seconds, 3)
         res["host_huge_pages_advised"] = reg.huge_pages
         copy_bytes = 2 * GiB
@@ -128,7 +132,7 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
             res[f"host_gather_{row_bytes}B_with_sort_and_counts_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
             # Correctness on a sample: the rows are what the CPU reads at those ids.
             check = ids[:4096].cpu()
-            expect = host.view(rows, row_bytes // 4)[check]
+            expect = host[: rows * (row_bytes // 4)].view(rows, row_bytes // 4)[check]
             assert torch.equal(out[:4096].cpu(), expect), f"{row_bytes} B gather returned wrong rows"
             if row_bytes == 512:
                 before = pcie.read()
@@ -147,8 +151,9 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
                 else:
                     res["nvml_pcie_unavailable"] = pcie.reason
             del ids, sorted_ids, positions, out
-        host_registry().release(reg)
     finally:
+        if reg is not None:
+            host_registry().release(reg)  # before the mapping goes: a stale record would alias a new one
         owner.close()
 
 
@@ -213,10 +218,11 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
     res["tiering_setup_s"] = round(time.perf_counter() - t0, 1)
     row_bytes = 512
     owner = SegmentOwner()
+    reg = alloc = None
     try:
         _, host = owner.create_tensor("bench-rmat-features", (n, row_bytes // 4), torch.float32)
         fill_distinct(host)
-        reg = host_registry().register(host.data_ptr(), host.numel() * 4, "bench rmat features")
+        reg = host_registry().register(host.data_ptr(), host.numel() * 4, "bench rmat features", read_only=False)
         rep_rows = n // 10
         alloc = DeviceAllocation(0, rep_rows * row_bytes, "bench replicated tier")
         alloc.copy_from_host(0, host.data_ptr(), rep_rows * row_bytes)
@@ -249,9 +255,11 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
             res["tiering_10pct_host_bytes_per_pass"] / res["tiering_0pct_host_bytes_per_pass"], 3)
         res["tiering_10pct_speedup_vs_0pct"] = round(
             res["tiering_0pct_gather_s_per_pass"] / res["tiering_10pct_gather_s_per_pass"], 3)
-        alloc.close()
-        host_registry().release(reg)
     finally:
+        if alloc is not None:
+            alloc.close()
+        if reg is not None:
+            host_registry().release(reg)
         owner.close()
 
 

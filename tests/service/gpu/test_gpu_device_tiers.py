@@ -57,7 +57,13 @@ def test_device_tiers_are_shared_with_another_process_and_freed_on_close(small_r
     plan = _plan(small_rmat)
     assert 0 < plan.replicated_end < plan.interleaved_end < plan.host_end < plan.num_nodes
     free_before, _ = mem_get_info(0)
+    from graphtier.service.gpu.runtime import check, cudart
+
+    rt = cudart()
     with SharedDatasetStore(small_rmat, plan, devices=[0]) as store:
+        pointers = [alloc.ptr for alloc in store.device_tiers.allocations]
+        for ptr in pointers:
+            assert check(rt.cudaPointerGetAttributes(ptr), "attributes").type == rt.cudaMemoryType.cudaMemoryTypeDevice
         refs = store.handle.device_tiers
         assert [r.tier for r in refs] == ["replicated", "interleaved"]
         assert refs[0].rows == plan.replicated_end and refs[1].rows == plan.interleaved_end - plan.replicated_end
@@ -76,4 +82,6 @@ def test_device_tiers_are_shared_with_another_process_and_freed_on_close(small_r
     assert gpu["replicated"]["rows"] > 0 and gpu["host"]["rows"] > 0 and gpu["storage"]["rows"] > 0
     assert got["handles"] == 2 and got["registrations"] == 3  # host tier, colptr, row
     assert got["handles_after"] == 0 and got["registrations_after"] == 0
-    assert mem_get_info(0)[0] >= free_before - (4 << 20)  # the tiers' allocations are gone
+    for ptr in pointers:  # the tiers' allocations are gone
+        err, attributes = rt.cudaPointerGetAttributes(ptr)
+        assert err != rt.cudaError_t.cudaSuccess or attributes.type != rt.cudaMemoryType.cudaMemoryTypeDevice

@@ -54,7 +54,8 @@ def _tiers(table, resident, storage, host_end, rep, inter, nd, device_index, all
     shares = [place(rows[rep + j : inter : nd]) for j in range(nd)]
     if drop_share is not None:
         shares[drop_share] = 0
-    reg = host_registry().register(resident.data_ptr(), resident.numel() * resident.element_size(), "test host")
+    reg = host_registry().register(resident.data_ptr(), resident.numel() * resident.element_size(), "test host",
+                                   read_only=False)  # the owner's own, writable mapping
     allocs.append(reg)
     return CudaFeatureTiers(
         device=torch.device("cuda", 0), replicated_end=rep, interleaved_end=inter, host_end=host_end,

@@ -26,14 +26,15 @@ def test_registration_is_shared_counted_and_released():
         assert inner is whole and whole.users == 2
         with pytest.raises(CudaError, match="overlaps the registration of whole"):
             reg.register(base + 8 * mmap.PAGESIZE, 16 * mmap.PAGESIZE, "straddling", read_only=False)
-        flags = check(cudart().cudaHostGetFlags(base), "flags")
-        assert flags & cudart().cudaHostRegisterMapped
+        rt = cudart()
+        attributes = check(rt.cudaPointerGetAttributes(base), "attributes")
+        assert attributes.type == rt.cudaMemoryType.cudaMemoryTypeHost and attributes.devicePointer == base
         reg.release(inner)
         assert reg.registrations() == [whole]
         reg.release(whole)
         assert reg.registrations() == []
-        err, _ = cudart().cudaHostGetFlags(base)
-        assert err != cudart().cudaError_t.cudaSuccess, "the range is still registered"
+        after = check(rt.cudaPointerGetAttributes(base), "attributes")
+        assert after.type == rt.cudaMemoryType.cudaMemoryTypeUnregistered, "the range is still registered"
     finally:
         del base
         buf.close()
