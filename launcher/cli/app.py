@@ -2,16 +2,53 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from typer.core import TyperGroup
 
 from graphtier.launcher.cli import cluster, dataset, dataset_serving, demo, doctor, job, metrics
 
+ORDER_OF_USE = ("demo", "dataset", "cluster", "job", "metrics", "doctor")
+
+
+class _InOrderOfUse(TyperGroup):
+    """`graphtier --help` lists the commands in the order a user meets them (Typer's own order is
+    plain commands first, then groups: metrics before dataset)."""
+
+    def list_commands(self, ctx) -> list[str]:  # type: ignore[no-untyped-def]
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: ORDER_OF_USE.index(n) if n in ORDER_OF_USE else len(ORDER_OF_USE))
+
+
 app = typer.Typer(
+    cls=_InOrderOfUse,
     help="graphtier: a training data service for GNNs.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"graphtier {version('graphtier')}")
+        except PackageNotFoundError:
+            typer.echo("graphtier (version unknown: the package is not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                               help="print graphtier's version and exit")] = False,  # fmt: skip
+) -> None:
+    """graphtier: a training data service for GNNs."""
+
+
 dataset_serving.register(dataset.app)
 app.add_typer(dataset.app, name="dataset")
 app.add_typer(cluster.app, name="cluster")

@@ -8,9 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
-from graphtier.launcher.cli.rendering import EXIT_INTERRUPTED, console, emit_json, error_boundary, human_bytes
+from graphtier.launcher.cli.rendering import (
+    EXIT_INTERRUPTED,
+    compact_table,
+    console,
+    emit_json,
+    error_boundary,
+    human_bytes,
+)
 
 if TYPE_CHECKING:
     from graphtier.launcher.client import DaemonClient
@@ -23,6 +29,7 @@ RuntimeDirOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 EXIT_JOB_FAILED = 1
+WIDTH = 80  # what a terminal is assumed to have: every line and table fits
 
 
 def _client(runtime_dir: Path | None) -> DaemonClient:
@@ -42,24 +49,33 @@ def job_dict(job: JobInfo) -> dict[str, Any]:
     return out
 
 
+def _wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                         break_on_hyphens=False) or [first.rstrip()]  # fmt: skip
+
+
 def describe(job: JobInfo) -> str:
-    """One paragraph: state, progress, result or message."""
-    lines = [f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
-             f"{job.spec.nproc_per_node} rank(s), {job.spec.epochs} epoch(s)"]  # fmt: skip
+    """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
+    lines = _wrapped(f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
+                     f"{job.spec.nproc_per_node} rank(s), {job.spec.epochs} epoch(s)", first="")  # fmt: skip
     p = job.progress
     if p is not None and p.total_steps:
         done = min(p.global_step, p.total_steps)
         bar = "#" * int(30 * done / p.total_steps)
-        lines.append(f"  [{bar:<30}] step {done}/{p.total_steps}  epoch {p.epoch + 1}/{job.spec.epochs}  "
-                     f"loss {p.loss:.4f}  train acc {p.train_accuracy:.3f}  {p.batches_per_second:.1f} batches/s  "
-                     f"gathered {human_bytes(p.traffic.total_bytes)}")  # fmt: skip
+        lines.append(f"  [{bar:<30}] step {done}/{p.total_steps}, epoch {p.epoch + 1}/{job.spec.epochs}")
+        lines.append(f"  loss {p.loss:.4f}  train acc {p.train_accuracy:.3f}  {p.batches_per_second:.1f} batches/s"
+                     f"  gathered {human_bytes(p.traffic.total_bytes)}")  # fmt: skip
     if job.result is not None:
         r = job.result
         lines.append(f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "
                      f"final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s")  # fmt: skip
     if job.message:
-        lines.append(f"  {job.message}")
-    lines.append(f"  log {job.log_path}")
+        lines += _wrapped(job.message)
+    for note in job.notes:
+        lines += _wrapped(note, first="  note: ", rest="        ")
+    lines += _wrapped(f"log {job.log_path}")
     return "\n".join(lines)
 
 
@@ -78,7 +94,7 @@ def follow(client: DaemonClient, job_id: str, *, quiet: bool = False) -> JobInfo
                     progress.update(task, state=event.state_change.current.value)
                 elif event.progress is not None:
                     p = event.progress
-                    figures = f"loss {p.loss:.4f} acc {p.train_accuracy:.3f} {p.batches_per_second:.1f} b/s"
+                    figures = f"loss {p.loss:.4f} acc {p.train_accuracy:.3f} {p.batches_per_second:.1f} batches/s"
                     progress.update(task, total=p.total_steps or None, completed=p.global_step, figures=figures)
     except KeyboardInterrupt:
         console.print(f"[yellow]detached from job {job_id}; it keeps running.[/] Follow it again with "
@@ -176,6 +192,9 @@ def submit(
             job_spec = JobSpec.build({**job_spec.model_dump(), "budgets": merged}, source="command line")
         with _client(runtime_dir) as client:
             job = client.submit_job(job_spec)
+            if not json_out:
+                for note in job.notes:
+                    console.print("\n".join(_wrapped(note, first="note: ", rest="      ")), highlight=False, markup=False)
             if not wait:
                 if json_out:
                     emit_json(job_dict(job))
@@ -214,11 +233,14 @@ def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False
     if json_out:
         emit_json([job_dict(job) for job in jobs])
         return
-    table = Table("job", "name", "state", "dataset", "model", "ranks", "step", "val acc", "test acc", title="jobs")
+    named = any(job.spec.name for job in jobs)
+    columns = ["job", *(["name"] if named else []), "state", "dataset", "trains", "ranks", "step", "val", "test"]
+    table = compact_table(*columns, title="jobs (val, test: accuracy)")
     for job in jobs:
         p, r = job.progress, job.result
         step = f"{p.global_step}/{p.total_steps}" if p else "-"
-        table.add_row(job.job_id, job.spec.name, job.state.value, job.spec.dataset, job.spec.model,
+        trains = Path(job.spec.script).name if job.spec.script else job.spec.model
+        table.add_row(job.job_id, *([job.spec.name] if named else []), job.state.value, job.spec.dataset, trains,
                       str(job.spec.nproc_per_node), step, f"{r.val_accuracy:.4f}" if r else "-",
                       f"{r.test_accuracy:.4f}" if r else "-")  # fmt: skip
     console.print(table if jobs else "no jobs")

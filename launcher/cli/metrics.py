@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
+from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
 
 
 def _pct(x: float) -> str:
@@ -19,6 +18,14 @@ def _pct(x: float) -> str:
 RuntimeDirOption = Annotated[
     Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
 ]
+
+
+def _why_no_hits(snapshot) -> str:
+    """Why the device hit ratio is 0 when no loaded dataset has device rows ('' otherwise)."""
+    device = [t for d in snapshot.datasets for t in d.tiers if t.tier in ("device_replicated", "device_interleaved")]
+    if not snapshot.datasets or any(t.rows for t in device):
+        return ""
+    return ": no device budget (every feature row is on the host tier; load with --num-devices and a device budget)"
 
 
 def metrics(
@@ -36,20 +43,20 @@ def metrics(
         emit_json(snapshot)
         return
     traffic = snapshot.traffic
-    where = "simulated (no GPU: device tiers are accounted)" if snapshot.simulated_devices else "real"
+    where = "accounted (no GPU)" if snapshot.simulated_devices else "placed on GPUs"
     console.print(
         f"graphtierd pid {snapshot.pid}, up {snapshot.uptime_seconds:.0f} s; device tiers {where}\n"
-        f"batches trained {snapshot.batches_total} ({snapshot.batches_per_second:.2f}/s), produced "
-        f"{snapshot.produced_batches_per_second:.2f}/s; hit ratio {_pct(traffic.hit_ratio)}; "
-        f"producer lag {snapshot.producer_lag_batches} batches"
-    )
-    sources = Table("source", "rows", "bytes", "share", title="feature traffic by tier")
+        f"batches trained {snapshot.batches_total}; now {snapshot.batches_per_second:.2f} trained/s, "
+        f"{snapshot.produced_batches_per_second:.2f} produced/s; producer lag {snapshot.producer_lag_batches}\n"
+        f"hit ratio {_pct(traffic.hit_ratio)}{_why_no_hits(snapshot)}", highlight=False,
+    )  # fmt: skip
+    sources = compact_table("source", "rows", "bytes", "share", title="feature traffic by tier")
     for name, source in traffic.sources.items():
         sources.add_row(name, f"{source.rows:,}", human_bytes(source.bytes), _pct(source.share))
     everything = _pct(1.0 if traffic.total_bytes else 0.0)
     sources.add_row("total", f"{traffic.total_rows:,}", human_bytes(traffic.total_bytes), everything)
     console.print(sources)
-    links = Table("link", "bytes", title="bytes by link")
+    links = compact_table("link", "bytes", title="bytes by link")
     for link, nbytes in traffic.links.items():
         links.add_row(link, human_bytes(nbytes))
     console.print(links)
@@ -62,18 +69,22 @@ def metrics(
         reasons = measured.reason or "; ".join(f"GPU {g.gpu}: {g.unavailable_reason}" for g in measured.gpus)
         console.print(f"PCIe not measured: {reasons}", highlight=False)
     console.print(f"machine: {snapshot.machine.summary}", highlight=False)
-    datasets = Table("dataset", "tier", "rows", "bytes", title="loaded datasets")
+    datasets = compact_table("dataset", "tier", "rows", "bytes", title="loaded datasets")
     for dataset in snapshot.datasets:
         for tier in dataset.tiers:
             datasets.add_row(dataset.name, tier.tier, f"{tier.rows:,}", human_bytes(tier.bytes))
     console.print(datasets if snapshot.datasets else "no datasets loaded")
-    jobs = Table("job", "state", "dataset", "ranks", "batches", "batches/s", "lag", "hit ratio", "gathered",
-                 "sample s", "gather s", "train s", title="jobs")  # fmt: skip
+    jobs = compact_table("job", "state", "dataset", "ranks", "batches", "batches/s", "lag", "hit ratio", "gathered",
+                         title="jobs (batches/s: all ranks; last 10 s, or the whole run once ended)")  # fmt: skip
+    times = compact_table("job", "sample s", "gather s", "train s", "data wait s", title="seconds by job, all ranks")
     for job in snapshot.jobs:
         jobs.add_row(
             job.job_id, job.state, job.dataset, str(job.world_size), str(job.batches_total),
             f"{job.batches_per_second:.2f}", str(job.producer_lag_batches), _pct(job.traffic.hit_ratio),
-            human_bytes(job.traffic.total_bytes), f"{sum(r.sample_seconds for r in job.ranks):.2f}",
-            f"{sum(r.gather_seconds for r in job.ranks):.2f}", f"{sum(r.train_seconds for r in job.ranks):.2f}",
+            human_bytes(job.traffic.total_bytes),
         )  # fmt: skip
+        times.add_row(job.job_id, *(f"{sum(getattr(r, name) for r in job.ranks):.2f}"
+                                    for name in ("sample_seconds", "gather_seconds", "train_seconds", "data_wait_seconds")))  # fmt: skip
     console.print(jobs if snapshot.jobs else "no jobs")
+    if snapshot.jobs:
+        console.print(times)

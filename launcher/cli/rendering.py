@@ -10,8 +10,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from graphtier.service.errors import GraphtierError
 
@@ -27,6 +29,13 @@ def emit_json(payload: Any) -> None:
     elif isinstance(payload, list):
         payload = [p.model_dump(mode="json") if isinstance(p, BaseModel) else p for p in payload]
     sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def compact_table(*columns: str, title: str | None = None) -> Table:
+    """A table that fits 80 columns where a boxed one would cut its cells (`sta…`): a rule under
+    the header and one space between columns instead of borders."""
+    return Table(*columns, title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False,
+                 collapse_padding=True)
 
 
 def human_bytes(n: float) -> str:

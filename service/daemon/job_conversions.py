@@ -133,7 +133,7 @@ def result_from_proto(m: jobs_pb2.JobResult) -> JobResultInfo:
 def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
     message = jobs_pb2.Job(
         job_id=job.job_id, spec=spec_to_proto(job.spec), state=state_to_proto(job.state), message=job.message,
-        created_at=timestamp(job.created_at), restarts=job.restarts, log_path=job.log_path,
+        created_at=timestamp(job.created_at), restarts=job.restarts, log_path=job.log_path, notes=job.notes,
     )  # fmt: skip
     if job.started_at:
         message.started_at.CopyFrom(timestamp(job.started_at))
@@ -168,6 +168,7 @@ def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
                         last_report=from_timestamp(r.last_report) if r.HasField("last_report") else None)
                for r in m.ranks],
         exit_code=m.exit_code if m.HasField("exit_code") else None, restarts=m.restarts, log_path=m.log_path,
+        notes=list(m.notes),
     )  # fmt: skip
 
 

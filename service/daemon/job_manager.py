@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import torch
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.errors import DaemonError, InvalidRequestError
 from graphtier.service.daemon.job_events import JobEventLog
+from graphtier.service.daemon.job_notes import spec_notes
 from graphtier.service.daemon.job_runner import JobRunner
 from graphtier.service.daemon.job_spec import JobSpec
 from graphtier.service.daemon.job_view import ChannelGrant, JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
@@ -42,6 +43,7 @@ class _Job:
     started_at: datetime | None = None
     done: threading.Event = field(default_factory=threading.Event)
     last_progress: JobProgressInfo | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def check_script(script: Path) -> None:
@@ -111,7 +113,7 @@ class JobManager:
         events = JobEventLog(job_id)
         runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log,
                            stall_timeout_s=self.stall_timeout_s)
-        job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes)
+        job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes, notes=spec_notes(spec, loaded.handle))
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name,
@@ -223,11 +225,17 @@ class JobManager:
         done = any(v.rank == 0 and v.trainer and v.trainer.phase == Phase.DONE for v in self.tracker.ranks(job_id))
         return JobInfo(
             job_id=job_id, spec=job.spec, state=record.state, message=record.message, created_at=record.created_at,
-            started_at=job.started_at, finished_at=record.finished_at, progress=job.last_progress,
+            started_at=job.started_at, finished_at=record.finished_at, progress=self._final_rate(job_id, job, record),
             result=self._result(job_id, job) if done or record.state == JobState.SUCCEEDED else None,
             ranks=ranks, exit_code=job.runner.exit_code, restarts=job.runner.restarts,
-            log_path=str(job.runner.log_path),
+            log_path=str(job.runner.log_path), notes=list(job.notes),
         )  # fmt: skip
+
+    def _final_rate(self, job_id: str, job: _Job, record: JobRecord) -> JobProgressInfo | None:
+        """The latest progress; once the job has ended, with its batches/s over the whole run."""
+        if job.last_progress is None or not record.state.final:
+            return job.last_progress
+        return replace(job.last_progress, batches_per_second=self.tracker.rates(job_id, ended=True)[0])
 
     def list(self, states: set[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
         records = [r for r in self.table.list()

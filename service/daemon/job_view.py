@@ -72,6 +72,7 @@ class JobInfo:
     exit_code: int | None = None
     restarts: int = 0
     log_path: str = ""
+    notes: list[str] = field(default_factory=list)  # advice noticed at submit (jobs.proto Job.notes)
 
 
 @dataclass(frozen=True)

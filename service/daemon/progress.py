@@ -126,14 +126,26 @@ def _traffic_delta(current: TrafficCounts, previous: TrafficCounts | None) -> Tr
 
 
 class _RateWindow:
-    """Counts added over the last `window_s` seconds -> a rate that decays to 0 when reports stop."""
+    """Counts added over the last `window_s` seconds -> a rate that decays to 0 when reports stop;
+    and the same estimate over everything added (`mean`), for a job that has ended."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self._samples: deque[tuple[float, float]] = deque()
+        self._first: float | None = None
+        self._last, self._after_first = 0.0, 0.0
 
     def add(self, now: float, count: float) -> None:
         self._samples.append((now, count))
+        if self._first is None:
+            self._first = now
+        else:
+            self._after_first += count
+        self._last = now
+
+    def mean(self) -> float:
+        span = self._last - self._first if self._first is not None else 0.0
+        return self._after_first / span if span > 0 else 0.0
 
     def rate(self, now: float) -> float:
         while self._samples and now - self._samples[0][0] > self.window_s:
@@ -219,10 +231,14 @@ class ProgressTracker:
         with self._lock:
             return sorted((v for (job, _), v in self._ranks.items() if job == job_id), key=lambda v: v.rank)
 
-    def rates(self, job_id: str | None = None) -> tuple[float, float]:
-        """(batches trained, batches produced) per second over the window, for one job or all."""
+    def rates(self, job_id: str | None = None, *, ended: bool = False) -> tuple[float, float]:
+        """(batches trained, batches produced) per second by all ranks together, for one job or all:
+        over the last window, or -- `ended`, for one job -- over its whole run. This is the one
+        throughput figure: the CLI, the status page and the metrics all show it."""
         now = self._clock()
         with self._lock:
             windows = [self._rates[job_id]] if job_id in self._rates else [] if job_id else list(self._rates.values())
+            if ended and job_id:
+                return sum(w.trained.mean() for w in windows), sum(w.produced.mean() for w in windows)
             return sum(w.trained.rate(now) for w in windows), sum(w.produced.rate(now) for w in windows)
 

@@ -121,7 +121,7 @@ class StatusBuilder:
     def _job(self, record: JobRecord) -> JobStatus:
         views = self.tracker.ranks(record.job_id)
         ranks = [self._rank(record.job_id, view) for view in views]
-        trained, produced = self.tracker.rates(record.job_id)
+        trained, produced = self.tracker.rates(record.job_id, ended=record.state.final)
         evaluated = [v.trainer for v in views if v.trainer is not None and v.trainer.val_accuracy is not None]
         return JobStatus(
             job_id=record.job_id,

@@ -102,8 +102,10 @@ class JobStatus(_Model):
     finished_at: datetime | None
     cancel_requested: bool
     batches_total: int
-    batches_per_second: float = Field(description="Batches trained per second, all ranks, latest window.")
-    produced_batches_per_second: float
+    batches_per_second: float = Field(
+        description="Batches trained per second by all ranks together: last 10 s while running, whole run once ended."
+    )
+    produced_batches_per_second: float = Field(description="Batches produced per second, measured the same way.")
     producer_lag_batches: int = Field(description="Largest lag over the job's ranks.")
     val_accuracy: float | None
     test_accuracy: float | None
@@ -137,8 +139,8 @@ class DaemonStatus(_Model):
     jobs: list[JobStatus]
     traffic: TrafficStatus
     batches_total: int
-    batches_per_second: float
-    produced_batches_per_second: float
+    batches_per_second: float = Field(description="Batches trained per second over every job, last 10 s (now).")
+    produced_batches_per_second: float = Field(description="Batches produced per second over every job, last 10 s.")
     producer_lag_batches: int = Field(description="Largest lag over every running rank.")
     sample_seconds_total: float
     gather_seconds_total: float

@@ -208,7 +208,7 @@ class JobResult(_message.Message):
     def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path")
+    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +222,7 @@ class Job(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     state: JobState
@@ -235,7 +236,8 @@ class Job(_message.Message):
     exit_code: int
     restarts: int
     log_path: str
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobStateChange(_message.Message):
     __slots__ = ("previous", "current", "message", "result")

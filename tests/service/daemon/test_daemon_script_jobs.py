@@ -50,6 +50,8 @@ def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
     states = [e.state_change.current for e in events if e.state_change]
     assert states == [JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED]
     assert inproc_daemon.tracker.ranks(custom.job_id)[0].trainer.model_bytes > 0
+    # torchrun's own files live in the job's directory, not in a /tmp/torchelastic_* left behind.
+    assert list((Path(custom.log_path).parent / "torchelastic").glob(f"job-{custom.job_id}_*"))
 
     # Every line a rank printed -- the runtime's and the script's own -- is whole and attributed.
     logs = [e.log for e in events if e.log and not e.log.from_producer]
