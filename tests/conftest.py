@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,16 @@ def pytest_configure(config: pytest.Config) -> None:
     """Daemons started by tests keep their device tiers accounted unless a test asks for GPUs
     (`gpu_tiers="auto"`), so the suite asserts the same things on a CPU and a GPU machine. Every
     segment this run's processes create carries the run's namespace in its owner token, so the
-    leak check sees only this run's segments (another suite or a user's daemon may share /dev/shm)."""
+    leak check sees only this run's segments (another suite or a user's daemon may share /dev/shm).
+
+    A suite started with SIGINT ignored (`nohup`, `cmd &` in a script, some CI runners) would pass
+    that on to every child, and the tests that send SIGINT to a child (Ctrl-C behaviour) would wait
+    forever: Python installs its KeyboardInterrupt handler only where SIGINT is not ignored. The
+    suite restores Python's handler, which forks inherit and exec'd children reset to SIG_DFL."""
     os.environ.setdefault("GRAPHTIER_GPU_TIERS", "off")
     os.environ["GRAPHTIER_SHM_NAMESPACE"] = secrets.token_hex(4)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _graphtier_segments() -> set[str]:
