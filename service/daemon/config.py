@@ -94,6 +94,10 @@ class DaemonConfig(BaseModel):
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
     )  # fmt: skip
+    state_dir: Path | None = Field(
+        default=None,
+        description="Where the job history (SQLite) lives, across restarts; default <runtime_dir>/../state.",
+    )
     idle_unload_s: float = Field(
         default=0.0, ge=0, le=30 * 86400,
         description="Unload a dataset no unfinished job has used for this many seconds; 0 = keep it loaded.",
@@ -147,7 +151,8 @@ class DaemonConfig(BaseModel):
             raise ValueError(str(exc)) from None
         return text
 
-    @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file")
+    @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file",
+                     "state_dir")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         return None if path is None else Path(os.path.abspath(path.expanduser()))
@@ -203,6 +208,11 @@ class DaemonConfig(BaseModel):
         return self
 
     @property
+    def state_path(self) -> Path:
+        """The state directory (job history), with its default applied."""
+        return self.state_dir or self.runtime_dir.parent / "state"
+
+    @property
     def token_path(self) -> Path:
         """The token file, with its default applied."""
         return self.token_file or self.runtime_dir / "token"
@@ -231,7 +241,8 @@ class DaemonConfig(BaseModel):
             path = Path(source)
             where = str(path)
             data = _read_file(path)
-            for key in ("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file"):
+            for key in ("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file",
+                        "state_dir"):
                 if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
                     data[key] = str(path.parent / data[key])
         data.update({key: value for key, value in overrides.items() if value is not None})

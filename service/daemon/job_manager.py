@@ -20,6 +20,7 @@ import torch
 
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.errors import DaemonError, InvalidRequestError
+from graphtier.service.daemon.job_conversions import job_from_proto, job_to_proto
 from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_notes import spec_notes
 from graphtier.service.daemon.job_runner import JobRunner
@@ -28,6 +29,7 @@ from graphtier.service.daemon.job_view import ChannelGrant, JobInfo, JobProgress
 from graphtier.service.daemon.jobs import JobRecord, JobState, JobTable
 from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, ProgressTracker
 from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.v1 import jobs_pb2
 
 log = logging.getLogger("graphtierd")
 CANCEL_WAIT_S = 60.0
@@ -66,7 +68,7 @@ class JobManager:
         self.table, self.datasets, self.tracker = jobs, datasets, tracker
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
-        self._next_id = 1
+        self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
         jobs.on_cancel(self._on_cancel)
 
     def _new_id(self) -> str:
@@ -117,7 +119,7 @@ class JobManager:
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name,
-                                 token=runner.job_token))  # fmt: skip
+                                 token=runner.job_token), spec_json=spec.model_dump_json())  # fmt: skip
         events.state(StateChange(JobState.PENDING, JobState.PENDING, "accepted"))
         threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
         return self.get(job_id)
@@ -143,8 +145,16 @@ class JobManager:
         finally:
             self._tick(job_id, job)
             self._move(job_id, job, JobState(outcome), message)
+            self._keep(job_id)
             job.events.close()
             job.done.set()
+
+    def _keep(self, job_id: str) -> None:
+        """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart)."""
+        try:
+            self.table.save_job(job_id, job_to_proto(self.get(job_id)).SerializeToString())
+        except Exception:  # noqa: BLE001  (the history is worth a log line, not the job's outcome)
+            log.exception("job %s: cannot save it to the job store", job_id)
 
     def _tick(self, job_id: str, job: _Job) -> None:
         """Producers' counters -> tracker; STARTING -> RUNNING at the first step; progress events."""
@@ -208,7 +218,20 @@ class JobManager:
 
     # Queries
 
+    def _earlier(self, job_id: str) -> JobInfo:
+        """A job of an earlier daemon, from the job store: as it ended, or what is known of it."""
+        record, stored = self.table.get(job_id), self.table.stored(job_id)
+        if stored is None:
+            raise DaemonError(f"job {job_id!r} is not managed by this daemon")
+        if stored.job_proto:
+            info = job_from_proto(jobs_pb2.Job.FromString(stored.job_proto))
+            return replace(info, state=record.state, message=record.message, finished_at=record.finished_at)
+        return JobInfo(job_id=job_id, spec=JobSpec.model_validate_json(stored.spec_json), state=record.state,
+                       message=record.message, created_at=record.created_at, finished_at=record.finished_at)  # fmt: skip
+
     def get(self, job_id: str) -> JobInfo:
+        if job_id not in self._jobs and self.table.stored(job_id) is not None:
+            return self._earlier(job_id)
         job = self._job(job_id)
         record = self.table.get(job_id)
         producers = {c.rank: c.producer for c in list(job.runner.channels.values())}
@@ -240,7 +263,7 @@ class JobManager:
     def list(self, states: set[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
         records = [r for r in self.table.list()
                    if (not states or r.state in states) and (not dataset or r.dataset == dataset)]  # fmt: skip
-        return [self.get(r.job_id) for r in records if r.job_id in self._jobs]
+        return [self.get(r.job_id) for r in records if r.job_id in self._jobs or self.table.stored(r.job_id)]
 
     def events(self, job_id: str) -> JobEventLog:
         return self._job(job_id).events

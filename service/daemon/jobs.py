@@ -9,6 +9,7 @@ Thread-safe: gRPC calls arrive on many threads.
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 import threading
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from datetime import datetime, timezone
 from enum import Enum
 
 from graphtier.service.daemon.errors import DaemonError, InvalidReportError, UnknownJobError
+from graphtier.service.daemon.job_store import JobStore, StoredJob
 
 
 class JobState(str, Enum):
@@ -67,14 +69,42 @@ CancelListener = Callable[[JobRecord, str], None]
 
 
 class JobTable:
-    """Every job of this daemon, by id; newest first when listed."""
+    """Every job of this daemon, by id; newest first when listed. With a `JobStore`, every change
+    is written through and `restore()` brings back the jobs of earlier daemons."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: JobStore | None = None) -> None:
         self._lock = threading.RLock()
         self._jobs: dict[str, JobRecord] = {}
         self._cancel_listeners: list[CancelListener] = []
+        self.store = store
+        self._stored: dict[str, StoredJob] = {}  # jobs of earlier daemons, as the store kept them
 
-    def add(self, record: JobRecord) -> JobRecord:
+    def restore(self, daemon_pid: int) -> list[str]:
+        """Load the history; jobs left unfinished by a daemon that died become failed. Their ids."""
+        if self.store is None:
+            return []
+        final = tuple(s.value for s in JobState if s.final)
+        orphans = self.store.mark_orphans(daemon_pid, final, JobState.FAILED.value)
+        with self._lock:
+            for row in self.store.jobs():
+                self._stored[row.job_id] = row
+                self._jobs[row.job_id] = JobRecord(
+                    job_id=row.job_id, dataset=row.dataset, world_size=row.world_size, name=row.name,
+                    state=JobState(row.state), message=row.message, created_at=row.created_at,
+                    finished_at=row.finished_at, token="",
+                )  # fmt: skip
+        return orphans
+
+    def stored(self, job_id: str) -> StoredJob | None:
+        """What the store kept of a job of an earlier daemon (None for this daemon's jobs)."""
+        with self._lock:
+            return self._stored.get(job_id)
+
+    def save_job(self, job_id: str, job_proto: bytes) -> None:
+        if self.store is not None:
+            self.store.save_job(job_id, job_proto)
+
+    def add(self, record: JobRecord, spec_json: str = "{}") -> JobRecord:
         """Register a new job; DaemonError if its id is taken or its world size is not positive."""
         if record.world_size < 1:
             raise DaemonError(f"job {record.job_id!r}: world size {record.world_size} must be at least 1")
@@ -82,7 +112,22 @@ class JobTable:
             if record.job_id in self._jobs:
                 raise DaemonError(f"a job with id {record.job_id!r} already exists")
             self._jobs[record.job_id] = record
+            if self.store is not None:
+                seq = int(record.job_id) if record.job_id.isdigit() else self.store.max_seq() + 1
+                self.store.insert(record.job_id, seq, name=record.name, dataset=record.dataset,
+                                  world_size=record.world_size, state=record.state.value, message=record.message,
+                                  created_at=record.created_at, daemon_pid=os.getpid(), spec_json=spec_json)  # fmt: skip
         return record
+
+    def _write(self, record: JobRecord) -> None:
+        if self.store is not None:
+            self.store.update(record.job_id, state=record.state.value, message=record.message,
+                              finished_at=record.finished_at)  # fmt: skip
+
+    def next_numeric_id(self) -> int:
+        """One more than the largest numeric job id known (this daemon's or an earlier one's)."""
+        with self._lock:
+            return max((int(j) for j in self._jobs if j.isdigit()), default=0) + 1
 
     def get(self, job_id: str) -> JobRecord:
         with self._lock:
@@ -96,7 +141,7 @@ class JobTable:
         """The job, if `token` is the one its processes were given; InvalidReportError otherwise
         (another process of this user, or anyone on TCP, cannot speak for a job)."""
         record = self.get(job_id)
-        if not hmac.compare_digest(token.encode(), record.token.encode()):
+        if not record.token or not hmac.compare_digest(token.encode(), record.token.encode()):
             raise InvalidReportError(
                 f"progress for job {job_id!r} refused: only the job's own processes may report it "
                 f"({'no' if not token else 'a wrong'} job token; they get ${JOB_TOKEN_ENV} from the daemon)"
@@ -126,6 +171,7 @@ class JobTable:
             finished = _now() if state.final and record.finished_at is None else record.finished_at
             updated = replace(record, state=state, message=message or record.message, finished_at=finished)
             self._jobs[job_id] = updated
+            self._write(updated)
             return updated
 
     def on_cancel(self, listener: CancelListener) -> None:
@@ -141,6 +187,7 @@ class JobTable:
                 raise DaemonError(f"job {job_id!r} has already ended ({record.state.value})")
             updated = replace(record, cancel_requested=True, message=reason or record.message)
             self._jobs[job_id] = updated
+            self._write(updated)
             listeners = list(self._cancel_listeners)
         for listener in listeners:
             listener(updated, reason)

@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds between NVML samples of PCIe/NVLink byte counters (default 1; 0 = off)")
     parser.add_argument("--cuda-probe-timeout", type=float, dest="cuda_probe_timeout_s",
                         help="seconds the start-up CUDA probe subprocess may take (default 120; 0 = skip it)")
+    parser.add_argument("--state-dir", type=Path, help="job history across restarts (default <runtime-dir>/../state)")
     parser.add_argument("--idle-unload", type=float, dest="idle_unload_s",
                         help="unload a dataset unused by any job for this many seconds (default 0 = never)")
     parser.add_argument("--shm-budget", help="shared memory all loaded datasets may hold, e.g. 40GiB or 80%% "

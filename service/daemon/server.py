@@ -37,6 +37,7 @@ from graphtier.service.daemon.status_app import create_status_app
 from graphtier.service.daemon.status_models import EndpointsStatus
 from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
 from graphtier.service.daemon.dataset_lifetime import LifetimePolicy
+from graphtier.service.daemon.job_store import JobStore
 from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.hardware.machine import MachineFacts
@@ -69,7 +70,9 @@ class Daemon:
     def __init__(self, config: DaemonConfig, *, lock: InstanceLock | None = None) -> None:
         self.config = config
         self.lock = lock or InstanceLock(config)
-        self.jobs = JobTable()
+        self.jobs = JobTable(store=JobStore(config.state_path))
+        for job_id in self.jobs.restore(os.getpid()):
+            log.warning("job %s was unfinished when its daemon ended: marked failed", job_id)
         self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
         gpus = GpuPlacement(mode=config.gpu_tiers, device_budget=config.device_budget,
                             device_reserve=config.device_reserve)  # fmt: skip
@@ -284,5 +287,7 @@ class Daemon:
         self.machine.stop()
         for name in self.datasets.close():
             log.info("unloaded %s", name)
+        if self.jobs.store is not None:
+            self.jobs.store.close()
         self.lock.release()
         log.info("stopped")
