@@ -144,7 +144,10 @@ class Job:
         """Move `model` to `device`, resume it and `optimizer` from the job's newest checkpoint
         (a restarted rank), and wrap it in DDP when there are several ranks; train what it returns."""
         model.to(self.device)
-        self.session.resume(model, optimizer)
+        at = self.session.resume(model, optimizer)
+        if self.session.resumed_from is not None:
+            print(f"resumed from {self.session.resumed_from.name}: epoch {at.epoch}, {at.batch} batches into it, "
+                  f"step {at.step}", flush=True)  # fmt: skip
         if not self.ctx.distributed:
             return model
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)

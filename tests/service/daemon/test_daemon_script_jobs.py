@@ -3,8 +3,11 @@ files in examples/ (and scripts written here) through `graphtier.launcher.loader
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,27 @@ def test_pyg_example_trains_through_the_loader(inproc_daemon):
     job, _ = _run(inproc_daemon, JobSpec(**SPEC, script=str(EXAMPLES / "pyg_sage.py")))
     assert job.state == JobState.SUCCEEDED, f"{job.message}\n{Path(job.log_path).read_text()[-3000:]}"
     assert job.result.test_accuracy > 0.25 and job.progress.global_step == job.progress.total_steps
+
+
+def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
+    spec = JobSpec(**{**SPEC, "batch_size": 16, "epochs": 3}, checkpoint_every_steps=5, max_restarts=1,
+                   script=str(EXAMPLES / "sage_blocks.py"))  # fmt: skip
+    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+        job = client.submit_job(spec)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = client.get_job(job.job_id)
+            assert not running.state.final, running.message
+            if running.progress and running.progress.global_step >= 12 and all(r.trainer_pid for r in running.ranks):
+                break
+            time.sleep(0.2)
+        os.kill(next(r.trainer_pid for r in running.ranks if r.rank == 1), signal.SIGKILL)
+        for _ in client.job_events(job.job_id, follow=True):
+            pass
+        final = client.get_job(job.job_id)
+    log = Path(final.log_path).read_text()
+    assert final.state == JobState.SUCCEEDED, f"{final.message}\n{log[-3000:]}"
+    assert final.restarts == 1 and final.progress.global_step == final.progress.total_steps
+    resumed = re.findall(r"\[rank (\d)\] resumed from ckpt-(\d+)\.pt: epoch (\d+), (\d+) batches into it", log)
+    assert sorted(r[0] for r in resumed) == ["0", "1"] and int(resumed[0][1]) >= 10  # both ranks, from a late checkpoint
+    assert final.result.test_accuracy > 0.2
