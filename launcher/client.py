@@ -59,6 +59,13 @@ def locate_daemon(runtime_dir: Path | None = None) -> Endpoints:
     return endpoints
 
 
+
+def _job_token_metadata() -> tuple[tuple[str, str], ...]:
+    """The job token the daemon gave this process's job ($GRAPHTIER_JOB_TOKEN), as call metadata:
+    what a rank needs to report progress and open its channel."""
+    return ((JOB_TOKEN_HEADER, os.environ.get(JOB_TOKEN_ENV, "")),)
+
+
 class DaemonClient:
     """A connection to one daemon; use as a context manager or call `close()`."""
 
@@ -174,9 +181,8 @@ class DaemonClient:
 
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
-        token = os.environ.get(JOB_TOKEN_ENV, "")  # handed by the daemon to the job's own processes only
         return self._call(self._progress.ReportProgress, conversions.report_to_proto(report),
-                          extra_metadata=((JOB_TOKEN_HEADER, token),)).cancel_requested  # fmt: skip
+                          extra_metadata=_job_token_metadata()).cancel_requested  # fmt: skip
 
     # Jobs
 
@@ -222,11 +228,12 @@ class DaemonClient:
     def open_channel(self, job_id: str, rank: int, trainer_pid: int, *, timeout_s: float = 300.0) -> ChannelGrant:
         """The producer channel of one rank of a job (a restarted rank gets a fresh producer)."""
         request = channels_pb2.OpenChannelRequest(job_id=job_id, rank=rank, trainer_pid=trainer_pid)
-        return job_conversions.grant_from_proto(self._call(self._channels.OpenChannel, request, timeout_s))
+        reply = self._call(self._channels.OpenChannel, request, timeout_s, extra_metadata=_job_token_metadata())
+        return job_conversions.grant_from_proto(reply)
 
     def release_channel(self, job_id: str, rank: int, reason: str = "") -> int:
         request = channels_pb2.ReleaseChannelRequest(job_id=job_id, rank=rank, reason=reason)
-        return self._call(self._channels.ReleaseChannel, request).batches_consumed
+        return self._call(self._channels.ReleaseChannel, request, extra_metadata=_job_token_metadata()).batches_consumed
 
     # HTTP status
 

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from graphtier.service.daemon.errors import DaemonError
 from graphtier.service.daemon.job_spec import JobSpec
 from graphtier.service.daemon.job_view import LogLine
@@ -64,6 +66,7 @@ class RankChannel:
     rank: int
     producer: ProducerProcess
     trainer_pid: int = 0
+    trainer_start: int | None = None  # its start time when it opened the channel: the pid may be reused
     respawns: int = 0
 
 
@@ -168,6 +171,8 @@ class JobRunner:
                 raise DaemonError(
                     f"job {self.job_id}: producer pid {channel.producer.pid} of rank {rank} {describe_exit(code)}"
                 )
+            if trainer_pid:
+                self._check_own_process(trainer_pid)
             restarted = channel.trainer_pid not in (0, trainer_pid) and trainer_pid != 0
             if restarted or code == 0:
                 channel.producer.stop()
@@ -175,7 +180,20 @@ class JobRunner:
                 self._tails.pop(rank, None)
                 channel.producer = self._spawn(rank, channel.respawns)
             channel.trainer_pid = trainer_pid
+            channel.trainer_start = process_start_time(trainer_pid) if trainer_pid else None
             return channel.producer
+
+    def _check_own_process(self, pid: int) -> None:
+        """DaemonError unless `pid` is a process torchrun started for this job (the daemon will
+        signal it when the job stops: it must never be someone else's process)."""
+        agent = self.torchrun.pid if self.torchrun is not None else None
+        try:
+            parents = {p.pid for p in psutil.Process(pid).parents()}
+        except psutil.Error:
+            parents = set()
+        if agent is None or agent not in parents:
+            raise DaemonError(f"job {self.job_id}: trainer pid {pid} is not a rank of this job (not a child of its "
+                              f"torchrun agent, pid {agent})")  # fmt: skip
 
     @property
     def restarts(self) -> int:
@@ -280,7 +298,8 @@ class JobRunner:
         with self.lock:
             channels = list(self.channels.values())
         for channel in channels:
-            if channel.trainer_pid and process_start_time(channel.trainer_pid) is not None:
+            started = channel.trainer_start
+            if channel.trainer_pid and started is not None and process_start_time(channel.trainer_pid) == started:
                 with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
                     os.kill(channel.trainer_pid, signal.SIGKILL)
             channel.producer.stop()

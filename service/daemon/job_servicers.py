@@ -13,7 +13,14 @@ from graphtier.service.daemon import job_conversions as convert
 from graphtier.service.daemon.grpc_status import grpc_method
 from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_manager import JobManager
+from graphtier.service.daemon.jobs import JOB_TOKEN_HEADER
 from graphtier.v1 import channels_pb2, channels_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+
+
+def _job_token(context: grpc.ServicerContext) -> str:
+    """The job token the caller sent (JOB_TOKEN_HEADER), '' when none."""
+    return str(dict(context.invocation_metadata() or ()).get(JOB_TOKEN_HEADER, ""))
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
@@ -64,6 +71,7 @@ class ChannelServicer(channels_pb2_grpc.ChannelServiceServicer):
     def OpenChannel(
         self, request: channels_pb2.OpenChannelRequest, context: grpc.ServicerContext
     ) -> channels_pb2.ChannelLayout:
+        self.manager.table.check_token(request.job_id, _job_token(context), "opening a channel")
         grant = self.manager.open_channel(request.job_id, request.rank, request.trainer_pid)
         return convert.grant_to_proto(grant)
 
@@ -71,5 +79,6 @@ class ChannelServicer(channels_pb2_grpc.ChannelServiceServicer):
     def ReleaseChannel(
         self, request: channels_pb2.ReleaseChannelRequest, context: grpc.ServicerContext
     ) -> channels_pb2.ReleaseChannelResponse:
+        self.manager.table.check_token(request.job_id, _job_token(context), "releasing a channel")
         consumed = self.manager.release_channel(request.job_id, request.rank)
         return channels_pb2.ReleaseChannelResponse(batches_consumed=consumed)

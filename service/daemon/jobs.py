@@ -137,6 +137,17 @@ class JobTable:
                 raise UnknownJobError(f"no job {job_id!r} in this daemon (latest known: {known})")
             return record
 
+    def check_token(self, job_id: str, token: str, what: str) -> JobRecord:
+        """The job, if `token` is the one its processes were given; InvalidReportError naming `what`
+        otherwise (a process that is not the job's may not act for it)."""
+        record = self.get(job_id)
+        if not record.token or not hmac.compare_digest(token.encode(), record.token.encode()):
+            raise InvalidReportError(
+                f"{what} for job {job_id!r} refused: only the job's own processes may do that "
+                f"({'no' if not token else 'a wrong'} job token; they get ${JOB_TOKEN_ENV} from the daemon)"
+            )
+        return record
+
     def check_reporter(self, job_id: str, token: str) -> JobRecord:
         """The job, if `token` is the one its processes were given; InvalidReportError otherwise
         (another process of this user, or anyone on TCP, cannot speak for a job)."""
