@@ -25,7 +25,8 @@ module taking `(blocks, x)`: the built-in models are trained exactly so. Progres
 the status page, `job status` and restarts (`max_restarts`, from the job's checkpoints) work
 the same for either. An exception ends the job FAILED with its last line as the cause. Batches
 are zero-copy views of the producer's slot on CPU: a batch is handed back when the next one is
-asked for, so keep no reference to its tensors beyond its step.
+asked for, so keep no reference to its tensors beyond its step. Call `connect()` early: each
+rank's producer waits for its rank's channel to be opened (120 s), then fails the job.
 """
 
 from __future__ import annotations
