@@ -173,8 +173,10 @@ class DaemonClient:
         )
         return [conversions.summary_from_proto(summary) for summary in reply.datasets]
 
-    def dataset_layout(self, name: str) -> DatasetLayoutInfo:
-        reply = self._call(self._datasets.GetDatasetLayout, datasets_pb2.GetDatasetLayoutRequest(name=name))
+    def dataset_layout(self, name: str, *, job_id: str = "") -> DatasetLayoutInfo:
+        """The layout of loaded dataset `name`; with `job_id`, of the copy that job trains on."""
+        request = datasets_pb2.GetDatasetLayoutRequest(name=name, job_id=job_id)
+        reply = self._call(self._datasets.GetDatasetLayout, request)
         return conversions.layout_from_proto(reply)
 
     # Progress

@@ -87,7 +87,8 @@ class Job:
             self.ctx.shutdown()
             raise
         try:
-            self.data: AttachedDataset = attach_dataset(client.dataset_layout(spec.dataset).handle)
+            # the version this job started with, even if the dataset was prepared again since
+            self.data: AttachedDataset = attach_dataset(client.dataset_layout(spec.dataset, job_id=job_id).handle)
         except BaseException as exc:
             self.channel.close(f"{type(exc).__name__}: {exc}")
             self.ctx.shutdown()

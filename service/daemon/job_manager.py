@@ -25,6 +25,7 @@ from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_notes import spec_notes
 from graphtier.service.daemon.job_runner import JobRunner
 from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.models import DatasetLayoutInfo
 from graphtier.service.daemon.job_view import ChannelGrant, JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
 from graphtier.service.daemon.jobs import JobRecord, JobState, JobTable
 from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, ProgressTracker
@@ -46,6 +47,7 @@ class _Job:
     done: threading.Event = field(default_factory=threading.Event)
     last_progress: JobProgressInfo | None = None
     notes: list[str] = field(default_factory=list)
+    layout: DatasetLayoutInfo | None = None  # the dataset version the job started with, for its ranks
 
 
 def check_script(script: Path) -> None:
@@ -115,7 +117,8 @@ class JobManager:
         events = JobEventLog(job_id)
         runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log,
                            stall_timeout_s=self.stall_timeout_s)
-        job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes, notes=spec_notes(spec, loaded.handle))
+        job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes, notes=spec_notes(spec, loaded.handle),
+                   layout=loaded)
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name,
@@ -259,6 +262,13 @@ class JobManager:
         if job.last_progress is None or not record.state.final:
             return job.last_progress
         return replace(job.last_progress, batches_per_second=self.tracker.rates(job_id, ended=True)[0])
+
+    def job_layout(self, job_id: str, dataset: str) -> DatasetLayoutInfo:
+        """The layout of the dataset copy job `job_id` trains on (the version it started with)."""
+        job = self._job(job_id)
+        if job.layout is None or job.spec.dataset != dataset:
+            raise InvalidRequestError(f"job {job_id} trains on dataset {job.spec.dataset!r}, not {dataset!r}")
+        return job.layout
 
     def list(self, states: set[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
         records = [r for r in self.table.list()

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
     """LoadDataset, UnloadDataset, ListDatasets, GetDatasetLayout."""
 
-    def __init__(self, registry: DatasetRegistry) -> None:
+    def __init__(self, registry: DatasetRegistry, jobs: JobManager | None = None) -> None:
         self.registry = registry
+        self.jobs = jobs
 
     @grpc_method
     def LoadDataset(
@@ -67,6 +68,8 @@ class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
     def GetDatasetLayout(
         self, request: datasets_pb2.GetDatasetLayoutRequest, context: grpc.ServicerContext
     ) -> datasets_pb2.DatasetLayout:
+        if request.job_id and self.jobs is not None:
+            return conversions.layout_to_proto(self.jobs.job_layout(request.job_id, request.name))
         return conversions.layout_to_proto(self.registry.layout(request.name))
 
 
@@ -100,7 +103,7 @@ def add_servicers(
 ) -> None:
     """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES;
     JobService and ChannelService only with a job manager)."""
-    datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry), server)
+    datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry, jobs), server)
     progress_pb2_grpc.add_ProgressServiceServicer_to_server(ProgressServicer(tracker), server)
     if jobs is not None:
         from graphtier.service.daemon.job_servicers import ChannelServicer, JobServicer

@@ -81,10 +81,12 @@ class DatasetSummary(_message.Message):
     def __init__(self, name: _Optional[str] = ..., loaded: _Optional[bool] = ..., num_nodes: _Optional[int] = ..., num_edges: _Optional[int] = ..., feature_dim: _Optional[int] = ..., num_classes: _Optional[int] = ..., feature_bytes: _Optional[int] = ..., structure_bytes: _Optional[int] = ..., resident_bytes: _Optional[int] = ..., job_ids: _Optional[_Iterable[str]] = ..., source: _Optional[str] = ...) -> None: ...
 
 class GetDatasetLayoutRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "job_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    job_id: str
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class DatasetLayout(_message.Message):
     __slots__ = ("dataset", "boundaries", "colptr", "row", "labels", "splits", "resident_features", "storage_features", "tier_sizes", "num_edges", "feature_dim", "num_classes", "feature_bytes", "structure_bytes", "device_bytes_per_device", "simulated_devices", "owner_pid", "loaded_at", "budgets", "device_tiers", "placement_notes")
