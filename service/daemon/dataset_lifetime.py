@@ -31,6 +31,16 @@ def manifest_version(directory: Path) -> str | None:
         return None
 
 
+def file_identity(path: Path) -> tuple[int, ...] | None:
+    """What changes whenever a file's bytes may have: device, inode, size, mtime and ctime (a
+    user can set mtime back, not ctime). None when the file is gone."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def resident_estimate(manifest: DatasetManifest, plan: PlacementPlan) -> int:
     """Shared-memory bytes a load with `plan` takes: structure, labels, splits and the host rows."""
     arrays = manifest.arrays

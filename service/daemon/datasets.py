@@ -23,7 +23,13 @@ from graphtier.service.daemon.errors import (
     InvalidRequestError,
     UnknownDatasetError,
 )
-from graphtier.service.daemon.dataset_lifetime import LifetimePolicy, manifest_version, over_budget, resident_estimate
+from graphtier.service.daemon.dataset_lifetime import (
+    LifetimePolicy,
+    file_identity,
+    manifest_version,
+    over_budget,
+    resident_estimate,
+)
 from graphtier.service.daemon.gpu_placement import GpuPlacement
 from graphtier.service.daemon.models import (
     BudgetSpec,
@@ -64,6 +70,7 @@ class LoadedDataset:
     loaded_at: datetime
     asked_plan: PlacementPlan  # before the GPU decision (which may move interleaved rows to host)
     version: str  # manifest_version of what was loaded
+    storage_identity: tuple[int, ...] | None = None  # file_identity of the storage tier's file, if it has rows there
     last_used: float = 0.0  # time.monotonic() of the last load, layout or job on it
 
     @property
@@ -178,11 +185,13 @@ class DatasetRegistry:
         if loaded is None:
             return None
         on_disk = manifest_version(self.root / name)
-        if on_disk == loaded.version:
+        storage = loaded.store.handle.storage_features
+        if on_disk == loaded.version and (storage is None or file_identity(Path(storage.path)) == loaded.storage_identity):
             return loaded
         del self._loaded[name]
         self._retired.append(loaded)
-        what = "was removed" if on_disk is None else f"changed on disk (version {loaded.version} -> {on_disk})"
+        what = ("was removed" if on_disk is None else f"changed on disk (version {loaded.version} -> {on_disk})"
+                if on_disk != loaded.version else "has its storage-tier file changed since it was verified")  # fmt: skip
         log.warning("dataset %s %s: new jobs get %s; the loaded copy stays until no job uses it", name, what,
                     "an error" if on_disk is None else "the new version")  # fmt: skip
         return None
@@ -241,6 +250,8 @@ class DatasetRegistry:
             self._check_name(name)
             version = manifest_version(self.root / name)  # before opening: a swap after it is seen next time
             dataset = self._open(name)
+            features = dataset.array_path("features") if dataset.has("features") else None
+            storage_identity = file_identity(features) if features else None  # before the check: a later write shows
             asked = self._plan(budgets, dataset)
             decision = self.gpus.decide(asked, name)
             self._make_room(name, resident_estimate(dataset.manifest, decision.plan))
@@ -251,6 +262,7 @@ class DatasetRegistry:
             loaded = LoadedDataset(
                 store=store, manifest=dataset.manifest, budgets=budgets, loaded_at=datetime.now(timezone.utc),
                 asked_plan=asked, version=version or "unknown", last_used=time.monotonic(),
+                storage_identity=storage_identity if store.handle.storage_features is not None else None,
             )
             self._loaded[name] = loaded
             return LoadResult(layout=loaded.layout(), already_loaded=False)

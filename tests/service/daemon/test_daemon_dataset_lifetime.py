@@ -123,3 +123,22 @@ def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_r
     assert json.loads(done.stdout)["released_bytes"] > 0 and not any(_exists(_segments(layout)))
     again = subprocess.run([*cli, "rmat12"], capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "dataset 'rmat12' is not loaded in this daemon" in again.stdout + again.stderr
+
+
+def test_a_storage_file_changed_after_loading_is_checked_again_before_a_new_job_reads_it(root):
+    from graphtier.service.daemon.models import BudgetSpec
+    from graphtier.service.errors import PreparedDatasetError
+    from graphtier.service.prepared.npy_io import npy_data_offset
+
+    registry = DatasetRegistry(root)
+    try:
+        layout = registry.load("a", BudgetSpec(host="50%")).layout
+        assert layout.handle.storage_features is not None  # half the rows are read from the file at run time
+        features = root / "a" / "features.npy"
+        with open(features, "r+b") as f:  # same size, same manifest: only the file itself changed
+            f.seek(npy_data_offset(features) + os.path.getsize(features) // 2 // 4 * 4)
+            f.write(b"\xff\xff\xc0\x7f")  # a NaN
+        with pytest.raises(PreparedDatasetError, match="checksum mismatch for 'features'"):
+            registry.layout("a")  # what a new job asks: the copy is stale, and the file fails its check
+    finally:
+        registry.close()
