@@ -149,7 +149,13 @@ class DatasetRegistry:
                 f"no prepared dataset {name!r} under the daemon's dataset root {self.root}; prepare it with "
                 f"`graphtier dataset prepare ... --name {name} --out {self.root}`"
             )
-        return PreparedDataset.open(name, self.root)
+        dataset = PreparedDataset.open(name, self.root)
+        if dataset.manifest.name != name:  # a copied or renamed directory: the name would mean two things
+            raise InvalidRequestError(
+                f"directory {self.root / name} holds dataset {dataset.manifest.name!r} (its manifest's name), not "
+                f"{name!r}; rename the directory back, or prepare the dataset under the name {name!r}"
+            )
+        return dataset
 
     @staticmethod
     def _check_name(name: str) -> None:

@@ -183,13 +183,22 @@ def remove_dataset(root: Path | None, name: str) -> Path:
         )
     if not directory.exists():
         raise PreparedDatasetError(f"no dataset named {name!r} under {root}")
+    refusal = "nothing was removed: graphtier deletes only directories it prepared"
+    if (directory / MANIFEST_FILE).is_symlink():
+        raise PreparedDatasetError(f"{directory / MANIFEST_FILE} is a symbolic link; {refusal}")
     try:
-        json.loads((directory / MANIFEST_FILE).read_text())["format_version"]
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = read_manifest(directory)
+    except PreparedDatasetError:
         raise PreparedDatasetError(
-            f"{directory} holds no graphtier manifest ({MANIFEST_FILE}); nothing was removed: graphtier deletes only "
-            "directories it prepared"
+            f"{directory} holds no valid graphtier manifest ({MANIFEST_FILE}); {refusal}"
         ) from None
+    if manifest.name != name:
+        raise PreparedDatasetError(f"{directory} holds dataset {manifest.name!r}, not {name!r}; {refusal}")
+    ours = {MANIFEST_FILE} | {info.file for info in manifest.arrays.values()}
+    extra = sorted(p.name for p in directory.iterdir() if p.name not in ours or p.is_symlink())
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise PreparedDatasetError(f"{directory} also holds files graphtier did not write ({shown}); {refusal}")
     trash = root / f".trash-{name}-{os.getpid()}-{secrets.token_hex(4)}"
     os.rename(directory, trash)
     shutil.rmtree(trash, ignore_errors=True)

@@ -26,8 +26,24 @@ def test_remove_refuses_a_directory_graphtier_did_not_prepare(tmp_path):
     (root / "important" / "thesis.tex").write_text("years of work")
     refused = _remove(root, "important")
     assert refused.returncode == 2
-    assert "holds no graphtier manifest (manifest.json); nothing was removed" in " ".join((refused.stdout + refused.stderr).split())
+    assert "holds no valid graphtier manifest (manifest.json); nothing was removed" in " ".join(
+        (refused.stdout + refused.stderr).split())
     assert (root / "important" / "thesis.tex").read_text() == "years of work"
+
+
+def test_remove_refuses_a_borrowed_manifest_or_extra_files(tmp_path, small_rmat):
+    root = tmp_path / "datasets"
+    (root / "proj").mkdir(parents=True)
+    (root / "proj" / "thesis.tex").write_text("precious")
+    (root / "proj" / "manifest.json").symlink_to(small_rmat.directory / "manifest.json")
+    refused = _remove(root, "proj")
+    assert refused.returncode == 2 and "is a symbolic link" in refused.stdout + refused.stderr
+    shutil.copytree(small_rmat.directory, root / "rmat12")
+    (root / "rmat12" / "notes.txt").write_text("mine")
+    refused = _remove(root, "rmat12")
+    assert refused.returncode == 2 and "also holds files graphtier did not write (notes.txt)" in " ".join(
+        (refused.stdout + refused.stderr).split())
+    assert (root / "proj" / "thesis.tex").exists() and (root / "rmat12" / "notes.txt").exists()
 
 
 def test_remove_refuses_a_symlink_and_leaves_its_target(tmp_path, small_rmat):

@@ -142,3 +142,17 @@ def test_a_storage_file_changed_after_loading_is_checked_again_before_a_new_job_
             registry.layout("a")  # what a new job asks: the copy is stale, and the file fails its check
     finally:
         registry.close()
+
+
+def test_a_directory_whose_manifest_names_another_dataset_is_refused(tmp_path, small_rmat):
+    from graphtier.service.daemon.errors import InvalidRequestError
+
+    root = tmp_path / "datasets"
+    shutil.copytree(small_rmat.directory, root / "ycopy")  # `cp -a y ycopy`: the manifest still says rmat12
+    registry = DatasetRegistry(root, policy=LifetimePolicy(idle_unload_s=1))
+    try:
+        with pytest.raises(InvalidRequestError, match=r"holds dataset 'rmat12' \(its manifest's name\), not 'ycopy'"):
+            registry.load("ycopy")
+        assert registry.loaded() == [] and registry.sweep(now=1e12) == []
+    finally:
+        registry.close()
