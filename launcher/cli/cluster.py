@@ -90,7 +90,7 @@ def start(
     """Start graphtierd in the background and wait until it serves; print its endpoints."""
     from graphtier.service.daemon.config import DaemonConfig
     from graphtier.service.daemon.errors import DaemonAlreadyRunningError
-    from graphtier.service.daemon.instance import describe_running, private_runtime_dir, running_daemon_pid
+    from graphtier.service.daemon.instance import daemon_file_dir, describe_running, running_daemon_pid
 
     with error_boundary():
         flags = {"--config": config, "--runtime-dir": runtime_dir, "--http-port": http_port,
@@ -109,7 +109,7 @@ def start(
                 f"({describe_running(settings.runtime_dir, pid)}); stop it with `graphtier cluster stop`"
             )
         log_path = settings.log_path
-        private_runtime_dir(log_path.parent)
+        daemon_file_dir(log_path.parent, settings.runtime_dir)
         offset = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import time
 from datetime import datetime
 from pathlib import Path
@@ -103,6 +104,29 @@ def describe_running(runtime_dir: Path, pid: int | None) -> str:
     return f"{who}, gRPC {endpoints.grpc_target}{tcp}, HTTP {endpoints.http_url}"
 
 
+def _socket_answers(path: Path) -> bool:
+    """True when something accepts connections on the Unix socket `path` (it is not stale)."""
+    if not path.is_socket():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def daemon_file_dir(path: Path, runtime_dir: Path, gid: int | None = None) -> None:
+    """Make the directory of a daemon file (log, socket) exist. The runtime directory is the
+    daemon's and is made private; any other directory is created if missing (0700) but never
+    changed: a --log-file in /var/log must not chmod /var/log."""
+    if path == runtime_dir:
+        private_runtime_dir(path, gid)
+    else:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
 def private_runtime_dir(path: Path, gid: int | None = None) -> None:
     """Create `path` (and parents) and make it 0700: the socket, lock and log inside are the
     daemon's alone, whatever the umask or whoever created the directory first. With `gid`
@@ -157,6 +181,13 @@ class InstanceLock:
                 break
             os.close(fd)  # the previous holder unlinked the file between our open and lock: retry
         self._fd = fd
+        if _socket_answers(self.config.socket):  # another daemon (another runtime dir) serves on it
+            self._fd = None
+            os.close(fd)
+            raise DaemonAlreadyRunningError(
+                f"the socket {self.config.socket} is in use by another running process; give this daemon its own "
+                "--socket (or stop the other one)"
+            )
         stale = self._remove_stale_files()
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -8,6 +8,7 @@ an event; the main thread then stops the daemon in order (see `server.Daemon.sto
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import shutil
@@ -20,7 +21,7 @@ from types import FrameType
 
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
-from graphtier.service.daemon.instance import InstanceLock, private_runtime_dir
+from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
 from graphtier.service.daemon.systemd import SystemdNotifier
 
 SCRATCH_DIR = "tmp"  # the daemon's temporary directory, inside its runtime directory
@@ -78,7 +79,7 @@ def _same_file(stream: object, path: Path) -> bool:
 
 def setup_logging(config: DaemonConfig) -> None:
     """Log to stderr, and to the log file unless stderr already is that file (`cluster start`)."""
-    private_runtime_dir(config.log_path.parent, config.socket_gid)
+    daemon_file_dir(config.log_path.parent, config.runtime_dir, config.socket_gid)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if not _same_file(sys.stderr, config.log_path):
         handlers.append(logging.FileHandler(config.log_path))
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("graphtierd")
     for path in stale:
         log.info("removed stale %s left by a daemon that died", path)
-    scratch = private_scratch_dir(config.runtime_dir, log)
+    private_scratch_dir(config.runtime_dir, log)
     try:
         from graphtier.service.daemon.server import Daemon  # heavy: torch, grpc, fastapi
 
@@ -137,7 +138,6 @@ def main(argv: list[str] | None = None) -> int:
         notifier.stopping()
     finally:
         daemon.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
@@ -152,4 +152,7 @@ def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
     scratch.mkdir(mode=0o700)
     os.environ["TMPDIR"] = str(scratch)
     tempfile.tempdir = str(scratch)
+    # Removed at exit, after multiprocessing's own clean-up of its pymp-* there: atexit runs last
+    # what was registered first, and multiprocessing registers its handler when first imported, later.
+    atexit.register(shutil.rmtree, scratch, True)
     return scratch

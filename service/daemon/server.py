@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.errors import DaemonError
-from graphtier.service.daemon.instance import Endpoints, InstanceLock, private_runtime_dir
+from graphtier.service.daemon.instance import Endpoints, InstanceLock, daemon_file_dir
 from graphtier.service.daemon.job_manager import JobManager
 from graphtier.service.daemon.jobs import JobTable
 from graphtier.service.daemon.metrics import MetricsRegistry
@@ -209,7 +209,7 @@ class Daemon:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         add_servicers(server, self.datasets, self.tracker, self.job_manager)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        private_runtime_dir(self.config.socket.parent, self.config.socket_gid)
+        daemon_file_dir(self.config.socket.parent, self.config.runtime_dir, self.config.socket_gid)
         try:
             server.add_insecure_port(f"unix:{self.config.socket}")
         except RuntimeError as exc:

@@ -83,3 +83,22 @@ def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "r2"),
                           "--socket-group", "no-such-group-xyz"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and "no Unix group named 'no-such-group-xyz'" in bad.stderr
+
+
+def test_a_live_socket_is_never_taken_over_and_foreign_directories_keep_their_mode(tmp_path, small_rmat,
+                                                                                   daemon_processes):  # fmt: skip
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    sock = shared / "g.sock"
+    first = daemon_processes(small_rmat.directory.parent, "--socket", str(sock), "--log-file", str(shared / "d.log"),
+                             runtime_dir=tmp_path / "run1")  # fmt: skip
+    first.start()
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755  # the daemon's files may live there; not its directory
+    second = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run2"),
+                             "--socket", str(sock)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert second.returncode == 3 and f"the socket {sock} is in use by another running process" in second.stderr
+    with DaemonClient(runtime_dir=first.runtime_dir) as client:
+        assert client.health() == "SERVING"  # still reachable: its socket was left alone
+    assert first.terminate() == 0
+    assert "Traceback" not in first.log()  # a clean stop is quiet
