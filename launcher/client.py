@@ -93,6 +93,7 @@ class DaemonClient:
         self.http_url = http_url
         self.timeout_s = timeout_s
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._tls = tls_cert is not None
         if tls_cert is not None:
             try:
                 trusted = Path(tls_cert).read_bytes()
@@ -127,6 +128,11 @@ class DaemonClient:
             code, details = error.code(), error.details() or ""
             if code == grpc.StatusCode.UNAVAILABLE:
                 where = self._where()
+                if not self._tls and not self.target.startswith("unix:"):
+                    raise DaemonNotRunningError(
+                        f"no answer from {where} over plaintext TCP ({details}); a graphtier daemon's TCP listener is "
+                        "TLS unless started with --insecure: pass tls_cert (its tls/server.crt) and its token"
+                    ) from None
                 raise DaemonNotRunningError(f"no graphtier daemon at {where} ({details}); {START_HINT}") from None
             raise DaemonRequestError(code.name, details) from None
 

@@ -199,7 +199,8 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
             return
         uptime = f"up {snapshot.uptime_seconds:.0f} s"
         console.print(f"graphtierd pid {snapshot.pid}, {health}, {uptime}, v{snapshot.version}")
-        tcp = f"  tcp {snapshot.endpoints.grpc_tcp}" if snapshot.endpoints.grpc_tcp else ""
+        security = snapshot.endpoints.tcp_security
+        tcp = f"  tcp {snapshot.endpoints.grpc_tcp} ({security})" if snapshot.endpoints.grpc_tcp else ""
         console.print(f"  gRPC  unix:{snapshot.endpoints.grpc_unix}{tcp}")
         console.print(f"  HTTP  {snapshot.endpoints.http_url}")
         if endpoints:

@@ -99,7 +99,7 @@ class DaemonConfig(BaseModel):
         description="Where the job history (SQLite) lives, across restarts; default <runtime_dir>/../state.",
     )
     idle_unload_s: float = Field(
-        default=0.0, ge=0, le=30 * 86400,
+        default=0.0, ge=0, le=30 * 86400, allow_inf_nan=False,
         description="Unload a dataset no unfinished job has used for this many seconds; 0 = keep it loaded.",
     )
     shm_budget: str = Field(
@@ -142,13 +142,22 @@ class DaemonConfig(BaseModel):
     def _check_device_size(cls, text: str, info: Any) -> str:
         if info.field_name == "device_budget" and text == "auto":
             return text
-        from graphtier.service.placement.budget import parse_budget  # light: no torch
         from graphtier.service.errors import PlacementError
+        from graphtier.service.placement.budget import parse_budget
 
+        if text.strip().endswith("%"):
+            try:
+                share = float(text.strip()[:-1])
+            except ValueError:
+                share = -1.0
+            if not 0 <= share <= 100:
+                raise ValueError(f"a percentage must be between 0% and 100%, got {text!r}")
         try:
-            parse_budget(text, total_bytes=1, what=info.field_name)
+            size = parse_budget(text, total_bytes=1 << 40, what=info.field_name)
         except PlacementError as exc:
             raise ValueError(str(exc)) from None
+        if info.field_name == "shm_budget" and size == 0:
+            raise ValueError("a shared-memory budget of 0 lets no dataset load; give a size or a percentage")
         return text
 
     @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file",
@@ -205,6 +214,8 @@ class DaemonConfig(BaseModel):
     def _check_tls_pair(self) -> DaemonConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both, or neither for a self-signed certificate")
+        if self.tcp is None and (self.insecure or self.tls_cert is not None):
+            raise ValueError("insecure, tls_cert and tls_key apply to the TCP listener: give tcp too")
         return self
 
     @property
@@ -249,8 +260,9 @@ class DaemonConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']} (got {err.get('input')!r})"
+            problems = "; ".join(  # a whole-config error shows no input: it would be the whole config
+                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
+                + (f" (got {err.get('input')!r})" if err["loc"] else "")
                 for err in exc.errors()
             )
             raise DaemonConfigError(f"{where}: {problems}") from None

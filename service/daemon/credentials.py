@@ -44,6 +44,8 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def ensure_token(path: Path) -> str:
     """The token in `path`, created (256 random bits, hex) if missing; DaemonError if unusable."""
+    if path.is_dir():
+        raise DaemonError(f"{path}: the token file is a directory; give a file path (it is created if missing)")
     try:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -109,10 +111,17 @@ def ensure_self_signed(directory: Path, listen_host: str) -> tuple[Path, Path]:
 
 
 def server_credentials(cert_path: Path, key_path: Path) -> grpc.ServerCredentials:
+    """gRPC credentials of the pair; DaemonError naming the files when they are unreadable or do
+    not belong together (gRPC itself would only say 'Failed to bind')."""
+    import ssl
+
     try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
         return grpc.ssl_server_credentials([(key_path.read_bytes(), cert_path.read_bytes())])
+    except ssl.SSLError as exc:  # before OSError, of which it is a kind
+        raise DaemonError(f"TLS certificate {cert_path} and key {key_path} are not a usable pair ({exc.reason})") from None
     except OSError as exc:
-        raise DaemonError(f"cannot read the TLS certificate or key ({exc.filename}: {exc.strerror})") from None
+        raise DaemonError(f"cannot read the TLS certificate or key ({exc.filename or cert_path}: {exc})") from None
 
 
 def _is_unix_peer(peer: str) -> bool:
