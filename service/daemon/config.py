@@ -94,6 +94,15 @@ class DaemonConfig(BaseModel):
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
     )  # fmt: skip
+    max_running_jobs: int = Field(
+        default=0, ge=0, le=10_000,
+        description="Jobs running at once; 0 = as many as fit the machine's cores, memory and GPUs. The rest wait "
+        "in order of submission.",
+    )
+    core_oversubscription: float = Field(
+        default=2.0, ge=0.25, le=64, allow_inf_nan=False,
+        description="Ranks the running jobs may have per CPU core together before a new job waits.",
+    )
     state_dir: Path | None = Field(
         default=None,
         description="Where the job history (SQLite) lives, across restarts; default <runtime_dir>/../state.",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from graphtier.service.daemon.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.errors import DaemonError, InvalidRequestError
 from graphtier.service.daemon.job_conversions import job_from_proto, job_to_proto
@@ -64,13 +65,14 @@ class JobManager:
     """Every job this daemon started; thread-safe."""
 
     def __init__(self, runtime_dir: Path, jobs: JobTable, datasets: DatasetRegistry, tracker: ProgressTracker, *,
-                 stall_timeout_s: float = 60.0) -> None:  # fmt: skip
+                 stall_timeout_s: float = 60.0, admission: Admission | None = None) -> None:  # fmt: skip
         self.runtime_dir = Path(runtime_dir)
         self.stall_timeout_s = stall_timeout_s
         self.table, self.datasets, self.tracker = jobs, datasets, tracker
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
         self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
+        self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
         jobs.on_cancel(self._on_cancel)
 
     def _new_id(self) -> str:
@@ -136,7 +138,35 @@ class JobManager:
         job.events.state(StateChange(previous, state, message, result))
         log.info("job %s: %s -> %s %s", job_id, previous.value, state.value, message)
 
+    def _demand(self, job: _Job) -> Demand:
+        """Cores, memory and GPUs the job will hold: its ranks and their ping-pong slots."""
+        spec, plan = job.spec, job.runner.handle.plan
+        sampled = spec.batch_size
+        for fanout in spec.fanouts:
+            sampled *= (fanout if fanout > 0 else 16) + 1
+        slot = min(sampled, plan.num_nodes) * (plan.row_bytes + 64)  # features plus sampled structure, roughly
+        memory = spec.world_size * (RANK_MEMORY_BYTES + 2 * slot)
+        return Demand(cores=spec.world_size, memory_bytes=memory, gpus=spec.world_size if spec.device == "cuda" else 0)
+
+    def _queued(self, job_id: str, job: _Job, why: str) -> None:
+        message = f"queued: {why}"
+        self.table.set_state(job_id, JobState.PENDING, message)
+        job.events.state(StateChange(JobState.PENDING, JobState.PENDING, message))
+
     def _run(self, job_id: str, job: _Job) -> None:
+        if not self.admission.wait(job_id, self._demand(job), job.runner.cancel_event,
+                                   lambda why: self._queued(job_id, job, why)):  # fmt: skip
+            self._move(job_id, job, JobState.CANCELLED, job.runner.cancel_reason or "cancelled while queued")
+            self._keep(job_id)
+            job.events.close()
+            job.done.set()
+            return
+        try:
+            self._supervise(job_id, job)
+        finally:
+            self.admission.done(job_id)
+
+    def _supervise(self, job_id: str, job: _Job) -> None:
         self._move(job_id, job, JobState.STARTING)
         job.started_at = datetime.now(timezone.utc)
         outcome, message, _ = "failed", "the job's supervisor crashed", None
@@ -286,6 +316,7 @@ class JobManager:
         if job is not None:
             job.runner.cancel_reason = reason or "cancelled"
             job.runner.cancel_event.set()
+            self.admission.wake()  # a queued job leaves the queue now
 
     def cancel(self, job_id: str, reason: str = "", *, wait_s: float = CANCEL_WAIT_S) -> JobInfo:
         """Cancel and wait until every process of the job is gone; DaemonError if it has ended."""

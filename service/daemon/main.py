@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds between NVML samples of PCIe/NVLink byte counters (default 1; 0 = off)")
     parser.add_argument("--cuda-probe-timeout", type=float, dest="cuda_probe_timeout_s",
                         help="seconds the start-up CUDA probe subprocess may take (default 120; 0 = skip it)")
+    parser.add_argument("--max-running-jobs", type=int, dest="max_running_jobs",
+                        help="jobs running at once (default 0: as many as fit cores, memory and GPUs; others queue)")
+    parser.add_argument("--core-oversubscription", type=float,
+                        help="ranks per CPU core the running jobs may have together (default 2)")
     parser.add_argument("--state-dir", type=Path, help="job history across restarts (default <runtime-dir>/../state)")
     parser.add_argument("--idle-unload", type=float, dest="idle_unload_s",
                         help="unload a dataset unused by any job for this many seconds (default 0 = never)")

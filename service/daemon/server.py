@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import grpc
+import torch
 import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -36,6 +37,7 @@ from graphtier.service.daemon.status import StatusBuilder
 from graphtier.service.daemon.status_app import create_status_app
 from graphtier.service.daemon.status_models import EndpointsStatus
 from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
+from graphtier.service.daemon.admission import Admission, machine_capacity
 from graphtier.service.daemon.dataset_lifetime import LifetimePolicy
 from graphtier.service.daemon.job_store import JobStore
 from graphtier.service.daemon.gpu_placement import GpuPlacement
@@ -84,8 +86,9 @@ class Daemon:
         self.metrics.simulated.set_function(  # real once a loaded dataset has its device tiers on GPUs
             lambda: 0 if any(not d.store.simulated_devices for d in self.datasets.loaded()) else 1)
         self.tracker = ProgressTracker(self.metrics, self.jobs)
+        capacity = machine_capacity(config.max_running_jobs, config.core_oversubscription, torch.cuda.device_count())
         self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker,
-                                      stall_timeout_s=config.producer_stall_timeout_s)
+                                      stall_timeout_s=config.producer_stall_timeout_s, admission=Admission(capacity))
         self.health = health.HealthServicer()
         self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)
         self.nvml = NvmlCollector(interval_s=config.nvml_interval_s)

@@ -1,0 +1,70 @@
+"""Admission: jobs submitted at once run as the machine allows, in order; the others wait and say why."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.admission import Admission, Capacity, Demand
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.jobs import JobState
+
+GiB = 1 << 30
+
+
+def test_jobs_start_in_order_when_they_fit_and_say_why_they_wait():
+    admission = Admission(Capacity(cores=4, gpus=1, max_running=0, available_memory=lambda: 8 * GiB))
+    never = threading.Event()
+    assert admission.wait("1", Demand(3, GiB), never)
+    said: list[str] = []
+    started = threading.Event()
+
+    def second() -> None:
+        if admission.wait("2", Demand(2, GiB), never, said.append):
+            started.set()
+
+    threading.Thread(target=second, daemon=True).start()
+    time.sleep(0.3)
+    assert not started.is_set() and said == ["needs 2 cores; running jobs hold 3 of 4"]
+    # a small job behind it waits too: no overtaking
+    cancelled = threading.Event()
+    third_said: list[str] = []
+    third = threading.Thread(target=lambda: admission.wait("3", Demand(1, GiB), cancelled, third_said.append))
+    third.start()
+    time.sleep(0.3)
+    assert third_said == ["queued behind job(s) 2"]
+    cancelled.set()
+    admission.wake()
+    third.join(5)
+    assert not third.is_alive()
+    admission.done("1")
+    assert started.wait(5)
+    assert admission.running() == ["2"]
+    # memory, GPUs and the job limit
+    assert Admission(Capacity(8, 1, 0, lambda: GiB))._blocker("x", Demand(1, 2 * GiB)) == ""  # nothing runs: alone
+    busy = Admission(Capacity(8, 1, 1, lambda: GiB))
+    busy._running["1"] = Demand(1, 0, 1)
+    busy._queue.append(("x", Demand(1, 0, 1)))
+    assert busy._blocker("x", Demand(1, 0, 1)) == "1 job(s) running, the daemon's limit is 1"
+
+
+def test_a_daemon_with_a_limit_of_one_runs_three_jobs_one_at_a_time(daemon_processes, small_rmat):
+    daemon = daemon_processes(small_rmat.directory.parent, "--max-running-jobs", "1")
+    endpoints = daemon.start()
+    spec = dict(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=1, nproc_per_node=1)
+    with DaemonClient(endpoints.grpc_target) as client:
+        ids = [client.submit_job(JobSpec(**spec, name=f"q{i}")).job_id for i in range(3)]
+        most_active, messages = 0, set()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            jobs = [client.get_job(i) for i in ids]
+            active = [j for j in jobs if j.state in (JobState.STARTING, JobState.RUNNING)]
+            most_active = max(most_active, len(active))
+            messages |= {j.message for j in jobs if j.state == JobState.PENDING}
+            if all(j.state.final for j in jobs):
+                break
+            time.sleep(0.2)
+        assert [client.get_job(i).state for i in ids] == [JobState.SUCCEEDED] * 3
+    assert most_active == 1
+    assert any(m.startswith("queued: ") for m in messages), messages
