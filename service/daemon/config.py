@@ -103,6 +103,15 @@ class DaemonConfig(BaseModel):
         default=2.0, ge=0.25, le=64, allow_inf_nan=False,
         description="Ranks the running jobs may have per CPU core together before a new job waits.",
     )
+    keep_checkpoints: bool = Field(
+        default=False,
+        description="Keep every job's checkpoints; otherwise a succeeded job's are removed and others keep the newest.",
+    )
+    job_retire_s: float = Field(
+        default=600.0, ge=0, le=30 * 86400, allow_inf_nan=False,
+        description="Seconds after a job ends before its per-job metric series are folded away and it is answered "
+        "from the job store.",
+    )
     state_dir: Path | None = Field(
         default=None,
         description="Where the job history (SQLite) lives, across restarts; default <runtime_dir>/../state.",

@@ -65,7 +65,8 @@ class JobManager:
     """Every job this daemon started; thread-safe."""
 
     def __init__(self, runtime_dir: Path, jobs: JobTable, datasets: DatasetRegistry, tracker: ProgressTracker, *,
-                 stall_timeout_s: float = 60.0, admission: Admission | None = None) -> None:  # fmt: skip
+                 stall_timeout_s: float = 60.0, admission: Admission | None = None, keep_checkpoints: bool = False,
+                 retire_after_s: float = 600.0) -> None:  # fmt: skip
         self.runtime_dir = Path(runtime_dir)
         self.stall_timeout_s = stall_timeout_s
         self.table, self.datasets, self.tracker = jobs, datasets, tracker
@@ -73,6 +74,7 @@ class JobManager:
         self._jobs: dict[str, _Job] = {}
         self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
         self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
+        self.keep_checkpoints, self.retire_after_s = keep_checkpoints, retire_after_s
         jobs.on_cancel(self._on_cancel)
 
     def _new_id(self) -> str:
@@ -183,11 +185,38 @@ class JobManager:
             job.done.set()
 
     def _keep(self, job_id: str) -> None:
-        """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart)."""
+        """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart),
+        and prune its checkpoints: none after a success (unless kept), the newest after anything else."""
         try:
             self.table.save_job(job_id, job_to_proto(self.get(job_id)).SerializeToString())
         except Exception:  # noqa: BLE001  (the history is worth a log line, not the job's outcome)
             log.exception("job %s: cannot save it to the job store", job_id)
+        job = self._jobs.get(job_id)
+        if job is None or self.keep_checkpoints:
+            return
+        checkpoints = sorted(job.runner.checkpoint_dir.glob("ckpt-*.pt"))  # zero-padded steps: oldest first
+        succeeded = self.table.get(job_id).state == JobState.SUCCEEDED
+        for old in checkpoints if succeeded else checkpoints[:-1]:
+            old.unlink(missing_ok=True)
+
+    def retire_finished(self, now: datetime | None = None) -> list[str]:
+        """Jobs ended more than `retire_after_s` ago: answered from their saved Job message from now
+        on, their per-job metric series folded away and their in-memory state dropped. Their ids."""
+        now = now or datetime.now(timezone.utc)
+        retired = []
+        for job_id, job in list(self._jobs.items()):
+            record = self.table.get(job_id)
+            if not record.state.final or record.finished_at is None or not job.done.is_set():
+                continue
+            if (now - record.finished_at).total_seconds() < self.retire_after_s:
+                continue
+            self.table.remember(job_id, job_to_proto(self.get(job_id)).SerializeToString(), job.spec.model_dump_json())
+            with self._lock:
+                self._jobs.pop(job_id, None)
+            self.tracker.forget(job_id)
+            self.tracker.metrics.retire_job(job_id)
+            retired.append(job_id)
+        return retired
 
     def _tick(self, job_id: str, job: _Job) -> None:
         """Producers' counters -> tracker; STARTING -> RUNNING at the first step; progress events."""

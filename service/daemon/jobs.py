@@ -100,6 +100,16 @@ class JobTable:
         with self._lock:
             return self._stored.get(job_id)
 
+    def remember(self, job_id: str, job_proto: bytes, spec_json: str) -> None:
+        """From now on answer for an ended job of this daemon from its saved Job message."""
+        with self._lock:
+            record = self._jobs[job_id]
+            self._stored[job_id] = StoredJob(
+                job_id=job_id, name=record.name, dataset=record.dataset, world_size=record.world_size,
+                state=record.state.value, message=record.message, created_at=record.created_at,
+                finished_at=record.finished_at, daemon_pid=os.getpid(), spec_json=spec_json, job_proto=job_proto,
+            )  # fmt: skip
+
     def save_job(self, job_id: str, job_proto: bytes) -> None:
         if self.store is not None:
             self.store.save_job(job_id, job_proto)

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="jobs running at once (default 0: as many as fit cores, memory and GPUs; others queue)")
     parser.add_argument("--core-oversubscription", type=float,
                         help="ranks per CPU core the running jobs may have together (default 2)")
+    parser.add_argument("--keep-checkpoints", action="store_true", default=None,
+                        help="keep every job's checkpoints (default: none after success, the newest otherwise)")
+    parser.add_argument("--job-retire", type=float, dest="job_retire_s",
+                        help="seconds after a job ends before its per-job metrics are folded away (default 600)")
     parser.add_argument("--state-dir", type=Path, help="job history across restarts (default <runtime-dir>/../state)")
     parser.add_argument("--idle-unload", type=float, dest="idle_unload_s",
                         help="unload a dataset unused by any job for this many seconds (default 0 = never)")

@@ -18,6 +18,8 @@ Hit ratio in PromQL:
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -72,6 +74,9 @@ class _LiveGauges(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return self._describe()
+
+
+ENDED_JOB = "ended"  # the job label that retired jobs' counters fold into
 
 
 class MetricsRegistry:
@@ -178,6 +183,29 @@ class MetricsRegistry:
         self.reports.labels(reporter=reporter).inc()
         if restarted:
             self.reporter_restarts.labels(job=job, rank=str(rank), reporter=reporter).inc()
+
+    def retire_job(self, job: str) -> int:
+        """Drop job `job`'s series (it ended a while ago): counters fold into the series labelled
+        job="ended" (so daemon-wide sums never go back), gauges go. The number of series dropped."""
+        dropped = 0
+        for metric in self._job_metrics():
+            names = metric._labelnames  # noqa: SLF001  (prometheus_client keeps no public accessor)
+            for family in metric.collect():
+                for sample in family.samples:
+                    if sample.labels.get("job") != job or sample.name.endswith("_created"):
+                        continue
+                    values = [sample.labels[n] for n in names]
+                    if isinstance(metric, Counter) and sample.name.endswith("_total") and sample.value:
+                        ended = [ENDED_JOB if n == "job" else ("" if n == "rank" else sample.labels[n]) for n in names]
+                        metric.labels(*ended).inc(sample.value)
+                    with contextlib.suppress(KeyError):
+                        metric.remove(*values)
+                        dropped += 1
+        return dropped
+
+    def _job_metrics(self) -> list[Counter | Gauge]:
+        return [m for m in vars(self).values()
+                if isinstance(m, (Counter, Gauge)) and "job" in getattr(m, "_labelnames", ())]  # fmt: skip
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -226,6 +226,15 @@ class ProgressTracker:
             self.metrics.count_report(kind, job=report.job_id, rank=report.rank, restarted=restarted)
         return self.jobs.get(report.job_id).cancel_requested
 
+    def forget(self, job_id: str) -> None:
+        """Drop what is kept of an ended job (its ranks' latest reports and its rates)."""
+        with self._lock:
+            for key in [k for k in self._last if k[0] == job_id]:
+                del self._last[key]
+            for key in [k for k in self._ranks if k[0] == job_id]:
+                del self._ranks[key]
+            self._rates.pop(job_id, None)
+
     def ranks(self, job_id: str) -> list[RankView]:
         """The latest of every rank of `job_id` that has reported, by rank."""
         with self._lock:

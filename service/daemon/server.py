@@ -88,7 +88,9 @@ class Daemon:
         self.tracker = ProgressTracker(self.metrics, self.jobs)
         capacity = machine_capacity(config.max_running_jobs, config.core_oversubscription, torch.cuda.device_count())
         self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker,
-                                      stall_timeout_s=config.producer_stall_timeout_s, admission=Admission(capacity))
+                                      stall_timeout_s=config.producer_stall_timeout_s, admission=Admission(capacity),
+                                      keep_checkpoints=config.keep_checkpoints,
+                                      retire_after_s=config.job_retire_s)  # fmt: skip
         self.health = health.HealthServicer()
         self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)
         self.nvml = NvmlCollector(interval_s=config.nvml_interval_s)
@@ -178,13 +180,15 @@ class Daemon:
             log.info("NVML collector off: %s", measured.reason)
 
     def _sweep_datasets(self) -> None:
-        """Every few seconds: unload retired versions no job uses and datasets idle too long."""
+        """Every few seconds: unload retired versions no job uses and datasets idle too long; retire
+        jobs that ended longer ago than job_retire_s."""
         period = min(10.0, max(0.5, self.config.idle_unload_s / 4)) if self.config.idle_unload_s else 10.0
         while not self._sweeper_stop.wait(period):
             try:
                 self.datasets.sweep()
+                self.job_manager.retire_finished()
             except Exception:  # noqa: BLE001  (a bug here must not take the daemon down)
-                log.exception("dataset sweep failed")
+                log.exception("sweep of datasets and ended jobs failed")
 
     def _tcp_security(self) -> tuple[list[grpc.ServerInterceptor], grpc.ServerCredentials | None]:
         """The token check for TCP callers and the TLS credentials of the TCP listener (None: plaintext)."""
