@@ -12,6 +12,7 @@ Throughput is one figure everywhere: optimizer steps per second of wall time ove
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -64,6 +65,10 @@ def model_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> in
         v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)
     )
     return params + grads + state
+
+
+class NonFiniteLossError(GraphtierError):
+    """A training step's loss was NaN or infinite."""
 
 
 class TrainSession:
@@ -143,7 +148,14 @@ class TrainSession:
             )  # fmt: skip
 
     def record_step(self, epoch: int, done: int, loss: float, correct: int, labelled: int) -> None:
-        """One optimizer step: batch `done` (1-based) of `epoch`; reports and checkpoints when due."""
+        """One optimizer step: batch `done` (1-based) of `epoch`; reports and checkpoints when due.
+        A loss that is NaN or infinite fails the rank (and so the job) naming the rank and step: a
+        diverged model or corrupt features must never end as a 'succeeded' job."""
+        if not math.isfinite(loss):
+            raise NonFiniteLossError(
+                f"rank {self.ctx.rank}: the loss is {loss} at step {self.step + 1} (epoch {epoch}, batch {done}); "
+                "training diverged or the data holds NaN/inf, so the job stops instead of reporting a result"
+            )
         self.step += 1
         self.window.add(loss, correct, labelled)
         self.epoch_window.add(loss, correct, labelled)

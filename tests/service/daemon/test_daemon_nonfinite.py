@@ -1,0 +1,37 @@
+"""A job whose loss turns NaN fails naming the rank and step; it never ends 'succeeded' with chance accuracy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import numpy as np
+
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.service.daemon.jobs import JobState
+from graphtier.service.prepared.npy_io import file_sha256
+
+
+def test_nan_features_fail_the_job_naming_rank_and_step(daemon_processes, small_rmat, tmp_path):
+    root = tmp_path / "datasets"
+    shutil.copytree(small_rmat.directory, root / "rmat12")
+    features = root / "rmat12" / "features.npy"
+    array = np.load(features, mmap_mode="r+")
+    array[:] = np.nan  # data that really holds NaN: consistent with its manifest, so it loads
+    array.flush()
+    del array
+    manifest = json.loads((root / "rmat12" / "manifest.json").read_text())
+    manifest["arrays"]["features"]["sha256"] = file_sha256(features)
+    (root / "rmat12" / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    endpoints = daemon_processes(root).start()
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=2, nproc_per_node=1)
+    with DaemonClient(endpoints.grpc_target) as client:
+        job_id = client.submit_job(spec).job_id
+        deadline = time.monotonic() + 180
+        while not client.get_job(job_id).state.final and time.monotonic() < deadline:
+            time.sleep(0.3)
+        job = client.get_job(job_id)
+    assert job.state == JobState.FAILED, job
+    assert "rank 0" in job.message and "the loss is nan at step 1 (epoch 0, batch 1)" in job.message
