@@ -48,6 +48,15 @@ class JobSpec(BaseModel):
     script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
+    @field_validator("batch_size", "hidden", "heads", "epochs", "nproc_per_node", "checkpoint_every_steps", "seed",
+                     "max_restarts", "num_slots", "fanouts", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        """`epochs: true` in YAML is a mistake, not 1 epoch (pydantic would take a bool as an int)."""
+        if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
+            raise ValueError(f"expected a number, got {value!r}")
+        return value
+
     @field_validator("fanouts")
     @classmethod
     def _check_fanouts(cls, fanouts: list[int]) -> list[int]:

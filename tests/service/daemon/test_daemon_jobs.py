@@ -40,3 +40,12 @@ def test_unknown_jobs_ranks_and_duplicates_are_refused():
         table.add(JobRecord(job_id="a", dataset="d", world_size=1))
     with pytest.raises(DaemonError, match="world size 0"):
         table.add(JobRecord(job_id="c", dataset="d", world_size=0))
+
+
+def test_yaml_booleans_are_not_numbers():
+    from graphtier.service.daemon.errors import InvalidRequestError
+    from graphtier.service.daemon.job_spec import JobSpec
+
+    for values, field in (({"dataset": "x", "epochs": True}, "epochs"), ({"dataset": "x", "fanouts": [5, False]}, "fanouts")):
+        with pytest.raises(InvalidRequestError, match=rf"job.yaml: invalid job spec: {field}: .*expected a number"):
+            JobSpec.build(values, source="job.yaml")
