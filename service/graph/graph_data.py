@@ -93,6 +93,14 @@ class GraphData:
                 fail(f"labels must be int64, got {y.dtype}")
             if y.numel() and int(y.min()) < UNLABELLED:
                 fail(f"labels must be >= 0 (or {UNLABELLED} for unlabelled), found {int(y.min())}")
+            labelled = y[y >= 0]
+            if labelled.numel():
+                classes, used = int(labelled.max()) + 1, int(torch.unique(labelled).numel())
+                if classes > 4 * used + 16:  # a model needs one output per class up to the largest label
+                    top = int(labelled.argmax())
+                    node = int((y == labelled[top]).nonzero()[0])
+                    fail(f"label {classes - 1} (node {node}) implies {classes} classes but only {used} distinct labels "
+                         f"are used; labels must be class indices 0..C-1 (remap them before preparing)")
         for name, ids in self.splits.items():
             if name not in SPLIT_NAMES:
                 fail(f"unknown split {name!r}; expected one of {SPLIT_NAMES}")
