@@ -70,6 +70,10 @@ def error_boundary() -> Iterator[None]:
         )
         console.print(f"[bold red]error:[/] invalid {escape(exc.title)}: {escape(problems)}", highlight=False)
         raise SystemExit(EXIT_BAD_INPUT) from None
+    except OSError as exc:  # a full disk, a read-only file system, no permission: the path and the cause
+        where = f"{exc.filename}: " if exc.filename else ""
+        console.print(f"[bold red]error:[/] {escape(where + (exc.strerror or str(exc)))}", highlight=False, soft_wrap=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; nothing was left half-written[/]")
         raise SystemExit(EXIT_INTERRUPTED) from None

@@ -49,7 +49,9 @@ class _Archive:
     def csr(self, prefix: str) -> sp.csr_matrix:
         data, indices, indptr, shape = (self.get(f"{prefix}_{part}") for part in _CSR_PARTS)
         try:
-            return sp.csr_matrix((data, indices, indptr), shape=tuple(int(s) for s in shape))
+            matrix = sp.csr_matrix((data, indices, indptr), shape=tuple(int(s) for s in shape))
+            matrix.check_format(full_check=True)  # out-of-range indices surface here, not deep in a later step
+            return matrix
         except (ValueError, TypeError, IndexError) as exc:
             raise DatasetSourceError(self.path, f"keys {prefix}_* do not form a valid CSR matrix ({exc})") from None
 

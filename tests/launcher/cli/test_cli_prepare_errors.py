@@ -1,0 +1,60 @@
+"""prepare's failures outside its control are one line and exit 2, never a traceback: an npz whose
+indices are out of range, a target it may not write, a full disk (nothing is left behind)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+
+def _npz(path: Path, *, bad_index: bool = False) -> None:
+    n = 50
+    adj = sp.random(n, n, density=0.1, format="csr", random_state=0)
+    indices = adj.indices.copy()
+    if bad_index:
+        indices[3] = 10_000
+    np.savez(path, adj_data=adj.data, adj_indices=indices, adj_indptr=adj.indptr, adj_shape=adj.shape,
+             attr_data=np.ones(n, dtype=np.float32), attr_indices=np.zeros(n, dtype=np.int64),
+             attr_indptr=np.arange(n + 1), attr_shape=(n, 1), labels=np.arange(n, dtype=np.int64) % 3)  # fmt: skip
+
+
+def _prepare(source: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", f"npz:{source}",
+                           "--name", "g", "--out", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _one_line_error(done: subprocess.CompletedProcess, text: str) -> None:
+    output = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and text in output, output
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_out_of_range_npz_indices_name_the_file(tmp_path):
+    _npz(tmp_path / "bad.npz", bad_index=True)
+    _one_line_error(_prepare(tmp_path / "bad.npz", tmp_path / "out"),
+                    f"{tmp_path / 'bad.npz'}: keys adj_* do not form a valid CSR matrix (indices must be < 50)")
+
+
+def test_an_unwritable_target_names_the_path(tmp_path):
+    _npz(tmp_path / "ok.npz")
+    _one_line_error(_prepare(tmp_path / "ok.npz", Path("/proc/graphtier-test")), "/proc/graphtier-test")
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
+    _npz(tmp_path / "ok.npz")
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        _one_line_error(_prepare(tmp_path / "ok.npz", full), "No space left on device")
+        assert os.listdir(full) == []  # no half-written dataset, no temporary directory
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
