@@ -138,7 +138,12 @@ class NumericText:
             digit = raw[np.minimum(begin + j, raw.size - 1)].astype(np.int64) - ord("0")
             ok &= ~active | ((digit >= 0) & (digit <= 9))
             values = np.where(active, values * 10 + digit, values)
-        return np.where(negative, -values, values), ok
+        values = np.where(negative, -values, values)
+        for i in np.flatnonzero(length == _MAX_DIGITS + 1):  # 19 digits: int64 holds some; check each exactly
+            text = self._raw[starts[i] : ends[i]].tobytes().decode("ascii", "replace")
+            if text.lstrip("+-").isdigit() and -(2**63) <= int(text) < 2**63:
+                values[i], ok[i] = int(text), True
+        return values, ok
 
     def _column(self, column: int) -> tuple[np.ndarray, np.ndarray]:
         """Parsed int64 values of one column and the mask of rows where it is a valid integer."""
@@ -157,9 +162,8 @@ class NumericText:
             if self.row_width(row) <= column:
                 raise DatasetSourceError(self.path, f"line {self.line_of(row)}: has no field {column + 1}")
             token = self._token_text(int(self._row_first[row]) + column)
-            raise DatasetSourceError(
-                self.path, f"line {self.line_of(row)}: {token!r} is not an integer (field {column + 1})"
-            )
+            problem = "is outside the int64 range" if token.lstrip("+-").isdigit() else "is not an integer"
+            raise DatasetSourceError(self.path, f"line {self.line_of(row)}: {token!r} {problem} (field {column + 1})")
         return values
 
     def columns_are_integer(self, columns: tuple[int, ...]) -> bool:

@@ -23,8 +23,11 @@ def test_rows_lines_and_integer_columns(write):
 
 
 def test_integers_too_long_or_malformed(write):
-    table = NumericText.read(write("t.txt", "1234567890123456789 1\n"))
-    with pytest.raises(DatasetSourceError, match="line 1: '1234567890123456789' is not an integer"):
+    table = NumericText.read(write("t.txt", "1234567890123456789 -9223372036854775808\n9223372036854775807 1\n"))
+    assert table.ints(0).tolist() == [1234567890123456789, 2**63 - 1]  # 19 digits: int64 holds them
+    assert table.ints(1).tolist() == [-(2**63), 1]
+    table = NumericText.read(write("v.txt", "9223372036854775808 1\n12345678901234567890 2\n"))
+    with pytest.raises(DatasetSourceError, match="line 1: '9223372036854775808' is outside the int64 range"):
         table.ints(0)
     table = NumericText.read(write("u.txt", "1 -\n"))
     with pytest.raises(DatasetSourceError, match="line 1: '-' is not an integer"):
