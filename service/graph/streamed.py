@@ -114,6 +114,7 @@ class StreamedGraph:
     original_ids: torch.Tensor | None = None
     origin: str = ""
     description: dict[str, object] = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)  # how it was read (what stayed in memory), for the manifest
 
     @property
     def feature_dim(self) -> int:

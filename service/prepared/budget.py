@@ -25,6 +25,7 @@ OPTION = "--memory-budget"
 UNLIMITED = ("unlimited", "none", "off")
 DEFAULT_SHARE = 0.5  # of the machine's memory
 NODE_BYTES = 112  # per-node arrays alive at once, at most (14 int64/float64 values per node)
+NODE_TRANSIENT_BYTES = 64  # per-node arrays a step may allocate after it measured what is held
 MIN_WORK_BYTES = 16 << 20  # below this no step makes useful progress
 SAFETY_SHARE = 0.08  # of the budget, kept free for allocator slack and small temporaries
 
@@ -96,9 +97,10 @@ def current_rss_bytes() -> int:
 class MemoryPlan:
     """Working memory left under a budget, and the chunk sizes that fit in it.
 
-    `work_bytes` given explicitly (tests, to force many chunks on a small graph) is used
-    as is; otherwise it is the budget less what the process holds at the start, less the
-    per-node arrays once the node count is known, less a safety share.
+    Each step calls `refresh` first: the working memory is then the budget less what the
+    process holds at that moment (measured, so whatever earlier steps kept counts), less
+    the per-node arrays a step may still allocate and a safety share. `work_bytes` given
+    explicitly (tests, to force many chunks on a small graph) is used as is throughout.
     """
 
     budget_bytes: int
@@ -106,23 +108,24 @@ class MemoryPlan:
     work_bytes: int
     explicit: bool = False
     num_nodes: int = 0
+    lowest_work: int = 0
 
     @classmethod
     def start(cls, budget_bytes: int, *, work_bytes: int | None = None) -> "MemoryPlan":
         limit_allocator_retention()
         held = current_rss_bytes()
         if work_bytes is not None:
-            return cls(budget_bytes, held, int(work_bytes), explicit=True)
+            return cls(budget_bytes, held, int(work_bytes), explicit=True, lowest_work=int(work_bytes))
         work = budget_bytes - held - int(budget_bytes * SAFETY_SHARE)
         if work < MIN_WORK_BYTES:
             raise MemoryBudgetError(
                 f"{OPTION} {_gib(budget_bytes)} is too small to make progress: this process already holds "
                 f"{_gib(held)} before preparing anything; give at least {_gib((held + MIN_WORK_BYTES) / (1 - SAFETY_SHARE))}"
             )
-        return cls(budget_bytes, held, work)
+        return cls(budget_bytes, held, work, lowest_work=work)
 
     def reserve_nodes(self, num_nodes: int) -> None:
-        """Set aside the per-node arrays of a graph of `num_nodes` nodes (once, when that is known)."""
+        """Learn the node count (once, before anything O(E) is held); refuse a budget its arrays cannot fit."""
         self.num_nodes = num_nodes
         if self.explicit:
             return
@@ -133,7 +136,20 @@ class MemoryPlan:
                 f"{OPTION} {_gib(self.budget_bytes)} is too small to make progress on {num_nodes:,} nodes: the process "
                 f"holds {_gib(self.held_at_start)} and the per-node arrays need {_gib(need)}; give at least {_gib(least)}"
             )
-        self.work_bytes -= need
+        self.refresh()
+
+    def refresh(self, *, transient_per_node: int = NODE_TRANSIENT_BYTES) -> int:
+        """Measure again what the working memory is now (see the class docstring); a step that
+        allocates fewer per-node arrays than `NODE_TRANSIENT_BYTES` per node says so."""
+        if not self.explicit:
+            free = self.budget_bytes - current_rss_bytes() - int(self.budget_bytes * SAFETY_SHARE)
+            self.work_bytes = max(MIN_WORK_BYTES, free - self.num_nodes * transient_per_node)
+            self.lowest_work = min(self.lowest_work, self.work_bytes)
+        return self.work_bytes
+
+    def fits(self, nbytes: int, *, share: float = 1.0) -> bool:
+        """Whether `nbytes` may be held in memory, within `share` of the working memory."""
+        return nbytes <= self.work_bytes * share
 
     def units(self, bytes_per_unit: float, *, share: float = 1.0, cap: int | None = None, multiple: int = 1) -> int:
         """How many units of `bytes_per_unit` fit in `share` of the working memory (at least `multiple`)."""
@@ -142,15 +158,10 @@ class MemoryPlan:
             count = min(count, cap)
         return max(multiple, count // multiple * multiple)
 
-    def buckets(self, total_units: int, bytes_per_unit: float, *, share: float = 1.0) -> tuple[int, int]:
-        """(units per bucket, bucket count) for `total_units` that must each be held whole, one bucket at a time."""
-        per_bucket = max(1, self.units(bytes_per_unit, share=share))
-        return per_bucket, max(1, math.ceil(total_units / per_bucket))
-
     def describe(self) -> dict[str, object]:
         return {
             "budget_bytes": self.budget_bytes,
             "held_at_start_bytes": self.held_at_start,
-            "work_bytes": self.work_bytes,
+            "lowest_work_bytes": self.lowest_work,
             "work_explicit": self.explicit,
         }

@@ -27,8 +27,9 @@ from graphtier.service.prepared.external_sort import DiskCSC
 from graphtier.service.prepared.npy_io import NpyStreamWriter
 from graphtier.service.prepared.spill import BucketSpill, as_numpy
 
-CHUNK_SHARE = 0.2  # of the working memory, for the chunk being distributed
+CHUNK_SHARE = 0.2  # of the working memory at most, for the chunk being distributed
 STRUCTURE_CHUNK_BYTES = 96  # per entry: row, expanded offsets, positions, values, bucket ids, grouping
+MAX_CHUNK = 1 << 22  # entries; larger chunks only take memory from the buckets
 
 
 class ExternalScatter:
@@ -40,7 +41,7 @@ class ExternalScatter:
         # a bucket is loaded (values + 4-byte positions) and placed into a buffer of its rows
         self.rows_per_bucket = max(1, int(work_bytes // (2 * row_bytes + 4)))
         self.num_buckets = max(1, math.ceil(num_rows / self.rows_per_bucket))
-        if num_rows * row_bytes <= work_bytes:
+        if num_rows * row_bytes <= work_bytes:  # the whole output fits: placed directly, nothing spilled
             self.num_buckets, self.rows_per_bucket = 1, max(1, num_rows)
         self.buffer = np.empty((num_rows, *self.row_shape), self.dtype) if self.num_buckets == 1 else None
         fields = {"pos": (np.dtype(np.int32), ()), "value": (self.dtype, self.row_shape)}
@@ -84,8 +85,10 @@ def permute_structure(
     """Write the reordered `row` (see the module docstring) to `out`; `colptr` is the new one."""
     in_degree = csc.in_degree()
     shift = colptr[:-1][old_to_new] - csc.colptr[:-1]  # new start - old start, per old column
-    chunk = plan.units(STRUCTURE_CHUNK_BYTES, share=CHUNK_SHARE)
-    scatter = ExternalScatter(spill_dir, "row", csc.num_edges, (), np.int64, plan.units(1, share=1 - CHUNK_SHARE))
+    plan.refresh()
+    chunk = plan.units(STRUCTURE_CHUNK_BYTES, share=CHUNK_SHARE, cap=MAX_CHUNK)
+    work = plan.work_bytes - chunk * STRUCTURE_CHUNK_BYTES
+    scatter = ExternalScatter(spill_dir, "row", csc.num_edges, (), np.int64, work)
     for v0, v1, row in csc.column_chunks(chunk):
         first = int(csc.colptr[v0])
         positions = shift[v0:v1].repeat_interleave(in_degree[v0:v1], output_size=row.numel())
@@ -99,10 +102,10 @@ def permute_rows(
 ) -> dict[str, int]:
     """Write `rows[new_to_old]` (row i of the output is source row new_to_old[i]) to `out`."""
     row_bytes = np.dtype(rows.dtype).itemsize * int(np.prod(rows.row_shape, dtype=np.int64))
-    chunk = plan.units(3 * row_bytes + 24, share=CHUNK_SHARE, cap=1 << 20)
-    scatter = ExternalScatter(
-        spill_dir, "features", rows.num_rows, rows.row_shape, rows.dtype, plan.units(1, share=1 - CHUNK_SHARE)
-    )
+    plan.refresh(transient_per_node=8)  # only slices of old_to_new
+    chunk = plan.units(3 * row_bytes + 24, share=CHUNK_SHARE, cap=max(1, (64 << 20) // row_bytes))
+    work = plan.work_bytes - chunk * (3 * row_bytes + 24)
+    scatter = ExternalScatter(spill_dir, "features", rows.num_rows, rows.row_shape, rows.dtype, work)
     for start, block in rows.chunks(chunk):
         scatter.add(old_to_new[start : start + block.shape[0]], block)
     return scatter.finish(out)

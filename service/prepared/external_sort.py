@@ -10,7 +10,8 @@ columns), in three passes over the edge stream's chunks:
    (destination, source), count the column lengths and append the sources to the row file.
 
 With one bucket (the graph fits) the keys stay in memory and no bucket file is written.
-`DiskCSC` is the result: colptr in memory, row in a spill file read column range by range.
+`DiskCSC` is the result: colptr in memory, row in a spill file read column range by range
+(or in memory, when it fits beside the sort).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import torch
 
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
 from graphtier.service.prepared.budget import MemoryPlan
-from graphtier.service.prepared.spill import BucketSpill, SpillArray
+from graphtier.service.prepared.spill import BucketSpill, MemoryArray, SpillArray, new_array
 
 DISTRIBUTE_BYTES_PER_EDGE = 112  # an edge chunk: ids read and relabelled, two keys, bucket ids, grouping
-SORT_BYTES_PER_KEY = 40  # a bucket: keys, dedup mask, distinct keys, destination, row
+SORT_BYTES_PER_KEY = 28  # a bucket: keys, dedup mask, distinct keys, destination, a product (24 measured)
 SCAN_BYTES_PER_EDGE = 32  # a column range read for scoring: row, expanded shares
 MAX_CHUNK = 1 << 22
 
@@ -47,7 +48,7 @@ def column_ranges(colptr: torch.Tensor, max_edges: int) -> list[tuple[int, int]]
 class DiskCSC:
     """A CSC graph whose `row` is a spill file; walks it in column ranges of at most `chunk_edges` entries."""
 
-    def __init__(self, colptr: torch.Tensor, row: SpillArray, chunk_edges: int) -> None:
+    def __init__(self, colptr: torch.Tensor, row: SpillArray | MemoryArray, chunk_edges: int) -> None:
         self.colptr, self.row, self.chunk_edges = colptr, row, chunk_edges
 
     @property
@@ -100,6 +101,7 @@ def build_csc_external(
 ) -> tuple[DiskCSC, dict[str, object]]:
     """The deduplicated CSC of `edges` (plus every reverse edge when `undirected`), see the module docstring."""
     n = num_nodes
+    plan.refresh()
     chunk = plan.units(DISTRIBUTE_BYTES_PER_EDGE, share=0.2, cap=MAX_CHUNK)
     entries = _count_entries(edges, n, undirected, chunk)
     total = int(entries.sum())
@@ -123,7 +125,11 @@ def build_csc_external(
                 spill.add((torch.searchsorted(bucket_starts, owner, right=True) - 1).numpy(), key=keys)
     edges.release()
 
-    row = SpillArray(Path(spill_dir) / "csc-row.i64", np.int64)
+    # the row stays in memory when it fits beside the sort of the largest bucket
+    plan.refresh()
+    largest = max(int(entry_ptr[v1] - entry_ptr[v0]) for v0, v1 in buckets)
+    row_in_memory = plan.fits(8 * total + SORT_BYTES_PER_KEY * largest)
+    row = new_array(Path(spill_dir) / "csc-row.i64", np.int64, capacity=total, in_memory=row_in_memory)
     degree = torch.zeros(n, dtype=torch.int64)
     for b, (v0, v1) in enumerate(buckets):
         keys = in_memory if spill is None else spill.take(b)["key"]
@@ -139,5 +145,7 @@ def build_csc_external(
         del keys
     colptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(degree, 0, out=colptr[1:])
-    stats = {"entries": total, "buckets": len(buckets), "spilled_bytes": 0 if spill is None else spill.bytes_written}
+    stats = {"entries": total, "buckets": len(buckets), "spilled_bytes": 0 if spill is None else spill.bytes_written,
+             "row_in_memory": row_in_memory}
+    plan.refresh()
     return DiskCSC(colptr, row, plan.units(SCAN_BYTES_PER_EDGE, share=0.5, cap=4 * MAX_CHUNK)), stats

@@ -40,6 +40,7 @@ def prepare_out_of_core(config: PrepareConfig, writer: DatasetWriter, clock: Ste
     try:
         with clock.step("read source"):
             graph = load_source_stream(config.source, spill, plan, **config.source_options)
+            details["read_source"] = graph.details
         with clock.step("build CSC"):
             csc, details["build_csc"] = build_csc_external(
                 graph.edges, graph.num_nodes, undirected=config.undirected, spill_dir=spill, plan=plan
@@ -54,13 +55,20 @@ def prepare_out_of_core(config: PrepareConfig, writer: DatasetWriter, clock: Ste
                 details["reorder_structure"] = permute_structure(csc, colptr, old_to_new, out, spill, plan)
             num_edges = csc.num_edges
             csc.release()
+            del csc, colptr
         with clock.step("write arrays"):
+            # the per-node arrays first: then only old_to_new is still held while the features are placed
+            write_node_arrays(writer, graph.labels, graph.splits, new_to_old, old_to_new, scores, graph.original_ids)
+            num_classes, sizes = graph.num_classes, split_sizes(graph.splits)
+            del scores, new_to_old
+            graph.labels, graph.splits, graph.original_ids = None, {}, None
             if graph.features is not None:
                 shape = (graph.num_nodes, *graph.features.row_shape)
                 with writer.stream("features", shape, graph.features.dtype) as out:
                     details["reorder_features"] = permute_rows(graph.features, old_to_new, out, spill, plan)
                 graph.features.release()
-            write_node_arrays(writer, graph.labels, graph.splits, new_to_old, old_to_new, scores, graph.original_ids)
+            order = ["colptr", "row", "features"]  # the in-memory path's manifest order
+            writer.arrays = {k: writer.arrays[k] for k in order if k in writer.arrays} | writer.arrays
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     details["memory_plan"] = plan.describe()
@@ -68,8 +76,8 @@ def prepare_out_of_core(config: PrepareConfig, writer: DatasetWriter, clock: Ste
         num_nodes=graph.num_nodes,
         num_edges=num_edges,
         feature_dim=graph.feature_dim,
-        num_classes=graph.num_classes,
-        split_sizes=split_sizes(graph.splits),
+        num_classes=num_classes,
+        split_sizes=sizes,
         description=graph.description,
         details=details,
     )

@@ -106,6 +106,44 @@ class SpillArray:
             self.path.unlink(missing_ok=True)
 
 
+class MemoryArray:
+    """`SpillArray`'s interface over memory, for what the budget lets stay there.
+
+    Preallocated to `capacity` rows: pages never written are never resident, so a capacity
+    above what is finally appended costs address space, not memory. `read` returns views.
+    """
+
+    def __init__(self, dtype: np.dtype | str, row_shape: tuple[int, ...] = (), *, capacity: int) -> None:
+        self.dtype, self.row_shape = np.dtype(dtype), tuple(row_shape)
+        self.data = np.empty((capacity, *self.row_shape), self.dtype)
+        self.num_rows = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.num_rows * self.data.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+
+    def append(self, data: torch.Tensor | np.ndarray) -> None:
+        data = as_numpy(data)
+        self.data[self.num_rows : self.num_rows + data.shape[0]] = data
+        self.num_rows += data.shape[0]
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.data[start : min(stop, self.num_rows)]
+
+    def chunks(self, rows_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+        for start in range(0, self.num_rows, max(1, rows_per_chunk)):
+            yield start, self.read(start, start + rows_per_chunk)
+
+    def delete(self) -> None:
+        self.data = np.empty((0, *self.row_shape), self.dtype)
+        self.num_rows = 0
+
+
+def new_array(path: Path, dtype, row_shape: tuple[int, ...] = (), *, capacity: int, in_memory: bool) -> SpillArray | MemoryArray:
+    """An array to append to: in memory when the caller's budget allows it, else a spill file at `path`."""
+    return MemoryArray(dtype, row_shape, capacity=capacity) if in_memory else SpillArray(path, dtype, row_shape)
+
+
 class BucketSpill:
     """`num_buckets` groups of records with named fields, appended chunk by chunk, read back one group at a time."""
 

@@ -4,8 +4,9 @@ It draws exactly the numbers `synthetic.generate_rmat` draws, in the same order,
 two give the same graph byte for byte. The bit planes of the R-MAT levels
 (`rmat_bits`) go to a spill file; a final pass reads them back chunk by chunk, assembles
 the ids, rewires, drops self loops and writes the edges (int32, before the random
-relabelling, which is applied on read).
-Features are drawn in chunks (see `synthetic.feature_chunk_rows`) into a spill file.
+relabelling, which is applied on read). Features are drawn in chunks (see
+`synthetic.feature_chunk_rows`) into a spill file. Any of the three that fits in a share
+of the working memory stays in memory instead: spill only what does not fit.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import torch
 
 from graphtier.service.graph.streamed import FileEdges, FileRows, StreamedGraph
 from graphtier.service.prepared.budget import MemoryPlan
-from graphtier.service.prepared.spill import SpillArray
+from graphtier.service.prepared.spill import new_array
 from graphtier.service.sources import rmat_bits
 from graphtier.service.sources import synthetic as rmat
 
 # Working bytes per edge of a chunk: 2 uniforms, masks, 2 x scale unpacked bits, int64 ids.
 EDGE_CHUNK_BYTES = 160
+KEEP_SHARE = 0.3  # of the working memory: bit planes, edges or features this small stay in memory
 FEATURE_CHUNK_OVERHEAD = 3  # a feature chunk, its centroid rows and the spill write
 
 
@@ -39,18 +41,24 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
     num_nodes = 1 << scale
     num_edges = edge_factor * num_nodes
     plan.reserve_nodes(num_nodes)
-    chunk = plan.units(EDGE_CHUNK_BYTES + 2 * scale, cap=rmat_bits.DEFAULT_CHUNK, multiple=8)
+    chunk = plan.units(EDGE_CHUNK_BYTES + 2 * scale, share=KEEP_SHARE, cap=rmat_bits.DEFAULT_CHUNK, multiple=8)
     spill_dir = Path(spill_dir)
+    kept: list[str] = []  # what the budget let stay in memory instead of a spill file
+
+    def array(name: str, dtype, row_shape=(), *, rows: int):
+        nbytes = rows * np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64))
+        in_memory = plan.fits(nbytes, share=KEEP_SHARE)
+        kept.extend([name] if in_memory else [])
+        return new_array(spill_dir / f"rmat-{name}", dtype, row_shape, capacity=rows, in_memory=in_memory)
 
     gen = torch.Generator().manual_seed(int(opt["seed"]))
-    src_planes = SpillArray(spill_dir / "rmat-src.bits", np.uint8)
-    dst_planes = SpillArray(spill_dir / "rmat-dst.bits", np.uint8)
+    plane_rows = scale * rmat_bits.plane_bytes(num_edges)
+    src_planes, dst_planes = array("src.bits", np.uint8, rows=plane_rows), array("dst.bits", np.uint8, rows=plane_rows)
     abc = {"a": rmat.RMAT_A, "b": rmat.RMAT_B, "c": rmat.RMAT_C}
     rmat_bits.draw_bit_planes(gen, scale, num_edges, src_planes, dst_planes, chunk=chunk, **abc)
 
     starts, sizes = rmat.community_bounds(num_nodes, num_classes)
-    src_file = SpillArray(spill_dir / "rmat-src.i32", np.int32)
-    dst_file = SpillArray(spill_dir / "rmat-dst.i32", np.int32)
+    src_file, dst_file = array("src.i32", np.int32, rows=num_edges), array("dst.i32", np.int32, rows=num_edges)
     for start in range(0, num_edges, chunk):
         count = min(chunk, num_edges - start)
         src = rmat_bits.assemble_ids(src_planes, scale, num_edges, start, count)
@@ -66,11 +74,11 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
     labels[relabel] = torch.bucketize(torch.arange(num_nodes), starts[1:], right=True)
 
     centroids = torch.randn(num_classes, feature_dim, generator=gen)
-    features = SpillArray(spill_dir / "rmat-features.f32", np.float32, (feature_dim,))
-    rows = rmat.feature_chunk_rows(num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.5, cap=1 << 16))
+    plan.refresh()
+    features = array("features.f32", np.float32, (feature_dim,), rows=num_nodes)
+    rows = rmat.feature_chunk_rows(num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.2, cap=1 << 16))
     for _, block in rmat.rmat_feature_chunks(gen, labels, centroids, noise, rows):
         features.append(block)
-
     return StreamedGraph(
         num_nodes=num_nodes,
         edges=FileEdges(src_file, dst_file, relabel),
@@ -79,4 +87,5 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
         splits=rmat.rmat_split(gen, num_nodes, fractions, scale),
         origin="synthetic:rmat",
         description=rmat.rmat_description(opt),
+        details={"kept_in_memory": kept, "edge_chunk": chunk},
     )

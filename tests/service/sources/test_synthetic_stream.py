@@ -49,7 +49,7 @@ def test_features_in_chunks_of_16_rows_are_the_rows_drawn_at_once():
 
 @pytest.mark.parametrize(
     "options, work",
-    [({"scale": 3, "feature_dim": 3, "num_classes": 2}, 1000), ({"scale": 10, "feature_dim": 8}, 20_000),
+    [({"scale": 3, "feature_dim": 3, "num_classes": 2}, 100), ({"scale": 10, "feature_dim": 8}, 20_000),
      ({"scale": 11, "feature_dim": 5, "seed": 3, "homophily": 0.3, "edge_factor": 5}, 1 << 30)],
 )
 def test_streamed_generator_gives_the_in_memory_graph(tmp_path, options, work):
@@ -62,8 +62,12 @@ def test_streamed_generator_gives_the_in_memory_graph(tmp_path, options, work):
     assert torch.equal(streamed.labels, whole.labels) and streamed.description == whole.description
     assert streamed.splits.keys() == whole.splits.keys()
     assert all(torch.equal(streamed.splits[k], whole.splits[k]) for k in whole.splits)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rmat-dst.i32", "rmat-features.f32", "rmat-src.i32"]
-    assert np.fromfile(tmp_path / "rmat-src.i32", np.int32).size == whole.num_edges
+    kept = streamed.details["kept_in_memory"]
+    assert kept == ([] if work < 1 << 20 else ["src.bits", "dst.bits", "src.i32", "dst.i32", "features.f32"])
+    spilled = sorted(f"rmat-{name}" for name in ("dst.i32", "features.f32", "src.i32") if name not in kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == spilled  # the bit planes are gone once assembled
+    if "rmat-src.i32" in spilled:
+        assert np.fromfile(tmp_path / "rmat-src.i32", np.int32).size == whole.num_edges
     streamed.edges.release()
     streamed.features.release()
     assert list(tmp_path.iterdir()) == []
