@@ -67,7 +67,8 @@ class GraphData:
         if self.src.dim() != 1 or self.src.shape != self.dst.shape:
             fail(f"src and dst must be 1-D of equal length, got {tuple(self.src.shape)} and {tuple(self.dst.shape)}")
         if self.src.numel() == 0:
-            fail("the graph is empty: it has no edges")
+            fail(f"the graph has {self.num_nodes} nodes but no edges: every node is isolated, so there are no "
+                 "neighbours to sample or aggregate (a model of the features alone needs no graphtier)")
         lo = int(torch.minimum(self.src.min(), self.dst.min()))
         hi = int(torch.maximum(self.src.max(), self.dst.max()))
         if lo < 0 or hi >= self.num_nodes:
