@@ -28,6 +28,7 @@ def _torchrun(small_rmat, out: Path, epochs: int, ckpt_every: int, *, max_restar
     cmd += [
         "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", str(max_restarts), "--monitor-interval", "0.2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", out.name,
+        "--log-dir", str(out / "torchelastic"),  # not a /tmp/torchelastic_* left behind per run
         str(SCRIPT), str(small_rmat.directory.parent), small_rmat.name, str(out), str(epochs), str(ckpt_every),
     ]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
