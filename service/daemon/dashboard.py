@@ -62,7 +62,7 @@ function draw(id, names, fmt){
       if(first){ctx.moveTo(x,y);first=false}else ctx.lineTo(x,y)}
     ctx.stroke();
   }
-  canvas.dataset.points=String(history.length); canvas.dataset.lines=names.join(",");  // what was drawn, for tests
+  if(canvas.dataset){canvas.dataset.points=String(history.length); canvas.dataset.lines=names.join(",")}  // for tests
 }
 function legend(id, names, last, fmt){
   document.getElementById(id).innerHTML=names.map(n=>`<span style="color:${COLORS[n]}">&#9632; ${n}`+

@@ -38,7 +38,7 @@ from graphtier.service.daemon.job_view import LogLine
 from graphtier.service.daemon.jobs import JOB_TOKEN_ENV
 from graphtier.service.daemon.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
-from graphtier.service.pipeline.forkserver import ForkedProcess, redirect_output
+from graphtier.service.pipeline.forkserver import JOB_NICENESS, ForkedProcess, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.store import SharedDatasetHandle
@@ -107,6 +107,7 @@ def _forked_torchrun(argv: list[str], log_path: str, cwd: str, env: dict[str, st
     from torch.distributed.run import main  # preloaded by the forkserver: no import cost
 
     os.setsid()  # the runner signals the agent and its ranks as one group
+    os.nice(JOB_NICENESS)  # ranks inherit it: the daemon answers its callers first when cores are short
     redirect_output(log_path)
     os.chdir(cwd)
     os.environ.clear()

@@ -241,6 +241,15 @@ class MetricsRegistry:
             for link in LINKS
         }
 
+    def totals_by(self, counter: Counter, *labels: str) -> dict[tuple[str, ...], float]:
+        """`counter` summed per value of `labels` (e.g. ("job", "rank")), read in one pass: a status
+        snapshot asks for many such sums, and each `total()` would walk every series again."""
+        sums: dict[tuple[str, ...], float] = {}
+        for sample_labels, value in self._samples(counter):
+            key = tuple(sample_labels.get(name, "") for name in labels)
+            sums[key] = sums.get(key, 0.0) + value
+        return sums
+
     def total(self, counter: Counter, **match: str) -> float:
         """Sum of `counter` over every series whose labels include `match`."""
         return sum(value for _, value in self._samples(counter, **match))

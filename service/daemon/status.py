@@ -21,6 +21,7 @@ from graphtier.service.daemon.status_models import (
     TierStatus,
     TrafficStatus,
 )
+from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
 
 
@@ -58,8 +59,9 @@ class StatusBuilder:
         self.measured = measured
         self.version = package_version()
 
-    def traffic(self, **match: str) -> TrafficStatus:
-        counts = self.metrics.traffic(**match)
+    def traffic(self, counts: TrafficCounts | None = None, **match: str) -> TrafficStatus:
+        """Traffic of the series matching `match` (e.g. job="7"), or of `counts` when given."""
+        counts = counts if counts is not None else self.metrics.traffic(**match)
         total = counts.total_bytes
         sources = {
             name: SourceStatus(rows=t.rows, bytes=t.bytes, share=t.bytes / total if total else 0.0)
@@ -95,8 +97,8 @@ class StatusBuilder:
             loaded_at=loaded.loaded_at,
         )
 
-    def _rank(self, job_id: str, view: RankView) -> RankStatus:
-        m, labels = self.metrics, {"job": job_id, "rank": str(view.rank)}
+    def _rank(self, job_id: str, view: RankView, sums: dict[str, dict[tuple[str, ...], float]]) -> RankStatus:
+        key = (job_id, str(view.rank))
         trainer, producer = view.trainer, view.producer
         return RankStatus(
             rank=view.rank,
@@ -107,20 +109,36 @@ class StatusBuilder:
             global_step=trainer.global_step if trainer else 0,
             loss=trainer.loss if trainer else None,
             accuracy=trainer.accuracy if trainer else None,
-            batches_trained=int(m.total(m.batches, **labels)),
-            batches_produced=int(m.total(m.batches_produced, **labels)),
+            batches_trained=int(sums["batches"].get(key, 0)),
+            batches_produced=int(sums["batches_produced"].get(key, 0)),
             producer_lag_batches=producer.lag_batches if producer else 0,
             ready_slots=producer.ready_slots if producer else 0,
-            sample_seconds=m.total(m.sample_seconds, **labels),
-            gather_seconds=m.total(m.gather_seconds, **labels),
-            train_seconds=m.total(m.train_seconds, **labels),
-            data_wait_seconds=m.total(m.data_wait_seconds, **labels),
+            sample_seconds=sums["sample_seconds"].get(key, 0.0),
+            gather_seconds=sums["gather_seconds"].get(key, 0.0),
+            train_seconds=sums["train_seconds"].get(key, 0.0),
+            data_wait_seconds=sums["data_wait_seconds"].get(key, 0.0),
             last_report=view.last_report,
         )
 
-    def _job(self, record: JobRecord) -> JobStatus:
+    def _per_rank_sums(self) -> dict[str, dict[tuple[str, ...], float]]:
+        """Every per-rank counter the status shows, summed per (job, rank) in one pass each."""
+        m = self.metrics
+        counters = {"batches": m.batches, "batches_produced": m.batches_produced, "sample_seconds": m.sample_seconds,
+                    "gather_seconds": m.gather_seconds, "train_seconds": m.train_seconds,
+                    "data_wait_seconds": m.data_wait_seconds}  # fmt: skip
+        sums = {name: m.totals_by(counter, "job", "rank") for name, counter in counters.items()}
+        sums["tier_rows"] = m.totals_by(m.tier_rows, "job", "tier")
+        sums["tier_bytes"] = m.totals_by(m.tier_bytes, "job", "tier")
+        return sums
+
+    def _job_traffic(self, job_id: str, sums: dict[str, dict[tuple[str, ...], float]]) -> TrafficCounts:
+        per = {source: SourceTraffic(int(sums["tier_rows"].get((job_id, source), 0)),
+                                     int(sums["tier_bytes"].get((job_id, source), 0))) for source in SOURCES}  # fmt: skip
+        return TrafficCounts(**per, simulated=self.metrics.simulated_devices)
+
+    def _job(self, record: JobRecord, sums: dict[str, dict[tuple[str, ...], float]]) -> JobStatus:
         views = self.tracker.ranks(record.job_id)
-        ranks = [self._rank(record.job_id, view) for view in views]
+        ranks = [self._rank(record.job_id, view, sums) for view in views]
         trained, produced = self.tracker.rates(record.job_id, ended=record.state.final)
         evaluated = [v.trainer for v in views if v.trainer is not None and v.trainer.val_accuracy is not None]
         return JobStatus(
@@ -133,19 +151,20 @@ class StatusBuilder:
             created_at=record.created_at,
             finished_at=record.finished_at,
             cancel_requested=record.cancel_requested,
-            batches_total=int(self.metrics.total(self.metrics.batches, job=record.job_id)),
+            batches_total=int(sum(v for (job, _), v in sums["batches"].items() if job == record.job_id)),
             batches_per_second=trained,
             produced_batches_per_second=produced,
             producer_lag_batches=max((r.producer_lag_batches for r in ranks), default=0),
             val_accuracy=evaluated[0].val_accuracy if evaluated else None,
             test_accuracy=evaluated[0].test_accuracy if evaluated else None,
-            traffic=self.traffic(job=record.job_id),
+            traffic=self.traffic(self._job_traffic(record.job_id, sums), job=record.job_id),
             ranks=ranks,
         )
 
     def snapshot(self) -> DaemonStatus:
         now = datetime.now(timezone.utc)
-        jobs = [self._job(record) for record in self.jobs.list()]
+        sums = self._per_rank_sums()
+        jobs = [self._job(record, sums) for record in self.jobs.list()]
         trained, produced = self.tracker.rates()
         m = self.metrics
         running = [j for j in jobs if j.state in ("starting", "running")]

@@ -41,6 +41,8 @@ SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 _lock = threading.Lock()
 
 
+JOB_NICENESS = 5  # added to producers' and torchrun's (so ranks') niceness: the daemon stays responsive
+
 def forkserver_context() -> ForkServerContext:
     """The forkserver context children are started from; starts the server on first use."""
     context = multiprocessing.get_context("forkserver")
