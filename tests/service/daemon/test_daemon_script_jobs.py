@@ -45,11 +45,10 @@ def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
     assert c.test_accuracy > 0.25  # 8 classes: chance is 0.125
     assert abs(c.test_accuracy - b.test_accuracy) <= 0.03 and abs(c.val_accuracy - b.val_accuracy) <= 0.03
 
-    # Progress, restartable checkpoints and the per-rank view work as for the built-in model.
+    # Progress and the per-rank view work as for the built-in model (restarts: the test below).
     p = custom.progress
     assert p.global_step == p.total_steps == 6 * p.steps_per_epoch and p.traffic.total_bytes > 0
     assert sorted(r.rank for r in custom.ranks) == [0, 1] and all(r.global_step == p.total_steps for r in custom.ranks)
-    assert Path(c.checkpoint_path).name == f"ckpt-{p.total_steps:09d}.pt"
     states = [e.state_change.current for e in events if e.state_change]
     assert states == [JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED]
     assert inproc_daemon.tracker.ranks(custom.job_id)[0].trainer.model_bytes > 0
