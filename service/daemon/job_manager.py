@@ -179,24 +179,25 @@ class JobManager:
             message = f"the job's supervisor failed: {exc!r}"
         finally:
             self._tick(job_id, job)
+            self._prune_checkpoints(job, JobState(outcome))  # before the end is visible: no path that then vanishes
             self._move(job_id, job, JobState(outcome), message)
             self._keep(job_id)
             job.events.close()
             job.done.set()
 
     def _keep(self, job_id: str) -> None:
-        """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart),
-        and prune its checkpoints: none after a success (unless kept), the newest after anything else."""
+        """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart)."""
         try:
             self.table.save_job(job_id, job_to_proto(self.get(job_id)).SerializeToString())
         except Exception:  # noqa: BLE001  (the history is worth a log line, not the job's outcome)
             log.exception("job %s: cannot save it to the job store", job_id)
-        job = self._jobs.get(job_id)
-        if job is None or self.keep_checkpoints:
+
+    def _prune_checkpoints(self, job: _Job, outcome: JobState) -> None:
+        """None after a success (unless --keep-checkpoints), the newest after anything else."""
+        if self.keep_checkpoints:
             return
         checkpoints = sorted(job.runner.checkpoint_dir.glob("ckpt-*.pt"))  # zero-padded steps: oldest first
-        succeeded = self.table.get(job_id).state == JobState.SUCCEEDED
-        for old in checkpoints if succeeded else checkpoints[:-1]:
+        for old in checkpoints if outcome == JobState.SUCCEEDED else checkpoints[:-1]:
             old.unlink(missing_ok=True)
 
     def retire_finished(self, now: datetime | None = None) -> list[str]:

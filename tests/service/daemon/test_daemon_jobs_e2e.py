@@ -49,7 +49,9 @@ def test_two_rank_job_succeeds_and_reports_accuracy(inproc_daemon):
     assert final.state == JobState.SUCCEEDED, f"{final.message}\n{open(final.log_path).read()[-3000:]}"
     assert final.exit_code == 0 and final.finished_at is not None and final.started_at is not None
     assert final.result is not None and 0.0 < final.result.val_accuracy <= 1.0 and 0.0 < final.result.test_accuracy <= 1.0
-    assert final.result.checkpoint_path.endswith(".pt") and os.path.exists(final.result.checkpoint_path)
+    # a succeeded job's checkpoints are removed (graphtierd --keep-checkpoints keeps them): no path to a gone file
+    assert final.result.checkpoint_path == ""
+    assert not list((inproc_daemon.config.runtime_dir / "jobs" / job.job_id / "checkpoints").glob("ckpt-*.pt"))
     p = final.progress
     assert p is not None and p.total_steps == 2 * p.steps_per_epoch and p.global_step == p.total_steps
     assert p.traffic.total_bytes > 0  # the producers gathered the features
