@@ -64,6 +64,11 @@ class FileEdges:
                 ends.append(ids if self.relabel is None else self.relabel[ids])
             yield ends[0], ends[1]
 
+    def raw_chunks(self, max_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The ids as stored, before `relabel` (for counting, which needs no relabelling per edge)."""
+        for start in range(0, self.num_edges, max(1, max_edges)):
+            yield self.src.read(start, start + max_edges), self.dst.read(start, start + max_edges)
+
     def release(self) -> None:
         self.src.delete()
         self.dst.delete()

@@ -68,23 +68,43 @@ def parse_memory_budget(text: str | int | None) -> int | None:
     return value
 
 
-M_TRIM_THRESHOLD = -1  # glibc mallopt parameter
-TRIM_THRESHOLD_BYTES = 4 << 20
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 
 
-def limit_allocator_retention() -> bool:
-    """Make glibc give freed heap memory back to the system beyond 4 MiB of slack.
-
-    By default glibc raises its mmap and trim thresholds as large blocks are freed, after
-    which freed chunks of up to 32 MiB stay in the heap (one per thread arena): measured
-    here, 50-200 MiB of peak RSS that varies from run to run. Setting the trim threshold
-    fixes both thresholds (the mmap one at its 128 KiB default). Process-wide; a no-op off glibc.
-    """
+def _libc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def limit_allocator_retention(work_bytes: int) -> bool:
+    """Bound what glibc keeps of freed memory, in proportion to the working memory.
+
+    By default glibc raises its mmap threshold (up to 32 MiB) and trim threshold (twice that)
+    as large blocks are freed, so when that happens depends on the order of allocations:
+    measured here, 50-200 MiB of peak RSS that varied from run to run under a 500 MiB budget.
+    Fixing both at work/32 and twice that (within [128 KiB, 32 MiB]) makes the slack bounded
+    and repeatable, while chunk-sized temporaries are still reused from the heap (a threshold
+    of 128 KiB, which maps and faults in every chunk afresh, cost 13 s of 33 at scale 22).
+    Process-wide; a no-op off glibc.
+    """
+    libc = _libc()
+    threshold = int(min(32 << 20, max(128 << 10, work_bytes // 32)))
+    try:
+        return bool(libc and libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, 2 * threshold))
+    except AttributeError:
         return False
+
+
+def release_free_memory() -> None:
+    """Give the heap's free memory back to the system (glibc `malloc_trim`), before measuring RSS."""
+    libc = _libc()
+    try:
+        if libc:
+            libc.malloc_trim(0)
+    except AttributeError:
+        pass
 
 
 def current_rss_bytes() -> int:
@@ -112,11 +132,12 @@ class MemoryPlan:
 
     @classmethod
     def start(cls, budget_bytes: int, *, work_bytes: int | None = None) -> "MemoryPlan":
-        limit_allocator_retention()
         held = current_rss_bytes()
         if work_bytes is not None:
+            limit_allocator_retention(int(work_bytes))
             return cls(budget_bytes, held, int(work_bytes), explicit=True, lowest_work=int(work_bytes))
         work = budget_bytes - held - int(budget_bytes * SAFETY_SHARE)
+        limit_allocator_retention(work)
         if work < MIN_WORK_BYTES:
             raise MemoryBudgetError(
                 f"{OPTION} {_gib(budget_bytes)} is too small to make progress: this process already holds "
@@ -142,6 +163,7 @@ class MemoryPlan:
         """Measure again what the working memory is now (see the class docstring); a step that
         allocates fewer per-node arrays than `NODE_TRANSIENT_BYTES` per node says so."""
         if not self.explicit:
+            release_free_memory()
             free = self.budget_bytes - current_rss_bytes() - int(self.budget_bytes * SAFETY_SHARE)
             self.work_bytes = max(MIN_WORK_BYTES, free - self.num_nodes * transient_per_node)
             self.lowest_work = min(self.lowest_work, self.work_bytes)

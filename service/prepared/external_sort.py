@@ -78,12 +78,20 @@ class DiskCSC:
 
 
 def _count_entries(edges: TensorEdges | FileEdges, num_nodes: int, undirected: bool, chunk: int) -> torch.Tensor:
-    counts = torch.zeros(num_nodes, dtype=torch.int64)
-    for src, dst in edges.chunks(chunk):
-        counts += torch.bincount(dst, minlength=num_nodes)
+    """Entries per destination. Relabelled edges are counted by their stored ids and the counts
+    relabelled once, instead of relabelling every edge."""
+    relabel = edges.relabel if isinstance(edges, FileEdges) else None
+    ends = edges.raw_chunks(chunk) if relabel is not None else ((s.numpy(), d.numpy()) for s, d in edges.chunks(chunk))
+    counts = np.zeros(num_nodes, dtype=np.int64)
+    for src, dst in ends:
+        counts += np.bincount(dst, minlength=num_nodes)
         if undirected:
-            counts += torch.bincount(src, minlength=num_nodes)
-    return counts
+            counts += np.bincount(src, minlength=num_nodes)
+    if relabel is None:
+        return torch.from_numpy(counts)
+    relabelled = torch.empty(num_nodes, dtype=torch.int64)
+    relabelled[relabel] = torch.from_numpy(counts)
+    return relabelled
 
 
 def _sorted_distinct(keys: np.ndarray) -> np.ndarray:
@@ -105,12 +113,19 @@ def build_csc_external(
     chunk = plan.units(DISTRIBUTE_BYTES_PER_EDGE, share=0.2, cap=MAX_CHUNK)
     entries = _count_entries(edges, n, undirected, chunk)
     total = int(entries.sum())
-    per_bucket = plan.units(SORT_BYTES_PER_KEY, share=0.8)
+    # Buckets small enough that the row (8 bytes an entry) can stay in memory beside one, when
+    # that still leaves half the memory to the buckets; else the largest buckets that fit.
+    keep_row = 8 * total <= 0.5 * plan.work_bytes
+    per_bucket = max(1, int((plan.work_bytes - 8 * total) // SORT_BYTES_PER_KEY)) if keep_row else \
+        plan.units(SORT_BYTES_PER_KEY, share=0.8)
     entry_ptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(entries, 0, out=entry_ptr[1:])
     del entries
     buckets = column_ranges(entry_ptr, per_bucket)
-    bucket_starts = torch.tensor([v0 for v0, _ in buckets], dtype=torch.int64)
+    node_bucket = None  # the bucket of each destination node
+    if len(buckets) > 1:
+        widths = torch.tensor([v1 - v0 for v0, v1 in buckets])
+        node_bucket = torch.repeat_interleave(torch.arange(len(buckets), dtype=torch.int32), widths).numpy()
 
     in_memory = np.empty(total if len(buckets) == 1 else 0, dtype=np.int64)
     spill = None if len(buckets) == 1 else BucketSpill(spill_dir, "csc-keys", len(buckets), {"key": (np.int64, ())})
@@ -122,7 +137,7 @@ def build_csc_external(
                 in_memory[filled : filled + keys.numel()] = keys.numpy()
                 filled += keys.numel()
             else:
-                spill.add((torch.searchsorted(bucket_starts, owner, right=True) - 1).numpy(), key=keys)
+                spill.add(node_bucket[owner.numpy()], key=keys)
     edges.release()
 
     # the row stays in memory when it fits beside the sort of the largest bucket

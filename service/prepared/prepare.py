@@ -57,14 +57,16 @@ class StepClock:
         self.observer = observer
         self.timings: dict[str, float] = {}
         self.peaks: dict[str, int] = {}  # peak RSS so far, at the end of each step
+        self.cpu: dict[str, float] = {}  # CPU seconds (user + system, all threads) of each step
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         if self.observer:
             self.observer(name, "start")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         yield
         self.timings[name] = round(time.perf_counter() - start, 3)
+        self.cpu[name] = round(time.process_time() - cpu, 3)
         self.peaks[name] = peak_rss_bytes()
         if self.observer:
             self.observer(name, "done")
@@ -133,6 +135,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             preparation={
                 "path": "in-memory" if budget is None else "out-of-core",
                 "peak_rss_after_step_bytes": dict(clock.peaks),
+                "cpu_s_by_step": dict(clock.cpu),
                 **content.details,
             },
         )

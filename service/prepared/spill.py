@@ -165,17 +165,23 @@ class BucketSpill:
     def add(self, bucket: np.ndarray, **values: torch.Tensor | np.ndarray) -> None:
         """Append record i of `values` to group `bucket[i]`."""
         bucket = as_numpy(bucket)
-        counts = np.bincount(bucket, minlength=self.num_buckets)
-        order = np.argsort(bucket.astype(np.int16 if self.num_buckets < 2**15 else np.int64), kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(counts)])
+        small = np.uint8 if self.num_buckets <= 256 else np.uint16 if self.num_buckets <= 65536 else np.int64
+        bucket = bucket.astype(small, copy=False)
+        order = np.argsort(bucket, kind="stable")  # a radix sort for 8- and 16-bit keys: O(n)
+        bounds = np.searchsorted(bucket[order], np.arange(self.num_buckets + 1), side="left")
         for field, data in values.items():
             grouped = as_numpy(data)[order]
-            for b in np.flatnonzero(counts):
-                spill = self.files[b][field]
-                spill.append(grouped[bounds[b] : bounds[b + 1]])
-                if self._reopen:
-                    spill.close()
-            self.bytes_written += grouped.nbytes
+            for b in np.flatnonzero(np.diff(bounds)):
+                self._append(b, field, grouped[bounds[b] : bounds[b + 1]])
+
+    def _append(self, b: int, field: str, records: np.ndarray) -> None:
+        if records.shape[0] == 0:
+            return
+        spill = self.files[b][field]
+        spill.append(records)
+        if self._reopen:
+            spill.close()
+        self.bytes_written += records.nbytes
 
     def take(self, b: int) -> dict[str, np.ndarray]:
         """Every record of group `b`, whose files are then deleted."""
