@@ -5,7 +5,8 @@ prints the per-step timings from the manifest, the peak resident memory against 
 machine's RAM, and the dataset size. Baseline in the same run: the time to generate the
 same raw graph and features alone (the floor any preparation pays before scoring).
 
-Run: python tests/bench/bench_prepare.py [--scale 21] [--score wrpr]
+Run: python tests/bench/bench_prepare.py [--scale 21] [--score wrpr] [--memory-budget auto]
+(`--memory-budget unlimited` for the in-memory path; bench_prepare_budget.py compares the two.)
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=21)
     parser.add_argument("--feature-dim", type=int, default=128)
     parser.add_argument("--score", default="wrpr")
+    parser.add_argument("--memory-budget", default="auto", help="passed to prepare: auto = half of RAM")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="graphtier-bench-prepare-") as root:
         cmd = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name", "bench",
                "--scale", str(args.scale), "--feature-dim", str(args.feature_dim), "--undirected",
-               "--score", args.score, "--out", root, "--json"]
+               "--score", args.score, "--memory-budget", args.memory_budget, "--out", root, "--json"]
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - t0
@@ -50,7 +52,8 @@ def main() -> None:
     ram = psutil.virtual_memory().total
     peak = manifest["peak_rss_bytes"]
     data = sum(a["nbytes"] for a in manifest["arrays"].values())
-    print(f"graphtier prepare benchmark: R-MAT scale {args.scale}, {args.feature_dim}-dim features, score {args.score}; "
+    print(f"graphtier prepare benchmark: R-MAT scale {args.scale}, {args.feature_dim}-dim features, score {args.score}, "
+          f"memory budget {args.memory_budget} ({manifest['preparation'].get('path', '?')} path); "
           f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {psutil.cpu_count()} cores, "
           f"{ram / 2**30:.1f} GiB RAM")
     print(f"nodes {manifest['num_nodes']:,}  edges {manifest['num_edges']:,}  dataset {data / 2**30:.2f} GiB on disk")
