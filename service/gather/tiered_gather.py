@@ -9,6 +9,8 @@ bytes and counts.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from graphtier.service.errors import GraphtierError
@@ -81,6 +83,8 @@ def tiered_gather(
         lo, hi = torch.aminmax(ids)
         if int(lo) < 0 or int(hi) >= tiers.num_rows:
             raise _out_of_range(ids, tiers.num_rows)
+    if tiers.storage_reader is not None and n and int(hi) >= tiers.host_end:
+        return _gather_with_reader(ids, tiers, out, backend)
     if resolve_backend(backend, "tiered_gather") == "native":
         counts = torch.ops.graphtier.tiered_gather(
             ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
@@ -91,3 +95,16 @@ def tiered_gather(
             gather_rows_torch(ids, tiers, out[:n])
         rows = count_rows_torch(ids, tiers)
     return TrafficCounts.from_rows(rows, tiers.row_bytes, simulated=tiers.simulated)
+
+
+def _gather_with_reader(ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, backend: Backend) -> TrafficCounts:
+    """The resident rows as usual, then the batch's storage rows in one `StorageReader.read`."""
+    n, host_end = ids.numel(), tiers.host_end
+    pos = (ids >= host_end).nonzero().squeeze(1)
+    if host_end > 0 and pos.numel() < n:  # storage ids clamped onto a resident row, then overwritten
+        resident_only = dataclasses.replace(tiers, storage=tiers.resident[:0], num_rows=host_end, storage_reader=None)
+        tiered_gather(ids.clamp(max=host_end - 1), resident_only, out, backend=backend)
+    rows = torch.empty((pos.numel(), *tiers.row_shape), dtype=tiers.dtype)
+    tiers.storage_reader.read((ids[pos] - host_end).numpy(), rows.numpy())
+    out[pos] = rows
+    return TrafficCounts.from_rows(count_rows_torch(ids, tiers), tiers.row_bytes, simulated=tiers.simulated)

@@ -13,11 +13,15 @@ the GPU gather (`graphtier.service.gpu`) reads them from GPU memory and reports 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from graphtier.service.errors import GraphtierError, PlacementError
+
+if TYPE_CHECKING:
+    from graphtier.service.storage import StorageReader
 
 DEVICE_TIERS_SIMULATED = True  # until a dataset's device tiers are placed on GPUs
 
@@ -41,6 +45,9 @@ class FeatureTiers:
     resident: torch.Tensor  # rows [0, host_end), contiguous CPU (host shm)
     storage: torch.Tensor  # rows [host_end, num_rows), contiguous CPU (memory-mapped file)
     simulated: bool = True
+    # reads the storage rows from the file per batch (O_DIRECT or page cache) instead of
+    # through the `storage` mapping; None keeps the mapping (graphtier.service.storage)
+    storage_reader: StorageReader | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         bounds = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,6 +18,9 @@ from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 
 if TYPE_CHECKING:
     from graphtier.service.gpu.device_tiers import CudaTiersLease
+    from graphtier.service.storage import StorageReader
+
+STORAGE_READS_ENV = "GRAPHTIER_STORAGE_READS"  # mmap (default) | direct | page-cache
 
 
 def _open_storage(ref: StorageTierRef) -> torch.Tensor:
@@ -42,6 +46,7 @@ class AttachedDataset:
     storage: torch.Tensor | None
     _tiers: dict[int, FeatureTiers] = field(default_factory=dict, repr=False)
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
+    _reader: StorageReader | None = field(default=None, repr=False)
 
     @property
     def has_features(self) -> bool:
@@ -65,8 +70,24 @@ class AttachedDataset:
                 resident=self.resident if self.resident is not None else empty,
                 storage=self.storage if self.storage is not None else empty,
                 simulated=True,  # the CPU gather reads device rows from their host copy
+                storage_reader=self._storage_reader(),
             )
         return self._tiers[device_index]
+
+    def _storage_reader(self) -> StorageReader | None:
+        """Per-batch reads of the storage rows when GRAPHTIER_STORAGE_READS is `direct` (O_DIRECT)
+        or `page-cache`; unset or `mmap` keeps reading them through the file mapping."""
+        mode = os.environ.get(STORAGE_READS_ENV, "mmap")
+        ref = self.handle.storage_features
+        if mode == "mmap" or ref is None or ref.rows == 0:
+            return None
+        if self._reader is None:
+            from graphtier.service.storage import StorageReader
+
+            row_bytes = int(np.prod(ref.row_shape, dtype=np.int64)) * np.dtype(ref.dtype).itemsize
+            self._reader = StorageReader(ref.path, data_offset=ref.offset_bytes, row_bytes=row_bytes, first_row=0,
+                                         num_rows=ref.rows, mode=mode)  # type: ignore[arg-type]
+        return self._reader
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor, *, device_index: int = 0) -> TrafficCounts:
         return tiered_gather(ids, self.feature_tiers(device_index), out)
@@ -96,6 +117,9 @@ class AttachedDataset:
         leases, self._leases = self._leases, {}
         for lease in leases.values():
             lease.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader, self._tiers = None, {}
 
 
 def attach_dataset(handle: SharedDatasetHandle) -> AttachedDataset:

@@ -1,0 +1,103 @@
+"""The storage reader: coalesced, aligned requests; the same rows as the file holds, direct or cached."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from graphtier.service.errors import GraphtierError
+from graphtier.service.prepared.npy_io import npy_data_offset
+from graphtier.service.storage import StorageReader, plan_reads
+
+
+def test_adjacent_rows_coalesce_and_requests_stay_aligned():
+    rows = np.array([0, 1, 2, 3, 100, 101, 5007])
+    plan = plan_reads(rows, data_offset=128, row_bytes=512, max_request=8192)
+    # rows 0-3 share the first block (bytes 128..2176); 100-101 one block; 5007 straddles two blocks
+    assert plan.offsets.tolist() == [0, 49152, 2560000]
+    assert plan.lengths.tolist() == [4096, 4096, 8192]
+    assert all(o % 4096 == 0 and n % 4096 == 0 for o, n in zip(plan.offsets, plan.lengths))
+    assert plan.staging.tolist() == [0, 4096, 8192]
+    assert plan.row_at.tolist() == [128, 640, 1152, 1664, 4096 + 51328 - 49152, 4096 + 51840 - 49152, 8192 + 2563712 - 2560000]
+    long = plan_reads(np.arange(64), data_offset=0, row_bytes=4096, max_request=16384)
+    assert long.lengths.tolist() == [16384] * 16 and long.offsets.tolist() == list(range(0, 262144, 16384))
+
+
+def _features(tmp_path, rows=3000, dim=40):
+    values = np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32)
+    path = tmp_path / "features.npy"
+    np.save(path, values)
+    return path, values
+
+
+def _direct_supported(path) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["direct", "page-cache"])
+def test_reads_the_rows_the_file_holds(tmp_path, mode):
+    path, values = _features(tmp_path)
+    if mode == "direct" and not _direct_supported(path):
+        pytest.skip(f"{tmp_path} does not support O_DIRECT")
+    first = 1000
+    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=160, first_row=first,
+                           num_rows=values.shape[0], mode=mode, inflight=4, max_request=8192, staging_bytes=4096)
+    try:
+        rows = np.random.default_rng(1).integers(0, values.shape[0] - first, 700)
+        rows[:50] = np.arange(50)  # a run of adjacent rows, and the last row of the file
+        rows[50] = values.shape[0] - first - 1
+        out = np.full((800, 40), np.nan, np.float32)
+        reader.read(rows, out)
+        assert np.array_equal(out[:700], values[rows + first]) and np.isnan(out[700:]).all()
+        stats = reader.stats
+        assert stats.rows == 700 and stats.row_bytes == 700 * 160 and stats.batches == 1
+        assert stats.requests < np.unique(rows).size  # coalesced
+        assert stats.bytes_read >= np.unique(rows).size * 160
+        with pytest.raises(GraphtierError, match=r"storage rows must lie in \[0, 2000\)"):
+            reader.read(np.array([2000]), out)
+    finally:
+        reader.close()
+
+
+def test_unknown_mode_and_missing_file_are_refused(tmp_path):
+    with pytest.raises(GraphtierError, match="storage mode 'mmap'"):
+        StorageReader(tmp_path / "f.npy", data_offset=128, row_bytes=4, first_row=0, num_rows=1, mode="mmap")
+    with pytest.raises(GraphtierError, match="cannot open the storage tier"):
+        StorageReader(tmp_path / "missing.npy", data_offset=128, row_bytes=4, first_row=0, num_rows=1, mode="page-cache")
+
+
+@pytest.mark.parametrize("host_end", [0, 1000, 2400, 3000])
+@pytest.mark.parametrize("mode", ["direct", "page-cache"])
+def test_tiered_gather_through_the_reader_gives_the_same_bytes_and_counts(tmp_path, host_end, mode):
+    import dataclasses
+
+    import torch
+
+    from graphtier.service.gather import FeatureTiers, tiered_gather
+    from graphtier.service.native_ops import native_available
+
+    path, values = _features(tmp_path)
+    if mode == "direct" and not _direct_supported(path):
+        pytest.skip(f"{tmp_path} does not support O_DIRECT")
+    table = torch.from_numpy(np.load(path))
+    mapped = FeatureTiers.from_table(table, replicated_end=min(100, host_end), interleaved_end=min(300, host_end),
+                                     host_end=host_end, num_devices=2)
+    reader = StorageReader(path, data_offset=npy_data_offset(path) + host_end * 160, row_bytes=160, first_row=0,
+                           num_rows=3000 - host_end, mode=mode)
+    read = dataclasses.replace(mapped, storage_reader=reader)
+    ids = torch.randint(0, 3000, (5000,), generator=torch.Generator().manual_seed(host_end))
+    backends = ["torch"] + (["native"] if native_available() else [])
+    try:
+        for backend in backends:
+            want, got = torch.zeros(5000, 40), torch.full((5100, 40), 7.0)
+            assert tiered_gather(ids, read, got, backend=backend) == tiered_gather(ids, mapped, want, backend=backend)
+            assert torch.equal(got[:5000], want) and bool((got[5000:] == 7).all())
+        assert reader.stats.rows == len(backends) * int((ids >= host_end).sum())
+    finally:
+        reader.close()
