@@ -1,0 +1,158 @@
+"""Storage tier reads against the disk's own bandwidth, for the same request size, in one run.
+
+Writes a feature file (`--file-gib`, 128 float32 per row = 512 B rows) on the filesystem of
+`--dir`, then measures, in this order and within one run:
+- `dd iflag=direct` reading the file with 4 KiB and with 1 MiB requests (the disk's own
+  bandwidth at that request size, one request at a time);
+- `StorageReader` in `direct` mode on batches of random rows (4 KiB requests, a row or two
+  per request; `--inflight` requests in flight) and on batches of adjacent rows (coalesced
+  into 1 MiB requests);
+- the same random batches in `page-cache` mode and through the memory mapping the storage
+  tier used before (`index_select` on `np.memmap`), each from a cold cache (the file's pages
+  are dropped with posix_fadvise before each measurement).
+Bandwidth is device bytes read per second (whole aligned requests); the rows the batches
+needed per second is printed beside it.
+
+Run: python tests/bench/bench_storage.py [--dir /var/tmp] [--file-gib 2] [--batch-rows 20000] [--batches 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphtier.service.prepared.npy_io import npy_data_offset
+from graphtier.service.storage import StorageReader
+
+ROW_FLOATS = 128
+MiB = 2**20
+
+
+def write_file(path: Path, gib: float) -> int:
+    rows = int(gib * 2**30) // (ROW_FLOATS * 4)
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, ROW_FLOATS))
+    gen = np.random.default_rng(0)
+    for start in range(0, rows, 1 << 18):
+        array[start : start + (1 << 18)] = gen.standard_normal((min(1 << 18, rows - start), ROW_FLOATS), np.float32)
+    array.flush()
+    del array
+    return rows
+
+
+def drop_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def dd_bandwidth(path: Path, block: int, total: int) -> float:
+    """Bytes/s of `dd iflag=direct` reading `total` bytes in `block`-byte requests."""
+    count = max(1, total // block)
+    done = subprocess.run(["dd", f"if={path}", "of=/dev/null", f"bs={block}", f"count={count}", "iflag=direct"],
+                          capture_output=True, text=True, check=True)
+    match = re.search(r"(\d+) bytes .* copied, ([0-9.]+) s", done.stderr)
+    if not match:
+        raise SystemExit(f"cannot read dd's output: {done.stderr}")
+    return int(match[1]) / float(match[2])
+
+
+def device_bytes_read() -> int:
+    """Bytes this process has caused to be fetched from storage (the kernel's count, /proc/self/io)."""
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("read_bytes:")).split()[1])
+
+
+def run_reader(path: Path, rows: int, batches: list[np.ndarray], mode: str, inflight: int) -> tuple[float, ...]:
+    """Bytes/s: fetched from the device (/proc/self/io), asked for while requests were in flight,
+    asked for over the whole reads (planning and the copy to the slots included), and needed by the rows."""
+    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=ROW_FLOATS * 4, first_row=0, num_rows=rows,
+                           mode=mode, inflight=inflight)  # type: ignore[arg-type]
+    out = np.empty((max(b.size for b in batches), ROW_FLOATS), np.float32)
+    try:
+        before, started = device_bytes_read(), time.perf_counter()
+        for batch in batches:
+            reader.read(batch, out)
+        seconds = time.perf_counter() - started
+        device, st = device_bytes_read() - before, reader.stats
+        return device / seconds, st.bytes_read / st.io_seconds, st.bytes_read / seconds, st.row_bytes / seconds
+    finally:
+        reader.close()
+
+
+def run_mmap(path: Path, batches: list[np.ndarray]) -> tuple[float, float]:
+    """(device bytes/s, row bytes/s) of index_select on the file's memory mapping."""
+    table = torch.from_numpy(np.load(path, mmap_mode="r+"))
+    before, started = device_bytes_read(), time.perf_counter()
+    needed = 0
+    for batch in batches:
+        ids = torch.from_numpy(np.unique(batch))
+        table.index_select(0, ids)
+        needed += ids.numel() * ROW_FLOATS * 4
+    seconds = time.perf_counter() - started
+    return (device_bytes_read() - before) / seconds, needed / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=os.environ.get("TMPDIR", "/var/tmp"), help="a directory on the disk to measure")
+    parser.add_argument("--file-gib", type=float, default=2.0)
+    parser.add_argument("--batch-rows", type=int, default=20000)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--inflight", type=int, default=16)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="graphtier-bench-storage-", dir=args.dir) as tmp:
+        path = Path(tmp) / "features.npy"
+        rows = write_file(path, args.file_gib)
+        gen = np.random.default_rng(1)
+        random_batches = [np.sort(gen.choice(rows, args.batch_rows, replace=False)) for _ in range(args.batches)]
+        run = args.batch_rows * 4
+        dense_batches = [np.arange(s, s + run) % rows for s in gen.integers(0, rows, args.batches // 2)]
+        random_bytes = sum(b.size for b in random_batches) * 4096
+        dense_bytes = sum(b.size for b in dense_batches) * ROW_FLOATS * 4
+
+        print(f"graphtier storage reads: {path.parent} ({os.statvfs(tmp).f_bsize} B blocks), file {args.file_gib} GiB, "
+              f"{rows:,} rows of {ROW_FLOATS * 4} B; batches of {args.batch_rows:,} random rows, {args.inflight} in flight; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        results = []
+        drop_cache(path)
+        dd_4k = dd_bandwidth(path, 4096, min(random_bytes, 1 << 30))
+        dd_1m = dd_bandwidth(path, MiB, min(dense_bytes * 4, 2 << 30))
+        for label, batches, mode, inflight in (
+            ("direct, random rows", random_batches, "direct", args.inflight),
+            ("direct, random rows, 1 in flight", random_batches[: max(1, args.batches // 4)], "direct", 1),
+            ("direct, adjacent rows (coalesced)", dense_batches, "direct", args.inflight),
+            ("page-cache, random rows (cold)", random_batches, "page-cache", args.inflight),
+        ):
+            drop_cache(path)
+            results.append((label, *run_reader(path, rows, batches, mode, inflight)))
+        drop_cache(path)
+        mmap_device, mmap_needed = run_mmap(path, random_batches)
+
+    print(f"\n{'reads':38s} {'device':>8} {'I/O':>8} {'batch':>8} {'rows':>8} {'I/O vs dd':>10} {'batch vs dd':>12}  (MB/s)")
+    print(f"{'dd iflag=direct bs=4k (sequential)':38s} {dd_4k / 1e6:>8.1f}")
+    print(f"{'dd iflag=direct bs=1M (sequential)':38s} {dd_1m / 1e6:>8.1f}")
+    for label, device, io, batch, needed in results:
+        base, size = (dd_1m, "1 MiB") if "adjacent" in label else (dd_4k, "4 KiB")
+        print(f"{label:38s} {device / 1e6:>8.1f} {io / 1e6:>8.1f} {batch / 1e6:>8.1f} {needed / 1e6:>8.1f} "
+              f"{io / base:>9.2f}x {batch / base:>11.2f}x  ({size} requests)")
+    print(f"{'mmap index_select, random rows (cold)':38s} {mmap_device / 1e6:>8.1f} {'':>8} {'':>8} {mmap_needed / 1e6:>8.1f}")
+    print("device = fetched from the device for this process (/proc/self/io read_bytes); I/O = aligned bytes the "
+          "reader asked for, over the time its requests were in flight; batch = the same over whole reads (plan, "
+          "requests, copy to the slots); rows = bytes the batches needed")
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
