@@ -115,4 +115,8 @@ def _run(
     if eval_batches is not None and session.evaluated_epoch != config.epochs - 1:
         # Resumed after the last epoch's checkpoint but before its evaluation finished.
         session.evaluate(config.epochs - 1, 0, eval_batches)
-    return session.finish()
+    result = session.finish()
+    # Every rank is done with the group before any rank destroys it: a gloo group torn down while a
+    # peer still has work in it aborted a rank now and then ('terminate called without an active exception').
+    ctx.barrier()
+    return result
