@@ -73,8 +73,20 @@ class StepClock:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """Peak resident memory of this process so far: its VmHWM.
+
+    Not `getrusage().ru_maxrss`: Linux carries the high-water mark of the address space a
+    process replaced into it at exec, so a prepare started by a large parent (a test run at
+    600 MiB, a daemon) would report the parent's peak as its own.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # other systems: KiB on Linux, close enough
 
 
 @dataclass
