@@ -193,6 +193,11 @@ class InstanceLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return stale
 
+    def still_held(self) -> bool:
+        """True while the lock file this daemon holds is still the one at its path. False when the
+        runtime directory was removed or replaced: no client can find, reach or stop the daemon."""
+        return self._fd is not None and self._same_file(self._fd)
+
     def _same_file(self, fd: int) -> bool:
         try:
             return os.fstat(fd).st_ino == os.stat(self.path).st_ino

@@ -142,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         notifier.ready(f"serving gRPC on {endpoints.grpc_target}, HTTP on {endpoints.http_url}")
         while not stop.wait(notifier.tick_s):
             notifier.tick()
-        log.info("stopping on a signal")
+            if not lock.still_held():  # its socket and lock are gone with the directory: it would run on unreachable
+                log.error("the runtime directory %s was removed or replaced: nothing can reach or stop this daemon "
+                          "any more, so it stops", config.runtime_dir)  # fmt: skip
+                break
+        else:
+            log.info("stopping on a signal")
         notifier.stopping()
     finally:
         daemon.stop()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def main() -> int:
     finally:
         daemon.terminate()
         daemon.wait(60)
+        shutil.rmtree(work, ignore_errors=True)
 
     def line(name: str, xs: list[float]) -> str:
         xs = sorted(xs)

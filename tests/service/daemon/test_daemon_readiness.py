@@ -102,3 +102,31 @@ def test_a_live_socket_is_never_taken_over_and_foreign_directories_keep_their_mo
         assert client.health() == "SERVING"  # still reachable: its socket was left alone
     assert first.terminate() == 0
     assert "Traceback" not in first.log()  # a clean stop is quiet
+
+
+def test_a_daemon_whose_runtime_dir_is_removed_stops_and_unlinks_its_segments(tmp_path, small_rmat):
+    """`rm -rf` of the home under a running daemon (a test's tmp dir, a user's cleanup) used to leave
+    it running unreachable forever, holding its datasets in /dev/shm."""
+    import shutil
+
+    run = tmp_path / "home" / "run"
+    log = tmp_path / "daemon.out"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run),
+                                 "--dataset-root", str(small_rmat.directory.parent)], stdout=out, stderr=out)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "endpoints.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with DaemonClient(runtime_dir=run) as client:
+            layout = client.load_dataset("rmat12").layout
+        segment = f"/dev/shm/{layout.handle.colptr.name}"
+        assert os.path.exists(segment)
+        shutil.rmtree(tmp_path / "home")
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not os.path.exists(segment)
+    assert "was removed or replaced: nothing can reach or stop this daemon" in log.read_text()
