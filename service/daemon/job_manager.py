@@ -49,6 +49,7 @@ class _Job:
     last_progress: JobProgressInfo | None = None
     notes: list[str] = field(default_factory=list)
     layout: DatasetLayoutInfo | None = None  # the dataset version the job started with, for its ranks
+    saved: bytes = b""  # the Job message written to the job store when it ended
 
 
 def check_script(script: Path) -> None:
@@ -188,7 +189,9 @@ class JobManager:
     def _keep(self, job_id: str) -> None:
         """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart)."""
         try:
-            self.table.save_job(job_id, job_to_proto(self.get(job_id)).SerializeToString())
+            saved = job_to_proto(self.get(job_id)).SerializeToString()
+            self.table.save_job(job_id, saved)
+            self._jobs[job_id].saved = saved  # retiring it later reuses these bytes
         except Exception:  # noqa: BLE001  (the history is worth a log line, not the job's outcome)
             log.exception("job %s: cannot save it to the job store", job_id)
 
@@ -211,7 +214,8 @@ class JobManager:
                 continue
             if (now - record.finished_at).total_seconds() < self.retire_after_s:
                 continue
-            self.table.remember(job_id, job_to_proto(self.get(job_id)).SerializeToString(), job.spec.model_dump_json())
+            saved = job.saved or job_to_proto(self.get(job_id)).SerializeToString()
+            self.table.remember(job_id, saved, job.spec.model_dump_json())
             with self._lock:
                 self._jobs.pop(job_id, None)
             self.tracker.forget(job_id)

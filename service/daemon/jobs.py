@@ -147,26 +147,20 @@ class JobTable:
                 raise UnknownJobError(f"no job {job_id!r} in this daemon (latest known: {known})")
             return record
 
-    def check_token(self, job_id: str, token: str, what: str) -> JobRecord:
+    def check_token(self, job_id: str, token: str, what: str, verb: str = "do that") -> JobRecord:
         """The job, if `token` is the one its processes were given; InvalidReportError naming `what`
-        otherwise (a process that is not the job's may not act for it)."""
+        otherwise (another process of this user, or anyone on TCP, cannot act for a job)."""
         record = self.get(job_id)
         if not record.token or not hmac.compare_digest(token.encode(), record.token.encode()):
             raise InvalidReportError(
-                f"{what} for job {job_id!r} refused: only the job's own processes may do that "
+                f"{what} for job {job_id!r} refused: only the job's own processes may {verb} "
                 f"({'no' if not token else 'a wrong'} job token; they get ${JOB_TOKEN_ENV} from the daemon)"
             )
         return record
 
     def check_reporter(self, job_id: str, token: str) -> JobRecord:
-        """The job, if `token` is the one its processes were given; InvalidReportError otherwise
-        (another process of this user, or anyone on TCP, cannot speak for a job)."""
-        record = self.get(job_id)
-        if not record.token or not hmac.compare_digest(token.encode(), record.token.encode()):
-            raise InvalidReportError(
-                f"progress for job {job_id!r} refused: only the job's own processes may report it "
-                f"({'no' if not token else 'a wrong'} job token; they get ${JOB_TOKEN_ENV} from the daemon)"
-            )
+        """`check_token` for a progress report, which a finished job no longer takes."""
+        record = self.check_token(job_id, token, "progress", "report it")
         if record.state.final:
             raise InvalidReportError(f"progress for job {job_id!r} refused: the job has {record.state.value}; "
                                      "a finished job's results are final")  # fmt: skip

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from graphtier.service.gpu.views import cuda_view
 from graphtier.service.hardware.models import CheckResult, _Model
 
 HOST_REGISTER_PORTABLE, HOST_REGISTER_MAPPED, HOST_REGISTER_READ_ONLY = 0x1, 0x2, 0x8
@@ -55,13 +56,6 @@ def _error_text(cudart: Any, err: Any) -> str:
         return f"cudaError {code}"
 
 
-class _DeviceView:
-    """`__cuda_array_interface__` over `nbytes` at `ptr`: torch asks the driver which device owns it."""
-
-    def __init__(self, ptr: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
-
-
 def _device_pointer(ptr: int) -> tuple[int | None, str | None]:
     """cuMemHostGetDevicePointer of a registered host address, or (None, why not)."""
     try:
@@ -92,7 +86,7 @@ def _register_and_read(torch: Any, cudart: Any, mapping: mmap.mmap, flags: int, 
         if int(err) != 0:
             return {"ok": False, "error": f"cudaHostRegister(flags={flags:#x}): {_error_text(cudart, err)}"}
         try:
-            view = torch.as_tensor(_DeviceView(ptr, PROBE_BYTES), device="cuda")
+            view = cuda_view(ptr, (PROBE_BYTES,), torch.uint8, torch.cuda.current_device())
             same = torch.equal(view, expected)  # a kernel reads the host pages at the host address
             dptr, why = _device_pointer(ptr)
             out = {"ok": same, "register_seconds": seconds, "view_data_ptr_equal": view.data_ptr() == ptr,
