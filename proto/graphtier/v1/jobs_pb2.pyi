@@ -58,7 +58,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args")
+    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class JobSpec(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     SCRIPT_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
@@ -105,7 +106,52 @@ class JobSpec(_message.Message):
     device: Device
     script: str
     args: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ...) -> None: ...
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JobPlacement(_message.Message):
+    __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s")
+    NNODES_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    RDZV_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    RDZV_ID_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ADDR_FIELD_NUMBER: _ClassVar[int]
+    DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PEER_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    nnodes: int
+    node_rank: int
+    rdzv_endpoint: str
+    rdzv_id: str
+    coordinator: str
+    coordinator_job_id: str
+    local_addr: str
+    dataset_version: str
+    peer_timeout_s: float
+    def __init__(self, nnodes: _Optional[int] = ..., node_rank: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., coordinator: _Optional[str] = ..., coordinator_job_id: _Optional[str] = ..., local_addr: _Optional[str] = ..., dataset_version: _Optional[str] = ..., peer_timeout_s: _Optional[float] = ...) -> None: ...
+
+class JobNode(_message.Message):
+    __slots__ = ("node", "address", "node_rank", "job_id", "state", "message", "progress", "ranks", "log_path")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    address: str
+    node_rank: int
+    job_id: str
+    state: JobState
+    message: str
+    progress: JobProgress
+    ranks: _containers.RepeatedCompositeFieldContainer[RankStatus]
+    log_path: str
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., node_rank: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., log_path: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
@@ -142,16 +188,18 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StreamJobEventsRequest(_message.Message):
-    __slots__ = ("job_id", "from_sequence", "follow", "include_logs")
+    __slots__ = ("job_id", "from_sequence", "follow", "include_logs", "node")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_LOGS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     from_sequence: int
     follow: bool
     include_logs: bool
-    def __init__(self, job_id: _Optional[str] = ..., from_sequence: _Optional[int] = ..., follow: _Optional[bool] = ..., include_logs: _Optional[bool] = ...) -> None: ...
+    node: str
+    def __init__(self, job_id: _Optional[str] = ..., from_sequence: _Optional[int] = ..., follow: _Optional[bool] = ..., include_logs: _Optional[bool] = ..., node: _Optional[str] = ...) -> None: ...
 
 class JobProgress(_message.Message):
     __slots__ = ("epoch", "step_in_epoch", "steps_per_epoch", "global_step", "total_steps", "loss", "train_accuracy", "batches_per_second", "traffic")
@@ -208,7 +256,7 @@ class JobResult(_message.Message):
     def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes")
+    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes", "placement", "nodes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +271,8 @@ class Job(_message.Message):
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     state: JobState
@@ -237,7 +287,9 @@ class Job(_message.Message):
     restarts: int
     log_path: str
     notes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    placement: JobPlacement
+    nodes: _containers.RepeatedCompositeFieldContainer[JobNode]
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[JobPlacement, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[JobNode, _Mapping]]] = ...) -> None: ...
 
 class JobStateChange(_message.Message):
     __slots__ = ("previous", "current", "message", "result")
