@@ -120,6 +120,7 @@ class ReaderStats:
     row_bytes: int = 0  # what the batches needed
     seconds: float = 0.0  # in read(), all of it
     io_seconds: float = 0.0  # waiting for the requests of a batch, from the first issued to the last done
+    request_seconds: float = 0.0  # every request's own latency, summed: / io_seconds = mean queue depth
 
 
 class StorageReader:
@@ -143,14 +144,16 @@ class StorageReader:
         self.pool = ThreadPoolExecutor(max_workers=max(1, inflight), thread_name_prefix="graphtier-storage")
         self.stats = ReaderStats()
 
-    def _read(self, offset: int, length: int, at: int) -> int:
+    def _read(self, offset: int, length: int, at: int) -> tuple[int, float]:
+        """One request into the staging buffer: (bytes read, its latency in seconds)."""
+        started = time.perf_counter()
         view, done = memoryview(self.staging.view)[at : at + length], 0
         while done < length:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got == 0:  # end of file: only the last block of the file can be short
                 break
             done += got
-        return done
+        return done, time.perf_counter() - started
 
     def read(self, rows: np.ndarray, out: np.ndarray) -> None:
         """Rows `rows` (storage-relative, any order, repeats allowed) into out[i] (`out` viewed as bytes)."""
@@ -165,8 +168,10 @@ class StorageReader:
                           max_request=self.max_request)
         self.staging.ensure(plan.total)
         issued = time.perf_counter()
-        got = sum(self.pool.map(self._read, plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist()))
+        done = list(self.pool.map(self._read, plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist()))
         self.stats.io_seconds += time.perf_counter() - issued
+        got = sum(n for n, _ in done)
+        self.stats.request_seconds += sum(t for _, t in done)
         # row windows starting at every byte of the staging buffer; one gather copies each row to its slot
         staging = torch.from_numpy(self.staging.view)
         windows = staging.as_strided((staging.numel() - self.row_bytes + 1, self.row_bytes), (1, 1))
