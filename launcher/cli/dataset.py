@@ -22,7 +22,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable outpu
 def parse_fanouts(text: str) -> list[int]:
     """`15,10,5` -> [15, 10, 5], validated by the sampler's own rules."""
     from graphtier.service.errors import SamplingError
-    from graphtier.service.sampling.neighbor_sampler import validate_fanouts
+    from graphtier.contract.fanouts import validate_fanouts
 
     try:
         values = [int(part) for part in text.split(",")]
@@ -57,7 +57,11 @@ def prepare(
     ] = "auto",
     scale: Annotated[Optional[int], typer.Option(help="[synthetic] log2 of the node count")] = None,
     edge_factor: Annotated[Optional[int], typer.Option(help="[synthetic] edges per node")] = None,
-    num_classes: Annotated[Optional[int], typer.Option(help="[synthetic] planted communities")] = None,
+    num_classes: Annotated[
+        Optional[int],
+        typer.Option(help="classes: labels must be 0..N-1 (or -1), kept as they are; without it labels that are not "
+                     "0..k-1 are remapped to dense classes, noted. [synthetic] planted communities"),
+    ] = None,
     feature_dim: Annotated[Optional[int], typer.Option(help="[synthetic] feature dimension")] = None,
     homophily: Annotated[Optional[float], typer.Option(help="[synthetic] fraction of intra-community edges")] = None,
     seed: Annotated[Optional[int], typer.Option(help="[synthetic] generator seed")] = None,
@@ -120,6 +124,8 @@ def prepare(
         + (f" (budget {human_bytes(manifest.memory_budget_bytes)})" if manifest.memory_budget_bytes else " (no budget)"),
         highlight=False,
     )
+    for note in manifest.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
 
 
 @app.command("list")
@@ -165,11 +171,14 @@ def inspect(
     for key, value in (
         ("source", m.source), ("created", m.created_at), ("format version", m.format_version),
         ("nodes", f"{m.num_nodes:,}"), ("edges", f"{m.num_edges:,}"), ("undirected", m.undirected),
-        ("features", m.feature_dim), ("classes", m.num_classes), ("splits", m.split_sizes),
+        ("features", m.feature_dim), ("classes", m.num_classes),
+        ("class labels", f"remapped; class i was source label {m.class_labels}" if m.class_labels else "as in the source"),
+        ("splits", m.split_sizes),
         ("score", m.score["label"]), ("size", human_bytes(m.total_bytes)), ("timings (s)", m.timings_s),
         ("peak memory", human_bytes(m.peak_rss_bytes)),
         ("memory budget", human_bytes(m.memory_budget_bytes) if m.memory_budget_bytes else "none (in memory)"),
         ("checksums", "verified" if verify else "not checked"),
+        *(("note", note) for note in m.notes),
     ):
         table.add_row(key, str(value))
     for key, info in m.arrays.items():

@@ -120,6 +120,9 @@ class StreamedGraph:
     origin: str = ""
     description: dict[str, object] = field(default_factory=dict)
     details: dict[str, object] = field(default_factory=dict)  # how it was read (what stayed in memory), for the manifest
+    class_count: int | None = None  # as GraphData's
+    class_labels: list[int] | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def feature_dim(self) -> int:
@@ -129,6 +132,8 @@ class StreamedGraph:
     def num_classes(self) -> int:
         if self.labels is None or self.labels.numel() == 0:
             return 0
+        if self.class_count is not None:
+            return self.class_count
         return int(self.labels.max().item()) + 1
 
     @classmethod
@@ -143,4 +148,7 @@ class StreamedGraph:
             original_ids=data.original_ids,
             origin=data.origin,
             description=dict(data.description),
+            class_count=data.class_count,
+            class_labels=data.class_labels,
+            notes=list(data.notes),
         )

@@ -54,6 +54,10 @@ class DatasetManifest(BaseModel):
     num_edges: int = Field(ge=0)
     feature_dim: int = Field(ge=0, description="0 when the source has no features")
     num_classes: int = Field(ge=0, description="0 when the source has no labels")
+    class_labels: list[int] | None = Field(
+        None, description="the source's label of each class 0..num_classes-1 when prepare remapped the labels to dense "
+        "classes (labels.npy holds the classes); None: labels.npy holds the source's labels"
+    )
     split_sizes: dict[str, int]
     score: dict[str, object] = Field(description="the ScoreSpec used, plus its label")
     arrays: dict[str, ArrayInfo]
@@ -65,6 +69,7 @@ class DatasetManifest(BaseModel):
     preparation: dict[str, object] = Field(
         default_factory=dict, description="how: path, peak memory after each step, chunks and spill per step"
     )
+    notes: list[str] = Field(default_factory=list, description="what prepare noticed about the source (printed by the CLI)")
 
     @property
     def feature_row_bytes(self) -> int:

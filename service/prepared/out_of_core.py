@@ -80,4 +80,6 @@ def prepare_out_of_core(config: PrepareConfig, writer: DatasetWriter, clock: Ste
         split_sizes=sizes,
         description=graph.description,
         details=details,
+        class_labels=graph.class_labels,
+        notes=graph.notes,
     )

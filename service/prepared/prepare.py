@@ -100,6 +100,8 @@ class PreparedContent:
     split_sizes: dict[str, int]
     description: dict[str, object]
     details: dict[str, object] = field(default_factory=dict)
+    class_labels: list[int] | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def load_graph(config: PrepareConfig) -> GraphData:
@@ -138,6 +140,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             num_edges=content.num_edges,
             feature_dim=content.feature_dim,
             num_classes=content.num_classes,
+            class_labels=content.class_labels,
             split_sizes=content.split_sizes,
             score={**config.score.model_dump(), "label": config.score.label()},
             arrays=dict(writer.arrays),
@@ -150,6 +153,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
                 "cpu_s_by_step": dict(clock.cpu),
                 **content.details,
             },
+            notes=content.notes,
         )
         writer.commit(manifest)
     return manifest
@@ -186,6 +190,8 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
         num_classes=data.num_classes,
         split_sizes=split_sizes(data.splits),
         description=data.description,
+        class_labels=data.class_labels,
+        notes=data.notes,
     )
 
 

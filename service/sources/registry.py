@@ -3,13 +3,15 @@
 A spec is `scheme:target`: `synthetic:rmat`, `planetoid:DIR`, `npz:FILE`, `edges:FILE` or
 `ogb:DIR`. Options are checked against what the chosen reader takes before anything is
 read, so a typo fails fast with the list of valid options. Every loaded graph then goes
-through `ensure_split` (a no-op when the source ships a split), which is why the split
-options `train_fraction`, `val_fraction`, `test_fraction` and `split_seed` are accepted
-for every scheme.
+through `label_classes` (labels bounded by `num_classes` when given, else made dense) and
+`ensure_split` (a no-op when the source ships a split), which is why `num_classes` and the
+split options `train_fraction`, `val_fraction`, `test_fraction` and `split_seed` are accepted
+for every scheme (for `synthetic:` `num_classes` is the number of planted communities).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from graphtier.service.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.graph.streamed import StreamedGraph
 from graphtier.service.sources.edge_list import load_edge_list
+from graphtier.service.sources.label_classes import label_classes
 from graphtier.service.sources.npz import load_npz
 from graphtier.service.sources.ogb import load_ogb
 from graphtier.service.sources.planetoid import load_planetoid
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 
 SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
 SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")
+LABEL_OPTIONS: tuple[str, ...] = ("num_classes",)
 SYNTHETIC_GENERATORS: tuple[str, ...] = ("rmat",)
 # Keyword options of `synthetic.generate_rmat`; its fractions make the split, `seed` drives the generator.
 SYNTHETIC_OPTIONS: tuple[str, ...] = (
@@ -50,7 +54,7 @@ def reader_options(scheme: str) -> tuple[str, ...]:
     if scheme == "synthetic":
         return SYNTHETIC_OPTIONS + ("split_seed",)
     params = list(inspect.signature(_READERS[scheme]).parameters.values())[1:]  # first one is the path
-    return tuple(p.name for p in params) + SPLIT_OPTIONS
+    return tuple(p.name for p in params) + LABEL_OPTIONS + SPLIT_OPTIONS
 
 
 def _parse(spec: str) -> tuple[str, str]:
@@ -118,8 +122,21 @@ def load_source(spec: str, **options: Any) -> GraphData:
     else:
         for key in SPLIT_OPTIONS[:3]:
             options.pop(key, None)
+        num_classes = options.pop("num_classes", None)
         path = Path(target).expanduser()
         if not path.exists():
             raise DatasetSourceError(path, f"does not exist (from dataset spec {spec!r})")
-        graph = _READERS[scheme](path, **options)
+        graph = _checked_labels(_READERS[scheme](path, **options), num_classes)
     return ensure_split(graph, **split)
+
+
+def _checked_labels(graph: GraphData, num_classes: int | None) -> GraphData:
+    """`graph` with its labels bounded by `num_classes`, or made dense (`label_classes`)."""
+    if graph.labels is None:
+        if num_classes is not None:
+            raise DatasetSourceError(graph.origin or None, f"--num-classes {num_classes} was given but the source has no labels")
+        return graph
+    checked = label_classes(graph.labels, origin=graph.origin or None, num_classes=num_classes, node_ids=graph.original_ids)
+    notes = graph.notes + ([checked.note] if checked.note else [])
+    return dataclasses.replace(graph, labels=checked.labels, class_count=checked.num_classes,
+                               class_labels=checked.class_labels, notes=notes)  # fmt: skip

@@ -33,7 +33,7 @@ def test_missing_path(tmp_path):
 def test_option_the_reader_does_not_take(shared_datasets):
     message = _error(f"npz:{shared_datasets / 'gnn_benchmark_npz' / 'cora.npz'}", one_based=True)
     assert "option(s) one_based not accepted by npz: sources" in message
-    assert "valid options: train_fraction, val_fraction, test_fraction, split_seed" in message
+    assert "valid options: num_classes, train_fraction, val_fraction, test_fraction, split_seed" in message
     assert "one_based" in reader_options("edges") and "missing_features" in reader_options("planetoid")
 
 
