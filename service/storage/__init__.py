@@ -4,9 +4,9 @@
 from graphtier.service.storage.counters import STORAGE_READS, StorageCounters, StorageReads
 from graphtier.service.storage.direct_reader import STORAGE_MODES, ReaderStats, StorageReader, plan_reads
 from graphtier.service.storage.mapped_reader import MappedReader
-from graphtier.service.storage.window import LookaheadWindow, RowReader, Ticket
+from graphtier.service.storage.window import MAX_WINDOW, LookaheadWindow, RowReader, Ticket
 
 __all__ = [
-    "STORAGE_MODES", "STORAGE_READS", "LookaheadWindow", "MappedReader", "ReaderStats", "RowReader",
+    "MAX_WINDOW", "STORAGE_MODES", "STORAGE_READS", "LookaheadWindow", "MappedReader", "ReaderStats", "RowReader",
     "StorageCounters", "StorageReader", "StorageReads", "Ticket", "plan_reads",
 ]

@@ -33,8 +33,10 @@ def replay_access_counts(
     epochs: int,
     seed: int = 0,
     on_batch: Callable[[int, int], None] | None = None,
+    observe: Callable[[torch.Tensor], None] | None = None,
 ) -> AccessReplay:
-    """Sample every epoch's shuffled train ids in batches; every sampled node is one row read."""
+    """Sample every epoch's shuffled train ids in batches; every sampled node is one row read.
+    `observe(node_ids)` sees every batch's sampled nodes, in order."""
     from graphtier.service.sampling import NeighborSampler
 
     if train_ids.numel() == 0:
@@ -52,6 +54,8 @@ def replay_access_counts(
         for batch in order.split(batch_size):
             sub = sampler.sample(batch, seed=seed * 1_000_003 + done)
             counts.index_add_(0, sub.node_ids, torch.ones_like(sub.node_ids))
+            if observe:
+                observe(sub.node_ids)
             done += 1
             if on_batch:
                 on_batch(done, total_batches)

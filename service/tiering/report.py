@@ -17,7 +17,14 @@ from graphtier.service.errors import PlacementError
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.storage.window import MAX_WINDOW
 from graphtier.service.tiering.replay import AccessReplay, replay_access_counts
+from graphtier.service.tiering.storage_outlook import (
+    StorageOutlook,
+    WindowReplay,
+    direct_request_bytes,
+    window_depths,
+)
 
 DEFAULT_ROW_BYTES = 512  # 128 float32: assumed for datasets without features
 COMPARED_SCORES = ("wrpr", "rpr", "degree")
@@ -48,6 +55,7 @@ class TieringReport(BaseModel):
     reads_per_epoch: float
     outcomes: list[ScoreOutcome]
     device_tiers_simulated: bool = True
+    storage: StorageOutlook | None = Field(None, description="the storage tier at --host-budget, with the window's effect")
     png: str | None = None
 
     def outcome(self, score: str) -> ScoreOutcome:
@@ -92,8 +100,13 @@ def build_tiering_report(
     row_bytes: int | None = None,
     on_batch: Callable[[int, int], None] | None = None,
     replay: AccessReplay | None = None,
+    host_budget: str | None = None,
+    window: int = 4,
 ) -> TieringReport:
-    """Replay epochs once, then score every placement against the same reads."""
+    """Replay epochs once, then score every placement against the same reads. With `host_budget`
+    (host-tier feature bytes after the device tier: a share or a size), also the storage tier's
+    expected reads, and those with look-ahead windows up to `window` batches deep (the replay is
+    then always run here: it must see every batch)."""
     n = dataset.manifest.num_nodes
     assumed = False
     if row_bytes is None:
@@ -110,10 +123,15 @@ def build_tiering_report(
             f"{dataset.name!r}; give at most 100% or {data_bytes:,} bytes"
         )
     budget_rows = min(n, budget_bytes // row_bytes)
+    storage = None
+    if host_budget is not None:
+        storage = _window_replay(dataset, host_budget, window, device_rows=budget_rows, row_bytes=row_bytes,
+                                 assumed=assumed)  # fmt: skip
+        replay = None
     if replay is None:
         replay = replay_access_counts(
             dataset.graph, dataset.split("train"), fanouts=fanouts, batch_size=batch_size,
-            epochs=epochs, seed=seed, on_batch=on_batch,
+            epochs=epochs, seed=seed, on_batch=on_batch, observe=storage.observe if storage else None,
         )
     counts = replay.counts
     total = max(replay.total, 1)
@@ -136,4 +154,29 @@ def build_tiering_report(
         dataset=dataset.name, num_nodes=n, budget=str(budget), budget_rows=budget_rows, budget_bytes=budget_bytes,
         row_bytes=row_bytes, row_bytes_assumed=assumed, fanouts=list(fanouts), batch_size=batch_size,
         epochs=replay.epochs, batches=replay.batches, reads_per_epoch=replay.total / replay.epochs, outcomes=outcomes,
+        storage=storage.outlook(host_budget=str(host_budget), epochs=replay.epochs, num_nodes=n) if storage else None,
     )
+
+
+def _window_replay(dataset: PreparedDataset, host_budget: str, window: int, *, device_rows: int, row_bytes: int,
+                   assumed: bool) -> WindowReplay:  # fmt: skip
+    """The storage counter for `host_budget` after `device_rows` device rows, in the dataset's order."""
+    from graphtier.service.prepared.npy_io import npy_data_offset
+
+    if isinstance(window, bool) or not 0 <= window <= MAX_WINDOW:
+        raise PlacementError(f"--window {window}: expected 0 to {MAX_WINDOW} batches")
+    n = dataset.manifest.num_nodes
+    left = (n - device_rows) * row_bytes
+    host_bytes = parse_budget(host_budget, total_bytes=n * row_bytes, what="--host-budget")
+    if host_bytes > left:
+        raise PlacementError(
+            f"--host-budget {host_budget} is {host_bytes:,} bytes, more than the {left:,} feature bytes left after "
+            f"the device tier; give at most {left:,} bytes"
+        )
+    storage_from = device_rows + host_bytes // row_bytes
+    request_bytes = None
+    if not assumed and dataset.manifest.feature_row_bytes == row_bytes:  # the file's own rows: its requests
+        request_bytes = direct_request_bytes(data_offset=npy_data_offset(dataset.array_path("features")),
+                                             row_bytes=row_bytes, storage_from=storage_from)  # fmt: skip
+    return WindowReplay(num_nodes=n, storage_from=storage_from, depths=window_depths(window), row_bytes=row_bytes,
+                        request_bytes=request_bytes)  # fmt: skip
