@@ -64,6 +64,7 @@ def load_edge_list(
     table = table.drop_rows(skip)
     if table.num_rows == 0:
         raise DatasetSourceError(path, f"contains no edges after skipping {skip} header line(s)")
+    _refuse_text_header(path, table, skip)
     table.require_columns(2, exact=False)
     raw = np.stack([table.ints(0), table.ints(1)])
     if int(raw.min()) < 0:
@@ -129,6 +130,22 @@ def _detect_header(table: NumericText) -> list[int] | None:
     if values[-1] == rest.num_rows and values[0] >= largest:
         return values
     return None
+
+
+def _refuse_text_header(path: Path, table: NumericText, skipped: int) -> None:
+    """Header lines without a comment character (`FromNodeId ToNodeId`, `src,dst`) above the edges:
+    an error naming the first one, with the `--skip-rows` value that skips them (and a size line after them)."""
+    headers = table.leading_rows_not_integer((0, 1))
+    if headers == 0 or headers == table.num_rows:
+        return  # no text header; or nothing but text, which `ints` reports as it is
+    size_line = 1 if _detect_header(table.drop_rows(headers)) is not None else 0
+    skip = skipped + headers + size_line
+    raise DatasetSourceError(
+        path,
+        f"line {table.line_of(0)}: {table.row_text(0)!r} is not an edge (a header line without '#'?)",
+        fix=f"pass --skip-rows {skip} (skip_rows={skip} in Python) to skip the {skip} non-comment line(s) above the first edge, "
+        "or start the header lines with '#'",
+    )
 
 
 def _rows_for_ids(path: Path, table: NumericText, ids: np.ndarray, key: np.ndarray) -> np.ndarray:

@@ -169,6 +169,13 @@ class NumericText:
     def columns_are_integer(self, columns: tuple[int, ...]) -> bool:
         return all(bool(self._column(c)[1].all()) for c in columns)
 
+    def leading_rows_not_integer(self, columns: tuple[int, ...]) -> int:
+        """How many rows at the top have a field in `columns` that is not an integer (a text header)."""
+        ok = np.ones(self.num_rows, dtype=bool)
+        for column in columns:
+            ok &= self._column(column)[1]
+        return int(np.argmax(ok)) if ok.any() else self.num_rows
+
     def row_is_integer(self, row: int) -> bool:
         first = int(self._row_first[row])
         return bool(self._parse_ints(np.arange(first, first + self.row_width(row)))[1].all())
@@ -208,6 +215,12 @@ class NumericText:
                 row = int(np.searchsorted(self._row_first, token, side="right")) - 1
                 raise DatasetSourceError(self.path, f"line {self.line_of(row)}: {text!r} is not a number") from None
         raise DatasetSourceError(self.path, "contains fields that are not numbers")
+
+    def row_text(self, row: int, limit: int = 60) -> str:
+        """Data row `row` as written (separators normalised to one space), cut to `limit` characters."""
+        first = int(self._row_first[row])
+        piece = self._raw[self._starts[first]: self._ends[first + self.row_width(row) - 1]].tobytes()
+        return " ".join(piece.decode("utf-8", errors="replace").translate(str.maketrans(",\t", "  ")).split())[:limit]
 
     def _token_text(self, token: int) -> str:
         piece = self._raw[self._starts[token]: self._ends[token]].tobytes()

@@ -187,17 +187,18 @@ def load_planetoid(
     have_rows[: num_known if allx is not None else x.shape[0]] = True
     have_rows[test] = True
     val_end = min(y.shape[0] + _VAL_SIZE, num_known)
+    splits = {
+        "train": torch.arange(y.shape[0], dtype=torch.int64),
+        "val": torch.arange(y.shape[0], val_end, dtype=torch.int64),
+        "test": torch.from_numpy(test.copy()),
+    }
     graph = GraphData(
         num_nodes=num_nodes,
         src=torch.from_numpy(src),
         dst=torch.from_numpy(dst),
         features=torch.from_numpy(features),
         labels=torch.from_numpy(labels),
-        splits={
-            "train": torch.arange(y.shape[0], dtype=torch.int64),
-            "val": torch.arange(y.shape[0], val_end, dtype=torch.int64),
-            "test": torch.from_numpy(test.copy()),
-        },
+        splits=splits,
         origin=str(directory),
         description={
             "format": "planetoid",
@@ -206,6 +207,27 @@ def load_planetoid(
             "padded_test_ids": int(num_nodes - num_known - test.size),
             "featureless_nodes": int((~have_rows).sum()),
             "missing_files": [] if allx is not None else [files["allx"].name],
+            "featureless_by_split": _featureless_by_split(have_rows, splits),
         },
+        notes=_featureless_note(have_rows, splits, allx is None),
     )
     return graph.validate()
+
+
+def _featureless_by_split(have_rows: np.ndarray, splits: dict[str, torch.Tensor]) -> dict[str, int]:
+    return {name: int((~have_rows[ids.numpy()]).sum()) for name, ids in splits.items()}
+
+
+def _featureless_note(have_rows: np.ndarray, splits: dict[str, torch.Tensor], allx_missing: bool) -> list[str]:
+    """A note when nodes got zero feature rows: how many, in each split, and why."""
+    missing = int((~have_rows).sum())
+    if missing == 0:
+        return []
+    counts = _featureless_by_split(have_rows, splits)
+    by_split = ", ".join(f"{name} {count:,} of {splits[name].numel():,}" for name, count in counts.items())
+    why = "allx is absent, so --missing-features zeros gave them zero rows" if allx_missing else "the files give them no row"
+    hit = [name for name, count in counts.items() if count]
+    tail = (f"; a model sees those nodes only through their neighbours, so {'/'.join(hit)} accuracy says little "
+            "about the features" if hit else "")  # fmt: skip
+    return [f"{missing:,} of {have_rows.size:,} nodes ({missing / have_rows.size:.1%}) have no features ({why}): "
+            f"{by_split}{tail}"]  # fmt: skip

@@ -113,6 +113,20 @@ def test_non_numeric_token_reports_line(write):
     assert f"{path}: line 4: 'x7' is not an integer" in message
 
 
+def test_snap_header_lines_without_hash_get_a_skip_rows_hint(write):
+    cases = (
+        ("snap.txt", "# Directed graph\nFromNodeId\tToNodeId\n0\t1\n1\t2\n2\t0\n", 2, "'FromNodeId ToNodeId'", 1),
+        ("csv.csv", "src,dst,weight\n0,1,5\n1,2,5\n2,0,5\n", 1, "'src dst weight'", 1),
+        ("sized.txt", "FromNodeId ToNodeId\nNodes: 3 Edges: 3\n3 3\n0 1\n1 2\n2 0\n", 1, "'FromNodeId ToNodeId'", 3),
+    )
+    for name, text, line, shown, skip in cases:
+        path = write(name, text)
+        message = _error(path=path)
+        assert f"{path}: line {line}: {shown} is not an edge (a header line without '#'?)" in message, message
+        assert f"pass --skip-rows {skip} (skip_rows={skip} in Python)" in message, message
+        assert load_edge_list(path, skip_rows=skip).num_edges == 3
+
+
 def test_empty_and_comment_only_files(write):
     for name, text in (("empty.txt", ""), ("comments.txt", "# nothing\n% here\n\n")):
         path = write(name, text)

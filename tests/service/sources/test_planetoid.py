@@ -3,8 +3,11 @@ bad directories or pickles fail naming the file."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -78,6 +81,25 @@ def test_pubmed_missing_allx(shared_datasets):
     x = _reference(directory, "pubmed", "x").toarray()
     assert np.array_equal(g.features[:60].numpy(), x)
     assert float(g.features[60:18717].abs().sum()) == 0.0
+    assert g.description["featureless_by_split"] == {"train": 0, "val": 500, "test": 0}
+    assert g.notes == [
+        "18,657 of 19,717 nodes (94.6%) have no features (allx is absent, so --missing-features zeros gave them zero "
+        "rows): train 0 of 60, val 500 of 500, test 0 of 1,000; a model sees those nodes only through their "
+        "neighbours, so val accuracy says little about the features"
+    ]
+
+
+def test_prepare_says_how_many_nodes_and_which_splits_have_no_features(shared_datasets, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare",
+                           f"planetoid:{shared_datasets / 'planetoid_pubmed'}", "--name", "pubmed", "--out",
+                           str(tmp_path), "--missing-features", "zeros"], capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "note: 18,657 of 19,717 nodes (94.6%) have no features" in said
+    assert "train 0 of 60, val 500 of 500, test 0 of 1,000" in said
+    manifest = json.loads((tmp_path / "pubmed" / "manifest.json").read_text())
+    assert manifest["source_description"]["featureless_by_split"] == {"train": 0, "val": 500, "test": 0}
+    assert manifest["notes"] and "18,657 of 19,717" in manifest["notes"][0]
 
 
 @pytest.fixture
