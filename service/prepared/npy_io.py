@@ -1,4 +1,8 @@
-"""Writing `.npy` files with a streamed sha256, and opening them memory-mapped."""
+"""Writing `.npy` files with a streamed sha256, and opening them memory-mapped.
+
+Every file's data starts on a 4 KiB boundary (`npy_header`), so the storage tier's rows,
+read with O_DIRECT in whole blocks, do not straddle one more block each than they span.
+"""
 
 from __future__ import annotations
 
@@ -14,17 +18,28 @@ import torch
 from graphtier.service.prepared.manifest import ArrayInfo
 
 _CHUNK = 64 << 20
+DATA_ALIGN = 4096  # the data starts on a block boundary, so O_DIRECT reads of whole rows stay aligned
+
+
+def npy_header(dtype: np.dtype | str, shape: tuple[int, ...]) -> bytes:
+    """A version 1.0 `.npy` header for a C-order array, padded so the data starts at a multiple of
+    DATA_ALIGN bytes (np.load reads it like any other: the format allows any padding)."""
+    raw = io.BytesIO()
+    descr = np.lib.format.dtype_to_descr(np.dtype(dtype))
+    np.lib.format.write_array_header_1_0(raw, {"descr": descr, "fortran_order": False, "shape": tuple(shape)})
+    text = raw.getvalue()[10:].rstrip(b" \n")  # after magic, version and the 2-byte length
+    total = -(-(10 + len(text) + 1) // DATA_ALIGN) * DATA_ALIGN
+    return raw.getvalue()[:8] + (total - 10).to_bytes(2, "little") + text + b" " * (total - 11 - len(text)) + b"\n"
 
 
 def write_npy(path: Path, array: torch.Tensor | np.ndarray) -> ArrayInfo:
     """Write `array` as `.npy` at `path`, fsync it, and return its info with the file's sha256."""
     data = array.contiguous().numpy() if isinstance(array, torch.Tensor) else np.ascontiguousarray(array)
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(data))
-    digest = hashlib.sha256(header.getvalue())
+    header = npy_header(data.dtype, data.shape)
+    digest = hashlib.sha256(header)
     flat = data.reshape(-1).view(np.uint8) if data.size else np.empty(0, np.uint8)
     with open(path, "wb") as f:
-        f.write(header.getvalue())
+        f.write(header)
         for start in range(0, flat.size, _CHUNK):
             chunk = flat[start : start + _CHUNK]
             digest.update(chunk)
@@ -75,12 +90,10 @@ class NpyStreamWriter:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.rows_written = 0
-        header = io.BytesIO()
-        descr = np.lib.format.dtype_to_descr(self.dtype)
-        np.lib.format.write_array_header_1_0(header, {"descr": descr, "fortran_order": False, "shape": self.shape})
-        self._digest = hashlib.sha256(header.getvalue())
+        header = npy_header(self.dtype, self.shape)
+        self._digest = hashlib.sha256(header)
         self._file = open(self.path, "wb")
-        self._file.write(header.getvalue())
+        self._file.write(header)
 
     def write(self, chunk: torch.Tensor | np.ndarray) -> None:
         data = chunk.contiguous().numpy() if isinstance(chunk, torch.Tensor) else np.ascontiguousarray(chunk)
