@@ -205,10 +205,13 @@ def tiering_report(
     epochs: Annotated[int, typer.Option(help="epochs to replay")] = 3,
     seed: Annotated[int, typer.Option(help="shuffle and sampling seed")] = 0,
     png: Annotated[Optional[Path], typer.Option(help="where to write the figure (default <dataset>/tiering-report.png)")] = None,
+    host_budget: Annotated[Optional[str], typer.Option(help="host-tier feature bytes after the device tier (30% or 2GiB): adds the storage tier's expected reads")] = None,
+    window: Annotated[int, typer.Option(help="with --host-budget: look-ahead window depths to show, up to this many batches")] = 4,
     out: OutOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Replay sampled epochs; print each score's device-tier hit ratio at BUDGET against the oracle's."""
+    """Replay sampled epochs; print each score's device-tier hit ratio at BUDGET against the oracle's,
+    and with --host-budget the storage tier's reads per batch and epoch, without and with a window."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     from graphtier.service.prepared import PreparedDataset
@@ -225,6 +228,7 @@ def tiering_report(
             report = build_tiering_report(
                 dataset, budget=budget, fanouts=fanouts, batch_size=batch_size, epochs=epochs, seed=seed,
                 on_batch=lambda done, total: progress.update(task, completed=done, total=total),
+                host_budget=host_budget, window=window,
             )
         report.png = str(write_cumulative_access_png(report, png or dataset.directory / "tiering-report.png"))
     if json_out:
@@ -247,4 +251,25 @@ def tiering_report(
         table.add_row(o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", human_bytes(o.host_to_device_bytes_per_epoch))
     stdout = Console()
     stdout.print(table)
+    if report.storage is not None:
+        stdout.print(_storage_table(report))
     stdout.print(f"figure: {report.png}")
+
+
+def _storage_table(report) -> Table:
+    """The storage tier at --host-budget: its reads per batch and epoch, without and with a window."""
+    s = report.storage
+    table = Table(
+        title=(
+            f"storage tier at host budget {s.host_budget}: rows {s.storage_from:,}.. ({s.storage_rows:,} rows, "
+            f"{human_bytes(s.storage_bytes)}); {s.share_of_reads:.1%} of rows gathered, {s.rows_per_batch:,.0f} rows "
+            f"({human_bytes(s.row_bytes_per_batch)}) per batch, {human_bytes(s.row_bytes_per_epoch)} per epoch"
+        ),
+        caption="device bytes: the direct reader's 4 KiB-aligned requests; one producer's stream of batches",
+    )
+    for column in ("window", "hit ratio", "rows read / batch", "device bytes / batch", "device bytes / epoch"):
+        table.add_column(column, justify="right")
+    for w in s.windows:
+        table.add_row("off" if w.depth == 0 else str(w.depth), f"{w.hit_ratio:.1%}", f"{w.read_rows_per_batch:,.0f}",
+                      human_bytes(w.read_bytes_per_batch), human_bytes(w.read_bytes_per_epoch))  # fmt: skip
+    return table

@@ -50,7 +50,16 @@ def test_tiering_report_json_and_png(home, tmp_path):
     assert report["budget_rows"] == 2048 // 10 and report["epochs"] == 2 and report["device_tiers_simulated"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = graphtier("dataset", "tiering-report", "tiny", "--fanout", "5,5", "--batch-size", "64", home=home)
-    assert "oracle" in table.stdout and "accounted" in table.stdout
+    assert "oracle" in table.stdout and "accounted" in table.stdout and "storage tier" not in table.stdout
+
+
+def test_tiering_report_gives_the_storage_tiers_reads_at_a_host_budget(home):
+    args = ("dataset", "tiering-report", "tiny", "--budget", "0", "--fanout", "5,5", "--batch-size", "64",
+            "--host-budget", "20%", "--window", "4")  # fmt: skip
+    storage = json.loads(graphtier(*args, "--json", home=home).stdout)["storage"]
+    assert storage["storage_from"] == 2048 // 5 and [w["depth"] for w in storage["windows"]] == [0, 1, 2, 4]
+    assert storage["rows_per_batch"] == storage["windows"][0]["read_rows_per_batch"] > 0
+    assert "storage tier at host budget 20%" in graphtier(*args, home=home).stdout
 
 
 @pytest.mark.parametrize(
@@ -67,6 +76,8 @@ def test_tiering_report_json_and_png(home, tmp_path):
         (["tiering-report", "tiny", "--budget", "ten"], "ten"),
         (["tiering-report", "tiny", "--fanout", "a,b"], "--fanout 'a,b'"),
         (["tiering-report", "tiny", "--fanout", "5,0"], "fanout 0"),
+        (["tiering-report", "tiny", "--host-budget", "99%"], "--host-budget 99% is"),
+        (["tiering-report", "tiny", "--host-budget", "10%", "--window", "100"], "--window 100"),
         (["tiering-report", "nope"], "no dataset named 'nope'"),
         (["inspect", "nope"], "no dataset named 'nope'"),
     ],
