@@ -28,6 +28,7 @@ from graphtier.launcher.runtime.checkpoint import (
 )
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
+from graphtier.launcher.runtime.nonfinite import NonFiniteGuard
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
 from graphtier.service.errors import GraphtierError
 
@@ -67,10 +68,6 @@ def model_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> in
     return params + grads + state
 
 
-class NonFiniteLossError(GraphtierError):
-    """A training step's loss was NaN or infinite."""
-
-
 class TrainSession:
     """One rank's training bookkeeping for `config.epochs` epochs; see the module docstring.
 
@@ -93,11 +90,29 @@ class TrainSession:
         self.best_epoch: int | None = None
         self.evaluated_epoch = -1
         self.window, self.epoch_window = Window(), Window()
+        self.guard = NonFiniteGuard(config.on_nonfinite, ctx.rank, self._where)
+        self._at: tuple[int, int] | None = None  # (epoch, batch) of the step under way, for messages
+        self._steps_here = 0  # steps this process took (after a resume: since it)
+
+    def _where(self) -> str:
+        at = f" (epoch {self._at[0]}, batch {self._at[1]})" if self._at is not None else ""
+        return f"step {self.step + 1}{at}"
+
+    def begin_step(self, epoch: int, batch: int) -> None:
+        """Batch `batch` (1-based) of `epoch` is about to be trained: names the step in messages."""
+        self._at = (epoch, batch)
+
+    def check_loss_before_backward(self, loss: float) -> None:
+        """With on_nonfinite fail, a non-finite loss stops the rank before backward (named as the loss,
+        the cause, rather than as the gradients it makes non-finite)."""
+        if self.guard.policy == "fail" and not math.isfinite(loss):
+            self.guard.check_loss(loss)
 
     def resume(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> TrainPosition:
         """Load the newest checkpoint of `config.checkpoint_dir` into module and optimizer (if any);
         seed dropout per rank; return where training stands. Every rank must call it."""
         self.module, self.optimizer = module, optimizer
+        self.guard.attach(module, optimizer)
         self.started = time.perf_counter()  # training time starts here, not with the imports and set-up before
         ckpt_dir = self.config.checkpoint_dir
         if ckpt_dir is not None:
@@ -149,16 +164,17 @@ class TrainSession:
 
     def record_step(self, epoch: int, done: int, loss: float, correct: int, labelled: int) -> None:
         """One optimizer step: batch `done` (1-based) of `epoch`; reports and checkpoints when due.
-        A loss that is NaN or infinite fails the rank (and so the job) naming the rank and step: a
-        diverged model or corrupt features must never end as a 'succeeded' job."""
-        if not math.isfinite(loss):
-            raise NonFiniteLossError(
-                f"rank {self.ctx.rank}: the loss is {loss} at step {self.step + 1} (epoch {epoch}, batch {done}); "
-                "training diverged or the data holds NaN/inf, so the job stops instead of reporting a result"
-            )
+        A NaN or infinite loss (or gradient, checked before the optimizer step) is handled as the job's
+        `on_nonfinite` says (`nonfinite`): by default it fails the rank, and so the job, naming the rank
+        and step -- a diverged model or corrupt features must never end as a 'succeeded' job."""
+        self._at = (epoch, done)
+        counted = self.guard.check_loss(loss)
         self.step += 1
-        self.window.add(loss, correct, labelled)
-        self.epoch_window.add(loss, correct, labelled)
+        self._steps_here += 1
+        self._at = None
+        if counted:
+            self.window.add(loss, correct, labelled)
+            self.epoch_window.add(loss, correct, labelled)
         if self.step % self.config.log_every_steps == 0:
             self.emit("step", epoch, done, **self.window.summary())
             self.window.reset()
@@ -188,6 +204,7 @@ class TrainSession:
 
     def finish(self, epochs_completed: int | None = None) -> TrainResult:
         """Report 'done' with the latest evaluation and return how training went."""
+        self.guard.finish(self._steps_here)
         epochs = self.config.epochs if epochs_completed is None else epochs_completed
         self.emit("done", max(epochs - 1, 0), 0, eval_accuracy=dict(self.final_eval))
         return TrainResult(

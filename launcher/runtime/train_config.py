@@ -15,6 +15,7 @@ from torch import nn
 
 from graphtier.launcher.runtime.checkpoint import TrainPosition
 from graphtier.launcher.runtime.models import ModelName
+from graphtier.launcher.runtime.nonfinite import OnNonFinite
 
 
 class TrainConfig(BaseModel):
@@ -43,6 +44,9 @@ class TrainConfig(BaseModel):
     best_split: str = Field("val", description="the split whose best accuracy picks TrainResult.best_eval")
     log_every_steps: int = Field(10, ge=1, description="steps between 'step' progress reports")
     dist_timeout_s: float = Field(600.0, gt=0, description="timeout of torch.distributed collectives")
+    on_nonfinite: OnNonFinite = Field(
+        "fail", description="a NaN/inf loss or gradient: fail the job naming rank and step, skip-step, or off (unchecked)"
+    )
 
     @model_validator(mode="after")
     def _check_heads(self) -> TrainConfig:

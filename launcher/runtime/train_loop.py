@@ -28,9 +28,10 @@ from graphtier.service.errors import GraphtierError
 
 
 def _train_step(
-    ddp: nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, device: torch.device
+    ddp: nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, device: torch.device, session: TrainSession
 ) -> tuple[float, int, int]:
-    """One optimizer step on `batch`; returns (loss, correct seeds, labelled seeds)."""
+    """One optimizer step on `batch`; returns (loss, correct seeds, labelled seeds). The session's
+    non-finite guard checks the loss before backward and the gradients before the optimizer step."""
     x = batch.x.to(device, non_blocking=True)
     y = batch.y.to(device, non_blocking=True)
     logits = ddp(blocks_to(batch.blocks, device), x)
@@ -39,11 +40,13 @@ def _train_step(
     labelled = y >= 0
     count = int(labelled.sum())
     loss = F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / max(count, 1)
+    value = float(loss.detach())
+    session.check_loss_before_backward(value)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
     correct = int((logits.detach().argmax(dim=1) == y)[labelled].sum())
-    return float(loss.detach()), correct, count
+    return value, correct, count
 
 
 def run_training(
@@ -103,8 +106,9 @@ def _run(
                 if config.max_steps_per_epoch is not None and index >= config.max_steps_per_epoch:
                     batch.release()
                     break
+                session.begin_step(epoch, index + 1)
                 try:
-                    loss, correct, labelled = _train_step(ddp, optimizer, batch, ctx.device)
+                    loss, correct, labelled = _train_step(ddp, optimizer, batch, ctx.device, session)
                 finally:
                     batch.release()
                 done = index + 1
