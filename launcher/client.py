@@ -1,9 +1,10 @@
 """`DaemonClient`: talk to the local graphtier daemon from the CLI, a producer or a trainer rank.
 
 Finds the daemon through `<runtime_dir>/endpoints.json` (written only once the daemon is
-ready) or takes an explicit gRPC target. Methods take and return domain types (pydantic
-models and dataclasses of `graphtier.service.daemon`), never `_pb2` messages, and failures
-are `DaemonError`s with the daemon's own message: the CLI prints them as one line.
+ready) or takes an explicit gRPC target. Methods take and return the contract's types
+(`graphtier.contract`), never `_pb2` messages, and failures are `DaemonError`s with the
+daemon's own message: the CLI prints them as one line. Neither the daemon nor torch is
+imported here; the layouts a process attaches to come through `DataPlaneClient`.
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from graphtier.service.daemon import conversions, job_conversions
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.job_view import ChannelGrant, JobEvent, JobInfo
-from graphtier.service.daemon.jobs import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
-from graphtier.service.daemon.config import default_runtime_dir
-from graphtier.service.daemon.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
-from graphtier.service.daemon.instance import Endpoints, read_endpoints, running_daemon_pid
-from graphtier.service.daemon.models import BudgetSpec, DatasetLayoutInfo, DatasetSummary, LoadResult, UnloadResult
-from graphtier.service.daemon.progress import ProgressReport
-from graphtier.service.daemon.status_models import DaemonStatus
+from graphtier.contract import conversions, job_conversions
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_view import JobEvent, JobInfo
+from graphtier.contract.job_state import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
+from graphtier.contract.endpoints import default_runtime_dir
+from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
+from graphtier.contract.endpoints import Endpoints, read_endpoints, running_daemon_pid
+from graphtier.contract.datasets import DatasetSummary, UnloadResult
+from graphtier.contract.progress import ProgressReport
+from graphtier.contract.status import DaemonStatus
 from graphtier.v1 import (
     channels_pb2,
     channels_pb2_grpc,
@@ -60,7 +61,7 @@ def locate_daemon(runtime_dir: Path | None = None) -> Endpoints:
 
 
 
-def _job_token_metadata() -> tuple[tuple[str, str], ...]:
+def job_token_metadata() -> tuple[tuple[str, str], ...]:
     """The job token the daemon gave this process's job ($GRAPHTIER_JOB_TOKEN), as call metadata:
     what a rank needs to report progress and open its channel."""
     return ((JOB_TOKEN_HEADER, os.environ.get(JOB_TOKEN_ENV, "")),)
@@ -161,14 +162,6 @@ class DaemonClient:
 
     # Datasets
 
-    def load_dataset(self, name: str, budgets: BudgetSpec | None = None, *, timeout_s: float = 600.0) -> LoadResult:
-        """Load a prepared dataset into the daemon's tiers (or get the loaded copy's layout)."""
-        request = datasets_pb2.LoadDatasetRequest(name=name)
-        if budgets is not None:
-            request.budgets.CopyFrom(conversions.budgets_to_proto(budgets))
-        reply = self._call(self._datasets.LoadDataset, request, timeout_s)
-        return LoadResult(layout=conversions.layout_from_proto(reply.layout), already_loaded=reply.already_loaded)
-
     def unload_dataset(self, name: str, *, force: bool = False) -> UnloadResult:
         reply = self._call(self._datasets.UnloadDataset, datasets_pb2.UnloadDatasetRequest(name=name, force=force))
         return UnloadResult(released_bytes=reply.released_bytes, cancelled_job_ids=list(reply.cancelled_job_ids))
@@ -179,18 +172,12 @@ class DaemonClient:
         )
         return [conversions.summary_from_proto(summary) for summary in reply.datasets]
 
-    def dataset_layout(self, name: str, *, job_id: str = "") -> DatasetLayoutInfo:
-        """The layout of loaded dataset `name`; with `job_id`, of the copy that job trains on."""
-        request = datasets_pb2.GetDatasetLayoutRequest(name=name, job_id=job_id)
-        reply = self._call(self._datasets.GetDatasetLayout, request)
-        return conversions.layout_from_proto(reply)
-
     # Progress
 
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
         return self._call(self._progress.ReportProgress, conversions.report_to_proto(report),
-                          extra_metadata=_job_token_metadata()).cancel_requested  # fmt: skip
+                          extra_metadata=job_token_metadata()).cancel_requested  # fmt: skip
 
     # Jobs
 
@@ -233,15 +220,9 @@ class DaemonClient:
 
     # Channels
 
-    def open_channel(self, job_id: str, rank: int, trainer_pid: int, *, timeout_s: float = 300.0) -> ChannelGrant:
-        """The producer channel of one rank of a job (a restarted rank gets a fresh producer)."""
-        request = channels_pb2.OpenChannelRequest(job_id=job_id, rank=rank, trainer_pid=trainer_pid)
-        reply = self._call(self._channels.OpenChannel, request, timeout_s, extra_metadata=_job_token_metadata())
-        return job_conversions.grant_from_proto(reply)
-
     def release_channel(self, job_id: str, rank: int, reason: str = "") -> int:
         request = channels_pb2.ReleaseChannelRequest(job_id=job_id, rank=rank, reason=reason)
-        return self._call(self._channels.ReleaseChannel, request, extra_metadata=_job_token_metadata()).batches_consumed
+        return self._call(self._channels.ReleaseChannel, request, extra_metadata=job_token_metadata()).batches_consumed
 
     # HTTP status
 

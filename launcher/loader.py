@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits, to_device
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
@@ -50,7 +50,7 @@ from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
-from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.contract.job_spec import JobSpec
 from graphtier.service.errors import GraphtierError
 from graphtier.service.store import AttachedDataset, attach_dataset
 
@@ -77,7 +77,7 @@ class DatasetInfo:
 class Job:
     """One torchrun rank's side of a job; made by `connect()`, closed by `with` or `close()`."""
 
-    def __init__(self, client: DaemonClient, job_id: str, runtime_dir: Path, spec: JobSpec) -> None:
+    def __init__(self, client: DataPlaneClient, job_id: str, runtime_dir: Path, spec: JobSpec) -> None:
         self.client, self.job_id, self.spec = client, job_id, spec
         self.job_dir = Path(runtime_dir) / "jobs" / job_id
         self.ctx = DistContext.from_env(spec.device)
@@ -245,7 +245,7 @@ def connect(job_id: str | None = None, runtime_dir: Path | None = None) -> Job:
             "`graphtier job submit --dataset NAME --script FILE`"
         )
     where = runtime_dir or os.environ.get(RUNTIME_DIR_ENV)
-    client = DaemonClient(runtime_dir=Path(where) if where else None)
+    client = DataPlaneClient(runtime_dir=Path(where) if where else None)
     try:
         spec = client.get_job(job_id).spec
         return Job(client, job_id, client.runtime_dir, spec)

@@ -25,7 +25,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable outpu
 
 
 def _runtime_dir(runtime_dir: Path | None) -> Path:
-    from graphtier.service.daemon.config import default_runtime_dir
+    from graphtier.contract.endpoints import default_runtime_dir
 
     return Path(os.path.abspath(runtime_dir)) if runtime_dir else default_runtime_dir()
 
@@ -48,8 +48,8 @@ def _alive(pid: int) -> bool:
 
 def _wait_ready(popen: subprocess.Popen[bytes], runtime_dir: Path, log_path: Path, offset: int, timeout: float):
     from graphtier.launcher.client import DaemonClient
-    from graphtier.service.daemon.errors import DaemonError
-    from graphtier.service.daemon.instance import read_endpoints
+    from graphtier.contract.errors import DaemonError
+    from graphtier.contract.endpoints import read_endpoints
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -89,8 +89,9 @@ def start(
 ) -> None:
     """Start graphtierd in the background and wait until it serves; print its endpoints."""
     from graphtier.service.daemon.config import DaemonConfig
-    from graphtier.service.daemon.errors import DaemonAlreadyRunningError
-    from graphtier.service.daemon.instance import daemon_file_dir, describe_running, running_daemon_pid
+    from graphtier.contract.errors import DaemonAlreadyRunningError
+    from graphtier.service.daemon.instance import daemon_file_dir, describe_running
+    from graphtier.contract.endpoints import running_daemon_pid
 
     with error_boundary():
         flags = {"--config": config, "--runtime-dir": runtime_dir, "--http-port": http_port,
@@ -138,8 +139,8 @@ def stop(
     json_out: JsonOption = False,
 ) -> None:
     """Stop the daemon: SIGTERM (it drains and cleans up), then SIGKILL after --timeout."""
-    from graphtier.service.daemon.errors import DaemonError, DaemonNotRunningError
-    from graphtier.service.daemon.instance import running_daemon_pid
+    from graphtier.contract.errors import DaemonError, DaemonNotRunningError
+    from graphtier.contract.endpoints import running_daemon_pid
 
     with error_boundary():
         directory = _runtime_dir(runtime_dir)

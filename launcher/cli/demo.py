@@ -55,10 +55,10 @@ def demo(
     from graphtier.launcher.cli import job as job_cli
     from graphtier.launcher.cli.metrics import metrics
     from graphtier.launcher.client import DaemonClient
-    from graphtier.service.daemon.config import default_runtime_dir
-    from graphtier.service.daemon.instance import read_endpoints, running_daemon_pid
-    from graphtier.service.daemon.job_spec import JobSpec
-    from graphtier.service.daemon.models import BudgetSpec
+    from graphtier.contract.endpoints import default_runtime_dir
+    from graphtier.contract.endpoints import read_endpoints, running_daemon_pid
+    from graphtier.contract.job_spec import JobSpec
+    from graphtier.contract.datasets import BudgetSpec
     from graphtier.service.prepared import PrepareConfig, prepare_dataset
     from graphtier.service.prepared.catalog import list_datasets
 

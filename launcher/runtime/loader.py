@@ -5,7 +5,7 @@ The rank asks the daemon for its channel (OpenChannel), attaches the slots with 
 views of the slot, valid until `release()`. Works with any `torch.nn.Module` taking
 `(blocks, x)`; `batches_for_epoch` plugs into `run_training`.
 
-    with DaemonClient() as client, ChannelLoader.open(client, job_id) as loader:
+    with DataPlaneClient() as client, ChannelLoader.open(client, job_id) as loader:
         for epoch in range(loader.epochs):
             for batch in loader.batches_for_epoch(epoch):
                 loss = criterion(model(batch.blocks, batch.x), batch.y); ...; batch.release()
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.job_view import ChannelGrant
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract.layouts import ChannelGrant
 from graphtier.service.errors import GraphtierError
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
 from graphtier.service.sampling import Block
@@ -62,7 +62,7 @@ def env_rank() -> int:
 class ChannelLoader:
     """One rank's producer channel; `batches_for_epoch(e)` yields epoch e's batches in order."""
 
-    def __init__(self, client: DaemonClient, grant: ChannelGrant) -> None:
+    def __init__(self, client: DataPlaneClient, grant: ChannelGrant) -> None:
         self.client = client
         self.grant = grant
         self.reader = ChannelReader(grant.layout, timeout=grant.stall_timeout_s)
@@ -70,7 +70,7 @@ class ChannelLoader:
         self._released = False
 
     @classmethod
-    def open(cls, client: DaemonClient, job_id: str, rank: int | None = None) -> ChannelLoader:
+    def open(cls, client: DataPlaneClient, job_id: str, rank: int | None = None) -> ChannelLoader:
         """Open the channel of `rank` (default: this torchrun rank) of job `job_id`."""
         grant = client.open_channel(job_id, env_rank() if rank is None else rank, os.getpid())
         return cls(client, grant)

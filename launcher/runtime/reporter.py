@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 from graphtier.launcher.client import DaemonClient
 from graphtier.launcher.runtime.loader import ChannelLoader
 from graphtier.launcher.runtime.train_config import TrainProgress
-from graphtier.service.daemon.errors import DaemonError
-from graphtier.service.daemon.progress import Phase, ProgressReport, TrainerFigures
+from graphtier.contract.errors import DaemonError
+from graphtier.contract.progress import Phase, ProgressReport, TrainerFigures
 
 _PHASES = {"step": Phase.TRAIN, "epoch": Phase.TRAIN, "eval": Phase.EVAL, "done": Phase.DONE}
 

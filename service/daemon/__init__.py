@@ -2,13 +2,13 @@
 
 Modules, one concept each: `config` (DaemonConfig), `instance` (lock and endpoints file),
 `datasets` (loaded datasets), `jobs` (the job table), `progress` (reports -> metrics),
-`metrics` (the Prometheus registry), `job_spec`/`job_manager`/`job_runner`/`job_events`/`job_view`
-(running jobs: torchrun plus one producer per rank), `conversions`, `job_conversions`,
-`servicers` and `job_servicers` (the gRPC boundary),
-`grpc_status` (errors -> status codes), `status`/`status_models`/`status_app`/`dashboard`
-(the HTTP side), `server` (the `Daemon` wiring) and `main` (the `graphtierd` command).
-The heavy modules are imported on first use, so `graphtierd` can refuse a second start
-before importing torch.
+`metrics` (the Prometheus registry), `job_manager`/`job_runner`/`job_events` (running jobs:
+torchrun plus one producer per rank), `servicers` and `job_servicers` (the gRPC boundary),
+`grpc_status` (errors -> status codes), `status`/`status_app`/`dashboard` (the HTTP side),
+`server` (the `Daemon` wiring) and `main` (the `graphtierd` command). The types both the
+daemon and its clients use (specs, views, errors, conversions) are the contract's:
+`graphtier.contract`. The heavy modules are imported on first use, so `graphtierd` can
+refuse a second start before importing torch.
 """
 
 from __future__ import annotations
@@ -18,24 +18,10 @@ from typing import Any
 
 _EXPORTS = {
     "DaemonConfig": "config",
-    "Endpoints": "instance",
-    "read_endpoints": "instance",
-    "running_daemon_pid": "instance",
     "Daemon": "server",
     "JobRecord": "jobs",
-    "JobState": "jobs",
     "JobTable": "jobs",
-    "JobSpec": "job_spec",
     "JobManager": "job_manager",
-    "JobInfo": "job_view",
-    "BudgetSpec": "models",
-    "DatasetLayoutInfo": "models",
-    "DatasetSummary": "models",
-    "ProgressReport": "progress",
-    "TrainerFigures": "progress",
-    "ProducerFigures": "progress",
-    "Phase": "progress",
-    "DaemonStatus": "status_models",
 }
 
 __all__ = sorted(_EXPORTS)

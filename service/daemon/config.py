@@ -16,30 +16,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphtier.service.daemon.errors import DaemonConfigError
+from graphtier.contract.endpoints import default_dataset_root, default_runtime_dir
+from graphtier.contract.errors import DaemonConfigError
 
-HOME_ENV = "GRAPHTIER_HOME"
 GPU_TIERS_ENV = "GRAPHTIER_GPU_TIERS"
 SOCKET_FILE = "daemon.sock"
 LOG_FILE = "daemon.log"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
 MIN_NVML_INTERVAL_S = 0.1
-
-
-def graphtier_home() -> Path:
-    """`$GRAPHTIER_HOME`, or `~/.graphtier` (the same home `graphtier dataset` uses)."""
-    home = os.environ.get(HOME_ENV)
-    return Path(home).expanduser() if home else Path.home() / ".graphtier"
-
-
-def default_runtime_dir() -> Path:
-    """`$GRAPHTIER_HOME/run`: the daemon's socket, lock, endpoints and log."""
-    return graphtier_home() / "run"
-
-
-def default_dataset_root() -> Path:
-    """`$GRAPHTIER_HOME/datasets`, where `graphtier dataset prepare` writes."""
-    return graphtier_home() / "datasets"
 
 
 def parse_host_port(text: str, *, what: str) -> tuple[str, int]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from graphtier.service.daemon.errors import DaemonError
+from graphtier.contract.errors import DaemonError
 
 TOKEN_FILE = "token"
 TLS_DIR = "tls"

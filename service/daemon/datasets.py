@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from graphtier.service.daemon.errors import (
+from graphtier.contract.errors import (
     DatasetConflictError,
     DatasetInUseError,
     InvalidRequestError,
@@ -31,16 +31,10 @@ from graphtier.service.daemon.dataset_lifetime import (
     resident_estimate,
 )
 from graphtier.service.daemon.gpu_placement import GpuPlacement
-from graphtier.service.daemon.models import (
-    BudgetSpec,
-    DatasetLayoutInfo,
-    DatasetSummary,
-    LoadResult,
-    TierBytes,
-    UnloadResult,
-)
+from graphtier.contract.datasets import BudgetSpec, DatasetSummary, TierBytes, UnloadResult
+from graphtier.contract.layouts import DatasetLayoutInfo, LoadResult
 from graphtier.service.errors import PreparedDatasetError, SharedMemoryError
-from graphtier.service.placement import PlacementPlan
+from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name
 from graphtier.service.shm.naming import validate_label
@@ -175,8 +169,14 @@ class DatasetRegistry:
     @staticmethod
     def _plan(budgets: BudgetSpec, dataset: PreparedDataset) -> PlacementPlan:
         manifest = dataset.manifest
-        tier_budgets = budgets.tier_budgets(
-            feature_bytes=feature_bytes(manifest), structure_bytes=structure_bytes(manifest)
+        tier_budgets = TierBudgets.parse(
+            feature_bytes=feature_bytes(manifest),
+            structure_bytes=structure_bytes(manifest),
+            num_devices=budgets.num_devices,
+            device_replicated=budgets.device_replicated or 0,
+            device_interleaved=budgets.device_interleaved or 0,
+            host=None if budgets.host is None else (budgets.host or 0),
+            structure_device=budgets.structure_device or 0,
         )
         colptr = dataset.array("colptr") if tier_budgets.structure_device_bytes else None
         row_bytes = feature_bytes(manifest) // manifest.num_nodes

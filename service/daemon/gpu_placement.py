@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from graphtier.service.daemon.errors import InvalidRequestError
+from graphtier.contract.errors import InvalidRequestError
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.placement.budget import parse_budget
 

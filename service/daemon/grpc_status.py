@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import grpc
 from pydantic import ValidationError
 
-from graphtier.service.daemon.errors import (
+from graphtier.contract.errors import (
     DaemonError,
     DatasetConflictError,
     DatasetInUseError,

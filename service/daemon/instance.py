@@ -14,49 +14,11 @@ import fcntl
 import os
 import socket
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
+from graphtier.contract.endpoints import ENDPOINTS_FILE, LOCK_FILE, Endpoints, read_endpoints, read_lock_pid
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.service.daemon.errors import DaemonAlreadyRunningError, DaemonError
-
-LOCK_FILE = "daemon.lock"
-ENDPOINTS_FILE = "endpoints.json"
-
-
-class Endpoints(BaseModel):
-    """Where a ready daemon listens; written to `<runtime_dir>/endpoints.json`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    version: Literal[1] = 1
-    pid: int
-    started_at: datetime
-    runtime_dir: str
-    grpc_unix: str
-    grpc_tcp: str | None = None
-    tcp_tls_cert: str | None = None  # the TCP listener's certificate (clients' trust root); None = plaintext
-    token_file: str | None = None  # the bearer token TCP callers present
-    http_url: str
-    log_file: str
-    dataset_root: str
-
-    @property
-    def grpc_target(self) -> str:
-        """The gRPC target of the Unix socket (`unix:/abs/path`)."""
-        return f"unix:{self.grpc_unix}"
-
-
-def read_endpoints(runtime_dir: Path) -> Endpoints | None:
-    """The endpoints a daemon wrote into `runtime_dir`, or None when there are none (or they are unreadable)."""
-    try:
-        return Endpoints.model_validate_json((Path(runtime_dir) / ENDPOINTS_FILE).read_text())
-    except (OSError, ValidationError, ValueError):
-        return None
-
+from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonError
 
 def write_endpoints(runtime_dir: Path, endpoints: Endpoints) -> Path:
     """Write endpoints.json atomically (temporary file + rename): readers never see half a file."""
@@ -65,33 +27,6 @@ def write_endpoints(runtime_dir: Path, endpoints: Endpoints) -> Path:
     tmp.write_text(endpoints.model_dump_json(indent=2) + "\n")
     os.replace(tmp, path)
     return path
-
-
-def running_daemon_pid(runtime_dir: Path) -> int | None:
-    """Pid of the daemon holding `runtime_dir`'s lock, or None when no daemon holds it.
-
-    Probes with a shared non-blocking lock, which fails exactly while a daemon holds its
-    exclusive one; the probe is released at once.
-    """
-    path = Path(runtime_dir) / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_pid(fd) or -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-def _read_pid(fd: int) -> int | None:
-    text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
 
 
 def describe_running(runtime_dir: Path, pid: int | None) -> str:
@@ -167,7 +102,7 @@ class InstanceLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                pid = _read_pid(fd)
+                pid = read_lock_pid(fd)
                 os.close(fd)
                 if time.monotonic() < deadline:
                     time.sleep(0.05)

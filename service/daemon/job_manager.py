@@ -20,17 +20,19 @@ import torch
 
 from graphtier.service.daemon.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
 from graphtier.service.daemon.datasets import DatasetRegistry
-from graphtier.service.daemon.errors import DaemonError, InvalidRequestError
-from graphtier.service.daemon.job_conversions import job_from_proto, job_to_proto
+from graphtier.contract.errors import DaemonError, InvalidRequestError
+from graphtier.contract.job_conversions import job_from_proto, job_to_proto
 from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_notes import spec_notes
 from graphtier.service.daemon.job_runner import JobRunner
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.models import DatasetLayoutInfo
-from graphtier.service.daemon.job_view import ChannelGrant, JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
-from graphtier.service.daemon.jobs import JobRecord, JobState, JobTable
-from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, ProgressTracker
-from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.layouts import ChannelGrant, DatasetLayoutInfo
+from graphtier.contract.job_view import JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
+from graphtier.service.daemon.jobs import JobRecord, JobTable
+from graphtier.contract.job_state import JobState
+from graphtier.service.daemon.progress import ProgressTracker
+from graphtier.contract.progress import Phase, ProducerFigures, ProgressReport
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.v1 import jobs_pb2
 
 log = logging.getLogger("graphtierd")

@@ -8,7 +8,7 @@ host tier, so the device hit ratio is 0 by construction rather than by a fault.
 
 from __future__ import annotations
 
-from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.contract.job_spec import JobSpec
 from graphtier.service.store import SharedDatasetHandle
 
 

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import psutil
 
-from graphtier.service.daemon.errors import DaemonError
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.job_view import LogLine
-from graphtier.service.daemon.jobs import JOB_TOKEN_ENV
+from graphtier.contract.errors import DaemonError
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_view import LogLine
+from graphtier.contract.job_state import JOB_TOKEN_ENV
 from graphtier.service.daemon.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
 from graphtier.service.pipeline.forkserver import JOB_NICENESS, ForkedProcess, redirect_output

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from graphtier.service.daemon import job_conversions as convert
+from graphtier.contract import job_conversions as convert
+from graphtier.contract.layouts import grant_to_proto
 from graphtier.service.daemon.grpc_status import grpc_method
 from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_manager import JobManager
-from graphtier.service.daemon.jobs import JOB_TOKEN_HEADER
+from graphtier.contract.job_state import JOB_TOKEN_HEADER
 from graphtier.v1 import channels_pb2, channels_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 
@@ -73,7 +74,7 @@ class ChannelServicer(channels_pb2_grpc.ChannelServiceServicer):
     ) -> channels_pb2.ChannelLayout:
         self.manager.table.check_token(request.job_id, _job_token(context), "opening a channel")
         grant = self.manager.open_channel(request.job_id, request.rank, request.trainer_pid)
-        return convert.grant_to_proto(grant)
+        return grant_to_proto(grant)
 
     @grpc_method
     def ReleaseChannel(

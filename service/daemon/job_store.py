@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from graphtier.service.daemon.errors import DaemonError
+from graphtier.contract.errors import DaemonError
 
 SCHEMA_VERSION = 1
 STORE_FILE = "jobs.sqlite3"

@@ -15,30 +15,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from enum import Enum
 
-from graphtier.service.daemon.errors import DaemonError, InvalidReportError, UnknownJobError
+from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
+from graphtier.contract.job_state import JOB_TOKEN_ENV, JobState, job_id_order
 from graphtier.service.daemon.job_store import JobStore, StoredJob
-
-
-class JobState(str, Enum):
-    """Where a job is in its life; the last three are final."""
-
-    PENDING = "pending"
-    STARTING = "starting"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def final(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-def job_id_order(job_id: str) -> tuple[int, int | str]:
-    """Sort key for job ids: numeric ids by number (2 before 10), any other after, by text."""
-    return (0, int(job_id)) if job_id.isdigit() else (1, job_id)
 
 
 def _now() -> datetime:
@@ -61,9 +41,6 @@ class JobRecord:
     # Handed to the job's own processes only (JOB_TOKEN_ENV); progress reports must carry it.
     token: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
-
-JOB_TOKEN_ENV = "GRAPHTIER_JOB_TOKEN"
-JOB_TOKEN_HEADER = "graphtier-job-token"
 
 CancelListener = Callable[[JobRecord, str], None]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.service.daemon.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
+from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
 from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
 from graphtier.service.daemon.systemd import SystemdNotifier
 

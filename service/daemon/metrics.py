@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
+from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
 LINK_OF_SOURCE: dict[str, str] = {
     "replicated": "local",

@@ -26,8 +26,9 @@ from grpc_reflection.v1alpha import reflection
 
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.datasets import DatasetRegistry
-from graphtier.service.daemon.errors import DaemonError
-from graphtier.service.daemon.instance import Endpoints, InstanceLock, daemon_file_dir
+from graphtier.contract.errors import DaemonError
+from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
+from graphtier.contract.endpoints import Endpoints
 from graphtier.service.daemon.job_manager import JobManager
 from graphtier.service.daemon.jobs import JobTable
 from graphtier.service.daemon.metrics import MetricsRegistry
@@ -35,7 +36,7 @@ from graphtier.service.daemon.progress import ProgressTracker
 from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
 from graphtier.service.daemon.status import StatusBuilder
 from graphtier.service.daemon.status_app import create_status_app
-from graphtier.service.daemon.status_models import EndpointsStatus
+from graphtier.contract.status import EndpointsStatus
 from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
 from graphtier.service.daemon.admission import Admission, machine_capacity
 from graphtier.service.daemon.dataset_lifetime import LifetimePolicy

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from graphtier.service.daemon import conversions
+from graphtier.contract import conversions, layouts
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.service.daemon.grpc_status import grpc_method
-from graphtier.service.daemon.jobs import JOB_TOKEN_HEADER
+from graphtier.contract.job_state import JOB_TOKEN_HEADER
 from graphtier.service.daemon.progress import ProgressTracker
 from graphtier.v1 import (
     channels_pb2,
@@ -45,7 +45,7 @@ class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
         budgets = conversions.budgets_from_proto(request.budgets) if request.HasField("budgets") else None
         result = self.registry.load(request.name, budgets)
         return datasets_pb2.LoadDatasetResponse(
-            layout=conversions.layout_to_proto(result.layout), already_loaded=result.already_loaded
+            layout=layouts.layout_to_proto(result.layout), already_loaded=result.already_loaded
         )
 
     @grpc_method
@@ -69,8 +69,8 @@ class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
         self, request: datasets_pb2.GetDatasetLayoutRequest, context: grpc.ServicerContext
     ) -> datasets_pb2.DatasetLayout:
         if request.job_id and self.jobs is not None:
-            return conversions.layout_to_proto(self.jobs.job_layout(request.job_id, request.name))
-        return conversions.layout_to_proto(self.registry.layout(request.name))
+            return layouts.layout_to_proto(self.jobs.job_layout(request.job_id, request.name))
+        return layouts.layout_to_proto(self.registry.layout(request.name))
 
 
 class ProgressServicer(progress_pb2_grpc.ProgressServiceServicer):

@@ -11,7 +11,7 @@ from graphtier.service.daemon.datasets import DatasetRegistry, LoadedDataset
 from graphtier.service.daemon.jobs import JobRecord, JobTable
 from graphtier.service.daemon.metrics import LINK_OF_SOURCE, LINKS, MetricsRegistry
 from graphtier.service.daemon.progress import ProgressTracker, RankView
-from graphtier.service.daemon.status_models import (
+from graphtier.contract.status import (
     DaemonStatus,
     DatasetStatus,
     EndpointsStatus,
@@ -21,7 +21,7 @@ from graphtier.service.daemon.status_models import (
     TierStatus,
     TrafficStatus,
 )
-from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
+from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
 
 

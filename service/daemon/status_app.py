@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from graphtier.service.daemon.dashboard import DASHBOARD_HTML
 from graphtier.service.daemon.metrics import MetricsRegistry
-from graphtier.service.daemon.status_models import DaemonStatus
+from graphtier.contract.status import DaemonStatus
 
 
 class Health(BaseModel):

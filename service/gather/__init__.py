@@ -3,6 +3,6 @@
 
 from graphtier.service.gather.tiered_gather import tiered_gather
 from graphtier.service.gather.tiers import FeatureTiers
-from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
+from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
 __all__ = ["SOURCES", "FeatureTiers", "SourceTraffic", "TrafficCounts", "tiered_gather"]

@@ -15,7 +15,7 @@ import torch
 
 from graphtier.service.errors import GraphtierError
 from graphtier.service.gather.tiers import FeatureTiers
-from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.native_ops import Backend, resolve_backend
 
 

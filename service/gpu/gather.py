@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from graphtier.service.errors import GraphtierError
-from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.gpu.runtime import CudaError
 
 THREADS_FULL = 512

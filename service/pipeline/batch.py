@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.sampling import Block, SampledSubgraph
 
 

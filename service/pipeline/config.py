@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.layout import MAX_HOPS, SlotCapacity, check_channel_fanouts, check_channel_name
+from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
+from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
 from graphtier.service.store import SharedDatasetHandle
 
 

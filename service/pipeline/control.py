@@ -21,8 +21,8 @@ from enum import IntEnum
 import numpy as np
 import torch
 
-from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
-from graphtier.service.pipeline.layout import MAX_HOPS
+from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
+from graphtier.contract.fanouts import MAX_HOPS
 
 MAGIC = 0x4754504950454C31  # "GTPIPEL1"
 HEADER_WORDS = 64

@@ -13,13 +13,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from graphtier.service.errors import SamplingError
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.sampling import validate_fanouts
 from graphtier.service.shm import SegmentRef
 
 LAYOUT_VERSION = 1
-MAX_HOPS = 8
 CHANNEL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 LAYOUT_FILE = "layout.json"
 SOCKET_FILE = "producer.sock"
@@ -30,17 +27,6 @@ def check_channel_name(name: str) -> str:
     if not CHANNEL_NAME_RE.fullmatch(name):
         raise ValueError(f"channel name {name!r} must be 1-40 letters, digits, '_' or '-'")
     return name
-
-
-def check_channel_fanouts(fanouts: list[int]) -> list[int]:
-    """Fanouts a channel can carry: valid for the sampler and at most MAX_HOPS hops (ValueError otherwise)."""
-    try:
-        checked = validate_fanouts(fanouts)
-    except SamplingError as exc:
-        raise ValueError(str(exc)) from None
-    if len(checked) > MAX_HOPS:
-        raise ValueError(f"{len(checked)} hops in {checked}; a channel carries at most {MAX_HOPS}")
-    return checked
 
 
 class SlotCapacity(BaseModel):

@@ -14,27 +14,12 @@ from collections.abc import Sequence
 
 import torch
 
+from graphtier.contract.fanouts import validate_fanouts
 from graphtier.service.errors import SamplingError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling.subgraph import SampledSubgraph
 from graphtier.service.sampling.torch_sampler import sample_neighbors_torch
-
-
-def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
-    """Fanouts as a list of ints, each -1 (all neighbours) or >= 1; SamplingError otherwise."""
-    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
-        raise SamplingError(f"fanouts must be a sequence of ints such as [15, 10, 5], got {fanouts!r}")
-    if len(fanouts) == 0:
-        raise SamplingError("fanouts must name at least one hop, got []")
-    checked = []
-    for hop, k in enumerate(fanouts):
-        if isinstance(k, bool) or not isinstance(k, int) or not (k == -1 or k >= 1):
-            raise SamplingError(
-                f"fanout {k!r} for hop {hop + 1} in {list(fanouts)} is invalid; use -1 (all neighbours) or an int >= 1"
-            )
-        checked.append(int(k))
-    return checked
 
 
 def _validate_graph(graph: CSCGraph) -> None:

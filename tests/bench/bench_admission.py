@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_model  # noqa: E402
 
 from graphtier.launcher.client import DaemonClient  # noqa: E402
-from graphtier.service.daemon.instance import read_endpoints  # noqa: E402
-from graphtier.service.daemon.job_spec import JobSpec  # noqa: E402
-from graphtier.service.daemon.jobs import JobState  # noqa: E402
+from graphtier.contract.endpoints import read_endpoints  # noqa: E402
+from graphtier.contract.job_spec import JobSpec  # noqa: E402
+from graphtier.contract.job_state import JobState  # noqa: E402
 
 
 def main() -> int:

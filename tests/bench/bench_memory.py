@@ -38,9 +38,9 @@ import psutil
 import torch
 from machine import cpu_model
 
-from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.launcher.runtime.models.factory import build_model
-from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.contract.job_spec import JobSpec
 from graphtier.service.errors import GraphtierError
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.shm.naming import PREFIX, SHM_DIR, SegmentName
@@ -208,7 +208,7 @@ def start_daemon(runtime_dir: Path, dataset_root: Path) -> int:
     return int(json.loads(done.stdout)["pid"])
 
 
-def run_job(client: DaemonClient, spec: JobSpec, max_steps: int) -> tuple[str, int, float]:
+def run_job(client: DataPlaneClient, spec: JobSpec, max_steps: int) -> tuple[str, int, float]:
     """Submit, wait until the job ends or has trained `max_steps` steps (then cancel); (state, steps, seconds)."""
     t0 = time.monotonic()
     job = client.submit_job(spec)
@@ -366,7 +366,7 @@ def main() -> int:
     sampler = TreeSampler(start_daemon(runtime_dir, args.dataset_root), args.interval)
     try:
         sampler.start()
-        with DaemonClient(runtime_dir=runtime_dir) as client:
+        with DataPlaneClient(runtime_dir=runtime_dir) as client:
             sampler.phase = "load"
             t0 = time.monotonic()
             client.load_dataset(dataset.name)

@@ -16,7 +16,7 @@ import yaml
 
 from graphtier.launcher.cli.app import app
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.contract.job_spec import JobSpec
 from graphtier.service.daemon.main import build_parser
 from graphtier.service.daemon.metrics import MetricsRegistry
 

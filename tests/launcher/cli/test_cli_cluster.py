@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphtier.launcher.cli.app import app
-from graphtier.service.daemon.instance import running_daemon_pid
+from graphtier.contract.endpoints import running_daemon_pid
 
 
 @pytest.fixture

@@ -41,6 +41,28 @@ def running_daemon(cli, tmp_path, small_rmat):
         reclaim_stale_segments()
 
 
+# Runs the CLI with torch and the daemon's modules made unimportable: the control commands talk
+# to the daemon through the contract package alone (issue 11: they answer in well under a second).
+_WITHOUT_TORCH = """
+import sys
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch" or name.startswith("graphtier.service.daemon"):
+            raise ImportError(f"{name} imported by a control command")
+
+sys.meta_path.insert(0, Refuse())
+from graphtier.launcher.cli.app import main
+sys.argv[0] = "graphtier"
+main()
+"""
+
+
+def run_without_torch_or_daemon_code(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, *map(str, args)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+
+
 def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     run = tmp_path / "run"
     bad = cli("job", "submit", "--dataset", "rmat12", "--dropout", "1.5", "--runtime-dir", run)
@@ -78,6 +100,13 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
     assert logs.exit_code == 0 and "[rank 0] done" in logs.stdout and "[rank 1]" in logs.stdout
     lines = [json.loads(line) for line in cli("job", "logs", job_id, "--json", "--runtime-dir", run).stdout.splitlines()]
     assert any(line["from_producer"] for line in lines) and all("text" in line for line in lines)
+
+    for command in (["job", "status", job_id], ["job", "list"], ["job", "logs", job_id], ["metrics"],
+                    ["cluster", "status"]):  # fmt: skip
+        plain = run_without_torch_or_daemon_code(*command, "--runtime-dir", run)
+        assert plain.returncode == 0, f"graphtier {' '.join(command)}: {plain.stderr}"
+    plain = run_without_torch_or_daemon_code("job", "status", job_id, "--runtime-dir", run)
+    assert f"job {job_id} [succeeded] gcn on rmat12" in plain.stdout + plain.stderr
 
     again = cli("job", "cancel", job_id, "--runtime-dir", run)
     assert again.exit_code == 2 and f"job '{job_id}' has already ended (succeeded)" in again.output

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from graphtier.launcher.cli.app import app
-from graphtier.service.daemon.errors import InvalidRequestError
-from graphtier.service.daemon.job_spec import JobSpec
+from graphtier.contract.errors import InvalidRequestError
+from graphtier.contract.job_spec import JobSpec
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -37,7 +37,7 @@ class DaemonProcess:
     def start(self):
         """Start and wait until endpoints.json names this process and health is SERVING."""
         from graphtier.launcher.client import DaemonClient
-        from graphtier.service.daemon.instance import read_endpoints
+        from graphtier.contract.endpoints import read_endpoints
 
         with open(self.output, "wb") as out:
             self.popen = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

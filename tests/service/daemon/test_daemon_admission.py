@@ -7,8 +7,8 @@ import time
 
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon.admission import Admission, Capacity, Demand
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.jobs import JobState
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JobState
 
 GiB = 1 << 30
 

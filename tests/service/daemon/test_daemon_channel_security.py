@@ -9,10 +9,10 @@ import time
 import psutil
 import pytest
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.errors import DaemonRequestError
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.jobs import JOB_TOKEN_ENV, JobState
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JOB_TOKEN_ENV, JobState
 
 
 def test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled(daemon_processes, small_rmat,
@@ -21,7 +21,7 @@ def test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled(da
     endpoints = daemon.start()
     bystander = subprocess.Popen(["sleep", "600"])
     try:
-        with DaemonClient(endpoints.grpc_target) as client:
+        with DataPlaneClient(endpoints.grpc_target) as client:
             spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1)
             job_id = client.submit_job(spec).job_id
             deadline = time.monotonic() + 180

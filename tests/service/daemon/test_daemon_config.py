@@ -7,7 +7,7 @@ import json
 import pytest
 
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.service.daemon.errors import DaemonConfigError
+from graphtier.contract.errors import DaemonConfigError
 
 
 def test_defaults_live_under_graphtier_home(graphtier_home):

@@ -13,7 +13,7 @@ import pytest
 
 from graphtier.service.daemon.dataset_lifetime import LifetimePolicy
 from graphtier.service.daemon.datasets import DatasetRegistry
-from graphtier.service.daemon.errors import UnknownDatasetError
+from graphtier.contract.errors import UnknownDatasetError
 from graphtier.service.errors import SharedMemoryError
 
 
@@ -111,11 +111,11 @@ def test_the_shm_budget_unloads_idle_datasets_least_recently_used_first(root):
 
 
 def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_rmat):
-    from graphtier.launcher.client import DaemonClient
+    from graphtier.launcher.data_plane_client import DataPlaneClient
 
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()
-    with DaemonClient(endpoints.grpc_target) as client:
+    with DataPlaneClient(endpoints.grpc_target) as client:
         layout = client.load_dataset("rmat12").layout
     cli = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "unload", "--runtime-dir", str(daemon.runtime_dir)]
     done = subprocess.run([*cli, "rmat12", "--json"], capture_output=True, text=True, timeout=120)
@@ -126,7 +126,7 @@ def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_r
 
 
 def test_a_storage_file_changed_after_loading_is_checked_again_before_a_new_job_reads_it(root):
-    from graphtier.service.daemon.models import BudgetSpec
+    from graphtier.contract.datasets import BudgetSpec
     from graphtier.service.errors import PreparedDatasetError
     from graphtier.service.prepared.npy_io import npy_data_offset
 
@@ -145,7 +145,7 @@ def test_a_storage_file_changed_after_loading_is_checked_again_before_a_new_job_
 
 
 def test_a_directory_whose_manifest_names_another_dataset_is_refused(tmp_path, small_rmat):
-    from graphtier.service.daemon.errors import InvalidRequestError
+    from graphtier.contract.errors import InvalidRequestError
 
     root = tmp_path / "datasets"
     shutil.copytree(small_rmat.directory, root / "ycopy")  # `cp -a y ycopy`: the manifest still says rmat12

@@ -6,17 +6,18 @@ import os
 
 import pytest
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.errors import DaemonRequestError
-from graphtier.service.daemon.jobs import JobRecord, JobState
-from graphtier.service.daemon.models import BudgetSpec
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.service.daemon.jobs import JobRecord
+from graphtier.contract.job_state import JobState
+from graphtier.contract.datasets import BudgetSpec
 
 BUDGETS = BudgetSpec(num_devices=2, device_replicated="5%", device_interleaved="10%")
 
 
 @pytest.fixture
 def client(inproc_daemon):
-    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+    with DataPlaneClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         yield client
 
 

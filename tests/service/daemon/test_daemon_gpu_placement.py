@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.service.daemon.errors import DaemonConfigError
+from graphtier.contract.errors import DaemonConfigError
 from graphtier.service.daemon.gpu_placement import GpuPlacement
-from graphtier.service.daemon.models import BudgetSpec
+from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.gpu.runtime import device_count
 from graphtier.service.placement import PlacementPlan
 
@@ -43,7 +43,7 @@ def test_without_a_gpu_auto_accounts_the_tiers_naming_the_cause():
 
 @pytest.mark.skipif(NO_GPU, reason="needs a CUDA device")
 def test_with_a_gpu_a_plan_wider_than_the_machine_is_refused():
-    from graphtier.service.daemon.errors import InvalidRequestError
+    from graphtier.contract.errors import InvalidRequestError
 
     with pytest.raises(InvalidRequestError, match="span 64 devices"):
         GpuPlacement().decide(_plan(num_devices=64, interleaved=64), "d")
@@ -62,7 +62,7 @@ def test_device_budget_settings_are_checked_up_front(monkeypatch):
 
 def test_the_layout_carries_the_placement_and_its_notes_over_grpc(make_inproc_daemon):
     daemon = make_inproc_daemon(gpu_tiers="auto")
-    with DaemonClient(runtime_dir=daemon.config.runtime_dir) as client:
+    with DataPlaneClient(runtime_dir=daemon.config.runtime_dir) as client:
         layout = client.load_dataset("rmat12", BUDGETS).layout
         assert layout == daemon.datasets.layout("rmat12")
     handle = layout.handle

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.errors import DaemonRequestError
-from graphtier.service.daemon.models import BudgetSpec
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.prepared.npy_io import npy_data_offset
 
 
@@ -24,7 +24,7 @@ def test_the_daemon_refuses_a_corrupt_dataset_naming_the_file(tmp_path, small_rm
         f.seek(offset + 1000)
         f.write(bytes([byte[0] ^ 0xFF]))
     endpoints = daemon_processes(root).start()
-    with DaemonClient(endpoints.grpc_target) as client:
+    with DataPlaneClient(endpoints.grpc_target) as client:
         with pytest.raises(DaemonRequestError) as info:
             client.load_dataset("rmat12", BudgetSpec())
         assert client.list_datasets() == []

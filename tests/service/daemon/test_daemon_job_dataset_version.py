@@ -8,9 +8,9 @@ import os
 import shutil
 import time
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.jobs import JobState
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JobState
 
 
 def test_ranks_get_the_version_their_job_started_with(daemon_processes, small_rmat, tmp_path):
@@ -18,7 +18,7 @@ def test_ranks_get_the_version_their_job_started_with(daemon_processes, small_rm
     shutil.copytree(small_rmat.directory, root / "rmat12")
     daemon = daemon_processes(root)
     endpoints = daemon.start()
-    with DaemonClient(endpoints.grpc_target) as client:
+    with DataPlaneClient(endpoints.grpc_target) as client:
         spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1)
         job_id = client.submit_job(spec).job_id
         deadline = time.monotonic() + 180

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphtier.service.daemon.errors import UnknownJobError
-from graphtier.service.daemon.jobs import JobRecord, JobTable, job_id_order
+from graphtier.contract.errors import UnknownJobError
+from graphtier.service.daemon.jobs import JobRecord, JobTable
+from graphtier.contract.job_state import job_id_order
 
 
 def test_unknown_job_names_the_latest_ids_in_numeric_order():

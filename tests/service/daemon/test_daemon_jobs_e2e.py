@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.errors import DaemonRequestError
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.jobs import JobState
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JobState
 from graphtier.service.shm.naming import process_start_time
 from graphtier.v1 import jobs_pb2
 
@@ -103,7 +103,7 @@ def test_unknown_dataset_and_bad_specs_fail_at_submit(inproc_daemon, tmp_path):
         with pytest.raises(DaemonRequestError, match=r"no job '42'.*\[NOT_FOUND\]"):
             list(client.job_events("42"))
 
-    from graphtier.service.daemon.errors import InvalidRequestError
+    from graphtier.contract.errors import InvalidRequestError
 
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text("dataset: rmat12\nfanout: [5, 5]\nbatch_size: 0\n")

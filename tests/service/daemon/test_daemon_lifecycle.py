@@ -18,12 +18,12 @@ import pytest
 import torch
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.errors import DaemonNotRunningError
-from graphtier.service.daemon.instance import ENDPOINTS_FILE, LOCK_FILE, running_daemon_pid
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.jobs import JobState
-from graphtier.service.daemon.models import BudgetSpec
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract.errors import DaemonNotRunningError
+from graphtier.contract.endpoints import ENDPOINTS_FILE, LOCK_FILE, running_daemon_pid
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JobState
+from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.store import attach_dataset
 
 BUDGETS = BudgetSpec(num_devices=2, device_replicated="10%", device_interleaved="20%", host="30%")
@@ -48,7 +48,7 @@ def _check_ready(daemon, endpoints) -> None:
     }  # fmt: skip
     with urllib.request.urlopen(endpoints.http_url + "/healthz", timeout=10) as response:
         assert json.loads(response.read()) == {"status": "serving", "pid": daemon.pid}
-    with DaemonClient(runtime_dir=run) as client:
+    with DataPlaneClient(runtime_dir=run) as client:
         client.wait_until_serving(timeout_s=5)
         assert client.health("graphtier.v1.DatasetService") == "SERVING"
 
@@ -60,7 +60,7 @@ def _check_second_start_refused(daemon, endpoints) -> None:
     assert f"already running for {daemon.runtime_dir}" in second.stderr and f"pid {daemon.pid}" in second.stderr
     assert endpoints.http_url in second.stderr and endpoints.grpc_target in second.stderr
     assert time.monotonic() - began < 20  # refused before the heavy imports
-    with DaemonClient(runtime_dir=daemon.runtime_dir) as client:
+    with DataPlaneClient(runtime_dir=daemon.runtime_dir) as client:
         assert client.health() == "SERVING"  # the refused start left the running daemon alone
 
 
@@ -93,7 +93,7 @@ def test_ready_refuse_attach_kill9_recover_sigterm(daemon_processes, small_rmat,
     run = first.runtime_dir
     _check_ready(first, endpoints)
     _check_second_start_refused(first, endpoints)
-    with DaemonClient(runtime_dir=run) as client:
+    with DataPlaneClient(runtime_dir=run) as client:
         result = client.load_dataset("rmat12", BUDGETS)
         assert not result.already_loaded and result.layout.owner_pid == first.pid
         assert client.dataset_layout("rmat12") == result.layout
@@ -104,7 +104,7 @@ def test_ready_refuse_attach_kill9_recover_sigterm(daemon_processes, small_rmat,
     assert {LOCK_FILE, ENDPOINTS_FILE, "daemon.sock"} <= {p.name for p in run.iterdir()}  # as a crash leaves them
     assert len(shm_of(first.pid)) == 7
     with pytest.raises(DaemonNotRunningError, match=f"no graphtier daemon at {run}; start one with"):
-        DaemonClient(runtime_dir=run)  # a stale endpoints.json is not mistaken for a daemon
+        DataPlaneClient(runtime_dir=run)  # a stale endpoints.json is not mistaken for a daemon
 
     second = daemon_processes(small_rmat.directory.parent)
     endpoints = second.start()
@@ -112,7 +112,7 @@ def test_ready_refuse_attach_kill9_recover_sigterm(daemon_processes, small_rmat,
     # The new daemon reclaims the dead one's segments (any new segment owner on the machine would too).
     assert not shm_of(first.pid)
     assert f"removed stale {run / 'daemon.sock'}" in second.log()
-    with DaemonClient(runtime_dir=run) as client:
+    with DataPlaneClient(runtime_dir=run) as client:
         assert client.load_dataset("rmat12", BUDGETS).layout.owner_pid == second.pid
     assert len(shm_of(second.pid)) == 7
 
@@ -121,7 +121,7 @@ def test_ready_refuse_attach_kill9_recover_sigterm(daemon_processes, small_rmat,
     assert sorted(p.name for p in run.iterdir()) == ["daemon.log"]  # socket, lock and endpoints are gone
     assert "unloaded rmat12" in second.log() and "stopped" in second.log()
     with pytest.raises(DaemonNotRunningError, match=f"no graphtier daemon at {run}"):
-        DaemonClient(runtime_dir=run)
+        DataPlaneClient(runtime_dir=run)
 
 
 def _running_pids(pids: list[int]) -> list[int]:
@@ -140,7 +140,7 @@ def test_kill9_of_the_daemon_mid_job_takes_its_processes_down(daemon_processes, 
     first = daemon_processes(small_rmat.directory.parent)
     first.start()
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=16, hidden=16, epochs=500, nproc_per_node=2)
-    with DaemonClient(runtime_dir=first.runtime_dir) as client:
+    with DataPlaneClient(runtime_dir=first.runtime_dir) as client:
         job_id = client.submit_job(spec).job_id
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

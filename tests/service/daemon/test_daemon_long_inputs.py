@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.errors import DaemonRequestError
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract.errors import DaemonRequestError
 from graphtier.service.daemon.grpc_status import MESSAGE_LIMIT, shorten
 
 
@@ -23,7 +23,7 @@ def test_refused_calls_with_huge_strings_do_not_grow_the_log(daemon_processes, t
     log_path = daemon.runtime_dir / "daemon.log"
     size_before = log_path.stat().st_size
     huge = "x" * 3_000_000
-    with DaemonClient(endpoints.grpc_target) as client:
+    with DataPlaneClient(endpoints.grpc_target) as client:
         for _ in range(4):
             with pytest.raises(DaemonRequestError) as info:
                 client.load_dataset(huge)

@@ -14,7 +14,7 @@ import pytest
 
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon.main import main as graphtierd
-from graphtier.service.daemon.status_models import DaemonStatus
+from graphtier.contract.status import DaemonStatus
 from graphtier.service.hardware import nvml
 from graphtier.service.hardware.models import CHECK_NAMES
 

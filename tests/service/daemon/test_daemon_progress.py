@@ -8,13 +8,15 @@ import grpc
 import httpx
 import pytest
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon import conversions
-from graphtier.service.daemon.errors import DaemonRequestError
-from graphtier.service.daemon.jobs import JOB_TOKEN_ENV, JobRecord, JobState, JobTable
+from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.contract import conversions
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.service.daemon.jobs import JobRecord, JobTable
+from graphtier.contract.job_state import JOB_TOKEN_ENV, JobState
 from graphtier.service.daemon.metrics import MetricsRegistry
-from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, ProgressTracker, TrainerFigures
-from graphtier.service.gather.traffic import SourceTraffic, TrafficCounts
+from graphtier.service.daemon.progress import ProgressTracker
+from graphtier.contract.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.contract.traffic import SourceTraffic, TrafficCounts
 from graphtier.v1 import progress_pb2, progress_pb2_grpc
 
 
@@ -43,7 +45,7 @@ def running_job(inproc_daemon, monkeypatch):
     """Job 7, running; this test process speaks as one of its processes (it holds the job's token)."""
     record = inproc_daemon.jobs.add(JobRecord(job_id="7", dataset="rmat12", world_size=2, state=JobState.RUNNING))
     monkeypatch.setenv(JOB_TOKEN_ENV, record.token)
-    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+    with DataPlaneClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         client.load_dataset("rmat12")
         yield client
         client.unload_dataset("rmat12", force=True)

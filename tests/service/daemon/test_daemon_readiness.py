@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.data_plane_client import DataPlaneClient
 
 
 def _datagrams(sock: socket.socket, until: str, timeout_s: float = 60.0) -> list[str]:
@@ -40,7 +40,7 @@ def test_ready_is_sent_once_serving_then_watchdog_pings_and_stopping(tmp_path, s
     ready = _datagrams(listener, "READY=1")
     assert ready and ready[-1].startswith("READY=1\n") and endpoints.grpc_target in ready[-1]
     assert f"MAINPID={daemon.pid}" in ready[-1]
-    with DaemonClient(runtime_dir=daemon.runtime_dir) as client:
+    with DataPlaneClient(runtime_dir=daemon.runtime_dir) as client:
         assert client.health() == "SERVING"  # READY meant it
     pings = _datagrams(listener, "WATCHDOG=1", timeout_s=5)
     assert pings and pings[-1] == "WATCHDOG=1"
@@ -98,7 +98,7 @@ def test_a_live_socket_is_never_taken_over_and_foreign_directories_keep_their_mo
     second = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run2"),
                              "--socket", str(sock)], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert second.returncode == 3 and f"the socket {sock} is in use by another running process" in second.stderr
-    with DaemonClient(runtime_dir=first.runtime_dir) as client:
+    with DataPlaneClient(runtime_dir=first.runtime_dir) as client:
         assert client.health() == "SERVING"  # still reachable: its socket was left alone
     assert first.terminate() == 0
     assert "Traceback" not in first.log()  # a clean stop is quiet
@@ -118,7 +118,7 @@ def test_a_daemon_whose_runtime_dir_is_removed_stops_and_unlinks_its_segments(tm
         deadline = time.monotonic() + 120
         while not (run / "endpoints.json").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        with DaemonClient(runtime_dir=run) as client:
+        with DataPlaneClient(runtime_dir=run) as client:
             layout = client.load_dataset("rmat12").layout
         segment = f"/dev/shm/{layout.handle.colptr.name}"
         assert os.path.exists(segment)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.errors import DaemonError, DaemonRequestError
+from graphtier.contract.errors import DaemonError, DaemonRequestError
 
 
 def _mode(path) -> int:

@@ -8,7 +8,7 @@ import socket
 import pytest
 import torch
 
-from graphtier.service.gather.traffic import TrafficCounts
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.pipeline import ChannelError, ControlBlock, ProducerConfig, ProducerStatus, SlotCapacity
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.control import control_words

@@ -14,9 +14,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphtier.service.daemon.errors import InvalidRequestError
-from graphtier.service.daemon.models import BudgetSpec
-from graphtier.service.pipeline.layout import check_channel_fanouts
+from graphtier.contract.errors import InvalidRequestError
+from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.fanouts import check_channel_fanouts
 
 ModelKind = Literal["sage", "gcn", "gat"]
 DeviceKind = Literal["cpu", "cuda"]

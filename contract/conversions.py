@@ -11,13 +11,10 @@ from datetime import datetime, timezone
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from graphtier.service.daemon.errors import InvalidReportError
-from graphtier.service.daemon.models import BudgetSpec, DatasetLayoutInfo, DatasetSummary, TierBytes
-from graphtier.service.daemon.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
-from graphtier.service.gather.traffic import SOURCES, SourceTraffic, TrafficCounts
-from graphtier.service.placement import PlacementPlan
-from graphtier.service.shm import SegmentRef
-from graphtier.service.store import DeviceTierRef, SharedDatasetHandle, StorageTierRef
+from graphtier.contract.errors import InvalidReportError
+from graphtier.contract.datasets import BudgetSpec, DatasetSummary
+from graphtier.contract.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.v1 import common_pb2, datasets_pb2, progress_pb2
 
 # Time
@@ -33,29 +30,7 @@ def from_timestamp(stamp: Timestamp) -> datetime:
     return stamp.ToDatetime(tzinfo=timezone.utc)
 
 
-# Segments, storage, budgets, boundaries
-
-
-def segment_ref_to_proto(ref: SegmentRef) -> common_pb2.SegmentRef:
-    return common_pb2.SegmentRef(name=ref.name, offset=ref.offset, shape=list(ref.shape), dtype=ref.dtype)
-
-
-def segment_ref_from_proto(message: common_pb2.SegmentRef) -> SegmentRef:
-    return SegmentRef(name=message.name, offset=message.offset, shape=tuple(message.shape), dtype=message.dtype)
-
-
-def storage_ref_to_proto(ref: StorageTierRef) -> common_pb2.StorageTierRef:
-    return common_pb2.StorageTierRef(
-        path=ref.path, offset_bytes=ref.offset_bytes, first_row=ref.first_row, rows=ref.rows,
-        row_shape=list(ref.row_shape), dtype=ref.dtype,
-    )  # fmt: skip
-
-
-def storage_ref_from_proto(message: common_pb2.StorageTierRef) -> StorageTierRef:
-    return StorageTierRef(
-        path=message.path, offset_bytes=message.offset_bytes, first_row=message.first_row, rows=message.rows,
-        row_shape=tuple(message.row_shape), dtype=message.dtype,
-    )  # fmt: skip
+# Budgets and tier names
 
 
 def budgets_to_proto(budgets: BudgetSpec) -> common_pb2.TierBudgetSpec:
@@ -80,14 +55,6 @@ def budgets_from_proto(message: common_pb2.TierBudgetSpec) -> BudgetSpec:
     )
 
 
-def plan_to_proto(plan: PlacementPlan) -> common_pb2.PlacementBoundaries:
-    return common_pb2.PlacementBoundaries(**plan.model_dump())
-
-
-def plan_from_proto(message: common_pb2.PlacementBoundaries) -> PlacementPlan:
-    return PlacementPlan(**{name: getattr(message, name) for name in PlacementPlan.model_fields})
-
-
 def tier_to_proto(name: str) -> int:
     return common_pb2.Tier.Value(f"TIER_{name.upper()}")
 
@@ -97,74 +64,6 @@ def tier_from_proto(value: int) -> str:
 
 
 # Datasets
-
-
-def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
-    handle = layout.handle
-    message = datasets_pb2.DatasetLayout(
-        dataset=handle.dataset,
-        boundaries=plan_to_proto(handle.plan),
-        colptr=segment_ref_to_proto(handle.colptr),
-        row=segment_ref_to_proto(handle.row),
-        splits={name: segment_ref_to_proto(ref) for name, ref in handle.splits.items()},
-        tier_sizes=[common_pb2.TierSize(tier=tier_to_proto(t.tier), rows=t.rows, bytes=t.bytes)
-                    for t in layout.tier_sizes],
-        num_edges=layout.num_edges,
-        feature_dim=layout.feature_dim,
-        num_classes=layout.num_classes,
-        feature_bytes=layout.feature_bytes,
-        structure_bytes=layout.structure_bytes,
-        device_bytes_per_device=layout.device_bytes_per_device,
-        simulated_devices=layout.simulated_devices,
-        owner_pid=layout.owner_pid,
-        loaded_at=timestamp(layout.loaded_at),
-        budgets=budgets_to_proto(layout.budgets),
-    )  # fmt: skip
-    message.device_tiers.extend(common_pb2.DeviceTierRef(**ref.model_dump()) for ref in handle.device_tiers)
-    message.placement_notes.extend(handle.placement_notes)
-    if handle.labels is not None:
-        message.labels.CopyFrom(segment_ref_to_proto(handle.labels))
-    if handle.resident_features is not None:
-        message.resident_features.CopyFrom(segment_ref_to_proto(handle.resident_features))
-    if handle.storage_features is not None:
-        message.storage_features.CopyFrom(storage_ref_to_proto(handle.storage_features))
-    return message
-
-
-def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
-    handle = SharedDatasetHandle(
-        dataset=message.dataset,
-        plan=plan_from_proto(message.boundaries),
-        colptr=segment_ref_from_proto(message.colptr),
-        row=segment_ref_from_proto(message.row),
-        labels=segment_ref_from_proto(message.labels) if message.HasField("labels") else None,
-        splits={name: segment_ref_from_proto(ref) for name, ref in message.splits.items()},
-        resident_features=(
-            segment_ref_from_proto(message.resident_features) if message.HasField("resident_features") else None
-        ),
-        storage_features=(
-            storage_ref_from_proto(message.storage_features) if message.HasField("storage_features") else None
-        ),
-        device_tiers=tuple(
-            DeviceTierRef(**{name: getattr(ref, name) for name in DeviceTierRef.model_fields})
-            for ref in message.device_tiers
-        ),
-        placement_notes=tuple(message.placement_notes),
-    )
-    return DatasetLayoutInfo(
-        handle=handle,
-        tier_sizes=[TierBytes(tier=tier_from_proto(t.tier), rows=t.rows, bytes=t.bytes) for t in message.tier_sizes],
-        num_edges=message.num_edges,
-        feature_dim=message.feature_dim,
-        num_classes=message.num_classes,
-        feature_bytes=message.feature_bytes,
-        structure_bytes=message.structure_bytes,
-        device_bytes_per_device=message.device_bytes_per_device,
-        simulated_devices=message.simulated_devices,
-        owner_pid=message.owner_pid,
-        loaded_at=from_timestamp(message.loaded_at),
-        budgets=budgets_from_proto(message.budgets),
-    )
 
 
 def summary_to_proto(summary: DatasetSummary) -> datasets_pb2.DatasetSummary:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from graphtier.service.daemon.job_spec import JobSpec
-from graphtier.service.daemon.jobs import JobState
-from graphtier.service.gather.traffic import TrafficCounts
-from graphtier.service.pipeline.layout import ChannelLayout
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JobState
+from graphtier.contract.traffic import TrafficCounts
 
 
 @dataclass(frozen=True)
@@ -103,12 +102,3 @@ class JobEvent:
     log: LogLine | None = None
 
 
-@dataclass(frozen=True)
-class ChannelGrant:
-    """What OpenChannel returns: the producer's layout plus what the rank needs to build its model."""
-
-    job_id: str
-    layout: ChannelLayout
-    feature_dim: int
-    num_classes: int
-    stall_timeout_s: float = 60.0

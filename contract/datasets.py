@@ -6,12 +6,8 @@ boundary (`conversions.py`); nothing else sees a `_pb2` type.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphtier.service.placement import TierBudgets
-from graphtier.service.store import SharedDatasetHandle
 
 TIER_NAMES: tuple[str, ...] = ("device_replicated", "device_interleaved", "host", "storage", "structure_device")
 
@@ -29,18 +25,6 @@ class BudgetSpec(BaseModel):
     device_interleaved: str = Field(default="", description="Feature bytes interleaved over the devices, in total.")
     host: str | None = Field(default=None, description="Feature bytes in host memory; unset = all the rest.")
     structure_device: str = Field(default="", description="Structure bytes on every device.")
-
-    def tier_budgets(self, *, feature_bytes: int, structure_bytes: int) -> TierBudgets:
-        """The budgets in bytes for one dataset; PlacementError when the text cannot be used."""
-        return TierBudgets.parse(
-            feature_bytes=feature_bytes,
-            structure_bytes=structure_bytes,
-            num_devices=self.num_devices,
-            device_replicated=self.device_replicated or 0,
-            device_interleaved=self.device_interleaved or 0,
-            host=None if self.host is None else (self.host or 0),
-            structure_device=self.structure_device or 0,
-        )
 
 
 class TierBytes(BaseModel):
@@ -69,38 +53,6 @@ class DatasetSummary(BaseModel):
     resident_bytes: int = Field(description="Shared-memory bytes the loaded dataset holds; 0 when not loaded.")
     job_ids: list[str] = Field(default_factory=list)
     source: str = ""
-
-
-class DatasetLayoutInfo(BaseModel):
-    """Where every part of a loaded dataset lives (the handle) plus the sizes reports need."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    handle: SharedDatasetHandle
-    tier_sizes: list[TierBytes] = Field(description="Hottest tier first, then structure_device.")
-    num_edges: int
-    feature_dim: int
-    num_classes: int
-    feature_bytes: int
-    structure_bytes: int
-    device_bytes_per_device: int
-    simulated_devices: bool
-    owner_pid: int
-    loaded_at: datetime
-    budgets: BudgetSpec
-
-    @property
-    def dataset(self) -> str:
-        return self.handle.dataset
-
-
-class LoadResult(BaseModel):
-    """What LoadDataset returns: the layout, and whether the dataset was loaded before."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    layout: DatasetLayoutInfo
-    already_loaded: bool
 
 
 class UnloadResult(BaseModel):

@@ -1,0 +1,40 @@
+"""Fanouts (neighbours per hop) as the sampler, a channel and a job spec all accept them.
+
+One check shared by `JobSpec` (validated where the client builds it), the producer's channel
+and the sampler, so a bad fanout reads the same wherever it is caught.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from graphtier.service.errors import SamplingError
+
+MAX_HOPS = 8  # a channel's control block has room for this many hops
+
+
+def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
+    """Fanouts as a list of ints, each -1 (all neighbours) or >= 1; SamplingError otherwise."""
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
+        raise SamplingError(f"fanouts must be a sequence of ints such as [15, 10, 5], got {fanouts!r}")
+    if len(fanouts) == 0:
+        raise SamplingError("fanouts must name at least one hop, got []")
+    checked = []
+    for hop, k in enumerate(fanouts):
+        if isinstance(k, bool) or not isinstance(k, int) or not (k == -1 or k >= 1):
+            raise SamplingError(
+                f"fanout {k!r} for hop {hop + 1} in {list(fanouts)} is invalid; use -1 (all neighbours) or an int >= 1"
+            )
+        checked.append(int(k))
+    return checked
+
+
+def check_channel_fanouts(fanouts: list[int]) -> list[int]:
+    """Fanouts a channel can carry: valid for the sampler and at most MAX_HOPS hops (ValueError otherwise)."""
+    try:
+        checked = validate_fanouts(fanouts)
+    except SamplingError as exc:
+        raise ValueError(str(exc)) from None
+    if len(checked) > MAX_HOPS:
+        raise ValueError(f"{len(checked)} hops in {checked}; a channel carries at most {MAX_HOPS}")
+    return checked

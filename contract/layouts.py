@@ -1,0 +1,227 @@
+"""The layouts a rank attaches to, and their protobuf conversions.
+
+`DatasetLayoutInfo` (GetDatasetLayout, LoadDataset) and `ChannelGrant` (OpenChannel) carry
+the data plane's handles: shared-memory segment refs, the placement plan, the producer's
+slot layout. Converting them needs those types, and with them torch, which is why they live
+apart from the rest of the contract: a client that only submits jobs and reads status never
+imports this module; a trainer rank (which has torch anyway) does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graphtier.contract.conversions import (
+    budgets_from_proto,
+    budgets_to_proto,
+    from_timestamp,
+    tier_from_proto,
+    tier_to_proto,
+    timestamp,
+)
+from graphtier.contract.datasets import BudgetSpec, TierBytes
+from graphtier.service.pipeline import ChannelLayout, SlotCapacity, SlotLayout
+from graphtier.service.placement import PlacementPlan
+from graphtier.service.shm import SegmentRef
+from graphtier.service.store import DeviceTierRef, SharedDatasetHandle, StorageTierRef
+from graphtier.v1 import channels_pb2, common_pb2, datasets_pb2
+
+# Datasets
+
+
+class DatasetLayoutInfo(BaseModel):
+    """Where every part of a loaded dataset lives (the handle) plus the sizes reports need."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    handle: SharedDatasetHandle
+    tier_sizes: list[TierBytes] = Field(description="Hottest tier first, then structure_device.")
+    num_edges: int
+    feature_dim: int
+    num_classes: int
+    feature_bytes: int
+    structure_bytes: int
+    device_bytes_per_device: int
+    simulated_devices: bool
+    owner_pid: int
+    loaded_at: datetime
+    budgets: BudgetSpec
+
+    @property
+    def dataset(self) -> str:
+        return self.handle.dataset
+
+
+class LoadResult(BaseModel):
+    """What LoadDataset returns: the layout, and whether the dataset was loaded before."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    layout: DatasetLayoutInfo
+    already_loaded: bool
+
+
+
+# Channels
+
+
+@dataclass(frozen=True)
+class ChannelGrant:
+    """What OpenChannel returns: the producer's layout plus what the rank needs to build its model."""
+
+    job_id: str
+    layout: ChannelLayout
+    feature_dim: int
+    num_classes: int
+    stall_timeout_s: float = 60.0
+
+
+# Segments, storage, boundaries
+
+
+def segment_ref_to_proto(ref: SegmentRef) -> common_pb2.SegmentRef:
+    return common_pb2.SegmentRef(name=ref.name, offset=ref.offset, shape=list(ref.shape), dtype=ref.dtype)
+
+
+def segment_ref_from_proto(message: common_pb2.SegmentRef) -> SegmentRef:
+    return SegmentRef(name=message.name, offset=message.offset, shape=tuple(message.shape), dtype=message.dtype)
+
+
+def storage_ref_to_proto(ref: StorageTierRef) -> common_pb2.StorageTierRef:
+    return common_pb2.StorageTierRef(
+        path=ref.path, offset_bytes=ref.offset_bytes, first_row=ref.first_row, rows=ref.rows,
+        row_shape=list(ref.row_shape), dtype=ref.dtype,
+    )  # fmt: skip
+
+
+def storage_ref_from_proto(message: common_pb2.StorageTierRef) -> StorageTierRef:
+    return StorageTierRef(
+        path=message.path, offset_bytes=message.offset_bytes, first_row=message.first_row, rows=message.rows,
+        row_shape=tuple(message.row_shape), dtype=message.dtype,
+    )  # fmt: skip
+
+
+def plan_to_proto(plan: PlacementPlan) -> common_pb2.PlacementBoundaries:
+    return common_pb2.PlacementBoundaries(**plan.model_dump())
+
+
+def plan_from_proto(message: common_pb2.PlacementBoundaries) -> PlacementPlan:
+    return PlacementPlan(**{name: getattr(message, name) for name in PlacementPlan.model_fields})
+
+
+def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
+    handle = layout.handle
+    message = datasets_pb2.DatasetLayout(
+        dataset=handle.dataset,
+        boundaries=plan_to_proto(handle.plan),
+        colptr=segment_ref_to_proto(handle.colptr),
+        row=segment_ref_to_proto(handle.row),
+        splits={name: segment_ref_to_proto(ref) for name, ref in handle.splits.items()},
+        tier_sizes=[common_pb2.TierSize(tier=tier_to_proto(t.tier), rows=t.rows, bytes=t.bytes)
+                    for t in layout.tier_sizes],
+        num_edges=layout.num_edges,
+        feature_dim=layout.feature_dim,
+        num_classes=layout.num_classes,
+        feature_bytes=layout.feature_bytes,
+        structure_bytes=layout.structure_bytes,
+        device_bytes_per_device=layout.device_bytes_per_device,
+        simulated_devices=layout.simulated_devices,
+        owner_pid=layout.owner_pid,
+        loaded_at=timestamp(layout.loaded_at),
+        budgets=budgets_to_proto(layout.budgets),
+    )  # fmt: skip
+    message.device_tiers.extend(common_pb2.DeviceTierRef(**ref.model_dump()) for ref in handle.device_tiers)
+    message.placement_notes.extend(handle.placement_notes)
+    if handle.labels is not None:
+        message.labels.CopyFrom(segment_ref_to_proto(handle.labels))
+    if handle.resident_features is not None:
+        message.resident_features.CopyFrom(segment_ref_to_proto(handle.resident_features))
+    if handle.storage_features is not None:
+        message.storage_features.CopyFrom(storage_ref_to_proto(handle.storage_features))
+    return message
+
+
+def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
+    handle = SharedDatasetHandle(
+        dataset=message.dataset,
+        plan=plan_from_proto(message.boundaries),
+        colptr=segment_ref_from_proto(message.colptr),
+        row=segment_ref_from_proto(message.row),
+        labels=segment_ref_from_proto(message.labels) if message.HasField("labels") else None,
+        splits={name: segment_ref_from_proto(ref) for name, ref in message.splits.items()},
+        resident_features=(
+            segment_ref_from_proto(message.resident_features) if message.HasField("resident_features") else None
+        ),
+        storage_features=(
+            storage_ref_from_proto(message.storage_features) if message.HasField("storage_features") else None
+        ),
+        device_tiers=tuple(
+            DeviceTierRef(**{name: getattr(ref, name) for name in DeviceTierRef.model_fields})
+            for ref in message.device_tiers
+        ),
+        placement_notes=tuple(message.placement_notes),
+    )
+    return DatasetLayoutInfo(
+        handle=handle,
+        tier_sizes=[TierBytes(tier=tier_from_proto(t.tier), rows=t.rows, bytes=t.bytes) for t in message.tier_sizes],
+        num_edges=message.num_edges,
+        feature_dim=message.feature_dim,
+        num_classes=message.num_classes,
+        feature_bytes=message.feature_bytes,
+        structure_bytes=message.structure_bytes,
+        device_bytes_per_device=message.device_bytes_per_device,
+        simulated_devices=message.simulated_devices,
+        owner_pid=message.owner_pid,
+        loaded_at=from_timestamp(message.loaded_at),
+        budgets=budgets_from_proto(message.budgets),
+    )
+
+
+def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
+    message = channels_pb2.ChannelSlot(
+        index=slot.index, generation=slot.generation,
+        capacity=channels_pb2.SlotCapacity(**slot.capacity.model_dump()),
+        node_ids=segment_ref_to_proto(slot.node_ids), indptr=segment_ref_to_proto(slot.indptr),
+        indices=segment_ref_to_proto(slot.indices), labels=segment_ref_to_proto(slot.labels),
+    )  # fmt: skip
+    if slot.features is not None:
+        message.features.CopyFrom(segment_ref_to_proto(slot.features))
+    return message
+
+
+def _slot_from_proto(m: channels_pb2.ChannelSlot) -> SlotLayout:
+    return SlotLayout(
+        index=m.index, generation=m.generation,
+        capacity=SlotCapacity(nodes=m.capacity.nodes, edges=m.capacity.edges, expanded=m.capacity.expanded),
+        node_ids=segment_ref_from_proto(m.node_ids), indptr=segment_ref_from_proto(m.indptr),
+        indices=segment_ref_from_proto(m.indices), labels=segment_ref_from_proto(m.labels),
+        features=segment_ref_from_proto(m.features) if m.HasField("features") else None,
+    )  # fmt: skip
+
+
+def grant_to_proto(grant: ChannelGrant) -> channels_pb2.ChannelLayout:
+    layout = grant.layout
+    return channels_pb2.ChannelLayout(
+        version=layout.version, channel=layout.channel, job_id=grant.job_id, rank=layout.rank,
+        world_size=layout.world_size, slots=[_slot_to_proto(s) for s in layout.slots],
+        control=segment_ref_to_proto(layout.control), error_text=segment_ref_to_proto(layout.error_text),
+        socket_path=layout.socket_path, producer_pid=layout.producer_pid,
+        producer_start_time=layout.producer_start_time, stall_timeout_seconds=grant.stall_timeout_s,
+        dataset=layout.dataset, num_nodes=layout.num_nodes, feature_dim=grant.feature_dim,
+        num_classes=grant.num_classes, fanouts=layout.fanouts, batch_size=layout.batch_size,
+        steps_per_epoch=layout.steps_per_epoch, epochs=layout.epochs,
+    )  # fmt: skip
+
+
+def grant_from_proto(m: channels_pb2.ChannelLayout) -> ChannelGrant:
+    layout = ChannelLayout(
+        version=m.version, channel=m.channel, dataset=m.dataset, producer_pid=m.producer_pid,
+        producer_start_time=m.producer_start_time, socket_path=m.socket_path,
+        control=segment_ref_from_proto(m.control), error_text=segment_ref_from_proto(m.error_text),
+        rank=m.rank, world_size=m.world_size, fanouts=list(m.fanouts), batch_size=m.batch_size, epochs=m.epochs,
+        steps_per_epoch=m.steps_per_epoch, num_nodes=m.num_nodes, slots=[_slot_from_proto(s) for s in m.slots],
+    )  # fmt: skip
+    return ChannelGrant(m.job_id, layout, m.feature_dim, m.num_classes, m.stall_timeout_seconds)
