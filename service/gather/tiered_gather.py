@@ -10,7 +10,9 @@ bytes and counts.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from graphtier.service.errors import GraphtierError
@@ -99,12 +101,26 @@ def tiered_gather(
 
 def _gather_with_reader(ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, backend: Backend) -> TrafficCounts:
     """The resident rows as usual, then the batch's storage rows in one `StorageReader.read`."""
+    return gather_split(ids, tiers, out, tiers.storage_reader.read, backend=backend)
+
+
+StorageFill = Callable[[np.ndarray, np.ndarray], None]
+
+
+def gather_split(ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, read_storage: StorageFill, *,
+                 backend: Backend = "auto") -> TrafficCounts:
+    """Like `tiered_gather`, but the storage rows come from `read_storage(rows, rows_out)`: `rows`
+    storage-relative (id - host_end) in batch order, `rows_out` a numpy array to fill row for row
+    (a `StorageReader`'s or the look-ahead window's read). Ids must be in range."""
+    ids = _check_ids(ids)
     n, host_end = ids.numel(), tiers.host_end
+    _check_out(out, tiers, n)
     pos = (ids >= host_end).nonzero().squeeze(1)
     if host_end > 0 and pos.numel() < n:  # storage ids clamped onto a resident row, then overwritten
         resident_only = dataclasses.replace(tiers, storage=tiers.resident[:0], num_rows=host_end, storage_reader=None)
         tiered_gather(ids.clamp(max=host_end - 1), resident_only, out, backend=backend)
-    rows = torch.empty((pos.numel(), *tiers.row_shape), dtype=tiers.dtype)
-    tiers.storage_reader.read((ids[pos] - host_end).numpy(), rows.numpy())
-    out[pos] = rows
+    if pos.numel():
+        rows = torch.empty((pos.numel(), *tiers.row_shape), dtype=tiers.dtype)
+        read_storage((ids[pos] - host_end).numpy(), rows.numpy())
+        out[pos] = rows
     return TrafficCounts.from_rows(count_rows_torch(ids, tiers), tiers.row_bytes, simulated=tiers.simulated)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
+from graphtier.service.storage import MAX_WINDOW
 from graphtier.service.store import SharedDatasetHandle
 
 
@@ -36,6 +37,11 @@ class ProducerConfig(BaseModel):
     heartbeat_interval_s: float = Field(default=0.2, gt=0, le=60, description="Heartbeat period while waiting.")
     num_threads: int | None = Field(default=None, ge=1, description="torch/OpenMP threads for sample and gather.")
     sampler_backend: Literal["auto", "native", "torch"] = "auto"
+    storage_reads: Literal["mmap", "direct", "page-cache"] = Field(
+        default="mmap", description="How storage-tier rows are read: the file mapping, O_DIRECT, or the page cache."
+    )
+    window: int = Field(default=0, ge=0, le=MAX_WINDOW, description="Look-ahead window: batches sampled ahead "
+                        "whose storage rows are read early and shared; 0 = off.")
 
     @field_validator("fanouts")
     @classmethod

@@ -3,8 +3,9 @@
 Header (channel-wide): producer pid and start time, status, heartbeat, progress, end-of-epoch
 and end-of-data markers, cumulative times, waits and per-tier traffic. One record per slot:
 state (FREE / FILLING / READY / HELD), batch number, epoch, step, generation, sizes per hop,
-sample and gather time and the batch's traffic. Times are `time.monotonic_ns()` (one clock
-for every process on a Linux host) or durations in ns.
+sample and gather time and the batch's traffic. The header also holds the storage tier's
+counters (`StorageCounters`: rows read or served by the look-ahead window, requests, times).
+Times are `time.monotonic_ns()` (one clock for every process on a Linux host) or durations in ns.
 
 Every field has one writer at a time: the producer writes everything except the fields
 named `consumer_*` and a slot's READY -> HELD step; ordering between the two processes comes
@@ -23,6 +24,7 @@ import torch
 
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.contract.fanouts import MAX_HOPS
+from graphtier.contract.storage import STORAGE_READS, StorageCounters
 
 MAGIC = 0x4754504950454C31  # "GTPIPEL1"
 HEADER_WORDS = 64
@@ -50,6 +52,10 @@ class ProducerStatus(IntEnum):
 
 
 _TRAFFIC = tuple(f"{s}_{unit}" for s in SOURCES for unit in ("rows", "bytes"))
+# StorageCounters fields (times in ns, the mode as its index in STORAGE_READS)
+_STORAGE = ("storage_mode", "window_depth", "storage_read_rows", "storage_read_bytes", "storage_requests",
+            "window_rows", "window_bytes", "storage_io_ns", "storage_request_ns", "storage_read_ns",
+            "lookahead_batches", "window_cached_rows")  # fmt: skip
 
 
 def _index(fields: tuple[tuple[str, int], ...], words: int) -> dict[str, slice]:
@@ -68,7 +74,8 @@ _HEADER = _index(
      ("producer_wait_ns", 1), ("sample_ns", 1), ("gather_ns", 1), ("slot_growths", 1), ("simulated", 1),
      ("error_len", 1), ("consumer_pid", 1), ("batches_consumed", 1), ("consumer_wait_ns", 1),
      ("consumer_last_wait_ns", 1), ("seeds_total", 1), ("sampled_nodes_total", 1), ("sampled_edges_total", 1))
-    + tuple((name, 1) for name in _TRAFFIC),
+    + tuple((name, 1) for name in _TRAFFIC)
+    + tuple((name, 1) for name in _STORAGE),
     HEADER_WORDS,
 )  # fmt: skip
 _SLOT = _index(
@@ -109,6 +116,24 @@ class _Record:
         per = {s: SourceTraffic(self[f"{s}_rows"], self[f"{s}_bytes"]) for s in SOURCES}
         return TrafficCounts(**per, simulated=simulated)
 
+    def storage(self) -> StorageCounters:
+        return StorageCounters(
+            mode=STORAGE_READS[self["storage_mode"]], window=self["window_depth"], read_rows=self["storage_read_rows"],
+            read_bytes=self["storage_read_bytes"], requests=self["storage_requests"], window_rows=self["window_rows"],
+            window_bytes=self["window_bytes"], io_seconds=self["storage_io_ns"] / 1e9,
+            request_seconds=self["storage_request_ns"] / 1e9, read_seconds=self["storage_read_ns"] / 1e9,
+            lookahead_batches=self["lookahead_batches"], window_cached_rows=self["window_cached_rows"],
+        )  # fmt: skip
+
+    def set_storage(self, counters: StorageCounters) -> None:
+        self["storage_mode"], self["window_depth"] = STORAGE_READS.index(counters.mode), counters.window
+        for name in ("read_rows", "read_bytes", "requests"):
+            self[f"storage_{name}"] = getattr(counters, name)
+        self["window_rows"], self["window_bytes"] = counters.window_rows, counters.window_bytes
+        for name in ("io", "request", "read"):
+            self[f"storage_{name}_ns"] = round(getattr(counters, f"{name}_seconds") * 1e9)
+        self["lookahead_batches"], self["window_cached_rows"] = counters.lookahead_batches, counters.window_cached_rows
+
     def set_traffic(self, counts: TrafficCounts, *, add: bool = False) -> None:
         for source, traffic in counts.by_source().items():
             for unit, value in (("rows", traffic.rows), ("bytes", traffic.bytes)):
@@ -143,11 +168,13 @@ class ChannelStats:
     sampled_nodes_total: int
     sampled_edges_total: int
     traffic: TrafficCounts
+    storage: StorageCounters  # how the storage-tier rows were served (read or window hits), and at what cost
     error: str | None
 
     def to_dict(self) -> dict[str, object]:
         out = dict(self.__dict__)
         out["traffic"] = self.traffic.to_dict()
+        out["storage"] = self.storage.to_dict()
         return out
 
 
@@ -225,5 +252,6 @@ class ControlBlock:
             sampled_nodes_total=h["sampled_nodes_total"],
             sampled_edges_total=h["sampled_edges_total"],
             traffic=h.traffic(bool(h["simulated"])),
+            storage=h.storage(),
             error=self.error(),
         )

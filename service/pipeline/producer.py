@@ -1,9 +1,11 @@
 """The producer: samples one rank's batches and gathers their features into ping-pong slots.
 
 Per epoch it shuffles the train ids with the job seed (the same permutation on every
-rank), takes this rank's shard (see shard.py), and for each batch: waits for a FREE slot,
-samples, copies the sampled structure and the seed labels into the slot, gathers the input
-features from the tiers straight into the slot, marks it READY and tells the consumer.
+rank), takes this rank's shard (see shard.py), and for each batch: samples it (with a
+look-ahead window, `window` batches ahead, their storage reads started at once: see
+lookahead.py and graphtier.service.storage.window), waits for a FREE slot, copies the
+sampled structure and the seed labels into the slot, gathers the input features from the
+tiers straight into the slot, marks it READY and tells the consumer.
 It never touches a slot the consumer holds; it exits cleanly, unlinking its segments, when
 the consumer goes away. The daemon forks it from a warm server (`spawn_producer`, see
 forkserver.py); it also runs as a process of its own:
@@ -29,6 +31,8 @@ from types import FrameType
 
 import torch
 
+from graphtier.service.gather import TrafficCounts
+from graphtier.service.gather.tiered_gather import gather_split
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
@@ -36,11 +40,13 @@ from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
+from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
+from graphtier.service.storage import LookaheadWindow, StorageCounters, Ticket
 from graphtier.service.store import attach_dataset
 
 
@@ -54,6 +60,7 @@ class Producer:
         self.owner = owner or SegmentOwner()
         self._link: ConsumerLink | None = None
         self._layout_path: Path | None = None
+        self.window: LookaheadWindow | None = None
         try:
             self._setup()
         except BaseException:
@@ -67,7 +74,7 @@ class Producer:
         cfg = self.config
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        self.dataset = attach_dataset(cfg.dataset)
+        self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads)
         graph = self.dataset.graph
         train = self.dataset.splits.get("train")
         num_train = 0 if train is None else train.numel()
@@ -79,6 +86,11 @@ class Producer:
         self.train_ids = train
         self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
+        self.tiers = tiers
+        reader = self.dataset.row_reader() if tiers is not None and cfg.window > 0 else None
+        if reader is not None:
+            self.window = LookaheadWindow(reader, row_bytes=tiers.row_bytes)
+        self.storage = StorageCounters(mode=cfg.storage_reads, window=cfg.window)
         self._limit = caps.upper_bound(
             batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
@@ -142,13 +154,19 @@ class Producer:
         try:
             link.accept(cfg.connect_timeout_s)
             ctl.status = ProducerStatus.RUNNING
-            batch = 0
+            ahead = Lookahead(
+                train_ids=self.train_ids, seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size,
+                batch_size=cfg.batch_size, epochs=cfg.epochs, steps=self.steps, depth=cfg.window,
+                sample=self._sample,
+                admit=self._admit if self.window is not None else None,
+            )  # fmt: skip
+            ctl.header.set_storage(self.storage)
             for epoch in range(cfg.epochs):
                 ctl.header["epoch"] = epoch
-                shard = rank_shard(self.train_ids, seed=cfg.seed, epoch=epoch, rank=cfg.rank, world_size=cfg.world_size)
-                for step in range(self.steps):
-                    self._produce(link, shard, epoch, step, batch)
-                    batch += 1
+                for _ in range(self.steps):
+                    planned = ahead.next()
+                    assert planned is not None and planned.epoch == epoch  # the plan has epochs x steps batches
+                    self._produce(link, planned, ahead.sampled_ahead)
                 ctl.header["epochs_completed"] = epoch + 1
                 link.send({"kind": "epoch_end", "epoch": epoch})
             ctl.header["end_of_data"] = 1
@@ -189,17 +207,51 @@ class Producer:
         self._log(f"slot {k} grown to {capacity.model_dump()} (generation {generation}) for {need.model_dump()}")
         return views, True
 
-    def _produce(self, link: ConsumerLink, shard: torch.Tensor, epoch: int, step: int, batch: int) -> None:
+    def _sample(self, seeds: torch.Tensor, seed: int) -> SampledSubgraph:
+        sub = self.sampler.sample(seeds, seed=seed)
+        self.control.beat()
+        return sub
+
+    def _admit(self, sub: SampledSubgraph) -> Ticket:
+        """Enter a sampled batch's storage rows into the window: their reads start now."""
+        ids, host_end = sub.node_ids, self.tiers.host_end
+        return self.window.admit((ids[ids >= host_end] - host_end).numpy())
+
+    def _gather(self, planned: Planned, out: torch.Tensor) -> TrafficCounts:
+        """The batch's features into `out`: storage rows from the window when there is one."""
+        ids = planned.subgraph.node_ids
+        if planned.ticket is None:
+            return self.dataset.gather(ids, out, device_index=self.config.device_index)
+        window, ticket = self.window, planned.ticket
+        return gather_split(ids, self.tiers, out, lambda rows, rows_out: window.fill(ticket, rows, rows_out))
+
+    def _count_storage(self, traffic: TrafficCounts, planned: Planned, sampled_ahead: int) -> None:
+        """Storage rows of this batch: read for it, or served by the window; the reader's costs so far."""
+        hits = planned.ticket.hits if planned.ticket is not None else 0
+        read_rows = traffic.storage.rows - hits
+        s, row_bytes = self.storage, self.tiers.row_bytes
+        reader = self.window.reader if self.window is not None else self.tiers.storage_reader
+        if reader is None:  # mmap without a window: the gather copied the rows out of the mapping
+            read_bytes, requests, io_s, request_s, read_s = s.read_bytes + read_rows * row_bytes, 0, 0.0, 0.0, 0.0
+        else:
+            r = reader.stats
+            read_bytes, requests, io_s, request_s, read_s = r.bytes_read, r.requests, r.io_seconds, r.request_seconds, r.seconds
+        self.storage = StorageCounters(
+            mode=s.mode, window=s.window, read_rows=s.read_rows + read_rows, read_bytes=read_bytes, requests=requests,
+            window_rows=s.window_rows + hits, window_bytes=s.window_bytes + hits * row_bytes, io_seconds=io_s,
+            request_seconds=request_s, read_seconds=read_s, lookahead_batches=sampled_ahead,
+            window_cached_rows=self.window.cached_rows if self.window is not None else 0,
+        )  # fmt: skip
+        self.control.header.set_storage(self.storage)
+
+    def _produce(self, link: ConsumerLink, planned: Planned, sampled_ahead: int) -> None:
         cfg, ctl = self.config, self.control
+        epoch, step, batch, seeds, seed, sub = (planned.epoch, planned.step, planned.batch, planned.seeds,
+                                                planned.sample_seed, planned.subgraph)  # fmt: skip
         k = link.acquire()
         rec = ctl.slots[k]
         rec["state"] = SlotState.FILLING
-        seeds = batch_seeds(shard, step, cfg.batch_size)
-        seed = sample_seed(cfg.seed, epoch, cfg.rank, step)
-        t0 = time.perf_counter_ns()
-        sub = self.sampler.sample(seeds, seed=seed)
         t1 = time.perf_counter_ns()
-        ctl.beat()
         views, grown = self._fit(k, sub)
         nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
         views.node_ids[:nodes].copy_(sub.node_ids)
@@ -210,13 +262,14 @@ class Producer:
         else:
             views.labels[: seeds.numel()].fill_(-1)
         if views.features is not None:
-            traffic = self.dataset.gather(sub.node_ids, views.features, device_index=cfg.device_index)
+            traffic = self._gather(planned, views.features)
             rec.set_traffic(traffic)
             ctl.header.set_traffic(traffic, add=True)
+            self._count_storage(traffic, planned, sampled_ahead)
         t2 = time.perf_counter_ns()
         for name, value in (("batch", batch), ("epoch", epoch), ("step", step), ("num_seeds", seeds.numel()),
                             ("num_nodes", nodes), ("num_edges", edges), ("num_expanded", expanded),
-                            ("num_hops", sub.num_layers), ("sample_seed", seed), ("sample_ns", t1 - t0),
+                            ("num_hops", sub.num_layers), ("sample_seed", seed), ("sample_ns", planned.sample_ns),
                             ("gather_ns", t2 - t1)):  # fmt: skip
             rec[name] = value
         per_hop_nodes, per_hop_edges = rec.array("nodes_per_hop"), rec.array("edges_per_hop")
@@ -224,7 +277,7 @@ class Producer:
         per_hop_edges[:] = 0
         per_hop_nodes[: sub.num_layers + 1] = sub.num_nodes_per_hop
         per_hop_edges[: sub.num_layers] = sub.num_edges_per_hop
-        ctl.header["sample_ns"] += t1 - t0
+        ctl.header["sample_ns"] += planned.sample_ns
         ctl.header["gather_ns"] += t2 - t1
         ctl.header["seeds_total"] += seeds.numel()
         ctl.header["sampled_nodes_total"] += nodes
@@ -250,6 +303,9 @@ class Producer:
 
     def close(self) -> None:
         """Close the socket and unlink every segment and file this producer made; idempotent."""
+        if self.window is not None:
+            self.window.close()
+            self.window = None
         if self._link is not None:
             self._link.close()
             self._link = None

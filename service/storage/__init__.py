@@ -1,10 +1,10 @@
 """The storage tier: feature rows past the host tier, read from the dataset's file per mini-batch
 (O_DIRECT, page cache or the mapping), optionally ahead of time through the look-ahead window."""
 
-from graphtier.service.storage.counters import STORAGE_READS, StorageCounters, StorageReads
+from graphtier.contract.storage import MAX_WINDOW, STORAGE_READS, StorageCounters, StorageReads
 from graphtier.service.storage.direct_reader import STORAGE_MODES, ReaderStats, StorageReader, plan_reads
 from graphtier.service.storage.mapped_reader import MappedReader
-from graphtier.service.storage.window import MAX_WINDOW, LookaheadWindow, RowReader, Ticket
+from graphtier.service.storage.window import LookaheadWindow, RowReader, Ticket
 
 __all__ = [
     "MAX_WINDOW", "STORAGE_MODES", "STORAGE_READS", "LookaheadWindow", "MappedReader", "ReaderStats", "RowReader",

@@ -24,8 +24,6 @@ import torch
 from graphtier.service.errors import GraphtierError
 from graphtier.service.storage.direct_reader import ReaderStats
 
-MAX_WINDOW = 64  # the deepest look-ahead a job may ask for, in batches
-
 
 class RowReader(Protocol):
     """What the window reads with: `StorageReader` or `MappedReader`."""

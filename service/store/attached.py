@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -18,9 +17,7 @@ from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 
 if TYPE_CHECKING:
     from graphtier.service.gpu.device_tiers import CudaTiersLease
-    from graphtier.service.storage import StorageReader
-
-STORAGE_READS_ENV = "GRAPHTIER_STORAGE_READS"  # mmap (default) | direct | page-cache
+    from graphtier.service.storage import RowReader, StorageReader, StorageReads
 
 
 def _open_storage(ref: StorageTierRef) -> torch.Tensor:
@@ -45,6 +42,7 @@ class AttachedDataset:
     resident: torch.Tensor | None
     storage: torch.Tensor | None
     _tiers: dict[int, FeatureTiers] = field(default_factory=dict, repr=False)
+    storage_reads: StorageReads = "mmap"  # how the storage rows are read: see graphtier.service.storage
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
     _reader: StorageReader | None = field(default=None, repr=False)
 
@@ -75,19 +73,29 @@ class AttachedDataset:
         return self._tiers[device_index]
 
     def _storage_reader(self) -> StorageReader | None:
-        """Per-batch reads of the storage rows when GRAPHTIER_STORAGE_READS is `direct` (O_DIRECT)
-        or `page-cache`; unset or `mmap` keeps reading them through the file mapping."""
-        mode = os.environ.get(STORAGE_READS_ENV, "mmap")
+        """Per-batch reads of the storage rows in the `direct` (O_DIRECT) and `page-cache` modes;
+        None in `mmap` mode, where the gather reads them through the file mapping."""
         ref = self.handle.storage_features
-        if mode == "mmap" or ref is None or ref.rows == 0:
+        if self.storage_reads == "mmap" or ref is None or ref.rows == 0:
             return None
         if self._reader is None:
             from graphtier.service.storage import StorageReader
 
             row_bytes = int(np.prod(ref.row_shape, dtype=np.int64)) * np.dtype(ref.dtype).itemsize
             self._reader = StorageReader(ref.path, data_offset=ref.offset_bytes, row_bytes=row_bytes, first_row=0,
-                                         num_rows=ref.rows, mode=mode)  # type: ignore[arg-type]
+                                         num_rows=ref.rows, mode=self.storage_reads)  # type: ignore[arg-type]
         return self._reader
+
+    def row_reader(self) -> RowReader | None:
+        """What reads storage rows outside the gather (the look-ahead window): the storage reader of
+        this mode, or the mapping in `mmap` mode; None without storage rows."""
+        if self.storage is None or self.storage.shape[0] == 0:
+            return None
+        if self.storage_reads == "mmap":
+            from graphtier.service.storage import MappedReader
+
+            return MappedReader(self.storage)
+        return self._storage_reader()
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor, *, device_index: int = 0) -> TrafficCounts:
         return tiered_gather(ids, self.feature_tiers(device_index), out)
@@ -122,8 +130,13 @@ class AttachedDataset:
             self._reader, self._tiers = None, {}
 
 
-def attach_dataset(handle: SharedDatasetHandle) -> AttachedDataset:
-    """Map every segment of `handle` read-only; fails with a clear error when the owner is gone."""
+def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads = "mmap") -> AttachedDataset:
+    """Map every segment of `handle` read-only; fails with a clear error when the owner is gone.
+    `storage_reads` picks how the storage rows are read (mmap, direct or page-cache)."""
+    from graphtier.service.storage import STORAGE_READS
+
+    if storage_reads not in STORAGE_READS:
+        raise GraphtierError(f"storage reads {storage_reads!r}: expected one of {', '.join(STORAGE_READS)}")
     return AttachedDataset(
         handle=handle,
         graph=CSCGraph(colptr=attach_tensor(handle.colptr), row=attach_tensor(handle.row)),
@@ -131,4 +144,5 @@ def attach_dataset(handle: SharedDatasetHandle) -> AttachedDataset:
         splits={name: attach_tensor(ref) for name, ref in handle.splits.items()},
         resident=attach_tensor(handle.resident_features) if handle.resident_features else None,
         storage=_open_storage(handle.storage_features) if handle.storage_features else None,
+        storage_reads=storage_reads,
     )

@@ -17,7 +17,7 @@ from graphtier.service.errors import PlacementError
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
-from graphtier.service.storage.window import MAX_WINDOW
+from graphtier.contract.storage import MAX_WINDOW
 from graphtier.service.tiering.replay import AccessReplay, replay_access_counts
 from graphtier.service.tiering.storage_outlook import (
     StorageOutlook,

@@ -2,7 +2,7 @@
 
 Every storage-tier row a batch gathers is counted once, either as *read* (fetched from the
 file for this batch) or as a *window hit* (already fetched for another batch inside the
-look-ahead window, see window.py), so `read_rows + window_rows` equals the `storage` rows
+look-ahead window, graphtier.service.storage.window), so `read_rows + window_rows` equals the `storage` rows
 of the tiered traffic. `read_bytes` is what the device was asked for: whole aligned
 requests in the `direct` and `page-cache` modes, the rows' own bytes through the `mmap`
 mapping (whose page faults are not seen). Times: `io_seconds` while requests were in
@@ -17,6 +17,7 @@ from typing import Literal
 
 StorageReads = Literal["mmap", "direct", "page-cache"]
 STORAGE_READS: tuple[str, ...] = ("mmap", "direct", "page-cache")
+MAX_WINDOW = 64  # the deepest look-ahead a job may ask for, in batches
 
 
 @dataclass(frozen=True)

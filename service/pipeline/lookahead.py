@@ -1,0 +1,75 @@
+"""The producer's batches in order, sampled `depth` batches ahead of the one being gathered.
+
+Each batch is sampled exactly as without look-ahead (its seeds and sample seed depend only
+on the job seed, epoch, rank and step), so the batches are the same; sampling ahead only
+lets the storage reads of a batch start early (`admit`, the look-ahead window) and lets
+rows that recur within the window be read once. `depth` 0 samples each batch when it is due.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed
+from graphtier.service.sampling import SampledSubgraph
+from graphtier.service.storage import Ticket
+
+
+@dataclass
+class Planned:
+    """One batch, sampled, with its place in the window."""
+
+    epoch: int
+    step: int
+    batch: int  # running number over all epochs
+    seeds: torch.Tensor
+    sample_seed: int
+    subgraph: SampledSubgraph
+    sample_ns: int
+    ticket: Ticket | None  # None without a window (or with no storage rows)
+
+
+class Lookahead:
+    """Yields every batch of every epoch in order, keeping `depth` more sampled and admitted."""
+
+    def __init__(self, *, train_ids: torch.Tensor, seed: int, rank: int, world_size: int, batch_size: int,
+                 epochs: int, steps: int, depth: int, sample: Callable[[torch.Tensor, int], SampledSubgraph],
+                 admit: Callable[[SampledSubgraph], Ticket | None] | None = None) -> None:  # fmt: skip
+        self.depth = depth
+        self._sample, self._admit = sample, admit
+        self._plan = self._batches(train_ids, seed, rank, world_size, batch_size, epochs, steps)
+        self._ahead: deque[Planned] = deque()
+
+    @staticmethod
+    def _batches(train_ids: torch.Tensor, seed: int, rank: int, world_size: int, batch_size: int, epochs: int,
+                 steps: int) -> Iterator[tuple[int, int, int, torch.Tensor, int]]:  # fmt: skip
+        batch = 0
+        for epoch in range(epochs):
+            shard = rank_shard(train_ids, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
+            for step in range(steps):
+                yield epoch, step, batch, batch_seeds(shard, step, batch_size), sample_seed(seed, epoch, rank, step)
+                batch += 1
+
+    @property
+    def sampled_ahead(self) -> int:
+        """Batches sampled beyond the one last handed out."""
+        return len(self._ahead)
+
+    def next(self) -> Planned | None:
+        """The next batch (sampling up to `depth` more first, so their reads start now); None at the end."""
+        while len(self._ahead) <= self.depth:
+            planned = next(self._plan, None)
+            if planned is None:
+                break
+            epoch, step, batch, seeds, seed = planned
+            t0 = time.perf_counter_ns()
+            sub = self._sample(seeds, seed)
+            sample_ns = time.perf_counter_ns() - t0
+            ticket = self._admit(sub) if self._admit is not None else None
+            self._ahead.append(Planned(epoch, step, batch, seeds, seed, sub, sample_ns, ticket))
+        return self._ahead.popleft() if self._ahead else None

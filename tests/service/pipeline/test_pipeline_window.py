@@ -1,0 +1,69 @@
+"""Real producer processes with a look-ahead window: the same batches, bit for bit, as without one,
+every storage row counted once (read or a window hit), and the reader's costs in the control block."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from graphtier.service.pipeline import ChannelReader, spawn_producer
+
+
+def _run(config):
+    """Every batch of the channel (node ids, features, labels, traffic) and the final stats."""
+    batches = []
+    with spawn_producer(config) as producer:
+        with ChannelReader(producer.layout, timeout=30) as reader:
+            while (batch := reader.next_batch()) is not None:
+                with batch:
+                    batches.append((batch.node_ids.clone(), batch.features.clone(), batch.labels.clone(),
+                                    batch.traffic))  # fmt: skip
+        assert producer.wait(20) == 0
+        return batches, producer.stats()
+
+
+def _direct_supported(path) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+        return True
+    except OSError:
+        return False
+
+
+def _expected_hits(batches, host_end: int, depth: int) -> int:
+    """Storage rows of each batch that one of the `depth` batches before it also gathers."""
+    rows = [set(ids[ids >= host_end].tolist()) for ids, *_ in batches]
+    return sum(len(r & set().union(*rows[max(0, i - depth) : i])) for i, r in enumerate(rows))
+
+
+@pytest.mark.parametrize(("storage_reads", "window"), [("page-cache", 3), ("direct", 2), ("mmap", 2)])
+def test_window_batches_are_bit_identical_and_every_storage_row_is_counted_once(
+    make_config, store, small_rmat, storage_reads, window
+):
+    if storage_reads == "direct" and not _direct_supported(store.handle.storage_features.path):
+        pytest.skip("the dataset's filesystem does not support O_DIRECT")
+    base = make_config(epochs=2, batch_size=64, num_slots=2)
+    want, want_stats = _run(base)
+    got, stats = _run(base.model_copy(update={"storage_reads": storage_reads, "window": window}))
+    assert len(got) == len(want) > 2 * window
+    for (ids, feats, labels, traffic), (w_ids, w_feats, w_labels, w_traffic) in zip(got, want, strict=True):
+        assert torch.equal(ids, w_ids) and torch.equal(labels, w_labels) and traffic == w_traffic
+        assert torch.equal(feats, w_feats)  # bit-identical, not merely close
+    assert torch.equal(got[-1][1], small_rmat.features[got[-1][0]])
+    assert stats.traffic == want_stats.traffic
+    host_end = store.handle.plan.host_end
+    s, row_bytes = stats.storage, small_rmat.manifest.feature_row_bytes
+    assert (s.mode, s.window) == (storage_reads, window)
+    assert s.read_rows + s.window_rows == stats.traffic.storage.rows  # each storage row once
+    assert s.window_rows == _expected_hits(got, host_end, window) > 0
+    assert s.window_bytes == s.window_rows * row_bytes and s.window_cached_rows == 0
+    if storage_reads == "mmap":
+        assert s.read_bytes == s.read_rows * row_bytes and s.requests == 0
+    else:  # whole aligned requests, in flight together
+        assert s.read_bytes >= s.read_rows * row_bytes and s.requests > 0
+        assert s.io_seconds > 0 and s.queue_depth > 0 and s.bandwidth > 0
+    w = want_stats.storage  # no window: everything read, no hits, nothing sampled ahead
+    assert (w.mode, w.window, w.window_rows, w.lookahead_batches) == ("mmap", 0, 0, 0)
+    assert w.read_rows == want_stats.traffic.storage.rows and w.read_bytes == w.read_rows * row_bytes
