@@ -11,7 +11,8 @@ from graphtier.service.errors import PreparedDatasetError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared.catalog import default_dataset_root, read_manifest, validate_name
 from graphtier.service.prepared.manifest import DatasetManifest
-from graphtier.service.prepared.npy_io import file_sha256, open_npy
+from graphtier.service.prepared.digests import file_digest
+from graphtier.service.prepared.npy_io import open_npy
 
 
 class PreparedDataset:
@@ -47,15 +48,18 @@ class PreparedDataset:
                 )
 
     def verify(self) -> None:
-        """Recompute every file's sha256 and compare with the manifest."""
+        """Recompute every file's checksums (sha256, and BLAKE3 where recorded) and compare with the manifest."""
         for key, info in self.manifest.arrays.items():
             path = self.directory / info.file
-            actual = file_sha256(path)
-            if actual != info.sha256:
-                raise PreparedDatasetError(
-                    f"{path}: checksum mismatch for {key!r} (manifest {info.sha256[:12]}…, file {actual[:12]}…); "
-                    "the dataset is corrupt: prepare it again"
-                )
+            for algorithm, expected in (("sha256", info.sha256), ("blake3", info.blake3)):
+                if expected is None:
+                    continue
+                actual = file_digest(path, algorithm)
+                if actual != expected:
+                    raise PreparedDatasetError(
+                        f"{path}: checksum mismatch for {key!r} ({algorithm}: manifest {expected[:12]}…, file {actual[:12]}…); "
+                        "the dataset is corrupt: prepare it again"
+                    )
 
     def has(self, key: str) -> bool:
         return key in self.manifest.arrays

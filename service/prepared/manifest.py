@@ -37,6 +37,8 @@ class ArrayInfo(BaseModel):
     dtype: str
     nbytes: int = Field(ge=0)
     sha256: str
+    blake3: str | None = Field(None, description="BLAKE3 of the file, checked by the daemon while loading; None in "
+                               "datasets prepared before it was recorded (the load then checks sha256)")
 
 
 class DatasetManifest(BaseModel):

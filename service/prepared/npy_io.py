@@ -1,4 +1,4 @@
-"""Writing `.npy` files with a streamed sha256, and opening them memory-mapped.
+"""Writing `.npy` files with streamed checksums (sha256 and BLAKE3, `digests`), and opening them memory-mapped.
 
 Every file's data starts on a 4 KiB boundary (`npy_header`), so the storage tier's rows,
 read with O_DIRECT in whole blocks, do not straddle one more block each than they span.
@@ -6,7 +6,6 @@ read with O_DIRECT in whole blocks, do not straddle one more block each than the
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import warnings
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphtier.service.prepared.digests import FileDigests, file_digest
 from graphtier.service.prepared.manifest import ArrayInfo
 
 _CHUNK = 64 << 20
@@ -36,7 +36,7 @@ def write_npy(path: Path, array: torch.Tensor | np.ndarray) -> ArrayInfo:
     """Write `array` as `.npy` at `path`, fsync it, and return its info with the file's sha256."""
     data = array.contiguous().numpy() if isinstance(array, torch.Tensor) else np.ascontiguousarray(array)
     header = npy_header(data.dtype, data.shape)
-    digest = hashlib.sha256(header)
+    digest = FileDigests(header)
     flat = data.reshape(-1).view(np.uint8) if data.size else np.empty(0, np.uint8)
     with open(path, "wb") as f:
         f.write(header)
@@ -47,16 +47,13 @@ def write_npy(path: Path, array: torch.Tensor | np.ndarray) -> ArrayInfo:
         f.flush()
         os.fsync(f.fileno())
     return ArrayInfo(
-        file=path.name, shape=list(data.shape), dtype=str(data.dtype), nbytes=int(data.nbytes), sha256=digest.hexdigest()
+        file=path.name, shape=list(data.shape), dtype=str(data.dtype), nbytes=int(data.nbytes), sha256=digest.sha256,
+        blake3=digest.blake3,
     )
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, "sha256")
 
 
 def open_npy(path: Path) -> tuple[torch.Tensor, np.memmap]:
@@ -91,7 +88,7 @@ class NpyStreamWriter:
         self.dtype = np.dtype(dtype)
         self.rows_written = 0
         header = npy_header(self.dtype, self.shape)
-        self._digest = hashlib.sha256(header)
+        self._digest = FileDigests(header)
         self._file = open(self.path, "wb")
         self._file.write(header)
 
@@ -116,7 +113,8 @@ class NpyStreamWriter:
         self._file.close()
         nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         return ArrayInfo(
-            file=self.path.name, shape=list(self.shape), dtype=str(self.dtype), nbytes=nbytes, sha256=self._digest.hexdigest()
+            file=self.path.name, shape=list(self.shape), dtype=str(self.dtype), nbytes=nbytes, sha256=self._digest.sha256,
+            blake3=self._digest.blake3,
         )
 
     def abort(self) -> None:

@@ -68,7 +68,7 @@ class SharedDatasetStore:
         if self.verify and key is not None:
             t0 = time.perf_counter()
             info = self.dataset.manifest.arrays[key]
-            copy_verified(self.dataset.array_path(key), key, info.sha256, self.dataset.array(key), tensor)
+            copy_verified(self.dataset.array_path(key), key, info, tensor)
             self.verify_seconds += time.perf_counter() - t0
         else:
             tensor.copy_(source)
@@ -105,7 +105,7 @@ class SharedDatasetStore:
         if self.verify and features is not None and resident is None:  # every row is on storage: check the file
             t0 = time.perf_counter()
             empty = features.new_empty((0, *features.shape[1:]))
-            copy_verified(ds.array_path("features"), "features", ds.manifest.arrays["features"].sha256, features, empty)
+            copy_verified(ds.array_path("features"), "features", ds.manifest.arrays["features"], empty)
             self.verify_seconds += time.perf_counter() - t0
         self._copies.clear()  # the segments keep the data; the store keeps no views
         return SharedDatasetHandle(

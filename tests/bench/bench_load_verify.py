@@ -55,7 +55,9 @@ def main() -> int:
         checked.append(load_seconds(a.root, name, verify=True)[0])
     t_plain, t_checked = statistics.median(plain), statistics.median(checked)
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
-    print(f"dataset {name}: {size / 2**30:.2f} GiB of arrays, loaded whole into host shared memory")
+    algorithm = "blake3" if all(info.blake3 for info in ds.manifest.arrays.values()) else "sha256"
+    print(f"dataset {name}: {size / 2**30:.2f} GiB of arrays, loaded whole into host shared memory; checksum {algorithm}"
+          + (" (prepared before BLAKE3 was recorded: delete it to re-prepare)" if algorithm == "sha256" else ""))
     print(f"load without checksums (median of {a.repeats}): {t_plain:.2f} s  {[round(t, 2) for t in plain]}")
     print(f"load with checksums    (median of {a.repeats}): {t_checked:.2f} s  {[round(t, 2) for t in checked]}")
     print(f"ratio: {t_checked / t_plain:.2f}x (target <= 1.5)")

@@ -11,6 +11,7 @@ import numpy as np
 from graphtier.launcher.client import DaemonClient
 from graphtier.contract.job_spec import JobSpec
 from graphtier.contract.job_state import JobState
+from graphtier.service.prepared.digests import file_digest
 from graphtier.service.prepared.npy_io import file_sha256
 
 
@@ -24,6 +25,7 @@ def test_nan_features_fail_the_job_naming_rank_and_step(daemon_processes, small_
     del array
     manifest = json.loads((root / "rmat12" / "manifest.json").read_text())
     manifest["arrays"]["features"]["sha256"] = file_sha256(features)
+    manifest["arrays"]["features"]["blake3"] = file_digest(features, "blake3")
     (root / "rmat12" / "manifest.json").write_text(json.dumps(manifest, indent=2))
     endpoints = daemon_processes(root).start()
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=2, nproc_per_node=1)

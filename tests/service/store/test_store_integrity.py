@@ -56,6 +56,29 @@ def test_a_flipped_bit_anywhere_in_a_served_array_is_refused(dataset_copy, key, 
         SharedDatasetStore(ds, _plan(ds, host_fraction))
 
 
+def test_loads_check_blake3_and_a_dataset_prepared_without_it_is_checked_by_sha256(dataset_copy):
+    import json
+
+    from graphtier.service.prepared.digests import file_digest
+
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    for info in ds.manifest.arrays.values():  # prepare records both; the load checks the cheaper one
+        assert info.blake3 == file_digest(ds.directory / info.file, "blake3")
+        assert info.sha256 == file_digest(ds.directory / info.file, "sha256")
+    manifest_path = ds.directory / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for info in manifest["arrays"].values():
+        del info["blake3"]  # as written before BLAKE3 was recorded
+    manifest_path.write_text(json.dumps(manifest))
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    with SharedDatasetStore(ds, _plan(ds, 1.0)) as store:
+        assert store.verify_seconds > 0
+    _flip(ds.array_path("features"), 0.3)
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    with pytest.raises(PreparedDatasetError, match=r"checksum mismatch for 'features' \(sha256: "):
+        SharedDatasetStore(ds, _plan(ds, 1.0))
+
+
 def test_an_intact_dataset_loads_and_verification_can_be_skipped(dataset_copy):
     ds = PreparedDataset.open("rmat12", dataset_copy)
     with SharedDatasetStore(ds, _plan(ds, 0.5)) as store:
