@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.fanouts import check_channel_fanouts
+from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
 ModelKind = Literal["sage", "gcn", "gat"]
 DeviceKind = Literal["cpu", "cuda"]
@@ -44,12 +45,16 @@ class JobSpec(BaseModel):
     budgets: BudgetSpec | None = Field(None, description="Tier budgets if the dataset must be loaded.")
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun --max-restarts (resumes from checkpoints).")
     num_slots: int = Field(2, ge=2, le=16, description="Ping-pong slots per rank's producer channel.")
+    storage_reads: StorageReads = Field("mmap", description="How producers read storage-tier rows: mmap (the file "
+                                        "mapping), direct (O_DIRECT, many requests in flight) or page-cache.")
+    window: int = Field(0, ge=0, le=MAX_WINDOW, description="Look-ahead window: batches each producer samples ahead, "
+                        "reading their storage rows early and once; 0 = off.")
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
     @field_validator("batch_size", "hidden", "heads", "epochs", "nproc_per_node", "checkpoint_every_steps", "seed",
-                     "max_restarts", "num_slots", "fanouts", mode="before")
+                     "max_restarts", "num_slots", "fanouts", "window", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         """`epochs: true` in YAML is a mistake, not 1 epoch (pydantic would take a bool as an int)."""

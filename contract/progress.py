@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import TrafficCounts
 
 
@@ -39,7 +40,8 @@ class TrainerFigures:
 
 @dataclass(frozen=True)
 class ProducerFigures:
-    """Figures only a producer knows; `*_total` fields and `traffic` are cumulative since it started."""
+    """Figures only a producer knows; `*_total` fields, `traffic` and `storage`'s counters are cumulative
+    since it started."""
 
     epoch: int = 0
     batches_total: int = 0
@@ -53,6 +55,7 @@ class ProducerFigures:
     ready_slots: int = 0
     lag_batches: int = 0
     slot_grows_total: int = 0
+    storage: StorageCounters = field(default_factory=StorageCounters)  # how its storage-tier rows were served
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,25 @@ class TrafficStatus(_Model):
     simulated: bool = Field(description="True when the device tiers are accounted, not real.")
 
 
+class StorageStatus(_Model):
+    """How the storage tier's rows were served (read, or by the look-ahead window) and what reading cost."""
+
+    mode: str = Field(description="mmap, direct or page-cache; 'mixed' over jobs that differ; '' with no producer yet.")
+    window: int = Field(description="Look-ahead window depth in batches (the deepest, over several jobs); 0 = off.")
+    read_rows: int = Field(description="Storage-tier rows read from the file.")
+    read_bytes: int = Field(description="Bytes asked of the device: whole aligned requests (the rows' bytes for mmap).")
+    requests: int
+    window_rows: int = Field(description="Storage-tier rows the look-ahead window served (read once, for an earlier batch).")
+    window_bytes: int
+    window_hit_ratio: float = Field(description="window_rows / (read_rows + window_rows).")
+    io_seconds: float = Field(description="Time requests were in flight.")
+    read_seconds: float = Field(description="Time in storage reads, all of it.")
+    queue_depth: float = Field(description="Mean requests in flight while any was.")
+    bandwidth: float = Field(description="read_bytes / io_seconds, bytes/s; 0 when not measured (mmap).")
+    lookahead_batches: int = Field(description="Batches sampled ahead now (summed over ranks).")
+    window_cached_rows: int = Field(description="Rows the windows hold now (summed over ranks).")
+
+
 class TierStatus(_Model):
     """One tier of a loaded dataset: rows and bytes of one copy."""
 
@@ -110,6 +129,7 @@ class JobStatus(_Model):
     val_accuracy: float | None
     test_accuracy: float | None
     traffic: TrafficStatus
+    storage: StorageStatus
     ranks: list[RankStatus]
 
 
@@ -138,6 +158,7 @@ class DaemonStatus(_Model):
     datasets: list[DatasetStatus]
     jobs: list[JobStatus]
     traffic: TrafficStatus
+    storage: StorageStatus = Field(description="Every job's storage reads together.")
     batches_total: int
     batches_per_second: float = Field(description="Batches trained per second over every job, last 10 s (now).")
     produced_batches_per_second: float = Field(description="Batches produced per second over every job, last 10 s.")

@@ -162,6 +162,8 @@ def submit(
     device_replicated: Annotated[Optional[str], typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
     device_interleaved: Annotated[Optional[str], typer.Option(help="feature bytes spread over the devices")] = None,
     host_budget: Annotated[Optional[str], typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
+    storage_reads: Annotated[Optional[str], typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")] = None,
+    window: Annotated[Optional[int], typer.Option(help="look-ahead window: batches sampled ahead, storage rows read early and once; 0 = off")] = None,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,
@@ -179,7 +181,8 @@ def submit(
                  "dropout": dropout, "weight_decay": weight_decay, "device": device, "nproc_per_node": nproc_per_node,
                  "checkpoint_every_steps": checkpoint_every_steps, "seed": seed, "max_restarts": max_restarts,
                  "name": name, "script": script_path(script) if script else None,
-                 "args": split_args(script_args) if script_args is not None else None}  # fmt: skip
+                 "args": split_args(script_args) if script_args is not None else None,
+                 "storage_reads": storage_reads, "window": window}  # fmt: skip
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)
         else:

@@ -2,7 +2,9 @@
 
 Nothing is fetched from outside: the page polls `/v1/status` every two seconds, keeps the
 last ten minutes in the browser, and charts throughput, hit ratio and traffic by link
-(rates are differences of the cumulative counters between polls). Where NVML measures PCIe,
+(rates are differences of the cumulative counters between polls), and per job how its
+storage-tier rows were read (mode and look-ahead window, bytes read, window hits, queue
+depth, bandwidth). Where NVML measures PCIe,
 the host-to-device bytes it counted are drawn beside the accounted pcie bytes ("pcie
 measured"), and the machine report (`graphtier doctor`) is shown below the jobs.
 """
@@ -84,7 +86,8 @@ function render(s){
   const tiles=[["uptime",Math.round(s.uptime_seconds)+" s"],["batches/s",s.batches_per_second.toFixed(2)],
     ["batches trained",s.batches_total],["hit ratio",pct(tr.hit_ratio)],["bytes gathered",human(tr.total_bytes)],
     ["producer lag",s.producer_lag_batches+" batches"],["device tiers",s.simulated_devices?"simulated":"real"],
-    ["PCIe accounted",human(tr.links.pcie)],["PCIe measured (H2D)",measuredGpus.length?human(mrx):"not measured"]];
+    ["PCIe accounted",human(tr.links.pcie)],["PCIe measured (H2D)",measuredGpus.length?human(mrx):"not measured"],
+    ["storage read",human(s.storage.read_bytes)],["window hit ratio",pct(s.storage.window_hit_ratio)]];
   document.getElementById("tiles").innerHTML=tiles.map(([k,v])=>`<div class="tile">${k}<b>${esc(v)}</b></div>`).join("");
   draw("c_tp",["trained","produced"],x=>x.toFixed(1)); legend("l_tp",["trained","produced"],point,x=>x.toFixed(2));
   draw("c_hit",["hit"],pct); legend("l_hit",["hit"],point,pct);
@@ -97,10 +100,14 @@ function render(s){
       return `<tr><td>${esc(d.name)}</td><td>${d.num_nodes}</td><td>${d.num_edges}</td><td>${human(d.resident_bytes)}</td>`+
       tierNames.map(t=>`<td>${by[t]?human(by[t].bytes):"-"}</td>`).join("")+`<td>${esc(d.job_ids.join(", "))}</td></tr>`}).join("");
   document.getElementById("jobs").innerHTML="<tr><th>job</th><th>state</th><th>dataset</th><th>ranks</th>"+
-    "<th>batches</th><th>batches/s</th><th>lag</th><th>hit ratio</th><th>gathered</th><th>message</th></tr>"+
+    "<th>batches</th><th>batches/s</th><th>lag</th><th>hit ratio</th><th>gathered</th><th>storage reads</th>"+
+    "<th>storage read</th><th>window hits</th><th>queue depth</th><th>storage bandwidth</th><th>message</th></tr>"+
     s.jobs.map(j=>`<tr><td>${esc(j.job_id)} ${esc(j.name)}</td><td>${j.state}</td><td>${esc(j.dataset)}</td>`+
       `<td>${j.world_size}</td><td>${j.batches_total}</td><td>${j.batches_per_second.toFixed(2)}</td>`+
       `<td>${j.producer_lag_batches}</td><td>${pct(j.traffic.hit_ratio)}</td><td>${human(j.traffic.total_bytes)}</td>`+
+      `<td>${esc(j.storage.mode||"-")}${j.storage.window?", window "+j.storage.window:""}</td>`+
+      `<td>${human(j.storage.read_bytes)}</td><td>${pct(j.storage.window_hit_ratio)}</td>`+
+      `<td>${j.storage.queue_depth.toFixed(1)}</td><td>${j.storage.bandwidth?human(j.storage.bandwidth)+"/s":"-"}</td>`+
       `<td>${esc(j.message)}</td></tr>`).join("");
   document.getElementById("measured_note").textContent=ms.reason?`not measured: ${ms.reason}`:
     `NVML sampled every ${ms.interval_s} s (${ms.samples} samples); it counts all of a GPU's traffic, not only graphtier's`;

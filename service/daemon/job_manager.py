@@ -236,7 +236,7 @@ class JobManager:
                 gather_seconds_total=s.gather_s, wait_seconds_total=s.producer_wait_s, traffic=s.traffic,
                 ready_slots=s.ready_slots, lag_batches=s.batches_produced - s.batches_consumed,
                 slot_grows_total=s.slot_growths, seeds_total=s.seeds_total, sampled_nodes_total=s.sampled_nodes_total,
-                sampled_edges_total=s.sampled_edges_total,
+                sampled_edges_total=s.sampled_edges_total, storage=s.storage,
             )  # fmt: skip
             self.tracker.record(ProgressReport(job_id, channel.rank, channel.producer.pid,
                                                datetime.now(timezone.utc), figures))  # fmt: skip

@@ -152,7 +152,7 @@ class JobRunner:
             dataset=self.handle, rank=rank, world_size=self.spec.world_size, fanouts=self.spec.fanouts,
             batch_size=self.spec.batch_size, epochs=self.spec.epochs, seed=self.spec.seed,
             num_slots=self.spec.num_slots, channel_dir=self._channel_dir(rank, attempt), channel=f"j{self.job_id}r{rank}",
-            num_threads=self.threads,
+            num_threads=self.threads, storage_reads=self.spec.storage_reads, window=self.spec.window,
         )  # fmt: skip
         try:
             producer = spawn_producer(config)

@@ -6,7 +6,14 @@ resets). Dataset sizes and job counts are read live from their owners at scrape 
 they can never go stale. `/metrics` and `/v1/status` both read this registry.
 
 Traffic sources (label `tier`): replicated, interleaved_local, interleaved_peer, host,
-storage. Links (label `link`): local (the device's own memory: replicated +
+storage. How the storage tier's rows were served (`StorageCounters`, per job and rank): read
+from the file (`graphtier_storage_read_{rows,bytes}_total`, the bytes whole device requests)
+or served by the look-ahead window (`graphtier_window_hit_{rows,bytes}_total`), requests,
+and times from which PromQL derives the queue depth and the bandwidth:
+
+    rate(graphtier_storage_request_seconds_total[1m]) / rate(graphtier_storage_io_seconds_total[1m])
+    rate(graphtier_storage_read_bytes_total[1m]) / rate(graphtier_storage_io_seconds_total[1m])
+ Links (label `link`): local (the device's own memory: replicated +
 interleaved_local), nvlink (interleaved_peer), pcie (host), storage. Beside these accounted
 bytes, `NvmlCollector` (service/hardware) exports what the hardware measured:
 `graphtier_pcie_measured_{tx,rx}_bytes_total{gpu}` and `graphtier_nvlink_measured_*`.
@@ -28,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
 LINK_OF_SOURCE: dict[str, str] = {
@@ -51,6 +59,24 @@ class ProducerDelta:
     gather_seconds: float
     wait_seconds: float
     traffic: TrafficCounts
+    storage: StorageCounters = StorageCounters()  # counters only: the increments
+
+
+# StorageCounters field -> (metric name, help, unit); the one list /metrics and /v1/status share
+STORAGE_COUNTERS: dict[str, tuple[str, str, str]] = {
+    "read_rows": ("graphtier_storage_read_rows", "Storage-tier rows read from the file.", ""),
+    "read_bytes": ("graphtier_storage_read_bytes", "Bytes the storage reads asked the device for (whole aligned "
+                   "requests; the rows' own bytes through the mapping).", "bytes"),
+    "requests": ("graphtier_storage_requests", "Storage read requests issued (none through the mapping).", ""),
+    "window_rows": ("graphtier_window_hit_rows", "Storage-tier rows served by the look-ahead window, not read again.",
+                    ""),
+    "window_bytes": ("graphtier_window_hit_bytes", "Bytes of the rows the look-ahead window served.", "bytes"),
+    "io_seconds": ("graphtier_storage_io_seconds", "Time storage requests were in flight.", "seconds"),
+    "request_seconds": ("graphtier_storage_request_seconds", "Storage requests' latencies, summed (over the I/O "
+                        "time: the mean queue depth).", "seconds"),
+    "read_seconds": ("graphtier_storage_read_seconds", "Time in storage reads: planning, requests, copying rows out.",
+                     "seconds"),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -125,6 +151,12 @@ class MetricsRegistry:
                                 unit="seconds", registry=r)
         self.start_time.set(time.time())
         self.link_bytes_children = {link: self.link_bytes.labels(link=link) for link in LINKS}
+        self.storage = {field: Counter(name, text, job_rank, unit=unit, registry=r)
+                        for field, (name, text, unit) in STORAGE_COUNTERS.items()}  # fmt: skip
+        self.lookahead_batches = Gauge("graphtier_lookahead_batches", "Batches the producer has sampled ahead of the "
+                                       "one it gathers (the look-ahead window).", job_rank, registry=r)
+        self.window_cached_rows = Gauge("graphtier_window_cached_rows", "Storage rows the look-ahead window holds for "
+                                        "the batches in it.", job_rank, registry=r)
 
     def watch(
         self,
@@ -166,10 +198,16 @@ class MetricsRegistry:
             self.tier_rows.labels(dataset=dataset, tier=source, **labels).inc(traffic.rows)
             self.tier_bytes.labels(dataset=dataset, tier=source, **labels).inc(traffic.bytes)
             self.link_bytes_children[LINK_OF_SOURCE[source]].inc(traffic.bytes)
+        for field, counter in self.storage.items():
+            counter.labels(**labels).inc(getattr(delta.storage, field))
 
-    def set_producer_gauges(self, job: str, rank: int, *, lag_batches: int, ready_slots: int) -> None:
+    def set_producer_gauges(self, job: str, rank: int, *, lag_batches: int, ready_slots: int,
+                            storage: StorageCounters | None = None) -> None:  # fmt: skip
         self.producer_lag.labels(job=job, rank=str(rank)).set(lag_batches)
         self.ready_slots.labels(job=job, rank=str(rank)).set(ready_slots)
+        if storage is not None:
+            self.lookahead_batches.labels(job=job, rank=str(rank)).set(storage.lookahead_batches)
+            self.window_cached_rows.labels(job=job, rank=str(rank)).set(storage.window_cached_rows)
 
     def add_trainer(self, job: str, rank: int, delta: TrainerDelta, *, loss: float, accuracy: float) -> None:
         labels = {"job": job, "rank": str(rank)}
@@ -204,8 +242,8 @@ class MetricsRegistry:
         return dropped
 
     def _job_metrics(self) -> list[Counter | Gauge]:
-        return [m for m in vars(self).values()
-                if isinstance(m, (Counter, Gauge)) and "job" in getattr(m, "_labelnames", ())]  # fmt: skip
+        metrics = [*vars(self).values(), *self.storage.values()]
+        return [m for m in metrics if isinstance(m, (Counter, Gauge)) and "job" in getattr(m, "_labelnames", ())]
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -17,7 +17,8 @@ from datetime import datetime
 
 from graphtier.contract.progress import ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.service.daemon.jobs import JobTable
-from graphtier.service.daemon.metrics import MetricsRegistry, ProducerDelta, TrainerDelta
+from graphtier.contract.storage import StorageCounters
+from graphtier.service.daemon.metrics import STORAGE_COUNTERS, MetricsRegistry, ProducerDelta, TrainerDelta
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
 
@@ -48,7 +49,15 @@ def _went_back(current: object, previous: object, names: tuple[str, ...]) -> boo
     went_back = any(getattr(current, name) < getattr(previous, name) for name in names)
     if isinstance(current, ProducerFigures) and isinstance(previous, ProducerFigures):
         went_back |= any(c < p for c, p in zip(_traffic_values(current.traffic), _traffic_values(previous.traffic)))
+        went_back |= any(getattr(current.storage, name) < getattr(previous.storage, name) for name in STORAGE_COUNTERS)
     return went_back
+
+
+def _storage_delta(current: StorageCounters, previous: StorageCounters | None) -> StorageCounters:
+    """The storage counters' increments (mode, window and the gauges are the current ones)."""
+    if previous is None:
+        return current
+    return replace(current, **{name: getattr(current, name) - getattr(previous, name) for name in STORAGE_COUNTERS})
 
 
 def _traffic_delta(current: TrafficCounts, previous: TrafficCounts | None) -> TrafficCounts:
@@ -148,18 +157,21 @@ class ProgressTracker:
             else:
                 view = replace(view, producer_pid=report.pid, producer=figures, last_report=report.time)
                 rates.produced.add(now, delta["batches_total"])
-                traffic = _traffic_delta(figures.traffic, base.traffic if isinstance(base, ProducerFigures) else None)
+                before = base if isinstance(base, ProducerFigures) else None
+                traffic = _traffic_delta(figures.traffic, before.traffic if before else None)
+                storage = _storage_delta(figures.storage, before.storage if before else None)
                 self.metrics.add_producer(
                     job.dataset, report.job_id, report.rank,
                     ProducerDelta(
                         batches=delta["batches_total"], sampled_nodes=delta["sampled_nodes_total"],
                         sampled_edges=delta["sampled_edges_total"], sample_seconds=delta["sample_seconds_total"],
                         gather_seconds=delta["gather_seconds_total"], wait_seconds=delta["wait_seconds_total"],
-                        traffic=traffic,
+                        traffic=traffic, storage=storage,
                     ),
                 )  # fmt: skip
                 self.metrics.set_producer_gauges(
-                    report.job_id, report.rank, lag_batches=figures.lag_batches, ready_slots=figures.ready_slots
+                    report.job_id, report.rank, lag_batches=figures.lag_batches, ready_slots=figures.ready_slots,
+                    storage=figures.storage,
                 )
             self._ranks[(report.job_id, report.rank)] = view
             self.metrics.count_report(kind, job=report.job_id, rank=report.rank, restarted=restarted)

@@ -9,7 +9,7 @@ from importlib import metadata
 
 from graphtier.service.daemon.datasets import DatasetRegistry, LoadedDataset
 from graphtier.service.daemon.jobs import JobRecord, JobTable
-from graphtier.service.daemon.metrics import LINK_OF_SOURCE, LINKS, MetricsRegistry
+from graphtier.service.daemon.metrics import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
 from graphtier.service.daemon.progress import ProgressTracker, RankView
 from graphtier.contract.status import (
     DaemonStatus,
@@ -18,9 +18,11 @@ from graphtier.contract.status import (
     JobStatus,
     RankStatus,
     SourceStatus,
+    StorageStatus,
     TierStatus,
     TrafficStatus,
 )
+from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
 
@@ -78,6 +80,27 @@ class StatusBuilder:
             device_bytes=counts.device_bytes, hit_ratio=counts.hit_ratio, simulated=counts.simulated,
         )  # fmt: skip
 
+    @staticmethod
+    def storage(counters: StorageCounters, latest: list[StorageCounters]) -> StorageStatus:
+        """`counters` (from the registry) as the status shows them; mode, window and the gauges from the
+        producers' `latest` figures."""
+        modes = {s.mode for s in latest}
+        return StorageStatus(
+            mode=modes.pop() if len(modes) == 1 else ("mixed" if modes else ""),
+            window=max((s.window for s in latest), default=0), read_rows=counters.read_rows,
+            read_bytes=counters.read_bytes, requests=counters.requests, window_rows=counters.window_rows,
+            window_bytes=counters.window_bytes, window_hit_ratio=counters.window_hit_ratio,
+            io_seconds=counters.io_seconds, read_seconds=counters.read_seconds, queue_depth=counters.queue_depth,
+            bandwidth=counters.bandwidth, lookahead_batches=sum(s.lookahead_batches for s in latest),
+            window_cached_rows=sum(s.window_cached_rows for s in latest),
+        )  # fmt: skip
+
+    def _storage_counters(self, sums: dict[str, dict[tuple[str, ...], float]], job_id: str | None) -> StorageCounters:
+        """The storage counters of one job, or of every series (job_id None), as /metrics has them."""
+        values = {field: sum(v for (job,), v in sums[f"storage_{field}"].items() if job_id is None or job == job_id)
+                  for field in STORAGE_COUNTERS}  # fmt: skip
+        return StorageCounters(**{k: v if k.endswith("seconds") else int(v) for k, v in values.items()})
+
     def _dataset(self, loaded: LoadedDataset) -> DatasetStatus:
         layout = loaded.layout()
         return DatasetStatus(
@@ -129,6 +152,8 @@ class StatusBuilder:
         sums = {name: m.totals_by(counter, "job", "rank") for name, counter in counters.items()}
         sums["tier_rows"] = m.totals_by(m.tier_rows, "job", "tier")
         sums["tier_bytes"] = m.totals_by(m.tier_bytes, "job", "tier")
+        for field, counter in m.storage.items():
+            sums[f"storage_{field}"] = m.totals_by(counter, "job")
         return sums
 
     def _job_traffic(self, job_id: str, sums: dict[str, dict[tuple[str, ...], float]]) -> TrafficCounts:
@@ -158,6 +183,8 @@ class StatusBuilder:
             val_accuracy=evaluated[0].val_accuracy if evaluated else None,
             test_accuracy=evaluated[0].test_accuracy if evaluated else None,
             traffic=self.traffic(self._job_traffic(record.job_id, sums), job=record.job_id),
+            storage=self.storage(self._storage_counters(sums, record.job_id),
+                                 [v.producer.storage for v in views if v.producer is not None]),
             ranks=ranks,
         )
 
@@ -180,6 +207,9 @@ class StatusBuilder:
             datasets=[self._dataset(loaded) for loaded in self.datasets.loaded()],
             jobs=jobs,
             traffic=self.traffic(),
+            storage=self.storage(self._storage_counters(sums, None),
+                                 [v.producer.storage for j in jobs for v in self.tracker.ranks(j.job_id)
+                                  if v.producer is not None and j.state in ("starting", "running")]),
             batches_total=int(m.total(m.batches)),
             batches_per_second=trained,
             produced_batches_per_second=produced,

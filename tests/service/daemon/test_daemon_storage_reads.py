@@ -1,0 +1,50 @@
+"""A job's storage reads and look-ahead window: set in its spec, reported with the other tiers
+(/v1/status, /metrics, `graphtier metrics`), every storage row counted once."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JobState
+from graphtier.launcher.cli.app import app
+from graphtier.launcher.client import DaemonClient
+
+
+def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inproc_daemon):
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, hidden=16, epochs=2, nproc_per_node=1,
+                   budgets=BudgetSpec(host="40%"), storage_reads="page-cache", window=2, name="window")  # fmt: skip
+    run = inproc_daemon.config.runtime_dir
+    with DaemonClient(runtime_dir=run) as client:
+        job = client.submit_job(spec)
+        assert (job.spec.storage_reads, job.spec.window) == ("page-cache", 2)  # through the proto and back
+        list(client.job_events(job.job_id, follow=True))
+        final = client.get_job(job.job_id)
+        assert final.state == JobState.SUCCEEDED, f"{final.message}\n{open(final.log_path).read()[-3000:]}"
+        status = client.status()
+        exposition = client.metrics_text()
+    j = next(j for j in status.jobs if j.job_id == job.job_id)
+    s, gathered = j.storage, j.traffic.sources["storage"].rows
+    assert (s.mode, s.window) == ("page-cache", 2)
+    assert s.read_rows + s.window_rows == gathered > 0 and s.window_rows > 0  # each storage row once
+    assert s.window_hit_ratio == pytest.approx(s.window_rows / gathered)
+    assert s.requests > 0 and s.read_bytes >= s.read_rows * 64 and s.queue_depth > 0 and s.bandwidth > 0
+    assert status.storage.read_rows == s.read_rows and status.storage.window_rows == s.window_rows
+    labels = f'{{job="{job.job_id}",rank="0"}}'
+    assert f"graphtier_storage_read_rows_total{labels} {float(s.read_rows)}" in exposition
+    assert f"graphtier_window_hit_rows_total{labels} {float(s.window_rows)}" in exposition
+    assert f"graphtier_storage_requests_total{labels} {float(s.requests)}" in exposition
+    table = CliRunner().invoke(app, ["metrics", "--runtime-dir", str(run)], catch_exceptions=False, env={"COLUMNS": "250"})
+    assert table.exit_code == 0 and "storage tier by job" in table.output and "page-cache" in table.output
+    assert f"{s.window_rows:,}" in table.output
+
+
+def test_a_bad_storage_read_mode_or_window_is_refused_at_submit(inproc_daemon):
+    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+        for bad, named in (({"storage_reads": "o_direct"}, "'o_direct'"), ({"window": 65}, "window")):
+            spec = JobSpec(dataset="rmat12").model_copy(update=bad)  # unchecked here: the daemon must refuse it
+            with pytest.raises(DaemonRequestError, match=named):
+                client.submit_job(spec)
