@@ -87,8 +87,10 @@ class Job:
             self.ctx.shutdown()
             raise
         try:
-            # the version this job started with, even if the dataset was prepared again since
-            self.data: AttachedDataset = attach_dataset(client.dataset_layout(spec.dataset, job_id=job_id).handle)
+            # the version this job started with, even if the dataset was prepared again since; its storage
+            # rows (the rank's own evaluation batches) read as the job's producers read them
+            handle = client.dataset_layout(spec.dataset, job_id=job_id).handle
+            self.data: AttachedDataset = attach_dataset(handle, storage_reads=spec.storage_reads)
         except BaseException as exc:
             self.channel.close(f"{type(exc).__name__}: {exc}")
             self.ctx.shutdown()
