@@ -1,8 +1,9 @@
 """The status app (FastAPI): `/healthz`, `/v1/status`, `/metrics` and the dashboard at `/`.
 
-It only reads: the status snapshot comes from `StatusBuilder`, `/metrics` is the
-exposition of the daemon's one `MetricsRegistry`. The interactive API docs are off
-because they load scripts from a CDN.
+It only reads: the status snapshot comes from `StatusBuilder` through `StatusCache` (its
+JSON, rebuilt off the request path: a request copies bytes, it does not walk every job),
+`/metrics` is the exposition of the daemon's one `MetricsRegistry`. The interactive API docs
+are off because they load scripts from a CDN.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 
 from graphtier.service.daemon.dashboard import DASHBOARD_HTML
 from graphtier.service.daemon.metrics import MetricsRegistry
+from graphtier.service.daemon.status_cache import StatusCache
 from graphtier.contract.status import DaemonStatus
 
 
@@ -30,8 +32,10 @@ class Health(BaseModel):
 def create_status_app(
     *, status: Callable[[], DaemonStatus], metrics: MetricsRegistry, serving: Callable[[], bool], pid: int
 ) -> FastAPI:
-    """The app; `serving()` says whether the daemon is ready (503 on /healthz otherwise)."""
+    """The app; `status()` builds the snapshot (served through a `StatusCache`); `serving()` says
+    whether the daemon is ready (503 on /healthz otherwise)."""
     app = FastAPI(title="graphtier daemon", docs_url=None, redoc_url=None)
+    cache = StatusCache(status)
 
     @app.get("/healthz", response_model=Health)
     def healthz() -> JSONResponse:
@@ -40,8 +44,8 @@ def create_status_app(
         return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
     @app.get("/v1/status", response_model=DaemonStatus)
-    def v1_status() -> DaemonStatus:
-        return status()
+    async def v1_status() -> Response:  # on the event loop: the cached bytes need no worker thread
+        return Response(cache.json(), media_type="application/json")
 
     @app.get("/metrics")
     def prometheus_metrics() -> Response:

@@ -20,7 +20,7 @@ from pathlib import Path
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.control import ChannelStats, ControlBlock
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.forkserver import JOB_NICENESS, ForkedProcess, redirect_output
+from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
 from graphtier.service.pipeline.layout import ChannelLayout
 from graphtier.service.pipeline.slots import attach_control
 
@@ -78,7 +78,7 @@ def _forked_producer(config_json: str, ready: Connection, log_path: str, env: di
     from graphtier.service.pipeline.producer import run_producer  # preloaded by the forkserver: no import cost
 
     redirect_output(log_path)
-    os.nice(JOB_NICENESS)  # job work yields to the daemon's control plane when cores are short
+    demote_job_process()  # job work yields to the daemon's control plane when cores are short
     os.environ.update(env)
 
     def announce(layout_path: Path) -> None:

@@ -78,8 +78,9 @@ def main() -> int:
 
     def line(name: str, xs: list[float]) -> str:
         xs = sorted(xs)
+        over = sum(x > 0.1 for x in xs)
         return (f"{name}: median {1e3 * statistics.median(xs):.1f} ms, p99 {1e3 * xs[int(0.99 * (len(xs) - 1))]:.1f}"
-                f" ms, max {1e3 * xs[-1]:.1f} ms over {len(xs)} polls")  # fmt: skip
+                f" ms, max {1e3 * xs[-1]:.1f} ms over {len(xs)} polls; {over} over 100 ms")  # fmt: skip
 
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB, "
           f"load average {os.getloadavg()[0]:.2f}")
