@@ -40,7 +40,12 @@ def state_to_proto(state: JobState) -> int:
 
 
 def state_from_proto(value: int) -> JobState:
-    return JobState[jobs_pb2.JobState.Name(value).removeprefix("JOB_STATE_")]
+    """The state a request names; InvalidRequestError for a number the contract does not define."""
+    try:
+        return JobState[jobs_pb2.JobState.Name(value).removeprefix("JOB_STATE_")]
+    except (ValueError, KeyError):
+        known = ", ".join(name.removeprefix("JOB_STATE_") for name in jobs_pb2.JobState.keys()[1:])
+        raise InvalidRequestError(f"unknown job state {value} (known: {known})") from None
 
 
 # Specs

@@ -38,7 +38,7 @@ from graphtier.contract.job_view import LogLine
 from graphtier.contract.job_state import JOB_TOKEN_ENV
 from graphtier.service.daemon.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
-from graphtier.service.pipeline.forkserver import JOB_NICENESS, ForkedProcess, redirect_output
+from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.store import SharedDatasetHandle
@@ -107,7 +107,7 @@ def _forked_torchrun(argv: list[str], log_path: str, cwd: str, env: dict[str, st
     from torch.distributed.run import main  # preloaded by the forkserver: no import cost
 
     os.setsid()  # the runner signals the agent and its ranks as one group
-    os.nice(JOB_NICENESS)  # ranks inherit it: the daemon answers its callers first when cores are short
+    demote_job_process()  # ranks inherit it: the daemon answers its callers first when cores are short
     redirect_output(log_path)
     os.chdir(cwd)
     os.environ.clear()
@@ -134,6 +134,7 @@ class JobRunner:
         self.torchrun: ForkedProcess | None = None
         self.exit_code: int | None = None
         self._tails: dict[int | None, _Tail] = {}
+        self._stopped_since: dict[int, float] = {}  # trainer pid -> when it was first seen stopped
         self._scratch: list[Path] = []
         cpus = os.cpu_count() or 1
         self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.world_size))
@@ -244,6 +245,28 @@ class JobRunner:
                             f"log {producer.log_path}")  # fmt: skip
         return None
 
+    def _stopped_rank(self) -> str | None:
+        """Why a rank failed the job by standing still -- its trainer stopped (SIGSTOP, a debugger)
+        longer than the stall timeout, which would otherwise hang every rank in the next collective
+        until the process group's own timeout -- or None."""
+        now = time.monotonic()
+        with self.lock:
+            trainers = {c.trainer_pid: c.rank for c in self.channels.values() if c.trainer_pid}
+        for pid, rank in trainers.items():
+            try:
+                stopped = psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+            except psutil.Error:
+                stopped = False
+            if not stopped:
+                self._stopped_since.pop(pid, None)
+                continue
+            since = self._stopped_since.setdefault(pid, now)
+            if now - since > self.stall_timeout_s:
+                return (f"rank {rank} (trainer pid {pid}) has been stopped for {now - since:.0f} s (stall timeout "
+                        f"{self.stall_timeout_s:g} s): SIGSTOP or a debugger; the other ranks would wait for it "
+                        f"in their next collective")  # fmt: skip
+        return None
+
     def pump_logs(self) -> None:
         for rank, tail in list(self._tails.items()):
             for text in tail.lines():
@@ -261,7 +284,7 @@ class JobRunner:
                 self.pump_logs()
                 if self.cancel_event.is_set():
                     return "cancelled", self.cancel_reason or "cancelled", self._stop_all()
-                died = self._failed_producer()
+                died = self._failed_producer() or self._stopped_rank()
                 if died is not None:
                     self._stop_all()
                     return "failed", died, self.exit_code
@@ -289,6 +312,7 @@ class JobRunner:
         """Stop torchrun's group and every producer; reclaim segments of the dead. Idempotent."""
         if self.torchrun is not None and self.torchrun.poll() is None:
             _signal_group(self.torchrun, signal.SIGTERM)
+            _signal_group(self.torchrun, signal.SIGCONT)  # a stopped rank acts on the SIGTERM only once continued
             try:
                 self.torchrun.wait(STOP_GRACE_S)
             except subprocess.TimeoutExpired:

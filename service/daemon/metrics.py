@@ -147,6 +147,7 @@ class MetricsRegistry:
         self.simulated = Gauge("graphtier_device_tiers_simulated", "1 when device tiers are accounted, not real "
                                "(no GPU).", registry=r)
         self.simulated.set(1 if simulated_devices else 0)
+        self._simulated_devices = simulated_devices  # fixed for the daemon's life: read without a registry walk
         self.start_time = Gauge("graphtier_daemon_start_time_seconds", "Unix time the daemon started.",
                                 unit="seconds", registry=r)
         self.start_time.set(time.time())
@@ -270,7 +271,7 @@ class MetricsRegistry:
 
     @property
     def simulated_devices(self) -> bool:
-        return bool(self.registry.get_sample_value("graphtier_device_tiers_simulated"))
+        return self._simulated_devices
 
     def link_totals(self) -> dict[str, int]:
         """Bytes per link since the daemon started."""

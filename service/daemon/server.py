@@ -36,6 +36,7 @@ from graphtier.service.daemon.progress import ProgressTracker
 from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
 from graphtier.service.daemon.status import StatusBuilder
 from graphtier.service.daemon.status_app import create_status_app
+from graphtier.service.daemon.wire_guard import WireGuardInterceptor
 from graphtier.contract.status import EndpointsStatus
 from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
 from graphtier.service.daemon.admission import Admission, machine_capacity
@@ -208,6 +209,7 @@ class Daemon:
 
     def _start_grpc(self) -> str | None:
         interceptors, tls = self._tcp_security()
+        interceptors.append(WireGuardInterceptor())  # after the token check: strangers get UNAUTHENTICATED first
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.config.grpc_workers, thread_name_prefix="graphtier-grpc"),
             options=[("grpc.so_reuseport", 0)],
