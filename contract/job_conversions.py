@@ -58,7 +58,7 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         nproc_per_node=spec.nproc_per_node, nnodes=1, checkpoint_every_steps=spec.checkpoint_every_steps,
         seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
         weight_decay=spec.weight_decay, device=_DEVICES[spec.device], script=spec.script, args=spec.args,
-        storage_reads=spec.storage_reads, window=spec.window,
+        storage_reads=spec.storage_reads, window=spec.window, on_nonfinite=spec.on_nonfinite,
     )  # fmt: skip
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
@@ -76,7 +76,7 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
     if message.fanouts:
         values["fanouts"] = list(message.fanouts)
     for name in ("batch_size", "hidden", "epochs", "lr", "nproc_per_node", "checkpoint_every_steps", "heads",
-                 "num_slots", "storage_reads", "window"):  # fmt: skip
+                 "num_slots", "storage_reads", "window", "on_nonfinite"):  # fmt: skip
         if getattr(message, name):
             values[name] = getattr(message, name)
     if message.device != jobs_pb2.DEVICE_UNSPECIFIED:

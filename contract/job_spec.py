@@ -23,6 +23,9 @@ ModelKind = Literal["sage", "gcn", "gat"]
 DeviceKind = Literal["cpu", "cuda"]
 
 
+OnNonFinite = Literal["fail", "skip-step", "off"]
+
+
 class JobSpec(BaseModel):
     """One training job: the dataset, the model, sampling, optimisation and how many ranks."""
 
@@ -49,6 +52,8 @@ class JobSpec(BaseModel):
                                         "mapping), direct (O_DIRECT, many requests in flight) or page-cache.")
     window: int = Field(0, ge=0, le=MAX_WINDOW, description="Look-ahead window: batches each producer samples ahead, "
                         "reading their storage rows early and once; 0 = off.")
+    on_nonfinite: OnNonFinite = Field("fail", description="A NaN/inf loss or gradient: fail (the job, naming rank and "
+                                      "step), skip-step (skip that optimizer step) or off (not checked).")
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")

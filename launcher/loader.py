@@ -107,7 +107,7 @@ class Job:
             layers=len(spec.fanouts), heads=spec.heads, dropout=spec.dropout, lr=spec.lr, epochs=spec.epochs,
             weight_decay=spec.weight_decay, device=spec.device, seed=spec.seed,
             checkpoint_dir=self.job_dir / "checkpoints", checkpoint_every_steps=spec.checkpoint_every_steps,
-            log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)),
+            log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)), on_nonfinite=spec.on_nonfinite,
         )  # fmt: skip
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
         self.session = TrainSession(self.ctx, self.config, self.reporter)
@@ -176,6 +176,7 @@ class Job:
                 batch.release()
                 continue
             self._index, self._current = index + 1, to_device(batch, self.device)
+            self.session.begin_step(epoch, index + 1)  # names the step if its gradients turn out non-finite
             try:
                 yield self._current
             finally:

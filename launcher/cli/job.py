@@ -164,6 +164,7 @@ def submit(
     host_budget: Annotated[Optional[str], typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
     storage_reads: Annotated[Optional[str], typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")] = None,
     window: Annotated[Optional[int], typer.Option(help="look-ahead window: batches sampled ahead, storage rows read early and once; 0 = off")] = None,
+    on_nonfinite: Annotated[Optional[str], typer.Option(help="a NaN/inf loss or gradient: fail (default, naming rank and step), skip-step or off")] = None,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,
@@ -182,7 +183,7 @@ def submit(
                  "checkpoint_every_steps": checkpoint_every_steps, "seed": seed, "max_restarts": max_restarts,
                  "name": name, "script": script_path(script) if script else None,
                  "args": split_args(script_args) if script_args is not None else None,
-                 "storage_reads": storage_reads, "window": window}  # fmt: skip
+                 "storage_reads": storage_reads, "window": window, "on_nonfinite": on_nonfinite}  # fmt: skip
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)
         else:

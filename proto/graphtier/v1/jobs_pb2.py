@@ -26,53 +26,53 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from graphtier.v1 import common_pb2 as graphtier_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17graphtier/v1/jobs.proto\x12\x0cgraphtier.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19graphtier/v1/common.proto\"\xee\x04\n\x07JobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\"\n\x05model\x18\x02 \x01(\x0e\x32\x13.graphtier.v1.Model\x12\x0f\n\x07\x66\x61nouts\x18\x03 \x03(\x05\x12\x12\n\nbatch_size\x18\x04 \x01(\r\x12\x0e\n\x06hidden\x18\x05 \x01(\r\x12\x0e\n\x06\x65pochs\x18\x06 \x01(\r\x12\n\n\x02lr\x18\x07 \x01(\x01\x12\x14\n\x07\x64ropout\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x16\n\x0enproc_per_node\x18\t \x01(\r\x12\x0e\n\x06nnodes\x18\n \x01(\r\x12\x1e\n\x16\x63heckpoint_every_steps\x18\x0b \x01(\r\x12\x11\n\x04seed\x18\x0c \x01(\x04H\x01\x88\x01\x01\x12-\n\x07\x62udgets\x18\r \x01(\x0b\x32\x1c.graphtier.v1.TierBudgetSpec\x12\x0c\n\x04name\x18\x0e \x01(\t\x12\r\n\x05heads\x18\x0f \x01(\r\x12\x11\n\tnum_slots\x18\x10 \x01(\r\x12\x19\n\x0cmax_restarts\x18\x11 \x01(\rH\x02\x88\x01\x01\x12\x15\n\rrdzv_endpoint\x18\x12 \x01(\t\x12\x0f\n\x07rdzv_id\x18\x13 \x01(\t\x12\x19\n\x0cweight_decay\x18\x14 \x01(\x01H\x03\x88\x01\x01\x12$\n\x06\x64\x65vice\x18\x15 \x01(\x0e\x32\x14.graphtier.v1.Device\x12\x0e\n\x06script\x18\x16 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x17 \x03(\t\x12\r\n\x05nodes\x18\x18 \x03(\t\x12\x15\n\rstorage_reads\x18\x19 \x01(\t\x12\x0e\n\x06window\x18\x1a \x01(\rB\n\n\x08_dropoutB\x07\n\x05_seedB\x0f\n\r_max_restartsB\x0f\n\r_weight_decay\"\xcf\x01\n\x0cJobPlacement\x12\x0e\n\x06nnodes\x18\x01 \x01(\r\x12\x11\n\tnode_rank\x18\x02 \x01(\r\x12\x15\n\rrdzv_endpoint\x18\x03 \x01(\t\x12\x0f\n\x07rdzv_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63oordinator\x18\x05 \x01(\t\x12\x1a\n\x12\x63oordinator_job_id\x18\x06 \x01(\t\x12\x12\n\nlocal_addr\x18\x07 \x01(\t\x12\x17\n\x0f\x64\x61taset_version\x18\x08 \x01(\t\x12\x16\n\x0epeer_timeout_s\x18\t \x01(\x01\"\xeb\x01\n\x07JobNode\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tnode_rank\x18\x03 \x01(\r\x12\x0e\n\x06job_id\x18\x04 \x01(\t\x12%\n\x05state\x18\x05 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07message\x18\x06 \x01(\t\x12+\n\x08progress\x18\x07 \x01(\x0b\x32\x19.graphtier.v1.JobProgress\x12\'\n\x05ranks\x18\x08 \x03(\x0b\x32\x18.graphtier.v1.RankStatus\x12\x10\n\x08log_path\x18\t \x01(\t\"7\n\x10SubmitJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.graphtier.v1.JobSpec\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"J\n\x0fListJobsRequest\x12&\n\x06states\x18\x01 \x03(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\"3\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.graphtier.v1.Job\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"s\n\x16StreamJobEventsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfrom_sequence\x18\x02 \x01(\x04\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\x12\x14\n\x0cinclude_logs\x18\x04 \x01(\x08\x12\x0c\n\x04node\x18\x05 \x01(\t\"\xe5\x01\n\x0bJobProgress\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x15\n\rstep_in_epoch\x18\x02 \x01(\x04\x12\x17\n\x0fsteps_per_epoch\x18\x03 \x01(\x04\x12\x13\n\x0bglobal_step\x18\x04 \x01(\x04\x12\x13\n\x0btotal_steps\x18\x05 \x01(\x04\x12\x0c\n\x04loss\x18\x06 \x01(\x01\x12\x16\n\x0etrain_accuracy\x18\x07 \x01(\x01\x12\x1a\n\x12\x62\x61tches_per_second\x18\x08 \x01(\x01\x12+\n\x07traffic\x18\t \x01(\x0b\x32\x1a.graphtier.v1.TierCounters\"\xbc\x01\n\nRankStatus\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x13\n\x0btrainer_pid\x18\x02 \x01(\x03\x12\x14\n\x0cproducer_pid\x18\x03 \x01(\x03\x12\x13\n\x0bglobal_step\x18\x04 \x01(\x04\x12\x1a\n\x12\x62\x61tches_per_second\x18\x05 \x01(\x01\x12\x13\n\x0bready_slots\x18\x06 \x01(\r\x12/\n\x0blast_report\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"|\n\tJobResult\x12\x14\n\x0cval_accuracy\x18\x01 \x01(\x01\x12\x15\n\rtest_accuracy\x18\x02 \x01(\x01\x12\x12\n\nfinal_loss\x18\x03 \x01(\x01\x12\x15\n\rtrain_seconds\x18\x04 \x01(\x01\x12\x17\n\x0f\x63heckpoint_path\x18\x05 \x01(\t\"\xb0\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12#\n\x04spec\x18\x02 \x01(\x0b\x32\x15.graphtier.v1.JobSpec\x12%\n\x05state\x18\x03 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07message\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08progress\x18\x08 \x01(\x0b\x32\x19.graphtier.v1.JobProgress\x12\'\n\x06result\x18\t \x01(\x0b\x32\x17.graphtier.v1.JobResult\x12\'\n\x05ranks\x18\n \x03(\x0b\x32\x18.graphtier.v1.RankStatus\x12\x16\n\texit_code\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x10\n\x08restarts\x18\x0c \x01(\r\x12\x10\n\x08log_path\x18\r \x01(\t\x12\r\n\x05notes\x18\x0e \x03(\t\x12-\n\tplacement\x18\x0f \x01(\x0b\x32\x1a.graphtier.v1.JobPlacement\x12$\n\x05nodes\x18\x10 \x03(\x0b\x32\x15.graphtier.v1.JobNodeB\x0c\n\n_exit_code\"\x9d\x01\n\x0eJobStateChange\x12(\n\x08previous\x18\x01 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\'\n\x07\x63urrent\x18\x02 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\'\n\x06result\x18\x04 \x01(\x0b\x32\x17.graphtier.v1.JobResult\"s\n\x07LogLine\x12\x11\n\x04rank\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x15\n\rfrom_producer\x18\x02 \x01(\x08\x12\'\n\x06stream\x18\x03 \x01(\x0e\x32\x17.graphtier.v1.LogStream\x12\x0c\n\x04text\x18\x04 \x01(\tB\x07\n\x05_rank\"\xea\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x34\n\x0cstate_change\x18\x04 \x01(\x0b\x32\x1c.graphtier.v1.JobStateChangeH\x00\x12-\n\x08progress\x18\x05 \x01(\x0b\x32\x19.graphtier.v1.JobProgressH\x00\x12$\n\x03log\x18\x06 \x01(\x0b\x32\x15.graphtier.v1.LogLineH\x00\x42\x07\n\x05\x65vent*A\n\x06\x44\x65vice\x12\x16\n\x12\x44\x45VICE_UNSPECIFIED\x10\x00\x12\x0e\n\nDEVICE_CPU\x10\x01\x12\x0f\n\x0b\x44\x45VICE_CUDA\x10\x02*L\n\x05Model\x12\x15\n\x11MODEL_UNSPECIFIED\x10\x00\x12\x0e\n\nMODEL_SAGE\x10\x01\x12\r\n\tMODEL_GCN\x10\x02\x12\r\n\tMODEL_GAT\x10\x03*\xb3\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x16\n\x12JOB_STATE_STARTING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06*U\n\tLogStream\x12\x1a\n\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n\x11LOG_STREAM_STDERR\x10\x02\x32\xe4\x02\n\nJobService\x12>\n\tSubmitJob\x12\x1e.graphtier.v1.SubmitJobRequest\x1a\x11.graphtier.v1.Job\x12\x38\n\x06GetJob\x12\x1b.graphtier.v1.GetJobRequest\x1a\x11.graphtier.v1.Job\x12I\n\x08ListJobs\x12\x1d.graphtier.v1.ListJobsRequest\x1a\x1e.graphtier.v1.ListJobsResponse\x12>\n\tCancelJob\x12\x1e.graphtier.v1.CancelJobRequest\x1a\x11.graphtier.v1.Job\x12Q\n\x0fStreamJobEvents\x12$.graphtier.v1.StreamJobEventsRequest\x1a\x16.graphtier.v1.JobEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17graphtier/v1/jobs.proto\x12\x0cgraphtier.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19graphtier/v1/common.proto\"\x84\x05\n\x07JobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\"\n\x05model\x18\x02 \x01(\x0e\x32\x13.graphtier.v1.Model\x12\x0f\n\x07\x66\x61nouts\x18\x03 \x03(\x05\x12\x12\n\nbatch_size\x18\x04 \x01(\r\x12\x0e\n\x06hidden\x18\x05 \x01(\r\x12\x0e\n\x06\x65pochs\x18\x06 \x01(\r\x12\n\n\x02lr\x18\x07 \x01(\x01\x12\x14\n\x07\x64ropout\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x16\n\x0enproc_per_node\x18\t \x01(\r\x12\x0e\n\x06nnodes\x18\n \x01(\r\x12\x1e\n\x16\x63heckpoint_every_steps\x18\x0b \x01(\r\x12\x11\n\x04seed\x18\x0c \x01(\x04H\x01\x88\x01\x01\x12-\n\x07\x62udgets\x18\r \x01(\x0b\x32\x1c.graphtier.v1.TierBudgetSpec\x12\x0c\n\x04name\x18\x0e \x01(\t\x12\r\n\x05heads\x18\x0f \x01(\r\x12\x11\n\tnum_slots\x18\x10 \x01(\r\x12\x19\n\x0cmax_restarts\x18\x11 \x01(\rH\x02\x88\x01\x01\x12\x15\n\rrdzv_endpoint\x18\x12 \x01(\t\x12\x0f\n\x07rdzv_id\x18\x13 \x01(\t\x12\x19\n\x0cweight_decay\x18\x14 \x01(\x01H\x03\x88\x01\x01\x12$\n\x06\x64\x65vice\x18\x15 \x01(\x0e\x32\x14.graphtier.v1.Device\x12\x0e\n\x06script\x18\x16 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x17 \x03(\t\x12\r\n\x05nodes\x18\x18 \x03(\t\x12\x15\n\rstorage_reads\x18\x19 \x01(\t\x12\x0e\n\x06window\x18\x1a \x01(\r\x12\x14\n\x0con_nonfinite\x18\x1b \x01(\tB\n\n\x08_dropoutB\x07\n\x05_seedB\x0f\n\r_max_restartsB\x0f\n\r_weight_decay\"\xcf\x01\n\x0cJobPlacement\x12\x0e\n\x06nnodes\x18\x01 \x01(\r\x12\x11\n\tnode_rank\x18\x02 \x01(\r\x12\x15\n\rrdzv_endpoint\x18\x03 \x01(\t\x12\x0f\n\x07rdzv_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63oordinator\x18\x05 \x01(\t\x12\x1a\n\x12\x63oordinator_job_id\x18\x06 \x01(\t\x12\x12\n\nlocal_addr\x18\x07 \x01(\t\x12\x17\n\x0f\x64\x61taset_version\x18\x08 \x01(\t\x12\x16\n\x0epeer_timeout_s\x18\t \x01(\x01\"\xeb\x01\n\x07JobNode\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tnode_rank\x18\x03 \x01(\r\x12\x0e\n\x06job_id\x18\x04 \x01(\t\x12%\n\x05state\x18\x05 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07message\x18\x06 \x01(\t\x12+\n\x08progress\x18\x07 \x01(\x0b\x32\x19.graphtier.v1.JobProgress\x12\'\n\x05ranks\x18\x08 \x03(\x0b\x32\x18.graphtier.v1.RankStatus\x12\x10\n\x08log_path\x18\t \x01(\t\"7\n\x10SubmitJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.graphtier.v1.JobSpec\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"J\n\x0fListJobsRequest\x12&\n\x06states\x18\x01 \x03(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\"3\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.graphtier.v1.Job\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"s\n\x16StreamJobEventsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfrom_sequence\x18\x02 \x01(\x04\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\x12\x14\n\x0cinclude_logs\x18\x04 \x01(\x08\x12\x0c\n\x04node\x18\x05 \x01(\t\"\xe5\x01\n\x0bJobProgress\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x15\n\rstep_in_epoch\x18\x02 \x01(\x04\x12\x17\n\x0fsteps_per_epoch\x18\x03 \x01(\x04\x12\x13\n\x0bglobal_step\x18\x04 \x01(\x04\x12\x13\n\x0btotal_steps\x18\x05 \x01(\x04\x12\x0c\n\x04loss\x18\x06 \x01(\x01\x12\x16\n\x0etrain_accuracy\x18\x07 \x01(\x01\x12\x1a\n\x12\x62\x61tches_per_second\x18\x08 \x01(\x01\x12+\n\x07traffic\x18\t \x01(\x0b\x32\x1a.graphtier.v1.TierCounters\"\xbc\x01\n\nRankStatus\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x13\n\x0btrainer_pid\x18\x02 \x01(\x03\x12\x14\n\x0cproducer_pid\x18\x03 \x01(\x03\x12\x13\n\x0bglobal_step\x18\x04 \x01(\x04\x12\x1a\n\x12\x62\x61tches_per_second\x18\x05 \x01(\x01\x12\x13\n\x0bready_slots\x18\x06 \x01(\r\x12/\n\x0blast_report\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"|\n\tJobResult\x12\x14\n\x0cval_accuracy\x18\x01 \x01(\x01\x12\x15\n\rtest_accuracy\x18\x02 \x01(\x01\x12\x12\n\nfinal_loss\x18\x03 \x01(\x01\x12\x15\n\rtrain_seconds\x18\x04 \x01(\x01\x12\x17\n\x0f\x63heckpoint_path\x18\x05 \x01(\t\"\xb0\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12#\n\x04spec\x18\x02 \x01(\x0b\x32\x15.graphtier.v1.JobSpec\x12%\n\x05state\x18\x03 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07message\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08progress\x18\x08 \x01(\x0b\x32\x19.graphtier.v1.JobProgress\x12\'\n\x06result\x18\t \x01(\x0b\x32\x17.graphtier.v1.JobResult\x12\'\n\x05ranks\x18\n \x03(\x0b\x32\x18.graphtier.v1.RankStatus\x12\x16\n\texit_code\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x10\n\x08restarts\x18\x0c \x01(\r\x12\x10\n\x08log_path\x18\r \x01(\t\x12\r\n\x05notes\x18\x0e \x03(\t\x12-\n\tplacement\x18\x0f \x01(\x0b\x32\x1a.graphtier.v1.JobPlacement\x12$\n\x05nodes\x18\x10 \x03(\x0b\x32\x15.graphtier.v1.JobNodeB\x0c\n\n_exit_code\"\x9d\x01\n\x0eJobStateChange\x12(\n\x08previous\x18\x01 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\'\n\x07\x63urrent\x18\x02 \x01(\x0e\x32\x16.graphtier.v1.JobState\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\'\n\x06result\x18\x04 \x01(\x0b\x32\x17.graphtier.v1.JobResult\"s\n\x07LogLine\x12\x11\n\x04rank\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x15\n\rfrom_producer\x18\x02 \x01(\x08\x12\'\n\x06stream\x18\x03 \x01(\x0e\x32\x17.graphtier.v1.LogStream\x12\x0c\n\x04text\x18\x04 \x01(\tB\x07\n\x05_rank\"\xea\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x34\n\x0cstate_change\x18\x04 \x01(\x0b\x32\x1c.graphtier.v1.JobStateChangeH\x00\x12-\n\x08progress\x18\x05 \x01(\x0b\x32\x19.graphtier.v1.JobProgressH\x00\x12$\n\x03log\x18\x06 \x01(\x0b\x32\x15.graphtier.v1.LogLineH\x00\x42\x07\n\x05\x65vent*A\n\x06\x44\x65vice\x12\x16\n\x12\x44\x45VICE_UNSPECIFIED\x10\x00\x12\x0e\n\nDEVICE_CPU\x10\x01\x12\x0f\n\x0b\x44\x45VICE_CUDA\x10\x02*L\n\x05Model\x12\x15\n\x11MODEL_UNSPECIFIED\x10\x00\x12\x0e\n\nMODEL_SAGE\x10\x01\x12\r\n\tMODEL_GCN\x10\x02\x12\r\n\tMODEL_GAT\x10\x03*\xb3\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x16\n\x12JOB_STATE_STARTING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06*U\n\tLogStream\x12\x1a\n\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n\x11LOG_STREAM_STDERR\x10\x02\x32\xe4\x02\n\nJobService\x12>\n\tSubmitJob\x12\x1e.graphtier.v1.SubmitJobRequest\x1a\x11.graphtier.v1.Job\x12\x38\n\x06GetJob\x12\x1b.graphtier.v1.GetJobRequest\x1a\x11.graphtier.v1.Job\x12I\n\x08ListJobs\x12\x1d.graphtier.v1.ListJobsRequest\x1a\x1e.graphtier.v1.ListJobsResponse\x12>\n\tCancelJob\x12\x1e.graphtier.v1.CancelJobRequest\x1a\x11.graphtier.v1.Job\x12Q\n\x0fStreamJobEvents\x12$.graphtier.v1.StreamJobEventsRequest\x1a\x16.graphtier.v1.JobEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graphtier.v1.jobs_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DEVICE']._serialized_start=3188
-  _globals['_DEVICE']._serialized_end=3253
-  _globals['_MODEL']._serialized_start=3255
-  _globals['_MODEL']._serialized_end=3331
-  _globals['_JOBSTATE']._serialized_start=3334
-  _globals['_JOBSTATE']._serialized_end=3513
-  _globals['_LOGSTREAM']._serialized_start=3515
-  _globals['_LOGSTREAM']._serialized_end=3600
+  _globals['_DEVICE']._serialized_start=3210
+  _globals['_DEVICE']._serialized_end=3275
+  _globals['_MODEL']._serialized_start=3277
+  _globals['_MODEL']._serialized_end=3353
+  _globals['_JOBSTATE']._serialized_start=3356
+  _globals['_JOBSTATE']._serialized_end=3535
+  _globals['_LOGSTREAM']._serialized_start=3537
+  _globals['_LOGSTREAM']._serialized_end=3622
   _globals['_JOBSPEC']._serialized_start=102
-  _globals['_JOBSPEC']._serialized_end=724
-  _globals['_JOBPLACEMENT']._serialized_start=727
-  _globals['_JOBPLACEMENT']._serialized_end=934
-  _globals['_JOBNODE']._serialized_start=937
-  _globals['_JOBNODE']._serialized_end=1172
-  _globals['_SUBMITJOBREQUEST']._serialized_start=1174
-  _globals['_SUBMITJOBREQUEST']._serialized_end=1229
-  _globals['_GETJOBREQUEST']._serialized_start=1231
-  _globals['_GETJOBREQUEST']._serialized_end=1262
-  _globals['_LISTJOBSREQUEST']._serialized_start=1264
-  _globals['_LISTJOBSREQUEST']._serialized_end=1338
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1340
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1391
-  _globals['_CANCELJOBREQUEST']._serialized_start=1393
-  _globals['_CANCELJOBREQUEST']._serialized_end=1443
-  _globals['_STREAMJOBEVENTSREQUEST']._serialized_start=1445
-  _globals['_STREAMJOBEVENTSREQUEST']._serialized_end=1560
-  _globals['_JOBPROGRESS']._serialized_start=1563
-  _globals['_JOBPROGRESS']._serialized_end=1792
-  _globals['_RANKSTATUS']._serialized_start=1795
-  _globals['_RANKSTATUS']._serialized_end=1983
-  _globals['_JOBRESULT']._serialized_start=1985
-  _globals['_JOBRESULT']._serialized_end=2109
-  _globals['_JOB']._serialized_start=2112
-  _globals['_JOB']._serialized_end=2672
-  _globals['_JOBSTATECHANGE']._serialized_start=2675
-  _globals['_JOBSTATECHANGE']._serialized_end=2832
-  _globals['_LOGLINE']._serialized_start=2834
-  _globals['_LOGLINE']._serialized_end=2949
-  _globals['_JOBEVENT']._serialized_start=2952
-  _globals['_JOBEVENT']._serialized_end=3186
-  _globals['_JOBSERVICE']._serialized_start=3603
-  _globals['_JOBSERVICE']._serialized_end=3959
+  _globals['_JOBSPEC']._serialized_end=746
+  _globals['_JOBPLACEMENT']._serialized_start=749
+  _globals['_JOBPLACEMENT']._serialized_end=956
+  _globals['_JOBNODE']._serialized_start=959
+  _globals['_JOBNODE']._serialized_end=1194
+  _globals['_SUBMITJOBREQUEST']._serialized_start=1196
+  _globals['_SUBMITJOBREQUEST']._serialized_end=1251
+  _globals['_GETJOBREQUEST']._serialized_start=1253
+  _globals['_GETJOBREQUEST']._serialized_end=1284
+  _globals['_LISTJOBSREQUEST']._serialized_start=1286
+  _globals['_LISTJOBSREQUEST']._serialized_end=1360
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1362
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1413
+  _globals['_CANCELJOBREQUEST']._serialized_start=1415
+  _globals['_CANCELJOBREQUEST']._serialized_end=1465
+  _globals['_STREAMJOBEVENTSREQUEST']._serialized_start=1467
+  _globals['_STREAMJOBEVENTSREQUEST']._serialized_end=1582
+  _globals['_JOBPROGRESS']._serialized_start=1585
+  _globals['_JOBPROGRESS']._serialized_end=1814
+  _globals['_RANKSTATUS']._serialized_start=1817
+  _globals['_RANKSTATUS']._serialized_end=2005
+  _globals['_JOBRESULT']._serialized_start=2007
+  _globals['_JOBRESULT']._serialized_end=2131
+  _globals['_JOB']._serialized_start=2134
+  _globals['_JOB']._serialized_end=2694
+  _globals['_JOBSTATECHANGE']._serialized_start=2697
+  _globals['_JOBSTATECHANGE']._serialized_end=2854
+  _globals['_LOGLINE']._serialized_start=2856
+  _globals['_LOGLINE']._serialized_end=2971
+  _globals['_JOBEVENT']._serialized_start=2974
+  _globals['_JOBEVENT']._serialized_end=3208
+  _globals['_JOBSERVICE']._serialized_start=3625
+  _globals['_JOBSERVICE']._serialized_end=3981
 # @@protoc_insertion_point(module_scope)
