@@ -3,7 +3,8 @@
 The job runs as submitted; the notes say why its figures may surprise: a batch that covers the
 whole train split trains one step per epoch (the README's first Cora job trained 3 steps and
 looked broken at 51%), and a dataset placed without device budgets serves every row from the
-host tier, so the device hit ratio is 0 by construction rather than by a fault.
+host tier, so the device hit ratio is 0 by construction rather than by a fault; and a dataset
+whose labels prepare remapped to dense classes is trained and scored over those classes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
                 f"batch {spec.batch_size} x {spec.world_size} rank(s) covers the whole train split ({num_train:,} ids): "
                 f"1 step per epoch, {spec.epochs} in all; on a small graph try --batch-size {suggest} and more --epochs"
             )
+    if handle.class_labels is not None:
+        k = len(handle.class_labels)
+        notes.append(
+            f"dataset {handle.dataset!r} had labels that were not classes 0..{k - 1}; prepare remapped them, so the job "
+            f"trains and reports accuracy over {k} classes 0..{k - 1}; class i is source label class_labels[i] in the "
+            f"manifest (graphtier dataset inspect {handle.dataset} --json)"
+        )
     plan = handle.plan
     if plan.interleaved_end == 0:
         notes.append(

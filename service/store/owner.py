@@ -119,6 +119,7 @@ class SharedDatasetStore:
             storage_features=storage,
             device_tiers=device_refs,
             placement_notes=self.placement_notes,
+            class_labels=tuple(ds.manifest.class_labels) if ds.manifest.class_labels is not None else None,
         )
 
     @property
