@@ -1,0 +1,225 @@
+"""A job whose features are twice the memory it may use, against the same job in memory and through the mapping.
+
+One run, one prepared R-MAT dataset (`--scale`, `--feature-dim` float32 features: scale 20 x
+1024 = 4 GiB), one job spec (GraphSAGE, `--fanout`, `--batch-size`, `--hidden`, `--epochs`,
+one rank), three daemons started one after the other, each with its own runtime directory:
+
+(a) memory:  no limit; every feature row in host shared memory (the default budgets).
+(b) mapped:  the daemon and its job under a memory limit of half the feature bytes (a cgroup
+             made for the run, see memory_limit.py: the daemon joins it before it execs, so its
+             producers, torchrun and the ranks are inside too; shared memory and page cache are
+             charged to it); `--host-budget` of the rows in host memory, the rest read through
+             the file's mapping (`storage_reads: mmap`, no window).
+(c) direct:  the same limit and host budget; storage rows read with O_DIRECT, `--window`
+             batches of look-ahead (`storage_reads: direct`, `window: N`).
+
+The features file's pages are dropped from the page cache before each run, so no run reads
+what another left cached. Throughput is training's: the ranks' own batches per second over the epoch (GetJob `ranks`,
+waits for data included, the evaluation after it not; the daemon's whole-run figure, which
+includes the evaluation, is printed beside); beside it the storage tier's counters the daemon
+reports (rows read, window hits, requests, queue depth, bandwidth) and the cgroup's peak memory.
+Targets: (c) >= 0.5x (a) and >= 3x (b).
+
+Run: python tests/bench/bench_out_of_core_job.py [--scale 20] [--feature-dim 1024] [--window 4]
+     [--host-budget auto] [--limit auto] [--root .bench-env/ooc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import cpu_model  # noqa: E402
+from memory_limit import MemoryLimit, unavailable  # noqa: E402
+
+from graphtier.contract.datasets import BudgetSpec  # noqa: E402
+from graphtier.contract.endpoints import read_endpoints  # noqa: E402
+from graphtier.contract.job_spec import JobSpec  # noqa: E402
+from graphtier.launcher.client import DaemonClient  # noqa: E402
+from graphtier.service.placement import parse_budget  # noqa: E402
+from graphtier.service.prepared import PreparedDataset  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GiB = 2**30
+
+
+@dataclass
+class Outcome:
+    """One job's figures, as the daemon reported them."""
+
+    label: str
+    state: str
+    batches: int
+    batches_per_second: float  # training: the ranks' batches/s over the (last) epoch, summed
+    daemon_batches_per_second: float  # the job's whole-run figure (/v1/status), evaluation included
+    wall_s: float
+    storage: dict[str, object]
+    storage_rows_gathered: int
+    gathered_bytes: int
+    peak_bytes: int | None
+    oom_kills: int | None
+
+
+def ensure_dataset(root: Path, scale: int, dim: int) -> PreparedDataset:
+    """The bench dataset, prepared once under `root` (few train ids: an epoch is tens of batches; and few
+    val/test ids: evaluation, which reads features too, stays short)."""
+    name = f"ooc{scale}" + ("" if dim == 1024 else f"-d{dim}")
+    try:
+        return PreparedDataset.open(name, root)
+    except Exception:  # noqa: BLE001  (not prepared yet, or damaged: prepare it again)
+        pass
+    print(f"preparing {name} under {root} (once) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name", name,
+                    "--scale", str(scale), "--undirected", "--feature-dim", str(dim), "--train-fraction", "0.02",
+                    "--val-fraction", "0.002", "--test-fraction", "0.002", "--memory-budget", "3GiB", "--out", str(root)],
+                   check=True)  # fmt: skip
+    return PreparedDataset.open(name, root)
+
+
+def drop_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, limit: MemoryLimit | None) -> Outcome:
+    """Start a daemon (inside `limit` when given), run `spec` to its end, read its figures, stop the daemon."""
+    drop_cache(dataset.array_path("features"))
+    run_dir = Path(tempfile.mkdtemp(prefix=f"gt-ooc-{label}-", dir="/tmp"))
+    log = open(run_dir / "daemon.out", "w")  # noqa: SIM115  (closed below)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run_dir / "run"), "--dataset-root",
+         str(root), "--state-dir", str(run_dir / "state"), "--producer-stall-timeout", "600"],
+        stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit.preexec if limit else None,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while read_endpoints(run_dir / "run") is None:
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{label}: the daemon did not start; see {run_dir / 'daemon.out'}")
+            time.sleep(0.2)
+        with DaemonClient(runtime_dir=run_dir / "run") as client:
+            client.wait_until_serving(60)
+            started = time.monotonic()
+            job_id = client.submit_job(spec).job_id
+            while not (info := client.get_job(job_id)).state.final:
+                time.sleep(1.0)
+            wall = time.monotonic() - started
+            job = next(j for j in client.status().jobs if j.job_id == job_id)
+        if info.state.value != "succeeded":
+            print(f"{label}: job {info.state.value}: {info.message}; log {info.log_path}", flush=True)
+        return Outcome(
+            label=label, state=info.state.value, batches=job.batches_total,
+            batches_per_second=sum(r.batches_per_second for r in info.ranks),
+            daemon_batches_per_second=job.batches_per_second, wall_s=wall, storage=job.storage.model_dump(), storage_rows_gathered=job.traffic.sources["storage"].rows,
+            gathered_bytes=job.traffic.total_bytes, peak_bytes=limit.peak_bytes() if limit else None,
+            oom_kills=limit.oom_kills() if limit else None,
+        )  # fmt: skip
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(120)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", type=Path, default=REPO_ROOT / ".bench-env" / "ooc" / "datasets")
+    p.add_argument("--scale", type=int, default=20)
+    p.add_argument("--feature-dim", type=int, default=1024)
+    p.add_argument("--limit", default="auto", help="memory limit of daemon + job; auto = half the feature bytes")
+    p.add_argument("--host-budget", default="auto",
+                   help="host-tier feature bytes; auto = the limit less the structure and --reserve")
+    p.add_argument("--reserve", default="1.1GiB", help="what the processes, slots and window need besides the tiers")
+    p.add_argument("--window", type=int, default=4)
+    p.add_argument("--fanout", default="10,5")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--only", default="memory,mapped,direct", help="which runs, comma-separated")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    why = unavailable()
+    if why:
+        print(f"cannot limit memory here: {why}; run this under `systemd-run --scope -p MemoryMax=...` instead")
+        return 2
+    dataset = ensure_dataset(a.root, a.scale, a.feature_dim)
+    m = dataset.manifest
+    feature_bytes = m.num_nodes * m.feature_row_bytes
+    structure_bytes = sum(dataset.array_path(n).stat().st_size for n in ("colptr", "row", "labels"))
+    limit = feature_bytes // 2 if a.limit == "auto" else parse_budget(a.limit, total_bytes=feature_bytes, what="--limit")
+    reserve = parse_budget(a.reserve, total_bytes=feature_bytes, what="--reserve")
+    host = (limit - structure_bytes - reserve if a.host_budget == "auto"
+            else parse_budget(a.host_budget, total_bytes=feature_bytes, what="--host-budget"))  # fmt: skip
+    host = max(0, host) // m.feature_row_bytes * m.feature_row_bytes
+    fanouts = [int(f) for f in a.fanout.split(",")]
+    base = JobSpec(dataset=dataset.name, model="sage", fanouts=fanouts, batch_size=a.batch_size, hidden=a.hidden,
+                   epochs=a.epochs, nproc_per_node=1, name="ooc-bench")  # fmt: skip
+    limited = BudgetSpec(host=str(host))
+    specs = {
+        "memory": (base, None),
+        "mapped": (base.model_copy(update={"budgets": limited, "storage_reads": "mmap", "window": 0}), limit),
+        "direct": (base.model_copy(update={"budgets": limited, "storage_reads": "direct", "window": a.window}), limit),
+    }
+    load_before = os.getloadavg()
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; load average {load_before[0]:.2f} {load_before[1]:.2f} "
+          f"{load_before[2]:.2f}")
+    print(f"dataset {dataset.name}: {m.num_nodes:,} nodes, {m.num_edges:,} edges, features {feature_bytes / GiB:.2f} GiB "
+          f"({m.feature_row_bytes} B rows), structure+labels {structure_bytes / GiB:.2f} GiB")
+    print(f"limit {limit / GiB:.2f} GiB (features / limit = {feature_bytes / limit:.2f}); host tier {host / GiB:.2f} GiB "
+          f"= {host / feature_bytes:.1%} of the rows; job: sage fanout {a.fanout} batch {a.batch_size} hidden {a.hidden} "
+          f"epochs {a.epochs}, 1 rank")  # fmt: skip
+    outcomes: dict[str, Outcome] = {}
+    for label in a.only.split(","):
+        spec, limit_bytes = specs[label]
+        if limit_bytes is None:
+            outcomes[label] = run_job(label, dataset, spec, a.root, None)
+        else:
+            with MemoryLimit(f"graphtier-bench-{label}", limit_bytes) as cgroup:
+                print(f"{label}: memory limit {cgroup.how}", flush=True)
+                outcomes[label] = run_job(label, dataset, spec, a.root, cgroup)
+        o = outcomes[label]
+        s = o.storage
+        peak = f"{o.peak_bytes / GiB:.2f} GiB" if o.peak_bytes is not None else "-"
+        print(f"{label:7s} {o.state}: {o.batches} batches, {o.batches_per_second:.3f} batches/s training "
+              f"({o.daemon_batches_per_second:.3f} whole run), {o.wall_s:.0f} s; "
+              f"storage rows gathered {o.storage_rows_gathered:,}: read {s['read_rows']:,} "
+              f"({s['read_bytes'] / GiB:.2f} GiB, {s['requests']:,} requests), window hits {s['window_rows']:,} "
+              f"({s['window_hit_ratio']:.1%}), queue depth {s['queue_depth']:.1f}, "
+              f"{s['bandwidth'] / 2**20:.0f} MiB/s; peak memory {peak}, OOM kills {o.oom_kills}", flush=True)  # fmt: skip
+    load_after = os.getloadavg()
+    print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    rate = {k: o.batches_per_second for k, o in outcomes.items() if o.state == "succeeded"}
+    if "direct" in rate and "memory" in rate:
+        r = rate["direct"] / rate["memory"]
+        print(f"direct / memory: {r:.2f}x (target >= 0.5x: {'met' if r >= 0.5 else 'NOT met'})")
+    if "direct" in rate and "mapped" in rate:
+        r = rate["direct"] / rate["mapped"]
+        print(f"direct / mapped: {r:.2f}x (target >= 3x: {'met' if r >= 3 else 'NOT met'})")
+    if a.json:
+        a.json.write_text(json.dumps({k: o.__dict__ for k, o in outcomes.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
