@@ -56,3 +56,7 @@ class UnknownJobError(DaemonError):
 
 class InvalidReportError(DaemonError):
     """A progress report that is malformed (no reporter, figures of the wrong kind)."""
+
+
+class DatasetTransferError(DaemonError):
+    """A dataset stream from another node that cannot be kept: a wrong checksum or size, no room."""

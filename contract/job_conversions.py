@@ -22,6 +22,8 @@ from graphtier.contract.job_spec import JobSpec
 from graphtier.contract.job_view import (
     JobEvent,
     JobInfo,
+    JobNodeInfo,
+    JobPlacementInfo,
     JobProgressInfo,
     JobResultInfo,
     LogLine,
@@ -55,7 +57,7 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
     message = jobs_pb2.JobSpec(
         dataset=spec.dataset, model=_MODELS[spec.model], fanouts=spec.fanouts, batch_size=spec.batch_size,
         hidden=spec.hidden, epochs=spec.epochs, lr=spec.lr, dropout=spec.dropout,
-        nproc_per_node=spec.nproc_per_node, nnodes=1, checkpoint_every_steps=spec.checkpoint_every_steps,
+        nproc_per_node=spec.nproc_per_node, nnodes=spec.nnodes, nodes=spec.nodes, checkpoint_every_steps=spec.checkpoint_every_steps,
         seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
         weight_decay=spec.weight_decay, device=_DEVICES[spec.device], script=spec.script, args=spec.args,
         storage_reads=spec.storage_reads, window=spec.window, on_nonfinite=spec.on_nonfinite,
@@ -93,10 +95,14 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
         values["script"] = message.script
     if message.args:
         values["args"] = list(message.args)
-    if message.nnodes > 1 or message.rdzv_endpoint:
+    if message.nnodes:
+        values["nnodes"] = message.nnodes
+    if message.nodes:
+        values["nodes"] = list(message.nodes)
+    if message.rdzv_endpoint or message.rdzv_id:
         raise InvalidRequestError(
-            f"SubmitJob: multi-node jobs (nnodes {message.nnodes}, rdzv_endpoint {message.rdzv_endpoint!r}) are not "
-            "supported by this daemon yet; submit with nnodes 1 and no rendezvous endpoint"
+            f"SubmitJob: rdzv_endpoint {message.rdzv_endpoint!r} / rdzv_id {message.rdzv_id!r} are chosen by the "
+            "coordinating daemon; submit with nnodes or nodes and leave them empty"
         )
     return values
 
@@ -137,6 +143,14 @@ def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
         job_id=job.job_id, spec=spec_to_proto(job.spec), state=state_to_proto(job.state), message=job.message,
         created_at=timestamp(job.created_at), restarts=job.restarts, log_path=job.log_path, notes=job.notes,
     )  # fmt: skip
+    if job.placement is not None:
+        message.placement.CopyFrom(jobs_pb2.JobPlacement(**job.placement.model_dump()))
+    for node in job.nodes:
+        part = message.nodes.add(node=node.node, address=node.address, node_rank=node.node_rank, job_id=node.job_id,
+                                 state=state_to_proto(node.state), message=node.message, log_path=node.log_path)
+        if node.progress is not None:
+            part.progress.CopyFrom(progress_to_proto(node.progress))
+        part.ranks.extend(_rank_to_proto(r) for r in node.ranks)
     if job.started_at:
         message.started_at.CopyFrom(timestamp(job.started_at))
     if job.finished_at:
@@ -147,13 +161,38 @@ def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
         message.result.CopyFrom(result_to_proto(job.result))
     if job.exit_code is not None:
         message.exit_code = job.exit_code
-    for r in job.ranks:
-        rank = message.ranks.add(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid,
-                                 global_step=r.global_step, batches_per_second=r.batches_per_second,
-                                 ready_slots=r.ready_slots)  # fmt: skip
-        if r.last_report:
-            rank.last_report.CopyFrom(timestamp(r.last_report))
+    message.ranks.extend(_rank_to_proto(r) for r in job.ranks)
     return message
+
+
+def _rank_to_proto(r: RankInfo) -> jobs_pb2.RankStatus:
+    rank = jobs_pb2.RankStatus(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid,
+                               global_step=r.global_step, batches_per_second=r.batches_per_second,
+                               ready_slots=r.ready_slots)  # fmt: skip
+    if r.last_report:
+        rank.last_report.CopyFrom(timestamp(r.last_report))
+    return rank
+
+
+def _rank_from_proto(r: jobs_pb2.RankStatus) -> RankInfo:
+    return RankInfo(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid, global_step=r.global_step,
+                    batches_per_second=r.batches_per_second, ready_slots=r.ready_slots,
+                    last_report=from_timestamp(r.last_report) if r.HasField("last_report") else None)  # fmt: skip
+
+
+def placement_from_proto(m: jobs_pb2.JobPlacement) -> JobPlacementInfo:
+    return JobPlacementInfo(
+        nnodes=m.nnodes, node_rank=m.node_rank, rdzv_endpoint=m.rdzv_endpoint, rdzv_id=m.rdzv_id,
+        coordinator=m.coordinator, coordinator_job_id=m.coordinator_job_id, local_addr=m.local_addr,
+        dataset_version=m.dataset_version, peer_timeout_s=m.peer_timeout_s or 15.0,
+    )  # fmt: skip
+
+
+def _node_from_proto(m: jobs_pb2.JobNode) -> JobNodeInfo:
+    return JobNodeInfo(node=m.node, address=m.address, node_rank=m.node_rank, job_id=m.job_id,
+                       state=state_from_proto(m.state) if m.state else JobState.PENDING, message=m.message,
+                       progress=progress_from_proto(m.progress) if m.HasField("progress") else None,
+                       ranks=[_rank_from_proto(r) for r in m.ranks], log_path=m.log_path)  # fmt: skip
 
 
 def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
@@ -165,12 +204,10 @@ def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
         finished_at=from_timestamp(m.finished_at) if m.HasField("finished_at") else None,
         progress=progress_from_proto(m.progress) if m.HasField("progress") else None,
         result=result_from_proto(m.result) if m.HasField("result") else None,
-        ranks=[RankInfo(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid,
-                        global_step=r.global_step, batches_per_second=r.batches_per_second, ready_slots=r.ready_slots,
-                        last_report=from_timestamp(r.last_report) if r.HasField("last_report") else None)
-               for r in m.ranks],
+        ranks=[_rank_from_proto(r) for r in m.ranks],
         exit_code=m.exit_code if m.HasField("exit_code") else None, restarts=m.restarts, log_path=m.log_path,
-        notes=list(m.notes),
+        notes=list(m.notes), placement=placement_from_proto(m.placement) if m.HasField("placement") else None,
+        nodes=[_node_from_proto(n) for n in m.nodes],
     )  # fmt: skip
 
 

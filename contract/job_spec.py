@@ -41,7 +41,13 @@ class JobSpec(BaseModel):
     lr: float = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Adam L2 weight decay.")
     dropout: float = Field(0.5, ge=0.0, lt=1.0, description="Dropout probability in [0, 1).")
-    nproc_per_node: int = Field(1, ge=1, le=64, description="Trainer ranks on this machine.")
+    nproc_per_node: int = Field(1, ge=1, le=64, description="Trainer ranks on each node.")
+    nnodes: int = Field(1, ge=1, le=1024, description="Nodes (daemons) the job spans; > 1 = a multi-node job.")
+    nodes: list[str] = Field(
+        default_factory=list, max_length=1024,
+        description="The nodes by name or HOST:PORT (the submitting daemon among them); empty = the submitting daemon "
+        "and its first nnodes - 1 serving peers.",
+    )  # fmt: skip
     device: DeviceKind = Field("cpu", description="Where ranks compute: cpu (gloo) or cuda (cuda:LOCAL_RANK, NCCL).")
     checkpoint_every_steps: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = at epoch ends only.")
     seed: int = Field(0, ge=0, lt=2**63, description="Seed of shuffles, samplers and initialisation.")
@@ -59,7 +65,7 @@ class JobSpec(BaseModel):
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
     @field_validator("batch_size", "hidden", "heads", "epochs", "nproc_per_node", "checkpoint_every_steps", "seed",
-                     "max_restarts", "num_slots", "fanouts", "window", mode="before")
+                     "max_restarts", "num_slots", "fanouts", "window", "nnodes", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         """`epochs: true` in YAML is a mistake, not 1 epoch (pydantic would take a bool as an int)."""
@@ -85,6 +91,14 @@ class JobSpec(BaseModel):
             raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads} for model gat")
         if self.args and not self.script:
             raise ValueError(f"args {self.args} need a script to pass them to")
+        if self.nodes and self.nnodes not in (1, len(self.nodes)):
+            raise ValueError(f"nnodes={self.nnodes} but nodes names {len(self.nodes)}: {self.nodes}")
+        if self.nodes and len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"nodes {self.nodes} names a node twice")
+        if len(self.nodes) == 1:
+            raise ValueError(f"nodes {self.nodes}: a multi-node job needs at least 2 nodes (or none: this daemon alone)")
+        if self.nodes and self.nnodes == 1:
+            object.__setattr__(self, "nnodes", len(self.nodes))  # frozen: the one place nnodes follows nodes
         return self
 
     @property
@@ -94,7 +108,12 @@ class JobSpec(BaseModel):
 
     @property
     def world_size(self) -> int:
-        return self.nproc_per_node
+        """Ranks of the whole job: nproc_per_node on each of nnodes nodes."""
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1
 
     @classmethod
     def build(cls, values: dict[str, Any], *, source: str = "job spec") -> JobSpec:

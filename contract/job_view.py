@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from graphtier.contract.job_spec import JobSpec
 from graphtier.contract.job_state import JobState
 from graphtier.contract.traffic import TrafficCounts
@@ -54,6 +56,43 @@ class RankInfo:
     last_report: datetime | None = None
 
 
+class JobPlacementInfo(BaseModel):
+    """Where one node's part of a multi-node job stands in the job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nnodes: int = Field(ge=2, le=1024)
+    node_rank: int = Field(ge=0)
+    rdzv_endpoint: str = Field(min_length=3)
+    rdzv_id: str = Field(min_length=1, max_length=200)
+    coordinator: str = Field(min_length=3, description="HOST:PORT of the coordinating daemon (node rank 0).")
+    coordinator_job_id: str = Field(min_length=1)
+    local_addr: str = Field(min_length=1, description="Address this node's ranks are reached at (torchrun --local-addr).")
+    dataset_version: str = ""
+    peer_timeout_s: float = Field(default=15.0, gt=0, le=3600)
+
+    @property
+    def rdzv_host(self) -> bool:
+        """True on node rank 0 (the coordinator), whose torchrun agent hosts the rendezvous store."""
+        return self.node_rank == 0
+
+
+
+@dataclass(frozen=True)
+class JobNodeInfo:
+    """One node's part of a multi-node job, as the coordinating daemon last saw it."""
+
+    node: str
+    address: str
+    node_rank: int
+    job_id: str = ""
+    state: JobState = JobState.PENDING
+    message: str = ""
+    progress: JobProgressInfo | None = None
+    ranks: list[RankInfo] = field(default_factory=list)
+    log_path: str = ""
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """A job as GetJob returns it."""
@@ -72,6 +111,8 @@ class JobInfo:
     restarts: int = 0
     log_path: str = ""
     notes: list[str] = field(default_factory=list)  # advice noticed at submit (jobs.proto Job.notes)
+    placement: JobPlacementInfo | None = None  # a part of a multi-node job: where it stands in the job
+    nodes: list[JobNodeInfo] = field(default_factory=list)  # on the coordinating daemon: every node's part
 
 
 @dataclass(frozen=True)

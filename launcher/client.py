@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from graphtier.contract import conversions, job_conversions
+from graphtier.contract import cluster_conversions, conversions, job_conversions
+from graphtier.contract.cluster import ClusterView, PushResult
 from graphtier.contract.job_spec import JobSpec
 from graphtier.contract.job_view import JobEvent, JobInfo
 from graphtier.contract.job_state import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
@@ -34,6 +35,8 @@ from graphtier.contract.status import DaemonStatus
 from graphtier.v1 import (
     channels_pb2,
     channels_pb2_grpc,
+    cluster_pb2,
+    cluster_pb2_grpc,
     datasets_pb2,
     datasets_pb2_grpc,
     jobs_pb2,
@@ -108,6 +111,7 @@ class DaemonClient:
         self._progress = progress_pb2_grpc.ProgressServiceStub(self._channel)
         self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._channels = channels_pb2_grpc.ChannelServiceStub(self._channel)
+        self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
 
     def __enter__(self) -> DaemonClient:
         return self
@@ -186,6 +190,13 @@ class DaemonClient:
         request = jobs_pb2.SubmitJobRequest(spec=job_conversions.spec_to_proto(spec))
         return job_conversions.job_from_proto(self._call(self._jobs.SubmitJob, request, 600.0))
 
+    def attach_job(self, spec: JobSpec, launch_id: str, node_rank: int, agent_pid: int) -> tuple[JobInfo, str]:
+        """This node's part of a launch another launcher started (a TrainJob's torchrun): (job, job token)."""
+        request = jobs_pb2.AttachJobRequest(spec=job_conversions.spec_to_proto(spec), launch_id=launch_id,
+                                            node_rank=node_rank, agent_pid=agent_pid)  # fmt: skip
+        reply = self._call(self._jobs.AttachJob, request, 600.0)
+        return job_conversions.job_from_proto(reply.job), reply.job_token
+
     def get_job(self, job_id: str) -> JobInfo:
         return job_conversions.job_from_proto(self._call(self._jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id)))
 
@@ -201,11 +212,12 @@ class DaemonClient:
         return job_conversions.job_from_proto(self._call(self._jobs.CancelJob, request, 120.0))
 
     def job_events(
-        self, job_id: str, *, from_sequence: int = 0, follow: bool = False, include_logs: bool = False
+        self, job_id: str, *, from_sequence: int = 0, follow: bool = False, include_logs: bool = False, node: str = ""
     ) -> Iterator[JobEvent]:
-        """A job's events in order; with `follow`, until the job ends."""
+        """A job's events in order; with `follow`, until the job ends. `node`: of that node's part of a
+        multi-node job (relayed by its coordinating daemon)."""
         request = jobs_pb2.StreamJobEventsRequest(
-            job_id=job_id, from_sequence=from_sequence, follow=follow, include_logs=include_logs
+            job_id=job_id, from_sequence=from_sequence, follow=follow, include_logs=include_logs, node=node
         )
         stream = self._jobs.StreamJobEvents(request, timeout=None if follow else self.timeout_s, metadata=self._metadata)
         try:
@@ -217,6 +229,17 @@ class DaemonClient:
             raise DaemonRequestError(error.code().name, error.details() or "") from None
         finally:
             stream.cancel()
+
+    # Cluster
+
+    def cluster_view(self) -> ClusterView:
+        """Every node of the daemon's cluster (itself first), each asked now."""
+        return cluster_conversions.view_from_proto(self._call(self._cluster.GetCluster, cluster_pb2.GetClusterRequest()))
+
+    def push_dataset(self, name: str, node: str, *, replace: bool = False, timeout_s: float = 3600.0) -> PushResult:
+        """Have the daemon stream its prepared dataset `name` to peer `node` (checked, atomic there)."""
+        request = cluster_pb2.PushDatasetRequest(name=name, node=node, replace=replace)
+        return cluster_conversions.push_from_proto(self._call(self._cluster.PushDataset, request, timeout_s))
 
     # Channels
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from graphtier.launcher.cli import cluster, dataset, dataset_serving, demo, doctor, job, metrics
+from graphtier.launcher.cli import cluster, dataset, dataset_push, dataset_serving, demo, doctor, job, metrics
 
 ORDER_OF_USE = ("demo", "dataset", "cluster", "job", "metrics", "doctor")
 
@@ -50,6 +50,7 @@ def _options(
 
 
 dataset_serving.register(dataset.app)
+dataset_push.register(dataset.app)
 app.add_typer(dataset.app, name="dataset")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(job.app, name="job")

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
+from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
 
 app = typer.Typer(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
 
@@ -180,7 +180,7 @@ def _clean_after_kill(directory: Path) -> None:
 
 @app.command()
 def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -> None:
-    """Endpoints, pid, uptime, health and loaded datasets of the daemon."""
+    """Endpoints, pid, uptime, health and loaded datasets of the daemon, and every node of its cluster."""
     from graphtier.launcher.client import DaemonClient
 
     with error_boundary():
@@ -188,6 +188,7 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
             health = client.health()
             snapshot = client.status()
             datasets = client.list_datasets()
+            nodes = client.cluster_view().nodes
         endpoints = client.endpoints
         if json_out:
             emit_json({
@@ -196,6 +197,7 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
                 "endpoints": endpoints.model_dump(mode="json") if endpoints else None,
                 "datasets": [d.model_dump(mode="json") for d in datasets],
                 "jobs": [{"job_id": j.job_id, "state": j.state, "dataset": j.dataset} for j in snapshot.jobs],
+                "cluster": [n.model_dump(mode="json") for n in nodes],
             })  # fmt: skip
             return
         uptime = f"up {snapshot.uptime_seconds:.0f} s"
@@ -211,3 +213,23 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
             resident = human_bytes(d.resident_bytes)
             table.add_row(d.name, str(d.num_nodes), str(d.num_edges), resident, ", ".join(d.job_ids))
         console.print(table if datasets else "  no datasets loaded")
+        if len(nodes) > 1:
+            console.print(_cluster_table(nodes))
+
+
+def _cluster_table(nodes) -> Table:
+    """One row per node: health (or why not), load, memory, datasets with their versions."""
+    table = compact_table("node", "address", "health", "load 1/5/15", "cpus", "free", "jobs", "datasets", title="cluster")
+    problems = []
+    for n in nodes:
+        name = f"{n.name}*" if n.is_self else n.name
+        if not n.serving:
+            table.add_row(name, n.address, n.health, "", "", "", "", "")
+            problems.append(f"  {n.describe()}: {n.message}")
+            continue
+        load = f"{n.load.load1:.1f}/{n.load.load5:.1f}/{n.load.load15:.1f}"
+        sets = ", ".join(f"{d.name}@{d.version[:8]}" for d in n.datasets) or "-"
+        table.add_row(name, n.address, n.health, load, str(n.load.cpus), human_bytes(n.load.memory_available_bytes),
+                      str(n.load.active_jobs), sets)  # fmt: skip
+    table.caption = "* this daemon" + ("\n" + "\n".join(problems) if problems else "")
+    return table

@@ -46,6 +46,8 @@ def job_dict(job: JobInfo) -> dict[str, Any]:
     for name in ("progress", "result"):
         out[name] = dataclasses.asdict(out[name]) if out[name] is not None else None
     out["ranks"] = [dataclasses.asdict(rank) for rank in job.ranks]
+    out["placement"] = job.placement.model_dump(mode="json") if job.placement is not None else None
+    out["nodes"] = [{**dataclasses.asdict(n), "state": n.state.value} for n in job.nodes]
     return out
 
 
@@ -58,8 +60,9 @@ def _wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
 
 def describe(job: JobInfo) -> str:
     """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
+    where = f" x {job.spec.nnodes} nodes" if job.spec.nnodes > 1 else ""
     lines = _wrapped(f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
-                     f"{job.spec.nproc_per_node} rank(s), {job.spec.epochs} epoch(s)", first="")  # fmt: skip
+                     f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s)", first="")  # fmt: skip
     p = job.progress
     if p is not None and p.total_steps:
         done = min(p.global_step, p.total_steps)
@@ -71,6 +74,12 @@ def describe(job: JobInfo) -> str:
         r = job.result
         lines.append(f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "
                      f"final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s")  # fmt: skip
+    for node in job.nodes:
+        step = f", step {node.progress.global_step}" if node.progress else ""
+        ranks = ",".join(str(r.rank) for r in node.ranks) or "-"
+        lines += _wrapped(f"node {node.node_rank} {node.node} ({node.address}): job {node.job_id or '-'} "
+                          f"[{node.state.value}] ranks {ranks}{step}" + (f": {node.message}" if node.message else ""),
+                          first="  ", rest="      ")  # fmt: skip
     if job.message:
         lines += _wrapped(job.message)
     for note in job.notes:
@@ -126,6 +135,16 @@ def script_path(script: Path, what: str = "--script") -> str:
     return str(resolved)
 
 
+def split_nodes(text: str) -> list[str]:
+    """--nodes a,b,c as a list; GraphtierError naming the value when a name is empty."""
+    from graphtier.service.errors import GraphtierError
+
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not part for part in parts):
+        raise GraphtierError(f"--nodes {text!r}: give node names or HOST:PORT addresses separated by commas")
+    return parts
+
+
 def split_args(text: str) -> list[str]:
     """--script-args as a shell would split it."""
     import shlex
@@ -152,6 +171,8 @@ def submit(
     weight_decay: Annotated[Optional[float], typer.Option(help="Adam L2 weight decay")] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu, or cuda (one GPU per rank)")] = None,
     nproc_per_node: Annotated[Optional[int], typer.Option(help="trainer ranks (torchrun --nproc-per-node)")] = None,
+    nnodes: Annotated[Optional[int], typer.Option(help="nodes (daemons) the job spans: this one and its first peers")] = None,
+    nodes: Annotated[Optional[str], typer.Option(help="the nodes by name or HOST:PORT, this one among them: a,b,c")] = None,
     checkpoint_every_steps: Annotated[Optional[int], typer.Option(help="0 = at epoch ends only")] = None,
     seed: Annotated[Optional[int], typer.Option(help="seed of shuffles, samplers and init")] = None,
     max_restarts: Annotated[Optional[int], typer.Option(help="torchrun --max-restarts")] = None,
@@ -182,6 +203,7 @@ def submit(
                  "dropout": dropout, "weight_decay": weight_decay, "device": device, "nproc_per_node": nproc_per_node,
                  "checkpoint_every_steps": checkpoint_every_steps, "seed": seed, "max_restarts": max_restarts,
                  "name": name, "script": script_path(script) if script else None,
+                 "nnodes": nnodes, "nodes": split_nodes(nodes) if nodes is not None else None,
                  "args": split_args(script_args) if script_args is not None else None,
                  "storage_reads": storage_reads, "window": window, "on_nonfinite": on_nonfinite}  # fmt: skip
         if spec is not None:
@@ -254,6 +276,7 @@ def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False
 def logs(
     job_id: Annotated[str, typer.Argument(help="job id")],
     follow_logs: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the job ends")] = False,
+    node: Annotated[str, typer.Option("--node", help="a multi-node job's part on this node (name or HOST:PORT)")] = "",
     runtime_dir: RuntimeDirOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -263,7 +286,7 @@ def logs(
     with error_boundary():
         with _client(runtime_dir) as client:
             try:
-                for event in client.job_events(job_id, follow=follow_logs, include_logs=True):
+                for event in client.job_events(job_id, follow=follow_logs, include_logs=True, node=node):
                     line = event.log
                     if line is None:
                         continue

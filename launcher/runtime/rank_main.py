@@ -1,5 +1,8 @@
 """`python -m graphtier.launcher.runtime.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`: one torchrun rank.
 
+(`--spec job.yaml` instead of --job-id: a rank another launcher started, e.g. a Kubeflow TrainJob's
+torchrun; it attaches to its node's daemon first, see `attach.py`.)
+
 The daemon's job manager launches this under torchrun. Without `--script` the rank trains the
 job's built-in model through the public API (`graphtier.launcher.loader`: connect, then `fit`).
 With `--script` it runs the user's file as `__main__` (sys.argv = [FILE, *ARGS], the file's
@@ -20,6 +23,7 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
+from graphtier.launcher.runtime.attach import attach
 from graphtier.launcher.runtime.loader import env_rank
 from graphtier.launcher.runtime.rank_output import install_rank_output
 from graphtier.service.daemon.rank_failures import write_rank_failure
@@ -62,15 +66,30 @@ def _from_script(tb: TracebackType | None, script: Path | None) -> TracebackType
     return tb
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m graphtier.launcher.runtime.rank_main", description=__doc__.split("\n")[0])
-    parser.add_argument("--job-id", required=True, help="id of the job (from SubmitJob)")
-    parser.add_argument("--runtime-dir", required=True, type=Path, help="the daemon's runtime directory")
+    parser.add_argument("--job-id", help="id of the job (from SubmitJob); or --spec")
+    parser.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory (with --job-id)")
+    parser.add_argument("--spec", type=Path, help="a YAML job spec: this rank was started by another launcher (a "
+                        "Kubeflow TrainJob's torchrun) and attaches to its node's daemon")
     parser.add_argument("--script", type=Path, help="the user's training script (absolute path)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: the script's arguments")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if (args.job_id is None) == (args.spec is None) or (args.job_id is not None and args.runtime_dir is None):
+        parser.error("give --job-id and --runtime-dir (a job the daemon started), or --spec (attach to it)")
     rank = env_rank()
     install_rank_output(rank)
+    if args.spec is not None:
+        try:
+            args.job_id, args.runtime_dir = attach(args.spec)
+        except GraphtierError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
     os.environ["GRAPHTIER_JOB_ID"], os.environ["GRAPHTIER_RUNTIME_DIR"] = args.job_id, str(args.runtime_dir)
     script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
     try:

@@ -116,7 +116,7 @@ class TrainSession:
         self.started = time.perf_counter()  # training time starts here, not with the imports and set-up before
         ckpt_dir = self.config.checkpoint_dir
         if ckpt_dir is not None:
-            if self.ctx.rank == 0:
+            if self.ctx.local_rank == 0:  # one writer per node: each node's job directory has its own checkpoints
                 remove_partial_writes(ckpt_dir)
             self.resumed_from = latest_checkpoint(ckpt_dir)
             if self.resumed_from is not None:
@@ -154,7 +154,7 @@ class TrainSession:
         self.report(event)
 
     def checkpoint(self, at: TrainPosition) -> None:
-        if self.config.checkpoint_dir is not None and self.ctx.rank == 0 and self.module is not None:
+        if self.config.checkpoint_dir is not None and self.ctx.local_rank == 0 and self.module is not None:
             assert self.optimizer is not None
             self.last_checkpoint = save_checkpoint(
                 self.config.checkpoint_dir, at, self.module.state_dict(), self.optimizer.state_dict(),

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from graphtier.contract.endpoints import default_dataset_root, default_runtime_dir
 from graphtier.contract.errors import DaemonConfigError
+from graphtier.service.daemon.cluster.settings import ClusterConfig
 
 GPU_TIERS_ENV = "GRAPHTIER_GPU_TIERS"
 SOCKET_FILE = "daemon.sock"
@@ -138,6 +139,11 @@ class DaemonConfig(BaseModel):
     device_reserve: str = Field(
         default="25%", min_length=1, description="With device_budget auto: GPU memory left free for training."
     )
+    cluster: ClusterConfig = Field(
+        default_factory=ClusterConfig,
+        description="Peers (other daemons' TCP HOST:PORT, or a hosts file), this node's name and the peer timeout; "
+        "empty = a one-node daemon.",
+    )
 
     @field_validator("device_budget", "device_reserve", "shm_budget")
     @classmethod
@@ -220,6 +226,17 @@ class DaemonConfig(BaseModel):
             raise ValueError("insecure, tls_cert and tls_key apply to the TCP listener: give tcp too")
         return self
 
+    @model_validator(mode="after")
+    def _check_cluster(self) -> DaemonConfig:
+        if self.cluster.enabled and self.tcp is None:
+            raise ValueError("cluster peers are reached over TCP, and reach this daemon the same way: give tcp too")
+        if self.cluster.enabled and self.cluster.advertise is None and self.tcp_address is not None:
+            host, port = self.tcp_address
+            if host in ("0.0.0.0", "::", "") or port == 0:
+                raise ValueError(f"tcp {self.tcp!r} is no address peers can reach: give cluster.advertise HOST:PORT "
+                                 "(or a concrete tcp host and port)")  # fmt: skip
+        return self
+
     @property
     def state_path(self) -> Path:
         """The state directory (job history), with its default applied."""
@@ -258,6 +275,15 @@ class DaemonConfig(BaseModel):
                         "state_dir"):
                 if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
                     data[key] = str(path.parent / data[key])
+            if isinstance(data.get("cluster"), dict):
+                for key in ("peers_file", "peer_ca"):
+                    value = data["cluster"].get(key)
+                    if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+                        data["cluster"][key] = str(path.parent / value)
+        cluster = {key.removeprefix("cluster_"): overrides.pop(key) for key in list(overrides) if key.startswith("cluster_")}
+        cluster = {key: value for key, value in cluster.items() if value not in (None, [])}
+        if cluster:
+            data["cluster"] = {**(data.get("cluster") or {}), **cluster}
         data.update({key: value for key, value in overrides.items() if value is not None})
         try:
             return cls.model_validate(data)

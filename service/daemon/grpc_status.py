@@ -20,6 +20,7 @@ from graphtier.contract.errors import (
     DaemonError,
     DatasetConflictError,
     DatasetInUseError,
+    DatasetTransferError,
     InvalidReportError,
     InvalidRequestError,
     UnknownDatasetError,
@@ -32,6 +33,7 @@ log = logging.getLogger("graphtierd")
 # Most specific first: the first class the error is an instance of decides.
 _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (UnknownDatasetError, grpc.StatusCode.NOT_FOUND),
+    (DatasetTransferError, grpc.StatusCode.DATA_LOSS),
     (UnknownJobError, grpc.StatusCode.NOT_FOUND),
     (DatasetConflictError, grpc.StatusCode.ALREADY_EXISTS),
     (DatasetInUseError, grpc.StatusCode.FAILED_PRECONDITION),

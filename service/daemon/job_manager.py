@@ -4,7 +4,9 @@ Submission validates the spec, loads the dataset (the shared copy: several jobs 
 dataset share its tiers), creates `<runtime_dir>/jobs/<id>/` and starts a `JobRunner` on its
 own thread; the call returns at once with the job PENDING/STARTING. The manager owns the
 job's event log and assembles `JobInfo` from the job table, the progress tracker and the
-runner.
+runner. A part of a multi-node job (`submit_part`) is a job like any other plus its
+`PartHooks` (cluster/part_watch.py): called every tick (a lost node fails the job), when the
+part ends (the other nodes' parts are stopped), and when it is shown (every node's part).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,6 +27,7 @@ from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.job_conversions import job_from_proto, job_to_proto
 from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_notes import spec_notes
+from graphtier.service.daemon.external_launch import ExternalAgent, ExternalLaunch
 from graphtier.service.daemon.job_runner import JobRunner
 from graphtier.contract.job_spec import JobSpec
 from graphtier.contract.layouts import ChannelGrant, DatasetLayoutInfo
@@ -34,6 +38,11 @@ from graphtier.service.daemon.progress import ProgressTracker
 from graphtier.contract.progress import Phase, ProducerFigures, ProgressReport
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.v1 import jobs_pb2
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from graphtier.service.daemon.cluster.part_watch import PartHooks
 
 log = logging.getLogger("graphtierd")
 CANCEL_WAIT_S = 60.0
@@ -52,6 +61,7 @@ class _Job:
     notes: list[str] = field(default_factory=list)
     layout: DatasetLayoutInfo | None = None  # the dataset version the job started with, for its ranks
     saved: bytes = b""  # the Job message written to the job store when it ended
+    part: PartHooks | None = None  # a part of a multi-node job: how it watches the other nodes
 
 
 def check_script(script: Path) -> None:
@@ -78,6 +88,8 @@ class JobManager:
         self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
         self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
         self.keep_checkpoints, self.retire_after_s = keep_checkpoints, retire_after_s
+        self._attach_lock = threading.Lock()
+        self._launches: dict[str, str] = {}  # launch id of ranks another launcher started -> job id
         jobs.on_cancel(self._on_cancel)
 
     def _new_id(self) -> str:
@@ -101,6 +113,31 @@ class JobManager:
 
     def submit(self, spec: JobSpec) -> JobInfo:
         """Validate, load the dataset, and start the job on its own thread."""
+        if spec.multi_node:
+            raise InvalidRequestError(f"job spec: nnodes {spec.nnodes} needs a daemon with peers (see `graphtierd --peer`)")
+        return self._submit(spec, None)
+
+    def submit_part(self, spec: JobSpec, hooks: Callable[[str], PartHooks]) -> JobInfo:
+        """This node's part of a multi-node job; `hooks(job_id)` makes its watch over the other nodes."""
+        return self._submit(spec, hooks)
+
+    def attach(self, spec: JobSpec, launch: ExternalLaunch) -> tuple[JobInfo, str]:
+        """This node's part of a launch another launcher started (AttachJob): the job, made by the
+        launch's first rank here, and its token."""
+        with self._attach_lock:
+            job_id = self._launches.get(launch.launch_id)
+            if job_id is not None and not self.table.get(job_id).state.final:
+                return self.get(job_id), self.table.get(job_id).token
+            info = self._submit(spec, None, launch=launch)
+            self._launches[launch.launch_id] = info.job_id
+            return info, self.table.get(info.job_id).token
+
+    def _ranks_done(self, job_id: str, ranks: set[int]) -> bool:
+        views = {v.rank: v for v in self.tracker.ranks(job_id)}
+        return all(r in views and views[r].trainer is not None and views[r].trainer.phase == Phase.DONE for r in ranks)
+
+    def _submit(self, spec: JobSpec, hooks: Callable[[str], PartHooks] | None,
+                launch: ExternalLaunch | None = None) -> JobInfo:  # fmt: skip
         if spec.device == "cuda" and torch.cuda.device_count() < spec.nproc_per_node:
             raise InvalidRequestError(
                 f"job spec: device 'cuda' needs one CUDA device per rank, but this machine's torch sees "
@@ -122,10 +159,14 @@ class JobManager:
         job_dir = self.runtime_dir / "jobs" / job_id
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
         events = JobEventLog(job_id)
+        part = hooks(job_id) if hooks is not None else None
+        external = None if launch is None else ExternalAgent(launch, job_dir, spec.nproc_per_node,
+                                                             lambda ranks: self._ranks_done(job_id, ranks))  # fmt: skip
         runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log,
-                           stall_timeout_s=self.stall_timeout_s)
+                           stall_timeout_s=self.stall_timeout_s, placement=part.placement if part else None,
+                           external=external)  # fmt: skip
         job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes, notes=spec_notes(spec, loaded.handle),
-                   layout=loaded)
+                   layout=loaded, part=part)
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name,
@@ -150,8 +191,9 @@ class JobManager:
         for fanout in spec.fanouts:
             sampled *= (fanout if fanout > 0 else 16) + 1
         slot = min(sampled, plan.num_nodes) * (plan.row_bytes + 64)  # features plus sampled structure, roughly
-        memory = spec.world_size * (RANK_MEMORY_BYTES + 2 * slot)
-        return Demand(cores=spec.world_size, memory_bytes=memory, gpus=spec.world_size if spec.device == "cuda" else 0)
+        local = spec.nproc_per_node  # this node's ranks (the other nodes' daemons admit theirs)
+        memory = local * (RANK_MEMORY_BYTES + 2 * slot)
+        return Demand(cores=local, memory_bytes=memory, gpus=local if spec.device == "cuda" else 0)
 
     def _queued(self, job_id: str, job: _Job, why: str) -> None:
         message = f"queued: {why}"
@@ -182,11 +224,23 @@ class JobManager:
             message = f"the job's supervisor failed: {exc!r}"
         finally:
             self._tick(job_id, job)
+            outcome, message = self._end_part(job_id, job, outcome, message)
             self._prune_checkpoints(job, JobState(outcome))  # before the end is visible: no path that then vanishes
             self._move(job_id, job, JobState(outcome), message)
             self._keep(job_id)
             job.events.close()
             job.done.set()
+
+    def _end_part(self, job_id: str, job: _Job, outcome: str, message: str) -> tuple[str, str]:
+        """A part of a multi-node job ended here: the other nodes' parts are told, and the whole job's
+        outcome decided (a lost node is the cause, not the symptom)."""
+        if job.part is None:
+            return outcome, message
+        try:
+            return job.part.finish(outcome, message)
+        except Exception:  # noqa: BLE001  (the job must still end)
+            log.exception("job %s: ending its parts on the other nodes failed", job_id)
+            return outcome, message
 
     def _keep(self, job_id: str) -> None:
         """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart)."""
@@ -227,6 +281,10 @@ class JobManager:
 
     def _tick(self, job_id: str, job: _Job) -> None:
         """Producers' counters -> tracker; STARTING -> RUNNING at the first step; progress events."""
+        if job.part is not None and not job.runner.cancel_event.is_set():
+            problem = job.part.watch()
+            if problem:
+                job.runner.fail(problem)
         with job.runner.lock:
             channels = list(job.runner.channels.values())
         for channel in channels:
@@ -315,13 +373,14 @@ class JobManager:
                 ready_slots=view.producer.ready_slots if view.producer else 0, last_report=view.last_report,
             ))  # fmt: skip
         done = any(v.rank == 0 and v.trainer and v.trainer.phase == Phase.DONE for v in self.tracker.ranks(job_id))
-        return JobInfo(
+        info = JobInfo(
             job_id=job_id, spec=job.spec, state=record.state, message=record.message, created_at=record.created_at,
             started_at=job.started_at, finished_at=record.finished_at, progress=self._final_rate(job_id, job, record),
             result=self._result(job_id, job) if done or record.state == JobState.SUCCEEDED else None,
             ranks=ranks, exit_code=job.runner.exit_code, restarts=job.runner.restarts,
             log_path=str(job.runner.log_path), notes=list(job.notes),
         )  # fmt: skip
+        return info if job.part is None else job.part.decorate(info)
 
     def _final_rate(self, job_id: str, job: _Job, record: JobRecord) -> JobProgressInfo | None:
         """The latest progress; once the job has ended, with its batches/s over the whole run."""
@@ -374,6 +433,7 @@ class JobManager:
         job = self._job(job_id)
         self.table.check_rank(job_id, rank)
         channel = job.runner.channels.get(rank)
+        job.runner.released(rank)
         return channel.producer.stats().batches_consumed if channel else 0
 
     def shutdown(self) -> None:

@@ -11,6 +11,13 @@ producer that exits non-zero (killed, crashed) FAILS the job with a message nami
 and rank -- producers are not restarted behind torchrun's back, except when a restarted
 rank re-opens its channel (`reopen`). On cancel or failure everything is stopped:
 SIGTERM to torchrun's group, then SIGKILL; producers stopped; stale segments reclaimed.
+
+A part of a multi-node job (a `JobPlacementInfo`) runs this node's ranks only: torchrun with
+the job's one c10d rendezvous (`--nnodes --rdzv-endpoint --rdzv-id`, the store
+hosted by the coordinator's agent, `--local-addr` this node's address, join and read timeouts
+from the peer timeout). The rendezvous, not the daemon, decides which global ranks this node's
+processes get (it orders the nodes by address), so a part starts each producer when its rank
+first opens its channel, for the global rank the rank names (at most nproc_per_node of them).
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ import psutil
 
 from graphtier.contract.errors import DaemonError
 from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_view import JobPlacementInfo
 from graphtier.contract.job_view import LogLine
 from graphtier.contract.job_state import JOB_TOKEN_ENV
+from graphtier.service.daemon.external_launch import ExternalAgent
 from graphtier.service.daemon.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
@@ -119,8 +128,12 @@ class JobRunner:
     """The processes of one job; `run()` (on the runner's thread) returns (final state name, message, exit code)."""
 
     def __init__(self, job_id: str, spec: JobSpec, handle: SharedDatasetHandle, job_dir: Path, runtime_dir: Path,
-                 on_log: Callable[[LogLine], None], *, stall_timeout_s: float = 60.0) -> None:  # fmt: skip
+                 on_log: Callable[[LogLine], None], *, stall_timeout_s: float = 60.0,
+                 placement: JobPlacementInfo | None = None, external: ExternalAgent | None = None) -> None:  # fmt: skip
         self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.placement, self.external = placement, external
+        self.lazy_producers = placement is not None or external is not None
+        self.failure = ""  # set by fail(): the job ends FAILED with it
         self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
         self.stall_timeout_s = stall_timeout_s
         self.job_dir, self.runtime_dir = job_dir, runtime_dir
@@ -137,7 +150,7 @@ class JobRunner:
         self._stopped_since: dict[int, float] = {}  # trainer pid -> when it was first seen stopped
         self._scratch: list[Path] = []
         cpus = os.cpu_count() or 1
-        self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.world_size))
+        self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.nproc_per_node))
 
     # Producers
 
@@ -166,6 +179,8 @@ class JobRunner:
         """The rank's producer for trainer `trainer_pid`; a new trainer (a restarted rank) gets a fresh producer."""
         with self.lock:
             channel = self.channels.get(rank)
+            if channel is None and self.lazy_producers:
+                return self._first_open(rank, trainer_pid)
             if channel is None:
                 raise DaemonError(f"job {self.job_id}: the producer of rank {rank} has not started yet")
             code = channel.producer.poll()
@@ -185,10 +200,27 @@ class JobRunner:
             channel.trainer_start = process_start_time(trainer_pid) if trainer_pid else None
             return channel.producer
 
+    def _first_open(self, rank: int, trainer_pid: int) -> ProducerProcess:
+        """A multi-node part's rank opens its channel for the first time: its producer starts now."""
+        if len(self.channels) >= self.spec.nproc_per_node:
+            raise DaemonError(f"job {self.job_id}: this node runs {self.spec.nproc_per_node} rank(s), already "
+                              f"{sorted(self.channels)}; rank {rank} belongs to another node")  # fmt: skip
+        if trainer_pid:
+            self._check_own_process(trainer_pid)
+        if self.external is not None:
+            self.external.opened.add(rank)
+        channel = RankChannel(rank, self._spawn(rank, 0), trainer_pid=trainer_pid,
+                              trainer_start=process_start_time(trainer_pid) if trainer_pid else None)  # fmt: skip
+        self.channels[rank] = channel
+        return channel.producer
+
     def _check_own_process(self, pid: int) -> None:
         """DaemonError unless `pid` is a process torchrun started for this job (the daemon will
-        signal it when the job stops: it must never be someone else's process)."""
-        agent = self.torchrun.pid if self.torchrun is not None else None
+        signal it when the job stops: it must never be someone else's process). A launch the daemon
+        did not start is checked against its agent when the daemon can see it, and never signalled."""
+        if self.external is not None and not self.external.pid:
+            return
+        agent = self.external.pid if self.external is not None else self.torchrun.pid if self.torchrun else None
         try:
             parents = {p.pid for p in psutil.Process(pid).parents()}
         except psutil.Error:
@@ -204,16 +236,42 @@ class JobRunner:
 
     # The job
 
+    def fail(self, reason: str) -> None:
+        """End the job FAILED with `reason` (a lost peer node): its processes are stopped as for a cancel."""
+        self.failure = self.failure or reason
+        self.cancel_event.set()
+
+    def _rendezvous_args(self) -> list[str]:
+        """torchrun's node and rendezvous arguments: this machine alone, or this node's place in the job."""
+        p = self.placement
+        if p is None:
+            return ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                    "--rdzv-id", f"job-{self.job_id}"]  # fmt: skip
+        timeout = max(1, round(p.peer_timeout_s))
+        conf = f"is_host={str(p.rdzv_host).lower()},join_timeout={max(timeout, 30)},read_timeout={max(timeout, 30)}"
+        # no --node-rank: torchrun ignores it for c10d (and warns); the rendezvous numbers the nodes
+        return ["--nnodes", str(p.nnodes), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", p.rdzv_endpoint, "--rdzv-id", p.rdzv_id, "--rdzv-conf", conf,
+                "--local-addr", p.local_addr]  # fmt: skip
+
+    def released(self, rank: int) -> None:
+        """Rank `rank` gave its channel back (a launch the daemon did not start ends with its ranks)."""
+        if self.external is not None:
+            with self.lock:
+                self.external.released.add(rank)
+
     def _start(self) -> None:
-        for rank in range(self.spec.world_size):
+        if self.external is not None:
+            return  # the launcher's torchrun runs the ranks; producers start as they open their channels
+        for rank in range(self.spec.nproc_per_node) if not self.lazy_producers else ():
             if self.cancel_event.is_set():
                 return
             producer = self._spawn(rank, 0)
             with self.lock:
                 self.channels[rank] = RankChannel(rank, producer)
         argv = [
-            "--nnodes", "1", "--nproc-per-node", str(self.spec.world_size), "--max-restarts", str(self.spec.max_restarts),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", f"job-{self.job_id}",
+            *self._rendezvous_args(), "--nproc-per-node", str(self.spec.nproc_per_node),
+            "--max-restarts", str(self.spec.max_restarts),
             "--log-dir", str(self.job_dir / "torchelastic"),  # not a torchelastic_* directory left in /tmp
             "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
         ]  # fmt: skip
@@ -283,13 +341,20 @@ class JobRunner:
             while True:
                 self.pump_logs()
                 if self.cancel_event.is_set():
+                    if self.failure:
+                        return "failed", self.failure, self._stop_all()
                     return "cancelled", self.cancel_reason or "cancelled", self._stop_all()
                 died = self._failed_producer() or self._stopped_rank()
                 if died is not None:
                     self._stop_all()
                     return "failed", died, self.exit_code
-                assert self.torchrun is not None
-                code = self.torchrun.poll()
+                agent = self.external if self.external is not None else self.torchrun
+                assert agent is not None
+                code = agent.poll()
+                if code is not None and self.external is not None:
+                    self.exit_code = code
+                    tick()
+                    return ("succeeded", "", code) if code == 0 else ("failed", self.external.why, code)
                 if code is not None:
                     self.exit_code = code
                     tick()
@@ -302,6 +367,8 @@ class JobRunner:
                 time.sleep(TICK_S)
         except DaemonError as exc:
             self._stop_all()
+            if self.failure:
+                return "failed", self.failure, self.exit_code
             return ("cancelled", self.cancel_reason, self.exit_code) if self.cancel_event.is_set() else (
                 "failed", str(exc), self.exit_code)  # fmt: skip
         finally:
@@ -324,6 +391,8 @@ class JobRunner:
             channels = list(self.channels.values())
         for channel in channels:
             started = channel.trainer_start
+            if self.external is not None:
+                started = None  # another launcher's ranks: never signalled by the daemon
             if channel.trainer_pid and started is not None and process_start_time(channel.trainer_pid) == started:
                 with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
                     os.kill(channel.trainer_pid, signal.SIGKILL)

@@ -6,16 +6,23 @@ Conversions live in `job_conversions.py`; errors become status codes in `grpc_st
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import grpc
 
 from graphtier.contract import job_conversions as convert
+from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.layouts import grant_to_proto
+from graphtier.service.daemon.external_launch import ExternalLaunch
 from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.shm.naming import process_start_time
 from graphtier.service.daemon.job_events import JobEventLog
 from graphtier.service.daemon.job_manager import JobManager
 from graphtier.contract.job_state import JOB_TOKEN_HEADER
 from graphtier.v1 import channels_pb2, channels_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+if TYPE_CHECKING:
+    from graphtier.service.daemon.cluster.node import ClusterNode
 
 
 
@@ -25,14 +32,30 @@ def _job_token(context: grpc.ServicerContext) -> str:
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    """SubmitJob, GetJob, ListJobs, CancelJob, StreamJobEvents."""
+    """SubmitJob, AttachJob, GetJob, ListJobs, CancelJob, StreamJobEvents."""
 
-    def __init__(self, manager: JobManager) -> None:
-        self.manager = manager
+    def __init__(self, manager: JobManager, cluster: ClusterNode | None = None) -> None:
+        self.manager, self.cluster = manager, cluster
 
     @grpc_method
     def SubmitJob(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
-        return convert.job_to_proto(self.manager.submit(convert.spec_from_proto(request.spec)))
+        spec = convert.spec_from_proto(request.spec)
+        if spec.multi_node and self.cluster is not None:
+            return convert.job_to_proto(self.cluster.submit(spec))
+        return convert.job_to_proto(self.manager.submit(spec))
+
+    @grpc_method
+    def AttachJob(self, request: jobs_pb2.AttachJobRequest, context: grpc.ServicerContext) -> jobs_pb2.AttachJobResponse:
+        spec = convert.spec_from_proto(request.spec)
+        if not request.launch_id or len(request.launch_id) > 512:
+            raise InvalidRequestError(f"AttachJob: launch_id {request.launch_id[:100]!r} must be 1-512 characters")
+        agent = int(request.agent_pid)
+        launch = ExternalLaunch(launch_id=request.launch_id, node_rank=request.node_rank, agent_pid=agent,
+                                agent_start=process_start_time(agent) if agent > 0 else None)  # fmt: skip
+        if agent > 0 and launch.agent_start is None:  # not visible here (another PID namespace): not watched
+            launch = ExternalLaunch(launch_id=request.launch_id, node_rank=request.node_rank)
+        job, token = self.manager.attach(spec, launch)
+        return jobs_pb2.AttachJobResponse(job=convert.job_to_proto(job), job_token=token)
 
     @grpc_method
     def GetJob(self, request: jobs_pb2.GetJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
@@ -51,10 +74,47 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def StreamJobEvents(
         self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[jobs_pb2.JobEvent]:
+        if request.node:
+            yield from self._node_events(request, context)
+            return
         events = self._event_log(request, context)
         for event in events.follow(request.from_sequence, follow=request.follow, include_logs=request.include_logs,
                                    alive=context.is_active):  # fmt: skip
             yield convert.event_to_proto(event)
+
+    def _node_events(self, request: jobs_pb2.StreamJobEventsRequest,
+                     context: grpc.ServicerContext) -> Iterator[jobs_pb2.JobEvent]:  # fmt: skip
+        """A multi-node job's events on one of its nodes, relayed from that node's daemon."""
+        part = self._part(request, context)
+        if part is None:  # this daemon's own part
+            forwarded = jobs_pb2.StreamJobEventsRequest()
+            forwarded.CopyFrom(request)
+            forwarded.node = ""
+            yield from self.StreamJobEvents(forwarded, context)
+            return
+        client, job_id = part
+        forwarded = jobs_pb2.StreamJobEventsRequest(job_id=job_id, from_sequence=request.from_sequence,
+                                                    follow=request.follow, include_logs=request.include_logs)  # fmt: skip
+        try:
+            for event in client.job_events(forwarded):
+                if not context.is_active():
+                    return
+                yield event
+        except DaemonError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
+    @grpc_method
+    def _part(self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext):
+        """(client, job id there) of the node `request.node` names in the job, None for this daemon."""
+        job = self.manager.get(request.job_id)
+        for node in job.nodes:
+            if request.node in (node.node, node.address):
+                if node.node_rank == 0:
+                    return None
+                assert self.cluster is not None and self.cluster.cluster is not None
+                return self.cluster.cluster.client(node.address), node.job_id
+        names = ", ".join(n.node for n in job.nodes) or "none: it is not a multi-node job coordinated here"
+        raise InvalidRequestError(f"job {request.job_id} has no part on node {request.node!r} (its nodes: {names})")
 
     @grpc_method
     def _event_log(self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext) -> JobEventLog:

@@ -74,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device-budget", help="device-tier bytes per GPU, e.g. 24GiB or 50%% "
                         "(default auto: free memory less --device-reserve)")
     parser.add_argument("--device-reserve", help="with --device-budget auto: GPU memory left for training (default 25%%)")
+    parser.add_argument("--peer", action="append", dest="cluster_peers", metavar="HOST:PORT",
+                        help="another daemon of the cluster (its --tcp address); repeat for each")
+    parser.add_argument("--peers-file", type=Path, dest="cluster_peers_file",
+                        help="hosts file: one HOST:PORT per line, '#' comments; this node's own line is skipped")
+    parser.add_argument("--node-name", dest="cluster_node_name", help="this node's name in the cluster (default its address)")
+    parser.add_argument("--advertise", dest="cluster_advertise", metavar="HOST:PORT",
+                        help="the address peers reach this daemon at (default the --tcp address)")
+    parser.add_argument("--peer-ca", type=Path, dest="cluster_peer_ca",
+                        help="PEM certificate(s) to trust for peers' TLS (default this daemon's own certificate)")
+    parser.add_argument("--peer-timeout", type=float, dest="cluster_peer_timeout_s",
+                        help="seconds a peer may not answer before a job spanning it fails (default 15)")
     return parser
 
 

@@ -24,6 +24,8 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from graphtier.service.daemon.cluster.node import ClusterNode
+from graphtier.service.daemon.cluster.node_info import SelfDescription
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.datasets import DatasetRegistry
 from graphtier.contract.errors import DaemonError
@@ -104,6 +106,30 @@ class Daemon:
         self._serving = False
         self._stopped = False
         self.tls_cert: Path | None = None
+        self._token: str | None = None
+        self.cluster = ClusterNode(config.cluster, dataset_root=config.dataset_root, describe=self._describe_node,
+                                   submit_part=self.job_manager.submit_part,
+                                   cancel_local=self.job_manager.cancel)  # fmt: skip
+
+    def _describe_node(self, name: str, address: str) -> SelfDescription:
+        """This daemon as a node of its cluster, named `name`, reached at `address`."""
+        return SelfDescription(
+            name=name, address=address, dataset_root=self.config.dataset_root,
+            loaded=lambda: {d.name for d in self.datasets.loaded()},
+            active_jobs=lambda: sum(n for state, n in self.jobs.counts_by_state().items() if not state.final),
+            serving=lambda: self._serving, gpus=torch.cuda.device_count(), started_at=self.started_at,
+        )  # fmt: skip
+
+    def _join_cluster(self, tcp: str | None) -> None:
+        """Peers are called with this daemon's token over TLS trusting peer_ca (default: its own certificate)."""
+        trusted = None
+        if tcp is not None and not self.config.insecure:
+            ca = self.config.cluster.peer_ca or self.tls_cert
+            try:
+                trusted = ca.read_bytes() if ca is not None else None
+            except OSError as exc:
+                raise DaemonError(f"cannot read the peers' CA certificate {ca} ({exc.strerror})") from None
+        self.cluster.bind(tcp, token=self._token, trusted_pem=trusted)
 
     def _cancel_jobs(self, job_ids: list[str], reason: str) -> None:
         for job_id in job_ids:
@@ -196,7 +222,7 @@ class Daemon:
         """The token check for TCP callers and the TLS credentials of the TCP listener (None: plaintext)."""
         if self.config.tcp_address is None:
             return [], None
-        token = ensure_token(self.config.token_path)
+        token = self._token = ensure_token(self.config.token_path)
         if self.config.insecure:
             log.warning("SECURITY: gRPC on tcp %s is PLAINTEXT (--insecure): the token and every reply cross the "
                         "network unencrypted", self.config.tcp)  # fmt: skip
@@ -217,7 +243,7 @@ class Daemon:
         )
         self._grpc = server
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        add_servicers(server, self.datasets, self.tracker, self.job_manager)
+        add_servicers(server, self.datasets, self.tracker, self.job_manager, self.cluster)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         daemon_file_dir(self.config.socket.parent, self.config.runtime_dir, self.config.socket_gid)
         try:
@@ -238,6 +264,7 @@ class Daemon:
             except RuntimeError as exc:
                 raise DaemonError(f"cannot listen for gRPC on tcp {self.config.tcp}: {exc}") from None
             tcp = f"{shown}:{bound}"
+        self._join_cluster(tcp)
         server.start()
         return tcp
 
@@ -287,6 +314,7 @@ class Daemon:
         self.job_manager.shutdown()  # every job's processes end before the tiers they read go
         if self._grpc is not None:
             self._grpc.stop(self.config.shutdown_grace_s).wait()
+        self.cluster.close()
         if self._http is not None and self._http_thread is not None:
             self._http.should_exit = True
             self._http_thread.join(timeout=10)

@@ -19,6 +19,8 @@ from graphtier.service.daemon.progress import ProgressTracker
 from graphtier.v1 import (
     channels_pb2,
     channels_pb2_grpc,
+    cluster_pb2,
+    cluster_pb2_grpc,
     datasets_pb2,
     datasets_pb2_grpc,
     jobs_pb2,
@@ -28,6 +30,7 @@ from graphtier.v1 import (
 )
 
 if TYPE_CHECKING:
+    from graphtier.service.daemon.cluster.node import ClusterNode
     from graphtier.service.daemon.job_manager import JobManager
 
 
@@ -95,18 +98,24 @@ SERVICE_NAMES: tuple[str, ...] = (
     progress_pb2.DESCRIPTOR.services_by_name["ProgressService"].full_name,
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     channels_pb2.DESCRIPTOR.services_by_name["ChannelService"].full_name,
+    cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
 )
 
 
 def add_servicers(
-    server: grpc.Server, registry: DatasetRegistry, tracker: ProgressTracker, jobs: JobManager | None = None
+    server: grpc.Server, registry: DatasetRegistry, tracker: ProgressTracker, jobs: JobManager | None = None,
+    cluster: ClusterNode | None = None,
 ) -> None:
     """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES;
-    JobService and ChannelService only with a job manager)."""
+    JobService and ChannelService only with a job manager, ClusterService only with a cluster node)."""
     datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry, jobs), server)
     progress_pb2_grpc.add_ProgressServiceServicer_to_server(ProgressServicer(tracker), server)
     if jobs is not None:
         from graphtier.service.daemon.job_servicers import ChannelServicer, JobServicer
 
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs), server)
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, cluster), server)
         channels_pb2_grpc.add_ChannelServiceServicer_to_server(ChannelServicer(jobs), server)
+    if cluster is not None:
+        from graphtier.service.daemon.cluster.servicer import ClusterServicer
+
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(cluster), server)

@@ -32,7 +32,7 @@ from graphtier.v1 import (
 CONTRACT_FILES = {f"graphtier/v1/{name}.proto" for name in ("common", "datasets", "jobs", "channels", "progress")}
 SERVICES = {
     "graphtier.v1.DatasetService": {"LoadDataset", "UnloadDataset", "ListDatasets", "GetDatasetLayout"},
-    "graphtier.v1.JobService": {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "StreamJobEvents"},
+    "graphtier.v1.JobService": {"SubmitJob", "AttachJob", "GetJob", "ListJobs", "CancelJob", "StreamJobEvents"},
     "graphtier.v1.ChannelService": {"OpenChannel", "ReleaseChannel"},
     "graphtier.v1.ProgressService": {"ReportProgress"},
 }

@@ -165,6 +165,26 @@ class SubmitJobRequest(_message.Message):
     spec: JobSpec
     def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
 
+class AttachJobRequest(_message.Message):
+    __slots__ = ("spec", "launch_id", "node_rank", "agent_pid")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    AGENT_PID_FIELD_NUMBER: _ClassVar[int]
+    spec: JobSpec
+    launch_id: str
+    node_rank: int
+    agent_pid: int
+    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ..., launch_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., agent_pid: _Optional[int] = ...) -> None: ...
+
+class AttachJobResponse(_message.Message):
+    __slots__ = ("job", "job_token")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    JOB_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    job_token: str
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., job_token: _Optional[str] = ...) -> None: ...
+
 class GetJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

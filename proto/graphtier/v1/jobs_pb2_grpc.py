@@ -64,6 +64,11 @@ class JobServiceStub:
                 request_serializer=graphtier_dot_v1_dot_jobs__pb2.StreamJobEventsRequest.SerializeToString,
                 response_deserializer=graphtier_dot_v1_dot_jobs__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.AttachJob = channel.unary_unary(
+                '/graphtier.v1.JobService/AttachJob',
+                request_serializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobRequest.SerializeToString,
+                response_deserializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -110,6 +115,16 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttachJob(self, request, context):
+        """Attaches a rank that a launcher other than the daemon started (a Kubeflow TrainJob's
+        torchrun, which sets only PET_* variables) to its node's part of the job: the first rank of
+        a launch on this node makes the job (producers and slots for this node's ranks, no torchrun of
+        the daemon's), the others get the same one. The daemon never signals such ranks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +152,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.StreamJobEvents,
                     request_deserializer=graphtier_dot_v1_dot_jobs__pb2.StreamJobEventsRequest.FromString,
                     response_serializer=graphtier_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
+            ),
+            'AttachJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachJob,
+                    request_deserializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobRequest.FromString,
+                    response_serializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -279,6 +299,33 @@ class JobService:
             '/graphtier.v1.JobService/StreamJobEvents',
             graphtier_dot_v1_dot_jobs__pb2.StreamJobEventsRequest.SerializeToString,
             graphtier_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphtier.v1.JobService/AttachJob',
+            graphtier_dot_v1_dot_jobs__pb2.AttachJobRequest.SerializeToString,
+            graphtier_dot_v1_dot_jobs__pb2.AttachJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,75 @@
+"""A rank that a launcher other than the daemon started (a Kubeflow TrainJob's torchrun, which sets
+only PET_* variables for itself and RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+MASTER_ADDR/PORT and TORCHELASTIC_RUN_ID for its ranks) finds its node's daemon and joins the job.
+
+The daemon is the one of `$GRAPHTIER_RUNTIME_DIR`, else `$GRAPHTIER_HOME/run`, else
+`/var/run/graphtier` (the DaemonSet's hostPath). The rank sends the job spec and its launch's
+identity (AttachJob); the first rank of the launch on the node makes the node's part of the job
+(producers and slots for this node's ranks), the others join it. The rank then proceeds exactly
+as one the daemon started: GRAPHTIER_JOB_ID and the job token are set in its environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from graphtier.contract.endpoints import default_runtime_dir, read_endpoints
+from graphtier.contract.errors import DaemonNotRunningError
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_state import JOB_TOKEN_ENV
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.errors import GraphtierError
+
+RUNTIME_DIR_ENV, JOB_ID_ENV = "GRAPHTIER_RUNTIME_DIR", "GRAPHTIER_JOB_ID"
+NODE_DAEMON_DIR = Path("/var/run/graphtier")  # where the DaemonSet mounts the daemon's runtime directory
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise GraphtierError(f"environment variable {name}={raw!r} is not an integer (torchrun sets it)") from None
+
+
+def node_runtime_dir() -> Path:
+    """The runtime directory of this node's daemon (see the module docstring)."""
+    given = os.environ.get(RUNTIME_DIR_ENV)
+    if given:
+        return Path(given)
+    for candidate in (default_runtime_dir(), NODE_DAEMON_DIR):
+        if read_endpoints(candidate) is not None:
+            return candidate
+    raise DaemonNotRunningError(
+        f"no graphtier daemon found for this rank: set {RUNTIME_DIR_ENV}, or run one at {default_runtime_dir()} or "
+        f"{NODE_DAEMON_DIR} (the DaemonSet's hostPath)"
+    )
+
+
+def launch_spec(path: Path) -> tuple[JobSpec, str, int]:
+    """The spec of `path` sized by the launch (nproc_per_node = LOCAL_WORLD_SIZE, nnodes = WORLD_SIZE /
+    LOCAL_WORLD_SIZE), the launch's id and this node's rank; GraphtierError naming what disagrees."""
+    local = _env_int("LOCAL_WORLD_SIZE", 1)
+    world = _env_int("WORLD_SIZE", local)
+    if local < 1 or world % local:
+        raise GraphtierError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}")
+    spec = JobSpec.from_yaml(path)
+    if "nproc_per_node" in spec.model_fields_set and spec.nproc_per_node != local:
+        raise GraphtierError(f"{path}: nproc_per_node {spec.nproc_per_node} but the launcher started {local} rank(s) "
+                             "per node (numProcPerNode / --nproc-per-node); make them agree")  # fmt: skip
+    values = {**spec.model_dump(exclude={"nodes"}), "nproc_per_node": local, "nnodes": world // local}
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    where = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    return JobSpec.build(values, source=str(path)), f"{run_id}@{where}", _env_int("GROUP_RANK", 0)
+
+
+def attach(spec_path: Path) -> tuple[str, Path]:
+    """Join this node's part of the launch's job; sets GRAPHTIER_JOB_ID, GRAPHTIER_RUNTIME_DIR and the
+    job token in the environment; returns (job id, runtime dir)."""
+    runtime_dir = node_runtime_dir()
+    spec, launch_id, node_rank = launch_spec(spec_path)
+    with DaemonClient(runtime_dir=runtime_dir) as client:
+        job, token = client.attach_job(spec, launch_id, node_rank, os.getppid())
+    os.environ[JOB_ID_ENV], os.environ[RUNTIME_DIR_ENV], os.environ[JOB_TOKEN_ENV] = job.job_id, str(runtime_dir), token
+    return job.job_id, runtime_dir

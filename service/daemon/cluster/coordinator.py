@@ -1,0 +1,129 @@
+"""`JobCoordinator`: a multi-node job, from the submit on any daemon to a part on every node.
+
+The daemon the job is submitted to coordinates it: it picks the nodes (`nodes`, or itself and
+its first `nnodes - 1` serving peers), checks that every one holds the job's dataset at the same
+version (the sha256 of the manifest; a node without it, or with another version, is refused by
+name), chooses the c10d rendezvous (an endpoint on its own address, a fresh id), starts its own
+part as node rank 0 (its torchrun agent hosts the rendezvous store) and asks each peer to start
+its part (StartJobPart). If a peer cannot, every part started so far is cancelled and the submit
+fails naming the node. A peer's part checks the version again and watches the coordinator.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+from collections.abc import Callable
+
+from graphtier.contract.cluster import NodeInfo
+from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
+from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.job_view import JobInfo, JobPlacementInfo
+from graphtier.service.daemon.cluster.membership import Cluster
+from graphtier.service.daemon.cluster.node_info import dataset_version
+from graphtier.service.daemon.cluster.part_watch import CoordinatedParts, MemberPart, PartHooks
+from graphtier.service.daemon.cluster.peer_client import PeerError
+from graphtier.service.daemon.cluster.settings import format_address, parse_peer
+
+log = logging.getLogger("graphtierd")
+
+# (spec, hooks) -> the local job; the job manager's submit with the part's supervision hooks
+SubmitPart = Callable[[JobSpec, Callable[[str], PartHooks]], JobInfo]
+CancelLocal = Callable[[str, str], object]
+
+
+def free_port(host: str) -> int:
+    """A TCP port free on `host` now (for the rendezvous store the coordinator's torchrun hosts)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def check_dataset_versions(dataset: str, nodes: list[NodeInfo]) -> str:
+    """The version of `dataset` every node holds (nodes[0] is this daemon); refused naming the
+    first node without it or with another version."""
+    me = nodes[0]
+    mine = me.dataset(dataset)
+    if mine is None:
+        raise UnknownDatasetError(f"no prepared dataset {dataset!r} on this node ({me.describe()})")
+    for node in nodes[1:]:
+        theirs = node.dataset(dataset)
+        if theirs is None:
+            raise DaemonError(f"node {node.describe()} has no prepared dataset {dataset!r}: send it there with "
+                              f"`graphtier dataset push {dataset} --to {node.name}`")  # fmt: skip
+        if theirs.version != mine.version:
+            raise DaemonError(
+                f"node {node.describe()} has dataset {dataset!r} version {theirs.version[:16]} (manifest sha256), "
+                f"this node {me.describe()} version {mine.version[:16]}: a multi-node job trains on one version; "
+                f"`graphtier dataset push {dataset} --to {node.name} --replace` sends this node's"
+            )  # fmt: skip
+    return mine.version
+
+
+class JobCoordinator:
+    """Starts multi-node jobs from this daemon and the parts peers ask it to run."""
+
+    def __init__(self, cluster: Cluster, submit_part: SubmitPart, cancel_local: CancelLocal,
+                 dataset_root: Callable[[str], object]) -> None:  # fmt: skip
+        self.cluster = cluster
+        self._submit_part, self._cancel_local = submit_part, cancel_local
+        self._dataset_dir = dataset_root
+
+    @property
+    def host(self) -> str:
+        return parse_peer(self.cluster.address)[0]
+
+    def submit(self, spec: JobSpec) -> JobInfo:
+        """Start a job spanning several nodes; returns the coordinator's view of it."""
+        nodes = self.cluster.choose(spec.nnodes, list(spec.nodes))
+        if len(nodes) < 2:
+            raise InvalidRequestError(f"a multi-node job needs at least 2 nodes, got {len(nodes)}")
+        version = check_dataset_versions(spec.dataset, nodes)
+        spec = spec.model_copy(update={"nnodes": len(nodes), "nodes": [n.name for n in nodes]})
+        rdzv = format_address(self.host, free_port(self.host))
+        rdzv_id = f"graphtier-{secrets.token_hex(6)}"
+        timeout_s = self.cluster.timeout_s
+
+        def placement(node_rank: int, coordinator_job_id: str) -> JobPlacementInfo:
+            return JobPlacementInfo(
+                nnodes=len(nodes), node_rank=node_rank, rdzv_endpoint=rdzv, rdzv_id=rdzv_id,
+                coordinator=self.cluster.address, coordinator_job_id=coordinator_job_id,
+                local_addr=parse_peer(nodes[node_rank].address)[0], dataset_version=version, peer_timeout_s=timeout_s,
+            )  # fmt: skip
+
+        parts: list[CoordinatedParts] = []
+
+        def hooks(job_id: str) -> PartHooks:
+            parts.append(CoordinatedParts(placement(0, job_id), self.cluster.name, self.cluster.address, timeout_s))
+            return parts[0]
+
+        local = self._submit_part(spec, hooks)
+        watch = parts[0]
+        for node_rank, node in enumerate(nodes[1:], 1):
+            peer = self.cluster.client(node.address)
+            try:
+                part = peer.start_job_part(spec, placement(node_rank, local.job_id))
+            except PeerError as exc:
+                reason = f"node {node.describe()} could not start its part: {exc}"
+                self._cancel_local(local.job_id, reason)  # its finish hook cancels the parts started so far
+                raise DaemonError(f"multi-node job refused: {reason}") from None
+            watch.add(node_rank, node.name, peer, part.job_id)
+            log.info("job %s: node %s (rank %d) runs its part as job %s there", local.job_id, node.describe(),
+                     node_rank, part.job_id)  # fmt: skip
+        return local
+
+    def start_part(self, spec: JobSpec, placement: JobPlacementInfo) -> JobInfo:
+        """This node's part of a job another daemon coordinates."""
+        if placement.node_rank == 0 or placement.node_rank >= placement.nnodes:
+            raise InvalidRequestError(f"node rank {placement.node_rank} is not a member's rank in a job of "
+                                      f"{placement.nnodes} nodes")  # fmt: skip
+        version = dataset_version(self._dataset_dir(spec.dataset))  # type: ignore[arg-type]
+        if version is None:
+            raise UnknownDatasetError(f"node {self.cluster.name} has no prepared dataset {spec.dataset!r}")
+        if placement.dataset_version and version != placement.dataset_version:
+            raise DaemonError(f"node {self.cluster.name} has dataset {spec.dataset!r} version {version[:16]}, the job "
+                              f"trains on version {placement.dataset_version[:16]}")  # fmt: skip
+        coordinator = self.cluster.client(placement.coordinator)
+        return self._submit_part(spec, lambda job_id: MemberPart(placement, coordinator, placement.peer_timeout_s))

@@ -1,0 +1,59 @@
+"""The ClusterService servicer: proto in, cluster call, proto out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import grpc
+
+from graphtier.contract import cluster_conversions as cconv
+from graphtier.contract import job_conversions as jconv
+from graphtier.contract.errors import DatasetTransferError, InvalidRequestError
+from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2
+
+if TYPE_CHECKING:
+    from graphtier.service.daemon.cluster.node import ClusterNode
+
+
+def _unbroken(chunks: Iterator[cluster_pb2.DatasetChunk],
+              context: grpc.ServicerContext) -> Iterator[cluster_pb2.DatasetChunk]:  # fmt: skip
+    """The stream's messages; a sender that went away becomes a DatasetTransferError, not a bug."""
+    try:
+        yield from chunks
+    except Exception as exc:  # noqa: BLE001  (grpc raises its own kinds when the call is cancelled)
+        raise DatasetTransferError(f"the dataset stream from {context.peer()} broke off: {exc!r}") from None
+
+
+class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
+    """GetNode, GetCluster, StartJobPart, ReceiveDataset, PushDataset."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+
+    @grpc_method
+    def GetNode(self, request: cluster_pb2.GetNodeRequest, context: grpc.ServicerContext) -> cluster_pb2.NodeInfo:
+        return cconv.node_to_proto(self.node.describe_self())
+
+    @grpc_method
+    def GetCluster(self, request: cluster_pb2.GetClusterRequest, context: grpc.ServicerContext) -> cluster_pb2.ClusterView:
+        return cconv.view_to_proto(self.node.view())
+
+    @grpc_method
+    def StartJobPart(self, request: cluster_pb2.StartJobPartRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        if not request.HasField("placement"):
+            raise InvalidRequestError("StartJobPart needs the part's placement")
+        spec = jconv.spec_from_proto(request.spec)
+        placement = cconv.placement_from_proto(request.placement)
+        return jconv.job_to_proto(self.node.start_part(spec, placement))
+
+    @grpc_method
+    def ReceiveDataset(self, request_iterator: Iterator[cluster_pb2.DatasetChunk],
+                       context: grpc.ServicerContext) -> cluster_pb2.ReceiveDatasetResponse:  # fmt: skip
+        return self.node.receiver.receive(_unbroken(request_iterator, context))
+
+    @grpc_method
+    def PushDataset(self, request: cluster_pb2.PushDatasetRequest,
+                    context: grpc.ServicerContext) -> cluster_pb2.PushDatasetResponse:  # fmt: skip
+        return cconv.push_to_proto(self.node.push(request.name, request.node, replace=request.replace))

@@ -1,0 +1,122 @@
+"""Cluster tests' nodes: several real graphtierd processes on one machine, each a "node"
+with its own home, runtime directory, socket, state, dataset root and TCP address on its own
+loopback address (127.0.0.1, 127.0.0.2, ...), sharing one TLS certificate and one cluster token."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import secrets
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from graphtier.launcher.client import DaemonClient
+
+NODE_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+PEER_TIMEOUT_S = 6.0
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def make_certificate(directory: Path, hosts: tuple[str, ...] = NODE_HOSTS) -> tuple[Path, Path]:
+    """One self-signed certificate naming every node's address: each daemon serves it and trusts it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "graphtier test cluster")])
+    now = dt.datetime.now(dt.timezone.utc)
+    names = [x509.DNSName("localhost"), *(x509.IPAddress(ipaddress.ip_address(h)) for h in hosts)]
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))  # fmt: skip
+    cert_path, key_path = directory / "cluster.crt", directory / "cluster.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+@dataclass
+class Node:
+    """One daemon of the test cluster."""
+
+    index: int
+    host: str
+    port: int
+    home: Path
+    process: object  # DaemonProcess
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def dataset_root(self) -> Path:
+        return self.home / "datasets"
+
+    def client(self, **kwargs) -> DaemonClient:
+        return DaemonClient(runtime_dir=self.runtime_dir, **kwargs)
+
+
+class NodeCluster:
+    """Makes nodes; `start()` starts every node made so far with the others as peers."""
+
+    def __init__(self, daemon_processes, base: Path) -> None:
+        self.daemon_processes, self.base = daemon_processes, base
+        self.cert, self.key = make_certificate(base)
+        self.token = base / "cluster.token"
+        self.token.write_text(secrets.token_hex(32))
+        self.token.chmod(0o600)
+        self.nodes: list[Node] = []
+
+    def add(self, datasets: list[Path] = (), *, token: Path | None = None, extra: tuple[str, ...] = (),
+            peers: list[str] | None = None) -> Node:  # fmt: skip
+        index = len(self.nodes)
+        host = NODE_HOSTS[index]
+        home = self.base / f"n{index}"
+        (home / "datasets").mkdir(parents=True)
+        for dataset in datasets:
+            shutil.copytree(dataset, home / "datasets" / dataset.name)
+        node = Node(index, host, free_port(host), home, None)
+        node.peers = peers  # type: ignore[attr-defined]
+        node.token = token or self.token  # type: ignore[attr-defined]
+        node.extra = extra  # type: ignore[attr-defined]
+        self.nodes.append(node)
+        return node
+
+    def start(self) -> list[Node]:
+        for node in self.nodes:
+            peers = node.peers if node.peers is not None else [n.address for n in self.nodes if n is not node]
+            flags = ["--tcp", node.address, "--token-file", str(node.token), "--http-host", node.host,
+                     "--peer-timeout", str(PEER_TIMEOUT_S), "--cuda-probe-timeout", "0", "--nvml-interval", "0"]
+            if "--insecure" not in node.extra:
+                flags += ["--tls-cert", str(self.cert), "--tls-key", str(self.key)]
+            for peer in peers:
+                flags += ["--peer", peer]
+            node.process = self.daemon_processes(node.dataset_root, *flags, *node.extra, runtime_dir=node.runtime_dir)
+        for node in self.nodes:
+            node.process.start()
+        time.sleep(0.5)  # the forkserver and helpers a daemon starts at once are not jobs' processes
+        for node in self.nodes:
+            node.baseline = {p.pid for p in psutil.Process(node.process.pid).children(recursive=True)}
+        return self.nodes
