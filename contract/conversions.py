@@ -1,8 +1,10 @@
-"""Conversions between `graphtier.v1` messages and the daemon's domain types.
+"""Conversions between `graphtier.v1` messages and the contract's types: time, budgets, tier
+names, dataset summaries, traffic counters and progress reports.
 
-The only module (with the servicers and the client that call it) that touches `_pb2`
-types: everything else works on pydantic models and dataclasses. Each message mirrors its
-domain type field for field, so every conversion is a plain copy.
+With `job_conversions.py`, `cluster_conversions.py` and `layouts.py` (the handles a rank
+attaches to), the only modules that touch `_pb2` types besides the servicers and clients
+that call them: everything else works on pydantic models and dataclasses. Each message
+mirrors its type field for field, so every conversion is a plain copy.
 """
 
 from __future__ import annotations

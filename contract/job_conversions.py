@@ -1,7 +1,7 @@
 """Conversions between the jobs/channels half of `graphtier.v1` and the daemon's job types.
 
 The companion of `conversions.py` (datasets and progress), kept apart to stay one concept
-per module: job specs, jobs, job events and channel grants. Zero values of the wire spec
+per module: job specs, jobs and job events (channel grants are in `layouts.py`). Zero values of the wire spec
 mean "the default" as `jobs.proto` documents; the domain `JobSpec` then validates.
 """
 
