@@ -11,7 +11,6 @@ memory, so a bigger graph under the same budget means more chunks, not more memo
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,11 +99,8 @@ def limit_allocator_retention(work_bytes: int) -> bool:
 def release_free_memory() -> None:
     """Give the heap's free memory back to the system (glibc `malloc_trim`), before measuring RSS."""
     libc = _libc()
-    try:
-        if libc:
-            libc.malloc_trim(0)
-    except AttributeError:
-        pass
+    if libc is not None and hasattr(libc, "malloc_trim"):  # glibc only
+        libc.malloc_trim(0)
 
 
 def current_rss_bytes() -> int:

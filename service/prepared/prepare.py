@@ -79,13 +79,10 @@ def peak_rss_bytes() -> int:
     process replaced into it at exec, so a prepare started by a large parent (a test run at
     600 MiB, a daemon) would report the parent's peak as its own.
     """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # other systems: KiB on Linux, close enough
 
 

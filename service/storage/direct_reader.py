@@ -13,6 +13,7 @@ cache is bypassed, so what is counted as storage traffic is traffic to the devic
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import time
@@ -104,10 +105,8 @@ class StagingBuffer:
     def close(self) -> None:
         if self.map is not None:
             self.view = np.empty(0, np.uint8)
-            try:
+            with contextlib.suppress(BufferError):  # a view of it is still alive somewhere: unmapped when that goes
                 self.map.close()
-            except BufferError:  # a view of it is still alive somewhere: unmapped when that goes
-                pass
             self.map = None
 
 
