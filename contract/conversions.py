@@ -1,7 +1,7 @@
 """Conversions between `graphtier.v1` messages and the contract's types: time, budgets, tier
 names, dataset summaries, traffic counters and progress reports.
 
-With `job_conversions.py`, `cluster_conversions.py` and `layouts.py` (the handles a rank
+With `jobs/conversions.py`, `cluster/conversions.py` and `layouts.py` (the handles a rank
 attaches to), the only modules that touch `_pb2` types besides the servicers and clients
 that call them: everything else works on pydantic models and dataclasses. Each message
 mirrors its type field for field, so every conversion is a plain copy.
@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from graphtier.contract.errors import InvalidReportError
 from graphtier.contract.datasets import BudgetSpec, DatasetSummary
-from graphtier.contract.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.v1 import common_pb2, datasets_pb2, progress_pb2
 

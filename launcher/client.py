@@ -21,16 +21,18 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from graphtier.contract import cluster_conversions, conversions, job_conversions
-from graphtier.contract.cluster import ClusterView, PushResult
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_view import JobEvent, JobInfo
-from graphtier.contract.job_state import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
+from graphtier.contract import conversions
+from graphtier.contract.cluster import conversions as cluster_conversions
+from graphtier.contract.jobs import conversions as job_conversions
+from graphtier.contract.cluster.models import ClusterView, PushResult
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import JobEvent, JobInfo
+from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
 from graphtier.contract.endpoints import default_runtime_dir
 from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from graphtier.contract.endpoints import Endpoints, read_endpoints, running_daemon_pid
 from graphtier.contract.datasets import DatasetSummary, UnloadResult
-from graphtier.contract.progress import ProgressReport
+from graphtier.contract.jobs.progress import ProgressReport
 from graphtier.contract.status import DaemonStatus
 from graphtier.v1 import (
     channels_pb2,

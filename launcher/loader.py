@@ -50,7 +50,7 @@ from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
-from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.service.errors import GraphtierError
 from graphtier.service.store import AttachedDataset, attach_dataset
 

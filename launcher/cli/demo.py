@@ -57,7 +57,7 @@ def demo(
     from graphtier.launcher.client import DaemonClient
     from graphtier.contract.endpoints import default_runtime_dir
     from graphtier.contract.endpoints import read_endpoints, running_daemon_pid
-    from graphtier.contract.job_spec import JobSpec
+    from graphtier.contract.jobs.spec import JobSpec
     from graphtier.contract.datasets import BudgetSpec
     from graphtier.service.prepared import PrepareConfig, prepare_dataset
     from graphtier.service.prepared.catalog import list_datasets

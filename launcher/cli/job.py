@@ -20,7 +20,7 @@ from graphtier.launcher.cli.rendering import (
 
 if TYPE_CHECKING:
     from graphtier.launcher.client import DaemonClient
-    from graphtier.contract.job_view import JobInfo
+    from graphtier.contract.jobs.view import JobInfo
 
 app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
 
@@ -113,7 +113,7 @@ def follow(client: DaemonClient, job_id: str, *, quiet: bool = False) -> JobInfo
 
 
 def _finish(job: JobInfo, json_out: bool) -> None:
-    from graphtier.contract.job_state import JobState
+    from graphtier.contract.jobs.state import JobState
 
     if json_out:
         emit_json(job_dict(job))
@@ -193,7 +193,7 @@ def submit(
 ) -> None:
     """Submit a job (flags or --spec job.yaml) and print its id."""
     from graphtier.launcher.cli.dataset import parse_fanouts
-    from graphtier.contract.job_spec import JobSpec
+    from graphtier.contract.jobs.spec import JobSpec
 
     with error_boundary():
         budgets = {"num_devices": num_devices, "device_replicated": device_replicated,

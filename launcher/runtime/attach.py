@@ -16,8 +16,8 @@ from pathlib import Path
 
 from graphtier.contract.endpoints import default_runtime_dir, read_endpoints
 from graphtier.contract.errors import DaemonNotRunningError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JOB_TOKEN_ENV
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JOB_TOKEN_ENV
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.errors import GraphtierError
 

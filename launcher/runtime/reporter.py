@@ -15,7 +15,7 @@ from graphtier.launcher.client import DaemonClient
 from graphtier.launcher.runtime.loader import ChannelLoader
 from graphtier.launcher.runtime.train_config import TrainProgress
 from graphtier.contract.errors import DaemonError
-from graphtier.contract.progress import Phase, ProgressReport, TrainerFigures
+from graphtier.contract.jobs.progress import Phase, ProgressReport, TrainerFigures
 
 _PHASES = {"step": Phase.TRAIN, "epoch": Phase.TRAIN, "eval": Phase.EVAL, "done": Phase.DONE}
 

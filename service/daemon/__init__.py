@@ -1,11 +1,12 @@
 """graphtierd, the daemon: one per machine, serving one copy of each dataset to every job.
 
-Modules, one concept each: `config` (DaemonConfig), `instance` (lock and endpoints file),
-`datasets` (loaded datasets), `jobs` (the job table), `progress` (reports -> metrics),
-`metrics` (the Prometheus registry), `job_manager`/`job_runner`/`job_events` (running jobs:
-torchrun plus one producer per rank), `servicers` and `job_servicers` (the gRPC boundary),
-`grpc_status` (errors -> status codes), `status`/`status_app`/`dashboard` (the HTTP side),
-`server` (the `Daemon` wiring) and `main` (the `graphtierd` command). The types both the
+Core modules: `config` (DaemonConfig), `instance` (lock and endpoints file), `server` (the
+`Daemon` wiring), `main` (the `graphtierd` command), `servicers` (the dataset and progress
+gRPC boundary), `grpc_status` (errors -> status codes), `credentials` and `wire_guard` (who may
+call and what a call may carry), `systemd` (readiness and watchdog). One package per concept
+beside them: `datasets/` (the loaded datasets), `jobs/` (running jobs: table, admission,
+torchrun and producers, progress), `status/` (metrics, `/v1/status`, the live page) and
+`cluster/` (the daemons of other machines). The types both the
 daemon and its clients use (specs, views, errors, conversions) are the contract's:
 `graphtier.contract`. The heavy modules are imported on first use, so `graphtierd` can
 refuse a second start before importing torch.
@@ -19,9 +20,9 @@ from typing import Any
 _EXPORTS = {
     "DaemonConfig": "config",
     "Daemon": "server",
-    "JobRecord": "jobs",
-    "JobTable": "jobs",
-    "JobManager": "job_manager",
+    "JobRecord": "jobs.table",
+    "JobTable": "jobs.table",
+    "JobManager": "jobs.manager",
 }
 
 __all__ = sorted(_EXPORTS)

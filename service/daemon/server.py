@@ -27,24 +27,24 @@ from grpc_reflection.v1alpha import reflection
 from graphtier.service.daemon.cluster.node import ClusterNode
 from graphtier.service.daemon.cluster.node_info import SelfDescription
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.service.daemon.datasets import DatasetRegistry
+from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError
 from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
 from graphtier.contract.endpoints import Endpoints
-from graphtier.service.daemon.job_manager import JobManager
-from graphtier.service.daemon.jobs import JobTable
-from graphtier.service.daemon.metrics import MetricsRegistry
-from graphtier.service.daemon.progress import ProgressTracker
+from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.service.daemon.jobs.table import JobTable
+from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
-from graphtier.service.daemon.status import StatusBuilder
-from graphtier.service.daemon.status_app import create_status_app
+from graphtier.service.daemon.status.builder import StatusBuilder
+from graphtier.service.daemon.status.app import create_status_app
 from graphtier.service.daemon.wire_guard import WireGuardInterceptor
 from graphtier.contract.status import EndpointsStatus
 from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
-from graphtier.service.daemon.admission import Admission, machine_capacity
-from graphtier.service.daemon.dataset_lifetime import LifetimePolicy
-from graphtier.service.daemon.job_store import JobStore
-from graphtier.service.daemon.gpu_placement import GpuPlacement
+from graphtier.service.daemon.jobs.admission import Admission, machine_capacity
+from graphtier.service.daemon.datasets.lifetime import LifetimePolicy
+from graphtier.service.daemon.jobs.store import JobStore
+from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.hardware.machine import MachineFacts
 from graphtier.service.hardware.nvml_collector import NvmlCollector

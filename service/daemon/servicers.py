@@ -1,7 +1,7 @@
 """The daemon's gRPC servicers: proto in, domain call, proto out; nothing else.
 
 `DatasetServicer` fronts the `DatasetRegistry`, `ProgressServicer` the `ProgressTracker`;
-the job and channel servicers (`job_servicers.py`) front the `JobManager`.
+the job and channel servicers (`jobs/servicer.py`) front the `JobManager`.
 Conversions live in `conversions.py`; errors become status codes in `grpc_status.py`.
 """
 
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from graphtier.contract import conversions, layouts
-from graphtier.service.daemon.datasets import DatasetRegistry
+from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.service.daemon.grpc_status import grpc_method
-from graphtier.contract.job_state import JOB_TOKEN_HEADER
-from graphtier.service.daemon.progress import ProgressTracker
+from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
+from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.v1 import (
     channels_pb2,
     channels_pb2_grpc,
@@ -31,7 +31,7 @@ from graphtier.v1 import (
 
 if TYPE_CHECKING:
     from graphtier.service.daemon.cluster.node import ClusterNode
-    from graphtier.service.daemon.job_manager import JobManager
+    from graphtier.service.daemon.jobs.manager import JobManager
 
 
 class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
@@ -111,7 +111,7 @@ def add_servicers(
     datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry, jobs), server)
     progress_pb2_grpc.add_ProgressServiceServicer_to_server(ProgressServicer(tracker), server)
     if jobs is not None:
-        from graphtier.service.daemon.job_servicers import ChannelServicer, JobServicer
+        from graphtier.service.daemon.jobs.servicer import ChannelServicer, JobServicer
 
         jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, cluster), server)
         channels_pb2_grpc.add_ChannelServiceServicer_to_server(ChannelServicer(jobs), server)

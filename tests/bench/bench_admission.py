@@ -29,8 +29,8 @@ from machine import cpu_model  # noqa: E402
 
 from graphtier.launcher.client import DaemonClient  # noqa: E402
 from graphtier.contract.endpoints import read_endpoints  # noqa: E402
-from graphtier.contract.job_spec import JobSpec  # noqa: E402
-from graphtier.contract.job_state import JobState  # noqa: E402
+from graphtier.contract.jobs.spec import JobSpec  # noqa: E402
+from graphtier.contract.jobs.state import JobState  # noqa: E402
 
 
 def main() -> int:

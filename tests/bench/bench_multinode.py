@@ -92,7 +92,7 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=30)
     args = p.parse_args()
 
-    from graphtier.contract.job_spec import JobSpec
+    from graphtier.contract.jobs.spec import JobSpec
     from graphtier.launcher.client import DaemonClient
     from graphtier.service.prepared import PrepareConfig, prepare_dataset
 

@@ -44,7 +44,7 @@ from memory_limit import MemoryLimit, unavailable  # noqa: E402
 
 from graphtier.contract.datasets import BudgetSpec  # noqa: E402
 from graphtier.contract.endpoints import read_endpoints  # noqa: E402
-from graphtier.contract.job_spec import JobSpec  # noqa: E402
+from graphtier.contract.jobs.spec import JobSpec  # noqa: E402
 from graphtier.launcher.client import DaemonClient  # noqa: E402
 from graphtier.service.placement import parse_budget  # noqa: E402
 from graphtier.service.prepared import PreparedDataset  # noqa: E402

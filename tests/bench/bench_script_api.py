@@ -64,7 +64,7 @@ def main() -> int:
 
     from graphtier.launcher.client import DaemonClient
     from graphtier.service.daemon.config import DaemonConfig
-    from graphtier.contract.job_spec import JobSpec
+    from graphtier.contract.jobs.spec import JobSpec
     from graphtier.service.daemon.server import Daemon
     from graphtier.service.hotness import ScoreSpec
     from graphtier.service.prepared import PrepareConfig, prepare_dataset

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.runtime.rank_main import build_parser
 from graphtier.service.daemon.config import DaemonConfig
 

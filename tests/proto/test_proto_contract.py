@@ -174,8 +174,8 @@ def _job_spec() -> jobs_pb2.JobSpec:
 
 
 def test_domain_job_spec_survives_the_wire_and_unset_fields_take_defaults():
-    from graphtier.contract.job_conversions import spec_from_proto, spec_to_proto
-    from graphtier.contract.job_spec import JobSpec
+    from graphtier.contract.jobs.conversions import spec_from_proto, spec_to_proto
+    from graphtier.contract.jobs.spec import JobSpec
 
     spec = JobSpec(dataset="d", model="gcn", fanouts=[5, -1], weight_decay=5e-4, device="cuda", dropout=0.0, seed=7)
     assert spec_from_proto(jobs_pb2.JobSpec.FromString(spec_to_proto(spec).SerializeToString())) == spec

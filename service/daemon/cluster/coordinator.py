@@ -16,10 +16,10 @@ import secrets
 import socket
 from collections.abc import Callable
 
-from graphtier.contract.cluster import NodeInfo
+from graphtier.contract.cluster.models import NodeInfo
 from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_view import JobInfo, JobPlacementInfo
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.membership import Cluster
 from graphtier.service.daemon.cluster.node_info import dataset_version
 from graphtier.service.daemon.cluster.part_watch import CoordinatedParts, MemberPart, PartHooks

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from graphtier.contract.cluster import PushResult
+from graphtier.contract.cluster.models import PushResult
 from graphtier.contract.errors import DaemonError, DatasetTransferError, InvalidRequestError, UnknownDatasetError
 from graphtier.service.daemon.cluster.node_info import MANIFEST_FILE, dataset_version
 from graphtier.service.daemon.cluster.peer_client import PeerClient

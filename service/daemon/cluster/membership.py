@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from graphtier.contract.cluster import ClusterView, NodeInfo
+from graphtier.contract.cluster.models import ClusterView, NodeInfo
 from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.service.daemon.cluster.peer_client import PeerClient, PeerError
 from graphtier.service.daemon.cluster.settings import ClusterConfig

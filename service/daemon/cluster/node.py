@@ -12,10 +12,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from graphtier.contract.cluster import ClusterView, NodeInfo, PushResult
+from graphtier.contract.cluster.models import ClusterView, NodeInfo, PushResult
 from graphtier.contract.errors import InvalidRequestError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_view import JobInfo, JobPlacementInfo
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.coordinator import CancelLocal, JobCoordinator, SubmitPart
 from graphtier.service.daemon.cluster.dataset_transfer import DatasetReceiver, send_dataset
 from graphtier.service.daemon.cluster.membership import Cluster

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from graphtier.contract.cluster import NodeDataset, NodeInfo, NodeLoad
+from graphtier.contract.cluster.models import NodeDataset, NodeInfo, NodeLoad
 from graphtier.service.prepared import list_datasets
 
 MANIFEST_FILE = "manifest.json"

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Protocol
 
-from graphtier.contract.job_state import JobState
-from graphtier.contract.job_view import JobInfo, JobNodeInfo, JobPlacementInfo, JobProgressInfo
+from graphtier.contract.jobs.state import JobState
+from graphtier.contract.jobs.view import JobInfo, JobNodeInfo, JobPlacementInfo, JobProgressInfo
 from graphtier.service.daemon.cluster.peer_client import PeerClient, PeerError
 
 log = logging.getLogger("graphtierd")

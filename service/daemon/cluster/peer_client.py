@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 import grpc
 
-from graphtier.contract import cluster_conversions as cconv
-from graphtier.contract import job_conversions as jconv
-from graphtier.contract.cluster import NodeInfo
+from graphtier.contract.cluster import conversions as cconv
+from graphtier.contract.jobs import conversions as jconv
+from graphtier.contract.cluster.models import NodeInfo
 from graphtier.contract.errors import DaemonError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_view import JobInfo, JobPlacementInfo
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.settings import parse_peer
 from graphtier.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 

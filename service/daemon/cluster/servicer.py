@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from graphtier.contract import cluster_conversions as cconv
-from graphtier.contract import job_conversions as jconv
+from graphtier.contract.cluster import conversions as cconv
+from graphtier.contract.jobs import conversions as jconv
 from graphtier.contract.errors import DatasetTransferError, InvalidRequestError
 from graphtier.service.daemon.grpc_status import grpc_method
 from graphtier.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2

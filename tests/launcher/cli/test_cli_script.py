@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from graphtier.launcher.cli.app import app
 from graphtier.contract.errors import InvalidRequestError
-from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.jobs.spec import JobSpec
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

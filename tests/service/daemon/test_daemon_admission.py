@@ -6,9 +6,9 @@ import threading
 import time
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.admission import Admission, Capacity, Demand
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.service.daemon.jobs.admission import Admission, Capacity, Demand
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 
 GiB = 1 << 30
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from graphtier.service.daemon.dataset_lifetime import LifetimePolicy
-from graphtier.service.daemon.datasets import DatasetRegistry
+from graphtier.service.daemon.datasets.lifetime import LifetimePolicy
+from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import UnknownDatasetError
 from graphtier.service.errors import SharedMemoryError
 

@@ -8,8 +8,8 @@ import pytest
 
 from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.service.daemon.jobs import JobRecord
-from graphtier.contract.job_state import JobState
+from graphtier.service.daemon.jobs.table import JobRecord
+from graphtier.contract.jobs.state import JobState
 from graphtier.contract.datasets import BudgetSpec
 
 BUDGETS = BudgetSpec(num_devices=2, device_replicated="5%", device_interleaved="10%")

@@ -8,7 +8,7 @@ import torch
 from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonConfigError
-from graphtier.service.daemon.gpu_placement import GpuPlacement
+from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.gpu.runtime import device_count
 from graphtier.service.placement import PlacementPlan

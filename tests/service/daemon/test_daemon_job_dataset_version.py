@@ -9,8 +9,8 @@ import shutil
 import time
 
 from graphtier.launcher.data_plane_client import DataPlaneClient
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 
 
 def test_ranks_get_the_version_their_job_started_with(daemon_processes, small_rmat, tmp_path):

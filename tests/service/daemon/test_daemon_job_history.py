@@ -11,8 +11,8 @@ import time
 import pytest
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 
 SHORT = dict(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=1, nproc_per_node=1)
 

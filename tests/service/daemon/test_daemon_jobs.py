@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from graphtier.contract.errors import DaemonError, UnknownJobError
-from graphtier.service.daemon.jobs import JobRecord, JobTable
-from graphtier.contract.job_state import JobState
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
+from graphtier.contract.jobs.state import JobState
 
 
 def test_states_cancellation_and_dataset_users():
@@ -45,7 +45,7 @@ def test_unknown_jobs_ranks_and_duplicates_are_refused():
 
 def test_yaml_booleans_are_not_numbers():
     from graphtier.contract.errors import InvalidRequestError
-    from graphtier.contract.job_spec import JobSpec
+    from graphtier.contract.jobs.spec import JobSpec
 
     for values, field in (({"dataset": "x", "epochs": True}, "epochs"), ({"dataset": "x", "fanouts": [5, False]}, "fanouts")):
         with pytest.raises(InvalidRequestError, match=rf"job.yaml: invalid job spec: {field}: .*expected a number"):

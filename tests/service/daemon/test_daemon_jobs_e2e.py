@@ -11,8 +11,8 @@ import torch
 
 from graphtier.launcher.client import DaemonClient
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.service.shm.naming import process_start_time
 from graphtier.v1 import jobs_pb2
 

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
 
 

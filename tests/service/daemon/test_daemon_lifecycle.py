@@ -21,8 +21,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.contract.errors import DaemonNotRunningError
 from graphtier.contract.endpoints import ENDPOINTS_FILE, LOCK_FILE, running_daemon_pid
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.store import attach_dataset
 

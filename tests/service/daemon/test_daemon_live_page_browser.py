@@ -11,8 +11,8 @@ import time
 import pytest
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)

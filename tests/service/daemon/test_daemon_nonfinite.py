@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.service.prepared.digests import file_digest
 from graphtier.service.prepared.npy_io import file_sha256
 

@@ -11,11 +11,11 @@ import pytest
 from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.contract import conversions
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.service.daemon.jobs import JobRecord, JobTable
-from graphtier.contract.job_state import JOB_TOKEN_ENV, JobState
-from graphtier.service.daemon.metrics import MetricsRegistry
-from graphtier.service.daemon.progress import ProgressTracker
-from graphtier.contract.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
+from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState
+from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.service.daemon.jobs.progress import ProgressTracker
+from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.traffic import SourceTraffic, TrafficCounts
 from graphtier.v1 import progress_pb2, progress_pb2_grpc
 

@@ -7,8 +7,8 @@ import time
 import urllib.request
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 
 
 def _metrics(url: str) -> str:

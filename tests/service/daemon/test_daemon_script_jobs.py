@@ -14,8 +14,8 @@ import pytest
 
 from graphtier.launcher.client import DaemonClient
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 SPEC = dict(dataset="rmat12", fanouts=[10, 5], batch_size=32, hidden=64, lr=0.01, epochs=6, nproc_per_node=2, seed=3)

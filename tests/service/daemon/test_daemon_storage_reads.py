@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.cli.app import app
 from graphtier.launcher.client import DaemonClient
 

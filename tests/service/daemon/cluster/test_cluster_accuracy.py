@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.service.prepared import PrepareConfig, prepare_dataset
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from graphtier.contract.errors import InvalidRequestError
-from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.service.daemon.cluster.settings import ClusterConfig
 from graphtier.service.daemon.config import DaemonConfig
 

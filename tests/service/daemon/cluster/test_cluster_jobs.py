@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.service.shm.naming import process_start_time
 
 from cluster_nodes import PEER_TIMEOUT_S

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
 
 from cluster_nodes import PEER_TIMEOUT_S, make_certificate

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.state import JobState
 
 from cluster_nodes import free_port
 

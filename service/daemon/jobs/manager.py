@@ -21,21 +21,21 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from graphtier.service.daemon.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
-from graphtier.service.daemon.datasets import DatasetRegistry
+from graphtier.service.daemon.jobs.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
+from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError, InvalidRequestError
-from graphtier.contract.job_conversions import job_from_proto, job_to_proto
-from graphtier.service.daemon.job_events import JobEventLog
-from graphtier.service.daemon.job_notes import spec_notes
-from graphtier.service.daemon.external_launch import ExternalAgent, ExternalLaunch
-from graphtier.service.daemon.job_runner import JobRunner
-from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.jobs.conversions import job_from_proto, job_to_proto
+from graphtier.service.daemon.jobs.events import JobEventLog
+from graphtier.service.daemon.jobs.notes import spec_notes
+from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
+from graphtier.service.daemon.jobs.runner import JobRunner
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.layouts import ChannelGrant, DatasetLayoutInfo
-from graphtier.contract.job_view import JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
-from graphtier.service.daemon.jobs import JobRecord, JobTable
-from graphtier.contract.job_state import JobState
-from graphtier.service.daemon.progress import ProgressTracker
-from graphtier.contract.progress import Phase, ProducerFigures, ProgressReport
+from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
+from graphtier.contract.jobs.state import JobState
+from graphtier.service.daemon.jobs.progress import ProgressTracker
+from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.v1 import jobs_pb2
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 
-from graphtier.service.daemon.datasets import DatasetRegistry, LoadedDataset
-from graphtier.service.daemon.jobs import JobRecord, JobTable
-from graphtier.service.daemon.metrics import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
-from graphtier.service.daemon.progress import ProgressTracker, RankView
+from graphtier.service.daemon.datasets.registry import DatasetRegistry, LoadedDataset
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
+from graphtier.service.daemon.status.metrics import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
+from graphtier.service.daemon.jobs.progress import ProgressTracker, RankView
 from graphtier.contract.status import (
     DaemonStatus,
     DatasetStatus,

@@ -9,7 +9,7 @@ whose labels prepare remapped to dense classes is trained and scored over those 
 
 from __future__ import annotations
 
-from graphtier.contract.job_spec import JobSpec
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.service.store import SharedDatasetHandle
 
 

@@ -1,11 +1,11 @@
 """Conversions between `graphtier/v1/cluster.proto` (and jobs.proto's JobPlacement/JobNode) and
-the contract's cluster types (`cluster.py`, `job_view.py`)."""
+the contract's cluster types (`cluster/models.py`, `jobs/view.py`)."""
 
 from __future__ import annotations
 
-from graphtier.contract.cluster import ClusterView, NodeDataset, NodeInfo, NodeLoad, PushResult
-from graphtier.contract.job_conversions import placement_from_proto  # noqa: F401  (re-exported)
-from graphtier.contract.job_view import JobPlacementInfo
+from graphtier.contract.cluster.models import ClusterView, NodeDataset, NodeInfo, NodeLoad, PushResult
+from graphtier.contract.jobs.conversions import placement_from_proto  # noqa: F401  (re-exported)
+from graphtier.contract.jobs.view import JobPlacementInfo
 from graphtier.v1 import cluster_pb2, jobs_pb2
 
 

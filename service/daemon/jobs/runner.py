@@ -40,12 +40,12 @@ from pathlib import Path
 import psutil
 
 from graphtier.contract.errors import DaemonError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_view import JobPlacementInfo
-from graphtier.contract.job_view import LogLine
-from graphtier.contract.job_state import JOB_TOKEN_ENV
-from graphtier.service.daemon.external_launch import ExternalAgent
-from graphtier.service.daemon.rank_failures import first_rank_failure
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import JobPlacementInfo
+from graphtier.contract.jobs.view import LogLine
+from graphtier.contract.jobs.state import JOB_TOKEN_ENV
+from graphtier.service.daemon.jobs.external_launch import ExternalAgent
+from graphtier.service.daemon.jobs.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
 from graphtier.service.shm import reclaim_stale_segments

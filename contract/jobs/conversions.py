@@ -18,8 +18,8 @@ from graphtier.contract.conversions import (
     traffic_to_proto,
 )
 from graphtier.contract.errors import InvalidRequestError
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_view import (
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import (
     JobEvent,
     JobInfo,
     JobNodeInfo,
@@ -30,7 +30,7 @@ from graphtier.contract.job_view import (
     RankInfo,
     StateChange,
 )
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.state import JobState
 from graphtier.v1 import jobs_pb2
 
 _MODELS = {"sage": jobs_pb2.MODEL_SAGE, "gcn": jobs_pb2.MODEL_GCN, "gat": jobs_pb2.MODEL_GAT}

@@ -1,6 +1,6 @@
 """The cluster as clients and daemons see it: nodes, their datasets and load, and what a dataset
-push did. Mirrors `graphtier/v1/cluster.proto`; conversions live in `cluster_conversions.py`.
-(Where a part of a multi-node job stands, `JobPlacementInfo`/`JobNodeInfo`, is in `job_view.py`.)"""
+push did. Mirrors `graphtier/v1/cluster.proto`; conversions live in `cluster/conversions.py`.
+(Where a part of a multi-node job stands, `JobPlacementInfo`/`JobNodeInfo`, is in `jobs/view.py`.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The JobService and ChannelService servicers: proto in, `JobManager` call, proto out.
 
-Conversions live in `job_conversions.py`; errors become status codes in `grpc_status.py`.
+Conversions live in `graphtier.contract.jobs.conversions`; errors become status codes in `grpc_status.py`.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from graphtier.contract import job_conversions as convert
+from graphtier.contract.jobs import conversions as convert
 from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.layouts import grant_to_proto
-from graphtier.service.daemon.external_launch import ExternalLaunch
+from graphtier.service.daemon.jobs.external_launch import ExternalLaunch
 from graphtier.service.daemon.grpc_status import grpc_method
 from graphtier.service.shm.naming import process_start_time
-from graphtier.service.daemon.job_events import JobEventLog
-from graphtier.service.daemon.job_manager import JobManager
-from graphtier.contract.job_state import JOB_TOKEN_HEADER
+from graphtier.service.daemon.jobs.events import JobEventLog
+from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
 from graphtier.v1 import channels_pb2, channels_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 if TYPE_CHECKING:

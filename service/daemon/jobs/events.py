@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
-from graphtier.contract.job_view import JobEvent, JobProgressInfo, LogLine, StateChange
+from graphtier.contract.jobs.view import JobEvent, JobProgressInfo, LogLine, StateChange
 
 MAX_EVENTS = 20_000
 

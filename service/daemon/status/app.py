@@ -16,9 +16,9 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from graphtier.service.daemon.dashboard import DASHBOARD_HTML
-from graphtier.service.daemon.metrics import MetricsRegistry
-from graphtier.service.daemon.status_cache import StatusCache
+from graphtier.service.daemon.status.dashboard import DASHBOARD_HTML
+from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.service.daemon.status.cache import StatusCache
 from graphtier.contract.status import DaemonStatus
 
 

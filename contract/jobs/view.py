@@ -1,6 +1,6 @@
 """What the daemon tells about a job: `JobInfo` (GetJob/ListJobs) and `JobEvent` (StreamJobEvents).
 
-Plain frozen dataclasses mirroring `jobs.proto`; `job_conversions.py` copies them to and
+Plain frozen dataclasses mirroring `jobs.proto`; `jobs/conversions.py` copies them to and
 from the wire. The job manager builds them from the job table, the progress tracker and
 its own supervision records.
 """
@@ -12,8 +12,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphtier.contract.job_spec import JobSpec
-from graphtier.contract.job_state import JobState
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.contract.traffic import TrafficCounts
 
 

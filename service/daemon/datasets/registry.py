@@ -23,14 +23,14 @@ from graphtier.contract.errors import (
     InvalidRequestError,
     UnknownDatasetError,
 )
-from graphtier.service.daemon.dataset_lifetime import (
+from graphtier.service.daemon.datasets.lifetime import (
     LifetimePolicy,
     file_identity,
     manifest_version,
     over_budget,
     resident_estimate,
 )
-from graphtier.service.daemon.gpu_placement import GpuPlacement
+from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
 from graphtier.contract.datasets import BudgetSpec, DatasetSummary, TierBytes, UnloadResult
 from graphtier.contract.layouts import DatasetLayoutInfo, LoadResult
 from graphtier.service.errors import PreparedDatasetError, SharedMemoryError

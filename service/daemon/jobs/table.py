@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
-from graphtier.contract.job_state import JOB_TOKEN_ENV, JobState, job_id_order
-from graphtier.service.daemon.job_store import JobStore, StoredJob
+from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState, job_id_order
+from graphtier.service.daemon.jobs.store import JobStore, StoredJob
 
 
 def _now() -> datetime:

@@ -15,10 +15,10 @@ from collections import deque
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from graphtier.contract.progress import ProducerFigures, ProgressReport, TrainerFigures
-from graphtier.service.daemon.jobs import JobTable
+from graphtier.contract.jobs.progress import ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.service.daemon.jobs.table import JobTable
 from graphtier.contract.storage import StorageCounters
-from graphtier.service.daemon.metrics import STORAGE_COUNTERS, MetricsRegistry, ProducerDelta, TrainerDelta
+from graphtier.service.daemon.status.metrics import STORAGE_COUNTERS, MetricsRegistry, ProducerDelta, TrainerDelta
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
 

@@ -1,0 +1,2 @@
+"""The cluster side of the contract: nodes, their datasets and load, and their protobuf
+conversions. Torch-free."""

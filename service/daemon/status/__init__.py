@@ -1,0 +1,8 @@
+"""What a daemon reports: the metrics registry, the `/v1/status` snapshot and the live page.
+
+- `metrics`: `MetricsRegistry`, every metric of the daemon in one prometheus registry.
+- `builder`: `StatusBuilder`, the `/v1/status` snapshot from the registry and live state.
+- `cache`: the snapshot cache that keeps `/v1/status` cheap under many jobs.
+- `app`: the FastAPI app (`/v1/status`, `/metrics`, the live page).
+- `dashboard`: the live page itself.
+"""
