@@ -17,7 +17,7 @@ from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 SPEC = dict(dataset="rmat12", fanouts=[10, 5], batch_size=32, hidden=64, lr=0.01, epochs=6, nproc_per_node=2, seed=3)
 
 
