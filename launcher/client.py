@@ -238,6 +238,11 @@ class DaemonClient:
         """Every node of the daemon's cluster (itself first), each asked now."""
         return cluster_conversions.view_from_proto(self._call(self._cluster.GetCluster, cluster_pb2.GetClusterRequest()))
 
+    def join_cluster(self, address: str, *, timeout_s: float = 120.0) -> ClusterView:
+        """Have the daemon join the cluster of the daemon at `address`; the cluster as it then sees it."""
+        request = cluster_pb2.JoinClusterRequest(address=address)
+        return cluster_conversions.view_from_proto(self._call(self._cluster.JoinCluster, request, timeout_s))
+
     def push_dataset(self, name: str, node: str, *, replace: bool = False, timeout_s: float = 3600.0) -> PushResult:
         """Have the daemon stream its prepared dataset `name` to peer `node` (checked, atomic there)."""
         request = cluster_pb2.PushDatasetRequest(name=name, node=node, replace=replace)

@@ -1,4 +1,5 @@
-"""`graphtier cluster start|stop|status`: run the local daemon (graphtierd) and look at it."""
+"""`graphtier cluster start|stop|status|join`: run the local daemon (graphtierd), look at it, and
+join it to another daemon's cluster."""
 
 from __future__ import annotations
 
@@ -215,6 +216,27 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
         console.print(table if datasets else "  no datasets loaded")
         if len(nodes) > 1:
             console.print(_cluster_table(nodes))
+
+
+@app.command()
+def join(
+    address: Annotated[str, typer.Argument(help="HOST:PORT of any daemon of the cluster to join (its --tcp)")],
+    runtime_dir: RuntimeDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Join this machine's daemon to the cluster of the daemon at ADDRESS: that daemon and every node
+    it lists admit it (checked with the cluster's token over TLS), and it keeps them as peers across
+    restarts (<state_dir>/cluster-peers). Joining again changes nothing."""
+    from graphtier.launcher.client import DaemonClient
+
+    with error_boundary():
+        with DaemonClient(runtime_dir=_runtime_dir(runtime_dir)) as client:
+            nodes = client.join_cluster(address).nodes
+        if json_out:
+            emit_json({"joined": address, "cluster": [n.model_dump(mode="json") for n in nodes]})
+            return
+        console.print(f"joined the cluster of {address}: {len(nodes)} nodes")
+        console.print(_cluster_table(nodes))
 
 
 def _cluster_table(nodes) -> Table:

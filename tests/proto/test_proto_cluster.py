@@ -33,7 +33,8 @@ def test_only_dataset_file_bytes_travel_by_value(contract_descriptors):
 
 def test_cluster_service_methods():
     service = cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"]
-    assert {m.name for m in service.methods} == {"GetNode", "GetCluster", "StartJobPart", "ReceiveDataset", "PushDataset"}
+    assert {m.name for m in service.methods} == {"GetNode", "GetCluster", "StartJobPart", "ReceiveDataset", "PushDataset",
+                                                   "JoinCluster", "AdmitPeer"}
     receive = service.methods_by_name["ReceiveDataset"]
     assert receive.client_streaming and not receive.server_streaming
     job = jobs_pb2.Job(placement=jobs_pb2.JobPlacement(nnodes=2, node_rank=1), nodes=[jobs_pb2.JobNode(node="b")])

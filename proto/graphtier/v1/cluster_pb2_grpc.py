@@ -67,6 +67,16 @@ class ClusterServiceStub:
                 request_serializer=graphtier_dot_v1_dot_cluster__pb2.PushDatasetRequest.SerializeToString,
                 response_deserializer=graphtier_dot_v1_dot_cluster__pb2.PushDatasetResponse.FromString,
                 _registered_method=True)
+        self.JoinCluster = channel.unary_unary(
+                '/graphtier.v1.ClusterService/JoinCluster',
+                request_serializer=graphtier_dot_v1_dot_cluster__pb2.JoinClusterRequest.SerializeToString,
+                response_deserializer=graphtier_dot_v1_dot_cluster__pb2.ClusterView.FromString,
+                _registered_method=True)
+        self.AdmitPeer = channel.unary_unary(
+                '/graphtier.v1.ClusterService/AdmitPeer',
+                request_serializer=graphtier_dot_v1_dot_cluster__pb2.AdmitPeerRequest.SerializeToString,
+                response_deserializer=graphtier_dot_v1_dot_cluster__pb2.ClusterView.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -117,6 +127,26 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinCluster(self, request, context):
+        """Has this daemon join the cluster of the daemon at `address` (`graphtier cluster join`): it
+        asks that daemon, then every node that one lists, to admit it (AdmitPeer, with this
+        daemon's token over TLS) and adds each that did to its peers. Answers this daemon's view of
+        the cluster afterwards. Joining a cluster already joined changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdmitPeer(self, request, context):
+        """Adds the calling daemon, reached at `address`, to this daemon's peers; called by a joining
+        daemon. The caller must hold the cluster's token, and `address` must answer GetNode with
+        this daemon's token and TLS trust (it is asked back). Answers this daemon's view of the
+        cluster, the new peer included.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +174,16 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.PushDataset,
                     request_deserializer=graphtier_dot_v1_dot_cluster__pb2.PushDatasetRequest.FromString,
                     response_serializer=graphtier_dot_v1_dot_cluster__pb2.PushDatasetResponse.SerializeToString,
+            ),
+            'JoinCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinCluster,
+                    request_deserializer=graphtier_dot_v1_dot_cluster__pb2.JoinClusterRequest.FromString,
+                    response_serializer=graphtier_dot_v1_dot_cluster__pb2.ClusterView.SerializeToString,
+            ),
+            'AdmitPeer': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdmitPeer,
+                    request_deserializer=graphtier_dot_v1_dot_cluster__pb2.AdmitPeerRequest.FromString,
+                    response_serializer=graphtier_dot_v1_dot_cluster__pb2.ClusterView.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -288,6 +328,60 @@ class ClusterService:
             '/graphtier.v1.ClusterService/PushDataset',
             graphtier_dot_v1_dot_cluster__pb2.PushDatasetRequest.SerializeToString,
             graphtier_dot_v1_dot_cluster__pb2.PushDatasetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphtier.v1.ClusterService/JoinCluster',
+            graphtier_dot_v1_dot_cluster__pb2.JoinClusterRequest.SerializeToString,
+            graphtier_dot_v1_dot_cluster__pb2.ClusterView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdmitPeer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphtier.v1.ClusterService/AdmitPeer',
+            graphtier_dot_v1_dot_cluster__pb2.AdmitPeerRequest.SerializeToString,
+            graphtier_dot_v1_dot_cluster__pb2.ClusterView.FromString,
             options,
             channel_credentials,
             insecure,

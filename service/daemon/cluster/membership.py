@@ -24,7 +24,7 @@ class Cluster:
     """This node (`describe_self`) and its peers, by address in configured order."""
 
     def __init__(self, config: ClusterConfig, *, address: str, token: str, trusted_pem: bytes | None,
-                 describe_self: Callable[[], NodeInfo]) -> None:  # fmt: skip
+                 describe_self: Callable[[], NodeInfo], joined: list[str] = ()) -> None:  # fmt: skip
         self.config = config
         self.address = address
         self.name = config.node_name or address
@@ -32,9 +32,9 @@ class Cluster:
         self._token, self._trusted = token, trusted_pem
         self._lock = threading.Lock()
         self._names: dict[str, str] = {}  # node name -> address, learnt from answers
-        self.peers: dict[str, PeerClient] = {
-            address: self._client(address) for address in config.peer_addresses(own=address)
-        }
+        listed = [*config.peer_addresses(own=address), *joined]
+        # Replaced, never changed in place, when a peer joins: readers iterate it without the lock.
+        self.peers: dict[str, PeerClient] = {a: self._client(a) for a in dict.fromkeys(listed) if a != address}
         self._extra: dict[str, PeerClient] = {}  # daemons reached that are not configured peers (a coordinator)
 
     def _client(self, address: str, name: str | None = None) -> PeerClient:
@@ -53,6 +53,15 @@ class Cluster:
             if address not in self._extra:
                 self._extra[address] = self._client(address)
             return self._extra[address]
+
+    def add_peer(self, address: str) -> bool:
+        """Makes the daemon at `address` a peer (`cluster join`); False when it already was one."""
+        with self._lock:
+            if address in self.peers or address == self.address:
+                return False
+            client = self._extra.pop(address, None) or self._client(address)
+            self.peers = {**self.peers, address: client}
+            return True
 
     def close(self) -> None:
         for peer in [*self.peers.values(), *self._extra.values()]:
@@ -87,7 +96,8 @@ class Cluster:
             if node in (candidate.name, candidate.address):
                 return candidate
         known = ", ".join(n.describe() for n in view.nodes)
-        raise InvalidRequestError(f"node {node!r} is not in this daemon's cluster (nodes: {known}); add it with --peer")
+        raise InvalidRequestError(f"node {node!r} is not in this daemon's cluster (nodes: {known}); add it with --peer "
+                                   "or `graphtier cluster join`")  # fmt: skip
 
     def choose(self, nnodes: int, names: list[str]) -> list[NodeInfo]:
         """The nodes of a job, node rank order, this daemon first: the ones `names` lists (it must be

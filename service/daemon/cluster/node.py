@@ -3,7 +3,8 @@ multi-node jobs it coordinates or takes part in, and datasets moved to and from 
 
 Made before gRPC starts and `bind()`-ed once the TCP listener has its address (port 0 is only
 known then). A daemon without peers is a cluster of one: `cluster status` lists it alone and a
-multi-node submit is refused saying how to add peers.
+multi-node submit is refused saying how to add peers. Peers joined at run time (`cluster join`,
+see joining.py) are kept in `joined_file` and read back at `bind()`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.coordinator import CancelLocal, JobCoordinator, SubmitPart
 from graphtier.service.daemon.cluster.dataset_transfer import DatasetReceiver, send_dataset
+from graphtier.service.daemon.cluster.joining import JoinedPeers, admit, join
 from graphtier.service.daemon.cluster.membership import Cluster
 from graphtier.service.daemon.cluster.node_info import SelfDescription
 from graphtier.service.daemon.cluster.settings import ClusterConfig
@@ -29,8 +31,9 @@ class ClusterNode:
     """See the module docstring; `describe` builds this node's NodeInfo."""
 
     def __init__(self, config: ClusterConfig, *, dataset_root: Path, describe: Callable[[str, str], SelfDescription],
-                 submit_part: SubmitPart, cancel_local: CancelLocal) -> None:  # fmt: skip
+                 submit_part: SubmitPart, cancel_local: CancelLocal, joined_file: Path) -> None:  # fmt: skip
         self.config, self.dataset_root = config, Path(dataset_root)
+        self.joined = JoinedPeers(joined_file)
         self._describe, self._submit_part, self._cancel_local = describe, submit_part, cancel_local
         self.receiver = DatasetReceiver(self.dataset_root)
         self.cluster: Cluster | None = None
@@ -45,7 +48,7 @@ class ClusterNode:
         name = self.config.node_name or advertised
         self.describe_self = self._describe(name, advertised)
         self.cluster = Cluster(self.config, address=advertised, token=token or "", trusted_pem=trusted_pem,
-                               describe_self=self.describe_self)  # fmt: skip
+                               describe_self=self.describe_self, joined=self.joined.load())  # fmt: skip
         self.coordinator = JobCoordinator(self.cluster, self._submit_part, self._cancel_local,
                                           lambda dataset: self.dataset_root / dataset)  # fmt: skip
         if self.cluster.peers:
@@ -59,12 +62,27 @@ class ClusterNode:
         if self.cluster is None or self.coordinator is None or not self.cluster.peers and what != "part":
             raise InvalidRequestError(
                 f"{what}: this daemon has no peers; start every node's daemon with --tcp HOST:PORT and "
-                "--peer HOST:PORT (or --peers-file), sharing one token file and TLS certificate"
+                "--peer HOST:PORT (or --peers-file), or `graphtier cluster join HOST:PORT` another node, sharing one "
+                "token file and TLS certificate"
             )
         return self.cluster, self.coordinator
 
     def view(self) -> ClusterView:
         return self.cluster.view() if self.cluster is not None else ClusterView(nodes=[self.describe_self()])
+
+    def _listening(self, what: str) -> Cluster:
+        if self.cluster is None:
+            raise InvalidRequestError(f"{what}: this daemon has no TCP listener; peers reach each other over TCP: "
+                                      "start it with --tcp HOST:PORT, a token file and a TLS certificate")  # fmt: skip
+        return self.cluster
+
+    def join(self, address: str) -> ClusterView:
+        """Joins the cluster of the daemon at `address` (`graphtier cluster join`)."""
+        return join(self._listening(f"join {address!r}"), self.joined, address)
+
+    def admit(self, address: str) -> ClusterView:
+        """Admits the daemon at `address`, which is joining this one's cluster, as a peer."""
+        return admit(self._listening(f"admit {address!r}"), self.joined, address)
 
     def submit(self, spec: JobSpec) -> JobInfo:
         """A multi-node job coordinated by this daemon."""

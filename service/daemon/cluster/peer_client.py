@@ -18,7 +18,7 @@ import grpc
 
 from graphtier.contract.cluster import conversions as cconv
 from graphtier.contract.jobs import conversions as jconv
-from graphtier.contract.cluster.models import NodeInfo
+from graphtier.contract.cluster.models import ClusterView, NodeInfo
 from graphtier.contract.errors import DaemonError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
@@ -104,6 +104,11 @@ class PeerClient:
 
     def get_node(self) -> NodeInfo:
         return cconv.node_from_proto(self._call(self._cluster.GetNode, cluster_pb2.GetNodeRequest()))
+
+    def admit_peer(self, address: str) -> ClusterView:
+        """Asks the peer to admit the daemon at `address` (this one) as its peer; its view of the cluster."""
+        request = cluster_pb2.AdmitPeerRequest(address=address)
+        return cconv.view_from_proto(self._call(self._cluster.AdmitPeer, request, 2 * self.timeout_s))
 
     def start_job_part(self, spec: JobSpec, placement: JobPlacementInfo, *, timeout_s: float = 600.0) -> JobInfo:
         request = cluster_pb2.StartJobPartRequest(spec=jconv.spec_to_proto(spec),

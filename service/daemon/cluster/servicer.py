@@ -27,7 +27,7 @@ def _unbroken(chunks: Iterator[cluster_pb2.DatasetChunk],
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    """GetNode, GetCluster, StartJobPart, ReceiveDataset, PushDataset."""
+    """GetNode, GetCluster, StartJobPart, ReceiveDataset, PushDataset, JoinCluster, AdmitPeer."""
 
     def __init__(self, node: ClusterNode) -> None:
         self.node = node
@@ -57,3 +57,11 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     def PushDataset(self, request: cluster_pb2.PushDatasetRequest,
                     context: grpc.ServicerContext) -> cluster_pb2.PushDatasetResponse:  # fmt: skip
         return cconv.push_to_proto(self.node.push(request.name, request.node, replace=request.replace))
+
+    @grpc_method
+    def JoinCluster(self, request: cluster_pb2.JoinClusterRequest, context: grpc.ServicerContext) -> cluster_pb2.ClusterView:
+        return cconv.view_to_proto(self.node.join(request.address))
+
+    @grpc_method
+    def AdmitPeer(self, request: cluster_pb2.AdmitPeerRequest, context: grpc.ServicerContext) -> cluster_pb2.ClusterView:
+        return cconv.view_to_proto(self.node.admit(request.address))
