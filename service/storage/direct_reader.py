@@ -5,10 +5,13 @@ reads a batch's rows from it in one go: the rows are sorted and deduplicated, ea
 byte range is widened to the device's block alignment, ranges that touch or overlap are
 merged (adjacent rows coalesce into one request) and long ones split at `max_request`.
 A pool of threads keeps up to `inflight` requests in flight (`os.preadv` releases the
-GIL) into one page-aligned staging buffer, locked in memory where the limits allow; the
-rows are then copied from the staging buffer to their slots. In `direct` mode the page
-cache is bypassed, so what is counted as storage traffic is traffic to the device; the
-`page-cache` mode reads the same requests through the kernel's cache.
+GIL) into one page-aligned staging buffer, locked in memory where the limits allow. A run
+of adjacent rows bound for consecutive slots (a coalesced run) is copied to its slots
+request by request, by the thread that read each, while the other requests are still in
+flight, so the copy overlaps the I/O; the other rows are copied by one gather at the end.
+In `direct` mode the page cache is bypassed, so what is counted as storage traffic is
+traffic to the device; the `page-cache` mode reads the same requests through the kernel's
+cache.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ StorageMode = Literal["direct", "page-cache"]
 STORAGE_MODES: tuple[str, ...] = ("direct", "page-cache")
 ALIGN = 4096  # O_DIRECT offsets, lengths and buffers: a multiple of the logical block size
 MAX_REQUEST = 1 << 20
+MIN_RUN_COPY = 64 << 10  # shorter runs are left to the gather at the end: a copy each would cost more than it saves
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class ReadPlan:
     lengths: np.ndarray  # int64 bytes of each request (aligned)
     staging: np.ndarray  # int64 staging offset of each request
     row_at: np.ndarray  # int64 staging offset of each row, in the rows' (sorted) order
+    run_of_piece: np.ndarray  # int64 run (coalesced range) each request belongs to
+    run_rows: np.ndarray  # int64 index of each run's first row, then the number of rows: run r is rows [r, r+1)
 
     @property
     def total(self) -> int:
@@ -53,7 +59,7 @@ def plan_reads(rows: np.ndarray, *, data_offset: int, row_bytes: int, align: int
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
         empty = np.empty(0, np.int64)
-        return ReadPlan(empty, empty, empty, empty)
+        return ReadPlan(empty, empty, empty, empty, empty, np.zeros(1, np.int64))
     starts = data_offset + rows * row_bytes
     lo = starts // align * align
     hi = -(-(starts + row_bytes) // align) * align
@@ -73,7 +79,7 @@ def plan_reads(rows: np.ndarray, *, data_offset: int, row_bytes: int, align: int
     lengths = np.minimum(max_request, run_hi[run_of_piece] - offsets)
     staging = run_staging[run_of_piece] + k * max_request
     row_at = run_staging[run_of_row] + (starts - run_lo[run_of_row])
-    return ReadPlan(offsets, lengths, staging, row_at)
+    return ReadPlan(offsets, lengths, staging, row_at, run_of_piece, np.append(first, rows.size))
 
 
 class StagingBuffer:
@@ -166,21 +172,68 @@ class StorageReader:
         plan = plan_reads(unique + self.first_row, data_offset=self.data_offset, row_bytes=self.row_bytes,
                           max_request=self.max_request)
         self.staging.ensure(plan.total)
+        target = out.reshape(out.shape[0], -1).view(np.uint8)[: rows.size]
+        first, count, slot, copied = self.piece_copies(plan, unique, inverse)
+
+        def piece(offset: int, length: int, at: int, i: int) -> tuple[int, float]:
+            got = self._read(offset, length, at)
+            if count[i]:  # this request's whole rows go to their slots now, while the others are in flight
+                n, src = int(count[i]), int(plan.row_at[first[i]])
+                target[slot[i] : slot[i] + n] = self.staging.view[src : src + n * self.row_bytes].reshape(n, -1)
+            return got
+
         issued = time.perf_counter()
-        done = list(self.pool.map(self._read, plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist()))
+        done = list(self.pool.map(piece, plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist(),
+                                  range(plan.offsets.size)))
         self.stats.io_seconds += time.perf_counter() - issued
         got = sum(n for n, _ in done)
         self.stats.request_seconds += sum(t for _, t in done)
-        # row windows starting at every byte of the staging buffer; one gather copies each row to its slot
-        staging = torch.from_numpy(self.staging.view)
-        windows = staging.as_strided((staging.numel() - self.row_bytes + 1, self.row_bytes), (1, 1))
-        target = torch.from_numpy(out.reshape(out.shape[0], -1).view(np.uint8))
-        torch.index_select(windows, 0, torch.from_numpy(plan.row_at[inverse]), out=target[: rows.size])
-        del staging, windows, target
+        rest = np.flatnonzero(~copied[inverse])
+        if rest.size:  # the other rows: one gather from row windows at every staging byte
+            staging = torch.from_numpy(self.staging.view)
+            windows = staging.as_strided((staging.numel() - self.row_bytes + 1, self.row_bytes), (1, 1))
+            into = torch.from_numpy(target)
+            picked = torch.from_numpy(plan.row_at[inverse[rest]])
+            if rest.size == rows.size:
+                torch.index_select(windows, 0, picked, out=into)
+            else:
+                into.index_copy_(0, torch.from_numpy(rest), windows.index_select(0, picked))
+            del staging, windows, into
         s = self.stats
         s.batches, s.rows, s.requests = s.batches + 1, s.rows + rows.size, s.requests + plan.offsets.size
         s.bytes_read, s.row_bytes = s.bytes_read + got, s.row_bytes + rows.size * self.row_bytes
         s.seconds += time.perf_counter() - started
+
+    def piece_copies(self, plan: ReadPlan, unique: np.ndarray,
+                     inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What each request's thread copies once its bytes are in: (first row, rows, first slot) per request,
+        and which of the distinct rows that covers. A request copies the rows lying whole inside it when its
+        run's rows are adjacent, each read once and bound for consecutive slots in order (so one slice copy
+        places them), and the run holds at least `MIN_RUN_COPY` bytes; rows straddling two requests, and
+        every row of other runs, are left to the gather at the end."""
+        pieces = plan.offsets.size
+        first, count, slot = np.zeros(pieces, np.int64), np.zeros(pieces, np.int64), np.zeros(pieces, np.int64)
+        copied = np.zeros(unique.size, dtype=bool)
+        if unique.size != inverse.size:  # repeated rows: each gathered to all its slots at the end
+            return first, count, slot, copied
+        row_slot = np.empty(unique.size, np.int64)
+        row_slot[inverse] = np.arange(inverse.size)
+        # a break: the next row is not the next in the file, or does not go to the next slot
+        breaks = np.zeros(unique.size, np.int64)
+        breaks[1:] = (np.diff(unique) != 1) | (np.diff(row_slot) != 1)
+        cum = np.cumsum(breaks)
+        run_first, run_stop = plan.run_rows[:-1], plan.run_rows[1:]
+        whole = (cum[run_stop - 1] == cum[run_first]) & ((run_stop - run_first) * self.row_bytes >= MIN_RUN_COPY)
+        lo = np.searchsorted(plan.row_at, plan.staging, side="left")  # row_at increases with the sorted rows
+        hi = np.searchsorted(plan.row_at + self.row_bytes, plan.staging + plan.lengths, side="right")
+        use = whole[plan.run_of_piece] & (hi > lo)
+        first[use], count[use] = lo[use], (hi - lo)[use]
+        slot[use] = row_slot[lo[use]]
+        marks = np.zeros(unique.size + 1, np.int64)
+        np.add.at(marks, lo[use], 1)
+        np.add.at(marks, hi[use], -1)
+        copied[:] = np.cumsum(marks[:-1]) > 0
+        return first, count, slot, copied
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -5,8 +5,12 @@ Writes a feature file (`--file-gib`, 128 float32 per row = 512 B rows) on the fi
 - `dd iflag=direct` reading the file with 4 KiB and with 1 MiB requests (the disk's own
   bandwidth at that request size, one request at a time);
 - `StorageReader` in `direct` mode on batches of random rows (4 KiB requests, a row or two
-  per request; `--inflight` requests in flight) and on batches of adjacent rows (coalesced
-  into 1 MiB requests);
+  per request; `--inflight` requests in flight);
+- batches of adjacent rows (coalesced into 1 MiB requests), each read twice, in turn: by
+  `StorageReader` into the rows of an output array (what a producer gets) and by `dd
+  iflag=direct bs=1M` over the same aligned byte range, the order alternating from batch to
+  batch so that neither gains from the other having read the range first (the disk of a VM
+  may sit on the host's page cache);
 - the same random batches in `page-cache` mode and through the memory mapping the storage
   tier used before (`index_select` on `np.memmap`), each from a cold cache (the file's pages
   are dropped with posix_fadvise before each measurement).
@@ -90,6 +94,43 @@ def run_reader(path: Path, rows: int, batches: list[np.ndarray], mode: str, infl
         reader.close()
 
 
+def dd_range(path: Path, offset: int, length: int) -> float:
+    """Seconds `dd iflag=direct bs=1M` takes (its own count) for `length` bytes at `offset` (both aligned)."""
+    done = subprocess.run(["dd", f"if={path}", "of=/dev/null", f"bs={MiB}", "iflag=direct,skip_bytes,count_bytes",
+                           f"skip={offset}", f"count={length}"], capture_output=True, text=True, check=True)
+    match = re.search(r"(\d+) bytes .* copied, ([0-9.]+) s", done.stderr)
+    if not match or int(match[1]) != length:
+        raise SystemExit(f"cannot read dd's output: {done.stderr}")
+    return float(match[2])
+
+
+def run_coalesced_paired(path: Path, rows: int, batches: list[np.ndarray], inflight: int) -> tuple[float, float, float]:
+    """Bytes/s over the same aligned ranges: the reader's whole reads (rows in the output array), the reader's
+    requests in flight only, and dd; each batch read by both, the order alternating."""
+    offset = npy_data_offset(path)
+    reader = StorageReader(path, data_offset=offset, row_bytes=ROW_FLOATS * 4, first_row=0, num_rows=rows,
+                           mode="direct", inflight=inflight)
+    out = np.empty((max(b.size for b in batches), ROW_FLOATS), np.float32)
+    reader_s = dd_s = 0.0
+    try:
+        for i, batch in enumerate(batches):
+            lo = (offset + int(batch[0]) * ROW_FLOATS * 4) // 4096 * 4096
+            hi = -(-(offset + (int(batch[-1]) + 1) * ROW_FLOATS * 4) // 4096) * 4096
+            for turn in ((0, 1) if i % 2 else (1, 0)):
+                drop_cache(path)
+                if turn:
+                    dd_s += dd_range(path, lo, hi - lo)
+                else:
+                    started = time.perf_counter()
+                    reader.read(batch, out)
+                    reader_s += time.perf_counter() - started
+                    assert np.array_equal(out[:2], np.load(path, mmap_mode="r")[batch[:2]])
+        st = reader.stats
+        return st.bytes_read / reader_s, st.bytes_read / st.io_seconds, st.bytes_read / dd_s
+    finally:
+        reader.close()
+
+
 def run_mmap(path: Path, batches: list[np.ndarray]) -> tuple[float, float]:
     """(device bytes/s, row bytes/s) of index_select on the file's memory mapping."""
     table = torch.from_numpy(np.load(path, mmap_mode="r+"))
@@ -118,7 +159,7 @@ def main() -> None:
         gen = np.random.default_rng(1)
         random_batches = [np.sort(gen.choice(rows, args.batch_rows, replace=False)) for _ in range(args.batches)]
         run = args.batch_rows * 4
-        dense_batches = [np.arange(s, s + run) % rows for s in gen.integers(0, rows, args.batches // 2)]
+        dense_batches = [np.arange(s, s + run) for s in gen.integers(0, rows - run, args.batches)]
         random_bytes = sum(b.size for b in random_batches) * 4096
         dense_bytes = sum(b.size for b in dense_batches) * ROW_FLOATS * 4
 
@@ -132,11 +173,11 @@ def main() -> None:
         for label, batches, mode, inflight in (
             ("direct, random rows", random_batches, "direct", args.inflight),
             ("direct, random rows, 1 in flight", random_batches[: max(1, args.batches // 4)], "direct", 1),
-            ("direct, adjacent rows (coalesced)", dense_batches, "direct", args.inflight),
             ("page-cache, random rows (cold)", random_batches, "page-cache", args.inflight),
         ):
             drop_cache(path)
             results.append((label, *run_reader(path, rows, batches, mode, inflight)))
+        paired = run_coalesced_paired(path, rows, dense_batches, args.inflight)
         drop_cache(path)
         mmap_device, mmap_needed = run_mmap(path, random_batches)
 
@@ -144,13 +185,19 @@ def main() -> None:
     print(f"{'dd iflag=direct bs=4k (sequential)':38s} {dd_4k / 1e6:>8.1f}")
     print(f"{'dd iflag=direct bs=1M (sequential)':38s} {dd_1m / 1e6:>8.1f}")
     for label, device, io, batch, needed in results:
-        base, size = (dd_1m, "1 MiB") if "adjacent" in label else (dd_4k, "4 KiB")
         print(f"{label:38s} {device / 1e6:>8.1f} {io / 1e6:>8.1f} {batch / 1e6:>8.1f} {needed / 1e6:>8.1f} "
-              f"{io / base:>9.2f}x {batch / base:>11.2f}x  ({size} requests)")
+              f"{io / dd_4k:>9.2f}x {batch / dd_4k:>11.2f}x  (4 KiB requests)")
     print(f"{'mmap index_select, random rows (cold)':38s} {mmap_device / 1e6:>8.1f} {'':>8} {'':>8} {mmap_needed / 1e6:>8.1f}")
     print("device = fetched from the device for this process (/proc/self/io read_bytes); I/O = aligned bytes the "
           "reader asked for, over the time its requests were in flight; batch = the same over whole reads (plan, "
           "requests, copy to the slots); rows = bytes the batches needed")
+    whole, io, dd_same = paired
+    print(f"\ncoalesced 1 MiB requests, {len(dense_batches)} batches of {run:,} adjacent rows ({run * ROW_FLOATS * 4 / MiB:.0f} MiB), "
+          f"each read by both in turn over the same ranges (MB/s):")
+    print(f"  dd iflag=direct bs=1M, same ranges {dd_same / 1e6:8.1f}")
+    print(f"  reader, requests in flight only    {io / 1e6:8.1f}  {io / dd_same:.2f}x dd")
+    print(f"  reader, rows in the output array   {whole / 1e6:8.1f}  {whole / dd_same:.2f}x dd  (end to end: plan, "
+          f"requests, copy to the slots)")
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 
 

@@ -101,3 +101,31 @@ def test_tiered_gather_through_the_reader_gives_the_same_bytes_and_counts(tmp_pa
         assert reader.stats.rows == len(backends) * int((ids >= host_end).sum())
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("mode", ["direct", "page-cache"])
+def test_whole_runs_copied_while_reading_give_the_same_bytes(tmp_path, mode):
+    """Long runs of adjacent rows bound for consecutive slots are copied by the reading threads;
+    the same batch with the runs reversed (so every row goes through the final gather) reads the same."""
+    path, values = _features(tmp_path, rows=6000)
+    if mode == "direct" and not _direct_supported(path):
+        pytest.skip(f"{tmp_path} does not support O_DIRECT")
+    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=160, first_row=0, num_rows=6000,
+                           mode=mode, inflight=4, max_request=8192)
+    try:
+        scattered = np.random.default_rng(2).choice(np.arange(3000, 6000), 300, replace=False)
+        rows = np.concatenate([np.arange(7, 1207), scattered, np.arange(1500, 2400)])  # 192 KiB and 144 KiB runs
+        unique, inverse = np.unique(rows, return_inverse=True)
+        plan = plan_reads(unique, data_offset=npy_data_offset(path), row_bytes=160, max_request=8192)
+        first, count, slot, copied = reader.piece_copies(plan, unique, inverse)
+        in_runs = np.isin(unique, np.concatenate([np.arange(7, 1207), np.arange(1500, 2400)]))
+        assert not copied[~in_runs].any()  # the scattered rows: gathered at the end
+        assert copied[in_runs].mean() > 0.9  # the runs' rows, but for those straddling two 8 KiB requests
+        assert count.sum() == copied.sum() and set(slot[count > 0]) >= {0, 1500}
+        for batch in (rows, rows[::-1].copy(), np.concatenate([rows, rows[:10]])):
+            out = np.full((batch.size + 3, 40), np.nan, np.float32)
+            reader.read(batch, out)
+            assert np.array_equal(out[: batch.size], values[batch]) and np.isnan(out[batch.size :]).all()
+        assert not reader.piece_copies(plan, unique, inverse[::-1].copy())[3].any()  # reversed: nothing in order
+    finally:
+        reader.close()
