@@ -7,6 +7,11 @@ peer part still running is cancelled (`job cancel` on the coordinator stops ever
 member daemon keeps a `MemberPart`: it watches the coordinator's job the same way, so a lost
 coordinator ends the member's part within the timeout instead of leaving it waiting. Both plug
 into the job manager's supervision as `PartHooks`.
+
+A node behind a cut link does not refuse a call, it leaves it unanswered until the deadline (the
+peer timeout): the nodes are asked at once, not one after another, and a node already found lost
+is not asked again when the job ends, so a lost node ends the job within the peer timeout and a
+poll, plus the time its processes take to stop.
 """
 
 from __future__ import annotations
@@ -97,15 +102,18 @@ class CoordinatedParts:
         with self._lock:
             self.remotes.append(remote)
 
-    def _poll(self, force: bool = False) -> list[_Remote]:
+    def _poll(self, force: bool = False, *, skip_lost: bool = False) -> list[_Remote]:
         with self._lock:
             remotes = list(self.remotes)
             due = force or time.monotonic() - self._polled >= POLL_S
             if due:
                 self._polled = time.monotonic()
-        if due:
-            for remote in remotes:
-                remote.refresh()
+        asked = [r for r in remotes if not (skip_lost and r.error)] if due else []
+        if len(asked) == 1:
+            asked[0].refresh()
+        elif asked:
+            with ThreadPoolExecutor(max_workers=min(16, len(asked)), thread_name_prefix="graphtier-watch") as pool:
+                list(pool.map(_Remote.refresh, asked))
         return remotes
 
     def _problem(self, remotes: list[_Remote]) -> str | None:
@@ -122,7 +130,7 @@ class CoordinatedParts:
         return self._problem(self._poll())
 
     def finish(self, outcome: str, message: str) -> tuple[str, str]:
-        remotes = self._poll(force=True)
+        remotes = self._poll(force=True, skip_lost=outcome != "succeeded")
         if outcome == "succeeded":  # the other nodes' ranks finish with ours; give them the timeout to say so
             deadline = time.monotonic() + self.timeout_s
             while time.monotonic() < deadline:
@@ -205,10 +213,11 @@ class MemberPart:
 
     def finish(self, outcome: str, message: str) -> tuple[str, str]:
         if outcome == "failed":
-            self.remote.refresh()
+            if not self.remote.error:  # a coordinator already lost would keep this waiting for the timeout again
+                self.remote.refresh()
             problem = self._problem() or (f"the coordinating node {self.remote.where} is unreachable: "
                                           f"{self.remote.error}" if self.remote.error else None)  # fmt: skip
-            if problem and problem not in message:
+            if problem and problem not in message and f"coordinating node {self.remote.where} was lost" not in message:
                 message = f"{problem}; here: {message}"
         return outcome, message
 

@@ -54,6 +54,10 @@ from graphtier.service.store import SharedDatasetHandle
 
 TICK_S = 0.2
 STOP_GRACE_S = 15.0
+# A part failed because of another node: its torchrun agent, told to stop, first tries to close the
+# rendezvous on the coordinator's store, which a lost node or a cut link leaves it waiting on for
+# the read timeout; the job must end within the peer timeout and a few seconds instead.
+LOST_NODE_GRACE_S = 3.0
 _RANK_PREFIX = re.compile(r"^\[rank ?(\d+)\]")
 MAX_SOCKET_PATH = 100
 
@@ -142,6 +146,7 @@ class JobRunner:
         self.on_log = on_log
         self.cancel_event = threading.Event()
         self.cancel_reason = ""
+        self.stop_grace_s = STOP_GRACE_S  # SIGTERM to torchrun's group, then SIGKILL after this
         self.lock = threading.RLock()
         self.channels: dict[int, RankChannel] = {}
         self.torchrun: ForkedProcess | None = None
@@ -237,8 +242,10 @@ class JobRunner:
     # The job
 
     def fail(self, reason: str) -> None:
-        """End the job FAILED with `reason` (a lost peer node): its processes are stopped as for a cancel."""
+        """End the job FAILED with `reason` (a lost or failed peer node): its processes are stopped as
+        for a cancel, but killed after LOST_NODE_GRACE_S rather than STOP_GRACE_S."""
         self.failure = self.failure or reason
+        self.stop_grace_s = min(self.stop_grace_s, LOST_NODE_GRACE_S)
         self.cancel_event.set()
 
     def _rendezvous_args(self) -> list[str]:
@@ -381,7 +388,7 @@ class JobRunner:
             _signal_group(self.torchrun, signal.SIGTERM)
             _signal_group(self.torchrun, signal.SIGCONT)  # a stopped rank acts on the SIGTERM only once continued
             try:
-                self.torchrun.wait(STOP_GRACE_S)
+                self.torchrun.wait(self.stop_grace_s)
             except subprocess.TimeoutExpired:
                 _signal_group(self.torchrun, signal.SIGKILL)
                 self.torchrun.wait()

@@ -125,7 +125,7 @@ def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_c
         took = time.monotonic() - killed
     print(f"peer killed -9: the job ended {took:.1f} s later (peer timeout {PEER_TIMEOUT_S:g} s): {final.message}")
     assert final.state == JobState.FAILED and b.address in final.message, final.message
-    assert took < PEER_TIMEOUT_S + 30, f"the job took {took:.0f} s to end after its peer died"
+    assert took < PEER_TIMEOUT_S + 15, f"the job took {took:.0f} s to end after its peer died"
     _wait_for(lambda: not _job_processes(a), 30, f"the job's processes on {a.address} to go")
     assert _live_segment_owners() <= {a.process.pid}  # the survivor's dataset only: no producer's slots left
 
@@ -163,5 +163,8 @@ def test_a_lost_coordinator_ends_the_members_part_within_the_timeout(test_cluste
     with b.client() as client:
         final = _final(client, part_id, timeout=PEER_TIMEOUT_S + 60)
     assert final.state == JobState.FAILED and a.address in final.message, final.message
-    assert time.monotonic() - killed < PEER_TIMEOUT_S + 30
+    took = time.monotonic() - killed
+    print(f"coordinator killed -9: the member's part ended {took:.1f} s later (peer timeout {PEER_TIMEOUT_S:g} s)")
+    assert took < PEER_TIMEOUT_S + 15, f"the part took {took:.0f} s to end after its coordinator died"
     _wait_for(lambda: not _job_processes(b), 30, f"the part's processes on {b.address} to go")
+    assert _live_segment_owners() <= {b.process.pid}  # the survivor's dataset only: no producer's slots left

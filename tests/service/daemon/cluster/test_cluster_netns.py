@@ -112,7 +112,7 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
               f"{finals[0].message} | {finals[1].message}")
         assert finals[0].state == JobState.FAILED and f"{ADDRESSES[1]}:{port}" in finals[0].message, finals[0].message
         assert finals[1].state == JobState.FAILED and f"{ADDRESSES[0]}:{port}" in finals[1].message, finals[1].message
-        assert took < PEER_TIMEOUT_S + 45
+        assert took < PEER_TIMEOUT_S + 15, f"the job took {took:.0f} s to end after its link was cut"
         for popen, before in zip(daemons, baseline):
             deadline = time.monotonic() + 30
             while _descendants(popen.pid) - before and time.monotonic() < deadline:
