@@ -79,23 +79,45 @@ def draw_bit_planes(
         for start in range(0, num_edges, chunk):
             r2 = torch.rand(min(chunk, num_edges - start), generator=generator).numpy()
             packed = src_bits[start // 8 : (start + r2.size + 7) // 8]
-            src_bit = np.unpackbits(packed, count=r2.size, bitorder="little").view(np.bool_)
-            dst_bit = r2 > np.where(src_bit, c_norm, a_norm)  # = torch.where(src_bit, r2 > c_norm, r2 > a_norm)
-            dst_bits[start // 8 : (start + r2.size + 7) // 8] = np.packbits(dst_bit, bitorder="little")
+            # the destination bit is r2 > c_norm where the source bit is 1, r2 > a_norm where it is 0:
+            # both compares packed, then picked bit by bit with the packed source bits
+            above_c = np.packbits(r2 > c_norm, bitorder="little")
+            above_a = np.packbits(r2 > a_norm, bitorder="little")
+            dst_bits[start // 8 : (start + r2.size + 7) // 8] = (above_c & packed) | (above_a & ~packed)
         dst_planes.append(dst_bits)
 
 
+# Masks of the three swap steps of an 8x8 bit-matrix transpose in a 64-bit word (Hacker's Delight 7-3)
+_SWAPS = tuple((np.uint64(shift), np.uint64(mask)) for shift, mask in
+               ((7, 0x00AA00AA00AA00AA), (14, 0x0000CCCC0000CCCC), (28, 0x00000000F0F0F0F0)))
+
+
+def _transpose_bytes(block: np.ndarray) -> np.ndarray:
+    """(n, 8) uint8, row i = byte i of 8 planes -> (n, 8) uint8, row i = those 8 edges' bytes: bit j of
+    input byte k becomes bit k of output byte j, for every 8x8 block at once (as one uint64 each)."""
+    x = np.ascontiguousarray(block).view(np.uint64).reshape(-1).copy()
+    for shift, mask in _SWAPS:
+        t = ((x >> shift) ^ x) & mask
+        x ^= t ^ (t << shift)
+    return x.view(np.uint8).reshape(block.shape)
+
+
 def assemble_ids(planes: PlaneStore, scale: int, num_edges: int, start: int, count: int) -> torch.Tensor:
-    """int64 ids of edges [start, start+count) (start a multiple of 8): bit L is level L's plane."""
+    """int64 ids of edges [start, start+count) (start a multiple of 8): bit L is level L's plane.
+
+    Byte g of an id holds levels 8g..8g+7: a plane byte holds one level of 8 edges, so the 8
+    planes' bytes of 8 edges form an 8x8 bit matrix whose transpose is those edges' id bytes."""
     if scale > 32:
         raise ValueError(f"scale {scale} > 32 does not fit the 4-byte assembly")
     size, lo, hi = plane_bytes(num_edges), start // 8, (start + count + 7) // 8
-    packed = np.empty((scale, hi - lo), np.uint8)
-    for level in range(scale):
-        packed[level] = planes.read(level * size + lo, level * size + hi)
-    bits = np.unpackbits(packed, axis=1, count=count, bitorder="little")
-    grouped = np.zeros((4, count), np.uint8)  # byte g of every id, from levels 8g..8g+7
-    for level in range(scale):
-        group, shift = divmod(level, 8)
-        grouped[group] |= bits[level] << np.uint8(shift)
-    return torch.from_numpy(np.ascontiguousarray(grouped.T).view("<u4").reshape(count).astype(np.int64))
+    n = hi - lo
+    ids = np.zeros((n, 8, 4), np.uint8)  # edge 8i+j's byte g at [i, j, g]: little-endian uint32 ids
+    block = np.empty((n, 8), np.uint8)
+    for group in range((scale + 7) // 8):
+        levels = range(8 * group, min(scale, 8 * group + 8))
+        if len(levels) < 8:
+            block[:, len(levels) :] = 0
+        for k, level in enumerate(levels):
+            block[:, k] = planes.read(level * size + lo, level * size + hi)
+        ids[:, :, group] = _transpose_bytes(block)
+    return torch.from_numpy(ids.reshape(n * 8, 4).view("<u4").reshape(n * 8)[:count].astype(np.int64))

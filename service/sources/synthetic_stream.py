@@ -5,13 +5,17 @@ two give the same graph byte for byte. The bit planes of the R-MAT levels
 (`rmat_bits`) go to a spill file; a final pass reads them back chunk by chunk, assembles
 the ids, rewires, drops self loops and writes the edges (int32, before the random
 relabelling, which is applied on read). Features are drawn in chunks (see
-`synthetic.feature_chunk_rows`) into a spill file. Any of the three that fits in a share
-of the working memory stays in memory instead: spill only what does not fit.
+`synthetic.feature_chunk_rows`); when they do not fit in memory they are not spilled but
+drawn again when they are placed (`DrawnRows`: the generator state is saved and the
+generator skipped past them), so N x F floats are neither written nor read back. Any of
+the three that fits in a share of the working memory stays in memory: spill only what
+does not fit.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +31,34 @@ from graphtier.service.sources import synthetic as rmat
 EDGE_CHUNK_BYTES = 160
 KEEP_SHARE = 0.3  # of the working memory: bit planes, edges or features this small stay in memory
 FEATURE_CHUNK_OVERHEAD = 3  # a feature chunk, its centroid rows and the spill write
+
+
+class DrawnRows:
+    """The R-MAT features as a row stream that draws them from a saved generator state each time
+    it is walked: the bytes `rmat_feature_chunks` gives, without a spill file of N x F floats."""
+
+    def __init__(self, state: torch.Tensor, labels: torch.Tensor, centroids: torch.Tensor, noise: float) -> None:
+        self.state, self.labels, self.centroids, self.noise = state, labels, centroids, noise
+        self.num_rows, self.row_shape, self.dtype = labels.numel(), (centroids.shape[1],), np.dtype(np.float32)
+
+    def chunks(self, max_rows: int) -> Iterator[tuple[int, torch.Tensor]]:
+        gen = torch.Generator()
+        gen.set_state(self.state)
+        rows = rmat.feature_chunk_rows(self.num_rows, max_rows)
+        yield from rmat.rmat_feature_chunks(gen, self.labels, self.centroids, self.noise, rows)
+
+    def release(self) -> None:
+        self.labels = torch.empty(0, dtype=torch.int64)
+
+
+def skip_uniforms(gen: torch.Generator, count: int, chunk: int = 1 << 22) -> None:
+    """Advance `gen` past `count` normals drawn by `randn` in blocks of a multiple of 16 values:
+    `randn` draws one uniform per value (then transforms them 16 at a time), as `rand` does."""
+    if count % 16:
+        raise ValueError(f"{count} normals: only whole blocks of 16 draw exactly one uniform each")
+    buffer = torch.empty(min(chunk, count))
+    for start in range(0, count, chunk):
+        torch.rand(min(chunk, count - start), generator=gen, out=buffer[: min(chunk, count - start)])
 
 
 def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> StreamedGraph:
@@ -75,14 +107,21 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
 
     centroids = torch.randn(num_classes, feature_dim, generator=gen)
     plan.refresh()
-    features = array("features.f32", np.float32, (feature_dim,), rows=num_nodes)
-    rows = rmat.feature_chunk_rows(num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.2, cap=1 << 16))
-    for _, block in rmat.rmat_feature_chunks(gen, labels, centroids, noise, rows):
-        features.append(block)
+    feature_rows: FileRows | DrawnRows
+    if num_nodes % 16 or plan.fits(4 * num_nodes * feature_dim, share=KEEP_SHARE):
+        features = array("features.f32", np.float32, (feature_dim,), rows=num_nodes)
+        rows = rmat.feature_chunk_rows(num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.2, cap=1 << 16))
+        for _, block in rmat.rmat_feature_chunks(gen, labels, centroids, noise, rows):
+            features.append(block)
+        feature_rows = FileRows(features, (feature_dim,), np.float32)
+    else:  # drawn when they are placed, instead of written to a spill file and read back
+        feature_rows = DrawnRows(gen.get_state(), labels, centroids, noise)
+        skip_uniforms(gen, num_nodes * feature_dim)
+        kept.append("features.f32 (drawn again when placed)")
     return StreamedGraph(
         num_nodes=num_nodes,
         edges=FileEdges(src_file, dst_file, relabel),
-        features=FileRows(features, (feature_dim,), np.float32),
+        features=feature_rows,
         labels=labels,
         splits=rmat.rmat_split(gen, num_nodes, fractions, scale),
         origin="synthetic:rmat",

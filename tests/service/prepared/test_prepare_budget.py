@@ -61,6 +61,8 @@ def test_synthetic_out_of_core_is_byte_identical(tmp_path, score, undirected):
         source_options={"scale": 10, "feature_dim": 12, "seed": 3},
     )
     assert tight.preparation["reorder_features"]["buckets"] > 1
+    # too large for the tight budget: drawn again while placed, not spilled, and still the same bytes
+    assert "features.f32 (drawn again when placed)" in tight.preparation["read_source"]["kept_in_memory"]
 
 
 def test_synthetic_wrpr_with_fanout_is_byte_identical(tmp_path):
