@@ -88,6 +88,10 @@ class LookaheadWindow:
         return Ticket(rows=rows, slots=slots, hits=int(hit.sum()), done=done)
 
     def _read(self, rows: np.ndarray, slots: np.ndarray, cache: torch.Tensor) -> None:
+        if slots[-1] - slots[0] == slots.size - 1 and bool((np.diff(slots) == 1).all()):
+            # consecutive slots (a fresh or emptied cache hands them out so): read straight into them
+            self.reader.read(rows, cache[int(slots[0]) : int(slots[0]) + slots.size].numpy())
+            return
         staged = np.empty((rows.size, self.row_bytes), dtype=np.uint8)
         self.reader.read(rows, staged)
         cache.index_copy_(0, torch.from_numpy(slots), torch.from_numpy(staged))
