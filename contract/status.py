@@ -30,14 +30,34 @@ class TrafficStatus(_Model):
     """Feature traffic by source and by link, since the daemon started."""
 
     sources: dict[str, SourceStatus] = Field(
-        description="replicated, interleaved_local, interleaved_peer, host, storage."
+        description="replicated, interleaved_local, interleaved_peer, host, storage, network."
     )
-    links: dict[str, int] = Field(description="Bytes by link: local, nvlink, pcie, storage.")
+    links: dict[str, int] = Field(description="Bytes by link: local, nvlink, pcie, storage, network.")
     total_rows: int
     total_bytes: int
     device_bytes: int
     hit_ratio: float = Field(description="Bytes served by the device tiers / all bytes.")
     simulated: bool = Field(description="True when the device tiers are accounted, not real.")
+
+
+class PeerStatus(_Model):
+    """Rows, bytes and FetchRows calls fetched from one other node (partitioned features)."""
+
+    peer: str = Field(description="The node's daemon, HOST:PORT.")
+    rows: int
+    bytes: int
+    requests: int
+
+
+class NetworkStatus(_Model):
+    """The network tier: a partitioned job's rows fetched from the nodes that own them."""
+
+    rows: int = 0
+    bytes: int = 0
+    requests: int = 0
+    fetch_seconds: float = Field(0.0, description="FetchRows calls' latencies, summed.")
+    wait_seconds: float = Field(0.0, description="Time gathers waited for rows not yet fetched (0: fetches hidden).")
+    peers: list[PeerStatus] = Field(default_factory=list)
 
 
 class StorageStatus(_Model):
@@ -130,6 +150,7 @@ class JobStatus(_Model):
     test_accuracy: float | None
     traffic: TrafficStatus
     storage: StorageStatus
+    network: NetworkStatus = Field(default_factory=NetworkStatus, description="Rows fetched from other nodes, per peer.")
     ranks: list[RankStatus]
 
 
@@ -159,6 +180,7 @@ class DaemonStatus(_Model):
     jobs: list[JobStatus]
     traffic: TrafficStatus
     storage: StorageStatus = Field(description="Every job's storage reads together.")
+    network: NetworkStatus = Field(default_factory=NetworkStatus, description="Every job's network tier together.")
     batches_total: int
     batches_per_second: float = Field(description="Batches trained per second over every job, last 10 s (now).")
     produced_batches_per_second: float = Field(description="Batches produced per second over every job, last 10 s.")

@@ -2,8 +2,9 @@
 
 Sources: `replicated` (the GPU's own replica), `interleaved_local` (this GPU's share of the
 interleaved tier), `interleaved_peer` (another GPU's share: would cross NVLink), `host`
-(pinned host memory: would cross PCIe), `storage` (memory-mapped file). On a CPU-only
-machine the device tiers are accounted, not real; `simulated` carries that through every
+(pinned host memory: would cross PCIe), `storage` (memory-mapped file), `network` (another
+node's daemon: a partitioned job's rows this node does not hold, fetched per batch over gRPC;
+see graphtier.contract.partition). On a CPU-only machine the device tiers are accounted, not real; `simulated` carries that through every
 sum so reports can say so.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-SOURCES: tuple[str, ...] = ("replicated", "interleaved_local", "interleaved_peer", "host", "storage")
+GATHER_SOURCES: tuple[str, ...] = ("replicated", "interleaved_local", "interleaved_peer", "host", "storage")
+SOURCES: tuple[str, ...] = (*GATHER_SOURCES, "network")  # the gather's own sources, then the other nodes
 DEVICE_SOURCES: tuple[str, ...] = ("replicated", "interleaved_local", "interleaved_peer")
 
 
@@ -36,13 +38,16 @@ class TrafficCounts:
     interleaved_peer: SourceTraffic = field(default_factory=SourceTraffic)
     host: SourceTraffic = field(default_factory=SourceTraffic)
     storage: SourceTraffic = field(default_factory=SourceTraffic)
+    network: SourceTraffic = field(default_factory=SourceTraffic)
     simulated: bool = False
 
     @classmethod
     def from_rows(cls, rows: Sequence[int], row_bytes: int, *, simulated: bool) -> TrafficCounts:
-        """Counts from rows per source in SOURCES order, each row `row_bytes` long."""
-        if len(rows) != len(SOURCES):
-            raise ValueError(f"expected {len(SOURCES)} row counts ({', '.join(SOURCES)}), got {len(rows)}")
+        """Counts from rows per source in GATHER_SOURCES order (a local gather: no network rows), or in
+        SOURCES order, each row `row_bytes` long."""
+        if len(rows) not in (len(GATHER_SOURCES), len(SOURCES)):
+            raise ValueError(f"expected {len(GATHER_SOURCES)} row counts ({', '.join(GATHER_SOURCES)}), or "
+                             f"{len(SOURCES)} with network, got {len(rows)}")
         per = {name: SourceTraffic(int(r), int(r) * row_bytes) for name, r in zip(SOURCES, rows)}
         return cls(**per, simulated=simulated)
 

@@ -61,6 +61,7 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
         weight_decay=spec.weight_decay, device=_DEVICES[spec.device], script=spec.script, args=spec.args,
         storage_reads=spec.storage_reads, window=spec.window, on_nonfinite=spec.on_nonfinite,
+        features=spec.features, replicate=spec.replicate,
     )  # fmt: skip
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
@@ -78,13 +79,13 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
     if message.fanouts:
         values["fanouts"] = list(message.fanouts)
     for name in ("batch_size", "hidden", "epochs", "lr", "nproc_per_node", "checkpoint_every_steps", "heads",
-                 "num_slots", "storage_reads", "window", "on_nonfinite"):  # fmt: skip
+                 "num_slots", "storage_reads", "window", "on_nonfinite", "features"):  # fmt: skip
         if getattr(message, name):
             values[name] = getattr(message, name)
     if message.device != jobs_pb2.DEVICE_UNSPECIFIED:
         devices = {v: k for k, v in _DEVICES.items()}
         values["device"] = devices.get(message.device, f"unknown device {message.device}")
-    for name in ("dropout", "seed", "max_restarts", "weight_decay"):
+    for name in ("dropout", "seed", "max_restarts", "weight_decay", "replicate"):
         if message.HasField(name):
             values[name] = getattr(message, name)
     if message.HasField("budgets"):
@@ -185,6 +186,7 @@ def placement_from_proto(m: jobs_pb2.JobPlacement) -> JobPlacementInfo:
         nnodes=m.nnodes, node_rank=m.node_rank, rdzv_endpoint=m.rdzv_endpoint, rdzv_id=m.rdzv_id,
         coordinator=m.coordinator, coordinator_job_id=m.coordinator_job_id, local_addr=m.local_addr,
         dataset_version=m.dataset_version, peer_timeout_s=m.peer_timeout_s or 15.0,
+        node_addresses=list(m.node_addresses),
     )  # fmt: skip
 
 

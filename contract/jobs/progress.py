@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+from graphtier.contract.network import NetworkCounters
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import TrafficCounts
 
@@ -56,6 +57,7 @@ class ProducerFigures:
     lag_batches: int = 0
     slot_grows_total: int = 0
     storage: StorageCounters = field(default_factory=StorageCounters)  # how its storage-tier rows were served
+    network: NetworkCounters = field(default_factory=NetworkCounters)  # rows fetched from each peer (partitioned)
 
 
 @dataclass(frozen=True)

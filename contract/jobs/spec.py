@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.fanouts import check_channel_fanouts
+from graphtier.contract.network import MAX_PEERS
+from graphtier.contract.partition import DEFAULT_REPLICATE
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
 ModelKind = Literal["sage", "gcn", "gat"]
@@ -24,6 +26,7 @@ DeviceKind = Literal["cpu", "cuda"]
 
 
 OnNonFinite = Literal["fail", "skip-step", "off"]
+FeaturesKind = Literal["replicated", "partitioned"]
 
 
 class JobSpec(BaseModel):
@@ -60,17 +63,34 @@ class JobSpec(BaseModel):
                         "reading their storage rows early and once; 0 = off.")
     on_nonfinite: OnNonFinite = Field("fail", description="A NaN/inf loss or gradient: fail (the job, naming rank and "
                                       "step), skip-step (skip that optimizer step) or off (not checked).")
+    features: FeaturesKind = Field("replicated", description="Feature rows of a multi-node job: replicated (every "
+                                   "node holds every row) or partitioned (the hottest `replicate` share on every "
+                                   "node, each other row on one node, fetched by the others per batch).")
+    replicate: float = Field(DEFAULT_REPLICATE, ge=0.0, le=1.0, description="With partitioned features: the share "
+                             "of the rows, hottest first, every node holds.")
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
     @field_validator("batch_size", "hidden", "heads", "epochs", "nproc_per_node", "checkpoint_every_steps", "seed",
-                     "max_restarts", "num_slots", "fanouts", "window", "nnodes", mode="before")
+                     "max_restarts", "num_slots", "fanouts", "window", "nnodes", "replicate", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         """`epochs: true` in YAML is a mistake, not 1 epoch (pydantic would take a bool as an int)."""
         if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
             raise ValueError(f"expected a number, got {value!r}")
+        return value
+
+    @field_validator("replicate", mode="before")
+    @classmethod
+    def _share(cls, value: Any) -> Any:
+        """"10%" or "0.1" (the CLI and YAML) as 0.1."""
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+            except ValueError:
+                raise ValueError(f"replicate {value!r} is not a share of the rows: give 10% or 0.1") from None
         return value
 
     @field_validator("fanouts")
@@ -99,6 +119,14 @@ class JobSpec(BaseModel):
             raise ValueError(f"nodes {self.nodes}: a multi-node job needs at least 2 nodes (or none: this daemon alone)")
         if self.nodes and self.nnodes == 1:
             object.__setattr__(self, "nnodes", len(self.nodes))  # frozen: the one place nnodes follows nodes
+        if self.features == "partitioned" and self.nnodes == 1:
+            raise ValueError("features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "
+                             "one node holds every row (features 'replicated')")
+        if self.features == "partitioned" and self.nnodes > MAX_PEERS:
+            raise ValueError(f"features 'partitioned' supports at most {MAX_PEERS} nodes, got nnodes={self.nnodes}")
+        if self.features == "replicated" and "replicate" in self.model_fields_set and self.replicate != DEFAULT_REPLICATE:
+            raise ValueError(f"replicate={self.replicate} applies to features 'partitioned' only (every row is on "
+                             "every node with 'replicated')")
         return self
 
     @property

@@ -70,6 +70,8 @@ class JobPlacementInfo(BaseModel):
     local_addr: str = Field(min_length=1, description="Address this node's ranks are reached at (torchrun --local-addr).")
     dataset_version: str = ""
     peer_timeout_s: float = Field(default=15.0, gt=0, le=3600)
+    node_addresses: list[str] = Field(default_factory=list, max_length=1024,
+                                      description="Every node's daemon HOST:PORT by node rank (partitioned features).")
 
     @property
     def rdzv_host(self) -> bool:

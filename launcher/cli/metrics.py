@@ -89,6 +89,8 @@ def metrics(
     if snapshot.jobs:
         console.print(times)
         console.print(_storage_table(snapshot))
+        if any(job.network.peers for job in snapshot.jobs):
+            console.print(_network_table(snapshot))
 
 
 def _storage_table(snapshot):
@@ -103,4 +105,16 @@ def _storage_table(snapshot):
             f"{s.window_rows:,} ({_pct(s.window_hit_ratio)})", f"{s.queue_depth:.1f}",
             f"{human_bytes(s.bandwidth)}/s" if s.bandwidth else "-",
         )  # fmt: skip
+    return table
+
+
+def _network_table(snapshot):
+    """A partitioned job's network tier: rows and bytes fetched from each peer node, the calls, and the
+    time gathers waited for replies (0 when the look-ahead hides the fetches)."""
+    table = compact_table("job", "peer", "rows", "bytes", "calls", "wait s",
+                          title="network tier by peer")  # fmt: skip
+    for job in snapshot.jobs:
+        for peer in job.network.peers:
+            table.add_row(job.job_id, peer.peer, f"{peer.rows:,}", human_bytes(peer.bytes), f"{peer.requests:,}",
+                          f"{job.network.wait_seconds:.2f}")  # fmt: skip
     return table

@@ -26,6 +26,7 @@ from graphtier.contract.errors import (
     UnknownDatasetError,
     UnknownJobError,
 )
+from graphtier.service.daemon.datasets.partitions import ReplyTooLargeError
 from graphtier.service.errors import GraphtierError, PlacementError, PreparedDatasetError, SharedMemoryError
 
 log = logging.getLogger("graphtierd")
@@ -42,6 +43,7 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (PlacementError, grpc.StatusCode.INVALID_ARGUMENT),
     (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
     (SharedMemoryError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ReplyTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PreparedDatasetError, grpc.StatusCode.FAILED_PRECONDITION),
     (DaemonError, grpc.StatusCode.FAILED_PRECONDITION),
     (GraphtierError, grpc.StatusCode.INVALID_ARGUMENT),

@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from graphtier.service.daemon.cluster.node import ClusterNode
 from graphtier.service.daemon.cluster.node_info import SelfDescription
 from graphtier.service.daemon.config import DaemonConfig
+from graphtier.service.daemon.datasets.partitions import FetchAccess
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError
 from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
@@ -131,6 +132,9 @@ class Daemon:
             except OSError as exc:
                 raise DaemonError(f"cannot read the peers' CA certificate {ca} ({exc.strerror})") from None
         self.cluster.bind(tcp, token=self._token, trusted_pem=trusted)
+        if tcp is not None:  # partitioned jobs' producers call the peers' FetchRows the same way
+            ca = None if self.config.insecure else (self.config.cluster.peer_ca or self.tls_cert)
+            self.job_manager.fetch_access = FetchAccess(self.config.token_path, ca)
 
     def _cancel_jobs(self, job_ids: list[str], reason: str) -> None:
         for job_id in job_ids:

@@ -23,6 +23,8 @@ from graphtier.v1 import (
     cluster_pb2_grpc,
     datasets_pb2,
     datasets_pb2_grpc,
+    features_pb2,
+    features_pb2_grpc,
     jobs_pb2,
     jobs_pb2_grpc,
     progress_pb2,
@@ -99,6 +101,7 @@ SERVICE_NAMES: tuple[str, ...] = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     channels_pb2.DESCRIPTOR.services_by_name["ChannelService"].full_name,
     cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+    features_pb2.DESCRIPTOR.services_by_name["FeatureService"].full_name,
 )
 
 
@@ -107,7 +110,8 @@ def add_servicers(
     cluster: ClusterNode | None = None,
 ) -> None:
     """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES;
-    JobService and ChannelService only with a job manager, ClusterService only with a cluster node)."""
+    JobService, ChannelService and FeatureService only with a job manager, ClusterService only with a
+    cluster node)."""
     datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry, jobs), server)
     progress_pb2_grpc.add_ProgressServiceServicer_to_server(ProgressServicer(tracker), server)
     if jobs is not None:
@@ -115,6 +119,9 @@ def add_servicers(
 
         jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, cluster), server)
         channels_pb2_grpc.add_ChannelServiceServicer_to_server(ChannelServicer(jobs), server)
+        from graphtier.service.daemon.cluster.features_servicer import FeatureServicer
+
+        features_pb2_grpc.add_FeatureServiceServicer_to_server(FeatureServicer(jobs.partitions), server)
     if cluster is not None:
         from graphtier.service.daemon.cluster.servicer import ClusterServicer
 

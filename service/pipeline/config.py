@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
+from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.storage import MAX_WINDOW
 from graphtier.service.store import SharedDatasetHandle
 
@@ -42,6 +43,8 @@ class ProducerConfig(BaseModel):
     )
     window: int = Field(default=0, ge=0, le=MAX_WINDOW, description="Look-ahead window: batches sampled ahead "
                         "whose storage rows are read early and shared; 0 = off.")
+    partition: PartitionedFeatures | None = Field(default=None, description="A partitioned job's rows: this node's "
+                                                  "copy and the other nodes' daemons; None = every row here.")
 
     @field_validator("fanouts")
     @classmethod

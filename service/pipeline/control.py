@@ -4,7 +4,9 @@ Header (channel-wide): producer pid and start time, status, heartbeat, progress,
 and end-of-data markers, cumulative times, waits and per-tier traffic. One record per slot:
 state (FREE / FILLING / READY / HELD), batch number, epoch, step, generation, sizes per hop,
 sample and gather time and the batch's traffic. The header also holds the storage tier's
-counters (`StorageCounters`: rows read or served by the look-ahead window, requests, times).
+counters (`StorageCounters`: rows read or served by the look-ahead window, requests, times)
+and a partitioned job's network tier (`NetworkCounters`: rows, bytes and calls per peer node
+rank, fetch and wait times).
 Times are `time.monotonic_ns()` (one clock for every process on a Linux host) or durations in ns.
 
 Every field has one writer at a time: the producer writes everything except the fields
@@ -24,10 +26,11 @@ import torch
 
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.contract.fanouts import MAX_HOPS
+from graphtier.contract.network import MAX_PEERS, NetworkCounters, PeerTraffic
 from graphtier.contract.storage import STORAGE_READS, StorageCounters
 
 MAGIC = 0x4754504950454C31  # "GTPIPEL1"
-HEADER_WORDS = 64
+HEADER_WORDS = 128
 SLOT_WORDS = 64
 ERROR_BYTES = 4096
 
@@ -75,7 +78,9 @@ _HEADER = _index(
      ("error_len", 1), ("consumer_pid", 1), ("batches_consumed", 1), ("consumer_wait_ns", 1),
      ("consumer_last_wait_ns", 1), ("seeds_total", 1), ("sampled_nodes_total", 1), ("sampled_edges_total", 1))
     + tuple((name, 1) for name in _TRAFFIC)
-    + tuple((name, 1) for name in _STORAGE),
+    + tuple((name, 1) for name in _STORAGE)
+    + (("network_fetch_ns", 1), ("network_wait_ns", 1), ("peer_rows", MAX_PEERS), ("peer_bytes", MAX_PEERS),
+       ("peer_requests", MAX_PEERS)),
     HEADER_WORDS,
 )  # fmt: skip
 _SLOT = _index(
@@ -134,6 +139,18 @@ class _Record:
             self[f"storage_{name}_ns"] = round(getattr(counters, f"{name}_seconds") * 1e9)
         self["lookahead_batches"], self["window_cached_rows"] = counters.lookahead_batches, counters.window_cached_rows
 
+    def network(self) -> NetworkCounters:
+        """Per peer by node rank (the peer named by its rank; the daemon names it by address)."""
+        rows, nbytes, calls = self.array("peer_rows"), self.array("peer_bytes"), self.array("peer_requests")
+        peers = tuple(PeerTraffic(str(k), int(rows[k]), int(nbytes[k]), int(calls[k]))
+                      for k in range(MAX_PEERS) if calls[k])  # fmt: skip
+        return NetworkCounters(peers, self["network_fetch_ns"] / 1e9, self["network_wait_ns"] / 1e9)
+
+    def add_network(self, node_rank: int, rows: int, nbytes: int, requests: int) -> None:
+        self.array("peer_rows")[node_rank] += rows
+        self.array("peer_bytes")[node_rank] += nbytes
+        self.array("peer_requests")[node_rank] += requests
+
     def set_traffic(self, counts: TrafficCounts, *, add: bool = False) -> None:
         for source, traffic in counts.by_source().items():
             for unit, value in (("rows", traffic.rows), ("bytes", traffic.bytes)):
@@ -170,11 +187,13 @@ class ChannelStats:
     traffic: TrafficCounts
     storage: StorageCounters  # how the storage-tier rows were served (read or window hits), and at what cost
     error: str | None
+    network: NetworkCounters = NetworkCounters()  # a partitioned job's rows fetched from each peer (by node rank)
 
     def to_dict(self) -> dict[str, object]:
         out = dict(self.__dict__)
         out["traffic"] = self.traffic.to_dict()
         out["storage"] = self.storage.to_dict()
+        out["network"] = self.network.to_dict()
         return out
 
 
@@ -254,4 +273,5 @@ class ControlBlock:
             traffic=h.traffic(bool(h["simulated"])),
             storage=h.storage(),
             error=self.error(),
+            network=h.network(),
         )

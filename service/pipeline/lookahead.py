@@ -3,7 +3,8 @@
 Each batch is sampled exactly as without look-ahead (its seeds and sample seed depend only
 on the job seed, epoch, rank and step), so the batches are the same; sampling ahead only
 lets the storage reads of a batch start early (`admit`, the look-ahead window) and lets
-rows that recur within the window be read once. `depth` 0 samples each batch when it is due.
+rows that recur within the window be read once (and a partitioned job's fetches of other nodes'
+rows start early). `depth` 0 samples each batch when it is due.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from graphtier.service.pipeline.peer_rows import RemoteTicket
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed
 from graphtier.service.sampling import SampledSubgraph
 from graphtier.service.storage import Ticket
@@ -31,7 +33,7 @@ class Planned:
     sample_seed: int
     subgraph: SampledSubgraph
     sample_ns: int
-    ticket: Ticket | None  # None without a window (or with no storage rows)
+    ticket: Ticket | RemoteTicket | None  # None without a window (or with no storage rows); a partitioned job's fetches
 
 
 class Lookahead:
@@ -39,7 +41,7 @@ class Lookahead:
 
     def __init__(self, *, train_ids: torch.Tensor, seed: int, rank: int, world_size: int, batch_size: int,
                  epochs: int, steps: int, depth: int, sample: Callable[[torch.Tensor, int], SampledSubgraph],
-                 admit: Callable[[SampledSubgraph], Ticket | None] | None = None) -> None:  # fmt: skip
+                 admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | None] | None = None) -> None:  # fmt: skip
         self.depth = depth
         self._sample, self._admit = sample, admit
         self._plan = self._batches(train_ids, seed, rank, world_size, batch_size, epochs, steps)

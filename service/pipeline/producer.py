@@ -5,7 +5,9 @@ rank), takes this rank's shard (see shard.py), and for each batch: samples it (w
 look-ahead window, `window` batches ahead, their storage reads started at once: see
 lookahead.py and graphtier.service.storage.window), waits for a FREE slot, copies the
 sampled structure and the seed labels into the slot, gathers the input features from the
-tiers straight into the slot, marks it READY and tells the consumer.
+tiers straight into the slot, marks it READY and tells the consumer. A partitioned job's
+producer gathers instead from its node's copy and fetches the other nodes' rows (peer_rows.py),
+the fetches started when the batch is sampled, `PARTITION_LOOKAHEAD` batches (or `window`) ahead.
 It never touches a slot the consumer holds; it exits cleanly, unlinking its segments, when
 the consumer goes away. The daemon forks it from a warm server (`spawn_producer`, see
 forkserver.py); it also runs as a process of its own:
@@ -41,6 +43,7 @@ from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelL
 from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
+from graphtier.service.pipeline.peer_rows import PeerRows, RemoteTicket
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
@@ -48,6 +51,9 @@ from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.storage import LookaheadWindow, StorageCounters, Ticket
 from graphtier.service.store import attach_dataset
+
+PARTITION_LOOKAHEAD = 2  # batches sampled ahead by a partitioned job's producer: their fetches overlap
+
 
 
 class Producer:
@@ -61,6 +67,7 @@ class Producer:
         self._link: ConsumerLink | None = None
         self._layout_path: Path | None = None
         self.window: LookaheadWindow | None = None
+        self.peer_rows: PeerRows | None = None
         try:
             self._setup()
         except BaseException:
@@ -87,7 +94,9 @@ class Producer:
         self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
         self.tiers = tiers
-        reader = self.dataset.row_reader() if tiers is not None and cfg.window > 0 else None
+        if cfg.partition is not None and tiers is not None:
+            self.peer_rows = PeerRows(cfg.partition, row_shape=tiers.row_shape, dtype=tiers.dtype)
+        reader = self.dataset.row_reader() if tiers is not None and cfg.window > 0 and self.peer_rows is None else None
         if reader is not None:
             self.window = LookaheadWindow(reader, row_bytes=tiers.row_bytes)
         self.storage = StorageCounters(mode=cfg.storage_reads, window=cfg.window)
@@ -156,9 +165,10 @@ class Producer:
             ctl.status = ProducerStatus.RUNNING
             ahead = Lookahead(
                 train_ids=self.train_ids, seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size,
-                batch_size=cfg.batch_size, epochs=cfg.epochs, steps=self.steps, depth=cfg.window,
+                batch_size=cfg.batch_size, epochs=cfg.epochs, steps=self.steps,
+                depth=max(cfg.window, PARTITION_LOOKAHEAD) if self.peer_rows is not None else cfg.window,
                 sample=self._sample,
-                admit=self._admit if self.window is not None else None,
+                admit=self._admit if self.window is not None or self.peer_rows is not None else None,
             )  # fmt: skip
             ctl.header.set_storage(self.storage)
             for epoch in range(cfg.epochs):
@@ -212,22 +222,37 @@ class Producer:
         self.control.beat()
         return sub
 
-    def _admit(self, sub: SampledSubgraph) -> Ticket:
-        """Enter a sampled batch's storage rows into the window: their reads start now."""
+    def _admit(self, sub: SampledSubgraph) -> Ticket | RemoteTicket:
+        """Enter a sampled batch's storage rows into the window: their reads start now (a partitioned
+        job: its rows on other nodes, their fetches start now)."""
+        if self.peer_rows is not None:
+            return self.peer_rows.admit(sub.node_ids)
         ids, host_end = sub.node_ids, self.tiers.host_end
         return self.window.admit((ids[ids >= host_end] - host_end).numpy())
 
     def _gather(self, planned: Planned, out: torch.Tensor) -> TrafficCounts:
         """The batch's features into `out`: storage rows from the window when there is one."""
         ids = planned.subgraph.node_ids
+        if self.peer_rows is not None:
+            assert isinstance(planned.ticket, RemoteTicket)
+            return self._count_network(self.peer_rows.fill(planned.ticket, ids, out))
         if planned.ticket is None:
             return self.dataset.gather(ids, out, device_index=self.config.device_index)
         window, ticket = self.window, planned.ticket
         return gather_split(ids, self.tiers, out, lambda rows, rows_out: window.fill(ticket, rows, rows_out))
 
+    def _count_network(self, traffic: TrafficCounts) -> TrafficCounts:
+        """The network tier's counters so far into the control block (per peer by node rank)."""
+        rows, h = self.peer_rows, self.control.header
+        h.array("peer_rows")[: rows.peer_rows.size] = rows.peer_rows
+        h.array("peer_bytes")[: rows.peer_bytes.size] = rows.peer_bytes
+        h.array("peer_requests")[: rows.peer_requests.size] = rows.peer_requests
+        h["network_fetch_ns"], h["network_wait_ns"] = rows.fetch_ns, rows.wait_ns
+        return traffic
+
     def _count_storage(self, traffic: TrafficCounts, planned: Planned, sampled_ahead: int) -> None:
         """Storage rows of this batch: read for it, or served by the window; the reader's costs so far."""
-        hits = planned.ticket.hits if planned.ticket is not None else 0
+        hits = planned.ticket.hits if isinstance(planned.ticket, Ticket) else 0
         read_rows = traffic.storage.rows - hits
         s, row_bytes = self.storage, self.tiers.row_bytes
         reader = self.window.reader if self.window is not None else self.tiers.storage_reader
@@ -306,6 +331,9 @@ class Producer:
         if self.window is not None:
             self.window.close()
             self.window = None
+        if self.peer_rows is not None:
+            self.peer_rows.close()
+            self.peer_rows = None
         if self._link is not None:
             self._link.close()
             self._link = None

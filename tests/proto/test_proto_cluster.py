@@ -1,5 +1,6 @@
-"""The cluster contract (cluster.proto): documented like the rest, and its one bytes field is
-the only one in the whole contract (a dataset's files on their way to another machine)."""
+"""The cluster contract (cluster.proto): documented like the rest, and its bytes fields are the only
+ones in the whole contract (a dataset's files on their way to another machine, and a partitioned
+job's feature rows fetched from the node that owns them: features.proto)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from graphtier.v1 import cluster_pb2, jobs_pb2
 from test_proto_contract import undocumented  # tests/proto is on sys.path (rootdir conftest mode)
 
 CLUSTER_FILE = "graphtier/v1/cluster.proto"
-BYTES_FIELDS = {"FileData.chunk"}
+BYTES_FIELDS = {"FileData.chunk", "FetchRowsResponse.data"}
 
 
 def test_cluster_contract_is_documented(contract_descriptors):

@@ -123,17 +123,19 @@ class SourceTraffic(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class TierCounters(_message.Message):
-    __slots__ = ("replicated", "interleaved_local", "interleaved_peer", "host", "storage", "simulated")
+    __slots__ = ("replicated", "interleaved_local", "interleaved_peer", "host", "storage", "simulated", "network")
     REPLICATED_FIELD_NUMBER: _ClassVar[int]
     INTERLEAVED_LOCAL_FIELD_NUMBER: _ClassVar[int]
     INTERLEAVED_PEER_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     STORAGE_FIELD_NUMBER: _ClassVar[int]
     SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     replicated: SourceTraffic
     interleaved_local: SourceTraffic
     interleaved_peer: SourceTraffic
     host: SourceTraffic
     storage: SourceTraffic
     simulated: bool
-    def __init__(self, replicated: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_local: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_peer: _Optional[_Union[SourceTraffic, _Mapping]] = ..., host: _Optional[_Union[SourceTraffic, _Mapping]] = ..., storage: _Optional[_Union[SourceTraffic, _Mapping]] = ..., simulated: _Optional[bool] = ...) -> None: ...
+    network: SourceTraffic
+    def __init__(self, replicated: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_local: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_peer: _Optional[_Union[SourceTraffic, _Mapping]] = ..., host: _Optional[_Union[SourceTraffic, _Mapping]] = ..., storage: _Optional[_Union[SourceTraffic, _Mapping]] = ..., simulated: _Optional[bool] = ..., network: _Optional[_Union[SourceTraffic, _Mapping]] = ...) -> None: ...

@@ -58,7 +58,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite")
+    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,8 @@ class JobSpec(_message.Message):
     STORAGE_READS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     ON_NONFINITE_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
@@ -113,10 +115,12 @@ class JobSpec(_message.Message):
     storage_reads: str
     window: int
     on_nonfinite: str
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ...) -> None: ...
+    features: str
+    replicate: float
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[float] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
-    __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s")
+    __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")
     NNODES_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     RDZV_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +130,7 @@ class JobPlacement(_message.Message):
     LOCAL_ADDR_FIELD_NUMBER: _ClassVar[int]
     DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
     PEER_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    NODE_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     nnodes: int
     node_rank: int
     rdzv_endpoint: str
@@ -135,7 +140,8 @@ class JobPlacement(_message.Message):
     local_addr: str
     dataset_version: str
     peer_timeout_s: float
-    def __init__(self, nnodes: _Optional[int] = ..., node_rank: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., coordinator: _Optional[str] = ..., coordinator_job_id: _Optional[str] = ..., local_addr: _Optional[str] = ..., dataset_version: _Optional[str] = ..., peer_timeout_s: _Optional[float] = ...) -> None: ...
+    node_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, nnodes: _Optional[int] = ..., node_rank: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., coordinator: _Optional[str] = ..., coordinator_job_id: _Optional[str] = ..., local_addr: _Optional[str] = ..., dataset_version: _Optional[str] = ..., peer_timeout_s: _Optional[float] = ..., node_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobNode(_message.Message):
     __slots__ = ("node", "address", "node_rank", "job_id", "state", "message", "progress", "ranks", "log_path")

@@ -91,6 +91,7 @@ class JobCoordinator:
                 nnodes=len(nodes), node_rank=node_rank, rdzv_endpoint=rdzv, rdzv_id=rdzv_id,
                 coordinator=self.cluster.address, coordinator_job_id=coordinator_job_id,
                 local_addr=parse_peer(nodes[node_rank].address)[0], dataset_version=version, peer_timeout_s=timeout_s,
+                node_addresses=[n.address for n in nodes],
             )  # fmt: skip
 
         parts: list[CoordinatedParts] = []

@@ -50,6 +50,7 @@ def _went_back(current: object, previous: object, names: tuple[str, ...]) -> boo
     if isinstance(current, ProducerFigures) and isinstance(previous, ProducerFigures):
         went_back |= any(c < p for c, p in zip(_traffic_values(current.traffic), _traffic_values(previous.traffic)))
         went_back |= any(getattr(current.storage, name) < getattr(previous.storage, name) for name in STORAGE_COUNTERS)
+        went_back |= current.network.went_back(previous.network)
     return went_back
 
 
@@ -167,6 +168,7 @@ class ProgressTracker:
                         sampled_edges=delta["sampled_edges_total"], sample_seconds=delta["sample_seconds_total"],
                         gather_seconds=delta["gather_seconds_total"], wait_seconds=delta["wait_seconds_total"],
                         traffic=traffic, storage=storage,
+                        network=figures.network.minus(before.network if before else None),
                     ),
                 )  # fmt: skip
                 self.metrics.set_producer_gauges(

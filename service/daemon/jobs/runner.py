@@ -47,6 +47,8 @@ from graphtier.contract.jobs.state import JOB_TOKEN_ENV
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.service.daemon.jobs.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
+from graphtier.service.pipeline.peer_rows import PartitionedFeatures
+from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopy
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
@@ -133,9 +135,11 @@ class JobRunner:
 
     def __init__(self, job_id: str, spec: JobSpec, handle: SharedDatasetHandle, job_dir: Path, runtime_dir: Path,
                  on_log: Callable[[LogLine], None], *, stall_timeout_s: float = 60.0,
-                 placement: JobPlacementInfo | None = None, external: ExternalAgent | None = None) -> None:  # fmt: skip
+                 placement: JobPlacementInfo | None = None, external: ExternalAgent | None = None,
+                 partition: PartitionCopy | None = None, fetch_access: FetchAccess | None = None) -> None:  # fmt: skip
         self.job_id, self.spec, self.handle = job_id, spec, handle
         self.placement, self.external = placement, external
+        self.partition = self._partitioned(partition, fetch_access) if partition is not None else None
         self.lazy_producers = placement is not None or external is not None
         self.failure = ""  # set by fail(): the job ends FAILED with it
         self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
@@ -157,6 +161,16 @@ class JobRunner:
         cpus = os.cpu_count() or 1
         self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.nproc_per_node))
 
+    def _partitioned(self, copy: PartitionCopy, access: FetchAccess | None) -> PartitionedFeatures:
+        """What this part's producers need to gather a partitioned job's rows (here and on the owners)."""
+        if access is None or self.placement is None:
+            raise DaemonError(f"job {self.job_id}: partitioned features need a multi-node part in a cluster")
+        return PartitionedFeatures(
+            partition=copy.partition, local=copy.ref, peers=list(self.placement.node_addresses),
+            dataset=self.spec.dataset, version=copy.key.version, token_file=access.token_file,
+            ca_file=access.ca_file, timeout_s=max(60.0, self.placement.peer_timeout_s),
+        )  # fmt: skip
+
     # Producers
 
     def _channel_dir(self, rank: int, attempt: int) -> Path:
@@ -172,6 +186,7 @@ class JobRunner:
             batch_size=self.spec.batch_size, epochs=self.spec.epochs, seed=self.spec.seed,
             num_slots=self.spec.num_slots, channel_dir=self._channel_dir(rank, attempt), channel=f"j{self.job_id}r{rank}",
             num_threads=self.threads, storage_reads=self.spec.storage_reads, window=self.spec.window,
+            partition=self.partition,
         )  # fmt: skip
         try:
             producer = spawn_producer(config)

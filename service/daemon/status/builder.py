@@ -11,7 +11,10 @@ from graphtier.service.daemon.datasets.registry import DatasetRegistry, LoadedDa
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.daemon.status.metrics import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker, RankView
+from graphtier.contract.network import NetworkCounters
 from graphtier.contract.status import (
+    NetworkStatus,
+    PeerStatus,
     DaemonStatus,
     DatasetStatus,
     EndpointsStatus,
@@ -93,6 +96,15 @@ class StatusBuilder:
             io_seconds=counters.io_seconds, read_seconds=counters.read_seconds, queue_depth=counters.queue_depth,
             bandwidth=counters.bandwidth, lookahead_batches=sum(s.lookahead_batches for s in latest),
             window_cached_rows=sum(s.window_cached_rows for s in latest),
+        )  # fmt: skip
+
+    @staticmethod
+    def network(counters: NetworkCounters) -> NetworkStatus:
+        """The network tier (from the registry) as the status shows it."""
+        return NetworkStatus(
+            rows=counters.rows, bytes=counters.bytes, requests=counters.requests, fetch_seconds=counters.fetch_seconds,
+            wait_seconds=counters.wait_seconds,
+            peers=[PeerStatus(peer=p.peer, rows=p.rows, bytes=p.bytes, requests=p.requests) for p in counters.peers],
         )  # fmt: skip
 
     def _storage_counters(self, sums: dict[str, dict[tuple[str, ...], float]], job_id: str | None) -> StorageCounters:
@@ -185,6 +197,7 @@ class StatusBuilder:
             traffic=self.traffic(self._job_traffic(record.job_id, sums), job=record.job_id),
             storage=self.storage(self._storage_counters(sums, record.job_id),
                                  [v.producer.storage for v in views if v.producer is not None]),
+            network=self.network(self.metrics.network(job=record.job_id)),
             ranks=ranks,
         )
 
@@ -210,6 +223,7 @@ class StatusBuilder:
             storage=self.storage(self._storage_counters(sums, None),
                                  [v.producer.storage for j in jobs for v in self.tracker.ranks(j.job_id)
                                   if v.producer is not None and j.state in ("starting", "running")]),
+            network=self.network(m.network()),
             batches_total=int(m.total(m.batches)),
             batches_per_second=trained,
             produced_batches_per_second=produced,

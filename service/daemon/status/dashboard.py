@@ -4,7 +4,8 @@ Nothing is fetched from outside: the page polls `/v1/status` every two seconds, 
 last ten minutes in the browser, and charts throughput, hit ratio and traffic by link
 (rates are differences of the cumulative counters between polls), and per job how its
 storage-tier rows were read (mode and look-ahead window, bytes read, window hits, queue
-depth, bandwidth). Where NVML measures PCIe,
+depth, bandwidth) and a partitioned job's network tier (rows and bytes fetched from each peer
+node, and the time gathers waited for them). Where NVML measures PCIe,
 the host-to-device bytes it counted are drawn beside the accounted pcie bytes ("pcie
 measured"), and the machine report (`graphtier doctor`) is shown below the jobs.
 """
@@ -39,7 +40,7 @@ DASHBOARD_HTML = """<!doctype html>
 <script>
 "use strict";
 const COLORS = {trained:"#1f77b4", produced:"#ff7f0e", hit:"#2ca02c", local:"#2ca02c", nvlink:"#9467bd",
-                pcie:"#d62728", pcie_measured:"#ff9896", storage:"#8c564b"};
+                pcie:"#d62728", pcie_measured:"#ff9896", storage:"#8c564b",network:"#17becf"};
 const KEEP_S = 600, history = [];
 let previous = null;
 function human(n){const u=["B","KiB","MiB","GiB","TiB"];let i=0;while(Math.abs(n)>=1024&&i<u.length-1){n/=1024;i++}
@@ -77,7 +78,7 @@ function render(s){
   if(previous){
     const dt=now-previous.t, db=tr.total_bytes-previous.total, dd=tr.device_bytes-previous.device;
     point.hit = db>0 ? dd/db : tr.hit_ratio;
-    for(const l of ["local","nvlink","pcie","storage"]) point[l]=dt>0?Math.max(0,(tr.links[l]-previous.links[l])/dt):0;
+    for(const l of ["local","nvlink","pcie","storage","network"]) point[l]=dt>0?Math.max(0,(tr.links[l]-previous.links[l])/dt):0;
     if(measuredGpus.length) point.pcie_measured=dt>0?Math.max(0,(mrx-previous.mrx)/dt):0;
   } else point.hit=tr.hit_ratio;
   previous={t:now,total:tr.total_bytes,device:tr.device_bytes,links:tr.links,mrx:mrx};
@@ -87,11 +88,12 @@ function render(s){
     ["batches trained",s.batches_total],["hit ratio",pct(tr.hit_ratio)],["bytes gathered",human(tr.total_bytes)],
     ["producer lag",s.producer_lag_batches+" batches"],["device tiers",s.simulated_devices?"simulated":"real"],
     ["PCIe accounted",human(tr.links.pcie)],["PCIe measured (H2D)",measuredGpus.length?human(mrx):"not measured"],
-    ["storage read",human(s.storage.read_bytes)],["window hit ratio",pct(s.storage.window_hit_ratio)]];
+    ["storage read",human(s.storage.read_bytes)],["window hit ratio",pct(s.storage.window_hit_ratio)],
+    ["network fetched",human(s.network.bytes)]];
   document.getElementById("tiles").innerHTML=tiles.map(([k,v])=>`<div class="tile">${k}<b>${esc(v)}</b></div>`).join("");
   draw("c_tp",["trained","produced"],x=>x.toFixed(1)); legend("l_tp",["trained","produced"],point,x=>x.toFixed(2));
   draw("c_hit",["hit"],pct); legend("l_hit",["hit"],point,pct);
-  const links=["local","nvlink","pcie","storage"].concat(measuredGpus.length?["pcie_measured"]:[]);
+  const links=["local","nvlink","pcie","storage","network"].concat(measuredGpus.length?["pcie_measured"]:[]);
   draw("c_link",links,x=>human(x)+"/s"); legend("l_link",links,point,x=>human(x)+"/s");
   const tierNames=["device_replicated","device_interleaved","host","storage","structure_device"];
   document.getElementById("datasets").innerHTML="<tr><th>dataset</th><th>nodes</th><th>edges</th><th>resident</th>"+
@@ -101,13 +103,16 @@ function render(s){
       tierNames.map(t=>`<td>${by[t]?human(by[t].bytes):"-"}</td>`).join("")+`<td>${esc(d.job_ids.join(", "))}</td></tr>`}).join("");
   document.getElementById("jobs").innerHTML="<tr><th>job</th><th>state</th><th>dataset</th><th>ranks</th>"+
     "<th>batches</th><th>batches/s</th><th>lag</th><th>hit ratio</th><th>gathered</th><th>storage reads</th>"+
-    "<th>storage read</th><th>window hits</th><th>queue depth</th><th>storage bandwidth</th><th>message</th></tr>"+
+    "<th>storage read</th><th>window hits</th><th>queue depth</th><th>storage bandwidth</th>"+
+    "<th>network (per peer: rows, bytes)</th><th>network wait</th><th>message</th></tr>"+
     s.jobs.map(j=>`<tr><td>${esc(j.job_id)} ${esc(j.name)}</td><td>${j.state}</td><td>${esc(j.dataset)}</td>`+
       `<td>${j.world_size}</td><td>${j.batches_total}</td><td>${j.batches_per_second.toFixed(2)}</td>`+
       `<td>${j.producer_lag_batches}</td><td>${pct(j.traffic.hit_ratio)}</td><td>${human(j.traffic.total_bytes)}</td>`+
       `<td>${esc(j.storage.mode||"-")}${j.storage.window?", window "+j.storage.window:""}</td>`+
       `<td>${human(j.storage.read_bytes)}</td><td>${pct(j.storage.window_hit_ratio)}</td>`+
       `<td>${j.storage.queue_depth.toFixed(1)}</td><td>${j.storage.bandwidth?human(j.storage.bandwidth)+"/s":"-"}</td>`+
+      `<td>${j.network.peers.length?j.network.peers.map(p=>esc(p.peer)+": "+p.rows+", "+human(p.bytes)).join("<br>"):"-"}</td>`+
+      `<td>${j.network.peers.length?j.network.wait_seconds.toFixed(2)+" s":"-"}</td>`+
       `<td>${esc(j.message)}</td></tr>`).join("");
   document.getElementById("measured_note").textContent=ms.reason?`not measured: ${ms.reason}`:
     `NVML sampled every ${ms.interval_s} s (${ms.samples} samples); it counts all of a GPU's traffic, not only graphtier's`;

@@ -6,7 +6,9 @@ resets). Dataset sizes and job counts are read live from their owners at scrape 
 they can never go stale. `/metrics` and `/v1/status` both read this registry.
 
 Traffic sources (label `tier`): replicated, interleaved_local, interleaved_peer, host,
-storage. How the storage tier's rows were served (`StorageCounters`, per job and rank): read
+storage, network (a partitioned job's rows fetched from other nodes; per peer:
+`graphtier_network_peer_{rows,bytes,requests}_total{job,rank,peer}`, and the calls' latencies and
+the gathers' waits for them, `graphtier_network_{fetch,wait}_seconds_total`; NETWORK_COUNTERS). How the storage tier's rows were served (`StorageCounters`, per job and rank): read
 from the file (`graphtier_storage_read_{rows,bytes}_total`, the bytes whole device requests)
 or served by the look-ahead window (`graphtier_window_hit_{rows,bytes}_total`), requests,
 and times from which PromQL derives the queue depth and the bandwidth:
@@ -35,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from graphtier.contract.network import NetworkCounters, PeerTraffic
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
@@ -44,8 +47,9 @@ LINK_OF_SOURCE: dict[str, str] = {
     "interleaved_peer": "nvlink",
     "host": "pcie",
     "storage": "storage",
+    "network": "network",
 }
-LINKS: tuple[str, ...] = ("local", "nvlink", "pcie", "storage")
+LINKS: tuple[str, ...] = ("local", "nvlink", "pcie", "storage", "network")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class ProducerDelta:
     wait_seconds: float
     traffic: TrafficCounts
     storage: StorageCounters = StorageCounters()  # counters only: the increments
+    network: NetworkCounters = NetworkCounters()  # the increments, per peer
 
 
 # StorageCounters field -> (metric name, help, unit); the one list /metrics and /v1/status share
@@ -76,6 +81,19 @@ STORAGE_COUNTERS: dict[str, tuple[str, str, str]] = {
                         "time: the mean queue depth).", "seconds"),
     "read_seconds": ("graphtier_storage_read_seconds", "Time in storage reads: planning, requests, copying rows out.",
                      "seconds"),
+}  # fmt: skip
+
+# the network tier: PeerTraffic field -> (metric name, help) per peer, and NetworkCounters times
+NETWORK_PEER_COUNTERS: dict[str, tuple[str, str]] = {
+    "rows": ("graphtier_network_peer_rows", "Feature rows fetched from another node (partitioned features)."),
+    "bytes": ("graphtier_network_peer_bytes", "Feature bytes fetched from another node (partitioned features)."),
+    "requests": ("graphtier_network_peer_requests", "FetchRows calls to another node (one per batch, or more when a "
+                 "reply would pass the message limit)."),
+}  # fmt: skip
+NETWORK_TIMES: dict[str, tuple[str, str]] = {
+    "fetch_seconds": ("graphtier_network_fetch_seconds", "FetchRows calls' latencies, summed."),
+    "wait_seconds": ("graphtier_network_wait_seconds", "Time gathers waited for fetched rows not yet arrived (0 when "
+                     "the look-ahead hides the network)."),
 }  # fmt: skip
 
 
@@ -117,7 +135,7 @@ class MetricsRegistry:
         self.tier_bytes = Counter("graphtier_tier_bytes", "Feature bytes served, by traffic source.",
                                   ("dataset", "job", "rank", "tier"), unit="bytes", registry=r)
         self.link_bytes = Counter("graphtier_link_bytes", "Feature bytes by the link they would cross "
-                                  "(local, nvlink, pcie, storage).", ("link",), unit="bytes", registry=r)
+                                  "(local, nvlink, pcie, storage, network).", ("link",), unit="bytes", registry=r)
         self.batches = Counter("graphtier_batches", "Mini-batches trained.", job_rank, registry=r)
         self.batches_produced = Counter("graphtier_batches_produced", "Mini-batches published by producers.",
                                         job_rank, registry=r)
@@ -154,6 +172,10 @@ class MetricsRegistry:
         self.link_bytes_children = {link: self.link_bytes.labels(link=link) for link in LINKS}
         self.storage = {field: Counter(name, text, job_rank, unit=unit, registry=r)
                         for field, (name, text, unit) in STORAGE_COUNTERS.items()}  # fmt: skip
+        self.network_peer = {field: Counter(name, text, ("job", "rank", "peer"), unit="bytes" if field == "bytes" else "",
+                                            registry=r) for field, (name, text) in NETWORK_PEER_COUNTERS.items()}
+        self.network_times = {field: Counter(name, text, job_rank, unit="seconds", registry=r)
+                              for field, (name, text) in NETWORK_TIMES.items()}  # fmt: skip
         self.lookahead_batches = Gauge("graphtier_lookahead_batches", "Batches the producer has sampled ahead of the "
                                        "one it gathers (the look-ahead window).", job_rank, registry=r)
         self.window_cached_rows = Gauge("graphtier_window_cached_rows", "Storage rows the look-ahead window holds for "
@@ -201,6 +223,11 @@ class MetricsRegistry:
             self.link_bytes_children[LINK_OF_SOURCE[source]].inc(traffic.bytes)
         for field, counter in self.storage.items():
             counter.labels(**labels).inc(getattr(delta.storage, field))
+        for peer in delta.network.peers:
+            for field, counter in self.network_peer.items():
+                counter.labels(peer=peer.peer, **labels).inc(getattr(peer, field))
+        for field, counter in self.network_times.items():
+            counter.labels(**labels).inc(getattr(delta.network, field))
 
     def set_producer_gauges(self, job: str, rank: int, *, lag_batches: int, ready_slots: int,
                             storage: StorageCounters | None = None) -> None:  # fmt: skip
@@ -243,7 +270,8 @@ class MetricsRegistry:
         return dropped
 
     def _job_metrics(self) -> list[Counter | Gauge]:
-        metrics = [*vars(self).values(), *self.storage.values()]
+        metrics = [*vars(self).values(), *self.storage.values(), *self.network_peer.values(),
+                   *self.network_times.values()]
         return [m for m in metrics if isinstance(m, (Counter, Gauge)) and "job" in getattr(m, "_labelnames", ())]
 
     def exposition(self) -> bytes:
@@ -268,6 +296,15 @@ class MetricsRegistry:
             nbytes[labels["tier"]] += int(value)
         per = {source: SourceTraffic(rows[source], nbytes[source]) for source in SOURCES}
         return TrafficCounts(**per, simulated=self.simulated_devices)
+
+    def network(self, **match: str) -> NetworkCounters:
+        """The network tier per peer, summed over every series whose labels include `match`."""
+        per: dict[str, dict[str, int]] = {}
+        for field, counter in self.network_peer.items():
+            for labels, value in self._samples(counter, **match):
+                per.setdefault(labels["peer"], dict.fromkeys(NETWORK_PEER_COUNTERS, 0))[field] += int(value)
+        times = {field: sum(v for _, v in self._samples(c, **match)) for field, c in self.network_times.items()}
+        return NetworkCounters(tuple(PeerTraffic(peer, **per[peer]) for peer in sorted(per)), **times)
 
     @property
     def simulated_devices(self) -> bool:

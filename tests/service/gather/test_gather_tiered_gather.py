@@ -58,7 +58,7 @@ def test_backends_agree_with_reference(layout: tuple[int, int, int], num_devices
     for backend in ["torch"] + (["native"] if native_available() else []):
         out = torch.full((3100, 3, 5) if dtype.is_floating_point else (3100, 7), 7, dtype=dtype)
         counts = tiered_gather(ids, tiers, out, backend=backend)
-        assert [t.rows for t in counts.by_source().values()] == want_rows
+        assert [t.rows for t in counts.by_source().values()] == [*want_rows, 0]  # a local gather: no network rows
         assert counts.total_bytes == 3000 * tiers.row_bytes and counts.simulated
         assert torch.equal(out[:3000], table[ids])
         assert (out[3000:] == 7).all()  # rows past len(ids) untouched
@@ -81,7 +81,7 @@ def test_storage_tier_is_a_memory_mapped_file(tmp_path: Path, backend: str) -> N
     assert torch.equal(out, table[ids])
     assert counts.to_dict()["storage"] == {"rows": 2, "bytes": 128}
     rows = [t.rows for t in counts.by_source().values()]
-    assert rows == [1, 1, 1, 2, 2]  # 0 | 15 (local: (15-10)%2 == 1) | 16 | 45, 59 | 60, 99
+    assert rows == [1, 1, 1, 2, 2, 0]  # 0 | 15 (local: (15-10)%2 == 1) | 16 | 45, 59 | 60, 99
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -116,7 +116,7 @@ def test_native_large_parallel_gather_counts_merge() -> None:
             torch.set_num_threads(threads)
             counts = tiered_gather(ids, tiers, out, backend="native")
             want = numpy_counts(ids.numpy(), (5000, 20000, 40000), 3, 2)
-            assert [t.rows for t in counts.by_source().values()] == want
+            assert [t.rows for t in counts.by_source().values()] == [*want, 0]
             assert torch.equal(out, table[ids])
     finally:
         torch.set_num_threads(before)

@@ -15,7 +15,9 @@ def test_from_rows_and_derived_figures() -> None:
     d = c.to_dict()
     assert d["interleaved_peer"] == {"rows": 3, "bytes": 300}
     assert d["simulated"] is True and d["hit_ratio"] == pytest.approx(0.4) and d["total_bytes"] == 1500
-    assert list(d)[:5] == list(SOURCES)
+    assert list(d)[:6] == list(SOURCES) and d["network"] == {"rows": 0, "bytes": 0}
+    with_network = TrafficCounts.from_rows([1, 2, 3, 4, 5, 6], 100, simulated=True)
+    assert with_network.network == SourceTraffic(6, 600) and with_network.hit_ratio == pytest.approx(600 / 2100)
 
 
 def test_addition_and_sum_carry_simulated() -> None:

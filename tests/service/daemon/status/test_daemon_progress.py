@@ -16,6 +16,7 @@ from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState
 from graphtier.service.daemon.status.metrics import MetricsRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.contract.network import NetworkCounters, PeerTraffic
 from graphtier.contract.traffic import SourceTraffic, TrafficCounts
 from graphtier.v1 import progress_pb2, progress_pb2_grpc
 
@@ -94,10 +95,38 @@ def test_reports_show_up_in_metrics_and_status_with_restarts_as_resets(running_j
     rank0, rank1 = job.ranks
     assert (rank0.trainer_pid, rank0.producer_pid, rank1.producer_pid) == (200, 100, 301)
     assert rank0.loss == 1.5 and rank0.batches_produced == 5 and rank1.batches_produced == 4
-    assert status.traffic.links == {"local": 640, "nvlink": 256, "pcie": 19 * 64, "storage": 128}
+    assert status.traffic.links == {"local": 640, "nvlink": 256, "pcie": 19 * 64, "storage": 128, "network": 0}
     assert status.producer_lag_batches == 3 and status.simulated_devices
     (dataset,) = status.datasets
     assert dataset.name == "rmat12" and dataset.job_ids == ["7"] and dataset.resident_bytes > 0
+
+
+def test_network_tier_per_peer_reaches_metrics_and_status_with_restarts_as_resets(running_job, inproc_daemon):
+    """A partitioned job's producer: rows fetched from each peer, as the daemon's job manager reports them."""
+    client, tracker = running_job, inproc_daemon.tracker
+
+    def report(pid: int, rows: dict[str, int], wait: float) -> None:
+        peers = tuple(PeerTraffic(peer, n, n * 64, 2) for peer, n in rows.items())
+        traffic = TrafficCounts(host=SourceTraffic(10, 640), network=SourceTraffic(sum(rows.values()),
+                                                                                    64 * sum(rows.values())))
+        figures = ProducerFigures(batches_total=2, traffic=traffic, network=NetworkCounters(peers, 0.5, wait))
+        tracker.record(ProgressReport(job_id="7", rank=0, pid=pid, time=datetime.now(timezone.utc), figures=figures))
+
+    report(100, {"10.0.0.2:7070": 3, "10.0.0.3:7070": 4}, 0.25)
+    report(100, {"10.0.0.2:7070": 5, "10.0.0.3:7070": 4}, 0.5)
+    report(101, {"10.0.0.2:7070": 1}, 0.125)  # restarted: counts in full
+    text = httpx.get(client.http_url + "/metrics", timeout=10).text
+    peer = 'graphtier_network_peer_{}_total{{job="7",peer="{}",rank="0"}}'
+    assert _metric(text, peer.format("rows", "10.0.0.2:7070")) == 6
+    assert _metric(text, peer.format("bytes", "10.0.0.3:7070")) == 4 * 64
+    assert _metric(text, peer.format("requests", "10.0.0.2:7070")) == 4
+    assert _metric(text, 'graphtier_network_wait_seconds_total{job="7",rank="0"}') == 0.625
+    assert _metric(text, 'graphtier_link_bytes_total{link="network"}') == 10 * 64
+    job = client.status().jobs[0]
+    assert job.traffic.sources["network"].rows == 10 and job.traffic.links["network"] == 10 * 64
+    assert [(p.peer, p.rows, p.bytes) for p in job.network.peers] == [
+        ("10.0.0.2:7070", 6, 6 * 64), ("10.0.0.3:7070", 4, 4 * 64)]  # fmt: skip
+    assert job.network.rows == 10 and job.network.wait_seconds == 0.625
 
 
 def test_dashboard_is_self_contained(inproc_daemon):

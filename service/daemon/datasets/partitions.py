@@ -1,0 +1,191 @@
+"""`PartitionCopies`: the feature rows this node holds for partitioned jobs, and serving them to peers.
+
+A partitioned job's part (graphtier.contract.partition) needs on this node only the replicated
+rows and its own: `acquire` copies exactly those, read from the prepared `features.npy`, into
+one sealed shared-memory segment (the replicated rows first, then this node's own in id order,
+so a row's place is `FeaturePartition.local_index`). Parts of several jobs with the same split
+of the same dataset version share one copy; it is unlinked when the last of them releases it.
+The copy is what the node's producers gather from and what `FetchRows` serves to the job's
+other nodes: read-only, only rows this node owns (a replicated row is never fetched: every
+node holds it), only partitions a running part holds, and never a reply over the message limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
+from graphtier.contract.partition import MAX_FETCH_BYTES, MAX_FETCH_ROWS, FeaturePartition, replicated_rows
+from graphtier.service.daemon.cluster.node_info import dataset_version
+from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.shm import SegmentOwner, SegmentRef
+
+log = logging.getLogger("graphtierd")
+
+class ReplyTooLargeError(DaemonError):
+    """A FetchRows call asks for more than MAX_FETCH_ROWS rows or MAX_FETCH_BYTES bytes (RESOURCE_EXHAUSTED)."""
+
+
+@dataclass(frozen=True)
+class FetchAccess:
+    """How this node's producers reach the other nodes' FetchRows: the cluster's token and the
+    certificate trusted for their TLS (None: plaintext, the daemon runs --insecure)."""
+
+    token_file: Path
+    ca_file: Path | None
+
+
+@dataclass(frozen=True)
+class PartitionKey:
+    dataset: str
+    version: str
+    nnodes: int
+    node_rank: int
+    replicated_rows: int
+
+    def describe(self) -> str:
+        return (f"{self.dataset}@{self.version[:12]} node {self.node_rank} of {self.nnodes}, "
+                f"{self.replicated_rows} replicated rows")  # fmt: skip
+
+
+@dataclass
+class PartitionCopy:
+    """One node's rows of one split: the sealed segment and who uses it."""
+
+    key: PartitionKey
+    partition: FeaturePartition
+    ref: SegmentRef
+    rows: torch.Tensor  # [local_rows, row_bytes] uint8 view of the segment
+    row_bytes: int
+    owner: SegmentOwner
+    seconds: float
+    users: set[str] = field(default_factory=set)
+
+
+class PartitionCopies:
+    """Every partition copy of this daemon, keyed by dataset version and split."""
+
+    def __init__(self, dataset_root: Path) -> None:
+        self.dataset_root = dataset_root
+        self._lock = threading.Lock()
+        self._copies: dict[PartitionKey, PartitionCopy] = {}
+        self._timers: list[threading.Timer] = []
+
+    def acquire(self, job_id: str, dataset: str, version: str, *, nnodes: int, node_rank: int,
+                replicate: float) -> PartitionCopy:  # fmt: skip
+        """This node's copy for job `job_id` (made now unless another part holds the same one)."""
+        directory = self.dataset_root / dataset
+        found = dataset_version(directory)
+        if found is None:
+            raise UnknownDatasetError(f"no prepared dataset {dataset!r} under {self.dataset_root}")
+        if version and found != version:
+            raise DaemonError(f"dataset {dataset!r} here is version {found[:16]}, the job trains on {version[:16]}")
+        with self._lock:
+            prepared = PreparedDataset.open(dataset, self.dataset_root)
+            features = prepared.features
+            if features is None:
+                raise DaemonError(f"dataset {dataset!r} has no features to partition")
+            num_rows = int(features.shape[0])
+            key = PartitionKey(dataset, found, nnodes, node_rank, replicated_rows(num_rows, replicate))
+            copy = self._copies.get(key)
+            if copy is None:
+                copy = self._make(key, prepared, features)
+                self._copies[key] = copy
+            copy.users.add(job_id)
+            return copy
+
+    def _make(self, key: PartitionKey, prepared: PreparedDataset, features: torch.Tensor) -> PartitionCopy:
+        t0 = time.perf_counter()
+        partition = FeaturePartition(num_rows=int(features.shape[0]), replicated_rows=key.replicated_rows,
+                                     nnodes=key.nnodes, node_rank=key.node_rank)  # fmt: skip
+        table = features
+        row_bytes = int(table[0].numel() * table.element_size()) if table.shape[0] else 0
+        owner = SegmentOwner()
+        try:
+            label = f"{re.sub(r'[^A-Za-z0-9_-]', '_', key.dataset)[:40]}-part{key.node_rank}of{key.nnodes}"
+            segment, local = owner.create_tensor(label, (partition.local_rows, *table.shape[1:]), table.dtype)
+            r = key.replicated_rows
+            local[:r].copy_(table[:r])
+            owned = torch.from_numpy(partition.owned_ids())
+            step = 1 << 16  # in pieces: the file is read once, without a second full-size buffer
+            for start in range(0, owned.numel(), step):
+                part = owned[start : start + step]
+                torch.index_select(table, 0, part, out=local[r + start : r + start + part.numel()])
+            ref = segment.ref_for(local)
+            segment.seal()
+        except BaseException:
+            owner.close()
+            raise
+        finally:
+            prepared.release()
+        seconds = time.perf_counter() - t0
+        log.info("partitioned features of %s: %s, %d bytes in shared memory (%.1f s)", key.describe(),
+                 partition.describe(), partition.local_rows * row_bytes, seconds)  # fmt: skip
+        rows = local.view(torch.uint8).reshape(partition.local_rows, row_bytes) if row_bytes else local
+        return PartitionCopy(key, partition, ref, rows, row_bytes, owner, seconds)
+
+    def release(self, job_id: str, *, after_s: float = 0.0) -> None:
+        """Job `job_id` no longer uses its copy (after `after_s` seconds: its peers' producers may
+        still be fetching their last batches); a copy nobody uses is unlinked."""
+        if after_s > 0:
+            timer = threading.Timer(after_s, self.release, args=(job_id,))
+            timer.daemon = True
+            with self._lock:
+                self._timers = [t for t in self._timers if t.is_alive()] + [timer]
+            timer.start()
+            return
+        with self._lock:
+            for key, copy in list(self._copies.items()):
+                copy.users.discard(job_id)
+                if not copy.users:
+                    del self._copies[key]
+                    copy.owner.close()
+                    log.info("unlinked the partitioned features of %s", key.describe())
+
+    def held(self) -> list[PartitionCopy]:
+        with self._lock:
+            return list(self._copies.values())
+
+    def fetch(self, key: PartitionKey, rows: np.ndarray) -> tuple[int, bytes]:
+        """(row_bytes, the rows' bytes in the order asked) for a peer; refused with a clear error."""
+        with self._lock:
+            copy = self._copies.get(key)
+            if copy is None:
+                held = "; ".join(c.key.describe() for c in self._copies.values()) or "none"
+                raise UnknownDatasetError(f"this node holds no partition {key.describe()} (held: {held})")
+        ids = np.asarray(rows, dtype=np.int64)
+        most = min(MAX_FETCH_ROWS, MAX_FETCH_BYTES // max(1, copy.row_bytes))
+        if ids.size > most:
+            raise ReplyTooLargeError(f"{ids.size} rows of {copy.row_bytes} bytes exceed the reply limit "
+                                     f"({MAX_FETCH_ROWS} rows, {MAX_FETCH_BYTES} bytes): ask for at most {most} rows "
+                                     "per call")  # fmt: skip
+        p = copy.partition
+        if ids.size:
+            bad = (ids < 0) | (ids >= p.num_rows) | (p.owner(ids) != p.node_rank)
+            if bad.any():
+                first = int(ids[int(np.argmax(bad))])
+                why = ("out of range" if not 0 <= first < p.num_rows else "replicated on every node: never fetched"
+                       if first < p.replicated_rows else f"owned by node {int(p.owner(np.array([first]))[0])}")
+                raise InvalidRequestError(f"row {first} is not this node's to serve ({why}); node {p.node_rank} of "
+                                          f"{p.nnodes} owns rows r >= {p.replicated_rows} with "
+                                          f"(r - {p.replicated_rows}) % {p.nnodes} == {p.node_rank}")  # fmt: skip
+        out = torch.empty((ids.size, copy.row_bytes), dtype=torch.uint8)
+        torch.index_select(copy.rows, 0, torch.from_numpy(p.local_index(ids)), out=out)
+        return copy.row_bytes, out.numpy().tobytes()
+
+    def close(self) -> None:
+        """Unlink every copy now (the daemon is stopping: its jobs have ended)."""
+        with self._lock:
+            for timer in self._timers:
+                timer.cancel()
+            for copy in self._copies.values():
+                copy.owner.close()
+            self._copies.clear()

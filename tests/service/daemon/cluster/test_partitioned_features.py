@@ -1,0 +1,208 @@
+"""Partitioned features on real daemons ("nodes" on 127.0.0.1-2, TLS + token), real torchrun and real
+producers: every node holds the hottest rows and its own share, fetches the others' rows per batch
+from their daemons (FetchRows) and accounts them as the `network` tier; the batches are bit-identical
+to the replicated run's; FetchRows refuses strangers, rows a node does not own and unknown partitions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
+from graphtier.contract.partition import MAX_FETCH_ROWS, FeaturePartition, replicated_rows
+from graphtier.v1 import features_pb2, features_pb2_grpc
+
+FINAL_TIMEOUT_S = 180.0
+
+# Each batch's node ids and a digest of its feature rows, one JSON line per batch, per rank; with
+# a file named `hold` beside the output, the rank waits (up to 90 s) for it to go before training.
+RECORDER = '''
+import hashlib, json, os, sys, time
+from pathlib import Path
+from graphtier.launcher import loader
+out = Path(sys.argv[1])
+with loader.connect() as job:
+    deadline = time.monotonic() + 90
+    while (out / "hold").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with open(out / f"rank{job.rank}.jsonl", "w") as f:
+        for epoch in job.epochs():
+            for batch in job.batches(epoch):
+                ids = batch.source.batch.subgraph.node_ids
+                x = batch.x.contiguous()
+                f.write(json.dumps({"epoch": epoch, "ids": ids.tolist(),
+                                    "x": hashlib.sha256(x.numpy().tobytes()).hexdigest()}) + "\\n")
+                job.step(0.0)
+'''
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _final(client, job_id: str):
+    return _wait_for(lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), FINAL_TIMEOUT_S,
+                     f"job {job_id} to end")  # fmt: skip
+
+
+def _records(directory: Path) -> dict[int, list[dict]]:
+    return {int(p.stem[4:]): [json.loads(line) for line in p.read_text().splitlines()]
+            for p in sorted(directory.glob("rank*.jsonl"))}  # fmt: skip
+
+
+def _status(node) -> dict:
+    with node.client() as client:
+        url = client.endpoints.http_url
+    with urllib.request.urlopen(f"{url}/v1/status", timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _spec(script: Path, out: Path, **extra) -> JobSpec:
+    return JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, epochs=1, nnodes=2, seed=7,
+                   script=str(script), args=[str(out)], **extra)  # fmt: skip
+
+
+def _two_nodes(test_cluster, small_rmat, tmp_path):
+    a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
+    test_cluster.start()
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    return a, b, script
+
+
+def _stub(node, token: str | None, cert: Path):
+    creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    channel = grpc.secure_channel(node.address, creds)
+    metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
+    return channel, features_pb2_grpc.FeatureServiceStub(channel), metadata
+
+
+@pytest.mark.slow
+def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows_cross(test_cluster, small_rmat,
+                                                                                        tmp_path):  # fmt: skip
+    a, b, script = _two_nodes(test_cluster, small_rmat, tmp_path)
+    runs = {}
+    for features in ("replicated", "partitioned"):
+        out = tmp_path / features
+        out.mkdir()
+        extra = {"features": features, "replicate": 0.1} if features == "partitioned" else {}
+        with a.client() as client:
+            job = client.submit_job(_spec(script, out, **extra))
+            final = _final(client, job.job_id)
+        assert final.state == JobState.SUCCEEDED, final.message
+        runs[features] = (final, _records(out))
+    (replicated, seen), (partitioned, fetched) = runs["replicated"], runs["partitioned"]
+    assert sorted(seen) == sorted(fetched) == [0, 1] and all(seen[r] for r in seen)
+    for rank in seen:  # the same batches, bit for bit
+        assert [(r["ids"], r["x"]) for r in fetched[rank]] == [(r["ids"], r["x"]) for r in seen[rank]]
+    assert replicated.progress.traffic.network.rows == 0
+
+    # what crossed: exactly the rows each rank's node does not hold, none of them a replicated row
+    row_bytes = 16 * 4
+    num_rows = small_rmat.manifest.num_nodes
+    r = replicated_rows(num_rows, 0.1)
+    addresses = partitioned.placement.node_addresses
+    node_of_rank = {rank.rank: n.node_rank for n in partitioned.nodes for rank in n.ranks}
+    expected = dict.fromkeys(addresses, 0)
+    for rank, batches in fetched.items():
+        me = FeaturePartition(num_rows=num_rows, replicated_rows=r, nnodes=2, node_rank=node_of_rank[rank])
+        for record in batches:
+            ids = np.asarray(record["ids"])
+            remote = ids[~me.is_local(ids)]
+            assert (remote >= r).all()
+            expected[addresses[1 - me.node_rank]] += remote.size
+    network = partitioned.progress.traffic.network
+    assert network.rows == sum(expected.values()) > 0 and network.bytes == network.rows * row_bytes
+    total = partitioned.progress.traffic.total_rows
+    assert total == replicated.progress.traffic.total_rows  # every row gathered once, from somewhere
+    for node in (a, b):  # each node's /v1/status names the peer its producer fetched from, rows and bytes
+        job = next(j for j in _status(node)["jobs"] if j["network"]["rows"])
+        (peer,) = job["network"]["peers"]
+        assert peer["peer"] != node.address and peer["rows"] == expected[peer["peer"]]
+        assert peer["bytes"] == peer["rows"] * row_bytes and peer["requests"] >= len(fetched[0])
+        assert job["traffic"]["sources"]["network"]["bytes"] == peer["bytes"]
+    with a.client() as client:
+        url = client.endpoints.http_url
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
+        metrics = reply.read().decode()
+    assert 'graphtier_network_peer_bytes_total{job="' in metrics and 'tier="network"' in metrics
+    shown = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "metrics", "--runtime-dir",
+                            str(a.runtime_dir)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "network tier by peer" in shown.stderr and b.address in shown.stderr  # the tables go to stderr
+
+
+def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, small_rmat, tmp_path):
+    a, b, script = _two_nodes(test_cluster, small_rmat, tmp_path)
+    out = tmp_path / "held"
+    out.mkdir()
+    (out / "hold").write_text("")  # the ranks wait: the partitions stay held while we ask
+    with a.client() as client:
+        job = client.submit_job(_spec(script, out, features="partitioned", replicate=0.25))
+        info = _wait_for(lambda: (lambda j: j if j.placement and j.nodes else None)(client.get_job(job.job_id)),
+                         60, "the job's placement")  # fmt: skip
+    try:
+        version, addresses = info.placement.dataset_version, info.placement.node_addresses
+        owner_rank = addresses.index(b.address)
+        num_rows = small_rmat.manifest.num_nodes
+        r = replicated_rows(num_rows, 0.25)
+        part = FeaturePartition(num_rows=num_rows, replicated_rows=r, nnodes=2, node_rank=owner_rank)
+        own = part.owned_ids()[:5]
+        token = test_cluster.token.read_text().strip()
+
+        def ask(rows, *, token=token, **fields):
+            channel, stub, metadata = _stub(b, token, test_cluster.cert)
+            request = features_pb2.FetchRowsRequest(
+                **{"dataset": "rmat12", "version": version, "nnodes": 2, "owner_rank": owner_rank,
+                   "replicated_rows": r, "rows": [int(x) for x in rows], **fields})  # fmt: skip
+            try:
+                return stub.FetchRows(request, metadata=metadata, timeout=20)
+            finally:
+                channel.close()
+
+        reply = ask(own)  # the owner's rows, in the order asked, as prepared
+        features = small_rmat.features
+        assert reply.row_bytes == 64
+        assert reply.data == features[own].contiguous().numpy().tobytes()
+        assert ask(own[::-1]).data == features[own[::-1].copy()].contiguous().numpy().tobytes()
+        refusals = [
+            (dict(rows=[0]), grpc.StatusCode.INVALID_ARGUMENT, "replicated on every node"),
+            (dict(rows=[int(own[0]) + 1]), grpc.StatusCode.INVALID_ARGUMENT, "owned by node"),
+            (dict(rows=[num_rows]), grpc.StatusCode.INVALID_ARGUMENT, "out of range"),
+            (dict(rows=own, version="0" * 64), grpc.StatusCode.NOT_FOUND, "holds no partition"),
+            (dict(rows=own, dataset="nope"), grpc.StatusCode.NOT_FOUND, "holds no partition"),
+            (dict(rows=own, token="f" * 64), grpc.StatusCode.UNAUTHENTICATED, ""),
+            (dict(rows=own, token=None), grpc.StatusCode.UNAUTHENTICATED, ""),
+            (dict(rows=np.repeat(own[:1], MAX_FETCH_ROWS + 1)), grpc.StatusCode.RESOURCE_EXHAUSTED, "reply limit"),
+        ]
+        for fields, code, text in refusals:
+            rows = fields.pop("rows")
+            with pytest.raises(grpc.RpcError) as caught:
+                ask(rows, **fields)
+            assert caught.value.code() == code and text in (caught.value.details() or ""), (fields, caught.value)
+        # plaintext to the TLS listener is refused too
+        with grpc.insecure_channel(b.address) as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                features_pb2_grpc.FeatureServiceStub(channel).FetchRows(
+                    features_pb2.FetchRowsRequest(dataset="rmat12", rows=[int(own[0])]), timeout=10,
+                    metadata=(("authorization", f"Bearer {token}"),))  # fmt: skip
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        with a.client() as client:
+            client.cancel_job(job.job_id, "test done")
+            _final(client, job.job_id)
