@@ -1,0 +1,191 @@
+"""Partitioned features across 2 nodes on one machine: the network tier's bytes with the hottest rows
+replicated against none, and the step time against a stand-in model's.
+
+Two real daemons ("nodes" on 127.0.0.1 and 127.0.0.2, one TLS certificate, one cluster token), an
+R-MAT graph (scale 20 by default, edge factor 12, undirected, ordered by weighted reverse PageRank:
+row id order = hotness order) prepared once and hard-linked into both nodes' dataset roots. The
+same job (GraphSAGE fanout 15,10,5, batch 1024, 1 rank per node, 1 epoch, seed 0) runs with
+`--features partitioned` at `--replicate 0.1` and at `--replicate 0`, and once replicated. Its
+"model" is a stand-in: each step sleeps 0.2 s (the issue's stand-in) and trains nothing, so the
+step time shows whether the producers keep up, fetches included. Figures, all from this run:
+
+  bytes ratio   network bytes of the epoch at 10% replicated / at 0% replicated (target <= 0.4)
+  step ratio    mean step time at 10% replicated (first 2 steps of each rank left out) / 0.2 s
+                (target <= 1.1: the fetches hidden behind the model), beside the replicated run's
+  memory        feature bytes each node holds (replicated + own rows) / the whole feature matrix
+
+Run (under the shared lock): flock /tmp/graphtier-bench.lock python tests/bench/bench_partitioned_features.py
+[--quick (scale 16)] [--scale N] [--feature-dim 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from machine import cpu_model
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "tests" / "service" / "daemon" / "cluster"))
+from cluster_nodes import NODE_HOSTS, free_port, make_certificate  # noqa: E402
+
+CACHE = REPO_ROOT / ".bench-env" / "prepared"
+STAND_IN_S = 0.2
+
+# The stand-in model: per batch, sleep STAND_IN_S and count a step; each rank writes its step times.
+STAND_IN = '''
+import json, sys, time
+from pathlib import Path
+from graphtier.launcher import loader
+out, stand_in = Path(sys.argv[1]), float(sys.argv[2])
+steps, waits = [], []
+with loader.connect() as job:
+    for epoch in job.epochs():
+        last = time.perf_counter()
+        asked = last
+        for batch in job.batches(epoch):
+            waits.append(time.perf_counter() - asked)
+            time.sleep(stand_in)
+            job.step(0.0)
+            now = time.perf_counter()
+            steps.append(now - last)
+            last = asked = now
+(out / f"rank{job.rank}.json").write_text(json.dumps({"steps": steps, "waits": waits}))
+'''
+
+
+def prepare(scale: int, feature_dim: int) -> Path:
+    """The prepared R-MAT dataset, cached under .bench-env/prepared."""
+    from graphtier.service.hotness import ScoreSpec
+    from graphtier.service.prepared import PrepareConfig, prepare_dataset
+
+    name = f"rmat{scale}d{feature_dim}"
+    if not (CACHE / name / "manifest.json").is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        prepare_dataset(PrepareConfig(source="synthetic:rmat", name=name, undirected=True, score=ScoreSpec(kind="wrpr"),
+                                      source_options={"scale": scale, "feature_dim": feature_dim}, root=CACHE))  # fmt: skip
+        print(f"prepared {name} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return CACHE / name
+
+
+def start_nodes(base: Path, dataset: Path) -> list[tuple[subprocess.Popen, Path, str]]:
+    from graphtier.contract.endpoints import read_endpoints
+
+    cert, key = make_certificate(base)
+    token = base / "cluster.token"
+    token.write_text(os.urandom(32).hex())
+    token.chmod(0o600)
+    addresses = [f"{host}:{free_port(host)}" for host in NODE_HOSTS[:2]]
+    nodes = []
+    for index, address in enumerate(addresses):
+        home = base / f"n{index}"
+        shutil.copytree(dataset, home / "datasets" / dataset.name, copy_function=os.link)  # read-only: links do
+        argv = [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(home / "run"),
+                "--dataset-root", str(home / "datasets"), "--tcp", address, "--tls-cert", str(cert), "--tls-key",
+                str(key), "--token-file", str(token), "--http-host", address.split(":")[0], "--cuda-probe-timeout",
+                "0", "--nvml-interval", "0", *(f"--peer={a}" for a in addresses if a != address)]  # fmt: skip
+        out = open(home / "daemon.out", "wb")
+        nodes.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), home / "run", address))
+    for popen, run, _ in nodes:
+        deadline = time.monotonic() + 120
+        while (read_endpoints(run) is None or read_endpoints(run).pid != popen.pid) and time.monotonic() < deadline:
+            if popen.poll() is not None:
+                raise SystemExit(f"a daemon exited: see {run.parent / 'daemon.out'}")
+            time.sleep(0.1)
+    return nodes
+
+
+def run_job(client, spec, out: Path) -> tuple[object, list[float], float]:
+    """(the final job, every rank's step times after its first 2, the job's wall seconds)."""
+    out.mkdir()
+    t0 = time.perf_counter()
+    job = client.submit_job(spec.model_copy(update={"args": [str(out), str(STAND_IN_S)]}))
+    while not (current := client.get_job(job.job_id)).state.final:
+        time.sleep(0.5)
+    wall = time.perf_counter() - t0
+    if current.state.value != "succeeded":
+        raise SystemExit(f"job {spec.features} replicate {spec.replicate}: {current.state.value}: {current.message}")
+    steps = [s for p in sorted(out.glob("rank*.json")) for s in json.loads(p.read_text())["steps"][2:]]
+    return current, steps, wall
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="R-MAT scale 16 instead of 20")
+    p.add_argument("--scale", type=int, default=None)
+    p.add_argument("--feature-dim", type=int, default=128)
+    args = p.parse_args()
+    scale = args.scale or (16 if args.quick else 20)
+
+    from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.contract.partition import FeaturePartition, replicated_rows
+    from graphtier.launcher.client import DaemonClient
+    from graphtier.service.prepared import PreparedDataset
+
+    dataset = prepare(scale, args.feature_dim)
+    prepared = PreparedDataset.open(dataset.name, dataset.parent)
+    num_rows, row_bytes = prepared.manifest.num_nodes, args.feature_dim * 4
+    base = Path(tempfile.mkdtemp(prefix="gt-bpf-", dir="/tmp"))
+    script = base / "stand_in.py"
+    script.write_text(STAND_IN)
+    nodes = []
+    try:
+        nodes = start_nodes(base, dataset)
+        spec = JobSpec(dataset=dataset.name, fanouts=[15, 10, 5], batch_size=1024, epochs=1, nnodes=2, seed=0,
+                       script=str(script))  # fmt: skip
+        runs = {}
+        with DaemonClient(runtime_dir=nodes[0][1]) as client:
+            for label, update in (("10%", {"features": "partitioned", "replicate": 0.1}),
+                                  ("0%", {"features": "partitioned", "replicate": 0.0}),
+                                  ("replicated", {})):  # fmt: skip
+                job, steps, wall = run_job(client, JobSpec(**{**spec.model_dump(), **update}), base / label.strip("%"))
+                network = job.progress.traffic.network
+                runs[label] = (network, steps, wall, job.progress.traffic.total_rows)
+                print(f"{label:>10}: network {network.rows:,} rows, {network.bytes / 2**20:,.1f} MiB of "
+                      f"{job.progress.traffic.total_rows:,} rows gathered; step {statistics.mean(steps):.3f} s mean, "
+                      f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s", flush=True)
+        ten, zero, replicated = runs["10%"], runs["0%"], runs["replicated"]
+        ratio = ten[0].bytes / zero[0].bytes if zero[0].bytes else float("nan")
+        step = statistics.mean(ten[1])
+        held = [FeaturePartition(num_rows=num_rows, replicated_rows=replicated_rows(num_rows, 0.1), nnodes=2,
+                                 node_rank=k).local_rows * row_bytes for k in range(2)]  # fmt: skip
+        print(f"\nmachine: {cpu_model()}, {os.cpu_count()} cores, {platform.python_version()}; "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"R-MAT scale {scale} ({num_rows:,} rows of {row_bytes} B), 2 nodes on loopback, fanout 15,10,5, "
+              "batch 1024, 1 epoch")
+        print(f"bytes ratio (network bytes, 10% replicated / 0% replicated): {ratio:.3f}  (target <= 0.4)")
+        print(f"step ratio (mean step at 10% replicated / {STAND_IN_S} s stand-in): {step / STAND_IN_S:.2f}  "
+              f"(target <= 1.1); replicated run: {statistics.mean(replicated[1]) / STAND_IN_S:.2f}; "
+              f"0% replicated: {statistics.mean(zero[1]) / STAND_IN_S:.2f}")
+        print(f"memory: each node holds {held[0] / 2**20:,.0f} / {held[1] / 2**20:,.0f} MiB of the "
+              f"{num_rows * row_bytes / 2**20:,.0f} MiB feature matrix ({held[0] / (num_rows * row_bytes):.1%})")
+        print(json.dumps({"scale": scale, "bytes_ratio": ratio, "step_ratio": step / STAND_IN_S,
+                          "step_ratio_replicated": statistics.mean(replicated[1]) / STAND_IN_S,
+                          "network_bytes": {k: v[0].bytes for k, v in runs.items()},
+                          "held_bytes": held, "feature_bytes": num_rows * row_bytes,
+                          "p90_step_10pct": float(np.percentile(ten[1], 90))}))  # fmt: skip
+        return 0
+    finally:
+        for popen, _, _ in nodes:
+            popen.terminate()
+        for popen, _, _ in nodes:
+            try:
+                popen.wait(60)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
