@@ -110,7 +110,7 @@ def rmat_feature_chunks(
     for start in range(0, num_nodes, rows):
         count = min(rows, num_nodes - start)
         chunk = torch.randn(count, feature_dim, generator=generator).mul_(noise)
-        yield start, chunk.add_(centroids[labels[start : start + count]])
+        yield start, chunk.add_(centroids[labels[start : start + count].long()])  # labels may be stored narrower
 
 
 def rmat_split(generator: torch.Generator, num_nodes: int, fractions: dict[str, float], scale: int) -> dict[str, torch.Tensor]:

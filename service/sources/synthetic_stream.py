@@ -38,7 +38,9 @@ class DrawnRows:
     it is walked: the bytes `rmat_feature_chunks` gives, without a spill file of N x F floats."""
 
     def __init__(self, state: torch.Tensor, labels: torch.Tensor, centroids: torch.Tensor, noise: float) -> None:
-        self.state, self.labels, self.centroids, self.noise = state, labels, centroids, noise
+        narrow = torch.int8 if centroids.shape[0] <= 127 else torch.int16 if centroids.shape[0] <= 32767 else torch.int64
+        self.labels = labels.to(narrow)  # its own copy, 1-2 bytes a node: the graph's labels are freed before this is walked
+        self.state, self.centroids, self.noise = state, centroids, noise
         self.num_rows, self.row_shape, self.dtype = labels.numel(), (centroids.shape[1],), np.dtype(np.float32)
 
     def chunks(self, max_rows: int) -> Iterator[tuple[int, torch.Tensor]]:
