@@ -3,15 +3,17 @@ from submit to every rank training for a 3-node job.
 
 Three real daemons ("nodes" on 127.0.0.1-3, each its own home, runtime directory, socket, port and
 dataset root; one TLS certificate and one cluster token), the dataset prepared once and copied to
-each (the same version). For each seed, the same spec (GraphSAGE 2x256, fanout 25,10, batch 64,
-Adam 0.003, weight decay 5e-4, 1 rank per node) runs on 1, 2 and 3 nodes, every job submitted to
-node 0; the figure is the final test accuracy (rank 0's evaluation after the last epoch), mean and
-spread over seeds, with the 2- and 3-node means as a ratio to the 1-node mean measured in the same
-run. The start-up figure is the wall time from the SubmitJob call of a 3-node job until every rank
-of every node has done a training step (polled every 0.1 s), median over seeds (issue 10 target:
-<= 15 s on this machine class).
+each (the same version). For each seed, the same spec (GraphSAGE 2x256, fanout 25,10, Adam 0.003,
+weight decay 5e-4, 1 rank per node) runs on 1, 2 and 3 nodes, every job submitted to node 0, with
+one global batch of 64 seeds per step split over the ranks (64, 32, 22 per rank), so every job
+takes the same number of optimizer steps (`--batch-per-rank` gives every rank 64 instead: N nodes
+then take 1/N of the steps). The figure is the final test accuracy (rank 0's evaluation after the
+last epoch), mean and spread over seeds, with the 2- and 3-node means as a ratio to the 1-node
+mean measured in the same run. The start-up figure is the wall time from the SubmitJob call of a
+3-node job until every rank of every node has done a training step (polled every 0.1 s), median
+over seeds (issue 10 target: <= 15 s on this machine class).
 
-Run: python tests/bench/bench_multinode.py [--dataset cora|citeseer] [--seeds 3] [--epochs 30]
+Run: python tests/bench/bench_multinode.py [--dataset cora|citeseer] [--seeds 3] [--epochs 30] [--batch-per-rank]
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from cluster_nodes import NODE_HOSTS, free_port, make_certificate  # noqa: E402
 
 SHARED = REPO_ROOT.parent / "shared" / "datasets"
 SOURCES = {"cora": f"planetoid:{SHARED / 'planetoid_cora'}",
-           "citeseer": f"npz:{SHARED / 'gnn_benchmark_npz' / 'citeseer.npz'}"}  # fmt: skip
+           "citeseer": f"planetoid:{SHARED / 'planetoid_citeseer'}"}  # fmt: skip
+BATCH = 64
 
 
 def start_nodes(base: Path, dataset_dir: Path, count: int) -> list[tuple[subprocess.Popen, Path, str]]:
@@ -90,6 +93,7 @@ def main() -> int:
     p.add_argument("--dataset", choices=sorted(SOURCES), default="cora")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch-per-rank", action="store_true", help="64 seeds per rank, not 64 per step in all")
     args = p.parse_args()
 
     from graphtier.contract.jobs.spec import JobSpec
@@ -107,7 +111,8 @@ def main() -> int:
         with DaemonClient(runtime_dir=nodes[0][1]) as client:
             for seed in range(args.seeds):
                 for nnodes in (1, 2, 3):
-                    spec = JobSpec(dataset=args.dataset, model="sage", fanouts=[25, 10], batch_size=64, hidden=256,
+                    batch = BATCH if args.batch_per_rank else -(-BATCH // nnodes)
+                    spec = JobSpec(dataset=args.dataset, model="sage", fanouts=[25, 10], batch_size=batch, hidden=256,
                                    epochs=args.epochs, lr=0.003, weight_decay=5e-4, nproc_per_node=1, nnodes=nnodes,
                                    seed=seed)  # fmt: skip
                     took, test, _ = run_job(client, spec)
@@ -128,7 +133,8 @@ def main() -> int:
 
     print(f"\nmachine: {cpu_model()}, {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
-    print(f"{args.dataset}: GraphSAGE 2x256, fanout 25,10, batch 64, {args.epochs} epochs, 1 rank per node, "
+    batches = f"{BATCH} per rank" if args.batch_per_rank else f"{BATCH} per step split over the ranks"
+    print(f"{args.dataset}: GraphSAGE 2x256, fanout 25,10, batch {batches}, {args.epochs} epochs, 1 rank per node, "
           f"seeds 0..{args.seeds - 1}")  # fmt: skip
     one = statistics.mean(accuracy[1])
     print(f"{'nodes':<7}{'test acc mean':>15}{'spread (min..max)':>22}{'/ 1 node':>10}")
