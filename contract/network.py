@@ -58,6 +58,14 @@ class NetworkCounters:
         return NetworkCounters(tuple(p.minus(before.get(p.peer)) for p in self.peers),
                                self.fetch_seconds - other.fetch_seconds, self.wait_seconds - other.wait_seconds)  # fmt: skip
 
+    def by_address(self, addresses: list[str]) -> NetworkCounters:
+        """Peers named by their daemon's address (a producer's control block names them by node rank)."""
+        def name(rank: str) -> str:
+            return addresses[int(rank)] if rank.isdigit() and int(rank) < len(addresses) else f"node rank {rank}"
+
+        return NetworkCounters(tuple(PeerTraffic(name(p.peer), p.rows, p.bytes, p.requests) for p in self.peers),
+                               self.fetch_seconds, self.wait_seconds)  # fmt: skip
+
     def went_back(self, other: NetworkCounters) -> bool:
         before = {p.peer: p for p in other.peers}
         return any(p.rows < before[p.peer].rows for p in self.peers if p.peer in before)

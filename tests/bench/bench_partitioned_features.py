@@ -12,7 +12,11 @@ step time shows whether the producers keep up, fetches included. Figures, all fr
   bytes ratio   network bytes of the epoch at 10% replicated / at 0% replicated (target <= 0.4)
   step ratio    mean step time at 10% replicated (first 2 steps of each rank left out) / 0.2 s
                 (target <= 1.1: the fetches hidden behind the model), beside the replicated run's
-  memory        feature bytes each node holds (replicated + own rows) / the whole feature matrix
+  memory        feature bytes each node holds (replicated + own rows) / the whole feature matrix, and
+                the feature bytes each daemon held in /dev/shm while the 10% job ran (measured)
+
+The partitioned jobs run first and load the dataset with its feature matrix left in its file, so the
+replicated run (a step-time reference only) reads its rows through that file's mapping.
 
 Run (under the shared lock): flock /tmp/graphtier-bench.lock python tests/bench/bench_partitioned_features.py
 [--quick (scale 16)] [--scale N] [--feature-dim 128]
@@ -106,18 +110,42 @@ def start_nodes(base: Path, dataset: Path) -> list[tuple[subprocess.Popen, Path,
     return nodes
 
 
-def run_job(client, spec, out: Path) -> tuple[object, list[float], float]:
-    """(the final job, every rank's step times after its first 2, the job's wall seconds)."""
+def feature_segments(pid: int, kinds: tuple[str, ...] = ("-part", "features")) -> int:
+    """Bytes of the feature rows daemon `pid` holds in shared memory now (partition copies and features)."""
+    from graphtier.service.shm.naming import SegmentName
+
+    total = 0
+    for name in os.listdir("/dev/shm"):
+        segment = SegmentName.parse(name)
+        if segment is not None and segment.pid == pid and any(kind in segment.label for kind in kinds):
+            total += os.stat(f"/dev/shm/{name}").st_size
+    return total
+
+
+def wait_released(pids: list[int], timeout_s: float = 60.0) -> None:
+    """Until no daemon holds a partition copy (a part's copy outlives it by the peer timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while any(feature_segments(pid, ("-part",)) for pid in pids):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"a partition copy was still held {timeout_s:g} s after its job ended")
+        time.sleep(0.5)
+
+
+def run_job(client, spec, out: Path, pids: list[int]) -> tuple[object, list[float], float, list[int]]:
+    """(the final job, every rank's step times after its first 2, the job's wall seconds, the most feature
+    bytes each daemon held in shared memory while it ran)."""
     out.mkdir()
     t0 = time.perf_counter()
     job = client.submit_job(spec.model_copy(update={"args": [str(out), str(STAND_IN_S)]}))
+    held = [0] * len(pids)
     while not (current := client.get_job(job.job_id)).state.final:
+        held = [max(h, feature_segments(pid)) for h, pid in zip(held, pids)]
         time.sleep(0.5)
     wall = time.perf_counter() - t0
     if current.state.value != "succeeded":
         raise SystemExit(f"job {spec.features} replicate {spec.replicate}: {current.state.value}: {current.message}")
     steps = [s for p in sorted(out.glob("rank*.json")) for s in json.loads(p.read_text())["steps"][2:]]
-    return current, steps, wall
+    return current, steps, wall, held
 
 
 def main() -> int:
@@ -149,12 +177,15 @@ def main() -> int:
             for label, update in (("10%", {"features": "partitioned", "replicate": 0.1}),
                                   ("0%", {"features": "partitioned", "replicate": 0.0}),
                                   ("replicated", {})):  # fmt: skip
-                job, steps, wall = run_job(client, JobSpec(**{**spec.model_dump(), **update}), base / label.strip("%"))
+                job, steps, wall, held = run_job(client, JobSpec(**{**spec.model_dump(), **update}),
+                                                 base / label.strip("%"), [popen.pid for popen, _, _ in nodes])
                 network = job.progress.traffic.network
-                runs[label] = (network, steps, wall, job.progress.traffic.total_rows)
+                runs[label] = (network, steps, wall, held)
+                wait_released([popen.pid for popen, _, _ in nodes])
                 print(f"{label:>10}: network {network.rows:,} rows, {network.bytes / 2**20:,.1f} MiB of "
                       f"{job.progress.traffic.total_rows:,} rows gathered; step {statistics.mean(steps):.3f} s mean, "
-                      f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s", flush=True)
+                      f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s; feature bytes in "
+                      f"shared memory per node {', '.join(f'{h / 2**20:,.0f} MiB' for h in held)}", flush=True)
         ten, zero, replicated = runs["10%"], runs["0%"], runs["replicated"]
         ratio = ten[0].bytes / zero[0].bytes if zero[0].bytes else float("nan")
         step = statistics.mean(ten[1])
@@ -168,12 +199,14 @@ def main() -> int:
         print(f"step ratio (mean step at 10% replicated / {STAND_IN_S} s stand-in): {step / STAND_IN_S:.2f}  "
               f"(target <= 1.1); replicated run: {statistics.mean(replicated[1]) / STAND_IN_S:.2f}; "
               f"0% replicated: {statistics.mean(zero[1]) / STAND_IN_S:.2f}")
+        measured = ten[3]
         print(f"memory: each node holds {held[0] / 2**20:,.0f} / {held[1] / 2**20:,.0f} MiB of the "
-              f"{num_rows * row_bytes / 2**20:,.0f} MiB feature matrix ({held[0] / (num_rows * row_bytes):.1%})")
+              f"{num_rows * row_bytes / 2**20:,.0f} MiB feature matrix ({held[0] / (num_rows * row_bytes):.1%}); "
+              f"measured in /dev/shm at 10%: {' / '.join(f'{m / 2**20:,.0f}' for m in measured)} MiB")
         print(json.dumps({"scale": scale, "bytes_ratio": ratio, "step_ratio": step / STAND_IN_S,
                           "step_ratio_replicated": statistics.mean(replicated[1]) / STAND_IN_S,
                           "network_bytes": {k: v[0].bytes for k, v in runs.items()},
-                          "held_bytes": held, "feature_bytes": num_rows * row_bytes,
+                          "held_bytes": held, "measured_shm_bytes": ten[3], "feature_bytes": num_rows * row_bytes,
                           "p90_step_10pct": float(np.percentile(ten[1], 90))}))  # fmt: skip
         return 0
     finally:

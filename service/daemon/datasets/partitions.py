@@ -24,7 +24,10 @@ import torch
 
 from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
 from graphtier.contract.partition import MAX_FETCH_BYTES, MAX_FETCH_ROWS, FeaturePartition, replicated_rows
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import JobPlacementInfo
 from graphtier.service.daemon.cluster.node_info import dataset_version
+from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.shm import SegmentOwner, SegmentRef
 
@@ -101,6 +104,25 @@ class PartitionCopies:
                 self._copies[key] = copy
             copy.users.add(job_id)
             return copy
+
+    def for_part(self, job_id: str, spec: JobSpec, placement: JobPlacementInfo | None,
+                 access: FetchAccess | None) -> PartitionedFeatures | None:  # fmt: skip
+        """A partitioned job's part: this node's copy (made now, before any rank of any node can ask for
+        it), as the part's producers find every row; None for replicated features."""
+        if spec.features != "partitioned":
+            return None
+        if access is None:
+            raise InvalidRequestError("job spec: features 'partitioned' needs a daemon in a cluster (--tcp and peers)")
+        if placement is None or len(placement.node_addresses) != placement.nnodes:
+            raise InvalidRequestError(f"job spec: features 'partitioned' needs a multi-node job whose placement lists "
+                                      f"every node's address (got {placement!r:.200})")  # fmt: skip
+        copy = self.acquire(job_id, spec.dataset, placement.dataset_version, nnodes=placement.nnodes,
+                            node_rank=placement.node_rank, replicate=spec.replicate)  # fmt: skip
+        return PartitionedFeatures(
+            partition=copy.partition, local=copy.ref, peers=list(placement.node_addresses), dataset=copy.key.dataset,
+            version=copy.key.version, token_file=access.token_file, ca_file=access.ca_file,
+            timeout_s=max(60.0, placement.peer_timeout_s),
+        )  # fmt: skip
 
     def _make(self, key: PartitionKey, prepared: PreparedDataset, features: torch.Tensor) -> PartitionCopy:
         t0 = time.perf_counter()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from graphtier.service.daemon.jobs.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
-from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies, PartitionCopy
+from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError, InvalidRequestError
@@ -33,12 +33,11 @@ from graphtier.service.daemon.jobs.external_launch import ExternalAgent, Externa
 from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.layouts import ChannelGrant, DatasetLayoutInfo
-from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
+from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport
-from graphtier.contract.network import NetworkCounters
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.v1 import jobs_pb2
 
@@ -65,14 +64,6 @@ class _Job:
     layout: DatasetLayoutInfo | None = None  # the dataset version the job started with, for its ranks
     saved: bytes = b""  # the Job message written to the job store when it ended
     part: PartHooks | None = None  # a part of a multi-node job: how it watches the other nodes
-
-
-def _by_address(network: NetworkCounters, addresses: list[str]) -> NetworkCounters:
-    """The control block names peers by node rank; reports name them by their daemon's address."""
-    def name(rank: str) -> str:
-        return addresses[int(rank)] if int(rank) < len(addresses) else f"node rank {rank}"
-
-    return replace(network, peers=tuple(replace(p, peer=name(p.peer)) for p in network.peers))
 
 
 def check_script(script: Path) -> None:
@@ -179,10 +170,10 @@ class JobManager:
         part = hooks(job_id) if hooks is not None else None
         external = None if launch is None else ExternalAgent(launch, job_dir, spec.nproc_per_node,
                                                              lambda ranks: self._ranks_done(job_id, ranks))  # fmt: skip
-        partition = self._partition(job_id, spec, part.placement if part else None)
+        partition = self.partitions.for_part(job_id, spec, part.placement if part else None, self.fetch_access)
         runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log,
                            stall_timeout_s=self.stall_timeout_s, placement=part.placement if part else None,
-                           external=external, partition=partition, fetch_access=self.fetch_access)  # fmt: skip
+                           external=external, partition=partition)  # fmt: skip
         job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes, notes=spec_notes(spec, loaded.handle),
                    layout=loaded, part=part)
         with self._lock:
@@ -192,18 +183,6 @@ class JobManager:
         events.state(StateChange(JobState.PENDING, JobState.PENDING, "accepted"))
         threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
         return self.get(job_id)
-
-    def _partition(self, job_id: str, spec: JobSpec, placement: JobPlacementInfo | None) -> PartitionCopy | None:
-        """This node's rows of a partitioned job (made now, before any rank of any node can ask for them)."""
-        if spec.features != "partitioned":
-            return None
-        if self.fetch_access is None:
-            raise InvalidRequestError("job spec: features 'partitioned' needs a daemon in a cluster (--tcp and peers)")
-        if placement is None or len(placement.node_addresses) != placement.nnodes:
-            raise InvalidRequestError(f"job spec: features 'partitioned' needs a multi-node job whose placement lists "
-                                      f"every node's address (got {placement!r:.200})")  # fmt: skip
-        return self.partitions.acquire(job_id, spec.dataset, placement.dataset_version, nnodes=placement.nnodes,
-                                       node_rank=placement.node_rank, replicate=spec.replicate)  # fmt: skip
 
     def _move(self, job_id: str, job: _Job, state: JobState, message: str = "") -> None:
         previous = self.table.get(job_id).state
@@ -329,7 +308,7 @@ class JobManager:
                 ready_slots=s.ready_slots, lag_batches=s.batches_produced - s.batches_consumed,
                 slot_grows_total=s.slot_growths, seeds_total=s.seeds_total, sampled_nodes_total=s.sampled_nodes_total,
                 sampled_edges_total=s.sampled_edges_total, storage=s.storage,
-                network=_by_address(s.network, job.part.placement.node_addresses if job.part else []),
+                network=s.network.by_address(job.part.placement.node_addresses if job.part else []),
             )  # fmt: skip
             self.tracker.record(ProgressReport(job_id, channel.rank, channel.producer.pid,
                                                datetime.now(timezone.utc), figures))  # fmt: skip

@@ -48,7 +48,6 @@ from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.service.daemon.jobs.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
-from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopy
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
@@ -136,10 +135,10 @@ class JobRunner:
     def __init__(self, job_id: str, spec: JobSpec, handle: SharedDatasetHandle, job_dir: Path, runtime_dir: Path,
                  on_log: Callable[[LogLine], None], *, stall_timeout_s: float = 60.0,
                  placement: JobPlacementInfo | None = None, external: ExternalAgent | None = None,
-                 partition: PartitionCopy | None = None, fetch_access: FetchAccess | None = None) -> None:  # fmt: skip
+                 partition: PartitionedFeatures | None = None) -> None:  # fmt: skip
         self.job_id, self.spec, self.handle = job_id, spec, handle
         self.placement, self.external = placement, external
-        self.partition = self._partitioned(partition, fetch_access) if partition is not None else None
+        self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons
         self.lazy_producers = placement is not None or external is not None
         self.failure = ""  # set by fail(): the job ends FAILED with it
         self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
@@ -160,16 +159,6 @@ class JobRunner:
         self._scratch: list[Path] = []
         cpus = os.cpu_count() or 1
         self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.nproc_per_node))
-
-    def _partitioned(self, copy: PartitionCopy, access: FetchAccess | None) -> PartitionedFeatures:
-        """What this part's producers need to gather a partitioned job's rows (here and on the owners)."""
-        if access is None or self.placement is None:
-            raise DaemonError(f"job {self.job_id}: partitioned features need a multi-node part in a cluster")
-        return PartitionedFeatures(
-            partition=copy.partition, local=copy.ref, peers=list(self.placement.node_addresses),
-            dataset=self.spec.dataset, version=copy.key.version, token_file=access.token_file,
-            ca_file=access.ca_file, timeout_s=max(60.0, self.placement.peer_timeout_s),
-        )  # fmt: skip
 
     # Producers
 

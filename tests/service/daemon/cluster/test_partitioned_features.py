@@ -6,6 +6,7 @@ to the replicated run's; FetchRows refuses strangers, rows a node does not own a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -147,6 +148,32 @@ def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows
     assert "network tier by peer" in shown.stderr and b.address in shown.stderr  # the tables go to stderr
 
 
+def _segments(pid: int) -> dict[str, int]:
+    """The shared-memory segments daemon `pid` owns: label -> bytes."""
+    from graphtier.service.shm.naming import SegmentName
+
+    found = {}
+    for name in os.listdir("/dev/shm"):
+        segment = SegmentName.parse(name)
+        if segment is not None and segment.pid == pid:
+            found[segment.label] = os.stat(f"/dev/shm/{name}").st_size
+    return found
+
+
+@pytest.mark.parametrize(("num_rows", "replicated", "nnodes"), [(1000, 100, 2), (1001, 0, 3), (7, 7, 2), (5, 1, 4)])
+def test_every_row_is_replicated_or_owned_by_exactly_one_node(num_rows, replicated, nnodes):
+    ids = np.arange(num_rows)
+    parts = [FeaturePartition(num_rows=num_rows, replicated_rows=replicated, nnodes=nnodes, node_rank=k)
+             for k in range(nnodes)]  # fmt: skip
+    holders = sum(p.is_local(ids).astype(int) for p in parts)
+    assert (holders[:replicated] == nnodes).all() and (holders[replicated:] == 1).all()
+    assert sum(p.owned_rows() for p in parts) == num_rows - replicated
+    for p in parts:  # a node's copy: the replicated rows, then its own, each in its own place
+        local = ids[p.is_local(ids)]
+        assert np.array_equal(p.local_index(local), np.arange(p.local_rows))
+        assert np.array_equal(local[replicated:], p.owned_ids())
+
+
 def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, small_rmat, tmp_path):
     a, b, script = _two_nodes(test_cluster, small_rmat, tmp_path)
     out = tmp_path / "held"
@@ -174,6 +201,12 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
                 return stub.FetchRows(request, metadata=metadata, timeout=20)
             finally:
                 channel.close()
+
+        # node b holds its rows of the job, and no copy of the whole feature matrix
+        held = _segments(b.process.pid)
+        (copy,) = [size for label, size in held.items() if f"part{owner_rank}of2" in label]
+        assert copy == part.local_rows * 64 < num_rows * 64
+        assert not any(size >= num_rows * 64 for label, size in held.items() if "part" not in label and "feat" in label)
 
         reply = ask(own)  # the owner's rows, in the order asked, as prepared
         features = small_rmat.features
