@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -172,6 +173,22 @@ def test_every_row_is_replicated_or_owned_by_exactly_one_node(num_rows, replicat
         local = ids[p.is_local(ids)]
         assert np.array_equal(p.local_index(local), np.arange(p.local_rows))
         assert np.array_equal(local[replicated:], p.owned_ids())
+
+
+@pytest.mark.parametrize(("values", "problem"), [
+    ({"features": "partitioned"}, "needs nnodes >= 2"),
+    ({"features": "partitioned", "nnodes": 17}, "at most 16 nodes"),
+    ({"features": "sharded", "nnodes": 2}, "'replicated' or 'partitioned'"),
+    ({"features": "partitioned", "nnodes": 2, "replicate": "lots"}, "give 10% or 0.1"),
+    ({"features": "partitioned", "nnodes": 2, "replicate": "150%"}, "less than or equal to 1"),
+    ({"replicate": 0.3, "nnodes": 2}, "applies to features 'partitioned' only"),
+])  # fmt: skip
+def test_bad_feature_specs_are_refused_naming_why(values, problem):
+    from graphtier.contract.errors import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match=re.escape(problem)):
+        JobSpec.build({"dataset": "rmat12", **values}, source="command line")
+    assert JobSpec.build({"dataset": "d", "features": "partitioned", "nnodes": 2, "replicate": "5%"}).replicate == 0.05
 
 
 def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, small_rmat, tmp_path):
