@@ -12,6 +12,7 @@ step time shows whether the producers keep up, fetches included. Figures, all fr
   bytes ratio   network bytes of the epoch at 10% replicated / at 0% replicated (target <= 0.4)
   step ratio    mean step time at 10% replicated (first 2 steps of each rank left out) / 0.2 s
                 (target <= 1.1: the fetches hidden behind the model), beside the replicated run's
+  wait          seconds the gathers waited for fetched rows, beside the fetch calls' summed latencies
   memory        feature bytes each node holds (replicated + own rows) / the whole feature matrix, and
                 the feature bytes each daemon held in /dev/shm while the 10% job ran (measured)
 
@@ -131,6 +132,20 @@ def wait_released(pids: list[int], timeout_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+def network_wait(job, nodes: list[tuple[subprocess.Popen, Path, str]]) -> tuple[float, float]:
+    """(seconds the job's gathers waited for fetched rows, the fetch calls' latencies), summed over its
+    parts as each node's /v1/status shows them."""
+    from graphtier.launcher.client import DaemonClient
+
+    runs = {address: run for _, run, address in nodes}
+    wait = fetch = 0.0
+    for part in job.nodes:
+        with DaemonClient(runtime_dir=runs[part.address]) as client:
+            status = next(j for j in client.status().jobs if j.job_id == part.job_id)
+        wait, fetch = wait + status.network.wait_seconds, fetch + status.network.fetch_seconds
+    return wait, fetch
+
+
 def run_job(client, spec, out: Path, pids: list[int]) -> tuple[object, list[float], float, list[int]]:
     """(the final job, every rank's step times after its first 2, the job's wall seconds, the most feature
     bytes each daemon held in shared memory while it ran)."""
@@ -181,11 +196,18 @@ def main() -> int:
                                                  base / label.strip("%"), [popen.pid for popen, _, _ in nodes])
                 network = job.progress.traffic.network
                 runs[label] = (network, steps, wall, held)
-                wait_released([popen.pid for popen, _, _ in nodes])
                 print(f"{label:>10}: network {network.rows:,} rows, {network.bytes / 2**20:,.1f} MiB of "
                       f"{job.progress.traffic.total_rows:,} rows gathered; step {statistics.mean(steps):.3f} s mean, "
                       f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s; feature bytes in "
                       f"shared memory per node {', '.join(f'{h / 2**20:,.0f} MiB' for h in held)}", flush=True)
+                if network.rows:
+                    try:
+                        wait, fetch = network_wait(job, nodes)
+                        print(f"{'':>10}  gathers waited {wait:.2f} s for fetched rows over {len(steps) + 4} steps "
+                              f"(fetch calls' latencies {fetch:.2f} s)", flush=True)
+                    except Exception as exc:  # noqa: BLE001  (a figure beside the target ones: report, go on)
+                        print(f"{'':>10}  the network wait was not read: {exc!r}", flush=True)
+                wait_released([popen.pid for popen, _, _ in nodes])
         ten, zero, replicated = runs["10%"], runs["0%"], runs["replicated"]
         ratio = ten[0].bytes / zero[0].bytes if zero[0].bytes else float("nan")
         step = statistics.mean(ten[1])
