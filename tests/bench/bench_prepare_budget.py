@@ -76,7 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="18,20,22")
     parser.add_argument("--budgets", default="1GiB,2GiB,3GiB", help="one per scale, or one for all")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per path and scale; the fastest counts")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per path and scale, going round the scales each time; the fastest counts")
     parser.add_argument("--feature-dim", type=int, default=128)
     parser.add_argument("--score", default="wrpr")
     parser.add_argument("--no-unbounded", action="store_true", help="skip the in-memory runs")
@@ -94,27 +95,28 @@ def main() -> None:
     rows, bounded_times, unbounded_times = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="graphtier-bench-budget-", dir=os.environ.get("TMPDIR")) as tmp:
         root = Path(tmp)
-        for scale, budget in zip(scales, budgets):
-            budget_bytes = parse_memory_budget(budget)
-            bounded, unbounded = [], []
-            for i in range(args.repeat):
-                bounded.append(run_prepare(root, f"b{scale}-{i}", scale, budget, args))
-                print(f"  scale {scale} budget {budget}: {bounded[-1]['total']:.1f}s peak "
-                      f"{bounded[-1]['peak'] / GiB:.2f} GiB (load {bounded[-1]['load']:.2f})", flush=True)
+        bounded: dict[int, list[dict]] = {scale: [] for scale in scales}
+        unbounded: dict[int, list[dict]] = {scale: [] for scale in scales}
+        for i in range(args.repeat):  # round the scales each time: a drift in the machine's load touches them alike
+            for scale, budget in zip(scales, budgets):
+                bounded[scale].append(run_prepare(root, f"b{scale}-{i}", scale, budget, args))
+                print(f"  scale {scale} budget {budget}: {bounded[scale][-1]['total']:.1f}s peak "
+                      f"{bounded[scale][-1]['peak'] / GiB:.2f} GiB (load {bounded[scale][-1]['load']:.2f})", flush=True)
                 if not args.no_unbounded:
-                    unbounded.append(run_prepare(root, f"u{scale}-{i}", scale, "unlimited", args))
-                    print(f"  scale {scale} unlimited: {unbounded[-1]['total']:.1f}s peak "
-                          f"{unbounded[-1]['peak'] / GiB:.2f} GiB (load {unbounded[-1]['load']:.2f})", flush=True)
+                    unbounded[scale].append(run_prepare(root, f"u{scale}-{i}", scale, "unlimited", args))
+                    print(f"  scale {scale} unlimited: {unbounded[scale][-1]['total']:.1f}s peak "
+                          f"{unbounded[scale][-1]['peak'] / GiB:.2f} GiB (load {unbounded[scale][-1]['load']:.2f})", flush=True)
                 for entry in root.iterdir():
                     shutil.rmtree(entry, ignore_errors=True)
-            b = best(bounded)
-            u = best(unbounded) if unbounded else None
+        for scale, budget in zip(scales, budgets):
+            b = best(bounded[scale])
+            u = best(unbounded[scale]) if unbounded[scale] else None
             bounded_times[scale] = b["total"]
             if u:
                 unbounded_times[scale] = u["total"]
             m = b["manifest"]
             data = sum(a["nbytes"] for a in m["arrays"].values())
-            rows.append((scale, m["num_nodes"], m["num_edges"], data, budget_bytes, b, u))
+            rows.append((scale, m["num_nodes"], m["num_edges"], data, parse_memory_budget(budget), b, u))
 
     print(f"\n{'scale':>5} {'nodes':>10} {'edges':>12} {'data GiB':>8} {'budget':>7} {'peak GiB':>8} {'peak/budget':>11} "
           f"{'time s':>7} {'in-mem s':>8} {'ratio':>6} {'cpu s':>6} {'in-mem cpu':>10} {'ratio':>6} {'in-mem peak':>11} "
