@@ -61,6 +61,8 @@ def _wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
 def describe(job: JobInfo) -> str:
     """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
     where = f" x {job.spec.nnodes} nodes" if job.spec.nnodes > 1 else ""
+    if job.spec.features == "partitioned":
+        where += f", features partitioned ({job.spec.replicate:.0%} on every node)"
     lines = _wrapped(f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
                      f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s)", first="")  # fmt: skip
     p = job.progress
@@ -70,6 +72,9 @@ def describe(job: JobInfo) -> str:
         lines.append(f"  [{bar:<30}] step {done}/{p.total_steps}, epoch {p.epoch + 1}/{job.spec.epochs}")
         lines.append(f"  loss {p.loss:.4f}  train acc {p.train_accuracy:.3f}  {p.batches_per_second:.1f} batches/s"
                      f"  gathered {human_bytes(p.traffic.total_bytes)}")  # fmt: skip
+        if p.traffic.network.rows:
+            lines.append(f"  network tier: {p.traffic.network.rows:,} rows, {human_bytes(p.traffic.network.bytes)} "
+                         "fetched from other nodes")  # fmt: skip
     if job.result is not None:
         r = job.result
         lines.append(f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "

@@ -147,6 +147,11 @@ def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows
                             str(a.runtime_dir)], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "network tier by peer" in shown.stderr and b.address in shown.stderr  # the tables go to stderr
+    shown = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "job", "status", partitioned.job_id,
+                            "--runtime-dir", str(a.runtime_dir)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stderr.split())  # the paragraph is wrapped at 80 columns
+    assert "features partitioned (10% on every node)" in text and f"network tier: {network.rows:,} rows" in text
 
 
 def _segments(pid: int) -> dict[str, int]:
