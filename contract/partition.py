@@ -12,21 +12,57 @@ answer from (num_rows, replicated_rows, nnodes, node_rank).
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-DEFAULT_REPLICATE = 0.1  # share of the rows, hottest first, on every node
+DEFAULT_REPLICATE = "10%"  # of the rows, hottest first, on every node
 # One FetchRows call: at most this many rows (the request stays far below gRPC's 4 MiB default)
 # and this many reply bytes; a producer splits a larger ask, a daemon refuses it.
 MAX_FETCH_ROWS = 262_144
 MAX_FETCH_BYTES = 64 << 20
 
+_UNITS: dict[str, int] = {
+    "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30, "tb": 10**12,
+    "tib": 2**40,
+}  # fmt: skip
+_BUDGET = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z%]*)\s*")
 
-def replicated_rows(num_rows: int, replicate: float) -> int:
-    """Rows on every node for a `replicate` share of `num_rows` (rounded down)."""
-    if not 0.0 <= replicate <= 1.0:
-        raise ValueError(f"replicate must be a share of the rows in [0, 1], got {replicate}")
-    return min(num_rows, int(num_rows * replicate))
+
+def _parse(value: str) -> tuple[Decimal, str]:
+    match = _BUDGET.fullmatch(value)
+    if match is None:
+        raise ValueError(f"replicate {value!r} is neither a share of the rows (10% or 0.1) nor a size of feature "
+                         "bytes per node (512MiB)")  # fmt: skip
+    number, unit = Decimal(match.group(1)), match.group(2).lower()
+    if unit == "%" and number > 100:
+        raise ValueError(f"replicate {value!r} is more than 100% of the rows")
+    if unit == "" and number > 1:
+        raise ValueError(f"replicate {value!r}: a share of the rows is at most 1 (or 100%); a size needs a unit (MiB)")
+    if unit not in ("", "%") and unit not in _UNITS:
+        raise ValueError(f"replicate {value!r} has unknown unit {unit!r}; use %, B, KB/MB/GB/TB or KiB/MiB/GiB/TiB")
+    return number, unit
+
+
+def check_replicate(value: object) -> str:
+    """The replicated budget as text: a share of the rows ('10%'; 0.1 or '0.1' becomes '10%') or a size of
+    feature bytes on every node ('512MiB'); ValueError saying what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"replicate {value!r} must be a share of the rows (10% or 0.1) or a size (512MiB)")
+    number, unit = _parse(str(value))
+    if unit in ("", "%"):
+        return f"{(number * 100 if unit == '' else number).normalize():f}%"
+    return str(value).strip()
+
+
+def replicated_rows(num_rows: int, replicate: str, row_bytes: int) -> int:
+    """Rows on every node for the budget `replicate` (see check_replicate), rounded down."""
+    number, unit = _parse(check_replicate(replicate))
+    if unit == "%":
+        return min(num_rows, int(number * num_rows / 100))
+    return min(num_rows, int(number * _UNITS[unit]) // max(1, row_bytes))
 
 
 class FeaturePartition(BaseModel):

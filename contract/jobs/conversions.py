@@ -79,13 +79,13 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
     if message.fanouts:
         values["fanouts"] = list(message.fanouts)
     for name in ("batch_size", "hidden", "epochs", "lr", "nproc_per_node", "checkpoint_every_steps", "heads",
-                 "num_slots", "storage_reads", "window", "on_nonfinite", "features"):  # fmt: skip
+                 "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate"):  # fmt: skip
         if getattr(message, name):
             values[name] = getattr(message, name)
     if message.device != jobs_pb2.DEVICE_UNSPECIFIED:
         devices = {v: k for k, v in _DEVICES.items()}
         values["device"] = devices.get(message.device, f"unknown device {message.device}")
-    for name in ("dropout", "seed", "max_restarts", "weight_decay", "replicate"):
+    for name in ("dropout", "seed", "max_restarts", "weight_decay"):
         if message.HasField(name):
             values[name] = getattr(message, name)
     if message.HasField("budgets"):

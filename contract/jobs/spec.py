@@ -18,7 +18,7 @@ from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.fanouts import check_channel_fanouts
 from graphtier.contract.network import MAX_PEERS
-from graphtier.contract.partition import DEFAULT_REPLICATE
+from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
 ModelKind = Literal["sage", "gcn", "gat"]
@@ -66,14 +66,14 @@ class JobSpec(BaseModel):
     features: FeaturesKind = Field("replicated", description="Feature rows of a multi-node job: replicated (every "
                                    "node holds every row) or partitioned (the hottest `replicate` share on every "
                                    "node, each other row on one node, fetched by the others per batch).")
-    replicate: float = Field(DEFAULT_REPLICATE, ge=0.0, le=1.0, description="With partitioned features: the share "
-                             "of the rows, hottest first, every node holds.")
+    replicate: str = Field(DEFAULT_REPLICATE, description="With partitioned features: the rows, hottest first, every "
+                           "node holds: a share of the rows (10%; 0.1) or a size of feature bytes per node (512MiB).")
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
     @field_validator("batch_size", "hidden", "heads", "epochs", "nproc_per_node", "checkpoint_every_steps", "seed",
-                     "max_restarts", "num_slots", "fanouts", "window", "nnodes", "replicate", mode="before")
+                     "max_restarts", "num_slots", "fanouts", "window", "nnodes", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         """`epochs: true` in YAML is a mistake, not 1 epoch (pydantic would take a bool as an int)."""
@@ -83,15 +83,9 @@ class JobSpec(BaseModel):
 
     @field_validator("replicate", mode="before")
     @classmethod
-    def _share(cls, value: Any) -> Any:
-        """"10%" or "0.1" (the CLI and YAML) as 0.1."""
-        if isinstance(value, str):
-            text = value.strip()
-            try:
-                return float(text[:-1]) / 100 if text.endswith("%") else float(text)
-            except ValueError:
-                raise ValueError(f"replicate {value!r} is not a share of the rows: give 10% or 0.1") from None
-        return value
+    def _budget(cls, value: Any) -> str:
+        """"10%", 0.1 or "0.1" as "10%"; a size ("512MiB") as it is; anything else refused naming why."""
+        return check_replicate(value)
 
     @field_validator("fanouts")
     @classmethod
@@ -124,7 +118,7 @@ class JobSpec(BaseModel):
                              "one node holds every row (features 'replicated')")
         if self.features == "partitioned" and self.nnodes > MAX_PEERS:
             raise ValueError(f"features 'partitioned' supports at most {MAX_PEERS} nodes, got nnodes={self.nnodes}")
-        if self.features == "replicated" and "replicate" in self.model_fields_set and self.replicate != DEFAULT_REPLICATE:
+        if self.features == "replicated" and self.replicate != DEFAULT_REPLICATE:
             raise ValueError(f"replicate={self.replicate} applies to features 'partitioned' only (every row is on "
                              "every node with 'replicated')")
         return self

@@ -62,7 +62,7 @@ def describe(job: JobInfo) -> str:
     """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
     where = f" x {job.spec.nnodes} nodes" if job.spec.nnodes > 1 else ""
     if job.spec.features == "partitioned":
-        where += f", features partitioned ({job.spec.replicate:.0%} on every node)"
+        where += f", features partitioned ({job.spec.replicate} on every node)"
     lines = _wrapped(f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
                      f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s)", first="")  # fmt: skip
     p = job.progress
@@ -192,7 +192,7 @@ def submit(
     window: Annotated[Optional[int], typer.Option(help="look-ahead window: batches sampled ahead, storage rows read early and once; 0 = off")] = None,
     on_nonfinite: Annotated[Optional[str], typer.Option(help="a NaN/inf loss or gradient: fail (default, naming rank and step), skip-step or off")] = None,
     features: Annotated[Optional[str], typer.Option(help="multi-node feature rows: replicated (default: every node holds all) or partitioned (split across nodes, the hottest --replicate on every node, the rest fetched per batch)")] = None,
-    replicate: Annotated[Optional[str], typer.Option(help="with --features partitioned: share of the rows, hottest first, on every node (10% or 0.1; default 10%)")] = None,
+    replicate: Annotated[Optional[str], typer.Option(help="with --features partitioned: the rows, hottest first, on every node: a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)")] = None,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,

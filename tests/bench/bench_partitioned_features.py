@@ -5,7 +5,7 @@ Two real daemons ("nodes" on 127.0.0.1 and 127.0.0.2, one TLS certificate, one c
 R-MAT graph (scale 20 by default, edge factor 12, undirected, ordered by weighted reverse PageRank:
 row id order = hotness order) prepared once and hard-linked into both nodes' dataset roots. The
 same job (GraphSAGE fanout 15,10,5, batch 1024, 1 rank per node, 1 epoch, seed 0) runs with
-`--features partitioned` at `--replicate 0.1` and at `--replicate 0`, and once replicated. Its
+`--features partitioned` at `--replicate 10%` and at `--replicate 0%`, and once replicated. Its
 "model" is a stand-in: each step sleeps 0.2 s (the issue's stand-in) and trains nothing, so the
 step time shows whether the producers keep up, fetches included. Figures, all from this run:
 
@@ -189,8 +189,8 @@ def main() -> int:
                        script=str(script))  # fmt: skip
         runs = {}
         with DaemonClient(runtime_dir=nodes[0][1]) as client:
-            for label, update in (("10%", {"features": "partitioned", "replicate": 0.1}),
-                                  ("0%", {"features": "partitioned", "replicate": 0.0}),
+            for label, update in (("10%", {"features": "partitioned", "replicate": "10%"}),
+                                  ("0%", {"features": "partitioned", "replicate": "0%"}),
                                   ("replicated", {})):  # fmt: skip
                 job, steps, wall, held = run_job(client, JobSpec(**{**spec.model_dump(), **update}),
                                                  base / label.strip("%"), [popen.pid for popen, _, _ in nodes])
@@ -211,7 +211,7 @@ def main() -> int:
         ten, zero, replicated = runs["10%"], runs["0%"], runs["replicated"]
         ratio = ten[0].bytes / zero[0].bytes if zero[0].bytes else float("nan")
         step = statistics.mean(ten[1])
-        held = [FeaturePartition(num_rows=num_rows, replicated_rows=replicated_rows(num_rows, 0.1), nnodes=2,
+        held = [FeaturePartition(num_rows=num_rows, replicated_rows=replicated_rows(num_rows, "10%", row_bytes), nnodes=2,
                                  node_rank=k).local_rows * row_bytes for k in range(2)]  # fmt: skip
         print(f"\nmachine: {cpu_model()}, {os.cpu_count()} cores, {platform.python_version()}; "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -83,7 +83,7 @@ class PartitionCopies:
         self._timers: list[threading.Timer] = []
 
     def acquire(self, job_id: str, dataset: str, version: str, *, nnodes: int, node_rank: int,
-                replicate: float) -> PartitionCopy:  # fmt: skip
+                replicate: str) -> PartitionCopy:  # fmt: skip
         """This node's copy for job `job_id` (made now unless another part holds the same one)."""
         directory = self.dataset_root / dataset
         found = dataset_version(directory)
@@ -97,7 +97,8 @@ class PartitionCopies:
             if features is None:
                 raise DaemonError(f"dataset {dataset!r} has no features to partition")
             num_rows = int(features.shape[0])
-            key = PartitionKey(dataset, found, nnodes, node_rank, replicated_rows(num_rows, replicate))
+            row_bytes = int(features[0].numel() * features.element_size()) if num_rows else 0
+            key = PartitionKey(dataset, found, nnodes, node_rank, replicated_rows(num_rows, replicate, row_bytes))
             copy = self._copies.get(key)
             if copy is None:
                 copy = self._make(key, prepared, features)

@@ -117,7 +117,7 @@ def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows
     # what crossed: exactly the rows each rank's node does not hold, none of them a replicated row
     row_bytes = 16 * 4
     num_rows = small_rmat.manifest.num_nodes
-    r = replicated_rows(num_rows, 0.1)
+    r = replicated_rows(num_rows, "10%", row_bytes)
     addresses = partitioned.placement.node_addresses
     node_of_rank = {rank.rank: n.node_rank for n in partitioned.nodes for rank in n.ranks}
     expected = dict.fromkeys(addresses, 0)
@@ -184,8 +184,10 @@ def test_every_row_is_replicated_or_owned_by_exactly_one_node(num_rows, replicat
     ({"features": "partitioned"}, "needs nnodes >= 2"),
     ({"features": "partitioned", "nnodes": 17}, "at most 16 nodes"),
     ({"features": "sharded", "nnodes": 2}, "'replicated' or 'partitioned'"),
-    ({"features": "partitioned", "nnodes": 2, "replicate": "lots"}, "give 10% or 0.1"),
-    ({"features": "partitioned", "nnodes": 2, "replicate": "150%"}, "less than or equal to 1"),
+    ({"features": "partitioned", "nnodes": 2, "replicate": "lots"}, "neither a share of the rows"),
+    ({"features": "partitioned", "nnodes": 2, "replicate": "150%"}, "more than 100% of the rows"),
+    ({"features": "partitioned", "nnodes": 2, "replicate": 2}, "a size needs a unit"),
+    ({"features": "partitioned", "nnodes": 2, "replicate": "5parsecs"}, "unknown unit 'parsecs'"),
     ({"replicate": 0.3, "nnodes": 2}, "applies to features 'partitioned' only"),
 ])  # fmt: skip
 def test_bad_feature_specs_are_refused_naming_why(values, problem):
@@ -193,7 +195,12 @@ def test_bad_feature_specs_are_refused_naming_why(values, problem):
 
     with pytest.raises(InvalidRequestError, match=re.escape(problem)):
         JobSpec.build({"dataset": "rmat12", **values}, source="command line")
-    assert JobSpec.build({"dataset": "d", "features": "partitioned", "nnodes": 2, "replicate": "5%"}).replicate == 0.05
+    def budget(value):
+        return JobSpec.build({"dataset": "d", "features": "partitioned", "nnodes": 2, "replicate": value}).replicate
+
+    assert (budget(0.05), budget("0.05"), budget("5%"), budget(" 512MiB ")) == ("5%", "5%", "5%", "512MiB")
+    assert replicated_rows(1000, "5%", 64) == 50 and replicated_rows(1000, "6400B", 64) == 100
+    assert replicated_rows(1000, "1GiB", 64) == 1000 and replicated_rows(1000, "0", 64) == 0
 
 
 def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, small_rmat, tmp_path):
@@ -202,14 +209,15 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
     out.mkdir()
     (out / "hold").write_text("")  # the ranks wait: the partitions stay held while we ask
     with a.client() as client:
-        job = client.submit_job(_spec(script, out, features="partitioned", replicate=0.25))
+        job = client.submit_job(_spec(script, out, features="partitioned", replicate="64KiB"))  # a size: 1024 rows
         info = _wait_for(lambda: (lambda j: j if j.placement and j.nodes else None)(client.get_job(job.job_id)),
                          60, "the job's placement")  # fmt: skip
     try:
         version, addresses = info.placement.dataset_version, info.placement.node_addresses
         owner_rank = addresses.index(b.address)
         num_rows = small_rmat.manifest.num_nodes
-        r = replicated_rows(num_rows, 0.25)
+        r = replicated_rows(num_rows, "64KiB", 64)
+        assert r == 1024
         part = FeaturePartition(num_rows=num_rows, replicated_rows=r, nnodes=2, node_rank=owner_rank)
         own = part.owned_ids()[:5]
         token = test_cluster.token.read_text().strip()
