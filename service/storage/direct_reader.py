@@ -168,7 +168,10 @@ class StorageReader:
         if int(rows.min()) < 0 or int(rows.max()) >= self.num_rows - self.first_row:
             raise GraphtierError(f"storage rows must lie in [0, {self.num_rows - self.first_row})")
         started = time.perf_counter()
-        unique, inverse = np.unique(rows, return_inverse=True)
+        if rows.size > 1 and bool((rows[1:] > rows[:-1]).all()):  # sorted and distinct already (a coalesced batch)
+            unique, inverse = rows, np.arange(rows.size)
+        else:
+            unique, inverse = np.unique(rows, return_inverse=True)
         plan = plan_reads(unique + self.first_row, data_offset=self.data_offset, row_bytes=self.row_bytes,
                           max_request=self.max_request)
         self.staging.ensure(plan.total)

@@ -122,7 +122,7 @@ def test_whole_runs_copied_while_reading_give_the_same_bytes(tmp_path, mode):
         assert not copied[~in_runs].any()  # the scattered rows: gathered at the end
         assert copied[in_runs].mean() > 0.9  # the runs' rows, but for those straddling two 8 KiB requests
         assert count.sum() == copied.sum() and set(slot[count > 0]) >= {0, 1500}
-        for batch in (rows, rows[::-1].copy(), np.concatenate([rows, rows[:10]])):
+        for batch in (rows, rows[::-1].copy(), np.concatenate([rows, rows[:10]]), np.sort(rows)):
             out = np.full((batch.size + 3, 40), np.nan, np.float32)
             reader.read(batch, out)
             assert np.array_equal(out[: batch.size], values[batch]) and np.isnan(out[batch.size :]).all()
