@@ -15,14 +15,11 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption
 from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
 
 app = typer.Typer(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
 
-RuntimeDirOption = Annotated[
-    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 
 
 def _runtime_dir(runtime_dir: Path | None) -> Path:

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from graphtier.launcher.cli.options import JsonOption
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes, step_observer
 
 app = typer.Typer(help="Prepare and inspect datasets.", no_args_is_help=True)
@@ -16,7 +17,6 @@ app = typer.Typer(help="Prepare and inspect datasets.", no_args_is_help=True)
 OutOption = Annotated[
     Optional[Path], typer.Option("--out", help="dataset root directory (default $GRAPHTIER_HOME/datasets)")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 
 
 def parse_fanouts(text: str) -> list[int]:

@@ -7,17 +7,13 @@ place only when all of it arrived, so a cut connection leaves nothing half-writt
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from graphtier.launcher.cli.options import RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
 
-RuntimeDirOption = Annotated[
-    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
-]
 
 
 def push(
@@ -31,7 +27,7 @@ def push(
     with error_boundary():
         from graphtier.launcher.client import DaemonClient
 
-        directory = Path(os.path.abspath(runtime_dir)) if runtime_dir else None
+        directory = runtime_directory(runtime_dir)
         with DaemonClient(runtime_dir=directory) as client:
             result = client.push_dataset(name, to, replace=replace)
         if json_out:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from graphtier.launcher.cli.options import RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
 
-RuntimeDirOption = Annotated[
-    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
-]
 
 
 def unload(
@@ -25,7 +21,7 @@ def unload(
     with error_boundary():
         from graphtier.launcher.client import DaemonClient
 
-        directory = Path(os.path.abspath(runtime_dir)) if runtime_dir else None
+        directory = runtime_directory(runtime_dir)
         with DaemonClient(runtime_dir=directory) as client:
             result = client.unload_dataset(name, force=force)
         if json_out:

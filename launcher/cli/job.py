@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import (
     EXIT_INTERRUPTED,
     compact_table,
@@ -24,10 +25,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
 
-RuntimeDirOption = Annotated[
-    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 EXIT_JOB_FAILED = 1
 WIDTH = 80  # what a terminal is assumed to have: every line and table fits
 
@@ -35,7 +32,7 @@ WIDTH = 80  # what a terminal is assumed to have: every line and table fits
 def _client(runtime_dir: Path | None) -> DaemonClient:
     from graphtier.launcher.client import DaemonClient
 
-    return DaemonClient(runtime_dir=Path(os.path.abspath(runtime_dir)) if runtime_dir else None)
+    return DaemonClient(runtime_dir=runtime_directory(runtime_dir))
 
 
 def job_dict(job: JobInfo) -> dict[str, Any]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from graphtier.launcher.cli.options import RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
 
 
@@ -15,9 +14,6 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-RuntimeDirOption = Annotated[
-    Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
-]
 
 
 def _why_no_hits(snapshot) -> str:
@@ -36,7 +32,7 @@ def metrics(
     from graphtier.launcher.client import DaemonClient
 
     with error_boundary():
-        directory = Path(os.path.abspath(runtime_dir)) if runtime_dir else None
+        directory = runtime_directory(runtime_dir)
         with DaemonClient(runtime_dir=directory) as client:
             snapshot = client.status()
     if json_out:
