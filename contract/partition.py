@@ -12,11 +12,12 @@ answer from (num_rows, replicated_rows, nnodes, node_rank).
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from graphtier.contract.sizes import SIZE_UNITS, UNIT_HELP, split_size
 
 DEFAULT_REPLICATE = "10%"  # of the rows, hottest first, on every node
 # One FetchRows call: at most this many rows (the request stays far below gRPC's 4 MiB default)
@@ -24,25 +25,20 @@ DEFAULT_REPLICATE = "10%"  # of the rows, hottest first, on every node
 MAX_FETCH_ROWS = 262_144
 MAX_FETCH_BYTES = 64 << 20
 
-_UNITS: dict[str, int] = {
-    "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30, "tb": 10**12,
-    "tib": 2**40,
-}  # fmt: skip
-_BUDGET = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z%]*)\s*")
-
 
 def _parse(value: str) -> tuple[Decimal, str]:
-    match = _BUDGET.fullmatch(value)
-    if match is None:
+    parsed = split_size(value)
+    if parsed is None:
         raise ValueError(f"replicate {value!r} is neither a share of the rows (10% or 0.1) nor a size of feature "
                          "bytes per node (512MiB)")  # fmt: skip
-    number, unit = Decimal(match.group(1)), match.group(2).lower()
+    number, typed = parsed
+    unit = typed.lower()
     if unit == "%" and number > 100:
         raise ValueError(f"replicate {value!r} is more than 100% of the rows")
     if unit == "" and number > 1:
         raise ValueError(f"replicate {value!r}: a share of the rows is at most 1 (or 100%); a size needs a unit (MiB)")
-    if unit not in ("", "%") and unit not in _UNITS:
-        raise ValueError(f"replicate {value!r} has unknown unit {unit!r}; use %, B, KB/MB/GB/TB or KiB/MiB/GiB/TiB")
+    if unit not in ("", "%") and unit not in SIZE_UNITS:
+        raise ValueError(f"replicate {value!r} has unknown unit {typed!r}; use % or {UNIT_HELP}")
     return number, unit
 
 
@@ -62,7 +58,7 @@ def replicated_rows(num_rows: int, replicate: str, row_bytes: int) -> int:
     number, unit = _parse(check_replicate(replicate))
     if unit == "%":
         return min(num_rows, int(number * num_rows / 100))
-    return min(num_rows, int(number * _UNITS[unit]) // max(1, row_bytes))
+    return min(num_rows, int(number * SIZE_UNITS[unit]) // max(1, row_bytes))
 
 
 class FeaturePartition(BaseModel):

@@ -7,21 +7,10 @@ Budgets come from the CLI or a job config as text ("10%", "512MiB", "1.5GB", "40
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from graphtier.contract.sizes import SIZE_UNITS, UNIT_HELP, split_size
 from graphtier.service.errors import PlacementError
-
-_UNITS: dict[str, int] = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "kib": 2**10,
-    "m": 10**6, "mb": 10**6, "mib": 2**20,
-    "g": 10**9, "gb": 10**9, "gib": 2**30,
-    "t": 10**12, "tb": 10**12, "tib": 2**40,
-}  # fmt: skip
-_BUDGET_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z%]*)\s*")
 
 
 def parse_budget(text: str | int, *, total_bytes: int, what: str) -> int:
@@ -37,23 +26,22 @@ def parse_budget(text: str | int, *, total_bytes: int, what: str) -> int:
         if text < 0:
             raise PlacementError(f"{what}: budget {text} is negative; use 0 or more bytes")
         return text
-    match = _BUDGET_RE.fullmatch(text)
-    if match is None:
+    parsed = split_size(text)
+    if parsed is None:
         problem = "is negative" if text.strip().startswith("-") else "is not a size"
         raise PlacementError(
             f"{what}: budget {text!r} {problem}; write a byte count ('4096'), a size ('512MiB', '1.5GB') "
             "or a percentage ('10%')"
         )
-    number_text, unit = match.groups()
-    number = Decimal(number_text)  # exact: "1.1GB" is 1100000000 bytes, not a float's rounding of it
+    number, unit = parsed
     if unit == "%":
         if number > 100:
             raise PlacementError(f"{what}: budget {text!r} is more than 100% of the {total_bytes} bytes it shares")
         return int(number * total_bytes / 100)
-    scale = _UNITS.get(unit.lower())
+    scale = 1 if unit == "" else SIZE_UNITS.get(unit.lower())
     if scale is None:
         raise PlacementError(
-            f"{what}: budget {text!r} has unknown unit {unit!r}; use B, KB/MB/GB/TB, KiB/MiB/GiB/TiB or %"
+            f"{what}: budget {text!r} has unknown unit {unit!r}; use {UNIT_HELP} or %"
         )
     return int(number * scale)
 
