@@ -14,11 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 
 from graphtier.launcher.client import DaemonClient
 
 NODE_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 PEER_TIMEOUT_S = 6.0
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """The first truthy value of `predicate()`, polled every 0.25 s; the test fails naming `what`
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def free_port(host: str) -> int:

@@ -17,19 +17,9 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.shm.naming import process_start_time
 
-from cluster_nodes import PEER_TIMEOUT_S
+from cluster_nodes import PEER_TIMEOUT_S, wait_for
 
 FINAL_TIMEOUT_S = 180.0
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _alive(pid: int) -> bool:
@@ -62,7 +52,7 @@ def _live_segment_owners() -> set[int]:
 
 
 def _final(client, job_id: str, timeout: float = FINAL_TIMEOUT_S):
-    return _wait_for(lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), timeout,
+    return wait_for(lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), timeout,
                      f"job {job_id} to end")  # fmt: skip
 
 
@@ -98,7 +88,7 @@ def test_cancel_on_the_coordinator_stops_every_node(test_cluster, small_rmat):
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=3)
     with nodes[0].client() as client:
         job = client.submit_job(spec)
-        _wait_for(lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)), 120,
+        wait_for(lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)), 120,
                   "every node to train")  # fmt: skip
         running = client.get_job(job.job_id)
         assert [n.state for n in running.nodes] == [JobState.RUNNING] * 3 and len(running.ranks) == 3
@@ -117,7 +107,7 @@ def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_c
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=2)
     with a.client() as client:
         job = client.submit_job(spec)
-        _wait_for(lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)), 120,
+        wait_for(lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)), 120,
                   "both nodes to train")  # fmt: skip
         b.process.kill9()
         killed = time.monotonic()
@@ -126,7 +116,7 @@ def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_c
     print(f"peer killed -9: the job ended {took:.1f} s later (peer timeout {PEER_TIMEOUT_S:g} s): {final.message}")
     assert final.state == JobState.FAILED and b.address in final.message, final.message
     assert took < PEER_TIMEOUT_S + 15, f"the job took {took:.0f} s to end after its peer died"
-    _wait_for(lambda: not _job_processes(a), 30, f"the job's processes on {a.address} to go")
+    wait_for(lambda: not _job_processes(a), 30, f"the job's processes on {a.address} to go")
     assert _live_segment_owners() <= {a.process.pid}  # the survivor's dataset only: no producer's slots left
 
 
@@ -155,7 +145,7 @@ def test_a_lost_coordinator_ends_the_members_part_within_the_timeout(test_cluste
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=2)
     with a.client() as client:
         job = client.submit_job(spec)
-        running = _wait_for(lambda: (lambda j: j if j.progress and j.progress.global_step > 3 else None)(
+        running = wait_for(lambda: (lambda j: j if j.progress and j.progress.global_step > 3 else None)(
             client.get_job(job.job_id)), 120, "both nodes to train")  # fmt: skip
     part_id = running.nodes[1].job_id
     a.process.kill9()
@@ -166,5 +156,5 @@ def test_a_lost_coordinator_ends_the_members_part_within_the_timeout(test_cluste
     took = time.monotonic() - killed
     print(f"coordinator killed -9: the member's part ended {took:.1f} s later (peer timeout {PEER_TIMEOUT_S:g} s)")
     assert took < PEER_TIMEOUT_S + 15, f"the part took {took:.0f} s to end after its coordinator died"
-    _wait_for(lambda: not _job_processes(b), 30, f"the part's processes on {b.address} to go")
+    wait_for(lambda: not _job_processes(b), 30, f"the part's processes on {b.address} to go")
     assert _live_segment_owners() <= {b.process.pid}  # the survivor's dataset only: no producer's slots left

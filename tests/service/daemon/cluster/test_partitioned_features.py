@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,6 +21,8 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.partition import MAX_FETCH_ROWS, FeaturePartition, replicated_rows
 from graphtier.v1 import features_pb2, features_pb2_grpc
+
+from cluster_nodes import wait_for
 
 FINAL_TIMEOUT_S = 180.0
 
@@ -47,18 +48,8 @@ with loader.connect() as job:
 '''
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def _final(client, job_id: str):
-    return _wait_for(lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), FINAL_TIMEOUT_S,
+    return wait_for(lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), FINAL_TIMEOUT_S,
                      f"job {job_id} to end")  # fmt: skip
 
 
@@ -210,7 +201,7 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
     (out / "hold").write_text("")  # the ranks wait: the partitions stay held while we ask
     with a.client() as client:
         job = client.submit_job(_spec(script, out, features="partitioned", replicate="64KiB"))  # a size: 1024 rows
-        info = _wait_for(lambda: (lambda j: j if j.placement and j.nodes else None)(client.get_job(job.job_id)),
+        info = wait_for(lambda: (lambda j: j if j.placement and j.nodes else None)(client.get_job(job.job_id)),
                          60, "the job's placement")  # fmt: skip
     try:
         version, addresses = info.placement.dataset_version, info.placement.node_addresses
