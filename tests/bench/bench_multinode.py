@@ -35,39 +35,12 @@ from machine import cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "service" / "daemon" / "cluster"))
-from cluster_nodes import NODE_HOSTS, free_port, make_certificate  # noqa: E402
+from cluster_nodes import start_daemon_processes  # noqa: E402
 
 SHARED = REPO_ROOT.parent / "shared" / "datasets"
 SOURCES = {"cora": f"planetoid:{SHARED / 'planetoid_cora'}",
            "citeseer": f"planetoid:{SHARED / 'planetoid_citeseer'}"}  # fmt: skip
 BATCH = 64
-
-
-def start_nodes(base: Path, dataset_dir: Path, count: int) -> list[tuple[subprocess.Popen, Path, str]]:
-    cert, key = make_certificate(base)
-    token = base / "cluster.token"
-    token.write_text(os.urandom(32).hex())
-    token.chmod(0o600)
-    addresses = [f"{host}:{free_port(host)}" for host in NODE_HOSTS[:count]]
-    nodes = []
-    for index, address in enumerate(addresses):
-        home = base / f"n{index}"
-        shutil.copytree(dataset_dir, home / "datasets" / dataset_dir.name)
-        argv = [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(home / "run"),
-                "--dataset-root", str(home / "datasets"), "--tcp", address, "--tls-cert", str(cert), "--tls-key",
-                str(key), "--token-file", str(token), "--http-host", address.split(":")[0], "--cuda-probe-timeout",
-                "0", "--nvml-interval", "0", *(f"--peer={a}" for a in addresses if a != address)]  # fmt: skip
-        out = open(home / "daemon.out", "wb")
-        nodes.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), home / "run", address))
-    from graphtier.contract.endpoints import read_endpoints
-
-    for popen, run, _ in nodes:
-        deadline = time.monotonic() + 120
-        while (read_endpoints(run) is None or read_endpoints(run).pid != popen.pid) and time.monotonic() < deadline:
-            if popen.poll() is not None:
-                raise SystemExit(f"a daemon exited: see {run.parent / 'daemon.out'}")
-            time.sleep(0.1)
-    return nodes
 
 
 def run_job(client, spec) -> tuple[float, float, object]:
@@ -105,7 +78,7 @@ def main() -> int:
     try:
         prepare_dataset(PrepareConfig(source=SOURCES[args.dataset], name=args.dataset, undirected=True,
                                       root=base / "prepared"))  # fmt: skip
-        nodes = start_nodes(base, base / "prepared" / args.dataset, 3)
+        nodes = start_daemon_processes(base, base / "prepared" / args.dataset, 3)
         accuracy: dict[int, list[float]] = {1: [], 2: [], 3: []}
         startup: list[float] = []
         with DaemonClient(runtime_dir=nodes[0][1]) as client:

@@ -42,7 +42,7 @@ from machine import cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "service" / "daemon" / "cluster"))
-from cluster_nodes import NODE_HOSTS, free_port, make_certificate  # noqa: E402
+from cluster_nodes import start_daemon_processes  # noqa: E402
 
 CACHE = REPO_ROOT / ".bench-env" / "prepared"
 STAND_IN_S = 0.2
@@ -82,33 +82,6 @@ def prepare(scale: int, feature_dim: int) -> Path:
                                       source_options={"scale": scale, "feature_dim": feature_dim}, root=CACHE))  # fmt: skip
         print(f"prepared {name} in {time.perf_counter() - t0:.0f} s", flush=True)
     return CACHE / name
-
-
-def start_nodes(base: Path, dataset: Path) -> list[tuple[subprocess.Popen, Path, str]]:
-    from graphtier.contract.endpoints import read_endpoints
-
-    cert, key = make_certificate(base)
-    token = base / "cluster.token"
-    token.write_text(os.urandom(32).hex())
-    token.chmod(0o600)
-    addresses = [f"{host}:{free_port(host)}" for host in NODE_HOSTS[:2]]
-    nodes = []
-    for index, address in enumerate(addresses):
-        home = base / f"n{index}"
-        shutil.copytree(dataset, home / "datasets" / dataset.name, copy_function=os.link)  # read-only: links do
-        argv = [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(home / "run"),
-                "--dataset-root", str(home / "datasets"), "--tcp", address, "--tls-cert", str(cert), "--tls-key",
-                str(key), "--token-file", str(token), "--http-host", address.split(":")[0], "--cuda-probe-timeout",
-                "0", "--nvml-interval", "0", *(f"--peer={a}" for a in addresses if a != address)]  # fmt: skip
-        out = open(home / "daemon.out", "wb")
-        nodes.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), home / "run", address))
-    for popen, run, _ in nodes:
-        deadline = time.monotonic() + 120
-        while (read_endpoints(run) is None or read_endpoints(run).pid != popen.pid) and time.monotonic() < deadline:
-            if popen.poll() is not None:
-                raise SystemExit(f"a daemon exited: see {run.parent / 'daemon.out'}")
-            time.sleep(0.1)
-    return nodes
 
 
 def feature_segments(pid: int, kinds: tuple[str, ...] = ("-part", "features")) -> int:
@@ -184,7 +157,7 @@ def main() -> int:
     script.write_text(STAND_IN)
     nodes = []
     try:
-        nodes = start_nodes(base, dataset)
+        nodes = start_daemon_processes(base, dataset, 2, link_files=True)
         spec = JobSpec(dataset=dataset.name, fanouts=[15, 10, 5], batch_size=1024, epochs=1, nnodes=2, seed=0,
                        script=str(script))  # fmt: skip
         runs = {}

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 import secrets
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,3 +136,36 @@ class NodeCluster:
         for node in self.nodes:
             node.baseline = {p.pid for p in psutil.Process(node.process.pid).children(recursive=True)}
         return self.nodes
+
+
+def start_daemon_processes(base: Path, dataset_dir: Path, count: int, *,
+                           link_files: bool = False) -> list[tuple[subprocess.Popen, Path, str]]:  # fmt: skip
+    """`count` daemons as separate processes on NODE_HOSTS (one TLS certificate, one token, each the
+    others' peer), each with a copy of `dataset_dir` (hard links with `link_files`: the files are
+    read-only), waited for until each serves; (process, runtime dir, HOST:PORT) per node. For the
+    benchmarks, which run outside pytest and measure the daemons' processes."""
+    from graphtier.contract.endpoints import read_endpoints
+
+    cert, key = make_certificate(base)
+    token = base / "cluster.token"
+    token.write_text(os.urandom(32).hex())
+    token.chmod(0o600)
+    addresses = [f"{host}:{free_port(host)}" for host in NODE_HOSTS[:count]]
+    nodes = []
+    for index, address in enumerate(addresses):
+        home = base / f"n{index}"
+        shutil.copytree(dataset_dir, home / "datasets" / dataset_dir.name,
+                        copy_function=os.link if link_files else shutil.copy2)  # fmt: skip
+        argv = [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(home / "run"),
+                "--dataset-root", str(home / "datasets"), "--tcp", address, "--tls-cert", str(cert), "--tls-key",
+                str(key), "--token-file", str(token), "--http-host", address.split(":")[0], "--cuda-probe-timeout",
+                "0", "--nvml-interval", "0", *(f"--peer={a}" for a in addresses if a != address)]  # fmt: skip
+        with open(home / "daemon.out", "wb") as out:
+            nodes.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), home / "run", address))
+    for popen, run, _ in nodes:
+        deadline = time.monotonic() + 120
+        while (read_endpoints(run) is None or read_endpoints(run).pid != popen.pid) and time.monotonic() < deadline:
+            if popen.poll() is not None:
+                raise SystemExit(f"a daemon exited: see {run.parent / 'daemon.out'}")
+            time.sleep(0.1)
+    return nodes
