@@ -120,7 +120,15 @@ def gather_split(ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, read
         resident_only = dataclasses.replace(tiers, storage=tiers.resident[:0], num_rows=host_end, storage_reader=None)
         tiered_gather(ids.clamp(max=host_end - 1), resident_only, out, backend=backend)
     if pos.numel():
-        rows = torch.empty((pos.numel(), *tiers.row_shape), dtype=tiers.dtype)
+        rows = _storage_rows(tiers, pos.numel())
         read_storage((ids[pos] - host_end).numpy(), rows.numpy())
         out[pos] = rows
     return TrafficCounts.from_rows(count_rows_torch(ids, tiers), tiers.row_bytes, simulated=tiers.simulated)
+
+
+def _storage_rows(tiers: FeatureTiers, count: int) -> torch.Tensor:
+    """Rows for a batch's storage reads: the reader's when there is one, placed so that its direct
+    reads of adjacent rows go straight in rather than through its staging buffer."""
+    if tiers.storage_reader is None:
+        return torch.empty((count, *tiers.row_shape), dtype=tiers.dtype)
+    return tiers.storage_reader.empty_rows(count).view(tiers.dtype).view(count, *tiers.row_shape)

@@ -1,17 +1,17 @@
 """The storage tier read for real: the rows a mini-batch needs, read with O_DIRECT.
 
 Rows past the host tier stay in the prepared dataset's `features.npy`. `StorageReader`
-reads a batch's rows from it in one go: the rows are sorted and deduplicated, each row's
-byte range is widened to the device's block alignment, ranges that touch or overlap are
-merged (adjacent rows coalesce into one request) and long ones split at `max_request`.
-A pool of threads keeps up to `inflight` requests in flight (`os.preadv` releases the
-GIL) into one page-aligned staging buffer, locked in memory where the limits allow. A run
-of adjacent rows bound for consecutive slots (a coalesced run) is copied to its slots
-request by request, by the thread that read each, while the other requests are still in
-flight, so the copy overlaps the I/O; the other rows are copied by one gather at the end.
-In `direct` mode the page cache is bypassed, so what is counted as storage traffic is
-traffic to the device; the `page-cache` mode reads the same requests through the kernel's
-cache.
+reads a batch's rows from it in one go, planned by `read_plan`: runs of adjacent rows bound
+for consecutive output rows, when their bytes line up with the file's O_DIRECT alignment,
+are read straight into the output (no staging, no copy); every other row is read into one
+page-aligned staging buffer, locked in memory where the limits allow, by requests widened
+to 4 KiB blocks and coalesced where rows are adjacent, then copied to its slot: rows of a
+long in-order run by the thread that read them, while the other requests are still in
+flight, the rest by one gather at the end. A pool of threads keeps up to `inflight`
+requests in flight (`os.preadv` releases the GIL). `empty_rows` hands out output rows
+placed so that runs line up. In `direct` mode the page cache is bypassed, so what is
+counted as storage traffic is traffic to the device; the `page-cache` mode reads the same
+requests through the kernel's cache.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import contextlib
 import mmap
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,57 +29,23 @@ import numpy as np
 import torch
 
 from graphtier.service.errors import GraphtierError
+from graphtier.service.storage.dio_alignment import DirectIOAlignment, direct_io_alignment
+from graphtier.service.storage.read_plan import (
+    ALIGN,
+    MAX_REQUEST,
+    DirectReads,
+    NO_DIRECT_READS,
+    ReadPlan,
+    RunCopies,
+    no_run_copies,
+    plan_direct_reads,
+    plan_reads,
+    plan_run_copies,
+)
 
 StorageMode = Literal["direct", "page-cache"]
 STORAGE_MODES: tuple[str, ...] = ("direct", "page-cache")
-ALIGN = 4096  # O_DIRECT offsets, lengths and buffers: a multiple of the logical block size
-MAX_REQUEST = 1 << 20
-MIN_RUN_COPY = 64 << 10  # shorter runs are left to the gather at the end: a copy each would cost more than it saves
-
-
-@dataclass(frozen=True)
-class ReadPlan:
-    """The requests that fetch a sorted set of rows, and where each row lands in the staging buffer."""
-
-    offsets: np.ndarray  # int64 file offset of each request (aligned)
-    lengths: np.ndarray  # int64 bytes of each request (aligned)
-    staging: np.ndarray  # int64 staging offset of each request
-    row_at: np.ndarray  # int64 staging offset of each row, in the rows' (sorted) order
-    run_of_piece: np.ndarray  # int64 run (coalesced range) each request belongs to
-    run_rows: np.ndarray  # int64 index of each run's first row, then the number of rows: run r is rows [r, r+1)
-
-    @property
-    def total(self) -> int:
-        return int(self.lengths.sum())
-
-
-def plan_reads(rows: np.ndarray, *, data_offset: int, row_bytes: int, align: int = ALIGN,
-               max_request: int = MAX_REQUEST) -> ReadPlan:
-    """Requests for `rows` (sorted, distinct file row indices); see the module docstring."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if rows.size == 0:
-        empty = np.empty(0, np.int64)
-        return ReadPlan(empty, empty, empty, empty, empty, np.zeros(1, np.int64))
-    starts = data_offset + rows * row_bytes
-    lo = starts // align * align
-    hi = -(-(starts + row_bytes) // align) * align
-    new_run = np.empty(rows.size, dtype=bool)
-    new_run[0] = True
-    new_run[1:] = lo[1:] > hi[:-1]  # a gap of at least one block: a new request
-    first = np.flatnonzero(new_run)
-    run_lo = lo[first]
-    run_hi = np.append(hi[first[1:] - 1], hi[-1])  # rows are sorted, so a run ends where its last row ends
-    run_of_row = np.cumsum(new_run) - 1
-    run_len = run_hi - run_lo
-    run_staging = np.concatenate([[0], np.cumsum(run_len)[:-1]])
-    pieces = -(-run_len // max_request)
-    run_of_piece = np.repeat(np.arange(run_lo.size), pieces)
-    k = np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-    offsets = run_lo[run_of_piece] + k * max_request
-    lengths = np.minimum(max_request, run_hi[run_of_piece] - offsets)
-    staging = run_staging[run_of_piece] + k * max_request
-    row_at = run_staging[run_of_row] + (starts - run_lo[run_of_row])
-    return ReadPlan(offsets, lengths, staging, row_at, run_of_piece, np.append(first, rows.size))
+PAGE_CACHE_ALIGNMENT = DirectIOAlignment(memory=1, offset=ALIGN, reported=False)  # buffered reads: any address
 
 
 class StagingBuffer:
@@ -121,6 +87,7 @@ class ReaderStats:
     batches: int = 0
     rows: int = 0
     requests: int = 0
+    direct_requests: int = 0  # of those, read straight into the output (no staging, no copy)
     bytes_read: int = 0  # what the device was asked for (aligned, whole requests)
     row_bytes: int = 0  # what the batches needed
     seconds: float = 0.0  # in read(), all of it
@@ -129,114 +96,151 @@ class ReaderStats:
 
 
 class StorageReader:
-    """Reads feature rows [first_row, num_rows) of a `.npy` file; see the module docstring."""
+    """Reads feature rows [first_row, num_rows) of a `.npy` file; see the module docstring. `alignment`
+    overrides what the file's statx reports (direct mode only)."""
 
     def __init__(self, path: Path, *, data_offset: int, row_bytes: int, first_row: int, num_rows: int,
                  mode: StorageMode = "direct", inflight: int = 16, max_request: int = MAX_REQUEST,
-                 staging_bytes: int = 8 << 20) -> None:
+                 staging_bytes: int = 8 << 20, alignment: DirectIOAlignment | None = None) -> None:
         if mode not in STORAGE_MODES:
             raise GraphtierError(f"storage mode {mode!r}: expected one of {', '.join(STORAGE_MODES)}")
         self.path, self.mode = Path(path), mode
         self.data_offset, self.row_bytes = data_offset, row_bytes
         self.first_row, self.num_rows = first_row, num_rows
         self.max_request = max_request
+        self.file_end = data_offset + num_rows * row_bytes
         flags = os.O_RDONLY | (os.O_DIRECT if mode == "direct" else 0)
         try:
             self.fd = os.open(self.path, flags)
         except OSError as exc:
             raise GraphtierError(f"{self.path}: cannot open the storage tier for {mode} reads ({exc.strerror})") from None
+        size = os.fstat(self.fd).st_size
+        if size < self.file_end:
+            os.close(self.fd)
+            raise GraphtierError(f"{self.path}: holds {size:,} bytes, but its {num_rows:,} rows of {row_bytes} B from "
+                                 f"byte {data_offset} end at byte {self.file_end:,}: the file is truncated; "
+                                 f"prepare the dataset again")
+        if mode == "direct":
+            self.alignment = alignment or direct_io_alignment(self.path)
+        else:
+            self.alignment = PAGE_CACHE_ALIGNMENT
         self.staging = StagingBuffer(staging_bytes)
         self.pool = ThreadPoolExecutor(max_workers=max(1, inflight), thread_name_prefix="graphtier-storage")
         self.stats = ReaderStats()
 
-    def _read(self, offset: int, length: int, at: int) -> tuple[int, float]:
-        """One request into the staging buffer: (bytes read, its latency in seconds)."""
+    def empty_rows(self, count: int) -> torch.Tensor:
+        """`count` uninitialised rows (uint8, `row_bytes` each) placed so that runs read into them line up
+        with the file's O_DIRECT alignment and go straight in: their address is congruent to the storage
+        rows' file offset modulo the memory alignment (every run does when `row_bytes` is a multiple of it)."""
+        align = self.alignment.memory
+        base = torch.empty(count * self.row_bytes + align, dtype=torch.uint8)
+        shift = (self.data_offset + self.first_row * self.row_bytes - base.data_ptr()) % align
+        return base[shift : shift + count * self.row_bytes].view(count, self.row_bytes)
+
+    def _read(self, into: memoryview, offset: int, length: int) -> tuple[int, float]:
+        """One request into `into` (staging or output bytes): (bytes read, its latency in seconds)."""
         started = time.perf_counter()
-        view, done = memoryview(self.staging.view)[at : at + length], 0
+        done = 0
         while done < length:
-            got = os.preadv(self.fd, [view[done:]], offset + done)
-            if got == 0:  # end of file: only the last block of the file can be short
+            try:
+                got = os.preadv(self.fd, [into[done:length]], offset + done)
+            except OSError as exc:
+                raise GraphtierError(f"{self.path}: reading {length:,} bytes at byte {offset + done:,} failed "
+                                     f"({exc.strerror})") from None
+            if got == 0:  # end of file: only the file's last block can be short, and only past the rows
+                if offset + done < self.file_end:
+                    raise GraphtierError(f"{self.path}: ends at byte {offset + done:,}, before its rows end "
+                                         f"(byte {self.file_end:,}): the file was truncated while in use")
                 break
             done += got
         return done, time.perf_counter() - started
 
     def read(self, rows: np.ndarray, out: np.ndarray) -> None:
-        """Rows `rows` (storage-relative, any order, repeats allowed) into out[i] (`out` viewed as bytes)."""
+        """Rows `rows` (storage-relative, any order, repeats allowed) into out[i] (`out` C-contiguous,
+        viewed as bytes, at least `len(rows)` rows)."""
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size == 0:
             return
-        if int(rows.min()) < 0 or int(rows.max()) >= self.num_rows - self.first_row:
-            raise GraphtierError(f"storage rows must lie in [0, {self.num_rows - self.first_row})")
         started = time.perf_counter()
-        if rows.size > 1 and bool((rows[1:] > rows[:-1]).all()):  # sorted and distinct already (a coalesced batch)
-            unique, inverse = rows, np.arange(rows.size)
-        else:
+        in_order = rows.size == 1 or bool((rows[1:] > rows[:-1]).all())  # sorted and distinct (a coalesced batch)
+        lo, hi = (int(rows[0]), int(rows[-1])) if in_order else (int(rows.min()), int(rows.max()))
+        if lo < 0 or hi >= self.num_rows - self.first_row:
+            raise GraphtierError(f"storage rows must lie in [0, {self.num_rows - self.first_row})")
+        target = output_rows(out, rows.size, self.row_bytes)
+        # distinct rows, and where each goes: row_slot None when row i goes to output row i
+        unique, inverse, row_slot = rows, np.empty(0, np.int64), None
+        if not in_order:
             unique, inverse = np.unique(rows, return_inverse=True)
-        plan = plan_reads(unique + self.first_row, data_offset=self.data_offset, row_bytes=self.row_bytes,
+            if unique.size == rows.size:
+                row_slot = np.empty(unique.size, np.int64)
+                row_slot[inverse] = np.arange(rows.size)
+        repeats = unique.size < rows.size
+        file_rows = unique + self.first_row
+        direct = NO_DIRECT_READS if repeats else plan_direct_reads(
+            file_rows, row_slot, out_address=target.ctypes.data, data_offset=self.data_offset,
+            row_bytes=self.row_bytes, alignment=self.alignment, max_request=self.max_request)
+        staged = direct.uncovered(unique.size)
+        plan = plan_reads(file_rows[staged], data_offset=self.data_offset, row_bytes=self.row_bytes,
                           max_request=self.max_request)
+        staged_slot = staged if row_slot is None else row_slot[staged]
+        copies = no_run_copies(plan) if repeats else plan_run_copies(plan, file_rows[staged], staged_slot,
+                                                                     self.row_bytes)
         self.staging.ensure(plan.total)
-        target = out.reshape(out.shape[0], -1).view(np.uint8)[: rows.size]
-        first, count, slot, copied = self.piece_copies(plan, unique, inverse)
-
-        def piece(offset: int, length: int, at: int, i: int) -> tuple[int, float]:
-            got = self._read(offset, length, at)
-            if count[i]:  # this request's whole rows go to their slots now, while the others are in flight
-                n, src = int(count[i]), int(plan.row_at[first[i]])
-                target[slot[i] : slot[i] + n] = self.staging.view[src : src + n * self.row_bytes].reshape(n, -1)
-            return got
-
-        issued = time.perf_counter()
-        done = list(self.pool.map(piece, plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist(),
-                                  range(plan.offsets.size)))
-        self.stats.io_seconds += time.perf_counter() - issued
-        got = sum(n for n, _ in done)
-        self.stats.request_seconds += sum(t for _, t in done)
-        rest = np.flatnonzero(~copied[inverse])
-        if rest.size:  # the other rows: one gather from row windows at every staging byte
-            staging = torch.from_numpy(self.staging.view)
-            windows = staging.as_strided((staging.numel() - self.row_bytes + 1, self.row_bytes), (1, 1))
-            into = torch.from_numpy(target)
-            picked = torch.from_numpy(plan.row_at[inverse[rest]])
-            if rest.size == rows.size:
-                torch.index_select(windows, 0, picked, out=into)
-            else:
-                into.index_copy_(0, torch.from_numpy(rest), windows.index_select(0, picked))
-            del staging, windows, into
+        got, request_s = self._issue(plan, copies, direct, target)
+        rest = np.flatnonzero(~copies.copied)  # staged rows not yet in place: one gather from the staging buffer
+        if rest.size:
+            self._gather_rest(plan.row_at, rest, staged_slot, inverse if repeats else None, target)
         s = self.stats
-        s.batches, s.rows, s.requests = s.batches + 1, s.rows + rows.size, s.requests + plan.offsets.size
+        s.batches, s.rows = s.batches + 1, s.rows + rows.size
+        s.requests += plan.offsets.size + direct.offsets.size
+        s.direct_requests += direct.offsets.size
         s.bytes_read, s.row_bytes = s.bytes_read + got, s.row_bytes + rows.size * self.row_bytes
+        s.request_seconds += request_s
         s.seconds += time.perf_counter() - started
 
-    def piece_copies(self, plan: ReadPlan, unique: np.ndarray,
-                     inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """What each request's thread copies once its bytes are in: (first row, rows, first slot) per request,
-        and which of the distinct rows that covers. A request copies the rows lying whole inside it when its
-        run's rows are adjacent, each read once and bound for consecutive slots in order (so one slice copy
-        places them), and the run holds at least `MIN_RUN_COPY` bytes; rows straddling two requests, and
-        every row of other runs, are left to the gather at the end."""
-        pieces = plan.offsets.size
-        first, count, slot = np.zeros(pieces, np.int64), np.zeros(pieces, np.int64), np.zeros(pieces, np.int64)
-        copied = np.zeros(unique.size, dtype=bool)
-        if unique.size != inverse.size:  # repeated rows: each gathered to all its slots at the end
-            return first, count, slot, copied
-        row_slot = np.empty(unique.size, np.int64)
-        row_slot[inverse] = np.arange(inverse.size)
-        # a break: the next row is not the next in the file, or does not go to the next slot
-        breaks = np.zeros(unique.size, np.int64)
-        breaks[1:] = (np.diff(unique) != 1) | (np.diff(row_slot) != 1)
-        cum = np.cumsum(breaks)
-        run_first, run_stop = plan.run_rows[:-1], plan.run_rows[1:]
-        whole = (cum[run_stop - 1] == cum[run_first]) & ((run_stop - run_first) * self.row_bytes >= MIN_RUN_COPY)
-        lo = np.searchsorted(plan.row_at, plan.staging, side="left")  # row_at increases with the sorted rows
-        hi = np.searchsorted(plan.row_at + self.row_bytes, plan.staging + plan.lengths, side="right")
-        use = whole[plan.run_of_piece] & (hi > lo)
-        first[use], count[use] = lo[use], (hi - lo)[use]
-        slot[use] = row_slot[lo[use]]
-        marks = np.zeros(unique.size + 1, np.int64)
-        np.add.at(marks, lo[use], 1)
-        np.add.at(marks, hi[use], -1)
-        copied[:] = np.cumsum(marks[:-1]) > 0
-        return first, count, slot, copied
+    def _issue(self, plan: ReadPlan, copies: RunCopies, direct: DirectReads, target: np.ndarray) -> tuple[int, float]:
+        """Every request, `inflight` at a time; the staged ones' whole-run rows copied by their threads."""
+        staging, output = memoryview(self.staging.view), memoryview(target.reshape(-1))
+        rb = self.row_bytes
+
+        def staged(i: int, offset: int, length: int, at: int) -> tuple[int, float]:
+            got = self._read(staging[at : at + length], offset, length)
+            if copies.count[i]:  # this request's whole rows go to their slots now, while the others are in flight
+                n, src, slot = int(copies.count[i]), int(plan.row_at[copies.first[i]]), int(copies.slot[i])
+                target[slot : slot + n] = self.staging.view[src : src + n * rb].reshape(n, rb)
+            return got
+
+        def straight(offset: int, length: int, into: int) -> tuple[int, float]:
+            return self._read(output[into : into + length], offset, length)
+
+        issued = time.perf_counter()
+        futures = [self.pool.submit(straight, *request) for request in
+                   zip(direct.offsets.tolist(), direct.lengths.tolist(), direct.into.tolist())]
+        futures += [self.pool.submit(staged, *request) for request in
+                    zip(range(plan.offsets.size), plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist())]
+        wait(futures)  # all of them, also when one failed: none may still be writing when the caller sees an error
+        self.stats.io_seconds += time.perf_counter() - issued
+        staging.release()
+        output.release()
+        done = [future.result() for future in futures]
+        return sum(n for n, _ in done), sum(t for _, t in done)
+
+    def _gather_rest(self, row_at: np.ndarray, rest: np.ndarray, staged_slot: np.ndarray,
+                     inverse: np.ndarray | None, target: np.ndarray) -> None:
+        """Staged rows `rest` (indices into the staged rows, at `row_at` in the staging buffer) to their
+        output rows `staged_slot`; with repeated rows (`inverse`: output row -> staged row), every output row."""
+        staging = torch.from_numpy(self.staging.view)
+        windows = staging.as_strided((staging.numel() - self.row_bytes + 1, self.row_bytes), (1, 1))
+        into = torch.from_numpy(target)
+        if inverse is not None:
+            torch.index_select(windows, 0, torch.from_numpy(row_at[inverse]), out=into)
+        elif rest.size == target.shape[0]:  # every row staged: in output order, one select
+            order = np.empty(rest.size, np.int64)
+            order[staged_slot] = row_at
+            torch.index_select(windows, 0, torch.from_numpy(order), out=into)
+        else:
+            picked = windows.index_select(0, torch.from_numpy(row_at[rest]))
+            into.index_copy_(0, torch.from_numpy(staged_slot[rest]), picked)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -244,3 +248,15 @@ class StorageReader:
             os.close(self.fd)
             self.fd = -1
         self.staging.close()
+
+
+def output_rows(out: np.ndarray, count: int, row_bytes: int) -> np.ndarray:
+    """`out`'s first `count` rows as bytes, refused unless C-contiguous rows of `row_bytes` (a copy made by
+    reshaping a strided array would take the rows and drop them)."""
+    if not out.flags.c_contiguous:
+        raise GraphtierError(f"storage rows are read into C-contiguous rows; got an array with strides {out.strides}")
+    rows = out.reshape(out.shape[0], -1).view(np.uint8)
+    if rows.shape[0] < count or rows.shape[1] != row_bytes:
+        raise GraphtierError(f"storage rows: {count} rows of {row_bytes} B asked for, into an array of "
+                             f"{rows.shape[0]} rows of {rows.shape[1]} B")
+    return rows[:count]

@@ -26,6 +26,10 @@ class MappedReader:
         self.row_bytes = storage[0].numel() * storage.element_size() if storage.shape[0] else 0
         self.stats = ReaderStats()
 
+    def empty_rows(self, count: int) -> torch.Tensor:
+        """`count` uninitialised rows of bytes (a mapping has no alignment to meet)."""
+        return torch.empty((count, self.row_bytes), dtype=torch.uint8)
+
     def read(self, rows: np.ndarray, out: np.ndarray) -> None:
         """Rows `rows` (storage-relative) into out[i], `out` with the storage rows' layout or as bytes."""
         rows = np.asarray(rows, dtype=np.int64)

@@ -31,6 +31,8 @@ class RowReader(Protocol):
     mode: str
     stats: ReaderStats
 
+    def empty_rows(self, count: int) -> torch.Tensor: ...
+
     def read(self, rows: np.ndarray, out: np.ndarray) -> None: ...
 
 
@@ -51,7 +53,7 @@ class LookaheadWindow:
     def __init__(self, reader: RowReader, *, row_bytes: int, initial_rows: int = 1024) -> None:
         self.reader = reader
         self.row_bytes = row_bytes
-        self._cache = torch.empty((max(1, initial_rows), row_bytes), dtype=torch.uint8)
+        self._cache = reader.empty_rows(max(1, initial_rows))  # placed for direct reads into consecutive slots
         self._free = np.arange(self._cache.shape[0] - 1, -1, -1, dtype=np.int64)  # a stack: pop from the end
         self._nfree = self._cache.shape[0]
         self._rows = np.empty(0, np.int64)  # cached rows, sorted
@@ -92,9 +94,9 @@ class LookaheadWindow:
             # consecutive slots (a fresh or emptied cache hands them out so): read straight into them
             self.reader.read(rows, cache[int(slots[0]) : int(slots[0]) + slots.size].numpy())
             return
-        staged = np.empty((rows.size, self.row_bytes), dtype=np.uint8)
-        self.reader.read(rows, staged)
-        cache.index_copy_(0, torch.from_numpy(slots), torch.from_numpy(staged))
+        staged = self.reader.empty_rows(rows.size)
+        self.reader.read(rows, staged.numpy())
+        cache.index_copy_(0, torch.from_numpy(slots), staged)
 
     def _insert(self, rows: np.ndarray, slots: np.ndarray) -> None:
         merged = np.concatenate([self._rows, rows])
@@ -108,7 +110,7 @@ class LookaheadWindow:
         self.wait()
         old = self._cache
         size = max(needed, 2 * old.shape[0])
-        self._cache = torch.empty((size, self.row_bytes), dtype=torch.uint8)
+        self._cache = self.reader.empty_rows(size)
         self._cache[: old.shape[0]] = old
         free = np.empty(size, np.int64)  # room for every slot: releases push freed slots back
         added = size - old.shape[0]

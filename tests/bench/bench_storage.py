@@ -7,7 +7,7 @@ Writes a feature file (`--file-gib`, 128 float32 per row = 512 B rows) on the fi
 - `StorageReader` in `direct` mode on batches of random rows (4 KiB requests, a row or two
   per request; `--inflight` requests in flight);
 - batches of adjacent rows (coalesced into 1 MiB requests), each read twice, in turn: by
-  `StorageReader` into the rows of an output array (what a producer gets) and by `dd
+  `StorageReader` into rows from its `empty_rows` (what a producer reads into) and by `dd
   iflag=direct bs=1M` over the same aligned byte range, the order alternating from batch to
   batch so that neither gains from the other having read the range first (the disk of a VM
   may sit on the host's page cache);
@@ -82,7 +82,7 @@ def run_reader(path: Path, rows: int, batches: list[np.ndarray], mode: str, infl
     asked for over the whole reads (planning and the copy to the slots included), and needed by the rows."""
     reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=ROW_FLOATS * 4, first_row=0, num_rows=rows,
                            mode=mode, inflight=inflight)  # type: ignore[arg-type]
-    out = np.empty((max(b.size for b in batches), ROW_FLOATS), np.float32)
+    out = reader.empty_rows(max(b.size for b in batches)).numpy()  # the rows a producer reads into
     try:
         before, started = device_bytes_read(), time.perf_counter()
         for batch in batches:
@@ -104,13 +104,14 @@ def dd_range(path: Path, offset: int, length: int) -> float:
     return float(match[2])
 
 
-def run_coalesced_paired(path: Path, rows: int, batches: list[np.ndarray], inflight: int) -> tuple[float, float, float]:
+def run_coalesced_paired(path: Path, rows: int, batches: list[np.ndarray], inflight: int) -> tuple[float, ...]:
     """Bytes/s over the same aligned ranges: the reader's whole reads (rows in the output array), the reader's
-    requests in flight only, and dd; each batch read by both, the order alternating."""
+    requests in flight only, and dd, each batch read by both, the order alternating (the rows checked against
+    the file outside the timing); then the share of the reader's requests read straight into the rows."""
     offset = npy_data_offset(path)
     reader = StorageReader(path, data_offset=offset, row_bytes=ROW_FLOATS * 4, first_row=0, num_rows=rows,
                            mode="direct", inflight=inflight)
-    out = np.empty((max(b.size for b in batches), ROW_FLOATS), np.float32)
+    out = reader.empty_rows(max(b.size for b in batches)).numpy()  # the rows a producer reads into
     reader_s = dd_s = 0.0
     try:
         for i, batch in enumerate(batches):
@@ -124,9 +125,10 @@ def run_coalesced_paired(path: Path, rows: int, batches: list[np.ndarray], infli
                     started = time.perf_counter()
                     reader.read(batch, out)
                     reader_s += time.perf_counter() - started
-                    assert np.array_equal(out[:2], np.load(path, mmap_mode="r")[batch[:2]])
+                    stored = np.load(path, mmap_mode="r")
+                    assert np.array_equal(out[: batch.size].view(np.float32), stored[batch])
         st = reader.stats
-        return st.bytes_read / reader_s, st.bytes_read / st.io_seconds, st.bytes_read / dd_s
+        return st.bytes_read / reader_s, st.bytes_read / st.io_seconds, st.bytes_read / dd_s, st.direct_requests / st.requests
     finally:
         reader.close()
 
@@ -191,9 +193,10 @@ def main() -> None:
     print("device = fetched from the device for this process (/proc/self/io read_bytes); I/O = aligned bytes the "
           "reader asked for, over the time its requests were in flight; batch = the same over whole reads (plan, "
           "requests, copy to the slots); rows = bytes the batches needed")
-    whole, io, dd_same = paired
+    whole, io, dd_same, straight = paired
     print(f"\ncoalesced 1 MiB requests, {len(dense_batches)} batches of {run:,} adjacent rows ({run * ROW_FLOATS * 4 / MiB:.0f} MiB), "
-          f"each read by both in turn over the same ranges (MB/s):")
+          f"each read by both in turn over the same ranges (MB/s); {straight:.0%} of the reader's requests "
+          f"straight into the rows:")
     print(f"  dd iflag=direct bs=1M, same ranges {dd_same / 1e6:8.1f}")
     print(f"  reader, requests in flight only    {io / 1e6:8.1f}  {io / dd_same:.2f}x dd")
     print(f"  reader, rows in the output array   {whole / 1e6:8.1f}  {whole / dd_same:.2f}x dd  (end to end: plan, "

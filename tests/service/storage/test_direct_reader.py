@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import astuple
 
 import numpy as np
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from graphtier.service.errors import GraphtierError
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import StorageReader, plan_reads
+from graphtier.service.storage.dio_alignment import FALLBACK
+from graphtier.service.storage.read_plan import plan_run_copies
 
 
 def test_adjacent_rows_coalesce_and_requests_stay_aligned():
@@ -111,13 +114,15 @@ def test_whole_runs_copied_while_reading_give_the_same_bytes(tmp_path, mode):
     if mode == "direct" and not _direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=160, first_row=0, num_rows=6000,
-                           mode=mode, inflight=4, max_request=8192)
+                           mode=mode, inflight=4, max_request=8192, alignment=FALLBACK)
     try:
         scattered = np.random.default_rng(2).choice(np.arange(3000, 6000), 300, replace=False)
         rows = np.concatenate([np.arange(7, 1207), scattered, np.arange(1500, 2400)])  # 192 KiB and 144 KiB runs
         unique, inverse = np.unique(rows, return_inverse=True)
         plan = plan_reads(unique, data_offset=npy_data_offset(path), row_bytes=160, max_request=8192)
-        first, count, slot, copied = reader.piece_copies(plan, unique, inverse)
+        row_slot = np.empty(unique.size, np.int64)
+        row_slot[inverse] = np.arange(rows.size)
+        first, count, slot, copied = astuple(plan_run_copies(plan, unique, row_slot, 160))
         in_runs = np.isin(unique, np.concatenate([np.arange(7, 1207), np.arange(1500, 2400)]))
         assert not copied[~in_runs].any()  # the scattered rows: gathered at the end
         assert copied[in_runs].mean() > 0.9  # the runs' rows, but for those straddling two 8 KiB requests
@@ -126,6 +131,6 @@ def test_whole_runs_copied_while_reading_give_the_same_bytes(tmp_path, mode):
             out = np.full((batch.size + 3, 40), np.nan, np.float32)
             reader.read(batch, out)
             assert np.array_equal(out[: batch.size], values[batch]) and np.isnan(out[batch.size :]).all()
-        assert not reader.piece_copies(plan, unique, inverse[::-1].copy())[3].any()  # reversed: nothing in order
+        assert not plan_run_copies(plan, unique, row_slot[::-1].copy(), 160).copied.any()  # reversed: nothing in order
     finally:
         reader.close()
