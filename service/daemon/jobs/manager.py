@@ -3,9 +3,9 @@
 Submission validates the spec, loads the dataset (the shared copy: several jobs on one
 dataset share its tiers), creates `<runtime_dir>/jobs/<id>/` and starts a `JobRunner` on its
 own thread; the call returns at once with the job PENDING/STARTING. The manager owns the
-job's event log and assembles `JobInfo` from the job table, the progress tracker and the
-runner. A part of a multi-node job (`submit_part`) is a job like any other plus its
-`PartHooks` (cluster/part_watch.py): called every tick (a lost node fails the job), when the
+job's event log and shows it as `JobInfo` (job_view.py: from the job table, the progress
+tracker and the runner). A part of a multi-node job (`submit_part`) is a job like any other
+plus its `PartHooks` (cluster/part_watch.py): called every tick (a lost node fails the job), when the
 part ends (the other nodes' parts are stopped), and when it is shown (every node's part).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,20 +26,27 @@ from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionC
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError, InvalidRequestError
-from graphtier.contract.jobs.conversions import job_from_proto, job_to_proto
+from graphtier.contract.jobs.conversions import job_to_proto
 from graphtier.service.daemon.jobs.events import JobEventLog
 from graphtier.service.daemon.jobs.notes import spec_notes
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
+from graphtier.service.daemon.jobs.job_view import (
+    final_rate,
+    job_progress,
+    job_result,
+    producer_reports,
+    rank0_done,
+    rank_infos,
+    stored_job,
+)
 from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.layouts import ChannelGrant, DatasetLayoutInfo
-from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, JobResultInfo, RankInfo, StateChange
+from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.daemon.jobs.progress import ProgressTracker
-from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport
-from graphtier.contract.traffic import TrafficCounts
-from graphtier.v1 import jobs_pb2
+from graphtier.contract.jobs.progress import Phase
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -189,7 +196,7 @@ class JobManager:
         if previous == state or previous.final:
             return
         self.table.set_state(job_id, state, message)
-        result = self._result(job_id, job) if state == JobState.SUCCEEDED else None
+        result = job_result(self.tracker, job_id, job.runner) if state == JobState.SUCCEEDED else None
         job.events.state(StateChange(previous, state, message, result))
         log.info("job %s: %s -> %s %s", job_id, previous.value, state.value, message)
 
@@ -298,21 +305,9 @@ class JobManager:
             problem = job.part.watch()
             if problem:
                 job.runner.fail(problem)
-        with job.runner.lock:
-            channels = list(job.runner.channels.values())
-        for channel in channels:
-            s = channel.producer.stats()
-            figures = ProducerFigures(
-                epoch=s.epoch, batches_total=s.batches_produced, sample_seconds_total=s.sample_s,
-                gather_seconds_total=s.gather_s, wait_seconds_total=s.producer_wait_s, traffic=s.traffic,
-                ready_slots=s.ready_slots, lag_batches=s.batches_produced - s.batches_consumed,
-                slot_grows_total=s.slot_growths, seeds_total=s.seeds_total, sampled_nodes_total=s.sampled_nodes_total,
-                sampled_edges_total=s.sampled_edges_total, storage=s.storage,
-                network=s.network.by_address(job.part.placement.node_addresses if job.part else []),
-            )  # fmt: skip
-            self.tracker.record(ProgressReport(job_id, channel.rank, channel.producer.pid,
-                                               datetime.now(timezone.utc), figures))  # fmt: skip
-        progress = self._progress(job_id, job)
+        for report in producer_reports(job_id, job.runner, job.part):
+            self.tracker.record(report)
+        progress = job_progress(self.tracker, job_id, job.spec, job.runner)
         if progress is None:
             return
         if progress.global_step > 0 and self.table.get(job_id).state == JobState.STARTING:
@@ -323,84 +318,23 @@ class JobManager:
             job.events.progress(progress)
         job.last_progress = progress
 
-    def _progress(self, job_id: str, job: _Job) -> JobProgressInfo | None:
-        views = self.tracker.ranks(job_id)
-        trainers = [v.trainer for v in views if v.trainer is not None]
-        traffic = TrafficCounts()
-        for view in views:
-            if view.producer is not None:
-                traffic = traffic + view.producer.traffic
-        with job.runner.lock:
-            layouts = [c.producer.layout for c in job.runner.channels.values()]
-        if not trainers and not layouts:
-            return None
-        steps = layouts[0].steps_per_epoch if layouts else 0
-        trained = trainers or []
-        count = max(len(trained), 1)
-        return JobProgressInfo(
-            epoch=min((t.epoch for t in trained), default=0),
-            step_in_epoch=min((t.step_in_epoch for t in trained), default=0),
-            steps_per_epoch=steps, global_step=min((t.global_step for t in trained), default=0),
-            total_steps=steps * job.spec.epochs, loss=sum(t.loss for t in trained) / count,
-            train_accuracy=sum(t.accuracy for t in trained) / count,
-            batches_per_second=self.tracker.rates(job_id)[0], traffic=traffic,
-        )  # fmt: skip
-
-    def _result(self, job_id: str, job: _Job) -> JobResultInfo | None:
-        rank0 = next((v.trainer for v in self.tracker.ranks(job_id) if v.rank == 0 and v.trainer), None)
-        if rank0 is None:
-            return None
-        checkpoints = sorted(job.runner.checkpoint_dir.glob("ckpt-*.pt"))
-        return JobResultInfo(
-            val_accuracy=rank0.val_accuracy or 0.0, test_accuracy=rank0.test_accuracy or 0.0,
-            final_loss=rank0.loss, train_seconds=rank0.train_seconds_total,
-            checkpoint_path=str(checkpoints[-1]) if checkpoints else "",
-        )  # fmt: skip
-
     # Queries
-
-    def _earlier(self, job_id: str) -> JobInfo:
-        """A job of an earlier daemon, from the job store: as it ended, or what is known of it."""
-        record, stored = self.table.get(job_id), self.table.stored(job_id)
-        if stored is None:
-            raise DaemonError(f"job {job_id!r} is not managed by this daemon")
-        if stored.job_proto:
-            info = job_from_proto(jobs_pb2.Job.FromString(stored.job_proto))
-            return replace(info, state=record.state, message=record.message, finished_at=record.finished_at)
-        return JobInfo(job_id=job_id, spec=JobSpec.model_validate_json(stored.spec_json), state=record.state,
-                       message=record.message, created_at=record.created_at, finished_at=record.finished_at)  # fmt: skip
 
     def get(self, job_id: str) -> JobInfo:
         if job_id not in self._jobs and self.table.stored(job_id) is not None:
-            return self._earlier(job_id)
+            return stored_job(self.table, job_id)
         job = self._job(job_id)
         record = self.table.get(job_id)
-        producers = {c.rank: c.producer for c in list(job.runner.channels.values())}
-        ranks = []
-        for view in self.tracker.ranks(job_id):
-            trainer = view.trainer
-            ranks.append(RankInfo(
-                rank=view.rank, trainer_pid=view.trainer_pid,
-                producer_pid=producers[view.rank].pid if view.rank in producers else view.producer_pid,
-                global_step=trainer.global_step if trainer else 0,
-                batches_per_second=trainer.batches_per_second if trainer else 0.0,
-                ready_slots=view.producer.ready_slots if view.producer else 0, last_report=view.last_report,
-            ))  # fmt: skip
-        done = any(v.rank == 0 and v.trainer and v.trainer.phase == Phase.DONE for v in self.tracker.ranks(job_id))
+        done = rank0_done(self.tracker, job_id) or record.state == JobState.SUCCEEDED
         info = JobInfo(
             job_id=job_id, spec=job.spec, state=record.state, message=record.message, created_at=record.created_at,
-            started_at=job.started_at, finished_at=record.finished_at, progress=self._final_rate(job_id, job, record),
-            result=self._result(job_id, job) if done or record.state == JobState.SUCCEEDED else None,
-            ranks=ranks, exit_code=job.runner.exit_code, restarts=job.runner.restarts,
-            log_path=str(job.runner.log_path), notes=list(job.notes),
+            started_at=job.started_at, finished_at=record.finished_at,
+            progress=final_rate(self.tracker, job_id, job.last_progress, record.state),
+            result=job_result(self.tracker, job_id, job.runner) if done else None,
+            ranks=rank_infos(self.tracker, job_id, job.runner), exit_code=job.runner.exit_code,
+            restarts=job.runner.restarts, log_path=str(job.runner.log_path), notes=list(job.notes),
         )  # fmt: skip
         return info if job.part is None else job.part.decorate(info)
-
-    def _final_rate(self, job_id: str, job: _Job, record: JobRecord) -> JobProgressInfo | None:
-        """The latest progress; once the job has ended, with its batches/s over the whole run."""
-        if job.last_progress is None or not record.state.final:
-            return job.last_progress
-        return replace(job.last_progress, batches_per_second=self.tracker.rates(job_id, ended=True)[0])
 
     def job_layout(self, job_id: str, dataset: str) -> DatasetLayoutInfo:
         """The layout of the dataset copy job `job_id` trains on (the version it started with)."""
