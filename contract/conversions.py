@@ -1,5 +1,5 @@
 """Conversions between `graphtier.v1` messages and the contract's types: time, budgets, tier
-names, dataset summaries, traffic counters and progress reports.
+names, dataset summaries, traffic and storage counters and progress reports.
 
 With `jobs/conversions.py`, `cluster/conversions.py` and `layouts.py` (the handles a rank
 attaches to), the only modules that touch `_pb2` types besides the servicers and clients
@@ -9,6 +9,7 @@ mirrors its type field for field, so every conversion is a plain copy.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime, timezone
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -16,6 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from graphtier.contract.errors import InvalidReportError
 from graphtier.contract.datasets import BudgetSpec, DatasetSummary
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.v1 import common_pb2, datasets_pb2, progress_pb2
 
@@ -90,6 +92,16 @@ def traffic_to_proto(traffic: TrafficCounts) -> common_pb2.TierCounters:
 def traffic_from_proto(message: common_pb2.TierCounters) -> TrafficCounts:
     per = {source: SourceTraffic(getattr(message, source).rows, getattr(message, source).bytes) for source in SOURCES}
     return TrafficCounts(**per, simulated=message.simulated)
+
+
+def storage_to_proto(counters: StorageCounters) -> common_pb2.StorageCounters:
+    return common_pb2.StorageCounters(**asdict(counters))
+
+
+def storage_from_proto(message: common_pb2.StorageCounters) -> StorageCounters:
+    """The counters; an unset message (a sender that does not report them) reads as none in the default mode."""
+    values = {name: getattr(message, name) for name in StorageCounters.__dataclass_fields__}
+    return StorageCounters(**{**values, "mode": message.mode or StorageCounters.mode})
 
 
 _TRAINER_SCALARS = (

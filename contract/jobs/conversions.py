@@ -13,6 +13,8 @@ from graphtier.contract.conversions import (
     budgets_from_proto,
     budgets_to_proto,
     from_timestamp,
+    storage_from_proto,
+    storage_to_proto,
     timestamp,
     traffic_from_proto,
     traffic_to_proto,
@@ -120,6 +122,7 @@ def progress_to_proto(p: JobProgressInfo) -> jobs_pb2.JobProgress:
         epoch=p.epoch, step_in_epoch=p.step_in_epoch, steps_per_epoch=p.steps_per_epoch, global_step=p.global_step,
         total_steps=p.total_steps, loss=p.loss, train_accuracy=p.train_accuracy,
         batches_per_second=p.batches_per_second, traffic=traffic_to_proto(p.traffic),
+        storage=storage_to_proto(p.storage),
     )  # fmt: skip
 
 
@@ -128,6 +131,7 @@ def progress_from_proto(m: jobs_pb2.JobProgress) -> JobProgressInfo:
         epoch=m.epoch, step_in_epoch=m.step_in_epoch, steps_per_epoch=m.steps_per_epoch, global_step=m.global_step,
         total_steps=m.total_steps, loss=m.loss, train_accuracy=m.train_accuracy,
         batches_per_second=m.batches_per_second, traffic=traffic_from_proto(m.traffic),
+        storage=storage_from_proto(m.storage),
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import TrafficCounts
 
 
@@ -30,6 +31,7 @@ class JobProgressInfo:
     train_accuracy: float = 0.0
     batches_per_second: float = 0.0
     traffic: TrafficCounts = field(default_factory=TrafficCounts)
+    storage: StorageCounters = field(default_factory=StorageCounters)  # how the producers' storage rows were served
 
 
 @dataclass(frozen=True)

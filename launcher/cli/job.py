@@ -22,6 +22,7 @@ from graphtier.launcher.cli.rendering import (
 if TYPE_CHECKING:
     from graphtier.launcher.client import DaemonClient
     from graphtier.contract.jobs.view import JobInfo
+    from graphtier.contract.storage import StorageCounters
 
 app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
 
@@ -55,6 +56,16 @@ def _wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
                          break_on_hyphens=False) or [first.rstrip()]  # fmt: skip
 
 
+def _storage_line(s: StorageCounters) -> str:
+    """The storage tier's rows: how read, the window's share, and what the reads cost."""
+    window = f", window {s.window}" if s.window else ""
+    line = f"storage tier ({s.mode}{window}): {s.rows:,} rows, {s.window_hit_ratio:.1%} from the window; " \
+           f"read {human_bytes(s.read_bytes)} in {s.requests:,} requests"
+    if s.io_seconds > 0:
+        line += f", {human_bytes(int(s.bandwidth))}/s at queue depth {s.queue_depth:.1f}"
+    return line
+
+
 def describe(job: JobInfo) -> str:
     """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
     where = f" x {job.spec.nnodes} nodes" if job.spec.nnodes > 1 else ""
@@ -72,6 +83,8 @@ def describe(job: JobInfo) -> str:
         if p.traffic.network.rows:
             lines.append(f"  network tier: {p.traffic.network.rows:,} rows, {human_bytes(p.traffic.network.bytes)} "
                          "fetched from other nodes")  # fmt: skip
+        if p.storage.rows:
+            lines += _wrapped(_storage_line(p.storage), first="  ", rest="    ")
     if job.result is not None:
         r = job.result
         lines.append(f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "

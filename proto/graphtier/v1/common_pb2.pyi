@@ -139,3 +139,31 @@ class TierCounters(_message.Message):
     simulated: bool
     network: SourceTraffic
     def __init__(self, replicated: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_local: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_peer: _Optional[_Union[SourceTraffic, _Mapping]] = ..., host: _Optional[_Union[SourceTraffic, _Mapping]] = ..., storage: _Optional[_Union[SourceTraffic, _Mapping]] = ..., simulated: _Optional[bool] = ..., network: _Optional[_Union[SourceTraffic, _Mapping]] = ...) -> None: ...
+
+class StorageCounters(_message.Message):
+    __slots__ = ("mode", "window", "read_rows", "read_bytes", "requests", "window_rows", "window_bytes", "io_seconds", "request_seconds", "read_seconds", "lookahead_batches", "window_cached_rows")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    READ_ROWS_FIELD_NUMBER: _ClassVar[int]
+    READ_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ROWS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IO_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    READ_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LOOKAHEAD_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_CACHED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    window: int
+    read_rows: int
+    read_bytes: int
+    requests: int
+    window_rows: int
+    window_bytes: int
+    io_seconds: float
+    request_seconds: float
+    read_seconds: float
+    lookahead_batches: int
+    window_cached_rows: int
+    def __init__(self, mode: _Optional[str] = ..., window: _Optional[int] = ..., read_rows: _Optional[int] = ..., read_bytes: _Optional[int] = ..., requests: _Optional[int] = ..., window_rows: _Optional[int] = ..., window_bytes: _Optional[int] = ..., io_seconds: _Optional[float] = ..., request_seconds: _Optional[float] = ..., read_seconds: _Optional[float] = ..., lookahead_batches: _Optional[int] = ..., window_cached_rows: _Optional[int] = ...) -> None: ...

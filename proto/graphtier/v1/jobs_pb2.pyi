@@ -234,7 +234,7 @@ class StreamJobEventsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., from_sequence: _Optional[int] = ..., follow: _Optional[bool] = ..., include_logs: _Optional[bool] = ..., node: _Optional[str] = ...) -> None: ...
 
 class JobProgress(_message.Message):
-    __slots__ = ("epoch", "step_in_epoch", "steps_per_epoch", "global_step", "total_steps", "loss", "train_accuracy", "batches_per_second", "traffic")
+    __slots__ = ("epoch", "step_in_epoch", "steps_per_epoch", "global_step", "total_steps", "loss", "train_accuracy", "batches_per_second", "traffic", "storage")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     STEP_IN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +244,7 @@ class JobProgress(_message.Message):
     TRAIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     BATCHES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     step_in_epoch: int
     steps_per_epoch: int
@@ -253,7 +254,8 @@ class JobProgress(_message.Message):
     train_accuracy: float
     batches_per_second: float
     traffic: _common_pb2.TierCounters
-    def __init__(self, epoch: _Optional[int] = ..., step_in_epoch: _Optional[int] = ..., steps_per_epoch: _Optional[int] = ..., global_step: _Optional[int] = ..., total_steps: _Optional[int] = ..., loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., traffic: _Optional[_Union[_common_pb2.TierCounters, _Mapping]] = ...) -> None: ...
+    storage: _common_pb2.StorageCounters
+    def __init__(self, epoch: _Optional[int] = ..., step_in_epoch: _Optional[int] = ..., steps_per_epoch: _Optional[int] = ..., global_step: _Optional[int] = ..., total_steps: _Optional[int] = ..., loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., traffic: _Optional[_Union[_common_pb2.TierCounters, _Mapping]] = ..., storage: _Optional[_Union[_common_pb2.StorageCounters, _Mapping]] = ...) -> None: ...
 
 class RankStatus(_message.Message):
     __slots__ = ("rank", "trainer_pid", "producer_pid", "global_step", "batches_per_second", "ready_slots", "last_report")

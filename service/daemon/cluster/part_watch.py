@@ -75,16 +75,18 @@ class _Remote:
 
 
 def _combined_progress(parts: list[JobProgressInfo]) -> JobProgressInfo | None:
-    """Progress of the whole job: the slowest node's position, every node's throughput summed."""
+    """Progress of the whole job: the slowest node's position, every node's throughput, traffic and storage
+    reads summed."""
     if not parts:
         return None
     slowest = min(parts, key=lambda p: p.global_step)
-    traffic = parts[0].traffic
+    traffic, storage = parts[0].traffic, parts[0].storage
     for p in parts[1:]:
-        traffic = traffic + p.traffic
+        traffic, storage = traffic + p.traffic, storage + p.storage
     return replace(slowest, loss=sum(p.loss for p in parts) / len(parts),
                    train_accuracy=sum(p.train_accuracy for p in parts) / len(parts),
-                   batches_per_second=sum(p.batches_per_second for p in parts), traffic=traffic)  # fmt: skip
+                   batches_per_second=sum(p.batches_per_second for p in parts), traffic=traffic,
+                   storage=storage)  # fmt: skip
 
 
 class CoordinatedParts:

@@ -17,6 +17,7 @@ from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressRep
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, JobResultInfo, RankInfo
+from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.v1 import jobs_pb2
 
@@ -47,13 +48,15 @@ def producer_reports(job_id: str, runner: JobRunner, part: PartHooks | None) -> 
 
 
 def job_progress(tracker: ProgressTracker, job_id: str, spec: JobSpec, runner: JobRunner) -> JobProgressInfo | None:
-    """Where the job's trainers are (the slowest rank's step), their mean loss and accuracy, and the traffic."""
+    """Where the job's trainers are (the slowest rank's step), their mean loss and accuracy, and the producers'
+    traffic and storage reads."""
     views = tracker.ranks(job_id)
     trainers = [v.trainer for v in views if v.trainer is not None]
-    traffic = TrafficCounts()
+    traffic, storage = TrafficCounts(), None
     for view in views:
         if view.producer is not None:
             traffic = traffic + view.producer.traffic
+            storage = view.producer.storage if storage is None else storage + view.producer.storage
     with runner.lock:
         layouts = [c.producer.layout for c in runner.channels.values()]
     if not trainers and not layouts:
@@ -67,6 +70,7 @@ def job_progress(tracker: ProgressTracker, job_id: str, spec: JobSpec, runner: J
         total_steps=steps * spec.epochs, loss=sum(t.loss for t in trainers) / count,
         train_accuracy=sum(t.accuracy for t in trainers) / count,
         batches_per_second=tracker.rates(job_id)[0], traffic=traffic,
+        storage=storage or StorageCounters(mode=spec.storage_reads, window=spec.window),
     )  # fmt: skip
 
 

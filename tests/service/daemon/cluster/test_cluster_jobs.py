@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.shm.naming import process_start_time
@@ -59,7 +60,8 @@ def _final(client, job_id: str, timeout: float = FINAL_TIMEOUT_S):
 def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     test_cluster.start()
-    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, hidden=32, epochs=2, nproc_per_node=1, nnodes=2)
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, hidden=32, epochs=2, nproc_per_node=1, nnodes=2,
+                   budgets=BudgetSpec(host="40%"), storage_reads="page-cache", window=2)  # fmt: skip
     with b.client() as client:  # submitted on the second node: it coordinates
         job = client.submit_job(spec)
         final = _final(client, job.job_id)
@@ -71,6 +73,13 @@ def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, s
     assert final.result is not None and final.result.test_accuracy > 0
     p = final.progress
     assert p is not None and p.global_step == p.total_steps == 2 * p.steps_per_epoch
+    # storage reads: each node's part reports its own (the member's over the wire), the whole job their sum
+    storage = [n.progress.storage for n in final.nodes]
+    assert all(s.mode == "page-cache" and s.window == 2 and s.read_rows > 0 and s.requests > 0 for s in storage)
+    assert (p.storage.read_rows, p.storage.window_rows, p.storage.requests, p.storage.read_bytes) == (
+        sum(s.read_rows for s in storage), sum(s.window_rows for s in storage), sum(s.requests for s in storage),
+        sum(s.read_bytes for s in storage))  # fmt: skip
+    assert p.storage.rows == p.traffic.storage.rows  # every storage row counted once, on whichever node
     with a.client() as client:  # the member's part: a job of its own daemon, placed as node rank 1
         part = client.get_job(final.nodes[1].job_id)
     assert part.state == JobState.SUCCEEDED and part.placement.node_rank == 1
