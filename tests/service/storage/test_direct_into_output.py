@@ -13,6 +13,7 @@ from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import StorageReader
 from graphtier.service.storage.dio_alignment import FALLBACK, DirectIOAlignment, direct_io_alignment
 from graphtier.service.storage.read_plan import plan_direct_reads
+from storage_files import direct_supported, write_features
 
 SECTOR = DirectIOAlignment(memory=512, offset=512, reported=True)
 
@@ -45,21 +46,6 @@ def test_a_run_is_read_from_its_first_aligned_byte_to_its_last_and_covers_the_ro
                              alignment=SECTOR, min_bytes=4096).offsets.size == 0
 
 
-def _features(tmp_path, rows: int, row_floats: int) -> tuple[object, np.ndarray]:
-    values = np.random.default_rng(rows + row_floats).standard_normal((rows, row_floats)).astype(np.float32)
-    path = tmp_path / f"features-{row_floats}.npy"
-    np.save(path, values)
-    return path, values
-
-
-def _direct_supported(path) -> bool:
-    try:
-        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
-        return True
-    except OSError:
-        return False
-
-
 def _batches(num_rows: int, first: int, seed: int) -> list[np.ndarray]:
     """Batches with long runs, scattered rows, runs in reverse, runs ending at the last row, and repeats."""
     gen = np.random.default_rng(seed)
@@ -79,8 +65,8 @@ def _batches(num_rows: int, first: int, seed: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("row_floats", [40, 128, 1025])
 @pytest.mark.parametrize("mode", ["direct", "page-cache"])
 def test_rows_read_straight_into_the_output_are_the_rows_the_file_holds(tmp_path, mode, row_floats):
-    path, values = _features(tmp_path, 5000, row_floats)
-    if mode == "direct" and not _direct_supported(path):
+    path, values = write_features(tmp_path, 5000, row_floats, seed=row_floats)
+    if mode == "direct" and not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     first, row_bytes = 123, row_floats * 4
     reader = StorageReader(path, data_offset=npy_data_offset(path) + first * row_bytes, row_bytes=row_bytes,
@@ -102,8 +88,8 @@ def test_rows_read_straight_into_the_output_are_the_rows_the_file_holds(tmp_path
 
 
 def test_reads_into_an_output_the_alignment_rules_out_still_give_the_rows(tmp_path):
-    path, values = _features(tmp_path, 3000, 128)
-    if not _direct_supported(path):
+    path, values = write_features(tmp_path, 3000, 128)
+    if not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=512, first_row=0, num_rows=3000,
                            mode="direct", inflight=4, alignment=FALLBACK)
@@ -118,11 +104,11 @@ def test_reads_into_an_output_the_alignment_rules_out_still_give_the_rows(tmp_pa
 
 
 def test_the_files_alignment_is_what_o_direct_accepts(tmp_path):
-    path, _ = _features(tmp_path, 64, 128)
+    path, _ = write_features(tmp_path, 64, 128)
     alignment = direct_io_alignment(path)
     assert alignment.memory & (alignment.memory - 1) == 0 and alignment.offset & (alignment.offset - 1) == 0
     assert direct_io_alignment(tmp_path / "missing") == FALLBACK
-    if not alignment.reported or not _direct_supported(path):
+    if not alignment.reported or not direct_supported(path):
         return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:  # a read spanning pages, from the first memory-aligned byte past a page and the first aligned offset
@@ -135,7 +121,7 @@ def test_the_files_alignment_is_what_o_direct_accepts(tmp_path):
 
 
 def test_a_truncated_file_and_a_strided_output_are_refused(tmp_path):
-    path, values = _features(tmp_path, 1000, 128)
+    path, values = write_features(tmp_path, 1000, 128)
     with pytest.raises(GraphtierError, match=r"holds .* bytes, but its 1,001 rows of 512 B .* the file is truncated"):
         StorageReader(path, data_offset=npy_data_offset(path), row_bytes=512, first_row=0, num_rows=1001,
                       mode="page-cache")

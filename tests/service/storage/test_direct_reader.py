@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import astuple
 
 import numpy as np
@@ -13,6 +12,7 @@ from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import StorageReader, plan_reads
 from graphtier.service.storage.dio_alignment import FALLBACK
 from graphtier.service.storage.read_plan import plan_run_copies
+from storage_files import direct_supported, write_features
 
 
 def test_adjacent_rows_coalesce_and_requests_stay_aligned():
@@ -28,25 +28,10 @@ def test_adjacent_rows_coalesce_and_requests_stay_aligned():
     assert long.lengths.tolist() == [16384] * 16 and long.offsets.tolist() == list(range(0, 262144, 16384))
 
 
-def _features(tmp_path, rows=3000, dim=40):
-    values = np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32)
-    path = tmp_path / "features.npy"
-    np.save(path, values)
-    return path, values
-
-
-def _direct_supported(path) -> bool:
-    try:
-        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
-        return True
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("mode", ["direct", "page-cache"])
 def test_reads_the_rows_the_file_holds(tmp_path, mode):
-    path, values = _features(tmp_path)
-    if mode == "direct" and not _direct_supported(path):
+    path, values = write_features(tmp_path, 3000, 40)
+    if mode == "direct" and not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     first = 1000
     reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=160, first_row=first,
@@ -85,8 +70,8 @@ def test_tiered_gather_through_the_reader_gives_the_same_bytes_and_counts(tmp_pa
     from graphtier.service.gather import FeatureTiers, tiered_gather
     from graphtier.service.native_ops import native_available
 
-    path, values = _features(tmp_path)
-    if mode == "direct" and not _direct_supported(path):
+    path, values = write_features(tmp_path, 3000, 40)
+    if mode == "direct" and not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     table = torch.from_numpy(np.load(path))
     mapped = FeatureTiers.from_table(table, replicated_end=min(100, host_end), interleaved_end=min(300, host_end),
@@ -110,8 +95,8 @@ def test_tiered_gather_through_the_reader_gives_the_same_bytes_and_counts(tmp_pa
 def test_whole_runs_copied_while_reading_give_the_same_bytes(tmp_path, mode):
     """Long runs of adjacent rows bound for consecutive slots are copied by the reading threads;
     the same batch with the runs reversed (so every row goes through the final gather) reads the same."""
-    path, values = _features(tmp_path, rows=6000)
-    if mode == "direct" and not _direct_supported(path):
+    path, values = write_features(tmp_path, 6000, 40)
+    if mode == "direct" and not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=160, first_row=0, num_rows=6000,
                            mode=mode, inflight=4, max_request=8192, alignment=FALLBACK)
