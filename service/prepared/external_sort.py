@@ -63,9 +63,13 @@ class DiskCSC:
         return self.colptr[1:] - self.colptr[:-1]
 
     def column_chunks(self, max_edges: int | None = None) -> Iterator[tuple[int, int, torch.Tensor]]:
-        """(v0, v1, sources of the edges into columns v0..v1-1), range after range."""
-        for v0, v1 in column_ranges(self.colptr, max_edges or self.chunk_edges):
-            yield v0, v1, torch.from_numpy(self.row.read(int(self.colptr[v0]), int(self.colptr[v1])))
+        """(v0, v1, sources of the edges into columns v0..v1-1), range after range. A row read from
+        disk lands in one buffer reused for every range: use each before asking for the next."""
+        ranges = column_ranges(self.colptr, max_edges or self.chunk_edges)
+        longest = max((int(self.colptr[v1] - self.colptr[v0]) for v0, v1 in ranges), default=0)
+        buffer = np.empty(longest, np.int64) if isinstance(self.row, SpillArray) else None
+        for v0, v1 in ranges:
+            yield v0, v1, torch.from_numpy(self.row.read(int(self.colptr[v0]), int(self.colptr[v1]), buffer))
 
     def out_degree(self) -> torch.Tensor:
         degree = torch.zeros(self.num_nodes, dtype=torch.int64)

@@ -46,13 +46,13 @@ def prepare_out_of_core(config: PrepareConfig, writer: DatasetWriter, clock: Ste
                 graph.edges, graph.num_nodes, undirected=config.undirected, spill_dir=spill, plan=plan
             )
         with clock.step(f"score ({config.score.kind})"):
-            scores = compute_scores(csc, config.score, train_ids=graph.splits.get("train"))
+            scores = compute_scores(csc, config.score, train_ids=graph.splits.get("train"), symmetric=config.undirected)
         with clock.step("reorder"):
             new_to_old, old_to_new = hotness_permutation(scores)
             colptr = new_colptr(csc, new_to_old)
             writer.write("colptr", colptr)
             with writer.stream("row", (csc.num_edges,), "int64") as out:
-                details["reorder_structure"] = permute_structure(csc, colptr, old_to_new, out, spill, plan)
+                details["reorder_structure"] = permute_structure(csc, colptr, new_to_old, old_to_new, out, spill, plan)
             num_edges = csc.num_edges
             csc.release()
             del csc, colptr

@@ -169,7 +169,7 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
         data.src = data.dst = torch.empty(0, dtype=torch.int64)  # free the edge list
     train = data.splits.get("train")
     with clock.step(f"score ({config.score.kind})"):
-        scores = compute_scores(graph, config.score, train_ids=train)
+        scores = compute_scores(graph, config.score, train_ids=train, symmetric=config.undirected)
     with clock.step("reorder"):
         reordering = reorder_by_score(graph, scores)
         del graph

@@ -90,9 +90,15 @@ class SpillArray:
         pwrite_all(self.fd, data, start * self.row_bytes)
         self.num_rows = max(self.num_rows, start + data.shape[0])
 
-    def read(self, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int, buffer: np.ndarray | None = None) -> np.ndarray:
+        """Rows [start, stop), into the front of `buffer` when it is given and large enough (a
+        caller reading range after range reuses one buffer instead of faulting in fresh pages)."""
         stop = min(stop, self.num_rows)
-        out = np.empty((max(0, stop - start), *self.row_shape), dtype=self.dtype)
+        count = max(0, stop - start)
+        if buffer is not None and buffer.shape[0] >= count:
+            out = buffer[:count]
+        else:
+            out = np.empty((count, *self.row_shape), dtype=self.dtype)
         return pread_into(self.fd, out, start * self.row_bytes, what=str(self.path))
 
     def chunks(self, rows_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -127,7 +133,8 @@ class MemoryArray:
         self.data[self.num_rows : self.num_rows + data.shape[0]] = data
         self.num_rows += data.shape[0]
 
-    def read(self, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int, buffer: np.ndarray | None = None) -> np.ndarray:
+        """A view of rows [start, stop) (`buffer` is not needed: nothing is copied)."""
         return self.data[start : min(stop, self.num_rows)]
 
     def chunks(self, rows_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -170,7 +177,7 @@ class BucketSpill:
         order = np.argsort(bucket, kind="stable")  # a radix sort for 8- and 16-bit keys: O(n)
         bounds = np.searchsorted(bucket[order], np.arange(self.num_buckets + 1), side="left")
         for field, data in values.items():
-            grouped = as_numpy(data)[order]
+            grouped = np.take(as_numpy(data), order, axis=0)
             for b in np.flatnonzero(np.diff(bounds)):
                 self._append(b, field, grouped[bounds[b] : bounds[b + 1]])
 
