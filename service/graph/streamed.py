@@ -60,8 +60,9 @@ class FileEdges:
         for start in range(0, self.num_edges, max(1, max_edges)):
             ends = []
             for file in (self.src, self.dst):
-                ids = torch.from_numpy(file.read(start, start + max_edges)).to(torch.int64)
-                ends.append(ids if self.relabel is None else self.relabel[ids])
+                ids = torch.from_numpy(file.read(start, start + max_edges))
+                # index_select (int32 ids index directly), not relabel[ids]: the same values, several times faster
+                ends.append(ids.to(torch.int64) if self.relabel is None else torch.index_select(self.relabel, 0, ids))
             yield ends[0], ends[1]
 
     def raw_chunks(self, max_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:

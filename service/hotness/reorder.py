@@ -48,7 +48,7 @@ def permute_csc(graph: CSCGraph, new_to_old: torch.Tensor, old_to_new: torch.Ten
     # Edge e of new list i comes from old position old_colptr[old(i)] + (e - colptr[i]).
     shift = (old_colptr[:-1][new_to_old] - colptr[:-1]).repeat_interleave(new_in_degree, output_size=num_edges)
     shift += torch.arange(num_edges)
-    row = old_to_new[graph.row[shift]]
+    row = torch.index_select(old_to_new, 0, torch.index_select(graph.row, 0, shift))  # t[idx], several times faster
     return CSCGraph(colptr=colptr, row=row)
 
 

@@ -5,7 +5,8 @@ each takes in the output; they are appended to the spill file of the output rang
 ("bucket") they fall in, then each bucket is loaded, placed into a buffer and written, in
 order, to the dataset file. Every read and write of the data is sequential, so it runs at
 disk speed even when the data is many times the memory. When the whole output fits the
-working memory it is placed into one buffer directly and nothing is spilled.
+working memory it is placed into one buffer directly and nothing is spilled. The structure,
+when the old `row` is in memory, is gathered instead (`_gather_structure`): no buffer at all.
 
 The structure is the permutation of `hotness.reorder.permute_csc`: the entries of old
 column v move, in their order, to new column `old_to_new[v]`, so an entry's new position
@@ -23,13 +24,14 @@ import torch
 
 from graphtier.service.graph.streamed import FileRows, TensorRows
 from graphtier.service.prepared.budget import MemoryPlan
-from graphtier.service.prepared.external_sort import DiskCSC
+from graphtier.service.prepared.external_sort import DiskCSC, column_ranges
 from graphtier.service.prepared.npy_io import NpyStreamWriter
-from graphtier.service.prepared.spill import BucketSpill, as_numpy
+from graphtier.service.prepared.spill import BucketSpill, MemoryArray, as_numpy
 
 CHUNK_SHARE = 0.2  # of the working memory at most, for the chunk being distributed
 STRUCTURE_CHUNK_BYTES = 96  # per entry: row, expanded offsets, positions, values, bucket ids, grouping
 MAX_CHUNK = 1 << 22  # entries; larger chunks only take memory from the buckets
+GATHER_CHUNK = 1 << 21  # entries per gathered range: 16 MiB arrays, reused from the heap rather than mapped afresh
 
 
 class ExternalScatter:
@@ -75,14 +77,17 @@ class ExternalScatter:
 
 def new_colptr(csc: DiskCSC, new_to_old: torch.Tensor) -> torch.Tensor:
     colptr = torch.zeros_like(csc.colptr)
-    torch.cumsum(csc.in_degree()[new_to_old], 0, out=colptr[1:])
+    torch.cumsum(torch.index_select(csc.in_degree(), 0, new_to_old), 0, out=colptr[1:])
     return colptr
 
 
 def permute_structure(
-    csc: DiskCSC, colptr: torch.Tensor, old_to_new: torch.Tensor, out: NpyStreamWriter, spill_dir: Path, plan: MemoryPlan
-) -> dict[str, int]:
+    csc: DiskCSC, colptr: torch.Tensor, new_to_old: torch.Tensor, old_to_new: torch.Tensor, out: NpyStreamWriter,
+    spill_dir: Path, plan: MemoryPlan,
+) -> dict[str, int | str]:
     """Write the reordered `row` (see the module docstring) to `out`; `colptr` is the new one."""
+    if isinstance(csc.row, MemoryArray):
+        return _gather_structure(csc, colptr, new_to_old, old_to_new, out)
     in_degree = csc.in_degree()
     shift = colptr[:-1][old_to_new] - csc.colptr[:-1]  # new start - old start, per old column
     plan.refresh()
@@ -93,8 +98,27 @@ def permute_structure(
         first = int(csc.colptr[v0])
         positions = shift[v0:v1].repeat_interleave(in_degree[v0:v1], output_size=row.numel())
         positions += torch.arange(first, first + row.numel())
-        scatter.add(positions, old_to_new[row])
+        scatter.add(positions, torch.index_select(old_to_new, 0, row))
     return scatter.finish(out)
+
+
+def _gather_structure(
+    csc: DiskCSC, colptr: torch.Tensor, new_to_old: torch.Tensor, old_to_new: torch.Tensor, out: NpyStreamWriter
+) -> dict[str, int | str]:
+    """The reordered `row` when the old one is in memory: gathered new column by new column and
+    written as it goes (as `hotness.reorder.permute_csc` does), instead of scattered into a buffer
+    of the whole output. The random accesses are reads of whole old columns, not writes of them."""
+    old_row = torch.from_numpy(csc.row.read(0, csc.num_edges))
+    shift = torch.index_select(csc.colptr[:-1], 0, new_to_old)
+    shift -= colptr[:-1]  # old start - new start, per new column
+    new_degree = colptr[1:] - colptr[:-1]
+    for i0, i1 in column_ranges(colptr, GATHER_CHUNK):
+        first, last = int(colptr[i0]), int(colptr[i1])
+        positions = shift[i0:i1].repeat_interleave(new_degree[i0:i1], output_size=last - first)
+        positions += torch.arange(first, last)
+        # index_select rather than t[idx]: the same values, several times faster on large index arrays
+        out.write(torch.index_select(old_to_new, 0, torch.index_select(old_row, 0, positions)))
+    return {"method": "gather", "buckets": 1, "spilled_bytes": 0}
 
 
 def permute_rows(

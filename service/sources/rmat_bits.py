@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 DEFAULT_CHUNK = 1 << 22  # edges per chunk; a multiple of 8 so chunks start on plane bytes
+DRAW_BLOCK = 1 << 18  # uniforms drawn and compared at once: 1 MiB of float32, within a core's L2
 
 
 class PlaneStore(Protocol):
@@ -64,26 +65,37 @@ def draw_bit_planes(
     c: float,
     chunk: int = DEFAULT_CHUNK,
 ) -> None:
-    """Draw every level's bits (all r1 of a level, then all r2, as one `torch.rand(E)` each would)."""
+    """Draw every level's bits (all r1 of a level, then all r2, as one `torch.rand(E)` each would).
+
+    `torch.rand` draws serially from the generator, so drawing a level in blocks gives the same
+    numbers as drawing it whole. The blocks are small (`DRAW_BLOCK`), into buffers reused for the
+    whole run: the uniforms are compared while still in cache and no page is faulted in afresh.
+    """
     if chunk % 8:
         raise ValueError(f"chunk {chunk} must be a multiple of 8")
     # torch compares a float32 tensor with a Python float in float32; so do these numpy compares
     ab, c_norm, a_norm = (np.float32(t) for t in rmat_thresholds(a, b, c))
+    block = min(chunk, DRAW_BLOCK)
+    uniforms = torch.empty(block)
+    r, above, above_other = uniforms.numpy(), np.empty(block, bool), np.empty(block, bool)
     for _level in range(scale):
         src_bits = np.empty(plane_bytes(num_edges), np.uint8)
-        for start in range(0, num_edges, chunk):
-            r1 = torch.rand(min(chunk, num_edges - start), generator=generator).numpy()
-            src_bits[start // 8 : (start + r1.size + 7) // 8] = np.packbits(r1 > ab, bitorder="little")
+        for start in range(0, num_edges, block):
+            k = min(block, num_edges - start)
+            torch.rand(k, generator=generator, out=uniforms[:k])
+            np.greater(r[:k], ab, out=above[:k])
+            src_bits[start // 8 : (start + k + 7) // 8] = np.packbits(above[:k], bitorder="little")
         src_planes.append(src_bits)
         dst_bits = np.empty_like(src_bits)
-        for start in range(0, num_edges, chunk):
-            r2 = torch.rand(min(chunk, num_edges - start), generator=generator).numpy()
-            packed = src_bits[start // 8 : (start + r2.size + 7) // 8]
+        for start in range(0, num_edges, block):
+            k = min(block, num_edges - start)
+            torch.rand(k, generator=generator, out=uniforms[:k])
+            packed = src_bits[start // 8 : (start + k + 7) // 8]
             # the destination bit is r2 > c_norm where the source bit is 1, r2 > a_norm where it is 0:
             # both compares packed, then picked bit by bit with the packed source bits
-            above_c = np.packbits(r2 > c_norm, bitorder="little")
-            above_a = np.packbits(r2 > a_norm, bitorder="little")
-            dst_bits[start // 8 : (start + r2.size + 7) // 8] = (above_c & packed) | (above_a & ~packed)
+            above_c = np.packbits(np.greater(r[:k], c_norm, out=above[:k]), bitorder="little")
+            above_a = np.packbits(np.greater(r[:k], a_norm, out=above_other[:k]), bitorder="little")
+            dst_bits[start // 8 : (start + k + 7) // 8] = (above_c & packed) | (above_a & ~packed)
         dst_planes.append(dst_bits)
 
 

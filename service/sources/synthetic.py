@@ -165,7 +165,7 @@ def generate_rmat(
     src, dst = src[keep], dst[keep]
     del keep
     relabel = torch.randperm(num_nodes, generator=gen)
-    src, dst = relabel[src], relabel[dst]
+    src, dst = torch.index_select(relabel, 0, src), torch.index_select(relabel, 0, dst)
     labels = torch.empty(num_nodes, dtype=torch.int64)
     labels[relabel] = torch.bucketize(torch.arange(num_nodes), starts[1:], right=True)
 

@@ -53,7 +53,7 @@ class DrawnRows:
         self.labels = torch.empty(0, dtype=torch.int64)
 
 
-def skip_uniforms(gen: torch.Generator, count: int, chunk: int = 1 << 22) -> None:
+def skip_uniforms(gen: torch.Generator, count: int, chunk: int = rmat_bits.DRAW_BLOCK) -> None:
     """Advance `gen` past `count` normals drawn by `randn` in blocks of a multiple of 16 values:
     `randn` draws one uniform per value (then transforms them 16 at a time), as `rand` does."""
     if count % 16:
