@@ -251,10 +251,12 @@ class StorageReader:
 
 
 def output_rows(out: np.ndarray, count: int, row_bytes: int) -> np.ndarray:
-    """`out`'s first `count` rows as bytes, refused unless C-contiguous rows of `row_bytes` (a copy made by
-    reshaping a strided array would take the rows and drop them)."""
+    """`out`'s first `count` rows as bytes, refused unless writable C-contiguous rows of `row_bytes` (a copy
+    made by reshaping a strided array would take the rows and drop them; a read-only mapping would fault)."""
     if not out.flags.c_contiguous:
         raise GraphtierError(f"storage rows are read into C-contiguous rows; got an array with strides {out.strides}")
+    if not out.flags.writeable:
+        raise GraphtierError("storage rows are read into writable rows; got a read-only array")
     rows = out.reshape(out.shape[0], -1).view(np.uint8)
     if rows.shape[0] < count or rows.shape[1] != row_bytes:
         raise GraphtierError(f"storage rows: {count} rows of {row_bytes} B asked for, into an array of "

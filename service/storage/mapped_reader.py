@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from graphtier.service.errors import GraphtierError
-from graphtier.service.storage.direct_reader import ReaderStats
+from graphtier.service.storage.direct_reader import ReaderStats, output_rows
 
 
 class MappedReader:
@@ -38,7 +38,7 @@ class MappedReader:
         if int(rows.min()) < 0 or int(rows.max()) >= self.storage.shape[0]:
             raise GraphtierError(f"storage rows must lie in [0, {self.storage.shape[0]})")
         started = time.perf_counter()
-        target = torch.from_numpy(out.reshape(out.shape[0], -1).view(np.uint8))[: rows.size]
+        target = torch.from_numpy(output_rows(out, rows.size, self.row_bytes))
         source = self.storage.view(self.storage.shape[0], -1).view(torch.uint8)
         torch.index_select(source, 0, torch.from_numpy(rows), out=target)
         s = self.stats

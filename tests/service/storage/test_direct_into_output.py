@@ -120,7 +120,7 @@ def test_the_files_alignment_is_what_o_direct_accepts(tmp_path):
         os.close(fd)
 
 
-def test_a_truncated_file_and_a_strided_output_are_refused(tmp_path):
+def test_a_truncated_file_and_a_strided_or_read_only_output_are_refused(tmp_path):
     path, values = write_features(tmp_path, 1000, 128)
     with pytest.raises(GraphtierError, match=r"holds .* bytes, but its 1,001 rows of 512 B .* the file is truncated"):
         StorageReader(path, data_offset=npy_data_offset(path), row_bytes=512, first_row=0, num_rows=1001,
@@ -134,5 +134,9 @@ def test_a_truncated_file_and_a_strided_output_are_refused(tmp_path):
         with pytest.raises(GraphtierError, match=r"10 rows of 512 B asked for, into an array of 5 rows of 512 B"):
             reader.read(np.arange(10), np.zeros((5, 128), np.float32))
         assert not strided.any()
+        read_only = np.zeros((10, 128), np.float32)
+        read_only.flags.writeable = False
+        with pytest.raises(GraphtierError, match="writable rows; got a read-only array"):
+            reader.read(np.arange(10), read_only)
     finally:
         reader.close()
