@@ -202,13 +202,14 @@ def write_node_arrays(
     original_ids: torch.Tensor | None,
 ) -> None:
     """The per-node arrays, in the reordered id space (the same for both paths)."""
+    # index_select rather than t[idx] for the N-sized gathers: the same values, several times faster
     if labels is not None:
-        writer.write("labels", labels[new_to_old])
+        writer.write("labels", torch.index_select(labels, 0, new_to_old))
     for split in SPLIT_NAMES:
         ids = splits.get(split, torch.empty(0, dtype=torch.int64))
         writer.write(f"{split}_ids", old_to_new[ids].sort().values)
     writer.write("new_to_old", new_to_old)
     writer.write("old_to_new", old_to_new)
-    writer.write("scores", scores[new_to_old])
+    writer.write("scores", torch.index_select(scores, 0, new_to_old))
     if original_ids is not None:
         writer.write("original_ids", original_ids)
