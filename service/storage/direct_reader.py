@@ -17,6 +17,7 @@ requests through the kernel's cache.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import time
@@ -104,6 +105,8 @@ class StorageReader:
                  staging_bytes: int = 8 << 20, alignment: DirectIOAlignment | None = None) -> None:
         if mode not in STORAGE_MODES:
             raise GraphtierError(f"storage mode {mode!r}: expected one of {', '.join(STORAGE_MODES)}")
+        _check_geometry(path, data_offset=data_offset, row_bytes=row_bytes, first_row=first_row, num_rows=num_rows,
+                        max_request=max_request, alignment=alignment)
         self.path, self.mode = Path(path), mode
         self.data_offset, self.row_bytes = data_offset, row_bytes
         self.first_row, self.num_rows = first_row, num_rows
@@ -146,19 +149,32 @@ class StorageReader:
                 got = os.preadv(self.fd, [into[done:length]], offset + done)
             except OSError as exc:
                 raise GraphtierError(f"{self.path}: reading {length:,} bytes at byte {offset + done:,} failed "
-                                     f"({exc.strerror})") from None
+                                     f"({exc.strerror}{self._einval_hint(exc)})") from None
             if got == 0:  # end of file: only the file's last block can be short, and only past the rows
                 if offset + done < self.file_end:
-                    raise GraphtierError(f"{self.path}: ends at byte {offset + done:,}, before its rows end "
-                                         f"(byte {self.file_end:,}): the file was truncated while in use")
+                    raise GraphtierError(f"{self.path}: now holds {os.fstat(self.fd).st_size:,} bytes, but its rows "
+                                         f"end at byte {self.file_end:,}: the file was truncated while in use")
                 break
             done += got
         return done, time.perf_counter() - started
 
+    def _einval_hint(self, exc: OSError) -> str:
+        """For an O_DIRECT read refused as misaligned: the alignment used and the one the file asks."""
+        if exc.errno != errno.EINVAL or self.mode != "direct":
+            return ""
+        asked, used = direct_io_alignment(self.path), self.alignment
+        return (f"; O_DIRECT reads here were aligned to {used.memory} B in memory and {used.offset} B in the file, "
+                f"the file asks {asked.memory} B and {asked.offset} B" + ("" if asked.reported else " (assumed)"))
+
     def read(self, rows: np.ndarray, out: np.ndarray) -> None:
         """Rows `rows` (storage-relative, any order, repeats allowed) into out[i] (`out` C-contiguous,
         viewed as bytes, at least `len(rows)` rows)."""
-        rows = np.asarray(rows, dtype=np.int64)
+        if self.fd < 0:
+            raise GraphtierError(f"{self.path}: the storage reader was closed")
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer) or rows.size == 0):
+            raise GraphtierError(f"storage rows are a 1-D array of integers; got shape {rows.shape} of {rows.dtype}")
+        rows = rows.astype(np.int64, copy=False)
         if rows.size == 0:
             return
         started = time.perf_counter()
@@ -248,6 +264,20 @@ class StorageReader:
             os.close(self.fd)
             self.fd = -1
         self.staging.close()
+
+
+def _check_geometry(path: Path | str, *, data_offset: int, row_bytes: int, first_row: int, num_rows: int,
+                    max_request: int, alignment: DirectIOAlignment | None) -> None:
+    """GraphtierError naming the value unless the rows and requests describe something readable."""
+    if row_bytes <= 0 or data_offset < 0 or not 0 <= first_row <= num_rows:
+        raise GraphtierError(f"{path}: storage rows [{first_row}, {num_rows}) of {row_bytes} B from byte {data_offset}: "
+                             f"need row bytes > 0, a data offset >= 0 and 0 <= first row <= rows")
+    if max_request <= 0 or max_request % ALIGN:
+        raise GraphtierError(f"{path}: max_request {max_request}: requests are a positive multiple of {ALIGN} B")
+    if alignment is not None and not all(0 < a <= ALIGN and a & (a - 1) == 0
+                                         for a in (alignment.memory, alignment.offset)):
+        raise GraphtierError(f"{path}: O_DIRECT alignment {alignment.memory} B / {alignment.offset} B: each a power of "
+                             f"two up to {ALIGN} B")
 
 
 def output_rows(out: np.ndarray, count: int, row_bytes: int) -> np.ndarray:

@@ -140,3 +140,43 @@ def test_a_truncated_file_and_a_strided_or_read_only_output_are_refused(tmp_path
             reader.read(np.arange(10), read_only)
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"max_request": 0}, "max_request 0: requests are a positive multiple of 4096 B"),
+    ({"max_request": 5000}, "max_request 5000"),
+    ({"row_bytes": 0}, "need row bytes > 0"),
+    ({"first_row": 1001}, r"storage rows \[1001, 1000\)"),
+    ({"data_offset": -1}, "a data offset >= 0"),
+    ({"alignment": DirectIOAlignment(memory=3, offset=512, reported=True)}, "O_DIRECT alignment 3 B / 512 B"),
+])
+def test_a_reader_that_could_not_read_right_is_refused_naming_the_value(tmp_path, change, named):
+    path, _ = write_features(tmp_path, 1000, 128)
+    geometry = {"data_offset": npy_data_offset(path), "row_bytes": 512, "first_row": 0, "num_rows": 1000, **change}
+    with pytest.raises(GraphtierError, match=named):
+        StorageReader(path, mode="page-cache", **geometry)
+
+
+def test_bad_rows_a_closed_reader_and_a_misaligned_direct_read_get_clear_errors(tmp_path):
+    path, values = write_features(tmp_path, 3000, 128)
+    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=512, first_row=0, num_rows=3000,
+                           mode="page-cache")
+    out = np.zeros((10, 128), np.float32)
+    for bad in (np.zeros((2, 5), np.int64), np.array([1.9, 2.0]), np.array([True, False]), np.int64(3)):
+        with pytest.raises(GraphtierError, match="storage rows are a 1-D array of integers"):
+            reader.read(bad, out)
+    reader.close()
+    with pytest.raises(GraphtierError, match="the storage reader was closed"):
+        reader.read(np.arange(3), out)
+    asked = direct_io_alignment(path)
+    if not (asked.reported and asked.memory > 1 and direct_supported(path)):
+        return  # the filesystem takes any alignment: nothing to misalign
+    # told that any address will do, the reader sends a run into rows one byte off: the kernel refuses it
+    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=512, first_row=0, num_rows=3000,
+                           mode="direct", alignment=DirectIOAlignment(memory=1, offset=asked.offset, reported=False))
+    try:
+        rows = reader.empty_rows(2001).view(-1)[1 : 1 + 2000 * 512].view(2000, 512)
+        with pytest.raises(GraphtierError, match=rf"aligned to 1 B in memory .* the file asks {asked.memory} B"):
+            reader.read(np.arange(500, 2500), rows.numpy())
+    finally:
+        reader.close()
