@@ -30,6 +30,8 @@ DISTRIBUTE_BYTES_PER_EDGE = 112  # an edge chunk: ids read and relabelled, two k
 SORT_BYTES_PER_KEY = 28  # a bucket: keys, dedup mask, distinct keys, destination, a product (24 measured)
 SCAN_BYTES_PER_EDGE = 32  # a column range read for scoring: row, expanded shares
 MAX_CHUNK = 1 << 22
+KEYS_IN_MEMORY_SHARE = 0.6  # of the working memory, at most, for all keys held at once (the chunk takes 0.2)
+MAX_MEMORY_BUCKETS = 64  # keys held in memory only when buckets of at least total/64 keys can be sorted beside them
 
 
 def column_ranges(colptr: torch.Tensor, max_edges: int) -> list[tuple[int, int]]:
@@ -117,11 +119,14 @@ def build_csc_external(
     chunk = plan.units(DISTRIBUTE_BYTES_PER_EDGE, share=0.2, cap=MAX_CHUNK)
     entries = _count_entries(edges, n, undirected, chunk)
     total = int(entries.sum())
-    # Buckets small enough that the row (8 bytes an entry) can stay in memory beside one, when
-    # that still leaves half the memory to the buckets; else the largest buckets that fit.
+    # Every key (8 bytes an entry) held in memory when that leaves room to distribute them and to
+    # sort buckets of a useful size: no spill file, and the row replaces the keys bucket by bucket.
+    # Else buckets small enough that the row can stay in memory beside one, when that still leaves
+    # half the memory to the buckets; else the largest buckets that fit.
+    room = int((plan.work_bytes - 8 * total) // SORT_BYTES_PER_KEY)
+    keys_in_memory = 8 * total <= KEYS_IN_MEMORY_SHARE * plan.work_bytes and room * MAX_MEMORY_BUCKETS >= total
     keep_row = 8 * total <= 0.5 * plan.work_bytes
-    per_bucket = max(1, int((plan.work_bytes - 8 * total) // SORT_BYTES_PER_KEY)) if keep_row else \
-        plan.units(SORT_BYTES_PER_KEY, share=0.8)
+    per_bucket = max(1, room) if keys_in_memory or keep_row else plan.units(SORT_BYTES_PER_KEY, share=0.8)
     entry_ptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(entries, 0, out=entry_ptr[1:])
     del entries
@@ -132,7 +137,9 @@ def build_csc_external(
         node_bucket = torch.repeat_interleave(torch.arange(len(buckets), dtype=torch.int32), widths).numpy()
 
     in_memory = np.empty(total if len(buckets) == 1 else 0, dtype=np.int64)
-    spill = None if len(buckets) == 1 else BucketSpill(spill_dir, "csc-keys", len(buckets), {"key": (np.int64, ())})
+    capacities = [int(entry_ptr[v1] - entry_ptr[v0]) for v0, v1 in buckets] if keys_in_memory else None
+    spill = None if len(buckets) == 1 else \
+        BucketSpill(spill_dir, "csc-keys", len(buckets), {"key": (np.int64, ())}, capacities=capacities)
     filled = 0
     for src, dst in edges.chunks(chunk):
         for owner, other in ((dst, src), (src, dst)) if undirected else ((dst, src),):
@@ -147,7 +154,7 @@ def build_csc_external(
     # the row stays in memory when it fits beside the sort of the largest bucket
     plan.refresh()
     largest = max(int(entry_ptr[v1] - entry_ptr[v0]) for v0, v1 in buckets)
-    row_in_memory = plan.fits(8 * total + SORT_BYTES_PER_KEY * largest)
+    row_in_memory = (keys_in_memory and len(buckets) > 1) or plan.fits(8 * total + SORT_BYTES_PER_KEY * largest)
     row = new_array(Path(spill_dir) / "csc-row.i64", np.int64, capacity=total, in_memory=row_in_memory)
     degree = torch.zeros(n, dtype=torch.int64)
     for b, (v0, v1) in enumerate(buckets):
@@ -165,6 +172,6 @@ def build_csc_external(
     colptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(degree, 0, out=colptr[1:])
     stats = {"entries": total, "buckets": len(buckets), "spilled_bytes": 0 if spill is None else spill.bytes_written,
-             "row_in_memory": row_in_memory}
+             "keys_in_memory": spill is None or spill.in_memory, "row_in_memory": row_in_memory}
     plan.refresh()
     return DiskCSC(colptr, row, plan.units(SCAN_BYTES_PER_EDGE, share=0.5, cap=4 * MAX_CHUNK)), stats

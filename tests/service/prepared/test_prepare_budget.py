@@ -170,7 +170,7 @@ def test_the_peak_is_the_process_own_not_its_parents(tmp_path):
 
 def test_interrupt_while_spilling_leaves_nothing(tmp_path):
     cmd = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name", "big",
-           "--scale", "17", "--undirected", "--memory-budget", "400MiB", "--out", str(tmp_path)]
+           "--scale", "19", "--undirected", "--memory-budget", "400MiB", "--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -185,3 +185,16 @@ def test_interrupt_while_spilling_leaves_nothing(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_csc_keys_held_in_memory_when_they_fit_beside_the_sort(tmp_path):
+    """A working memory that holds every CSC key but not their sort at once: several buckets, none
+    spilled, and the same bytes as the in-memory path."""
+    kw = {"source": "synthetic:rmat", "undirected": True, "source_options": {"scale": 10, "feature_dim": 4, "seed": 5}}
+    unbounded = _prepare(tmp_path, "mem", memory_budget="unlimited", **kw)
+    roomy = _prepare(tmp_path, "roomy", memory_budget="8GiB", **kw)
+    entries = roomy.preparation["build_csc"]["entries"]
+    held = _prepare(tmp_path, "held", memory_budget="8GiB", work_bytes=int(8 * entries / 0.55), **kw)
+    csc = held.preparation["build_csc"]
+    assert csc["buckets"] > 1 and csc["keys_in_memory"] and csc["spilled_bytes"] == 0 and csc["row_in_memory"]
+    _assert_same_bytes(tmp_path, unbounded, held)
