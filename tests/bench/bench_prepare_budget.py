@@ -63,6 +63,13 @@ def best(runs: list[dict]) -> dict:
     return min(runs, key=lambda r: r["total"])
 
 
+def median_time(runs: list[dict]) -> float:
+    """The median of the runs' times (the mean of the middle two for an even count)."""
+    times = sorted(r["total"] for r in runs)
+    middle = len(times) // 2
+    return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+
+
 def growth(scales: list[int], times: dict[int, float]) -> list[str]:
     """Time ratio per doubling between consecutive measured scales (geometric mean over a gap)."""
     out = []
@@ -77,7 +84,8 @@ def main() -> None:
     parser.add_argument("--scales", default="18,20,22")
     parser.add_argument("--budgets", default="1GiB,2GiB,3GiB", help="one per scale, or one for all")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per path and scale, going round the scales each time; the fastest counts")
+                        help="runs per path and scale, going round the scales each time, up and down in turn; "
+                             "growth is shown for the fastest and for the median run")
     parser.add_argument("--feature-dim", type=int, default=128)
     parser.add_argument("--score", default="wrpr")
     parser.add_argument("--no-unbounded", action="store_true", help="skip the in-memory runs")
@@ -92,13 +100,14 @@ def main() -> None:
     print(f"graphtier prepare under a memory budget: R-MAT, {args.feature_dim}-dim features, undirected, score "
           f"{args.score}; torch {torch.__version__}, {platform.machine()}, {psutil.cpu_count()} cores, "
           f"{ram / GiB:.1f} GiB RAM; load average at start {os.getloadavg()[0]:.2f}")
-    rows, bounded_times, unbounded_times = [], {}, {}
+    rows, bounded_times, unbounded_times, bounded_medians, unbounded_medians = [], {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="graphtier-bench-budget-", dir=os.environ.get("TMPDIR")) as tmp:
         root = Path(tmp)
         bounded: dict[int, list[dict]] = {scale: [] for scale in scales}
         unbounded: dict[int, list[dict]] = {scale: [] for scale in scales}
-        for i in range(args.repeat):  # round the scales each time: a drift in the machine's load touches them alike
-            for scale, budget in zip(scales, budgets):
+        for i in range(args.repeat):  # round the scales each time: a drift in the machine's load touches them alike;
+            order = list(zip(scales, budgets))  # up, then down: each scale follows a larger and a smaller one's run
+            for scale, budget in order if i % 2 == 0 else order[::-1]:
                 bounded[scale].append(run_prepare(root, f"b{scale}-{i}", scale, budget, args))
                 print(f"  scale {scale} budget {budget}: {bounded[scale][-1]['total']:.1f}s peak "
                       f"{bounded[scale][-1]['peak'] / GiB:.2f} GiB (load {bounded[scale][-1]['load']:.2f})", flush=True)
@@ -111,9 +120,9 @@ def main() -> None:
         for scale, budget in zip(scales, budgets):
             b = best(bounded[scale])
             u = best(unbounded[scale]) if unbounded[scale] else None
-            bounded_times[scale] = b["total"]
+            bounded_times[scale], bounded_medians[scale] = b["total"], median_time(bounded[scale])
             if u:
-                unbounded_times[scale] = u["total"]
+                unbounded_times[scale], unbounded_medians[scale] = u["total"], median_time(unbounded[scale])
             m = b["manifest"]
             data = sum(a["nbytes"] for a in m["arrays"].values())
             rows.append((scale, m["num_nodes"], m["num_edges"], data, parse_memory_budget(budget), b, u))
@@ -130,9 +139,13 @@ def main() -> None:
               f"{(u['total'] if u else math.nan):>8.1f} {ratio:>6} {b['cpu']:>6.1f} {(u['cpu'] if u else math.nan):>10.1f} "
               f"{cpu_ratio:>6} {(u['peak'] / GiB if u else math.nan):>10.2f}G {same:>9}")
     print("time = the manifest's total (the process's own clock, without interpreter start-up); cpu = user + sys of "
-          "the process (wait4), less sensitive to other load on a shared machine; the fastest of --repeat runs counts")
-    print("time per doubling, out of core:", ", ".join(growth(scales, bounded_times)) or "-")
-    print("time per doubling, in memory:  ", ", ".join(growth(scales, unbounded_times)) or "-")
+          "the process (wait4), less sensitive to other load on a shared machine; the table shows the fastest of --repeat runs")
+    print("time per doubling, out of core, fastest runs:", ", ".join(growth(scales, bounded_times)) or "-")
+    print("                                median runs: ", ", ".join(growth(scales, bounded_medians)) or "-")
+    print("time per doubling, in memory, fastest runs:  ", ", ".join(growth(scales, unbounded_times)) or "-")
+    print("                              median runs:   ", ", ".join(growth(scales, unbounded_medians)) or "-")
+    for scale in scales:
+        print(f"scale {scale} out-of-core times: " + " ".join(f"{r['total']:.1f}" for r in bounded[scale]))
     for scale, *_, b, u in rows:
         for label, r in (("out-of-core", b), ("in-memory", u)):
             if r is None:
