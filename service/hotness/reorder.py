@@ -44,12 +44,21 @@ def permute_csc(graph: CSCGraph, new_to_old: torch.Tensor, old_to_new: torch.Ten
     new_in_degree = graph.in_degree()[new_to_old]
     colptr = torch.zeros_like(old_colptr)
     torch.cumsum(new_in_degree, 0, out=colptr[1:])
-    num_edges = graph.num_edges
-    # Edge e of new list i comes from old position old_colptr[old(i)] + (e - colptr[i]).
-    shift = (old_colptr[:-1][new_to_old] - colptr[:-1]).repeat_interleave(new_in_degree, output_size=num_edges)
-    shift += torch.arange(num_edges)
-    row = torch.index_select(old_to_new, 0, torch.index_select(graph.row, 0, shift))  # t[idx], several times faster
+    row = gather_new_rows(graph.row, old_to_new, old_colptr[:-1][new_to_old] - colptr[:-1], new_in_degree,
+                          0, graph.num_edges)
     return CSCGraph(colptr=colptr, row=row)
+
+
+def gather_new_rows(old_row: torch.Tensor, old_to_new: torch.Tensor, start_shift: torch.Tensor,
+                    new_degree: torch.Tensor, first: int, last: int) -> torch.Tensor:
+    """Entries [first, last) of the reordered `row`, for the new columns that hold exactly them:
+    edge e of new column i comes from old position e + start_shift[i] (old start - new start),
+    and its source is relabelled. `permute_csc` gathers every column at once; the out-of-core
+    reorder gathers range after range."""
+    positions = start_shift.repeat_interleave(new_degree, output_size=last - first)
+    positions += torch.arange(first, last)
+    # index_select rather than t[idx]: the same values, several times faster on large index arrays
+    return torch.index_select(old_to_new, 0, torch.index_select(old_row, 0, positions))
 
 
 def reorder_by_score(graph: CSCGraph, scores: torch.Tensor) -> Reordering:

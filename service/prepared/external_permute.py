@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from graphtier.service.graph.streamed import FileRows, TensorRows
+from graphtier.service.hotness.reorder import gather_new_rows
 from graphtier.service.prepared.budget import MemoryPlan
 from graphtier.service.prepared.external_sort import DiskCSC, column_ranges
 from graphtier.service.prepared.npy_io import NpyStreamWriter
@@ -114,10 +115,7 @@ def _gather_structure(
     new_degree = colptr[1:] - colptr[:-1]
     for i0, i1 in column_ranges(colptr, GATHER_CHUNK):
         first, last = int(colptr[i0]), int(colptr[i1])
-        positions = shift[i0:i1].repeat_interleave(new_degree[i0:i1], output_size=last - first)
-        positions += torch.arange(first, last)
-        # index_select rather than t[idx]: the same values, several times faster on large index arrays
-        out.write(torch.index_select(old_to_new, 0, torch.index_select(old_row, 0, positions)))
+        out.write(gather_new_rows(old_row, old_to_new, shift[i0:i1], new_degree[i0:i1], first, last))
     return {"method": "gather", "buckets": 1, "spilled_bytes": 0}
 
 

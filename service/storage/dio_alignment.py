@@ -34,15 +34,16 @@ class DirectIOAlignment:
     reported: bool  # False when the kernel did not say and a page is assumed
 
     @property
-    def block(self) -> int:
-        """One alignment that satisfies both (they are powers of two)."""
-        return max(self.memory, self.offset)
+    def valid(self) -> bool:
+        """Both are powers of two up to a page (what the staged reads' page-aligned blocks also satisfy)."""
+        return usable_alignment(self.memory) and usable_alignment(self.offset)
 
 
 FALLBACK = DirectIOAlignment(memory=PAGE, offset=PAGE, reported=False)
 
 
-def _power_of_two(value: int) -> bool:
+def usable_alignment(value: int) -> bool:
+    """A power of two up to a page."""
     return 0 < value <= PAGE and value & (value - 1) == 0
 
 
@@ -59,7 +60,7 @@ def direct_io_alignment(path: Path | str) -> DirectIOAlignment:
     if statx(_AT_FDCWD, os.fsencode(Path(path)), 0, _STATX_DIOALIGN, buffer) != 0:
         return FALLBACK
     mask, memory, offset = (_u32(buffer.raw, at) for at in (_MASK_AT, _MEM_ALIGN_AT, _OFFSET_ALIGN_AT))
-    if not mask & _STATX_DIOALIGN or not (_power_of_two(memory) and _power_of_two(offset)):
+    if not mask & _STATX_DIOALIGN or not (usable_alignment(memory) and usable_alignment(offset)):
         return FALLBACK  # not reported, or 0 (the file cannot be read with O_DIRECT: its open says so)
     return DirectIOAlignment(memory=memory, offset=offset, reported=True)
 

@@ -196,11 +196,11 @@ class StorageReader:
             file_rows, row_slot, out_address=target.ctypes.data, data_offset=self.data_offset,
             row_bytes=self.row_bytes, alignment=self.alignment, max_request=self.max_request)
         staged = direct.uncovered(unique.size)
-        plan = plan_reads(file_rows[staged], data_offset=self.data_offset, row_bytes=self.row_bytes,
+        staged_rows = file_rows[staged]
+        plan = plan_reads(staged_rows, data_offset=self.data_offset, row_bytes=self.row_bytes,
                           max_request=self.max_request)
         staged_slot = staged if row_slot is None else row_slot[staged]
-        copies = no_run_copies(plan) if repeats else plan_run_copies(plan, file_rows[staged], staged_slot,
-                                                                     self.row_bytes)
+        copies = no_run_copies(plan) if repeats else plan_run_copies(plan, staged_rows, staged_slot, self.row_bytes)
         self.staging.ensure(plan.total)
         got, request_s = self._issue(plan, copies, direct, target)
         rest = np.flatnonzero(~copies.copied)  # staged rows not yet in place: one gather from the staging buffer
@@ -270,14 +270,13 @@ def _check_geometry(path: Path | str, *, data_offset: int, row_bytes: int, first
                     max_request: int, alignment: DirectIOAlignment | None) -> None:
     """GraphtierError naming the value unless the rows and requests describe something readable."""
     if row_bytes <= 0 or data_offset < 0 or not 0 <= first_row <= num_rows:
-        raise GraphtierError(f"{path}: storage rows [{first_row}, {num_rows}) of {row_bytes} B from byte {data_offset}: "
-                             f"need row bytes > 0, a data offset >= 0 and 0 <= first row <= rows")
+        raise GraphtierError(f"{path}: storage rows [{first_row}, {num_rows}) of {row_bytes} B from byte "
+                             f"{data_offset}: need row bytes > 0, a data offset >= 0 and 0 <= first row <= rows")
     if max_request <= 0 or max_request % ALIGN:
         raise GraphtierError(f"{path}: max_request {max_request}: requests are a positive multiple of {ALIGN} B")
-    if alignment is not None and not all(0 < a <= ALIGN and a & (a - 1) == 0
-                                         for a in (alignment.memory, alignment.offset)):
-        raise GraphtierError(f"{path}: O_DIRECT alignment {alignment.memory} B / {alignment.offset} B: each a power of "
-                             f"two up to {ALIGN} B")
+    if alignment is not None and not alignment.valid:
+        raise GraphtierError(f"{path}: O_DIRECT alignment {alignment.memory} B / {alignment.offset} B: each a "
+                             f"power of two up to {ALIGN} B")
 
 
 def output_rows(out: np.ndarray, count: int, row_bytes: int) -> np.ndarray:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphtier.service.storage.dio_alignment import DirectIOAlignment
+from graphtier.service.storage.dio_alignment import PAGE, DirectIOAlignment
 
-ALIGN = 4096  # staged requests: offsets, lengths and staging offsets in whole 4 KiB blocks
+ALIGN = PAGE  # staged requests: offsets, lengths and staging offsets in whole 4 KiB blocks
 MAX_REQUEST = 1 << 20
 MIN_RUN_COPY = 64 << 10  # shorter runs are left to the gather at the end: a copy each would cost more than it saves
 MIN_DIRECT = 64 << 10  # shorter runs go through the staging buffer: their edge blocks would be most of the run
@@ -136,7 +136,8 @@ def plan_direct_reads(rows: np.ndarray, row_slot: np.ndarray | None, *, out_addr
     mid_lo = -(-file_lo // step) * step
     mid_hi = file_hi // step * step
     out_lo = first_slot * row_bytes + (mid_lo - file_lo)
-    usable = np.flatnonzero((mid_hi - mid_lo >= max(min_bytes, step)) & ((out_address + out_lo) % alignment.memory == 0))
+    long_enough = mid_hi - mid_lo >= max(min_bytes, step)
+    usable = np.flatnonzero(long_enough & ((out_address + out_lo) % alignment.memory == 0))
     if usable.size == 0:
         return NO_DIRECT_READS
     # the rows starting at or after the middle's start and ending at or before its end
@@ -168,9 +169,10 @@ def no_run_copies(plan: ReadPlan) -> RunCopies:
 
 
 def plan_run_copies(plan: ReadPlan, rows: np.ndarray, row_slot: np.ndarray, row_bytes: int) -> RunCopies:
-    """Copies for `plan`'s requests (`rows` its sorted distinct rows, `row_slot` their output rows). A request copies the rows lying whole inside it when its run's rows
-    are adjacent, bound for consecutive slots in order (so one slice copy places them), and the run holds
-    at least `MIN_RUN_COPY` bytes; rows straddling two requests, and every row of other runs, are left to
+    """Copies for `plan`'s requests (`rows` its sorted distinct rows, `row_slot` their output rows).
+    A request copies the rows lying whole inside it when its run's rows are adjacent, bound for
+    consecutive slots in order (so one slice copy places them), and the run holds at least
+    `MIN_RUN_COPY` bytes; rows straddling two requests, and every row of other runs, are left to
     the gather at the end."""
     pieces = plan.offsets.size
     first, count, slot = np.zeros(pieces, np.int64), np.zeros(pieces, np.int64), np.zeros(pieces, np.int64)
