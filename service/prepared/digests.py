@@ -26,6 +26,12 @@ class FileDigests:
         self._blake3.update(data)
 
     @property
+    def updaters(self) -> tuple:
+        """The two digests' own `update`s, for a caller that feeds them from two threads (both
+        release the GIL while hashing), each still seeing the bytes in order."""
+        return self._sha256.update, self._blake3.update
+
+    @property
     def sha256(self) -> str:
         return self._sha256.hexdigest()
 

@@ -7,7 +7,6 @@ read with O_DIRECT in whole blocks, do not straddle one more block each than the
 from __future__ import annotations
 
 import io
-import os
 import warnings
 from pathlib import Path
 
@@ -15,9 +14,9 @@ import numpy as np
 import torch
 
 from graphtier.service.prepared.digests import FileDigests, file_digest
+from graphtier.service.prepared.direct_writer import DirectFileWriter
 from graphtier.service.prepared.manifest import ArrayInfo
 
-_CHUNK = 64 << 20
 DATA_ALIGN = 4096  # the data starts on a block boundary, so O_DIRECT reads of whole rows stay aligned
 
 
@@ -35,21 +34,13 @@ def npy_header(dtype: np.dtype | str, shape: tuple[int, ...]) -> bytes:
 def write_npy(path: Path, array: torch.Tensor | np.ndarray) -> ArrayInfo:
     """Write `array` as `.npy` at `path`, fsync it, and return its info with the file's sha256."""
     data = array.contiguous().numpy() if isinstance(array, torch.Tensor) else np.ascontiguousarray(array)
-    header = npy_header(data.dtype, data.shape)
-    digest = FileDigests(header)
-    flat = data.reshape(-1).view(np.uint8) if data.size else np.empty(0, np.uint8)
-    with open(path, "wb") as f:
-        f.write(header)
-        for start in range(0, flat.size, _CHUNK):
-            chunk = flat[start : start + _CHUNK]
-            digest.update(chunk)
-            f.write(chunk.data)
-        f.flush()
-        os.fsync(f.fileno())
-    return ArrayInfo(
-        file=path.name, shape=list(data.shape), dtype=str(data.dtype), nbytes=int(data.nbytes), sha256=digest.sha256,
-        blake3=digest.blake3,
-    )
+    stream = NpyStreamWriter(path, data.shape, data.dtype)
+    try:
+        stream.write(data)
+        return stream.close()
+    except BaseException:
+        stream.abort()
+        raise
 
 
 def file_sha256(path: Path) -> str:
@@ -78,18 +69,22 @@ class NpyStreamWriter:
     """Writes one `.npy` file front to back, chunk by chunk, hashing as it goes.
 
     The header is the one `write_npy` would write for the whole array, so a file streamed in
-    chunks is byte-identical to the same array written at once. `close` checks that exactly
-    `shape[0]` rows arrived, fsyncs, and returns the file's `ArrayInfo`.
+    chunks is byte-identical to the same array written at once. The bytes go out with direct
+    I/O and are hashed by a writer thread (`direct_writer`) while the next chunk is computed.
+    `close` checks that exactly `shape[0]` rows arrived, fsyncs, and returns the file's `ArrayInfo`.
     """
 
     def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype | str) -> None:
         self.path = Path(path)
         self.shape = tuple(int(s) for s in shape)
+        if not self.shape:
+            raise ValueError(f"{self.path.name}: a .npy stream needs an array of at least one dimension")
         self.dtype = np.dtype(dtype)
         self.rows_written = 0
         header = npy_header(self.dtype, self.shape)
-        self._digest = FileDigests(header)
-        self._file = open(self.path, "wb")
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._digest = FileDigests()
+        self._file = DirectFileWriter(self.path, size_hint=len(header) + self.nbytes, consumers=self._digest.updaters)
         self._file.write(header)
 
     def write(self, chunk: torch.Tensor | np.ndarray) -> None:
@@ -98,27 +93,22 @@ class NpyStreamWriter:
             raise ValueError(f"{self.path.name}: chunk {data.dtype} {data.shape} does not fit {self.dtype} {self.shape}")
         if self.rows_written + data.shape[0] > self.shape[0]:
             raise ValueError(f"{self.path.name}: more than the {self.shape[0]} rows announced")
-        flat = data.reshape(-1).view(np.uint8) if data.size else np.empty(0, np.uint8)
-        for start in range(0, flat.size, _CHUNK):
-            piece = flat[start : start + _CHUNK]
-            self._digest.update(piece)
-            self._file.write(piece.data)
+        if data.size:
+            self._file.write(data)
         self.rows_written += data.shape[0]
 
     def close(self) -> ArrayInfo:
         if self.rows_written != self.shape[0]:
+            self._file.abort()
             raise ValueError(f"{self.path.name}: {self.rows_written} rows written, {self.shape[0]} announced")
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
-        nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         return ArrayInfo(
-            file=self.path.name, shape=list(self.shape), dtype=str(self.dtype), nbytes=nbytes, sha256=self._digest.sha256,
-            blake3=self._digest.blake3,
+            file=self.path.name, shape=list(self.shape), dtype=str(self.dtype), nbytes=self.nbytes,
+            sha256=self._digest.sha256, blake3=self._digest.blake3,
         )
 
     def abort(self) -> None:
-        self._file.close()
+        self._file.abort()
 
 
 def write_npy_rows(path: Path, source: torch.Tensor, order: torch.Tensor, *, rows_per_chunk: int = 1 << 16) -> ArrayInfo:
