@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,9 +64,9 @@ def best(runs: list[dict]) -> dict:
     return min(runs, key=lambda r: r["total"])
 
 
-def median_time(runs: list[dict]) -> float:
-    """The median of the runs' times (the mean of the middle two for an even count)."""
-    times = sorted(r["total"] for r in runs)
+def median_time(runs: list[dict], key: str = "total") -> float:
+    """The median of the runs' times, or of their `key` (the mean of the middle two for an even count)."""
+    times = sorted(r[key] for r in runs)
     middle = len(times) // 2
     return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
 
@@ -142,6 +143,8 @@ def main() -> None:
           "the process (wait4), less sensitive to other load on a shared machine; the table shows the fastest of --repeat runs")
     print("time per doubling, out of core, fastest runs:", ", ".join(growth(scales, bounded_times)) or "-")
     print("                                median runs: ", ", ".join(growth(scales, bounded_medians)) or "-")
+    cpu_medians = {scale: median_time(bounded[scale], "cpu") for scale in scales if bounded[scale]}
+    print("cpu per doubling, out of core, median runs: ", ", ".join(growth(scales, cpu_medians)) or "-")
     print("time per doubling, in memory, fastest runs:  ", ", ".join(growth(scales, unbounded_times)) or "-")
     print("                              median runs:   ", ", ".join(growth(scales, unbounded_medians)) or "-")
     for scale in scales:
@@ -154,6 +157,10 @@ def main() -> None:
             steps = " ".join(f"{k}={v:.1f}" + (f"/{cpu[k]:.1f}" if k in cpu else "")
                              for k, v in r["manifest"]["timings_s"].items())
             print(f"scale {scale} {label} steps (s, time/cpu): {steps}; wall {r['wall']:.1f}s")
+        step_names = b["manifest"]["timings_s"]
+        medians = " ".join(f"{k}={statistics.median(r['manifest']['timings_s'][k] for r in bounded[scale]):.1f}"
+                           for k in step_names)
+        print(f"scale {scale} out-of-core steps, median of {len(bounded[scale])} runs (s): {medians}")
         plan = {k: v for k, v in b["manifest"]["preparation"].items() if k in ("build_csc", "reorder_structure", "reorder_features")}
         print(f"scale {scale} buckets and spill: {plan}")
         if b["wait4_peak"] - b["peak"] > 64 << 20:
