@@ -27,21 +27,13 @@ from graphtier.service.hotness.reorder import gather_new_rows
 from graphtier.service.prepared.budget import MemoryPlan
 from graphtier.service.prepared.external_sort import DiskCSC, column_ranges
 from graphtier.service.prepared.npy_io import NpyStreamWriter
+from graphtier.service.prepared.prefault import PrefaultedBuffer
 from graphtier.service.prepared.spill import BucketSpill, MemoryArray, as_numpy
 
 CHUNK_SHARE = 0.2  # of the working memory at most, for the chunk being distributed
 STRUCTURE_CHUNK_BYTES = 96  # per entry: row, expanded offsets, positions, values, bucket ids, grouping
 MAX_CHUNK = 1 << 22  # entries; larger chunks only take memory from the buckets
 GATHER_CHUNK = 1 << 21  # entries per gathered range: 16 MiB arrays, reused from the heap rather than mapped afresh
-
-
-def _scatter_target(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A buffer for rows placed at random positions, its pages faulted in front to back first: pages
-    first touched in random order cost several times more (2 GiB of 512-byte rows placed by a
-    random permutation on the CI VM: 0.6 s in all with this, 3.8 to 5.0 s without)."""
-    buffer = np.empty(shape, dtype)
-    buffer.reshape(-1).view(np.uint8).fill(0)
-    return buffer
 
 
 class ExternalScatter:
@@ -55,9 +47,17 @@ class ExternalScatter:
         self.num_buckets = max(1, math.ceil(num_rows / self.rows_per_bucket))
         if num_rows * row_bytes <= work_bytes:  # the whole output fits: placed directly, nothing spilled
             self.num_buckets, self.rows_per_bucket = 1, max(1, num_rows)
-        self.buffer = _scatter_target((num_rows, *self.row_shape), self.dtype) if self.num_buckets == 1 else None
+        # the whole output's pages are faulted in by a thread while the first rows are computed (`prefault`)
+        self._target = PrefaultedBuffer((num_rows, *self.row_shape), self.dtype, background=True) \
+            if self.num_buckets == 1 else None
+        self.buffer = self._target.array if self._target is not None else None
         fields = {"pos": (np.dtype(np.int32), ()), "value": (self.dtype, self.row_shape)}
         self.spill = None if self.buffer is not None else BucketSpill(spill_dir, name, self.num_buckets, fields)
+
+    def close(self) -> None:
+        """Stop faulting in the output buffer's pages (on an error, or once every row is placed)."""
+        if self._target is not None:
+            self._target.close()
 
     def add(self, positions: torch.Tensor, values: torch.Tensor | np.ndarray) -> None:
         if self.buffer is not None:
@@ -69,15 +69,16 @@ class ExternalScatter:
 
     def finish(self, out: NpyStreamWriter) -> dict[str, int]:
         if self.buffer is not None:
+            self.close()
             out.write(self.buffer)
-            self.buffer = None
+            self.buffer = self._target = None
             return {"buckets": 1, "spilled_bytes": 0}
         for b in range(self.num_buckets):
             records = self.spill.take(b)
             count = min(self.rows_per_bucket, self.num_rows - b * self.rows_per_bucket)
             if records["pos"].size != count:
                 raise RuntimeError(f"bucket {b} of {out.path.name} got {records['pos'].size} rows, expected {count}")
-            block = _scatter_target((count, *self.row_shape), self.dtype)
+            block = PrefaultedBuffer((count, *self.row_shape), self.dtype).array
             block[records["pos"]] = records["value"]
             del records
             out.write(block)
@@ -104,12 +105,15 @@ def permute_structure(
     chunk = plan.units(STRUCTURE_CHUNK_BYTES, share=CHUNK_SHARE, cap=MAX_CHUNK)
     work = plan.work_bytes - chunk * STRUCTURE_CHUNK_BYTES
     scatter = ExternalScatter(spill_dir, "row", csc.num_edges, (), np.int64, work)
-    for v0, v1, row in csc.column_chunks(chunk):
-        first = int(csc.colptr[v0])
-        positions = shift[v0:v1].repeat_interleave(in_degree[v0:v1], output_size=row.numel())
-        positions += torch.arange(first, first + row.numel())
-        scatter.add(positions, torch.index_select(old_to_new, 0, row))
-    return scatter.finish(out)
+    try:
+        for v0, v1, row in csc.column_chunks(chunk):
+            first = int(csc.colptr[v0])
+            positions = shift[v0:v1].repeat_interleave(in_degree[v0:v1], output_size=row.numel())
+            positions += torch.arange(first, first + row.numel())
+            scatter.add(positions, torch.index_select(old_to_new, 0, row))
+        return scatter.finish(out)
+    finally:
+        scatter.close()
 
 
 def _gather_structure(
@@ -137,6 +141,9 @@ def permute_rows(
     chunk = plan.units(3 * row_bytes + 24, share=CHUNK_SHARE, cap=max(1, (64 << 20) // row_bytes))
     work = plan.work_bytes - chunk * (3 * row_bytes + 24)
     scatter = ExternalScatter(spill_dir, "features", rows.num_rows, rows.row_shape, rows.dtype, work)
-    for start, block in rows.chunks(chunk):
-        scatter.add(old_to_new[start : start + block.shape[0]], block)
-    return scatter.finish(out)
+    try:
+        for start, block in rows.chunks(chunk):
+            scatter.add(old_to_new[start : start + block.shape[0]], block)
+        return scatter.finish(out)
+    finally:
+        scatter.close()

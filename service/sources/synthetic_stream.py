@@ -35,7 +35,8 @@ FEATURE_CHUNK_OVERHEAD = 3  # a feature chunk, its centroid rows and the spill w
 
 class DrawnRows:
     """The R-MAT features as a row stream that draws them from a saved generator state each time
-    it is walked: the bytes `rmat_feature_chunks` gives, without a spill file of N x F floats."""
+    it is walked: the bytes `rmat_feature_chunks` gives, without a spill file of N x F floats.
+    Every chunk is drawn into the same buffer: use each before asking for the next."""
 
     def __init__(self, state: torch.Tensor, labels: torch.Tensor, centroids: torch.Tensor, noise: float) -> None:
         narrow = torch.int8 if centroids.shape[0] <= 127 else torch.int16 if centroids.shape[0] <= 32767 else torch.int64
