@@ -51,11 +51,11 @@ class DirectFileWriter:
         self.path = Path(path)
         capacity = buffer_bytes if size_hint is None else min(buffer_bytes, max(PAGE, _round_up(size_hint, PAGE)))
         capacity = _round_up(capacity, PAGE)
+        self._buffers = [mmap.mmap(-1, capacity) for _ in range(BUFFERS)]  # before the file: nothing to undo if this fails
         self._fd = self._open()
         self.length = 0  # bytes accepted so far
         self._error: BaseException | None = None
         self._closed = False
-        self._buffers = [mmap.mmap(-1, capacity) for _ in range(BUFFERS)]
         self._free: queue.SimpleQueue[mmap.mmap] = queue.SimpleQueue()
         for buffer in self._buffers[1:]:
             self._free.put(buffer)
