@@ -12,8 +12,8 @@ its own beside the writing one, so on a machine of few cores the checksums of on
 the time of the slower of them, not of both.
 
 The file's bytes are exactly what was written: the last block is padded for the write and the
-file truncated to its length. Where the filesystem refuses O_DIRECT (at open, or at the first
-write), the file is written through the page cache instead; `close` fsyncs either way, and an
+file truncated to its length. Where the filesystem refuses O_DIRECT (at open, or at any write),
+the file is written through the page cache from there on; `close` fsyncs either way, and an
 error of the thread is raised in the caller by the next `write` or by `close`.
 """
 
@@ -51,11 +51,21 @@ class DirectFileWriter:
         self.path = Path(path)
         capacity = buffer_bytes if size_hint is None else min(buffer_bytes, max(PAGE, _round_up(size_hint, PAGE)))
         capacity = _round_up(capacity, PAGE)
-        self._buffers = [mmap.mmap(-1, capacity) for _ in range(BUFFERS)]  # before the file: nothing to undo if this fails
-        self._fd = self._open()
         self.length = 0  # bytes accepted so far
         self._error: BaseException | None = None
-        self._closed = False
+        self._closed = self._failed = False
+        self._threads: list[threading.Thread] = []
+        self._queues: list[queue.SimpleQueue[_Item | None]] = []
+        self._buffers = [mmap.mmap(-1, capacity) for _ in range(BUFFERS)]  # before the file: nothing to undo if this fails
+        self._fd = self._open()
+        try:
+            self._start(consumers)
+        except BaseException:
+            self._stop()
+            self._release()
+            raise
+
+    def _start(self, consumers: Sequence[Callable[[memoryview], object]]) -> None:
         self._free: queue.SimpleQueue[mmap.mmap] = queue.SimpleQueue()
         for buffer in self._buffers[1:]:
             self._free.put(buffer)
@@ -65,13 +75,13 @@ class DirectFileWriter:
         stages = [self._write_at, *(self._consume_with(consumer) for consumer in consumers)]
         self._lock = threading.Lock()
         self._users: dict[int, int] = {}  # id(buffer) -> stages still to see it
-        self._queues: list[queue.SimpleQueue[_Item | None]] = [queue.SimpleQueue() for _ in stages]
-        self._threads = [
-            threading.Thread(target=self._run, args=(stage, q), name=f"{THREAD_PREFIX}{self.path.name}", daemon=True)
-            for stage, q in zip(stages, self._queues)
-        ]
-        for thread in self._threads:
+        for stage in stages:
+            items: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+            thread = threading.Thread(target=self._run, args=(stage, items), name=f"{THREAD_PREFIX}{self.path.name}",
+                                      daemon=True)
             thread.start()
+            self._queues.append(items)
+            self._threads.append(thread)
 
     def _open(self) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -88,16 +98,22 @@ class DirectFileWriter:
         """Append the bytes of `data` (any C-contiguous buffer)."""
         if self._closed:
             raise ValueError(f"{self.path.name}: write after close")
+        if self._failed:
+            raise ValueError(f"{self.path.name}: an earlier write failed; the file is incomplete")
         self._raise_error()
         source = data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
         done = 0
-        while done < source.size:
-            n = min(len(self._current) - self._filled, source.size - done)
-            np.frombuffer(self._current, np.uint8)[self._filled : self._filled + n] = source[done : done + n]
-            self._filled += n
-            done += n
-            if self._filled == len(self._current):
-                self._submit()
+        try:
+            while done < source.size:
+                n = min(len(self._current) - self._filled, source.size - done)
+                np.frombuffer(self._current, np.uint8)[self._filled : self._filled + n] = source[done : done + n]
+                self._filled += n
+                done += n
+                if self._filled == len(self._current):
+                    self._submit()
+        except BaseException:
+            self._failed = True  # some of `data` may be queued, some not: `close` refuses, `abort` cleans up
+            raise
         self.length += source.size
 
     def close(self) -> None:
@@ -105,16 +121,17 @@ class DirectFileWriter:
         if self._closed:
             return
         try:
+            if self._failed:
+                raise ValueError(f"{self.path.name}: not closed, an earlier write failed; the file is incomplete")
             if self._filled:
                 self._submit(last=True)
-        finally:
-            self._stop()
-        try:
+            self._stop()  # every queued buffer written and hashed
             self._raise_error()
             if os.fstat(self._fd).st_size != self.length:
                 os.ftruncate(self._fd, self.length)
             os.fsync(self._fd)
         finally:
+            self._stop()
             self._release()
 
     def abort(self) -> None:
@@ -125,12 +142,14 @@ class DirectFileWriter:
 
     def _submit(self, last: bool = False) -> None:
         item = (self._current, self._offset, self._filled)
+        self._offset += self._filled
+        self._current, self._filled = None, 0  # handed over: never queued twice
         with self._lock:
-            self._users[id(self._current)] = len(self._queues)
+            self._users[id(item[0])] = len(self._queues)
         for q in self._queues:
             q.put(item)
-        self._offset += self._filled
-        self._current, self._filled = (None, 0) if last else (self._free.get(), 0)
+        if not last:
+            self._current = self._free.get()
         self._raise_error()
 
     def _stop(self) -> None:
@@ -141,10 +160,15 @@ class DirectFileWriter:
             thread.join()
 
     def _release(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         os.close(self._fd)
         for buffer in self._buffers:
-            buffer.close()
+            try:
+                buffer.close()
+            except BufferError:  # a consumer kept a view: the mapping goes when that view does
+                pass
 
     def _raise_error(self) -> None:
         error = self._error
@@ -186,8 +210,9 @@ class DirectFileWriter:
                 try:
                     done += os.pwrite(self._fd, view[done:size], offset + done)
                 except OSError as e:
-                    if e.errno != errno.EINVAL or not self.direct or done:
+                    if e.errno != errno.EINVAL or not self.direct:
                         raise
-                    # the filesystem took O_DIRECT at open but refuses these writes: page cache from here on
+                    # O_DIRECT taken at open but these writes refused (or a short write left the rest
+                    # unaligned): through the page cache from here on, without the padding
                     fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
-                    self.direct, size = False, length
+                    self.direct, size = False, max(length, done)

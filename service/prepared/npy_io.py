@@ -70,7 +70,7 @@ class NpyStreamWriter:
 
     The header is the one `write_npy` would write for the whole array, so a file streamed in
     chunks is byte-identical to the same array written at once. The bytes go out with direct
-    I/O and are hashed by a writer thread (`direct_writer`) while the next chunk is computed.
+    I/O by a writer thread and hashed by two more (`direct_writer`) while the next chunk is computed.
     `close` checks that exactly `shape[0]` rows arrived, fsyncs, and returns the file's `ArrayInfo`.
     """
 
@@ -85,7 +85,11 @@ class NpyStreamWriter:
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._digest = FileDigests()
         self._file = DirectFileWriter(self.path, size_hint=len(header) + self.nbytes, consumers=self._digest.updaters)
-        self._file.write(header)
+        try:
+            self._file.write(header)
+        except BaseException:
+            self._file.abort()
+            raise
 
     def write(self, chunk: torch.Tensor | np.ndarray) -> None:
         data = chunk.contiguous().numpy() if isinstance(chunk, torch.Tensor) else np.ascontiguousarray(chunk)

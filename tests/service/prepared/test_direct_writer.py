@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
+import signal
 import subprocess
 import sys
 import threading
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -18,15 +21,24 @@ from graphtier.service.prepared.digests import file_digest
 
 
 def _takes_direct_io(directory) -> bool:
+    """Whether the filesystem takes an O_DIRECT write of one aligned page (not only the open)."""
     probe = directory / "probe"
-    probe.touch()
+    page = mmap.mmap(-1, PAGE)
     try:
-        os.close(os.open(probe, os.O_RDONLY | os.O_DIRECT))
-        return True
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
+        try:
+            return os.pwrite(fd, page, 0) == PAGE
+        finally:
+            os.close(fd)
     except OSError:
         return False
     finally:
-        probe.unlink()
+        page.close()
+        probe.unlink(missing_ok=True)
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
 
 
 def _writer_threads() -> list[str]:
@@ -67,15 +79,36 @@ def test_an_error_in_the_writer_thread_reaches_the_caller_and_nothing_is_left_ru
     def failing_digest(view):
         raise ValueError("digest refused")
 
+    fds = _open_fds()
     writer = DirectFileWriter(tmp_path / "out.bin", consumers=[failing_digest], buffer_bytes=PAGE)
+    writer.write(np.zeros(PAGE + 10, np.uint8))  # one full buffer goes to the threads, 10 bytes wait
+    time.sleep(0.2)
     with pytest.raises(RuntimeError, match=r"out\.bin.*digest refused"):
-        for _ in range(8):  # the first full buffer fails in the thread; a later write or close says so
-            writer.write(np.zeros(PAGE, np.uint8))
-        writer.close()
-    writer.abort()
-    assert _writer_threads() == []
+        writer.close()  # raised, and still nothing left open
+    assert _writer_threads() == [] and _open_fds() == fds
     with pytest.raises(ValueError, match="write after close"):
         writer.write(b"x")
+
+
+def test_a_write_interrupted_midway_cannot_be_closed_as_if_complete(tmp_path):
+    """Ctrl-C while the caller waits for a free buffer: part of the data is queued, part not."""
+    fds = _open_fds()
+    writer = DirectFileWriter(tmp_path / "out.bin", consumers=[lambda view: time.sleep(0.3)], buffer_bytes=PAGE)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            writer.write(np.ones(10 * PAGE, np.uint8))  # blocks on the slow consumer
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(ValueError, match="earlier write failed"):
+        writer.close()
+    assert _writer_threads() == [] and _open_fds() == fds
 
 
 def test_a_short_stream_is_refused_and_its_writer_stopped(tmp_path):
