@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 PAGE = mmap.PAGESIZE
-BUFFER_BYTES = 16 << 20  # per buffer; a file smaller than that gets a buffer of its size
+BUFFER_BYTES = 4 << 20  # per buffer (3 held: 12 MiB beside the budgeted work); a smaller file gets a buffer of its size
 BUFFERS = 3  # one filled by the caller, up to two queued or being written and consumed
 THREAD_PREFIX = "graphtier-write-"
 
