@@ -14,21 +14,16 @@ CHUNK_BYTES = 64 << 20
 
 
 class FileDigests:
-    """sha256 and BLAKE3 of the bytes fed to it, in one pass."""
+    """sha256 and BLAKE3 of one file's bytes."""
 
-    def __init__(self, data: bytes | memoryview = b"") -> None:
+    def __init__(self) -> None:
         self._sha256 = hashlib.sha256()
         self._blake3 = blake3.blake3()
-        self.update(data)
-
-    def update(self, data: bytes | memoryview) -> None:
-        self._sha256.update(data)
-        self._blake3.update(data)
 
     @property
     def updaters(self) -> tuple:
         """The two digests' own `update`s, for a caller that feeds them from two threads (both
-        release the GIL while hashing), each still seeing the bytes in order."""
+        release the GIL while hashing), each seeing every byte in order."""
         return self._sha256.update, self._blake3.update
 
     @property

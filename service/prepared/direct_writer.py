@@ -19,6 +19,7 @@ error of the thread is raised in the caller by the next `write` or by `close`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import mmap
@@ -30,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-PAGE = mmap.PAGESIZE
+from graphtier.service.storage.dio_alignment import PAGE  # the O_DIRECT alignment every reported one divides
+
 BUFFER_BYTES = 4 << 20  # per buffer (3 held: 12 MiB beside the budgeted work); a smaller file gets a buffer of its size
 BUFFERS = 3  # one filled by the caller, up to two queued or being written and consumed
 THREAD_PREFIX = "graphtier-write-"
@@ -165,10 +167,8 @@ class DirectFileWriter:
         self._closed = True
         os.close(self._fd)
         for buffer in self._buffers:
-            try:
+            with contextlib.suppress(BufferError):  # a consumer kept a view: the mapping goes when that view does
                 buffer.close()
-            except BufferError:  # a consumer kept a view: the mapping goes when that view does
-                pass
 
     def _raise_error(self) -> None:
         error = self._error
