@@ -12,11 +12,23 @@ TORCH_LIBRARY(graphtier, m) {
   m.def(
       "tiered_gather(Tensor ids, Tensor resident, Tensor storage, int[] boundaries, "
       "int num_devices, int device_index, Tensor out) -> Tensor");
+  m.def("count_entries_(Tensor(a!) counts, Tensor ids) -> ()");
+  m.def(
+      "scatter_csc_keys_(Tensor(a!) out, Tensor(b!) cursor, Tensor limit, Tensor owner, "
+      "Tensor other, Tensor relabel, Tensor bucket_starts, int num_nodes, bool both_ways) -> ()");
+  m.def(
+      "compact_csc_keys_(Tensor(a!) keys, int start, int stop, int dest, int num_nodes, "
+      "int first_column, Tensor(b!) degree) -> int");
+  m.def("pull_sum_(Tensor(a!) out, Tensor share, Tensor offsets, Tensor row) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("sample_neighbors", &graphtier::sample_neighbors);
   m.impl("tiered_gather", &graphtier::tiered_gather);
+  m.impl("count_entries_", &graphtier::count_entries_);
+  m.impl("scatter_csc_keys_", &graphtier::scatter_csc_keys_);
+  m.impl("compact_csc_keys_", &graphtier::compact_csc_keys_);
+  m.impl("pull_sum_", &graphtier::pull_sum_);
 }
 
 static PyModuleDef native_module = {

@@ -22,8 +22,11 @@ class ChunkFile(Protocol):
     """A file of rows readable by range (`prepared.spill.SpillArray`)."""
 
     num_rows: int
+    dtype: np.dtype
 
-    def read(self, start: int, stop: int) -> np.ndarray: ...
+    def read(self, start: int, stop: int, buffer: np.ndarray | None = None) -> np.ndarray:
+        """Rows [start, stop): a view, or read into the front of `buffer` when the file is on disk."""
+        ...
 
     def delete(self) -> None: ...
 
@@ -66,9 +69,14 @@ class FileEdges:
             yield ends[0], ends[1]
 
     def raw_chunks(self, max_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The ids as stored, before `relabel` (for counting, which needs no relabelling per edge)."""
-        for start in range(0, self.num_edges, max(1, max_edges)):
-            yield self.src.read(start, start + max_edges), self.dst.read(start, start + max_edges)
+        """The ids as stored, before `relabel` (for a caller that relabels as it goes, or counts by
+        stored id). Files on disk are read into two buffers reused for every chunk: use each chunk
+        before asking for the next."""
+        step = max(1, max_edges)
+        # np.empty: a file in memory returns views and never touches its buffer's pages
+        buffers = [np.empty(min(step, self.num_edges), file.dtype) for file in (self.src, self.dst)]
+        for start in range(0, self.num_edges, step):
+            yield self.src.read(start, start + step, buffers[0]), self.dst.read(start, start + step, buffers[1])
 
     def release(self) -> None:
         self.src.delete()

@@ -16,8 +16,8 @@
 
 All are vectorised torch: one `index_add_` over the edges per iteration, or one per column
 range when the graph is on disk (`DiskCSC`); an undirected graph pulls instead (a gather and a
-per-column sum, see `reverse_pagerank`): the same additions in the same order, so the scores
-are bit-identical either way.
+per-column sum, see `reverse_pagerank`; one native loop, `pull_sum_`, when the ops are built):
+the same additions in the same order, so the scores are bit-identical either way.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphtier.service.errors import DatasetSourceError, GraphtierError
 from graphtier.service.graph.csc import CSCGraph
+from graphtier.service.native_ops import resolve_backend
 
 if TYPE_CHECKING:
     from graphtier.service.prepared.external_sort import DiskCSC
@@ -138,6 +139,8 @@ class _Pull:
         self.graph, self.symmetric = graph, symmetric
         self.in_degree = graph.in_degree()
         self.gathered = torch.empty(0, dtype=torch.float64)  # one column range's in-neighbour shares, reused
+        # the native pull sums each column as it gathers it (same bits, no gathered array)
+        self.native = symmetric and resolve_backend("auto", "PageRank pull") == "native"
 
     def __call__(self, share: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         colptr = self.graph.colptr
@@ -147,10 +150,14 @@ class _Pull:
             if not self.symmetric:
                 out.index_add_(0, row, share[v0:v1].repeat_interleave(self.in_degree[v0:v1], output_size=row.numel()))
                 continue
+            offsets = colptr[v0 : v1 + 1] - colptr[v0]
+            if self.native:
+                torch.ops.graphtier.pull_sum_(out[v0:v1], share, offsets, row)
+                continue
             if self.gathered.numel() < row.numel():
                 self.gathered = torch.empty(row.numel(), dtype=torch.float64)
             gathered = torch.index_select(share, 0, row, out=self.gathered[: row.numel()])
-            out[v0:v1] = torch.segment_reduce(gathered, "sum", offsets=colptr[v0 : v1 + 1] - colptr[v0], unsafe=True)
+            out[v0:v1] = torch.segment_reduce(gathered, "sum", offsets=offsets, unsafe=True)
         return out
 
 

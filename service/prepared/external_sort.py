@@ -1,17 +1,19 @@
-"""The CSC structure built out of core: an on-disk counting sort of the edge list.
+"""The CSC structure built out of core: a counting sort of the edge list by destination.
 
 Same result as `graph.csc.build_csc` (the sorted distinct keys `dst * N + src`, cut into
 columns), in three passes over the edge stream's chunks:
 
 1. count every destination's incoming entries (duplicates and reverse edges included);
 2. cut the destinations into contiguous ranges ("buckets") whose entries fit the working
-   memory, and append every key to its bucket's spill file;
-3. per bucket, in destination order: load its keys, sort, drop duplicates, split into
-   (destination, source), count the column lengths and append the sources to the row file.
+   memory, and put every key in its bucket: when all keys fit in memory, into the bucket's
+   region of one key array (its size is known from the counts), else appended to the
+   bucket's spill file;
+3. per bucket, in destination order: sort its keys, drop duplicates and keep each key's source
+   (the row), counting the column lengths. In memory, each bucket is compacted in place to the
+   end of the row built so far, so the keys become the row without a second array.
 
-With one bucket (the graph fits) the keys stay in memory and no bucket file is written.
-`DiskCSC` is the result: colptr in memory, row in a spill file read column range by range
-(or in memory, when it fits beside the sort).
+The passes over the keys are `csc_passes` (native loops, or numpy). `DiskCSC` is the result:
+colptr in memory, row in memory or in a spill file read column range by column range.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
 from graphtier.service.prepared.budget import MemoryPlan
+from graphtier.service.prepared.csc_passes import compact_keys, count_entries, scatter_keys
 from graphtier.service.prepared.spill import BucketSpill, MemoryArray, SpillArray, new_array
 
 DISTRIBUTE_BYTES_PER_EDGE = 112  # an edge chunk: ids read and relabelled, two keys, bucket ids, grouping
@@ -90,9 +93,9 @@ def _count_entries(edges: TensorEdges | FileEdges, num_nodes: int, undirected: b
     ends = edges.raw_chunks(chunk) if relabel is not None else ((s.numpy(), d.numpy()) for s, d in edges.chunks(chunk))
     counts = np.zeros(num_nodes, dtype=np.int64)
     for src, dst in ends:
-        counts += np.bincount(dst, minlength=num_nodes)
+        count_entries(counts, dst)
         if undirected:
-            counts += np.bincount(src, minlength=num_nodes)
+            count_entries(counts, src)
     if relabel is None:
         return torch.from_numpy(counts)
     relabelled = torch.empty(num_nodes, dtype=torch.int64)
@@ -100,14 +103,30 @@ def _count_entries(edges: TensorEdges | FileEdges, num_nodes: int, undirected: b
     return relabelled
 
 
-def _sorted_distinct(keys: np.ndarray) -> np.ndarray:
-    keys.sort()
-    if keys.size < 2:
-        return keys
-    keep = np.empty(keys.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-    return keys[keep]
+def _scatter_in_memory(edges: TensorEdges | FileEdges, num_nodes: int, undirected: bool, chunk: int,
+                       entry_ptr: torch.Tensor, buckets: list[tuple[int, int]]) -> np.ndarray:
+    """Every entry's key in one array, bucket b's in its region [entry_ptr[v0], entry_ptr[v1])."""
+    keys = np.empty(int(entry_ptr[-1]), dtype=np.int64)
+    cursor = np.array([int(entry_ptr[v0]) for v0, _ in buckets], dtype=np.int64)
+    limit = np.array([int(entry_ptr[v1]) for _, v1 in buckets], dtype=np.int64)
+    relabel = edges.relabel if isinstance(edges, FileEdges) else None
+    if relabel is not None and num_nodes <= np.iinfo(np.int32).max:
+        relabel = relabel.to(torch.int32)  # looked up edge by edge: int32 halves the table the lookups miss in
+    if isinstance(edges, FileEdges):  # the stored ids (any integer width), relabelled as they are scattered
+        pairs = ((torch.from_numpy(src), torch.from_numpy(dst)) for src, dst in edges.raw_chunks(chunk))
+    else:
+        pairs = edges.chunks(chunk)
+    starts = np.array([v0 for v0, _ in buckets], dtype=np.int64)
+    for src, dst in pairs:
+        scatter_keys(keys, cursor, limit, dst, src, num_nodes=num_nodes, relabel=relabel, bucket_starts=starts,
+                     both_ways=undirected)
+    edges.release()
+    if not np.array_equal(cursor, limit):
+        short = int(np.flatnonzero(cursor != limit)[0])
+        raise RuntimeError(f"CSC build: bucket {short} got {cursor[short] - int(entry_ptr[buckets[short][0]])} keys "
+                           f"but {limit[short] - int(entry_ptr[buckets[short][0]])} entries were counted "
+                           "(the edge source changed between its passes)")
+    return keys
 
 
 def build_csc_external(
@@ -131,47 +150,41 @@ def build_csc_external(
     torch.cumsum(entries, 0, out=entry_ptr[1:])
     del entries
     buckets = column_ranges(entry_ptr, per_bucket)
-    node_bucket = None  # the bucket of each destination node
-    if len(buckets) > 1:
+    degree = np.zeros(n, dtype=np.int64)
+    keys_in_memory = keys_in_memory or len(buckets) == 1
+    spilled_bytes = 0
+    if keys_in_memory:
+        # one key array; each bucket sorted and compacted in place, the row growing in front of them
+        keys = _scatter_in_memory(edges, n, undirected, chunk, entry_ptr, buckets)
+        kept = 0
+        for v0, v1 in buckets:
+            start, stop = int(entry_ptr[v0]), int(entry_ptr[v1])
+            keys[start:stop].sort()
+            kept += compact_keys(keys, start, stop, kept, num_nodes=n, first_column=v0, degree=degree[v0:v1])
+        row: SpillArray | MemoryArray = MemoryArray.holding(keys[:kept])
+        row_in_memory = True
+    else:
         widths = torch.tensor([v1 - v0 for v0, v1 in buckets])
         node_bucket = torch.repeat_interleave(torch.arange(len(buckets), dtype=torch.int32), widths).numpy()
-
-    in_memory = np.empty(total if len(buckets) == 1 else 0, dtype=np.int64)
-    capacities = [int(entry_ptr[v1] - entry_ptr[v0]) for v0, v1 in buckets] if keys_in_memory else None
-    spill = None if len(buckets) == 1 else \
-        BucketSpill(spill_dir, "csc-keys", len(buckets), {"key": (np.int64, ())}, capacities=capacities)
-    filled = 0
-    for src, dst in edges.chunks(chunk):
-        for owner, other in ((dst, src), (src, dst)) if undirected else ((dst, src),):
-            keys = owner * n + other
-            if spill is None:
-                in_memory[filled : filled + keys.numel()] = keys.numpy()
-                filled += keys.numel()
-            else:
-                spill.add(node_bucket[owner.numpy()], key=keys)
-    edges.release()
-
-    # the row stays in memory when it fits beside the sort of the largest bucket
-    plan.refresh()
-    largest = max(int(entry_ptr[v1] - entry_ptr[v0]) for v0, v1 in buckets)
-    row_in_memory = (keys_in_memory and len(buckets) > 1) or plan.fits(8 * total + SORT_BYTES_PER_KEY * largest)
-    row = new_array(Path(spill_dir) / "csc-row.i64", np.int64, capacity=total, in_memory=row_in_memory)
-    degree = torch.zeros(n, dtype=torch.int64)
-    for b, (v0, v1) in enumerate(buckets):
-        keys = in_memory if spill is None else spill.take(b)["key"]
-        in_memory = np.empty(0, dtype=np.int64)
-        keys = _sorted_distinct(keys)
-        dst = keys // n
-        keys -= dst * n
-        if v0:
-            dst -= v0
-        degree[v0:v1] = torch.from_numpy(np.bincount(dst, minlength=v1 - v0))
-        del dst
-        row.append(keys)
-        del keys
+        spill = BucketSpill(spill_dir, "csc-keys", len(buckets), {"key": (np.int64, ())})
+        for src, dst in edges.chunks(chunk):
+            for owner, other in ((dst, src), (src, dst)) if undirected else ((dst, src),):
+                spill.add(node_bucket[owner.numpy()], key=owner * n + other)
+        edges.release()
+        spilled_bytes = spill.bytes_written
+        # the row stays in memory when it fits beside the sort of the largest bucket
+        plan.refresh()
+        largest = max(int(entry_ptr[v1] - entry_ptr[v0]) for v0, v1 in buckets)
+        row_in_memory = plan.fits(8 * total + SORT_BYTES_PER_KEY * largest)
+        row = new_array(Path(spill_dir) / "csc-row.i64", np.int64, capacity=total, in_memory=row_in_memory)
+        for b, (v0, v1) in enumerate(buckets):
+            keys = spill.take(b)["key"]
+            keys.sort()
+            row.append(keys[: compact_keys(keys, 0, keys.size, 0, num_nodes=n, first_column=v0, degree=degree[v0:v1])])
+            del keys
     colptr = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(degree, 0, out=colptr[1:])
-    stats = {"entries": total, "buckets": len(buckets), "spilled_bytes": 0 if spill is None else spill.bytes_written,
-             "keys_in_memory": spill is None or spill.in_memory, "row_in_memory": row_in_memory}
+    torch.cumsum(torch.from_numpy(degree), 0, out=colptr[1:])
+    stats = {"entries": total, "buckets": len(buckets), "spilled_bytes": spilled_bytes,
+             "keys_in_memory": keys_in_memory, "row_in_memory": row_in_memory}
     plan.refresh()
     return DiskCSC(colptr, row, plan.units(SCAN_BYTES_PER_EDGE, share=0.5, cap=4 * MAX_CHUNK)), stats

@@ -124,6 +124,13 @@ class MemoryArray:
         self.data = np.empty((capacity, *self.row_shape), self.dtype)
         self.num_rows = 0
 
+    @classmethod
+    def holding(cls, data: np.ndarray) -> "MemoryArray":
+        """The rows of `data`, not copied (an array built in place by its producer)."""
+        array = cls(data.dtype, data.shape[1:], capacity=0)
+        array.data, array.num_rows = data, data.shape[0]
+        return array
+
     @property
     def nbytes(self) -> int:
         return self.num_rows * self.data.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
@@ -152,26 +159,17 @@ def new_array(path: Path, dtype, row_shape: tuple[int, ...] = (), *, capacity: i
 
 
 class BucketSpill:
-    """`num_buckets` groups of records with named fields, appended chunk by chunk, read back one group at a time.
-
-    With `capacities` (records per group, known in advance) the groups are held in memory instead
-    of spill files, for a caller whose budget lets all of them stay: no page-cache writes and reads.
-    """
+    """`num_buckets` groups of records with named fields, appended chunk by chunk, read back one group at a time."""
 
     MAX_OPEN = 128  # descriptors held open at once; beyond that each append reopens its file
 
-    def __init__(self, directory: Path, name: str, num_buckets: int, fields: dict[str, tuple[np.dtype, tuple[int, ...]]],
-                 capacities: list[int] | None = None):
+    def __init__(self, directory: Path, name: str, num_buckets: int, fields: dict[str, tuple[np.dtype, tuple[int, ...]]]):
         self.num_buckets = num_buckets
         self.fields = fields
-        self.files: list[dict[str, SpillArray | MemoryArray]] = []
-        self.in_memory = capacities is not None
-        self._reopen = not self.in_memory and num_buckets * len(fields) > self.MAX_OPEN
+        self.files: list[dict[str, SpillArray]] = []
+        self._reopen = num_buckets * len(fields) > self.MAX_OPEN
         for b in range(num_buckets):
-            if capacities is not None:
-                group = {f: MemoryArray(dtype, shape, capacity=capacities[b]) for f, (dtype, shape) in fields.items()}
-            else:
-                group = {f: SpillArray(Path(directory) / f"{name}.{b}.{f}", dtype, shape) for f, (dtype, shape) in fields.items()}
+            group = {f: SpillArray(Path(directory) / f"{name}.{b}.{f}", dtype, shape) for f, (dtype, shape) in fields.items()}
             if self._reopen:
                 for spill in group.values():
                     spill.close()
@@ -197,8 +195,7 @@ class BucketSpill:
         spill.append(records)
         if self._reopen:
             spill.close()
-        if not self.in_memory:
-            self.bytes_written += records.nbytes
+        self.bytes_written += records.nbytes
 
     def take(self, b: int) -> dict[str, np.ndarray]:
         """Every record of group `b`, whose files are then deleted."""

@@ -24,4 +24,28 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
                          const at::Tensor& storage, at::IntArrayRef boundaries,
                          int64_t num_devices, int64_t device_index, const at::Tensor& out);
 
+// Out-of-core CSC build passes (csc_build.cpp; service/prepared/csc_passes.py has the contract
+// and the numpy fallback each is tested against).
+// counts[ids[i]] += 1 for every i.
+void count_entries_(at::Tensor& counts, const at::Tensor& ids);
+// For each edge i, with a = relabel[owner[i]] and b = relabel[other[i]] (relabel empty: the
+// ids themselves): key a * num_nodes + b goes to out[cursor[B(a)]++], B(a) = the last bucket
+// whose start column (bucket_starts, increasing from 0) is <= a; with both_ways also
+// b * num_nodes + a to out[cursor[B(b)]++]. Refuses to write a bucket past its limit.
+void scatter_csc_keys_(at::Tensor& out, at::Tensor& cursor, const at::Tensor& limit,
+                       const at::Tensor& owner, const at::Tensor& other,
+                       const at::Tensor& relabel, const at::Tensor& bucket_starts,
+                       int64_t num_nodes, bool both_ways);
+// The sorted keys[start:stop] (column * num_nodes + source) of columns [first_column,
+// first_column + degree.numel()): writes their distinct sources to keys[dest:] (dest <= start:
+// in place), adds each column's count to `degree` and returns how many were kept.
+int64_t compact_csc_keys_(at::Tensor& keys, int64_t start, int64_t stop, int64_t dest,
+                          int64_t num_nodes, int64_t first_column, at::Tensor& degree);
+
+// out[v] = sum of share[row[j]] for j in [offsets[v], offsets[v + 1]), added in order from
+// 0.0 (pull_sum.cpp): one PageRank pull over a column range, the bits of
+// index_select + segment_reduce.
+void pull_sum_(at::Tensor& out, const at::Tensor& share, const at::Tensor& offsets,
+               const at::Tensor& row);
+
 }  // namespace graphtier
