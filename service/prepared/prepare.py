@@ -24,6 +24,7 @@ from graphtier.service.graph.graph_data import SPLIT_NAMES, GraphData
 from graphtier.service.hotness import ScoreSpec, compute_scores, reorder_by_score
 from graphtier.service.prepared.budget import MemoryPlan, parse_memory_budget
 from graphtier.service.prepared.catalog import DatasetWriter, default_dataset_root, validate_name
+from graphtier.service.prepared.huge_pages import numpy_huge_pages_for_preparation
 from graphtier.service.prepared.manifest import DatasetManifest
 
 StepCallback = Callable[[str, str], None]  # (step name, "start" | "done")
@@ -120,7 +121,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 
     writer = DatasetWriter(root, config.name, overwrite=config.overwrite)  # fails early on an existing name
-    with writer:
+    with writer, numpy_huge_pages_for_preparation() as huge_pages:
         if budget is None:
             content = _prepare_in_memory(config, writer, clock)
         else:
@@ -148,6 +149,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
                 "path": "in-memory" if budget is None else "out-of-core",
                 "peak_rss_after_step_bytes": dict(clock.peaks),
                 "cpu_s_by_step": dict(clock.cpu),
+                "huge_pages": huge_pages,
                 **content.details,
             },
             notes=content.notes,
