@@ -19,7 +19,7 @@
 namespace graphtier {
 namespace {
 
-constexpr int64_t kLookahead = 16;         // entries ahead whose share is prefetched
+constexpr int64_t kLookahead = 64;         // entries ahead whose share is prefetched
 constexpr int64_t kEntriesPerTask = 65536;  // work per parallel task, in edges
 
 void check_vector(const at::Tensor& t, const char* name, at::ScalarType dtype) {
