@@ -4,12 +4,11 @@ It draws exactly the numbers `synthetic.generate_rmat` draws, in the same order,
 two give the same graph byte for byte. The bit planes of the R-MAT levels
 (`rmat_bits`) go to a spill file; a final pass reads them back chunk by chunk, assembles
 the ids, rewires, drops self loops and writes the edges (int32, before the random
-relabelling, which is applied on read). Features are drawn in chunks (see
-`synthetic.feature_chunk_rows`); when they do not fit in memory they are not spilled but
-drawn again when they are placed (`DrawnRows`: the generator state is saved and the
-generator skipped past them), so N x F floats are neither written nor read back. Any of
-the three that fits in a share of the working memory stays in memory: spill only what
-does not fit.
+relabelling, which is applied on read). Features are drawn only when they are placed, in
+chunks (`DrawnRows`: the generator's state is saved and the generator skipped past them
+here), so N x F floats are neither held, nor written and read back; a graph whose node
+count is not a multiple of 16 (scale < 4) cannot skip exactly and draws them here. The bit planes and the edges stay in
+memory when they fit in a share of the working memory: spill only what does not fit.
 """
 
 from __future__ import annotations
@@ -111,13 +110,17 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
     centroids = torch.randn(num_classes, feature_dim, generator=gen)
     plan.refresh()
     feature_rows: FileRows | DrawnRows
-    if num_nodes % 16 or plan.fits(4 * num_nodes * feature_dim, share=KEEP_SHARE):
+    # Drawn again when they are placed whenever they can be (a multiple of 16 rows, see
+    # `skip_uniforms`), even when they would fit: N x F floats held through every later step
+    # cost more than the draws. Scale 22 under the default budget (CI VM): 23.7 s and a 4.34 GiB
+    # peak with them held, 17.7 s and 2.46 GiB drawn again; scale 21: 8.5 s against 8.6 s.
+    if num_nodes % 16:
         features = array("features.f32", np.float32, (feature_dim,), rows=num_nodes)
         rows = rmat.feature_chunk_rows(num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.2, cap=1 << 16))
         for _, block in rmat.rmat_feature_chunks(gen, labels, centroids, noise, rows):
             features.append(block)
         feature_rows = FileRows(features, (feature_dim,), np.float32)
-    else:  # drawn when they are placed, instead of written to a spill file and read back
+    else:  # drawn when they are placed, instead of held in memory or in a spill file
         feature_rows = DrawnRows(gen.get_state(), labels, centroids, noise)
         skip_uniforms(gen, num_nodes * feature_dim)
         kept.append("features.f32 (drawn again when placed)")
