@@ -1,4 +1,4 @@
-// The passes of the out-of-core CSC build (service/prepared/external_sort.py) as single loops.
+// The passes of the out-of-core CSC build (service/prepared/out_of_core/external_sort.py) as single loops.
 //
 // Each replaces a chain of numpy calls that allocated one or more temporaries per chunk as
 // large as the chunk (ids widened to int64, relabelled ids, keys, bucket ids, a grouping

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.graph_data import SPLIT_NAMES, GraphData
 from graphtier.service.hotness import ScoreSpec, compute_scores, reorder_by_score
-from graphtier.service.prepared.budget import MemoryPlan, parse_memory_budget
+from graphtier.service.prepared.out_of_core.budget import MemoryPlan, parse_memory_budget
 from graphtier.service.prepared.catalog import DatasetWriter, default_dataset_root, validate_name
 from graphtier.service.prepared.huge_pages import numpy_huge_pages_for_preparation
 from graphtier.service.prepared.manifest import DatasetManifest
@@ -118,7 +118,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     # Import both paths before the temporary directory exists: an interrupt that lands inside an
     # import can make the interpreter exit by SIGINT instead of through our clean-up and status.
     import graphtier.service.sources  # noqa: F401
-    from graphtier.service.prepared.out_of_core import prepare_out_of_core
+    from graphtier.service.prepared.out_of_core.pipeline import prepare_out_of_core
 
     writer = DatasetWriter(root, config.name, overwrite=config.overwrite)  # fails early on an existing name
     with writer, numpy_huge_pages_for_preparation() as huge_pages:

@@ -24,7 +24,7 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
                          const at::Tensor& storage, at::IntArrayRef boundaries,
                          int64_t num_devices, int64_t device_index, const at::Tensor& out);
 
-// Out-of-core CSC build passes (csc_build.cpp; service/prepared/csc_passes.py has the contract
+// Out-of-core CSC build passes (csc_build.cpp; service/prepared/out_of_core/csc_passes.py has the contract
 // and the numpy fallback each is tested against).
 // counts[ids[i]] += 1 for every i.
 void count_entries_(at::Tensor& counts, const at::Tensor& ids);

@@ -10,10 +10,10 @@ import torch
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
 from graphtier.service.native_ops import native_available, unavailable_reason
-from graphtier.service.prepared.budget import MemoryPlan
-from graphtier.service.prepared.csc_passes import compact_keys, count_entries, scatter_keys
-from graphtier.service.prepared.external_sort import build_csc_external
-from graphtier.service.prepared.spill import MemoryArray
+from graphtier.service.prepared.out_of_core.budget import MemoryPlan
+from graphtier.service.prepared.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
+from graphtier.service.prepared.out_of_core.external_sort import build_csc_external
+from graphtier.service.prepared.out_of_core.spill import MemoryArray
 
 BACKENDS = [
     "torch",
