@@ -21,6 +21,7 @@ namespace {
 
 constexpr int64_t kLookahead = 16;     // ids ahead whose table entries are prefetched
 constexpr int64_t kLinearBuckets = 16;  // up to this many buckets, found by a linear count
+constexpr int64_t kMaxKeyedNodes = 3037000499;  // every key column * N + source fits in int64
 
 void check_vector(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.dim() == 1 && t.is_contiguous(), name,
@@ -82,7 +83,8 @@ void scatter_csc_keys_(at::Tensor& out, at::Tensor& cursor, const at::Tensor& li
   check_ids(other, "other");
   TORCH_CHECK(owner.numel() == other.numel(), "owner has ", owner.numel(), " ids but other has ",
               other.numel());
-  TORCH_CHECK(num_nodes >= 1, "num_nodes must be positive, got ", num_nodes);
+  TORCH_CHECK(num_nodes >= 1 && num_nodes <= kMaxKeyedNodes, "num_nodes must be in [1, ",
+              kMaxKeyedNodes, "] for its keys to fit in int64, got ", num_nodes);
   const bool mapped = relabel.numel() > 0;
   if (mapped) {
     check_ids(relabel, "relabel");
@@ -169,7 +171,8 @@ int64_t compact_csc_keys_(at::Tensor& keys, int64_t start, int64_t stop, int64_t
   TORCH_CHECK(keys.scalar_type() == at::kLong, "keys must be int64");
   check_vector(degree, "degree");
   TORCH_CHECK(degree.scalar_type() == at::kLong, "degree must be int64");
-  TORCH_CHECK(num_nodes >= 1 && first_column >= 0, "need num_nodes >= 1 and first_column >= 0");
+  TORCH_CHECK(num_nodes >= 1 && num_nodes <= kMaxKeyedNodes && first_column >= 0,
+              "need 1 <= num_nodes <= ", kMaxKeyedNodes, " and first_column >= 0");
   TORCH_CHECK(0 <= dest && dest <= start && start <= stop && stop <= keys.numel(),
               "need 0 <= dest <= start <= stop <= ", keys.numel(), ", got dest ", dest, ", start ",
               start, ", stop ", stop);

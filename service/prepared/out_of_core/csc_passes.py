@@ -49,7 +49,7 @@ def scatter_keys(
     if _native(backend):
         torch.ops.graphtier.scatter_csc_keys_(
             torch.from_numpy(keys), torch.from_numpy(cursor), torch.from_numpy(limit), owner.contiguous(),
-            other.contiguous(), torch.empty(0, dtype=torch.int64) if relabel is None else relabel,
+            other.contiguous(), torch.empty(0, dtype=torch.int64) if relabel is None else relabel.contiguous(),
             torch.from_numpy(bucket_starts), num_nodes, both_ways,
         )
         return

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphtier.service.errors import GraphtierError
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
 from graphtier.service.prepared.out_of_core.budget import MemoryPlan
 from graphtier.service.prepared.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
@@ -34,6 +35,7 @@ SORT_BYTES_PER_KEY = 28  # a bucket: keys, dedup mask, distinct keys, destinatio
 SCAN_BYTES_PER_EDGE = 32  # a column range read for scoring: row, expanded shares
 MAX_CHUNK = 1 << 22
 KEYS_IN_MEMORY_SHARE = 0.6  # of the working memory, at most, for all keys held at once (the chunk takes 0.2)
+MAX_KEYED_NODES = 3_037_000_499  # the most nodes N for which every key dst * N + src fits in int64
 MAX_MEMORY_BUCKETS = 64  # keys held in memory only when buckets of at least total/64 keys can be sorted beside them
 
 
@@ -134,6 +136,9 @@ def build_csc_external(
 ) -> tuple[DiskCSC, dict[str, object]]:
     """The deduplicated CSC of `edges` (plus every reverse edge when `undirected`), see the module docstring."""
     n = num_nodes
+    if n > MAX_KEYED_NODES:
+        raise GraphtierError(f"{n} nodes: the CSC build keys an entry as destination * N + source in int64, "
+                             f"which holds at most {MAX_KEYED_NODES} nodes")
     plan.refresh()
     chunk = plan.units(DISTRIBUTE_BYTES_PER_EDGE, share=0.2, cap=MAX_CHUNK)
     entries = _count_entries(edges, n, undirected, chunk)
@@ -161,7 +166,8 @@ def build_csc_external(
             start, stop = int(entry_ptr[v0]), int(entry_ptr[v1])
             keys[start:stop].sort()
             kept += compact_keys(keys, start, stop, kept, num_nodes=n, first_column=v0, degree=degree[v0:v1])
-        row: SpillArray | MemoryArray = MemoryArray.holding(keys[:kept])
+        keys.resize(kept, refcheck=False)  # the repeats' tail given back (glibc shrinks the mapping in place)
+        row: SpillArray | MemoryArray = MemoryArray.holding(keys)
         row_in_memory = True
     else:
         widths = torch.tensor([v1 - v0 for v0, v1 in buckets])

@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 import torch
 
+from graphtier.service.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
 from graphtier.service.native_ops import native_available, unavailable_reason
 from graphtier.service.prepared.out_of_core.budget import MemoryPlan
 from graphtier.service.prepared.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
 from graphtier.service.prepared.out_of_core.external_sort import build_csc_external
-from graphtier.service.prepared.out_of_core.spill import MemoryArray
+from graphtier.service.prepared.out_of_core import csc_passes
+from graphtier.service.prepared.out_of_core.spill import MemoryArray, SpillArray
 
 BACKENDS = [
     "torch",
@@ -115,22 +117,27 @@ def test_native_passes_name_the_bad_value():
         compact_keys(outside, 0, 1, 0, num_nodes=10, first_column=0, degree=np.zeros(1, np.int64), backend="native")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("undirected", [False, True])
 @pytest.mark.parametrize("work_bytes", [64 << 20, 2 << 20, 512 << 10], ids=["one-bucket", "buckets-in-memory", "spilled"])
-def test_build_csc_external_equals_build_csc(tmp_path, undirected, work_bytes):
-    """Every way the budget can steer the build gives `build_csc`'s graph: keys in one bucket, in
-    many buckets of one array, or in bucket spill files; edges in memory or relabelled from files."""
+def test_build_csc_external_equals_build_csc(tmp_path, monkeypatch, backend, undirected, work_bytes):
+    """Every way the budget can steer the build gives `build_csc`'s graph, with either backend: keys
+    in one bucket, in many buckets of one array, or in bucket spill files; edges in memory, or
+    relabelled from files in memory or on disk (read chunk after chunk into reused buffers)."""
+    monkeypatch.setattr(csc_passes, "_native", lambda _backend: backend == "native")
     n = 4000
     src, dst = skewed_edges(n, 60_000, seed=3)
     keep = src != dst
     src, dst = src[keep], dst[keep]
     expected = build_csc(n, src, dst, undirected=undirected)
     relabel = torch.randperm(n, generator=torch.Generator().manual_seed(8))
-    files = [MemoryArray(np.int32, capacity=src.numel()) for _ in range(2)]
-    for file, ids in zip(files, (src, dst)):
+    in_memory = [MemoryArray(np.int32, capacity=src.numel()) for _ in range(2)]
+    on_disk = [SpillArray(tmp_path / f"edges.{k}", np.int32) for k in range(2)]
+    for file, ids in zip(in_memory + on_disk, (src, dst, src, dst)):
         file.append(ids.to(torch.int32))
     relabelled = build_csc(n, relabel[src], relabel[dst], undirected=undirected)
-    for edges, want in ((TensorEdges(src, dst), expected), (FileEdges(files[0], files[1], relabel), relabelled)):
+    for edges, want in ((TensorEdges(src, dst), expected), (FileEdges(*in_memory, relabel), relabelled),
+                        (FileEdges(*on_disk, relabel), relabelled)):
         plan = MemoryPlan.start(1 << 40, work_bytes=work_bytes)
         csc, stats = build_csc_external(edges, n, undirected=undirected, spill_dir=tmp_path, plan=plan)
         assert torch.equal(csc.colptr, want.colptr)
@@ -139,3 +146,6 @@ def test_build_csc_external_equals_build_csc(tmp_path, undirected, work_bytes):
         assert stats["keys_in_memory"] == expected_layout[1], stats
         assert (stats["buckets"] == 1) == (expected_layout[0] == 1), stats
         csc.release()
+    with pytest.raises(GraphtierError, match="3037000499 nodes"):
+        build_csc_external(TensorEdges(src, dst), 3_037_000_500, undirected=False, spill_dir=tmp_path,
+                           plan=MemoryPlan.start(1 << 40, work_bytes=work_bytes))

@@ -56,6 +56,9 @@ def test_huge_pages_are_off_inside_and_restored_after(tmp_path, monkeypatch):
             assert decided["numpy_huge_pages"] is False and "free page reporting" in decided["why"]
             assert switch(False) is False  # what was in force inside the block
         assert switch(True) is True  # restored
+        with pytest.raises(KeyboardInterrupt), numpy_huge_pages_for_preparation(tmp_path):
+            raise KeyboardInterrupt  # an interrupted preparation restores it too
+        assert switch(True) is True
         with numpy_huge_pages_for_preparation(tmp_path / "bare-metal") as decided:
             assert decided == {"numpy_huge_pages": True, "why": "numpy's default"}
             assert switch(True) is True
