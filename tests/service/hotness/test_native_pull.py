@@ -8,16 +8,8 @@ import torch
 
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.hotness.scores import _Pull
-from graphtier.service.native_ops import native_available, unavailable_reason
 
-BACKENDS = [
-    "torch",
-    pytest.param(
-        "native",
-        marks=pytest.mark.skipif(not native_available(), reason=f"native ops not built: {unavailable_reason()}"),
-    ),
-]
-needs_native = pytest.mark.skipif(not native_available(), reason=f"native ops not built: {unavailable_reason()}")
+from native_backends import BACKENDS, needs_native
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -10,21 +10,13 @@ import torch
 from graphtier.service.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
-from graphtier.service.native_ops import native_available, unavailable_reason
 from graphtier.service.prepared.out_of_core.budget import MemoryPlan
 from graphtier.service.prepared.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
 from graphtier.service.prepared.out_of_core.external_sort import build_csc_external
 from graphtier.service.prepared.out_of_core import csc_passes
 from graphtier.service.prepared.out_of_core.spill import MemoryArray, SpillArray
 
-BACKENDS = [
-    "torch",
-    pytest.param(
-        "native",
-        marks=pytest.mark.skipif(not native_available(), reason=f"native ops not built: {unavailable_reason()}"),
-    ),
-]
-needs_native = pytest.mark.skipif(not native_available(), reason=f"native ops not built: {unavailable_reason()}")
+from native_backends import BACKENDS, needs_native
 
 
 def skewed_edges(n: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
