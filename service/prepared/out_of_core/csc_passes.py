@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from graphtier.service.native_ops import Backend, resolve_backend
+from graphtier.service.prepared.out_of_core.spill import group_by_bucket
 
 
 def _native(backend: Backend) -> bool:
@@ -27,6 +28,11 @@ def count_entries(counts: np.ndarray, ids: np.ndarray, *, backend: Backend = "au
         torch.ops.graphtier.count_entries_(torch.from_numpy(counts), torch.from_numpy(np.ascontiguousarray(ids)))
     else:
         counts += np.bincount(ids, minlength=counts.size)
+
+
+def bucket_of(bucket_starts: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """Each column's bucket: the last whose first column in `bucket_starts` (increasing from 0) is <= it."""
+    return np.searchsorted(bucket_starts, columns, side="right") - 1
 
 
 def scatter_keys(
@@ -57,9 +63,7 @@ def scatter_keys(
             for ids in (owner, other))
     for column, source in ((a, b), (b, a)) if both_ways else ((a, b),):
         new = (column * num_nodes + source).numpy()
-        bucket = np.searchsorted(bucket_starts, column.numpy(), side="right") - 1
-        order = np.argsort(bucket, kind="stable")
-        bounds = np.searchsorted(bucket[order], np.arange(cursor.size + 1))
+        order, bounds = group_by_bucket(bucket_of(bucket_starts, column.numpy()), cursor.size)
         for k in np.flatnonzero(np.diff(bounds)):
             count = int(bounds[k + 1] - bounds[k])
             if cursor[k] + count > limit[k]:

@@ -27,7 +27,7 @@ import torch
 from graphtier.service.errors import GraphtierError
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
 from graphtier.service.prepared.out_of_core.budget import MemoryPlan
-from graphtier.service.prepared.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
+from graphtier.service.prepared.out_of_core.csc_passes import bucket_of, compact_keys, count_entries, scatter_keys
 from graphtier.service.prepared.out_of_core.spill import BucketSpill, MemoryArray, SpillArray, new_array
 
 DISTRIBUTE_BYTES_PER_EDGE = 112  # an edge chunk: ids read and relabelled, two keys, bucket ids, grouping
@@ -106,7 +106,7 @@ def _count_entries(edges: TensorEdges | FileEdges, num_nodes: int, undirected: b
 
 
 def _scatter_in_memory(edges: TensorEdges | FileEdges, num_nodes: int, undirected: bool, chunk: int,
-                       entry_ptr: torch.Tensor, buckets: list[tuple[int, int]]) -> np.ndarray:
+                       entry_ptr: torch.Tensor, buckets: list[tuple[int, int]], starts: np.ndarray) -> np.ndarray:
     """Every entry's key in one array, bucket b's in its region [entry_ptr[v0], entry_ptr[v1])."""
     keys = np.empty(int(entry_ptr[-1]), dtype=np.int64)
     cursor = np.array([int(entry_ptr[v0]) for v0, _ in buckets], dtype=np.int64)
@@ -118,7 +118,6 @@ def _scatter_in_memory(edges: TensorEdges | FileEdges, num_nodes: int, undirecte
         pairs = ((torch.from_numpy(src), torch.from_numpy(dst)) for src, dst in edges.raw_chunks(chunk))
     else:
         pairs = edges.chunks(chunk)
-    starts = np.array([v0 for v0, _ in buckets], dtype=np.int64)
     for src, dst in pairs:
         scatter_keys(keys, cursor, limit, dst, src, num_nodes=num_nodes, relabel=relabel, bucket_starts=starts,
                      both_ways=undirected)
@@ -155,12 +154,13 @@ def build_csc_external(
     torch.cumsum(entries, 0, out=entry_ptr[1:])
     del entries
     buckets = column_ranges(entry_ptr, per_bucket)
+    starts = np.array([v0 for v0, _ in buckets], dtype=np.int64)  # each bucket's first column
     degree = np.zeros(n, dtype=np.int64)
     keys_in_memory = keys_in_memory or len(buckets) == 1
     spilled_bytes = 0
     if keys_in_memory:
         # one key array; each bucket sorted and compacted in place, the row growing in front of them
-        keys = _scatter_in_memory(edges, n, undirected, chunk, entry_ptr, buckets)
+        keys = _scatter_in_memory(edges, n, undirected, chunk, entry_ptr, buckets, starts)
         kept = 0
         for v0, v1 in buckets:
             start, stop = int(entry_ptr[v0]), int(entry_ptr[v1])
@@ -170,12 +170,10 @@ def build_csc_external(
         row: SpillArray | MemoryArray = MemoryArray.holding(keys)
         row_in_memory = True
     else:
-        widths = torch.tensor([v1 - v0 for v0, v1 in buckets])
-        node_bucket = torch.repeat_interleave(torch.arange(len(buckets), dtype=torch.int32), widths).numpy()
         spill = BucketSpill(spill_dir, "csc-keys", len(buckets), {"key": (np.int64, ())})
         for src, dst in edges.chunks(chunk):
             for owner, other in ((dst, src), (src, dst)) if undirected else ((dst, src),):
-                spill.add(node_bucket[owner.numpy()], key=owner * n + other)
+                spill.add(bucket_of(starts, owner.numpy()), key=owner * n + other)
         edges.release()
         spilled_bytes = spill.bytes_written
         # the row stays in memory when it fits beside the sort of the largest bucket

@@ -158,6 +158,14 @@ def new_array(path: Path, dtype, row_shape: tuple[int, ...] = (), *, capacity: i
     return MemoryArray(dtype, row_shape, capacity=capacity) if in_memory else SpillArray(path, dtype, row_shape)
 
 
+def group_by_bucket(bucket: np.ndarray, num_buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): `order[bounds[b]:bounds[b + 1]]` are the positions i with `bucket[i] == b`, in order."""
+    small = np.uint8 if num_buckets <= 256 else np.uint16 if num_buckets <= 65536 else np.int64
+    bucket = bucket.astype(small, copy=False)
+    order = np.argsort(bucket, kind="stable")  # a radix sort for 8- and 16-bit keys: O(n)
+    return order, np.searchsorted(bucket[order], np.arange(num_buckets + 1), side="left")
+
+
 class BucketSpill:
     """`num_buckets` groups of records with named fields, appended chunk by chunk, read back one group at a time."""
 
@@ -178,11 +186,7 @@ class BucketSpill:
 
     def add(self, bucket: np.ndarray, **values: torch.Tensor | np.ndarray) -> None:
         """Append record i of `values` to group `bucket[i]`."""
-        bucket = as_numpy(bucket)
-        small = np.uint8 if self.num_buckets <= 256 else np.uint16 if self.num_buckets <= 65536 else np.int64
-        bucket = bucket.astype(small, copy=False)
-        order = np.argsort(bucket, kind="stable")  # a radix sort for 8- and 16-bit keys: O(n)
-        bounds = np.searchsorted(bucket[order], np.arange(self.num_buckets + 1), side="left")
+        order, bounds = group_by_bucket(as_numpy(bucket), self.num_buckets)
         for field, data in values.items():
             grouped = np.take(as_numpy(data), order, axis=0)
             for b in np.flatnonzero(np.diff(bounds)):
