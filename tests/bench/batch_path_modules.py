@@ -2,17 +2,18 @@
 
 Runs the real thing as a user would (CLI processes, a daemon, its producer processes and torchrun
 ranks) on a small synthetic dataset, with a profile hook installed in every Python process
-through a `sitecustomize` on PYTHONPATH. The hook records the module of every graphtier function
-called, per process, and this script reports the distinct modules by role:
+through a `sitecustomize` on PYTHONPATH. The hook counts the calls of graphtier functions by
+module, per process, and this script reports by role:
 
-  submit    -- the `graphtier job submit --wait` process (the client side of a submission);
-  daemon    -- graphtierd (start-up, the submission's RPCs, the runner, status);
-  producer  -- the producer processes (sample, gather, fill the ping-pong slots);
-  rank      -- the torchrun trainer ranks (read a slot, build the batch, train a step);
-  batch path -- submit | producer | rank: the modules a batch's own code runs through.
+  submit     -- the `graphtier job submit --wait` process: every module it ran;
+  producer   -- the producer processes (sample, gather, fill the ping-pong slots) and
+  rank       -- the torchrun trainer ranks (read a slot, build the batch, train a step): the
+                modules called at least once per batch (as often as the job's batches, or more),
+                which leaves out start-up and set-up code;
+  batch path -- the union of the three: the modules a batch passes through.
 
-The daemon's figure includes everything it does at start-up, so it is shown on its own. The
-generated gRPC code (`graphtier.v1`) is left out of every count.
+The daemon and the other CLI processes are shown with every module they ran. The generated
+gRPC code (`graphtier.v1`) is left out of every count.
 Run: python tests/bench/batch_path_modules.py [--json]
 """
 
