@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,8 +22,8 @@ def _free_port() -> int:
 
 
 def _torchrun(small_rmat, out: Path, epochs: int, ckpt_every: int, *, max_restarts: int = 0, env: dict | None = None):
-    torchrun = shutil.which("torchrun")
-    cmd = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    # torchrun of this interpreter (a `torchrun` on PATH may belong to another environment)
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
     cmd += [
         "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", str(max_restarts), "--monitor-interval", "0.2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", out.name,
