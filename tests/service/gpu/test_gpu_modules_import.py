@@ -13,9 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import graphtier.service.gpu as gpu_package
 import pytest
 import torch
+
+import graphtier.service.gpu as gpu_package
 from graphtier.contract.errors import GraphtierError
 
 GPU_DIR = Path(gpu_package.__file__).parent
