@@ -1,8 +1,8 @@
 """`graphtier demo`: the whole service in a few minutes on a laptop.
 
 Starts a daemon (or uses the running one), prepares a synthetic R-MAT dataset (skipped when
-present), submits a 2-rank GraphSAGE job, shows its progress and final accuracy, prints the
-metrics tables, and stops the daemon it started.
+present), submits a GraphSAGE job fitted to the GPUs the daemon sees (`demo_placement`), shows
+its progress and final accuracy, prints the metrics tables, and stops the daemon it started.
 """
 
 from __future__ import annotations
@@ -11,12 +11,16 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from graphtier.launcher.cli.rendering import console, error_boundary
+
+if TYPE_CHECKING:
+    from graphtier.launcher.client import DaemonClient
 
 
 def _start_daemon(runtime_dir: Path, dataset_root: Path | None) -> tuple[subprocess.Popen[bytes], object]:
@@ -33,6 +37,46 @@ def _start_daemon(runtime_dir: Path, dataset_root: Path | None) -> tuple[subproc
     return popen, _wait_ready(popen, settings.runtime_dir, settings.log_path, offset, 120.0)
 
 
+DEMO_RANKS = 2
+
+
+@dataclass(frozen=True)
+class DemoPlacement:
+    """Where the demo's ranks compute, how many there are, and how many devices its tiers span."""
+
+    device: str  # "cuda" (one GPU per rank) or "cpu" (gloo)
+    nproc_per_node: int
+    num_devices: int
+    summary: str
+
+
+def demo_placement(gpus: int, nproc_per_node: int | None = None) -> DemoPlacement:
+    """The demo's job for a daemon that sees `gpus` CUDA devices. With GPUs: min(2, gpus) cuda ranks
+    (or `nproc_per_node`, one GPU each) and device tiers on as many GPUs, since the daemon refuses
+    tiers spanning more GPUs than it has. Without: CPU ranks, and device tiers for 2 devices that
+    the daemon accounts without placing them (it has nowhere to put them)."""
+    if gpus < 0:
+        raise ValueError(f"demo_placement: gpus must be >= 0, got {gpus}")
+    if nproc_per_node is not None and nproc_per_node < 1:
+        raise typer.BadParameter(f"must be >= 1, got {nproc_per_node}", param_hint="--nproc-per-node")
+    if gpus == 0:
+        ranks = nproc_per_node or DEMO_RANKS
+        return DemoPlacement("cpu", ranks, DEMO_RANKS, f"the daemon sees no GPU: {ranks} CPU rank(s), "
+                             f"device tiers accounted for {DEMO_RANKS} devices, not placed")  # fmt: skip
+    ranks = nproc_per_node or min(DEMO_RANKS, gpus)
+    if ranks > gpus:
+        raise typer.BadParameter(f"{ranks} cuda ranks need one GPU each but the daemon sees {gpus}",
+                                 param_hint="--nproc-per-node")  # fmt: skip
+    devices = min(DEMO_RANKS, gpus)
+    return DemoPlacement("cuda", ranks, devices, f"the daemon sees {gpus} GPU(s): {ranks} cuda rank(s), "
+                         f"device tiers on {devices} GPU(s)")  # fmt: skip
+
+
+def _daemon_gpus(client: DaemonClient) -> int:
+    """The CUDA devices the daemon's torch sees (what it admits cuda ranks against)."""
+    return next(node.gpus for node in client.cluster_view().nodes if node.is_self)
+
+
 def _stop_daemon(popen: subprocess.Popen[bytes]) -> None:
     popen.send_signal(signal.SIGTERM)
     try:
@@ -45,13 +89,16 @@ def _stop_daemon(popen: subprocess.Popen[bytes]) -> None:
 def demo(
     scale: Annotated[int, typer.Option(help="log2 of the synthetic graph's node count")] = 15,
     epochs: Annotated[int, typer.Option(help="training epochs")] = 2,
-    nproc_per_node: Annotated[int, typer.Option(help="trainer ranks")] = 2,
+    nproc_per_node: Annotated[
+        Optional[int], typer.Option(help="trainer ranks (default: 2 on CPU, min(2, GPUs) on GPUs)")
+    ] = None,
     runtime_dir: Annotated[
         Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
     ] = None,
     dataset_root: Annotated[Optional[Path], typer.Option(help="where to prepare the dataset (a new daemon's root)")] = None,
 ) -> None:
-    """Daemon, dataset, a 2-rank GraphSAGE job with live progress, accuracy and the metrics tables."""
+    """Daemon, dataset, a GraphSAGE job (cuda ranks on the daemon's GPUs, CPU ranks without) with live
+    progress, accuracy and the metrics tables."""
     from graphtier.launcher.cli import job as job_cli
     from graphtier.launcher.cli.metrics import metrics
     from graphtier.launcher.client import DaemonClient
@@ -83,12 +130,17 @@ def demo(
                     prepare_dataset(PrepareConfig(source="synthetic:rmat", name=name, undirected=True, root=root,
                                                   source_options={"scale": scale}))  # fmt: skip
                 console.print(f"prepared {name}")
-            budgets = BudgetSpec(num_devices=2, device_replicated="5%", device_interleaved="20%")  # accounted on CPU
-            spec = JobSpec(dataset=name, model="sage", fanouts=[10, 5], batch_size=512, hidden=64, epochs=epochs,
-                           nproc_per_node=nproc_per_node, name="demo", budgets=budgets)  # fmt: skip
             with DaemonClient(runtime_dir=directory) as client:
+                placement = demo_placement(_daemon_gpus(client), nproc_per_node)
+                console.print(placement.summary)
+                budgets = BudgetSpec(num_devices=placement.num_devices, device_replicated="5%",
+                                     device_interleaved="20%")  # fmt: skip
+                spec = JobSpec(dataset=name, model="sage", fanouts=[10, 5], batch_size=512, hidden=64, epochs=epochs,
+                               nproc_per_node=placement.nproc_per_node, device=placement.device, name="demo",
+                               budgets=budgets)  # fmt: skip
                 submitted = client.submit_job(spec)
-                console.print(f"submitted job [bold]{submitted.job_id}[/]: {nproc_per_node}-rank GraphSAGE on {name}")
+                console.print(f"submitted job [bold]{submitted.job_id}[/]: {placement.nproc_per_node}-rank "
+                              f"GraphSAGE ({placement.device}) on {name}")  # fmt: skip
                 final = job_cli.follow(client, submitted.job_id)
             console.print(job_cli.describe(final), highlight=False, markup=False)
             metrics(runtime_dir=directory, json_out=False)

@@ -66,13 +66,24 @@ def set_device(device: int) -> None:
     check(cudart().cudaSetDevice(device), f"cudaSetDevice({device})")
 
 
+def _initialised_driver() -> Any:
+    """`cuda.bindings.driver` after cuInit; CudaError when the driver library cannot be loaded (no
+    NVIDIA driver: cuda-python raises its own RuntimeError) or initialised."""
+    try:
+        from cuda.bindings import driver
+
+        result = driver.cuInit(0)
+    except (ImportError, RuntimeError) as exc:
+        raise CudaError(f"the CUDA driver cannot be used ({type(exc).__name__}: {exc})") from None
+    check(result, "cuInit")
+    return driver
+
+
 @contextlib.contextmanager
 def on_device(device: int) -> Iterator[None]:
     """Make `device` current for the block, then restore the thread's previous context (maybe none):
     torch reads the current device from the same runtime state, so it must not change behind its back."""
-    from cuda.bindings import driver
-
-    check(driver.cuInit(0), "cuInit")
+    driver = _initialised_driver()
     previous = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
     set_device(device)
     try:

@@ -124,19 +124,37 @@ def gpus(nv: ModuleType) -> list[Gpu]:
     return found
 
 
-def _value(field: Any) -> int | float:
-    v, kind = field.value, int(field.valueType)
-    return {0: v.dVal, 1: v.uiVal, 2: v.ulVal, 3: v.ullVal, 4: v.sllVal, 5: v.siVal, 6: v.usVal}.get(kind, v.ullVal)
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds a value of that type
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
-def read_fields(nv: ModuleType, handle: Any, fields: Sequence[int | tuple[int, int]]) -> list[tuple[int, int | None]]:
-    """(NVML return code, value or None) per field id (or (field id, scope id)); raises NVMLError
-    when the call as a whole fails (e.g. a driver without nvmlDeviceGetFieldValues)."""
+class NvmlValueTypeError(ValueError):
+    """An NVML field value of a type this module cannot read."""
+
+
+def field_value(field: Any) -> int | float:
+    """The value of one `nvmlFieldValue_t`, read from the union member its `valueType` names: a
+    double as float, every integer type as int. Reading `ullVal` whatever the type would turn a
+    double's bits or a 32-bit value's neighbouring bytes into a count."""
+    kind = int(field.valueType)
+    member = _VALUE_MEMBERS.get(kind)
+    if member is None:
+        raise NvmlValueTypeError(f"NVML field {int(field.fieldId)} has value type {kind}, "
+                                 f"not one of {sorted(_VALUE_MEMBERS)} (nvmlValueType_t)")  # fmt: skip
+    value = getattr(field.value, member)
+    return float(value) if kind == 0 else int(value)
+
+
+def read_fields(
+    nv: ModuleType, handle: Any, fields: Sequence[int | tuple[int, int]]
+) -> list[tuple[int, int | float | None]]:
+    """(NVML return code, value by its type or None) per field id (or (field id, scope id)); raises
+    NVMLError when the call as a whole fails (e.g. a driver without nvmlDeviceGetFieldValues)."""
     values = nv.nvmlDeviceGetFieldValues(handle, list(fields))
-    out = []
+    out: list[tuple[int, int | float | None]] = []
     for field in values:
         code = int(field.nvmlReturn)
-        out.append((code, int(_value(field)) if code == 0 else None))
+        out.append((code, field_value(field) if code == 0 else None))
     return out
 
 

@@ -81,13 +81,17 @@ class PcieCounter:
             self.reason = repr(exc)[:200]
 
     def read(self) -> tuple[int, int] | None:
+        """(RX, TX) bytes so far, each read by its NVML value type; None once a read failed."""
+        from graphtier.service.hardware import nvml
+
         if self.reason:
             return None
-        values = self.nv.nvmlDeviceGetFieldValues(self.handle, [198, 197])  # RX, TX bytes
-        if any(v.nvmlReturn != 0 for v in values):
-            self.reason = f"field values returned {[v.nvmlReturn for v in values]}"
+        (rx_code, rx), (tx_code, tx) = nvml.read_fields(self.nv, self.handle,
+                                                        [nvml.FIELD_PCIE_RX_BYTES, nvml.FIELD_PCIE_TX_BYTES])  # fmt: skip
+        if rx_code or tx_code:
+            self.reason = f"field values returned {[rx_code, tx_code]}"
             return None
-        return values[0].value.ullVal, values[1].value.ullVal
+        return int(rx), int(tx)
 
 
 def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:

@@ -54,3 +54,21 @@ def test_trainjob_runs_the_rank_runtime_against_the_node_daemon(tmp_path):
     # the ranks map the daemon's segments: both pods mount the node's /dev/shm
     assert daemon_volumes["dshm"]["hostPath"]["path"] == volumes["dshm"]["hostPath"]["path"] == "/dev/shm"
     assert mounts["dshm"] == "/dev/shm"
+
+
+def test_ranks_and_daemon_share_the_node_pid_and_ipc_namespaces_for_cuda_ipc():
+    """Legacy CUDA IPC handles open only within the exporter's PID namespace, and peer reads over
+    NVLink across containers need one IPC namespace: the daemon's pod and the ranks' pods (through
+    their runtime; a TrainJob's overrides cannot set these) join the node's."""
+    docs = _docs("trainjob.yaml")
+    runtime = docs["ClusterTrainingRuntime"]
+    assert docs["TrainJob"]["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
+    jobs = {job["name"]: job for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+    targets = [target["name"] for target in docs["TrainJob"]["spec"]["podTemplateOverrides"][0]["targetJobs"]]
+    assert targets and set(targets) <= set(jobs)
+    for name in targets:
+        rank_pod = jobs[name]["template"]["spec"]["template"]["spec"]
+        assert rank_pod["hostPID"] is True and rank_pod["hostIPC"] is True
+    assert "torch" in runtime["spec"]["mlPolicy"]  # torchrun with the PET_* variables, as torch-distributed
+    daemon_pod = _docs("graphtierd-daemonset.yaml")["DaemonSet"]["spec"]["template"]["spec"]
+    assert daemon_pod["hostPID"] is True and daemon_pod["hostIPC"] is True

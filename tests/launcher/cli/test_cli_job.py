@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from graphtier.launcher.cli.app import app
@@ -147,5 +148,6 @@ def test_demo_runs_end_to_end(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout + result.stderr
     assert "started graphtierd" in out and "prepared rmat-13" in out and "[succeeded]" in out
+    assert ("the daemon sees no GPU: 2 CPU rank(s)" if not torch.cuda.is_available() else "cuda rank(s)") in out
     assert "val accuracy" in out and "feature traffic by tier" in out and "stopped graphtierd" in out
     assert not (tmp_path / "home" / "run" / "daemon.lock").exists()

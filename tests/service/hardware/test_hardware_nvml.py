@@ -63,3 +63,44 @@ def test_collector_disabled_by_interval_zero():
     assert list(collector.collect()) == []
     collector.stop()
     collector.stop()  # idempotent
+
+
+def _field(value_type: int, member: str, value: float, field_id: int = nvml.FIELD_PCIE_RX_BYTES):
+    """A real `nvmlFieldValue_t` (pynvml's ctypes struct) as nvmlDeviceGetFieldValues fills it."""
+    field = nvml.load().c_nvmlFieldValue_t()
+    field.fieldId, field.valueType, field.nvmlReturn = field_id, value_type, 0
+    setattr(field.value, member, value)
+    return field
+
+
+@pytest.mark.parametrize(
+    ("type_name", "member", "value"),
+    [
+        ("NVML_VALUE_TYPE_DOUBLE", "dVal", 1.5),
+        ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal", 2**32 - 1),
+        ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal", 2**40 + 3),
+        ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal", 2**63 + 5),
+        ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal", -(2**40)),
+        ("NVML_VALUE_TYPE_SIGNED_INT", "siVal", -7),
+        ("NVML_VALUE_TYPE_UNSIGNED_SHORT", "usVal", 65535),
+    ],
+)
+def test_field_value_is_read_by_its_value_type(type_name, member, value):
+    field = _field(getattr(nvml.load(), type_name), member, value)
+    got = nvml.field_value(field)
+    assert got == value and type(got) is type(value)
+
+
+def test_a_double_or_a_signed_value_is_not_read_as_unsigned_long_long():
+    pynvml = nvml.load()
+    double = _field(pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 1.5)
+    negative = _field(pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -1)
+    # what reading ullVal whatever the type gave: the double's bits, the int's upper bytes as a count
+    assert double.value.ullVal == 0x3FF8000000000000 and negative.value.ullVal == 2**32 - 1
+    assert nvml.field_value(double) == 1.5 and nvml.field_value(negative) == -1
+
+
+def test_unknown_value_type_is_an_error_naming_the_field():
+    field = _field(nvml.load().NVML_VALUE_TYPE_COUNT, "ullVal", 1, field_id=nvml.FIELD_PCIE_TX_BYTES)
+    with pytest.raises(nvml.NvmlValueTypeError, match=f"NVML field {nvml.FIELD_PCIE_TX_BYTES} has value type 7"):
+        nvml.field_value(field)

@@ -1,0 +1,145 @@
+"""Every module of graphtier.service.gpu imports on any machine (found by walking the package, so a
+new module is covered without editing this file), importing touches no CUDA, and without a GPU
+each entry point says why it cannot run (CudaError) instead of failing obscurely. The CPU-side
+logic (tier validation, traffic accounting) is exercised here on the CPU."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import graphtier.service.gpu as gpu_package
+from graphtier.contract.errors import GraphtierError
+
+GPU_DIR = Path(gpu_package.__file__).parent
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible (the GPU tests cover it)")
+
+
+def _modules() -> list[str]:
+    return sorted(m.name for m in pkgutil.walk_packages(gpu_package.__path__, f"{gpu_package.__name__}."))
+
+
+def test_the_walk_finds_every_module_file():
+    files = {f"{gpu_package.__name__}." + ".".join(p.relative_to(GPU_DIR).with_suffix("").parts)
+             for p in GPU_DIR.rglob("*.py") if p.name != "__init__.py"}  # fmt: skip
+    assert files and set(_modules()) == files
+
+
+@pytest.mark.parametrize("module", _modules())
+def test_module_imports(module):
+    importlib.import_module(module)
+
+
+def test_importing_every_module_touches_no_cuda():
+    """In a fresh interpreter: no cuda-python module beyond what torch itself loads, our runtime binding
+    never fetched, torch's CUDA uninitialised."""
+    code = (
+        "import importlib, json, sys, torch\n"
+        "before = set(sys.modules)\n"
+        f"for name in {_modules()!r}:\n"
+        "    importlib.import_module(name)\n"
+        "from graphtier.service.gpu import runtime\n"
+        "print(json.dumps({'cuda_modules': sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'cuda'),\n"
+        "                  'runtime_fetched': sorted(runtime._state),\n"
+        "                  'torch_cuda_initialized': torch.cuda.is_initialized()}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "cuda_modules": [], "runtime_fetched": [], "torch_cuda_initialized": False}  # fmt: skip
+
+
+@no_gpu
+def test_without_a_gpu_the_device_count_is_zero_with_the_reason():
+    from graphtier.service.gpu.runtime import device_count
+
+    count, why = device_count()
+    assert count == 0 and why
+
+
+@no_gpu
+def test_without_a_gpu_the_gpu_ops_say_why_they_cannot_load():
+    from graphtier.service.gpu.gather import load_cuda_ops
+    from graphtier.service.gpu.runtime import CudaError
+
+    with pytest.raises(CudaError, match="torch sees no CUDA device"):
+        load_cuda_ops()
+
+
+@no_gpu
+@pytest.mark.parametrize(
+    ("function", "args"),
+    [("mem_get_info", (0,)), ("pci_bus_id", (0,)), ("can_access_peer", (0, 1)),
+     ("read_only_registration_supported", (0,)), ("set_device", (0,)), ("device_of_pci_bus_id", ("0000:00:00.0",))],
+)  # fmt: skip
+def test_without_a_gpu_runtime_calls_raise_cuda_error(function, args):
+    from graphtier.service.gpu import runtime
+
+    with pytest.raises(runtime.CudaError) as info:
+        getattr(runtime, function)(*args)
+    assert str(info.value)
+
+
+@no_gpu
+def test_without_a_gpu_allocation_and_host_registration_raise_cuda_error_and_keep_nothing():
+    from graphtier.service.gpu.device_memory import DeviceAllocation
+    from graphtier.service.gpu.host_registry import HostRegistry
+    from graphtier.service.gpu.runtime import CudaError
+
+    with pytest.raises(CudaError):
+        DeviceAllocation(0, 4096, "test tier")
+    registry = HostRegistry()
+    buffer = ctypes.create_string_buffer(1 << 16)
+    with pytest.raises(CudaError):
+        registry.register(ctypes.addressof(buffer), len(buffer), "test rows")
+    assert registry.registrations() == []
+
+
+def test_a_bad_allocation_size_is_refused_before_cuda():
+    from graphtier.service.gpu.device_memory import DeviceAllocation
+    from graphtier.service.gpu.runtime import CudaError
+
+    with pytest.raises(CudaError, match="test tier: cannot allocate 0 bytes"):
+        DeviceAllocation(0, 0, "test tier")
+
+
+def _tiers(**overrides):
+    from graphtier.service.gpu.gather import CudaFeatureTiers
+
+    fields = {"device": torch.device("cuda", 0), "replicated_end": 10, "interleaved_end": 30, "host_end": 50,
+              "num_rows": 60, "num_devices": 2, "device_index": 0, "dtype": torch.float32, "row_shape": (4,),
+              "replicated_ptr": 1, "interleaved_ptrs": (2, 3), "host_ptr": 4, "storage": torch.zeros(10, 4)}
+    return CudaFeatureTiers(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"interleaved_end": 5}, "tier boundaries out of order"),
+        ({"interleaved_ptrs": (2,)}, "1 interleaved shares for 2 devices"),
+        ({"replicated_ptr": 0}, "the replicated tier has rows but no device address"),
+        ({"host_ptr": 0}, "host rows are read but no registered host address was given"),
+        ({"storage": torch.zeros(9, 4)}, "the storage tier needs a contiguous CPU tensor of 10 rows"),
+    ],
+)
+def test_tier_description_is_validated_on_the_cpu(overrides, message):
+    with pytest.raises(GraphtierError, match=message):
+        _tiers(**overrides)
+
+
+@pytest.mark.parametrize(("shares", "expected"), [((2, 3), [10, 10, 10, 20, 10]), ((2, 0), [10, 10, 0, 30, 10])])
+def test_rows_are_counted_per_source_on_the_cpu(shares, expected):
+    """replicated, local share, peer share, host, storage; an unreachable peer's rows count as host."""
+    from graphtier.service.gpu.gather import count_rows
+
+    tiers = _tiers(interleaved_ptrs=shares)
+    assert tiers.row_bytes == 16
+    assert count_rows(torch.arange(60), tiers) == expected
