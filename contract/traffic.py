@@ -48,7 +48,7 @@ class TrafficCounts:
         if len(rows) not in (len(GATHER_SOURCES), len(SOURCES)):
             raise ValueError(f"expected {len(GATHER_SOURCES)} row counts ({', '.join(GATHER_SOURCES)}), or "
                              f"{len(SOURCES)} with network, got {len(rows)}")
-        per = {name: SourceTraffic(int(r), int(r) * row_bytes) for name, r in zip(SOURCES, rows)}
+        per = {name: SourceTraffic(int(r), int(r) * row_bytes) for name, r in zip(SOURCES, rows, strict=False)}
         return cls(**per, simulated=simulated)
 
     def __add__(self, other: TrafficCounts) -> TrafficCounts:

@@ -157,7 +157,7 @@ def pyg_loader(data: object, fanouts: list[int], seeds: list[Tensor], num_worker
     from torch_geometric.loader import NeighborLoader
 
     bounds = torch.tensor([0] + [s.numel() for s in seeds]).cumsum(0).tolist()
-    batches = [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    batches = [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
     loader = NeighborLoader(data, num_neighbors=fanouts, input_nodes=torch.cat(seeds), batch_sampler=batches,
                             replace=False, is_sorted=True, num_workers=num_workers)  # fmt: skip
     return iter(loader)

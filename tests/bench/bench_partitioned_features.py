@@ -127,7 +127,7 @@ def run_job(client, spec, out: Path, pids: list[int]) -> tuple[object, list[floa
     job = client.submit_job(spec.model_copy(update={"args": [str(out), str(STAND_IN_S)]}))
     held = [0] * len(pids)
     while not (current := client.get_job(job.job_id)).state.final:
-        held = [max(h, feature_segments(pid)) for h, pid in zip(held, pids)]
+        held = [max(h, feature_segments(pid)) for h, pid in zip(held, pids, strict=True)]
         time.sleep(0.5)
     wall = time.perf_counter() - t0
     if current.state.value != "succeeded":

@@ -267,7 +267,7 @@ class _Jobs(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[jobs_pb2.JobEvent]:
         states = [jobs_pb2.JOB_STATE_PENDING, jobs_pb2.JOB_STATE_STARTING, jobs_pb2.JOB_STATE_RUNNING]
-        for seq, (before, after) in enumerate(zip(states, states[1:])):
+        for seq, (before, after) in enumerate(zip(states, states[1:], strict=False)):
             yield jobs_pb2.JobEvent(
                 sequence=seq, job_id=request.job_id,
                 state_change=jobs_pb2.JobStateChange(previous=before, current=after),

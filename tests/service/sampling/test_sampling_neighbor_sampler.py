@@ -121,7 +121,7 @@ def test_blocks_are_prefix_views() -> None:
     assert blocks[0].edge_index().tolist() == sub.edge_index().tolist()
     for b in blocks:
         assert b.indices.data_ptr() == sub.indices.data_ptr() and b.indptr.data_ptr() == sub.indptr.data_ptr()
-    for inner, outer in zip(blocks[1:], blocks[:-1]):  # each layer's dst nodes are the next layer's src prefix
+    for inner, outer in zip(blocks[1:], blocks[:-1], strict=True):  # each layer's dst nodes are the next layer's src prefix
         assert inner.num_src == outer.num_dst
 
 
