@@ -54,7 +54,7 @@ def undocumented(files: descriptor_pb2.FileDescriptorSet, names: set[str]) -> li
             tuple(loc.path): loc.leading_comments.strip() for loc in file.source_code_info.location
         }
 
-        def need(path: tuple[int, ...], full_name: str) -> None:
+        def need(path: tuple[int, ...], full_name: str, comments: dict[tuple[int, ...], str] = comments) -> None:
             if not comments.get(path):
                 missing.append(full_name)
 
