@@ -84,7 +84,7 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
             with open(base / f"daemon{index}.out", "wb") as out:
                 daemons.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
         clients = []
-        for index, popen in enumerate(daemons):
+        for index in range(len(daemons)):
             client = DaemonClient(f"unix:{base / f'n{index}' / 'run' / 'daemon.sock'}")  # Unix sockets cross netns
             client.wait_until_serving(120)
             clients.append(client)
