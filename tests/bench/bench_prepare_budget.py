@@ -137,10 +137,12 @@ def main() -> None:
         same = ("yes" if u["sha"] == b["sha"] else "NO") if u else "-"
         print(f"{scale:>5} {nodes:>10,} {edges:>12,} {data / GiB:>8.2f} {budget_bytes / GiB:>6.2f}G "
               f"{b['peak'] / GiB:>8.2f} {b['peak'] / budget_bytes:>11.2f} {b['total']:>7.1f} "
-              f"{(u['total'] if u else math.nan):>8.1f} {ratio:>6} {b['cpu']:>6.1f} {(u['cpu'] if u else math.nan):>10.1f} "
-              f"{cpu_ratio:>6} {(u['peak'] / GiB if u else math.nan):>10.2f}G {same:>9}")
+              f"{(u['total'] if u else math.nan):>8.1f} {ratio:>6} {b['cpu']:>6.1f} "
+              f"{(u['cpu'] if u else math.nan):>10.1f} {cpu_ratio:>6} "
+              f"{(u['peak'] / GiB if u else math.nan):>10.2f}G {same:>9}")
     print("time = the manifest's total (the process's own clock, without interpreter start-up); cpu = user + sys of "
-          "the process (wait4), less sensitive to other load on a shared machine; the table shows the fastest of --repeat runs")
+          "the process (wait4), less sensitive to other load on a shared machine; "
+          "the table shows the fastest of --repeat runs")
     print("time per doubling, out of core, fastest runs:", ", ".join(growth(scales, bounded_times)) or "-")
     print("                                median runs: ", ", ".join(growth(scales, bounded_medians)) or "-")
     cpu_medians = {scale: median_time(bounded[scale], "cpu") for scale in scales if bounded[scale]}
