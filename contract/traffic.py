@@ -4,8 +4,8 @@ Sources: `replicated` (the GPU's own replica), `interleaved_local` (this GPU's s
 interleaved tier), `interleaved_peer` (another GPU's share: would cross NVLink), `host`
 (pinned host memory: would cross PCIe), `storage` (memory-mapped file), `network` (another
 node's daemon: a partitioned job's rows this node does not hold, fetched per batch over gRPC;
-see graphtier.contract.partition). On a CPU-only machine the device tiers are accounted, not real; `simulated` carries that through every
-sum so reports can say so.
+see graphtier.contract.partition). On a CPU-only machine the device tiers are accounted, not
+real; `simulated` carries that through every sum so reports can say so.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class TrafficCounts:
         if len(rows) not in (len(GATHER_SOURCES), len(SOURCES)):
             raise ValueError(f"expected {len(GATHER_SOURCES)} row counts ({', '.join(GATHER_SOURCES)}), or "
                              f"{len(SOURCES)} with network, got {len(rows)}")
-        per = {name: SourceTraffic(int(r), int(r) * row_bytes) for name, r in zip(SOURCES, rows)}
+        per = {name: SourceTraffic(int(r), int(r) * row_bytes) for name, r in zip(SOURCES, rows, strict=False)}
         return cls(**per, simulated=simulated)
 
     def __add__(self, other: TrafficCounts) -> TrafficCounts:

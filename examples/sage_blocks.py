@@ -40,12 +40,12 @@ class GraphSAGE(nn.Module):
     def __init__(self, in_dim: int, hidden: int, classes: int, layers: int, dropout: float) -> None:
         super().__init__()
         widths = [in_dim] + [hidden] * (layers - 1) + [classes]
-        self.layers = nn.ModuleList(SAGELayer(i, o) for i, o in zip(widths[:-1], widths[1:]))
+        self.layers = nn.ModuleList(SAGELayer(i, o) for i, o in zip(widths[:-1], widths[1:], strict=True))
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
         h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
             h = layer(block, self.dropout(h))
             if i < len(self.layers) - 1:
                 h = F.relu(h)

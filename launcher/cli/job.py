@@ -201,8 +201,10 @@ def submit(
     storage_reads: Annotated[Optional[str], typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")] = None,
     window: Annotated[Optional[int], typer.Option(help="look-ahead window: batches sampled ahead, storage rows read early and once; 0 = off")] = None,
     on_nonfinite: Annotated[Optional[str], typer.Option(help="a NaN/inf loss or gradient: fail (default, naming rank and step), skip-step or off")] = None,
-    features: Annotated[Optional[str], typer.Option(help="multi-node feature rows: replicated (default: every node holds all) or partitioned (split across nodes, the hottest --replicate on every node, the rest fetched per batch)")] = None,
-    replicate: Annotated[Optional[str], typer.Option(help="with --features partitioned: the rows, hottest first, on every node: a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)")] = None,
+    features: Annotated[Optional[str], typer.Option(help="multi-node feature rows: replicated (default: every node holds all) or partitioned "
+                                                                "(split across nodes, the hottest --replicate on every node, the rest fetched per batch)")] = None,
+    replicate: Annotated[Optional[str], typer.Option(help="with --features partitioned: the rows, hottest first, on every node: "
+                                                                 "a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)")] = None,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,

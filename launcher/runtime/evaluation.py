@@ -65,4 +65,4 @@ def evaluate_splits(
         ctx.all_reduce_sum(counts)
     finally:
         model.train(was_training)
-    return {split: float(c / n) for split, (c, n) in zip(splits, counts.tolist()) if n > 0}
+    return {split: float(c / n) for split, (c, n) in zip(splits, counts.tolist(), strict=True) if n > 0}

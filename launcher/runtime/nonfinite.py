@@ -85,7 +85,8 @@ class NonFiniteGuard:
         if self.in_a_row >= MAX_CONSECUTIVE_SKIPS:
             raise NonFiniteError(
                 f"rank {self.rank}: {self.in_a_row} steps in a row had a non-finite loss or gradient, the latest at "
-                f"{self.where()} ({what}); skip-step gives up after {MAX_CONSECUTIVE_SKIPS}: the data or the model is broken"
+                f"{self.where()} ({what}); skip-step gives up after {MAX_CONSECUTIVE_SKIPS}: "
+                "the data or the model is broken"
             )
 
     def check_loss(self, loss: float) -> bool:

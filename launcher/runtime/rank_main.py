@@ -1,4 +1,6 @@
-"""`python -m graphtier.launcher.runtime.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`: one torchrun rank.
+"""One torchrun rank.
+
+`python -m graphtier.launcher.runtime.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`
 
 (`--spec job.yaml` instead of --job-id: a rank another launcher started, e.g. a Kubeflow TrainJob's
 torchrun; it attaches to its node's daemon first, see `attach.py`.)

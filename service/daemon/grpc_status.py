@@ -73,7 +73,8 @@ def shorten(text: str, limit: int = MESSAGE_LIMIT) -> str:
 def _message(error: BaseException) -> str:
     if isinstance(error, ValidationError):
         return shorten("; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']} (got {shorten(repr(err.get('input')), 120)})"
+            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']} "
+            f"(got {shorten(repr(err.get('input')), 120)})"
             for err in error.errors()
         ))  # fmt: skip
     return shorten(str(error))

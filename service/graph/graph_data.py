@@ -103,7 +103,8 @@ class GraphData:
                 fail(f"labels must be int64, got {y.dtype}")
             if y.numel() and int(y.min()) < UNLABELLED:
                 node = int((y < UNLABELLED).nonzero()[0])
-                fail(f"label {int(y[node])} (node {node}) is negative; labels must be >= 0 (or {UNLABELLED} for unlabelled)")
+                fail(f"label {int(y[node])} (node {node}) is negative; "
+                     f"labels must be >= 0 (or {UNLABELLED} for unlabelled)")
         for name, ids in self.splits.items():
             if name not in SPLIT_NAMES:
                 fail(f"unknown split {name!r}; expected one of {SPLIT_NAMES}")

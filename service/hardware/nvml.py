@@ -187,7 +187,7 @@ def pcie_counters(nv: ModuleType, handle: Any) -> tuple[str | None, str]:
     """How this GPU's PCIe bytes can be measured: ('field_values' | 'throughput' | None, what NVML said)."""
     try:
         codes = [code for code, _ in read_fields(nv, handle, [FIELD_PCIE_TX_BYTES, FIELD_PCIE_RX_BYTES])]
-        fields = "; ".join(f"{d} bytes field: {return_text(nv, c)}" for d, c in zip(("TX", "RX"), codes))
+        fields = "; ".join(f"{d} bytes field: {return_text(nv, c)}" for d, c in zip(("TX", "RX"), codes, strict=True))
     except nv.NVMLError as exc:
         codes, fields = [-1], f"nvmlDeviceGetFieldValues: {describe(exc)}"
     if all(code == 0 for code in codes):

@@ -76,7 +76,7 @@ def create_slot(
     segment = owner.create(slot_label(channel, index, generation), end)
     views: dict[str, torch.Tensor | None] = {"features": None}
     refs: dict[str, SegmentRef | None] = {"features": None}
-    for (name, shape, dtype), offset in zip(regions, offsets):
+    for (name, shape, dtype), offset in zip(regions, offsets, strict=True):
         views[name] = segment.view(shape, dtype, offset)
         refs[name] = segment.ref(shape, dtype, offset)
     layout = SlotLayout(index=index, generation=generation, capacity=capacity, **refs)

@@ -57,7 +57,8 @@ class PreparedDataset:
                 actual = file_digest(path, algorithm)
                 if actual != expected:
                     raise PreparedDatasetError(
-                        f"{path}: checksum mismatch for {key!r} ({algorithm}: manifest {expected[:12]}…, file {actual[:12]}…); "
+                        f"{path}: checksum mismatch for {key!r} "
+                        f"({algorithm}: manifest {expected[:12]}…, file {actual[:12]}…); "
                         "the dataset is corrupt: prepare it again"
                     )
 

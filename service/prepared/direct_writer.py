@@ -155,7 +155,7 @@ class DirectFileWriter:
         self._raise_error()
 
     def _stop(self) -> None:
-        for q, thread in zip(self._queues, self._threads):
+        for q, thread in zip(self._queues, self._threads, strict=True):
             if thread.is_alive():
                 q.put(None)
         for thread in self._threads:

@@ -143,8 +143,8 @@ def _refuse_text_header(path: Path, table: NumericText, skipped: int) -> None:
     raise DatasetSourceError(
         path,
         f"line {table.line_of(0)}: {table.row_text(0)!r} is not an edge (a header line without '#'?)",
-        fix=f"pass --skip-rows {skip} (skip_rows={skip} in Python) to skip the {skip} non-comment line(s) above the first edge, "
-        "or start the header lines with '#'",
+        fix=f"pass --skip-rows {skip} (skip_rows={skip} in Python) to skip the {skip} non-comment line(s) "
+        "above the first edge, or start the header lines with '#'",
     )
 
 

@@ -142,7 +142,8 @@ def load_planetoid(
     if absent:
         fix = None
         if absent == ["allx"]:
-            fix = "pass --missing-features zeros (missing_features='zeros' in Python) to give nodes without features zero rows"
+            fix = ("pass --missing-features zeros (missing_features='zeros' in Python) "
+                   "to give nodes without features zero rows")
         raise DatasetSourceError(files[absent[0]], f"missing Planetoid file (absent: {', '.join(absent)})", fix=fix)
 
     x = _matrix(files["x"], _unpickle(files["x"]), sparse=True)

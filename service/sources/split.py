@@ -76,6 +76,6 @@ def ensure_split(
         "among": among,
         "seed": int(seed),
         **fractions,
-        "counts": dict(zip(("train", "val", "test"), counts)),
+        "counts": dict(zip(("train", "val", "test"), counts, strict=True)),
     }
     return dataclasses.replace(graph, splits=splits, description=description).validate()

@@ -127,7 +127,7 @@ def rmat_split(generator: torch.Generator, num_nodes: int, fractions: dict[str, 
         _fail(f"train_fraction {fractions['train']} leaves no training node at scale {scale}")
     splits: dict[str, torch.Tensor] = {}
     begin = 0
-    for name, count in zip(fractions, counts):
+    for name, count in zip(fractions, counts, strict=True):
         splits[name] = order[begin : begin + count].sort().values
         begin += count
     return splits

@@ -231,9 +231,9 @@ class StorageReader:
 
         issued = time.perf_counter()
         futures = [self.pool.submit(straight, *request) for request in
-                   zip(direct.offsets.tolist(), direct.lengths.tolist(), direct.into.tolist())]
+                   zip(direct.offsets.tolist(), direct.lengths.tolist(), direct.into.tolist(), strict=True)]
         futures += [self.pool.submit(staged, *request) for request in
-                    zip(range(plan.offsets.size), plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist())]
+                    zip(range(plan.offsets.size), plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist(), strict=True)]
         wait(futures)  # all of them, also when one failed: none may still be writing when the caller sees an error
         self.stats.io_seconds += time.perf_counter() - issued
         staging.release()

@@ -49,7 +49,7 @@ def replay_access_counts(
     batches_per_epoch = (train_ids.numel() + batch_size - 1) // batch_size
     total_batches = epochs * batches_per_epoch
     done = 0
-    for epoch in range(epochs):
+    for _ in range(epochs):
         order = train_ids[torch.randperm(train_ids.numel(), generator=generator)]
         for batch in order.split(batch_size):
             sub = sampler.sample(batch, seed=seed * 1_000_003 + done)

@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -135,7 +136,7 @@ def run_graphtier(
                 if batch is None:
                     raise RuntimeError(f"the producer ended after {step} batches")
                 blocks, x = batch.blocks(), batch.features
-                logits = train_step(model, opt, lambda: model(blocks, x), batch.labels)
+                logits = train_step(model, opt, partial(model, blocks, x), batch.labels)
                 t2 = time.perf_counter()
                 record(run, step, a, t0, t1, t2, logits, batch.labels, batch.node_ids.numel())
                 if step >= a.warmup:
@@ -157,7 +158,7 @@ def pyg_loader(data: object, fanouts: list[int], seeds: list[Tensor], num_worker
     from torch_geometric.loader import NeighborLoader
 
     bounds = torch.tensor([0] + [s.numel() for s in seeds]).cumsum(0).tolist()
-    batches = [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    batches = [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
     loader = NeighborLoader(data, num_neighbors=fanouts, input_nodes=torch.cat(seeds), batch_sampler=batches,
                             replace=False, is_sorted=True, num_workers=num_workers)  # fmt: skip
     return iter(loader)
@@ -170,7 +171,7 @@ def pyg_train(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator[ob
         b = next(batches)
         t1 = time.perf_counter()
         y = b.y[: b.batch_size]
-        logits = train_step(model, opt, lambda: model(b.x, b.edge_index)[: b.batch_size], y)
+        logits = train_step(model, opt, lambda b=b: model(b.x, b.edge_index)[: b.batch_size], y)
         t2 = time.perf_counter()
         record(run, step, a, t0, t1, t2, logits, y, b.num_nodes)
 

@@ -17,6 +17,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from machine import cpu_model
@@ -78,13 +79,13 @@ def main() -> None:
         out = torch.empty(a.gather, a.dim)
         cases: dict[str, Callable[[], object]] = {
             copy_name: lambda: copy_dst.copy_(copy_src),
-            "torch index_select out=": lambda: torch.index_select(table, 0, ids, out=out),
+            "torch index_select out=": partial(torch.index_select, table, 0, ids, out=out),
         }
         if native_available():
-            cases["graphtier native gather"] = lambda: tiered_gather(ids, tiers, out, backend="native")
+            cases["graphtier native gather"] = partial(tiered_gather, ids, tiers, out, backend="native")
         else:
             print(f"native gather unavailable: {unavailable_reason()}")
-        cases["graphtier torch fallback"] = lambda: tiered_gather(ids, tiers, out, backend="torch")
+        cases["graphtier torch fallback"] = partial(tiered_gather, ids, tiers, out, backend="torch")
         timings = interleaved_rounds(cases, a.reps)
         for name in list(cases)[1:]:
             out.zero_()
@@ -92,7 +93,7 @@ def main() -> None:
             if not torch.equal(out, table[ids]):
                 raise RuntimeError(f"{name} gathered wrong rows")
         counts = tiered_gather(ids, tiers, out)
-        del table, tiers
+        del cases, table, tiers
     finally:
         if os.path.exists(path):
             os.remove(path)

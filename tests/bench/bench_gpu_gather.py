@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -112,7 +113,7 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
         res["host_huge_pages_advised"] = reg.huge_pages
         copy_bytes = 2 * GiB
         dst = torch.empty(copy_bytes, dtype=torch.uint8, device="cuda")
-        t = timed(lambda: memcpy_async(dst.data_ptr(), host.data_ptr(), copy_bytes, "h2d"))
+        t = timed(partial(memcpy_async, dst.data_ptr(), host.data_ptr(), copy_bytes, "h2d"))
         h2d = copy_bytes / t
         res["h2d_memcpy_GBps"] = round(h2d / 1e9, 2)
         del dst
@@ -129,10 +130,10 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
             out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
             for label, share in (("full", None), ("sm10pct", 0.1)):
                 gather = CudaGather(tiers, sm_share=share)
-                t = timed(lambda: gather.launch(sorted_ids, positions, out, n))
+                t = timed(partial(gather.launch, sorted_ids, positions, out, n))
                 res[f"host_gather_{row_bytes}B_{label}_GBps"] = round(n * row_bytes / t / 1e9, 2)
                 res[f"host_gather_{row_bytes}B_{label}_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
-            t = timed(lambda: CudaGather(tiers).gather(ids, out), reps=3)
+            t = timed(lambda tiers=tiers, ids=ids, out=out: CudaGather(tiers).gather(ids, out), reps=3)
             res[f"host_gather_{row_bytes}B_with_sort_and_counts_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
             # Correctness on a sample: the rows are what the CPU reads at those ids.
             check = ids[:4096].cpu()
@@ -183,9 +184,9 @@ def device_tier_section(res: dict) -> None:
         sorted_ids, positions = torch.sort(ids)
         out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
         gather = CudaGather(tiers)
-        t_gather = timed(lambda: gather.launch(sorted_ids, positions, out, n))
-        t_copy = timed(lambda: memcpy_async(out.data_ptr(), alloc.ptr, n * row_bytes, "d2d"))
-        t_torch = timed(lambda: torch.index_select(view, 0, ids, out=out))
+        t_gather = timed(partial(gather.launch, sorted_ids, positions, out, n))
+        t_copy = timed(partial(memcpy_async, out.data_ptr(), alloc.ptr, n * row_bytes, "d2d"))
+        t_torch = timed(partial(torch.index_select, view, 0, ids, out=out))
         res["device_gather_GBps_read_plus_write"] = round(2 * n * row_bytes / t_gather / 1e9, 1)
         res["device_d2d_copy_GBps_read_plus_write"] = round(2 * n * row_bytes / t_copy / 1e9, 1)
         res["device_gather_vs_d2d_copy"] = round(t_copy / t_gather, 3)
@@ -244,7 +245,7 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
                 host_bytes += gather.gather(ids, out).host.bytes
             torch.cuda.synchronize()
             before = pcie.read()
-            t = timed(lambda: [gather.gather(ids, out) for ids in device_streams], reps=3)
+            t = timed(lambda gather=gather: [gather.gather(ids, out) for ids in device_streams], reps=3)
             torch.cuda.synchronize()
             time.sleep(1.2)
             after = pcie.read()

@@ -127,7 +127,7 @@ def run_job(client, spec, out: Path, pids: list[int]) -> tuple[object, list[floa
     job = client.submit_job(spec.model_copy(update={"args": [str(out), str(STAND_IN_S)]}))
     held = [0] * len(pids)
     while not (current := client.get_job(job.job_id)).state.final:
-        held = [max(h, feature_segments(pid)) for h, pid in zip(held, pids)]
+        held = [max(h, feature_segments(pid)) for h, pid in zip(held, pids, strict=True)]
         time.sleep(0.5)
     wall = time.perf_counter() - t0
     if current.state.value != "succeeded":
@@ -171,8 +171,8 @@ def main() -> int:
                 runs[label] = (network, steps, wall, held)
                 print(f"{label:>10}: network {network.rows:,} rows, {network.bytes / 2**20:,.1f} MiB of "
                       f"{job.progress.traffic.total_rows:,} rows gathered; step {statistics.mean(steps):.3f} s mean, "
-                      f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s; feature bytes in "
-                      f"shared memory per node {', '.join(f'{h / 2**20:,.0f} MiB' for h in held)}", flush=True)
+                      f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s; "
+                      f"feature bytes in shared memory per node {', '.join(f'{h / 2**20:,.0f} MiB' for h in held)}", flush=True)
                 if network.rows:
                     try:
                         wait, fetch = network_wait(job, nodes)

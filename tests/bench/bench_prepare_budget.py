@@ -74,7 +74,7 @@ def median_time(runs: list[dict], key: str = "total") -> float:
 def growth(scales: list[int], times: dict[int, float]) -> list[str]:
     """Time ratio per doubling between consecutive measured scales (geometric mean over a gap)."""
     out = []
-    for lo, hi in zip(scales, scales[1:]):
+    for lo, hi in zip(scales, scales[1:], strict=False):
         if lo in times and hi in times:
             out.append(f"{lo}->{hi}: {(times[hi] / times[lo]) ** (1 / (hi - lo)):.2f}x")
     return out
@@ -107,7 +107,7 @@ def main() -> None:
         bounded: dict[int, list[dict]] = {scale: [] for scale in scales}
         unbounded: dict[int, list[dict]] = {scale: [] for scale in scales}
         for i in range(args.repeat):  # round the scales each time: a drift in the machine's load touches them alike;
-            order = list(zip(scales, budgets))  # up, then down: each scale follows a larger and a smaller one's run
+            order = list(zip(scales, budgets, strict=True))  # up, then down: each scale follows a larger and a smaller one's run
             for scale, budget in order if i % 2 == 0 else order[::-1]:
                 bounded[scale].append(run_prepare(root, f"b{scale}-{i}", scale, budget, args))
                 print(f"  scale {scale} budget {budget}: {bounded[scale][-1]['total']:.1f}s peak "
@@ -118,7 +118,7 @@ def main() -> None:
                           f"{unbounded[scale][-1]['peak'] / GiB:.2f} GiB (load {unbounded[scale][-1]['load']:.2f})", flush=True)
                 for entry in root.iterdir():
                     shutil.rmtree(entry, ignore_errors=True)
-        for scale, budget in zip(scales, budgets):
+        for scale, budget in zip(scales, budgets, strict=True):
             b = best(bounded[scale])
             u = best(unbounded[scale]) if unbounded[scale] else None
             bounded_times[scale], bounded_medians[scale] = b["total"], median_time(bounded[scale])
@@ -137,10 +137,12 @@ def main() -> None:
         same = ("yes" if u["sha"] == b["sha"] else "NO") if u else "-"
         print(f"{scale:>5} {nodes:>10,} {edges:>12,} {data / GiB:>8.2f} {budget_bytes / GiB:>6.2f}G "
               f"{b['peak'] / GiB:>8.2f} {b['peak'] / budget_bytes:>11.2f} {b['total']:>7.1f} "
-              f"{(u['total'] if u else math.nan):>8.1f} {ratio:>6} {b['cpu']:>6.1f} {(u['cpu'] if u else math.nan):>10.1f} "
-              f"{cpu_ratio:>6} {(u['peak'] / GiB if u else math.nan):>10.2f}G {same:>9}")
+              f"{(u['total'] if u else math.nan):>8.1f} {ratio:>6} {b['cpu']:>6.1f} "
+              f"{(u['cpu'] if u else math.nan):>10.1f} {cpu_ratio:>6} "
+              f"{(u['peak'] / GiB if u else math.nan):>10.2f}G {same:>9}")
     print("time = the manifest's total (the process's own clock, without interpreter start-up); cpu = user + sys of "
-          "the process (wait4), less sensitive to other load on a shared machine; the table shows the fastest of --repeat runs")
+          "the process (wait4), less sensitive to other load on a shared machine; "
+          "the table shows the fastest of --repeat runs")
     print("time per doubling, out of core, fastest runs:", ", ".join(growth(scales, bounded_times)) or "-")
     print("                                median runs: ", ", ".join(growth(scales, bounded_medians)) or "-")
     cpu_medians = {scale: median_time(bounded[scale], "cpu") for scale in scales if bounded[scale]}

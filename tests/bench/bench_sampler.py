@@ -92,7 +92,7 @@ def time_interleaved(samplers: list[Sampler], batches: list[torch.Tensor]) -> li
     """
     results = [Result(s.name) for s in samplers]
     for i, seeds in enumerate(batches):
-        for sampler, result in zip(samplers, results):
+        for sampler, result in zip(samplers, results, strict=True):
             if i >= sampler.max_batches:
                 continue
             t0 = time.perf_counter()

@@ -166,8 +166,8 @@ def main() -> None:
         dense_bytes = sum(b.size for b in dense_batches) * ROW_FLOATS * 4
 
         print(f"graphtier storage reads: {path.parent} ({os.statvfs(tmp).f_bsize} B blocks), file {args.file_gib} GiB, "
-              f"{rows:,} rows of {ROW_FLOATS * 4} B; batches of {args.batch_rows:,} random rows, {args.inflight} in flight; "
-              f"load average {os.getloadavg()[0]:.2f}")
+              f"{rows:,} rows of {ROW_FLOATS * 4} B; batches of {args.batch_rows:,} random rows, "
+              f"{args.inflight} in flight; load average {os.getloadavg()[0]:.2f}")
         results = []
         drop_cache(path)
         dd_4k = dd_bandwidth(path, 4096, min(random_bytes, 1 << 30))
@@ -183,20 +183,22 @@ def main() -> None:
         drop_cache(path)
         mmap_device, mmap_needed = run_mmap(path, random_batches)
 
-    print(f"\n{'reads':38s} {'device':>8} {'I/O':>8} {'batch':>8} {'rows':>8} {'I/O vs dd':>10} {'batch vs dd':>12}  (MB/s)")
+    print(f"\n{'reads':38s} {'device':>8} {'I/O':>8} {'batch':>8} {'rows':>8} "
+          f"{'I/O vs dd':>10} {'batch vs dd':>12}  (MB/s)")
     print(f"{'dd iflag=direct bs=4k (sequential)':38s} {dd_4k / 1e6:>8.1f}")
     print(f"{'dd iflag=direct bs=1M (sequential)':38s} {dd_1m / 1e6:>8.1f}")
     for label, device, io, batch, needed in results:
         print(f"{label:38s} {device / 1e6:>8.1f} {io / 1e6:>8.1f} {batch / 1e6:>8.1f} {needed / 1e6:>8.1f} "
               f"{io / dd_4k:>9.2f}x {batch / dd_4k:>11.2f}x  (4 KiB requests)")
-    print(f"{'mmap index_select, random rows (cold)':38s} {mmap_device / 1e6:>8.1f} {'':>8} {'':>8} {mmap_needed / 1e6:>8.1f}")
+    print(f"{'mmap index_select, random rows (cold)':38s} {mmap_device / 1e6:>8.1f} {'':>8} {'':>8} "
+          f"{mmap_needed / 1e6:>8.1f}")
     print("device = fetched from the device for this process (/proc/self/io read_bytes); I/O = aligned bytes the "
           "reader asked for, over the time its requests were in flight; batch = the same over whole reads (plan, "
           "requests, copy to the slots); rows = bytes the batches needed")
     whole, io, dd_same, straight = paired
-    print(f"\ncoalesced 1 MiB requests, {len(dense_batches)} batches of {run:,} adjacent rows ({run * ROW_FLOATS * 4 / MiB:.0f} MiB), "
-          f"each read by both in turn over the same ranges (MB/s); {straight:.0%} of the reader's requests "
-          f"straight into the rows:")
+    print(f"\ncoalesced 1 MiB requests, {len(dense_batches)} batches of {run:,} adjacent rows "
+          f"({run * ROW_FLOATS * 4 / MiB:.0f} MiB), each read by both in turn over the same ranges (MB/s); "
+          f"{straight:.0%} of the reader's requests straight into the rows:")
     print(f"  dd iflag=direct bs=1M, same ranges {dd_same / 1e6:8.1f}")
     print(f"  reader, requests in flight only    {io / 1e6:8.1f}  {io / dd_same:.2f}x dd")
     print(f"  reader, rows in the output array   {whole / 1e6:8.1f}  {whole / dd_same:.2f}x dd  (end to end: plan, "

@@ -178,7 +178,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         write(f"  {'ok  ' if verdict.ok else 'FAIL'} {verdict.case}" + ("" if verdict.ok else f": {'; '.join(verdict.problems + verdict.leaks)[:300]}"))
     for row in CASES:
         if isinstance(row, Covered):
-            write(f"  {COVERED_OUTCOMES.get(row.test, 'not run in this session'):<8} {row.id} (by {row.test.split('::')[-1]})")
+            write(f"  {COVERED_OUTCOMES.get(row.test, 'not run in this session'):<8} {row.id} "
+                  f"(by {row.test.split('::')[-1]})")
     covered_failed = sum(1 for outcome in COVERED_OUTCOMES.values() if outcome == "failed")
     write(f"  cases {len(CASES)} ({len(run)} run here, {len(COVERED_OUTCOMES)} covered by tests run in this session, "
           f"{covered_failed} of them failed); silent successes {sum(v.silent_success for v in run)}, "

@@ -113,8 +113,9 @@ class Snapshot:
             time.sleep(0.1)
         found = [f"segment {s}" for s in sorted(run_segments() - self.segments)]
         found += [f"process {p} ({_cmdline(p)})" for p in sorted(processes)]
+        # A .tmp-* or .trash-* entry in the dataset root is something half-written.
         found += [f"dataset root entry {e}" for e in sorted(set(os.listdir(root)) - self.root_entries)
-                  if e.startswith(".")]  # fmt: skip  (a .tmp-* or .trash-* is something half-written)
+                  if e.startswith(".")]  # fmt: skip
         return found
 
 

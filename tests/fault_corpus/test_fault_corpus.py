@@ -26,7 +26,8 @@ def test_case(row: Case, corpus, tmp_path):
     verdict = judge(row.id, outcome, row.names, expect_exit=row.expect_exit,
                     lost=dataset_verifies(corpus.root, "good"), leaks=before.leaks(corpus.root))  # fmt: skip
     VERDICTS[row.id] = verdict
-    assert verdict.ok, f"{row.id} ({row.what}): {verdict}\n--- output ---\n{outcome.output[-3000:]}\n--- log ---\n{outcome.log[-3000:]}"
+    assert verdict.ok, (f"{row.id} ({row.what}): {verdict}\n--- output ---\n{outcome.output[-3000:]}\n"
+                        f"--- log ---\n{outcome.log[-3000:]}")
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in CASES if isinstance(r, Covered)])

@@ -54,7 +54,7 @@ def undocumented(files: descriptor_pb2.FileDescriptorSet, names: set[str]) -> li
             tuple(loc.path): loc.leading_comments.strip() for loc in file.source_code_info.location
         }
 
-        def need(path: tuple[int, ...], full_name: str) -> None:
+        def need(path: tuple[int, ...], full_name: str, comments: dict[tuple[int, ...], str] = comments) -> None:
             if not comments.get(path):
                 missing.append(full_name)
 
@@ -267,7 +267,7 @@ class _Jobs(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[jobs_pb2.JobEvent]:
         states = [jobs_pb2.JOB_STATE_PENDING, jobs_pb2.JOB_STATE_STARTING, jobs_pb2.JOB_STATE_RUNNING]
-        for seq, (before, after) in enumerate(zip(states, states[1:])):
+        for seq, (before, after) in enumerate(zip(states, states[1:], strict=False)):
             yield jobs_pb2.JobEvent(
                 sequence=seq, job_id=request.job_id,
                 state_change=jobs_pb2.JobStateChange(previous=before, current=after),

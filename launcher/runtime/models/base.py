@@ -48,7 +48,7 @@ class BlockGNN(nn.Module):
         """Logits [num_seeds, out_dim] for the seeds of the sample the blocks came from."""
         check_blocks(blocks, x, self.num_layers)
         h = x
-        for layer, (conv, block) in enumerate(zip(self.convs, blocks)):
+        for layer, (conv, block) in enumerate(zip(self.convs, blocks, strict=True)):
             h = conv(block, self.dropout(h))
             if layer < self.num_layers - 1:
                 h = self.activation(h)
@@ -61,7 +61,7 @@ def dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[tuple[
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise GraphtierError(f"{name} must be an int >= 1, got {value!r}")
     widths = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-    return list(zip(widths[:-1], widths[1:]))
+    return list(zip(widths[:-1], widths[1:], strict=True))
 
 
 def aggregate_first(block: Block, in_dim: int, out_dim: int) -> bool:

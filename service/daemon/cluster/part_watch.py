@@ -204,7 +204,8 @@ class MemberPart:
                     f"{remote.lost_for():.0f} s (peer timeout {self.timeout_s:g} s): {remote.error}")  # fmt: skip
         job = remote.last
         if job is not None and job.state.final and job.state != JobState.SUCCEEDED:
-            return f"the job ended on its coordinating node {remote.where} (job {remote.job_id}): {job.state.value}: {job.message}"
+            return (f"the job ended on its coordinating node {remote.where} (job {remote.job_id}): "
+                    f"{job.state.value}: {job.message}")
         return None
 
     def watch(self) -> str | None:

@@ -388,7 +388,7 @@ class JobManager:
         """Cancel every unfinished job and wait for its processes (the daemon is stopping)."""
         with self._lock:
             jobs = list(self._jobs.items())
-        for job_id, job in jobs:
+        for job_id, _ in jobs:
             if not self.table.get(job_id).state.final:
                 self.table.request_cancel(job_id, "the daemon is stopping")
         for _, job in jobs:

@@ -27,15 +27,16 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
         if _ceil_div(per_rank, spec.batch_size) == 1:
             suggest = 1 << (max(per_rank // 2, 1).bit_length() - 1)  # a power of two giving 2+ steps
             notes.append(
-                f"batch {spec.batch_size} x {spec.world_size} rank(s) covers the whole train split ({num_train:,} ids): "
-                f"1 step per epoch, {spec.epochs} in all; on a small graph try --batch-size {suggest} and more --epochs"
+                f"batch {spec.batch_size} x {spec.world_size} rank(s) covers the whole train split "
+                f"({num_train:,} ids): 1 step per epoch, {spec.epochs} in all; on a small graph try "
+                f"--batch-size {suggest} and more --epochs"
             )
     if handle.class_labels is not None:
         k = len(handle.class_labels)
         notes.append(
-            f"dataset {handle.dataset!r} had labels that were not classes 0..{k - 1}; prepare remapped them, so the job "
-            f"trains and reports accuracy over {k} classes 0..{k - 1}; class i is source label class_labels[i] in the "
-            f"manifest (graphtier dataset inspect {handle.dataset} --json)"
+            f"dataset {handle.dataset!r} had labels that were not classes 0..{k - 1}; prepare remapped them, "
+            f"so the job trains and reports accuracy over {k} classes 0..{k - 1}; class i is source label "
+            f"class_labels[i] in the manifest (graphtier dataset inspect {handle.dataset} --json)"
         )
     plan = handle.plan
     if plan.interleaved_end == 0:

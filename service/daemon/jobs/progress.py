@@ -48,7 +48,7 @@ def _traffic_values(traffic: TrafficCounts) -> list[int]:
 def _went_back(current: object, previous: object, names: tuple[str, ...]) -> bool:
     went_back = any(getattr(current, name) < getattr(previous, name) for name in names)
     if isinstance(current, ProducerFigures) and isinstance(previous, ProducerFigures):
-        went_back |= any(c < p for c, p in zip(_traffic_values(current.traffic), _traffic_values(previous.traffic)))
+        went_back |= any(c < p for c, p in zip(_traffic_values(current.traffic), _traffic_values(previous.traffic), strict=True))
         went_back |= any(getattr(current.storage, name) < getattr(previous.storage, name) for name in STORAGE_COUNTERS)
         went_back |= current.network.went_back(previous.network)
     return went_back

@@ -28,8 +28,10 @@ DASHBOARD_HTML = """<!doctype html>
 <div class="tiles" id="tiles"></div>
 <h2>Over time</h2>
 <div class="charts">
- <div class="chart"><div>Throughput (batches/s)</div><canvas id="c_tp"></canvas><div class="legend" id="l_tp"></div></div>
- <div class="chart"><div>Device-tier hit ratio</div><canvas id="c_hit"></canvas><div class="legend" id="l_hit"></div></div>
+ <div class="chart"><div>Throughput (batches/s)</div><canvas id="c_tp"></canvas>
+  <div class="legend" id="l_tp"></div></div>
+ <div class="chart"><div>Device-tier hit ratio</div><canvas id="c_hit"></canvas>
+  <div class="legend" id="l_hit"></div></div>
  <div class="chart"><div>Feature traffic by link (bytes/s)</div><canvas id="c_link"></canvas>
   <div class="legend" id="l_link"></div></div>
 </div>
@@ -72,13 +74,15 @@ function legend(id, names, last, fmt){
     (last&&last[n]!==undefined?` ${fmt(last[n])}`:"")+"</span>").join("");
 }
 function render(s){
-  const now=Date.parse(s.time)/1000, point={t:now, trained:s.batches_per_second, produced:s.produced_batches_per_second};
+  const now=Date.parse(s.time)/1000;
+  const point={t:now, trained:s.batches_per_second, produced:s.produced_batches_per_second};
   const tr=s.traffic, ms=s.measured, measuredGpus=ms.gpus.filter(g=>g.pcie_rx_bytes!==null);
   const mrx=measuredGpus.reduce((a,g)=>a+g.pcie_rx_bytes,0);
   if(previous){
     const dt=now-previous.t, db=tr.total_bytes-previous.total, dd=tr.device_bytes-previous.device;
     point.hit = db>0 ? dd/db : tr.hit_ratio;
-    for(const l of ["local","nvlink","pcie","storage","network"]) point[l]=dt>0?Math.max(0,(tr.links[l]-previous.links[l])/dt):0;
+    for(const l of ["local","nvlink","pcie","storage","network"])
+      point[l]=dt>0?Math.max(0,(tr.links[l]-previous.links[l])/dt):0;
     if(measuredGpus.length) point.pcie_measured=dt>0?Math.max(0,(mrx-previous.mrx)/dt):0;
   } else point.hit=tr.hit_ratio;
   previous={t:now,total:tr.total_bytes,device:tr.device_bytes,links:tr.links,mrx:mrx};
@@ -90,7 +94,8 @@ function render(s){
     ["PCIe accounted",human(tr.links.pcie)],["PCIe measured (H2D)",measuredGpus.length?human(mrx):"not measured"],
     ["storage read",human(s.storage.read_bytes)],["window hit ratio",pct(s.storage.window_hit_ratio)],
     ["network fetched",human(s.network.bytes)]];
-  document.getElementById("tiles").innerHTML=tiles.map(([k,v])=>`<div class="tile">${k}<b>${esc(v)}</b></div>`).join("");
+  document.getElementById("tiles").innerHTML=
+    tiles.map(([k,v])=>`<div class="tile">${k}<b>${esc(v)}</b></div>`).join("");
   draw("c_tp",["trained","produced"],x=>x.toFixed(1)); legend("l_tp",["trained","produced"],point,x=>x.toFixed(2));
   draw("c_hit",["hit"],pct); legend("l_hit",["hit"],point,pct);
   const links=["local","nvlink","pcie","storage","network"].concat(measuredGpus.length?["pcie_measured"]:[]);
@@ -99,8 +104,9 @@ function render(s){
   document.getElementById("datasets").innerHTML="<tr><th>dataset</th><th>nodes</th><th>edges</th><th>resident</th>"+
     tierNames.map(t=>`<th>${t}</th>`).join("")+"<th>jobs</th></tr>"+
     s.datasets.map(d=>{const by=Object.fromEntries(d.tiers.map(t=>[t.tier,t]));
-      return `<tr><td>${esc(d.name)}</td><td>${d.num_nodes}</td><td>${d.num_edges}</td><td>${human(d.resident_bytes)}</td>`+
-      tierNames.map(t=>`<td>${by[t]?human(by[t].bytes):"-"}</td>`).join("")+`<td>${esc(d.job_ids.join(", "))}</td></tr>`}).join("");
+      return `<tr><td>${esc(d.name)}</td><td>${d.num_nodes}</td><td>${d.num_edges}</td>`+
+      `<td>${human(d.resident_bytes)}</td>`+tierNames.map(t=>`<td>${by[t]?human(by[t].bytes):"-"}</td>`).join("")+
+      `<td>${esc(d.job_ids.join(", "))}</td></tr>`}).join("");
   document.getElementById("jobs").innerHTML="<tr><th>job</th><th>state</th><th>dataset</th><th>ranks</th>"+
     "<th>batches</th><th>batches/s</th><th>lag</th><th>hit ratio</th><th>gathered</th><th>storage reads</th>"+
     "<th>storage read</th><th>window hits</th><th>queue depth</th><th>storage bandwidth</th>"+
@@ -111,11 +117,13 @@ function render(s){
       `<td>${esc(j.storage.mode||"-")}${j.storage.window?", window "+j.storage.window:""}</td>`+
       `<td>${human(j.storage.read_bytes)}</td><td>${pct(j.storage.window_hit_ratio)}</td>`+
       `<td>${j.storage.queue_depth.toFixed(1)}</td><td>${j.storage.bandwidth?human(j.storage.bandwidth)+"/s":"-"}</td>`+
-      `<td>${j.network.peers.length?j.network.peers.map(p=>esc(p.peer)+": "+p.rows+", "+human(p.bytes)).join("<br>"):"-"}</td>`+
+      `<td>${j.network.peers.length?
+        j.network.peers.map(p=>esc(p.peer)+": "+p.rows+", "+human(p.bytes)).join("<br>"):"-"}</td>`+
       `<td>${j.network.peers.length?j.network.wait_seconds.toFixed(2)+" s":"-"}</td>`+
       `<td>${esc(j.message)}</td></tr>`).join("");
   document.getElementById("measured_note").textContent=ms.reason?`not measured: ${ms.reason}`:
-    `NVML sampled every ${ms.interval_s} s (${ms.samples} samples); it counts all of a GPU's traffic, not only graphtier's`;
+    `NVML sampled every ${ms.interval_s} s (${ms.samples} samples); `+
+    "it counts all of a GPU's traffic, not only graphtier's";
   const sum=(g,k)=>g.nvlink.reduce((a,l)=>a+l[k],0);
   document.getElementById("measured").innerHTML=ms.gpus.length?"<tr><th>gpu</th><th>method</th><th>PCIe rx (H2D)</th>"+
     "<th>PCIe tx</th><th>NVLink links</th><th>NVLink tx</th><th>NVLink rx</th><th>unavailable</th></tr>"+
@@ -124,8 +132,10 @@ function render(s){
       `<td>${g.nvlink.length}</td><td>${human(sum(g,"tx_bytes"))}</td><td>${human(sum(g,"rx_bytes"))}</td>`+
       `<td>${esc([g.unavailable_reason,g.nvlink_unavailable_reason].filter(x=>x).join("; "))}</td></tr>`).join(""):"";
   document.getElementById("machine_summary").textContent=s.machine.summary;
-  document.getElementById("machine").innerHTML="<tr><th>check</th><th>status</th><th style='text-align:left'>reason</th></tr>"+
-    s.machine.checks.map(c=>`<tr><td>${c.name}</td><td>${c.status}</td><td style="text-align:left">${esc(c.reason)}</td></tr>`).join("");
+  document.getElementById("machine").innerHTML=
+    "<tr><th>check</th><th>status</th><th style='text-align:left'>reason</th></tr>"+
+    s.machine.checks.map(c=>`<tr><td>${c.name}</td><td>${c.status}</td>`+
+      `<td style="text-align:left">${esc(c.reason)}</td></tr>`).join("");
 }
 async function poll(){
   try{const r=await fetch("/v1/status",{cache:"no-store"}); if(!r.ok) throw new Error("HTTP "+r.status);

@@ -8,7 +8,8 @@ they can never go stale. `/metrics` and `/v1/status` both read this registry.
 Traffic sources (label `tier`): replicated, interleaved_local, interleaved_peer, host,
 storage, network (a partitioned job's rows fetched from other nodes; per peer:
 `graphtier_network_peer_{rows,bytes,requests}_total{job,rank,peer}`, and the calls' latencies and
-the gathers' waits for them, `graphtier_network_{fetch,wait}_seconds_total`; NETWORK_COUNTERS). How the storage tier's rows were served (`StorageCounters`, per job and rank): read
+the gathers' waits for them, `graphtier_network_{fetch,wait}_seconds_total`; NETWORK_COUNTERS).
+How the storage tier's rows were served (`StorageCounters`, per job and rank): read
 from the file (`graphtier_storage_read_{rows,bytes}_total`, the bytes whole device requests)
 or served by the look-ahead window (`graphtier_window_hit_{rows,bytes}_total`), requests,
 and times from which PromQL derives the queue depth and the bandwidth:

@@ -43,7 +43,7 @@ def test_batches_carry_the_datasets_features_labels_and_blocks(small_rmat):
     assert source.traffic.total_rows == sum(b.x.shape[0] for b in batches)
     assert source.traffic.host.rows == source.traffic.total_rows  # a prepared dataset reads host rows only
     again = list(source.epoch_batches(0))
-    assert all(torch.equal(a.node_ids, b.node_ids) for a, b in zip(batches, again))
+    assert all(torch.equal(a.node_ids, b.node_ids) for a, b in zip(batches, again, strict=True))
 
 
 def test_eval_fanouts_and_bad_arguments(small_rmat):

@@ -34,7 +34,7 @@ def test_batches_follow_neighborloader_conventions(small_rmat):
     torch.testing.assert_close(batch.x, small_rmat.features[batch.n_id])
     assert torch.equal(batch.y, small_rmat.labels[batch.n_id])
     src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
-    for s, d in zip(src.tolist()[:200], dst.tolist()[:200]):  # every sampled edge is an in-edge of the graph
+    for s, d in zip(src.tolist()[:200], dst.tolist()[:200], strict=True):  # every sampled edge is an in-edge of the graph
         assert s in graph.row[graph.colptr[d] : graph.colptr[d + 1]].tolist()
     degree = torch.bincount(batch.edge_index[1][: batch.num_sampled_edges[0]], minlength=50)
     assert int(degree.max()) <= 4  # hop 1: at most the fanout per seed

@@ -7,7 +7,7 @@ from graphtier.service.hotness import reorder_by_score
 
 
 def _edge_set(graph):
-    return set(zip(graph.row.tolist(), graph.dst_of_edges().tolist()))
+    return set(zip(graph.row.tolist(), graph.dst_of_edges().tolist(), strict=True))
 
 
 def test_reorder_is_an_isomorphism():

@@ -38,7 +38,7 @@ def algorithm1_reference(n, edges, iterations, damping, train_ids):
 
 
 def edges_of(graph):
-    return list(zip(graph.row.tolist(), graph.dst_of_edges().tolist()))
+    return list(zip(graph.row.tolist(), graph.dst_of_edges().tolist(), strict=True))
 
 
 def test_degree_is_out_degree(small_graph):

@@ -42,7 +42,7 @@ def test_held_slots_are_never_overwritten_and_an_early_close_stops_the_producer(
         time.sleep(0.5)
         stats = reader.stats()
         assert stats.status == "waiting_for_slot" and stats.batches_produced == 2 and stats.held_slots == 2
-        for batch, (ids, feats, labels) in zip((first, second), kept):
+        for batch, (ids, feats, labels) in zip((first, second), kept, strict=True):
             assert torch.equal(batch.node_ids, ids) and torch.equal(batch.features, feats)
             assert torch.equal(batch.labels, labels)
         with pytest.raises(ChannelError, match="all 2 slots .* are held"):

@@ -125,7 +125,7 @@ def test_build_csc_external_equals_build_csc(tmp_path, monkeypatch, backend, und
     relabel = torch.randperm(n, generator=torch.Generator().manual_seed(8))
     in_memory = [MemoryArray(np.int32, capacity=src.numel()) for _ in range(2)]
     on_disk = [SpillArray(tmp_path / f"edges.{k}", np.int32) for k in range(2)]
-    for file, ids in zip(in_memory + on_disk, (src, dst, src, dst)):
+    for file, ids in zip(in_memory + on_disk, (src, dst, src, dst), strict=True):
         file.append(ids.to(torch.int32))
     relabelled = build_csc(n, relabel[src], relabel[dst], undirected=undirected)
     for edges, want in ((TensorEdges(src, dst), expected), (FileEdges(*in_memory, relabel), relabelled),

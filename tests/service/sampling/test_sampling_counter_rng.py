@@ -38,12 +38,12 @@ def test_node_keys_and_uniform_draws_match_integer_reference() -> None:
         local = list(range(50)) + [rng.randrange(1 << 40) for _ in range(50)]
         keys = node_keys(seed, torch.tensor(local))
         seed_key = splitmix64_int(seed & M64)
-        want = [splitmix64_int((seed_key + l * NODE_STRIDE) & M64) for l in local]
+        want = [splitmix64_int((seed_key + local_id * NODE_STRIDE) & M64) for local_id in local]
         assert keys.tolist() == [to_int64(w) for w in want]
         bounds = [rng.randrange(1, 1 << 33) for _ in local]
         for j in (0, 1, 14):
             got = uniform_below(keys, j, torch.tensor(bounds)).tolist()
-            assert got == [(splitmix64_int((k + j * GOLDEN) & M64) >> 11) % m for k, m in zip(want, bounds)]
+            assert got == [(splitmix64_int((k + j * GOLDEN) & M64) >> 11) % m for k, m in zip(want, bounds, strict=True)]
 
 
 def test_draws_are_in_range_and_spread() -> None:

@@ -21,13 +21,13 @@ def reference_sample(graph: CSCGraph, seeds: list[int], fanouts: list[int], seed
     seed_key = splitmix64_int(seed & M64)
     for k in fanouts:
         hop_edges = 0
-        for l in range(f0, f1):
-            v = node_ids[l]
+        for local_id in range(f0, f1):
+            v = node_ids[local_id]
             s, d = colptr[v], colptr[v + 1] - colptr[v]
             if k == -1 or d <= k:
                 offsets = list(range(d))
             else:
-                key = splitmix64_int((seed_key + l * NODE_STRIDE) & M64)
+                key = splitmix64_int((seed_key + local_id * NODE_STRIDE) & M64)
                 chosen: list[int] = []
                 for i in range(k):
                     j = d - k + i
@@ -121,7 +121,7 @@ def test_blocks_are_prefix_views() -> None:
     assert blocks[0].edge_index().tolist() == sub.edge_index().tolist()
     for b in blocks:
         assert b.indices.data_ptr() == sub.indices.data_ptr() and b.indptr.data_ptr() == sub.indptr.data_ptr()
-    for inner, outer in zip(blocks[1:], blocks[:-1]):  # each layer's dst nodes are the next layer's src prefix
+    for inner, outer in zip(blocks[1:], blocks[:-1], strict=True):  # each layer's dst nodes are the next layer's src prefix
         assert inner.num_src == outer.num_dst
 
 

@@ -41,7 +41,7 @@ def ogb_root(tmp_path) -> Path:
 
 def test_reads_graph_features_labels_split(ogb_root):
     g = load_ogb(ogb_root)
-    assert g.num_nodes == 5 and list(zip(g.src.tolist(), g.dst.tolist())) == EDGES
+    assert g.num_nodes == 5 and list(zip(g.src.tolist(), g.dst.tolist(), strict=True)) == EDGES
     assert g.description["inverse_edges_added"] is False  # arxiv is directed in ogb's table
     assert g.features.dtype == torch.float32 and g.features[2].tolist() == [2.5, -2.25, pytest.approx(1e-3)]
     assert g.labels.tolist() == [3, 0, -1, 2, 1]

@@ -57,7 +57,7 @@ def test_streamed_generator_gives_the_in_memory_graph(tmp_path, options, work):
     plan = MemoryPlan.start(1 << 40, work_bytes=work)
     streamed = stream_rmat(tmp_path, plan, **options)
     whole = generate_rmat(**options)
-    src, dst = (torch.cat(part) for part in zip(*streamed.edges.chunks(777)))
+    src, dst = (torch.cat(part) for part in zip(*streamed.edges.chunks(777), strict=True))
     assert torch.equal(src, whole.src) and torch.equal(dst, whole.dst)
     for rows in (100, 5000):  # walked twice: features drawn again each time give the same rows
         assert torch.equal(torch.cat([block.clone() for _, block in streamed.features.chunks(rows)]), whole.features)

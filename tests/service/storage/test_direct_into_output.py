@@ -38,7 +38,7 @@ def test_a_run_is_read_from_its_first_aligned_byte_to_its_last_and_covers_the_ro
     assert two.offsets.tolist() == [112128, 112128 + 32768] and two.total == 175616 - 112128
     assert (4096 * 7 + 160 + two.into[0]) % 512 == 0
     assert np.array_equal(two.covered(rows.size), (file_lo >= 112128) & (file_hi <= 175616) & (rows >= 700))
-    assert all(o % 512 == 0 and n % 512 == 0 for o, n in zip(two.offsets, two.lengths))
+    assert all(o % 512 == 0 and n % 512 == 0 for o, n in zip(two.offsets, two.lengths, strict=True))
     # neither run congruent, runs shorter than min_bytes, rows out of order in the output: nothing goes straight in
     assert plan(4096 * 7).offsets.size == 0 and not plan(4096 * 7).covered(rows.size).any()
     assert plan(4096 * 7 + 128, min_bytes=1 << 20).offsets.size == 0

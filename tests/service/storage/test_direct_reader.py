@@ -21,7 +21,7 @@ def test_adjacent_rows_coalesce_and_requests_stay_aligned():
     # rows 0-3 share the first block (bytes 128..2176); 100-101 one block; 5007 straddles two blocks
     assert plan.offsets.tolist() == [0, 49152, 2560000]
     assert plan.lengths.tolist() == [4096, 4096, 8192]
-    assert all(o % 4096 == 0 and n % 4096 == 0 for o, n in zip(plan.offsets, plan.lengths))
+    assert all(o % 4096 == 0 and n % 4096 == 0 for o, n in zip(plan.offsets, plan.lengths, strict=True))
     assert plan.staging.tolist() == [0, 4096, 8192]
     assert plan.row_at.tolist() == [128, 640, 1152, 1664, 4096 + 51328 - 49152, 4096 + 51840 - 49152, 8192 + 2563712 - 2560000]
     long = plan_reads(np.arange(64), data_offset=0, row_bytes=4096, max_request=16384)

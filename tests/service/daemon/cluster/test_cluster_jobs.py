@@ -103,7 +103,7 @@ def test_cancel_on_the_coordinator_stops_every_node(test_cluster, small_rmat):
         assert [n.state for n in running.nodes] == [JobState.RUNNING] * 3 and len(running.ranks) == 3
         cancelled = client.cancel_job(job.job_id, "test done")
     assert cancelled.state == JobState.CANCELLED
-    for member, part in zip(nodes[1:], cancelled.nodes[1:]):
+    for member, part in zip(nodes[1:], cancelled.nodes[1:], strict=True):
         with member.client() as client:
             assert client.get_job(part.job_id).state == JobState.CANCELLED
     for node in nodes:

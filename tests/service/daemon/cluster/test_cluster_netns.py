@@ -42,7 +42,7 @@ def namespaces():
             _ip("netns", "add", name)
             _ip("-n", name, "link", "set", "lo", "up")
         _ip("link", "add", links[0], "netns", names[0], "type", "veth", "peer", "name", links[1], "netns", names[1])
-        for name, link, address in zip(names, links, ADDRESSES):
+        for name, link, address in zip(names, links, ADDRESSES, strict=True):
             _ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
             _ip("-n", name, "link", "set", link, "up")
     except (subprocess.CalledProcessError, OSError) as exc:
@@ -71,7 +71,7 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
     port = 7070
     daemons: list[subprocess.Popen] = []
     try:
-        for index, (name, link, address) in enumerate(zip(names, links, ADDRESSES)):
+        for index, (name, link, address) in enumerate(zip(names, links, ADDRESSES, strict=True)):
             home = base / f"n{index}"
             shutil.copytree(small_rmat.directory, home / "datasets" / small_rmat.directory.name)
             peer = ADDRESSES[1 - index]
@@ -84,7 +84,7 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
             with open(base / f"daemon{index}.out", "wb") as out:
                 daemons.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
         clients = []
-        for index, popen in enumerate(daemons):
+        for index in range(len(daemons)):
             client = DaemonClient(f"unix:{base / f'n{index}' / 'run' / 'daemon.sock'}")  # Unix sockets cross netns
             client.wait_until_serving(120)
             clients.append(client)
@@ -113,7 +113,7 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
         assert finals[0].state == JobState.FAILED and f"{ADDRESSES[1]}:{port}" in finals[0].message, finals[0].message
         assert finals[1].state == JobState.FAILED and f"{ADDRESSES[0]}:{port}" in finals[1].message, finals[1].message
         assert took < PEER_TIMEOUT_S + 15, f"the job took {took:.0f} s to end after its link was cut"
-        for popen, before in zip(daemons, baseline):
+        for popen, before in zip(daemons, baseline, strict=True):
             deadline = time.monotonic() + 30
             while _descendants(popen.pid) - before and time.monotonic() < deadline:
                 time.sleep(0.2)
