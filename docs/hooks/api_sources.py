@@ -24,6 +24,7 @@ _tree: Path | None = None
 
 @event_priority(100)  # before mkdocstrings reads its handler options
 def on_config(config: MkDocsConfig) -> MkDocsConfig:
+    on_shutdown()  # `mkdocs serve` reloads the config on every rebuild: one tree at a time
     global _tree
     _tree = Path(tempfile.mkdtemp(prefix="graphtier-api-"))
     package = _tree / "graphtier"
