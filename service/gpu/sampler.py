@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -29,7 +29,19 @@ from graphtier.service.gpu.runtime import CudaError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.sampling.subgraph import SampledSubgraph
 
+if TYPE_CHECKING:
+    from graphtier.service.store import AttachedDataset
+
 THREADS = 256
+
+
+def unavailable_reason() -> str:
+    """Why the GPU sampler cannot run in this process ("" when it can): no CUDA device, or the GPU ops not built."""
+    try:
+        load_cuda_ops()
+    except CudaError as exc:
+        return str(exc)
+    return ""
 
 
 @dataclass(frozen=True)
@@ -298,3 +310,33 @@ class CudaNeighborSampler:
         seeds = check_seeds(seeds, s.num_nodes, s.device)
         with torch.cuda.device(s.device):
             return sample_hops(self._kernels, seeds, self._fanouts, word, self._node_map)
+
+
+class HostCopySampler:
+    """A `CudaNeighborSampler` whose samples are copied back to host memory: for a producer that
+    gathers on the CPU, which reads the subgraph there. Same API as `NeighborSampler`."""
+
+    def __init__(self, sampler: CudaNeighborSampler) -> None:
+        self.device_sampler = sampler
+
+    @property
+    def backend(self) -> str:
+        return "cuda"
+
+    @property
+    def fanouts(self) -> list[int]:
+        return self.device_sampler.fanouts
+
+    def sample(self, seeds: torch.Tensor, *, seed: int) -> SampledSubgraph:
+        sub = self.device_sampler.sample(seeds, seed=seed)
+        return SampledSubgraph(node_ids=sub.node_ids.cpu(), indptr=sub.indptr.cpu(), indices=sub.indices.cpu(),
+                               num_nodes_per_hop=sub.num_nodes_per_hop, num_edges_per_hop=sub.num_edges_per_hop)  # fmt: skip
+
+
+def host_copy_sampler(dataset: AttachedDataset, fanouts: Sequence[int], device: int) -> HostCopySampler:
+    """The GPU sampler of an attached dataset on GPU `device`: the lists of the plan's
+    structure_device_end hottest nodes copied into that GPU's memory, the rest read in place from
+    the dataset's registered host mapping."""
+    graph = dataset.cuda_structure(device)
+    structure = StructureTiers.with_device_prefix(graph, dataset.handle.plan.structure_device_end)
+    return HostCopySampler(CudaNeighborSampler(structure, fanouts))

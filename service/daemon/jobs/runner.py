@@ -175,7 +175,7 @@ class JobRunner:
             batch_size=self.spec.batch_size, epochs=self.spec.epochs, seed=self.spec.seed,
             num_slots=self.spec.num_slots, channel_dir=self._channel_dir(rank, attempt), channel=f"j{self.job_id}r{rank}",
             num_threads=self.threads, storage_reads=self.spec.storage_reads, window=self.spec.window,
-            partition=self.partition,
+            partition=self.partition, sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
         )  # fmt: skip
         try:
             producer = spawn_producer(config)
