@@ -74,7 +74,8 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     assert bad.exit_code == 2 and f"{spec}: invalid job spec: model" in bad.output and "epochz" in bad.output
     gpu = cli("job", "submit", "--dataset", "rmat12", "--sampler", "gpu", "--runtime-dir", run)
     assert gpu.exit_code == 2 and gpu.output.count("\n") == 1
-    assert "sampler: Value error, sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu" in gpu.output
+    assert "invalid job spec: (top): Value error, sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu" \
+        in gpu.output
     nothing = cli("job", "list", "--runtime-dir", run, "--json")
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 
