@@ -337,6 +337,7 @@ def host_copy_sampler(dataset: AttachedDataset, fanouts: Sequence[int], device: 
     """The GPU sampler of an attached dataset on GPU `device`: the lists of the plan's
     structure_device_end hottest nodes copied into that GPU's memory, the rest read in place from
     the dataset's registered host mapping."""
+    load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
     graph = dataset.cuda_structure(device)
     structure = StructureTiers.with_device_prefix(graph, dataset.handle.plan.structure_device_end)
     return HostCopySampler(CudaNeighborSampler(structure, fanouts))
