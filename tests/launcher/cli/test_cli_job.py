@@ -76,6 +76,10 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     assert gpu.exit_code == 2 and gpu.output.count("\n") == 1
     assert "invalid job spec: (top): Value error, sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu" \
         in gpu.output
+    spec.write_text("dataset: rmat12\ndevice: cpu\nsampler: gpu\n")
+    gpu = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert gpu.exit_code == 2 and f"{spec}: invalid job spec" in gpu.output and "it needs device cuda" in gpu.output
+    assert cli("job", "submit", "--spec", spec, "--sampler", "tpu", "--runtime-dir", run).exit_code == 2
     nothing = cli("job", "list", "--runtime-dir", run, "--json")
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 
