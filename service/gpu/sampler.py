@@ -69,11 +69,14 @@ class StructureTiers:
             raise SamplingError("structure host_colptr must start at 0")
         if int(self.host_colptr[-1]) != self.host_row.numel():
             raise SamplingError(
-                f"structure host_colptr ends at {int(self.host_colptr[-1])} but host_row has {self.host_row.numel()} entries"
+                f"structure host_colptr ends at {int(self.host_colptr[-1])} but host_row has "
+                f"{self.host_row.numel()} entries"
             )
         end = self.device_colptr.numel() - 1
         if not 0 <= end <= self.num_nodes:
-            raise SamplingError(f"structure device_colptr has {end + 1} entries, more than num_nodes + 1 = {self.num_nodes + 1}")
+            raise SamplingError(
+                f"structure device_colptr has {end + 1} entries, more than num_nodes + 1 = {self.num_nodes + 1}"
+            )
         edges = int(self.device_colptr[-1]) if end >= 0 else 0
         if end >= 0 and (edges != int(self.host_colptr[end]) or self.device_row.numel() != edges):
             raise SamplingError(
@@ -329,8 +332,10 @@ class HostCopySampler:
 
     def sample(self, seeds: torch.Tensor, *, seed: int) -> SampledSubgraph:
         sub = self.device_sampler.sample(seeds, seed=seed)
-        return SampledSubgraph(node_ids=sub.node_ids.cpu(), indptr=sub.indptr.cpu(), indices=sub.indices.cpu(),
-                               num_nodes_per_hop=sub.num_nodes_per_hop, num_edges_per_hop=sub.num_edges_per_hop)  # fmt: skip
+        return SampledSubgraph(
+            node_ids=sub.node_ids.cpu(), indptr=sub.indptr.cpu(), indices=sub.indices.cpu(),
+            num_nodes_per_hop=sub.num_nodes_per_hop, num_edges_per_hop=sub.num_edges_per_hop,
+        )  # fmt: skip
 
 
 def host_copy_sampler(dataset: AttachedDataset, fanouts: Sequence[int], device: int) -> HostCopySampler:

@@ -106,4 +106,5 @@ def test_bad_seeds_are_refused_as_the_cpu_sampler_refuses_them(on_gpu):
         sampler.sample(torch.tensor([5, 6, 5], device="cuda"), seed=0)
     with pytest.raises(SamplingError, match=r"seed 400 at position 1 is out of range \[0, 400\)"):
         sampler.sample(torch.tensor([5, 400]), seed=0)
-    _assert_same(sampler.sample(torch.tensor([5, 6]), seed=0), NeighborSampler(SMALL, [3]).sample(torch.tensor([5, 6]), seed=0))
+    seeds = torch.tensor([5, 6])
+    _assert_same(sampler.sample(seeds, seed=0), NeighborSampler(SMALL, [3]).sample(seeds, seed=0))
