@@ -164,8 +164,9 @@ def sample_hop(kernels: SamplerKernels, frontier: torch.Tensor, fanout: int, see
     fresh = int(ranks[-1]) if total else 0  # host read 2: the hop's new nodes
     new_nodes = torch.empty(fresh, dtype=torch.int64, device=dev)
     kernels.assign(nbrs, flags, ranks, next_local, node_map, new_nodes)
-    kernels.apply(nbrs, node_map, nbrs)
-    return HopResult(ends=ends, indices=nbrs, new_nodes=new_nodes)
+    local = torch.empty_like(nbrs)  # not in place: the op's schema keeps its input and output apart
+    kernels.apply(nbrs, node_map, local)
+    return HopResult(ends=ends, indices=local, new_nodes=new_nodes)
 
 
 def sample_hops(kernels: SamplerKernels, seeds: torch.Tensor, fanouts: Sequence[int], seed: int,

@@ -69,7 +69,7 @@ cudaError_t launch_relabel_assign(const int64_t* nbrs, int64_t m, const int64_t*
                                   int64_t* new_nodes, int max_blocks, int threads,
                                   cudaStream_t stream);
 
-// local[e] = node_map[nbrs[e]] (in place allowed: local == nbrs).
+// local[e] = node_map[nbrs[e]].
 cudaError_t launch_relabel_apply(const int64_t* nbrs, int64_t m, const int64_t* node_map,
                                  int64_t* local, int max_blocks, int threads, cudaStream_t stream);
 
