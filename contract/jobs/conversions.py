@@ -63,7 +63,7 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
         weight_decay=spec.weight_decay, device=_DEVICES[spec.device], script=spec.script, args=spec.args,
         storage_reads=spec.storage_reads, window=spec.window, on_nonfinite=spec.on_nonfinite,
-        features=spec.features, replicate=spec.replicate,
+        features=spec.features, replicate=spec.replicate, sampler=spec.sampler,
     )  # fmt: skip
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
@@ -81,7 +81,7 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
     if message.fanouts:
         values["fanouts"] = list(message.fanouts)
     for name in ("batch_size", "hidden", "epochs", "lr", "nproc_per_node", "checkpoint_every_steps", "heads",
-                 "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate"):  # fmt: skip
+                 "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler"):  # fmt: skip
         if getattr(message, name):
             values[name] = getattr(message, name)
     if message.device != jobs_pb2.DEVICE_UNSPECIFIED:

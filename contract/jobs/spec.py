@@ -27,6 +27,7 @@ DeviceKind = Literal["cpu", "cuda"]
 
 OnNonFinite = Literal["fail", "skip-step", "off"]
 FeaturesKind = Literal["replicated", "partitioned"]
+SamplerKind = Literal["cpu", "gpu", "auto"]
 
 
 class JobSpec(BaseModel):
@@ -68,6 +69,10 @@ class JobSpec(BaseModel):
                                    "node, each other row on one node, fetched by the others per batch).")
     replicate: str = Field(DEFAULT_REPLICATE, description="With partitioned features: the rows, hottest first, every "
                            "node holds: a share of the rows (10%; 0.1) or a size of feature bytes per node (512MiB).")
+    sampler: SamplerKind = Field("auto", description="Where producers sample: cpu, gpu (on the rank's GPU over the "
+                                 "tiered structure; device cuda only) or auto (gpu on a cuda job whose placement puts "
+                                 "structure on the device and whose daemon has the GPU ops, else cpu); recorded "
+                                 "resolved at submit.")
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
@@ -113,6 +118,10 @@ class JobSpec(BaseModel):
             raise ValueError(f"nodes {self.nodes}: a multi-node job needs at least 2 nodes (or none: this daemon alone)")
         if self.nodes and self.nnodes == 1:
             object.__setattr__(self, "nnodes", len(self.nodes))  # frozen: the one place nnodes follows nodes
+        if self.sampler == "gpu" and self.device != "cuda":
+            raise ValueError(f"sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not {self.device}")
+        if self.sampler == "auto" and self.device == "cpu":
+            object.__setattr__(self, "sampler", "cpu")  # frozen: auto is recorded resolved
         if self.features == "partitioned" and self.nnodes == 1:
             raise ValueError("features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "
                              "one node holds every row (features 'replicated')")

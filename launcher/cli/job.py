@@ -72,7 +72,8 @@ def describe(job: JobInfo) -> str:
     if job.spec.features == "partitioned":
         where += f", features partitioned ({job.spec.replicate} on every node)"
     lines = _wrapped(f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
-                     f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s)", first="")  # fmt: skip
+                     f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s), "
+                     f"sampling on {job.spec.sampler}", first="")  # fmt: skip
     p = job.progress
     if p is not None and p.total_steps:
         done = min(p.global_step, p.total_steps)
@@ -203,6 +204,8 @@ def submit(
     on_nonfinite: Annotated[Optional[str], typer.Option(help="a NaN/inf loss or gradient: fail (default, naming rank and step), skip-step or off")] = None,
     features: Annotated[Optional[str], typer.Option(help="multi-node feature rows: replicated (default: every node holds all) or partitioned "
                                                                 "(split across nodes, the hottest --replicate on every node, the rest fetched per batch)")] = None,
+    sampler: Annotated[Optional[str], typer.Option(help="where producers sample: cpu, gpu (device cuda only) or auto "
+                                                              "(default: gpu on a cuda job with structure on the device, else cpu)")] = None,
     replicate: Annotated[Optional[str], typer.Option(help="with --features partitioned: the rows, hottest first, on every node: "
                                                                  "a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)")] = None,
     spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
@@ -225,7 +228,7 @@ def submit(
                  "nnodes": nnodes, "nodes": split_nodes(nodes) if nodes is not None else None,
                  "args": split_args(script_args) if script_args is not None else None,
                  "storage_reads": storage_reads, "window": window, "on_nonfinite": on_nonfinite,
-                 "features": features, "replicate": replicate}  # fmt: skip
+                 "features": features, "replicate": replicate, "sampler": sampler}  # fmt: skip
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)
         else:

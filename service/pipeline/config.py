@@ -38,6 +38,8 @@ class ProducerConfig(BaseModel):
     heartbeat_interval_s: float = Field(default=0.2, gt=0, le=60, description="Heartbeat period while waiting.")
     num_threads: int | None = Field(default=None, ge=1, description="torch/OpenMP threads for sample and gather.")
     sampler_backend: Literal["auto", "native", "torch"] = "auto"
+    sampler: Literal["cpu", "gpu"] = Field(default="cpu", description="Sample on the CPU, or on GPU `device_index` "
+                                           "over the structure's device tier and registered host memory.")
     storage_reads: Literal["mmap", "direct", "page-cache"] = Field(
         default="mmap", description="How storage-tier rows are read: the file mapping, O_DIRECT, or the page cache."
     )

@@ -91,7 +91,12 @@ class Producer:
                 f"dataset {cfg.dataset.dataset!r} has {num_train} train ids, fewer than world_size {cfg.world_size}"
             )
         self.train_ids = train
-        self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
+        if cfg.sampler == "gpu":
+            from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
+
+            self.sampler = host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index)
+        else:
+            self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
         self.tiers = tiers
         if cfg.partition is not None and tiers is not None:

@@ -183,6 +183,29 @@ def test_domain_job_spec_survives_the_wire_and_unset_fields_take_defaults():
     assert (bare.device, bare.weight_decay, bare.dropout) == ("cpu", 0.0, 0.5)
 
 
+@pytest.mark.parametrize(("device", "sampler", "recorded"), [("cuda", "gpu", "gpu"), ("cuda", "auto", "auto"),
+                                                             ("cpu", "auto", "cpu"), ("cpu", "cpu", "cpu")])  # fmt: skip
+def test_the_sampler_survives_the_wire_and_a_cpu_jobs_auto_is_cpu(device, sampler, recorded):
+    from graphtier.contract.jobs.conversions import spec_from_proto, spec_to_proto
+    from graphtier.contract.jobs.spec import JobSpec
+
+    spec = JobSpec(dataset="d", device=device, sampler=sampler)
+    assert spec.sampler == recorded
+    back = spec_from_proto(jobs_pb2.JobSpec.FromString(spec_to_proto(spec).SerializeToString()))
+    assert back == spec and back.sampler == recorded
+    assert spec_from_proto(jobs_pb2.JobSpec(dataset="d", model=jobs_pb2.MODEL_SAGE)).sampler == "cpu"  # empty = auto
+
+
+def test_a_gpu_sampler_on_a_cpu_job_is_refused_naming_both():
+    from graphtier.contract.errors import InvalidRequestError
+    from graphtier.contract.jobs.spec import JobSpec
+
+    with pytest.raises(InvalidRequestError, match="sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu"):
+        JobSpec.build({"dataset": "d", "sampler": "gpu"})
+    with pytest.raises(InvalidRequestError, match="sampler: Input should be 'cpu', 'gpu' or 'auto'"):
+        JobSpec.build({"dataset": "d", "sampler": "tpu"})
+
+
 def test_job_spec_round_trips_with_presence_of_zero_optionals():
     spec = _job_spec()
     back = jobs_pb2.JobSpec.FromString(spec.SerializeToString())

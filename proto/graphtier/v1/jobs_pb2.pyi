@@ -58,7 +58,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate")
+    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class JobSpec(_message.Message):
     ON_NONFINITE_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLER_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
@@ -117,7 +118,8 @@ class JobSpec(_message.Message):
     on_nonfinite: str
     features: str
     replicate: str
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ...) -> None: ...
+    sampler: str
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
     __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")

@@ -29,6 +29,7 @@ from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.jobs.conversions import job_to_proto
 from graphtier.service.daemon.jobs.events import JobEventLog
 from graphtier.service.daemon.jobs.notes import spec_notes
+from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
 from graphtier.service.daemon.jobs.job_view import (
     final_rate,
@@ -155,6 +156,9 @@ class JobManager:
                 f"{torch.cuda.device_count()} for nproc_per_node {spec.nproc_per_node}; "
                 "submit with device cpu or fewer ranks"
             )
+        if spec.sampler == "gpu" and (why := gpu_sampler_unavailable()):
+            raise InvalidRequestError(f"job spec: sampler 'gpu' cannot run on this daemon: {why}; submit with sampler "
+                                      "cpu or auto")  # fmt: skip
         if spec.script:
             check_script(Path(spec.script))
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
@@ -170,6 +174,7 @@ class JobManager:
                 f"dataset {spec.dataset!r} cannot be trained on: it needs features and at least 2 label classes "
                 f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"
             )
+        spec = resolve_sampler(spec, loaded.handle.plan)
         job_id = self._new_id()
         job_dir = self.runtime_dir / "jobs" / job_id
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))

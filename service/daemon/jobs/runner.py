@@ -175,7 +175,9 @@ class JobRunner:
             batch_size=self.spec.batch_size, epochs=self.spec.epochs, seed=self.spec.seed,
             num_slots=self.spec.num_slots, channel_dir=self._channel_dir(rank, attempt), channel=f"j{self.job_id}r{rank}",
             num_threads=self.threads, storage_reads=self.spec.storage_reads, window=self.spec.window,
-            partition=self.partition,
+            partition=self.partition, sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
+            # a GPU-sampling producer samples on its rank's GPU (cuda:LOCAL_RANK under torchrun)
+            device_index=rank % self.spec.nproc_per_node if self.spec.sampler == "gpu" else 0,
         )  # fmt: skip
         try:
             producer = spawn_producer(config)

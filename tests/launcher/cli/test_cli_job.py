@@ -72,6 +72,14 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     spec.write_text("dataset: rmat12\nmodel: transformer\nepochz: 3\n")
     bad = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
     assert bad.exit_code == 2 and f"{spec}: invalid job spec: model" in bad.output and "epochz" in bad.output
+    gpu = cli("job", "submit", "--dataset", "rmat12", "--sampler", "gpu", "--runtime-dir", run)
+    assert gpu.exit_code == 2 and gpu.output.count("\n") == 1
+    assert "invalid job spec: (top): Value error, sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu" \
+        in gpu.output
+    spec.write_text("dataset: rmat12\ndevice: cpu\nsampler: gpu\n")
+    gpu = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert gpu.exit_code == 2 and f"{spec}: invalid job spec" in gpu.output and "it needs device cuda" in gpu.output
+    assert cli("job", "submit", "--spec", spec, "--sampler", "tpu", "--runtime-dir", run).exit_code == 2
     nothing = cli("job", "list", "--runtime-dir", run, "--json")
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 
@@ -83,16 +91,21 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
                     "nproc_per_node: 2\nname: from-yaml\n")  # fmt: skip
     unknown = cli("job", "submit", "--dataset", "nope", "--runtime-dir", run)
     assert unknown.exit_code == 2 and "no prepared dataset 'nope'" in unknown.output
+    if not torch.cuda.is_available():  # the daemon's machine has no GPU: a GPU sampler is refused at submit
+        gpu = cli("job", "submit", "--dataset", "rmat12", "--device", "cuda", "--sampler", "gpu", "--runtime-dir", run)
+        assert gpu.exit_code == 2 and gpu.output.count("\n") == 1 and "device 'cuda' needs one CUDA device" in gpu.output
 
     done = cli("job", "submit", "--spec", spec, "--epochs", "1", "--wait", "--json", "--runtime-dir", run)
     assert done.exit_code == 0, done.output
     job = json.loads(done.stdout)
     assert job["state"] == "succeeded" and job["spec"]["model"] == "gcn" and job["spec"]["epochs"] == 1
+    assert job["spec"]["sampler"] == "cpu"  # auto, resolved for a CPU job
     assert 0 < job["result"]["val_accuracy"] <= 1 and 0 < job["result"]["test_accuracy"] <= 1
     job_id = job["job_id"]
 
     status = cli("job", "status", job_id, "--runtime-dir", run)
     assert status.exit_code == 0 and f"job {job_id} [succeeded] gcn on rmat12" in status.output
+    assert "sampling on cpu" in status.output
     assert "val accuracy" in status.output and "test accuracy" in status.output
     listed = json.loads(cli("job", "list", "--json", "--runtime-dir", run).stdout)
     assert [(j["job_id"], j["spec"]["name"]) for j in listed] == [(job_id, "from-yaml")]

@@ -99,5 +99,6 @@ def test_every_cuda_source_compiles_for_hopper_and_no_kernel_spills(tmp_path):
         assert source.returncode == 0, f"{source.source}:\n{source.output[-4000:]}"
         assert (tmp_path / f"{source.source.rsplit('/', 1)[-1]}.o").stat().st_size > 0
     assert report.failures() == [], "\n".join(report.failures())
-    kernels = compiled["native/cuda/tiered_gather.cu"].kernels
-    assert kernels and all(k.arch == "sm_90" and k.registers for k in kernels)
+    for source in ("native/cuda/tiered_gather.cu", "native/cuda/neighbor_sampler.cu"):
+        kernels = compiled[source].kernels
+        assert kernels and all(k.arch == "sm_90" and k.registers for k in kernels), source

@@ -143,3 +143,14 @@ def test_rows_are_counted_per_source_on_the_cpu(shares, expected):
     tiers = _tiers(interleaved_ptrs=shares)
     assert tiers.row_bytes == 16
     assert count_rows(torch.arange(60), tiers) == expected
+
+
+@no_gpu
+def test_without_a_gpu_the_gpu_sampler_says_why_it_cannot_run():
+    from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.gpu.sampler import CudaNeighborSampler, StructureTiers
+    from graphtier.service.graph.csc import CSCGraph
+
+    structure = StructureTiers.host_only(CSCGraph(colptr=torch.tensor([0, 1, 1]), row=torch.tensor([1])))
+    with pytest.raises(CudaError, match="torch sees no CUDA device"):
+        CudaNeighborSampler(structure, [2])

@@ -116,5 +116,19 @@ def test_config_errors_name_the_field(make_config, capsys):
         ProducerConfig.parse(text.replace('"fanouts":[5,3]', '"fanouts":[2,2,2,2,2,2,2,2,2]'))
     with pytest.raises(ChannelError, match="/nonexistent.json: cannot read"):
         ProducerConfig.parse("@/nonexistent.json")
+    with pytest.raises(ChannelError, match=r"sampler: Input should be 'cpu' or 'gpu'"):
+        ProducerConfig.parse(text.replace('"sampler":"cpu"', '"sampler":"auto"'))  # the daemon resolves auto
     assert producer_main(["--config", text.replace('"epochs":2', '"epochs":0')]) == 2
     assert "epochs: Input should be greater than or equal to 1" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible (the GPU sampler can start)")
+def test_a_gpu_sampling_producer_without_cuda_stops_naming_why(make_config, segments_of):
+    from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.pipeline.producer import Producer
+
+    config = make_config(sampler="gpu")
+    before = segments_of(os.getpid())  # the store's
+    with pytest.raises(CudaError, match="torch sees no CUDA device"):
+        Producer(config)
+    assert segments_of(os.getpid()) == before
