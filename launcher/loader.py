@@ -44,7 +44,7 @@ from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits, to_device
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
-from graphtier.launcher.runtime.loader import ChannelLoader
+from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
