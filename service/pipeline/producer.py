@@ -215,7 +215,7 @@ class Producer:
         return sub
 
     def _produce(self, link: ConsumerLink, planned: Planned, sampled_ahead: int) -> None:
-        cfg, ctl = self.config, self.control
+        ctl = self.control
         epoch, step, batch, seeds, seed, sub = (planned.epoch, planned.step, planned.batch, planned.seeds,
                                                 planned.sample_seed, planned.subgraph)  # fmt: skip
         k = link.acquire()
