@@ -3,7 +3,8 @@
 Submission validates the spec, loads the dataset (the shared copy: several jobs on one
 dataset share its tiers), creates `<runtime_dir>/jobs/<id>/` and starts a `JobRunner` on its
 own thread; the call returns at once with the job PENDING/STARTING. The job's record (state,
-times, its saved Job message, retention) is the job table's. The manager owns the job's event log and shows it
+times, its saved Job message, retention) is the job table's; its processes are the runner's,
+driven through the runner's public methods. The manager owns the job's event log and shows it
 as `JobInfo` (job_view.py: from the job table, the progress tracker and the runner). A part
 of a multi-node job (`submit_part`) is a job like any other plus its `PartHooks`
 (cluster/part_watch.py): called every tick (a lost node fails the job), when the part ends
@@ -200,7 +201,7 @@ class JobManager:
 
     def _demand(self, job: _Job) -> Demand:
         """Cores, memory and GPUs the job will hold: its ranks and their ping-pong slots."""
-        spec, plan = job.spec, job.runner.handle.plan
+        spec, plan = job.spec, job.layout.handle.plan
         sampled = spec.batch_size
         for fanout in spec.fanouts:
             sampled *= (fanout if fanout > 0 else 16) + 1
@@ -215,7 +216,7 @@ class JobManager:
         job.events.state(StateChange(JobState.PENDING, JobState.PENDING, message))
 
     def _run(self, job_id: str, job: _Job) -> None:
-        if not self.admission.wait(job_id, self._demand(job), job.runner.cancel_event,
+        if not self.admission.wait(job_id, self._demand(job), job.runner.cancelled,
                                    lambda why: self._queued(job_id, job, why)):  # fmt: skip
             self._move(job_id, job, JobState.CANCELLED, job.runner.cancel_reason or "cancelled while queued")
             self._keep(job_id)
@@ -268,11 +269,8 @@ class JobManager:
 
     def _prune_checkpoints(self, job: _Job, outcome: JobState) -> None:
         """None after a success (unless --keep-checkpoints), the newest after anything else."""
-        if self.keep_checkpoints:
-            return
-        checkpoints = sorted(job.runner.checkpoint_dir.glob("ckpt-*.pt"))  # zero-padded steps: oldest first
-        for old in checkpoints if outcome == JobState.SUCCEEDED else checkpoints[:-1]:
-            old.unlink(missing_ok=True)
+        if not self.keep_checkpoints:
+            job.runner.prune_checkpoints(keep_newest=outcome != JobState.SUCCEEDED)
 
     def retire_finished(self, now: datetime | None = None) -> list[str]:
         """The jobs the job table finds due (ended more than its `retire_after_s` ago) whose supervision
@@ -295,7 +293,7 @@ class JobManager:
 
     def _tick(self, job_id: str, job: _Job) -> None:
         """Producers' counters -> tracker; STARTING -> RUNNING at the first step; progress events."""
-        if job.part is not None and not job.runner.cancel_event.is_set():
+        if job.part is not None and not job.runner.cancelled.is_set():
             problem = job.part.watch()
             if problem:
                 job.runner.fail(problem)
@@ -351,8 +349,7 @@ class JobManager:
         with self._lock:
             job = self._jobs.get(record.job_id)
         if job is not None:
-            job.runner.cancel_reason = reason or "cancelled"
-            job.runner.cancel_event.set()
+            job.runner.cancel(reason)
             self.admission.wake()  # a queued job leaves the queue now
 
     def cancel(self, job_id: str, reason: str = "", *, wait_s: float = CANCEL_WAIT_S) -> JobInfo:
@@ -368,15 +365,13 @@ class JobManager:
         record = self.table.check_rank(job_id, rank)
         if record.state.final:
             raise DaemonError(f"job {job_id} has ended ({record.state.value}); its channels are closed")
-        producer = job.runner.reopen(rank, trainer_pid)
-        return ChannelGrant(job_id, producer.layout, job.layout.feature_dim, job.layout.num_classes, self.stall_timeout_s)
+        layout = job.runner.open_channel(rank, trainer_pid)
+        return ChannelGrant(job_id, layout, job.layout.feature_dim, job.layout.num_classes, self.stall_timeout_s)
 
     def release_channel(self, job_id: str, rank: int) -> int:
         job = self._job(job_id)
         self.table.check_rank(job_id, rank)
-        channel = job.runner.channels.get(rank)
-        job.runner.released(rank)
-        return channel.producer.stats().batches_consumed if channel else 0
+        return job.runner.release_channel(rank)
 
     def shutdown(self) -> None:
         """Cancel every unfinished job and wait for its processes (the daemon is stopping)."""
