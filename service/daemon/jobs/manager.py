@@ -287,7 +287,6 @@ class JobManager:
             with self._lock:
                 self._jobs.pop(job_id, None)
             self.tracker.forget(job_id)
-            self.tracker.metrics.retire_job(job_id)
             retired.append(job_id)
         return retired
 
