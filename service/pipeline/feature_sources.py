@@ -21,6 +21,7 @@ from graphtier.contract.storage import StorageCounters
 from graphtier.service.gather import FeatureTiers, TrafficCounts
 from graphtier.service.gather.tiered_gather import gather_split
 from graphtier.service.pipeline.control import ControlBlock
+from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures, PeerRows, RemoteTicket
 from graphtier.service.storage import LookaheadWindow, RowReader, StorageReads, Ticket
 from graphtier.service.store import AttachedDataset
@@ -94,7 +95,7 @@ class WindowedTiers(FeatureSource):
 
     def _open(self) -> LookaheadWindow:
         if self.window is None:
-            raise RuntimeError("the look-ahead window is closed")
+            raise ChannelError("the look-ahead window of this producer is closed")
         return self.window
 
     def admit(self, node_ids: torch.Tensor) -> Ticket:
@@ -128,7 +129,7 @@ class PeerRowSource(FeatureSource):
 
     def _open(self) -> PeerRows:
         if self.rows is None:
-            raise RuntimeError("the peer connections are closed")
+            raise ChannelError("the connections of this producer to the other nodes are closed")
         return self.rows
 
     def admit(self, node_ids: torch.Tensor) -> RemoteTicket:
