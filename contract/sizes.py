@@ -1,6 +1,6 @@
 """Sizes as people type them ("512MiB", "1.5GB", "10%"): one reading for every budget.
 
-Tier budgets (`service/placement/budget.py`), the memory budget of `prepare` and the rows a
+Tier budgets (`service/placement/tier_budget.py`), the memory budget of `prepare` and the rows a
 partitioned job replicates (`partition.py`) all accept the same text; they differ only in
 what a bare number or a percentage means, which each decides itself.
 """

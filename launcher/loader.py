@@ -41,10 +41,10 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.launcher.data_plane_client import DataPlaneClient
-from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits, to_device
+from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
-from graphtier.launcher.runtime.loader import ChannelLoader
+from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
@@ -175,7 +175,7 @@ class Job:
             if index < skip:
                 batch.release()
                 continue
-            self._index, self._current = index + 1, to_device(batch, self.device)
+            self._index, self._current = index + 1, batch.to(self.device)
             self.session.begin_step(epoch, index + 1)  # names the step if its gradients turn out non-finite
             try:
                 yield self._current

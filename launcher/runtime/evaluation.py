@@ -13,28 +13,28 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.launcher.runtime.batch import DeviceBatch, TrainBatch, seed_logits, to_device
+from graphtier.launcher.runtime.batch import Batch, seed_logits
 from graphtier.launcher.runtime.distributed import DistContext
 
-EvalBatches = Callable[[str], Iterable[TrainBatch]]
-Forward = Callable[[nn.Module, DeviceBatch], Tensor]
+EvalBatches = Callable[[str], Iterable[Batch]]
+Forward = Callable[[nn.Module, Batch], Tensor]
 
 
-def block_forward(model: nn.Module, batch: DeviceBatch) -> Tensor:
+def block_forward(model: nn.Module, batch: Batch) -> Tensor:
     """The built-in models' call: `model(blocks, x)` -> [num_seeds, num_classes]."""
     return model(batch.blocks, batch.x)
 
 
 @torch.no_grad()
 def count_correct(
-    model: nn.Module, batches: Iterable[TrainBatch], device: torch.device, forward: Forward | None = None
+    model: nn.Module, batches: Iterable[Batch], device: torch.device, forward: Forward | None = None
 ) -> tuple[int, int]:
     """(correct, labelled) seeds over `batches`; releases every batch. `forward(model, batch)`
     computes the logits (default `model(blocks, x)`); rows past the seeds are ignored."""
     correct = labelled = 0
     for batch in batches:
         try:
-            on_device = to_device(batch, device)
+            on_device = batch.to(device)
             logits = seed_logits((forward or block_forward)(model, on_device), on_device.num_seeds)
             y = on_device.y
             mask = y >= 0

@@ -10,8 +10,8 @@ DistributedSampler does); evaluation shards are exact (no padding).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -20,29 +20,12 @@ from graphtier.service.errors import GraphtierError, PreparedDatasetError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared import PreparedDataset
-from graphtier.service.sampling import Block, NeighborSampler, validate_fanouts
+from graphtier.service.pipeline.batch import Batch
+from graphtier.service.sampling import NeighborSampler, validate_fanouts
 from graphtier.service.store import AttachedDataset
 
 _MASK64 = (1 << 64) - 1
 _EVAL_STREAM = 0x5EED_E7A1
-
-
-@dataclass
-class LocalBatch:
-    """One in-process mini-batch (satisfies `TrainBatch`); ids are the dataset's reordered ids."""
-
-    blocks: list[Block]
-    x: Tensor  # float [blocks[0].num_src, F]
-    y: Tensor  # int64 [num_seeds], -1 where unlabelled
-    node_ids: Tensor  # int64 [blocks[0].num_src]; the seeds are the first num_seeds
-    traffic: TrafficCounts
-
-    @property
-    def seeds(self) -> Tensor:
-        return self.node_ids[: self.y.numel()]
-
-    def release(self) -> None:
-        """Nothing to hand back: the batch owns its tensors."""
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -118,28 +101,36 @@ class LocalBatchSource:
         """Batches per epoch on this rank (the same on every rank)."""
         return _ceil_div(_ceil_div(self.split_ids("train").numel(), self.world_size), self.batch_size)
 
-    def epoch_batches(self, epoch: int) -> Iterator[LocalBatch]:
+    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
         """The mini-batches of `epoch` for this rank (pass `epoch_batches` to `run_training`)."""
-        shard = self.train_shard(epoch)
+        shard, steps = self.train_shard(epoch), self.num_train_batches()
         for index, start in enumerate(range(0, shard.numel(), self.batch_size)):
             seeds = shard[start : start + self.batch_size]
-            yield self._batch(self._sampler, seeds, batch_seed(self.seed, epoch, self.rank, index))
+            yield self._batch(self._sampler, seeds, batch_seed(self.seed, epoch, self.rank, index),
+                              batch=epoch * steps + index, epoch=epoch, step=index, steps=steps)  # fmt: skip
 
-    def eval_batches(self, split: str) -> Iterator[LocalBatch]:
+    def eval_batches(self, split: str) -> Iterator[Batch]:
         """Mini-batches over this rank's shard of `split`, sampled with `eval_fanouts`."""
         shard = self.eval_shard(split)
+        steps = _ceil_div(shard.numel(), self.batch_size)
         for index, start in enumerate(range(0, shard.numel(), self.batch_size)):
             seeds = shard[start : start + self.batch_size]
-            yield self._batch(self._eval_sampler, seeds, batch_seed(self.seed, _EVAL_STREAM, self.rank, index))
+            yield self._batch(self._eval_sampler, seeds, batch_seed(self.seed, _EVAL_STREAM, self.rank, index),
+                              batch=index, epoch=0, step=index, steps=steps)  # fmt: skip
 
-    def _batch(self, sampler: NeighborSampler, seeds: Tensor, sample_seed: int) -> LocalBatch:
+    def _batch(self, sampler: NeighborSampler, seeds: Tensor, sample_seed: int, *, batch: int, epoch: int, step: int,
+               steps: int) -> Batch:  # fmt: skip
+        t0 = time.perf_counter()
         sample = sampler.sample(seeds, seed=sample_seed)
+        t1 = time.perf_counter()
         x = torch.empty((sample.num_nodes, *self._tiers.row_shape), dtype=self._tiers.dtype)
         traffic = tiered_gather(sample.node_ids, self._tiers, x)
         self.traffic = self.traffic + traffic
-        return LocalBatch(
-            blocks=sample.blocks(), x=x, y=self._labels.index_select(0, seeds), node_ids=sample.node_ids, traffic=traffic
-        )
+        return Batch(
+            subgraph=sample, features=x, labels=self._labels.index_select(0, seeds), traffic=traffic, batch=batch,
+            epoch=epoch, step=step, steps_per_epoch=steps, sample_seed=sample_seed, sample_s=t1 - t0,
+            gather_s=time.perf_counter() - t1,
+        )  # fmt: skip
 
 
 def _open(

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 
 from graphtier.launcher.runtime.attach import attach
-from graphtier.launcher.runtime.loader import env_rank
+from graphtier.launcher.runtime.channel_loader import env_rank
 from graphtier.launcher.runtime.rank_output import install_rank_output
 from graphtier.service.daemon.jobs.rank_failures import write_rank_failure
 from graphtier.service.errors import GraphtierError

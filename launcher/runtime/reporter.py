@@ -12,7 +12,7 @@ import os
 from datetime import datetime, timezone
 
 from graphtier.launcher.client import DaemonClient
-from graphtier.launcher.runtime.loader import ChannelLoader
+from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.train_config import TrainProgress
 from graphtier.contract.errors import DaemonError
 from graphtier.contract.jobs.progress import Phase, ProgressReport, TrainerFigures

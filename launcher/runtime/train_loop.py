@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.launcher.runtime.batch import TrainBatch, blocks_to
+from graphtier.launcher.runtime.batch import Batch, blocks_to
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches
 from graphtier.launcher.runtime.models import build_model
@@ -28,7 +28,7 @@ from graphtier.service.errors import GraphtierError
 
 
 def _train_step(
-    ddp: nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, device: torch.device, session: TrainSession
+    ddp: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, device: torch.device, session: TrainSession
 ) -> tuple[float, int, int]:
     """One optimizer step on `batch`; returns (loss, correct seeds, labelled seeds). The session's
     non-finite guard checks the loss before backward and the gradients before the optimizer step."""
@@ -50,7 +50,7 @@ def _train_step(
 
 
 def run_training(
-    batches_for_epoch: Callable[[int], Iterable[TrainBatch]],
+    batches_for_epoch: Callable[[int], Iterable[Batch]],
     eval_batches: EvalBatches | None,
     config: TrainConfig,
     progress_cb: Callable[[TrainProgress], None] | None = None,
@@ -73,7 +73,7 @@ def run_training(
 
 def _run(
     ctx: DistContext,
-    batches_for_epoch: Callable[[int], Iterable[TrainBatch]],
+    batches_for_epoch: Callable[[int], Iterable[Batch]],
     eval_batches: EvalBatches | None,
     config: TrainConfig,
     report: Callable[[TrainProgress], None],

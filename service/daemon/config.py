@@ -151,7 +151,7 @@ class DaemonConfig(BaseModel):
         if info.field_name == "device_budget" and text == "auto":
             return text
         from graphtier.service.errors import PlacementError
-        from graphtier.service.placement.budget import parse_budget
+        from graphtier.service.placement.tier_budget import parse_budget
 
         if text.strip().endswith("%"):
             try:

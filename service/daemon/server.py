@@ -44,7 +44,6 @@ from graphtier.contract.status import EndpointsStatus
 from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
 from graphtier.service.daemon.jobs.admission import Admission, machine_capacity
 from graphtier.service.daemon.datasets.lifetime import LifetimePolicy
-from graphtier.service.daemon.jobs.store import JobStore
 from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.hardware.machine import MachineFacts
@@ -77,7 +76,7 @@ class Daemon:
     def __init__(self, config: DaemonConfig, *, lock: InstanceLock | None = None) -> None:
         self.config = config
         self.lock = lock or InstanceLock(config)
-        self.jobs = JobTable(store=JobStore(config.state_path))
+        self.jobs = JobTable(config.state_path, retire_after_s=config.job_retire_s)
         for job_id in self.jobs.restore(os.getpid()):
             log.warning("job %s was unfinished when its daemon ended: marked failed", job_id)
         self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
@@ -94,8 +93,7 @@ class Daemon:
         capacity = machine_capacity(config.max_running_jobs, config.core_oversubscription, torch.cuda.device_count())
         self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker,
                                       stall_timeout_s=config.producer_stall_timeout_s, admission=Admission(capacity),
-                                      keep_checkpoints=config.keep_checkpoints,
-                                      retire_after_s=config.job_retire_s)  # fmt: skip
+                                      keep_checkpoints=config.keep_checkpoints)  # fmt: skip
         self.health = health.HealthServicer()
         self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)
         self.nvml = NvmlCollector(interval_s=config.nvml_interval_s)
@@ -330,7 +328,6 @@ class Daemon:
         self.machine.stop()
         for name in self.datasets.close():
             log.info("unloaded %s", name)
-        if self.jobs.store is not None:
-            self.jobs.store.close()
+        self.jobs.close()
         self.lock.release()
         log.info("stopped")

@@ -1,41 +1,77 @@
-"""`Batch`: one mini-batch as zero-copy views into a producer's slot."""
+"""`Batch`: one mini-batch as a trainer rank reads it, whoever sampled it.
+
+The producer side writes a batch into a slot (`SlotViews`, slots.py); the rank side reads it
+as a `Batch`: out of a slot (`ChannelReader`, zero-copy views), sampled in-process
+(`LocalBatchSource`, tensors of its own), or moved onto the rank's device (`to`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from graphtier.contract.traffic import TrafficCounts
+from graphtier.service.errors import GraphtierError
 from graphtier.service.sampling import Block, SampledSubgraph
+
+
+def blocks_to(blocks: list[Block], device: torch.device) -> list[Block]:
+    """The blocks with their index tensors on `device` (the same objects when already there)."""
+    if all(b.indptr.device == device for b in blocks):
+        return blocks
+    return [
+        Block(indptr=b.indptr.to(device, non_blocking=True), indices=b.indices.to(device, non_blocking=True),
+              num_src=b.num_src, num_dst=b.num_dst)
+        for b in blocks
+    ]  # fmt: skip
 
 
 @dataclass
 class Batch:
-    """A sampled batch; every tensor is a read-only view of slot `slot` (nothing was copied).
+    """A sampled batch: blocks (input layer first), input features `x` [blocks[0].num_src, F]
+    and the seeds' labels `y` [num_seeds] (-1 = unlabelled).
 
-    The views are valid until `release()` (explicit, at the end of a `with` block, or when
-    the reader is asked for the next batch with auto-release on): after that the producer
-    may overwrite the slot, so clone anything that must outlive the step. The mappings are
-    read-only: an in-place write into them faults (clone first, e.g. `features.clone()`).
+    Read out of a slot (`slot` is its index), every tensor is a read-only view of the slot
+    (nothing was copied), valid until `release()` (explicit, at the end of a `with` block, or
+    when the reader is asked for the next batch with auto-release on): after that the producer
+    may overwrite the slot, so clone anything that must outlive the step; an in-place write
+    into the mapping faults. A batch sampled in-process (`slot` None) owns its tensors.
     """
 
-    slot: int
-    batch: int  # running number over all epochs, from 0
-    epoch: int
-    step: int  # index within the epoch, from 0
-    steps_per_epoch: int
     subgraph: SampledSubgraph  # node_ids, indptr, indices and hop sizes
-    features: torch.Tensor | None  # [num_nodes, *row_shape], rows of subgraph.node_ids
+    features: torch.Tensor | None  # [num_nodes, *row_shape], rows of subgraph.node_ids; None: no features
     labels: torch.Tensor  # int64 [num_seeds]; -1 for unlabelled seeds
-    sample_seed: int
-    sample_s: float
-    gather_s: float
-    wait_s: float  # how long the consumer waited for this batch
     traffic: TrafficCounts
-    _release: Callable[[Batch], None] = field(repr=False)
+    batch: int = 0  # running number over all epochs, from 0
+    epoch: int = 0
+    step: int = 0  # index within the epoch, from 0
+    steps_per_epoch: int = 0
+    sample_seed: int = 0
+    slot: int | None = None  # the producer's slot it views; None: sampled in-process
+    sample_s: float = 0.0
+    gather_s: float = 0.0
+    wait_s: float = 0.0  # how long the consumer waited for this batch
+    blocks: list[Block] = field(default_factory=list)  # per layer, input layer first; from `subgraph` when empty
+    _release: Callable[[Batch], None] | None = field(default=None, repr=False)
     released: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.blocks:
+            self.blocks = self.subgraph.blocks()
+
+    @property
+    def x(self) -> torch.Tensor:
+        """The input features; a batch of a dataset without features has none to train on."""
+        if self.features is None:
+            raise GraphtierError(f"batch {self.batch} carries no features; the dataset has none to train on")
+        return self.features
+
+    @property
+    def y(self) -> torch.Tensor:
+        return self.labels
 
     @property
     def node_ids(self) -> torch.Tensor:
@@ -43,7 +79,7 @@ class Batch:
 
     @property
     def num_seeds(self) -> int:
-        return self.subgraph.num_seeds
+        return self.labels.numel()
 
     @property
     def seeds(self) -> torch.Tensor:
@@ -54,14 +90,29 @@ class Batch:
     def is_last_in_epoch(self) -> bool:
         return self.step == self.steps_per_epoch - 1
 
-    def blocks(self) -> list[Block]:
-        """Per-layer blocks, input layer first; views into the slot."""
-        return self.subgraph.blocks()
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """[2, E] int64 of every sampled edge: row 0 source, row 1 destination local ids (PyG convention)."""
+        return self.blocks[0].edge_index()
+
+    def to(self, device: torch.device) -> Batch:
+        """This batch with its blocks, features and labels on `device` (itself when already there);
+        releasing the copy releases this batch."""
+        x = self.x
+        if x.device == device and self.labels.device == device and self.blocks[0].indptr.device == device:
+            return self
+        return dataclasses.replace(
+            self, blocks=blocks_to(self.blocks, device), features=x.to(device, non_blocking=True),
+            labels=self.labels.to(device, non_blocking=True), _release=lambda _: self.release(),
+        )  # fmt: skip
 
     def release(self) -> None:
-        """Give the slot back to the producer; idempotent."""
+        """Give the slot back to the producer (nothing to give back in-process); idempotent."""
         if not self.released:
-            self._release(self)
+            if self._release is None:
+                self.released = True
+            else:
+                self._release(self)
 
     def __enter__(self) -> Batch:
         return self

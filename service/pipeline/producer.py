@@ -8,9 +8,11 @@ sampled structure and the seed labels into the slot, gathers the input features 
 tiers straight into the slot, marks it READY and tells the consumer. A partitioned job's
 producer gathers instead from its node's copy and fetches the other nodes' rows (peer_rows.py),
 the fetches started when the batch is sampled, `PARTITION_LOOKAHEAD` batches (or `window`) ahead.
-It never touches a slot the consumer holds; it exits cleanly, unlinking its segments, when
-the consumer goes away. The daemon forks it from a warm server (`spawn_producer`, see
-forkserver.py); it also runs as a process of its own:
+Where the rows come from (the tiers, the look-ahead window or the other nodes) is one
+`FeatureSource` (feature_sources.py), chosen when the producer starts. It never touches a
+slot the consumer holds; it exits cleanly, unlinking its segments, when the consumer goes
+away. The daemon forks it from a warm server (`spawn_producer`, see forkserver.py); it also
+runs as a process of its own:
 
     python -m graphtier.service.pipeline.producer --config JSON|@PATH
 
@@ -33,27 +35,22 @@ from types import FrameType
 
 import torch
 
-from graphtier.service.gather import TrafficCounts
-from graphtier.service.gather.tiered_gather import gather_split
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.consumer_link import ConsumerLink
+from graphtier.service.pipeline.feature_sources import FeatureSource, feature_source
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
-from graphtier.service.pipeline.peer_rows import PeerRows, RemoteTicket
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
-from graphtier.service.storage import LookaheadWindow, StorageCounters, Ticket
+from graphtier.service.storage import StorageCounters
 from graphtier.service.store import attach_dataset
-
-PARTITION_LOOKAHEAD = 2  # batches sampled ahead by a partitioned job's producer: their fetches overlap
-
 
 
 class Producer:
@@ -66,8 +63,7 @@ class Producer:
         self.owner = owner or SegmentOwner()
         self._link: ConsumerLink | None = None
         self._layout_path: Path | None = None
-        self.window: LookaheadWindow | None = None
-        self.peer_rows: PeerRows | None = None
+        self.source: FeatureSource | None = None  # None when the dataset has no features
         try:
             self._setup()
         except BaseException:
@@ -99,12 +95,9 @@ class Producer:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
         self.tiers = tiers
-        if cfg.partition is not None and tiers is not None:
-            self.peer_rows = PeerRows(cfg.partition, row_shape=tiers.row_shape, dtype=tiers.dtype)
-        reader = self.dataset.row_reader() if tiers is not None and cfg.window > 0 and self.peer_rows is None else None
-        if reader is not None:
-            self.window = LookaheadWindow(reader, row_bytes=tiers.row_bytes)
-        self.storage = StorageCounters(mode=cfg.storage_reads, window=cfg.window)
+        if tiers is not None:
+            self.source = feature_source(self.dataset, tiers, device_index=cfg.device_index, storage_reads=cfg.storage_reads,
+                                         window=cfg.window, partition=cfg.partition)  # fmt: skip
         self._limit = caps.upper_bound(
             batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
@@ -164,18 +157,17 @@ class Producer:
 
     def run(self) -> ProducerStatus:
         """Serve every epoch to one consumer; returns FINISHED or CONSUMER_GONE."""
-        ctl, cfg, link = self.control, self.config, self._require_link()
+        ctl, cfg, link, source = self.control, self.config, self._require_link(), self.source
         try:
             link.accept(cfg.connect_timeout_s)
             ctl.status = ProducerStatus.RUNNING
             ahead = Lookahead(
                 train_ids=self.train_ids, seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size,
                 batch_size=cfg.batch_size, epochs=cfg.epochs, steps=self.steps,
-                depth=max(cfg.window, PARTITION_LOOKAHEAD) if self.peer_rows is not None else cfg.window,
-                sample=self._sample,
-                admit=self._admit if self.window is not None or self.peer_rows is not None else None,
+                depth=source.depth if source is not None else cfg.window, sample=self._sample,
+                admit=(lambda sub: source.admit(sub.node_ids)) if source is not None else None,
             )  # fmt: skip
-            ctl.header.set_storage(self.storage)
+            ctl.header.set_storage(StorageCounters(mode=cfg.storage_reads, window=cfg.window))
             for epoch in range(cfg.epochs):
                 ctl.header["epoch"] = epoch
                 for _ in range(self.steps):
@@ -227,53 +219,6 @@ class Producer:
         self.control.beat()
         return sub
 
-    def _admit(self, sub: SampledSubgraph) -> Ticket | RemoteTicket:
-        """Enter a sampled batch's storage rows into the window: their reads start now (a partitioned
-        job: its rows on other nodes, their fetches start now)."""
-        if self.peer_rows is not None:
-            return self.peer_rows.admit(sub.node_ids)
-        ids, host_end = sub.node_ids, self.tiers.host_end
-        return self.window.admit((ids[ids >= host_end] - host_end).numpy())
-
-    def _gather(self, planned: Planned, out: torch.Tensor) -> TrafficCounts:
-        """The batch's features into `out`: storage rows from the window when there is one."""
-        ids = planned.subgraph.node_ids
-        if self.peer_rows is not None:
-            assert isinstance(planned.ticket, RemoteTicket)
-            return self._count_network(self.peer_rows.fill(planned.ticket, ids, out))
-        if planned.ticket is None:
-            return self.dataset.gather(ids, out, device_index=self.config.device_index)
-        window, ticket = self.window, planned.ticket
-        return gather_split(ids, self.tiers, out, lambda rows, rows_out: window.fill(ticket, rows, rows_out))
-
-    def _count_network(self, traffic: TrafficCounts) -> TrafficCounts:
-        """The network tier's counters so far into the control block (per peer by node rank)."""
-        rows, h = self.peer_rows, self.control.header
-        h.array("peer_rows")[: rows.peer_rows.size] = rows.peer_rows
-        h.array("peer_bytes")[: rows.peer_bytes.size] = rows.peer_bytes
-        h.array("peer_requests")[: rows.peer_requests.size] = rows.peer_requests
-        h["network_fetch_ns"], h["network_wait_ns"] = rows.fetch_ns, rows.wait_ns
-        return traffic
-
-    def _count_storage(self, traffic: TrafficCounts, planned: Planned, sampled_ahead: int) -> None:
-        """Storage rows of this batch: read for it, or served by the window; the reader's costs so far."""
-        hits = planned.ticket.hits if isinstance(planned.ticket, Ticket) else 0
-        read_rows = traffic.storage.rows - hits
-        s, row_bytes = self.storage, self.tiers.row_bytes
-        reader = self.window.reader if self.window is not None else self.tiers.storage_reader
-        if reader is None:  # mmap without a window: the gather copied the rows out of the mapping
-            read_bytes, requests, io_s, request_s, read_s = s.read_bytes + read_rows * row_bytes, 0, 0.0, 0.0, 0.0
-        else:
-            r = reader.stats
-            read_bytes, requests, io_s, request_s, read_s = r.bytes_read, r.requests, r.io_seconds, r.request_seconds, r.seconds
-        self.storage = StorageCounters(
-            mode=s.mode, window=s.window, read_rows=s.read_rows + read_rows, read_bytes=read_bytes, requests=requests,
-            window_rows=s.window_rows + hits, window_bytes=s.window_bytes + hits * row_bytes, io_seconds=io_s,
-            request_seconds=request_s, read_seconds=read_s, lookahead_batches=sampled_ahead,
-            window_cached_rows=self.window.cached_rows if self.window is not None else 0,
-        )  # fmt: skip
-        self.control.header.set_storage(self.storage)
-
     def _produce(self, link: ConsumerLink, planned: Planned, sampled_ahead: int) -> None:
         ctl = self.control
         epoch, step, batch, seeds, seed, sub = (planned.epoch, planned.step, planned.batch, planned.seeds,
@@ -291,11 +236,11 @@ class Producer:
             torch.index_select(self.dataset.labels, 0, seeds, out=views.labels[: seeds.numel()])
         else:
             views.labels[: seeds.numel()].fill_(-1)
-        if views.features is not None:
-            traffic = self._gather(planned, views.features)
+        if views.features is not None and self.source is not None:
+            traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
             rec.set_traffic(traffic)
             ctl.header.set_traffic(traffic, add=True)
-            self._count_storage(traffic, planned, sampled_ahead)
+            self.source.count(ctl, traffic, planned.ticket, sampled_ahead)
         t2 = time.perf_counter_ns()
         for name, value in (("batch", batch), ("epoch", epoch), ("step", step), ("num_seeds", seeds.numel()),
                             ("num_nodes", nodes), ("num_edges", edges), ("num_expanded", expanded),
@@ -333,12 +278,9 @@ class Producer:
 
     def close(self) -> None:
         """Close the socket and unlink every segment and file this producer made; idempotent."""
-        if self.window is not None:
-            self.window.close()
-            self.window = None
-        if self.peer_rows is not None:
-            self.peer_rows.close()
-            self.peer_rows = None
+        if self.source is not None:
+            self.source.close()
+            self.source = None
         if self._link is not None:
             self._link.close()
             self._link = None

@@ -22,7 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphtier.service.errors import PlacementError
-from graphtier.service.placement.budget import TierBudgets
+from graphtier.service.placement.tier_budget import TierBudgets
 
 _INDEX_BYTES = 8  # colptr and row are int64
 

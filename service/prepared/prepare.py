@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.graph_data import SPLIT_NAMES, GraphData
 from graphtier.service.hotness import ScoreSpec, compute_scores, reorder_by_score
-from graphtier.service.prepared.out_of_core.budget import MemoryPlan, parse_memory_budget
+from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan, parse_memory_budget
 from graphtier.service.prepared.catalog import DatasetWriter, default_dataset_root, validate_name
 from graphtier.service.prepared.huge_pages import numpy_huge_pages_for_preparation
 from graphtier.service.prepared.manifest import DatasetManifest

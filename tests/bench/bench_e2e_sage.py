@@ -135,7 +135,7 @@ def run_graphtier(
                 t1 = time.perf_counter()
                 if batch is None:
                     raise RuntimeError(f"the producer ended after {step} batches")
-                blocks, x = batch.blocks(), batch.features
+                blocks, x = batch.blocks, batch.features
                 logits = train_step(model, opt, partial(model, blocks, x), batch.labels)
                 t2 = time.perf_counter()
                 record(run, step, a, t0, t1, t2, logits, batch.labels, batch.node_ids.numel())

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.service.placement import PlacementPlan
-from graphtier.service.placement.budget import parse_budget
+from graphtier.service.placement.tier_budget import parse_budget
 
 log = logging.getLogger("graphtier.daemon")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from graphtier.service.errors import SharedMemoryError
 from graphtier.service.placement import PlacementPlan
-from graphtier.service.placement.budget import parse_budget
+from graphtier.service.placement.tier_budget import parse_budget
 from graphtier.service.prepared import DatasetManifest
 
 SHM_DIR = "/dev/shm"

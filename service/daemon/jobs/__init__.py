@@ -1,7 +1,7 @@
 """Running jobs on one daemon: from submit through admission to torchrun, producers and the end.
 
-- `table`: `JobTable`, the jobs this daemon knows, their state and cancel requests.
-- `store`: the job table's sqlite file, so jobs outlive a daemon restart.
+- `table`: `JobTable`, the jobs this daemon knows, their state, cancel requests and retention,
+  written through to a SQLite file so jobs outlive a daemon restart.
 - `admission`: `Admission`, the queue in front of the machine's memory and cores.
 - `manager`: `JobManager`, submit/inspect/cancel/follow; hands ranks their channels.
 - `runner`: `JobRunner`, one job's torchrun plus one producer per rank, watched to the end.

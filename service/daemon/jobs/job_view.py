@@ -1,8 +1,9 @@
 """How a job is shown: its progress, result and ranks, assembled from the progress tracker and its runner.
 
-`JobManager` owns the jobs; these functions only read. Producers' counters are turned into
-`ProducerFigures` reports here too (what the tracker aggregates), and a job of an earlier
-daemon is shown from the job store as it ended.
+`JobManager` owns the jobs; these functions only read (the runner through `channel_stats()`
+and `checkpoints()`). Producers' counters are turned into `ProducerFigures` reports here too
+(what the tracker aggregates), and a job answered from its saved Job message (an earlier
+daemon's, or a retired one) is shown from the job table as it ended.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ if TYPE_CHECKING:
 
 def producer_reports(job_id: str, runner: JobRunner, part: PartHooks | None) -> list[ProgressReport]:
     """A report of each of the job's producers, from its counters now."""
-    with runner.lock:
-        channels = list(runner.channels.values())
     reports = []
-    for channel in channels:
-        s = channel.producer.stats()
+    for channel in runner.channel_stats():
+        s = channel.stats
         figures = ProducerFigures(
             epoch=s.epoch, batches_total=s.batches_produced, sample_seconds_total=s.sample_s,
             gather_seconds_total=s.gather_s, wait_seconds_total=s.producer_wait_s, traffic=s.traffic,
@@ -43,7 +42,7 @@ def producer_reports(job_id: str, runner: JobRunner, part: PartHooks | None) -> 
             sampled_edges_total=s.sampled_edges_total, storage=s.storage,
             network=s.network.by_address(part.placement.node_addresses if part else []),
         )  # fmt: skip
-        reports.append(ProgressReport(job_id, channel.rank, channel.producer.pid, datetime.now(timezone.utc), figures))
+        reports.append(ProgressReport(job_id, channel.rank, channel.producer_pid, datetime.now(timezone.utc), figures))
     return reports
 
 
@@ -57,11 +56,10 @@ def job_progress(tracker: ProgressTracker, job_id: str, spec: JobSpec, runner: J
         if view.producer is not None:
             traffic = traffic + view.producer.traffic
             storage = view.producer.storage if storage is None else storage + view.producer.storage
-    with runner.lock:
-        layouts = [c.producer.layout for c in runner.channels.values()]
-    if not trainers and not layouts:
+    channels = runner.channel_stats()
+    if not trainers and not channels:
         return None
-    steps = layouts[0].steps_per_epoch if layouts else 0
+    steps = channels[0].steps_per_epoch if channels else 0
     count = max(len(trainers), 1)
     return JobProgressInfo(
         epoch=min((t.epoch for t in trainers), default=0),
@@ -79,7 +77,7 @@ def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobR
     rank0 = next((v.trainer for v in tracker.ranks(job_id) if v.rank == 0 and v.trainer), None)
     if rank0 is None:
         return None
-    checkpoints = sorted(runner.checkpoint_dir.glob("ckpt-*.pt"))
+    checkpoints = runner.checkpoints()
     return JobResultInfo(
         val_accuracy=rank0.val_accuracy or 0.0, test_accuracy=rank0.test_accuracy or 0.0,
         final_loss=rank0.loss, train_seconds=rank0.train_seconds_total,
@@ -89,13 +87,13 @@ def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobR
 
 def rank_infos(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> list[RankInfo]:
     """Each rank's pids, step, rate and ready slots as last reported."""
-    producers = {c.rank: c.producer for c in list(runner.channels.values())}
+    producers = {c.rank: c.producer_pid for c in runner.channel_stats()}
     ranks = []
     for view in tracker.ranks(job_id):
         trainer = view.trainer
         ranks.append(RankInfo(
             rank=view.rank, trainer_pid=view.trainer_pid,
-            producer_pid=producers[view.rank].pid if view.rank in producers else view.producer_pid,
+            producer_pid=producers.get(view.rank, view.producer_pid),
             global_step=trainer.global_step if trainer else 0,
             batches_per_second=trainer.batches_per_second if trainer else 0.0,
             ready_slots=view.producer.ready_slots if view.producer else 0, last_report=view.last_report,
@@ -116,7 +114,8 @@ def final_rate(tracker: ProgressTracker, job_id: str, last: JobProgressInfo | No
 
 
 def stored_job(table: JobTable, job_id: str) -> JobInfo:
-    """A job of an earlier daemon, from the job store: as it ended, or what is known of it."""
+    """A job answered from its saved Job message (an earlier daemon's, or a retired one): as it ended,
+    or what is known of it."""
     record, stored = table.get(job_id), table.stored(job_id)
     if stored is None:
         raise DaemonError(f"job {job_id!r} is not managed by this daemon")

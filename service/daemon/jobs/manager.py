@@ -2,11 +2,13 @@
 
 Submission validates the spec, loads the dataset (the shared copy: several jobs on one
 dataset share its tiers), creates `<runtime_dir>/jobs/<id>/` and starts a `JobRunner` on its
-own thread; the call returns at once with the job PENDING/STARTING. The manager owns the
-job's event log and shows it as `JobInfo` (job_view.py: from the job table, the progress
-tracker and the runner). A part of a multi-node job (`submit_part`) is a job like any other
-plus its `PartHooks` (cluster/part_watch.py): called every tick (a lost node fails the job), when the
-part ends (the other nodes' parts are stopped), and when it is shown (every node's part).
+own thread; the call returns at once with the job PENDING/STARTING. The job's record (state,
+times, its saved Job message, retention) is the job table's; its processes are the runner's,
+driven through the runner's public methods. The manager owns the job's event log and shows it
+as `JobInfo` (job_view.py: from the job table, the progress tracker and the runner). A part
+of a multi-node job (`submit_part`) is a job like any other plus its `PartHooks`
+(cluster/part_watch.py): called every tick (a lost node fails the job), when the part ends
+(the other nodes' parts are stopped), and when it is shown (every node's part).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,17 +62,15 @@ CANCEL_WAIT_S = 60.0
 
 @dataclass
 class _Job:
+    """What the manager holds of one of its jobs; the record itself is the job table's."""
+
     spec: JobSpec
     runner: JobRunner
     events: JobEventLog
-    feature_dim: int
-    num_classes: int
-    started_at: datetime | None = None
+    layout: DatasetLayoutInfo  # the dataset version the job started with, for its ranks
     done: threading.Event = field(default_factory=threading.Event)
     last_progress: JobProgressInfo | None = None
     notes: list[str] = field(default_factory=list)
-    layout: DatasetLayoutInfo | None = None  # the dataset version the job started with, for its ranks
-    saved: bytes = b""  # the Job message written to the job store when it ended
     part: PartHooks | None = None  # a part of a multi-node job: how it watches the other nodes
 
 
@@ -88,8 +88,8 @@ class JobManager:
     """Every job this daemon started; thread-safe."""
 
     def __init__(self, runtime_dir: Path, jobs: JobTable, datasets: DatasetRegistry, tracker: ProgressTracker, *,
-                 stall_timeout_s: float = 60.0, admission: Admission | None = None, keep_checkpoints: bool = False,
-                 retire_after_s: float = 600.0) -> None:  # fmt: skip
+                 stall_timeout_s: float = 60.0, admission: Admission | None = None,
+                 keep_checkpoints: bool = False) -> None:  # fmt: skip
         self.runtime_dir = Path(runtime_dir)
         self.stall_timeout_s = stall_timeout_s
         self.table, self.datasets, self.tracker = jobs, datasets, tracker
@@ -99,7 +99,7 @@ class JobManager:
         self._jobs: dict[str, _Job] = {}
         self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
         self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
-        self.keep_checkpoints, self.retire_after_s = keep_checkpoints, retire_after_s
+        self.keep_checkpoints = keep_checkpoints
         self._attach_lock = threading.Lock()
         self._launches: dict[str, str] = {}  # launch id of ranks another launcher started -> job id
         jobs.on_cancel(self._on_cancel)
@@ -186,8 +186,7 @@ class JobManager:
         runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log,
                            stall_timeout_s=self.stall_timeout_s, placement=part.placement if part else None,
                            external=external, partition=partition)  # fmt: skip
-        job = _Job(spec, runner, events, loaded.feature_dim, loaded.num_classes, notes=spec_notes(spec, loaded.handle),
-                   layout=loaded, part=part)
+        job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part)
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name,
@@ -207,7 +206,7 @@ class JobManager:
 
     def _demand(self, job: _Job) -> Demand:
         """Cores, memory and GPUs the job will hold: its ranks and their ping-pong slots."""
-        spec, plan = job.spec, job.runner.handle.plan
+        spec, plan = job.spec, job.layout.handle.plan
         sampled = spec.batch_size
         for fanout in spec.fanouts:
             sampled *= (fanout if fanout > 0 else 16) + 1
@@ -222,7 +221,7 @@ class JobManager:
         job.events.state(StateChange(JobState.PENDING, JobState.PENDING, message))
 
     def _run(self, job_id: str, job: _Job) -> None:
-        if not self.admission.wait(job_id, self._demand(job), job.runner.cancel_event,
+        if not self.admission.wait(job_id, self._demand(job), job.runner.cancelled,
                                    lambda why: self._queued(job_id, job, why)):  # fmt: skip
             self._move(job_id, job, JobState.CANCELLED, job.runner.cancel_reason or "cancelled while queued")
             self._keep(job_id)
@@ -237,7 +236,6 @@ class JobManager:
 
     def _supervise(self, job_id: str, job: _Job) -> None:
         self._move(job_id, job, JobState.STARTING)
-        job.started_at = datetime.now(timezone.utc)
         outcome, message, _ = "failed", "the job's supervisor crashed", None
         try:
             outcome, message, _ = job.runner.run(lambda: self._tick(job_id, job))
@@ -270,43 +268,36 @@ class JobManager:
     def _keep(self, job_id: str) -> None:
         """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart)."""
         try:
-            saved = job_to_proto(self.get(job_id)).SerializeToString()
-            self.table.save_job(job_id, saved)
-            self._jobs[job_id].saved = saved  # retiring it later reuses these bytes
+            self.table.keep_ended(job_id, job_to_proto(self.get(job_id)).SerializeToString())
         except Exception:  # noqa: BLE001  (the history is worth a log line, not the job's outcome)
             log.exception("job %s: cannot save it to the job store", job_id)
 
     def _prune_checkpoints(self, job: _Job, outcome: JobState) -> None:
         """None after a success (unless --keep-checkpoints), the newest after anything else."""
-        if self.keep_checkpoints:
-            return
-        checkpoints = sorted(job.runner.checkpoint_dir.glob("ckpt-*.pt"))  # zero-padded steps: oldest first
-        for old in checkpoints if outcome == JobState.SUCCEEDED else checkpoints[:-1]:
-            old.unlink(missing_ok=True)
+        if not self.keep_checkpoints:
+            job.runner.prune_checkpoints(keep_newest=outcome != JobState.SUCCEEDED)
 
     def retire_finished(self, now: datetime | None = None) -> list[str]:
-        """Jobs ended more than `retire_after_s` ago: answered from their saved Job message from now
-        on, their per-job metric series folded away and their in-memory state dropped. Their ids."""
-        now = now or datetime.now(timezone.utc)
+        """The jobs the job table finds due (ended more than its `retire_after_s` ago) whose supervision
+        is over: answered from their saved Job message from now on, their per-job metric series folded
+        away and their in-memory state dropped. Their ids."""
         retired = []
-        for job_id, job in list(self._jobs.items()):
-            record = self.table.get(job_id)
-            if not record.state.final or record.finished_at is None or not job.done.is_set():
+        for job_id in self.table.due_for_retirement(now):
+            with self._lock:
+                job = self._jobs.get(job_id)
+            if job is None or not job.done.is_set():
                 continue
-            if (now - record.finished_at).total_seconds() < self.retire_after_s:
-                continue
-            saved = job.saved or job_to_proto(self.get(job_id)).SerializeToString()
-            self.table.remember(job_id, saved, job.spec.model_dump_json())
+            saved = self.table.ended_message(job_id) or job_to_proto(self.get(job_id)).SerializeToString()
+            self.table.retire(job_id, saved)
             with self._lock:
                 self._jobs.pop(job_id, None)
             self.tracker.forget(job_id)
-            self.tracker.metrics.retire_job(job_id)
             retired.append(job_id)
         return retired
 
     def _tick(self, job_id: str, job: _Job) -> None:
         """Producers' counters -> tracker; STARTING -> RUNNING at the first step; progress events."""
-        if job.part is not None and not job.runner.cancel_event.is_set():
+        if job.part is not None and not job.runner.cancelled.is_set():
             problem = job.part.watch()
             if problem:
                 job.runner.fail(problem)
@@ -333,7 +324,7 @@ class JobManager:
         done = rank0_done(self.tracker, job_id) or record.state == JobState.SUCCEEDED
         info = JobInfo(
             job_id=job_id, spec=job.spec, state=record.state, message=record.message, created_at=record.created_at,
-            started_at=job.started_at, finished_at=record.finished_at,
+            started_at=record.started_at, finished_at=record.finished_at,
             progress=final_rate(self.tracker, job_id, job.last_progress, record.state),
             result=job_result(self.tracker, job_id, job.runner) if done else None,
             ranks=rank_infos(self.tracker, job_id, job.runner), exit_code=job.runner.exit_code,
@@ -344,7 +335,7 @@ class JobManager:
     def job_layout(self, job_id: str, dataset: str) -> DatasetLayoutInfo:
         """The layout of the dataset copy job `job_id` trains on (the version it started with)."""
         job = self._job(job_id)
-        if job.layout is None or job.spec.dataset != dataset:
+        if job.spec.dataset != dataset:
             raise InvalidRequestError(f"job {job_id} trains on dataset {job.spec.dataset!r}, not {dataset!r}")
         return job.layout
 
@@ -362,8 +353,7 @@ class JobManager:
         with self._lock:
             job = self._jobs.get(record.job_id)
         if job is not None:
-            job.runner.cancel_reason = reason or "cancelled"
-            job.runner.cancel_event.set()
+            job.runner.cancel(reason)
             self.admission.wake()  # a queued job leaves the queue now
 
     def cancel(self, job_id: str, reason: str = "", *, wait_s: float = CANCEL_WAIT_S) -> JobInfo:
@@ -379,15 +369,13 @@ class JobManager:
         record = self.table.check_rank(job_id, rank)
         if record.state.final:
             raise DaemonError(f"job {job_id} has ended ({record.state.value}); its channels are closed")
-        producer = job.runner.reopen(rank, trainer_pid)
-        return ChannelGrant(job_id, producer.layout, job.feature_dim, job.num_classes, self.stall_timeout_s)
+        layout = job.runner.open_channel(rank, trainer_pid)
+        return ChannelGrant(job_id, layout, job.layout.feature_dim, job.layout.num_classes, self.stall_timeout_s)
 
     def release_channel(self, job_id: str, rank: int) -> int:
         job = self._job(job_id)
         self.table.check_rank(job_id, rank)
-        channel = job.runner.channels.get(rank)
-        job.runner.released(rank)
-        return channel.producer.stats().batches_consumed if channel else 0
+        return job.runner.release_channel(rank)
 
     def shutdown(self) -> None:
         """Cancel every unfinished job and wait for its processes (the daemon is stopping)."""

@@ -180,13 +180,15 @@ class ProgressTracker:
         return self.jobs.get(report.job_id).cancel_requested
 
     def forget(self, job_id: str) -> None:
-        """Drop what is kept of an ended job (its ranks' latest reports and its rates)."""
+        """Drop what is kept of a retired job: its ranks' latest reports, its rates, and its per-job
+        metric series (folded into the daemon's totals)."""
         with self._lock:
             for key in [k for k in self._last if k[0] == job_id]:
                 del self._last[key]
             for key in [k for k in self._ranks if k[0] == job_id]:
                 del self._ranks[key]
             self._rates.pop(job_id, None)
+        self.metrics.retire_job(job_id)
 
     def ranks(self, job_id: str) -> list[RankView]:
         """The latest of every rank of `job_id` that has reported, by rank."""

@@ -9,8 +9,12 @@ producers' counters to the progress tracker, turns new log lines and progress in
 events, and watches the processes: torchrun's exit status decides SUCCEEDED/FAILED; a
 producer that exits non-zero (killed, crashed) FAILS the job with a message naming its pid
 and rank -- producers are not restarted behind torchrun's back, except when a restarted
-rank re-opens its channel (`reopen`). On cancel or failure everything is stopped:
+rank re-opens its channel (`open_channel`). On cancel or failure everything is stopped:
 SIGTERM to torchrun's group, then SIGKILL; producers stopped; stale segments reclaimed.
+
+The job manager drives a runner through its public methods only: `run`, `cancel(reason)`,
+`fail(reason)`, `open_channel`/`release_channel` for its ranks, `channel_stats()` for its
+views and reports, `checkpoints()`/`prune_checkpoints()` when it ends.
 
 A part of a multi-node job (a `JobPlacementInfo`) runs this node's ranks only: torchrun with
 the job's one c10d rendezvous (`--nnodes --rdzv-endpoint --rdzv-id`, the store
@@ -46,7 +50,14 @@ from graphtier.contract.jobs.view import LogLine
 from graphtier.contract.jobs.state import JOB_TOKEN_ENV
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.service.daemon.jobs.rank_failures import first_rank_failure
-from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
+from graphtier.service.pipeline import (
+    ChannelError,
+    ChannelLayout,
+    ChannelStats,
+    ProducerConfig,
+    ProducerProcess,
+    spawn_producer,
+)
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
 from graphtier.service.shm import reclaim_stale_segments
@@ -82,6 +93,16 @@ class RankChannel:
     trainer_pid: int = 0
     trainer_start: int | None = None  # its start time when it opened the channel: the pid may be reused
     respawns: int = 0
+
+
+@dataclass(frozen=True)
+class ChannelSnapshot:
+    """One rank's producer as it is now: what the job's reports and views read."""
+
+    rank: int
+    producer_pid: int
+    steps_per_epoch: int
+    stats: ChannelStats
 
 
 class _Tail:
@@ -147,11 +168,11 @@ class JobRunner:
         self.log_path = job_dir / "job.log"
         self.checkpoint_dir = job_dir / "checkpoints"
         self.on_log = on_log
-        self.cancel_event = threading.Event()
-        self.cancel_reason = ""
+        self._cancelled = threading.Event()
+        self._cancel_reason = ""
         self.stop_grace_s = STOP_GRACE_S  # SIGTERM to torchrun's group, then SIGKILL after this
-        self.lock = threading.RLock()
-        self.channels: dict[int, RankChannel] = {}
+        self._lock = threading.RLock()
+        self._channels: dict[int, RankChannel] = {}
         self.torchrun: ForkedProcess | None = None
         self.exit_code: int | None = None
         self._tails: dict[int | None, _Tail] = {}
@@ -186,10 +207,39 @@ class JobRunner:
         self._tails[rank] = _Tail(producer.log_path)
         return producer
 
-    def reopen(self, rank: int, trainer_pid: int) -> ProducerProcess:
-        """The rank's producer for trainer `trainer_pid`; a new trainer (a restarted rank) gets a fresh producer."""
-        with self.lock:
-            channel = self.channels.get(rank)
+    def open_channel(self, rank: int, trainer_pid: int) -> ChannelLayout:
+        """The layout of the rank's channel for trainer `trainer_pid`; a new trainer (a restarted rank)
+        gets a fresh producer."""
+        return self._reopen(rank, trainer_pid).layout
+
+    def release_channel(self, rank: int) -> int:
+        """Rank `rank` gave its channel back (a launch the daemon did not start ends with its ranks);
+        the batches it consumed."""
+        with self._lock:
+            channel = self._channels.get(rank)
+            if self.external is not None:
+                self.external.released.add(rank)
+        return channel.producer.stats().batches_consumed if channel is not None else 0
+
+    def channel_stats(self) -> list[ChannelSnapshot]:
+        """Every started producer's counters now, by rank."""
+        with self._lock:
+            producers = sorted((c.rank, c.producer) for c in self._channels.values())
+        return [ChannelSnapshot(rank, p.pid, p.layout.steps_per_epoch, p.stats()) for rank, p in producers]
+
+    def checkpoints(self) -> list[Path]:
+        """The job's checkpoints, oldest first (their names hold zero-padded steps)."""
+        return sorted(self.checkpoint_dir.glob("ckpt-*.pt"))
+
+    def prune_checkpoints(self, *, keep_newest: bool) -> None:
+        """Remove the job's checkpoints: all of them, or all but the newest."""
+        checkpoints = self.checkpoints()
+        for old in checkpoints[:-1] if keep_newest else checkpoints:
+            old.unlink(missing_ok=True)
+
+    def _reopen(self, rank: int, trainer_pid: int) -> ProducerProcess:
+        with self._lock:
+            channel = self._channels.get(rank)
             if channel is None and self.lazy_producers:
                 return self._first_open(rank, trainer_pid)
             if channel is None:
@@ -213,16 +263,16 @@ class JobRunner:
 
     def _first_open(self, rank: int, trainer_pid: int) -> ProducerProcess:
         """A multi-node part's rank opens its channel for the first time: its producer starts now."""
-        if len(self.channels) >= self.spec.nproc_per_node:
+        if len(self._channels) >= self.spec.nproc_per_node:
             raise DaemonError(f"job {self.job_id}: this node runs {self.spec.nproc_per_node} rank(s), already "
-                              f"{sorted(self.channels)}; rank {rank} belongs to another node")  # fmt: skip
+                              f"{sorted(self._channels)}; rank {rank} belongs to another node")  # fmt: skip
         if trainer_pid:
             self._check_own_process(trainer_pid)
         if self.external is not None:
             self.external.opened.add(rank)
         channel = RankChannel(rank, self._spawn(rank, 0), trainer_pid=trainer_pid,
                               trainer_start=process_start_time(trainer_pid) if trainer_pid else None)  # fmt: skip
-        self.channels[rank] = channel
+        self._channels[rank] = channel
         return channel.producer
 
     def _check_own_process(self, pid: int) -> None:
@@ -242,17 +292,31 @@ class JobRunner:
 
     @property
     def restarts(self) -> int:
-        with self.lock:
-            return max((c.respawns for c in self.channels.values()), default=0)
+        with self._lock:
+            return max((c.respawns for c in self._channels.values()), default=0)
 
     # The job
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once the job is to stop (`cancel` or `fail`): what a queued job's admission waits on too."""
+        return self._cancelled
+
+    @property
+    def cancel_reason(self) -> str:
+        return self._cancel_reason
+
+    def cancel(self, reason: str) -> None:
+        """Stop the job: its processes are stopped and it ends CANCELLED with `reason`."""
+        self._cancel_reason = reason or "cancelled"
+        self._cancelled.set()
 
     def fail(self, reason: str) -> None:
         """End the job FAILED with `reason` (a lost or failed peer node): its processes are stopped as
         for a cancel, but killed after LOST_NODE_GRACE_S rather than STOP_GRACE_S."""
         self.failure = self.failure or reason
         self.stop_grace_s = min(self.stop_grace_s, LOST_NODE_GRACE_S)
-        self.cancel_event.set()
+        self._cancelled.set()
 
     def _rendezvous_args(self) -> list[str]:
         """torchrun's node and rendezvous arguments: this machine alone, or this node's place in the job."""
@@ -267,21 +331,15 @@ class JobRunner:
                 "--rdzv-endpoint", p.rdzv_endpoint, "--rdzv-id", p.rdzv_id, "--rdzv-conf", conf,
                 "--local-addr", p.local_addr]  # fmt: skip
 
-    def released(self, rank: int) -> None:
-        """Rank `rank` gave its channel back (a launch the daemon did not start ends with its ranks)."""
-        if self.external is not None:
-            with self.lock:
-                self.external.released.add(rank)
-
     def _start(self) -> None:
         if self.external is not None:
             return  # the launcher's torchrun runs the ranks; producers start as they open their channels
         for rank in range(self.spec.nproc_per_node) if not self.lazy_producers else ():
-            if self.cancel_event.is_set():
+            if self._cancelled.is_set():
                 return
             producer = self._spawn(rank, 0)
-            with self.lock:
-                self.channels[rank] = RankChannel(rank, producer)
+            with self._lock:
+                self._channels[rank] = RankChannel(rank, producer)
         argv = [
             *self._rendezvous_args(), "--nproc-per-node", str(self.spec.nproc_per_node),
             "--max-restarts", str(self.spec.max_restarts),
@@ -301,8 +359,8 @@ class JobRunner:
 
     def _failed_producer(self) -> str | None:
         """Why a producer failed the job -- it died, or it lives without a heartbeat -- or None."""
-        with self.lock:
-            for channel in self.channels.values():
+        with self._lock:
+            for channel in self._channels.values():
                 producer, code = channel.producer, channel.producer.poll()
                 where = f"producer pid {producer.pid} of rank {channel.rank}"
                 if code not in (None, 0):
@@ -321,8 +379,8 @@ class JobRunner:
         longer than the stall timeout, which would otherwise hang every rank in the next collective
         until the process group's own timeout -- or None."""
         now = time.monotonic()
-        with self.lock:
-            trainers = {c.trainer_pid: c.rank for c in self.channels.values() if c.trainer_pid}
+        with self._lock:
+            trainers = {c.trainer_pid: c.rank for c in self._channels.values() if c.trainer_pid}
         for pid, rank in trainers.items():
             try:
                 stopped = psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
@@ -353,10 +411,10 @@ class JobRunner:
             self._start()
             while True:
                 self.pump_logs()
-                if self.cancel_event.is_set():
+                if self._cancelled.is_set():
                     if self.failure:
                         return "failed", self.failure, self._stop_all()
-                    return "cancelled", self.cancel_reason or "cancelled", self._stop_all()
+                    return "cancelled", self._cancel_reason or "cancelled", self._stop_all()
                 died = self._failed_producer() or self._stopped_rank()
                 if died is not None:
                     self._stop_all()
@@ -382,7 +440,7 @@ class JobRunner:
             self._stop_all()
             if self.failure:
                 return "failed", self.failure, self.exit_code
-            return ("cancelled", self.cancel_reason, self.exit_code) if self.cancel_event.is_set() else (
+            return ("cancelled", self._cancel_reason, self.exit_code) if self._cancelled.is_set() else (
                 "failed", str(exc), self.exit_code)  # fmt: skip
         finally:
             self._stop_all()
@@ -400,8 +458,8 @@ class JobRunner:
                 self.torchrun.wait()
         if self.torchrun is not None:
             self.exit_code = self.torchrun.returncode
-        with self.lock:
-            channels = list(self.channels.values())
+        with self._lock:
+            channels = list(self._channels.values())
         for channel in channels:
             started = channel.trainer_start
             if self.external is not None:

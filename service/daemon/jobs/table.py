@@ -1,9 +1,23 @@
-"""`JobTable`: the jobs a daemon knows, their state, and who asked to cancel them.
+"""`JobTable`: the jobs a daemon knows, their state, who asked to cancel them, and how long
+an ended one is kept in full.
 
 The job manager (which spawns torchrun and the producers) adds jobs here and moves them
 through their states; the progress service checks reports against it, the dataset
 registry asks it which jobs use a dataset, and the status app and metrics read it.
 Thread-safe: gRPC calls arrive on many threads.
+
+Given a directory, the table writes through to the job store there, a SQLite file
+(`jobs.sqlite3`), so jobs outlive the daemon: one row per job, its record (state, message,
+times), its spec as JSON and, once it has ended, the whole `Job` message as the contract
+serialises it. `restore()`
+reads the history back; a job that was not final in the file belonged to a daemon that died
+and is marked failed with that cause. The schema is versioned (`meta.schema_version`); a file
+of a newer version is refused rather than misread. Standard-library sqlite3, WAL journal:
+readers never wait for the writer, and a crash mid-write loses at most the last change.
+
+Retention: an ended job is answered in full (progress, ranks, live metric series) for
+`retire_after_s` (`graphtierd --job-retire`); after that `due_for_retirement` names it and
+`retire` makes the table answer for it from its saved `Job` message alone.
 """
 
 from __future__ import annotations
@@ -11,18 +25,145 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
 from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState, job_id_order
-from graphtier.service.daemon.jobs.store import JobStore, StoredJob
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+SCHEMA_VERSION = 1
+STORE_FILE = "jobs.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id      TEXT PRIMARY KEY,
+    seq         INTEGER NOT NULL,
+    name        TEXT NOT NULL,
+    dataset     TEXT NOT NULL,
+    world_size  INTEGER NOT NULL,
+    state       TEXT NOT NULL,
+    message     TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    finished_at TEXT,
+    daemon_pid  INTEGER NOT NULL,
+    spec_json   TEXT NOT NULL,
+    job_proto   BLOB
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
+"""
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """One row: the record's fields, the spec as JSON, the final Job message (bytes) if saved."""
+
+    job_id: str
+    name: str
+    dataset: str
+    world_size: int
+    state: str
+    message: str
+    created_at: datetime
+    finished_at: datetime | None
+    daemon_pid: int
+    spec_json: str
+    job_proto: bytes | None
+
+
+def _time(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+class _JobStoreFile:
+    """The job history file of one daemon: the table's SQLite side (one connection, one lock)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / STORE_FILE
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise DaemonError(
+                    f"{self.path}: job store schema {row[0]} is newer than this graphtier's ({SCHEMA_VERSION}); "
+                    "upgrade graphtier, or move the file away to start a new history"
+                )
+        except sqlite3.DatabaseError as exc:
+            raise DaemonError(f"{self.path}: cannot open the job store ({exc}); move it away to start anew") from None
+        self._lock = threading.Lock()
+
+    def insert(self, job_id: str, seq: int, *, name: str, dataset: str, world_size: int, state: str, message: str,
+               created_at: datetime, daemon_pid: int, spec_json: str) -> None:  # fmt: skip
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO jobs (job_id, seq, name, dataset, world_size, state, message, created_at, daemon_pid, "
+                "spec_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, seq, name, dataset, world_size, state, message, created_at.isoformat(), daemon_pid,
+                 spec_json),
+            )  # fmt: skip
+
+    def update(self, job_id: str, *, state: str, message: str, finished_at: datetime | None) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET state = ?, message = ?, finished_at = ? WHERE job_id = ?",
+                (state, message, None if finished_at is None else finished_at.isoformat(), job_id),
+            )
+
+    def save_job(self, job_id: str, job_proto: bytes) -> None:
+        """Keep the ended job's whole `Job` message (progress, result, ranks) for `job status` later."""
+        with self._lock:
+            self._db.execute("UPDATE jobs SET job_proto = ? WHERE job_id = ?", (job_proto, job_id))
+
+    def mark_orphans(self, daemon_pid: int, final_states: tuple[str, ...], failed: str) -> list[str]:
+        """Jobs that were not final when the daemon that ran them (not `daemon_pid`) died: failed now."""
+        now = datetime.now(timezone.utc).isoformat()
+        marks = ",".join("?" * len(final_states))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT job_id, state, daemon_pid FROM jobs WHERE state NOT IN ({marks}) AND daemon_pid != ?",
+                (*final_states, daemon_pid),
+            ).fetchall()
+            for job_id, state, pid in rows:
+                self._db.execute(
+                    "UPDATE jobs SET state = ?, message = ?, finished_at = ? WHERE job_id = ?",
+                    (failed, f"the daemon (pid {pid}) ended while the job was {state}; its processes went with it",
+                     now, job_id),
+                )  # fmt: skip
+        return [row[0] for row in rows]
+
+    def jobs(self) -> Iterator[StoredJob]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id, name, dataset, world_size, state, message, created_at, finished_at, daemon_pid, "
+                "spec_json, job_proto FROM jobs ORDER BY seq"
+            ).fetchall()
+        for r in rows:
+            yield StoredJob(r[0], r[1], r[2], r[3], r[4], r[5], _time(r[6]) or datetime.now(timezone.utc), _time(r[7]),
+                            r[8], r[9], r[10])  # fmt: skip
+
+    def max_seq(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT MAX(seq) FROM jobs").fetchone()
+        return int(row[0] or 0)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
 
 @dataclass(frozen=True)
@@ -36,6 +177,7 @@ class JobRecord:
     state: JobState = JobState.PENDING
     message: str = ""
     created_at: datetime = field(default_factory=_now)
+    started_at: datetime | None = None  # when it left the queue (STARTING)
     finished_at: datetime | None = None
     cancel_requested: bool = False
     # Handed to the job's own processes only (JOB_TOKEN_ENV); progress reports must carry it.
@@ -46,24 +188,38 @@ CancelListener = Callable[[JobRecord, str], None]
 
 
 class JobTable:
-    """Every job of this daemon, by id; newest first when listed. With a `JobStore`, every change
-    is written through and `restore()` brings back the jobs of earlier daemons."""
+    """Every job of this daemon, by id; newest first when listed. Given a `directory`, every change
+    is written through to its job file and `restore()` brings back the jobs of earlier daemons."""
 
-    def __init__(self, store: JobStore | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, retire_after_s: float = 600.0) -> None:
         self._lock = threading.RLock()
         self._jobs: dict[str, JobRecord] = {}
         self._cancel_listeners: list[CancelListener] = []
-        self.store = store
-        self._stored: dict[str, StoredJob] = {}  # jobs of earlier daemons, as the store kept them
+        self._file = _JobStoreFile(directory) if directory is not None else None
+        self.retire_after_s = retire_after_s
+        self._specs: dict[str, str] = {}  # this daemon's jobs' specs, as JSON
+        self._ended: dict[str, bytes] = {}  # this daemon's ended jobs' Job messages, as kept
+        self._stored: dict[str, StoredJob] = {}  # jobs answered from their saved Job message alone
+
+    @property
+    def path(self) -> Path | None:
+        """The job file written through to (None: in memory only)."""
+        return self._file.path if self._file is not None else None
+
+    def close(self) -> None:
+        """Close the job file (the daemon is stopping); idempotent."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def restore(self, daemon_pid: int) -> list[str]:
         """Load the history; jobs left unfinished by a daemon that died become failed. Their ids."""
-        if self.store is None:
+        if self._file is None:
             return []
         final = tuple(s.value for s in JobState if s.final)
-        orphans = self.store.mark_orphans(daemon_pid, final, JobState.FAILED.value)
+        orphans = self._file.mark_orphans(daemon_pid, final, JobState.FAILED.value)
         with self._lock:
-            for row in self.store.jobs():
+            for row in self._file.jobs():
                 self._stored[row.job_id] = row
                 self._jobs[row.job_id] = JobRecord(
                     job_id=row.job_id, dataset=row.dataset, world_size=row.world_size, name=row.name,
@@ -73,23 +229,44 @@ class JobTable:
         return orphans
 
     def stored(self, job_id: str) -> StoredJob | None:
-        """What the store kept of a job of an earlier daemon (None for this daemon's jobs)."""
+        """What is kept of a job answered from its saved Job message: one of an earlier daemon, or
+        one of this daemon's that was retired (None for this daemon's other jobs)."""
         with self._lock:
             return self._stored.get(job_id)
 
-    def remember(self, job_id: str, job_proto: bytes, spec_json: str) -> None:
-        """From now on answer for an ended job of this daemon from its saved Job message."""
+    def keep_ended(self, job_id: str, job_proto: bytes) -> None:
+        """Keep an ended job's whole `Job` message (progress, result, ranks) for `job status` later:
+        written through to the job file, and what the job is answered from once it is retired."""
+        with self._lock:
+            self._ended[job_id] = job_proto
+            if self._file is not None:
+                self._file.save_job(job_id, job_proto)
+
+    def due_for_retirement(self, now: datetime | None = None) -> list[str]:
+        """This daemon's jobs that ended more than `retire_after_s` ago and are not yet retired."""
+        now = now or _now()
+        with self._lock:
+            return sorted((r.job_id for r in self._jobs.values()
+                           if r.state.final and r.finished_at is not None and r.job_id not in self._stored
+                           and (now - r.finished_at).total_seconds() >= self.retire_after_s),
+                          key=job_id_order)  # fmt: skip
+
+    def ended_message(self, job_id: str) -> bytes:
+        """The Job message kept for an ended job of this daemon (b"" when none was kept)."""
+        with self._lock:
+            return self._ended.get(job_id, b"")
+
+    def retire(self, job_id: str, job_proto: bytes) -> None:
+        """From now on answer for an ended job of this daemon from `job_proto`, its saved Job message."""
         with self._lock:
             record = self._jobs[job_id]
             self._stored[job_id] = StoredJob(
                 job_id=job_id, name=record.name, dataset=record.dataset, world_size=record.world_size,
                 state=record.state.value, message=record.message, created_at=record.created_at,
-                finished_at=record.finished_at, daemon_pid=os.getpid(), spec_json=spec_json, job_proto=job_proto,
+                finished_at=record.finished_at, daemon_pid=os.getpid(), spec_json=self._specs.get(job_id, "{}"),
+                job_proto=job_proto,
             )  # fmt: skip
-
-    def save_job(self, job_id: str, job_proto: bytes) -> None:
-        if self.store is not None:
-            self.store.save_job(job_id, job_proto)
+            self._ended.pop(job_id, None)
 
     def add(self, record: JobRecord, spec_json: str = "{}") -> JobRecord:
         """Register a new job; DaemonError if its id is taken or its world size is not positive."""
@@ -99,16 +276,17 @@ class JobTable:
             if record.job_id in self._jobs:
                 raise DaemonError(f"a job with id {record.job_id!r} already exists")
             self._jobs[record.job_id] = record
-            if self.store is not None:
-                seq = int(record.job_id) if record.job_id.isdigit() else self.store.max_seq() + 1
-                self.store.insert(record.job_id, seq, name=record.name, dataset=record.dataset,
+            self._specs[record.job_id] = spec_json
+            if self._file is not None:
+                seq = int(record.job_id) if record.job_id.isdigit() else self._file.max_seq() + 1
+                self._file.insert(record.job_id, seq, name=record.name, dataset=record.dataset,
                                   world_size=record.world_size, state=record.state.value, message=record.message,
                                   created_at=record.created_at, daemon_pid=os.getpid(), spec_json=spec_json)  # fmt: skip
         return record
 
     def _write(self, record: JobRecord) -> None:
-        if self.store is not None:
-            self.store.update(record.job_id, state=record.state.value, message=record.message,
+        if self._file is not None:
+            self._file.update(record.job_id, state=record.state.value, message=record.message,
                               finished_at=record.finished_at)  # fmt: skip
 
     def next_numeric_id(self) -> int:
@@ -161,7 +339,9 @@ class JobTable:
             if record.state.final and state != record.state:
                 raise DaemonError(f"job {job_id!r} has ended ({record.state.value}); it cannot become {state.value}")
             finished = _now() if state.final and record.finished_at is None else record.finished_at
-            updated = replace(record, state=state, message=message or record.message, finished_at=finished)
+            started = _now() if state == JobState.STARTING and record.started_at is None else record.started_at
+            updated = replace(record, state=state, message=message or record.message, started_at=started,
+                              finished_at=finished)  # fmt: skip
             self._jobs[job_id] = updated
             self._write(updated)
             return updated

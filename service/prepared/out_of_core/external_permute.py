@@ -24,7 +24,7 @@ import torch
 
 from graphtier.service.graph.streamed import FileRows, TensorRows
 from graphtier.service.hotness.reorder import gather_new_rows
-from graphtier.service.prepared.out_of_core.budget import MemoryPlan
+from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.prepared.out_of_core.external_sort import DiskCSC, column_ranges
 from graphtier.service.prepared.npy_io import NpyStreamWriter
 from graphtier.service.prepared.out_of_core.prefault import PrefaultedBuffer

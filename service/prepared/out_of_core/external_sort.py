@@ -26,7 +26,7 @@ import torch
 
 from graphtier.service.errors import GraphtierError
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
-from graphtier.service.prepared.out_of_core.budget import MemoryPlan
+from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.prepared.out_of_core.csc_passes import bucket_of, compact_keys, count_entries, scatter_keys
 from graphtier.service.prepared.out_of_core.spill import BucketSpill, MemoryArray, SpillArray, new_array
 

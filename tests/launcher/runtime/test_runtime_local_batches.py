@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtier.launcher.runtime import LocalBatchSource, TrainBatch
+from graphtier.launcher.runtime import Batch, LocalBatchSource
 from graphtier.service.errors import GraphtierError, SamplingError
 
 
@@ -35,7 +35,7 @@ def test_batches_carry_the_datasets_features_labels_and_blocks(small_rmat):
     assert len(batches) == source.num_train_batches() == -(-small_rmat.split("train").numel() // 100)
     features, labels = small_rmat.features, small_rmat.labels
     for batch in batches:
-        assert isinstance(batch, TrainBatch)
+        assert isinstance(batch, Batch)
         assert torch.equal(batch.x, features[batch.node_ids])
         assert torch.equal(batch.y, labels[batch.seeds])
         assert len(batch.blocks) == 2 and batch.blocks[0].num_src == batch.x.shape[0]

@@ -21,7 +21,7 @@ def check_batch(batch, dataset, config, sampler) -> None:
     assert torch.equal(batch.node_ids, direct.node_ids)
     assert batch.subgraph.num_nodes_per_hop == direct.num_nodes_per_hop
     assert batch.subgraph.num_edges_per_hop == direct.num_edges_per_hop
-    for got, want in zip(batch.blocks(), direct.blocks(), strict=True):
+    for got, want in zip(batch.blocks, direct.blocks(), strict=True):
         assert (got.num_src, got.num_dst) == (want.num_src, want.num_dst)
         assert torch.equal(got.indptr, want.indptr) and torch.equal(got.indices, want.indices)
     assert torch.equal(batch.features, dataset.features[batch.node_ids])

@@ -10,7 +10,7 @@ import torch
 from graphtier.service.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
-from graphtier.service.prepared.out_of_core.budget import MemoryPlan
+from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.prepared.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
 from graphtier.service.prepared.out_of_core.external_sort import build_csc_external
 from graphtier.service.prepared.out_of_core import csc_passes

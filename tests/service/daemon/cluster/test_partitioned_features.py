@@ -40,7 +40,7 @@ with loader.connect() as job:
     with open(out / f"rank{job.rank}.jsonl", "w") as f:
         for epoch in job.epochs():
             for batch in job.batches(epoch):
-                ids = batch.source.batch.subgraph.node_ids
+                ids = batch.node_ids
                 x = batch.x.contiguous()
                 f.write(json.dumps({"epoch": epoch, "ids": ids.tolist(),
                                     "x": hashlib.sha256(x.numpy().tobytes()).hexdigest()}) + "\\n")

@@ -50,3 +50,32 @@ def test_yaml_booleans_are_not_numbers():
     for values, field in (({"dataset": "x", "epochs": True}, "epochs"), ({"dataset": "x", "fanouts": [5, False]}, "fanouts")):
         with pytest.raises(InvalidRequestError, match=rf"job.yaml: invalid job spec: {field}: .*expected a number"):
             JobSpec.build(values, source="job.yaml")
+
+
+def test_the_table_writes_through_and_retires_ended_jobs_after_its_window(tmp_path):
+    from datetime import timedelta
+
+    table = JobTable(tmp_path, retire_after_s=60.0)
+    assert table.path == tmp_path / "jobs.sqlite3"
+    table.add(JobRecord(job_id="1", dataset="d", world_size=1), spec_json='{"dataset": "d"}')
+    table.add(JobRecord(job_id="2", dataset="d", world_size=1))
+    started = table.set_state("1", JobState.STARTING)
+    assert started.started_at is not None and started.finished_at is None
+    ended = table.set_state("1", JobState.SUCCEEDED, "done")
+    table.keep_ended("1", b"job one")
+    assert table.ended_message("1") == b"job one" and table.ended_message("2") == b""
+    assert table.due_for_retirement(ended.finished_at + timedelta(seconds=59)) == []
+    assert table.due_for_retirement(ended.finished_at + timedelta(seconds=60)) == ["1"]  # "2" has not ended
+    table.retire("1", table.ended_message("1"))
+    kept = table.stored("1")
+    assert kept is not None and (kept.job_proto, kept.spec_json, kept.state) == (b"job one", '{"dataset": "d"}', "succeeded")
+    assert table.due_for_retirement(ended.finished_at + timedelta(days=1)) == []  # retired once
+    table.close()
+    table.close()  # idempotent
+
+    again = JobTable(tmp_path)  # a later daemon: the history, "2" failed with its daemon gone
+    assert again.restore(daemon_pid=-1) == ["2"]
+    assert again.get("1").state == JobState.SUCCEEDED and again.stored("1").job_proto == b"job one"
+    assert again.get("2").state == JobState.FAILED and "ended while the job was pending" in again.get("2").message
+    assert again.next_numeric_id() == 3
+    again.close()

@@ -1,7 +1,7 @@
 """`ChannelLoader`: a torchrun rank's mini-batches, straight out of its producer's ping-pong slots.
 
 The rank asks the daemon for its channel (OpenChannel), attaches the slots with a
-`ChannelReader` and iterates `ChannelBatch`es: blocks, features and labels are zero-copy
+`ChannelReader` and iterates its `Batch`es: blocks, features and labels are zero-copy
 views of the slot, valid until `release()`. Works with any `torch.nn.Module` taking
 `(blocks, x)`; `batches_for_epoch` plugs into `run_training`.
 
@@ -15,39 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-
-from torch import Tensor
-
 from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.contract.layouts import ChannelGrant
 from graphtier.service.errors import GraphtierError
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
-from graphtier.service.sampling import Block
-
-
-@dataclass
-class ChannelBatch:
-    """A `Batch` as the train loop's `TrainBatch`: blocks, x (features view), y (labels view)."""
-
-    batch: Batch
-    blocks: list[Block] = field(init=False)
-
-    def __post_init__(self) -> None:
-        if self.batch.features is None:
-            raise GraphtierError(f"batch {self.batch.batch} carries no features; the dataset has none to train on")
-        self.blocks = self.batch.blocks()
-
-    @property
-    def x(self) -> Tensor:
-        return self.batch.features  # type: ignore[return-value]  # checked in __post_init__
-
-    @property
-    def y(self) -> Tensor:
-        return self.batch.labels
-
-    def release(self) -> None:
-        self.batch.release()
 
 
 def env_rank() -> int:
@@ -83,7 +54,7 @@ class ChannelLoader:
     def steps_per_epoch(self) -> int:
         return self.grant.layout.steps_per_epoch
 
-    def batches_for_epoch(self, epoch: int) -> Iterator[ChannelBatch]:
+    def batches_for_epoch(self, epoch: int) -> Iterator[Batch]:
         """Epoch `epoch`'s batches. A fresh producer starts at epoch 0: earlier epochs (already
         trained before a restart) are drained and released first."""
         if epoch < self.reader.epochs_completed:
@@ -95,8 +66,10 @@ class ChannelLoader:
             for batch in self.reader.epoch():
                 batch.release()
         for batch in self.reader.epoch():
+            if batch.features is None:
+                raise GraphtierError(f"batch {batch.batch} carries no features; the dataset has none to train on")
             self.batches_taken += 1
-            yield ChannelBatch(batch)
+            yield batch
 
     def stats(self) -> ChannelStats:
         return self.reader.stats()

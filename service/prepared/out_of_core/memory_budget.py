@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from graphtier.service.errors import GraphtierError, PlacementError
-from graphtier.service.placement.budget import parse_budget
+from graphtier.service.placement.tier_budget import parse_budget
 
 OPTION = "--memory-budget"
 UNLIMITED = ("unlimited", "none", "off")
