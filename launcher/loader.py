@@ -51,7 +51,7 @@ from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.store import AttachedDataset, attach_dataset
 
 JOB_ID_ENV, RUNTIME_DIR_ENV = "GRAPHTIER_JOB_ID", "GRAPHTIER_RUNTIME_DIR"

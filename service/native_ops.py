@@ -18,7 +18,7 @@ import os
 import warnings
 from typing import Literal
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 Backend = Literal["auto", "native", "torch"]
 BACKENDS: tuple[str, ...] = ("auto", "native", "torch")

@@ -21,7 +21,7 @@ OutOption = Annotated[
 
 def parse_fanouts(text: str) -> list[int]:
     """`15,10,5` -> [15, 10, 5], validated by the sampler's own rules."""
-    from graphtier.service.errors import SamplingError
+    from graphtier.contract.errors import SamplingError
     from graphtier.contract.fanouts import validate_fanouts
 
     try:

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.sampling import Block
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d{9})\.pt$")

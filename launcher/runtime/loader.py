@@ -21,7 +21,7 @@ from torch import Tensor
 
 from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.contract.layouts import ChannelGrant
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
 from graphtier.service.sampling import Block
 

@@ -27,7 +27,7 @@ from graphtier.launcher.runtime.attach import attach
 from graphtier.launcher.runtime.loader import env_rank
 from graphtier.launcher.runtime.rank_output import install_rank_output
 from graphtier.service.daemon.jobs.rank_failures import write_rank_failure
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 
 def train_builtin(job_id: str, runtime_dir: Path) -> None:

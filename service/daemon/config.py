@@ -150,7 +150,7 @@ class DaemonConfig(BaseModel):
     def _check_device_size(cls, text: str, info: Any) -> str:
         if info.field_name == "device_budget" and text == "auto":
             return text
-        from graphtier.service.errors import PlacementError
+        from graphtier.contract.errors import PlacementError
         from graphtier.service.placement.budget import parse_budget
 
         if text.strip().endswith("%"):

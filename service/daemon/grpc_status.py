@@ -21,13 +21,16 @@ from graphtier.contract.errors import (
     DatasetConflictError,
     DatasetInUseError,
     DatasetTransferError,
+    GraphtierError,
     InvalidReportError,
     InvalidRequestError,
+    PlacementError,
+    PreparedDatasetError,
+    SharedMemoryError,
     UnknownDatasetError,
     UnknownJobError,
 )
 from graphtier.service.daemon.datasets.partitions import ReplyTooLargeError
-from graphtier.service.errors import GraphtierError, PlacementError, PreparedDatasetError, SharedMemoryError
 
 log = logging.getLogger("graphtierd")
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.gpu.device_memory import DeviceAllocation, local_device_of, opened_handles
 from graphtier.service.gpu.gather import CudaFeatureTiers
 from graphtier.service.gpu.host_registry import HostRegistration, host_registry

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphtier.service.errors import DatasetSourceError, GraphtierError
+from graphtier.contract.errors import DatasetSourceError, GraphtierError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import resolve_backend
 

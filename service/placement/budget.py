@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from graphtier.contract.sizes import SIZE_UNITS, UNIT_HELP, split_size
-from graphtier.service.errors import PlacementError
+from graphtier.contract.errors import PlacementError
 
 
 def parse_budget(text: str | int, *, total_bytes: int, what: str) -> int:

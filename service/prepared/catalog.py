@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 from pydantic import ValidationError
 
-from graphtier.service.errors import PreparedDatasetError
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.prepared.manifest import FORMAT_VERSION, MANIFEST_FILE, ArrayInfo, DatasetManifest
 from graphtier.service.prepared.npy_io import NpyStreamWriter, write_npy, write_npy_rows
 

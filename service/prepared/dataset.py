@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from graphtier.service.errors import PreparedDatasetError
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared.catalog import default_dataset_root, read_manifest, validate_name
 from graphtier.service.prepared.manifest import DatasetManifest

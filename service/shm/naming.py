@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 
 SHM_DIR = "/dev/shm"
 PREFIX = "graphtier."

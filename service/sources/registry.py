@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.graph.streamed import StreamedGraph
 from graphtier.service.sources.edge_list import load_edge_list

@@ -41,7 +41,7 @@ from machine import cpu_model
 from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.launcher.runtime.models.factory import build_model
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.shm.naming import PREFIX, SHM_DIR, SegmentName
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from graphtier.service.errors import GraphtierError, PlacementError
+from graphtier.contract.errors import GraphtierError, PlacementError
 from graphtier.service.placement.budget import parse_budget
 
 OPTION = "--memory-budget"

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
 from graphtier.service.prepared.out_of_core.budget import MemoryPlan
 from graphtier.service.prepared.out_of_core.csc_passes import bucket_of, compact_keys, count_entries, scatter_keys

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError, GraphtierError
+from graphtier.contract.errors import DatasetSourceError, GraphtierError
 from graphtier.service.graph import build_csc
 from graphtier.service.hotness import ScoreSpec, compute_scores
 
