@@ -182,7 +182,7 @@ class DaemonClient:
 
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
-        return self._call(self._progress.ReportProgress, conversions.report_to_proto(report),
+        return self._call(self._progress.ReportProgress, job_conversions.report_to_proto(report),
                           extra_metadata=job_token_metadata()).cancel_requested  # fmt: skip
 
     # Jobs

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from graphtier.launcher.data_plane_client import DataPlaneClient
-from graphtier.contract.layouts import ChannelGrant
+from graphtier.service.pipeline.wire import ChannelGrant
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
 from graphtier.service.sampling import Block

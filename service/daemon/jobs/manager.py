@@ -41,7 +41,8 @@ from graphtier.service.daemon.jobs.job_view import (
 )
 from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.layouts import ChannelGrant, DatasetLayoutInfo
+from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.service.store.wire import DatasetLayoutInfo
 from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.jobs.state import JobState

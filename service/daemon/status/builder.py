@@ -27,7 +27,7 @@ from graphtier.contract.status import (
 )
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
-from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
+from graphtier.contract.machine import MachineReport, MeasuredTraffic
 
 
 def package_version() -> str:
