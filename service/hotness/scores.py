@@ -34,7 +34,7 @@ from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import resolve_backend
 
 if TYPE_CHECKING:
-    from graphtier.service.prepared.out_of_core.external_sort import DiskCSC
+    from graphtier.service.out_of_core.external_sort import DiskCSC
 
 SCORE_KINDS = ("wrpr", "rpr", "degree", "user", "none")
 ScoreKind = Literal["wrpr", "rpr", "degree", "user", "none"]

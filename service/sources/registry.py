@@ -28,7 +28,7 @@ from graphtier.service.sources.planetoid import load_planetoid
 from graphtier.service.sources.split import ensure_split
 
 if TYPE_CHECKING:
-    from graphtier.service.prepared.out_of_core.budget import MemoryPlan
+    from graphtier.service.out_of_core.budget import MemoryPlan
 
 SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
 SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")

@@ -22,9 +22,10 @@ from graphtier.contract.conversions import (
     timestamp,
 )
 from graphtier.contract.datasets import BudgetSpec, TierBytes
+from graphtier.service.gpu.tier_ref import DeviceTierRef
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
-from graphtier.service.store.handle import DeviceTierRef, SharedDatasetHandle, StorageTierRef
+from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 from graphtier.v1 import common_pb2, datasets_pb2
 
 
