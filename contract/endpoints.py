@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-HOME_ENV = "GRAPHTIER_HOME"
+from graphtier.contract.environment import HOME_ENV
 
 
 def graphtier_home() -> Path:

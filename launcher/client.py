@@ -27,7 +27,8 @@ from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.cluster.models import ClusterView, PushResult
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobEvent, JobInfo
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.jobs.state import JOB_TOKEN_HEADER, JobState
 from graphtier.contract.endpoints import default_runtime_dir
 from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from graphtier.contract.endpoints import Endpoints, read_endpoints, running_daemon_pid

@@ -131,7 +131,8 @@ def prepare(
 @app.command("list")
 def list_(out: OutOption = None, json_out: JsonOption = False) -> None:
     """List prepared datasets."""
-    from graphtier.service.prepared import default_dataset_root, list_datasets
+    from graphtier.contract.endpoints import default_dataset_root
+    from graphtier.service.prepared import list_datasets
 
     with error_boundary():
         manifests = list_datasets(out)

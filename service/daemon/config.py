@@ -17,10 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.endpoints import default_dataset_root, default_runtime_dir
+from graphtier.contract.environment import GPU_TIERS_ENV
 from graphtier.contract.errors import DaemonConfigError
+from graphtier.contract.messages import describe_validation_error
 from graphtier.service.daemon.cluster.settings import ClusterConfig
 
-GPU_TIERS_ENV = "GRAPHTIER_GPU_TIERS"
 SOCKET_FILE = "daemon.sock"
 LOG_FILE = "daemon.log"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
@@ -288,12 +289,7 @@ class DaemonConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(  # a whole-config error shows no input: it would be the whole config
-                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
-                + (f" (got {err.get('input')!r})" if err["loc"] else "")
-                for err in exc.errors()
-            )
-            raise DaemonConfigError(f"{where}: {problems}") from None
+            raise DaemonConfigError(f"{where}: {describe_validation_error(exc)}") from None
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.hotness import compute_scores, reorder_by_score
 from graphtier.service.out_of_core.budget import MemoryPlan, parse_memory_budget
-from graphtier.service.prepared.catalog import DatasetWriter, default_dataset_root, validate_name
+from graphtier.contract.endpoints import default_dataset_root
+from graphtier.service.prepared.catalog import DatasetWriter, validate_name
 from graphtier.service.prepared.huge_pages import numpy_huge_pages_for_preparation
 from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.prepared.steps import (

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from graphtier.contract.errors import DaemonError
 from graphtier.contract.jobs.conversions import job_from_proto
+from graphtier.contract.jobs.directory import CHECKPOINT_GLOB
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -79,7 +80,7 @@ def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobR
     rank0 = next((v.trainer for v in tracker.ranks(job_id) if v.rank == 0 and v.trainer), None)
     if rank0 is None:
         return None
-    checkpoints = sorted(runner.checkpoint_dir.glob("ckpt-*.pt"))
+    checkpoints = sorted(runner.checkpoint_dir.glob(CHECKPOINT_GLOB))
     return JobResultInfo(
         val_accuracy=rank0.val_accuracy or 0.0, test_accuracy=rank0.test_accuracy or 0.0,
         final_loss=rank0.loss, train_seconds=rank0.train_seconds_total,

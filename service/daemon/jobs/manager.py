@@ -27,6 +27,7 @@ from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.jobs.conversions import job_to_proto
+from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, job_directory, job_spec_path
 from graphtier.service.daemon.jobs.events import JobEventLog
 from graphtier.service.daemon.jobs.notes import spec_notes
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
@@ -106,11 +107,11 @@ class JobManager:
 
     def _new_id(self) -> str:
         with self._lock:
-            while (self.runtime_dir / "jobs" / str(self._next_id)).exists():
+            while job_directory(self.runtime_dir, str(self._next_id)).exists():
                 self._next_id += 1
             job_id = str(self._next_id)
             self._next_id += 1
-            (self.runtime_dir / "jobs" / job_id).mkdir(parents=True)
+            job_directory(self.runtime_dir, job_id).mkdir(parents=True)
             return job_id
 
     def _job(self, job_id: str) -> _Job:
@@ -172,8 +173,8 @@ class JobManager:
                 f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"
             )
         job_id = self._new_id()
-        job_dir = self.runtime_dir / "jobs" / job_id
-        (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
+        job_dir = job_directory(self.runtime_dir, job_id)
+        job_spec_path(job_dir).write_text(spec.model_dump_json(indent=2))
         events = JobEventLog(job_id)
         part = hooks(job_id) if hooks is not None else None
         external = None if launch is None else ExternalAgent(launch, job_dir, spec.nproc_per_node,
@@ -276,7 +277,7 @@ class JobManager:
         """None after a success (unless --keep-checkpoints), the newest after anything else."""
         if self.keep_checkpoints:
             return
-        checkpoints = sorted(job.runner.checkpoint_dir.glob("ckpt-*.pt"))  # zero-padded steps: oldest first
+        checkpoints = sorted(job.runner.checkpoint_dir.glob(CHECKPOINT_GLOB))  # zero-padded steps: oldest first
         for old in checkpoints if outcome == JobState.SUCCEEDED else checkpoints[:-1]:
             old.unlink(missing_ok=True)
 

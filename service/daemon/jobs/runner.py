@@ -40,12 +40,13 @@ from pathlib import Path
 import psutil
 
 from graphtier.contract.errors import DaemonError
+from graphtier.contract.jobs.directory import checkpoint_dir, job_log_path
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo
 from graphtier.contract.jobs.view import LogLine
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV
+from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
-from graphtier.service.daemon.jobs.rank_failures import first_rank_failure
+from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.service.pipeline import ChannelError, ProducerConfig, ProducerProcess, spawn_producer
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
@@ -144,8 +145,8 @@ class JobRunner:
         self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
         self.stall_timeout_s = stall_timeout_s
         self.job_dir, self.runtime_dir = job_dir, runtime_dir
-        self.log_path = job_dir / "job.log"
-        self.checkpoint_dir = job_dir / "checkpoints"
+        self.log_path = job_log_path(job_dir)
+        self.checkpoint_dir = checkpoint_dir(job_dir)
         self.on_log = on_log
         self.cancel_event = threading.Event()
         self.cancel_reason = ""
@@ -289,7 +290,7 @@ class JobRunner:
         if self.spec.script:
             argv += ["--script", self.spec.script, "--", *self.spec.args]
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
-               "GRAPHTIER_JOB_ID": self.job_id, "GRAPHTIER_RUNTIME_DIR": str(self.runtime_dir),
+               JOB_ID_ENV: self.job_id, RUNTIME_DIR_ENV: str(self.runtime_dir),
                JOB_TOKEN_ENV: self.job_token}  # fmt: skip
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(

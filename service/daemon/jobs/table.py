@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState, job_id_order
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.jobs.state import JobState, job_id_order
 from graphtier.service.daemon.jobs.store import JobStore, StoredJob
 
 

@@ -12,7 +12,8 @@ from graphtier.launcher.data_plane_client import DataPlaneClient
 from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.jobs.state import JobState
 from graphtier.service.daemon.status.metrics import MetricsRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
