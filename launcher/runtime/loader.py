@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.pipeline.wire import ChannelGrant
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats

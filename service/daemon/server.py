@@ -30,8 +30,8 @@ from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.datasets.partitions import FetchAccess
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError
-from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
-from graphtier.contract.endpoints import Endpoints
+from graphtier.service.daemon.instance import InstanceLock
+from graphtier.contract.endpoints import Endpoints, daemon_file_dir
 from graphtier.service.daemon.jobs.manager import JobManager
 from graphtier.service.daemon.jobs.table import JobTable
 from graphtier.service.daemon.status.metrics import MetricsRegistry

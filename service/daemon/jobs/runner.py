@@ -1,7 +1,7 @@
 """`JobRunner`: one job's processes -- a producer per rank and torchrun -- and their supervision.
 
 The runner's thread starts the producers (each must open its channel), then torchrun
-(`torch.distributed.run ... -m graphtier.launcher.runtime.rank_main`) in its own process
+(`torch.distributed.run ... -m graphtier.launcher.rank_main`) in its own process
 group with output captured to `<job_dir>/job.log`; producers and the torchrun agent are
 forked from the daemon's warm forkserver (pipeline/forkserver.py), the ranks are fresh
 interpreters started by torchrun. Every tick it feeds the
@@ -285,7 +285,7 @@ class JobRunner:
             *self._rendezvous_args(), "--nproc-per-node", str(self.spec.nproc_per_node),
             "--max-restarts", str(self.spec.max_restarts),
             "--log-dir", str(self.job_dir / "torchelastic"),  # not a torchelastic_* directory left in /tmp
-            "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
+            "-m", "graphtier.launcher.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
         ]  # fmt: skip
         if self.spec.script:
             argv += ["--script", self.spec.script, "--", *self.spec.args]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.messages import shorten
 from graphtier.service.daemon.grpc_status import MESSAGE_LIMIT

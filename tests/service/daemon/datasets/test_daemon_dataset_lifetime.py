@@ -110,7 +110,7 @@ def test_the_shm_budget_unloads_idle_datasets_least_recently_used_first(root):
 
 
 def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_rmat):
-    from graphtier.launcher.data_plane_client import DataPlaneClient
+    from graphtier.launcher.client.data_plane import DataPlaneClient
 
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()

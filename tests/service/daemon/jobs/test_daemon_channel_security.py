@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.environment import JOB_TOKEN_ENV

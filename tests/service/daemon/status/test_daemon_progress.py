@@ -8,7 +8,7 @@ import grpc
 import httpx
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable

@@ -1,4 +1,4 @@
-"""`python -m graphtier.launcher.runtime.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`: one torchrun rank.
+"""`python -m graphtier.launcher.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`: one torchrun rank.
 
 (`--spec job.yaml` instead of --job-id: a rank another launcher started, e.g. a Kubeflow TrainJob's
 torchrun; it attaches to its node's daemon first, see `attach.py`.)
@@ -69,7 +69,7 @@ def _from_script(tb: TracebackType | None, script: Path | None) -> TracebackType
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m graphtier.launcher.runtime.rank_main", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m graphtier.launcher.rank_main", description=__doc__.split("\n")[0])
     parser.add_argument("--job-id", help="id of the job (from SubmitJob); or --spec")
     parser.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory (with --job-id)")
     parser.add_argument("--spec", type=Path, help="a YAML job spec: this rank was started by another launcher (a "
