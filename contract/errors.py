@@ -2,7 +2,7 @@
 
 Every message says the cause, and where it helps the fix. They derive from `GraphtierError`,
 so the CLI turns them into one clear line and a non-zero exit instead of a traceback; the
-daemon's gRPC servicers map each to its status code (`grpc_status.py`). The data plane's
+daemon's gRPC servicers map each to its status code (`rpc/grpc_status.py`). The data plane's
 errors come first, then the daemon's and its clients'.
 """
 
@@ -94,3 +94,7 @@ class InvalidReportError(DaemonError):
 
 class DatasetTransferError(DaemonError):
     """A dataset stream from another node that cannot be kept: a wrong checksum or size, no room."""
+
+
+class ReplyTooLargeError(DaemonError):
+    """A FetchRows call asks for more than MAX_FETCH_ROWS rows or MAX_FETCH_BYTES bytes (RESOURCE_EXHAUSTED)."""

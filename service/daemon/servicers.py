@@ -2,7 +2,7 @@
 
 `DatasetServicer` fronts the `DatasetRegistry`, `ProgressServicer` the `ProgressTracker`;
 the job and channel servicers (`jobs/servicer.py`) front the `JobManager`.
-Conversions live in `conversions.py`; errors become status codes in `grpc_status.py`.
+Conversions live in `conversions.py`; errors become status codes in `rpc/grpc_status.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import grpc
 from graphtier.contract import conversions
 from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.store.wire import layout_to_proto

@@ -29,7 +29,8 @@ from graphtier.contract.errors import (
     PreparedDatasetError,
     UnknownDatasetError,
 )
-from graphtier.service.daemon.cluster.node_info import MANIFEST_FILE, dataset_version
+from graphtier.service.prepared.digests import dataset_version
+from graphtier.service.prepared.manifest import MANIFEST_FILE
 from graphtier.service.daemon.cluster.peer_client import PeerClient
 from graphtier.service.prepared.catalog import read_manifest, reclaim_stale_temporaries, validate_name
 from graphtier.v1 import cluster_pb2

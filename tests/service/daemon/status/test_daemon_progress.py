@@ -14,7 +14,7 @@ from graphtier.contract.errors import DaemonRequestError
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.environment import JOB_TOKEN_ENV
 from graphtier.contract.jobs.state import JobState
-from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.service.daemon.metrics.registry import MetricsRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.network import NetworkCounters, PeerTraffic

@@ -24,6 +24,7 @@ from graphtier.contract.errors import (
     GraphtierError,
     InvalidReportError,
     InvalidRequestError,
+    ReplyTooLargeError,
     PlacementError,
     PreparedDatasetError,
     SharedMemoryError,
@@ -31,7 +32,6 @@ from graphtier.contract.errors import (
     UnknownJobError,
 )
 from graphtier.contract.messages import describe_validation_error, shorten
-from graphtier.service.daemon.datasets.partitions import ReplyTooLargeError
 
 log = logging.getLogger("graphtierd")
 
