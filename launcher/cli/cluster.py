@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -22,8 +22,11 @@ from rich.table import Table
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption
 from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
 
+if TYPE_CHECKING:
+    from graphtier.contract.endpoints import DaemonFiles, Endpoints
+
 app = typer.Typer(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
-DAEMON_MODULE = "graphtier.service.daemon"
+DAEMON_MODULE = "graphtier.service.daemon"  # run as a process, never imported here
 
 
 def _runtime_dir(runtime_dir: Path | None) -> Path:
@@ -82,7 +85,7 @@ def daemon_command(argv: list[str]) -> list[str]:
     return [sys.executable, "-m", DAEMON_MODULE, *argv]
 
 
-def daemon_files(argv: list[str]):
+def daemon_files(argv: list[str]) -> DaemonFiles:
     """Where a daemon started with `argv` keeps its files. The daemon reads and checks its config
     and flags itself; DaemonConfigError with its message when they are wrong."""
     from graphtier.contract.endpoints import DaemonFiles
@@ -98,7 +101,7 @@ def daemon_files(argv: list[str]):
     return DaemonFiles.model_validate_json(done.stdout)
 
 
-def spawn_daemon(argv: list[str], timeout: float):
+def spawn_daemon(argv: list[str], timeout: float) -> tuple[subprocess.Popen[bytes], Endpoints]:
     """Start graphtierd with `argv` in the background, its output appended to its log, and wait
     until it serves; returns the process and its endpoints."""
     from graphtier.contract.endpoints import daemon_file_dir, describe_running, running_daemon_pid
