@@ -1,12 +1,46 @@
-"""Errors of the daemon and its clients, each naming what is wrong and where.
+"""The errors graphtier raises for bad input, each naming what is wrong and where.
 
-They derive from `GraphtierError`, so the CLI turns them into one clear line and a
-non-zero exit; the gRPC servicers map each to its status code (`grpc_status.py`).
+Every message says the cause, and where it helps the fix. They derive from `GraphtierError`,
+so the CLI turns them into one clear line and a non-zero exit instead of a traceback; the
+daemon's gRPC servicers map each to its status code (`rpc/grpc_status.py`). The data plane's
+errors come first, then the daemon's and its clients'.
 """
 
 from __future__ import annotations
 
-from graphtier.service.errors import GraphtierError
+from pathlib import Path
+
+
+class GraphtierError(Exception):
+    """Base class of every error graphtier reports to a user."""
+
+
+class DatasetSourceError(GraphtierError):
+    """A raw dataset file is missing, malformed or inconsistent with its siblings."""
+
+    def __init__(self, path: str | Path | None, problem: str, *, fix: str | None = None) -> None:
+        self.path = str(path) if path is not None else None
+        self.problem = problem
+        self.fix = fix
+        where = f"{self.path}: " if self.path else ""
+        tail = f" ({fix})" if fix else ""
+        super().__init__(f"{where}{problem}{tail}")
+
+
+class PreparedDatasetError(GraphtierError):
+    """A prepared dataset is missing, already exists, or fails its checksums."""
+
+
+class PlacementError(GraphtierError):
+    """Tier budgets that cannot be turned into a placement for this dataset."""
+
+
+class SamplingError(GraphtierError):
+    """Seeds or fanouts a sampler cannot work with."""
+
+
+class SharedMemoryError(GraphtierError):
+    """A shared-memory segment cannot be created, attached or reclaimed."""
 
 
 class DaemonError(GraphtierError):
@@ -60,3 +94,7 @@ class InvalidReportError(DaemonError):
 
 class DatasetTransferError(DaemonError):
     """A dataset stream from another node that cannot be kept: a wrong checksum or size, no room."""
+
+
+class ReplyTooLargeError(DaemonError):
+    """A FetchRows call asks for more than MAX_FETCH_ROWS rows or MAX_FETCH_BYTES bytes (RESOURCE_EXHAUSTED)."""

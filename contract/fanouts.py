@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from graphtier.service.errors import SamplingError
+from graphtier.contract.errors import SamplingError
 
 MAX_HOPS = 8  # a channel's control block has room for this many hops
 

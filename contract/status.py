@@ -11,7 +11,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
+from graphtier.contract.machine import MachineReport, MeasuredTraffic
 
 
 class _Model(BaseModel):

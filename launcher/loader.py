@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
@@ -50,11 +50,11 @@ from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
+from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
+from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.store import AttachedDataset, attach_dataset
-
-JOB_ID_ENV, RUNTIME_DIR_ENV = "GRAPHTIER_JOB_ID", "GRAPHTIER_RUNTIME_DIR"
 
 __all__ = ["DatasetInfo", "DeviceBatch", "Job", "connect"]
 
@@ -79,7 +79,7 @@ class Job:
 
     def __init__(self, client: DataPlaneClient, job_id: str, runtime_dir: Path, spec: JobSpec) -> None:
         self.client, self.job_id, self.spec = client, job_id, spec
-        self.job_dir = Path(runtime_dir) / "jobs" / job_id
+        self.job_dir = job_directory(runtime_dir, job_id)
         self.ctx = DistContext.from_env(spec.device)
         try:
             self.channel = ChannelLoader.open(client, job_id, self.ctx.rank)
@@ -106,7 +106,7 @@ class Job:
             model=spec.model, in_dim=grant.feature_dim, num_classes=grant.num_classes, hidden=spec.hidden,
             layers=len(spec.fanouts), heads=spec.heads, dropout=spec.dropout, lr=spec.lr, epochs=spec.epochs,
             weight_decay=spec.weight_decay, device=spec.device, seed=spec.seed,
-            checkpoint_dir=self.job_dir / "checkpoints", checkpoint_every_steps=spec.checkpoint_every_steps,
+            checkpoint_dir=checkpoint_dir(self.job_dir), checkpoint_every_steps=spec.checkpoint_every_steps,
             log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)), on_nonfinite=spec.on_nonfinite,
         )  # fmt: skip
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)

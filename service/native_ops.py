@@ -18,7 +18,8 @@ import os
 import warnings
 from typing import Literal
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.environment import NO_NATIVE_ENV
+from graphtier.contract.errors import GraphtierError
 
 Backend = Literal["auto", "native", "torch"]
 BACKENDS: tuple[str, ...] = ("auto", "native", "torch")
@@ -29,8 +30,8 @@ _state: dict[str, object] = {}
 def native_available() -> bool:
     """True when the compiled ops can be used; the import is attempted once and cached."""
     if "available" not in _state:
-        if os.environ.get("GRAPHTIER_NO_NATIVE") == "1":
-            _state["available"], _state["reason"] = False, "GRAPHTIER_NO_NATIVE=1 is set"
+        if os.environ.get(NO_NATIVE_ENV) == "1":
+            _state["available"], _state["reason"] = False, f"{NO_NATIVE_ENV}=1 is set"
         else:
             try:
                 import torch  # noqa: F401  (loads libc10/libtorch, which the extension links against)

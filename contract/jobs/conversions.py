@@ -1,12 +1,13 @@
-"""Conversions between the jobs/channels half of `graphtier.v1` and the daemon's job types.
+"""Conversions between the jobs half of `graphtier.v1` and the daemon's job types.
 
-The companion of `conversions.py` (datasets and progress), kept apart to stay one concept
-per module: job specs, jobs and job events (channel grants are in `layouts.py`). Zero values of the wire spec
+The companion of `conversions.py` (time, budgets, datasets, counters), kept apart to stay one
+concept per module: job specs, jobs, job events and the ranks' progress reports. Zero values of the wire spec
 mean "the default" as `jobs.proto` documents; the domain `JobSpec` then validates.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from graphtier.contract.conversions import (
@@ -19,7 +20,8 @@ from graphtier.contract.conversions import (
     traffic_from_proto,
     traffic_to_proto,
 )
-from graphtier.contract.errors import InvalidRequestError
+from graphtier.contract.errors import InvalidReportError, InvalidRequestError
+from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import (
     JobEvent,
@@ -33,7 +35,7 @@ from graphtier.contract.jobs.view import (
     StateChange,
 )
 from graphtier.contract.jobs.state import JobState
-from graphtier.v1 import jobs_pb2
+from graphtier.v1 import jobs_pb2, progress_pb2
 
 _MODELS = {"sage": jobs_pb2.MODEL_SAGE, "gcn": jobs_pb2.MODEL_GCN, "gat": jobs_pb2.MODEL_GAT}
 _DEVICES = {"cpu": jobs_pb2.DEVICE_CPU, "cuda": jobs_pb2.DEVICE_CUDA}
@@ -257,3 +259,67 @@ def event_from_proto(m: jobs_pb2.JobEvent) -> JobEvent:
     return JobEvent(**base, log=line)
 
 
+# Progress reports
+
+
+_TRAINER_SCALARS = (
+    "epoch", "step_in_epoch", "global_step", "loss", "accuracy", "batches_per_second",
+    "data_wait_seconds_total", "train_seconds_total", "steps_total", "model_bytes",
+)  # fmt: skip
+_PRODUCER_SCALARS = (
+    "epoch", "batches_total", "seeds_total", "sampled_nodes_total", "sampled_edges_total", "sample_seconds_total",
+    "gather_seconds_total", "wait_seconds_total", "ready_slots", "lag_batches", "slot_grows_total",
+)  # fmt: skip
+
+
+def report_to_proto(report: ProgressReport) -> progress_pb2.ProgressReport:
+    message = progress_pb2.ProgressReport(
+        job_id=report.job_id, rank=report.rank, pid=report.pid, time=timestamp(report.time)
+    )
+    figures = report.figures
+    if isinstance(figures, TrainerFigures):
+        message.reporter = progress_pb2.REPORTER_TRAINER
+        trainer = message.trainer
+        for name in _TRAINER_SCALARS:
+            setattr(trainer, name, getattr(figures, name))
+        trainer.phase = progress_pb2.Phase.Value(f"PHASE_{figures.phase.name}")
+        for name in ("val_accuracy", "test_accuracy"):
+            if getattr(figures, name) is not None:
+                setattr(trainer, name, getattr(figures, name))
+    else:
+        message.reporter = progress_pb2.REPORTER_PRODUCER
+        producer = message.producer
+        for name in _PRODUCER_SCALARS:
+            setattr(producer, name, getattr(figures, name))
+        producer.traffic.CopyFrom(traffic_to_proto(figures.traffic))
+    return message
+
+
+def report_from_proto(message: progress_pb2.ProgressReport) -> ProgressReport:
+    """The domain report; InvalidReportError when the reporter is unset or its figures do not match it."""
+    expected = {progress_pb2.REPORTER_TRAINER: "trainer", progress_pb2.REPORTER_PRODUCER: "producer"}
+    kind = expected.get(message.reporter)
+    if kind is None:
+        raise InvalidReportError(f"report from pid {message.pid} for job {message.job_id!r} names no reporter kind")
+    if message.WhichOneof("figures") != kind:
+        raise InvalidReportError(
+            f"report for job {message.job_id!r} rank {message.rank} is from a {kind} but carries "
+            f"{message.WhichOneof('figures') or 'no'} figures"
+        )
+    figures: TrainerFigures | ProducerFigures
+    if kind == "trainer":
+        trainer = message.trainer
+        figures = TrainerFigures(
+            phase=Phase[progress_pb2.Phase.Name(trainer.phase).removeprefix("PHASE_")],
+            val_accuracy=trainer.val_accuracy if trainer.HasField("val_accuracy") else None,
+            test_accuracy=trainer.test_accuracy if trainer.HasField("test_accuracy") else None,
+            **{name: getattr(trainer, name) for name in _TRAINER_SCALARS},
+        )
+    else:
+        producer = message.producer
+        figures = ProducerFigures(
+            traffic=traffic_from_proto(producer.traffic),
+            **{name: getattr(producer, name) for name in _PRODUCER_SCALARS},
+        )
+    moment = from_timestamp(message.time) if message.HasField("time") else datetime.now(timezone.utc)
+    return ProgressReport(job_id=message.job_id, rank=message.rank, pid=message.pid, time=moment, figures=figures)

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.errors import InvalidRequestError
+from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.fanouts import check_channel_fanouts
 from graphtier.contract.network import MAX_PEERS
@@ -152,10 +153,7 @@ class JobSpec(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']} (got {err.get('input')!r})"
-                for err in exc.errors()
-            )
+            problems = describe_validation_error(exc)
             raise InvalidRequestError(f"{source}: invalid job spec: {problems}") from None
 
     @classmethod

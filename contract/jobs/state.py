@@ -25,6 +25,5 @@ def job_id_order(job_id: str) -> tuple[int, int | str]:
     return (0, int(job_id)) if job_id.isdigit() else (1, job_id)
 
 
-# Handed to the job's own processes only; their progress reports and channel requests carry it.
-JOB_TOKEN_ENV = "GRAPHTIER_JOB_TOKEN"
+# The header a job's processes send their job token in (`environment.JOB_TOKEN_ENV`).
 JOB_TOKEN_HEADER = "graphtier-job-token"

@@ -1,5 +1,9 @@
 """`graphtier cluster start|stop|status|join`: run the local daemon (graphtierd), look at it, and
-join it to another daemon's cluster."""
+join it to another daemon's cluster.
+
+The daemon is started as a process (`python -m graphtier.service.daemon`) and reached over
+gRPC; the CLI never imports it. Where a daemon keeps its files, the daemon says itself
+(`graphtierd --print-files`), so its config is read and checked in one place."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -18,8 +22,11 @@ from rich.table import Table
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption
 from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
 
-app = typer.Typer(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from graphtier.contract.endpoints import DaemonFiles, Endpoints
 
+app = typer.Typer(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
+DAEMON_MODULE = "graphtier.service.daemon"  # run as a process, never imported here
 
 
 def _runtime_dir(runtime_dir: Path | None) -> Path:
@@ -73,6 +80,52 @@ def _wait_ready(popen: subprocess.Popen[bytes], runtime_dir: Path, log_path: Pat
     )
 
 
+def daemon_command(argv: list[str]) -> list[str]:
+    """The command line that runs graphtierd with `argv`, in this Python."""
+    return [sys.executable, "-m", DAEMON_MODULE, *argv]
+
+
+def daemon_files(argv: list[str]) -> DaemonFiles:
+    """Where a daemon started with `argv` keeps its files. The daemon reads and checks its config
+    and flags itself; DaemonConfigError with its message when they are wrong."""
+    from graphtier.contract.endpoints import DaemonFiles
+    from graphtier.contract.errors import DaemonConfigError
+
+    done = subprocess.run(daemon_command([*argv, "--print-files"]), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    if done.returncode != 0:
+        prefix = "graphtierd: error: "
+        problems = [line.removeprefix(prefix) for line in done.stderr.splitlines() if line.startswith(prefix)]
+        raise DaemonConfigError("\n".join(problems) or done.stderr.strip()
+                                or f"graphtierd exited with status {done.returncode}")  # fmt: skip
+    return DaemonFiles.model_validate_json(done.stdout)
+
+
+def spawn_daemon(argv: list[str], timeout: float) -> tuple[subprocess.Popen[bytes], Endpoints]:
+    """Start graphtierd with `argv` in the background, its output appended to its log, and wait
+    until it serves; returns the process and its endpoints."""
+    from graphtier.contract.endpoints import daemon_file_dir, describe_running, running_daemon_pid
+    from graphtier.contract.errors import DaemonAlreadyRunningError
+
+    files = daemon_files(argv)
+    pid = running_daemon_pid(files.runtime_dir)
+    if pid is not None:
+        raise DaemonAlreadyRunningError(
+            f"a graphtier daemon is already running for {files.runtime_dir} "
+            f"({describe_running(files.runtime_dir, pid)}); stop it with `graphtier cluster stop`"
+        )
+    daemon_file_dir(files.log_file.parent, files.runtime_dir)
+    offset = files.log_file.stat().st_size if files.log_file.exists() else 0
+    with open(files.log_file, "ab") as log:
+        popen = subprocess.Popen(daemon_command(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 start_new_session=True)  # fmt: skip
+    try:
+        return popen, _wait_ready(popen, files.runtime_dir, files.log_file, offset, timeout)
+    except KeyboardInterrupt:
+        popen.terminate()
+        raise
+
+
 @app.command()
 def start(
     foreground: Annotated[bool, typer.Option("--foreground", help="run in this terminal until Ctrl-C")] = False,
@@ -86,40 +139,15 @@ def start(
     json_out: JsonOption = False,
 ) -> None:
     """Start graphtierd in the background and wait until it serves; print its endpoints."""
-    from graphtier.service.daemon.config import DaemonConfig
-    from graphtier.contract.errors import DaemonAlreadyRunningError
-    from graphtier.service.daemon.instance import daemon_file_dir, describe_running
-    from graphtier.contract.endpoints import running_daemon_pid
-
     with error_boundary():
         flags = {"--config": config, "--runtime-dir": runtime_dir, "--http-port": http_port,
                  "--http-host": http_host, "--tcp": tcp, "--dataset-root": dataset_root}  # fmt: skip
         argv = [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
-        settings = DaemonConfig.build(config, runtime_dir=runtime_dir, http_port=http_port, http_host=http_host,
-                                      tcp=tcp, dataset_root=dataset_root)  # fmt: skip
         if foreground:
-            from graphtier.service.daemon.main import main
-
-            raise SystemExit(main(argv))
-        pid = running_daemon_pid(settings.runtime_dir)
-        if pid is not None:
-            raise DaemonAlreadyRunningError(
-                f"a graphtier daemon is already running for {settings.runtime_dir} "
-                f"({describe_running(settings.runtime_dir, pid)}); stop it with `graphtier cluster stop`"
-            )
-        log_path = settings.log_path
-        daemon_file_dir(log_path.parent, settings.runtime_dir)
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        with open(log_path, "ab") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "graphtier.service.daemon", *argv],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            )  # fmt: skip
-        try:
-            endpoints = _wait_ready(popen, settings.runtime_dir, log_path, offset, timeout)
-        except KeyboardInterrupt:
-            popen.terminate()
-            raise
+            daemon_files(argv)  # a bad config is one line here, as in the background
+            sys.stdout.flush()
+            os.execv(sys.executable, daemon_command(argv))  # the daemon takes this process: Ctrl-C stops it
+        _, endpoints = spawn_daemon(argv, timeout)
         if json_out:
             emit_json(endpoints)
             return
@@ -137,8 +165,8 @@ def stop(
     json_out: JsonOption = False,
 ) -> None:
     """Stop the daemon: SIGTERM (it drains and cleans up), then SIGKILL after --timeout."""
+    from graphtier.contract.endpoints import LOCK_FILE, running_daemon_pid
     from graphtier.contract.errors import DaemonError, DaemonNotRunningError
-    from graphtier.contract.endpoints import running_daemon_pid
 
     with error_boundary():
         directory = _runtime_dir(runtime_dir)
@@ -146,7 +174,7 @@ def stop(
         if pid is None:
             raise DaemonNotRunningError(f"no graphtier daemon at {directory}; nothing to stop")
         if pid < 0:
-            raise DaemonError(f"a daemon holds {directory / 'daemon.lock'} but its pid is unreadable; stop it by hand")
+            raise DaemonError(f"a daemon holds {directory / LOCK_FILE} but its pid is unreadable; stop it by hand")
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (_alive(pid) or running_daemon_pid(directory) is not None):
@@ -165,14 +193,11 @@ def stop(
 
 
 def _clean_after_kill(directory: Path) -> None:
-    """What a SIGTERM would have cleaned: stale files (by taking and dropping the lock) and segments."""
-    from graphtier.service.daemon.config import DaemonConfig
-    from graphtier.service.daemon.instance import InstanceLock
+    """What a SIGTERM would have cleaned: stale files (taken under the lock) and segments."""
+    from graphtier.contract.endpoints import remove_stale_daemon_files
     from graphtier.service.shm import reclaim_stale_segments
 
-    lock = InstanceLock(DaemonConfig(runtime_dir=directory))
-    lock.acquire()
-    lock.release()
+    remove_stale_daemon_files(directory)
     reclaim_stale_segments()
 
 

@@ -21,7 +21,7 @@ OutOption = Annotated[
 
 def parse_fanouts(text: str) -> list[int]:
     """`15,10,5` -> [15, 10, 5], validated by the sampler's own rules."""
-    from graphtier.service.errors import SamplingError
+    from graphtier.contract.errors import SamplingError
     from graphtier.contract.fanouts import validate_fanouts
 
     try:
@@ -131,7 +131,8 @@ def prepare(
 @app.command("list")
 def list_(out: OutOption = None, json_out: JsonOption = False) -> None:
     """List prepared datasets."""
-    from graphtier.service.prepared import default_dataset_root, list_datasets
+    from graphtier.contract.endpoints import default_dataset_root
+    from graphtier.service.prepared import list_datasets
 
     with error_boundary():
         manifests = list_datasets(out)

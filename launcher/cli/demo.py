@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -24,17 +24,10 @@ if TYPE_CHECKING:
 
 
 def _start_daemon(runtime_dir: Path, dataset_root: Path | None) -> tuple[subprocess.Popen[bytes], object]:
-    from graphtier.launcher.cli.cluster import _wait_ready
-    from graphtier.service.daemon.config import DaemonConfig
+    from graphtier.launcher.cli.cluster import spawn_daemon
 
-    settings = DaemonConfig.build(None, runtime_dir=runtime_dir, dataset_root=dataset_root)
-    argv = ["--runtime-dir", str(settings.runtime_dir), "--dataset-root", str(settings.dataset_root)]
-    settings.log_path.parent.mkdir(parents=True, exist_ok=True)
-    offset = settings.log_path.stat().st_size if settings.log_path.exists() else 0
-    with open(settings.log_path, "ab") as log:
-        popen = subprocess.Popen([sys.executable, "-m", "graphtier.service.daemon", *argv], stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=log, start_new_session=True)  # fmt: skip
-    return popen, _wait_ready(popen, settings.runtime_dir, settings.log_path, offset, 120.0)
+    argv = ["--runtime-dir", str(runtime_dir)] + (["--dataset-root", str(dataset_root)] if dataset_root else [])
+    return spawn_daemon(argv, 120.0)
 
 
 DEMO_RANKS = 2

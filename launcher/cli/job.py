@@ -141,7 +141,7 @@ def _finish(job: JobInfo, json_out: bool) -> None:
 
 def script_path(script: Path, what: str = "--script") -> str:
     """The absolute path of a job's script; GraphtierError naming it unless it is a readable file."""
-    from graphtier.service.errors import GraphtierError
+    from graphtier.contract.errors import GraphtierError
 
     resolved = Path(os.path.abspath(script.expanduser()))
     if not resolved.is_file():
@@ -153,7 +153,7 @@ def script_path(script: Path, what: str = "--script") -> str:
 
 def split_nodes(text: str) -> list[str]:
     """--nodes a,b,c as a list; GraphtierError naming the value when a name is empty."""
-    from graphtier.service.errors import GraphtierError
+    from graphtier.contract.errors import GraphtierError
 
     parts = [part.strip() for part in text.split(",")]
     if not text.strip() or any(not part for part in parts):
@@ -165,7 +165,7 @@ def split_args(text: str) -> list[str]:
     """--script-args as a shell would split it."""
     import shlex
 
-    from graphtier.service.errors import GraphtierError
+    from graphtier.contract.errors import GraphtierError
 
     try:
         return shlex.split(text)

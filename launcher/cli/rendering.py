@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
+from graphtier.contract.messages import describe_validation_error
 
 console = Console(stderr=True)
 EXIT_BAD_INPUT = 2
@@ -64,10 +65,7 @@ def error_boundary() -> Iterator[None]:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise SystemExit(EXIT_BAD_INPUT) from None
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']} (got {err.get('input')!r})"
-            for err in exc.errors()
-        )
+        problems = describe_validation_error(exc, whole="value")
         console.print(f"[bold red]error:[/] invalid {escape(exc.title)}: {escape(problems)}", highlight=False)
         raise SystemExit(EXIT_BAD_INPUT) from None
     except OSError as exc:  # a full disk, a read-only file system, no permission: the path and the cause

@@ -15,13 +15,11 @@ import os
 from pathlib import Path
 
 from graphtier.contract.endpoints import default_runtime_dir, read_endpoints
-from graphtier.contract.errors import DaemonNotRunningError
+from graphtier.contract.errors import DaemonNotRunningError, GraphtierError
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV
+from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
 from graphtier.launcher.client import DaemonClient
-from graphtier.service.errors import GraphtierError
 
-RUNTIME_DIR_ENV, JOB_ID_ENV = "GRAPHTIER_RUNTIME_DIR", "GRAPHTIER_JOB_ID"
 NODE_DAEMON_DIR = Path("/var/run/graphtier")  # where the DaemonSet mounts the daemon's runtime directory
 
 

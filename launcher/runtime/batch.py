@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.pipeline.batch import Batch, blocks_to
 
 DeviceBatch = Batch  # a batch on the rank's device, as `batch.to(device)` returns it

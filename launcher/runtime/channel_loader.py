@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from graphtier.launcher.data_plane_client import DataPlaneClient
-from graphtier.contract.layouts import ChannelGrant
-from graphtier.service.errors import GraphtierError
+from graphtier.launcher.client.data_plane import DataPlaneClient
+from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
 
 

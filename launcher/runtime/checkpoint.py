@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
+from graphtier.contract.jobs.directory import checkpoint_file
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
@@ -31,10 +32,6 @@ class TrainPosition:
     epoch: int = 0
     batch: int = 0
     step: int = 0
-
-
-def checkpoint_path(directory: Path, step: int) -> Path:
-    return Path(directory) / f"ckpt-{step:09d}.pt"
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
@@ -61,7 +58,7 @@ def save_checkpoint(
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise GraphtierError(f"{directory}: cannot create the checkpoint directory ({exc.strerror})") from exc
-    target = checkpoint_path(directory, position.step)
+    target = checkpoint_file(directory, position.step)
     payload = {
         "format": FORMAT,
         "epoch": position.epoch,

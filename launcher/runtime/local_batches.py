@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
-from graphtier.service.errors import GraphtierError, PreparedDatasetError
+from graphtier.contract.errors import GraphtierError, PreparedDatasetError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared import PreparedDataset

@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 OnNonFinite = Literal["fail", "skip-step", "off"]
 MAX_CONSECUTIVE_SKIPS = 100

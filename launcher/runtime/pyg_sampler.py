@@ -28,7 +28,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling import NeighborSampler

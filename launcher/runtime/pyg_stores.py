@@ -20,7 +20,7 @@ from torch import Tensor
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.data.graph_store import EdgeLayout
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared import PreparedDataset

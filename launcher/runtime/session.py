@@ -30,7 +30,7 @@ from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
 from graphtier.launcher.runtime.nonfinite import NonFiniteGuard
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 
 class Window:

@@ -24,7 +24,7 @@ from graphtier.launcher.runtime.evaluation import EvalBatches
 from graphtier.launcher.runtime.models import build_model
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 
 def _train_step(

@@ -2,11 +2,13 @@
 
 Core modules: `config` (DaemonConfig), `instance` (lock and endpoints file), `server` (the
 `Daemon` wiring), `main` (the `graphtierd` command), `servicers` (the dataset and progress
-gRPC boundary), `grpc_status` (errors -> status codes), `credentials` and `wire_guard` (who may
-call and what a call may carry), `systemd` (readiness and watchdog). One package per concept
-beside them: `datasets/` (the loaded datasets), `jobs/` (running jobs: table, admission,
-torchrun and producers, progress), `status/` (metrics, `/v1/status`, the live page) and
-`cluster/` (the daemons of other machines). The types both the
+gRPC boundary), `credentials` and `wire_guard` (who may call and what a call may carry),
+`systemd` (readiness and watchdog). One package per concept beside them: `datasets/` (the
+loaded datasets), `jobs/` (running jobs: table, admission, torchrun and producers, progress),
+`status/` (`/v1/status`, the live page), `cluster/` (the daemons of other machines), and
+below those the two every other part may use: `rpc/` (errors -> gRPC status codes) and
+`metrics/` (the metrics registry). The top-level modules compose the packages; no package
+imports them back. The types both the
 daemon and its clients use (specs, views, errors, conversions) are the contract's:
 `graphtier.contract`. The heavy modules are imported on first use, so `graphtierd` can
 refuse a second start before importing torch.

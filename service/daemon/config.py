@@ -16,13 +16,20 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphtier.contract.endpoints import default_dataset_root, default_runtime_dir
+from graphtier.contract.endpoints import (
+    DaemonFiles,
+    default_dataset_root,
+    default_log_path,
+    default_runtime_dir,
+    default_socket_path,
+    default_state_dir,
+    default_token_path,
+)
+from graphtier.contract.environment import GPU_TIERS_ENV
 from graphtier.contract.errors import DaemonConfigError
+from graphtier.contract.messages import describe_validation_error
 from graphtier.service.daemon.cluster.settings import ClusterConfig
 
-GPU_TIERS_ENV = "GRAPHTIER_GPU_TIERS"
-SOCKET_FILE = "daemon.sock"
-LOG_FILE = "daemon.log"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
 MIN_NVML_INTERVAL_S = 0.1
 
@@ -150,7 +157,7 @@ class DaemonConfig(BaseModel):
     def _check_device_size(cls, text: str, info: Any) -> str:
         if info.field_name == "device_budget" and text == "auto":
             return text
-        from graphtier.service.errors import PlacementError
+        from graphtier.contract.errors import PlacementError
         from graphtier.service.placement.tier_budget import parse_budget
 
         if text.strip().endswith("%"):
@@ -240,22 +247,27 @@ class DaemonConfig(BaseModel):
     @property
     def state_path(self) -> Path:
         """The state directory (job history), with its default applied."""
-        return self.state_dir or self.runtime_dir.parent / "state"
+        return self.state_dir or default_state_dir(self.runtime_dir)
 
     @property
     def token_path(self) -> Path:
         """The token file, with its default applied."""
-        return self.token_file or self.runtime_dir / "token"
+        return self.token_file or default_token_path(self.runtime_dir)
 
     @property
     def socket(self) -> Path:
         """The gRPC Unix socket path, with its default applied."""
-        return self.socket_path or self.runtime_dir / SOCKET_FILE
+        return self.socket_path or default_socket_path(self.runtime_dir)
 
     @property
     def log_path(self) -> Path:
         """The log file, with its default applied."""
-        return self.log_file or self.runtime_dir / LOG_FILE
+        return self.log_file or default_log_path(self.runtime_dir)
+
+    def files(self) -> DaemonFiles:
+        """Where this daemon keeps its files, as a client that starts it needs to know."""
+        return DaemonFiles(runtime_dir=self.runtime_dir, socket=self.socket, log_file=self.log_path,
+                           token_file=self.token_path, state_dir=self.state_path, dataset_root=self.dataset_root)
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
@@ -288,12 +300,7 @@ class DaemonConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(  # a whole-config error shows no input: it would be the whole config
-                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
-                + (f" (got {err.get('input')!r})" if err["loc"] else "")
-                for err in exc.errors()
-            )
-            raise DaemonConfigError(f"{where}: {problems}") from None
+            raise DaemonConfigError(f"{where}: {describe_validation_error(exc)}") from None
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -16,9 +16,17 @@ import socket
 import time
 from pathlib import Path
 
-from graphtier.contract.endpoints import ENDPOINTS_FILE, LOCK_FILE, Endpoints, read_endpoints, read_lock_pid
+from graphtier.contract.endpoints import (
+    ENDPOINTS_FILE,
+    LOCK_FILE,
+    Endpoints,
+    describe_running,
+    private_runtime_dir,
+    read_lock_pid,
+)
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonError
+
 
 def write_endpoints(runtime_dir: Path, endpoints: Endpoints) -> Path:
     """Write endpoints.json atomically (temporary file + rename): readers never see half a file."""
@@ -27,16 +35,6 @@ def write_endpoints(runtime_dir: Path, endpoints: Endpoints) -> Path:
     tmp.write_text(endpoints.model_dump_json(indent=2) + "\n")
     os.replace(tmp, path)
     return path
-
-
-def describe_running(runtime_dir: Path, pid: int | None) -> str:
-    """'pid N, gRPC ..., HTTP ...' for messages about a running daemon."""
-    endpoints = read_endpoints(runtime_dir)
-    who = f"pid {pid}" if pid and pid > 0 else "pid unknown"
-    if endpoints is None or (pid and endpoints.pid != pid):
-        return f"{who}, still starting (no endpoints.json yet)"
-    tcp = f", gRPC tcp {endpoints.grpc_tcp}" if endpoints.grpc_tcp else ""
-    return f"{who}, gRPC {endpoints.grpc_target}{tcp}, HTTP {endpoints.http_url}"
 
 
 def _socket_answers(path: Path) -> bool:
@@ -50,28 +48,6 @@ def _socket_answers(path: Path) -> bool:
         except OSError:
             return False
     return True
-
-
-def daemon_file_dir(path: Path, runtime_dir: Path, gid: int | None = None) -> None:
-    """Make the directory of a daemon file (log, socket) exist. The runtime directory is the
-    daemon's and is made private; any other directory is created if missing (0700) but never
-    changed: a --log-file in /var/log must not chmod /var/log."""
-    if path == runtime_dir:
-        private_runtime_dir(path, gid)
-    else:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-
-
-def private_runtime_dir(path: Path, gid: int | None = None) -> None:
-    """Create `path` (and parents) and make it 0700: the socket, lock and log inside are the
-    daemon's alone, whatever the umask or whoever created the directory first. With `gid`
-    (the daemon's socket group) it is 0750 and owned by that group, so members reach the socket."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    mode = 0o700 if gid is None else 0o750
-    if gid is not None and path.stat().st_gid != gid:
-        os.chown(path, -1, gid)
-    if path.stat().st_mode & 0o777 != mode:
-        path.chmod(mode)
 
 
 class InstanceLock:

@@ -19,9 +19,10 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from graphtier.contract.endpoints import daemon_file_dir
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
-from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
+from graphtier.service.daemon.instance import InstanceLock
 from graphtier.service.daemon.systemd import SystemdNotifier
 
 SCRATCH_DIR = "tmp"  # the daemon's temporary directory, inside its runtime directory
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="PEM certificate(s) to trust for peers' TLS (default this daemon's own certificate)")
     parser.add_argument("--peer-timeout", type=float, dest="cluster_peer_timeout_s",
                         help="seconds a peer may not answer before a job spanning it fails (default 15)")
+    parser.add_argument("--print-files", action="store_true",
+                        help="check the config and flags, print where this daemon keeps its files (JSON) and exit")
     return parser
 
 
@@ -109,12 +112,15 @@ def setup_logging(config: DaemonConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    overrides = {key: value for key, value in vars(args).items() if key != "config"}
+    overrides = {key: value for key, value in vars(args).items() if key not in ("config", "print_files")}
     try:
         config = DaemonConfig.build(args.config, **overrides)
     except DaemonConfigError as exc:
         print(f"graphtierd: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.print_files:
+        print(config.files().model_dump_json(indent=2))
+        return 0
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

@@ -30,11 +30,11 @@ from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.datasets.partitions import FetchAccess
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError
-from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
-from graphtier.contract.endpoints import Endpoints
+from graphtier.service.daemon.instance import InstanceLock
+from graphtier.contract.endpoints import Endpoints, daemon_file_dir
 from graphtier.service.daemon.jobs.manager import JobManager
 from graphtier.service.daemon.jobs.table import JobTable
-from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.service.daemon.metrics.registry import MetricsRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
 from graphtier.service.daemon.status.builder import StatusBuilder

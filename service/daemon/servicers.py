@@ -2,7 +2,7 @@
 
 `DatasetServicer` fronts the `DatasetRegistry`, `ProgressServicer` the `ProgressTracker`;
 the job and channel servicers (`jobs/servicer.py`) front the `JobManager`.
-Conversions live in `conversions.py`; errors become status codes in `grpc_status.py`.
+Conversions live in `conversions.py`; errors become status codes in `rpc/grpc_status.py`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from graphtier.contract import conversions, layouts
+from graphtier.contract import conversions
+from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
 from graphtier.service.daemon.jobs.progress import ProgressTracker
+from graphtier.service.store.wire import layout_to_proto
 from graphtier.v1 import (
     channels_pb2,
     channels_pb2_grpc,
@@ -50,7 +52,7 @@ class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
         budgets = conversions.budgets_from_proto(request.budgets) if request.HasField("budgets") else None
         result = self.registry.load(request.name, budgets)
         return datasets_pb2.LoadDatasetResponse(
-            layout=layouts.layout_to_proto(result.layout), already_loaded=result.already_loaded
+            layout=layout_to_proto(result.layout), already_loaded=result.already_loaded
         )
 
     @grpc_method
@@ -74,8 +76,8 @@ class DatasetServicer(datasets_pb2_grpc.DatasetServiceServicer):
         self, request: datasets_pb2.GetDatasetLayoutRequest, context: grpc.ServicerContext
     ) -> datasets_pb2.DatasetLayout:
         if request.job_id and self.jobs is not None:
-            return layouts.layout_to_proto(self.jobs.job_layout(request.job_id, request.name))
-        return layouts.layout_to_proto(self.registry.layout(request.name))
+            return layout_to_proto(self.jobs.job_layout(request.job_id, request.name))
+        return layout_to_proto(self.registry.layout(request.name))
 
 
 class ProgressServicer(progress_pb2_grpc.ProgressServiceServicer):
@@ -88,7 +90,7 @@ class ProgressServicer(progress_pb2_grpc.ProgressServiceServicer):
     def ReportProgress(
         self, request: progress_pb2.ProgressReport, context: grpc.ServicerContext
     ) -> progress_pb2.ProgressAck:
-        report = conversions.report_from_proto(request)
+        report = job_conversions.report_from_proto(request)
         token = dict(context.invocation_metadata() or ()).get(JOB_TOKEN_HEADER, "")
         self.tracker.jobs.check_reporter(report.job_id, str(token))
         cancel = self.tracker.record(report)

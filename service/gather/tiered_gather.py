@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.gather.tiers import FeatureTiers
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.native_ops import Backend, resolve_backend

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from graphtier.service.errors import GraphtierError, PlacementError
+from graphtier.contract.errors import GraphtierError, PlacementError
 
 if TYPE_CHECKING:
     from graphtier.service.storage import StorageReader

@@ -20,15 +20,15 @@ from collections.abc import Sequence
 
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.gpu.device_memory import DeviceAllocation, local_device_of, opened_handles
 from graphtier.service.gpu.gather import CudaFeatureTiers
 from graphtier.service.gpu.host_registry import HostRegistration, host_registry
 from graphtier.service.gpu.runtime import CudaError, can_access_peer, pci_bus_id, read_only_registration_supported
+from graphtier.service.gpu.tier_ref import DeviceTierRef
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
 from graphtier.service.shm.naming import segment_path
-from graphtier.service.store.handle import DeviceTierRef
 
 log = logging.getLogger("graphtier.gpu")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.gpu.runtime import CudaError
 

@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 
 class CudaError(GraphtierError):

@@ -16,21 +16,18 @@ so the CPU emulation of the kernels (tests/service/gpu) exercises this very orch
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from graphtier.contract.fanouts import validate_fanouts
-from graphtier.service.errors import SamplingError
+from graphtier.contract.errors import SamplingError
 from graphtier.service.gpu.gather import _ERR_NAMES, load_cuda_ops
 from graphtier.service.gpu.runtime import CudaError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.sampling.subgraph import SampledSubgraph
-
-if TYPE_CHECKING:
-    from graphtier.service.store import AttachedDataset
 
 THREADS = 256
 
@@ -339,11 +336,13 @@ class HostCopySampler:
         )  # fmt: skip
 
 
-def host_copy_sampler(dataset: AttachedDataset, fanouts: Sequence[int], device: int) -> HostCopySampler:
-    """The GPU sampler of an attached dataset on GPU `device`: the lists of the plan's
-    structure_device_end hottest nodes copied into that GPU's memory, the rest read in place from
-    the dataset's registered host mapping."""
+def host_copy_sampler(
+    cuda_structure: Callable[[int], CSCGraph], structure_device_end: int, fanouts: Sequence[int], device: int
+) -> HostCopySampler:
+    """The GPU sampler of an attached dataset on GPU `device` (`cuda_structure` is the dataset's
+    `AttachedDataset.cuda_structure`): the lists of the plan's `structure_device_end` hottest nodes
+    copied into that GPU's memory, the rest read in place from the dataset's registered host mapping."""
     load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
-    graph = dataset.cuda_structure(device)
-    structure = StructureTiers.with_device_prefix(graph, dataset.handle.plan.structure_device_end)
+    graph = cuda_structure(device)
+    structure = StructureTiers.with_device_prefix(graph, structure_device_end)
     return HostCopySampler(CudaNeighborSampler(structure, fanouts))

@@ -36,7 +36,7 @@ class CSCGraph:
 
     def column_chunks(self, max_edges: int | None = None) -> Iterator[tuple[int, int, torch.Tensor]]:
         """(v0, v1, sources of columns v0..v1-1): here the whole graph at once; an on-disk CSC
-        (`prepared.out_of_core.external_sort.DiskCSC`) yields column ranges that fit its memory budget."""
+        (`out_of_core.external_sort.DiskCSC`) yields column ranges that fit its memory budget."""
         yield 0, self.num_nodes, self.row
 
     def dst_of_edges(self) -> torch.Tensor:

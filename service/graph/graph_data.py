@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 
 SPLIT_NAMES = ("train", "val", "test")
 UNLABELLED = -1  # label value of a node without a label

@@ -19,7 +19,7 @@ from graphtier.service.graph.graph_data import GraphData
 
 
 class ChunkFile(Protocol):
-    """A file of rows readable by range (`prepared.out_of_core.spill.SpillArray`)."""
+    """A file of rows readable by range (`out_of_core.spill.SpillArray`)."""
 
     num_rows: int
     dtype: np.dtype

@@ -6,8 +6,7 @@
 - `probe`: the checks that do initialise CUDA, runnable as `python -m graphtier.service.hardware.probe`.
 - `nvml`, `nvml_collector`: NVML access and the daemon's sampler of PCIe/NVLink byte counters.
 - `host`: huge pages, /dev/shm and the MPS control daemon, read from the file system.
+
+The report's types (`MachineReport`, `MeasuredTraffic`, ...) are the contract's
+(`graphtier.contract.machine`): `/v1/status` carries them to clients.
 """
-
-from graphtier.service.hardware.models import CheckResult, GpuDevice, MachineReport, MeasuredTraffic
-
-__all__ = ["CheckResult", "GpuDevice", "MachineReport", "MeasuredTraffic"]

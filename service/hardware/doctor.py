@@ -15,7 +15,7 @@ from typing import Literal
 
 from graphtier.service.hardware import nvml
 from graphtier.service.hardware.host import check_dev_shm, check_mps, check_transparent_hugepages
-from graphtier.service.hardware.models import CHECK_NAMES, CheckResult, GpuDevice, MachineReport
+from graphtier.contract.machine import CHECK_NAMES, CheckResult, GpuDevice, MachineReport
 from graphtier.service.hardware.probe import CudaProbe, probe_in_subprocess, run_cuda_probe
 
 ProbeMode = Literal["inprocess", "subprocess", "pending", "skip"]

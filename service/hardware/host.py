@@ -10,7 +10,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from graphtier.service.hardware.models import CheckResult
+from graphtier.contract.machine import CheckResult
 
 THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
 SHM_DIR = Path("/dev/shm")

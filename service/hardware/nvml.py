@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from graphtier.service.hardware.models import GpuDevice
+from graphtier.contract.machine import GpuDevice
 
 FIELD_PCIE_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES: cumulative, driver >= 555
 FIELD_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES

@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from graphtier.service.hardware import nvml
-from graphtier.service.hardware.models import GpuTraffic, LinkTraffic, MeasuredTraffic
+from graphtier.contract.machine import GpuTraffic, LinkTraffic, MeasuredTraffic
 
 log = logging.getLogger("graphtierd.nvml")
 KIB = 1024

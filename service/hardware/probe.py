@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from graphtier.service.gpu.views import cuda_view
-from graphtier.service.hardware.models import CheckResult, _Model
+from graphtier.contract.machine import CheckResult, _Model
 
 HOST_REGISTER_PORTABLE, HOST_REGISTER_MAPPED, HOST_REGISTER_READ_ONLY = 0x1, 0x2, 0x8
 PROBE_BYTES = 2 << 20

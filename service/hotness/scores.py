@@ -29,12 +29,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphtier.service.errors import DatasetSourceError, GraphtierError
+from graphtier.contract.errors import DatasetSourceError, GraphtierError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import resolve_backend
 
 if TYPE_CHECKING:
-    from graphtier.service.prepared.out_of_core.external_sort import DiskCSC
+    from graphtier.service.out_of_core.external_sort import DiskCSC
 
 SCORE_KINDS = ("wrpr", "rpr", "degree", "user", "none")
 ScoreKind = Literal["wrpr", "rpr", "degree", "user", "none"]

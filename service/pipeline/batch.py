@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from graphtier.contract.traffic import TrafficCounts
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.sampling import Block, SampledSubgraph
 
 

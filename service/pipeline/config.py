@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
+from graphtier.contract.messages import describe_validation_error
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.storage import MAX_WINDOW
@@ -81,7 +82,5 @@ class ProducerConfig(BaseModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
-            )
+            problems = describe_validation_error(exc, inputs=False)
             raise ChannelError(f"{source}: invalid producer config: {problems}") from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 
 class ChannelError(GraphtierError):

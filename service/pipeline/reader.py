@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import NoReturn
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.pipeline.batch import Batch
 from graphtier.service.pipeline.control import ChannelStats, ControlBlock, ProducerStatus, SlotState
 from graphtier.service.pipeline.errors import (

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphtier.service.errors import PlacementError
+from graphtier.contract.errors import PlacementError
 from graphtier.service.placement.tier_budget import TierBudgets
 
 _INDEX_BYTES = 8  # colptr and row are int64

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from graphtier.contract.sizes import SIZE_UNITS, UNIT_HELP, split_size
-from graphtier.service.errors import PlacementError
+from graphtier.contract.errors import PlacementError
+from graphtier.contract.messages import describe_validation_error
 
 
 def parse_budget(text: str | int, *, total_bytes: int, what: str) -> int:
@@ -127,7 +128,5 @@ class TierBudgets(BaseModel):
                 ),
             )
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(part) for part in error['loc']) or 'budgets'}: {error['msg']}" for error in exc.errors()
-            )
+            problems = describe_validation_error(exc, whole="budgets", inputs=False)
             raise PlacementError(f"tier budgets: {problems}") from None

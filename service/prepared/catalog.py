@@ -20,19 +20,13 @@ from pathlib import Path
 import psutil
 from pydantic import ValidationError
 
-from graphtier.service.errors import PreparedDatasetError
+from graphtier.contract.endpoints import default_dataset_root
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.prepared.manifest import FORMAT_VERSION, MANIFEST_FILE, ArrayInfo, DatasetManifest
 from graphtier.service.prepared.npy_io import NpyStreamWriter, write_npy, write_npy_rows
 
-HOME_ENV = "GRAPHTIER_HOME"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TMP_PATTERN = re.compile(r"^\.(tmp|trash)-(?P<name>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
-
-
-def default_dataset_root() -> Path:
-    """`$GRAPHTIER_HOME/datasets`, or `~/.graphtier/datasets`."""
-    home = os.environ.get(HOME_ENV)
-    return (Path(home) if home else Path.home() / ".graphtier") / "datasets"
 
 
 def validate_name(name: str) -> str:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import torch
 
-from graphtier.service.errors import PreparedDatasetError
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.graph.csc import CSCGraph
-from graphtier.service.prepared.catalog import default_dataset_root, read_manifest, validate_name
+from graphtier.contract.endpoints import default_dataset_root
+from graphtier.service.prepared.catalog import read_manifest, validate_name
 from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.prepared.digests import file_digest
 from graphtier.service.prepared.npy_io import open_npy

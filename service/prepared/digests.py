@@ -10,6 +10,8 @@ from pathlib import Path
 
 import blake3
 
+from graphtier.service.prepared.manifest import MANIFEST_FILE
+
 CHUNK_BYTES = 64 << 20
 
 
@@ -46,3 +48,12 @@ def file_digest(path: Path, algorithm: str = "sha256") -> str:
         while chunk := f.read(CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def dataset_version(directory: Path) -> str | None:
+    """The version of the prepared dataset in `directory`: the sha256 (hex) of its manifest, which
+    lists the sha256 of every file; None when there is no readable manifest."""
+    try:
+        return hashlib.sha256((Path(directory) / MANIFEST_FILE).read_bytes()).hexdigest()
+    except OSError:
+        return None

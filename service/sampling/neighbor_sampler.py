@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from graphtier.contract.fanouts import validate_fanouts
-from graphtier.service.errors import SamplingError
+from graphtier.contract.errors import SamplingError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling.subgraph import SampledSubgraph

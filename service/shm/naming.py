@@ -13,11 +13,11 @@ import os
 import re
 from dataclasses import dataclass
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.environment import SHM_NAMESPACE_ENV
+from graphtier.contract.errors import SharedMemoryError
 
 SHM_DIR = "/dev/shm"
 PREFIX = "graphtier."
-NAMESPACE_ENV = "GRAPHTIER_SHM_NAMESPACE"
 _NAMESPACE_RE = re.compile(r"[0-9a-f]{1,16}")
 MAX_LABEL_LENGTH = 64
 _LABEL_RE = re.compile(r"[A-Za-z0-9_-]+")
@@ -50,9 +50,9 @@ def token_namespace() -> str:
     """The hex prefix every owner token of this process tree starts with ($GRAPHTIER_SHM_NAMESPACE,
     inherited by children), so one test run or deployment can tell its segments from another's
     on the same machine; '' when unset. SharedMemoryError when it is not 1-16 hex digits."""
-    namespace = os.environ.get(NAMESPACE_ENV, "")
+    namespace = os.environ.get(SHM_NAMESPACE_ENV, "")
     if namespace and not _NAMESPACE_RE.fullmatch(namespace):
-        raise SharedMemoryError(f"${NAMESPACE_ENV}={namespace!r} must be 1 to 16 lowercase hex digits")
+        raise SharedMemoryError(f"${SHM_NAMESPACE_ENV}={namespace!r} must be 1 to 16 lowercase hex digits")
     return namespace
 
 

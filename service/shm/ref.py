@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.shm.naming import SegmentName, segment_path
 
 _DTYPES: dict[str, torch.dtype] = {

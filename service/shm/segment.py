@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.shm.naming import SHM_DIR, segment_path
 from graphtier.service.shm.ref import SegmentRef, dtype_name, torch_dtype, view_of_mapping
 

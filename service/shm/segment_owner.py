@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.shm.naming import (
     SegmentName,
     process_start_time,

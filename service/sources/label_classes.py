@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import UNLABELLED
 
 _SHOWN = 6  # source labels spelled out in a note

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _SEPARATORS = b" \t\r\n\v\f,"

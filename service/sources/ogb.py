@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import UNLABELLED, GraphData
 from graphtier.service.sources.numeric_text import NumericText
 

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import UNLABELLED, GraphData
 from graphtier.service.sources.numeric_text import NumericText
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.graph.streamed import StreamedGraph
 from graphtier.service.sources.edge_list import load_edge_list
@@ -28,7 +28,7 @@ from graphtier.service.sources.planetoid import load_planetoid
 from graphtier.service.sources.split import ensure_split
 
 if TYPE_CHECKING:
-    from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
+    from graphtier.service.out_of_core.memory_budget import MemoryPlan
 
 SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
 SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import UNLABELLED, GraphData
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.sources import rmat_bits
 

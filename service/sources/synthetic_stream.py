@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from graphtier.service.graph.streamed import FileEdges, FileRows, StreamedGraph
-from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
-from graphtier.service.prepared.out_of_core.spill import new_array
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
+from graphtier.service.out_of_core.spill import new_array
 from graphtier.service.sources import rmat_bits
 from graphtier.service.sources import synthetic as rmat
 

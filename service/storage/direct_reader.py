@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.storage.dio_alignment import DirectIOAlignment, direct_io_alignment
 from graphtier.service.storage.read_plan import (
     ALIGN,

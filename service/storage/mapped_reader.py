@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.storage.direct_reader import ReaderStats, output_rows
 
 

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.storage.direct_reader import ReaderStats
 
 

@@ -7,7 +7,7 @@ memory-mapped dataset file; any process attaches from the serialisable
 """
 
 from graphtier.service.store.attached import AttachedDataset, attach_dataset
-from graphtier.service.store.handle import DeviceTierRef, SharedDatasetHandle, StorageTierRef
+from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 from graphtier.service.store.shared_store import SharedDatasetStore
 
-__all__ = ["AttachedDataset", "DeviceTierRef", "SharedDatasetHandle", "SharedDatasetStore", "StorageTierRef", "attach_dataset"]
+__all__ = ["AttachedDataset", "SharedDatasetHandle", "SharedDatasetStore", "StorageTierRef", "attach_dataset"]

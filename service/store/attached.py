@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from graphtier.service.errors import GraphtierError, SharedMemoryError
+from graphtier.contract.errors import GraphtierError, SharedMemoryError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.shm import attach_tensor

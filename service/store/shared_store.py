@@ -34,7 +34,7 @@ class SharedDatasetStore:
         tiers; empty = the device tiers stay in host memory, accounted only. `verify`: check every
         array it serves against the manifest's sha256 while copying (PreparedDatasetError)."""
         if plan.num_nodes != dataset.manifest.num_nodes:
-            from graphtier.service.errors import PlacementError
+            from graphtier.contract.errors import PlacementError
 
             raise PlacementError(
                 f"plan is for {plan.num_nodes} nodes but dataset {dataset.name!r} has {dataset.manifest.num_nodes}"

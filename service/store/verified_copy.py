@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from graphtier.service.errors import PreparedDatasetError
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.prepared.digests import new_digest
 from graphtier.service.prepared.manifest import ArrayInfo
 from graphtier.service.prepared.npy_io import npy_data_offset

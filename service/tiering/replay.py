@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from graphtier.service.errors import SamplingError
+from graphtier.contract.errors import SamplingError
 from graphtier.service.graph.csc import CSCGraph
 
 

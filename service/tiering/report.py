@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 from pydantic import BaseModel, Field
 
-from graphtier.service.errors import PlacementError
+from graphtier.contract.errors import PlacementError
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset

@@ -38,10 +38,10 @@ import psutil
 import torch
 from machine import cpu_model
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.models.factory import build_model
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.shm.naming import PREFIX, SHM_DIR, SegmentName
 
@@ -65,7 +65,7 @@ def role_of(proc: psutil.Process, daemon_pid: int) -> str:
         except psutil.Error:
             ranks = False
         return "torchrun agent" if ranks else "producer"
-    if "graphtier.launcher.runtime.rank_main" in cmdline:
+    if "graphtier.launcher.rank_main" in cmdline:
         return "rank"
     return "other"
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from graphtier.service.prepared.out_of_core.memory_budget import parse_memory_budget
+from graphtier.service.out_of_core.memory_budget import parse_memory_budget
 
 GiB = 2**30
 

@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 from machine import cpu_model
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph import CSCGraph
 from rmat_fixture import DEFAULT_CACHE_DIR, REPO_ROOT, RMatParams, load_or_build_rmat
 

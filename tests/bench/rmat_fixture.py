@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph import CSCGraph, build_csc
 from graphtier.service.sources.synthetic import rmat_edges as synthetic_rmat_edges
 

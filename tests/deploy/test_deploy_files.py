@@ -18,7 +18,7 @@ from graphtier.launcher.cli.app import app
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.service.daemon.main import build_parser
-from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.service.daemon.metrics.registry import MetricsRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

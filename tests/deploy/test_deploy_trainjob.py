@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.launcher.runtime.rank_main import build_parser
+from graphtier.launcher.rank_main import build_parser
 from graphtier.service.daemon.config import DaemonConfig
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -26,7 +26,7 @@ def test_trainjob_runs_the_rank_runtime_against_the_node_daemon(tmp_path):
     trainer = train_job["spec"]["trainer"]
     assert trainer["numNodes"] >= 2 and trainer["numProcPerNode"] >= 1
     command = trainer["command"]
-    assert command[:3] == ["torchrun", "-m", "graphtier.launcher.runtime.rank_main"]  # torchrun reads PET_*
+    assert command[:3] == ["torchrun", "-m", "graphtier.launcher.rank_main"]  # torchrun reads PET_*
     args = build_parser().parse_args(command[3:])
     assert args.spec is not None and args.job_id is None
 

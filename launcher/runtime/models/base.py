@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.sampling import Block
 
 

@@ -14,7 +14,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.sampling import Block
 
 

@@ -9,7 +9,7 @@ from torch import nn
 from graphtier.launcher.runtime.models.gat import GAT
 from graphtier.launcher.runtime.models.gcn import GCN
 from graphtier.launcher.runtime.models.sage import GraphSAGE
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 ModelName = Literal["sage", "gcn", "gat"]
 MODEL_NAMES: tuple[str, ...] = get_args(ModelName)

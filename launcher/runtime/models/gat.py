@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from graphtier.launcher.runtime.models.base import BlockGNN, dims
 from graphtier.launcher.runtime.models.block_ops import attention_sum, destination_index, segment_softmax
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.sampling import Block
 
 

@@ -21,7 +21,7 @@ from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownD
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.membership import Cluster
-from graphtier.service.daemon.cluster.node_info import dataset_version
+from graphtier.service.prepared.digests import dataset_version
 from graphtier.service.daemon.cluster.part_watch import CoordinatedParts, MemberPart, PartHooks
 from graphtier.service.daemon.cluster.peer_client import PeerError
 from graphtier.service.daemon.cluster.settings import format_address, parse_peer

@@ -22,10 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from graphtier.contract.cluster.models import PushResult
-from graphtier.contract.errors import DaemonError, DatasetTransferError, InvalidRequestError, UnknownDatasetError
-from graphtier.service.daemon.cluster.node_info import MANIFEST_FILE, dataset_version
+from graphtier.contract.errors import (
+    DaemonError,
+    DatasetTransferError,
+    InvalidRequestError,
+    PreparedDatasetError,
+    UnknownDatasetError,
+)
+from graphtier.service.prepared.digests import dataset_version
+from graphtier.service.prepared.manifest import MANIFEST_FILE
 from graphtier.service.daemon.cluster.peer_client import PeerClient
-from graphtier.service.errors import PreparedDatasetError
 from graphtier.service.prepared.catalog import read_manifest, reclaim_stale_temporaries, validate_name
 from graphtier.v1 import cluster_pb2
 

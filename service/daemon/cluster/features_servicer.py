@@ -12,7 +12,7 @@ import numpy as np
 
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.service.daemon.datasets.partitions import PartitionCopies, PartitionKey
-from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.v1 import features_pb2, features_pb2_grpc
 
 

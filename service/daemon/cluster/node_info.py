@@ -3,7 +3,6 @@ prepared datasets with their versions, and its load."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -13,18 +12,7 @@ import psutil
 
 from graphtier.contract.cluster.models import NodeDataset, NodeInfo, NodeLoad
 from graphtier.service.prepared import list_datasets
-
-MANIFEST_FILE = "manifest.json"
-
-
-def dataset_version(directory: Path) -> str | None:
-    """The version of the prepared dataset in `directory`: the sha256 (hex) of its manifest, which
-    lists the sha256 of every file; None when there is no readable manifest."""
-    try:
-        return hashlib.sha256((directory / MANIFEST_FILE).read_bytes()).hexdigest()
-    except OSError:
-        return None
-
+from graphtier.service.prepared.digests import dataset_version
 
 def prepared_datasets(root: Path, loaded: set[str]) -> list[NodeDataset]:
     """Every prepared dataset under `root` with its version, by name."""

@@ -10,7 +10,7 @@ import grpc
 from graphtier.contract.cluster import conversions as cconv
 from graphtier.contract.jobs import conversions as jconv
 from graphtier.contract.errors import DatasetTransferError, InvalidRequestError
-from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2
 
 if TYPE_CHECKING:

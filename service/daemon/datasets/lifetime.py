@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.placement.tier_budget import parse_budget
 from graphtier.service.prepared import DatasetManifest

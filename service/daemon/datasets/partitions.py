@@ -22,20 +22,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
+from graphtier.contract.errors import DaemonError, InvalidRequestError, ReplyTooLargeError, UnknownDatasetError
 from graphtier.contract.partition import MAX_FETCH_BYTES, MAX_FETCH_ROWS, FeaturePartition, replicated_rows
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo
-from graphtier.service.daemon.cluster.node_info import dataset_version
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.prepared.digests import dataset_version
 from graphtier.service.shm import SegmentOwner, SegmentRef
 
 log = logging.getLogger("graphtierd")
-
-class ReplyTooLargeError(DaemonError):
-    """A FetchRows call asks for more than MAX_FETCH_ROWS rows or MAX_FETCH_BYTES bytes (RESOURCE_EXHAUSTED)."""
-
 
 @dataclass(frozen=True)
 class FetchAccess:

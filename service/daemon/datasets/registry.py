@@ -21,6 +21,8 @@ from graphtier.contract.errors import (
     DatasetConflictError,
     DatasetInUseError,
     InvalidRequestError,
+    PreparedDatasetError,
+    SharedMemoryError,
     UnknownDatasetError,
 )
 from graphtier.service.daemon.datasets.lifetime import (
@@ -32,8 +34,7 @@ from graphtier.service.daemon.datasets.lifetime import (
 )
 from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
 from graphtier.contract.datasets import BudgetSpec, DatasetSummary, TierBytes, UnloadResult
-from graphtier.contract.layouts import DatasetLayoutInfo, LoadResult
-from graphtier.service.errors import PreparedDatasetError, SharedMemoryError
+from graphtier.service.store.wire import DatasetLayoutInfo, LoadResult
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name

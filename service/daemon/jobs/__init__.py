@@ -7,7 +7,6 @@
 - `runner`: `JobRunner`, one job's torchrun plus one producer per rank, watched to the end.
 - `events`, `notes`: the job's event log and the notes a spec earns at submit.
 - `progress`: reports from a job's processes, turned into metrics.
-- `rank_failures`: why a rank failed, in one line, from the rank to the daemon.
 - `external_launch`: ranks started by another launcher (a Kubeflow TrainJob's torchrun).
 - `servicer`: `JobService`, the gRPC boundary of all of the above.
 """

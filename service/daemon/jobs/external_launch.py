@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphtier.service.daemon.jobs.rank_failures import first_rank_failure
+from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.service.shm.naming import process_start_time
 
 

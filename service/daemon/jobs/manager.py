@@ -29,6 +29,7 @@ from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.jobs.conversions import job_to_proto
+from graphtier.contract.jobs.directory import job_directory, job_spec_path
 from graphtier.service.daemon.jobs.events import JobEventLog
 from graphtier.service.daemon.jobs.notes import spec_notes
 from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
@@ -44,7 +45,8 @@ from graphtier.service.daemon.jobs.job_view import (
 )
 from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.layouts import ChannelGrant, DatasetLayoutInfo
+from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.service.store.wire import DatasetLayoutInfo
 from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.jobs.state import JobState
@@ -106,11 +108,11 @@ class JobManager:
 
     def _new_id(self) -> str:
         with self._lock:
-            while (self.runtime_dir / "jobs" / str(self._next_id)).exists():
+            while job_directory(self.runtime_dir, str(self._next_id)).exists():
                 self._next_id += 1
             job_id = str(self._next_id)
             self._next_id += 1
-            (self.runtime_dir / "jobs" / job_id).mkdir(parents=True)
+            job_directory(self.runtime_dir, job_id).mkdir(parents=True)
             return job_id
 
     def _job(self, job_id: str) -> _Job:
@@ -176,8 +178,8 @@ class JobManager:
             )
         spec = resolve_sampler(spec, loaded.handle.plan)
         job_id = self._new_id()
-        job_dir = self.runtime_dir / "jobs" / job_id
-        (job_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
+        job_dir = job_directory(self.runtime_dir, job_id)
+        job_spec_path(job_dir).write_text(spec.model_dump_json(indent=2))
         events = JobEventLog(job_id)
         part = hooks(job_id) if hooks is not None else None
         external = None if launch is None else ExternalAgent(launch, job_dir, spec.nproc_per_node,

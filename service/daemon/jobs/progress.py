@@ -18,7 +18,7 @@ from datetime import datetime
 from graphtier.contract.jobs.progress import ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.service.daemon.jobs.table import JobTable
 from graphtier.contract.storage import StorageCounters
-from graphtier.service.daemon.status.metrics import STORAGE_COUNTERS, MetricsRegistry, ProducerDelta, TrainerDelta
+from graphtier.service.daemon.metrics.registry import STORAGE_COUNTERS, MetricsRegistry, ProducerDelta, TrainerDelta
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
 

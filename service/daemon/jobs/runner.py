@@ -1,7 +1,7 @@
 """`JobRunner`: one job's processes -- a producer per rank and torchrun -- and their supervision.
 
 The runner's thread starts the producers (each must open its channel), then torchrun
-(`torch.distributed.run ... -m graphtier.launcher.runtime.rank_main`) in its own process
+(`torch.distributed.run ... -m graphtier.launcher.rank_main`) in its own process
 group with output captured to `<job_dir>/job.log`; producers and the torchrun agent are
 forked from the daemon's warm forkserver (pipeline/forkserver.py), the ranks are fresh
 interpreters started by torchrun. Every tick it feeds the
@@ -44,12 +44,13 @@ from pathlib import Path
 import psutil
 
 from graphtier.contract.errors import DaemonError
+from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, job_log_path
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo
 from graphtier.contract.jobs.view import LogLine
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV
+from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
-from graphtier.service.daemon.jobs.rank_failures import first_rank_failure
+from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.service.pipeline import (
     ChannelError,
     ChannelLayout,
@@ -165,8 +166,8 @@ class JobRunner:
         self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
         self.stall_timeout_s = stall_timeout_s
         self.job_dir, self.runtime_dir = job_dir, runtime_dir
-        self.log_path = job_dir / "job.log"
-        self.checkpoint_dir = job_dir / "checkpoints"
+        self.log_path = job_log_path(job_dir)
+        self.checkpoint_dir = checkpoint_dir(job_dir)
         self.on_log = on_log
         self._cancelled = threading.Event()
         self._cancel_reason = ""
@@ -229,7 +230,7 @@ class JobRunner:
 
     def checkpoints(self) -> list[Path]:
         """The job's checkpoints, oldest first (their names hold zero-padded steps)."""
-        return sorted(self.checkpoint_dir.glob("ckpt-*.pt"))
+        return sorted(self.checkpoint_dir.glob(CHECKPOINT_GLOB))
 
     def prune_checkpoints(self, *, keep_newest: bool) -> None:
         """Remove the job's checkpoints: all of them, or all but the newest."""
@@ -344,12 +345,12 @@ class JobRunner:
             *self._rendezvous_args(), "--nproc-per-node", str(self.spec.nproc_per_node),
             "--max-restarts", str(self.spec.max_restarts),
             "--log-dir", str(self.job_dir / "torchelastic"),  # not a torchelastic_* directory left in /tmp
-            "-m", "graphtier.launcher.runtime.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
+            "-m", "graphtier.launcher.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
         ]  # fmt: skip
         if self.spec.script:
             argv += ["--script", self.spec.script, "--", *self.spec.args]
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
-               "GRAPHTIER_JOB_ID": self.job_id, "GRAPHTIER_RUNTIME_DIR": str(self.runtime_dir),
+               JOB_ID_ENV: self.job_id, RUNTIME_DIR_ENV: str(self.runtime_dir),
                JOB_TOKEN_ENV: self.job_token}  # fmt: skip
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(

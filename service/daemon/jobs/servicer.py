@@ -12,9 +12,9 @@ import grpc
 
 from graphtier.contract.jobs import conversions as convert
 from graphtier.contract.errors import DaemonError, InvalidRequestError
-from graphtier.contract.layouts import grant_to_proto
+from graphtier.service.pipeline.wire import grant_to_proto
 from graphtier.service.daemon.jobs.external_launch import ExternalLaunch
-from graphtier.service.daemon.grpc_status import grpc_method
+from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.daemon.jobs.events import JobEventLog
 from graphtier.service.daemon.jobs.manager import JobManager

@@ -33,7 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState, job_id_order
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.jobs.state import JobState, job_id_order
 
 
 def _now() -> datetime:

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from graphtier.service.daemon.status.dashboard import DASHBOARD_HTML
-from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.service.daemon.metrics.registry import MetricsRegistry
 from graphtier.service.daemon.status.cache import StatusCache
 from graphtier.contract.status import DaemonStatus
 

@@ -9,7 +9,7 @@ from importlib import metadata
 
 from graphtier.service.daemon.datasets.registry import DatasetRegistry, LoadedDataset
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
-from graphtier.service.daemon.status.metrics import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
+from graphtier.service.daemon.metrics.registry import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker, RankView
 from graphtier.contract.network import NetworkCounters
 from graphtier.contract.status import (
@@ -27,7 +27,7 @@ from graphtier.contract.status import (
 )
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
-from graphtier.service.hardware.models import MachineReport, MeasuredTraffic
+from graphtier.contract.machine import MachineReport, MeasuredTraffic
 
 
 def package_version() -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphtier.service.hardware.models import CHECK_NAMES, MachineReport
+from graphtier.contract.machine import CHECK_NAMES, MachineReport
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 

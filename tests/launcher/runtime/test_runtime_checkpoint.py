@@ -13,7 +13,7 @@ from graphtier.launcher.runtime.checkpoint import (
     remove_partial_writes,
     save_checkpoint,
 )
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 
 def _save(directory, step, keep=2):

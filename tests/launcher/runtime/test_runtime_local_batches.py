@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphtier.launcher.runtime import Batch, LocalBatchSource
-from graphtier.service.errors import GraphtierError, SamplingError
+from graphtier.contract.errors import GraphtierError, SamplingError
 
 
 def test_train_shards_cover_the_split_with_equal_lengths(small_rmat):

@@ -8,7 +8,7 @@ import torch
 
 from graphtier.launcher.runtime.models import GATConv, GCNConv, SAGEConv, build_model
 from graphtier.launcher.runtime.models.block_ops import mean_aggregate, segment_softmax, weighted_sum
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.sampling import Block, NeighborSampler
 

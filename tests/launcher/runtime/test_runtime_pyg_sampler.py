@@ -18,7 +18,7 @@ from graphtier.launcher.runtime.pyg_sampler import (  # noqa: E402
     GraphtierSampler,
     csc_from_edge_index,
 )
-from graphtier.service.errors import GraphtierError  # noqa: E402
+from graphtier.contract.errors import GraphtierError  # noqa: E402
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset  # noqa: E402
 
 

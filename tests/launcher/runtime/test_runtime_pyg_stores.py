@@ -13,7 +13,7 @@ from torch_geometric.data import EdgeAttr, TensorAttr  # noqa: E402
 from torch_geometric.loader.utils import filter_custom_store  # noqa: E402
 
 from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore  # noqa: E402
-from graphtier.service.errors import GraphtierError  # noqa: E402
+from graphtier.contract.errors import GraphtierError  # noqa: E402
 
 
 def test_feature_store_serves_features_and_labels_through_the_tiered_gather(small_rmat):

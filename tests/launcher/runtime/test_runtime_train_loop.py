@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from conftest import train_mlp_on_features
 from graphtier.launcher.runtime import LocalBatchSource, TrainConfig, TrainProgress, run_training
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 
 
 def _config(source, **overrides) -> TrainConfig:

@@ -11,7 +11,7 @@ from graphtier.contract.errors import DaemonConfigError
 
 
 def test_defaults_live_under_graphtier_home(graphtier_home):
-    from graphtier.service.prepared import default_dataset_root
+    from graphtier.contract.endpoints import default_dataset_root
 
     config = DaemonConfig()
     assert config.version == 1

@@ -18,7 +18,7 @@ import pytest
 import torch
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonNotRunningError
 from graphtier.contract.endpoints import ENDPOINTS_FILE, LOCK_FILE, running_daemon_pid
 from graphtier.contract.jobs.spec import JobSpec

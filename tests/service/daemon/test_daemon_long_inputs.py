@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.service.daemon.grpc_status import MESSAGE_LIMIT, shorten
+from graphtier.contract.messages import shorten
+from graphtier.service.daemon.rpc.grpc_status import MESSAGE_LIMIT
 
 
 def test_shorten_keeps_head_and_tail_and_says_how_much_was_cut():

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 
 
 def _datagrams(sock: socket.socket, until: str, timeout_s: float = 60.0) -> list[str]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.gather import FeatureTiers, tiered_gather
 from graphtier.service.native_ops import native_available, unavailable_reason
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError, PlacementError
+from graphtier.contract.errors import GraphtierError, PlacementError
 from graphtier.service.gather import FeatureTiers
 
 

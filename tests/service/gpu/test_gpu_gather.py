@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from gpu_marks import needs_cuda
 
 pytestmark = needs_cuda

@@ -10,7 +10,7 @@ import torch
 from gpu_marks import needs_cuda
 from sampler_emulation import skewed_graph, tiered
 
-from graphtier.service.errors import SamplingError
+from graphtier.contract.errors import SamplingError
 from graphtier.service.sampling import NeighborSampler
 
 pytestmark = needs_cuda

@@ -8,7 +8,7 @@ import pytest
 import torch
 from sampler_emulation import POISON, EmulatedKernels, skewed_graph, tiered
 
-from graphtier.service.errors import SamplingError
+from graphtier.contract.errors import SamplingError
 from graphtier.service.gpu.sampler import StructureTiers, check_seeds, sample_hops, seed_word
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.sampling import NeighborSampler

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError, GraphtierError
+from graphtier.contract.errors import DatasetSourceError, GraphtierError
 from graphtier.service.graph import build_csc
 from graphtier.service.hotness import ScoreSpec, compute_scores
 
@@ -135,8 +135,8 @@ def test_fanout_aware_wrpr_passes_min_one_k_over_d(small_graph):
 def test_symmetric_pull_is_bit_identical_to_the_scatter(tmp_path, spec):
     """An undirected graph's scores pulled per column (gather + per-column sum) are the scatter's
     bits exactly: in memory and over an on-disk CSC read in many column ranges."""
-    from graphtier.service.prepared.out_of_core.external_sort import DiskCSC
-    from graphtier.service.prepared.out_of_core.spill import SpillArray
+    from graphtier.service.out_of_core.external_sort import DiskCSC
+    from graphtier.service.out_of_core.spill import SpillArray
 
     gen = torch.Generator().manual_seed(11)
     n = 3000  # skewed degrees (long columns next to short ones), and isolated nodes

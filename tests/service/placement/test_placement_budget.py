@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from graphtier.service.errors import GraphtierError, PlacementError
+from graphtier.contract.errors import GraphtierError, PlacementError
 from graphtier.service.placement import TierBudgets, parse_budget
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from graphtier.service.errors import PlacementError
+from graphtier.contract.errors import PlacementError
 from graphtier.service.graph import build_csc
 from graphtier.service.placement import PlacementPlan, Tier, TierBudgets, TierSize
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError, PreparedDatasetError
+from graphtier.contract.errors import DatasetSourceError, PreparedDatasetError
 from graphtier.service.hotness import ScoreSpec
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, list_datasets, prepare_dataset
 from graphtier.service.sources.synthetic import generate_rmat

@@ -16,7 +16,7 @@ import pytest
 
 from graphtier.service.hotness import ScoreSpec
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
-from graphtier.service.prepared.out_of_core.memory_budget import MemoryBudgetError, parse_memory_budget
+from graphtier.service.out_of_core.memory_budget import MemoryBudgetError, parse_memory_budget
 
 # Small enough working memory that every out-of-core step cuts these small graphs into several buckets.
 TINY_WORK = 48 << 10

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service import native_ops
 from graphtier.service.sampling import NeighborSampler

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError, SamplingError
+from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.service.graph.csc import CSCGraph, build_csc
 from graphtier.service.sampling import NeighborSampler
 

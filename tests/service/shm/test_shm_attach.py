@@ -10,7 +10,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.shm import SegmentOwner, SegmentRef, attach_tensor
 
 CHILD_PRELUDE = """

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import SegmentName, token_namespace
 

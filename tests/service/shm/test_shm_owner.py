@@ -10,7 +10,7 @@ from multiprocessing.connection import Connection
 import pytest
 import torch
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.shm import SegmentOwner, reclaim_stale_segments
 from graphtier.service.shm.naming import SegmentName, process_start_time
 

@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import SegmentName, owner_is_alive, process_start_time, validate_label
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.sources.edge_list import load_edge_list
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.sources.npz import load_npz
 

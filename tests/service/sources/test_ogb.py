@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.sources.ogb import load_ogb
 
 EDGES = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (1, 3)]

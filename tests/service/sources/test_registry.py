@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.sources import SOURCE_SCHEMES, load_source, reader_options
 from graphtier.service.sources.registry import SYNTHETIC_OPTIONS
 

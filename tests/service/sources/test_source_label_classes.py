@@ -89,7 +89,7 @@ def test_num_classes_for_a_source_without_labels_is_refused(tmp_path):
 
 
 def test_edge_list_labels_name_the_files_own_node_id(tmp_path):
-    from graphtier.service.errors import DatasetSourceError
+    from graphtier.contract.errors import DatasetSourceError
     from graphtier.service.sources import load_source
 
     edges = tmp_path / "e.txt"

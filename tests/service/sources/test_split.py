@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.sources.split import ensure_split
 

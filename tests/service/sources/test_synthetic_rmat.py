@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from graphtier.service.errors import DatasetSourceError
+from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph import build_csc
 from graphtier.service.sources.synthetic import generate_rmat
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.sources import rmat_bits
 from graphtier.service.sources.synthetic import generate_rmat, rmat_edges, rmat_feature_chunks
 from graphtier.service.sources.synthetic_stream import stream_rmat

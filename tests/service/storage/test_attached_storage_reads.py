@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.store import SharedDatasetStore, attach_dataset
 

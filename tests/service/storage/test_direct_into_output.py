@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import StorageReader
 from graphtier.service.storage.dio_alignment import FALLBACK, DirectIOAlignment, direct_io_alignment

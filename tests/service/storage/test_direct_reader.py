@@ -7,7 +7,7 @@ from dataclasses import astuple
 import numpy as np
 import pytest
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import StorageReader, plan_reads
 from graphtier.service.storage.dio_alignment import FALLBACK

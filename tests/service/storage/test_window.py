@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import LookaheadWindow, MappedReader, StorageCounters, StorageReader
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.store import SharedDatasetHandle, SharedDatasetStore, attach_dataset

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from graphtier.service.errors import PreparedDatasetError
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.prepared.npy_io import npy_data_offset

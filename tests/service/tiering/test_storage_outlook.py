@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import PlacementError
+from graphtier.contract.errors import PlacementError
 from graphtier.service.tiering import build_tiering_report, replay_access_counts
 from graphtier.service.tiering.storage_outlook import WindowReplay, window_depths
 

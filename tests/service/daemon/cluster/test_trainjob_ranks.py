@@ -36,7 +36,7 @@ def test_pet_only_ranks_on_two_nodes_attach_to_their_daemons_and_train(test_clus
         log = open(tmp_path / f"torchrun-{node_rank}.log", "wb")
         launched.append((subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--log-dir", str(tmp_path / f"te{node_rank}"), "-m",
-             "graphtier.launcher.runtime.rank_main", "--spec", str(spec)],
+             "graphtier.launcher.rank_main", "--spec", str(spec)],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path), log))  # fmt: skip
     for popen, log in launched:
         code = popen.wait(240)

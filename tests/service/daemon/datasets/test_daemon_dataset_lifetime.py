@@ -13,8 +13,7 @@ import pytest
 
 from graphtier.service.daemon.datasets.lifetime import LifetimePolicy
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.contract.errors import UnknownDatasetError
-from graphtier.service.errors import SharedMemoryError
+from graphtier.contract.errors import SharedMemoryError, UnknownDatasetError
 
 
 def _copy(small_rmat, root, name: str) -> None:
@@ -111,7 +110,7 @@ def test_the_shm_budget_unloads_idle_datasets_least_recently_used_first(root):
 
 
 def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_rmat):
-    from graphtier.launcher.data_plane_client import DataPlaneClient
+    from graphtier.launcher.client.data_plane import DataPlaneClient
 
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()
@@ -127,7 +126,7 @@ def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_r
 
 def test_a_storage_file_changed_after_loading_is_checked_again_before_a_new_job_reads_it(root):
     from graphtier.contract.datasets import BudgetSpec
-    from graphtier.service.errors import PreparedDatasetError
+    from graphtier.contract.errors import PreparedDatasetError
     from graphtier.service.prepared.npy_io import npy_data_offset
 
     registry = DatasetRegistry(root)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.service.daemon.jobs.table import JobRecord
 from graphtier.contract.jobs.state import JobState

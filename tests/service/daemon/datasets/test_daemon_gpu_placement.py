@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonConfigError
 from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.prepared.npy_io import npy_data_offset

@@ -9,10 +9,11 @@ import time
 import psutil
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.jobs.state import JobState
 
 
 def test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled(daemon_processes, small_rmat,

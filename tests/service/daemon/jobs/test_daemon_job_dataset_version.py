@@ -8,7 +8,7 @@ import os
 import shutil
 import time
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 

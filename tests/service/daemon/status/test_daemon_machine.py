@@ -16,7 +16,7 @@ from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon.main import main as graphtierd
 from graphtier.contract.status import DaemonStatus
 from graphtier.service.hardware import nvml
-from graphtier.service.hardware.models import CHECK_NAMES
+from graphtier.contract.machine import CHECK_NAMES
 
 OUR_THREADS = ("graphtier-nvml", "graphtier-cuda-probe")
 

@@ -8,12 +8,13 @@ import grpc
 import httpx
 import pytest
 
-from graphtier.launcher.data_plane_client import DataPlaneClient
-from graphtier.contract import conversions
+from graphtier.launcher.client.data_plane import DataPlaneClient
+from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JobState
-from graphtier.service.daemon.status.metrics import MetricsRegistry
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.jobs.state import JobState
+from graphtier.service.daemon.metrics.registry import MetricsRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.network import NetworkCounters, PeerTraffic
@@ -158,7 +159,7 @@ def test_report_without_reporter_kind_is_invalid_argument(inproc_daemon):
 @pytest.mark.parametrize("report", [_trainer("j", 3, pid=9, steps=12), _producer("j", 1, pid=8, batches=4,
                                     traffic=_traffic(1, 2, 3, 4))])
 def test_reports_survive_the_wire_unchanged(report):
-    assert conversions.report_from_proto(conversions.report_to_proto(report)) == report
+    assert job_conversions.report_from_proto(job_conversions.report_to_proto(report)) == report
 
 
 def test_batches_per_second_over_the_window_decays_when_reports_stop():

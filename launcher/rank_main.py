@@ -1,6 +1,6 @@
 """One torchrun rank.
 
-`python -m graphtier.launcher.runtime.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`
+`python -m graphtier.launcher.rank_main --job-id ID --runtime-dir DIR [--script FILE -- ARGS]`
 
 (`--spec job.yaml` instead of --job-id: a rank another launcher started, e.g. a Kubeflow TrainJob's
 torchrun; it attaches to its node's daemon first, see `attach.py`.)
@@ -28,8 +28,10 @@ from types import TracebackType
 from graphtier.launcher.runtime.attach import attach
 from graphtier.launcher.runtime.channel_loader import env_rank
 from graphtier.launcher.runtime.rank_output import install_rank_output
-from graphtier.service.daemon.jobs.rank_failures import write_rank_failure
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
+from graphtier.contract.errors import GraphtierError
+from graphtier.contract.jobs.directory import job_directory
+from graphtier.contract.jobs.rank_failures import write_rank_failure
 
 
 def train_builtin(job_id: str, runtime_dir: Path) -> None:
@@ -69,7 +71,7 @@ def _from_script(tb: TracebackType | None, script: Path | None) -> TracebackType
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m graphtier.launcher.runtime.rank_main", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m graphtier.launcher.rank_main", description=__doc__.split("\n")[0])
     parser.add_argument("--job-id", help="id of the job (from SubmitJob); or --spec")
     parser.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory (with --job-id)")
     parser.add_argument("--spec", type=Path, help="a YAML job spec: this rank was started by another launcher (a "
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         except GraphtierError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
-    os.environ["GRAPHTIER_JOB_ID"], os.environ["GRAPHTIER_RUNTIME_DIR"] = args.job_id, str(args.runtime_dir)
+    os.environ[JOB_ID_ENV], os.environ[RUNTIME_DIR_ENV] = args.job_id, str(args.runtime_dir)
     script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
     try:
         if args.script is not None:
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr, flush=True)
         else:
             traceback.print_exception(type(exc), exc, _from_script(exc.__traceback__, args.script))
-        write_rank_failure(args.runtime_dir / "jobs" / args.job_id, rank, exc)
+        write_rank_failure(job_directory(args.runtime_dir, args.job_id), rank, exc)
         return exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
 
 

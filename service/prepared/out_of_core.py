@@ -16,11 +16,11 @@ import shutil
 
 from graphtier.service.hotness import compute_scores
 from graphtier.service.hotness.reorder import hotness_permutation
-from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
+from graphtier.service.out_of_core.external_sort import build_csc_external
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.prepared.catalog import DatasetWriter
-from graphtier.service.prepared.out_of_core.external_permute import new_colptr, permute_rows, permute_structure
-from graphtier.service.prepared.out_of_core.external_sort import build_csc_external
-from graphtier.service.prepared.prepare import (
+from graphtier.service.prepared.external_permute import new_colptr, permute_rows, permute_structure
+from graphtier.service.prepared.steps import (
     PrepareConfig,
     PreparedContent,
     StepClock,

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
-from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
-from graphtier.service.prepared.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
-from graphtier.service.prepared.out_of_core.external_sort import build_csc_external
-from graphtier.service.prepared.out_of_core import csc_passes
-from graphtier.service.prepared.out_of_core.spill import MemoryArray, SpillArray
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
+from graphtier.service.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
+from graphtier.service.out_of_core.external_sort import build_csc_external
+from graphtier.service.out_of_core import csc_passes
+from graphtier.service.out_of_core.spill import MemoryArray, SpillArray
 
 from native_backends import BACKENDS, needs_native
 

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from graphtier.service.prepared.out_of_core.prefault import STEP_BYTES, PrefaultedBuffer
+from graphtier.service.out_of_core.prefault import STEP_BYTES, PrefaultedBuffer
 
 
 def test_rows_placed_while_pages_are_populated_are_kept_and_the_rest_is_zero():

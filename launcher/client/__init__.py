@@ -27,7 +27,8 @@ from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.cluster.models import ClusterView, PushResult
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobEvent, JobInfo
-from graphtier.contract.jobs.state import JOB_TOKEN_ENV, JOB_TOKEN_HEADER, JobState
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.jobs.state import JOB_TOKEN_HEADER, JobState
 from graphtier.contract.endpoints import default_runtime_dir
 from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from graphtier.contract.endpoints import Endpoints, read_endpoints, running_daemon_pid
@@ -182,7 +183,7 @@ class DaemonClient:
 
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
-        return self._call(self._progress.ReportProgress, conversions.report_to_proto(report),
+        return self._call(self._progress.ReportProgress, job_conversions.report_to_proto(report),
                           extra_metadata=job_token_metadata()).cancel_requested  # fmt: skip
 
     # Jobs

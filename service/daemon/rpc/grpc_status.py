@@ -21,13 +21,17 @@ from graphtier.contract.errors import (
     DatasetConflictError,
     DatasetInUseError,
     DatasetTransferError,
+    GraphtierError,
     InvalidReportError,
     InvalidRequestError,
+    ReplyTooLargeError,
+    PlacementError,
+    PreparedDatasetError,
+    SharedMemoryError,
     UnknownDatasetError,
     UnknownJobError,
 )
-from graphtier.service.daemon.datasets.partitions import ReplyTooLargeError
-from graphtier.service.errors import GraphtierError, PlacementError, PreparedDatasetError, SharedMemoryError
+from graphtier.contract.messages import describe_validation_error, shorten
 
 log = logging.getLogger("graphtierd")
 
@@ -61,23 +65,10 @@ def status_code_for(error: BaseException) -> grpc.StatusCode:
 MESSAGE_LIMIT = 600  # characters of an error message logged and echoed; callers choose the values in it
 
 
-def shorten(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """`text`, or its head and tail around a note of how much was cut: a caller who sends
-    megabytes must not get them written to the log, or echoed back, on every refused call."""
-    if len(text) <= limit:
-        return text
-    head, tail = limit * 2 // 3, limit // 4
-    return f"{text[:head]}... [{len(text) - head - tail} characters cut] ...{text[-tail:]}"
-
-
 def _message(error: BaseException) -> str:
     if isinstance(error, ValidationError):
-        return shorten("; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']} "
-            f"(got {shorten(repr(err.get('input')), 120)})"
-            for err in error.errors()
-        ))  # fmt: skip
-    return shorten(str(error))
+        return shorten(describe_validation_error(error, whole="request", input_limit=120), MESSAGE_LIMIT)
+    return shorten(str(error), MESSAGE_LIMIT)
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -97,6 +88,6 @@ def grpc_method(method: Method) -> Method:
         except Exception as error:  # a bug: keep serving, say so, keep the traceback in the log
             trace = "".join(shorten(line, 2000) for line in traceback.format_exception(error))
             log.error("%s failed:\n%s", method.__name__, trace)
-            context.abort(grpc.StatusCode.INTERNAL, shorten(f"{method.__name__} failed inside the daemon: {error!r}"))
+            context.abort(grpc.StatusCode.INTERNAL, shorten(f"{method.__name__} failed inside the daemon: {error!r}", MESSAGE_LIMIT))
 
     return wrapper  # type: ignore[return-value]

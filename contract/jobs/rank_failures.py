@@ -2,9 +2,10 @@
 
 A rank that dies of an exception (the user's script or the runtime's) writes the exception's
 last traceback line -- `ValueError: bad learning rate` -- to `<job_dir>/failures/` before it
-exits. When torchrun then fails the job, the daemon names that line as the job's cause,
+exits (the rank's side, `write_rank_failure`). When torchrun then fails the job, the daemon names that line as the job's cause,
 instead of torchrun's exit status alone. One file per rank and torchrun attempt; the first
-written of the last attempt is the cause (ranks that fail after it fail because of it).
+written of the last attempt is the cause (ranks that fail after it fail because of it); the
+daemon's side is `first_rank_failure`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import os
 import traceback
 from pathlib import Path
 
-FAILURES = "failures"
+from graphtier.contract.jobs.directory import rank_failure_dir
+
 MAX_LINE = 1000
 
 
@@ -27,7 +29,7 @@ def failure_line(exc: BaseException) -> str:
 def write_rank_failure(job_dir: Path, rank: int, exc: BaseException) -> Path:
     """Record why `rank` fails; returns the file written (never raises: the rank is dying anyway)."""
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    path = Path(job_dir) / FAILURES / f"attempt{attempt:03d}-rank{rank}.txt"
+    path = rank_failure_dir(job_dir) / f"attempt{attempt:03d}-rank{rank}.txt"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -40,7 +42,7 @@ def write_rank_failure(job_dir: Path, rank: int, exc: BaseException) -> Path:
 
 def first_rank_failure(job_dir: Path) -> str | None:
     """`rank N: <line>` of the earliest failure of the last attempt, or None when no rank wrote one."""
-    found = sorted(Path(job_dir, FAILURES).glob("attempt*-rank*.txt"))
+    found = sorted(rank_failure_dir(job_dir).glob("attempt*-rank*.txt"))
     if not found:
         return None
     last_attempt = found[-1].name.split("-")[0]

@@ -24,11 +24,11 @@ import torch
 
 from graphtier.service.graph.streamed import FileRows, TensorRows
 from graphtier.service.hotness.reorder import gather_new_rows
-from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
-from graphtier.service.prepared.out_of_core.external_sort import DiskCSC, column_ranges
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
+from graphtier.service.out_of_core.external_sort import DiskCSC, column_ranges
+from graphtier.service.out_of_core.prefault import PrefaultedBuffer
+from graphtier.service.out_of_core.spill import BucketSpill, MemoryArray, as_numpy
 from graphtier.service.prepared.npy_io import NpyStreamWriter
-from graphtier.service.prepared.out_of_core.prefault import PrefaultedBuffer
-from graphtier.service.prepared.out_of_core.spill import BucketSpill, MemoryArray, as_numpy
 
 CHUNK_SHARE = 0.2  # of the working memory at most, for the chunk being distributed
 STRUCTURE_CHUNK_BYTES = 96  # per entry: row, expanded offsets, positions, values, bucket ids, grouping

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from graphtier.service.errors import GraphtierError, PlacementError
+from graphtier.contract.errors import GraphtierError, PlacementError
 from graphtier.service.placement.tier_budget import parse_budget
 
 OPTION = "--memory-budget"
@@ -137,8 +137,7 @@ class MemoryPlan:
         if work < MIN_WORK_BYTES:
             raise MemoryBudgetError(
                 f"{OPTION} {_gib(budget_bytes)} is too small to make progress: this process already holds "
-                f"{_gib(held)} before preparing anything; "
-                f"give at least {_gib((held + MIN_WORK_BYTES) / (1 - SAFETY_SHARE))}"
+                f"{_gib(held)} before preparing anything; give at least {_gib((held + MIN_WORK_BYTES) / (1 - SAFETY_SHARE))}"
             )
         return cls(budget_bytes, held, work, lowest_work=work)
 
@@ -151,9 +150,8 @@ class MemoryPlan:
         if self.work_bytes - need < MIN_WORK_BYTES:
             least = (self.held_at_start + need + MIN_WORK_BYTES) / (1 - SAFETY_SHARE)
             raise MemoryBudgetError(
-                f"{OPTION} {_gib(self.budget_bytes)} is too small to make progress on {num_nodes:,} nodes: "
-                f"the process holds {_gib(self.held_at_start)} and the per-node arrays need {_gib(need)}; "
-                f"give at least {_gib(least)}"
+                f"{OPTION} {_gib(self.budget_bytes)} is too small to make progress on {num_nodes:,} nodes: the process "
+                f"holds {_gib(self.held_at_start)} and the per-node arrays need {_gib(need)}; give at least {_gib(least)}"
             )
         self.refresh()
 

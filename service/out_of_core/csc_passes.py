@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from graphtier.service.native_ops import Backend, resolve_backend
-from graphtier.service.prepared.out_of_core.spill import group_by_bucket
+from graphtier.service.out_of_core.spill import group_by_bucket
 
 
 def _native(backend: Backend) -> bool:

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphtier.service.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
-from graphtier.service.prepared.out_of_core.memory_budget import MemoryPlan
-from graphtier.service.prepared.out_of_core.csc_passes import bucket_of, compact_keys, count_entries, scatter_keys
-from graphtier.service.prepared.out_of_core.spill import BucketSpill, MemoryArray, SpillArray, new_array
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
+from graphtier.service.out_of_core.csc_passes import bucket_of, compact_keys, count_entries, scatter_keys
+from graphtier.service.out_of_core.spill import BucketSpill, MemoryArray, SpillArray, new_array
 
 DISTRIBUTE_BYTES_PER_EDGE = 112  # an edge chunk: ids read and relabelled, two keys, bucket ids, grouping
 SORT_BYTES_PER_KEY = 28  # a bucket: keys, dedup mask, distinct keys, destination, a product (24 measured)

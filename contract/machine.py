@@ -1,6 +1,7 @@
 """What the machine offers the data path (`MachineReport`) and what NVML measured (`MeasuredTraffic`).
 
-Plain pydantic models, no torch or NVML import, so a client can parse `/v1/status` cheaply.
+Plain pydantic models, no torch or NVML import, so a client can parse `/v1/status` cheaply;
+`graphtier.service.hardware` runs the checks and fills them in.
 Every check has a status and a one-line reason: `ok` (usable), `unavailable` (absent,
 unsupported or not permitted here), `failed` (present but the check itself errored), and
 `pending` (the daemon's CUDA probe subprocess has not answered yet).

@@ -1,0 +1,47 @@
+"""A job's directory, `<runtime_dir>/jobs/<job_id>/`: the layout the daemon and a job's ranks share.
+
+The daemon creates it and writes the job's spec and log there; the ranks write their
+checkpoints into `checkpoints/` (one file per step, `ckpt-000000120.pt`) and, when one dies
+of an exception, its cause into `failures/` (see `rank_failures`), which the daemon reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+JOBS_DIR = "jobs"
+SPEC_FILE = "spec.json"
+LOG_FILE = "job.log"
+CHECKPOINTS_DIR = "checkpoints"
+FAILURES_DIR = "failures"
+CHECKPOINT_GLOB = "ckpt-*.pt"  # names carry the zero-padded step: sorted by name is oldest first
+
+
+def job_directory(runtime_dir: Path, job_id: str) -> Path:
+    """The directory of job `job_id` of the daemon whose runtime directory is `runtime_dir`."""
+    return Path(runtime_dir) / JOBS_DIR / job_id
+
+
+def job_spec_path(directory: Path) -> Path:
+    """The spec the job was submitted with (JSON), in the job's directory."""
+    return Path(directory) / SPEC_FILE
+
+
+def job_log_path(directory: Path) -> Path:
+    """The job's log: torchrun's and every rank's output."""
+    return Path(directory) / LOG_FILE
+
+
+def checkpoint_dir(directory: Path) -> Path:
+    """Where the job's ranks write their checkpoints."""
+    return Path(directory) / CHECKPOINTS_DIR
+
+
+def checkpoint_file(checkpoints: Path, step: int) -> Path:
+    """The checkpoint written after optimizer step `step`, in the directory `checkpoints`."""
+    return Path(checkpoints) / f"ckpt-{step:09d}.pt"
+
+
+def rank_failure_dir(directory: Path) -> Path:
+    """Where a dying rank records why (see `rank_failures`)."""
+    return Path(directory) / FAILURES_DIR
