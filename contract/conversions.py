@@ -2,8 +2,8 @@
 names, dataset summaries, traffic and storage counters.
 
 With `jobs/conversions.py` (jobs and progress reports), `cluster/conversions.py` and the data
-plane's wire modules (the handles a rank attaches to), the only modules that touch `_pb2` types besides the servicers and clients
-that call them: everything else works on pydantic models and dataclasses. Each message
+plane's wire modules (the handles a rank attaches to), the only modules that touch `_pb2` types
+besides the servicers and clients that call them: everything else works on pydantic models and dataclasses. Each message
 mirrors its type field for field, so every conversion is a plain copy.
 """
 

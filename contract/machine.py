@@ -16,9 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 CheckStatus = Literal["ok", "unavailable", "failed", "pending"]
 CHECK_NAMES: tuple[str, ...] = (
-    "cuda_devices", "host_register", "peer_access", "nvlink", "mps",
-    "nvml_pcie_counters", "nvml_nvlink_counters", "transparent_hugepages", "dev_shm",
-)  # fmt: skip
+    "cuda_devices",
+    "host_register",
+    "peer_access",
+    "nvlink",
+    "mps",
+    "nvml_pcie_counters",
+    "nvml_nvlink_counters",
+    "transparent_hugepages",
+    "dev_shm",
+)
 
 
 class _Model(BaseModel):

@@ -47,24 +47,34 @@ class NetworkCounters:
         merged: dict[str, PeerTraffic] = {p.peer: p for p in self.peers}
         for p in other.peers:
             merged[p.peer] = merged[p.peer] + p if p.peer in merged else p
-        return NetworkCounters(tuple(merged[k] for k in sorted(merged)), self.fetch_seconds + other.fetch_seconds,
-                               self.wait_seconds + other.wait_seconds)  # fmt: skip
+        return NetworkCounters(
+            tuple(merged[k] for k in sorted(merged)),
+            self.fetch_seconds + other.fetch_seconds,
+            self.wait_seconds + other.wait_seconds,
+        )
 
     def minus(self, other: NetworkCounters | None) -> NetworkCounters:
         """The increments since `other` (an earlier report of the same producer)."""
         if other is None:
             return self
         before = {p.peer: p for p in other.peers}
-        return NetworkCounters(tuple(p.minus(before.get(p.peer)) for p in self.peers),
-                               self.fetch_seconds - other.fetch_seconds, self.wait_seconds - other.wait_seconds)  # fmt: skip
+        return NetworkCounters(
+            tuple(p.minus(before.get(p.peer)) for p in self.peers),
+            self.fetch_seconds - other.fetch_seconds,
+            self.wait_seconds - other.wait_seconds,
+        )
 
     def by_address(self, addresses: list[str]) -> NetworkCounters:
         """Peers named by their daemon's address (a producer's control block names them by node rank)."""
+
         def name(rank: str) -> str:
             return addresses[int(rank)] if rank.isdigit() and int(rank) < len(addresses) else f"node rank {rank}"
 
-        return NetworkCounters(tuple(PeerTraffic(name(p.peer), p.rows, p.bytes, p.requests) for p in self.peers),
-                               self.fetch_seconds, self.wait_seconds)  # fmt: skip
+        return NetworkCounters(
+            tuple(PeerTraffic(name(p.peer), p.rows, p.bytes, p.requests) for p in self.peers),
+            self.fetch_seconds,
+            self.wait_seconds,
+        )
 
     def went_back(self, other: NetworkCounters) -> bool:
         before = {p.peer: p for p in other.peers}
@@ -85,7 +95,10 @@ class NetworkCounters:
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: totals, times and one entry per peer."""
         return {
-            "rows": self.rows, "bytes": self.bytes, "requests": self.requests, "fetch_seconds": self.fetch_seconds,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "requests": self.requests,
+            "fetch_seconds": self.fetch_seconds,
             "wait_seconds": self.wait_seconds,
             "peers": [{"peer": p.peer, "rows": p.rows, "bytes": p.bytes, "requests": p.requests} for p in self.peers],
-        }  # fmt: skip
+        }

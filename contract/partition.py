@@ -29,8 +29,10 @@ MAX_FETCH_BYTES = 64 << 20
 def _parse(value: str) -> tuple[Decimal, str]:
     parsed = split_size(value)
     if parsed is None:
-        raise ValueError(f"replicate {value!r} is neither a share of the rows (10% or 0.1) nor a size of feature "
-                         "bytes per node (512MiB)")  # fmt: skip
+        raise ValueError(
+            f"replicate {value!r} is neither a share of the rows (10% or 0.1) nor a size of feature "
+            "bytes per node (512MiB)"
+        )
     number, typed = parsed
     unit = typed.lower()
     if unit == "%" and number > 100:
@@ -111,5 +113,7 @@ class FeaturePartition(BaseModel):
         return np.arange(self.replicated_rows + self.node_rank, self.num_rows, self.nnodes, dtype=np.int64)
 
     def describe(self) -> str:
-        return (f"node {self.node_rank} of {self.nnodes}: rows [0, {self.replicated_rows}) replicated and "
-                f"{self.owned_rows():,} of its own, {self.local_rows:,} of {self.num_rows:,}")  # fmt: skip
+        return (
+            f"node {self.node_rank} of {self.nnodes}: rows [0, {self.replicated_rows}) replicated and "
+            f"{self.owned_rows():,} of its own, {self.local_rows:,} of {self.num_rows:,}"
+        )

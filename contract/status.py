@@ -68,7 +68,9 @@ class StorageStatus(_Model):
     read_rows: int = Field(description="Storage-tier rows read from the file.")
     read_bytes: int = Field(description="Bytes asked of the device: whole aligned requests (the rows' bytes for mmap).")
     requests: int
-    window_rows: int = Field(description="Storage-tier rows the look-ahead window served (read once, for an earlier batch).")
+    window_rows: int = Field(
+        description="Storage-tier rows the look-ahead window served (read once, for an earlier batch)."
+    )
     window_bytes: int
     window_hit_ratio: float = Field(description="window_rows / (read_rows + window_rows).")
     io_seconds: float = Field(description="Time requests were in flight.")
@@ -150,7 +152,9 @@ class JobStatus(_Model):
     test_accuracy: float | None
     traffic: TrafficStatus
     storage: StorageStatus
-    network: NetworkStatus = Field(default_factory=NetworkStatus, description="Rows fetched from other nodes, per peer.")
+    network: NetworkStatus = Field(
+        default_factory=NetworkStatus, description="Rows fetched from other nodes, per peer."
+    )
     ranks: list[RankStatus]
 
 

@@ -46,8 +46,10 @@ class TrafficCounts:
         """Counts from rows per source in GATHER_SOURCES order (a local gather: no network rows), or in
         SOURCES order, each row `row_bytes` long."""
         if len(rows) not in (len(GATHER_SOURCES), len(SOURCES)):
-            raise ValueError(f"expected {len(GATHER_SOURCES)} row counts ({', '.join(GATHER_SOURCES)}), or "
-                             f"{len(SOURCES)} with network, got {len(rows)}")
+            raise ValueError(
+                f"expected {len(GATHER_SOURCES)} row counts ({', '.join(GATHER_SOURCES)}), or "
+                f"{len(SOURCES)} with network, got {len(rows)}"
+            )
         per = {name: SourceTraffic(int(r), int(r) * row_bytes) for name, r in zip(SOURCES, rows, strict=False)}
         return cls(**per, simulated=simulated)
 
@@ -95,4 +97,3 @@ class TrafficCounts:
             simulated=self.simulated,
         )
         return out
-

@@ -23,7 +23,9 @@ def build(in_dim: int, hidden: int, classes: int, layers: int, dropout: float) -
     try:
         from torch_geometric.nn import GraphSAGE
     except ImportError as exc:
-        raise SystemExit(f"this example needs torch_geometric in the job's Python ({exc}); pip install torch_geometric") from exc
+        raise SystemExit(
+            f"this example needs torch_geometric in the job's Python ({exc}); pip install torch_geometric"
+        ) from exc
     return GraphSAGE(in_dim, hidden, num_layers=layers, out_channels=classes, dropout=dropout)
 
 

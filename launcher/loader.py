@@ -40,20 +40,20 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
+from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
+from graphtier.contract.errors import GraphtierError
+from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits
+from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
-from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
-from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
-from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
-from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.errors import GraphtierError
 from graphtier.service.store import AttachedDataset, attach_dataset
 
 __all__ = ["DatasetInfo", "DeviceBatch", "Job", "connect"]
@@ -97,22 +97,39 @@ class Job:
             raise
         grant = self.channel.grant
         self.dataset = DatasetInfo(
-            name=spec.dataset, num_nodes=self.data.graph.num_nodes, num_edges=self.data.graph.num_edges,
-            feature_dim=grant.feature_dim, num_classes=grant.num_classes,
+            name=spec.dataset,
+            num_nodes=self.data.graph.num_nodes,
+            num_edges=self.data.graph.num_edges,
+            feature_dim=grant.feature_dim,
+            num_classes=grant.num_classes,
             split_sizes={name: int(ids.numel()) for name, ids in self.data.splits.items()},
-            fanouts=list(spec.fanouts), batch_size=spec.batch_size, steps_per_epoch=self.channel.steps_per_epoch,
-        )  # fmt: skip
+            fanouts=list(spec.fanouts),
+            batch_size=spec.batch_size,
+            steps_per_epoch=self.channel.steps_per_epoch,
+        )
         self.config = TrainConfig(
-            model=spec.model, in_dim=grant.feature_dim, num_classes=grant.num_classes, hidden=spec.hidden,
-            layers=len(spec.fanouts), heads=spec.heads, dropout=spec.dropout, lr=spec.lr, epochs=spec.epochs,
-            weight_decay=spec.weight_decay, device=spec.device, seed=spec.seed,
-            checkpoint_dir=checkpoint_dir(self.job_dir), checkpoint_every_steps=spec.checkpoint_every_steps,
-            log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)), on_nonfinite=spec.on_nonfinite,
-        )  # fmt: skip
+            model=spec.model,
+            in_dim=grant.feature_dim,
+            num_classes=grant.num_classes,
+            hidden=spec.hidden,
+            layers=len(spec.fanouts),
+            heads=spec.heads,
+            dropout=spec.dropout,
+            lr=spec.lr,
+            epochs=spec.epochs,
+            weight_decay=spec.weight_decay,
+            device=spec.device,
+            seed=spec.seed,
+            checkpoint_dir=checkpoint_dir(self.job_dir),
+            checkpoint_every_steps=spec.checkpoint_every_steps,
+            log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)),
+            on_nonfinite=spec.on_nonfinite,
+        )
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
         self.session = TrainSession(self.ctx, self.config, self.reporter)
-        self._eval = LocalBatchSource(self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size,
-                                      spec.seed)  # fmt: skip
+        self._eval = LocalBatchSource(
+            self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed
+        )
         self._epoch, self._index, self._current = 0, 0, None
         self._finished = self._closed = False
         torch.manual_seed(spec.seed)  # the model a script builds next starts alike on every rank
@@ -150,8 +167,11 @@ class Job:
         model.to(self.device)
         at = self.session.resume(model, optimizer)
         if self.session.resumed_from is not None:
-            print(f"resumed from {self.session.resumed_from.name}: epoch {at.epoch}, {at.batch} batches into it, "
-                  f"step {at.step}", flush=True)  # fmt: skip
+            print(
+                f"resumed from {self.session.resumed_from.name}: epoch {at.epoch}, {at.batch} batches into it, "
+                f"step {at.step}",
+                flush=True,
+            )
         if not self.ctx.distributed:
             return model
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
@@ -187,7 +207,9 @@ class Job:
         """Count one optimizer step on the current batch: its loss and, given the model's `logits`
         (the seeds' rows first), its training accuracy. Reports progress and checkpoints when due."""
         if self._current is None:
-            raise GraphtierError("job.step() counts a step on the current batch: call it inside `for batch in job.batches()`")
+            raise GraphtierError(
+                "job.step() counts a step on the current batch: call it inside `for batch in job.batches()`"
+            )
         value = float(loss.detach()) if isinstance(loss, Tensor) else float(loss)
         correct = labelled = 0
         if logits is not None:
@@ -197,21 +219,25 @@ class Job:
             correct, labelled = int((predicted == y)[mask].sum()), int(mask.sum())
         self.session.record_step(self._epoch, self._index, value, correct, labelled)
 
-    def evaluate(self, model: nn.Module, splits: tuple[str, ...] = ("val", "test"),
-                 forward: Forward | None = None) -> dict[str, float]:  # fmt: skip
+    def evaluate(
+        self, model: nn.Module, splits: tuple[str, ...] = ("val", "test"), forward: Forward | None = None
+    ) -> dict[str, float]:
         """Accuracy on each split over all ranks (every rank must call it), on `device`, reported
         to the daemon as the job's latest val/test accuracy. `forward(model, batch)` computes the
         logits (default `model(batch.blocks, batch.x)`; e.g. `lambda m, b: m(b.x, b.edge_index)`)."""
         missing = [s for s in splits if s not in self.data.splits]
         if missing:
-            raise GraphtierError(f"dataset {self.spec.dataset!r} has no split {missing[0]!r}; it has {sorted(self.data.splits)}")
+            raise GraphtierError(
+                f"dataset {self.spec.dataset!r} has no split {missing[0]!r}; it has {sorted(self.data.splits)}"
+            )
         return self.session.evaluate(self._epoch, self._index, self._eval.eval_batches, model, forward, tuple(splits))
 
     def fit(self, model: nn.Module | None = None) -> TrainResult:
         """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
         resume. `model` takes `(blocks, x)`; None builds the spec's built-in `model`."""
-        result = run_training(self.channel.batches_for_epoch, self._eval.eval_batches, self.config, self.reporter,
-                              model=model)  # fmt: skip
+        result = run_training(
+            self.channel.batches_for_epoch, self._eval.eval_batches, self.config, self.reporter, model=model
+        )
         self._finished = True
         return result
 

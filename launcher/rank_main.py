@@ -25,13 +25,13 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-from graphtier.launcher.runtime.attach import attach
-from graphtier.launcher.runtime.channel_loader import env_rank
-from graphtier.launcher.runtime.rank_output import install_rank_output
 from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.jobs.directory import job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
+from graphtier.launcher.runtime.attach import attach
+from graphtier.launcher.runtime.channel_loader import env_rank
+from graphtier.launcher.runtime.rank_output import install_rank_output
 
 
 def train_builtin(job_id: str, runtime_dir: Path) -> None:
@@ -39,12 +39,17 @@ def train_builtin(job_id: str, runtime_dir: Path) -> None:
 
     with loader.connect(job_id, runtime_dir) as job:
         grant = job.channel.grant
-        print(f"job {job_id}: channel {grant.layout.channel} (producer pid {grant.layout.producer_pid}), "
-              f"{job.dataset.steps_per_epoch} steps/epoch x {job.spec.epochs} epochs", flush=True)  # fmt: skip
+        print(
+            f"job {job_id}: channel {grant.layout.channel} (producer pid {grant.layout.producer_pid}), "
+            f"{job.dataset.steps_per_epoch} steps/epoch x {job.spec.epochs} epochs",
+            flush=True,
+        )
         started = time.perf_counter()
         result = job.fit()
-        print(f"finished {result.steps} steps in {time.perf_counter() - started:.1f} s; final {result.final_eval}",
-              flush=True)  # fmt: skip
+        print(
+            f"finished {result.steps} steps in {time.perf_counter() - started:.1f} s; final {result.final_eval}",
+            flush=True,
+        )
 
 
 def run_script(script: Path, args: list[str]) -> None:
@@ -74,8 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m graphtier.launcher.rank_main", description=__doc__.split("\n")[0])
     parser.add_argument("--job-id", help="id of the job (from SubmitJob); or --spec")
     parser.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory (with --job-id)")
-    parser.add_argument("--spec", type=Path, help="a YAML job spec: this rank was started by another launcher (a "
-                        "Kubeflow TrainJob's torchrun) and attaches to its node's daemon")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        help="a YAML job spec: this rank was started by another launcher (a "
+        "Kubeflow TrainJob's torchrun) and attaches to its node's daemon",
+    )
     parser.add_argument("--script", type=Path, help="the user's training script (absolute path)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: the script's arguments")
     return parser

@@ -136,7 +136,8 @@ def test_every_layer_imports_only_the_layers_below_it() -> None:
     wrong = [e for e in EDGES if _layer(e.target) not in ALLOWED[_layer(e.source.name)]]
     assert not wrong, _report(
         "imports against the layering (v1 <- contract <- data plane <- daemon, launcher; the launcher never "
-        "imports the daemon)", wrong
+        "imports the daemon)",
+        wrong,
     )
 
 

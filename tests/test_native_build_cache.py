@@ -20,8 +20,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def build(root: Path) -> str:
-    done = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", "out"], cwd=root,
-                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--build-lib", "out"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout + done.stderr
 

@@ -15,9 +15,12 @@ SIGINT_TEST = "tests/service/shm/test_shm_owner.py::test_sigint_unlinks_then_rai
 def test_a_sigint_test_passes_under_an_ignored_sigint():
     result = subprocess.run(
         [sys.executable, "-m", "pytest", SIGINT_TEST, "-q", "-p", "no:cacheprovider", "--timeout", "60"],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as nohup-like launchers leave it
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "1 passed" in result.stdout
 

@@ -8,7 +8,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
 NodeHealth = Literal["SERVING", "NOT_SERVING", "UNREACHABLE", "REFUSED"]
 
 

@@ -23,6 +23,7 @@ from graphtier.contract.conversions import (
 from graphtier.contract.errors import InvalidReportError, InvalidRequestError
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import (
     JobEvent,
     JobInfo,
@@ -34,7 +35,6 @@ from graphtier.contract.jobs.view import (
     RankInfo,
     StateChange,
 )
-from graphtier.contract.jobs.state import JobState
 from graphtier.v1 import jobs_pb2, progress_pb2
 
 _MODELS = {"sage": jobs_pb2.MODEL_SAGE, "gcn": jobs_pb2.MODEL_GCN, "gat": jobs_pb2.MODEL_GAT}
@@ -59,14 +59,34 @@ def state_from_proto(value: int) -> JobState:
 
 def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
     message = jobs_pb2.JobSpec(
-        dataset=spec.dataset, model=_MODELS[spec.model], fanouts=spec.fanouts, batch_size=spec.batch_size,
-        hidden=spec.hidden, epochs=spec.epochs, lr=spec.lr, dropout=spec.dropout,
-        nproc_per_node=spec.nproc_per_node, nnodes=spec.nnodes, nodes=spec.nodes, checkpoint_every_steps=spec.checkpoint_every_steps,
-        seed=spec.seed, name=spec.name, heads=spec.heads, num_slots=spec.num_slots, max_restarts=spec.max_restarts,
-        weight_decay=spec.weight_decay, device=_DEVICES[spec.device], script=spec.script, args=spec.args,
-        storage_reads=spec.storage_reads, window=spec.window, on_nonfinite=spec.on_nonfinite,
-        features=spec.features, replicate=spec.replicate, sampler=spec.sampler,
-    )  # fmt: skip
+        dataset=spec.dataset,
+        model=_MODELS[spec.model],
+        fanouts=spec.fanouts,
+        batch_size=spec.batch_size,
+        hidden=spec.hidden,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        dropout=spec.dropout,
+        nproc_per_node=spec.nproc_per_node,
+        nnodes=spec.nnodes,
+        nodes=spec.nodes,
+        checkpoint_every_steps=spec.checkpoint_every_steps,
+        seed=spec.seed,
+        name=spec.name,
+        heads=spec.heads,
+        num_slots=spec.num_slots,
+        max_restarts=spec.max_restarts,
+        weight_decay=spec.weight_decay,
+        device=_DEVICES[spec.device],
+        script=spec.script,
+        args=spec.args,
+        storage_reads=spec.storage_reads,
+        window=spec.window,
+        on_nonfinite=spec.on_nonfinite,
+        features=spec.features,
+        replicate=spec.replicate,
+        sampler=spec.sampler,
+    )
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
     return message
@@ -82,8 +102,22 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
         values["model"] = "model not set (choose sage, gcn or gat, or name a script)"
     if message.fanouts:
         values["fanouts"] = list(message.fanouts)
-    for name in ("batch_size", "hidden", "epochs", "lr", "nproc_per_node", "checkpoint_every_steps", "heads",
-                 "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler"):  # fmt: skip
+    for name in (
+        "batch_size",
+        "hidden",
+        "epochs",
+        "lr",
+        "nproc_per_node",
+        "checkpoint_every_steps",
+        "heads",
+        "num_slots",
+        "storage_reads",
+        "window",
+        "on_nonfinite",
+        "features",
+        "replicate",
+        "sampler",
+    ):
         if getattr(message, name):
             values[name] = getattr(message, name)
     if message.device != jobs_pb2.DEVICE_UNSPECIFIED:
@@ -121,20 +155,32 @@ def spec_from_proto(message: jobs_pb2.JobSpec) -> JobSpec:
 
 def progress_to_proto(p: JobProgressInfo) -> jobs_pb2.JobProgress:
     return jobs_pb2.JobProgress(
-        epoch=p.epoch, step_in_epoch=p.step_in_epoch, steps_per_epoch=p.steps_per_epoch, global_step=p.global_step,
-        total_steps=p.total_steps, loss=p.loss, train_accuracy=p.train_accuracy,
-        batches_per_second=p.batches_per_second, traffic=traffic_to_proto(p.traffic),
+        epoch=p.epoch,
+        step_in_epoch=p.step_in_epoch,
+        steps_per_epoch=p.steps_per_epoch,
+        global_step=p.global_step,
+        total_steps=p.total_steps,
+        loss=p.loss,
+        train_accuracy=p.train_accuracy,
+        batches_per_second=p.batches_per_second,
+        traffic=traffic_to_proto(p.traffic),
         storage=storage_to_proto(p.storage),
-    )  # fmt: skip
+    )
 
 
 def progress_from_proto(m: jobs_pb2.JobProgress) -> JobProgressInfo:
     return JobProgressInfo(
-        epoch=m.epoch, step_in_epoch=m.step_in_epoch, steps_per_epoch=m.steps_per_epoch, global_step=m.global_step,
-        total_steps=m.total_steps, loss=m.loss, train_accuracy=m.train_accuracy,
-        batches_per_second=m.batches_per_second, traffic=traffic_from_proto(m.traffic),
+        epoch=m.epoch,
+        step_in_epoch=m.step_in_epoch,
+        steps_per_epoch=m.steps_per_epoch,
+        global_step=m.global_step,
+        total_steps=m.total_steps,
+        loss=m.loss,
+        train_accuracy=m.train_accuracy,
+        batches_per_second=m.batches_per_second,
+        traffic=traffic_from_proto(m.traffic),
         storage=storage_from_proto(m.storage),
-    )  # fmt: skip
+    )
 
 
 def result_to_proto(r: JobResultInfo) -> jobs_pb2.JobResult:
@@ -147,14 +193,27 @@ def result_from_proto(m: jobs_pb2.JobResult) -> JobResultInfo:
 
 def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
     message = jobs_pb2.Job(
-        job_id=job.job_id, spec=spec_to_proto(job.spec), state=state_to_proto(job.state), message=job.message,
-        created_at=timestamp(job.created_at), restarts=job.restarts, log_path=job.log_path, notes=job.notes,
-    )  # fmt: skip
+        job_id=job.job_id,
+        spec=spec_to_proto(job.spec),
+        state=state_to_proto(job.state),
+        message=job.message,
+        created_at=timestamp(job.created_at),
+        restarts=job.restarts,
+        log_path=job.log_path,
+        notes=job.notes,
+    )
     if job.placement is not None:
         message.placement.CopyFrom(jobs_pb2.JobPlacement(**job.placement.model_dump()))
     for node in job.nodes:
-        part = message.nodes.add(node=node.node, address=node.address, node_rank=node.node_rank, job_id=node.job_id,
-                                 state=state_to_proto(node.state), message=node.message, log_path=node.log_path)
+        part = message.nodes.add(
+            node=node.node,
+            address=node.address,
+            node_rank=node.node_rank,
+            job_id=node.job_id,
+            state=state_to_proto(node.state),
+            message=node.message,
+            log_path=node.log_path,
+        )
         if node.progress is not None:
             part.progress.CopyFrom(progress_to_proto(node.progress))
         part.ranks.extend(_rank_to_proto(r) for r in node.ranks)
@@ -173,50 +232,80 @@ def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
 
 
 def _rank_to_proto(r: RankInfo) -> jobs_pb2.RankStatus:
-    rank = jobs_pb2.RankStatus(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid,
-                               global_step=r.global_step, batches_per_second=r.batches_per_second,
-                               ready_slots=r.ready_slots)  # fmt: skip
+    rank = jobs_pb2.RankStatus(
+        rank=r.rank,
+        trainer_pid=r.trainer_pid,
+        producer_pid=r.producer_pid,
+        global_step=r.global_step,
+        batches_per_second=r.batches_per_second,
+        ready_slots=r.ready_slots,
+    )
     if r.last_report:
         rank.last_report.CopyFrom(timestamp(r.last_report))
     return rank
 
 
 def _rank_from_proto(r: jobs_pb2.RankStatus) -> RankInfo:
-    return RankInfo(rank=r.rank, trainer_pid=r.trainer_pid, producer_pid=r.producer_pid, global_step=r.global_step,
-                    batches_per_second=r.batches_per_second, ready_slots=r.ready_slots,
-                    last_report=from_timestamp(r.last_report) if r.HasField("last_report") else None)  # fmt: skip
+    return RankInfo(
+        rank=r.rank,
+        trainer_pid=r.trainer_pid,
+        producer_pid=r.producer_pid,
+        global_step=r.global_step,
+        batches_per_second=r.batches_per_second,
+        ready_slots=r.ready_slots,
+        last_report=from_timestamp(r.last_report) if r.HasField("last_report") else None,
+    )
 
 
 def placement_from_proto(m: jobs_pb2.JobPlacement) -> JobPlacementInfo:
     return JobPlacementInfo(
-        nnodes=m.nnodes, node_rank=m.node_rank, rdzv_endpoint=m.rdzv_endpoint, rdzv_id=m.rdzv_id,
-        coordinator=m.coordinator, coordinator_job_id=m.coordinator_job_id, local_addr=m.local_addr,
-        dataset_version=m.dataset_version, peer_timeout_s=m.peer_timeout_s or 15.0,
+        nnodes=m.nnodes,
+        node_rank=m.node_rank,
+        rdzv_endpoint=m.rdzv_endpoint,
+        rdzv_id=m.rdzv_id,
+        coordinator=m.coordinator,
+        coordinator_job_id=m.coordinator_job_id,
+        local_addr=m.local_addr,
+        dataset_version=m.dataset_version,
+        peer_timeout_s=m.peer_timeout_s or 15.0,
         node_addresses=list(m.node_addresses),
-    )  # fmt: skip
+    )
 
 
 def _node_from_proto(m: jobs_pb2.JobNode) -> JobNodeInfo:
-    return JobNodeInfo(node=m.node, address=m.address, node_rank=m.node_rank, job_id=m.job_id,
-                       state=state_from_proto(m.state) if m.state else JobState.PENDING, message=m.message,
-                       progress=progress_from_proto(m.progress) if m.HasField("progress") else None,
-                       ranks=[_rank_from_proto(r) for r in m.ranks], log_path=m.log_path)  # fmt: skip
+    return JobNodeInfo(
+        node=m.node,
+        address=m.address,
+        node_rank=m.node_rank,
+        job_id=m.job_id,
+        state=state_from_proto(m.state) if m.state else JobState.PENDING,
+        message=m.message,
+        progress=progress_from_proto(m.progress) if m.HasField("progress") else None,
+        ranks=[_rank_from_proto(r) for r in m.ranks],
+        log_path=m.log_path,
+    )
 
 
 def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
     spec_values = spec_values_from_proto(m.spec)
     return JobInfo(
-        job_id=m.job_id, spec=JobSpec.build(spec_values, source=f"job {m.job_id}"), state=state_from_proto(m.state),
-        message=m.message, created_at=from_timestamp(m.created_at),
+        job_id=m.job_id,
+        spec=JobSpec.build(spec_values, source=f"job {m.job_id}"),
+        state=state_from_proto(m.state),
+        message=m.message,
+        created_at=from_timestamp(m.created_at),
         started_at=from_timestamp(m.started_at) if m.HasField("started_at") else None,
         finished_at=from_timestamp(m.finished_at) if m.HasField("finished_at") else None,
         progress=progress_from_proto(m.progress) if m.HasField("progress") else None,
         result=result_from_proto(m.result) if m.HasField("result") else None,
         ranks=[_rank_from_proto(r) for r in m.ranks],
-        exit_code=m.exit_code if m.HasField("exit_code") else None, restarts=m.restarts, log_path=m.log_path,
-        notes=list(m.notes), placement=placement_from_proto(m.placement) if m.HasField("placement") else None,
+        exit_code=m.exit_code if m.HasField("exit_code") else None,
+        restarts=m.restarts,
+        log_path=m.log_path,
+        notes=list(m.notes),
+        placement=placement_from_proto(m.placement) if m.HasField("placement") else None,
         nodes=[_node_from_proto(n) for n in m.nodes],
-    )  # fmt: skip
+    )
 
 
 # Events
@@ -238,7 +327,10 @@ def event_to_proto(event: JobEvent) -> jobs_pb2.JobEvent:
     elif event.log is not None:
         line = event.log
         message.log.from_producer, message.log.stream, message.log.text = (
-            line.from_producer, _STREAMS[line.stream], line.text)  # fmt: skip
+            line.from_producer,
+            _STREAMS[line.stream],
+            line.text,
+        )
         if line.rank is not None:
             message.log.rank = line.rank
     return message
@@ -249,8 +341,12 @@ def event_from_proto(m: jobs_pb2.JobEvent) -> JobEvent:
     base = {"sequence": m.sequence, "time": from_timestamp(m.time), "job_id": m.job_id}
     if kind == "state_change":
         c = m.state_change
-        change = StateChange(state_from_proto(c.previous), state_from_proto(c.current), c.message,
-                             result_from_proto(c.result) if c.HasField("result") else None)  # fmt: skip
+        change = StateChange(
+            state_from_proto(c.previous),
+            state_from_proto(c.current),
+            c.message,
+            result_from_proto(c.result) if c.HasField("result") else None,
+        )
         return JobEvent(**base, state_change=change)
     if kind == "progress":
         return JobEvent(**base, progress=progress_from_proto(m.progress))
@@ -263,13 +359,30 @@ def event_from_proto(m: jobs_pb2.JobEvent) -> JobEvent:
 
 
 _TRAINER_SCALARS = (
-    "epoch", "step_in_epoch", "global_step", "loss", "accuracy", "batches_per_second",
-    "data_wait_seconds_total", "train_seconds_total", "steps_total", "model_bytes",
-)  # fmt: skip
+    "epoch",
+    "step_in_epoch",
+    "global_step",
+    "loss",
+    "accuracy",
+    "batches_per_second",
+    "data_wait_seconds_total",
+    "train_seconds_total",
+    "steps_total",
+    "model_bytes",
+)
 _PRODUCER_SCALARS = (
-    "epoch", "batches_total", "seeds_total", "sampled_nodes_total", "sampled_edges_total", "sample_seconds_total",
-    "gather_seconds_total", "wait_seconds_total", "ready_slots", "lag_batches", "slot_grows_total",
-)  # fmt: skip
+    "epoch",
+    "batches_total",
+    "seeds_total",
+    "sampled_nodes_total",
+    "sampled_edges_total",
+    "sample_seconds_total",
+    "gather_seconds_total",
+    "wait_seconds_total",
+    "ready_slots",
+    "lag_batches",
+    "slot_grows_total",
+)
 
 
 def report_to_proto(report: ProgressReport) -> progress_pb2.ProgressReport:

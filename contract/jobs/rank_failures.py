@@ -2,10 +2,10 @@
 
 A rank that dies of an exception (the user's script or the runtime's) writes the exception's
 last traceback line -- `ValueError: bad learning rate` -- to `<job_dir>/failures/` before it
-exits (the rank's side, `write_rank_failure`). When torchrun then fails the job, the daemon names that line as the job's cause,
-instead of torchrun's exit status alone. One file per rank and torchrun attempt; the first
-written of the last attempt is the cause (ranks that fail after it fail because of it); the
-daemon's side is `first_rank_failure`.
+exits (the rank's side, `write_rank_failure`). When torchrun then fails the job, the daemon
+names that line as the job's cause, instead of torchrun's exit status alone. One file per rank
+and torchrun attempt; the first written of the last attempt is the cause (ranks that fail after
+it fail because of it); the daemon's side is `first_rank_failure`.
 """
 
 from __future__ import annotations

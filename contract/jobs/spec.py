@@ -14,10 +14,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphtier.contract.errors import InvalidRequestError
-from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.fanouts import check_channel_fanouts
+from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.network import MAX_PEERS
 from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
@@ -49,37 +49,73 @@ class JobSpec(BaseModel):
     nproc_per_node: int = Field(1, ge=1, le=64, description="Trainer ranks on each node.")
     nnodes: int = Field(1, ge=1, le=1024, description="Nodes (daemons) the job spans; > 1 = a multi-node job.")
     nodes: list[str] = Field(
-        default_factory=list, max_length=1024,
+        default_factory=list,
+        max_length=1024,
         description="The nodes by name or HOST:PORT (the submitting daemon among them); empty = the submitting daemon "
         "and its first nnodes - 1 serving peers.",
-    )  # fmt: skip
+    )
     device: DeviceKind = Field("cpu", description="Where ranks compute: cpu (gloo) or cuda (cuda:LOCAL_RANK, NCCL).")
     checkpoint_every_steps: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = at epoch ends only.")
     seed: int = Field(0, ge=0, lt=2**63, description="Seed of shuffles, samplers and initialisation.")
     budgets: BudgetSpec | None = Field(None, description="Tier budgets if the dataset must be loaded.")
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun --max-restarts (resumes from checkpoints).")
     num_slots: int = Field(2, ge=2, le=16, description="Ping-pong slots per rank's producer channel.")
-    storage_reads: StorageReads = Field("mmap", description="How producers read storage-tier rows: mmap (the file "
-                                        "mapping), direct (O_DIRECT, many requests in flight) or page-cache.")
-    window: int = Field(0, ge=0, le=MAX_WINDOW, description="Look-ahead window: batches each producer samples ahead, "
-                        "reading their storage rows early and once; 0 = off.")
-    on_nonfinite: OnNonFinite = Field("fail", description="A NaN/inf loss or gradient: fail (the job, naming rank and "
-                                      "step), skip-step (skip that optimizer step) or off (not checked).")
-    features: FeaturesKind = Field("replicated", description="Feature rows of a multi-node job: replicated (every "
-                                   "node holds every row) or partitioned (the hottest `replicate` share on every "
-                                   "node, each other row on one node, fetched by the others per batch).")
-    replicate: str = Field(DEFAULT_REPLICATE, description="With partitioned features: the rows, hottest first, every "
-                           "node holds: a share of the rows (10%; 0.1) or a size of feature bytes per node (512MiB).")
-    sampler: SamplerKind = Field("auto", description="Where producers sample: cpu, gpu (on the rank's GPU over the "
-                                 "tiered structure; device cuda only) or auto (gpu on a cuda job whose placement puts "
-                                 "structure on the device and whose daemon has the GPU ops, else cpu); recorded "
-                                 "resolved at submit.")
+    storage_reads: StorageReads = Field(
+        "mmap",
+        description="How producers read storage-tier rows: mmap (the file "
+        "mapping), direct (O_DIRECT, many requests in flight) or page-cache.",
+    )
+    window: int = Field(
+        0,
+        ge=0,
+        le=MAX_WINDOW,
+        description="Look-ahead window: batches each producer samples ahead, "
+        "reading their storage rows early and once; 0 = off.",
+    )
+    on_nonfinite: OnNonFinite = Field(
+        "fail",
+        description="A NaN/inf loss or gradient: fail (the job, naming rank and "
+        "step), skip-step (skip that optimizer step) or off (not checked).",
+    )
+    features: FeaturesKind = Field(
+        "replicated",
+        description="Feature rows of a multi-node job: replicated (every "
+        "node holds every row) or partitioned (the hottest `replicate` share on every "
+        "node, each other row on one node, fetched by the others per batch).",
+    )
+    replicate: str = Field(
+        DEFAULT_REPLICATE,
+        description="With partitioned features: the rows, hottest first, every "
+        "node holds: a share of the rows (10%; 0.1) or a size of feature bytes per node (512MiB).",
+    )
+    sampler: SamplerKind = Field(
+        "auto",
+        description="Where producers sample: cpu, gpu (on the rank's GPU over the "
+        "tiered structure; device cuda only) or auto (gpu on a cuda job whose placement puts "
+        "structure on the device and whose daemon has the GPU ops, else cpu); recorded "
+        "resolved at submit.",
+    )
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
-    script: str = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
+    script: str = Field(
+        "", max_length=4096, description="Absolute path of the user's training script; empty = `model`."
+    )
     args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
-    @field_validator("batch_size", "hidden", "heads", "epochs", "nproc_per_node", "checkpoint_every_steps", "seed",
-                     "max_restarts", "num_slots", "fanouts", "window", "nnodes", mode="before")
+    @field_validator(
+        "batch_size",
+        "hidden",
+        "heads",
+        "epochs",
+        "nproc_per_node",
+        "checkpoint_every_steps",
+        "seed",
+        "max_restarts",
+        "num_slots",
+        "fanouts",
+        "window",
+        "nnodes",
+        mode="before",
+    )
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         """`epochs: true` in YAML is a mistake, not 1 epoch (pydantic would take a bool as an int)."""
@@ -90,7 +126,7 @@ class JobSpec(BaseModel):
     @field_validator("replicate", mode="before")
     @classmethod
     def _budget(cls, value: Any) -> str:
-        """"10%", 0.1 or "0.1" as "10%"; a size ("512MiB") as it is; anything else refused naming why."""
+        """ "10%", 0.1 or "0.1" as "10%"; a size ("512MiB") as it is; anything else refused naming why."""
         return check_replicate(value)
 
     @field_validator("fanouts")
@@ -102,7 +138,9 @@ class JobSpec(BaseModel):
     @classmethod
     def _check_script(cls, script: str) -> str:
         if script and not Path(script).is_absolute():
-            raise ValueError(f"script {script!r} must be an absolute path (the daemon runs it from the job's directory)")
+            raise ValueError(
+                f"script {script!r} must be an absolute path (the daemon runs it from the job's directory)"
+            )
         return script
 
     @model_validator(mode="after")
@@ -116,7 +154,9 @@ class JobSpec(BaseModel):
         if self.nodes and len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"nodes {self.nodes} names a node twice")
         if len(self.nodes) == 1:
-            raise ValueError(f"nodes {self.nodes}: a multi-node job needs at least 2 nodes (or none: this daemon alone)")
+            raise ValueError(
+                f"nodes {self.nodes}: a multi-node job needs at least 2 nodes (or none: this daemon alone)"
+            )
         if self.nodes and self.nnodes == 1:
             object.__setattr__(self, "nnodes", len(self.nodes))  # frozen: the one place nnodes follows nodes
         if self.sampler == "gpu" and self.device != "cuda":
@@ -124,13 +164,17 @@ class JobSpec(BaseModel):
         if self.sampler == "auto" and self.device == "cpu":
             object.__setattr__(self, "sampler", "cpu")  # frozen: auto is recorded resolved
         if self.features == "partitioned" and self.nnodes == 1:
-            raise ValueError("features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "
-                             "one node holds every row (features 'replicated')")
+            raise ValueError(
+                "features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "
+                "one node holds every row (features 'replicated')"
+            )
         if self.features == "partitioned" and self.nnodes > MAX_PEERS:
             raise ValueError(f"features 'partitioned' supports at most {MAX_PEERS} nodes, got nnodes={self.nnodes}")
         if self.features == "replicated" and self.replicate != DEFAULT_REPLICATE:
-            raise ValueError(f"replicate={self.replicate} applies to features 'partitioned' only (every row is on "
-                             "every node with 'replicated')")
+            raise ValueError(
+                f"replicate={self.replicate} applies to features 'partitioned' only (every row is on "
+                "every node with 'replicated')"
+            )
         return self
 
     @property

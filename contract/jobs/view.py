@@ -69,17 +69,21 @@ class JobPlacementInfo(BaseModel):
     rdzv_id: str = Field(min_length=1, max_length=200)
     coordinator: str = Field(min_length=3, description="HOST:PORT of the coordinating daemon (node rank 0).")
     coordinator_job_id: str = Field(min_length=1)
-    local_addr: str = Field(min_length=1, description="Address this node's ranks are reached at (torchrun --local-addr).")
+    local_addr: str = Field(
+        min_length=1, description="Address this node's ranks are reached at (torchrun --local-addr)."
+    )
     dataset_version: str = ""
     peer_timeout_s: float = Field(default=15.0, gt=0, le=3600)
-    node_addresses: list[str] = Field(default_factory=list, max_length=1024,
-                                      description="Every node's daemon HOST:PORT by node rank (partitioned features).")
+    node_addresses: list[str] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="Every node's daemon HOST:PORT by node rank (partitioned features).",
+    )
 
     @property
     def rdzv_host(self) -> bool:
         """True on node rank 0 (the coordinator), whose torchrun agent hosts the rendezvous store."""
         return self.node_rank == 0
-
 
 
 @dataclass(frozen=True)
@@ -145,5 +149,3 @@ class JobEvent:
     state_change: StateChange | None = None
     progress: JobProgressInfo | None = None
     log: LogLine | None = None
-
-

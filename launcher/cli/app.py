@@ -43,8 +43,10 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
-    show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                               help="print graphtier's version and exit")] = False,  # fmt: skip
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print graphtier's version and exit"),
+    ] = False,
 ) -> None:
     """graphtier: a training data service for GNNs."""
 

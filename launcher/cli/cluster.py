@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -52,9 +52,9 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_ready(popen: subprocess.Popen[bytes], runtime_dir: Path, log_path: Path, offset: int, timeout: float):
-    from graphtier.launcher.client import DaemonClient
-    from graphtier.contract.errors import DaemonError
     from graphtier.contract.endpoints import read_endpoints
+    from graphtier.contract.errors import DaemonError
+    from graphtier.launcher.client import DaemonClient
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -91,13 +91,15 @@ def daemon_files(argv: list[str]) -> DaemonFiles:
     from graphtier.contract.endpoints import DaemonFiles
     from graphtier.contract.errors import DaemonConfigError
 
-    done = subprocess.run(daemon_command([*argv, "--print-files"]), capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        daemon_command([*argv, "--print-files"]), capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
     if done.returncode != 0:
         prefix = "graphtierd: error: "
         problems = [line.removeprefix(prefix) for line in done.stderr.splitlines() if line.startswith(prefix)]
-        raise DaemonConfigError("\n".join(problems) or done.stderr.strip()
-                                or f"graphtierd exited with status {done.returncode}")  # fmt: skip
+        raise DaemonConfigError(
+            "\n".join(problems) or done.stderr.strip() or f"graphtierd exited with status {done.returncode}"
+        )
     return DaemonFiles.model_validate_json(done.stdout)
 
 
@@ -117,8 +119,9 @@ def spawn_daemon(argv: list[str], timeout: float) -> tuple[subprocess.Popen[byte
     daemon_file_dir(files.log_file.parent, files.runtime_dir)
     offset = files.log_file.stat().st_size if files.log_file.exists() else 0
     with open(files.log_file, "ab") as log:
-        popen = subprocess.Popen(daemon_command(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                 start_new_session=True)  # fmt: skip
+        popen = subprocess.Popen(
+            daemon_command(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
     try:
         return popen, _wait_ready(popen, files.runtime_dir, files.log_file, offset, timeout)
     except KeyboardInterrupt:
@@ -129,19 +132,25 @@ def spawn_daemon(argv: list[str], timeout: float) -> tuple[subprocess.Popen[byte
 @app.command()
 def start(
     foreground: Annotated[bool, typer.Option("--foreground", help="run in this terminal until Ctrl-C")] = False,
-    http_port: Annotated[Optional[int], typer.Option("--http-port", help="status app port (0 = a free one)")] = None,
-    http_host: Annotated[Optional[str], typer.Option("--http-host", help="status app address")] = None,
-    tcp: Annotated[Optional[str], typer.Option("--tcp", help="also serve gRPC on HOST:PORT")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="YAML/JSON daemon config")] = None,
-    dataset_root: Annotated[Optional[Path], typer.Option("--dataset-root", help="prepared datasets")] = None,
+    http_port: Annotated[int | None, typer.Option("--http-port", help="status app port (0 = a free one)")] = None,
+    http_host: Annotated[str | None, typer.Option("--http-host", help="status app address")] = None,
+    tcp: Annotated[str | None, typer.Option("--tcp", help="also serve gRPC on HOST:PORT")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON daemon config")] = None,
+    dataset_root: Annotated[Path | None, typer.Option("--dataset-root", help="prepared datasets")] = None,
     runtime_dir: RuntimeDirOption = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait until the daemon serves")] = 120.0,
     json_out: JsonOption = False,
 ) -> None:
     """Start graphtierd in the background and wait until it serves; print its endpoints."""
     with error_boundary():
-        flags = {"--config": config, "--runtime-dir": runtime_dir, "--http-port": http_port,
-                 "--http-host": http_host, "--tcp": tcp, "--dataset-root": dataset_root}  # fmt: skip
+        flags = {
+            "--config": config,
+            "--runtime-dir": runtime_dir,
+            "--http-port": http_port,
+            "--http-host": http_host,
+            "--tcp": tcp,
+            "--dataset-root": dataset_root,
+        }
         argv = [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
         if foreground:
             daemon_files(argv)  # a bad config is one line here, as in the background
@@ -214,14 +223,19 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
             nodes = client.cluster_view().nodes
         endpoints = client.endpoints
         if json_out:
-            emit_json({
-                "pid": snapshot.pid, "health": health, "version": snapshot.version,
-                "started_at": snapshot.started_at.isoformat(), "uptime_seconds": snapshot.uptime_seconds,
-                "endpoints": endpoints.model_dump(mode="json") if endpoints else None,
-                "datasets": [d.model_dump(mode="json") for d in datasets],
-                "jobs": [{"job_id": j.job_id, "state": j.state, "dataset": j.dataset} for j in snapshot.jobs],
-                "cluster": [n.model_dump(mode="json") for n in nodes],
-            })  # fmt: skip
+            emit_json(
+                {
+                    "pid": snapshot.pid,
+                    "health": health,
+                    "version": snapshot.version,
+                    "started_at": snapshot.started_at.isoformat(),
+                    "uptime_seconds": snapshot.uptime_seconds,
+                    "endpoints": endpoints.model_dump(mode="json") if endpoints else None,
+                    "datasets": [d.model_dump(mode="json") for d in datasets],
+                    "jobs": [{"job_id": j.job_id, "state": j.state, "dataset": j.dataset} for j in snapshot.jobs],
+                    "cluster": [n.model_dump(mode="json") for n in nodes],
+                }
+            )
             return
         uptime = f"up {snapshot.uptime_seconds:.0f} s"
         console.print(f"graphtierd pid {snapshot.pid}, {health}, {uptime}, v{snapshot.version}")
@@ -263,7 +277,9 @@ def join(
 
 def _cluster_table(nodes) -> Table:
     """One row per node: health (or why not), load, memory, datasets with their versions."""
-    table = compact_table("node", "address", "health", "load 1/5/15", "cpus", "free", "jobs", "datasets", title="cluster")
+    table = compact_table(
+        "node", "address", "health", "load 1/5/15", "cpus", "free", "jobs", "datasets", title="cluster"
+    )
     problems = []
     for n in nodes:
         name = f"{n.name}*" if n.is_self else n.name
@@ -273,7 +289,15 @@ def _cluster_table(nodes) -> Table:
             continue
         load = f"{n.load.load1:.1f}/{n.load.load5:.1f}/{n.load.load15:.1f}"
         sets = ", ".join(f"{d.name}@{d.version[:8]}" for d in n.datasets) or "-"
-        table.add_row(name, n.address, n.health, load, str(n.load.cpus), human_bytes(n.load.memory_available_bytes),
-                      str(n.load.active_jobs), sets)  # fmt: skip
+        table.add_row(
+            name,
+            n.address,
+            n.health,
+            load,
+            str(n.load.cpus),
+            human_bytes(n.load.memory_available_bytes),
+            str(n.load.active_jobs),
+            sets,
+        )
     table.caption = "* this daemon" + ("\n" + "\n".join(problems) if problems else "")
     return table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,7 +15,7 @@ from graphtier.launcher.cli.rendering import console, emit_json, error_boundary,
 app = typer.Typer(help="Prepare and inspect datasets.", no_args_is_help=True)
 
 OutOption = Annotated[
-    Optional[Path], typer.Option("--out", help="dataset root directory (default $GRAPHTIER_HOME/datasets)")
+    Path | None, typer.Option("--out", help="dataset root directory (default $GRAPHTIER_HOME/datasets)")
 ]
 
 
@@ -40,10 +40,10 @@ def prepare(
     source: Annotated[str, typer.Argument(help="synthetic:rmat | planetoid:DIR | npz:FILE | edges:FILE | ogb:DIR")],
     name: Annotated[str, typer.Option("--name", help="name of the prepared dataset")],
     score: Annotated[str, typer.Option(help="hotness score: wrpr, rpr, degree, none, or user:PATH.npy")] = "wrpr",
-    iterations: Annotated[Optional[int], typer.Option(help="PageRank iterations (wrpr default 5, rpr 20)")] = None,
+    iterations: Annotated[int | None, typer.Option(help="PageRank iterations (wrpr default 5, rpr 20)")] = None,
     damping: Annotated[float, typer.Option(help="PageRank damping factor")] = 0.85,
     score_fanout: Annotated[
-        Optional[int], typer.Option(help="wrpr/rpr: model a k-neighbour sample, min(1,k/d), instead of 1/d")
+        int | None, typer.Option(help="wrpr/rpr: model a k-neighbour sample, min(1,k/d), instead of 1/d")
     ] = None,
     undirected: Annotated[bool, typer.Option("--undirected", help="add the reverse of every edge")] = False,
     out: OutOption = None,
@@ -55,27 +55,29 @@ def prepare(
             "or 'unlimited' (everything in memory, about 3x the dataset)"
         ),
     ] = "auto",
-    scale: Annotated[Optional[int], typer.Option(help="[synthetic] log2 of the node count")] = None,
-    edge_factor: Annotated[Optional[int], typer.Option(help="[synthetic] edges per node")] = None,
+    scale: Annotated[int | None, typer.Option(help="[synthetic] log2 of the node count")] = None,
+    edge_factor: Annotated[int | None, typer.Option(help="[synthetic] edges per node")] = None,
     num_classes: Annotated[
-        Optional[int],
-        typer.Option(help="classes: labels must be 0..N-1 (or -1), kept as they are; without it labels that are not "
-                     "0..k-1 are remapped to dense classes, noted. [synthetic] planted communities"),
+        int | None,
+        typer.Option(
+            help="classes: labels must be 0..N-1 (or -1), kept as they are; without it labels that are not "
+            "0..k-1 are remapped to dense classes, noted. [synthetic] planted communities"
+        ),
     ] = None,
-    feature_dim: Annotated[Optional[int], typer.Option(help="[synthetic] feature dimension")] = None,
-    homophily: Annotated[Optional[float], typer.Option(help="[synthetic] fraction of intra-community edges")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="[synthetic] generator seed")] = None,
-    features: Annotated[Optional[Path], typer.Option(help="[edges] node feature file (.npy or text)")] = None,
-    labels: Annotated[Optional[Path], typer.Option(help="[edges] node label file (.npy or text)")] = None,
-    skip_rows: Annotated[Optional[int], typer.Option(help="[edges] header lines to skip (default: detect)")] = None,
-    one_based: Annotated[Optional[bool], typer.Option("--one-based", help="[edges] ids start at 1")] = None,
+    feature_dim: Annotated[int | None, typer.Option(help="[synthetic] feature dimension")] = None,
+    homophily: Annotated[float | None, typer.Option(help="[synthetic] fraction of intra-community edges")] = None,
+    seed: Annotated[int | None, typer.Option(help="[synthetic] generator seed")] = None,
+    features: Annotated[Path | None, typer.Option(help="[edges] node feature file (.npy or text)")] = None,
+    labels: Annotated[Path | None, typer.Option(help="[edges] node label file (.npy or text)")] = None,
+    skip_rows: Annotated[int | None, typer.Option(help="[edges] header lines to skip (default: detect)")] = None,
+    one_based: Annotated[bool | None, typer.Option("--one-based", help="[edges] ids start at 1")] = None,
     missing_features: Annotated[
-        Optional[str], typer.Option(help="[planetoid] 'error' or 'zeros' for nodes the files give no features")
+        str | None, typer.Option(help="[planetoid] 'error' or 'zeros' for nodes the files give no features")
     ] = None,
-    split_seed: Annotated[Optional[int], typer.Option(help="seed of the random split when the source has none")] = None,
-    train_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
-    val_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
-    test_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
+    split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
+    train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
+    val_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
+    test_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Read SOURCE, score and reorder it by hotness, and write a prepared dataset atomically."""
@@ -121,7 +123,9 @@ def prepare(
         f"[green]prepared[/] {manifest.name}: {manifest.num_nodes:,} nodes, {manifest.num_edges:,} edges, "
         f"{manifest.feature_dim} features, {manifest.num_classes} classes, score {manifest.score['label']}; "
         f"{manifest.timings_s['total']:.1f}s, peak memory {human_bytes(manifest.peak_rss_bytes)}"
-        + (f" (budget {human_bytes(manifest.memory_budget_bytes)})" if manifest.memory_budget_bytes else " (no budget)"),
+        + (
+            f" (budget {human_bytes(manifest.memory_budget_bytes)})" if manifest.memory_budget_bytes else " (no budget)"
+        ),
         highlight=False,
     )
     for note in manifest.notes:
@@ -144,8 +148,14 @@ def list_(out: OutOption = None, json_out: JsonOption = False) -> None:
         table.add_column(column)
     for m in manifests:
         table.add_row(
-            m.name, f"{m.num_nodes:,}", f"{m.num_edges:,}", str(m.feature_dim), str(m.num_classes),
-            str(m.score["kind"]), human_bytes(m.total_bytes), m.source,
+            m.name,
+            f"{m.num_nodes:,}",
+            f"{m.num_edges:,}",
+            str(m.feature_dim),
+            str(m.num_classes),
+            str(m.score["kind"]),
+            human_bytes(m.total_bytes),
+            m.source,
         )
     console.print(table)
 
@@ -170,12 +180,22 @@ def inspect(
         return
     table = Table(title=f"{m.name} ({dataset.directory})", show_header=False)
     for key, value in (
-        ("source", m.source), ("created", m.created_at), ("format version", m.format_version),
-        ("nodes", f"{m.num_nodes:,}"), ("edges", f"{m.num_edges:,}"), ("undirected", m.undirected),
-        ("features", m.feature_dim), ("classes", m.num_classes),
-        ("class labels", f"remapped; class i was source label {m.class_labels}" if m.class_labels else "as in the source"),
+        ("source", m.source),
+        ("created", m.created_at),
+        ("format version", m.format_version),
+        ("nodes", f"{m.num_nodes:,}"),
+        ("edges", f"{m.num_edges:,}"),
+        ("undirected", m.undirected),
+        ("features", m.feature_dim),
+        ("classes", m.num_classes),
+        (
+            "class labels",
+            f"remapped; class i was source label {m.class_labels}" if m.class_labels else "as in the source",
+        ),
         ("splits", m.split_sizes),
-        ("score", m.score["label"]), ("size", human_bytes(m.total_bytes)), ("timings (s)", m.timings_s),
+        ("score", m.score["label"]),
+        ("size", human_bytes(m.total_bytes)),
+        ("timings (s)", m.timings_s),
         ("peak memory", human_bytes(m.peak_rss_bytes)),
         ("memory budget", human_bytes(m.memory_budget_bytes) if m.memory_budget_bytes else "none (in memory)"),
         ("checksums", "verified" if verify else "not checked"),
@@ -200,14 +220,25 @@ def remove(name: str, out: OutOption = None) -> None:
 @app.command("tiering-report")
 def tiering_report(
     name: str,
-    budget: Annotated[str, typer.Option(help="device-tier budget: a share of the feature bytes (10%) or a size (512MiB)")] = "10%",
+    budget: Annotated[
+        str, typer.Option(help="device-tier budget: a share of the feature bytes (10%) or a size (512MiB)")
+    ] = "10%",
     fanout: Annotated[str, typer.Option(help="neighbours per hop, -1 = all")] = "15,10,5",
     batch_size: Annotated[int, typer.Option(help="seeds per mini-batch")] = 1024,
     epochs: Annotated[int, typer.Option(help="epochs to replay")] = 3,
     seed: Annotated[int, typer.Option(help="shuffle and sampling seed")] = 0,
-    png: Annotated[Optional[Path], typer.Option(help="where to write the figure (default <dataset>/tiering-report.png)")] = None,
-    host_budget: Annotated[Optional[str], typer.Option(help="host-tier feature bytes after the device tier (30% or 2GiB): adds the storage tier's expected reads")] = None,
-    window: Annotated[int, typer.Option(help="with --host-budget: look-ahead window depths to show, up to this many batches")] = 4,
+    png: Annotated[
+        Path | None, typer.Option(help="where to write the figure (default <dataset>/tiering-report.png)")
+    ] = None,
+    host_budget: Annotated[
+        str | None,
+        typer.Option(
+            help="host-tier feature bytes after the device tier (30% or 2GiB): adds the storage tier's expected reads"
+        ),
+    ] = None,
+    window: Annotated[
+        int, typer.Option(help="with --host-budget: look-ahead window depths to show, up to this many batches")
+    ] = 4,
     out: OutOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -223,13 +254,24 @@ def tiering_report(
         dataset = PreparedDataset.open(name, out)
         fanouts = parse_fanouts(fanout)
         with Progress(
-            "replaying epochs", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console, transient=True
+            "replaying epochs",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
         ) as progress:
             task = progress.add_task("replay", total=None)
             report = build_tiering_report(
-                dataset, budget=budget, fanouts=fanouts, batch_size=batch_size, epochs=epochs, seed=seed,
+                dataset,
+                budget=budget,
+                fanouts=fanouts,
+                batch_size=batch_size,
+                epochs=epochs,
+                seed=seed,
                 on_batch=lambda done, total: progress.update(task, completed=done, total=total),
-                host_budget=host_budget, window=window,
+                host_budget=host_budget,
+                window=window,
             )
         report.png = str(write_cumulative_access_png(report, png or dataset.directory / "tiering-report.png"))
     if json_out:
@@ -249,7 +291,9 @@ def tiering_report(
     for column in ("score", "hit ratio", "vs oracle", "host->device per epoch"):
         table.add_column(column, justify="right" if column != "score" else "left")
     for o in report.outcomes:
-        table.add_row(o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", human_bytes(o.host_to_device_bytes_per_epoch))
+        table.add_row(
+            o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", human_bytes(o.host_to_device_bytes_per_epoch)
+        )
     stdout = Console()
     stdout.print(table)
     if report.storage is not None:
@@ -271,6 +315,11 @@ def _storage_table(report) -> Table:
     for column in ("window", "hit ratio", "rows read / batch", "device bytes / batch", "device bytes / epoch"):
         table.add_column(column, justify="right")
     for w in s.windows:
-        table.add_row("off" if w.depth == 0 else str(w.depth), f"{w.hit_ratio:.1%}", f"{w.read_rows_per_batch:,.0f}",
-                      human_bytes(w.read_bytes_per_batch), human_bytes(w.read_bytes_per_epoch))  # fmt: skip
+        table.add_row(
+            "off" if w.depth == 0 else str(w.depth),
+            f"{w.hit_ratio:.1%}",
+            f"{w.read_rows_per_batch:,.0f}",
+            human_bytes(w.read_bytes_per_batch),
+            human_bytes(w.read_bytes_per_epoch),
+        )
     return table

@@ -15,7 +15,6 @@ from graphtier.launcher.cli.options import RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
 
 
-
 def push(
     name: Annotated[str, typer.Argument(help="a prepared dataset of this node's daemon")],
     to: Annotated[str, typer.Option("--to", help="the node to send it to: its name or HOST:PORT (a peer)")],
@@ -37,8 +36,10 @@ def push(
             console.print(f"{result.node} already has {name} at version {result.version[:16]}; nothing sent")
             return
         rate = result.bytes / result.seconds if result.seconds > 0 else 0.0
-        console.print(f"pushed {name} ({human_bytes(result.bytes)}, version {result.version[:16]}) to {result.node} "
-                      f"in {result.seconds:.1f} s ({human_bytes(rate)}/s)")  # fmt: skip
+        console.print(
+            f"pushed {name} ({human_bytes(result.bytes)}, version {result.version[:16]}) to {result.node} "
+            f"in {result.seconds:.1f} s ({human_bytes(rate)}/s)"
+        )
 
 
 def register(app: typer.Typer) -> None:

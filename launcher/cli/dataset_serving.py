@@ -10,7 +10,6 @@ from graphtier.launcher.cli.options import RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
 
 
-
 def unload(
     name: Annotated[str, typer.Argument(help="the loaded dataset")],
     force: Annotated[bool, typer.Option("--force", help="cancel the jobs that use it first")] = False,
@@ -25,8 +24,13 @@ def unload(
         with DaemonClient(runtime_dir=directory) as client:
             result = client.unload_dataset(name, force=force)
         if json_out:
-            emit_json({"dataset": name, "released_bytes": result.released_bytes,
-                       "cancelled_job_ids": result.cancelled_job_ids})  # fmt: skip
+            emit_json(
+                {
+                    "dataset": name,
+                    "released_bytes": result.released_bytes,
+                    "cancelled_job_ids": result.cancelled_job_ids,
+                }
+            )
             return
         cancelled = f"; cancelled job(s) {', '.join(result.cancelled_job_ids)}" if result.cancelled_job_ids else ""
         console.print(f"unloaded {name}: released {human_bytes(result.released_bytes)}{cancelled}")

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -54,15 +53,21 @@ def demo_placement(gpus: int, nproc_per_node: int | None = None) -> DemoPlacemen
         raise typer.BadParameter(f"must be >= 1, got {nproc_per_node}", param_hint="--nproc-per-node")
     if gpus == 0:
         ranks = nproc_per_node or DEMO_RANKS
-        return DemoPlacement("cpu", ranks, DEMO_RANKS, f"the daemon sees no GPU: {ranks} CPU rank(s), "
-                             f"device tiers accounted for {DEMO_RANKS} devices, not placed")  # fmt: skip
+        return DemoPlacement(
+            "cpu",
+            ranks,
+            DEMO_RANKS,
+            f"the daemon sees no GPU: {ranks} CPU rank(s), device tiers accounted for {DEMO_RANKS} devices, not placed",
+        )
     ranks = nproc_per_node or min(DEMO_RANKS, gpus)
     if ranks > gpus:
-        raise typer.BadParameter(f"{ranks} cuda ranks need one GPU each but the daemon sees {gpus}",
-                                 param_hint="--nproc-per-node")  # fmt: skip
+        raise typer.BadParameter(
+            f"{ranks} cuda ranks need one GPU each but the daemon sees {gpus}", param_hint="--nproc-per-node"
+        )
     devices = min(DEMO_RANKS, gpus)
-    return DemoPlacement("cuda", ranks, devices, f"the daemon sees {gpus} GPU(s): {ranks} cuda rank(s), "
-                         f"device tiers on {devices} GPU(s)")  # fmt: skip
+    return DemoPlacement(
+        "cuda", ranks, devices, f"the daemon sees {gpus} GPU(s): {ranks} cuda rank(s), device tiers on {devices} GPU(s)"
+    )
 
 
 def _daemon_gpus(client: DaemonClient) -> int:
@@ -83,22 +88,23 @@ def demo(
     scale: Annotated[int, typer.Option(help="log2 of the synthetic graph's node count")] = 15,
     epochs: Annotated[int, typer.Option(help="training epochs")] = 2,
     nproc_per_node: Annotated[
-        Optional[int], typer.Option(help="trainer ranks (default: 2 on CPU, min(2, GPUs) on GPUs)")
+        int | None, typer.Option(help="trainer ranks (default: 2 on CPU, min(2, GPUs) on GPUs)")
     ] = None,
     runtime_dir: Annotated[
-        Optional[Path], typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
+        Path | None, typer.Option("--runtime-dir", help="the daemon's runtime directory (default $GRAPHTIER_HOME/run)")
     ] = None,
-    dataset_root: Annotated[Optional[Path], typer.Option(help="where to prepare the dataset (a new daemon's root)")] = None,
+    dataset_root: Annotated[
+        Path | None, typer.Option(help="where to prepare the dataset (a new daemon's root)")
+    ] = None,
 ) -> None:
     """Daemon, dataset, a GraphSAGE job (cuda ranks on the daemon's GPUs, CPU ranks without) with live
     progress, accuracy and the metrics tables."""
+    from graphtier.contract.datasets import BudgetSpec
+    from graphtier.contract.endpoints import default_runtime_dir, read_endpoints, running_daemon_pid
+    from graphtier.contract.jobs.spec import JobSpec
     from graphtier.launcher.cli import job as job_cli
     from graphtier.launcher.cli.metrics import metrics
     from graphtier.launcher.client import DaemonClient
-    from graphtier.contract.endpoints import default_runtime_dir
-    from graphtier.contract.endpoints import read_endpoints, running_daemon_pid
-    from graphtier.contract.jobs.spec import JobSpec
-    from graphtier.contract.datasets import BudgetSpec
     from graphtier.service.prepared import PrepareConfig, prepare_dataset
     from graphtier.service.prepared.catalog import list_datasets
 
@@ -120,20 +126,39 @@ def demo(
                 console.print(f"dataset {name} is already prepared under {root}")
             else:
                 with console.status(f"preparing {name} (synthetic R-MAT, 2^{scale} nodes) under {root}"):
-                    prepare_dataset(PrepareConfig(source="synthetic:rmat", name=name, undirected=True, root=root,
-                                                  source_options={"scale": scale}))  # fmt: skip
+                    prepare_dataset(
+                        PrepareConfig(
+                            source="synthetic:rmat",
+                            name=name,
+                            undirected=True,
+                            root=root,
+                            source_options={"scale": scale},
+                        )
+                    )
                 console.print(f"prepared {name}")
             with DaemonClient(runtime_dir=directory) as client:
                 placement = demo_placement(_daemon_gpus(client), nproc_per_node)
                 console.print(placement.summary)
-                budgets = BudgetSpec(num_devices=placement.num_devices, device_replicated="5%",
-                                     device_interleaved="20%")  # fmt: skip
-                spec = JobSpec(dataset=name, model="sage", fanouts=[10, 5], batch_size=512, hidden=64, epochs=epochs,
-                               nproc_per_node=placement.nproc_per_node, device=placement.device, name="demo",
-                               budgets=budgets)  # fmt: skip
+                budgets = BudgetSpec(
+                    num_devices=placement.num_devices, device_replicated="5%", device_interleaved="20%"
+                )
+                spec = JobSpec(
+                    dataset=name,
+                    model="sage",
+                    fanouts=[10, 5],
+                    batch_size=512,
+                    hidden=64,
+                    epochs=epochs,
+                    nproc_per_node=placement.nproc_per_node,
+                    device=placement.device,
+                    name="demo",
+                    budgets=budgets,
+                )
                 submitted = client.submit_job(spec)
-                console.print(f"submitted job [bold]{submitted.job_id}[/]: {placement.nproc_per_node}-rank "
-                              f"GraphSAGE ({placement.device}) on {name}")  # fmt: skip
+                console.print(
+                    f"submitted job [bold]{submitted.job_id}[/]: {placement.nproc_per_node}-rank "
+                    f"GraphSAGE ({placement.device}) on {name}"
+                )
                 final = job_cli.follow(client, submitted.job_id)
             console.print(job_cli.describe(final), highlight=False, markup=False)
             metrics(runtime_dir=directory, json_out=False)

@@ -28,19 +28,27 @@ def doctor(
         emit_json(report)
         return
     torch_cuda = f"CUDA {report.torch_cuda_version}" if report.torch_cuda_version else "no CUDA"
-    driver = f"driver {report.driver_version} (CUDA {report.cuda_driver_version})" if report.driver_version else (
-        "no NVIDIA driver")  # fmt: skip
-    console.print(f"[bold]{escape(report.hostname)}[/]: torch {report.torch_version} ({torch_cuda}), {driver}",
-                  highlight=False)  # fmt: skip
+    driver = (
+        f"driver {report.driver_version} (CUDA {report.cuda_driver_version})"
+        if report.driver_version
+        else ("no NVIDIA driver")
+    )
+    console.print(
+        f"[bold]{escape(report.hostname)}[/]: torch {report.torch_version} ({torch_cuda}), {driver}", highlight=False
+    )
     console.print(f"[{'green' if report.cuda else 'yellow'}]{escape(report.summary)}[/]", highlight=False)
     if report.devices:
         devices = Table("gpu", "cuda", "name", "memory", "free", "cc", "SMs", title="devices")
         for d in report.devices:
             devices.add_row(
-                str(d.index), "-" if d.cuda_index is None else str(d.cuda_index), escape(d.name),
-                human_bytes(d.total_memory_bytes), human_bytes(d.free_memory_bytes), d.compute_capability or "-",
+                str(d.index),
+                "-" if d.cuda_index is None else str(d.cuda_index),
+                escape(d.name),
+                human_bytes(d.total_memory_bytes),
+                human_bytes(d.free_memory_bytes),
+                d.compute_capability or "-",
                 "-" if d.sm_count is None else str(d.sm_count),
-            )  # fmt: skip
+            )
         console.print(devices)
     if report.peer_access and len(report.peer_access) > 1:
         n = len(report.peer_access)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,9 +20,9 @@ from graphtier.launcher.cli.rendering import (
 )
 
 if TYPE_CHECKING:
-    from graphtier.launcher.client import DaemonClient
     from graphtier.contract.jobs.view import JobInfo
     from graphtier.contract.storage import StorageCounters
+    from graphtier.launcher.client import DaemonClient
 
 app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
 
@@ -52,15 +52,18 @@ def job_dict(job: JobInfo) -> dict[str, Any]:
 def _wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
     import textwrap
 
-    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest, break_long_words=False,
-                         break_on_hyphens=False) or [first.rstrip()]  # fmt: skip
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=first, subsequent_indent=rest, break_long_words=False, break_on_hyphens=False
+    ) or [first.rstrip()]
 
 
 def _storage_line(s: StorageCounters) -> str:
     """The storage tier's rows: how read, the window's share, and what the reads cost."""
     window = f", window {s.window}" if s.window else ""
-    line = f"storage tier ({s.mode}{window}): {s.rows:,} rows, {s.window_hit_ratio:.1%} from the window; " \
-           f"read {human_bytes(s.read_bytes)} in {s.requests:,} requests"
+    line = (
+        f"storage tier ({s.mode}{window}): {s.rows:,} rows, {s.window_hit_ratio:.1%} from the window; "
+        f"read {human_bytes(s.read_bytes)} in {s.requests:,} requests"
+    )
     if s.io_seconds > 0:
         line += f", {human_bytes(int(s.bandwidth))}/s at queue depth {s.queue_depth:.1f}"
     return line
@@ -71,31 +74,43 @@ def describe(job: JobInfo) -> str:
     where = f" x {job.spec.nnodes} nodes" if job.spec.nnodes > 1 else ""
     if job.spec.features == "partitioned":
         where += f", features partitioned ({job.spec.replicate} on every node)"
-    lines = _wrapped(f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
-                     f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s), "
-                     f"sampling on {job.spec.sampler}", first="")  # fmt: skip
+    lines = _wrapped(
+        f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
+        f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s), "
+        f"sampling on {job.spec.sampler}",
+        first="",
+    )
     p = job.progress
     if p is not None and p.total_steps:
         done = min(p.global_step, p.total_steps)
         bar = "#" * int(30 * done / p.total_steps)
         lines.append(f"  [{bar:<30}] step {done}/{p.total_steps}, epoch {p.epoch + 1}/{job.spec.epochs}")
-        lines.append(f"  loss {p.loss:.4f}  train acc {p.train_accuracy:.3f}  {p.batches_per_second:.1f} batches/s"
-                     f"  gathered {human_bytes(p.traffic.total_bytes)}")  # fmt: skip
+        lines.append(
+            f"  loss {p.loss:.4f}  train acc {p.train_accuracy:.3f}  {p.batches_per_second:.1f} batches/s"
+            f"  gathered {human_bytes(p.traffic.total_bytes)}"
+        )
         if p.traffic.network.rows:
-            lines.append(f"  network tier: {p.traffic.network.rows:,} rows, {human_bytes(p.traffic.network.bytes)} "
-                         "fetched from other nodes")  # fmt: skip
+            lines.append(
+                f"  network tier: {p.traffic.network.rows:,} rows, {human_bytes(p.traffic.network.bytes)} "
+                "fetched from other nodes"
+            )
         if p.storage.rows:
             lines += _wrapped(_storage_line(p.storage), first="  ", rest="    ")
     if job.result is not None:
         r = job.result
-        lines.append(f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "
-                     f"final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s")  # fmt: skip
+        lines.append(
+            f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "
+            f"final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s"
+        )
     for node in job.nodes:
         step = f", step {node.progress.global_step}" if node.progress else ""
         ranks = ",".join(str(r.rank) for r in node.ranks) or "-"
-        lines += _wrapped(f"node {node.node_rank} {node.node} ({node.address}): job {node.job_id or '-'} "
-                          f"[{node.state.value}] ranks {ranks}{step}" + (f": {node.message}" if node.message else ""),
-                          first="  ", rest="      ")  # fmt: skip
+        lines += _wrapped(
+            f"node {node.node_rank} {node.node} ({node.address}): job {node.job_id or '-'} "
+            f"[{node.state.value}] ranks {ranks}{step}" + (f": {node.message}" if node.message else ""),
+            first="  ",
+            rest="      ",
+        )
     if job.message:
         lines += _wrapped(job.message)
     for note in job.notes:
@@ -108,9 +123,15 @@ def follow(client: DaemonClient, job_id: str, *, quiet: bool = False) -> JobInfo
     """Show a live progress bar until the job ends; Ctrl-C detaches (the job keeps running)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    progress = Progress(TextColumn("job {task.fields[job]} {task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[figures]}"), TimeElapsedColumn(), console=console,
-                        disable=quiet)  # fmt: skip
+    progress = Progress(
+        TextColumn("job {task.fields[job]} {task.fields[state]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[figures]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    )
     task = progress.add_task("", total=None, job=job_id, state="pending", figures="")
     try:
         with progress:
@@ -122,8 +143,10 @@ def follow(client: DaemonClient, job_id: str, *, quiet: bool = False) -> JobInfo
                     figures = f"loss {p.loss:.4f} acc {p.train_accuracy:.3f} {p.batches_per_second:.1f} batches/s"
                     progress.update(task, total=p.total_steps or None, completed=p.global_step, figures=figures)
     except KeyboardInterrupt:
-        console.print(f"[yellow]detached from job {job_id}; it keeps running.[/] Follow it again with "
-                      f"`graphtier job status {job_id} --watch`, stop it with `graphtier job cancel {job_id}`.")  # fmt: skip
+        console.print(
+            f"[yellow]detached from job {job_id}; it keeps running.[/] Follow it again with "
+            f"`graphtier job status {job_id} --watch`, stop it with `graphtier job cancel {job_id}`."
+        )
         raise SystemExit(EXIT_INTERRUPTED) from None
     return client.get_job(job_id)
 
@@ -175,60 +198,116 @@ def split_args(text: str) -> list[str]:
 
 @app.command()
 def submit(
-    dataset: Annotated[Optional[str], typer.Option(help="prepared dataset to train on")] = None,
-    model: Annotated[Optional[str], typer.Option(help="sage, gcn or gat")] = None,
-    fanout: Annotated[Optional[str], typer.Option(help="neighbours per hop, e.g. 15,10,5 (-1 = all)")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="seed nodes per batch per rank")] = None,
-    hidden: Annotated[Optional[int], typer.Option(help="hidden width")] = None,
-    heads: Annotated[Optional[int], typer.Option(help="attention heads (gat)")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="passes over the train ids")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate")] = None,
-    dropout: Annotated[Optional[float], typer.Option(help="dropout in [0, 1)")] = None,
-    weight_decay: Annotated[Optional[float], typer.Option(help="Adam L2 weight decay")] = None,
-    device: Annotated[Optional[str], typer.Option(help="cpu, or cuda (one GPU per rank)")] = None,
-    nproc_per_node: Annotated[Optional[int], typer.Option(help="trainer ranks (torchrun --nproc-per-node)")] = None,
-    nnodes: Annotated[Optional[int], typer.Option(help="nodes (daemons) the job spans: this one and its first peers")] = None,
-    nodes: Annotated[Optional[str], typer.Option(help="the nodes by name or HOST:PORT, this one among them: a,b,c")] = None,
-    checkpoint_every_steps: Annotated[Optional[int], typer.Option(help="0 = at epoch ends only")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="seed of shuffles, samplers and init")] = None,
-    max_restarts: Annotated[Optional[int], typer.Option(help="torchrun --max-restarts")] = None,
-    name: Annotated[Optional[str], typer.Option(help="a name shown by `job list`")] = None,
-    script: Annotated[Optional[Path], typer.Option(help="your own training script, run under torchrun (see examples/)")] = None,
-    script_args: Annotated[Optional[str], typer.Option(help="the script's arguments, one string: '--layers 3 --tag x'")] = None,
-    num_devices: Annotated[Optional[int], typer.Option(help="devices the device tiers span (0: every row on host)")] = None,
-    device_replicated: Annotated[Optional[str], typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
-    device_interleaved: Annotated[Optional[str], typer.Option(help="feature bytes spread over the devices")] = None,
-    host_budget: Annotated[Optional[str], typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
-    storage_reads: Annotated[Optional[str], typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")] = None,
-    window: Annotated[Optional[int], typer.Option(help="look-ahead window: batches sampled ahead, storage rows read early and once; 0 = off")] = None,
-    on_nonfinite: Annotated[Optional[str], typer.Option(help="a NaN/inf loss or gradient: fail (default, naming rank and step), skip-step or off")] = None,
-    features: Annotated[Optional[str], typer.Option(help="multi-node feature rows: replicated (default: every node holds all) or partitioned "
-                                                                "(split across nodes, the hottest --replicate on every node, the rest fetched per batch)")] = None,
-    sampler: Annotated[Optional[str], typer.Option(help="where producers sample: cpu, gpu (device cuda only) or auto "
-                                                              "(default: gpu on a cuda job with structure on the device, else cpu)")] = None,
-    replicate: Annotated[Optional[str], typer.Option(help="with --features partitioned: the rows, hottest first, on every node: "
-                                                                 "a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)")] = None,
-    spec: Annotated[Optional[Path], typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
+    dataset: Annotated[str | None, typer.Option(help="prepared dataset to train on")] = None,
+    model: Annotated[str | None, typer.Option(help="sage, gcn or gat")] = None,
+    fanout: Annotated[str | None, typer.Option(help="neighbours per hop, e.g. 15,10,5 (-1 = all)")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="seed nodes per batch per rank")] = None,
+    hidden: Annotated[int | None, typer.Option(help="hidden width")] = None,
+    heads: Annotated[int | None, typer.Option(help="attention heads (gat)")] = None,
+    epochs: Annotated[int | None, typer.Option(help="passes over the train ids")] = None,
+    lr: Annotated[float | None, typer.Option(help="Adam learning rate")] = None,
+    dropout: Annotated[float | None, typer.Option(help="dropout in [0, 1)")] = None,
+    weight_decay: Annotated[float | None, typer.Option(help="Adam L2 weight decay")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, or cuda (one GPU per rank)")] = None,
+    nproc_per_node: Annotated[int | None, typer.Option(help="trainer ranks (torchrun --nproc-per-node)")] = None,
+    nnodes: Annotated[
+        int | None, typer.Option(help="nodes (daemons) the job spans: this one and its first peers")
+    ] = None,
+    nodes: Annotated[
+        str | None, typer.Option(help="the nodes by name or HOST:PORT, this one among them: a,b,c")
+    ] = None,
+    checkpoint_every_steps: Annotated[int | None, typer.Option(help="0 = at epoch ends only")] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of shuffles, samplers and init")] = None,
+    max_restarts: Annotated[int | None, typer.Option(help="torchrun --max-restarts")] = None,
+    name: Annotated[str | None, typer.Option(help="a name shown by `job list`")] = None,
+    script: Annotated[
+        Path | None, typer.Option(help="your own training script, run under torchrun (see examples/)")
+    ] = None,
+    script_args: Annotated[
+        str | None, typer.Option(help="the script's arguments, one string: '--layers 3 --tag x'")
+    ] = None,
+    num_devices: Annotated[
+        int | None, typer.Option(help="devices the device tiers span (0: every row on host)")
+    ] = None,
+    device_replicated: Annotated[str | None, typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
+    device_interleaved: Annotated[str | None, typer.Option(help="feature bytes spread over the devices")] = None,
+    host_budget: Annotated[str | None, typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
+    storage_reads: Annotated[
+        str | None, typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")
+    ] = None,
+    window: Annotated[
+        int | None,
+        typer.Option(help="look-ahead window: batches sampled ahead, storage rows read early and once; 0 = off"),
+    ] = None,
+    on_nonfinite: Annotated[
+        str | None,
+        typer.Option(help="a NaN/inf loss or gradient: fail (default, naming rank and step), skip-step or off"),
+    ] = None,
+    features: Annotated[
+        str | None,
+        typer.Option(
+            help="multi-node feature rows: replicated (default: every node holds all) or partitioned "
+            "(split across nodes, the hottest --replicate on every node, the rest fetched per batch)"
+        ),
+    ] = None,
+    sampler: Annotated[
+        str | None,
+        typer.Option(
+            help="where producers sample: cpu, gpu (device cuda only) or auto "
+            "(default: gpu on a cuda job with structure on the device, else cpu)"
+        ),
+    ] = None,
+    replicate: Annotated[
+        str | None,
+        typer.Option(
+            help="with --features partitioned: the rows, hottest first, on every node: "
+            "a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)"
+        ),
+    ] = None,
+    spec: Annotated[Path | None, typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Submit a job (flags or --spec job.yaml) and print its id."""
-    from graphtier.launcher.cli.dataset import parse_fanouts
     from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.launcher.cli.dataset import parse_fanouts
 
     with error_boundary():
-        budgets = {"num_devices": num_devices, "device_replicated": device_replicated,
-                   "device_interleaved": device_interleaved, "host": host_budget}  # fmt: skip
-        flags = {"dataset": dataset, "model": model, "fanouts": parse_fanouts(fanout) if fanout else None,
-                 "batch_size": batch_size, "hidden": hidden, "heads": heads, "epochs": epochs, "lr": lr,
-                 "dropout": dropout, "weight_decay": weight_decay, "device": device, "nproc_per_node": nproc_per_node,
-                 "checkpoint_every_steps": checkpoint_every_steps, "seed": seed, "max_restarts": max_restarts,
-                 "name": name, "script": script_path(script) if script else None,
-                 "nnodes": nnodes, "nodes": split_nodes(nodes) if nodes is not None else None,
-                 "args": split_args(script_args) if script_args is not None else None,
-                 "storage_reads": storage_reads, "window": window, "on_nonfinite": on_nonfinite,
-                 "features": features, "replicate": replicate, "sampler": sampler}  # fmt: skip
+        budgets = {
+            "num_devices": num_devices,
+            "device_replicated": device_replicated,
+            "device_interleaved": device_interleaved,
+            "host": host_budget,
+        }
+        flags = {
+            "dataset": dataset,
+            "model": model,
+            "fanouts": parse_fanouts(fanout) if fanout else None,
+            "batch_size": batch_size,
+            "hidden": hidden,
+            "heads": heads,
+            "epochs": epochs,
+            "lr": lr,
+            "dropout": dropout,
+            "weight_decay": weight_decay,
+            "device": device,
+            "nproc_per_node": nproc_per_node,
+            "checkpoint_every_steps": checkpoint_every_steps,
+            "seed": seed,
+            "max_restarts": max_restarts,
+            "name": name,
+            "script": script_path(script) if script else None,
+            "nnodes": nnodes,
+            "nodes": split_nodes(nodes) if nodes is not None else None,
+            "args": split_args(script_args) if script_args is not None else None,
+            "storage_reads": storage_reads,
+            "window": window,
+            "on_nonfinite": on_nonfinite,
+            "features": features,
+            "replicate": replicate,
+            "sampler": sampler,
+        }
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)
         else:
@@ -243,13 +322,17 @@ def submit(
             job = client.submit_job(job_spec)
             if not json_out:
                 for note in job.notes:
-                    console.print("\n".join(_wrapped(note, first="note: ", rest="      ")), highlight=False, markup=False)
+                    console.print(
+                        "\n".join(_wrapped(note, first="note: ", rest="      ")), highlight=False, markup=False
+                    )
             if not wait:
                 if json_out:
                     emit_json(job_dict(job))
                 else:
-                    console.print(f"submitted job [bold]{job.job_id}[/] ({job_spec.trains} on {job_spec.dataset}); "
-                                  f"follow it with `graphtier job status {job.job_id} --watch`")  # fmt: skip
+                    console.print(
+                        f"submitted job [bold]{job.job_id}[/] ({job_spec.trains} on {job_spec.dataset}); "
+                        f"follow it with `graphtier job status {job.job_id} --watch`"
+                    )
                     typer.echo(job.job_id)
                 return
             console.print(f"submitted job [bold]{job.job_id}[/]")
@@ -289,9 +372,17 @@ def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False
         p, r = job.progress, job.result
         step = f"{p.global_step}/{p.total_steps}" if p else "-"
         trains = Path(job.spec.script).name if job.spec.script else job.spec.model
-        table.add_row(job.job_id, *([job.spec.name] if named else []), job.state.value, job.spec.dataset, trains,
-                      str(job.spec.nproc_per_node), step, f"{r.val_accuracy:.4f}" if r else "-",
-                      f"{r.test_accuracy:.4f}" if r else "-")  # fmt: skip
+        table.add_row(
+            job.job_id,
+            *([job.spec.name] if named else []),
+            job.state.value,
+            job.spec.dataset,
+            trains,
+            str(job.spec.nproc_per_node),
+            step,
+            f"{r.val_accuracy:.4f}" if r else "-",
+            f"{r.test_accuracy:.4f}" if r else "-",
+        )
     console.print(table if jobs else "no jobs")
 
 

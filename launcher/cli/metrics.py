@@ -14,8 +14,6 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-
-
 def _why_no_hits(snapshot) -> str:
     """Why the device hit ratio is 0 when no loaded dataset has device rows ('' otherwise)."""
     device = [t for d in snapshot.datasets for t in d.tiers if t.tier in ("device_replicated", "device_interleaved")]
@@ -44,8 +42,9 @@ def metrics(
         f"graphtierd pid {snapshot.pid}, up {snapshot.uptime_seconds:.0f} s; device tiers {where}\n"
         f"batches trained {snapshot.batches_total}; now {snapshot.batches_per_second:.2f} trained/s, "
         f"{snapshot.produced_batches_per_second:.2f} produced/s; producer lag {snapshot.producer_lag_batches}\n"
-        f"hit ratio {_pct(traffic.hit_ratio)}{_why_no_hits(snapshot)}", highlight=False,
-    )  # fmt: skip
+        f"hit ratio {_pct(traffic.hit_ratio)}{_why_no_hits(snapshot)}",
+        highlight=False,
+    )
     sources = compact_table("source", "rows", "bytes", "share", title="feature traffic by tier")
     for name, source in traffic.sources.items():
         sources.add_row(name, f"{source.rows:,}", human_bytes(source.bytes), _pct(source.share))
@@ -59,8 +58,11 @@ def metrics(
     measured = snapshot.measured
     if measured.pcie_rx_bytes is not None:
         methods = ", ".join(sorted({g.method for g in measured.gpus if g.method}))
-        console.print(f"PCIe measured by NVML ({methods}): {human_bytes(measured.pcie_rx_bytes)} host to device, "
-                      f"beside {human_bytes(traffic.links.get('pcie', 0))} accounted", highlight=False)  # fmt: skip
+        console.print(
+            f"PCIe measured by NVML ({methods}): {human_bytes(measured.pcie_rx_bytes)} host to device, "
+            f"beside {human_bytes(traffic.links.get('pcie', 0))} accounted",
+            highlight=False,
+        )
     else:
         reasons = measured.reason or "; ".join(f"GPU {g.gpu}: {g.unavailable_reason}" for g in measured.gpus)
         console.print(f"PCIe not measured: {reasons}", highlight=False)
@@ -70,17 +72,38 @@ def metrics(
         for tier in dataset.tiers:
             datasets.add_row(dataset.name, tier.tier, f"{tier.rows:,}", human_bytes(tier.bytes))
     console.print(datasets if snapshot.datasets else "no datasets loaded")
-    jobs = compact_table("job", "state", "dataset", "ranks", "batches", "batches/s", "lag", "hit ratio", "gathered",
-                         title="jobs (batches/s: all ranks; last 10 s, or the whole run once ended)")  # fmt: skip
+    jobs = compact_table(
+        "job",
+        "state",
+        "dataset",
+        "ranks",
+        "batches",
+        "batches/s",
+        "lag",
+        "hit ratio",
+        "gathered",
+        title="jobs (batches/s: all ranks; last 10 s, or the whole run once ended)",
+    )
     times = compact_table("job", "sample s", "gather s", "train s", "data wait s", title="seconds by job, all ranks")
     for job in snapshot.jobs:
         jobs.add_row(
-            job.job_id, job.state, job.dataset, str(job.world_size), str(job.batches_total),
-            f"{job.batches_per_second:.2f}", str(job.producer_lag_batches), _pct(job.traffic.hit_ratio),
+            job.job_id,
+            job.state,
+            job.dataset,
+            str(job.world_size),
+            str(job.batches_total),
+            f"{job.batches_per_second:.2f}",
+            str(job.producer_lag_batches),
+            _pct(job.traffic.hit_ratio),
             human_bytes(job.traffic.total_bytes),
-        )  # fmt: skip
-        times.add_row(job.job_id, *(f"{sum(getattr(r, name) for r in job.ranks):.2f}"
-                                    for name in ("sample_seconds", "gather_seconds", "train_seconds", "data_wait_seconds")))  # fmt: skip
+        )
+        times.add_row(
+            job.job_id,
+            *(
+                f"{sum(getattr(r, name) for r in job.ranks):.2f}"
+                for name in ("sample_seconds", "gather_seconds", "train_seconds", "data_wait_seconds")
+            ),
+        )
     console.print(jobs if snapshot.jobs else "no jobs")
     if snapshot.jobs:
         console.print(times)
@@ -92,25 +115,44 @@ def metrics(
 def _storage_table(snapshot):
     """How each job's storage-tier rows were served: read (and at what cost) or by the look-ahead window.
     Requests and times are in /metrics and /v1/status; this keeps to what fits 80 columns."""
-    table = compact_table("job", "mode", "window", "rows read", "bytes read", "window hits", "queue", "bandwidth",
-                          title="storage tier by job (bytes read: whole device requests)")  # fmt: skip
+    table = compact_table(
+        "job",
+        "mode",
+        "window",
+        "rows read",
+        "bytes read",
+        "window hits",
+        "queue",
+        "bandwidth",
+        title="storage tier by job (bytes read: whole device requests)",
+    )
     for job in snapshot.jobs:
         s = job.storage
         table.add_row(
-            job.job_id, s.mode or "-", str(s.window) if s.window else "off", f"{s.read_rows:,}", human_bytes(s.read_bytes),
-            f"{s.window_rows:,} ({_pct(s.window_hit_ratio)})", f"{s.queue_depth:.1f}",
+            job.job_id,
+            s.mode or "-",
+            str(s.window) if s.window else "off",
+            f"{s.read_rows:,}",
+            human_bytes(s.read_bytes),
+            f"{s.window_rows:,} ({_pct(s.window_hit_ratio)})",
+            f"{s.queue_depth:.1f}",
             f"{human_bytes(s.bandwidth)}/s" if s.bandwidth else "-",
-        )  # fmt: skip
+        )
     return table
 
 
 def _network_table(snapshot):
     """A partitioned job's network tier: rows and bytes fetched from each peer node, the calls, and the
     time gathers waited for replies (0 when the look-ahead hides the fetches)."""
-    table = compact_table("job", "peer", "rows", "bytes", "calls", "wait s",
-                          title="network tier by peer")  # fmt: skip
+    table = compact_table("job", "peer", "rows", "bytes", "calls", "wait s", title="network tier by peer")
     for job in snapshot.jobs:
         for peer in job.network.peers:
-            table.add_row(job.job_id, peer.peer, f"{peer.rows:,}", human_bytes(peer.bytes), f"{peer.requests:,}",
-                          f"{job.network.wait_seconds:.2f}")  # fmt: skip
+            table.add_row(
+                job.job_id,
+                peer.peer,
+                f"{peer.rows:,}",
+                human_bytes(peer.bytes),
+                f"{peer.requests:,}",
+                f"{job.network.wait_seconds:.2f}",
+            )
     return table

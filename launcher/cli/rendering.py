@@ -35,8 +35,15 @@ def emit_json(payload: Any) -> None:
 def compact_table(*columns: str, title: str | None = None) -> Table:
     """A table that fits 80 columns where a boxed one would cut its cells (`sta…`): a rule under
     the header and one space between columns instead of borders."""
-    return Table(*columns, title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False,
-                 collapse_padding=True)
+    return Table(
+        *columns,
+        title=title,
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
 
 
 def human_bytes(n: float) -> str:
@@ -70,7 +77,9 @@ def error_boundary() -> Iterator[None]:
         raise SystemExit(EXIT_BAD_INPUT) from None
     except OSError as exc:  # a full disk, a read-only file system, no permission: the path and the cause
         where = f"{exc.filename}: " if exc.filename else ""
-        console.print(f"[bold red]error:[/] {escape(where + (exc.strerror or str(exc)))}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold red]error:[/] {escape(where + (exc.strerror or str(exc)))}", highlight=False, soft_wrap=True
+        )
         raise SystemExit(EXIT_BAD_INPUT) from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; nothing was left half-written[/]")

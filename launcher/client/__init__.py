@@ -23,17 +23,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from graphtier.contract import conversions
 from graphtier.contract.cluster import conversions as cluster_conversions
-from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.cluster.models import ClusterView, PushResult
-from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.jobs.view import JobEvent, JobInfo
-from graphtier.contract.environment import JOB_TOKEN_ENV
-from graphtier.contract.jobs.state import JOB_TOKEN_HEADER, JobState
-from graphtier.contract.endpoints import default_runtime_dir
-from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
-from graphtier.contract.endpoints import Endpoints, read_endpoints, running_daemon_pid
 from graphtier.contract.datasets import DatasetSummary, UnloadResult
+from graphtier.contract.endpoints import Endpoints, default_runtime_dir, read_endpoints, running_daemon_pid
+from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
+from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.jobs.progress import ProgressReport
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JOB_TOKEN_HEADER, JobState
+from graphtier.contract.jobs.view import JobEvent, JobInfo
 from graphtier.contract.status import DaemonStatus
 from graphtier.v1 import (
     channels_pb2,
@@ -64,7 +63,6 @@ def locate_daemon(runtime_dir: Path | None = None) -> Endpoints:
             f"{runtime_dir / 'daemon.log'}"
         )
     return endpoints
-
 
 
 def job_token_metadata() -> tuple[tuple[str, str], ...]:
@@ -128,8 +126,13 @@ class DaemonClient:
     def _where(self) -> str:
         return str(self.runtime_dir) if self.endpoints else self.target
 
-    def _call(self, method: Callable[..., Reply], request: Any, timeout_s: float | None = None,
-              extra_metadata: tuple[tuple[str, str], ...] = ()) -> Reply:  # fmt: skip
+    def _call(
+        self,
+        method: Callable[..., Reply],
+        request: Any,
+        timeout_s: float | None = None,
+        extra_metadata: tuple[tuple[str, str], ...] = (),
+    ) -> Reply:
         try:
             return method(request, timeout=timeout_s or self.timeout_s, metadata=(*self._metadata, *extra_metadata))
         except grpc.RpcError as error:
@@ -183,8 +186,9 @@ class DaemonClient:
 
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
-        return self._call(self._progress.ReportProgress, job_conversions.report_to_proto(report),
-                          extra_metadata=job_token_metadata()).cancel_requested  # fmt: skip
+        return self._call(
+            self._progress.ReportProgress, job_conversions.report_to_proto(report), extra_metadata=job_token_metadata()
+        ).cancel_requested
 
     # Jobs
 
@@ -195,8 +199,9 @@ class DaemonClient:
 
     def attach_job(self, spec: JobSpec, launch_id: str, node_rank: int, agent_pid: int) -> tuple[JobInfo, str]:
         """This node's part of a launch another launcher started (a TrainJob's torchrun): (job, job token)."""
-        request = jobs_pb2.AttachJobRequest(spec=job_conversions.spec_to_proto(spec), launch_id=launch_id,
-                                            node_rank=node_rank, agent_pid=agent_pid)  # fmt: skip
+        request = jobs_pb2.AttachJobRequest(
+            spec=job_conversions.spec_to_proto(spec), launch_id=launch_id, node_rank=node_rank, agent_pid=agent_pid
+        )
         reply = self._call(self._jobs.AttachJob, request, 600.0)
         return job_conversions.job_from_proto(reply.job), reply.job_token
 
@@ -222,13 +227,17 @@ class DaemonClient:
         request = jobs_pb2.StreamJobEventsRequest(
             job_id=job_id, from_sequence=from_sequence, follow=follow, include_logs=include_logs, node=node
         )
-        stream = self._jobs.StreamJobEvents(request, timeout=None if follow else self.timeout_s, metadata=self._metadata)
+        stream = self._jobs.StreamJobEvents(
+            request, timeout=None if follow else self.timeout_s, metadata=self._metadata
+        )
         try:
             for message in stream:
                 yield job_conversions.event_from_proto(message)
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.UNAVAILABLE:
-                raise DaemonNotRunningError(f"lost the graphtier daemon at {self._where()} ({error.details()})") from None
+                raise DaemonNotRunningError(
+                    f"lost the graphtier daemon at {self._where()} ({error.details()})"
+                ) from None
             raise DaemonRequestError(error.code().name, error.details() or "") from None
         finally:
             stream.cancel()
@@ -237,7 +246,9 @@ class DaemonClient:
 
     def cluster_view(self) -> ClusterView:
         """Every node of the daemon's cluster (itself first), each asked now."""
-        return cluster_conversions.view_from_proto(self._call(self._cluster.GetCluster, cluster_pb2.GetClusterRequest()))
+        return cluster_conversions.view_from_proto(
+            self._call(self._cluster.GetCluster, cluster_pb2.GetClusterRequest())
+        )
 
     def join_cluster(self, address: str, *, timeout_s: float = 120.0) -> ClusterView:
         """Have the daemon join the cluster of the daemon at `address`; the cluster as it then sees it."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from graphtier.contract.conversions import budgets_to_proto
 from graphtier.contract.datasets import BudgetSpec
+from graphtier.launcher.client import DaemonClient, job_token_metadata
 from graphtier.service.pipeline.wire import ChannelGrant, grant_from_proto
 from graphtier.service.store.wire import DatasetLayoutInfo, LoadResult, layout_from_proto
-from graphtier.launcher.client import DaemonClient, job_token_metadata
 from graphtier.v1 import channels_pb2, datasets_pb2
 
 

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 
 from graphtier.contract.endpoints import default_runtime_dir, read_endpoints
+from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import DaemonNotRunningError, GraphtierError
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
 from graphtier.launcher.client import DaemonClient
 
 NODE_DAEMON_DIR = Path("/var/run/graphtier")  # where the DaemonSet mounts the daemon's runtime directory
@@ -54,8 +54,10 @@ def launch_spec(path: Path) -> tuple[JobSpec, str, int]:
         raise GraphtierError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}")
     spec = JobSpec.from_yaml(path)
     if "nproc_per_node" in spec.model_fields_set and spec.nproc_per_node != local:
-        raise GraphtierError(f"{path}: nproc_per_node {spec.nproc_per_node} but the launcher started {local} rank(s) "
-                             "per node (numProcPerNode / --nproc-per-node); make them agree")  # fmt: skip
+        raise GraphtierError(
+            f"{path}: nproc_per_node {spec.nproc_per_node} but the launcher started {local} rank(s) "
+            "per node (numProcPerNode / --nproc-per-node); make them agree"
+        )
     values = {**spec.model_dump(exclude={"nodes"}), "nproc_per_node": local, "nnodes": world // local}
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     where = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from graphtier.launcher.client.data_plane import DataPlaneClient
-from graphtier.service.pipeline.wire import ChannelGrant
+
 from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
+from graphtier.service.pipeline.wire import ChannelGrant
 
 
 def env_rank() -> int:

@@ -49,8 +49,13 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 
 def save_checkpoint(
-    directory: Path, position: TrainPosition, model_state: dict[str, Any], optimizer_state: dict[str, Any],
-    *, extra: dict[str, Any] | None = None, keep: int = 2,
+    directory: Path,
+    position: TrainPosition,
+    model_state: dict[str, Any],
+    optimizer_state: dict[str, Any],
+    *,
+    extra: dict[str, Any] | None = None,
+    keep: int = 2,
 ) -> Path:
     """Write a checkpoint atomically and keep only the newest `keep`; returns its path."""
     directory = Path(directory)

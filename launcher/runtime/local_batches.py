@@ -19,8 +19,8 @@ from torch import Tensor
 from graphtier.contract.errors import GraphtierError, PreparedDatasetError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.graph.csc import CSCGraph
-from graphtier.service.prepared import PreparedDataset
 from graphtier.service.pipeline.batch import Batch
+from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling import NeighborSampler, validate_fanouts
 from graphtier.service.store import AttachedDataset
 
@@ -56,7 +56,9 @@ class LocalBatchSource:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise GraphtierError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
-            raise GraphtierError(f"need world_size >= 1 and 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
+            raise GraphtierError(
+                f"need world_size >= 1 and 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}"
+            )
         self.fanouts = validate_fanouts(fanouts)
         self.eval_fanouts = validate_fanouts(eval_fanouts) if eval_fanouts is not None else list(self.fanouts)
         if len(self.eval_fanouts) != len(self.fanouts):
@@ -106,8 +108,15 @@ class LocalBatchSource:
         shard, steps = self.train_shard(epoch), self.num_train_batches()
         for index, start in enumerate(range(0, shard.numel(), self.batch_size)):
             seeds = shard[start : start + self.batch_size]
-            yield self._batch(self._sampler, seeds, batch_seed(self.seed, epoch, self.rank, index),
-                              batch=epoch * steps + index, epoch=epoch, step=index, steps=steps)  # fmt: skip
+            yield self._batch(
+                self._sampler,
+                seeds,
+                batch_seed(self.seed, epoch, self.rank, index),
+                batch=epoch * steps + index,
+                epoch=epoch,
+                step=index,
+                steps=steps,
+            )
 
     def eval_batches(self, split: str) -> Iterator[Batch]:
         """Mini-batches over this rank's shard of `split`, sampled with `eval_fanouts`."""
@@ -115,11 +124,27 @@ class LocalBatchSource:
         steps = _ceil_div(shard.numel(), self.batch_size)
         for index, start in enumerate(range(0, shard.numel(), self.batch_size)):
             seeds = shard[start : start + self.batch_size]
-            yield self._batch(self._eval_sampler, seeds, batch_seed(self.seed, _EVAL_STREAM, self.rank, index),
-                              batch=index, epoch=0, step=index, steps=steps)  # fmt: skip
+            yield self._batch(
+                self._eval_sampler,
+                seeds,
+                batch_seed(self.seed, _EVAL_STREAM, self.rank, index),
+                batch=index,
+                epoch=0,
+                step=index,
+                steps=steps,
+            )
 
-    def _batch(self, sampler: NeighborSampler, seeds: Tensor, sample_seed: int, *, batch: int, epoch: int, step: int,
-               steps: int) -> Batch:  # fmt: skip
+    def _batch(
+        self,
+        sampler: NeighborSampler,
+        seeds: Tensor,
+        sample_seed: int,
+        *,
+        batch: int,
+        epoch: int,
+        step: int,
+        steps: int,
+    ) -> Batch:
         t0 = time.perf_counter()
         sample = sampler.sample(seeds, seed=sample_seed)
         t1 = time.perf_counter()
@@ -127,10 +152,18 @@ class LocalBatchSource:
         traffic = tiered_gather(sample.node_ids, self._tiers, x)
         self.traffic = self.traffic + traffic
         return Batch(
-            subgraph=sample, features=x, labels=self._labels.index_select(0, seeds), traffic=traffic, batch=batch,
-            epoch=epoch, step=step, steps_per_epoch=steps, sample_seed=sample_seed, sample_s=t1 - t0,
+            subgraph=sample,
+            features=x,
+            labels=self._labels.index_select(0, seeds),
+            traffic=traffic,
+            batch=batch,
+            epoch=epoch,
+            step=step,
+            steps_per_epoch=steps,
+            sample_seed=sample_seed,
+            sample_s=t1 - t0,
             gather_s=time.perf_counter() - t1,
-        )  # fmt: skip
+        )
 
 
 def _open(

@@ -80,8 +80,12 @@ class NonFiniteGuard:
         self.skipped += 1
         self.in_a_row += 1
         if self.skipped <= _LOGGED_SKIPS or self.skipped % 100 == 0:
-            print(f"rank {self.rank}: skipped the optimizer step at {self.where()}: {what} (on_nonfinite: skip-step; "
-                  f"{self.skipped} skipped so far)", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"rank {self.rank}: skipped the optimizer step at {self.where()}: {what} (on_nonfinite: skip-step; "
+                f"{self.skipped} skipped so far)",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.in_a_row >= MAX_CONSECUTIVE_SKIPS:
             raise NonFiniteError(
                 f"rank {self.rank}: {self.in_a_row} steps in a row had a non-finite loss or gradient, the latest at "
@@ -111,5 +115,9 @@ class NonFiniteGuard:
                 f"rank {self.rank}: all {steps} steps had a non-finite loss or gradient and were skipped "
                 "(on_nonfinite: skip-step): the model never trained"
             )
-        print(f"rank {self.rank}: {self.skipped} of {steps} steps skipped for a non-finite loss or gradient "
-              "(on_nonfinite: skip-step)", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"rank {self.rank}: {self.skipped} of {steps} steps skipped for a non-finite loss or gradient "
+            "(on_nonfinite: skip-step)",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -40,7 +40,9 @@ _SEED_BOUND = 1 << 62
 def csc_from_edge_index(edge_index: Tensor, num_nodes: int) -> CSCGraph:
     """The CSC (in-edges by destination) of a PyG `edge_index` [2, E] (row 0 source, row 1 destination)."""
     if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.dtype.is_floating_point:
-        raise GraphtierError(f"edge_index must be an integer tensor [2, E], got {edge_index.dtype} {tuple(edge_index.shape)}")
+        raise GraphtierError(
+            f"edge_index must be an integer tensor [2, E], got {edge_index.dtype} {tuple(edge_index.shape)}"
+        )
     src, dst = edge_index.to(torch.int64).cpu()
     if src.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
         raise GraphtierError(f"edge_index holds ids outside [0, num_nodes={num_nodes})")
@@ -61,11 +63,15 @@ def graph_of(data: Any) -> CSCGraph:
     if isinstance(data, tuple) and len(data) == 2:
         attrs = data[1].get_all_edge_attrs()
         if len(attrs) != 1 or attrs[0].edge_type is not None:
-            raise GraphtierError(f"graphtier samples homogeneous graphs: one edge type, got {[a.edge_type for a in attrs]}")
+            raise GraphtierError(
+                f"graphtier samples homogeneous graphs: one edge type, got {[a.edge_type for a in attrs]}"
+            )
         row, colptr, _ = data[1].csc()  # homogeneous: (row, colptr, edge permutation) of the one edge type
         return CSCGraph(colptr=colptr.to(torch.int64).contiguous(), row=row.to(torch.int64).contiguous())
-    raise GraphtierError(f"cannot sample from a {type(data).__name__}; give a PyG Data, a graphtier dataset, "
-                         "or a (FeatureStore, GraphStore) pair")  # fmt: skip
+    raise GraphtierError(
+        f"cannot sample from a {type(data).__name__}; give a PyG Data, a graphtier dataset, "
+        "or a (FeatureStore, GraphStore) pair"
+    )
 
 
 class GraphtierSampler(BaseSampler):
@@ -85,10 +91,14 @@ class GraphtierSampler(BaseSampler):
         sample = self._sampler.sample(index.node.to(torch.int64), seed=seed)
         row, col = sample.edge_index()
         return SamplerOutput(
-            node=sample.node_ids, row=row, col=col, edge=None,
-            num_sampled_nodes=list(sample.num_nodes_per_hop), num_sampled_edges=list(sample.num_edges_per_hop),
+            node=sample.node_ids,
+            row=row,
+            col=col,
+            edge=None,
+            num_sampled_nodes=list(sample.num_nodes_per_hop),
+            num_sampled_edges=list(sample.num_edges_per_hop),
             metadata=(index.input_id, index.time),
-        )  # fmt: skip
+        )
 
     def sample_from_edges(self, index: Any, neg_sampling: Any = None) -> SamplerOutput:
         raise GraphtierError("graphtier's sampler starts from nodes only; link prediction loaders are not supported")

@@ -29,7 +29,9 @@ from graphtier.service.store import AttachedDataset
 FEATURES, LABELS = "x", "y"
 
 
-def _tiers_and_labels(dataset: PreparedDataset | AttachedDataset, device_index: int) -> tuple[FeatureTiers, Tensor | None]:
+def _tiers_and_labels(
+    dataset: PreparedDataset | AttachedDataset, device_index: int
+) -> tuple[FeatureTiers, Tensor | None]:
     if isinstance(dataset, AttachedDataset):
         return dataset.feature_tiers(device_index), dataset.labels
     if isinstance(dataset, PreparedDataset):
@@ -70,7 +72,12 @@ class GraphtierFeatureStore(FeatureStore):
             index = torch.from_numpy(index)
         if isinstance(index, int) and not isinstance(index, bool):
             index = torch.tensor([index])
-        if not isinstance(index, Tensor) or index.dim() != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
+        if (
+            not isinstance(index, Tensor)
+            or index.dim() != 1
+            or index.dtype.is_floating_point
+            or index.dtype == torch.bool
+        ):
             raise GraphtierError(f"node index must be a 1-D integer tensor, array, slice or int, got {index!r:.80}")
         ids = index.to(torch.int64)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
@@ -81,7 +88,9 @@ class GraphtierFeatureStore(FeatureStore):
         if attr.group_name is not None:
             raise KeyError(f"graphtier stores are homogeneous (group_name=None), got group {attr.group_name!r}")
         if attr.attr_name not in (FEATURES, LABELS) or (attr.attr_name == LABELS and self._labels is None):
-            raise KeyError(f"no tensor {attr.attr_name!r}; this store holds {[a.attr_name for a in self.get_all_tensor_attrs()]}")
+            raise KeyError(
+                f"no tensor {attr.attr_name!r}; this store holds {[a.attr_name for a in self.get_all_tensor_attrs()]}"
+            )
 
     def _get_tensor(self, attr: TensorAttr) -> Tensor:
         self._check_attr(attr)
@@ -124,7 +133,9 @@ class GraphtierGraphStore(GraphStore):
             return self._graph.row, self._graph.colptr
         if edge_attr.layout == EdgeLayout.COO:
             counts = self._graph.colptr[1:] - self._graph.colptr[:-1]
-            col = torch.repeat_interleave(torch.arange(self._graph.num_nodes), counts, output_size=self._graph.num_edges)
+            col = torch.repeat_interleave(
+                torch.arange(self._graph.num_nodes), counts, output_size=self._graph.num_edges
+            )
             return self._graph.row, col
         return None
 

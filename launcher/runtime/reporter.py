@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
+from graphtier.contract.errors import DaemonError
+from graphtier.contract.jobs.progress import Phase, ProgressReport, TrainerFigures
 from graphtier.launcher.client import DaemonClient
 from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.train_config import TrainProgress
-from graphtier.contract.errors import DaemonError
-from graphtier.contract.jobs.progress import Phase, ProgressReport, TrainerFigures
 
 _PHASES = {"step": Phase.TRAIN, "epoch": Phase.TRAIN, "eval": Phase.EVAL, "done": Phase.DONE}
 
@@ -27,8 +27,9 @@ def describe_event(event: TrainProgress, loss: float) -> str:
     head = "done: epoch" if event.kind == "done" else "epoch"
     what = {"epoch": " trained:", "eval": " evaluated:", "done": ""}[event.kind]
     rate = f" {event.batches_per_second:.2f} batches/s" if event.kind == "epoch" and event.batches_per_second else ""
-    return (f"{head} {event.epoch}{what} step {event.step} loss {loss:.4f}{rate}"
-            + (f" accuracy {accuracy}" if accuracy else ""))  # fmt: skip
+    return f"{head} {event.epoch}{what} step {event.step} loss {loss:.4f}{rate}" + (
+        f" accuracy {accuracy}" if accuracy else ""
+    )
 
 
 class ProgressReporter:
@@ -44,13 +45,20 @@ class ProgressReporter:
         val = event.eval_accuracy.get("val", f.val_accuracy)
         test = event.eval_accuracy.get("test", f.test_accuracy)
         self.figures = TrainerFigures(
-            phase=_PHASES[event.kind], epoch=event.epoch, step_in_epoch=event.batches_in_epoch, global_step=event.step,
+            phase=_PHASES[event.kind],
+            epoch=event.epoch,
+            step_in_epoch=event.batches_in_epoch,
+            global_step=event.step,
             loss=event.loss if event.loss is not None else f.loss,
             accuracy=event.accuracy if event.accuracy is not None else f.accuracy,
             batches_per_second=event.batches_per_second or f.batches_per_second,
-            data_wait_seconds_total=self.loader.stats().consumer_wait_s, train_seconds_total=event.elapsed_s,
-            steps_total=self.loader.batches_taken, val_accuracy=val, test_accuracy=test, model_bytes=event.model_bytes,
-        )  # fmt: skip
+            data_wait_seconds_total=self.loader.stats().consumer_wait_s,
+            train_seconds_total=event.elapsed_s,
+            steps_total=self.loader.batches_taken,
+            val_accuracy=val,
+            test_accuracy=test,
+            model_bytes=event.model_bytes,
+        )
         if event.kind in ("epoch", "eval", "done"):
             print(describe_event(event, self.figures.loss), flush=True)
         report = ProgressReport(self.job_id, self.rank, os.getpid(), datetime.now(timezone.utc), self.figures)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.checkpoint import (
     TrainPosition,
     latest_checkpoint,
@@ -30,7 +31,6 @@ from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
 from graphtier.launcher.runtime.nonfinite import NonFiniteGuard
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
-from graphtier.contract.errors import GraphtierError
 
 
 class Window:
@@ -63,7 +63,10 @@ def model_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> in
     params = sum(p.numel() * p.element_size() for p in module.parameters())
     grads = sum(p.grad.numel() * p.grad.element_size() for p in module.parameters() if p.grad is not None)
     state = sum(
-        v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+        v.numel() * v.element_size()
+        for s in optimizer.state.values()
+        for v in s.values()
+        if isinstance(v, torch.Tensor)
     )
     return params + grads + state
 
@@ -75,7 +78,9 @@ class TrainSession:
     `record_step`, per epoch `end_epoch` (and `evaluate` when it says so), and `finish` last.
     """
 
-    def __init__(self, ctx: DistContext, config: TrainConfig, report: Callable[[TrainProgress], None] | None = None) -> None:
+    def __init__(
+        self, ctx: DistContext, config: TrainConfig, report: Callable[[TrainProgress], None] | None = None
+    ) -> None:
         self.ctx, self.config = ctx, config
         self.report = report or (lambda _: None)
         self.started = time.perf_counter()
@@ -131,7 +136,9 @@ class TrainSession:
                     ) from exc
             self.ctx.barrier()  # every rank has read the checkpoint before rank 0 may write (and prune) again
         self.step, self.last_checkpoint = self.position.step, self.resumed_from
-        torch.manual_seed(self.config.seed + 7919 * (self.ctx.rank + 1) + self.position.step)  # dropout differs per rank
+        torch.manual_seed(
+            self.config.seed + 7919 * (self.ctx.rank + 1) + self.position.step
+        )  # dropout differs per rank
         return self.position
 
     def skip(self, epoch: int) -> int:
@@ -144,11 +151,17 @@ class TrainSession:
 
     def emit(self, kind: str, epoch: int, batches: int, **values) -> None:
         event = TrainProgress(
-            kind=kind, rank=self.ctx.rank, world_size=self.ctx.world_size, epoch=epoch, step=self.step,  # type: ignore[arg-type]
-            epochs=self.config.epochs, batches_in_epoch=batches, elapsed_s=time.perf_counter() - self.started,
+            kind=kind,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            epoch=epoch,
+            step=self.step,  # type: ignore[arg-type]
+            epochs=self.config.epochs,
+            batches_in_epoch=batches,
+            elapsed_s=time.perf_counter() - self.started,
             model_bytes=model_state_bytes(self.module, self.optimizer) if self.module and self.optimizer else 0,
             **values,
-        )  # fmt: skip
+        )
         if kind != "step":
             self.history.append(event)
         self.report(event)
@@ -157,10 +170,13 @@ class TrainSession:
         if self.config.checkpoint_dir is not None and self.ctx.local_rank == 0 and self.module is not None:
             assert self.optimizer is not None
             self.last_checkpoint = save_checkpoint(
-                self.config.checkpoint_dir, at, self.module.state_dict(), self.optimizer.state_dict(),
+                self.config.checkpoint_dir,
+                at,
+                self.module.state_dict(),
+                self.optimizer.state_dict(),
                 extra={"config": self.config.model_dump(mode="json"), "world_size": self.ctx.world_size},
                 keep=self.config.keep_checkpoints,
-            )  # fmt: skip
+            )
 
     def record_step(self, epoch: int, done: int, loss: float, correct: int, labelled: int) -> None:
         """One optimizer step: batch `done` (1-based) of `epoch`; reports and checkpoints when due.
@@ -188,8 +204,15 @@ class TrainSession:
         every = self.config.eval_every_epochs
         return epoch == self.config.epochs - 1 or bool(every and (epoch + 1) % every == 0)
 
-    def evaluate(self, epoch: int, batches: int, eval_batches: EvalBatches, model: nn.Module | None = None,
-                 forward: Forward | None = None, splits: tuple[str, ...] | None = None) -> dict[str, float]:  # fmt: skip
+    def evaluate(
+        self,
+        epoch: int,
+        batches: int,
+        eval_batches: EvalBatches,
+        model: nn.Module | None = None,
+        forward: Forward | None = None,
+        splits: tuple[str, ...] | None = None,
+    ) -> dict[str, float]:
         """Accuracy of every split (default `config.eval_splits`) over all ranks; every rank must call it."""
         model = model if model is not None else self.module
         assert model is not None, "resume() first, or pass the model"
@@ -209,8 +232,13 @@ class TrainSession:
         self.emit("done", max(epochs - 1, 0), 0, eval_accuracy=dict(self.final_eval))
         return TrainResult(
             model=self.module,  # type: ignore[arg-type]  # None only for a loop that never resumed
-            steps=self.step, epochs_completed=epochs, resumed_from=self.resumed_from,
-            resumed_position=self.position if self.resumed_from is not None else None, final_eval=self.final_eval,
-            best_eval=self.best_eval, best_epoch=self.best_epoch, history=self.history,
+            steps=self.step,
+            epochs_completed=epochs,
+            resumed_from=self.resumed_from,
+            resumed_position=self.position if self.resumed_from is not None else None,
+            final_eval=self.final_eval,
+            best_eval=self.best_eval,
+            best_epoch=self.best_epoch,
+            history=self.history,
             last_checkpoint=self.last_checkpoint,
-        )  # fmt: skip
+        )

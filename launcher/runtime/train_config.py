@@ -45,7 +45,8 @@ class TrainConfig(BaseModel):
     log_every_steps: int = Field(10, ge=1, description="steps between 'step' progress reports")
     dist_timeout_s: float = Field(600.0, gt=0, description="timeout of torch.distributed collectives")
     on_nonfinite: OnNonFinite = Field(
-        "fail", description="a NaN/inf loss or gradient: fail the job naming rank and step, skip-step, or off (unchecked)"
+        "fail",
+        description="a NaN/inf loss or gradient: fail the job naming rank and step, skip-step, or off (unchecked)",
     )
 
     @model_validator(mode="after")

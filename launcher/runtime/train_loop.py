@@ -18,13 +18,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.batch import Batch, blocks_to
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches
 from graphtier.launcher.runtime.models import build_model
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
-from graphtier.contract.errors import GraphtierError
 
 
 def _train_step(
@@ -80,8 +80,12 @@ def _run(
     model: nn.Module | None,
 ) -> TrainResult:
     torch.manual_seed(config.seed)  # identical initial parameters on every rank
-    module = model if model is not None else build_model(
-        config.model, config.in_dim, config.hidden, config.num_classes, config.layers, config.dropout, config.heads
+    module = (
+        model
+        if model is not None
+        else build_model(
+            config.model, config.in_dim, config.hidden, config.num_classes, config.layers, config.dropout, config.heads
+        )
     )
     module.to(ctx.device)
     optimizer = torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)

@@ -68,31 +68,42 @@ class DaemonConfig(BaseModel):
     )
     log_file: Path | None = Field(default=None, description="Log file; default <runtime_dir>/daemon.log.")
     nvml_interval_s: float = Field(
-        default=1.0, ge=0, le=60,
+        default=1.0,
+        ge=0,
+        le=60,
         description="Seconds between NVML samples of the GPUs' PCIe and NVLink byte counters; 0 turns the collector "
         "off.",
-    )  # fmt: skip
+    )
     cuda_probe_timeout_s: float = Field(
-        default=120.0, ge=0, le=600,
+        default=120.0,
+        ge=0,
+        le=600,
         description="Seconds the CUDA probe subprocess (host registration, peer access) may run after start; 0 skips "
         "it (`graphtier doctor` runs the same checks).",
-    )  # fmt: skip
+    )
     grpc_workers: int = Field(default=16, ge=2, le=256, description="Threads serving gRPC calls.")
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, le=600, description="Seconds in-flight calls get to finish on SIGTERM."
     )
     producer_stall_timeout_s: float = Field(
-        default=60.0, gt=0, le=3600,
+        default=60.0,
+        gt=0,
+        le=3600,
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
-    )  # fmt: skip
+    )
     max_running_jobs: int = Field(
-        default=0, ge=0, le=10_000,
+        default=0,
+        ge=0,
+        le=10_000,
         description="Jobs running at once; 0 = as many as fit the machine's cores, memory and GPUs. The rest wait "
         "in order of submission.",
     )
     core_oversubscription: float = Field(
-        default=2.0, ge=0.25, le=64, allow_inf_nan=False,
+        default=2.0,
+        ge=0.25,
+        le=64,
+        allow_inf_nan=False,
         description="Ranks the running jobs may have per CPU core together before a new job waits.",
     )
     keep_checkpoints: bool = Field(
@@ -100,7 +111,10 @@ class DaemonConfig(BaseModel):
         description="Keep every job's checkpoints; otherwise a succeeded job's are removed and others keep the newest.",
     )
     job_retire_s: float = Field(
-        default=600.0, ge=0, le=30 * 86400, allow_inf_nan=False,
+        default=600.0,
+        ge=0,
+        le=30 * 86400,
+        allow_inf_nan=False,
         description="Seconds after a job ends before its per-job metric series are folded away and it is answered "
         "from the job store.",
     )
@@ -109,16 +123,21 @@ class DaemonConfig(BaseModel):
         description="Where the job history (SQLite) lives, across restarts; default <runtime_dir>/../state.",
     )
     idle_unload_s: float = Field(
-        default=0.0, ge=0, le=30 * 86400, allow_inf_nan=False,
+        default=0.0,
+        ge=0,
+        le=30 * 86400,
+        allow_inf_nan=False,
         description="Unload a dataset no unfinished job has used for this many seconds; 0 = keep it loaded.",
     )
     shm_budget: str = Field(
-        default="90%", min_length=1,
+        default="90%",
+        min_length=1,
         description="Shared memory all loaded datasets may hold ('40GiB', or a % of /dev/shm); idle ones are "
         "unloaded least recently used first to make room.",
     )
     socket_group: str | None = Field(
-        default=None, min_length=1,
+        default=None,
+        min_length=1,
         description="Unix group whose members may call the daemon: socket 0660 and runtime directory 0750 "
         "owned by it; unset = the daemon's user only (0600 / 0700).",
     )
@@ -127,11 +146,15 @@ class DaemonConfig(BaseModel):
         description="Serve the TCP listener in plaintext (still token-checked); otherwise TCP is TLS only.",
     )
     tls_cert: Path | None = Field(
-        default=None, description="TLS certificate (PEM) of the TCP listener; default a self-signed one in <runtime_dir>/tls."
+        default=None,
+        description="TLS certificate (PEM) of the TCP listener; default a self-signed one in <runtime_dir>/tls.",
     )
-    tls_key: Path | None = Field(default=None, description="Private key (PEM) of tls_cert; given with it or not at all.")
+    tls_key: Path | None = Field(
+        default=None, description="Private key (PEM) of tls_cert; given with it or not at all."
+    )
     token_file: Path | None = Field(
-        default=None, description="The bearer token TCP callers must present; default <runtime_dir>/token, made if missing."
+        default=None,
+        description="The bearer token TCP callers must present; default <runtime_dir>/token, made if missing.",
     )
     gpu_tiers: Literal["auto", "off"] = Field(
         default_factory=lambda: os.environ.get(GPU_TIERS_ENV, "auto"),  # type: ignore[arg-type,return-value]
@@ -140,9 +163,10 @@ class DaemonConfig(BaseModel):
         f"(default ${GPU_TIERS_ENV}, else auto).",
     )
     device_budget: str = Field(
-        default="auto", min_length=1,
+        default="auto",
+        min_length=1,
         description="Device-tier bytes per GPU ('24GiB', '50%' of its memory); auto = free memory less device_reserve.",
-    )  # fmt: skip
+    )
     device_reserve: str = Field(
         default="25%", min_length=1, description="With device_budget auto: GPU memory left free for training."
     )
@@ -175,8 +199,9 @@ class DaemonConfig(BaseModel):
             raise ValueError("a shared-memory budget of 0 lets no dataset load; give a size or a percentage")
         return text
 
-    @field_validator("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file",
-                     "state_dir")
+    @field_validator(
+        "runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file", "state_dir"
+    )
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         return None if path is None else Path(os.path.abspath(path.expanduser()))
@@ -185,8 +210,10 @@ class DaemonConfig(BaseModel):
     @classmethod
     def _check_nvml_interval(cls, seconds: float) -> float:
         if 0 < seconds < MIN_NVML_INTERVAL_S:
-            raise ValueError(f"must be 0 (off) or at least {MIN_NVML_INTERVAL_S} s: NVML counters are read by a "
-                             "thread of the daemon, not a busy loop")  # fmt: skip
+            raise ValueError(
+                f"must be 0 (off) or at least {MIN_NVML_INTERVAL_S} s: NVML counters are read by a "
+                "thread of the daemon, not a busy loop"
+            )
         return seconds
 
     @field_validator("tcp")
@@ -240,8 +267,10 @@ class DaemonConfig(BaseModel):
         if self.cluster.enabled and self.cluster.advertise is None and self.tcp_address is not None:
             host, port = self.tcp_address
             if host in ("0.0.0.0", "::", "") or port == 0:
-                raise ValueError(f"tcp {self.tcp!r} is no address peers can reach: give cluster.advertise HOST:PORT "
-                                 "(or a concrete tcp host and port)")  # fmt: skip
+                raise ValueError(
+                    f"tcp {self.tcp!r} is no address peers can reach: give cluster.advertise HOST:PORT "
+                    "(or a concrete tcp host and port)"
+                )
         return self
 
     @property
@@ -266,8 +295,14 @@ class DaemonConfig(BaseModel):
 
     def files(self) -> DaemonFiles:
         """Where this daemon keeps its files, as a client that starts it needs to know."""
-        return DaemonFiles(runtime_dir=self.runtime_dir, socket=self.socket, log_file=self.log_path,
-                           token_file=self.token_path, state_dir=self.state_path, dataset_root=self.dataset_root)
+        return DaemonFiles(
+            runtime_dir=self.runtime_dir,
+            socket=self.socket,
+            log_file=self.log_path,
+            token_file=self.token_path,
+            state_dir=self.state_path,
+            dataset_root=self.dataset_root,
+        )
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
@@ -283,8 +318,16 @@ class DaemonConfig(BaseModel):
             path = Path(source)
             where = str(path)
             data = _read_file(path)
-            for key in ("runtime_dir", "socket_path", "dataset_root", "log_file", "tls_cert", "tls_key", "token_file",
-                        "state_dir"):
+            for key in (
+                "runtime_dir",
+                "socket_path",
+                "dataset_root",
+                "log_file",
+                "tls_cert",
+                "tls_key",
+                "token_file",
+                "state_dir",
+            ):
                 if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
                     data[key] = str(path.parent / data[key])
             if isinstance(data.get("cluster"), dict):
@@ -292,7 +335,9 @@ class DaemonConfig(BaseModel):
                     value = data["cluster"].get(key)
                     if isinstance(value, str) and not Path(value).expanduser().is_absolute():
                         data["cluster"][key] = str(path.parent / value)
-        cluster = {key.removeprefix("cluster_"): overrides.pop(key) for key in list(overrides) if key.startswith("cluster_")}
+        cluster = {
+            key.removeprefix("cluster_"): overrides.pop(key) for key in list(overrides) if key.startswith("cluster_")
+        }
         cluster = {key: value for key, value in cluster.items() if value not in (None, [])}
         if cluster:
             data["cluster"] = {**(data.get("cluster") or {}), **cluster}

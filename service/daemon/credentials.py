@@ -96,16 +96,26 @@ def ensure_self_signed(directory: Path, listen_host: str) -> tuple[Path, Path]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"graphtierd on {socket.gethostname()}")])
     now = dt.datetime.now(dt.timezone.utc)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=825))
-        .add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName(n) for n in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]), critical=False)
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=825))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(n) for n in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+            ),
+            critical=False,
+        )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))  # fmt: skip
+    )
+    _write_private(
+        key_path,
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )
     _write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
 
@@ -119,7 +129,9 @@ def server_credentials(cert_path: Path, key_path: Path) -> grpc.ServerCredential
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
         return grpc.ssl_server_credentials([(key_path.read_bytes(), cert_path.read_bytes())])
     except ssl.SSLError as exc:  # before OSError, of which it is a kind
-        raise DaemonError(f"TLS certificate {cert_path} and key {key_path} are not a usable pair ({exc.reason})") from None
+        raise DaemonError(
+            f"TLS certificate {cert_path} and key {key_path} are not a usable pair ({exc.reason})"
+        ) from None
     except OSError as exc:
         raise DaemonError(f"cannot read the TLS certificate or key ({exc.filename or cert_path}: {exc})") from None
 
@@ -147,8 +159,9 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
 def _guarded(handler: grpc.RpcMethodHandler, presented: bool) -> grpc.RpcMethodHandler:
     """`handler`, answering UNAUTHENTICATED to any peer that is not on the Unix socket."""
-    why = ("the token presented is not this daemon's" if presented else
-           "no token was presented") + "; TCP callers must send `authorization: Bearer <token>` (the daemon's token file)"
+    why = (
+        "the token presented is not this daemon's" if presented else "no token was presented"
+    ) + "; TCP callers must send `authorization: Bearer <token>` (the daemon's token file)"
 
     def wrap(behaviour: Callable[..., Any]) -> Callable[..., Any]:
         def call(request: Any, context: grpc.ServicerContext) -> Any:
@@ -159,13 +172,17 @@ def _guarded(handler: grpc.RpcMethodHandler, presented: bool) -> grpc.RpcMethodH
         return call
 
     if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), handler.request_deserializer,
-                                                   handler.response_serializer)  # fmt: skip
+        return grpc.unary_unary_rpc_method_handler(
+            wrap(handler.unary_unary), handler.request_deserializer, handler.response_serializer
+        )
     if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream), handler.request_deserializer,
-                                                    handler.response_serializer)  # fmt: skip
+        return grpc.unary_stream_rpc_method_handler(
+            wrap(handler.unary_stream), handler.request_deserializer, handler.response_serializer
+        )
     if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary), handler.request_deserializer,
-                                                    handler.response_serializer)  # fmt: skip
-    return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream), handler.request_deserializer,
-                                                 handler.response_serializer)  # fmt: skip
+        return grpc.stream_unary_rpc_method_handler(
+            wrap(handler.stream_unary), handler.request_deserializer, handler.response_serializer
+        )
+    return grpc.stream_stream_rpc_method_handler(
+        wrap(handler.stream_stream), handler.request_deserializer, handler.response_serializer
+    )

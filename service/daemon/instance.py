@@ -24,8 +24,8 @@ from graphtier.contract.endpoints import (
     private_runtime_dir,
     read_lock_pid,
 )
-from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonError
+from graphtier.service.daemon.config import DaemonConfig
 
 
 def write_endpoints(runtime_dir: Path, endpoints: Endpoints) -> Path:
@@ -143,4 +143,3 @@ class InstanceLock:
             self.path.unlink()
         os.close(self._fd)  # closing drops the flock
         self._fd = None
-

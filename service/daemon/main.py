@@ -20,8 +20,8 @@ from pathlib import Path
 from types import FrameType
 
 from graphtier.contract.endpoints import daemon_file_dir
-from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
+from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.instance import InstanceLock
 from graphtier.service.daemon.systemd import SystemdNotifier
 
@@ -45,49 +45,122 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset-root", type=Path, help="prepared datasets (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--log-file", type=Path, help="log file (default <runtime-dir>/daemon.log)")
     parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls")
-    parser.add_argument("--producer-stall-timeout", type=float, dest="producer_stall_timeout_s",
-                        help="seconds without a producer heartbeat before its job fails (default 60)")
-    parser.add_argument("--nvml-interval", type=float, dest="nvml_interval_s",
-                        help="seconds between NVML samples of PCIe/NVLink byte counters (default 1; 0 = off)")
-    parser.add_argument("--cuda-probe-timeout", type=float, dest="cuda_probe_timeout_s",
-                        help="seconds the start-up CUDA probe subprocess may take (default 120; 0 = skip it)")
-    parser.add_argument("--max-running-jobs", type=int, dest="max_running_jobs",
-                        help="jobs running at once (default 0: as many as fit cores, memory and GPUs; others queue)")
-    parser.add_argument("--core-oversubscription", type=float,
-                        help="ranks per CPU core the running jobs may have together (default 2)")
-    parser.add_argument("--keep-checkpoints", action="store_true", default=None,
-                        help="keep every job's checkpoints (default: none after success, the newest otherwise)")
-    parser.add_argument("--job-retire", type=float, dest="job_retire_s",
-                        help="seconds after a job ends before its per-job metrics are folded away (default 600)")
+    parser.add_argument(
+        "--producer-stall-timeout",
+        type=float,
+        dest="producer_stall_timeout_s",
+        help="seconds without a producer heartbeat before its job fails (default 60)",
+    )
+    parser.add_argument(
+        "--nvml-interval",
+        type=float,
+        dest="nvml_interval_s",
+        help="seconds between NVML samples of PCIe/NVLink byte counters (default 1; 0 = off)",
+    )
+    parser.add_argument(
+        "--cuda-probe-timeout",
+        type=float,
+        dest="cuda_probe_timeout_s",
+        help="seconds the start-up CUDA probe subprocess may take (default 120; 0 = skip it)",
+    )
+    parser.add_argument(
+        "--max-running-jobs",
+        type=int,
+        dest="max_running_jobs",
+        help="jobs running at once (default 0: as many as fit cores, memory and GPUs; others queue)",
+    )
+    parser.add_argument(
+        "--core-oversubscription", type=float, help="ranks per CPU core the running jobs may have together (default 2)"
+    )
+    parser.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        default=None,
+        help="keep every job's checkpoints (default: none after success, the newest otherwise)",
+    )
+    parser.add_argument(
+        "--job-retire",
+        type=float,
+        dest="job_retire_s",
+        help="seconds after a job ends before its per-job metrics are folded away (default 600)",
+    )
     parser.add_argument("--state-dir", type=Path, help="job history across restarts (default <runtime-dir>/../state)")
-    parser.add_argument("--idle-unload", type=float, dest="idle_unload_s",
-                        help="unload a dataset unused by any job for this many seconds (default 0 = never)")
-    parser.add_argument("--shm-budget", help="shared memory all loaded datasets may hold, e.g. 40GiB or 80%% "
-                        "(default 90%% of /dev/shm); idle datasets make room, least recently used first")
-    parser.add_argument("--socket-group", help="Unix group allowed to call the daemon (socket 0660); default: owner only")
-    parser.add_argument("--insecure", action="store_true", default=None,
-                        help="serve --tcp in plaintext (the token is still required); default: TLS only")
+    parser.add_argument(
+        "--idle-unload",
+        type=float,
+        dest="idle_unload_s",
+        help="unload a dataset unused by any job for this many seconds (default 0 = never)",
+    )
+    parser.add_argument(
+        "--shm-budget",
+        help="shared memory all loaded datasets may hold, e.g. 40GiB or 80%% "
+        "(default 90%% of /dev/shm); idle datasets make room, least recently used first",
+    )
+    parser.add_argument(
+        "--socket-group", help="Unix group allowed to call the daemon (socket 0660); default: owner only"
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="serve --tcp in plaintext (the token is still required); default: TLS only",
+    )
     parser.add_argument("--tls-cert", type=Path, help="TLS certificate for --tcp (default: self-signed, made once)")
     parser.add_argument("--tls-key", type=Path, help="private key of --tls-cert")
-    parser.add_argument("--token-file", type=Path, help="bearer token TCP callers must send (default <runtime-dir>/token)")
-    parser.add_argument("--gpu-tiers", choices=("auto", "off"),
-                        help="auto (default): device tiers in GPU memory when GPUs are visible; off: accounted only")
-    parser.add_argument("--device-budget", help="device-tier bytes per GPU, e.g. 24GiB or 50%% "
-                        "(default auto: free memory less --device-reserve)")
-    parser.add_argument("--device-reserve", help="with --device-budget auto: GPU memory left for training (default 25%%)")
-    parser.add_argument("--peer", action="append", dest="cluster_peers", metavar="HOST:PORT",
-                        help="another daemon of the cluster (its --tcp address); repeat for each")
-    parser.add_argument("--peers-file", type=Path, dest="cluster_peers_file",
-                        help="hosts file: one HOST:PORT per line, '#' comments; this node's own line is skipped")
-    parser.add_argument("--node-name", dest="cluster_node_name", help="this node's name in the cluster (default its address)")
-    parser.add_argument("--advertise", dest="cluster_advertise", metavar="HOST:PORT",
-                        help="the address peers reach this daemon at (default the --tcp address)")
-    parser.add_argument("--peer-ca", type=Path, dest="cluster_peer_ca",
-                        help="PEM certificate(s) to trust for peers' TLS (default this daemon's own certificate)")
-    parser.add_argument("--peer-timeout", type=float, dest="cluster_peer_timeout_s",
-                        help="seconds a peer may not answer before a job spanning it fails (default 15)")
-    parser.add_argument("--print-files", action="store_true",
-                        help="check the config and flags, print where this daemon keeps its files (JSON) and exit")
+    parser.add_argument(
+        "--token-file", type=Path, help="bearer token TCP callers must send (default <runtime-dir>/token)"
+    )
+    parser.add_argument(
+        "--gpu-tiers",
+        choices=("auto", "off"),
+        help="auto (default): device tiers in GPU memory when GPUs are visible; off: accounted only",
+    )
+    parser.add_argument(
+        "--device-budget",
+        help="device-tier bytes per GPU, e.g. 24GiB or 50%% (default auto: free memory less --device-reserve)",
+    )
+    parser.add_argument(
+        "--device-reserve", help="with --device-budget auto: GPU memory left for training (default 25%%)"
+    )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        dest="cluster_peers",
+        metavar="HOST:PORT",
+        help="another daemon of the cluster (its --tcp address); repeat for each",
+    )
+    parser.add_argument(
+        "--peers-file",
+        type=Path,
+        dest="cluster_peers_file",
+        help="hosts file: one HOST:PORT per line, '#' comments; this node's own line is skipped",
+    )
+    parser.add_argument(
+        "--node-name", dest="cluster_node_name", help="this node's name in the cluster (default its address)"
+    )
+    parser.add_argument(
+        "--advertise",
+        dest="cluster_advertise",
+        metavar="HOST:PORT",
+        help="the address peers reach this daemon at (default the --tcp address)",
+    )
+    parser.add_argument(
+        "--peer-ca",
+        type=Path,
+        dest="cluster_peer_ca",
+        help="PEM certificate(s) to trust for peers' TLS (default this daemon's own certificate)",
+    )
+    parser.add_argument(
+        "--peer-timeout",
+        type=float,
+        dest="cluster_peer_timeout_s",
+        help="seconds a peer may not answer before a job spanning it fails (default 15)",
+    )
+    parser.add_argument(
+        "--print-files",
+        action="store_true",
+        help="check the config and flags, print where this daemon keeps its files (JSON) and exit",
+    )
     return parser
 
 
@@ -160,8 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(notifier.tick_s):
             notifier.tick()
             if not lock.still_held():  # its socket and lock are gone with the directory: it would run on unreachable
-                log.error("the runtime directory %s was removed or replaced: nothing can reach or stop this daemon "
-                          "any more, so it stops", config.runtime_dir)  # fmt: skip
+                log.error(
+                    "the runtime directory %s was removed or replaced: nothing can reach or stop this daemon "
+                    "any more, so it stops",
+                    config.runtime_dir,
+                )
                 break
         else:
             log.info("stopping on a signal")

@@ -24,27 +24,27 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from graphtier.contract.endpoints import Endpoints, daemon_file_dir
+from graphtier.contract.errors import DaemonError
+from graphtier.contract.status import EndpointsStatus
 from graphtier.service.daemon.cluster.node import ClusterNode
 from graphtier.service.daemon.cluster.node_info import SelfDescription
 from graphtier.service.daemon.config import DaemonConfig
+from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
+from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
+from graphtier.service.daemon.datasets.lifetime import LifetimePolicy
 from graphtier.service.daemon.datasets.partitions import FetchAccess
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.contract.errors import DaemonError
 from graphtier.service.daemon.instance import InstanceLock
-from graphtier.contract.endpoints import Endpoints, daemon_file_dir
+from graphtier.service.daemon.jobs.admission import Admission, machine_capacity
 from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.table import JobTable
 from graphtier.service.daemon.metrics.registry import MetricsRegistry
-from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
-from graphtier.service.daemon.status.builder import StatusBuilder
 from graphtier.service.daemon.status.app import create_status_app
+from graphtier.service.daemon.status.builder import StatusBuilder
 from graphtier.service.daemon.wire_guard import WireGuardInterceptor
-from graphtier.contract.status import EndpointsStatus
-from graphtier.service.daemon.credentials import TokenInterceptor, ensure_self_signed, ensure_token, server_credentials
-from graphtier.service.daemon.jobs.admission import Admission, machine_capacity
-from graphtier.service.daemon.datasets.lifetime import LifetimePolicy
-from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
 from graphtier.service.gather.tiers import DEVICE_TIERS_SIMULATED
 from graphtier.service.hardware.machine import MachineFacts
 from graphtier.service.hardware.nvml_collector import NvmlCollector
@@ -80,20 +80,29 @@ class Daemon:
         for job_id in self.jobs.restore(os.getpid()):
             log.warning("job %s was unfinished when its daemon ended: marked failed", job_id)
         self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
-        gpus = GpuPlacement(mode=config.gpu_tiers, device_budget=config.device_budget,
-                            device_reserve=config.device_reserve)  # fmt: skip
+        gpus = GpuPlacement(
+            mode=config.gpu_tiers, device_budget=config.device_budget, device_reserve=config.device_reserve
+        )
         policy = LifetimePolicy.from_config(config.idle_unload_s, config.shm_budget)
-        self.datasets = DatasetRegistry(config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs,
-                                        gpus=gpus, policy=policy)  # fmt: skip
+        self.datasets = DatasetRegistry(
+            config.dataset_root, users=self.jobs.jobs_using, cancel=self._cancel_jobs, gpus=gpus, policy=policy
+        )
         self._sweeper_stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self.metrics.simulated.set_function(  # real once a loaded dataset has its device tiers on GPUs
-            lambda: 0 if any(not d.store.simulated_devices for d in self.datasets.loaded()) else 1)
+            lambda: 0 if any(not d.store.simulated_devices for d in self.datasets.loaded()) else 1
+        )
         self.tracker = ProgressTracker(self.metrics, self.jobs)
         capacity = machine_capacity(config.max_running_jobs, config.core_oversubscription, torch.cuda.device_count())
-        self.job_manager = JobManager(config.runtime_dir, self.jobs, self.datasets, self.tracker,
-                                      stall_timeout_s=config.producer_stall_timeout_s, admission=Admission(capacity),
-                                      keep_checkpoints=config.keep_checkpoints)  # fmt: skip
+        self.job_manager = JobManager(
+            config.runtime_dir,
+            self.jobs,
+            self.datasets,
+            self.tracker,
+            stall_timeout_s=config.producer_stall_timeout_s,
+            admission=Admission(capacity),
+            keep_checkpoints=config.keep_checkpoints,
+        )
         self.health = health.HealthServicer()
         self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)
         self.nvml = NvmlCollector(interval_s=config.nvml_interval_s)
@@ -106,19 +115,27 @@ class Daemon:
         self._stopped = False
         self.tls_cert: Path | None = None
         self._token: str | None = None
-        self.cluster = ClusterNode(config.cluster, dataset_root=config.dataset_root, describe=self._describe_node,
-                                   submit_part=self.job_manager.submit_part,
-                                   cancel_local=self.job_manager.cancel,
-                                   joined_file=config.state_path / "cluster-peers")  # fmt: skip
+        self.cluster = ClusterNode(
+            config.cluster,
+            dataset_root=config.dataset_root,
+            describe=self._describe_node,
+            submit_part=self.job_manager.submit_part,
+            cancel_local=self.job_manager.cancel,
+            joined_file=config.state_path / "cluster-peers",
+        )
 
     def _describe_node(self, name: str, address: str) -> SelfDescription:
         """This daemon as a node of its cluster, named `name`, reached at `address`."""
         return SelfDescription(
-            name=name, address=address, dataset_root=self.config.dataset_root,
+            name=name,
+            address=address,
+            dataset_root=self.config.dataset_root,
             loaded=lambda: {d.name for d in self.datasets.loaded()},
             active_jobs=lambda: sum(n for state, n in self.jobs.counts_by_state().items() if not state.final),
-            serving=lambda: self._serving, gpus=torch.cuda.device_count(), started_at=self.started_at,
-        )  # fmt: skip
+            serving=lambda: self._serving,
+            gpus=torch.cuda.device_count(),
+            started_at=self.started_at,
+        )
 
     def _join_cluster(self, tcp: str | None) -> None:
         """Peers are called with this daemon's token over TLS trusting peer_ca (default: its own certificate)."""
@@ -167,8 +184,12 @@ class Daemon:
         http_socket, http_url = _bind_http(self.config.http_host, self.config.http_port)
         tcp = self._start_grpc()
         builder = StatusBuilder(
-            endpoints=EndpointsStatus(grpc_unix=str(self.config.socket), grpc_tcp=tcp, http_url=http_url,
-                                      tcp_security=self._tcp_security_name(tcp)),
+            endpoints=EndpointsStatus(
+                grpc_unix=str(self.config.socket),
+                grpc_tcp=tcp,
+                http_url=http_url,
+                tcp_security=self._tcp_security_name(tcp),
+            ),
             dataset_root=str(self.config.dataset_root),
             datasets=self.datasets,
             jobs=self.jobs,
@@ -195,8 +216,13 @@ class Daemon:
             dataset_root=str(self.config.dataset_root),
         )
         self.lock.publish(self.endpoints)
-        log.info("ready: gRPC unix:%s%s, HTTP %s, datasets from %s", self.config.socket,
-                 f" and tcp {tcp}" if tcp else "", http_url, self.config.dataset_root)  # fmt: skip
+        log.info(
+            "ready: gRPC unix:%s%s, HTTP %s, datasets from %s",
+            self.config.socket,
+            f" and tcp {tcp}" if tcp else "",
+            http_url,
+            self.config.dataset_root,
+        )
         return self.endpoints
 
     def _start_nvml(self) -> None:
@@ -204,8 +230,9 @@ class Daemon:
         self.metrics.add_collector(self.nvml)
         measured = self.nvml.status()
         if measured.enabled:
-            methods = ", ".join(f"GPU {g.gpu}: {g.method or 'PCIe not measured'}, {len(g.nvlink)} NVLink links"
-                                for g in measured.gpus)  # fmt: skip
+            methods = ", ".join(
+                f"GPU {g.gpu}: {g.method or 'PCIe not measured'}, {len(g.nvlink)} NVLink links" for g in measured.gpus
+            )
             log.info("NVML collector: sampling every %g s (%s)", measured.interval_s, methods)
         else:
             log.info("NVML collector off: %s", measured.reason)
@@ -227,8 +254,11 @@ class Daemon:
             return [], None
         token = self._token = ensure_token(self.config.token_path)
         if self.config.insecure:
-            log.warning("SECURITY: gRPC on tcp %s is PLAINTEXT (--insecure): the token and every reply cross the "
-                        "network unencrypted", self.config.tcp)  # fmt: skip
+            log.warning(
+                "SECURITY: gRPC on tcp %s is PLAINTEXT (--insecure): the token and every reply cross the "
+                "network unencrypted",
+                self.config.tcp,
+            )
             return [TokenInterceptor(token)], None
         cert, key = self.config.tls_cert, self.config.tls_key
         if cert is None or key is None:
@@ -281,9 +311,13 @@ class Daemon:
             status=builder.snapshot, metrics=self.metrics, serving=lambda: self._serving, pid=os.getpid()
         )
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", log_config=None,
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            log_config=None,
             timeout_graceful_shutdown=max(1, int(self.config.shutdown_grace_s)),
-        )  # fmt: skip
+        )
         self._http = uvicorn.Server(config)
         self._http_thread = threading.Thread(
             target=self._http.run, kwargs={"sockets": [sock]}, name="graphtier-http", daemon=True

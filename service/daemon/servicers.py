@@ -13,10 +13,10 @@ import grpc
 
 from graphtier.contract import conversions
 from graphtier.contract.jobs import conversions as job_conversions
-from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
+from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.service.daemon.jobs.progress import ProgressTracker
+from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.service.store.wire import layout_to_proto
 from graphtier.v1 import (
     channels_pb2,
@@ -108,7 +108,10 @@ SERVICE_NAMES: tuple[str, ...] = (
 
 
 def add_servicers(
-    server: grpc.Server, registry: DatasetRegistry, tracker: ProgressTracker, jobs: JobManager | None = None,
+    server: grpc.Server,
+    registry: DatasetRegistry,
+    tracker: ProgressTracker,
+    jobs: JobManager | None = None,
     cluster: ClusterNode | None = None,
 ) -> None:
     """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES;

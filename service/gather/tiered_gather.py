@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.service.gather.tiers import FeatureTiers
 from graphtier.contract.traffic import TrafficCounts
+from graphtier.service.gather.tiers import FeatureTiers
 from graphtier.service.native_ops import Backend, resolve_backend
 
 
@@ -107,8 +107,9 @@ def _gather_with_reader(ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tenso
 StorageFill = Callable[[np.ndarray, np.ndarray], None]
 
 
-def gather_split(ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, read_storage: StorageFill, *,
-                 backend: Backend = "auto") -> TrafficCounts:
+def gather_split(
+    ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, read_storage: StorageFill, *, backend: Backend = "auto"
+) -> TrafficCounts:
     """Like `tiered_gather`, but the storage rows come from `read_storage(rows, rows_out)`: `rows`
     storage-relative (id - host_end) in batch order, `rows_out` a numpy array to fill row for row
     (a `StorageReader`'s or the look-ahead window's read). Ids must be in range."""

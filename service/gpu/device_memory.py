@@ -45,8 +45,12 @@ class DeviceAllocation:
         self.padded_bytes = -(-nbytes // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
         self.pci_bus_id = pci_bus_id(device)
         with on_device(device):
-            self.ptr = int(check(cudart().cudaMalloc(self.padded_bytes),
-                                 f"cudaMalloc of {self.padded_bytes} bytes for {label} on GPU {device}"))  # fmt: skip
+            self.ptr = int(
+                check(
+                    cudart().cudaMalloc(self.padded_bytes),
+                    f"cudaMalloc of {self.padded_bytes} bytes for {label} on GPU {device}",
+                )
+            )
         self.owner_pid = os.getpid()
 
     def copy_from_host(self, offset: int, host_ptr: int, nbytes: int) -> None:
@@ -55,8 +59,10 @@ class DeviceAllocation:
             raise CudaError(f"{self.label}: copy of {nbytes} bytes at offset {offset} is outside {self.nbytes} bytes")
         rt = cudart()
         with on_device(self.device):
-            check(rt.cudaMemcpy(self.ptr + offset, host_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
-                  f"filling {self.label} on GPU {self.device}")  # fmt: skip
+            check(
+                rt.cudaMemcpy(self.ptr + offset, host_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
+                f"filling {self.label} on GPU {self.device}",
+            )
 
     def ipc_handle(self) -> bytes:
         with on_device(self.device):
@@ -104,8 +110,10 @@ class OpenedHandles:
             if opened is None:
                 rt = cudart()
                 with on_device(device):
-                    ptr = check(rt.cudaIpcOpenMemHandle(_handle_from_bytes(handle), rt.cudaIpcMemLazyEnablePeerAccess),
-                                f"cudaIpcOpenMemHandle of {label} on GPU {device} (is the daemon that owns it alive?)")  # fmt: skip
+                    ptr = check(
+                        rt.cudaIpcOpenMemHandle(_handle_from_bytes(handle), rt.cudaIpcMemLazyEnablePeerAccess),
+                        f"cudaIpcOpenMemHandle of {label} on GPU {device} (is the daemon that owns it alive?)",
+                    )
                 opened = self._open[key] = _Opened(ptr=int(ptr), device=device, users=0)
             opened.users += 1
             return opened.ptr

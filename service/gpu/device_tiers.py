@@ -61,8 +61,13 @@ class DeviceTierSet:
             self.close()
             raise
         if self.allocations:
-            log.info("placed device tiers of %s on GPUs %s: %.1f MiB in %.2f s", label, list(devices),
-                     sum(a.nbytes for a in self.allocations) / 2**20, time.perf_counter() - t0)  # fmt: skip
+            log.info(
+                "placed device tiers of %s on GPUs %s: %.1f MiB in %.2f s",
+                label,
+                list(devices),
+                sum(a.nbytes for a in self.allocations) / 2**20,
+                time.perf_counter() - t0,
+            )
 
     def _place(self, tier: str, slot: int, device: int, rows: torch.Tensor, label: str) -> None:
         nbytes = rows.numel()
@@ -74,10 +79,17 @@ class DeviceTierSet:
             alloc.copy_from_host(first * rows.shape[1], chunk.data_ptr(), chunk.numel())
         handle = alloc.ipc_handle()
         opened_handles().note_local(handle, alloc.ptr)
-        self.refs.append(DeviceTierRef(
-            tier=tier, slot=slot, pci_bus_id=alloc.pci_bus_id, handle=handle.hex(), nbytes=nbytes,
-            rows=rows.shape[0], owner_pid=alloc.owner_pid,
-        ))  # fmt: skip
+        self.refs.append(
+            DeviceTierRef(
+                tier=tier,
+                slot=slot,
+                pci_bus_id=alloc.pci_bus_id,
+                handle=handle.hex(),
+                nbytes=nbytes,
+                rows=rows.shape[0],
+                owner_pid=alloc.owner_pid,
+            )
+        )
 
     def close(self) -> None:
         for ref in self.refs:

@@ -78,8 +78,12 @@ class CudaFeatureTiers:
         if needs_host and not self.host_ptr:
             raise GraphtierError("host rows are read but no registered host address was given")
         storage_rows = self.num_rows - self.host_end
-        if storage_rows and (self.storage is None or self.storage.shape[0] != storage_rows
-                             or self.storage.device.type != "cpu" or not self.storage.is_contiguous()):  # fmt: skip
+        if storage_rows and (
+            self.storage is None
+            or self.storage.shape[0] != storage_rows
+            or self.storage.device.type != "cpu"
+            or not self.storage.is_contiguous()
+        ):
             raise GraphtierError(f"the storage tier needs a contiguous CPU tensor of {storage_rows} rows")
 
     @property
@@ -163,13 +167,20 @@ class CudaGather:
         torch.index_select(t.storage, 0, storage_ids - t.host_end, out=self._staging[:k])
         return self._staging.data_ptr()
 
-    def launch(self, sorted_ids: torch.Tensor, positions: torch.Tensor, out: torch.Tensor,
-               storage_first: int, staged_ptr: int = 0) -> None:
+    def launch(
+        self,
+        sorted_ids: torch.Tensor,
+        positions: torch.Tensor,
+        out: torch.Tensor,
+        storage_first: int,
+        staged_ptr: int = 0,
+    ) -> None:
         """Enqueue the kernel on the current stream for already sorted, checked ids."""
         t = self.tiers
         self._pointers[2] = staged_ptr
-        bounds = torch.tensor([t.replicated_end, t.interleaved_end, t.host_end, t.num_rows, storage_first],
-                              dtype=torch.int64)  # fmt: skip
+        bounds = torch.tensor(
+            [t.replicated_end, t.interleaved_end, t.host_end, t.num_rows, storage_first], dtype=torch.int64
+        )
         err = torch.ops.graphtier_cuda.tiered_gather(
             sorted_ids, positions, self._pointers, bounds, t.row_bytes, self.max_blocks, self.threads, out
         )

@@ -57,7 +57,9 @@ class HostRegistry:
         self._lock = threading.Lock()
         self._ranges: dict[int, HostRegistration] = {}
 
-    def register(self, ptr: int, nbytes: int, label: str, *, device: int = 0, read_only: bool = True) -> HostRegistration:
+    def register(
+        self, ptr: int, nbytes: int, label: str, *, device: int = 0, read_only: bool = True
+    ) -> HostRegistration:
         """Register the pages holding [ptr, ptr + nbytes) (or add a user to the range holding
         them) and return the registration; CudaError on an overlap or a driver failure.
         `read_only`: the pages are mapped PROT_READ; GPUs that cannot register such memory
@@ -91,7 +93,9 @@ class HostRegistry:
                 check(rt.cudaHostRegister(start, end - start, flags), f"cudaHostRegister of {label} ({end - start} B)")
                 seconds = time.perf_counter() - t0
                 try:
-                    device_ptr = int(check(rt.cudaHostGetDevicePointer(start, 0), f"cudaHostGetDevicePointer of {label}"))
+                    device_ptr = int(
+                        check(rt.cudaHostGetDevicePointer(start, 0), f"cudaHostGetDevicePointer of {label}")
+                    )
                     if device_ptr != start:
                         raise CudaError(
                             f"{label}: the device address {device_ptr:#x} of registered host memory differs from its "
@@ -100,11 +104,17 @@ class HostRegistry:
                 except BaseException:
                     rt.cudaHostUnregister(start)
                     raise
-            reg = HostRegistration(start=start, nbytes=end - start, label=label, seconds=seconds, huge_pages=huge,
-                                   device=device)  # fmt: skip
+            reg = HostRegistration(
+                start=start, nbytes=end - start, label=label, seconds=seconds, huge_pages=huge, device=device
+            )
             self._ranges[start] = reg
-        log.info("registered %s with CUDA: %.1f MiB in %.3f s (huge pages %s)", label, reg.nbytes / 2**20,
-                 seconds, "advised" if huge else "refused")  # fmt: skip
+        log.info(
+            "registered %s with CUDA: %.1f MiB in %.3f s (huge pages %s)",
+            label,
+            reg.nbytes / 2**20,
+            seconds,
+            "advised" if huge else "refused",
+        )
         return reg
 
     def release(self, reg: HostRegistration) -> None:

@@ -96,7 +96,9 @@ def read_only_registration_supported(device: int) -> bool:
     """Whether `device` can register read-only host memory (cudaDevAttrHostRegisterReadOnlySupported)."""
     rt = cudart()
     attr = rt.cudaDeviceAttr.cudaDevAttrHostRegisterReadOnlySupported
-    return bool(check(rt.cudaDeviceGetAttribute(attr, device), f"read-only host registration attribute of GPU {device}"))
+    return bool(
+        check(rt.cudaDeviceGetAttribute(attr, device), f"read-only host registration attribute of GPU {device}")
+    )
 
 
 def pci_bus_id(device: int) -> str:

@@ -22,8 +22,8 @@ from typing import Protocol
 
 import torch
 
-from graphtier.contract.fanouts import validate_fanouts
 from graphtier.contract.errors import SamplingError
+from graphtier.contract.fanouts import validate_fanouts
 from graphtier.service.gpu.gather import _ERR_NAMES, load_cuda_ops
 from graphtier.service.gpu.runtime import CudaError
 from graphtier.service.graph.csc import CSCGraph
@@ -55,8 +55,12 @@ class StructureTiers:
     host_row: torch.Tensor
 
     def __post_init__(self) -> None:
-        parts = {"device_colptr": self.device_colptr, "device_row": self.device_row,
-                 "host_colptr": self.host_colptr, "host_row": self.host_row}  # fmt: skip
+        parts = {
+            "device_colptr": self.device_colptr,
+            "device_row": self.device_row,
+            "host_colptr": self.host_colptr,
+            "host_row": self.host_row,
+        }
         for name, t in parts.items():
             if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.dim() != 1 or not t.is_contiguous():
                 raise SamplingError(f"structure {name} must be a contiguous 1-D int64 tensor, got {t!r:.80}")
@@ -118,18 +122,35 @@ class StructureTiers:
 class SamplerKernels(Protocol):
     """The six steps of a hop (see native/include/graphtier/cuda_sampler.h), enqueued in order."""
 
-    def degrees(self, frontier: torch.Tensor, fanout: int, starts: torch.Tensor, degrees: torch.Tensor,
-                counts: torch.Tensor) -> None: ...  # fmt: skip
+    def degrees(
+        self, frontier: torch.Tensor, fanout: int, starts: torch.Tensor, degrees: torch.Tensor, counts: torch.Tensor
+    ) -> None: ...
 
-    def pick(self, frontier: torch.Tensor, fanout: int, seed: int, first_local: int, starts: torch.Tensor,
-             degrees: torch.Tensor, ends: torch.Tensor, out: torch.Tensor) -> None: ...  # fmt: skip
+    def pick(
+        self,
+        frontier: torch.Tensor,
+        fanout: int,
+        seed: int,
+        first_local: int,
+        starts: torch.Tensor,
+        degrees: torch.Tensor,
+        ends: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None: ...
 
     def mark(self, nbrs: torch.Tensor, node_map: torch.Tensor) -> None: ...
 
     def flag(self, nbrs: torch.Tensor, node_map: torch.Tensor, flags: torch.Tensor) -> None: ...
 
-    def assign(self, nbrs: torch.Tensor, flags: torch.Tensor, ranks: torch.Tensor, next_local: int,
-               node_map: torch.Tensor, new_nodes: torch.Tensor) -> None: ...  # fmt: skip
+    def assign(
+        self,
+        nbrs: torch.Tensor,
+        flags: torch.Tensor,
+        ranks: torch.Tensor,
+        next_local: int,
+        node_map: torch.Tensor,
+        new_nodes: torch.Tensor,
+    ) -> None: ...
 
     def apply(self, nbrs: torch.Tensor, node_map: torch.Tensor, local: torch.Tensor) -> None: ...
 
@@ -143,8 +164,15 @@ class HopResult:
     new_nodes: torch.Tensor
 
 
-def sample_hop(kernels: SamplerKernels, frontier: torch.Tensor, fanout: int, seed: int, first_local: int,
-               next_local: int, node_map: torch.Tensor) -> HopResult:  # fmt: skip
+def sample_hop(
+    kernels: SamplerKernels,
+    frontier: torch.Tensor,
+    fanout: int,
+    seed: int,
+    first_local: int,
+    next_local: int,
+    node_map: torch.Tensor,
+) -> HopResult:
     """Expand `frontier` (local ids first_local.. in order) by `fanout`; new nodes get local ids
     from `next_local` and enter `node_map`. `seed` is the sampler seed as a signed 64-bit word."""
     dev, n = frontier.device, frontier.numel()
@@ -166,8 +194,9 @@ def sample_hop(kernels: SamplerKernels, frontier: torch.Tensor, fanout: int, see
     return HopResult(ends=ends, indices=local, new_nodes=new_nodes)
 
 
-def sample_hops(kernels: SamplerKernels, seeds: torch.Tensor, fanouts: Sequence[int], seed: int,
-                node_map: torch.Tensor) -> SampledSubgraph:  # fmt: skip
+def sample_hops(
+    kernels: SamplerKernels, seeds: torch.Tensor, fanouts: Sequence[int], seed: int, node_map: torch.Tensor
+) -> SampledSubgraph:
     """All hops around `seeds` (unique, in range, on the node map's device); `node_map` (int64,
     all -1) is all -1 again on return, also on error."""
     dev, batch = seeds.device, seeds.numel()
@@ -193,8 +222,13 @@ def sample_hops(kernels: SamplerKernels, seeds: torch.Tensor, fanouts: Sequence[
         raise
     node_map[node_ids] = -1
     indices = torch.cat(index_parts) if index_parts else torch.empty(0, dtype=torch.int64, device=dev)
-    return SampledSubgraph(node_ids=node_ids, indptr=torch.cat(indptr_parts), indices=indices,
-                           num_nodes_per_hop=nodes_per_hop, num_edges_per_hop=edges_per_hop)  # fmt: skip
+    return SampledSubgraph(
+        node_ids=node_ids,
+        indptr=torch.cat(indptr_parts),
+        indices=indices,
+        num_nodes_per_hop=nodes_per_hop,
+        num_edges_per_hop=edges_per_hop,
+    )
 
 
 class CudaSamplerKernels:
@@ -202,8 +236,10 @@ class CudaSamplerKernels:
 
     def __init__(self, structure: StructureTiers, *, max_blocks: int, threads: int = THREADS) -> None:
         s = structure
-        self._pointers = torch.tensor([s.device_colptr.data_ptr(), s.device_row.data_ptr(),
-                                       s.host_colptr.data_ptr(), s.host_row.data_ptr()], dtype=torch.int64)  # fmt: skip
+        self._pointers = torch.tensor(
+            [s.device_colptr.data_ptr(), s.device_row.data_ptr(), s.host_colptr.data_ptr(), s.host_row.data_ptr()],
+            dtype=torch.int64,
+        )
         self._bounds = torch.tensor([s.device_end, s.num_nodes], dtype=torch.int64)
         self.max_blocks, self.threads = max_blocks, threads
 
@@ -214,30 +250,55 @@ class CudaSamplerKernels:
 
     def degrees(self, frontier, fanout, starts, degrees, counts) -> None:  # noqa: ANN001
         ops = torch.ops.graphtier_cuda
-        self._check(ops.sample_degrees(frontier, self._pointers, self._bounds, fanout, starts, degrees, counts,
-                                       self.max_blocks, self.threads), "sample_degrees")  # fmt: skip
+        self._check(
+            ops.sample_degrees(
+                frontier, self._pointers, self._bounds, fanout, starts, degrees, counts, self.max_blocks, self.threads
+            ),
+            "sample_degrees",
+        )
 
     def pick(self, frontier, fanout, seed, first_local, starts, degrees, ends, out) -> None:  # noqa: ANN001
         ops = torch.ops.graphtier_cuda
-        self._check(ops.sample_pick(frontier, self._pointers, self._bounds, fanout, seed, first_local, starts,
-                                    degrees, ends, out, self.max_blocks, self.threads), "sample_pick")  # fmt: skip
+        self._check(
+            ops.sample_pick(
+                frontier,
+                self._pointers,
+                self._bounds,
+                fanout,
+                seed,
+                first_local,
+                starts,
+                degrees,
+                ends,
+                out,
+                self.max_blocks,
+                self.threads,
+            ),
+            "sample_pick",
+        )
 
     def mark(self, nbrs, node_map) -> None:  # noqa: ANN001
-        self._check(torch.ops.graphtier_cuda.relabel_mark(nbrs, node_map, self.max_blocks, self.threads),
-                    "relabel_mark")  # fmt: skip
+        self._check(
+            torch.ops.graphtier_cuda.relabel_mark(nbrs, node_map, self.max_blocks, self.threads), "relabel_mark"
+        )
 
     def flag(self, nbrs, node_map, flags) -> None:  # noqa: ANN001
-        self._check(torch.ops.graphtier_cuda.relabel_flag(nbrs, node_map, flags, self.max_blocks, self.threads),
-                    "relabel_flag")  # fmt: skip
+        self._check(
+            torch.ops.graphtier_cuda.relabel_flag(nbrs, node_map, flags, self.max_blocks, self.threads), "relabel_flag"
+        )
 
     def assign(self, nbrs, flags, ranks, next_local, node_map, new_nodes) -> None:  # noqa: ANN001
         ops = torch.ops.graphtier_cuda
-        self._check(ops.relabel_assign(nbrs, flags, ranks, next_local, node_map, new_nodes, self.max_blocks,
-                                       self.threads), "relabel_assign")  # fmt: skip
+        self._check(
+            ops.relabel_assign(nbrs, flags, ranks, next_local, node_map, new_nodes, self.max_blocks, self.threads),
+            "relabel_assign",
+        )
 
     def apply(self, nbrs, node_map, local) -> None:  # noqa: ANN001
-        self._check(torch.ops.graphtier_cuda.relabel_apply(nbrs, node_map, local, self.max_blocks, self.threads),
-                    "relabel_apply")  # fmt: skip
+        self._check(
+            torch.ops.graphtier_cuda.relabel_apply(nbrs, node_map, local, self.max_blocks, self.threads),
+            "relabel_apply",
+        )
 
 
 def check_seeds(seeds: torch.Tensor, num_nodes: int, device: torch.device) -> torch.Tensor:
@@ -331,9 +392,12 @@ class HostCopySampler:
     def sample(self, seeds: torch.Tensor, *, seed: int) -> SampledSubgraph:
         sub = self.device_sampler.sample(seeds, seed=seed)
         return SampledSubgraph(
-            node_ids=sub.node_ids.cpu(), indptr=sub.indptr.cpu(), indices=sub.indices.cpu(),
-            num_nodes_per_hop=sub.num_nodes_per_hop, num_edges_per_hop=sub.num_edges_per_hop,
-        )  # fmt: skip
+            node_ids=sub.node_ids.cpu(),
+            indptr=sub.indptr.cpu(),
+            indices=sub.indices.cpu(),
+            num_nodes_per_hop=sub.num_nodes_per_hop,
+            num_edges_per_hop=sub.num_edges_per_hop,
+        )
 
 
 def host_copy_sampler(

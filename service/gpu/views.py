@@ -16,8 +16,12 @@ class _RawDeviceBytes:
     def __init__(self, ptr: int, nbytes: int, owner: Any) -> None:
         self.owner = owner
         self.__cuda_array_interface__ = {
-            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3, "strides": None,
-        }  # fmt: skip
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+        }
 
 
 def cuda_view(ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: int, owner: Any = None) -> torch.Tensor:

@@ -63,7 +63,7 @@ class GraphData:
             return self.class_count
         return int(self.labels.max().item()) + 1
 
-    def validate(self) -> "GraphData":
+    def validate(self) -> GraphData:
         """Check shapes, dtypes and ranges; raise `DatasetSourceError` naming `origin`."""
 
         def fail(problem: str) -> None:
@@ -76,8 +76,10 @@ class GraphData:
         if self.src.dim() != 1 or self.src.shape != self.dst.shape:
             fail(f"src and dst must be 1-D of equal length, got {tuple(self.src.shape)} and {tuple(self.dst.shape)}")
         if self.src.numel() == 0:
-            fail(f"the graph has {self.num_nodes} nodes but no edges: every node is isolated, so there are no "
-                 "neighbours to sample or aggregate (a model of the features alone needs no graphtier)")
+            fail(
+                f"the graph has {self.num_nodes} nodes but no edges: every node is isolated, so there are no "
+                "neighbours to sample or aggregate (a model of the features alone needs no graphtier)"
+            )
         lo = int(torch.minimum(self.src.min(), self.dst.min()))
         hi = int(torch.maximum(self.src.max(), self.dst.max()))
         if lo < 0 or hi >= self.num_nodes:
@@ -103,8 +105,10 @@ class GraphData:
                 fail(f"labels must be int64, got {y.dtype}")
             if y.numel() and int(y.min()) < UNLABELLED:
                 node = int((y < UNLABELLED).nonzero()[0])
-                fail(f"label {int(y[node])} (node {node}) is negative; "
-                     f"labels must be >= 0 (or {UNLABELLED} for unlabelled)")
+                fail(
+                    f"label {int(y[node])} (node {node}) is negative; "
+                    f"labels must be >= 0 (or {UNLABELLED} for unlabelled)"
+                )
         for name, ids in self.splits.items():
             if name not in SPLIT_NAMES:
                 fail(f"unknown split {name!r}; expected one of {SPLIT_NAMES}")

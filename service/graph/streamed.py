@@ -128,7 +128,9 @@ class StreamedGraph:
     original_ids: torch.Tensor | None = None
     origin: str = ""
     description: dict[str, object] = field(default_factory=dict)
-    details: dict[str, object] = field(default_factory=dict)  # how it was read (what stayed in memory), for the manifest
+    details: dict[str, object] = field(
+        default_factory=dict
+    )  # how it was read (what stayed in memory), for the manifest
     class_count: int | None = None  # as GraphData's
     class_labels: list[int] | None = None
     notes: list[str] = field(default_factory=list)
@@ -146,7 +148,7 @@ class StreamedGraph:
         return int(self.labels.max().item()) + 1
 
     @classmethod
-    def from_graph_data(cls, data: GraphData) -> "StreamedGraph":
+    def from_graph_data(cls, data: GraphData) -> StreamedGraph:
         """Wrap a graph a source loaded whole; the wrapper takes over its tensors."""
         return cls(
             num_nodes=data.num_nodes,

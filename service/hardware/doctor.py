@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
+from graphtier.contract.machine import CHECK_NAMES, CheckResult, GpuDevice, MachineReport
 from graphtier.service.hardware import nvml
 from graphtier.service.hardware.host import check_dev_shm, check_mps, check_transparent_hugepages
-from graphtier.contract.machine import CHECK_NAMES, CheckResult, GpuDevice, MachineReport
 from graphtier.service.hardware.probe import CudaProbe, probe_in_subprocess, run_cuda_probe
 
 ProbeMode = Literal["inprocess", "subprocess", "pending", "skip"]
@@ -47,8 +47,10 @@ def _nvml_part() -> _NvmlPart:
     except Exception as exc:  # a driver or nvidia-ml-py we did not foresee: the report still comes out
         part.error, status = f"NVML check failed: {type(exc).__name__}: {exc}", "failed"
     if part.error:
-        part.checks = [CheckResult(name=n, status=status, reason=part.error)
-                       for n in ("nvlink", "nvml_pcie_counters", "nvml_nvlink_counters")]  # fmt: skip
+        part.checks = [
+            CheckResult(name=n, status=status, reason=part.error)
+            for n in ("nvlink", "nvml_pcie_counters", "nvml_nvlink_counters")
+        ]
     return part
 
 
@@ -64,25 +66,33 @@ def _counter_checks(nv, found: list[nvml.Gpu]) -> list[CheckResult]:
         counted[str(gpu.index)] = {"links": readable, "reason": why}
     if not found:
         none = "NVML sees no GPU"
-        return [CheckResult(name=n, status="unavailable", reason=none)
-                for n in ("nvlink", "nvml_pcie_counters", "nvml_nvlink_counters")]  # fmt: skip
+        return [
+            CheckResult(name=n, status="unavailable", reason=none)
+            for n in ("nvlink", "nvml_pcie_counters", "nvml_nvlink_counters")
+        ]
     active_total = sum(len(v["active_links"]) for v in links.values())
     nvlink = CheckResult(
-        name="nvlink", status="ok" if active_total else "unavailable", details=links,
-        reason=f"{active_total} active NVLink links: " + ", ".join(f"GPU {g}: {len(v['active_links'])}"
-                                                                for g, v in links.items())
-        if active_total else _grouped({g: v["reason"] for g, v in links.items()}),
-    )  # fmt: skip
+        name="nvlink",
+        status="ok" if active_total else "unavailable",
+        details=links,
+        reason=f"{active_total} active NVLink links: "
+        + ", ".join(f"GPU {g}: {len(v['active_links'])}" for g, v in links.items())
+        if active_total
+        else _grouped({g: v["reason"] for g, v in links.items()}),
+    )
     methods = {v["method"] for v in pcie.values()}
     status = "ok" if methods == {"field_values"} else "unavailable"
     pcie_reason = _grouped({g: f"{v['method'] or 'not measurable'}: {v['nvml']}" for g, v in pcie.items()})
     readable_total = sum(len(v["links"]) for v in counted.values())
     gaps = _grouped({g: v["reason"] for g, v in counted.items() if v["reason"] and links[g]["active_links"]})
     nvlink_counts = CheckResult(
-        name="nvml_nvlink_counters", status="ok" if readable_total and not gaps else "unavailable", details=counted,
+        name="nvml_nvlink_counters",
+        status="ok" if readable_total and not gaps else "unavailable",
+        details=counted,
         reason=f"data counters of {readable_total} links read" + (f"; {gaps}" if gaps else "")
-        if active_total else "no active NVLink link: nothing to count",
-    )  # fmt: skip
+        if active_total
+        else "no active NVLink link: nothing to count",
+    )
     pcie_check = CheckResult(name="nvml_pcie_counters", status=status, details=pcie, reason=pcie_reason)
     return [nvlink, pcie_check, nvlink_counts]
 
@@ -113,8 +123,7 @@ def _devices_check(part: _NvmlPart, torch_version: str, torch_cuda: str | None) 
     )
     found = f"{len(part.devices)} GPU(s) [{shown}], driver {part.driver}, CUDA {part.cuda_driver}"
     if without:
-        return CheckResult(name="cuda_devices", status="unavailable", reason=f"{found}; but {without}",
-                           details=details)  # fmt: skip
+        return CheckResult(name="cuda_devices", status="unavailable", reason=f"{found}; but {without}", details=details)
     return CheckResult(name="cuda_devices", status="ok", reason=found, details=details)
 
 
@@ -137,21 +146,37 @@ def build_report(probe: ProbeMode = "skip", probe_timeout_s: float = 120.0) -> M
     torch_version, torch_cuda = _torch_versions()
     devices = _devices_check(part, torch_version, torch_cuda)
     if devices.status != "ok":
-        cuda = [CheckResult(name=n, status="unavailable", reason="no usable CUDA device (see cuda_devices)")
-                for n in ("host_register", "peer_access")]  # fmt: skip
+        cuda = [
+            CheckResult(name=n, status="unavailable", reason="no usable CUDA device (see cuda_devices)")
+            for n in ("host_register", "peer_access")
+        ]
     elif probe == "pending":
-        cuda = [CheckResult(name=n, status="pending", reason="the CUDA probe subprocess has not answered yet")
-                for n in ("host_register", "peer_access")]  # fmt: skip
+        cuda = [
+            CheckResult(name=n, status="pending", reason="the CUDA probe subprocess has not answered yet")
+            for n in ("host_register", "peer_access")
+        ]
     else:
-        cuda = [CheckResult(name=n, status="unavailable", reason="not checked here (CUDA would initialise in this "
-                            "process): run `graphtier doctor`") for n in ("host_register", "peer_access")]  # fmt: skip
+        cuda = [
+            CheckResult(
+                name=n,
+                status="unavailable",
+                reason="not checked here (CUDA would initialise in this process): run `graphtier doctor`",
+            )
+            for n in ("host_register", "peer_access")
+        ]
     report = MachineReport(
-        hostname=socket.gethostname(), checked_at=datetime.now(timezone.utc), cuda=devices.status == "ok",
-        summary=_summary(devices, len(part.devices)), driver_version=part.driver,
-        cuda_driver_version=part.cuda_driver, torch_version=torch_version, torch_cuda_version=torch_cuda,
-        devices=part.devices, peer_access=None,
+        hostname=socket.gethostname(),
+        checked_at=datetime.now(timezone.utc),
+        cuda=devices.status == "ok",
+        summary=_summary(devices, len(part.devices)),
+        driver_version=part.driver,
+        cuda_driver_version=part.cuda_driver,
+        torch_version=torch_version,
+        torch_cuda_version=torch_cuda,
+        devices=part.devices,
+        peer_access=None,
         checks=_ordered([devices, *cuda, *part.checks, check_mps(), check_transparent_hugepages(), check_dev_shm()]),
-    )  # fmt: skip
+    )
     if report.cuda and probe == "inprocess":
         return with_probe(report, run_cuda_probe())
     if report.cuda and probe == "subprocess":
@@ -175,20 +200,40 @@ def with_probe(report: MachineReport, probe: CudaProbe) -> MachineReport:
     """`report` with the probe's checks, peer matrix, CUDA ordinals and SM counts merged in."""
     devices = []
     for device in report.devices:
-        match = next((f for f in probe.devices if (f.uuid and _key(f.uuid) == _key(device.uuid))
-                      or (f.pci is not None and f.pci == _pci(device.pci_bus_id))), None)  # fmt: skip
-        devices.append(device if match is None else device.model_copy(
-            update={"cuda_index": match.cuda_index, "sm_count": match.sm_count}))  # fmt: skip
+        match = next(
+            (
+                f
+                for f in probe.devices
+                if (f.uuid and _key(f.uuid) == _key(device.uuid))
+                or (f.pci is not None and f.pci == _pci(device.pci_bus_id))
+            ),
+            None,
+        )
+        devices.append(
+            device
+            if match is None
+            else device.model_copy(update={"cuda_index": match.cuda_index, "sm_count": match.sm_count})
+        )
     checks = {c.name: c for c in report.checks} | {c.name: c for c in probe.checks}
     cuda = report.cuda
     if report.cuda and not probe.devices:  # NVML sees GPUs, CUDA does not: the probe says why
         first = probe.checks[0]
-        checks["cuda_devices"] = CheckResult(name="cuda_devices", status="failed" if first.status == "failed"
-                                             else "unavailable", reason=f"NVML sees GPUs, CUDA not: {first.reason}")
+        checks["cuda_devices"] = CheckResult(
+            name="cuda_devices",
+            status="failed" if first.status == "failed" else "unavailable",
+            reason=f"NVML sees GPUs, CUDA not: {first.reason}",
+        )
         cuda = False
     summary = _summary(checks["cuda_devices"], len(devices))
-    return report.model_copy(update={"devices": devices, "peer_access": probe.peer_access, "cuda": cuda,
-                                     "summary": summary, "checks": _ordered(list(checks.values()))})  # fmt: skip
+    return report.model_copy(
+        update={
+            "devices": devices,
+            "peer_access": probe.peer_access,
+            "cuda": cuda,
+            "summary": summary,
+            "checks": _ordered(list(checks.values())),
+        }
+    )
 
 
 def log_lines(report: MachineReport) -> list[str]:

@@ -35,18 +35,26 @@ def check_transparent_hugepages(directory: Path = THP_DIR) -> CheckResult:
             values[name] = _selected((directory / name).read_text())
         except OSError as exc:
             return CheckResult(
-                name="transparent_hugepages", status="unavailable", details=values,
+                name="transparent_hugepages",
+                status="unavailable",
+                details=values,
                 reason=f"cannot read {directory / name} ({exc.strerror or exc}): no transparent huge pages",
-            )  # fmt: skip
+            )
     shown = f"enabled={values['enabled']}, shmem_enabled={values['shmem_enabled']}"
     if values["shmem_enabled"] in _SHMEM_HUGE:
-        return CheckResult(name="transparent_hugepages", status="ok", details=values,
-                           reason=f"{shown}: /dev/shm tiers can be backed by huge pages")  # fmt: skip
+        return CheckResult(
+            name="transparent_hugepages",
+            status="ok",
+            details=values,
+            reason=f"{shown}: /dev/shm tiers can be backed by huge pages",
+        )
     return CheckResult(
-        name="transparent_hugepages", status="unavailable", details=values,
+        name="transparent_hugepages",
+        status="unavailable",
+        details=values,
         reason=f"{shown}: /dev/shm tiers get 4 KiB pages (host registration takes longer); "
         "set shmem_enabled to advise for huge pages",
-    )  # fmt: skip
+    )
 
 
 def check_dev_shm(directory: Path = SHM_DIR) -> CheckResult:
@@ -62,9 +70,11 @@ def check_dev_shm(directory: Path = SHM_DIR) -> CheckResult:
     if total == 0:
         return CheckResult(name="dev_shm", status="unavailable", details=details, reason=f"{directory} has size 0")
     return CheckResult(
-        name="dev_shm", status="ok", details=details,
+        name="dev_shm",
+        status="ok",
+        details=details,
         reason=f"{directory}: {_gib(total)} total, {_gib(free)} free ({100 * free / total:.0f}%)",
-    )  # fmt: skip
+    )
 
 
 def _gib(n: int) -> str:
@@ -82,13 +92,26 @@ def check_mps(environ: dict[str, str] | None = None) -> CheckResult:
     try:
         mode = os.stat(control).st_mode
     except OSError:
-        return CheckResult(name="mps", status="unavailable", details=details,
-                           reason=f"no MPS control daemon: {control} does not exist; {on_path}")  # fmt: skip
+        return CheckResult(
+            name="mps",
+            status="unavailable",
+            details=details,
+            reason=f"no MPS control daemon: {control} does not exist; {on_path}",
+        )
     if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-        return CheckResult(name="mps", status="failed", details=details,
-                           reason=f"{control} exists but is not a pipe or socket; {on_path}")  # fmt: skip
+        return CheckResult(
+            name="mps",
+            status="failed",
+            details=details,
+            reason=f"{control} exists but is not a pipe or socket; {on_path}",
+        )
     if not os.access(control, os.W_OK):
-        return CheckResult(name="mps", status="unavailable", details=details,
-                           reason=f"MPS control pipe {control} is not writable by this user; {on_path}")  # fmt: skip
-    return CheckResult(name="mps", status="ok", details=details,
-                       reason=f"MPS control daemon reachable at {control}; {on_path}")  # fmt: skip
+        return CheckResult(
+            name="mps",
+            status="unavailable",
+            details=details,
+            reason=f"MPS control pipe {control} is not writable by this user; {on_path}",
+        )
+    return CheckResult(
+        name="mps", status="ok", details=details, reason=f"MPS control daemon reachable at {control}; {on_path}"
+    )

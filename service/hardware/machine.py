@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from graphtier.service.hardware.doctor import build_report, log_lines, with_probe
 from graphtier.contract.machine import MachineReport
+from graphtier.service.hardware.doctor import build_report, log_lines, with_probe
 from graphtier.service.hardware.probe import probe_in_subprocess
 
 log = logging.getLogger("graphtierd.machine")

@@ -115,11 +115,16 @@ def gpus(nv: ModuleType) -> list[Gpu]:
             major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
             capability = f"{major}.{minor}"
         device = GpuDevice(
-            index=index, cuda_index=None, name=_text(nv.nvmlDeviceGetName(handle)),
-            uuid=_text(nv.nvmlDeviceGetUUID(handle)), pci_bus_id=_text(nv.nvmlDeviceGetPciInfo(handle).busId),
-            total_memory_bytes=int(memory.total), free_memory_bytes=int(memory.free),
-            compute_capability=capability, sm_count=None,
-        )  # fmt: skip
+            index=index,
+            cuda_index=None,
+            name=_text(nv.nvmlDeviceGetName(handle)),
+            uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+            pci_bus_id=_text(nv.nvmlDeviceGetPciInfo(handle).busId),
+            total_memory_bytes=int(memory.total),
+            free_memory_bytes=int(memory.free),
+            compute_capability=capability,
+            sm_count=None,
+        )
         found.append(Gpu(index, handle, device))
     return found
 
@@ -139,8 +144,10 @@ def field_value(field: Any) -> int | float:
     kind = int(field.valueType)
     member = _VALUE_MEMBERS.get(kind)
     if member is None:
-        raise NvmlValueTypeError(f"NVML field {int(field.fieldId)} has value type {kind}, "
-                                 f"not one of {sorted(_VALUE_MEMBERS)} (nvmlValueType_t)")  # fmt: skip
+        raise NvmlValueTypeError(
+            f"NVML field {int(field.fieldId)} has value type {kind}, "
+            f"not one of {sorted(_VALUE_MEMBERS)} (nvmlValueType_t)"
+        )
     value = getattr(field.value, member)
     return float(value) if kind == 0 else int(value)
 
@@ -180,7 +187,6 @@ def nvlink_remote(nv: ModuleType, handle: Any, link: int) -> str | None:
         return _text(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
     except nv.NVMLError:
         return None
-
 
 
 def pcie_counters(nv: ModuleType, handle: Any) -> tuple[str | None, str]:

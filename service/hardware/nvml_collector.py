@@ -26,8 +26,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from graphtier.service.hardware import nvml
 from graphtier.contract.machine import GpuTraffic, LinkTraffic, MeasuredTraffic
+from graphtier.service.hardware import nvml
 
 log = logging.getLogger("graphtierd.nvml")
 KIB = 1024
@@ -111,8 +111,7 @@ class NvmlCollector(Collector):
         method, said = nvml.pcie_counters(nv, gpu.handle)
         active, no_links = nvml.active_nvlinks(nv, gpu.handle)
         readable, why = nvml.nvlink_counters(nv, gpu.handle, active)
-        return _Gpu(gpu.index, gpu.device.name, gpu.handle, method, None if method else said, readable,
-                    no_links or why)  # fmt: skip
+        return _Gpu(gpu.index, gpu.device.name, gpu.handle, method, None if method else said, readable, no_links or why)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -186,17 +185,27 @@ class NvmlCollector(Collector):
         with self._lock:
             gpus = [
                 GpuTraffic(
-                    gpu=g.index, name=g.name, method=g.method,  # type: ignore[arg-type]
-                    pcie_tx_bytes=g.tx if g.method else None, pcie_rx_bytes=g.rx if g.method else None,
+                    gpu=g.index,
+                    name=g.name,
+                    method=g.method,  # type: ignore[arg-type]
+                    pcie_tx_bytes=g.tx if g.method else None,
+                    pcie_rx_bytes=g.rx if g.method else None,
                     unavailable_reason=g.reason if g.method is None else g.error,
-                    nvlink=[LinkTraffic(link=k, tx_bytes=g.link_tx.get(k, 0), rx_bytes=g.link_rx.get(k, 0))
-                            for k in g.links],
+                    nvlink=[
+                        LinkTraffic(link=k, tx_bytes=g.link_tx.get(k, 0), rx_bytes=g.link_rx.get(k, 0)) for k in g.links
+                    ],
                     nvlink_unavailable_reason=g.links_reason,
-                )  # fmt: skip
+                )
                 for g in self._gpus
             ]
-            return MeasuredTraffic(enabled=self._thread is not None, interval_s=self.interval_s, reason=self._reason,
-                                   samples=self._samples, last_sample_at=self._last_at, gpus=gpus)  # fmt: skip
+            return MeasuredTraffic(
+                enabled=self._thread is not None,
+                interval_s=self.interval_s,
+                reason=self._reason,
+                samples=self._samples,
+                last_sample_at=self._last_at,
+                gpus=gpus,
+            )
 
     def describe(self) -> Iterable[Any]:
         return []  # series come and go with what NVML can measure; nothing to reserve
@@ -209,16 +218,24 @@ class NvmlCollector(Collector):
             for direction, what in (("tx", "device to host"), ("rx", "host to device")):
                 if pcie:
                     family = CounterMetricFamily(
-                        f"graphtier_pcie_measured_{direction}_bytes", f"PCIe bytes {what} as NVML counts them "
-                        "(all of the GPU's traffic, not only graphtier's).", labels=("gpu",), unit="bytes")  # fmt: skip
+                        f"graphtier_pcie_measured_{direction}_bytes",
+                        f"PCIe bytes {what} as NVML counts them (all of the GPU's traffic, not only graphtier's).",
+                        labels=("gpu",),
+                        unit="bytes",
+                    )
                     for g in pcie:
                         family.add_metric((str(g.index),), g.tx if direction == "tx" else g.rx)
                     families.append(family)
                 if links:
-                    family = CounterMetricFamily(f"graphtier_nvlink_measured_{direction}_bytes",
-                                                 f"NVLink data bytes ({direction}) per link as NVML counts them.",
-                                                 labels=("gpu", "link"), unit="bytes")  # fmt: skip
+                    family = CounterMetricFamily(
+                        f"graphtier_nvlink_measured_{direction}_bytes",
+                        f"NVLink data bytes ({direction}) per link as NVML counts them.",
+                        labels=("gpu", "link"),
+                        unit="bytes",
+                    )
                     for g, k in links:
-                        family.add_metric((str(g.index), str(k)), (g.link_tx if direction == "tx" else g.link_rx).get(k, 0))
+                        family.add_metric(
+                            (str(g.index), str(k)), (g.link_tx if direction == "tx" else g.link_rx).get(k, 0)
+                        )
                     families.append(family)
         return families

@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any
 
-from graphtier.service.gpu.views import cuda_view
 from graphtier.contract.machine import CheckResult, _Model
+from graphtier.service.gpu.views import cuda_view
 
 HOST_REGISTER_PORTABLE, HOST_REGISTER_MAPPED, HOST_REGISTER_READ_ONLY = 0x1, 0x2, 0x8
 PROBE_BYTES = 2 << 20
@@ -89,8 +89,12 @@ def _register_and_read(torch: Any, cudart: Any, mapping: mmap.mmap, flags: int, 
             view = cuda_view(ptr, (PROBE_BYTES,), torch.uint8, torch.cuda.current_device())
             same = torch.equal(view, expected)  # a kernel reads the host pages at the host address
             dptr, why = _device_pointer(ptr)
-            out = {"ok": same, "register_seconds": seconds, "view_data_ptr_equal": view.data_ptr() == ptr,
-                   "device_pointer_equal": None if dptr is None else dptr == ptr}  # fmt: skip
+            out = {
+                "ok": same,
+                "register_seconds": seconds,
+                "view_data_ptr_equal": view.data_ptr() == ptr,
+                "device_pointer_equal": None if dptr is None else dptr == ptr,
+            }
             if why:
                 out["device_pointer_error"] = why
             if not same:
@@ -119,8 +123,9 @@ def check_host_register(torch: Any) -> CheckResult:
         os.pwrite(fd, pattern.tobytes(), 0)
         expected = torch.from_numpy(pattern).cuda()
         with mmap.mmap(fd, PROBE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as writable:
-            mapped = _register_and_read(torch, cudart, writable, HOST_REGISTER_MAPPED | HOST_REGISTER_PORTABLE,
-                                        expected)  # fmt: skip
+            mapped = _register_and_read(
+                torch, cudart, writable, HOST_REGISTER_MAPPED | HOST_REGISTER_PORTABLE, expected
+            )
         read_only: dict[str, Any] = {"ok": False, "error": "not tried: mapped | portable failed"}
         if mapped["ok"]:
             with mmap.mmap(fd, PROBE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ) as readable:
@@ -132,13 +137,24 @@ def check_host_register(torch: Any) -> CheckResult:
         os.close(fd)
     details = {"bytes": PROBE_BYTES, "mapped_portable": mapped, "read_only": read_only}
     if not mapped["ok"]:
-        return CheckResult(name="host_register", status="failed", details=details,
-                           reason=f"registered /dev/shm memory is not usable from the device: {mapped['error']}")
+        return CheckResult(
+            name="host_register",
+            status="failed",
+            details=details,
+            reason=f"registered /dev/shm memory is not usable from the device: {mapped['error']}",
+        )
     ro = "read-only registration ok" if read_only["ok"] else f"read-only registration failed: {read_only['error']}"
-    equal = {True: "device pointer == host pointer", False: "device pointer != host pointer (no UVA?)",
-             None: "device pointer not checked"}[mapped["device_pointer_equal"]]  # fmt: skip
-    return CheckResult(name="host_register", status="ok", details=details,
-                       reason=f"a kernel reads registered /dev/shm memory at its host address ({equal}); {ro}")
+    equal = {
+        True: "device pointer == host pointer",
+        False: "device pointer != host pointer (no UVA?)",
+        None: "device pointer not checked",
+    }[mapped["device_pointer_equal"]]
+    return CheckResult(
+        name="host_register",
+        status="ok",
+        details=details,
+        reason=f"a kernel reads registered /dev/shm memory at its host address ({equal}); {ro}",
+    )
 
 
 def check_peer_access(torch: Any, count: int) -> tuple[CheckResult, list[list[bool]]]:
@@ -148,22 +164,38 @@ def check_peer_access(torch: Any, count: int) -> tuple[CheckResult, list[list[bo
     missing = [f"{i}->{j}" for i, j in pairs if not matrix[i][j]]
     details = {"devices": count, "missing": missing}
     if not pairs:
-        return CheckResult(name="peer_access", status="unavailable", details=details,
-                           reason="one CUDA device: no peer to access"), matrix  # fmt: skip
+        return CheckResult(
+            name="peer_access", status="unavailable", details=details, reason="one CUDA device: no peer to access"
+        ), matrix
     if len(missing) == len(pairs):
-        return CheckResult(name="peer_access", status="unavailable", details=details,
-                           reason=f"no pair of the {count} devices can access each other"), matrix  # fmt: skip
+        return CheckResult(
+            name="peer_access",
+            status="unavailable",
+            details=details,
+            reason=f"no pair of the {count} devices can access each other",
+        ), matrix
     tail = f"; not {', '.join(missing)}" if missing else ""
-    return CheckResult(name="peer_access", status="ok", details=details,
-                       reason=f"{len(pairs) - len(missing)} of {len(pairs)} device pairs have peer access{tail}"), matrix
+    return CheckResult(
+        name="peer_access",
+        status="ok",
+        details=details,
+        reason=f"{len(pairs) - len(missing)} of {len(pairs)} device pairs have peer access{tail}",
+    ), matrix
 
 
 def _facts(torch: Any, index: int) -> CudaDeviceFacts:
     p = torch.cuda.get_device_properties(index)
     pci = (p.pci_domain_id, p.pci_bus_id, p.pci_device_id) if hasattr(p, "pci_bus_id") else None
     uuid = str(p.uuid) if getattr(p, "uuid", None) is not None else None
-    return CudaDeviceFacts(cuda_index=index, name=p.name, uuid=uuid, pci=pci, sm_count=p.multi_processor_count,
-                           compute_capability=f"{p.major}.{p.minor}", total_memory_bytes=p.total_memory)
+    return CudaDeviceFacts(
+        cuda_index=index,
+        name=p.name,
+        uuid=uuid,
+        pci=pci,
+        sm_count=p.multi_processor_count,
+        compute_capability=f"{p.major}.{p.minor}",
+        total_memory_bytes=p.total_memory,
+    )
 
 
 def run_cuda_probe() -> CudaProbe:

@@ -44,13 +44,20 @@ def permute_csc(graph: CSCGraph, new_to_old: torch.Tensor, old_to_new: torch.Ten
     new_in_degree = graph.in_degree()[new_to_old]
     colptr = torch.zeros_like(old_colptr)
     torch.cumsum(new_in_degree, 0, out=colptr[1:])
-    row = gather_new_rows(graph.row, old_to_new, old_colptr[:-1][new_to_old] - colptr[:-1], new_in_degree,
-                          0, graph.num_edges)
+    row = gather_new_rows(
+        graph.row, old_to_new, old_colptr[:-1][new_to_old] - colptr[:-1], new_in_degree, 0, graph.num_edges
+    )
     return CSCGraph(colptr=colptr, row=row)
 
 
-def gather_new_rows(old_row: torch.Tensor, old_to_new: torch.Tensor, start_shift: torch.Tensor,
-                    new_degree: torch.Tensor, first: int, last: int) -> torch.Tensor:
+def gather_new_rows(
+    old_row: torch.Tensor,
+    old_to_new: torch.Tensor,
+    start_shift: torch.Tensor,
+    new_degree: torch.Tensor,
+    first: int,
+    last: int,
+) -> torch.Tensor:
     """Entries [first, last) of the reordered `row`, for the new columns that hold exactly them:
     edge e of new column i comes from old position e + start_shift[i] (old start - new start),
     and its source is relabelled. `permute_csc` gathers every column at once; the out-of-core

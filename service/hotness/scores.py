@@ -56,7 +56,7 @@ class ScoreSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "ScoreSpec":
+    def _check(self) -> ScoreSpec:
         if self.kind == "user" and not self.path:
             raise ValueError("kind 'user' needs a path to a .npy score array")
         if self.kind != "user" and self.path:
@@ -74,14 +74,12 @@ class ScoreSpec(BaseModel):
     @classmethod
     def parse(
         cls, text: str, *, iterations: int | None = None, damping: float = 0.85, fanout: int | None = None
-    ) -> "ScoreSpec":
+    ) -> ScoreSpec:
         """Parse the CLI form: `wrpr`, `rpr`, `degree`, `none` or `user:PATH.npy`."""
         if text.startswith("user:"):
             return cls(kind="user", path=text[len("user:") :], iterations=iterations, damping=damping)
         if text not in SCORE_KINDS or text == "user":
-            raise GraphtierError(
-                f"unknown score {text!r}: expected one of wrpr, rpr, degree, none, or user:PATH.npy"
-            )
+            raise GraphtierError(f"unknown score {text!r}: expected one of wrpr, rpr, degree, none, or user:PATH.npy")
         return cls(kind=text, iterations=iterations, damping=damping, fanout=fanout)  # type: ignore[arg-type]
 
     def label(self) -> str:
@@ -120,7 +118,10 @@ def reverse_pagerank(
     pass_on = (per_neighbour / in_degree.clamp(min=1.0)).clamp(max=1.0)
     pass_on[in_degree == 0] = 0.0
     share = torch.empty(n, dtype=torch.float64)
-    buffers = (torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float64))  # reused: N-sized, every iteration
+    buffers = (
+        torch.empty(n, dtype=torch.float64),
+        torch.empty(n, dtype=torch.float64),
+    )  # reused: N-sized, every iteration
     pull = _Pull(graph, symmetric)
     for i in range(iterations):
         torch.mul(score, pass_on, out=share)
@@ -173,7 +174,9 @@ def _user_scores(path: str, num_nodes: int) -> torch.Tensor:
     if values.ndim != 1 or values.shape[0] != num_nodes:
         raise DatasetSourceError(file, f"score array has shape {values.shape}, expected ({num_nodes},)")
     if not np.issubdtype(values.dtype, np.number) or not np.isfinite(values).all():
-        raise DatasetSourceError(file, f"scores must be finite numbers, got dtype {values.dtype} with NaN/inf or non-numbers")
+        raise DatasetSourceError(
+            file, f"scores must be finite numbers, got dtype {values.dtype} with NaN/inf or non-numbers"
+        )
     return torch.from_numpy(values.astype(np.float64))
 
 
@@ -189,13 +192,18 @@ def compute_scores(
     if spec.kind == "degree":
         return graph.out_degree().to(torch.float64)
     if spec.kind == "rpr":
-        return reverse_pagerank(graph, iterations=spec.effective_iterations, damping=spec.damping, fanout=spec.fanout,
-                                symmetric=symmetric)
+        return reverse_pagerank(
+            graph, iterations=spec.effective_iterations, damping=spec.damping, fanout=spec.fanout, symmetric=symmetric
+        )
     if spec.kind == "wrpr":
         if train_ids is None or train_ids.numel() == 0:
             raise GraphtierError("score 'wrpr' needs training ids; this dataset has no train split")
         return reverse_pagerank(
-            graph, iterations=spec.effective_iterations, damping=spec.damping, train_ids=train_ids, fanout=spec.fanout,
+            graph,
+            iterations=spec.effective_iterations,
+            damping=spec.damping,
+            train_ids=train_ids,
+            fanout=spec.fanout,
             symmetric=symmetric,
         )
     if spec.kind == "user":

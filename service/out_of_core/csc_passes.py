@@ -54,13 +54,21 @@ def scatter_keys(
     A bucket's `cursor` never passes its `limit`."""
     if _native(backend):
         torch.ops.graphtier.scatter_csc_keys_(
-            torch.from_numpy(keys), torch.from_numpy(cursor), torch.from_numpy(limit), owner.contiguous(),
-            other.contiguous(), torch.empty(0, dtype=torch.int64) if relabel is None else relabel.contiguous(),
-            torch.from_numpy(bucket_starts), num_nodes, both_ways,
+            torch.from_numpy(keys),
+            torch.from_numpy(cursor),
+            torch.from_numpy(limit),
+            owner.contiguous(),
+            other.contiguous(),
+            torch.empty(0, dtype=torch.int64) if relabel is None else relabel.contiguous(),
+            torch.from_numpy(bucket_starts),
+            num_nodes,
+            both_ways,
         )
         return
-    a, b = (ids.to(torch.int64) if relabel is None else relabel[ids.to(torch.int64)].to(torch.int64)
-            for ids in (owner, other))
+    a, b = (
+        ids.to(torch.int64) if relabel is None else relabel[ids.to(torch.int64)].to(torch.int64)
+        for ids in (owner, other)
+    )
     for column, source in ((a, b), (b, a)) if both_ways else ((a, b),):
         new = (column * num_nodes + source).numpy()
         order, bounds = group_by_bucket(bucket_of(bucket_starts, column.numpy()), cursor.size)
@@ -72,16 +80,28 @@ def scatter_keys(
             cursor[k] += count
 
 
-def compact_keys(keys: np.ndarray, start: int, stop: int, dest: int, *, num_nodes: int, first_column: int,
-                 degree: np.ndarray, backend: Backend = "auto") -> int:
+def compact_keys(
+    keys: np.ndarray,
+    start: int,
+    stop: int,
+    dest: int,
+    *,
+    num_nodes: int,
+    first_column: int,
+    degree: np.ndarray,
+    backend: Backend = "auto",
+) -> int:
     """The sorted keys `keys[start:stop]` of columns `first_column ...`, repeats dropped, as sources
     at `keys[dest:]` (`dest <= start`, so the row builds up in front of the buckets not yet
     compacted); adds each column's count to `degree` and returns how many were kept."""
     if dest > start:
         raise ValueError(f"compacting keys {start}..{stop} to {dest} would overwrite keys not yet read")
     if _native(backend):
-        return int(torch.ops.graphtier.compact_csc_keys_(torch.from_numpy(keys), start, stop, dest, num_nodes,
-                                                         first_column, torch.from_numpy(degree)))
+        return int(
+            torch.ops.graphtier.compact_csc_keys_(
+                torch.from_numpy(keys), start, stop, dest, num_nodes, first_column, torch.from_numpy(degree)
+            )
+        )
     bucket = keys[start:stop]
     keep = np.empty(bucket.size, dtype=bool)
     keep[:1] = True

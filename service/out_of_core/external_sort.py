@@ -26,8 +26,8 @@ import torch
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
-from graphtier.service.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.out_of_core.csc_passes import bucket_of, compact_keys, count_entries, scatter_keys
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.out_of_core.spill import BucketSpill, MemoryArray, SpillArray, new_array
 
 DISTRIBUTE_BYTES_PER_EDGE = 112  # an edge chunk: ids read and relabelled, two keys, bucket ids, grouping
@@ -105,8 +105,15 @@ def _count_entries(edges: TensorEdges | FileEdges, num_nodes: int, undirected: b
     return relabelled
 
 
-def _scatter_in_memory(edges: TensorEdges | FileEdges, num_nodes: int, undirected: bool, chunk: int,
-                       entry_ptr: torch.Tensor, buckets: list[tuple[int, int]], starts: np.ndarray) -> np.ndarray:
+def _scatter_in_memory(
+    edges: TensorEdges | FileEdges,
+    num_nodes: int,
+    undirected: bool,
+    chunk: int,
+    entry_ptr: torch.Tensor,
+    buckets: list[tuple[int, int]],
+    starts: np.ndarray,
+) -> np.ndarray:
     """Every entry's key in one array, bucket b's in its region [entry_ptr[v0], entry_ptr[v1])."""
     keys = np.empty(int(entry_ptr[-1]), dtype=np.int64)
     cursor = np.array([int(entry_ptr[v0]) for v0, _ in buckets], dtype=np.int64)
@@ -119,14 +126,25 @@ def _scatter_in_memory(edges: TensorEdges | FileEdges, num_nodes: int, undirecte
     else:
         pairs = edges.chunks(chunk)
     for src, dst in pairs:
-        scatter_keys(keys, cursor, limit, dst, src, num_nodes=num_nodes, relabel=relabel, bucket_starts=starts,
-                     both_ways=undirected)
+        scatter_keys(
+            keys,
+            cursor,
+            limit,
+            dst,
+            src,
+            num_nodes=num_nodes,
+            relabel=relabel,
+            bucket_starts=starts,
+            both_ways=undirected,
+        )
     edges.release()
     if not np.array_equal(cursor, limit):
         short = int(np.flatnonzero(cursor != limit)[0])
-        raise RuntimeError(f"CSC build: bucket {short} got {cursor[short] - int(entry_ptr[buckets[short][0]])} keys "
-                           f"but {limit[short] - int(entry_ptr[buckets[short][0]])} entries were counted "
-                           "(the edge source changed between its passes)")
+        raise RuntimeError(
+            f"CSC build: bucket {short} got {cursor[short] - int(entry_ptr[buckets[short][0]])} keys "
+            f"but {limit[short] - int(entry_ptr[buckets[short][0]])} entries were counted "
+            "(the edge source changed between its passes)"
+        )
     return keys
 
 
@@ -136,8 +154,10 @@ def build_csc_external(
     """The deduplicated CSC of `edges` (plus every reverse edge when `undirected`), see the module docstring."""
     n = num_nodes
     if n > MAX_KEYED_NODES:
-        raise GraphtierError(f"{n} nodes: the CSC build keys an entry as destination * N + source in int64, "
-                             f"which holds at most {MAX_KEYED_NODES} nodes")
+        raise GraphtierError(
+            f"{n} nodes: the CSC build keys an entry as destination * N + source in int64, "
+            f"which holds at most {MAX_KEYED_NODES} nodes"
+        )
     plan.refresh()
     chunk = plan.units(DISTRIBUTE_BYTES_PER_EDGE, share=0.2, cap=MAX_CHUNK)
     entries = _count_entries(edges, n, undirected, chunk)
@@ -188,7 +208,12 @@ def build_csc_external(
             del keys
     colptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(torch.from_numpy(degree), 0, out=colptr[1:])
-    stats = {"entries": total, "buckets": len(buckets), "spilled_bytes": spilled_bytes,
-             "keys_in_memory": keys_in_memory, "row_in_memory": row_in_memory}
+    stats = {
+        "entries": total,
+        "buckets": len(buckets),
+        "spilled_bytes": spilled_bytes,
+        "keys_in_memory": keys_in_memory,
+        "row_in_memory": row_in_memory,
+    }
     plan.refresh()
     return DiskCSC(colptr, row, plan.units(SCAN_BYTES_PER_EDGE, share=0.5, cap=4 * MAX_CHUNK)), stats

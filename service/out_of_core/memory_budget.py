@@ -91,7 +91,9 @@ def limit_allocator_retention(work_bytes: int) -> bool:
     libc = _libc()
     threshold = int(min(32 << 20, max(128 << 10, work_bytes // 32)))
     try:
-        return bool(libc and libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, 2 * threshold))
+        return bool(
+            libc and libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, 2 * threshold)
+        )
     except AttributeError:
         return False
 
@@ -127,7 +129,7 @@ class MemoryPlan:
     lowest_work: int = 0
 
     @classmethod
-    def start(cls, budget_bytes: int, *, work_bytes: int | None = None) -> "MemoryPlan":
+    def start(cls, budget_bytes: int, *, work_bytes: int | None = None) -> MemoryPlan:
         held = current_rss_bytes()
         if work_bytes is not None:
             limit_allocator_retention(int(work_bytes))
@@ -137,7 +139,8 @@ class MemoryPlan:
         if work < MIN_WORK_BYTES:
             raise MemoryBudgetError(
                 f"{OPTION} {_gib(budget_bytes)} is too small to make progress: this process already holds "
-                f"{_gib(held)} before preparing anything; give at least {_gib((held + MIN_WORK_BYTES) / (1 - SAFETY_SHARE))}"
+                f"{_gib(held)} before preparing anything; "
+                f"give at least {_gib((held + MIN_WORK_BYTES) / (1 - SAFETY_SHARE))}"
             )
         return cls(budget_bytes, held, work, lowest_work=work)
 
@@ -150,8 +153,9 @@ class MemoryPlan:
         if self.work_bytes - need < MIN_WORK_BYTES:
             least = (self.held_at_start + need + MIN_WORK_BYTES) / (1 - SAFETY_SHARE)
             raise MemoryBudgetError(
-                f"{OPTION} {_gib(self.budget_bytes)} is too small to make progress on {num_nodes:,} nodes: the process "
-                f"holds {_gib(self.held_at_start)} and the per-node arrays need {_gib(need)}; give at least {_gib(least)}"
+                f"{OPTION} {_gib(self.budget_bytes)} is too small to make progress on {num_nodes:,} nodes: "
+                f"the process holds {_gib(self.held_at_start)} and the per-node arrays need {_gib(need)}; "
+                f"give at least {_gib(least)}"
             )
         self.refresh()
 

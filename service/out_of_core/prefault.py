@@ -60,7 +60,9 @@ class PrefaultedBuffer:
         if rest[1] <= 0:
             return
         if background:
-            self._thread = threading.Thread(target=self._populate_all, args=rest, name="graphtier-prefault", daemon=True)
+            self._thread = threading.Thread(
+                target=self._populate_all, args=rest, name="graphtier-prefault", daemon=True
+            )
             self._thread.start()
         else:
             self._populate_all(*rest)

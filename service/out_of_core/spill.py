@@ -125,7 +125,7 @@ class MemoryArray:
         self.num_rows = 0
 
     @classmethod
-    def holding(cls, data: np.ndarray) -> "MemoryArray":
+    def holding(cls, data: np.ndarray) -> MemoryArray:
         """The rows of `data`, not copied (an array built in place by its producer)."""
         array = cls(data.dtype, data.shape[1:], capacity=0)
         array.data, array.num_rows = data, data.shape[0]
@@ -153,7 +153,9 @@ class MemoryArray:
         self.num_rows = 0
 
 
-def new_array(path: Path, dtype, row_shape: tuple[int, ...] = (), *, capacity: int, in_memory: bool) -> SpillArray | MemoryArray:
+def new_array(
+    path: Path, dtype, row_shape: tuple[int, ...] = (), *, capacity: int, in_memory: bool
+) -> SpillArray | MemoryArray:
     """An array to append to: in memory when the caller's budget allows it, else a spill file at `path`."""
     return MemoryArray(dtype, row_shape, capacity=capacity) if in_memory else SpillArray(path, dtype, row_shape)
 
@@ -171,13 +173,17 @@ class BucketSpill:
 
     MAX_OPEN = 128  # descriptors held open at once; beyond that each append reopens its file
 
-    def __init__(self, directory: Path, name: str, num_buckets: int, fields: dict[str, tuple[np.dtype, tuple[int, ...]]]):
+    def __init__(
+        self, directory: Path, name: str, num_buckets: int, fields: dict[str, tuple[np.dtype, tuple[int, ...]]]
+    ):
         self.num_buckets = num_buckets
         self.fields = fields
         self.files: list[dict[str, SpillArray]] = []
         self._reopen = num_buckets * len(fields) > self.MAX_OPEN
         for b in range(num_buckets):
-            group = {f: SpillArray(Path(directory) / f"{name}.{b}.{f}", dtype, shape) for f, (dtype, shape) in fields.items()}
+            group = {
+                f: SpillArray(Path(directory) / f"{name}.{b}.{f}", dtype, shape) for f, (dtype, shape) in fields.items()
+            }
             if self._reopen:
                 for spill in group.values():
                     spill.close()

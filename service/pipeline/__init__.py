@@ -31,11 +31,26 @@ if TYPE_CHECKING:
     from graphtier.service.pipeline.producer import Producer
 
 __all__ = [
-    "Batch", "ChannelError", "ChannelLayout", "ChannelReader", "ChannelStats", "ControlBlock", "Producer",
-    "ProducerConfig", "ProducerDiedError", "ProducerError", "ProducerFailedError", "ProducerProcess",
-    "ProducerStalledError", "ProducerStatus", "SlotCapacity", "SlotLayout", "SlotState", "attach_control",
+    "Batch",
+    "ChannelError",
+    "ChannelLayout",
+    "ChannelReader",
+    "ChannelStats",
+    "ControlBlock",
+    "Producer",
+    "ProducerConfig",
+    "ProducerDiedError",
+    "ProducerError",
+    "ProducerFailedError",
+    "ProducerProcess",
+    "ProducerStalledError",
+    "ProducerStatus",
+    "SlotCapacity",
+    "SlotLayout",
+    "SlotState",
+    "attach_control",
     "spawn_producer",
-]  # fmt: skip
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphtier.contract.traffic import TrafficCounts
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.sampling import Block, SampledSubgraph
 
 
@@ -23,10 +23,14 @@ def blocks_to(blocks: list[Block], device: torch.device) -> list[Block]:
     if all(b.indptr.device == device for b in blocks):
         return blocks
     return [
-        Block(indptr=b.indptr.to(device, non_blocking=True), indices=b.indices.to(device, non_blocking=True),
-              num_src=b.num_src, num_dst=b.num_dst)
+        Block(
+            indptr=b.indptr.to(device, non_blocking=True),
+            indices=b.indices.to(device, non_blocking=True),
+            num_src=b.num_src,
+            num_dst=b.num_dst,
+        )
         for b in blocks
-    ]  # fmt: skip
+    ]
 
 
 @dataclass
@@ -102,9 +106,12 @@ class Batch:
         if x.device == device and self.labels.device == device and self.blocks[0].indptr.device == device:
             return self
         return dataclasses.replace(
-            self, blocks=blocks_to(self.blocks, device), features=x.to(device, non_blocking=True),
-            labels=self.labels.to(device, non_blocking=True), _release=lambda _: self.release(),
-        )  # fmt: skip
+            self,
+            blocks=blocks_to(self.blocks, device),
+            features=x.to(device, non_blocking=True),
+            labels=self.labels.to(device, non_blocking=True),
+            _release=lambda _: self.release(),
+        )
 
     def release(self) -> None:
         """Give the slot back to the producer (nothing to give back in-process); idempotent."""

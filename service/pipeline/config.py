@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphtier.service.pipeline.errors import ChannelError
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
 from graphtier.contract.messages import describe_validation_error
+from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.storage import MAX_WINDOW
@@ -29,7 +29,9 @@ class ProducerConfig(BaseModel):
     epochs: int = Field(ge=1)
     seed: int = Field(ge=0, lt=2**63, description="Job seed: shared by all ranks (same permutation everywhere).")
     num_slots: int = Field(default=2, ge=2, le=16, description="Ping-pong slots; 2 or more.")
-    channel_dir: Path = Field(description="Directory for the socket and layout.json; short (socket paths <= 107 bytes).")
+    channel_dir: Path = Field(
+        description="Directory for the socket and layout.json; short (socket paths <= 107 bytes)."
+    )
     channel: str | None = Field(default=None, description="Channel name (default 'rank<rank>').")
     device_index: int = Field(default=0, ge=0, description="GPU whose view of the interleaved tier is accounted.")
     capacity_margin: float = Field(default=1.3, gt=0, le=100, description="Slot size over the largest probe batch.")
@@ -39,15 +41,24 @@ class ProducerConfig(BaseModel):
     heartbeat_interval_s: float = Field(default=0.2, gt=0, le=60, description="Heartbeat period while waiting.")
     num_threads: int | None = Field(default=None, ge=1, description="torch/OpenMP threads for sample and gather.")
     sampler_backend: Literal["auto", "native", "torch"] = "auto"
-    sampler: Literal["cpu", "gpu"] = Field(default="cpu", description="Sample on the CPU, or on GPU `device_index` "
-                                           "over the structure's device tier and registered host memory.")
+    sampler: Literal["cpu", "gpu"] = Field(
+        default="cpu",
+        description="Sample on the CPU, or on GPU `device_index` "
+        "over the structure's device tier and registered host memory.",
+    )
     storage_reads: Literal["mmap", "direct", "page-cache"] = Field(
         default="mmap", description="How storage-tier rows are read: the file mapping, O_DIRECT, or the page cache."
     )
-    window: int = Field(default=0, ge=0, le=MAX_WINDOW, description="Look-ahead window: batches sampled ahead "
-                        "whose storage rows are read early and shared; 0 = off.")
-    partition: PartitionedFeatures | None = Field(default=None, description="A partitioned job's rows: this node's "
-                                                  "copy and the other nodes' daemons; None = every row here.")
+    window: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_WINDOW,
+        description="Look-ahead window: batches sampled ahead whose storage rows are read early and shared; 0 = off.",
+    )
+    partition: PartitionedFeatures | None = Field(
+        default=None,
+        description="A partitioned job's rows: this node's copy and the other nodes' daemons; None = every row here.",
+    )
 
     @field_validator("fanouts")
     @classmethod

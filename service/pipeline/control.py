@@ -24,10 +24,10 @@ from enum import IntEnum
 import numpy as np
 import torch
 
-from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.contract.fanouts import MAX_HOPS
 from graphtier.contract.network import MAX_PEERS, NetworkCounters, PeerTraffic
 from graphtier.contract.storage import STORAGE_READS, StorageCounters
+from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 
 MAGIC = 0x4754504950454C31  # "GTPIPEL1"
 HEADER_WORDS = 128
@@ -56,9 +56,20 @@ class ProducerStatus(IntEnum):
 
 _TRAFFIC = tuple(f"{s}_{unit}" for s in SOURCES for unit in ("rows", "bytes"))
 # StorageCounters fields (times in ns, the mode as its index in STORAGE_READS)
-_STORAGE = ("storage_mode", "window_depth", "storage_read_rows", "storage_read_bytes", "storage_requests",
-            "window_rows", "window_bytes", "storage_io_ns", "storage_request_ns", "storage_read_ns",
-            "lookahead_batches", "window_cached_rows")  # fmt: skip
+_STORAGE = (
+    "storage_mode",
+    "window_depth",
+    "storage_read_rows",
+    "storage_read_bytes",
+    "storage_requests",
+    "window_rows",
+    "window_bytes",
+    "storage_io_ns",
+    "storage_request_ns",
+    "storage_read_ns",
+    "lookahead_batches",
+    "window_cached_rows",
+)
 
 
 def _index(fields: tuple[tuple[str, int], ...], words: int) -> dict[str, slice]:
@@ -72,25 +83,66 @@ def _index(fields: tuple[tuple[str, int], ...], words: int) -> dict[str, slice]:
 
 
 _HEADER = _index(
-    (("magic", 1), ("num_slots", 1), ("producer_pid", 1), ("producer_start_time", 1), ("status", 1),
-     ("heartbeat_ns", 1), ("epoch", 1), ("batches_produced", 1), ("epochs_completed", 1), ("end_of_data", 1),
-     ("producer_wait_ns", 1), ("sample_ns", 1), ("gather_ns", 1), ("slot_growths", 1), ("simulated", 1),
-     ("error_len", 1), ("consumer_pid", 1), ("batches_consumed", 1), ("consumer_wait_ns", 1),
-     ("consumer_last_wait_ns", 1), ("seeds_total", 1), ("sampled_nodes_total", 1), ("sampled_edges_total", 1))
+    (
+        ("magic", 1),
+        ("num_slots", 1),
+        ("producer_pid", 1),
+        ("producer_start_time", 1),
+        ("status", 1),
+        ("heartbeat_ns", 1),
+        ("epoch", 1),
+        ("batches_produced", 1),
+        ("epochs_completed", 1),
+        ("end_of_data", 1),
+        ("producer_wait_ns", 1),
+        ("sample_ns", 1),
+        ("gather_ns", 1),
+        ("slot_growths", 1),
+        ("simulated", 1),
+        ("error_len", 1),
+        ("consumer_pid", 1),
+        ("batches_consumed", 1),
+        ("consumer_wait_ns", 1),
+        ("consumer_last_wait_ns", 1),
+        ("seeds_total", 1),
+        ("sampled_nodes_total", 1),
+        ("sampled_edges_total", 1),
+    )
     + tuple((name, 1) for name in _TRAFFIC)
     + tuple((name, 1) for name in _STORAGE)
-    + (("network_fetch_ns", 1), ("network_wait_ns", 1), ("peer_rows", MAX_PEERS), ("peer_bytes", MAX_PEERS),
-       ("peer_requests", MAX_PEERS)),
+    + (
+        ("network_fetch_ns", 1),
+        ("network_wait_ns", 1),
+        ("peer_rows", MAX_PEERS),
+        ("peer_bytes", MAX_PEERS),
+        ("peer_requests", MAX_PEERS),
+    ),
     HEADER_WORDS,
-)  # fmt: skip
+)
 _SLOT = _index(
-    (("state", 1), ("batch", 1), ("epoch", 1), ("step", 1), ("generation", 1), ("num_seeds", 1), ("num_nodes", 1),
-     ("num_edges", 1), ("num_expanded", 1), ("cap_nodes", 1), ("cap_edges", 1), ("cap_expanded", 1),
-     ("num_hops", 1), ("sample_seed", 1), ("sample_ns", 1), ("gather_ns", 1), ("ready_ns", 1))
+    (
+        ("state", 1),
+        ("batch", 1),
+        ("epoch", 1),
+        ("step", 1),
+        ("generation", 1),
+        ("num_seeds", 1),
+        ("num_nodes", 1),
+        ("num_edges", 1),
+        ("num_expanded", 1),
+        ("cap_nodes", 1),
+        ("cap_edges", 1),
+        ("cap_expanded", 1),
+        ("num_hops", 1),
+        ("sample_seed", 1),
+        ("sample_ns", 1),
+        ("gather_ns", 1),
+        ("ready_ns", 1),
+    )
     + tuple((name, 1) for name in _TRAFFIC)
     + (("nodes_per_hop", MAX_HOPS + 1), ("edges_per_hop", MAX_HOPS)),
     SLOT_WORDS,
-)  # fmt: skip
+)
 
 
 def control_words(num_slots: int) -> int:
@@ -123,12 +175,19 @@ class _Record:
 
     def storage(self) -> StorageCounters:
         return StorageCounters(
-            mode=STORAGE_READS[self["storage_mode"]], window=self["window_depth"], read_rows=self["storage_read_rows"],
-            read_bytes=self["storage_read_bytes"], requests=self["storage_requests"], window_rows=self["window_rows"],
-            window_bytes=self["window_bytes"], io_seconds=self["storage_io_ns"] / 1e9,
-            request_seconds=self["storage_request_ns"] / 1e9, read_seconds=self["storage_read_ns"] / 1e9,
-            lookahead_batches=self["lookahead_batches"], window_cached_rows=self["window_cached_rows"],
-        )  # fmt: skip
+            mode=STORAGE_READS[self["storage_mode"]],
+            window=self["window_depth"],
+            read_rows=self["storage_read_rows"],
+            read_bytes=self["storage_read_bytes"],
+            requests=self["storage_requests"],
+            window_rows=self["window_rows"],
+            window_bytes=self["window_bytes"],
+            io_seconds=self["storage_io_ns"] / 1e9,
+            request_seconds=self["storage_request_ns"] / 1e9,
+            read_seconds=self["storage_read_ns"] / 1e9,
+            lookahead_batches=self["lookahead_batches"],
+            window_cached_rows=self["window_cached_rows"],
+        )
 
     def set_storage(self, counters: StorageCounters) -> None:
         self["storage_mode"], self["window_depth"] = STORAGE_READS.index(counters.mode), counters.window
@@ -142,8 +201,9 @@ class _Record:
     def network(self) -> NetworkCounters:
         """Per peer by node rank (the peer named by its rank; the daemon names it by address)."""
         rows, nbytes, calls = self.array("peer_rows"), self.array("peer_bytes"), self.array("peer_requests")
-        peers = tuple(PeerTraffic(str(k), int(rows[k]), int(nbytes[k]), int(calls[k]))
-                      for k in range(MAX_PEERS) if calls[k])  # fmt: skip
+        peers = tuple(
+            PeerTraffic(str(k), int(rows[k]), int(nbytes[k]), int(calls[k])) for k in range(MAX_PEERS) if calls[k]
+        )
         return NetworkCounters(peers, self["network_fetch_ns"] / 1e9, self["network_wait_ns"] / 1e9)
 
     def add_network(self, node_rank: int, rows: int, nbytes: int, requests: int) -> None:

@@ -49,14 +49,23 @@ class FeatureSource(ABC):
 
     def count(self, control: ControlBlock, traffic: TrafficCounts, admitted: Admitted, sampled_ahead: int) -> None:
         """This batch's reads added to the counters in the control block (per-batch traffic aside)."""
-        self._count_storage(control, traffic, hits=0, reader=self.tiers.storage_reader, cached_rows=0,
-                            sampled_ahead=sampled_ahead)  # fmt: skip
+        self._count_storage(
+            control, traffic, hits=0, reader=self.tiers.storage_reader, cached_rows=0, sampled_ahead=sampled_ahead
+        )
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- a default, not abstract: a source that holds nothing has nothing to stop
         """Stop whatever reads or connections the source holds; idempotent."""
 
-    def _count_storage(self, control: ControlBlock, traffic: TrafficCounts, *, hits: int, reader: RowReader | None,
-                       cached_rows: int, sampled_ahead: int) -> None:  # fmt: skip
+    def _count_storage(
+        self,
+        control: ControlBlock,
+        traffic: TrafficCounts,
+        *,
+        hits: int,
+        reader: RowReader | None,
+        cached_rows: int,
+        sampled_ahead: int,
+    ) -> None:
         """Storage rows of this batch: read for it, or served by the window (`hits`); the reader's costs so far."""
         read_rows = traffic.storage.rows - hits
         s, row_bytes = self.storage, self.tiers.row_bytes
@@ -64,21 +73,42 @@ class FeatureSource(ABC):
             read_bytes, requests, io_s, request_s, read_s = s.read_bytes + read_rows * row_bytes, 0, 0.0, 0.0, 0.0
         else:
             r = reader.stats
-            read_bytes, requests, io_s, request_s, read_s = r.bytes_read, r.requests, r.io_seconds, r.request_seconds, r.seconds
+            read_bytes, requests, io_s, request_s, read_s = (
+                r.bytes_read,
+                r.requests,
+                r.io_seconds,
+                r.request_seconds,
+                r.seconds,
+            )
         self.storage = StorageCounters(
-            mode=s.mode, window=s.window, read_rows=s.read_rows + read_rows, read_bytes=read_bytes, requests=requests,
-            window_rows=s.window_rows + hits, window_bytes=s.window_bytes + hits * row_bytes, io_seconds=io_s,
-            request_seconds=request_s, read_seconds=read_s, lookahead_batches=sampled_ahead,
+            mode=s.mode,
+            window=s.window,
+            read_rows=s.read_rows + read_rows,
+            read_bytes=read_bytes,
+            requests=requests,
+            window_rows=s.window_rows + hits,
+            window_bytes=s.window_bytes + hits * row_bytes,
+            io_seconds=io_s,
+            request_seconds=request_s,
+            read_seconds=read_s,
+            lookahead_batches=sampled_ahead,
             window_cached_rows=cached_rows,
-        )  # fmt: skip
+        )
         control.header.set_storage(self.storage)
 
 
 class LocalTiers(FeatureSource):
     """The dataset's tiers, storage rows read (or copied from the mapping) when the batch is gathered."""
 
-    def __init__(self, dataset: AttachedDataset, tiers: FeatureTiers, *, device_index: int, storage_reads: StorageReads,
-                 window: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dataset: AttachedDataset,
+        tiers: FeatureTiers,
+        *,
+        device_index: int,
+        storage_reads: StorageReads,
+        window: int,
+    ) -> None:
         super().__init__(tiers, storage_reads=storage_reads, window=window, depth=window)
         self.dataset, self.device_index = dataset, device_index
 
@@ -110,8 +140,14 @@ class WindowedTiers(FeatureSource):
     def count(self, control: ControlBlock, traffic: TrafficCounts, admitted: Admitted, sampled_ahead: int) -> None:
         window = self._open()
         hits = admitted.hits if isinstance(admitted, Ticket) else 0
-        self._count_storage(control, traffic, hits=hits, reader=window.reader, cached_rows=window.cached_rows,
-                            sampled_ahead=sampled_ahead)  # fmt: skip
+        self._count_storage(
+            control,
+            traffic,
+            hits=hits,
+            reader=window.reader,
+            cached_rows=window.cached_rows,
+            sampled_ahead=sampled_ahead,
+        )
 
     def close(self) -> None:
         if self.window is not None:
@@ -122,8 +158,9 @@ class WindowedTiers(FeatureSource):
 class PeerRowSource(FeatureSource):
     """A partitioned job's rows: this node's copy, the others fetched from their owners' daemons."""
 
-    def __init__(self, partition: PartitionedFeatures, tiers: FeatureTiers, *, storage_reads: StorageReads,
-                 window: int) -> None:  # fmt: skip
+    def __init__(
+        self, partition: PartitionedFeatures, tiers: FeatureTiers, *, storage_reads: StorageReads, window: int
+    ) -> None:
         super().__init__(tiers, storage_reads=storage_reads, window=window, depth=max(window, PARTITION_LOOKAHEAD))
         self.rows: PeerRows | None = PeerRows(partition, row_shape=tiers.row_shape, dtype=tiers.dtype)
 
@@ -154,8 +191,15 @@ class PeerRowSource(FeatureSource):
             self.rows = None
 
 
-def feature_source(dataset: AttachedDataset, tiers: FeatureTiers, *, device_index: int, storage_reads: StorageReads,
-                   window: int, partition: PartitionedFeatures | None) -> FeatureSource:  # fmt: skip
+def feature_source(
+    dataset: AttachedDataset,
+    tiers: FeatureTiers,
+    *,
+    device_index: int,
+    storage_reads: StorageReads,
+    window: int,
+    partition: PartitionedFeatures | None,
+) -> FeatureSource:
     """The one source for a producer's configuration: peer rows for a partitioned job, the look-ahead
     window when `window` > 0 and the dataset has storage rows to read, the tiers as they are otherwise."""
     if partition is not None:

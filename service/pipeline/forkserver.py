@@ -52,6 +52,7 @@ def demote_job_process() -> None:
     with contextlib.suppress(AttributeError, OSError):  # not Linux, or a seccomp profile that forbids it
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
+
 def forkserver_context() -> ForkServerContext:
     """The forkserver context children are started from; starts the server on first use."""
     context = multiprocessing.get_context("forkserver")

@@ -103,9 +103,10 @@ def spawn_producer(
     process: ForkedProcess | None = None
     try:
         process = ForkedProcess(
-            _forked_producer, (config.model_dump_json(), writer, str(log_path), dict(env or {})),
+            _forked_producer,
+            (config.model_dump_json(), writer, str(log_path), dict(env or {})),
             name=f"graphtier-producer-{config.channel_name}",
-        )  # fmt: skip
+        )
         writer.close()
         deadline = time.monotonic() + startup_timeout
         while not reader.poll():

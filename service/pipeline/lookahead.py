@@ -39,17 +39,29 @@ class Planned:
 class Lookahead:
     """Yields every batch of every epoch in order, keeping `depth` more sampled and admitted."""
 
-    def __init__(self, *, train_ids: torch.Tensor, seed: int, rank: int, world_size: int, batch_size: int,
-                 epochs: int, steps: int, depth: int, sample: Callable[[torch.Tensor, int], SampledSubgraph],
-                 admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        train_ids: torch.Tensor,
+        seed: int,
+        rank: int,
+        world_size: int,
+        batch_size: int,
+        epochs: int,
+        steps: int,
+        depth: int,
+        sample: Callable[[torch.Tensor, int], SampledSubgraph],
+        admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | None] | None = None,
+    ) -> None:
         self.depth = depth
         self._sample, self._admit = sample, admit
         self._plan = self._batches(train_ids, seed, rank, world_size, batch_size, epochs, steps)
         self._ahead: deque[Planned] = deque()
 
     @staticmethod
-    def _batches(train_ids: torch.Tensor, seed: int, rank: int, world_size: int, batch_size: int, epochs: int,
-                 steps: int) -> Iterator[tuple[int, int, int, torch.Tensor, int]]:  # fmt: skip
+    def _batches(
+        train_ids: torch.Tensor, seed: int, rank: int, world_size: int, batch_size: int, epochs: int, steps: int
+    ) -> Iterator[tuple[int, int, int, torch.Tensor, int]]:
         batch = 0
         for epoch in range(epochs):
             shard = rank_shard(train_ids, seed=seed, epoch=epoch, rank=rank, world_size=world_size)

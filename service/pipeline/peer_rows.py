@@ -44,7 +44,9 @@ class PartitionedFeatures(BaseModel):
     dataset: str
     version: str = Field(min_length=1, description="The dataset version (manifest sha256) the job trains on.")
     token_file: Path = Field(description="The cluster's token, presented to the owners' daemons.")
-    ca_file: Path | None = Field(description="The certificate trusted for the owners' TLS; None = plaintext (--insecure).")
+    ca_file: Path | None = Field(
+        description="The certificate trusted for the owners' TLS; None = plaintext (--insecure)."
+    )
     timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Deadline of one FetchRows call.")
 
 
@@ -66,8 +68,10 @@ class PeerRows:
         self.config, self.partition = config, p
         self.local = attach_tensor(config.local)
         if self.local.shape[0] != p.local_rows or tuple(self.local.shape[1:]) != row_shape or self.local.dtype != dtype:
-            raise ChannelError(f"partitioned features: the node's copy is {self.local.dtype} {tuple(self.local.shape)}, "
-                               f"expected {dtype} ({p.local_rows}, {row_shape})")  # fmt: skip
+            raise ChannelError(
+                f"partitioned features: the node's copy is {self.local.dtype} {tuple(self.local.shape)}, "
+                f"expected {dtype} ({p.local_rows}, {row_shape})"
+            )
         self.row_shape, self.dtype = row_shape, dtype
         self.row_bytes = int(np.prod(row_shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
         self.max_rows = max(1, min(MAX_FETCH_ROWS, MAX_FETCH_BYTES // max(1, self.row_bytes)))
@@ -114,10 +118,13 @@ class PeerRows:
             calls = []
             for start in range(0, rows.size, self.max_rows):
                 request = features_pb2.FetchRowsRequest(
-                    dataset=self.config.dataset, version=self.config.version, nnodes=self.partition.nnodes,
-                    owner_rank=k, replicated_rows=self.partition.replicated_rows,
+                    dataset=self.config.dataset,
+                    version=self.config.version,
+                    nnodes=self.partition.nnodes,
+                    owner_rank=k,
+                    replicated_rows=self.partition.replicated_rows,
                     rows=rows[start : start + self.max_rows].tolist(),
-                )  # fmt: skip
+                )
                 issued = time.perf_counter_ns()
                 call = stub.FetchRows.future(request, timeout=self.config.timeout_s, metadata=self._metadata)
                 call.add_done_callback(lambda _, t=issued: self._done(t))
@@ -129,11 +136,15 @@ class PeerRows:
         try:
             reply = call.result()
         except grpc.RpcError as error:
-            raise ChannelError(f"partitioned features: node {k} ({self.config.peers[k]}) did not serve its rows: "
-                               f"{error.details()} [{error.code().name}]") from None  # fmt: skip
+            raise ChannelError(
+                f"partitioned features: node {k} ({self.config.peers[k]}) did not serve its rows: "
+                f"{error.details()} [{error.code().name}]"
+            ) from None
         if reply.row_bytes != self.row_bytes:
-            raise ChannelError(f"partitioned features: node {k} ({self.config.peers[k]}) serves rows of "
-                               f"{reply.row_bytes} bytes, this node's are {self.row_bytes}")  # fmt: skip
+            raise ChannelError(
+                f"partitioned features: node {k} ({self.config.peers[k]}) serves rows of "
+                f"{reply.row_bytes} bytes, this node's are {self.row_bytes}"
+            )
         return reply.data
 
     def fill(self, ticket: RemoteTicket, ids: torch.Tensor, out: torch.Tensor) -> TrafficCounts:
@@ -150,8 +161,10 @@ class PeerRows:
             self.wait_ns += time.perf_counter_ns() - t0
             pos = ticket.positions[k]
             if len(data) != pos.size * self.row_bytes:
-                raise ChannelError(f"partitioned features: node {k} ({self.config.peers[k]}) sent {len(data)} bytes "
-                                   f"for {pos.size} rows of {self.row_bytes}")  # fmt: skip
+                raise ChannelError(
+                    f"partitioned features: node {k} ({self.config.peers[k]}) sent {len(data)} bytes "
+                    f"for {pos.size} rows of {self.row_bytes}"
+                )
             rows = torch.frombuffer(bytearray(data), dtype=self.dtype).reshape(pos.size, *self.row_shape)
             out[torch.from_numpy(pos)] = rows
             self.peer_rows[k] += pos.size
@@ -161,8 +174,10 @@ class PeerRows:
         counts = [0] * len(SOURCES)
         counts[_HOST], counts[_NETWORK] = int(local.size), remote
         if local.size + remote != ids_np.size:
-            raise ChannelError(f"partitioned features: {ids_np.size - local.size - remote} rows of the batch have "
-                               "no owner among the job's nodes")  # fmt: skip
+            raise ChannelError(
+                f"partitioned features: {ids_np.size - local.size - remote} rows of the batch have "
+                "no owner among the job's nodes"
+            )
         return TrafficCounts.from_rows(counts, self.row_bytes, simulated=False)
 
     def close(self) -> None:

@@ -37,13 +37,13 @@ import torch
 
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.config import ProducerConfig
+from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
-from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.feature_sources import FeatureSource, feature_source
-from graphtier.service.pipeline.notify import ConnectionClosed, Listener
+from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
+from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
@@ -91,15 +91,24 @@ class Producer:
             from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
 
             self.sampler = host_copy_sampler(
-                self.dataset.cuda_structure, self.dataset.handle.plan.structure_device_end, cfg.fanouts, cfg.device_index
+                self.dataset.cuda_structure,
+                self.dataset.handle.plan.structure_device_end,
+                cfg.fanouts,
+                cfg.device_index,
             )
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
         self.tiers = tiers
         if tiers is not None:
-            self.source = feature_source(self.dataset, tiers, device_index=cfg.device_index, storage_reads=cfg.storage_reads,
-                                         window=cfg.window, partition=cfg.partition)  # fmt: skip
+            self.source = feature_source(
+                self.dataset,
+                tiers,
+                device_index=cfg.device_index,
+                storage_reads=cfg.storage_reads,
+                window=cfg.window,
+                partition=cfg.partition,
+            )
         self._limit = caps.upper_bound(
             batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
@@ -123,12 +132,22 @@ class Producer:
         listener = Listener(str(cfg.channel_dir / SOCKET_FILE))
         self._link = ConsumerLink(listener, self.control, channel=self.channel, heartbeat_s=cfg.heartbeat_interval_s)
         self.layout = ChannelLayout(
-            channel=self.channel, dataset=cfg.dataset.dataset, producer_pid=pid,
-            producer_start_time=self.control.header["producer_start_time"], socket_path=listener.path,
-            control=control_ref, error_text=error_ref, rank=cfg.rank, world_size=cfg.world_size,
-            fanouts=cfg.fanouts, batch_size=cfg.batch_size, epochs=cfg.epochs, steps_per_epoch=self.steps,
-            num_nodes=graph.num_nodes, slots=[s.layout for s in self.slots],
-        )  # fmt: skip
+            channel=self.channel,
+            dataset=cfg.dataset.dataset,
+            producer_pid=pid,
+            producer_start_time=self.control.header["producer_start_time"],
+            socket_path=listener.path,
+            control=control_ref,
+            error_text=error_ref,
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            fanouts=cfg.fanouts,
+            batch_size=cfg.batch_size,
+            epochs=cfg.epochs,
+            steps_per_epoch=self.steps,
+            num_nodes=graph.num_nodes,
+            slots=[s.layout for s in self.slots],
+        )
         self._write_layout()
 
     def _probe(self) -> SlotCapacity:
@@ -152,8 +171,10 @@ class Producer:
         rec, layout = self.control.slots[k], self.slots[k].layout
         rec["generation"] = layout.generation
         rec["cap_nodes"], rec["cap_edges"], rec["cap_expanded"] = (
-            layout.capacity.nodes, layout.capacity.edges, layout.capacity.expanded,
-        )  # fmt: skip
+            layout.capacity.nodes,
+            layout.capacity.edges,
+            layout.capacity.expanded,
+        )
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -164,11 +185,17 @@ class Producer:
             link.accept(cfg.connect_timeout_s)
             ctl.status = ProducerStatus.RUNNING
             ahead = Lookahead(
-                train_ids=self.train_ids, seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size,
-                batch_size=cfg.batch_size, epochs=cfg.epochs, steps=self.steps,
-                depth=source.depth if source is not None else cfg.window, sample=self._sample,
+                train_ids=self.train_ids,
+                seed=cfg.seed,
+                rank=cfg.rank,
+                world_size=cfg.world_size,
+                batch_size=cfg.batch_size,
+                epochs=cfg.epochs,
+                steps=self.steps,
+                depth=source.depth if source is not None else cfg.window,
+                sample=self._sample,
                 admit=(lambda sub: source.admit(sub.node_ids)) if source is not None else None,
-            )  # fmt: skip
+            )
             ctl.header.set_storage(StorageCounters(mode=cfg.storage_reads, window=cfg.window))
             for epoch in range(cfg.epochs):
                 ctl.header["epoch"] = epoch
@@ -223,8 +250,14 @@ class Producer:
 
     def _produce(self, link: ConsumerLink, planned: Planned, sampled_ahead: int) -> None:
         ctl = self.control
-        epoch, step, batch, seeds, seed, sub = (planned.epoch, planned.step, planned.batch, planned.seeds,
-                                                planned.sample_seed, planned.subgraph)  # fmt: skip
+        epoch, step, batch, seeds, seed, sub = (
+            planned.epoch,
+            planned.step,
+            planned.batch,
+            planned.seeds,
+            planned.sample_seed,
+            planned.subgraph,
+        )
         k = link.acquire()
         rec = ctl.slots[k]
         rec["state"] = SlotState.FILLING
@@ -244,10 +277,19 @@ class Producer:
             ctl.header.set_traffic(traffic, add=True)
             self.source.count(ctl, traffic, planned.ticket, sampled_ahead)
         t2 = time.perf_counter_ns()
-        for name, value in (("batch", batch), ("epoch", epoch), ("step", step), ("num_seeds", seeds.numel()),
-                            ("num_nodes", nodes), ("num_edges", edges), ("num_expanded", expanded),
-                            ("num_hops", sub.num_layers), ("sample_seed", seed), ("sample_ns", planned.sample_ns),
-                            ("gather_ns", t2 - t1)):  # fmt: skip
+        for name, value in (
+            ("batch", batch),
+            ("epoch", epoch),
+            ("step", step),
+            ("num_seeds", seeds.numel()),
+            ("num_nodes", nodes),
+            ("num_edges", edges),
+            ("num_expanded", expanded),
+            ("num_hops", sub.num_layers),
+            ("sample_seed", seed),
+            ("sample_ns", planned.sample_ns),
+            ("gather_ns", t2 - t1),
+        ):
             rec[name] = value
         per_hop_nodes, per_hop_edges = rec.array("nodes_per_hop"), rec.array("edges_per_hop")
         per_hop_nodes[:] = 0
@@ -263,8 +305,11 @@ class Producer:
         rec["ready_ns"] = time.monotonic_ns()
         rec["state"] = SlotState.READY
         message: dict[str, object] = {
-            "kind": "ready", "slot": k, "batch": batch, "generation": views.layout.generation,
-        }  # fmt: skip
+            "kind": "ready",
+            "slot": k,
+            "batch": batch,
+            "generation": views.layout.generation,
+        }
         if grown:
             message["layout"] = views.layout.model_dump(mode="json")
         link.send(message)

@@ -84,9 +84,10 @@ class ChannelReader:
     def _check_alive(self) -> None:
         if not self._producer_alive():
             raise ProducerDiedError(
-                f"{self._describe()} is gone (killed or crashed)", pid=self.layout.producer_pid,
+                f"{self._describe()} is gone (killed or crashed)",
+                pid=self.layout.producer_pid,
                 channel=self.layout.channel,
-            )  # fmt: skip
+            )
 
     def _check_producer(self) -> None:
         """Raise if the producer died, failed, or made no progress for `timeout` seconds."""
@@ -99,8 +100,9 @@ class ChannelReader:
             raise ProducerStalledError(
                 f"{self._describe()} is alive but has shown no progress for {age:.1f} s (timeout {self.timeout:g} s; "
                 f"status {self.control.status.name.lower()}): stopped (SIGSTOP), swapping or deadlocked",
-                pid=pid, channel=channel,
-            )  # fmt: skip
+                pid=pid,
+                channel=channel,
+            )
 
     def _producer_gone(self) -> NoReturn:
         """The socket closed before the end of data: say why, as precisely as the control block allows."""
@@ -116,8 +118,9 @@ class ChannelReader:
             how = "closed the channel but still runs" if self._producer_alive() else "died"
         raise ProducerDiedError(
             f"{self._describe()} {how} after publishing {self.control.header['batches_produced']} batches",
-            pid=pid, channel=channel,
-        )  # fmt: skip
+            pid=pid,
+            channel=channel,
+        )
 
     def _wait_message(self) -> dict[str, object]:
         assert self._conn is not None
@@ -159,9 +162,10 @@ class ChannelReader:
             return None
         if kind == "error":
             raise ProducerFailedError(
-                f"{self._describe()} failed: {message.get('message')}", pid=self.layout.producer_pid,
+                f"{self._describe()} failed: {message.get('message')}",
+                pid=self.layout.producer_pid,
                 channel=self.layout.channel,
-            )  # fmt: skip
+            )
         raise ChannelError(f"unexpected message {message!r} from {self._describe()}")
 
     def _take(self, message: dict[str, object]) -> Batch:
@@ -200,13 +204,21 @@ class ChannelReader:
         header["consumer_wait_ns"] += self._wait_ns
         header["consumer_last_wait_ns"] = self._wait_ns
         batch = Batch(
-            slot=k, batch=rec["batch"], epoch=rec["epoch"], step=rec["step"],
-            steps_per_epoch=self.layout.steps_per_epoch, subgraph=subgraph,
+            slot=k,
+            batch=rec["batch"],
+            epoch=rec["epoch"],
+            step=rec["step"],
+            steps_per_epoch=self.layout.steps_per_epoch,
+            subgraph=subgraph,
             features=views.features[:nodes] if views.features is not None else None,
-            labels=views.labels[: rec["num_seeds"]], sample_seed=rec["sample_seed"],
-            sample_s=rec["sample_ns"] / 1e9, gather_s=rec["gather_ns"] / 1e9, wait_s=self._wait_ns / 1e9,
-            traffic=rec.traffic(bool(header["simulated"])), _release=self._release,
-        )  # fmt: skip
+            labels=views.labels[: rec["num_seeds"]],
+            sample_seed=rec["sample_seed"],
+            sample_s=rec["sample_ns"] / 1e9,
+            gather_s=rec["gather_ns"] / 1e9,
+            wait_s=self._wait_ns / 1e9,
+            traffic=rec.traffic(bool(header["simulated"])),
+            _release=self._release,
+        )
         self._wait_ns = 0
         self._held[k] = batch
         self._last = batch

@@ -27,11 +27,14 @@ class ChannelGrant:
 
 def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
     message = channels_pb2.ChannelSlot(
-        index=slot.index, generation=slot.generation,
+        index=slot.index,
+        generation=slot.generation,
         capacity=channels_pb2.SlotCapacity(**slot.capacity.model_dump()),
-        node_ids=segment_ref_to_proto(slot.node_ids), indptr=segment_ref_to_proto(slot.indptr),
-        indices=segment_ref_to_proto(slot.indices), labels=segment_ref_to_proto(slot.labels),
-    )  # fmt: skip
+        node_ids=segment_ref_to_proto(slot.node_ids),
+        indptr=segment_ref_to_proto(slot.indptr),
+        indices=segment_ref_to_proto(slot.indices),
+        labels=segment_ref_to_proto(slot.labels),
+    )
     if slot.features is not None:
         message.features.CopyFrom(segment_ref_to_proto(slot.features))
     return message
@@ -39,34 +42,60 @@ def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
 
 def _slot_from_proto(m: channels_pb2.ChannelSlot) -> SlotLayout:
     return SlotLayout(
-        index=m.index, generation=m.generation,
+        index=m.index,
+        generation=m.generation,
         capacity=SlotCapacity(nodes=m.capacity.nodes, edges=m.capacity.edges, expanded=m.capacity.expanded),
-        node_ids=segment_ref_from_proto(m.node_ids), indptr=segment_ref_from_proto(m.indptr),
-        indices=segment_ref_from_proto(m.indices), labels=segment_ref_from_proto(m.labels),
+        node_ids=segment_ref_from_proto(m.node_ids),
+        indptr=segment_ref_from_proto(m.indptr),
+        indices=segment_ref_from_proto(m.indices),
+        labels=segment_ref_from_proto(m.labels),
         features=segment_ref_from_proto(m.features) if m.HasField("features") else None,
-    )  # fmt: skip
+    )
 
 
 def grant_to_proto(grant: ChannelGrant) -> channels_pb2.ChannelLayout:
     layout = grant.layout
     return channels_pb2.ChannelLayout(
-        version=layout.version, channel=layout.channel, job_id=grant.job_id, rank=layout.rank,
-        world_size=layout.world_size, slots=[_slot_to_proto(s) for s in layout.slots],
-        control=segment_ref_to_proto(layout.control), error_text=segment_ref_to_proto(layout.error_text),
-        socket_path=layout.socket_path, producer_pid=layout.producer_pid,
-        producer_start_time=layout.producer_start_time, stall_timeout_seconds=grant.stall_timeout_s,
-        dataset=layout.dataset, num_nodes=layout.num_nodes, feature_dim=grant.feature_dim,
-        num_classes=grant.num_classes, fanouts=layout.fanouts, batch_size=layout.batch_size,
-        steps_per_epoch=layout.steps_per_epoch, epochs=layout.epochs,
-    )  # fmt: skip
+        version=layout.version,
+        channel=layout.channel,
+        job_id=grant.job_id,
+        rank=layout.rank,
+        world_size=layout.world_size,
+        slots=[_slot_to_proto(s) for s in layout.slots],
+        control=segment_ref_to_proto(layout.control),
+        error_text=segment_ref_to_proto(layout.error_text),
+        socket_path=layout.socket_path,
+        producer_pid=layout.producer_pid,
+        producer_start_time=layout.producer_start_time,
+        stall_timeout_seconds=grant.stall_timeout_s,
+        dataset=layout.dataset,
+        num_nodes=layout.num_nodes,
+        feature_dim=grant.feature_dim,
+        num_classes=grant.num_classes,
+        fanouts=layout.fanouts,
+        batch_size=layout.batch_size,
+        steps_per_epoch=layout.steps_per_epoch,
+        epochs=layout.epochs,
+    )
 
 
 def grant_from_proto(m: channels_pb2.ChannelLayout) -> ChannelGrant:
     layout = ChannelLayout(
-        version=m.version, channel=m.channel, dataset=m.dataset, producer_pid=m.producer_pid,
-        producer_start_time=m.producer_start_time, socket_path=m.socket_path,
-        control=segment_ref_from_proto(m.control), error_text=segment_ref_from_proto(m.error_text),
-        rank=m.rank, world_size=m.world_size, fanouts=list(m.fanouts), batch_size=m.batch_size, epochs=m.epochs,
-        steps_per_epoch=m.steps_per_epoch, num_nodes=m.num_nodes, slots=[_slot_from_proto(s) for s in m.slots],
-    )  # fmt: skip
+        version=m.version,
+        channel=m.channel,
+        dataset=m.dataset,
+        producer_pid=m.producer_pid,
+        producer_start_time=m.producer_start_time,
+        socket_path=m.socket_path,
+        control=segment_ref_from_proto(m.control),
+        error_text=segment_ref_from_proto(m.error_text),
+        rank=m.rank,
+        world_size=m.world_size,
+        fanouts=list(m.fanouts),
+        batch_size=m.batch_size,
+        epochs=m.epochs,
+        steps_per_epoch=m.steps_per_epoch,
+        num_nodes=m.num_nodes,
+        slots=[_slot_from_proto(s) for s in m.slots],
+    )
     return ChannelGrant(m.job_id, layout, m.feature_dim, m.num_classes, m.stall_timeout_seconds)

@@ -4,7 +4,7 @@
 `PlacementPlan.from_budgets` turns them into the boundaries the gather and sampler use.
 """
 
-from graphtier.service.placement.tier_budget import TierBudgets, parse_budget
 from graphtier.service.placement.plan import PlacementPlan, Tier, TierSize
+from graphtier.service.placement.tier_budget import TierBudgets, parse_budget
 
 __all__ = ["PlacementPlan", "Tier", "TierBudgets", "TierSize", "parse_budget"]

@@ -113,9 +113,7 @@ class PlacementPlan(BaseModel):
                 f"structure_device_end {self.structure_device_end})"
             )
         if self.num_devices and (b - a) % self.num_devices:
-            raise ValueError(
-                f"the interleaved tier's {b - a} rows do not split evenly over {self.num_devices} devices"
-            )
+            raise ValueError(f"the interleaved tier's {b - a} rows do not split evenly over {self.num_devices} devices")
         if self.structure_device_end == 0 and self.structure_device_edges:
             raise ValueError(f"structure_device_edges is {self.structure_device_edges} for zero structure nodes")
         return self
@@ -143,9 +141,7 @@ class PlacementPlan(BaseModel):
         def rows_within(budget: int, name: str, first_row: int, after: str) -> int:
             left_bytes = (num_nodes - first_row) * row_bytes
             if budget > left_bytes:
-                raise PlacementError(
-                    f"{name}={budget} is larger than the {left_bytes} bytes of {data} left{after}"
-                )
+                raise PlacementError(f"{name}={budget} is larger than the {left_bytes} bytes of {data} left{after}")
             return budget // row_bytes if row_bytes else 0
 
         replicated_end = rows_within(budgets.device_replicated_bytes, "device_replicated_bytes", 0, "")

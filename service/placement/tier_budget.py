@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from graphtier.contract.sizes import SIZE_UNITS, UNIT_HELP, split_size
 from graphtier.contract.errors import PlacementError
 from graphtier.contract.messages import describe_validation_error
+from graphtier.contract.sizes import SIZE_UNITS, UNIT_HELP, split_size
 
 
 def parse_budget(text: str | int, *, total_bytes: int, what: str) -> int:
@@ -41,9 +41,7 @@ def parse_budget(text: str | int, *, total_bytes: int, what: str) -> int:
         return int(number * total_bytes / 100)
     scale = 1 if unit == "" else SIZE_UNITS.get(unit.lower())
     if scale is None:
-        raise PlacementError(
-            f"{what}: budget {text!r} has unknown unit {unit!r}; use {UNIT_HELP} or %"
-        )
+        raise PlacementError(f"{what}: budget {text!r} has unknown unit {unit!r}; use {UNIT_HELP} or %")
     return int(number * scale)
 
 

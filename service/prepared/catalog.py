@@ -94,7 +94,7 @@ class DatasetWriter:
                 "or choose another --name"
             )
 
-    def __enter__(self) -> "DatasetWriter":
+    def __enter__(self) -> DatasetWriter:
         self.root.mkdir(parents=True, exist_ok=True)
         reclaim_stale_temporaries(self.root)
         self.tmp = self.root / f".tmp-{self.name}-{os.getpid()}-{secrets.token_hex(4)}"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import torch
 
+from graphtier.contract.endpoints import default_dataset_root
 from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.graph.csc import CSCGraph
-from graphtier.contract.endpoints import default_dataset_root
 from graphtier.service.prepared.catalog import read_manifest, validate_name
-from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.prepared.digests import file_digest
+from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.prepared.npy_io import open_npy
 
 
@@ -25,7 +25,7 @@ class PreparedDataset:
         self._check_files()
 
     @classmethod
-    def open(cls, name: str, root: Path | None = None) -> "PreparedDataset":
+    def open(cls, name: str, root: Path | None = None) -> PreparedDataset:
         root = Path(root) if root else default_dataset_root()
         directory = root / validate_name(name)
         if not directory.is_dir():

@@ -48,8 +48,14 @@ class DirectFileWriter:
     """Writes `path` (created or truncated) front to back; `size_hint`, the file's final size when
     known, keeps the buffers of a small file small. Each of `consumers` sees every byte, in order."""
 
-    def __init__(self, path: Path | str, *, size_hint: int | None = None,
-                 consumers: Sequence[Callable[[memoryview], object]] = (), buffer_bytes: int = BUFFER_BYTES) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        size_hint: int | None = None,
+        consumers: Sequence[Callable[[memoryview], object]] = (),
+        buffer_bytes: int = BUFFER_BYTES,
+    ) -> None:
         self.path = Path(path)
         capacity = buffer_bytes if size_hint is None else min(buffer_bytes, max(PAGE, _round_up(size_hint, PAGE)))
         capacity = _round_up(capacity, PAGE)
@@ -58,7 +64,9 @@ class DirectFileWriter:
         self._closed = self._failed = False
         self._threads: list[threading.Thread] = []
         self._queues: list[queue.SimpleQueue[_Item | None]] = []
-        self._buffers = [mmap.mmap(-1, capacity) for _ in range(BUFFERS)]  # before the file: nothing to undo if this fails
+        self._buffers = [
+            mmap.mmap(-1, capacity) for _ in range(BUFFERS)
+        ]  # before the file: nothing to undo if this fails
         self._fd = self._open()
         try:
             self._start(consumers)
@@ -79,8 +87,9 @@ class DirectFileWriter:
         self._users: dict[int, int] = {}  # id(buffer) -> stages still to see it
         for stage in stages:
             items: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-            thread = threading.Thread(target=self._run, args=(stage, items), name=f"{THREAD_PREFIX}{self.path.name}",
-                                      daemon=True)
+            thread = threading.Thread(
+                target=self._run, args=(stage, items), name=f"{THREAD_PREFIX}{self.path.name}", daemon=True
+            )
             thread.start()
             self._queues.append(items)
             self._threads.append(thread)
@@ -198,6 +207,7 @@ class DirectFileWriter:
         def stage(buffer: mmap.mmap, offset: int, length: int) -> None:
             with memoryview(buffer) as view, view[:length] as data:
                 consumer(data)  # released after: an error's traceback keeps no pointer into the buffer
+
         return stage
 
     def _write_at(self, buffer: mmap.mmap, offset: int, length: int) -> None:

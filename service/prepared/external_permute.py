@@ -24,8 +24,8 @@ import torch
 
 from graphtier.service.graph.streamed import FileRows, TensorRows
 from graphtier.service.hotness.reorder import gather_new_rows
-from graphtier.service.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.out_of_core.external_sort import DiskCSC, column_ranges
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.out_of_core.prefault import PrefaultedBuffer
 from graphtier.service.out_of_core.spill import BucketSpill, MemoryArray, as_numpy
 from graphtier.service.prepared.npy_io import NpyStreamWriter
@@ -48,8 +48,11 @@ class ExternalScatter:
         if num_rows * row_bytes <= work_bytes:  # the whole output fits: placed directly, nothing spilled
             self.num_buckets, self.rows_per_bucket = 1, max(1, num_rows)
         # the whole output's pages are faulted in by a thread while the first rows are computed (`prefault`)
-        self._target = PrefaultedBuffer((num_rows, *self.row_shape), self.dtype, background=True) \
-            if self.num_buckets == 1 else None
+        self._target = (
+            PrefaultedBuffer((num_rows, *self.row_shape), self.dtype, background=True)
+            if self.num_buckets == 1
+            else None
+        )
         self.buffer = self._target.array if self._target is not None else None
         fields = {"pos": (np.dtype(np.int32), ()), "value": (self.dtype, self.row_shape)}
         self.spill = None if self.buffer is not None else BucketSpill(spill_dir, name, self.num_buckets, fields)
@@ -93,8 +96,13 @@ def new_colptr(csc: DiskCSC, new_to_old: torch.Tensor) -> torch.Tensor:
 
 
 def permute_structure(
-    csc: DiskCSC, colptr: torch.Tensor, new_to_old: torch.Tensor, old_to_new: torch.Tensor, out: NpyStreamWriter,
-    spill_dir: Path, plan: MemoryPlan,
+    csc: DiskCSC,
+    colptr: torch.Tensor,
+    new_to_old: torch.Tensor,
+    old_to_new: torch.Tensor,
+    out: NpyStreamWriter,
+    spill_dir: Path,
+    plan: MemoryPlan,
 ) -> dict[str, int | str]:
     """Write the reordered `row` (see the module docstring) to `out`; `colptr` is the new one."""
     if isinstance(csc.row, MemoryArray):

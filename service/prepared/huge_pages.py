@@ -35,8 +35,11 @@ def host_reclaims_free_pages(sys_root: Path = Path("/sys")) -> bool:
             features = (device / "features").read_text().strip()  # one '0'/'1' per feature bit, bit 0 first
         except (OSError, ValueError):
             continue
-        if len(features) > VIRTIO_BALLOON_F_REPORTING and features[VIRTIO_BALLOON_F_REPORTING] == "1" \
-                and (device / "driver").exists():
+        if (
+            len(features) > VIRTIO_BALLOON_F_REPORTING
+            and features[VIRTIO_BALLOON_F_REPORTING] == "1"
+            and (device / "driver").exists()
+        ):
             return True
     return False
 
@@ -45,7 +48,7 @@ def _numpy_switch():
     """numpy's setter for its huge-page advice (returns the previous value), or None if it has none."""
     for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
         with contextlib.suppress(ImportError, AttributeError):
-            return getattr(__import__(module, fromlist=["_set_madvise_hugepage"]), "_set_madvise_hugepage")
+            return __import__(module, fromlist=["_set_madvise_hugepage"])._set_madvise_hugepage
     return None
 
 

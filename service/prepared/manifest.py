@@ -37,8 +37,11 @@ class ArrayInfo(BaseModel):
     dtype: str
     nbytes: int = Field(ge=0)
     sha256: str
-    blake3: str | None = Field(None, description="BLAKE3 of the file, checked by the daemon while loading; None in "
-                               "datasets prepared before it was recorded (the load then checks sha256)")
+    blake3: str | None = Field(
+        None,
+        description="BLAKE3 of the file, checked by the daemon while loading; None in "
+        "datasets prepared before it was recorded (the load then checks sha256)",
+    )
 
 
 class DatasetManifest(BaseModel):
@@ -57,8 +60,9 @@ class DatasetManifest(BaseModel):
     feature_dim: int = Field(ge=0, description="0 when the source has no features")
     num_classes: int = Field(ge=0, description="0 when the source has no labels")
     class_labels: list[int] | None = Field(
-        None, description="the source's label of each class 0..num_classes-1 when prepare remapped the labels to dense "
-        "classes (labels.npy holds the classes); None: labels.npy holds the source's labels"
+        None,
+        description="the source's label of each class 0..num_classes-1 when prepare remapped the labels to dense "
+        "classes (labels.npy holds the classes); None: labels.npy holds the source's labels",
     )
     split_sizes: dict[str, int]
     score: dict[str, object] = Field(description="the ScoreSpec used, plus its label")
@@ -71,7 +75,9 @@ class DatasetManifest(BaseModel):
     preparation: dict[str, object] = Field(
         default_factory=dict, description="how: path, peak memory after each step, chunks and spill per step"
     )
-    notes: list[str] = Field(default_factory=list, description="what prepare noticed about the source (printed by the CLI)")
+    notes: list[str] = Field(
+        default_factory=list, description="what prepare noticed about the source (printed by the CLI)"
+    )
 
     @property
     def feature_row_bytes(self) -> int:

@@ -94,7 +94,9 @@ class NpyStreamWriter:
     def write(self, chunk: torch.Tensor | np.ndarray) -> None:
         data = chunk.contiguous().numpy() if isinstance(chunk, torch.Tensor) else np.ascontiguousarray(chunk)
         if data.dtype != self.dtype or tuple(data.shape[1:]) != self.shape[1:]:
-            raise ValueError(f"{self.path.name}: chunk {data.dtype} {data.shape} does not fit {self.dtype} {self.shape}")
+            raise ValueError(
+                f"{self.path.name}: chunk {data.dtype} {data.shape} does not fit {self.dtype} {self.shape}"
+            )
         if self.rows_written + data.shape[0] > self.shape[0]:
             raise ValueError(f"{self.path.name}: more than the {self.shape[0]} rows announced")
         if data.size:
@@ -107,15 +109,21 @@ class NpyStreamWriter:
             raise ValueError(f"{self.path.name}: {self.rows_written} rows written, {self.shape[0]} announced")
         self._file.close()
         return ArrayInfo(
-            file=self.path.name, shape=list(self.shape), dtype=str(self.dtype), nbytes=self.nbytes,
-            sha256=self._digest.sha256, blake3=self._digest.blake3,
+            file=self.path.name,
+            shape=list(self.shape),
+            dtype=str(self.dtype),
+            nbytes=self.nbytes,
+            sha256=self._digest.sha256,
+            blake3=self._digest.blake3,
         )
 
     def abort(self) -> None:
         self._file.abort()
 
 
-def write_npy_rows(path: Path, source: torch.Tensor, order: torch.Tensor, *, rows_per_chunk: int = 1 << 16) -> ArrayInfo:
+def write_npy_rows(
+    path: Path, source: torch.Tensor, order: torch.Tensor, *, rows_per_chunk: int = 1 << 16
+) -> ArrayInfo:
     """Write `source[order]` as `.npy` without materialising it: gather and write chunk by chunk."""
     stream = NpyStreamWriter(path, (order.numel(), *source.shape[1:]), source.numpy().dtype)
     try:

@@ -31,7 +31,9 @@ from graphtier.service.sources import synthetic_stream  # noqa: F401  (imported 
 from graphtier.service.sources.registry import load_source_stream
 
 
-def prepare_out_of_core(config: PrepareConfig, writer: DatasetWriter, clock: StepClock, plan: MemoryPlan) -> PreparedContent:
+def prepare_out_of_core(
+    config: PrepareConfig, writer: DatasetWriter, clock: StepClock, plan: MemoryPlan
+) -> PreparedContent:
     if writer.tmp is None:
         raise RuntimeError("prepare_out_of_core needs an entered DatasetWriter")
     spill = writer.tmp / "spill"

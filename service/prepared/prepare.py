@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
+from graphtier.contract.endpoints import default_dataset_root
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.hotness import compute_scores, reorder_by_score
 from graphtier.service.out_of_core.memory_budget import MemoryPlan, parse_memory_budget
-from graphtier.contract.endpoints import default_dataset_root
 from graphtier.service.prepared.catalog import DatasetWriter, validate_name
 from graphtier.service.prepared.huge_pages import numpy_huge_pages_for_preparation
 from graphtier.service.prepared.manifest import DatasetManifest
@@ -107,8 +107,9 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
         writer.write("row", reordering.graph.row)
         if data.features is not None:
             writer.write_rows("features", data.features, reordering.new_to_old)
-        write_node_arrays(writer, data.labels, data.splits, reordering.new_to_old, reordering.old_to_new, scores,
-                          data.original_ids)
+        write_node_arrays(
+            writer, data.labels, data.splits, reordering.new_to_old, reordering.old_to_new, scores, data.original_ids
+        )
     return PreparedContent(
         num_nodes=reordering.graph.num_nodes,
         num_edges=reordering.graph.num_edges,

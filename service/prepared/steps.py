@@ -37,11 +37,14 @@ class PrepareConfig(BaseModel):
     root: Path | None = Field(None, description="dataset root; default $GRAPHTIER_HOME/datasets")
     overwrite: bool = False
     memory_budget: str | int = Field(
-        "auto", description="peak memory allowed: a size ('3GiB'), a share of memory ('40%'), 'auto' (half of "
-        "the machine's memory) or 'unlimited' (the in-memory path)"
+        "auto",
+        description="peak memory allowed: a size ('3GiB'), a share of memory ('40%'), 'auto' (half of "
+        "the machine's memory) or 'unlimited' (the in-memory path)",
     )
     work_bytes: int | None = Field(
-        None, ge=1, description="out-of-core working memory, bypassing the measurement (tests use it to force many chunks)"
+        None,
+        ge=1,
+        description="out-of-core working memory, bypassing the measurement (tests use it to force many chunks)",
     )
 
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from graphtier.contract.fanouts import validate_fanouts
 from graphtier.contract.errors import SamplingError
+from graphtier.contract.fanouts import validate_fanouts
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling.subgraph import SampledSubgraph
@@ -103,7 +103,9 @@ class NeighborSampler:
         word &= (1 << 64) - 1
         signed = word - (1 << 64) if word >= 1 << 63 else word
         g = self._graph
-        self._check_unique(seeds)  # here, not in the op: see native_ops (no error messages are formatted in native code)
+        self._check_unique(
+            seeds
+        )  # here, not in the op: see native_ops (no error messages are formatted in native code)
         if self._backend == "native":
             out = torch.ops.graphtier.sample_neighbors(g.colptr, g.row, seeds, self._fanouts, signed, self._node_map)
         else:

@@ -5,9 +5,9 @@ close, exit or SIGTERM/SIGINT; `reclaim_stale_segments` removes those of owners 
 `SegmentRef` + `attach_tensor` let another process see a tensor without copying it.
 """
 
-from graphtier.service.shm.segment_owner import SegmentOwner
 from graphtier.service.shm.reclaim import reclaim_stale_segments
 from graphtier.service.shm.ref import SegmentRef, attach_tensor
 from graphtier.service.shm.segment import SharedSegment
+from graphtier.service.shm.segment_owner import SegmentOwner
 
 __all__ = ["SegmentOwner", "SegmentRef", "SharedSegment", "attach_tensor", "reclaim_stale_segments"]

@@ -23,8 +23,16 @@ from graphtier.service.shm.naming import SegmentName, segment_path
 _DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
     for name in (
-        "bool", "uint8", "int8", "int16", "int32", "int64",
-        "float16", "bfloat16", "float32", "float64",
+        "bool",
+        "uint8",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
     )
 }
 
@@ -33,9 +41,7 @@ def dtype_name(dtype: torch.dtype | str) -> str:
     """The wire name of a dtype ('float32', 'int64', ...); SharedMemoryError if unsupported."""
     name = dtype.removeprefix("torch.") if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
     if name not in _DTYPES:
-        raise SharedMemoryError(
-            f"dtype {dtype!r} cannot live in a shared segment; supported: {', '.join(_DTYPES)}"
-        )
+        raise SharedMemoryError(f"dtype {dtype!r} cannot live in a shared segment; supported: {', '.join(_DTYPES)}")
     return name
 
 

@@ -206,4 +206,3 @@ def open_owner_count() -> int:
     """How many owners in this process are open (for diagnostics and tests)."""
     with _lock:
         return len(_open_states)
-

@@ -154,9 +154,7 @@ def _rows_for_ids(path: Path, table: NumericText, ids: np.ndarray, key: np.ndarr
     unknown = key[pos] != ids
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
-        raise DatasetSourceError(
-            path, f"line {table.line_of(row)}: id {int(ids[row])} is not a node of the edge list"
-        )
+        raise DatasetSourceError(path, f"line {table.line_of(row)}: id {int(ids[row])} is not a node of the edge list")
     order = np.argsort(pos, kind="stable")
     repeated = np.flatnonzero(pos[order][1:] == pos[order][:-1])
     if repeated.size:

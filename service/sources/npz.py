@@ -44,7 +44,9 @@ class _Archive:
         try:
             return self._npz[key]
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-            raise DatasetSourceError(self.path, f"key {key!r} cannot be read without pickle or is corrupt ({exc})") from None
+            raise DatasetSourceError(
+                self.path, f"key {key!r} cannot be read without pickle or is corrupt ({exc})"
+            ) from None
 
     def csr(self, prefix: str) -> sp.csr_matrix:
         data, indices, indptr, shape = (self.get(f"{prefix}_{part}") for part in _CSR_PARTS)
@@ -83,7 +85,9 @@ def load_npz(path: str | Path) -> GraphData:
             features = archive.csr("attr").toarray()
         if features is not None:
             if features.shape[0] != num_nodes:
-                raise DatasetSourceError(path, f"attributes have {features.shape[0]} rows, adjacency has {num_nodes} nodes")
+                raise DatasetSourceError(
+                    path, f"attributes have {features.shape[0]} rows, adjacency has {num_nodes} nodes"
+                )
             if features.dtype.kind not in "biuf":
                 raise DatasetSourceError(path, f"attributes must be numeric, got dtype {features.dtype}")
             features = torch.from_numpy(features.astype(np.float32))
@@ -97,7 +101,9 @@ def load_npz(path: str | Path) -> GraphData:
                 )
             labels = torch.from_numpy(raw.astype(np.int64))
         elif "labels_data" in archive:
-            raise DatasetSourceError(path, "holds multi-label CSR labels (labels_*); only single-label classification is supported")
+            raise DatasetSourceError(
+                path, "holds multi-label CSR labels (labels_*); only single-label classification is supported"
+            )
 
         class_names = None
         if "class_names" in archive:

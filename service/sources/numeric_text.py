@@ -52,9 +52,17 @@ def _byte_table(chars: bytes) -> np.ndarray:
 class NumericText:
     """The data rows of a numeric text file, as token offsets into its bytes."""
 
-    def __init__(self, path: Path, raw: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                 row_first: np.ndarray, row_width: np.ndarray, row_line: np.ndarray,
-                 comments: tuple[np.ndarray, np.ndarray]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        raw: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        row_first: np.ndarray,
+        row_width: np.ndarray,
+        row_line: np.ndarray,
+        comments: tuple[np.ndarray, np.ndarray],
+    ) -> None:
         self.path = path
         self._raw = raw  # uint8 bytes of the whole text
         self._starts, self._ends = starts, ends  # data tokens: [start, end) byte offsets
@@ -65,7 +73,7 @@ class NumericText:
         self._columns: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # parsed int columns
 
     @classmethod
-    def read(cls, path: Path, *, comment: str = "#%") -> "NumericText":
+    def read(cls, path: Path, *, comment: str = "#%") -> NumericText:
         """Tokenise `path`; lines whose first token starts with a `comment` char are dropped."""
         raw = np.frombuffer(read_bytes(path), dtype=np.uint8)
         content = ~_byte_table(_SEPARATORS)[raw]
@@ -100,13 +108,21 @@ class NumericText:
     def row_width(self, row: int) -> int:
         return int(self._row_width[row])
 
-    def drop_rows(self, count: int) -> "NumericText":
+    def drop_rows(self, count: int) -> NumericText:
         """The same table without its first `count` data rows."""
         if count == 0:
             return self
         cut = int(self._row_first[count]) if count < self.num_rows else self._starts.size
-        rest = NumericText(self.path, self._raw, self._starts[cut:], self._ends[cut:], self._row_first[count:] - cut,
-                           self._row_width[count:], self._row_line[count:], self._comments)
+        rest = NumericText(
+            self.path,
+            self._raw,
+            self._starts[cut:],
+            self._ends[cut:],
+            self._row_first[count:] - cut,
+            self._row_width[count:],
+            self._row_line[count:],
+            self._comments,
+        )
         rest._columns = {c: (v[count:], ok[count:]) for c, (v, ok) in self._columns.items()}
         return rest
 
@@ -219,9 +235,9 @@ class NumericText:
     def row_text(self, row: int, limit: int = 60) -> str:
         """Data row `row` as written (separators normalised to one space), cut to `limit` characters."""
         first = int(self._row_first[row])
-        piece = self._raw[self._starts[first]: self._ends[first + self.row_width(row) - 1]].tobytes()
+        piece = self._raw[self._starts[first] : self._ends[first + self.row_width(row) - 1]].tobytes()
         return " ".join(piece.decode("utf-8", errors="replace").translate(str.maketrans(",\t", "  ")).split())[:limit]
 
     def _token_text(self, token: int) -> str:
-        piece = self._raw[self._starts[token]: self._ends[token]].tobytes()
+        piece = self._raw[self._starts[token] : self._ends[token]].tobytes()
         return piece[:40].decode("utf-8", errors="replace")

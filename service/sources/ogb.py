@@ -44,7 +44,9 @@ def _single_count(folder: Path, stem: str) -> int:
     path = _require(folder, stem)
     table = NumericText.read(path)
     if table.num_rows != 1:
-        raise DatasetSourceError(path, f"lists {table.num_rows} graphs; only single-graph (ogbn-*) datasets are supported")
+        raise DatasetSourceError(
+            path, f"lists {table.num_rows} graphs; only single-graph (ogbn-*) datasets are supported"
+        )
     table.require_columns(1, exact=True)
     return int(table.ints(0)[0])
 
@@ -66,7 +68,9 @@ def _labels(path: Path, num_nodes: int) -> torch.Tensor:
     table = NumericText.read(path)
     width = table.require_columns(1, exact=True) if table.num_rows else 1
     if width != 1:
-        raise DatasetSourceError(path, f"has {width} label columns (multi-task); only single-label classification is supported")
+        raise DatasetSourceError(
+            path, f"has {width} label columns (multi-task); only single-label classification is supported"
+        )
     if table.num_rows != num_nodes:
         raise DatasetSourceError(path, f"has {table.num_rows} rows, expected one per node ({num_nodes})")
     values = table.floats(1)[:, 0]
@@ -127,7 +131,9 @@ def load_ogb(
     if not raw.is_dir():
         raise DatasetSourceError(root, "has no raw/ folder; pass the OGB dataset root (e.g. dataset/ogbn_arxiv)")
     if (raw / "num-node-dict.csv.gz").is_file():
-        raise DatasetSourceError(raw, "is a heterogeneous OGB graph (num-node-dict.csv.gz); only homogeneous graphs are supported")
+        raise DatasetSourceError(
+            raw, "is a heterogeneous OGB graph (num-node-dict.csv.gz); only homogeneous graphs are supported"
+        )
     if _find(raw, "edge") is None and (raw / "data.npz").is_file():
         raise DatasetSourceError(raw / "data.npz", "binary OGB raw format is not supported; expected edge.csv.gz")
     num_nodes = _single_count(raw, "num-node-list")

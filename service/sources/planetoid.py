@@ -106,7 +106,7 @@ def _edges(path: Path, adjacency: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _infer_name(directory: Path) -> str:
-    names = sorted(p.name[len("ind."): -len(".graph")] for p in directory.glob("ind.*.graph"))
+    names = sorted(p.name[len("ind.") : -len(".graph")] for p in directory.glob("ind.*.graph"))
     if len(names) == 1:
         return names[0]
     if not names:
@@ -142,8 +142,10 @@ def load_planetoid(
     if absent:
         fix = None
         if absent == ["allx"]:
-            fix = ("pass --missing-features zeros (missing_features='zeros' in Python) "
-                   "to give nodes without features zero rows")
+            fix = (
+                "pass --missing-features zeros (missing_features='zeros' in Python) "
+                "to give nodes without features zero rows"
+            )
         raise DatasetSourceError(files[absent[0]], f"missing Planetoid file (absent: {', '.join(absent)})", fix=fix)
 
     x = _matrix(files["x"], _unpickle(files["x"]), sparse=True)
@@ -166,7 +168,11 @@ def load_planetoid(
     num_known = allx.shape[0] if allx is not None else ally.shape[0]
     check(ally.shape[0] == num_known, "ally", f"has {ally.shape[0]} rows but allx has {num_known}")
     check(y.shape[0] == x.shape[0] and y.shape[0] <= num_known, "y", f"has {y.shape[0]} rows; x has {x.shape[0]}")
-    check(ty.shape[0] == tx.shape[0] == test.size, "ty", f"has {ty.shape[0]} rows; tx {tx.shape[0]}, test.index {test.size}")
+    check(
+        ty.shape[0] == tx.shape[0] == test.size,
+        "ty",
+        f"has {ty.shape[0]} rows; tx {tx.shape[0]}, test.index {test.size}",
+    )
     widths = {m.shape[1] for m in (x, tx, allx) if m is not None}
     check(len(widths) == 1, "tx", f"feature widths differ between x/tx/allx: {sorted(widths)}")
     classes = {m.shape[1] for m in (y, ty, ally)}
@@ -226,9 +232,19 @@ def _featureless_note(have_rows: np.ndarray, splits: dict[str, torch.Tensor], al
         return []
     counts = _featureless_by_split(have_rows, splits)
     by_split = ", ".join(f"{name} {count:,} of {splits[name].numel():,}" for name, count in counts.items())
-    why = "allx is absent, so --missing-features zeros gave them zero rows" if allx_missing else "the files give them no row"
+    why = (
+        "allx is absent, so --missing-features zeros gave them zero rows"
+        if allx_missing
+        else "the files give them no row"
+    )
     hit = [name for name, count in counts.items() if count]
-    tail = (f"; a model sees those nodes only through their neighbours, so {'/'.join(hit)} accuracy says little "
-            "about the features" if hit else "")  # fmt: skip
-    return [f"{missing:,} of {have_rows.size:,} nodes ({missing / have_rows.size:.1%}) have no features ({why}): "
-            f"{by_split}{tail}"]  # fmt: skip
+    tail = (
+        f"; a model sees those nodes only through their neighbours, so {'/'.join(hit)} accuracy says little "
+        "about the features"
+        if hit
+        else ""
+    )
+    return [
+        f"{missing:,} of {have_rows.size:,} nodes ({missing / have_rows.size:.1%}) have no features ({why}): "
+        f"{by_split}{tail}"
+    ]

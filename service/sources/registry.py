@@ -36,8 +36,16 @@ LABEL_OPTIONS: tuple[str, ...] = ("num_classes",)
 SYNTHETIC_GENERATORS: tuple[str, ...] = ("rmat",)
 # Keyword options of `synthetic.generate_rmat`; its fractions make the split, `seed` drives the generator.
 SYNTHETIC_OPTIONS: tuple[str, ...] = (
-    "scale", "edge_factor", "num_classes", "feature_dim", "homophily", "feature_noise",
-    "train_fraction", "val_fraction", "test_fraction", "seed",
+    "scale",
+    "edge_factor",
+    "num_classes",
+    "feature_dim",
+    "homophily",
+    "feature_noise",
+    "train_fraction",
+    "val_fraction",
+    "test_fraction",
+    "seed",
 )
 _EXAMPLES = "synthetic:rmat, planetoid:DIR, npz:FILE, edges:FILE, ogb:DIR"
 
@@ -134,9 +142,14 @@ def _checked_labels(graph: GraphData, num_classes: int | None) -> GraphData:
     """`graph` with its labels bounded by `num_classes`, or made dense (`label_classes`)."""
     if graph.labels is None:
         if num_classes is not None:
-            raise DatasetSourceError(graph.origin or None, f"--num-classes {num_classes} was given but the source has no labels")
+            raise DatasetSourceError(
+                graph.origin or None, f"--num-classes {num_classes} was given but the source has no labels"
+            )
         return graph
-    checked = label_classes(graph.labels, origin=graph.origin or None, num_classes=num_classes, node_ids=graph.original_ids)
+    checked = label_classes(
+        graph.labels, origin=graph.origin or None, num_classes=num_classes, node_ids=graph.original_ids
+    )
     notes = graph.notes + ([checked.note] if checked.note else [])
-    return dataclasses.replace(graph, labels=checked.labels, class_count=checked.num_classes,
-                               class_labels=checked.class_labels, notes=notes)  # fmt: skip
+    return dataclasses.replace(
+        graph, labels=checked.labels, class_count=checked.num_classes, class_labels=checked.class_labels, notes=notes
+    )

@@ -100,8 +100,10 @@ def draw_bit_planes(
 
 
 # Masks of the three swap steps of an 8x8 bit-matrix transpose in a 64-bit word (Hacker's Delight 7-3)
-_SWAPS = tuple((np.uint64(shift), np.uint64(mask)) for shift, mask in
-               ((7, 0x00AA00AA00AA00AA), (14, 0x0000CCCC0000CCCC), (28, 0x00000000F0F0F0F0)))
+_SWAPS = tuple(
+    (np.uint64(shift), np.uint64(mask))
+    for shift, mask in ((7, 0x00AA00AA00AA00AA), (14, 0x0000CCCC0000CCCC), (28, 0x00000000F0F0F0F0))
+)
 
 
 def _transpose_bytes(block: np.ndarray) -> np.ndarray:

@@ -67,8 +67,7 @@ def ensure_split(
     shuffled = candidates[torch.randperm(n, generator=generator)]
     bounds = [0, counts[0], counts[0] + counts[1], sum(counts)]
     splits = {
-        name: shuffled[bounds[i]: bounds[i + 1]].sort().values
-        for i, name in enumerate(("train", "val", "test"))
+        name: shuffled[bounds[i] : bounds[i + 1]].sort().values for i, name in enumerate(("train", "val", "test"))
     }
     description = dict(graph.description)
     description["split"] = {

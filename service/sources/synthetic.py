@@ -55,7 +55,12 @@ def rmat_edges(
 
 
 def check_rmat_options(
-    scale: int, edge_factor: int, num_classes: int, feature_dim: int, homophily: float, feature_noise: float,
+    scale: int,
+    edge_factor: int,
+    num_classes: int,
+    feature_dim: int,
+    homophily: float,
+    feature_noise: float,
     fractions: dict[str, float],
 ) -> None:
     if not 1 <= scale <= MAX_SCALE:
@@ -85,7 +90,12 @@ def community_bounds(num_nodes: int, num_classes: int) -> tuple[torch.Tensor, to
 
 
 def rewire_edges(
-    src: torch.Tensor, dst: torch.Tensor, draw: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor, homophily: float
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    draw: torch.Tensor,
+    starts: torch.Tensor,
+    sizes: torch.Tensor,
+    homophily: float,
 ) -> None:
     """Move the destination of edges whose `draw` < `homophily` into the source's community, in place."""
     rewire = draw < homophily
@@ -120,7 +130,9 @@ def rmat_feature_chunks(
         yield start, chunk.add_(torch.index_select(centroids, 0, ids, out=placed[:count]))
 
 
-def rmat_split(generator: torch.Generator, num_nodes: int, fractions: dict[str, float], scale: int) -> dict[str, torch.Tensor]:
+def rmat_split(
+    generator: torch.Generator, num_nodes: int, fractions: dict[str, float], scale: int
+) -> dict[str, torch.Tensor]:
     order = torch.randperm(num_nodes, generator=generator)
     counts = [int(round(f * num_nodes)) for f in fractions.values()]
     if counts[0] == 0:
@@ -135,8 +147,12 @@ def rmat_split(generator: torch.Generator, num_nodes: int, fractions: dict[str, 
 
 def rmat_description(options: dict[str, object]) -> dict[str, object]:
     keys = ("scale", "edge_factor", "num_classes", "feature_dim", "homophily", "feature_noise", "seed")
-    return {"generator": "rmat", **{k: options[k] for k in keys[:2]}, "rmat_abc": [RMAT_A, RMAT_B, RMAT_C],
-            **{k: options[k] for k in keys[2:]}}
+    return {
+        "generator": "rmat",
+        **{k: options[k] for k in keys[:2]},
+        "rmat_abc": [RMAT_A, RMAT_B, RMAT_C],
+        **{k: options[k] for k in keys[2:]},
+    }
 
 
 def generate_rmat(

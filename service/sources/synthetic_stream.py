@@ -38,8 +38,12 @@ class DrawnRows:
     Every chunk is drawn into the same buffer: use each before asking for the next."""
 
     def __init__(self, state: torch.Tensor, labels: torch.Tensor, centroids: torch.Tensor, noise: float) -> None:
-        narrow = torch.int8 if centroids.shape[0] <= 127 else torch.int16 if centroids.shape[0] <= 32767 else torch.int64
-        self.labels = labels.to(narrow)  # its own copy, 1-2 bytes a node: the graph's labels are freed before this is walked
+        narrow = (
+            torch.int8 if centroids.shape[0] <= 127 else torch.int16 if centroids.shape[0] <= 32767 else torch.int64
+        )
+        self.labels = labels.to(
+            narrow
+        )  # its own copy, 1-2 bytes a node: the graph's labels are freed before this is walked
         self.state, self.centroids, self.noise = state, centroids, noise
         self.num_rows, self.row_shape, self.dtype = labels.numel(), (centroids.shape[1],), np.dtype(np.float32)
 
@@ -68,7 +72,9 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
     bound = inspect.signature(rmat.generate_rmat).bind(**options)
     bound.apply_defaults()
     opt = dict(bound.arguments)
-    scale, edge_factor, num_classes, feature_dim = (int(opt[k]) for k in ("scale", "edge_factor", "num_classes", "feature_dim"))
+    scale, edge_factor, num_classes, feature_dim = (
+        int(opt[k]) for k in ("scale", "edge_factor", "num_classes", "feature_dim")
+    )
     homophily, noise = float(opt["homophily"]), float(opt["feature_noise"])
     fractions = {"train": opt["train_fraction"], "val": opt["val_fraction"], "test": opt["test_fraction"]}
     rmat.check_rmat_options(scale, edge_factor, num_classes, feature_dim, homophily, noise, fractions)
@@ -116,7 +122,9 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
     # peak with them held, 17.7 s and 2.46 GiB drawn again; scale 21: 8.5 s against 8.6 s.
     if num_nodes % 16:
         features = array("features.f32", np.float32, (feature_dim,), rows=num_nodes)
-        rows = rmat.feature_chunk_rows(num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.2, cap=1 << 16))
+        rows = rmat.feature_chunk_rows(
+            num_nodes, plan.units(4 * feature_dim * FEATURE_CHUNK_OVERHEAD, share=0.2, cap=1 << 16)
+        )
         for _, block in rmat.rmat_feature_chunks(gen, labels, centroids, noise, rows):
             features.append(block)
         feature_rows = FileRows(features, (feature_dim,), np.float32)

@@ -34,8 +34,8 @@ from graphtier.service.storage.dio_alignment import DirectIOAlignment, direct_io
 from graphtier.service.storage.read_plan import (
     ALIGN,
     MAX_REQUEST,
-    DirectReads,
     NO_DIRECT_READS,
+    DirectReads,
     ReadPlan,
     RunCopies,
     no_run_copies,
@@ -100,13 +100,31 @@ class StorageReader:
     """Reads feature rows [first_row, num_rows) of a `.npy` file; see the module docstring. `alignment`
     overrides what the file's statx reports (direct mode only)."""
 
-    def __init__(self, path: Path, *, data_offset: int, row_bytes: int, first_row: int, num_rows: int,
-                 mode: StorageMode = "direct", inflight: int = 16, max_request: int = MAX_REQUEST,
-                 staging_bytes: int = 8 << 20, alignment: DirectIOAlignment | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        data_offset: int,
+        row_bytes: int,
+        first_row: int,
+        num_rows: int,
+        mode: StorageMode = "direct",
+        inflight: int = 16,
+        max_request: int = MAX_REQUEST,
+        staging_bytes: int = 8 << 20,
+        alignment: DirectIOAlignment | None = None,
+    ) -> None:
         if mode not in STORAGE_MODES:
             raise GraphtierError(f"storage mode {mode!r}: expected one of {', '.join(STORAGE_MODES)}")
-        _check_geometry(path, data_offset=data_offset, row_bytes=row_bytes, first_row=first_row, num_rows=num_rows,
-                        max_request=max_request, alignment=alignment)
+        _check_geometry(
+            path,
+            data_offset=data_offset,
+            row_bytes=row_bytes,
+            first_row=first_row,
+            num_rows=num_rows,
+            max_request=max_request,
+            alignment=alignment,
+        )
         self.path, self.mode = Path(path), mode
         self.data_offset, self.row_bytes = data_offset, row_bytes
         self.first_row, self.num_rows = first_row, num_rows
@@ -116,13 +134,17 @@ class StorageReader:
         try:
             self.fd = os.open(self.path, flags)
         except OSError as exc:
-            raise GraphtierError(f"{self.path}: cannot open the storage tier for {mode} reads ({exc.strerror})") from None
+            raise GraphtierError(
+                f"{self.path}: cannot open the storage tier for {mode} reads ({exc.strerror})"
+            ) from None
         size = os.fstat(self.fd).st_size
         if size < self.file_end:
             os.close(self.fd)
-            raise GraphtierError(f"{self.path}: holds {size:,} bytes, but its {num_rows:,} rows of {row_bytes} B from "
-                                 f"byte {data_offset} end at byte {self.file_end:,}: the file is truncated; "
-                                 f"prepare the dataset again")
+            raise GraphtierError(
+                f"{self.path}: holds {size:,} bytes, but its {num_rows:,} rows of {row_bytes} B from "
+                f"byte {data_offset} end at byte {self.file_end:,}: the file is truncated; "
+                f"prepare the dataset again"
+            )
         if mode == "direct":
             self.alignment = alignment or direct_io_alignment(self.path)
         else:
@@ -148,12 +170,16 @@ class StorageReader:
             try:
                 got = os.preadv(self.fd, [into[done:length]], offset + done)
             except OSError as exc:
-                raise GraphtierError(f"{self.path}: reading {length:,} bytes at byte {offset + done:,} failed "
-                                     f"({exc.strerror}{self._einval_hint(exc)})") from None
+                raise GraphtierError(
+                    f"{self.path}: reading {length:,} bytes at byte {offset + done:,} failed "
+                    f"({exc.strerror}{self._einval_hint(exc)})"
+                ) from None
             if got == 0:  # end of file: only the file's last block can be short, and only past the rows
                 if offset + done < self.file_end:
-                    raise GraphtierError(f"{self.path}: now holds {os.fstat(self.fd).st_size:,} bytes, but its rows "
-                                         f"end at byte {self.file_end:,}: the file was truncated while in use")
+                    raise GraphtierError(
+                        f"{self.path}: now holds {os.fstat(self.fd).st_size:,} bytes, but its rows "
+                        f"end at byte {self.file_end:,}: the file was truncated while in use"
+                    )
                 break
             done += got
         return done, time.perf_counter() - started
@@ -163,8 +189,10 @@ class StorageReader:
         if exc.errno != errno.EINVAL or self.mode != "direct":
             return ""
         asked, used = direct_io_alignment(self.path), self.alignment
-        return (f"; O_DIRECT reads here were aligned to {used.memory} B in memory and {used.offset} B in the file, "
-                f"the file asks {asked.memory} B and {asked.offset} B" + ("" if asked.reported else " (assumed)"))
+        return (
+            f"; O_DIRECT reads here were aligned to {used.memory} B in memory and {used.offset} B in the file, "
+            f"the file asks {asked.memory} B and {asked.offset} B" + ("" if asked.reported else " (assumed)")
+        )
 
     def read(self, rows: np.ndarray, out: np.ndarray) -> None:
         """Rows `rows` (storage-relative, any order, repeats allowed) into out[i] (`out` C-contiguous,
@@ -192,13 +220,24 @@ class StorageReader:
                 row_slot[inverse] = np.arange(rows.size)
         repeats = unique.size < rows.size
         file_rows = unique + self.first_row
-        direct = NO_DIRECT_READS if repeats else plan_direct_reads(
-            file_rows, row_slot, out_address=target.ctypes.data, data_offset=self.data_offset,
-            row_bytes=self.row_bytes, alignment=self.alignment, max_request=self.max_request)
+        direct = (
+            NO_DIRECT_READS
+            if repeats
+            else plan_direct_reads(
+                file_rows,
+                row_slot,
+                out_address=target.ctypes.data,
+                data_offset=self.data_offset,
+                row_bytes=self.row_bytes,
+                alignment=self.alignment,
+                max_request=self.max_request,
+            )
+        )
         staged = direct.uncovered(unique.size)
         staged_rows = file_rows[staged]
-        plan = plan_reads(staged_rows, data_offset=self.data_offset, row_bytes=self.row_bytes,
-                          max_request=self.max_request)
+        plan = plan_reads(
+            staged_rows, data_offset=self.data_offset, row_bytes=self.row_bytes, max_request=self.max_request
+        )
         staged_slot = staged if row_slot is None else row_slot[staged]
         copies = no_run_copies(plan) if repeats else plan_run_copies(plan, staged_rows, staged_slot, self.row_bytes)
         self.staging.ensure(plan.total)
@@ -230,10 +269,20 @@ class StorageReader:
             return self._read(output[into : into + length], offset, length)
 
         issued = time.perf_counter()
-        futures = [self.pool.submit(straight, *request) for request in
-                   zip(direct.offsets.tolist(), direct.lengths.tolist(), direct.into.tolist(), strict=True)]
-        futures += [self.pool.submit(staged, *request) for request in
-                    zip(range(plan.offsets.size), plan.offsets.tolist(), plan.lengths.tolist(), plan.staging.tolist(), strict=True)]
+        futures = [
+            self.pool.submit(straight, *request)
+            for request in zip(direct.offsets.tolist(), direct.lengths.tolist(), direct.into.tolist(), strict=True)
+        ]
+        futures += [
+            self.pool.submit(staged, *request)
+            for request in zip(
+                range(plan.offsets.size),
+                plan.offsets.tolist(),
+                plan.lengths.tolist(),
+                plan.staging.tolist(),
+                strict=True,
+            )
+        ]
         wait(futures)  # all of them, also when one failed: none may still be writing when the caller sees an error
         self.stats.io_seconds += time.perf_counter() - issued
         staging.release()
@@ -241,8 +290,14 @@ class StorageReader:
         done = [future.result() for future in futures]
         return sum(n for n, _ in done), sum(t for _, t in done)
 
-    def _gather_rest(self, row_at: np.ndarray, rest: np.ndarray, staged_slot: np.ndarray,
-                     inverse: np.ndarray | None, target: np.ndarray) -> None:
+    def _gather_rest(
+        self,
+        row_at: np.ndarray,
+        rest: np.ndarray,
+        staged_slot: np.ndarray,
+        inverse: np.ndarray | None,
+        target: np.ndarray,
+    ) -> None:
         """Staged rows `rest` (indices into the staged rows, at `row_at` in the staging buffer) to their
         output rows `staged_slot`; with repeated rows (`inverse`: output row -> staged row), every output row."""
         staging = torch.from_numpy(self.staging.view)
@@ -266,17 +321,29 @@ class StorageReader:
         self.staging.close()
 
 
-def _check_geometry(path: Path | str, *, data_offset: int, row_bytes: int, first_row: int, num_rows: int,
-                    max_request: int, alignment: DirectIOAlignment | None) -> None:
+def _check_geometry(
+    path: Path | str,
+    *,
+    data_offset: int,
+    row_bytes: int,
+    first_row: int,
+    num_rows: int,
+    max_request: int,
+    alignment: DirectIOAlignment | None,
+) -> None:
     """GraphtierError naming the value unless the rows and requests describe something readable."""
     if row_bytes <= 0 or data_offset < 0 or not 0 <= first_row <= num_rows:
-        raise GraphtierError(f"{path}: storage rows [{first_row}, {num_rows}) of {row_bytes} B from byte "
-                             f"{data_offset}: need row bytes > 0, a data offset >= 0 and 0 <= first row <= rows")
+        raise GraphtierError(
+            f"{path}: storage rows [{first_row}, {num_rows}) of {row_bytes} B from byte "
+            f"{data_offset}: need row bytes > 0, a data offset >= 0 and 0 <= first row <= rows"
+        )
     if max_request <= 0 or max_request % ALIGN:
         raise GraphtierError(f"{path}: max_request {max_request}: requests are a positive multiple of {ALIGN} B")
     if alignment is not None and not alignment.valid:
-        raise GraphtierError(f"{path}: O_DIRECT alignment {alignment.memory} B / {alignment.offset} B: each a "
-                             f"power of two up to {ALIGN} B")
+        raise GraphtierError(
+            f"{path}: O_DIRECT alignment {alignment.memory} B / {alignment.offset} B: each a "
+            f"power of two up to {ALIGN} B"
+        )
 
 
 def output_rows(out: np.ndarray, count: int, row_bytes: int) -> np.ndarray:
@@ -288,6 +355,8 @@ def output_rows(out: np.ndarray, count: int, row_bytes: int) -> np.ndarray:
         raise GraphtierError("storage rows are read into writable rows; got a read-only array")
     rows = out.reshape(out.shape[0], -1).view(np.uint8)
     if rows.shape[0] < count or rows.shape[1] != row_bytes:
-        raise GraphtierError(f"storage rows: {count} rows of {row_bytes} B asked for, into an array of "
-                             f"{rows.shape[0]} rows of {rows.shape[1]} B")
+        raise GraphtierError(
+            f"storage rows: {count} rows of {row_bytes} B asked for, into an array of "
+            f"{rows.shape[0]} rows of {rows.shape[1]} B"
+        )
     return rows[:count]

@@ -43,8 +43,9 @@ class ReadPlan:
         return int(self.lengths.sum())
 
 
-def plan_reads(rows: np.ndarray, *, data_offset: int, row_bytes: int, align: int = ALIGN,
-               max_request: int = MAX_REQUEST) -> ReadPlan:
+def plan_reads(
+    rows: np.ndarray, *, data_offset: int, row_bytes: int, align: int = ALIGN, max_request: int = MAX_REQUEST
+) -> ReadPlan:
     """Staged requests for `rows` (sorted, distinct file row indices); see the module docstring."""
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
@@ -116,9 +117,17 @@ def in_order_breaks(rows: np.ndarray, row_slot: np.ndarray | None) -> np.ndarray
     return breaks
 
 
-def plan_direct_reads(rows: np.ndarray, row_slot: np.ndarray | None, *, out_address: int, data_offset: int,
-                      row_bytes: int, alignment: DirectIOAlignment, max_request: int = MAX_REQUEST,
-                      min_bytes: int = MIN_DIRECT) -> DirectReads:
+def plan_direct_reads(
+    rows: np.ndarray,
+    row_slot: np.ndarray | None,
+    *,
+    out_address: int,
+    data_offset: int,
+    row_bytes: int,
+    alignment: DirectIOAlignment,
+    max_request: int = MAX_REQUEST,
+    min_bytes: int = MIN_DIRECT,
+) -> DirectReads:
     """Direct requests for `rows` (sorted, distinct file row indices) bound for output rows `row_slot` (None:
     row i to output row i), the output's bytes at `out_address`. A run (adjacent in the file and in the
     output) of at least `min_bytes` is read straight into the output when its file bytes and output bytes
@@ -148,8 +157,9 @@ def plan_direct_reads(rows: np.ndarray, row_slot: np.ndarray | None, *, out_addr
         return NO_DIRECT_READS
     lo, hi = mid_lo[usable], mid_hi[usable]
     offsets, lengths, of_run, k = _split(lo, hi, max_request)
-    return DirectReads(offsets, lengths, out_lo[usable][of_run] + k * max_request, covered_lo[usable],
-                       covered_hi[usable])
+    return DirectReads(
+        offsets, lengths, out_lo[usable][of_run] + k * max_request, covered_lo[usable], covered_hi[usable]
+    )
 
 
 @dataclass(frozen=True)

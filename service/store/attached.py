@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 def _open_storage(ref: StorageTierRef) -> torch.Tensor:
     try:
-        array = np.memmap(ref.path, mode="r", dtype=np.dtype(ref.dtype), offset=ref.offset_bytes,
-                          shape=(ref.rows, *ref.row_shape))
+        array = np.memmap(
+            ref.path, mode="r", dtype=np.dtype(ref.dtype), offset=ref.offset_bytes, shape=(ref.rows, *ref.row_shape)
+        )
     except (OSError, ValueError) as exc:
         raise SharedMemoryError(f"{ref.path}: cannot map the storage tier ({exc})") from exc
     with warnings.catch_warnings():
@@ -82,8 +83,14 @@ class AttachedDataset:
             from graphtier.service.storage import StorageReader
 
             row_bytes = int(np.prod(ref.row_shape, dtype=np.int64)) * np.dtype(ref.dtype).itemsize
-            self._reader = StorageReader(ref.path, data_offset=ref.offset_bytes, row_bytes=row_bytes, first_row=0,
-                                         num_rows=ref.rows, mode=self.storage_reads)  # type: ignore[arg-type]
+            self._reader = StorageReader(
+                ref.path,
+                data_offset=ref.offset_bytes,
+                row_bytes=row_bytes,
+                first_row=0,
+                num_rows=ref.rows,
+                mode=self.storage_reads,
+            )  # type: ignore[arg-type]
         return self._reader
 
     def row_reader(self) -> RowReader | None:
@@ -107,17 +114,24 @@ class AttachedDataset:
             from graphtier.service.gpu.device_tiers import open_cuda_tiers  # CUDA only when asked for
 
             self._leases[device] = open_cuda_tiers(
-                self.handle.plan, self.handle.device_tiers, self.resident, self.storage, device,
-                label=self.handle.dataset, resident_ref=self.handle.resident_features,
-            )  # fmt: skip
+                self.handle.plan,
+                self.handle.device_tiers,
+                self.resident,
+                self.storage,
+                device,
+                label=self.handle.dataset,
+                resident_ref=self.handle.resident_features,
+            )
         return self._leases[device]
 
     def cuda_structure(self, device: int) -> CSCGraph:
         """The CSC structure as zero-copy CUDA views of this process's registered mapping."""
         lease = self.cuda_tiers(device)
         if lease.structure is None:  # registered once per lease; the views go with it on detach()
-            lease.structure = (lease.register_view(self.graph.colptr, f"{self.handle.dataset} colptr", self.handle.colptr),
-                               lease.register_view(self.graph.row, f"{self.handle.dataset} row", self.handle.row))  # fmt: skip
+            lease.structure = (
+                lease.register_view(self.graph.colptr, f"{self.handle.dataset} colptr", self.handle.colptr),
+                lease.register_view(self.graph.row, f"{self.handle.dataset} row", self.handle.row),
+            )
         return CSCGraph(colptr=lease.structure[0], row=lease.structure[1])
 
     def detach(self) -> None:

@@ -42,6 +42,7 @@ class SharedDatasetHandle(BaseModel):
         default=(), description="Why the placement differs from the budgets asked for (e.g. no peer access)."
     )
     class_labels: tuple[int, ...] | None = Field(
-        default=None, description="The source's label of each class when prepare remapped the labels to dense "
-        "classes 0..k-1 (the manifest's class_labels); None: the labels are the source's."
+        default=None,
+        description="The source's label of each class when prepare remapped the labels to dense "
+        "classes 0..k-1 (the manifest's class_labels); None: the labels are the source's.",
     )

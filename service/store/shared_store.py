@@ -134,7 +134,7 @@ class SharedDatasetStore:
         if self._own_owner:
             self.owner.close()
 
-    def __enter__(self) -> "SharedDatasetStore":
+    def __enter__(self) -> SharedDatasetStore:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

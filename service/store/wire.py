@@ -28,7 +28,6 @@ from graphtier.service.shm import SegmentRef
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 from graphtier.v1 import common_pb2, datasets_pb2
 
-
 # Datasets
 
 
@@ -77,16 +76,24 @@ def segment_ref_from_proto(message: common_pb2.SegmentRef) -> SegmentRef:
 
 def storage_ref_to_proto(ref: StorageTierRef) -> common_pb2.StorageTierRef:
     return common_pb2.StorageTierRef(
-        path=ref.path, offset_bytes=ref.offset_bytes, first_row=ref.first_row, rows=ref.rows,
-        row_shape=list(ref.row_shape), dtype=ref.dtype,
-    )  # fmt: skip
+        path=ref.path,
+        offset_bytes=ref.offset_bytes,
+        first_row=ref.first_row,
+        rows=ref.rows,
+        row_shape=list(ref.row_shape),
+        dtype=ref.dtype,
+    )
 
 
 def storage_ref_from_proto(message: common_pb2.StorageTierRef) -> StorageTierRef:
     return StorageTierRef(
-        path=message.path, offset_bytes=message.offset_bytes, first_row=message.first_row, rows=message.rows,
-        row_shape=tuple(message.row_shape), dtype=message.dtype,
-    )  # fmt: skip
+        path=message.path,
+        offset_bytes=message.offset_bytes,
+        first_row=message.first_row,
+        rows=message.rows,
+        row_shape=tuple(message.row_shape),
+        dtype=message.dtype,
+    )
 
 
 def plan_to_proto(plan: PlacementPlan) -> common_pb2.PlacementBoundaries:
@@ -105,8 +112,9 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         colptr=segment_ref_to_proto(handle.colptr),
         row=segment_ref_to_proto(handle.row),
         splits={name: segment_ref_to_proto(ref) for name, ref in handle.splits.items()},
-        tier_sizes=[common_pb2.TierSize(tier=tier_to_proto(t.tier), rows=t.rows, bytes=t.bytes)
-                    for t in layout.tier_sizes],
+        tier_sizes=[
+            common_pb2.TierSize(tier=tier_to_proto(t.tier), rows=t.rows, bytes=t.bytes) for t in layout.tier_sizes
+        ],
         num_edges=layout.num_edges,
         feature_dim=layout.feature_dim,
         num_classes=layout.num_classes,
@@ -117,7 +125,7 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         owner_pid=layout.owner_pid,
         loaded_at=timestamp(layout.loaded_at),
         budgets=budgets_to_proto(layout.budgets),
-    )  # fmt: skip
+    )
     message.device_tiers.extend(common_pb2.DeviceTierRef(**ref.model_dump()) for ref in handle.device_tiers)
     message.placement_notes.extend(handle.placement_notes)
     if handle.labels is not None:

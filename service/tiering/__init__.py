@@ -5,6 +5,11 @@ from graphtier.service.tiering.report import ScoreOutcome, TieringReport, build_
 from graphtier.service.tiering.storage_outlook import StorageOutlook, WindowOutcome
 
 __all__ = [
-    "AccessReplay", "ScoreOutcome", "StorageOutlook", "TieringReport", "WindowOutcome", "build_tiering_report",
+    "AccessReplay",
+    "ScoreOutcome",
+    "StorageOutlook",
+    "TieringReport",
+    "WindowOutcome",
+    "build_tiering_report",
     "replay_access_counts",
 ]

@@ -14,10 +14,10 @@ import torch
 from pydantic import BaseModel, Field
 
 from graphtier.contract.errors import PlacementError
+from graphtier.contract.storage import MAX_WINDOW
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
-from graphtier.contract.storage import MAX_WINDOW
 from graphtier.service.tiering.replay import AccessReplay, replay_access_counts
 from graphtier.service.tiering.storage_outlook import (
     StorageOutlook,
@@ -55,7 +55,9 @@ class TieringReport(BaseModel):
     reads_per_epoch: float
     outcomes: list[ScoreOutcome]
     device_tiers_simulated: bool = True
-    storage: StorageOutlook | None = Field(None, description="the storage tier at --host-budget, with the window's effect")
+    storage: StorageOutlook | None = Field(
+        None, description="the storage tier at --host-budget, with the window's effect"
+    )
     png: str | None = None
 
     def outcome(self, score: str) -> ScoreOutcome:
@@ -125,13 +127,20 @@ def build_tiering_report(
     budget_rows = min(n, budget_bytes // row_bytes)
     storage = None
     if host_budget is not None:
-        storage = _window_replay(dataset, host_budget, window, device_rows=budget_rows, row_bytes=row_bytes,
-                                 assumed=assumed)  # fmt: skip
+        storage = _window_replay(
+            dataset, host_budget, window, device_rows=budget_rows, row_bytes=row_bytes, assumed=assumed
+        )
         replay = None
     if replay is None:
         replay = replay_access_counts(
-            dataset.graph, dataset.split("train"), fanouts=fanouts, batch_size=batch_size,
-            epochs=epochs, seed=seed, on_batch=on_batch, observe=storage.observe if storage else None,
+            dataset.graph,
+            dataset.split("train"),
+            fanouts=fanouts,
+            batch_size=batch_size,
+            epochs=epochs,
+            seed=seed,
+            on_batch=on_batch,
+            observe=storage.observe if storage else None,
         )
     counts = replay.counts
     total = max(replay.total, 1)
@@ -151,15 +160,26 @@ def build_tiering_report(
             )
         )
     return TieringReport(
-        dataset=dataset.name, num_nodes=n, budget=str(budget), budget_rows=budget_rows, budget_bytes=budget_bytes,
-        row_bytes=row_bytes, row_bytes_assumed=assumed, fanouts=list(fanouts), batch_size=batch_size,
-        epochs=replay.epochs, batches=replay.batches, reads_per_epoch=replay.total / replay.epochs, outcomes=outcomes,
+        dataset=dataset.name,
+        num_nodes=n,
+        budget=str(budget),
+        budget_rows=budget_rows,
+        budget_bytes=budget_bytes,
+        row_bytes=row_bytes,
+        row_bytes_assumed=assumed,
+        fanouts=list(fanouts),
+        batch_size=batch_size,
+        epochs=replay.epochs,
+        batches=replay.batches,
+        reads_per_epoch=replay.total / replay.epochs,
+        outcomes=outcomes,
         storage=storage.outlook(host_budget=str(host_budget), epochs=replay.epochs, num_nodes=n) if storage else None,
     )
 
 
-def _window_replay(dataset: PreparedDataset, host_budget: str, window: int, *, device_rows: int, row_bytes: int,
-                   assumed: bool) -> WindowReplay:  # fmt: skip
+def _window_replay(
+    dataset: PreparedDataset, host_budget: str, window: int, *, device_rows: int, row_bytes: int, assumed: bool
+) -> WindowReplay:
     """The storage counter for `host_budget` after `device_rows` device rows, in the dataset's order."""
     from graphtier.service.prepared.npy_io import npy_data_offset
 
@@ -176,7 +196,13 @@ def _window_replay(dataset: PreparedDataset, host_budget: str, window: int, *, d
     storage_from = device_rows + host_bytes // row_bytes
     request_bytes = None
     if not assumed and dataset.manifest.feature_row_bytes == row_bytes:  # the file's own rows: its requests
-        request_bytes = direct_request_bytes(data_offset=npy_data_offset(dataset.array_path("features")),
-                                             row_bytes=row_bytes, storage_from=storage_from)  # fmt: skip
-    return WindowReplay(num_nodes=n, storage_from=storage_from, depths=window_depths(window), row_bytes=row_bytes,
-                        request_bytes=request_bytes)  # fmt: skip
+        request_bytes = direct_request_bytes(
+            data_offset=npy_data_offset(dataset.array_path("features")), row_bytes=row_bytes, storage_from=storage_from
+        )
+    return WindowReplay(
+        num_nodes=n,
+        storage_from=storage_from,
+        depths=window_depths(window),
+        row_bytes=row_bytes,
+        request_bytes=request_bytes,
+    )

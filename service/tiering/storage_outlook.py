@@ -49,8 +49,15 @@ class StorageOutlook(BaseModel):
 class WindowReplay:
     """Counts one replay's storage reads for several window depths; `observe` each batch's node ids."""
 
-    def __init__(self, *, num_nodes: int, storage_from: int, depths: Sequence[int], row_bytes: int,
-                 request_bytes: Callable[[np.ndarray], int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        num_nodes: int,
+        storage_from: int,
+        depths: Sequence[int],
+        row_bytes: int,
+        request_bytes: Callable[[np.ndarray], int] | None = None,
+    ) -> None:
         self.storage_from, self.row_bytes = storage_from, row_bytes
         self.depths = sorted(set(depths))
         self._last = np.full(max(num_nodes - storage_from, 0), -1, dtype=np.int64)
@@ -77,20 +84,27 @@ class WindowReplay:
         batches, epochs = max(self.batches, 1), max(epochs, 1)
         windows = [
             WindowOutcome(
-                depth=d, hit_ratio=1 - self.read_rows[d] / self.rows if self.rows else 0.0,
-                read_rows_per_batch=self.read_rows[d] / batches, read_bytes_per_batch=self.read_bytes[d] / batches,
+                depth=d,
+                hit_ratio=1 - self.read_rows[d] / self.rows if self.rows else 0.0,
+                read_rows_per_batch=self.read_rows[d] / batches,
+                read_bytes_per_batch=self.read_bytes[d] / batches,
                 read_bytes_per_epoch=self.read_bytes[d] / epochs,
-            )  # fmt: skip
+            )
             for d in self.depths
         ]
         storage_rows = max(num_nodes - self.storage_from, 0)
         return StorageOutlook(
-            host_budget=host_budget, storage_from=self.storage_from, storage_rows=storage_rows,
-            storage_bytes=storage_rows * self.row_bytes, share_of_reads=self.rows / max(self.gathered, 1),
-            rows_per_batch=self.rows / batches, row_bytes_per_batch=self.rows * self.row_bytes / batches,
-            rows_per_epoch=self.rows / epochs, row_bytes_per_epoch=self.rows * self.row_bytes / epochs,
+            host_budget=host_budget,
+            storage_from=self.storage_from,
+            storage_rows=storage_rows,
+            storage_bytes=storage_rows * self.row_bytes,
+            share_of_reads=self.rows / max(self.gathered, 1),
+            rows_per_batch=self.rows / batches,
+            row_bytes_per_batch=self.rows * self.row_bytes / batches,
+            rows_per_epoch=self.rows / epochs,
+            row_bytes_per_epoch=self.rows * self.row_bytes / epochs,
             windows=windows,
-        )  # fmt: skip
+        )
 
 
 def direct_request_bytes(*, data_offset: int, row_bytes: int, storage_from: int) -> Callable[[np.ndarray], int]:

@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 RANKS = 2  # trainer ranks, one producer each
-HOOK = r'''
+HOOK = r"""
 import atexit, collections, os, sys, threading
 _out = os.environ["GRAPHTIER_MODULE_TRACE"]
 _calls = collections.Counter()
@@ -54,7 +54,7 @@ def _hook(frame, event, arg):
 sys.setprofile(_hook)
 threading.setprofile(_hook)
 atexit.register(_dump)
-'''
+"""
 
 
 def role(argv: list[str], forked: bool) -> str:
@@ -99,8 +99,24 @@ def main() -> int:
     run("dataset", "prepare", "synthetic:rmat", "--name", "tiny", "--scale", "12", "--undirected")
     run("cluster", "start")
     try:
-        job = json.loads(run("job", "submit", "--dataset", "tiny", "--fanout", "5,5", "--batch-size", "16",
-                             "--epochs", "2", "--nproc-per-node", str(RANKS), "--wait", "--json"))  # fmt: skip
+        job = json.loads(
+            run(
+                "job",
+                "submit",
+                "--dataset",
+                "tiny",
+                "--fanout",
+                "5,5",
+                "--batch-size",
+                "16",
+                "--epochs",
+                "2",
+                "--nproc-per-node",
+                str(RANKS),
+                "--wait",
+                "--json",
+            )
+        )
     finally:
         run("cluster", "stop")
     steps_per_rank = job["progress"]["total_steps"]

@@ -27,10 +27,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_model  # noqa: E402
 
-from graphtier.launcher.client import DaemonClient  # noqa: E402
 from graphtier.contract.endpoints import read_endpoints  # noqa: E402
 from graphtier.contract.jobs.spec import JobSpec  # noqa: E402
 from graphtier.contract.jobs.state import JobState  # noqa: E402
+from graphtier.launcher.client import DaemonClient  # noqa: E402
 
 
 def main() -> int:
@@ -41,12 +41,40 @@ def main() -> int:
     a = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gt-bench-admission-"))
     root, run = work / "datasets", work / "run"
-    subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name",
-                    "bench", "--scale", str(a.scale), "--undirected", "--out", str(root)], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
-    daemon = subprocess.Popen([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run),
-                               "--dataset-root", str(root), "--max-running-jobs", str(a.max_running)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            "synthetic:rmat",
+            "--name",
+            "bench",
+            "--scale",
+            str(a.scale),
+            "--undirected",
+            "--out",
+            str(root),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(run),
+            "--dataset-root",
+            str(root),
+            "--max-running-jobs",
+            str(a.max_running),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         while read_endpoints(run) is None:
             time.sleep(0.1)
@@ -79,11 +107,15 @@ def main() -> int:
     def line(name: str, xs: list[float]) -> str:
         xs = sorted(xs)
         over = sum(x > 0.1 for x in xs)
-        return (f"{name}: median {1e3 * statistics.median(xs):.1f} ms, p99 {1e3 * xs[int(0.99 * (len(xs) - 1))]:.1f}"
-                f" ms, max {1e3 * xs[-1]:.1f} ms over {len(xs)} polls; {over} over 100 ms")  # fmt: skip
+        return (
+            f"{name}: median {1e3 * statistics.median(xs):.1f} ms, p99 {1e3 * xs[int(0.99 * (len(xs) - 1))]:.1f}"
+            f" ms, max {1e3 * xs[-1]:.1f} ms over {len(xs)} polls; {over} over 100 ms"
+        )
 
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"{a.jobs} jobs, limit {a.max_running} running: outcome {outcome}, {wall:.1f} s in all")
     print(f"most running at once: {most} (limit {a.max_running})")
     print(f"lowest available memory: {low_memory / 2**30:.2f} GiB of {psutil.virtual_memory().total / 2**30:.1f} GiB")

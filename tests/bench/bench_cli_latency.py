@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from machine import cpu_model
 
@@ -80,8 +79,10 @@ def main() -> int:
                 graphtier("job", "cancel", running["job_id"], check=False)
             graphtier("cluster", "stop", check=False)
 
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "
-          f"{args.runs} runs each, a job training throughout ({still} at the end)")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "
+        f"{args.runs} runs each, a job training throughout ({still} at the end)"
+    )
     base = statistics.median(figures["python -c pass"])
     print(f"{'command':<28} {'median s':>9} {'p90 s':>7} {'x interpreter':>14}")
     for name, times in figures.items():

@@ -40,10 +40,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
 from bench_pipeline_overhead import ensure_dataset
 from bench_sampler import DEFAULT_TS_OPS, SETUP_HINT, load_pyg, machine_info
+from torch import Tensor, nn
+
 from graphtier.launcher.runtime import build_model
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
 from graphtier.service.placement import PlacementPlan, TierBudgets
@@ -89,8 +89,9 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, forward: Callable[[
     return logits.detach()
 
 
-def record(run: Run, step: int, a: argparse.Namespace, t0: float, t1: float, t2: float,
-           logits: Tensor, y: Tensor, nodes: int) -> None:  # fmt: skip
+def record(
+    run: Run, step: int, a: argparse.Namespace, t0: float, t1: float, t2: float, logits: Tensor, y: Tensor, nodes: int
+) -> None:
     if step < a.warmup:
         return
     run.step_s.append(t2 - t0)
@@ -109,8 +110,13 @@ def run_graphtier(
     """Train through one producer process; returns the run, the trained model and the seed batches."""
     m = dataset.manifest
     n, row_bytes = m.num_nodes, m.feature_row_bytes
-    budgets = TierBudgets(device_replicated_bytes=n * row_bytes // 10, device_interleaved_bytes=n * row_bytes // 5,
-                          num_devices=2, host_bytes=None, structure_device_bytes=0)  # fmt: skip
+    budgets = TierBudgets(
+        device_replicated_bytes=n * row_bytes // 10,
+        device_interleaved_bytes=n * row_bytes // 5,
+        num_devices=2,
+        host_bytes=None,
+        structure_device_bytes=0,
+    )
     plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
     torch.manual_seed(a.seed)
     model = build_model("sage", m.feature_dim, a.hidden, m.num_classes, len(fanouts), dropout=a.dropout)
@@ -123,9 +129,17 @@ def run_graphtier(
     producer, channel_dir = None, None
     try:
         channel_dir = Path(tempfile.mkdtemp(prefix="gte2e-", dir="/tmp"))
-        config = ProducerConfig(dataset=store.handle, rank=0, world_size=1, fanouts=fanouts, batch_size=a.batch_size,
-                                epochs=-(-total // steps_per_epoch), seed=a.seed, channel_dir=channel_dir,
-                                num_threads=1)  # fmt: skip
+        config = ProducerConfig(
+            dataset=store.handle,
+            rank=0,
+            world_size=1,
+            fanouts=fanouts,
+            batch_size=a.batch_size,
+            epochs=-(-total // steps_per_epoch),
+            seed=a.seed,
+            channel_dir=channel_dir,
+            num_threads=1,
+        )
         producer = spawn_producer(config, env=env)
         torch.set_num_threads(a.trainer_threads)
         with ChannelReader(producer.layout, timeout=120, auto_release=False) as reader:
@@ -159,13 +173,21 @@ def pyg_loader(data: object, fanouts: list[int], seeds: list[Tensor], num_worker
 
     bounds = torch.tensor([0] + [s.numel() for s in seeds]).cumsum(0).tolist()
     batches = [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
-    loader = NeighborLoader(data, num_neighbors=fanouts, input_nodes=torch.cat(seeds), batch_sampler=batches,
-                            replace=False, is_sorted=True, num_workers=num_workers)  # fmt: skip
+    loader = NeighborLoader(
+        data,
+        num_neighbors=fanouts,
+        input_nodes=torch.cat(seeds),
+        batch_sampler=batches,
+        replace=False,
+        is_sorted=True,
+        num_workers=num_workers,
+    )
     return iter(loader)
 
 
-def pyg_train(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator[object], a: argparse.Namespace,
-              steps: int, run: Run) -> None:  # fmt: skip
+def pyg_train(
+    model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator[object], a: argparse.Namespace, steps: int, run: Run
+) -> None:
     for step in range(steps):
         t0 = time.perf_counter()
         b = next(batches)
@@ -176,8 +198,9 @@ def pyg_train(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator[ob
         record(run, step, a, t0, t1, t2, logits, y, b.num_nodes)
 
 
-def run_pyg(data: object, seeds: list[Tensor], a: argparse.Namespace, fanouts: list[int], in_dim: int,
-            classes: int) -> tuple[Run, nn.Module, dict[int, float]]:  # fmt: skip
+def run_pyg(
+    data: object, seeds: list[Tensor], a: argparse.Namespace, fanouts: list[int], in_dim: int, classes: int
+) -> tuple[Run, nn.Module, dict[int, float]]:
     """Pick num_workers by a short timed run of each, then train over all seed batches."""
     from torch_geometric.nn.models import GraphSAGE
 
@@ -190,8 +213,14 @@ def run_pyg(data: object, seeds: list[Tensor], a: argparse.Namespace, fanouts: l
     for workers in (0, 1, 2):
         scratch = copy.deepcopy(model)
         trial = Run(f"probe {workers}")
-        pyg_train(scratch, torch.optim.Adam(scratch.parameters(), lr=a.lr),
-                  pyg_loader(data, fanouts, seeds[: 2 + a.probe_steps], workers), probe_args, 2 + a.probe_steps, trial)
+        pyg_train(
+            scratch,
+            torch.optim.Adam(scratch.parameters(), lr=a.lr),
+            pyg_loader(data, fanouts, seeds[: 2 + a.probe_steps], workers),
+            probe_args,
+            2 + a.probe_steps,
+            trial,
+        )
         probe[workers] = trial.steps_per_s
     best = max(probe, key=probe.__getitem__)
     run = Run(f"PyG NeighborLoader (num_workers={best})")
@@ -213,8 +242,10 @@ def val_accuracy(forward: Callable[[Tensor], tuple[Tensor, Tensor]], val: Tensor
 
 
 def print_table(runs: list[Run], a: argparse.Namespace) -> None:
-    head = (f"{'system':38s} {'steps/s':>8s} {'step s':>8s} {'p50 s':>8s} {'data s':>8s} {'train s':>8s} "
-            f"{'sample s':>9s} {'gather s':>9s} {'nodes/batch':>12s} {'train acc':>10s} {'val acc':>8s}")  # fmt: skip
+    head = (
+        f"{'system':38s} {'steps/s':>8s} {'step s':>8s} {'p50 s':>8s} {'data s':>8s} {'train s':>8s} "
+        f"{'sample s':>9s} {'gather s':>9s} {'nodes/batch':>12s} {'train acc':>10s} {'val acc':>8s}"
+    )
     print(head)
     print("-" * len(head))
     mean = statistics.mean
@@ -222,9 +253,11 @@ def print_table(runs: list[Run], a: argparse.Namespace) -> None:
         sample = f"{mean(r.sample_s):9.4f}" if r.sample_s else f"{'(in data)':>9s}"
         gather = f"{mean(r.gather_s):9.4f}" if r.gather_s else f"{'(in data)':>9s}"
         acc = r.correct / max(r.labelled, 1)
-        print(f"{r.name:38s} {r.steps_per_s:8.3f} {mean(r.step_s):8.4f} {r.median_step_s:8.4f} "
-              f"{mean(r.data_s):8.4f} {mean(r.train_s):8.4f} {sample} {gather} {mean(r.nodes):12,.0f} "
-              f"{acc:10.4f} {r.val_acc:8.4f}")  # fmt: skip
+        print(
+            f"{r.name:38s} {r.steps_per_s:8.3f} {mean(r.step_s):8.4f} {r.median_step_s:8.4f} "
+            f"{mean(r.data_s):8.4f} {mean(r.train_s):8.4f} {sample} {gather} {mean(r.nodes):12,.0f} "
+            f"{acc:10.4f} {r.val_acc:8.4f}"
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -296,21 +329,31 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(pyg)
 
     print(machine_info(a.threads))
-    print(f"dataset: {m.name} (R-MAT scale {a.scale}), N={m.num_nodes:,}, E={m.num_edges:,}, {m.feature_dim} float32 "
-          f"features ({load_s:.1f} s to copy into memory for PyG), {m.num_classes} classes")  # fmt: skip
-    print(f"training: GraphSAGE mean, {len(fanouts)} layers, hidden {a.hidden}, dropout {a.dropout:g}, "
-          f"Adam lr {a.lr:g}, fanout {a.fanouts}, batch {a.batch_size}, seed {a.seed}; {a.steps} timed steps "
-          f"after {a.warmup} warm-up, same seed batches for both")  # fmt: skip
-    print(f"graphtier: 1 producer process (1 thread, OMP_WAIT_POLICY=PASSIVE), trainer {a.trainer_threads} torch "
-          f"threads, layers compute only the rows the next layer reads; data s = wait for the next batch, "
-          f"sample/gather s = the producer's, overlapped with training")  # fmt: skip
+    print(
+        f"dataset: {m.name} (R-MAT scale {a.scale}), N={m.num_nodes:,}, E={m.num_edges:,}, {m.feature_dim} float32 "
+        f"features ({load_s:.1f} s to copy into memory for PyG), {m.num_classes} classes"
+    )
+    print(
+        f"training: GraphSAGE mean, {len(fanouts)} layers, hidden {a.hidden}, dropout {a.dropout:g}, "
+        f"Adam lr {a.lr:g}, fanout {a.fanouts}, batch {a.batch_size}, seed {a.seed}; {a.steps} timed steps "
+        f"after {a.warmup} warm-up, same seed batches for both"
+    )
+    print(
+        f"graphtier: 1 producer process (1 thread, OMP_WAIT_POLICY=PASSIVE), trainer {a.trainer_threads} torch "
+        f"threads, layers compute only the rows the next layer reads; data s = wait for the next batch, "
+        f"sample/gather s = the producer's, overlapped with training"
+    )
     if why_not is None:
         tried = ", ".join(f"{w}: {s:.3f} steps/s" for w, s in probe.items())
-        print(f"PyG: NeighborLoader (torch-sparse ops), {a.threads} torch threads, whole sampled subgraph per layer; "
-              f"data s = loader next() (sample + gather + collate); num_workers tried ({a.probe_steps} steps each) "
-              f"{tried}")  # fmt: skip
-    print(f"accuracy: train = seeds of the last {a.acc_steps} steps; val = fixed subset of {val.numel():,} val ids "
-          f"after {a.warmup + a.steps} steps")  # fmt: skip
+        print(
+            f"PyG: NeighborLoader (torch-sparse ops), {a.threads} torch threads, whole sampled subgraph per layer; "
+            f"data s = loader next() (sample + gather + collate); num_workers tried ({a.probe_steps} steps each) "
+            f"{tried}"
+        )
+    print(
+        f"accuracy: train = seeds of the last {a.acc_steps} steps; val = fixed subset of {val.numel():,} val ids "
+        f"after {a.warmup + a.steps} steps"
+    )
     print()
     print_table(runs, a)
     print()
@@ -319,10 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ratio = gt.steps_per_s / runs[1].steps_per_s
     val_se = sum(r.val_acc * (1 - r.val_acc) / val.numel() for r in runs) ** 0.5
-    print(f"graphtier / PyG NeighborLoader: {ratio:.2f}x steps/s (target >= {TARGET_RATIO:g}x: "
-          f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}); by median step time "
-          f"{runs[1].median_step_s / gt.median_step_s:.2f}x; val accuracy difference "
-          f"{gt.val_acc - runs[1].val_acc:+.4f} (s.e. of the difference {val_se:.4f})")  # fmt: skip
+    print(
+        f"graphtier / PyG NeighborLoader: {ratio:.2f}x steps/s (target >= {TARGET_RATIO:g}x: "
+        f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}); by median step time "
+        f"{runs[1].median_step_s / gt.median_step_s:.2f}x; val accuracy difference "
+        f"{gt.val_acc - runs[1].val_acc:+.4f} (s.e. of the difference {val_se:.4f})"
+    )
     return 0
 
 

@@ -43,7 +43,6 @@ def interleaved_rounds(cases: dict[str, Callable[[], object]], rounds: int) -> d
     return {name: (min(ts), statistics.median(ts)) for name, ts in times.items()}
 
 
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=2_000_000, help="table rows N")
@@ -101,15 +100,19 @@ def main() -> None:
     gathered_gb = a.gather * a.dim * 4 / 1e9
     copy_gbs = n_copy * 4 / 1e9 / timings[copy_name][0]
     print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cpus); threads {a.threads}; torch {torch.__version__}")
-    print(f"table {a.rows:,} x {a.dim} float32 in {path} ({a.rows * a.dim * 4 / 2**30:.2f} GiB); "
-          f"gather {a.gather:,} rows of {a.dim * 4} B ({gathered_gb:.3f} GB); rounds {a.reps}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"table {a.rows:,} x {a.dim} float32 in {path} ({a.rows * a.dim * 4 / 2**30:.2f} GiB); "
+        f"gather {a.gather:,} rows of {a.dim * 4} B ({gathered_gb:.3f} GB); rounds {a.reps}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'benchmark':26s} {'min s':>8s} {'med s':>8s} {'GB/s':>7s} {'/copy':>6s}")
     for name, (t_min, t_med) in timings.items():
         gbs = (n_copy * 4 / 1e9 if name == copy_name else gathered_gb) / t_min
         print(f"{name:26s} {t_min:8.4f} {t_med:8.4f} {gbs:7.2f} {gbs / copy_gbs:6.2f}")
-    print(f"traffic of one gather (device tiers simulated={counts.simulated}): hit ratio {counts.hit_ratio:.3f}, "
-          + ", ".join(f"{k} {v.rows:,}" for k, v in counts.by_source().items()))
+    print(
+        f"traffic of one gather (device tiers simulated={counts.simulated}): hit ratio {counts.hit_ratio:.3f}, "
+        + ", ".join(f"{k} {v.rows:,}" for k, v in counts.by_source().items())
+    )
 
 
 if __name__ == "__main__":

@@ -87,8 +87,9 @@ class PcieCounter:
 
         if self.reason:
             return None
-        (rx_code, rx), (tx_code, tx) = nvml.read_fields(self.nv, self.handle,
-                                                        [nvml.FIELD_PCIE_RX_BYTES, nvml.FIELD_PCIE_TX_BYTES])  # fmt: skip
+        (rx_code, rx), (tx_code, tx) = nvml.read_fields(
+            self.nv, self.handle, [nvml.FIELD_PCIE_RX_BYTES, nvml.FIELD_PCIE_TX_BYTES]
+        )
         if rx_code or tx_code:
             self.reason = f"field values returned {[rx_code, tx_code]}"
             return None
@@ -120,10 +121,19 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
         for row_bytes in (512, 400):
             rows = nbytes // row_bytes
             tiers = CudaFeatureTiers(
-                device=torch.device("cuda", 0), replicated_end=0, interleaved_end=0, host_end=rows, num_rows=rows,
-                num_devices=1, device_index=0, dtype=torch.float32, row_shape=(row_bytes // 4,), replicated_ptr=0,
-                interleaved_ptrs=(0,), host_ptr=host.data_ptr(),
-            )  # fmt: skip
+                device=torch.device("cuda", 0),
+                replicated_end=0,
+                interleaved_end=0,
+                host_end=rows,
+                num_rows=rows,
+                num_devices=1,
+                device_index=0,
+                dtype=torch.float32,
+                row_shape=(row_bytes // 4,),
+                replicated_ptr=0,
+                interleaved_ptrs=(0,),
+                host_ptr=host.data_ptr(),
+            )
             n = GiB // row_bytes
             ids = torch.randint(0, rows, (n,), device="cuda")
             sorted_ids, positions = torch.sort(ids)
@@ -175,10 +185,19 @@ def device_tier_section(res: dict) -> None:
         view = cuda_view(alloc.ptr, (rows, row_bytes // 4), torch.float32, 0, owner=alloc)
         view.normal_()
         tiers = CudaFeatureTiers(
-            device=torch.device("cuda", 0), replicated_end=rows, interleaved_end=rows, host_end=rows, num_rows=rows,
-            num_devices=1, device_index=0, dtype=torch.float32, row_shape=(row_bytes // 4,), replicated_ptr=alloc.ptr,
-            interleaved_ptrs=(0,), host_ptr=0,
-        )  # fmt: skip
+            device=torch.device("cuda", 0),
+            replicated_end=rows,
+            interleaved_end=rows,
+            host_end=rows,
+            num_rows=rows,
+            num_devices=1,
+            device_index=0,
+            dtype=torch.float32,
+            row_shape=(row_bytes // 4,),
+            replicated_ptr=alloc.ptr,
+            interleaved_ptrs=(0,),
+            host_ptr=0,
+        )
         n = 2 * GiB // row_bytes
         ids = torch.randint(0, rows, (n,), device="cuda")
         sorted_ids, positions = torch.sort(ids)
@@ -235,10 +254,19 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
         device_streams = [s.cuda() for s in streams]
         for label, rep in (("0pct", 0), ("10pct", rep_rows)):
             tiers = CudaFeatureTiers(
-                device=torch.device("cuda", 0), replicated_end=rep, interleaved_end=rep, host_end=n, num_rows=n,
-                num_devices=1, device_index=0, dtype=torch.float32, row_shape=(row_bytes // 4,),
-                replicated_ptr=alloc.ptr if rep else 0, interleaved_ptrs=(0,), host_ptr=host.data_ptr(),
-            )  # fmt: skip
+                device=torch.device("cuda", 0),
+                replicated_end=rep,
+                interleaved_end=rep,
+                host_end=n,
+                num_rows=n,
+                num_devices=1,
+                device_index=0,
+                dtype=torch.float32,
+                row_shape=(row_bytes // 4,),
+                replicated_ptr=alloc.ptr if rep else 0,
+                interleaved_ptrs=(0,),
+                host_ptr=host.data_ptr(),
+            )
             gather = CudaGather(tiers)
             host_bytes = 0
             for ids in streams:  # warm-up and the accounted bytes
@@ -257,9 +285,11 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
             gather.gather(check, out)
             assert torch.equal(out[:2048].cpu(), host[check]), f"tiering {label}: wrong rows"
         res["tiering_10pct_pcie_bytes_vs_0pct"] = round(
-            res["tiering_10pct_host_bytes_per_pass"] / res["tiering_0pct_host_bytes_per_pass"], 3)
+            res["tiering_10pct_host_bytes_per_pass"] / res["tiering_0pct_host_bytes_per_pass"], 3
+        )
         res["tiering_10pct_speedup_vs_0pct"] = round(
-            res["tiering_0pct_gather_s_per_pass"] / res["tiering_10pct_gather_s_per_pass"], 3)
+            res["tiering_0pct_gather_s_per_pass"] / res["tiering_10pct_gather_s_per_pass"], 3
+        )
     finally:
         if alloc is not None:
             alloc.close()
@@ -281,10 +311,15 @@ def main() -> int:
         return 2
     torch.set_num_threads(os.cpu_count() or 1)
     props = torch.cuda.get_device_properties(0)
-    res: dict = {"machine": f"{props.name}, {props.multi_processor_count} SMs, {cpu_model()}, torch {torch.__version__}"}
+    res: dict = {
+        "machine": f"{props.name}, {props.multi_processor_count} SMs, {cpu_model()}, torch {torch.__version__}"
+    }
     pcie = PcieCounter()
-    for section in (lambda: host_tier_section(res, args.host_gib, pcie), lambda: device_tier_section(res),
-                    None if args.skip_tiering else lambda: tiering_section(res, args.scale, args.batches, pcie)):
+    for section in (
+        lambda: host_tier_section(res, args.host_gib, pcie),
+        lambda: device_tier_section(res),
+        None if args.skip_tiering else lambda: tiering_section(res, args.scale, args.batches, pcie),
+    ):
         if section is None:
             continue
         try:

@@ -30,8 +30,9 @@ from graphtier.service.store import SharedDatasetStore  # noqa: E402
 def load_seconds(root: Path, name: str, verify: bool) -> tuple[float, float]:
     ds = PreparedDataset.open(name, root)
     n, row = ds.manifest.num_nodes, ds.manifest.feature_row_bytes
-    budgets = TierBudgets(num_devices=0, device_replicated_bytes=0, device_interleaved_bytes=0, host_bytes=None,
-                          structure_device_bytes=0)  # fmt: skip
+    budgets = TierBudgets(
+        num_devices=0, device_replicated_bytes=0, device_interleaved_bytes=0, host_bytes=None, structure_device_bytes=0
+    )
     plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row)
     t0 = time.perf_counter()
     with SharedDatasetStore(ds, plan, verify=verify) as store:
@@ -56,8 +57,10 @@ def main() -> int:
     t_plain, t_checked = statistics.median(plain), statistics.median(checked)
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     algorithm = "blake3" if all(info.blake3 for info in ds.manifest.arrays.values()) else "sha256"
-    print(f"dataset {name}: {size / 2**30:.2f} GiB of arrays, loaded whole into host shared memory; checksum {algorithm}"
-          + (" (prepared before BLAKE3 was recorded: delete it to re-prepare)" if algorithm == "sha256" else ""))
+    print(
+        f"dataset {name}: {size / 2**30:.2f} GiB of arrays, loaded whole into host shared memory; checksum {algorithm}"
+        + (" (prepared before BLAKE3 was recorded: delete it to re-prepare)" if algorithm == "sha256" else "")
+    )
     print(f"load without checksums (median of {a.repeats}): {t_plain:.2f} s  {[round(t, 2) for t in plain]}")
     print(f"load with checksums    (median of {a.repeats}): {t_checked:.2f} s  {[round(t, 2) for t in checked]}")
     print(f"ratio: {t_checked / t_plain:.2f}x (target <= 1.5)")

@@ -38,10 +38,10 @@ import psutil
 import torch
 from machine import cpu_model
 
+from graphtier.contract.errors import GraphtierError
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.models.factory import build_model
-from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.errors import GraphtierError
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.shm.naming import PREFIX, SHM_DIR, SegmentName
 
@@ -50,7 +50,6 @@ MIB = 2**20
 ROLES = ("daemon", "forkserver", "producer", "torchrun agent", "rank", "other")
 SHM_PREFIX = f"{SHM_DIR}/{PREFIX}"
 GRAPHTIER = [sys.executable, "-m", "graphtier.launcher.cli"]
-
 
 
 def role_of(proc: psutil.Process, daemon_pid: int) -> str:
@@ -190,8 +189,21 @@ def ensure_dataset(root: Path, scale: int, feature_dim: int) -> PreparedDataset:
                 f"(N={m.num_nodes:,}, {m.feature_dim} features); pass another --dataset-root"
             )
         return dataset
-    command = [*GRAPHTIER, "dataset", "prepare", "synthetic:rmat", "--scale", str(scale), "--feature-dim",
-               str(feature_dim), "--undirected", "--out", str(root), "--name", name]  # fmt: skip
+    command = [
+        *GRAPHTIER,
+        "dataset",
+        "prepare",
+        "synthetic:rmat",
+        "--scale",
+        str(scale),
+        "--feature-dim",
+        str(feature_dim),
+        "--undirected",
+        "--out",
+        str(root),
+        "--name",
+        name,
+    ]
     print("preparing:", " ".join(command), flush=True)
     if subprocess.run(command).returncode != 0:
         raise GraphtierError(f"preparing {root / name} failed (command above)")
@@ -200,8 +212,18 @@ def ensure_dataset(root: Path, scale: int, feature_dim: int) -> PreparedDataset:
 
 def start_daemon(runtime_dir: Path, dataset_root: Path) -> int:
     """`graphtier cluster start`; the daemon's pid."""
-    command = [*GRAPHTIER, "cluster", "start", "--runtime-dir", str(runtime_dir), "--dataset-root",
-               str(dataset_root), "--http-port", "0", "--json"]  # fmt: skip
+    command = [
+        *GRAPHTIER,
+        "cluster",
+        "start",
+        "--runtime-dir",
+        str(runtime_dir),
+        "--dataset-root",
+        str(dataset_root),
+        "--http-port",
+        "0",
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise GraphtierError(f"`graphtier cluster start --runtime-dir {runtime_dir}` failed:\n{done.stderr.strip()}")
@@ -220,8 +242,9 @@ def run_job(client: DataPlaneClient, spec: JobSpec, max_steps: int) -> tuple[str
             job = client.cancel_job(job.job_id, f"bench_memory: step cap {max_steps} reached")
     steps = job.progress.global_step if job.progress else 0
     if job.state.value not in ("succeeded", "cancelled") or steps == 0:
-        raise GraphtierError(f"job {job.job_id} ended {job.state.value} after {steps} steps: {job.message}; "
-                             f"log {job.log_path}")  # fmt: skip
+        raise GraphtierError(
+            f"job {job.job_id} ended {job.state.value} after {steps} steps: {job.message}; log {job.log_path}"
+        )
     return job.state.value, steps, time.monotonic() - t0
 
 
@@ -258,13 +281,25 @@ def model_state_bytes(spec: JobSpec, in_dim: int, num_classes: int) -> int:
 
 
 def _columns(procs: list[ProcMemory], shm_bytes: int) -> list[int]:
-    return [sum(p.rss for p in procs), sum(p.pss for p in procs), sum(p.uss for p in procs),
-            sum(p.shm_pss for p in procs), sum(p.npy_pss for p in procs), sum(p.pss - p.shm_pss for p in procs),
-            shm_bytes]  # fmt: skip
+    return [
+        sum(p.rss for p in procs),
+        sum(p.pss for p in procs),
+        sum(p.uss for p in procs),
+        sum(p.shm_pss for p in procs),
+        sum(p.npy_pss for p in procs),
+        sum(p.pss - p.shm_pss for p in procs),
+        shm_bytes,
+    ]
 
 
-def report(args: argparse.Namespace, dataset: PreparedDataset, spec: JobSpec, sampler: TreeSampler,
-           outcome: tuple[str, int, float], load_s: float) -> None:  # fmt: skip
+def report(
+    args: argparse.Namespace,
+    dataset: PreparedDataset,
+    spec: JobSpec,
+    sampler: TreeSampler,
+    outcome: tuple[str, int, float],
+    load_s: float,
+) -> None:
     """Print the machine, the run, the table at the peak and the verdict."""
     m = dataset.manifest
     feature_bytes = m.num_nodes * m.feature_row_bytes
@@ -274,17 +309,23 @@ def report(args: argparse.Namespace, dataset: PreparedDataset, spec: JobSpec, sa
     if peak is None:
         raise GraphtierError("the memory sampler took no sample while the job ran")
     mem = psutil.virtual_memory()
-    print(f"machine: {cpu_model()} ({os.cpu_count()} logical cpus, {mem.total / 2**30:.1f} GiB), "
-          f"{platform.system()} {platform.release()}; python {platform.python_version()}, torch {torch.__version__}; "
-          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"dataset: {m.name}, N={m.num_nodes:,}, E={m.num_edges:,}, {m.feature_dim} float32 features; "
-          f"loaded into the daemon's shm in {load_s:.1f} s")
+    print(
+        f"machine: {cpu_model()} ({os.cpu_count()} logical cpus, {mem.total / 2**30:.1f} GiB), "
+        f"{platform.system()} {platform.release()}; python {platform.python_version()}, torch {torch.__version__}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"dataset: {m.name}, N={m.num_nodes:,}, E={m.num_edges:,}, {m.feature_dim} float32 features; "
+        f"loaded into the daemon's shm in {load_s:.1f} s"
+    )
     state, steps, seconds = outcome
     cap = f"step cap {args.max_steps}" if args.max_steps else "no step cap"
-    print(f"job: {spec.model} {len(spec.fanouts)} layers hidden {spec.hidden}, fanout "
-          f"{','.join(map(str, spec.fanouts))}, batch {spec.batch_size}/rank, {spec.nproc_per_node} ranks, "
-          f"{spec.num_slots} slots, 1 epoch ({cap}); {state} after {steps} steps in {seconds:.0f} s; "
-          f"{job.samples} samples every {args.interval:g} s")  # fmt: skip
+    print(
+        f"job: {spec.model} {len(spec.fanouts)} layers hidden {spec.hidden}, fanout "
+        f"{','.join(map(str, spec.fanouts))}, batch {spec.batch_size}/rank, {spec.nproc_per_node} ranks, "
+        f"{spec.num_slots} slots, 1 epoch ({cap}); {state} after {steps} steps in {seconds:.0f} s; "
+        f"{job.samples} samples every {args.interval:g} s"
+    )
     print()
     heads = ("RSS", "PSS", "USS", "shm PSS", "npy PSS", "rest PSS", "shm alloc")
     print(f"{f'MiB at the peak (t={peak.at_s:.0f} s)':32s} procs " + " ".join(f"{h:>9s}" for h in heads))
@@ -295,8 +336,10 @@ def report(args: argparse.Namespace, dataset: PreparedDataset, spec: JobSpec, sa
             print(f"{role:32s} {len(procs):5d} " + " ".join(f"{v / MIB:9.1f}" for v in row))
     row = _columns(peak.procs, sum(peak.shm_bytes.values()))
     print(f"{'total':32s} {len(peak.procs):5d} " + " ".join(f"{v / MIB:9.1f}" for v in row))
-    print("shm PSS: mapped pages of graphtier segments; npy PSS: mapped pages of the prepared .npy files (page "
-          "cache); rest PSS: all but shm (npy included); shm alloc: bytes in /dev/shm of the segments each owns")
+    print(
+        "shm PSS: mapped pages of graphtier segments; npy PSS: mapped pages of the prepared .npy files (page "
+        "cache); rest PSS: all but shm (npy included); shm alloc: bytes in /dev/shm of the segments each owns"
+    )
     print()
     footprints = sorted(job.rank_uss.values(), reverse=True)[: spec.nproc_per_node]
     per_rank = sum(footprints) / max(1, len(footprints))
@@ -326,22 +369,30 @@ def report(args: argparse.Namespace, dataset: PreparedDataset, spec: JobSpec, sa
     total = peak.resident()
     ok = total <= target
     copies = job.shm_by_role.get("daemon", 0) / data_bytes
-    print(f"verdict: peak total resident {total / MIB:.1f} MiB {'<=' if ok else '>'} target {target / MIB:.1f} MiB "
-          f"({total / target:.3f} x): {'met' if ok else 'NOT met'}; features + structure in shm "
-          f"{copies:.2f} x their bytes (one copy); the sum of RSS says {job.rss_total / MIB:.1f} MiB "
-          f"({job.rss_total / max(1, total):.2f} x)")  # fmt: skip
+    print(
+        f"verdict: peak total resident {total / MIB:.1f} MiB {'<=' if ok else '>'} target {target / MIB:.1f} MiB "
+        f"({total / target:.3f} x): {'met' if ok else 'NOT met'}; features + structure in shm "
+        f"{copies:.2f} x their bytes (one copy); the sum of RSS says {job.rss_total / MIB:.1f} MiB "
+        f"({job.rss_total / max(1, total):.2f} x)"
+    )
     # A rank that loaded its own batches would hold the one it trains on in its USS; here that batch is a
     # slot in shm, outside the rank's USS. The same bound with that slot counted as part of each rank:
     slot = job.shm_by_role.get("producer", 0) / max(1, spec.nproc_per_node * spec.num_slots)
     with_input = target + spec.nproc_per_node * slot
-    print(f"the same with each rank's held slot (its input batch, {slot / MIB:.1f} MiB) in its footprint: target "
-          f"{with_input / MIB:.1f} MiB ({total / with_input:.3f} x): {'met' if total <= with_input else 'NOT met'}")
+    print(
+        f"the same with each rank's held slot (its input batch, {slot / MIB:.1f} MiB) in its footprint: target "
+        f"{with_input / MIB:.1f} MiB ({total / with_input:.3f} x): {'met' if total <= with_input else 'NOT met'}"
+    )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset-root", type=Path, default=REPO_ROOT / ".bench-env" / "prepared",
-                   help="prepared datasets (rmat20 / rmat14 are prepared here when missing)")  # fmt: skip
+    p.add_argument(
+        "--dataset-root",
+        type=Path,
+        default=REPO_ROOT / ".bench-env" / "prepared",
+        help="prepared datasets (rmat20 / rmat14 are prepared here when missing)",
+    )
     p.add_argument("--scale", type=int, default=20)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -358,10 +409,20 @@ def main() -> int:
         fanouts = [int(k) for k in args.fanouts.split(",")]
     except ValueError:
         p.error(f"--fanouts {args.fanouts!r}: give integers separated by commas, e.g. 15,10,5")
-    spec = JobSpec.build({"dataset": dataset.name, "model": "sage", "fanouts": fanouts,
-                          "batch_size": args.batch_size, "hidden": args.hidden, "epochs": 1,
-                          "nproc_per_node": args.ranks, "num_slots": 2, "name": "bench_memory"},
-                         source="bench_memory")  # fmt: skip
+    spec = JobSpec.build(
+        {
+            "dataset": dataset.name,
+            "model": "sage",
+            "fanouts": fanouts,
+            "batch_size": args.batch_size,
+            "hidden": args.hidden,
+            "epochs": 1,
+            "nproc_per_node": args.ranks,
+            "num_slots": 2,
+            "name": "bench_memory",
+        },
+        source="bench_memory",
+    )
     runtime_dir = Path(tempfile.mkdtemp(prefix="gt-benchmem-", dir="/tmp"))
     sampler = TreeSampler(start_daemon(runtime_dir, args.dataset_root), args.interval)
     try:
@@ -380,8 +441,10 @@ def main() -> int:
     lingering, alive, ours, others = leftovers(sampler)
     note = f" ({others} graphtier segments of processes not in this tree)" if others else ""
     late = f" (outlived `cluster stop`, gone within 10 s: {', '.join(lingering)})" if lingering else ""
-    print(f"after `graphtier cluster stop`: {len(alive)} processes of the tree alive {alive or ''}{late}, "
-          f"{len(ours)} of its segments left in {SHM_DIR} {ours or ''}{note}")
+    print(
+        f"after `graphtier cluster stop`: {len(alive)} processes of the tree alive {alive or ''}{late}, "
+        f"{len(ours)} of its segments left in {SHM_DIR} {ours or ''}{note}"
+    )
     shutil.rmtree(runtime_dir, ignore_errors=True)
     if alive or ours:
         print("LEAK: the daemon left processes or shared memory behind", file=sys.stderr)

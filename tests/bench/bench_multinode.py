@@ -38,8 +38,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "service" / "daemon" / "cluster"))
 from cluster_nodes import start_daemon_processes  # noqa: E402
 
 SHARED = REPO_ROOT.parent / "shared" / "datasets"
-SOURCES = {"cora": f"planetoid:{SHARED / 'planetoid_cora'}",
-           "citeseer": f"planetoid:{SHARED / 'planetoid_citeseer'}"}  # fmt: skip
+SOURCES = {"cora": f"planetoid:{SHARED / 'planetoid_cora'}", "citeseer": f"planetoid:{SHARED / 'planetoid_citeseer'}"}
 BATCH = 64
 
 
@@ -76,8 +75,9 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="gt-bmn-", dir="/tmp"))
     nodes = []
     try:
-        prepare_dataset(PrepareConfig(source=SOURCES[args.dataset], name=args.dataset, undirected=True,
-                                      root=base / "prepared"))  # fmt: skip
+        prepare_dataset(
+            PrepareConfig(source=SOURCES[args.dataset], name=args.dataset, undirected=True, root=base / "prepared")
+        )
         nodes = start_daemon_processes(base, base / "prepared" / args.dataset, 3)
         accuracy: dict[int, list[float]] = {1: [], 2: [], 3: []}
         startup: list[float] = []
@@ -85,15 +85,28 @@ def main() -> int:
             for seed in range(args.seeds):
                 for nnodes in (1, 2, 3):
                     batch = BATCH if args.batch_per_rank else -(-BATCH // nnodes)
-                    spec = JobSpec(dataset=args.dataset, model="sage", fanouts=[25, 10], batch_size=batch, hidden=256,
-                                   epochs=args.epochs, lr=0.003, weight_decay=5e-4, nproc_per_node=1, nnodes=nnodes,
-                                   seed=seed)  # fmt: skip
+                    spec = JobSpec(
+                        dataset=args.dataset,
+                        model="sage",
+                        fanouts=[25, 10],
+                        batch_size=batch,
+                        hidden=256,
+                        epochs=args.epochs,
+                        lr=0.003,
+                        weight_decay=5e-4,
+                        nproc_per_node=1,
+                        nnodes=nnodes,
+                        seed=seed,
+                    )
                     took, test, _ = run_job(client, spec)
                     accuracy[nnodes].append(test)
                     if nnodes == 3:
                         startup.append(took)
-                    print(f"seed {seed} {nnodes} node(s): test {test:.4f}, submit to all ranks training {took:.1f} s "
-                          f"(load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+                    print(
+                        f"seed {seed} {nnodes} node(s): test {test:.4f}, submit to all ranks training {took:.1f} s "
+                        f"(load {os.getloadavg()[0]:.2f})",
+                        flush=True,
+                    )
     finally:
         for popen, _, _ in nodes:
             popen.send_signal(signal.SIGTERM)
@@ -104,18 +117,24 @@ def main() -> int:
                 popen.kill()
         shutil.rmtree(base, ignore_errors=True)
 
-    print(f"\nmachine: {cpu_model()}, {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+    print(
+        f"\nmachine: {cpu_model()}, {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     batches = f"{BATCH} per rank" if args.batch_per_rank else f"{BATCH} per step split over the ranks"
-    print(f"{args.dataset}: GraphSAGE 2x256, fanout 25,10, batch {batches}, {args.epochs} epochs, 1 rank per node, "
-          f"seeds 0..{args.seeds - 1}")  # fmt: skip
+    print(
+        f"{args.dataset}: GraphSAGE 2x256, fanout 25,10, batch {batches}, {args.epochs} epochs, 1 rank per node, "
+        f"seeds 0..{args.seeds - 1}"
+    )
     one = statistics.mean(accuracy[1])
     print(f"{'nodes':<7}{'test acc mean':>15}{'spread (min..max)':>22}{'/ 1 node':>10}")
     for nnodes, values in accuracy.items():
         mean = statistics.mean(values)
         print(f"{nnodes:<7}{mean:>15.4f}{f'{min(values):.4f}..{max(values):.4f}':>22}{mean / one:>9.3f}x")
-    print(f"3-node job, submit to every rank training: median {statistics.median(startup):.1f} s "
-          f"(runs: {', '.join(f'{s:.1f}' for s in startup)}); target <= 15 s")
+    print(
+        f"3-node job, submit to every rank training: median {statistics.median(startup):.1f} s "
+        f"(runs: {', '.join(f'{s:.1f}' for s in startup)}); target <= 15 s"
+    )
     return 0
 
 

@@ -79,10 +79,34 @@ def ensure_dataset(root: Path, scale: int, dim: int) -> PreparedDataset:
     except Exception:  # noqa: BLE001  (not prepared yet, or damaged: prepare it again)
         pass
     print(f"preparing {name} under {root} (once) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name", name,
-                    "--scale", str(scale), "--undirected", "--feature-dim", str(dim), "--train-fraction", "0.02",
-                    "--val-fraction", "0.002", "--test-fraction", "0.002", "--memory-budget", "3GiB", "--out", str(root)],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            "synthetic:rmat",
+            "--name",
+            name,
+            "--scale",
+            str(scale),
+            "--undirected",
+            "--feature-dim",
+            str(dim),
+            "--train-fraction",
+            "0.02",
+            "--val-fraction",
+            "0.002",
+            "--test-fraction",
+            "0.002",
+            "--memory-budget",
+            "3GiB",
+            "--out",
+            str(root),
+        ],
+        check=True,
+    )
     return PreparedDataset.open(name, root)
 
 
@@ -100,10 +124,23 @@ def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, lim
     run_dir = Path(tempfile.mkdtemp(prefix=f"gt-ooc-{label}-", dir="/tmp"))
     log = open(run_dir / "daemon.out", "w")  # noqa: SIM115  (closed below)
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run_dir / "run"), "--dataset-root",
-         str(root), "--state-dir", str(run_dir / "state"), "--producer-stall-timeout", "600"],
-        stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit.preexec if limit else None,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(run_dir / "run"),
+            "--dataset-root",
+            str(root),
+            "--state-dir",
+            str(run_dir / "state"),
+            "--producer-stall-timeout",
+            "600",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=limit.preexec if limit else None,
+    )
     try:
         deadline = time.monotonic() + 120
         while read_endpoints(run_dir / "run") is None:
@@ -121,12 +158,18 @@ def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, lim
         if info.state.value != "succeeded":
             print(f"{label}: job {info.state.value}: {info.message}; log {info.log_path}", flush=True)
         return Outcome(
-            label=label, state=info.state.value, batches=job.batches_total,
+            label=label,
+            state=info.state.value,
+            batches=job.batches_total,
             batches_per_second=sum(r.batches_per_second for r in info.ranks),
-            daemon_batches_per_second=job.batches_per_second, wall_s=wall, storage=job.storage.model_dump(), storage_rows_gathered=job.traffic.sources["storage"].rows,
-            gathered_bytes=job.traffic.total_bytes, peak_bytes=limit.peak_bytes() if limit else None,
+            daemon_batches_per_second=job.batches_per_second,
+            wall_s=wall,
+            storage=job.storage.model_dump(),
+            storage_rows_gathered=job.traffic.sources["storage"].rows,
+            gathered_bytes=job.traffic.total_bytes,
+            peak_bytes=limit.peak_bytes() if limit else None,
             oom_kills=limit.oom_kills() if limit else None,
-        )  # fmt: skip
+        )
     finally:
         daemon.terminate()
         try:
@@ -144,8 +187,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale", type=int, default=20)
     p.add_argument("--feature-dim", type=int, default=1024)
     p.add_argument("--limit", default="auto", help="memory limit of daemon + job; auto = half the feature bytes")
-    p.add_argument("--host-budget", default="auto",
-                   help="host-tier feature bytes; auto = the limit less the structure and --reserve")
+    p.add_argument(
+        "--host-budget",
+        default="auto",
+        help="host-tier feature bytes; auto = the limit less the structure and --reserve",
+    )
     p.add_argument("--reserve", default="1.1GiB", help="what the processes, slots and window need besides the tiers")
     p.add_argument("--window", type=int, default=4)
     p.add_argument("--fanout", default="10,5")
@@ -167,14 +213,27 @@ def main(argv: list[str] | None = None) -> int:
     m = dataset.manifest
     feature_bytes = m.num_nodes * m.feature_row_bytes
     structure_bytes = sum(dataset.array_path(n).stat().st_size for n in ("colptr", "row", "labels"))
-    limit = feature_bytes // 2 if a.limit == "auto" else parse_budget(a.limit, total_bytes=feature_bytes, what="--limit")
+    limit = (
+        feature_bytes // 2 if a.limit == "auto" else parse_budget(a.limit, total_bytes=feature_bytes, what="--limit")
+    )
     reserve = parse_budget(a.reserve, total_bytes=feature_bytes, what="--reserve")
-    host = (limit - structure_bytes - reserve if a.host_budget == "auto"
-            else parse_budget(a.host_budget, total_bytes=feature_bytes, what="--host-budget"))  # fmt: skip
+    host = (
+        limit - structure_bytes - reserve
+        if a.host_budget == "auto"
+        else parse_budget(a.host_budget, total_bytes=feature_bytes, what="--host-budget")
+    )
     host = max(0, host) // m.feature_row_bytes * m.feature_row_bytes
     fanouts = [int(f) for f in a.fanout.split(",")]
-    base = JobSpec(dataset=dataset.name, model="sage", fanouts=fanouts, batch_size=a.batch_size, hidden=a.hidden,
-                   epochs=a.epochs, nproc_per_node=1, name="ooc-bench")  # fmt: skip
+    base = JobSpec(
+        dataset=dataset.name,
+        model="sage",
+        fanouts=fanouts,
+        batch_size=a.batch_size,
+        hidden=a.hidden,
+        epochs=a.epochs,
+        nproc_per_node=1,
+        name="ooc-bench",
+    )
     limited = BudgetSpec(host=str(host))
     specs = {
         "memory": (base, None),
@@ -182,13 +241,19 @@ def main(argv: list[str] | None = None) -> int:
         "direct": (base.model_copy(update={"budgets": limited, "storage_reads": "direct", "window": a.window}), limit),
     }
     load_before = os.getloadavg()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; load average {load_before[0]:.2f} {load_before[1]:.2f} "
-          f"{load_before[2]:.2f}")
-    print(f"dataset {dataset.name}: {m.num_nodes:,} nodes, {m.num_edges:,} edges, features {feature_bytes / GiB:.2f} GiB "
-          f"({m.feature_row_bytes} B rows), structure+labels {structure_bytes / GiB:.2f} GiB")
-    print(f"limit {limit / GiB:.2f} GiB (features / limit = {feature_bytes / limit:.2f}); host tier {host / GiB:.2f} GiB "
-          f"= {host / feature_bytes:.1%} of the rows; job: sage fanout {a.fanout} batch {a.batch_size} hidden {a.hidden} "
-          f"epochs {a.epochs}, 1 rank")  # fmt: skip
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores; load average {load_before[0]:.2f} {load_before[1]:.2f} "
+        f"{load_before[2]:.2f}"
+    )
+    print(
+        f"dataset {dataset.name}: {m.num_nodes:,} nodes, {m.num_edges:,} edges, features {feature_bytes / GiB:.2f} GiB "
+        f"({m.feature_row_bytes} B rows), structure+labels {structure_bytes / GiB:.2f} GiB"
+    )
+    print(
+        f"limit {limit / GiB:.2f} GiB (features / limit = {feature_bytes / limit:.2f}); host tier {host / GiB:.2f} GiB "
+        f"= {host / feature_bytes:.1%} of the rows; job: sage fanout {a.fanout} batch {a.batch_size} hidden {a.hidden} "
+        f"epochs {a.epochs}, 1 rank"
+    )
     outcomes: dict[str, Outcome] = {}
     for label in a.only.split(","):
         spec, limit_bytes = specs[label]
@@ -201,12 +266,15 @@ def main(argv: list[str] | None = None) -> int:
         o = outcomes[label]
         s = o.storage
         peak = f"{o.peak_bytes / GiB:.2f} GiB" if o.peak_bytes is not None else "-"
-        print(f"{label:7s} {o.state}: {o.batches} batches, {o.batches_per_second:.3f} batches/s training "
-              f"({o.daemon_batches_per_second:.3f} whole run), {o.wall_s:.0f} s; "
-              f"storage rows gathered {o.storage_rows_gathered:,}: read {s['read_rows']:,} "
-              f"({s['read_bytes'] / GiB:.2f} GiB, {s['requests']:,} requests), window hits {s['window_rows']:,} "
-              f"({s['window_hit_ratio']:.1%}), queue depth {s['queue_depth']:.1f}, "
-              f"{s['bandwidth'] / 2**20:.0f} MiB/s; peak memory {peak}, OOM kills {o.oom_kills}", flush=True)  # fmt: skip
+        print(
+            f"{label:7s} {o.state}: {o.batches} batches, {o.batches_per_second:.3f} batches/s training "
+            f"({o.daemon_batches_per_second:.3f} whole run), {o.wall_s:.0f} s; "
+            f"storage rows gathered {o.storage_rows_gathered:,}: read {s['read_rows']:,} "
+            f"({s['read_bytes'] / GiB:.2f} GiB, {s['requests']:,} requests), window hits {s['window_rows']:,} "
+            f"({s['window_hit_ratio']:.1%}), queue depth {s['queue_depth']:.1f}, "
+            f"{s['bandwidth'] / 2**20:.0f} MiB/s; peak memory {peak}, OOM kills {o.oom_kills}",
+            flush=True,
+        )
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     rate = {k: o.batches_per_second for k, o in outcomes.items() if o.state == "succeeded"}

@@ -48,7 +48,7 @@ CACHE = REPO_ROOT / ".bench-env" / "prepared"
 STAND_IN_S = 0.2
 
 # The stand-in model: per batch, sleep STAND_IN_S and count a step; each rank writes its step times.
-STAND_IN = '''
+STAND_IN = """
 import json, sys, time
 from pathlib import Path
 from graphtier.launcher import loader
@@ -66,7 +66,7 @@ with loader.connect() as job:
             steps.append(now - last)
             last = asked = now
 (out / f"rank{job.rank}.json").write_text(json.dumps({"steps": steps, "waits": waits}))
-'''
+"""
 
 
 def prepare(scale: int, feature_dim: int) -> Path:
@@ -78,8 +78,16 @@ def prepare(scale: int, feature_dim: int) -> Path:
     if not (CACHE / name / "manifest.json").is_file():
         CACHE.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        prepare_dataset(PrepareConfig(source="synthetic:rmat", name=name, undirected=True, score=ScoreSpec(kind="wrpr"),
-                                      source_options={"scale": scale, "feature_dim": feature_dim}, root=CACHE))  # fmt: skip
+        prepare_dataset(
+            PrepareConfig(
+                source="synthetic:rmat",
+                name=name,
+                undirected=True,
+                score=ScoreSpec(kind="wrpr"),
+                source_options={"scale": scale, "feature_dim": feature_dim},
+                root=CACHE,
+            )
+        )
         print(f"prepared {name} in {time.perf_counter() - t0:.0f} s", flush=True)
     return CACHE / name
 
@@ -158,51 +166,87 @@ def main() -> int:
     nodes = []
     try:
         nodes = start_daemon_processes(base, dataset, 2, link_files=True)
-        spec = JobSpec(dataset=dataset.name, fanouts=[15, 10, 5], batch_size=1024, epochs=1, nnodes=2, seed=0,
-                       script=str(script))  # fmt: skip
+        spec = JobSpec(
+            dataset=dataset.name, fanouts=[15, 10, 5], batch_size=1024, epochs=1, nnodes=2, seed=0, script=str(script)
+        )
         runs = {}
         with DaemonClient(runtime_dir=nodes[0][1]) as client:
-            for label, update in (("10%", {"features": "partitioned", "replicate": "10%"}),
-                                  ("0%", {"features": "partitioned", "replicate": "0%"}),
-                                  ("replicated", {})):  # fmt: skip
-                job, steps, wall, held = run_job(client, JobSpec(**{**spec.model_dump(), **update}),
-                                                 base / label.strip("%"), [popen.pid for popen, _, _ in nodes])
+            for label, update in (
+                ("10%", {"features": "partitioned", "replicate": "10%"}),
+                ("0%", {"features": "partitioned", "replicate": "0%"}),
+                ("replicated", {}),
+            ):
+                job, steps, wall, held = run_job(
+                    client,
+                    JobSpec(**{**spec.model_dump(), **update}),
+                    base / label.strip("%"),
+                    [popen.pid for popen, _, _ in nodes],
+                )
                 network = job.progress.traffic.network
                 runs[label] = (network, steps, wall, held)
-                print(f"{label:>10}: network {network.rows:,} rows, {network.bytes / 2**20:,.1f} MiB of "
-                      f"{job.progress.traffic.total_rows:,} rows gathered; step {statistics.mean(steps):.3f} s mean, "
-                      f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s; "
-                      f"feature bytes in shared memory per node {', '.join(f'{h / 2**20:,.0f} MiB' for h in held)}", flush=True)
+                print(
+                    f"{label:>10}: network {network.rows:,} rows, {network.bytes / 2**20:,.1f} MiB of "
+                    f"{job.progress.traffic.total_rows:,} rows gathered; step {statistics.mean(steps):.3f} s mean, "
+                    f"{statistics.median(steps):.3f} s median over {len(steps)} steps; wall {wall:.0f} s; "
+                    f"feature bytes in shared memory per node {', '.join(f'{h / 2**20:,.0f} MiB' for h in held)}",
+                    flush=True,
+                )
                 if network.rows:
                     try:
                         wait, fetch = network_wait(job, nodes)
-                        print(f"{'':>10}  gathers waited {wait:.2f} s for fetched rows over {len(steps) + 4} steps "
-                              f"(fetch calls' latencies {fetch:.2f} s)", flush=True)
+                        print(
+                            f"{'':>10}  gathers waited {wait:.2f} s for fetched rows over {len(steps) + 4} steps "
+                            f"(fetch calls' latencies {fetch:.2f} s)",
+                            flush=True,
+                        )
                     except Exception as exc:  # noqa: BLE001  (a figure beside the target ones: report, go on)
                         print(f"{'':>10}  the network wait was not read: {exc!r}", flush=True)
                 wait_released([popen.pid for popen, _, _ in nodes])
         ten, zero, replicated = runs["10%"], runs["0%"], runs["replicated"]
         ratio = ten[0].bytes / zero[0].bytes if zero[0].bytes else float("nan")
         step = statistics.mean(ten[1])
-        held = [FeaturePartition(num_rows=num_rows, replicated_rows=replicated_rows(num_rows, "10%", row_bytes), nnodes=2,
-                                 node_rank=k).local_rows * row_bytes for k in range(2)]  # fmt: skip
-        print(f"\nmachine: {cpu_model()}, {os.cpu_count()} cores, {platform.python_version()}; "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        print(f"R-MAT scale {scale} ({num_rows:,} rows of {row_bytes} B), 2 nodes on loopback, fanout 15,10,5, "
-              "batch 1024, 1 epoch")
+        held = [
+            FeaturePartition(
+                num_rows=num_rows, replicated_rows=replicated_rows(num_rows, "10%", row_bytes), nnodes=2, node_rank=k
+            ).local_rows
+            * row_bytes
+            for k in range(2)
+        ]
+        print(
+            f"\nmachine: {cpu_model()}, {os.cpu_count()} cores, {platform.python_version()}; "
+            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        )
+        print(
+            f"R-MAT scale {scale} ({num_rows:,} rows of {row_bytes} B), 2 nodes on loopback, fanout 15,10,5, "
+            "batch 1024, 1 epoch"
+        )
         print(f"bytes ratio (network bytes, 10% replicated / 0% replicated): {ratio:.3f}  (target <= 0.4)")
-        print(f"step ratio (mean step at 10% replicated / {STAND_IN_S} s stand-in): {step / STAND_IN_S:.2f}  "
-              f"(target <= 1.1); replicated run: {statistics.mean(replicated[1]) / STAND_IN_S:.2f}; "
-              f"0% replicated: {statistics.mean(zero[1]) / STAND_IN_S:.2f}")
+        print(
+            f"step ratio (mean step at 10% replicated / {STAND_IN_S} s stand-in): {step / STAND_IN_S:.2f}  "
+            f"(target <= 1.1); replicated run: {statistics.mean(replicated[1]) / STAND_IN_S:.2f}; "
+            f"0% replicated: {statistics.mean(zero[1]) / STAND_IN_S:.2f}"
+        )
         measured = ten[3]
-        print(f"memory: each node holds {held[0] / 2**20:,.0f} / {held[1] / 2**20:,.0f} MiB of the "
-              f"{num_rows * row_bytes / 2**20:,.0f} MiB feature matrix ({held[0] / (num_rows * row_bytes):.1%}); "
-              f"measured in /dev/shm at 10%: {' / '.join(f'{m / 2**20:,.0f}' for m in measured)} MiB")
-        print(json.dumps({"scale": scale, "bytes_ratio": ratio, "step_ratio": step / STAND_IN_S,
-                          "step_ratio_replicated": statistics.mean(replicated[1]) / STAND_IN_S,
-                          "network_bytes": {k: v[0].bytes for k, v in runs.items()},
-                          "held_bytes": held, "measured_shm_bytes": ten[3], "feature_bytes": num_rows * row_bytes,
-                          "p90_step_10pct": float(np.percentile(ten[1], 90))}))  # fmt: skip
+        print(
+            f"memory: each node holds {held[0] / 2**20:,.0f} / {held[1] / 2**20:,.0f} MiB of the "
+            f"{num_rows * row_bytes / 2**20:,.0f} MiB feature matrix ({held[0] / (num_rows * row_bytes):.1%}); "
+            f"measured in /dev/shm at 10%: {' / '.join(f'{m / 2**20:,.0f}' for m in measured)} MiB"
+        )
+        print(
+            json.dumps(
+                {
+                    "scale": scale,
+                    "bytes_ratio": ratio,
+                    "step_ratio": step / STAND_IN_S,
+                    "step_ratio_replicated": statistics.mean(replicated[1]) / STAND_IN_S,
+                    "network_bytes": {k: v[0].bytes for k, v in runs.items()},
+                    "held_bytes": held,
+                    "measured_shm_bytes": ten[3],
+                    "feature_bytes": num_rows * row_bytes,
+                    "p90_step_10pct": float(np.percentile(ten[1], 90)),
+                }
+            )
+        )
         return 0
     finally:
         for popen, _, _ in nodes:

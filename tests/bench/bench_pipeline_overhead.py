@@ -30,21 +30,31 @@ from pathlib import Path
 import torch
 from machine import cpu_model
 
+from graphtier.service.native_ops import native_available
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.prepared import PreparedDataset
-from graphtier.service.native_ops import native_available
 from graphtier.service.store import SharedDatasetStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-
 def ensure_dataset(root: Path, name: str, scale: int) -> PreparedDataset:
     if not (root / name / "manifest.json").exists():
-        command = ["graphtier", "dataset", "prepare", "synthetic:rmat", "--name", name, "--scale", str(scale),
-                   "--undirected", "--out", str(root)]  # fmt: skip
+        command = [
+            "graphtier",
+            "dataset",
+            "prepare",
+            "synthetic:rmat",
+            "--name",
+            name,
+            "--scale",
+            str(scale),
+            "--undirected",
+            "--out",
+            str(root),
+        ]
         print("preparing:", " ".join(command), flush=True)
         subprocess.run(command, check=True)
     return PreparedDataset.open(name, root)
@@ -73,8 +83,13 @@ def main() -> int:
     dataset = ensure_dataset(a.root, f"rmat{a.scale}", a.scale)
     m = dataset.manifest
     n, row_bytes = m.num_nodes, m.feature_row_bytes
-    budgets = TierBudgets(device_replicated_bytes=n * row_bytes // 10, device_interleaved_bytes=n * row_bytes // 5,
-                          num_devices=2, host_bytes=None, structure_device_bytes=0)  # fmt: skip
+    budgets = TierBudgets(
+        device_replicated_bytes=n * row_bytes // 10,
+        device_interleaved_bytes=n * row_bytes // 5,
+        num_devices=2,
+        host_bytes=None,
+        structure_device_bytes=0,
+    )
     plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
 
     t0 = time.perf_counter()
@@ -85,8 +100,17 @@ def main() -> int:
         steps_needed = a.warmup + a.steps
         train = m.split_sizes["train"]
         epochs = -(-steps_needed // -(-train // a.batch_size))
-        config = ProducerConfig(dataset=store.handle, rank=0, world_size=1, fanouts=fanouts, batch_size=a.batch_size,
-                                epochs=epochs, seed=0, num_slots=a.slots, channel_dir=channel_dir)  # fmt: skip
+        config = ProducerConfig(
+            dataset=store.handle,
+            rank=0,
+            world_size=1,
+            fanouts=fanouts,
+            batch_size=a.batch_size,
+            epochs=epochs,
+            seed=0,
+            num_slots=a.slots,
+            channel_dir=channel_dir,
+        )
         t0 = time.perf_counter()
         producer = spawn_producer(config)
         startup_s = time.perf_counter() - t0
@@ -121,33 +145,50 @@ def main() -> int:
     worst = caps.upper_bound(batch_size=a.batch_size, fanouts=fanouts, num_nodes=n, num_edges=m.num_edges)
     cap = layout.slots[0].capacity
     slot_mib = (cap.nodes * (8 + row_bytes) + cap.edges * 8 + cap.expanded * 8) / 2**20
-    print(f"machine: {cpu_model()} ({os.cpu_count()} logical cpus), {platform.system()} {platform.release()}; "
-          f"python {platform.python_version()}, torch {torch.__version__}; native ops {native_available()}; "
-          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"dataset: R-MAT scale {a.scale}, N={n:,}, E={m.num_edges:,}, {m.feature_dim} float32 features; "
-          f"train ids {train:,}; loaded into shm in {load_s:.1f} s")
-    print(f"pipeline: fanout {a.fanouts}, batch {a.batch_size}, {a.slots} slots, 1 rank, stand-in model "
-          f"{a.stand_in:g} s/step; producer start-up {startup_s:.1f} s (incl. probing {config.probe_batches} batches)")
-    print(f"slot capacity: {cap.nodes:,} nodes / {cap.edges:,} edges ({slot_mib:.0f} MiB per slot); "
-          f"k-hop worst case {worst.nodes:,} nodes / {worst.edges:,} edges; slot growths {stats.slot_growths}")
+    print(
+        f"machine: {cpu_model()} ({os.cpu_count()} logical cpus), {platform.system()} {platform.release()}; "
+        f"python {platform.python_version()}, torch {torch.__version__}; native ops {native_available()}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"dataset: R-MAT scale {a.scale}, N={n:,}, E={m.num_edges:,}, {m.feature_dim} float32 features; "
+        f"train ids {train:,}; loaded into shm in {load_s:.1f} s"
+    )
+    print(
+        f"pipeline: fanout {a.fanouts}, batch {a.batch_size}, {a.slots} slots, 1 rank, stand-in model "
+        f"{a.stand_in:g} s/step; producer start-up {startup_s:.1f} s (incl. probing {config.probe_batches} batches)"
+    )
+    print(
+        f"slot capacity: {cap.nodes:,} nodes / {cap.edges:,} edges ({slot_mib:.0f} MiB per slot); "
+        f"k-hop worst case {worst.nodes:,} nodes / {worst.edges:,} edges; slot growths {stats.slot_growths}"
+    )
     print()
     title = f"measure (per step, {len(step_s)} steps)"
     print(f"{title:38s} {'mean':>9s} {'p50':>9s} {'p95':>9s} {'max':>9s}")
-    for label, values in (("end-to-end step time s", step_s), ("stand-in alone, no data s", alone_s),
-                          ("next_batch() call s", fetch_s), ("  of which waiting for data s", wait_s),
-                          ("producer sample s", sample_s), ("producer gather (fill slot) s", gather_s),
-                          ("sampled nodes per batch", nodes)):  # fmt: skip
+    for label, values in (
+        ("end-to-end step time s", step_s),
+        ("stand-in alone, no data s", alone_s),
+        ("next_batch() call s", fetch_s),
+        ("  of which waiting for data s", wait_s),
+        ("producer sample s", sample_s),
+        ("producer gather (fill slot) s", gather_s),
+        ("sampled nodes per batch", nodes),
+    ):
         fmt = "{:9,.0f}" if label.startswith("sampled") else "{:9.4f}"
         row = [statistics.mean(values), percentile(values, 0.5), percentile(values, 0.95), max(values)]
         print(f"{label:38s} " + " ".join(fmt.format(v) for v in row))
     print()
     busy = statistics.mean(sample_s) + statistics.mean(gather_s)
     ratio = mean_step / a.stand_in
-    print(f"producer busy per batch {busy:.3f} s = {busy / a.stand_in:.2f} x the step; it waited for a free slot "
-          f"{stats.producer_wait_s:.1f} s in all; traffic hit ratio {stats.traffic.hit_ratio:.3f} "
-          f"(device tiers simulated={stats.traffic.simulated})")
-    print(f"step time / stand-in = {mean_step:.4f} / {a.stand_in:g} = {ratio:.3f}  (target <= 1.1: "
-          f"{'met' if ratio <= 1.1 else 'NOT met'})")
+    print(
+        f"producer busy per batch {busy:.3f} s = {busy / a.stand_in:.2f} x the step; it waited for a free slot "
+        f"{stats.producer_wait_s:.1f} s in all; traffic hit ratio {stats.traffic.hit_ratio:.3f} "
+        f"(device tiers simulated={stats.traffic.simulated})"
+    )
+    print(
+        f"step time / stand-in = {mean_step:.4f} / {a.stand_in:g} = {ratio:.3f}  (target <= 1.1: "
+        f"{'met' if ratio <= 1.1 else 'NOT met'})"
+    )
     return 0
 
 

@@ -34,9 +34,28 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="graphtier-bench-prepare-") as root:
-        cmd = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name", "bench",
-               "--scale", str(args.scale), "--feature-dim", str(args.feature_dim), "--undirected",
-               "--score", args.score, "--memory-budget", args.memory_budget, "--out", root, "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            "synthetic:rmat",
+            "--name",
+            "bench",
+            "--scale",
+            str(args.scale),
+            "--feature-dim",
+            str(args.feature_dim),
+            "--undirected",
+            "--score",
+            args.score,
+            "--memory-budget",
+            args.memory_budget,
+            "--out",
+            root,
+            "--json",
+        ]
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - t0
@@ -52,16 +71,20 @@ def main() -> None:
     ram = psutil.virtual_memory().total
     peak = manifest["peak_rss_bytes"]
     data = sum(a["nbytes"] for a in manifest["arrays"].values())
-    print(f"graphtier prepare benchmark: R-MAT scale {args.scale}, {args.feature_dim}-dim features, score {args.score}, "
-          f"memory budget {args.memory_budget} ({manifest['preparation'].get('path', '?')} path); "
-          f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {psutil.cpu_count()} cores, "
-          f"{ram / 2**30:.1f} GiB RAM")
+    print(
+        f"graphtier prepare benchmark: R-MAT scale {args.scale}, {args.feature_dim}-dim features, score {args.score}, "
+        f"memory budget {args.memory_budget} ({manifest['preparation'].get('path', '?')} path); "
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {psutil.cpu_count()} cores, "
+        f"{ram / 2**30:.1f} GiB RAM"
+    )
     print(f"nodes {manifest['num_nodes']:,}  edges {manifest['num_edges']:,}  dataset {data / 2**30:.2f} GiB on disk")
     for step, seconds in manifest["timings_s"].items():
         print(f"  {step:22s} {seconds:8.2f} s")
     print(f"  {'process wall time':22s} {wall:8.2f} s   (includes interpreter start-up)")
-    print(f"  {'baseline: generate only':22s} {t_generate:8.2f} s   -> prepare total / generate = "
-          f"{manifest['timings_s']['total'] / t_generate:.2f}x")
+    print(
+        f"  {'baseline: generate only':22s} {t_generate:8.2f} s   -> prepare total / generate = "
+        f"{manifest['timings_s']['total'] / t_generate:.2f}x"
+    )
     print(f"peak RSS {peak / 2**30:.2f} GiB = {peak / ram:.0%} of RAM ({peak / data:.2f}x the dataset bytes)")
 
 

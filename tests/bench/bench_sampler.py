@@ -25,16 +25,16 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from machine import cpu_model
+from rmat_fixture import DEFAULT_CACHE_DIR, REPO_ROOT, RMatParams, load_or_build_rmat
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph import CSCGraph
-from rmat_fixture import DEFAULT_CACHE_DIR, REPO_ROOT, RMatParams, load_or_build_rmat
 
 WARMUP = 3
 TARGET_RATIO = 15.0
@@ -165,9 +165,16 @@ def pyg_samplers(graph: CSCGraph, fanouts: list[int], batches: list[torch.Tensor
     warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation.*")
     t0 = time.perf_counter()
     data = Data(edge_index=torch.stack([graph.row, graph.dst_of_edges()]), num_nodes=graph.num_nodes)
-    loader = NeighborLoader(data, num_neighbors=fanouts, batch_size=batches[0].numel(),
-                            input_nodes=torch.cat(batches), replace=False, shuffle=False,
-                            is_sorted=True, num_workers=0)
+    loader = NeighborLoader(
+        data,
+        num_neighbors=fanouts,
+        batch_size=batches[0].numel(),
+        input_nodes=torch.cat(batches),
+        replace=False,
+        shuffle=False,
+        is_sorted=True,
+        num_workers=0,
+    )
     print(f"PyG NeighborLoader construction (is_sorted=True): {time.perf_counter() - t0:.2f}s")
     it = iter(loader)
 
@@ -177,9 +184,11 @@ def pyg_samplers(graph: CSCGraph, fanouts: list[int], batches: list[torch.Tensor
 
     samplers = [Sampler("PyG NeighborLoader", loader_step, len(batches))]
     if tgt.WITH_TORCH_SPARSE and not tgt.WITH_PYG_LIB:
+
         def raw_step(i: int, seeds: torch.Tensor) -> tuple[int, int]:
             node, row, _, _ = torch.ops.torch_sparse.neighbor_sample(
-                graph.colptr, graph.row, seeds, fanouts, False, True)
+                graph.colptr, graph.row, seeds, fanouts, False, True
+            )
             return node.numel(), row.numel()
 
         samplers.append(Sampler("torch_sparse.neighbor_sample op", raw_step, len(batches)))
@@ -197,20 +206,26 @@ def machine_info(threads: int) -> str:
     except ImportError:
         pyg = "torch_geometric not installed"
     load = f", load average {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
-    return (f"machine: {model}, {os.cpu_count()} logical cores ({usable} usable), "
-            f"python {platform.python_version()}, torch {torch.__version__} ({threads} threads), {pyg}{load}")
+    return (
+        f"machine: {model}, {os.cpu_count()} logical cores ({usable} usable), "
+        f"python {platform.python_version()}, torch {torch.__version__} ({threads} threads), {pyg}{load}"
+    )
 
 
 def print_table(results: list[Result], reference: Result | None) -> None:
     """The results, one row per sampler, with throughput relative to PyG's loader when it ran."""
-    head = f"{'sampler':46s} {'batches/s':>10s} {'median ms':>10s} {'min ms':>8s} " \
-           f"{'nodes/batch':>12s} {'edges/batch':>12s} {'vs PyG loader':>14s}"
+    head = (
+        f"{'sampler':46s} {'batches/s':>10s} {'median ms':>10s} {'min ms':>8s} "
+        f"{'nodes/batch':>12s} {'edges/batch':>12s} {'vs PyG loader':>14s}"
+    )
     print(head)
     print("-" * len(head))
     for r in results:
         ratio = f"{r.batches_per_s / reference.batches_per_s:13.1f}x" if reference else f"{'-':>14s}"
-        print(f"{r.name:46s} {r.batches_per_s:10.2f} {r.median_ms:10.1f} {r.min_ms:8.1f} "
-              f"{r.nodes_per_batch:12,.0f} {r.edges_per_batch:12,.0f} {ratio}")
+        print(
+            f"{r.name:46s} {r.batches_per_s:10.2f} {r.median_ms:10.1f} {r.min_ms:8.1f} "
+            f"{r.nodes_per_batch:12,.0f} {r.edges_per_batch:12,.0f} {ratio}"
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -220,12 +235,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanout", default="15,10,5")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--torch-batches", type=int, default=5,
-                   help="timed batches for graphtier's torch backend (0 skips it)")
+    p.add_argument(
+        "--torch-batches", type=int, default=5, help="timed batches for graphtier's torch backend (0 skips it)"
+    )
     p.add_argument("--quick", action="store_true", help="scale 16 and 10 batches (smoke test)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where the graph is cached")
-    p.add_argument("--ts-ops", type=Path, default=Path(os.environ.get("BASELINE_TS_OPS", DEFAULT_TS_OPS)),
-                   help="folder with torch-sparse's _*_cpu.so ops")
+    p.add_argument(
+        "--ts-ops",
+        type=Path,
+        default=Path(os.environ.get("BASELINE_TS_OPS", DEFAULT_TS_OPS)),
+        help="folder with torch-sparse's _*_cpu.so ops",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.scale, args.batches = 16, 10
@@ -249,9 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_info(args.threads))
     graph = load_or_build_rmat(args.rmat, args.cache_dir)
     batches = seed_batches(graph, args.batches + WARMUP, args.batch_size)
-    print(f"graph: R-MAT scale {args.scale}, N={graph.num_nodes:,}, E={graph.num_edges:,}; "
-          f"fanout={args.fanouts} batch={args.batch_size} threads={args.threads} "
-          f"timed batches={args.batches} ({WARMUP} warm-up dropped), replace=False")
+    print(
+        f"graph: R-MAT scale {args.scale}, N={graph.num_nodes:,}, E={graph.num_edges:,}; "
+        f"fanout={args.fanouts} batch={args.batch_size} threads={args.threads} "
+        f"timed batches={args.batches} ({WARMUP} warm-up dropped), replace=False"
+    )
 
     samplers: list[Sampler] = []
     native = graphtier_step(graph, args.fanouts, "native")
@@ -291,9 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     if reference is not None:
         ratio = headline.batches_per_s / reference.batches_per_s
         verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
-        print(f"{headline.name} / PyG NeighborLoader: {ratio:.1f}x batches/s (target >= {TARGET_RATIO:.0f}x: "
-              f"{verdict}); median-batch {reference.median_ms / headline.median_ms:.1f}x, "
-              f"best-batch {reference.min_ms / headline.min_ms:.1f}x")
+        print(
+            f"{headline.name} / PyG NeighborLoader: {ratio:.1f}x batches/s (target >= {TARGET_RATIO:.0f}x: "
+            f"{verdict}); median-batch {reference.median_ms / headline.median_ms:.1f}x, "
+            f"best-batch {reference.min_ms / headline.min_ms:.1f}x"
+        )
     return 0
 
 

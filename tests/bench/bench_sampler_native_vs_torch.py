@@ -96,8 +96,10 @@ def main() -> None:
 
     with open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor())
-    print(f"cpu: {cpu}; torch {torch.__version__}; threads {a.threads}; fanout {fanouts}; batch {a.batch_size}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"cpu: {cpu}; torch {torch.__version__}; threads {a.threads}; fanout {fanouts}; batch {a.batch_size}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'backend':8s} {'batches/s':>10s} {'median ms':>10s} {'nodes/batch':>12s} {'edges/batch':>12s}")
     for backend, n in (("native", a.batches), ("torch", a.torch_batches)):
         try:

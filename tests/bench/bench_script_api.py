@@ -26,7 +26,7 @@ import torch
 from machine import cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OWN_LOOP = '''
+OWN_LOOP = """
 import torch, torch.nn.functional as F
 from graphtier.launcher import loader
 from graphtier.launcher.runtime.models import build_model
@@ -45,7 +45,7 @@ with loader.connect() as job:
             optimizer.step()
             job.step(loss, logits)
         job.evaluate(model)
-'''
+"""
 
 
 def rates(log: str) -> list[float]:
@@ -62,23 +62,41 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=2)
     args = p.parse_args()
 
+    from graphtier.contract.jobs.spec import JobSpec
     from graphtier.launcher.client import DaemonClient
     from graphtier.service.daemon.config import DaemonConfig
-    from graphtier.contract.jobs.spec import JobSpec
     from graphtier.service.daemon.server import Daemon
     from graphtier.service.hotness import ScoreSpec
     from graphtier.service.prepared import PrepareConfig, prepare_dataset
 
     with tempfile.TemporaryDirectory(prefix="bench-script-api-") as tmp:
         root, name = Path(tmp) / "prepared", f"rmat{args.scale}"
-        prepare_dataset(PrepareConfig(source="synthetic:rmat", name=name, undirected=True, score=ScoreSpec(kind="wrpr"),
-                                      source_options={"scale": args.scale, "feature_dim": args.feature_dim}, root=root))  # fmt: skip
+        prepare_dataset(
+            PrepareConfig(
+                source="synthetic:rmat",
+                name=name,
+                undirected=True,
+                score=ScoreSpec(kind="wrpr"),
+                source_options={"scale": args.scale, "feature_dim": args.feature_dim},
+                root=root,
+            )
+        )
         own_loop = Path(tmp) / "own_loop.py"
         own_loop.write_text(OWN_LOOP)
-        spec = dict(dataset=name, fanouts=[10, 5], batch_size=args.batch_size, hidden=256, epochs=args.epochs,
-                    nproc_per_node=args.ranks, seed=0)  # fmt: skip
-        kinds = {"builtin": {}, "own-loop": {"script": str(own_loop)},
-                 "example": {"script": str(REPO_ROOT / "examples" / "sage_blocks.py")}}  # fmt: skip
+        spec = dict(
+            dataset=name,
+            fanouts=[10, 5],
+            batch_size=args.batch_size,
+            hidden=256,
+            epochs=args.epochs,
+            nproc_per_node=args.ranks,
+            seed=0,
+        )
+        kinds = {
+            "builtin": {},
+            "own-loop": {"script": str(own_loop)},
+            "example": {"script": str(REPO_ROOT / "examples" / "sage_blocks.py")},
+        }
         seen: dict[str, list[float]] = {k: [] for k in kinds}
         accuracy: dict[str, list[float]] = {k: [] for k in kinds}
         daemon = Daemon(DaemonConfig(runtime_dir=Path(tmp) / "run", dataset_root=root))
@@ -95,14 +113,19 @@ def main() -> int:
                             raise SystemExit(f"{kind} job failed: {done.message}")
                         seen[kind] += rates(Path(done.log_path).read_text())
                         accuracy[kind].append(done.result.test_accuracy)
-                        print(f"round {rep + 1} {kind}: {statistics.median(rates(Path(done.log_path).read_text())):.1f} "
-                              f"steps/s per rank, test {done.result.test_accuracy:.4f}", flush=True)  # fmt: skip
+                        print(
+                            f"round {rep + 1} {kind}: {statistics.median(rates(Path(done.log_path).read_text())):.1f} "
+                            f"steps/s per rank, test {done.result.test_accuracy:.4f}",
+                            flush=True,
+                        )
         finally:
             daemon.stop()
 
     print(f"\nmachine: {cpu_model()}, {platform.machine()}; torch {torch.__version__}")
-    print(f"R-MAT scale {args.scale}, {args.feature_dim} features; GraphSAGE 2x256, fanout 10,5, batch "
-          f"{args.batch_size}, {args.ranks} ranks, {args.epochs} epochs x {args.reps} rounds")  # fmt: skip
+    print(
+        f"R-MAT scale {args.scale}, {args.feature_dim} features; GraphSAGE 2x256, fanout 10,5, batch "
+        f"{args.batch_size}, {args.ranks} ranks, {args.epochs} epochs x {args.reps} rounds"
+    )
     base = statistics.median(seen["builtin"])
     print(f"{'job':<10}{'steps/s/rank':>14}{'/ builtin':>11}{'test acc (rounds)':>30}")
     for kind in kinds:

@@ -63,8 +63,12 @@ def drop_cache(path: Path) -> None:
 def dd_bandwidth(path: Path, block: int, total: int) -> float:
     """Bytes/s of `dd iflag=direct` reading `total` bytes in `block`-byte requests."""
     count = max(1, total // block)
-    done = subprocess.run(["dd", f"if={path}", "of=/dev/null", f"bs={block}", f"count={count}", "iflag=direct"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["dd", f"if={path}", "of=/dev/null", f"bs={block}", f"count={count}", "iflag=direct"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     match = re.search(r"(\d+) bytes .* copied, ([0-9.]+) s", done.stderr)
     if not match:
         raise SystemExit(f"cannot read dd's output: {done.stderr}")
@@ -80,8 +84,15 @@ def device_bytes_read() -> int:
 def run_reader(path: Path, rows: int, batches: list[np.ndarray], mode: str, inflight: int) -> tuple[float, ...]:
     """Bytes/s: fetched from the device (/proc/self/io), asked for while requests were in flight,
     asked for over the whole reads (planning and the copy to the slots included), and needed by the rows."""
-    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=ROW_FLOATS * 4, first_row=0, num_rows=rows,
-                           mode=mode, inflight=inflight)  # type: ignore[arg-type]
+    reader = StorageReader(
+        path,
+        data_offset=npy_data_offset(path),
+        row_bytes=ROW_FLOATS * 4,
+        first_row=0,
+        num_rows=rows,
+        mode=mode,
+        inflight=inflight,
+    )  # type: ignore[arg-type]
     out = reader.empty_rows(max(b.size for b in batches)).numpy()  # the rows a producer reads into
     try:
         before, started = device_bytes_read(), time.perf_counter()
@@ -96,8 +107,20 @@ def run_reader(path: Path, rows: int, batches: list[np.ndarray], mode: str, infl
 
 def dd_range(path: Path, offset: int, length: int) -> float:
     """Seconds `dd iflag=direct bs=1M` takes (its own count) for `length` bytes at `offset` (both aligned)."""
-    done = subprocess.run(["dd", f"if={path}", "of=/dev/null", f"bs={MiB}", "iflag=direct,skip_bytes,count_bytes",
-                           f"skip={offset}", f"count={length}"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            "dd",
+            f"if={path}",
+            "of=/dev/null",
+            f"bs={MiB}",
+            "iflag=direct,skip_bytes,count_bytes",
+            f"skip={offset}",
+            f"count={length}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     match = re.search(r"(\d+) bytes .* copied, ([0-9.]+) s", done.stderr)
     if not match or int(match[1]) != length:
         raise SystemExit(f"cannot read dd's output: {done.stderr}")
@@ -109,15 +132,16 @@ def run_coalesced_paired(path: Path, rows: int, batches: list[np.ndarray], infli
     requests in flight only, and dd, each batch read by both, the order alternating (the rows checked against
     the file outside the timing); then the share of the reader's requests read straight into the rows."""
     offset = npy_data_offset(path)
-    reader = StorageReader(path, data_offset=offset, row_bytes=ROW_FLOATS * 4, first_row=0, num_rows=rows,
-                           mode="direct", inflight=inflight)
+    reader = StorageReader(
+        path, data_offset=offset, row_bytes=ROW_FLOATS * 4, first_row=0, num_rows=rows, mode="direct", inflight=inflight
+    )
     out = reader.empty_rows(max(b.size for b in batches)).numpy()  # the rows a producer reads into
     reader_s = dd_s = 0.0
     try:
         for i, batch in enumerate(batches):
             lo = (offset + int(batch[0]) * ROW_FLOATS * 4) // 4096 * 4096
             hi = -(-(offset + (int(batch[-1]) + 1) * ROW_FLOATS * 4) // 4096) * 4096
-            for turn in ((0, 1) if i % 2 else (1, 0)):
+            for turn in (0, 1) if i % 2 else (1, 0):
                 drop_cache(path)
                 if turn:
                     dd_s += dd_range(path, lo, hi - lo)
@@ -128,7 +152,12 @@ def run_coalesced_paired(path: Path, rows: int, batches: list[np.ndarray], infli
                     stored = np.load(path, mmap_mode="r")
                     assert np.array_equal(out[: batch.size].view(np.float32), stored[batch])
         st = reader.stats
-        return st.bytes_read / reader_s, st.bytes_read / st.io_seconds, st.bytes_read / dd_s, st.direct_requests / st.requests
+        return (
+            st.bytes_read / reader_s,
+            st.bytes_read / st.io_seconds,
+            st.bytes_read / dd_s,
+            st.direct_requests / st.requests,
+        )
     finally:
         reader.close()
 
@@ -148,7 +177,9 @@ def run_mmap(path: Path, batches: list[np.ndarray]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=os.environ.get("TMPDIR", "/var/tmp"), help="a directory on the disk to measure")
+    parser.add_argument(
+        "--dir", default=os.environ.get("TMPDIR", "/var/tmp"), help="a directory on the disk to measure"
+    )
     parser.add_argument("--file-gib", type=float, default=2.0)
     parser.add_argument("--batch-rows", type=int, default=20000)
     parser.add_argument("--batches", type=int, default=20)
@@ -165,9 +196,11 @@ def main() -> None:
         random_bytes = sum(b.size for b in random_batches) * 4096
         dense_bytes = sum(b.size for b in dense_batches) * ROW_FLOATS * 4
 
-        print(f"graphtier storage reads: {path.parent} ({os.statvfs(tmp).f_bsize} B blocks), file {args.file_gib} GiB, "
-              f"{rows:,} rows of {ROW_FLOATS * 4} B; batches of {args.batch_rows:,} random rows, "
-              f"{args.inflight} in flight; load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"graphtier storage reads: {path.parent} ({os.statvfs(tmp).f_bsize} B blocks), file {args.file_gib} GiB, "
+            f"{rows:,} rows of {ROW_FLOATS * 4} B; batches of {args.batch_rows:,} random rows, "
+            f"{args.inflight} in flight; load average {os.getloadavg()[0]:.2f}"
+        )
         results = []
         drop_cache(path)
         dd_4k = dd_bandwidth(path, 4096, min(random_bytes, 1 << 30))
@@ -183,26 +216,38 @@ def main() -> None:
         drop_cache(path)
         mmap_device, mmap_needed = run_mmap(path, random_batches)
 
-    print(f"\n{'reads':38s} {'device':>8} {'I/O':>8} {'batch':>8} {'rows':>8} "
-          f"{'I/O vs dd':>10} {'batch vs dd':>12}  (MB/s)")
+    print(
+        f"\n{'reads':38s} {'device':>8} {'I/O':>8} {'batch':>8} {'rows':>8} "
+        f"{'I/O vs dd':>10} {'batch vs dd':>12}  (MB/s)"
+    )
     print(f"{'dd iflag=direct bs=4k (sequential)':38s} {dd_4k / 1e6:>8.1f}")
     print(f"{'dd iflag=direct bs=1M (sequential)':38s} {dd_1m / 1e6:>8.1f}")
     for label, device, io, batch, needed in results:
-        print(f"{label:38s} {device / 1e6:>8.1f} {io / 1e6:>8.1f} {batch / 1e6:>8.1f} {needed / 1e6:>8.1f} "
-              f"{io / dd_4k:>9.2f}x {batch / dd_4k:>11.2f}x  (4 KiB requests)")
-    print(f"{'mmap index_select, random rows (cold)':38s} {mmap_device / 1e6:>8.1f} {'':>8} {'':>8} "
-          f"{mmap_needed / 1e6:>8.1f}")
-    print("device = fetched from the device for this process (/proc/self/io read_bytes); I/O = aligned bytes the "
-          "reader asked for, over the time its requests were in flight; batch = the same over whole reads (plan, "
-          "requests, copy to the slots); rows = bytes the batches needed")
+        print(
+            f"{label:38s} {device / 1e6:>8.1f} {io / 1e6:>8.1f} {batch / 1e6:>8.1f} {needed / 1e6:>8.1f} "
+            f"{io / dd_4k:>9.2f}x {batch / dd_4k:>11.2f}x  (4 KiB requests)"
+        )
+    print(
+        f"{'mmap index_select, random rows (cold)':38s} {mmap_device / 1e6:>8.1f} {'':>8} {'':>8} "
+        f"{mmap_needed / 1e6:>8.1f}"
+    )
+    print(
+        "device = fetched from the device for this process (/proc/self/io read_bytes); I/O = aligned bytes the "
+        "reader asked for, over the time its requests were in flight; batch = the same over whole reads (plan, "
+        "requests, copy to the slots); rows = bytes the batches needed"
+    )
     whole, io, dd_same, straight = paired
-    print(f"\ncoalesced 1 MiB requests, {len(dense_batches)} batches of {run:,} adjacent rows "
-          f"({run * ROW_FLOATS * 4 / MiB:.0f} MiB), each read by both in turn over the same ranges (MB/s); "
-          f"{straight:.0%} of the reader's requests straight into the rows:")
+    print(
+        f"\ncoalesced 1 MiB requests, {len(dense_batches)} batches of {run:,} adjacent rows "
+        f"({run * ROW_FLOATS * 4 / MiB:.0f} MiB), each read by both in turn over the same ranges (MB/s); "
+        f"{straight:.0%} of the reader's requests straight into the rows:"
+    )
     print(f"  dd iflag=direct bs=1M, same ranges {dd_same / 1e6:8.1f}")
     print(f"  reader, requests in flight only    {io / 1e6:8.1f}  {io / dd_same:.2f}x dd")
-    print(f"  reader, rows in the output array   {whole / 1e6:8.1f}  {whole / dd_same:.2f}x dd  (end to end: plan, "
-          f"requests, copy to the slots)")
+    print(
+        f"  reader, rows in the output array   {whole / 1e6:8.1f}  {whole / dd_same:.2f}x dd  (end to end: plan, "
+        f"requests, copy to the slots)"
+    )
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 
 

@@ -62,29 +62,41 @@ def main() -> None:
             if spec.startswith("edges:"):
                 options = {**options, "train_fraction": 0.1, "val_fraction": 0.05, "test_fraction": 0.1}
             t0 = time.perf_counter()
-            prepare_dataset(PrepareConfig(source=spec, name=f"g{i}", undirected=True, source_options=options, root=root))
+            prepare_dataset(
+                PrepareConfig(source=spec, name=f"g{i}", undirected=True, source_options=options, root=root)
+            )
             t_prepare = time.perf_counter() - t0
             ds = PreparedDataset.open(f"g{i}", root)
             t0 = time.perf_counter()
-            report = build_tiering_report(ds, budget=args.budget, fanouts=fanouts, batch_size=args.batch_size, epochs=args.epochs)
+            report = build_tiering_report(
+                ds, budget=args.budget, fanouts=fanouts, batch_size=args.batch_size, epochs=args.epochs
+            )
             t_report = time.perf_counter() - t0
             rows.append((label, ds.manifest, report, t_prepare, t_report))
 
-    print(f"\ngraphtier tiering benchmark  budget={args.budget} fanout={args.fanout} batch={args.batch_size} "
-          f"epochs={args.epochs}  torch {torch.__version__}  {platform.processor() or platform.machine()}  "
-          f"threads={torch.get_num_threads()}  (device tiers accounted)")
+    print(
+        f"\ngraphtier tiering benchmark  budget={args.budget} fanout={args.fanout} batch={args.batch_size} "
+        f"epochs={args.epochs}  torch {torch.__version__}  {platform.processor() or platform.machine()}  "
+        f"threads={torch.get_num_threads()}  (device tiers accounted)"
+    )
     aware = f"wrpr k={fanouts[0]}"
     scores = ["wrpr", aware, "rpr", "degree", "source order", "oracle"]
-    header = (f"{'graph':28s} {'nodes':>9s} {'edges':>10s} " + " ".join(f"{s[:14]:>14s}" for s in scores)
-              + f" {'wrpr/oracle':>11s} {'wrpr-k/oracle':>13s} {'prep s':>7s} {'replay s':>8s}")
+    header = (
+        f"{'graph':28s} {'nodes':>9s} {'edges':>10s} "
+        + " ".join(f"{s[:14]:>14s}" for s in scores)
+        + f" {'wrpr/oracle':>11s} {'wrpr-k/oracle':>13s} {'prep s':>7s} {'replay s':>8s}"
+    )
     print(header)
     print("-" * len(header))
     for label, m, report, t_prepare, t_report in rows:
         hits = {o.score: o.hit_ratio for o in report.outcomes}
         ratio = report.outcome("wrpr").ratio_to_oracle
         ratio_aware = report.outcome(aware).ratio_to_oracle
-        print(f"{label:28s} {m.num_nodes:9,d} {m.num_edges:10,d} " + " ".join(f"{hits.get(s, float('nan')):14.1%}" for s in scores)
-              + f" {ratio:11.1%} {ratio_aware:13.1%} {t_prepare:7.1f} {t_report:8.1f}")
+        print(
+            f"{label:28s} {m.num_nodes:9,d} {m.num_edges:10,d} "
+            + " ".join(f"{hits.get(s, float('nan')):14.1%}" for s in scores)
+            + f" {ratio:11.1%} {ratio_aware:13.1%} {t_prepare:7.1f} {t_report:8.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,7 @@ class RMatParams:
         if self.edge_factor < 1:
             raise GraphtierError(f"R-MAT edge factor {self.edge_factor} must be >= 1")
         if min(self.a, self.b, self.c) <= 0 or self.a + self.b + self.c >= 1:
-            raise GraphtierError(
-                f"R-MAT probabilities a={self.a} b={self.b} c={self.c} must be > 0 with a+b+c < 1"
-            )
+            raise GraphtierError(f"R-MAT probabilities a={self.a} b={self.b} c={self.c} must be > 0 with a+b+c < 1")
 
     def cache_name(self) -> str:
         return f"rmat_s{self.scale}_ef{self.edge_factor}_a{self.a}_b{self.b}_c{self.c}_seed{self.seed}.pt"

@@ -15,8 +15,9 @@ STEPS = ["environment", "kernels", "build", "gpu-tests", "demo", "gpu-probe", "b
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPTS[0]), *args], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env=env, check=False)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPTS[0]), *args], cwd=REPO, capture_output=True, text=True, timeout=60, env=env, check=False
+    )
 
 
 def test_scripts_parse():
@@ -26,8 +27,11 @@ def test_scripts_parse():
 
 
 def test_bad_arguments_are_refused_naming_them():
-    for args, message in [(["--bogus"], "unknown argument '--bogus'"), (["--deadline", "ten"], "--deadline needs whole"),
-                          (["--out"], "--out needs a directory")]:  # fmt: skip
+    for args, message in [
+        (["--bogus"], "unknown argument '--bogus'"),
+        (["--deadline", "ten"], "--deadline needs whole"),
+        (["--out"], "--out needs a directory"),
+    ]:
         done = _run(*args)
         assert done.returncode == 2 and message in done.stderr, done.stderr
 
@@ -44,7 +48,9 @@ def test_dry_run_plans_every_step_and_leaves_one_archive(tmp_path):
         summary = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("summary.tsv"))).read().decode()
     assert {"plan.txt", "summary.tsv"} <= names
     planned = [line.split("\t") for line in summary.splitlines()[1:]]
-    assert [row[0] for row in planned if row[0] != "wheels"] == STEPS  # wheels: where .whl/ has any and all(row[1] == "planned" for row in planned)
+    assert [
+        row[0] for row in planned if row[0] != "wheels"
+    ] == STEPS  # wheels: where .whl/ has any and all(row[1] == "planned" for row in planned)
     assert all(int(row[3]) <= 570 for row in planned)
     assert "tests/service/gpu/cuda_compile.py" in plan and "tests/bench/gpu_probe.py" in plan
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import typer.main
 import yaml
 
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.cli.app import app
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.contract.jobs.spec import JobSpec
 from graphtier.service.daemon.main import build_parser
 from graphtier.service.daemon.metrics.registry import MetricsRegistry
 

@@ -77,8 +77,9 @@ def shell_blocks(page: Path) -> tuple[list[ShellBlock], list[str]]:
             blocks.append(ShellBlock(page, start + 1, "\n".join(body), reason))
         else:
             if info in OTHER_SHELLS:
-                problems.append(f"{where}:{start + 1}: ```{info} is never run: use ```bash (run by the tests) "
-                                "or ```text for output")  # fmt: skip
+                problems.append(
+                    f"{where}:{start + 1}: ```{info} is never run: use ```bash (run by the tests) or ```text for output"
+                )
             if marker is not None:
                 problems.append(f"{where}:{marker[0]}: not-run marker before a ```{info or 'plain'} block, not ```bash")
         marker = None
@@ -121,7 +122,9 @@ def test_the_readme_tour_is_run_by_the_pages():
     readme = REPO / "README.md"
     blocks = re.findall(r"^```bash\n(.*?)^```", readme.read_text(), flags=re.M | re.S)
     tour = [c for block in blocks for c in logical_commands(block) if not c.startswith("pip install ")]
-    ran = {c for page in RUN_PAGES for b in shell_blocks(page)[0] if b.not_run is None for c in logical_commands(b.code)}
+    ran = {
+        c for page in RUN_PAGES for b in shell_blocks(page)[0] if b.not_run is None for c in logical_commands(b.code)
+    }
     assert tour, "the README shows no tour"
     missing = [c for c in tour if c not in ran]
     assert not missing, f"README commands no documentation page runs: {missing}"
@@ -139,8 +142,11 @@ def _stop_daemons(under: Path) -> list[Path]:
     """Stop every daemon whose runtime directory is under `under`; return their directories."""
     left = [lock.parent for lock in under.rglob(LOCK_FILE) if running_daemon_pid(lock.parent) is not None]
     for runtime_dir in left:
-        subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "cluster", "stop", "--runtime-dir",
-                        str(runtime_dir)], capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "graphtier.launcher.cli", "cluster", "stop", "--runtime-dir", str(runtime_dir)],
+            capture_output=True,
+            timeout=120,
+        )
     return left
 
 
@@ -169,12 +175,22 @@ def test_the_pages_commands_run(page: Path, page_dir: Path):
     lacking = [tool for tool in TOOLS if re.search(rf"\b{tool}\b", script) and shutil.which(tool) is None]
     assert not lacking, f"{page.relative_to(REPO)} runs {lacking}, which this machine lacks: install them"
     (page_dir.parent / "page.sh").write_text(script)
-    env = {**os.environ, "GRAPHTIER_HOME": str(page_dir.parent / "graphtier-home"), "COLUMNS": "100",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "GRAPHTIER_HOME": str(page_dir.parent / "graphtier-home"),
+        "COLUMNS": "100",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     env.pop("GRAPHTIER_RUNTIME_DIR", None)
     try:
-        ran = subprocess.run(["bash", str(page_dir.parent / "page.sh")], cwd=page_dir, env=env, capture_output=True,
-                             text=True, timeout=PAGE_TIMEOUT_S)  # fmt: skip
+        ran = subprocess.run(
+            ["bash", str(page_dir.parent / "page.sh")],
+            cwd=page_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PAGE_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{page.relative_to(REPO)}: its commands ran past {PAGE_TIMEOUT_S} s\n{exc.stdout}\n{exc.stderr}")
     tail = f"{ran.stdout[-6000:]}\n--- stderr\n{ran.stderr[-6000:]}"

@@ -19,9 +19,23 @@ def test_the_site_builds_strict_without_warnings(tmp_path):
     page whose module cannot be collected; any WARNING it prints is a failure here too."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     built = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(REPO / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(REPO / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     output = built.stdout + built.stderr
     assert built.returncode == 0, output
     assert "WARNING" not in output, output
@@ -36,8 +50,12 @@ def test_the_readme_is_short():
 
 
 def test_no_text_points_outside_the_repository():
-    texts = [REPO / "README.md", REPO / "mkdocs.yml", *sorted((REPO / "docs").rglob("*.md")),
-             *sorted((REPO / "deploy").rglob("*.md"))]  # fmt: skip
+    texts = [
+        REPO / "README.md",
+        REPO / "mkdocs.yml",
+        *sorted((REPO / "docs").rglob("*.md")),
+        *sorted((REPO / "deploy").rglob("*.md")),
+    ]
     pointing = [str(p.relative_to(REPO)) for p in texts if "../shared" in p.read_text()]
     assert not pointing, f"these point at ../shared, which a user of the repository does not have: {pointing}"
 

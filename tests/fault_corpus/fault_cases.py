@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-
 from fault_checks import Outcome  # tests/fault_corpus is on sys.path (rootdir conftest mode)
 
 
@@ -57,13 +56,25 @@ class Covered:
 # ---------------------------------------------------------------- inputs
 
 
-def _npz(path: Path, n: int = 60, *, labels: np.ndarray | None = None, features: np.ndarray | None = None,
-         indices_shift: int = 0) -> Path:  # fmt: skip
+def _npz(
+    path: Path,
+    n: int = 60,
+    *,
+    labels: np.ndarray | None = None,
+    features: np.ndarray | None = None,
+    indices_shift: int = 0,
+) -> Path:
     adj = sp.random(n, n, density=0.1, format="csr", random_state=0)
     feats = features if features is not None else np.random.default_rng(0).random((n, 4)).astype(np.float32)
-    np.savez(path, adj_data=adj.data, adj_indices=adj.indices + indices_shift, adj_indptr=adj.indptr,
-             adj_shape=adj.shape, attr_matrix=feats,
-             labels=labels if labels is not None else np.arange(n, dtype=np.int64) % 3)  # fmt: skip
+    np.savez(
+        path,
+        adj_data=adj.data,
+        adj_indices=adj.indices + indices_shift,
+        adj_indptr=adj.indptr,
+        adj_shape=adj.shape,
+        attr_matrix=feats,
+        labels=labels if labels is not None else np.arange(n, dtype=np.int64) % 3,
+    )
     return path
 
 
@@ -80,8 +91,19 @@ def _flip(path: Path, at: float = 0.6, bits: int = 0x10) -> None:
 
 def _prepare(corpus, source: str, *extra: str) -> Outcome:
     """`dataset prepare SOURCE --name good --overwrite`: a refused prepare must leave `good` as it was."""
-    return corpus.cli("dataset", "prepare", source, "--name", "good", "--out", str(corpus.root), "--overwrite",
-                      "--memory-budget", "unlimited", *extra)  # fmt: skip
+    return corpus.cli(
+        "dataset",
+        "prepare",
+        source,
+        "--name",
+        "good",
+        "--out",
+        str(corpus.root),
+        "--overwrite",
+        "--memory-budget",
+        "unlimited",
+        *extra,
+    )
 
 
 def _prepare_with(make: Callable[[Path], str], *extra: str) -> Callable[[Any], Outcome]:
@@ -157,7 +179,9 @@ def _bad_npy_features(work: Path) -> str:
 
 
 _SNAP_HEADER = "# Directed graph\nFromNodeId\tToNodeId\n" + "".join(f"{i}\t{(i + 1) % 40}\n" for i in range(40))
-_MID_GARBAGE = "".join(f"{i} {(i + 1) % 40}\n" for i in range(20)) + "7 x9\n" + "".join(f"{i} {i + 1}\n" for i in range(20, 39))
+_MID_GARBAGE = (
+    "".join(f"{i} {(i + 1) % 40}\n" for i in range(20)) + "7 x9\n" + "".join(f"{i} {i + 1}\n" for i in range(20, 39))
+)
 _EDGES = "".join(f"{i} {(i * 7 + 1) % 50}\n" for i in range(50))
 
 
@@ -174,8 +198,12 @@ def _damaged(damage: Callable[[Path], None], name: str) -> Callable[[Any], Outco
             damage(copy)
             inspected = corpus.cli("dataset", "inspect", name, "--out", str(corpus.root), "--verify")
             loaded = corpus.load_dataset(name)
-            return Outcome(refused=inspected.refused and loaded.refused, exit_code=inspected.exit_code,
-                           output=f"{inspected.output}\n{loaded.output}", log=loaded.log)  # fmt: skip
+            return Outcome(
+                refused=inspected.refused and loaded.refused,
+                exit_code=inspected.exit_code,
+                output=f"{inspected.output}\n{loaded.output}",
+                log=loaded.log,
+            )
         finally:
             shutil.rmtree(copy, ignore_errors=True)
 
@@ -229,8 +257,14 @@ def _methods() -> list[tuple[str, Any, bool, bool]]:
             continue
         for service in pb2.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
-                found.append((f"/{service.full_name}/{method.name}", method.input_type, method.client_streaming,
-                              method.server_streaming))  # fmt: skip
+                found.append(
+                    (
+                        f"/{service.full_name}/{method.name}",
+                        method.input_type,
+                        method.client_streaming,
+                        method.server_streaming,
+                    )
+                )
     return found
 
 
@@ -340,8 +374,11 @@ def _http(kind: str) -> Callable[[Any], Outcome]:
             targets = ["/" + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 80))) for _ in range(40)]
             targets += ["/v1/status/../../etc/passwd", "/%00", "/%ff%fe", "/v1/jobs/-1", "/" + "a/" * 500]
         else:
-            targets = ["/v1/status?" + "q=" + "x" * (1 << 20), "/?" + "&".join(f"k{i}=v" for i in range(20000)),
-                       "/metrics?" + "%" * 70000]  # fmt: skip
+            targets = [
+                "/v1/status?" + "q=" + "x" * (1 << 20),
+                "/?" + "&".join(f"k{i}=v" for i in range(20000)),
+                "/metrics?" + "%" * 70000,
+            ]
         lines, facts, refused = [], [], True
         for target in targets:
             status, body = _get(base + target)
@@ -382,12 +419,26 @@ def _daemon_config(text: str) -> Callable[[Any], Outcome]:
     def run(corpus) -> Outcome:
         runtime, config = corpus.work / "run", corpus.work / "graphtierd.yaml"
         config.write_text(text)
-        done = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(runtime),
-                               "--dataset-root", str(corpus.root), "--config", str(config)], capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "graphtier.service.daemon",
+                "--runtime-dir",
+                str(runtime),
+                "--dataset-root",
+                str(corpus.root),
+                "--config",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         facts = [f"the refused daemon left {runtime}"] if runtime.exists() and any(runtime.iterdir()) else []
-        return Outcome(refused=done.returncode != 0, output=done.stdout + done.stderr, exit_code=done.returncode,
-                       facts=facts)  # fmt: skip
+        return Outcome(
+            refused=done.returncode != 0, output=done.stdout + done.stderr, exit_code=done.returncode, facts=facts
+        )
 
     return run
 
@@ -399,11 +450,15 @@ STALL_TIMEOUT_S = 15  # the corpus daemon's --producer-stall-timeout (also how l
 
 def _get_job(corpus, job_id: str):
     import grpc
+
     from graphtier.v1 import jobs_pb2
 
     with grpc.insecure_channel(f"unix:{corpus.daemon.socket}") as channel:
-        return channel.unary_unary("/graphtier.v1.JobService/GetJob", request_serializer=jobs_pb2.GetJobRequest.SerializeToString,
-                                   response_deserializer=jobs_pb2.Job.FromString)(jobs_pb2.GetJobRequest(job_id=job_id), timeout=10)  # fmt: skip
+        return channel.unary_unary(
+            "/graphtier.v1.JobService/GetJob",
+            request_serializer=jobs_pb2.GetJobRequest.SerializeToString,
+            response_deserializer=jobs_pb2.Job.FromString,
+        )(jobs_pb2.GetJobRequest(job_id=job_id), timeout=10)
 
 
 def _sigstop_rank(corpus) -> Outcome:
@@ -413,15 +468,32 @@ def _sigstop_rank(corpus) -> Outcome:
 
     from graphtier.v1 import jobs_pb2
 
-    submitted = corpus.cli("job", "submit", "--runtime-dir", str(corpus.daemon.runtime_dir), "--dataset", "good",
-                           "--fanout", "5,5", "--batch-size", "16", "--hidden", "16", "--epochs", "100000",
-                           "--nproc-per-node", "2", "--json")  # fmt: skip
+    submitted = corpus.cli(
+        "job",
+        "submit",
+        "--runtime-dir",
+        str(corpus.daemon.runtime_dir),
+        "--dataset",
+        "good",
+        "--fanout",
+        "5,5",
+        "--batch-size",
+        "16",
+        "--hidden",
+        "16",
+        "--epochs",
+        "100000",
+        "--nproc-per-node",
+        "2",
+        "--json",
+    )
     if submitted.refused:
         return Outcome(refused=False, output=submitted.output, facts=["the job to stop was not accepted"])
-    job_id = json.loads(submitted.output[submitted.output.index("{"):])["job_id"]
+    job_id = json.loads(submitted.output[submitted.output.index("{") :])["job_id"]
     stopped, facts = 0, []
     final = {jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_FAILED, jobs_pb2.JOB_STATE_CANCELLED}
     try:
+
         def rank1_running() -> bool:
             job = _get_job(corpus, job_id)
             return any(r.rank == 1 and r.trainer_pid and r.global_step > 0 for r in job.ranks) or job.state in final
@@ -434,10 +506,15 @@ def _sigstop_rank(corpus) -> Outcome:
         ended = wait_for(lambda: _get_job(corpus, job_id).state in final, STALL_TIMEOUT_S + 60, 0.5)
         job = _get_job(corpus, job_id)
         if not ended:
-            facts.append(f"the job still {jobs_pb2.JobState.Name(job.state)} {time.monotonic() - started:.0f} s after "
-                         f"its rank was stopped (stall timeout {STALL_TIMEOUT_S} s): a hang")  # fmt: skip
-        return Outcome(refused=job.state == jobs_pb2.JOB_STATE_FAILED, output=f"{jobs_pb2.JobState.Name(job.state)}: {job.message}",
-                       facts=facts)  # fmt: skip
+            facts.append(
+                f"the job still {jobs_pb2.JobState.Name(job.state)} {time.monotonic() - started:.0f} s after "
+                f"its rank was stopped (stall timeout {STALL_TIMEOUT_S} s): a hang"
+            )
+        return Outcome(
+            refused=job.state == jobs_pb2.JOB_STATE_FAILED,
+            output=f"{jobs_pb2.JobState.Name(job.state)}: {job.message}",
+            facts=facts,
+        )
     finally:
         if stopped:
             try:
@@ -454,109 +531,327 @@ def _sigstop_rank(corpus) -> Outcome:
 CASES: list[Case | Covered] = [
     # prepare: every refused prepare (with --overwrite of `good`) leaves `good` verifying and nothing half-written
     Case("prepare-truncated-npz", "files", "an npz archive cut in half", _prepare_with(_truncated_npz), ("cut.npz",)),
-    Case("prepare-bitflip-npz", "files", "an npz archive with a flipped byte", _prepare_with(_flipped_npz), ("flip.npz",)),
-    Case("prepare-truncated-gzip", "files", "a gzipped edge list cut in half", _prepare_with(_truncated_gzip),
-         ("cut.txt.gz", "truncated or corrupt gzip")),
-    Case("prepare-truncated-pickle", "files", "a Planetoid pickle cut short", _truncated_pickle,
-         ("ind.cora.tx",)),
-    Case("prepare-nan-features", "values", "a NaN in the features", _prepare_with(_nan_features),
-         ("nan.npz", "NaN")),
-    Case("prepare-out-of-range-ids", "values", "edge ids past the node count", _prepare_with(_out_of_range_ids),
-         ("ids.npz",)),
-    Case("prepare-label-over-bound", "values", "a label >= --num-classes", _prepare_with(_labels({13: 9}), "--num-classes", "3"),
-         ("label 9 (node 13)", "--num-classes 3")),
-    Case("prepare-negative-label", "values", "a label of -4", _prepare_with(_labels({17: -4})), ("label -4 (node 17)",)),
-    Case("prepare-snap-header", "files", "an edge list with a header line lacking '#'", _prepare_with(_edges(_SNAP_HEADER)),
-         ("line 2", "FromNodeId", "--skip-rows 1")),
-    Case("prepare-garbage-id", "values", "a non-integer id mid-file", _prepare_with(_edges(_MID_GARBAGE)),
-         ("line 21", "'x9' is not an integer")),
-    Case("prepare-bad-npy-features", "files", "a features .npy whose magic is damaged",
-         lambda c: _prepare(c, _bad_npy_features(c.work), "--features", str(c.work / "f.npy")), ("f.npy",)),
-    Case("prepare-missing-source", "flags", "a source path that does not exist",
-         lambda c: _prepare(c, f"edges:{c.work / 'absent.txt'}"), ("absent.txt", "does not exist")),
-    Case("prepare-bad-budget", "flags", "--memory-budget lots",
-         lambda c: c.cli("dataset", "prepare", f"edges:{c.work}/x", "--name", "good", "--out", str(c.root), "--overwrite",
-                         "--memory-budget", "lots"), ("lots",)),
-    Case("prepare-bad-option", "flags", "an edges-only option on an npz source",
-         lambda c: _prepare(c, f"npz:{_npz(c.work / 'g.npz')}", "--skip-rows", "2"), ("skip_rows", "npz")),
-    Case("prepare-bad-name", "flags", "a dataset name with a path in it",
-         lambda c: c.cli("dataset", "prepare", _edges(_EDGES)(c.work), "--name", "../escape", "--out", str(c.root)),
-         ("../escape",)),
+    Case(
+        "prepare-bitflip-npz", "files", "an npz archive with a flipped byte", _prepare_with(_flipped_npz), ("flip.npz",)
+    ),
+    Case(
+        "prepare-truncated-gzip",
+        "files",
+        "a gzipped edge list cut in half",
+        _prepare_with(_truncated_gzip),
+        ("cut.txt.gz", "truncated or corrupt gzip"),
+    ),
+    Case("prepare-truncated-pickle", "files", "a Planetoid pickle cut short", _truncated_pickle, ("ind.cora.tx",)),
+    Case("prepare-nan-features", "values", "a NaN in the features", _prepare_with(_nan_features), ("nan.npz", "NaN")),
+    Case(
+        "prepare-out-of-range-ids",
+        "values",
+        "edge ids past the node count",
+        _prepare_with(_out_of_range_ids),
+        ("ids.npz",),
+    ),
+    Case(
+        "prepare-label-over-bound",
+        "values",
+        "a label >= --num-classes",
+        _prepare_with(_labels({13: 9}), "--num-classes", "3"),
+        ("label 9 (node 13)", "--num-classes 3"),
+    ),
+    Case(
+        "prepare-negative-label", "values", "a label of -4", _prepare_with(_labels({17: -4})), ("label -4 (node 17)",)
+    ),
+    Case(
+        "prepare-snap-header",
+        "files",
+        "an edge list with a header line lacking '#'",
+        _prepare_with(_edges(_SNAP_HEADER)),
+        ("line 2", "FromNodeId", "--skip-rows 1"),
+    ),
+    Case(
+        "prepare-garbage-id",
+        "values",
+        "a non-integer id mid-file",
+        _prepare_with(_edges(_MID_GARBAGE)),
+        ("line 21", "'x9' is not an integer"),
+    ),
+    Case(
+        "prepare-bad-npy-features",
+        "files",
+        "a features .npy whose magic is damaged",
+        lambda c: _prepare(c, _bad_npy_features(c.work), "--features", str(c.work / "f.npy")),
+        ("f.npy",),
+    ),
+    Case(
+        "prepare-missing-source",
+        "flags",
+        "a source path that does not exist",
+        lambda c: _prepare(c, f"edges:{c.work / 'absent.txt'}"),
+        ("absent.txt", "does not exist"),
+    ),
+    Case(
+        "prepare-bad-budget",
+        "flags",
+        "--memory-budget lots",
+        lambda c: c.cli(
+            "dataset",
+            "prepare",
+            f"edges:{c.work}/x",
+            "--name",
+            "good",
+            "--out",
+            str(c.root),
+            "--overwrite",
+            "--memory-budget",
+            "lots",
+        ),
+        ("lots",),
+    ),
+    Case(
+        "prepare-bad-option",
+        "flags",
+        "an edges-only option on an npz source",
+        lambda c: _prepare(c, f"npz:{_npz(c.work / 'g.npz')}", "--skip-rows", "2"),
+        ("skip_rows", "npz"),
+    ),
+    Case(
+        "prepare-bad-name",
+        "flags",
+        "a dataset name with a path in it",
+        lambda c: c.cli("dataset", "prepare", _edges(_EDGES)(c.work), "--name", "../escape", "--out", str(c.root)),
+        ("../escape",),
+    ),
     # prepared datasets damaged after prepare: `inspect --verify` and the daemon's load both refuse, naming the file
-    Case("dataset-truncated-features", "files", "features.npy cut short",
-         _damaged(_in("features.npy", _truncate), "bad-cut"), ("features.npy",)),
-    Case("dataset-bitflip-features", "files", "a flipped bit in features.npy (same size)",
-         _damaged(_in("features.npy", _flip), "bad-feat"), ("features.npy",)),
-    Case("dataset-bitflip-structure", "files", "a flipped bit in row.npy (the CSC structure)",
-         _damaged(_in("row.npy", _flip), "bad-row"), ("row.npy",)),
-    Case("dataset-bitflip-colptr", "files", "a flipped bit in colptr.npy",
-         _damaged(_in("colptr.npy", lambda p: _flip(p, 0.9, 0x01)), "bad-colptr"), ("colptr.npy",)),
-    Case("dataset-npy-header", "files", "labels.npy with a damaged header",
-         _damaged(_in("labels.npy", _npy_header), "bad-header"), ("labels.npy",)),
-    Case("dataset-manifest-garbage", "files", "manifest.json that is not JSON",
-         _damaged(_in("manifest.json", lambda p: p.write_text("{not json")), "bad-manifest"), ("manifest.json",)),
+    Case(
+        "dataset-truncated-features",
+        "files",
+        "features.npy cut short",
+        _damaged(_in("features.npy", _truncate), "bad-cut"),
+        ("features.npy",),
+    ),
+    Case(
+        "dataset-bitflip-features",
+        "files",
+        "a flipped bit in features.npy (same size)",
+        _damaged(_in("features.npy", _flip), "bad-feat"),
+        ("features.npy",),
+    ),
+    Case(
+        "dataset-bitflip-structure",
+        "files",
+        "a flipped bit in row.npy (the CSC structure)",
+        _damaged(_in("row.npy", _flip), "bad-row"),
+        ("row.npy",),
+    ),
+    Case(
+        "dataset-bitflip-colptr",
+        "files",
+        "a flipped bit in colptr.npy",
+        _damaged(_in("colptr.npy", lambda p: _flip(p, 0.9, 0x01)), "bad-colptr"),
+        ("colptr.npy",),
+    ),
+    Case(
+        "dataset-npy-header",
+        "files",
+        "labels.npy with a damaged header",
+        _damaged(_in("labels.npy", _npy_header), "bad-header"),
+        ("labels.npy",),
+    ),
+    Case(
+        "dataset-manifest-garbage",
+        "files",
+        "manifest.json that is not JSON",
+        _damaged(_in("manifest.json", lambda p: p.write_text("{not json")), "bad-manifest"),
+        ("manifest.json",),
+    ),
     # job specs: refused at submit, nothing created
-    Case("spec-bool-epochs", "specs", "YAML `epochs: true`", _submit(spec="dataset: good\nepochs: true\n"), ("epochs",)),
-    Case("spec-unknown-key", "specs", "a YAML key no JobSpec has", _submit(spec="dataset: good\nepoch: 3\n"), ("epoch",)),
+    Case(
+        "spec-bool-epochs", "specs", "YAML `epochs: true`", _submit(spec="dataset: good\nepochs: true\n"), ("epochs",)
+    ),
+    Case(
+        "spec-unknown-key", "specs", "a YAML key no JobSpec has", _submit(spec="dataset: good\nepoch: 3\n"), ("epoch",)
+    ),
     Case("spec-yaml-syntax", "specs", "YAML that does not parse", _submit(spec="dataset: [good\n"), ("job.yaml",)),
-    Case("spec-not-a-mapping", "specs", "a YAML list instead of a mapping", _submit(spec="- good\n- 3\n"), ("job.yaml",)),
+    Case(
+        "spec-not-a-mapping", "specs", "a YAML list instead of a mapping", _submit(spec="- good\n- 3\n"), ("job.yaml",)
+    ),
     Case("spec-bad-fanout", "specs", "--fanout abc", _submit("--dataset", "good", "--fanout", "abc"), ("abc",)),
-    Case("spec-zero-batch", "specs", "--batch-size 0", _submit("--dataset", "good", "--batch-size", "0"), ("batch_size",)),
+    Case(
+        "spec-zero-batch", "specs", "--batch-size 0", _submit("--dataset", "good", "--batch-size", "0"), ("batch_size",)
+    ),
     Case("spec-negative-epochs", "specs", "--epochs -1", _submit("--dataset", "good", "--epochs", "-1"), ("epochs",)),
-    Case("spec-unknown-dataset", "specs", "a dataset that was never prepared", _submit("--dataset", "nosuch"), ("nosuch",)),
-    Case("spec-bad-nonfinite", "specs", "--on-nonfinite ignore", _submit("--dataset", "good", "--on-nonfinite", "ignore"),
-         ("on_nonfinite", "ignore")),
-    Case("spec-bool-nonfinite", "specs", "YAML `on_nonfinite: true`", _submit(spec="dataset: good\non_nonfinite: true\n"),
-         ("on_nonfinite",)),
-    Case("spec-missing-file", "specs", "--spec naming no file",
-         lambda c: _submit("--spec", str(c.work / "absent.yaml"))(c), ("absent.yaml",)),
-    Case("daemon-config-not-mapping", "specs", "graphtierd --config with a YAML list", _daemon_config("- 1\n- 2\n"),
-         ("graphtierd.yaml",)),
-    Case("daemon-config-bad-value", "specs", "graphtierd --config with max_running_jobs: lots",
-         _daemon_config("max_running_jobs: lots\n"), ("max_running_jobs",)),
-    Covered("daemon-bad-flags", "flags", "graphtierd flags that cannot work (--shm-budget 101%, --idle-unload nan, ...)",
-            "tests/service/daemon/test_daemon_tcp_security.py::test_daemon_settings_that_cannot_work_are_refused_with_one_clear_line"),
+    Case(
+        "spec-unknown-dataset",
+        "specs",
+        "a dataset that was never prepared",
+        _submit("--dataset", "nosuch"),
+        ("nosuch",),
+    ),
+    Case(
+        "spec-bad-nonfinite",
+        "specs",
+        "--on-nonfinite ignore",
+        _submit("--dataset", "good", "--on-nonfinite", "ignore"),
+        ("on_nonfinite", "ignore"),
+    ),
+    Case(
+        "spec-bool-nonfinite",
+        "specs",
+        "YAML `on_nonfinite: true`",
+        _submit(spec="dataset: good\non_nonfinite: true\n"),
+        ("on_nonfinite",),
+    ),
+    Case(
+        "spec-missing-file",
+        "specs",
+        "--spec naming no file",
+        lambda c: _submit("--spec", str(c.work / "absent.yaml"))(c),
+        ("absent.yaml",),
+    ),
+    Case(
+        "daemon-config-not-mapping",
+        "specs",
+        "graphtierd --config with a YAML list",
+        _daemon_config("- 1\n- 2\n"),
+        ("graphtierd.yaml",),
+    ),
+    Case(
+        "daemon-config-bad-value",
+        "specs",
+        "graphtierd --config with max_running_jobs: lots",
+        _daemon_config("max_running_jobs: lots\n"),
+        ("max_running_jobs",),
+    ),
+    Covered(
+        "daemon-bad-flags",
+        "flags",
+        "graphtierd flags that cannot work (--shm-budget 101%, --idle-unload nan, ...)",
+        "tests/service/daemon/test_daemon_tcp_security.py::test_daemon_settings_that_cannot_work_are_refused_with_one_clear_line",
+    ),
     # fuzzed gRPC and HTTP against the corpus daemon: refused with a status naming the cause, daemon still serving
-    Case("grpc-random-bytes", "fuzz", "random bytes to every RPC", _fuzz("random"), ("is not a valid graphtier.v1",),
-         expect_exit=None),
-    Case("grpc-oversized", "fuzz", "a 6 MiB message to every RPC", _fuzz("oversized"), ("larger than max",),
-         expect_exit=None),
-    Case("grpc-wrong-types", "fuzz", "every field with the wrong wire type, to every RPC", _fuzz("wrong-typed"),
-         ("INVALID_ARGUMENT",), expect_exit=None),
-    Case("grpc-huge-strings", "fuzz", "3 MiB in every string field of every RPC", _fuzz("huge"), ("INVALID_ARGUMENT",),
-         expect_exit=None),
+    Case(
+        "grpc-random-bytes",
+        "fuzz",
+        "random bytes to every RPC",
+        _fuzz("random"),
+        ("is not a valid graphtier.v1",),
+        expect_exit=None,
+    ),
+    Case(
+        "grpc-oversized",
+        "fuzz",
+        "a 6 MiB message to every RPC",
+        _fuzz("oversized"),
+        ("larger than max",),
+        expect_exit=None,
+    ),
+    Case(
+        "grpc-wrong-types",
+        "fuzz",
+        "every field with the wrong wire type, to every RPC",
+        _fuzz("wrong-typed"),
+        ("INVALID_ARGUMENT",),
+        expect_exit=None,
+    ),
+    Case(
+        "grpc-huge-strings",
+        "fuzz",
+        "3 MiB in every string field of every RPC",
+        _fuzz("huge"),
+        ("INVALID_ARGUMENT",),
+        expect_exit=None,
+    ),
     Case("http-random-paths", "fuzz", "45 random and hostile paths", _http("paths"), ("404",), expect_exit=None),
-    Case("http-huge-queries", "fuzz", "1 MiB and 20,000-parameter query strings", _http("queries"), (),
-         expect_exit=None),
+    Case(
+        "http-huge-queries", "fuzz", "1 MiB and 20,000-parameter query strings", _http("queries"), (), expect_exit=None
+    ),
     # processes: each needs a job running or a daemon to kill, set up by the test that covers it
-    Covered("kill9-daemon-mid-job", "processes", "kill -9 of the daemon while a job runs: its processes go, "
-            "segments reclaimed", "tests/service/daemon/test_daemon_lifecycle.py::test_kill9_of_the_daemon_mid_job_takes_its_processes_down"),
-    Covered("kill9-daemon-idle", "processes", "kill -9 of an idle daemon, then a new one recovers the socket and segments",
-            "tests/service/daemon/test_daemon_lifecycle.py::test_ready_refuse_attach_kill9_recover_sigterm"),
-    Covered("kill9-daemon-job-history", "processes", "kill -9 of the daemon: its running job is failed naming it at "
-            "the next start", "tests/service/daemon/jobs/test_daemon_job_history.py::test_history_survives_restart_and_kill9_and_ids_are_not_reused"),
-    Covered("kill9-producer", "processes", "kill -9 of a producer mid-job: the job fails naming pid and signal",
-            "tests/service/daemon/jobs/test_daemon_jobs_e2e.py::test_cancel_and_killed_producer_on_one_shared_dataset"),
-    Covered("kill9-rank", "processes", "kill -9 of a trainer rank: torchrun restarts it and it resumes",
-            "tests/service/daemon/jobs/test_daemon_jobs_e2e.py::test_a_killed_rank_is_restarted_by_torchrun_and_resumes"),
-    Covered("kill9-prepare", "processes", "kill -9 of `dataset prepare` mid-write: nothing under the name, "
-            "reclaimed by the next writer", "tests/service/prepared/test_prepare.py::test_crash_while_writing_is_reclaimed_by_the_next_writer"),
-    Case("sigstop-rank", "processes", "SIGSTOP of a trainer rank mid-job: the job fails within the stall timeout, "
-         "naming the rank", _sigstop_rank, ("rank 1", "stopped"), expect_exit=None, slow=True),
-    Covered("sigstop-producer", "processes", "SIGSTOP of a producer: the job fails within the stall timeout naming it",
-            "tests/service/daemon/jobs/test_daemon_jobs_e2e.py::test_a_stalled_producer_fails_its_job_naming_it"),
-    Covered("kill9-consumer", "processes", "kill -9 of a channel's consumer: the producer exits cleanly, segments go",
-            "tests/service/pipeline/test_pipeline_faults.py::test_a_killed_consumer_makes_the_producer_exit_cleanly"),
-    Covered("nan-features-consistent", "values", "NaN features with matching checksums: the job fails naming rank "
-            "and step", "tests/service/daemon/jobs/test_daemon_nonfinite.py::test_nan_features_fail_the_job_naming_rank_and_step"),
-    Covered("forged-channel", "access", "a forged OpenChannel/ReportProgress from a non-job process is refused",
-            "tests/service/daemon/jobs/test_daemon_channel_security.py::test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled"),
-    Covered("tcp-without-token", "access", "TCP calls without TLS or the token are refused",
-            "tests/service/daemon/test_daemon_tcp_security.py::test_tcp_needs_tls_and_the_token"),
-    Covered("huge-strings-log", "fuzz", "16 refused calls with 3 MB strings keep daemon.log small",
-            "tests/service/daemon/test_daemon_long_inputs.py::test_refused_calls_with_huge_strings_do_not_grow_the_log"),
-    Covered("full-disk-prepare", "files", "prepare onto a full disk: one line, nothing left",
-            "tests/launcher/cli/test_cli_prepare_errors.py::test_a_full_disk_is_one_line_and_leaves_nothing"),
+    Covered(
+        "kill9-daemon-mid-job",
+        "processes",
+        "kill -9 of the daemon while a job runs: its processes go, segments reclaimed",
+        "tests/service/daemon/test_daemon_lifecycle.py::test_kill9_of_the_daemon_mid_job_takes_its_processes_down",
+    ),
+    Covered(
+        "kill9-daemon-idle",
+        "processes",
+        "kill -9 of an idle daemon, then a new one recovers the socket and segments",
+        "tests/service/daemon/test_daemon_lifecycle.py::test_ready_refuse_attach_kill9_recover_sigterm",
+    ),
+    Covered(
+        "kill9-daemon-job-history",
+        "processes",
+        "kill -9 of the daemon: its running job is failed naming it at the next start",
+        "tests/service/daemon/jobs/test_daemon_job_history.py::test_history_survives_restart_and_kill9_and_ids_are_not_reused",
+    ),
+    Covered(
+        "kill9-producer",
+        "processes",
+        "kill -9 of a producer mid-job: the job fails naming pid and signal",
+        "tests/service/daemon/jobs/test_daemon_jobs_e2e.py::test_cancel_and_killed_producer_on_one_shared_dataset",
+    ),
+    Covered(
+        "kill9-rank",
+        "processes",
+        "kill -9 of a trainer rank: torchrun restarts it and it resumes",
+        "tests/service/daemon/jobs/test_daemon_jobs_e2e.py::test_a_killed_rank_is_restarted_by_torchrun_and_resumes",
+    ),
+    Covered(
+        "kill9-prepare",
+        "processes",
+        "kill -9 of `dataset prepare` mid-write: nothing under the name, reclaimed by the next writer",
+        "tests/service/prepared/test_prepare.py::test_crash_while_writing_is_reclaimed_by_the_next_writer",
+    ),
+    Case(
+        "sigstop-rank",
+        "processes",
+        "SIGSTOP of a trainer rank mid-job: the job fails within the stall timeout, naming the rank",
+        _sigstop_rank,
+        ("rank 1", "stopped"),
+        expect_exit=None,
+        slow=True,
+    ),
+    Covered(
+        "sigstop-producer",
+        "processes",
+        "SIGSTOP of a producer: the job fails within the stall timeout naming it",
+        "tests/service/daemon/jobs/test_daemon_jobs_e2e.py::test_a_stalled_producer_fails_its_job_naming_it",
+    ),
+    Covered(
+        "kill9-consumer",
+        "processes",
+        "kill -9 of a channel's consumer: the producer exits cleanly, segments go",
+        "tests/service/pipeline/test_pipeline_faults.py::test_a_killed_consumer_makes_the_producer_exit_cleanly",
+    ),
+    Covered(
+        "nan-features-consistent",
+        "values",
+        "NaN features with matching checksums: the job fails naming rank and step",
+        "tests/service/daemon/jobs/test_daemon_nonfinite.py::test_nan_features_fail_the_job_naming_rank_and_step",
+    ),
+    Covered(
+        "forged-channel",
+        "access",
+        "a forged OpenChannel/ReportProgress from a non-job process is refused",
+        "tests/service/daemon/jobs/test_daemon_channel_security.py::test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled",
+    ),
+    Covered(
+        "tcp-without-token",
+        "access",
+        "TCP calls without TLS or the token are refused",
+        "tests/service/daemon/test_daemon_tcp_security.py::test_tcp_needs_tls_and_the_token",
+    ),
+    Covered(
+        "huge-strings-log",
+        "fuzz",
+        "16 refused calls with 3 MB strings keep daemon.log small",
+        "tests/service/daemon/test_daemon_long_inputs.py::test_refused_calls_with_huge_strings_do_not_grow_the_log",
+    ),
+    Covered(
+        "full-disk-prepare",
+        "files",
+        "prepare onto a full disk: one line, nothing left",
+        "tests/launcher/cli/test_cli_prepare_errors.py::test_a_full_disk_is_one_line_and_leaves_nothing",
+    ),
 ]
 
 

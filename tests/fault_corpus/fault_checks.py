@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 NAMESPACE_VAR = "GRAPHTIER_SHM_NAMESPACE"
-VERDICTS: dict[str, "Verdict"] = {}  # case id -> verdict, for the summary at the end of the run
+VERDICTS: dict[str, Verdict] = {}  # case id -> verdict, for the summary at the end of the run
 COVERED_OUTCOMES: dict[str, str] = {}  # node id -> passed / failed / skipped, for the Covered rows
 
 
@@ -43,7 +43,9 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not (self.silent_success or self.unnamed or self.traceback or self.data_lost or self.leaks or self.problems)
+        return not (
+            self.silent_success or self.unnamed or self.traceback or self.data_lost or self.leaks or self.problems
+        )
 
 
 def _environ_has(pid: int, marker: bytes) -> bool:
@@ -100,7 +102,7 @@ class Snapshot:
     daemon_pids: tuple[int, ...]
 
     @classmethod
-    def take(cls, root: Path, daemon_pids: tuple[int, ...]) -> "Snapshot":
+    def take(cls, root: Path, daemon_pids: tuple[int, ...]) -> Snapshot:
         return cls(run_segments(), run_processes(daemon_pids), set(os.listdir(root)), daemon_pids)
 
     def leaks(self, root: Path, settle_s: float = 5.0) -> list[str]:
@@ -114,8 +116,9 @@ class Snapshot:
         found = [f"segment {s}" for s in sorted(run_segments() - self.segments)]
         found += [f"process {p} ({_cmdline(p)})" for p in sorted(processes)]
         # A .tmp-* or .trash-* entry in the dataset root is something half-written.
-        found += [f"dataset root entry {e}" for e in sorted(set(os.listdir(root)) - self.root_entries)
-                  if e.startswith(".")]  # fmt: skip
+        found += [
+            f"dataset root entry {e}" for e in sorted(set(os.listdir(root)) - self.root_entries) if e.startswith(".")
+        ]
         return found
 
 
@@ -138,8 +141,9 @@ def dataset_verifies(root: Path, name: str) -> str | None:
     return None
 
 
-def judge(case: str, outcome: Outcome, names: tuple[str, ...], *, expect_exit: int | None, lost: str | None,
-          leaks: list[str]) -> Verdict:  # fmt: skip
+def judge(
+    case: str, outcome: Outcome, names: tuple[str, ...], *, expect_exit: int | None, lost: str | None, leaks: list[str]
+) -> Verdict:
     """The row's verdict from its outcome and the machine's state after it."""
     verdict = Verdict(case)
     verdict.silent_success = not outcome.refused

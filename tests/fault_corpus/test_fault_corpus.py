@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from fault_cases import CASES, Case, Covered
 from fault_checks import VERDICTS, Snapshot, dataset_verifies, judge
 
@@ -23,11 +22,19 @@ def test_case(row: Case, corpus, tmp_path):
     corpus.work = tmp_path
     before = Snapshot.take(corpus.root, (corpus.daemon.pid,))
     outcome = row.run(corpus)
-    verdict = judge(row.id, outcome, row.names, expect_exit=row.expect_exit,
-                    lost=dataset_verifies(corpus.root, "good"), leaks=before.leaks(corpus.root))  # fmt: skip
+    verdict = judge(
+        row.id,
+        outcome,
+        row.names,
+        expect_exit=row.expect_exit,
+        lost=dataset_verifies(corpus.root, "good"),
+        leaks=before.leaks(corpus.root),
+    )
     VERDICTS[row.id] = verdict
-    assert verdict.ok, (f"{row.id} ({row.what}): {verdict}\n--- output ---\n{outcome.output[-3000:]}\n"
-                        f"--- log ---\n{outcome.log[-3000:]}")
+    assert verdict.ok, (
+        f"{row.id} ({row.what}): {verdict}\n--- output ---\n{outcome.output[-3000:]}\n"
+        f"--- log ---\n{outcome.log[-3000:]}"
+    )
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in CASES if isinstance(r, Covered)])

@@ -5,10 +5,9 @@ job's feature rows fetched from the node that owns them: features.proto)."""
 from __future__ import annotations
 
 from google.protobuf import descriptor_pb2
+from test_proto_contract import undocumented  # tests/proto is on sys.path (rootdir conftest mode)
 
 from graphtier.v1 import cluster_pb2, jobs_pb2
-
-from test_proto_contract import undocumented  # tests/proto is on sys.path (rootdir conftest mode)
 
 CLUSTER_FILE = "graphtier/v1/cluster.proto"
 BYTES_FIELDS = {"FileData.chunk", "FetchRowsResponse.data"}
@@ -28,14 +27,23 @@ def test_only_dataset_file_bytes_travel_by_value(contract_descriptors):
         while stack:
             msg = stack.pop()
             stack.extend(msg.nested_type)
-            found |= {f"{msg.name}.{f.name}" for f in msg.field if f.type == descriptor_pb2.FieldDescriptorProto.TYPE_BYTES}
+            found |= {
+                f"{msg.name}.{f.name}" for f in msg.field if f.type == descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+            }
     assert found == BYTES_FIELDS
 
 
 def test_cluster_service_methods():
     service = cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"]
-    assert {m.name for m in service.methods} == {"GetNode", "GetCluster", "StartJobPart", "ReceiveDataset", "PushDataset",
-                                                   "JoinCluster", "AdmitPeer"}
+    assert {m.name for m in service.methods} == {
+        "GetNode",
+        "GetCluster",
+        "StartJobPart",
+        "ReceiveDataset",
+        "PushDataset",
+        "JoinCluster",
+        "AdmitPeer",
+    }
     receive = service.methods_by_name["ReceiveDataset"]
     assert receive.client_streaming and not receive.server_streaming
     job = jobs_pb2.Job(placement=jobs_pb2.JobPlacement(nnodes=2, node_rank=1), nodes=[jobs_pb2.JobNode(node="b")])

@@ -50,9 +50,7 @@ def undocumented(files: descriptor_pb2.FileDescriptorSet, names: set[str]) -> li
     for file in files.file:
         if file.name not in names:
             continue
-        comments = {
-            tuple(loc.path): loc.leading_comments.strip() for loc in file.source_code_info.location
-        }
+        comments = {tuple(loc.path): loc.leading_comments.strip() for loc in file.source_code_info.location}
 
         def need(path: tuple[int, ...], full_name: str, comments: dict[tuple[int, ...], str] = comments) -> None:
             if not comments.get(path):
@@ -127,9 +125,14 @@ def test_services_and_methods_are_the_agreed_ones():
     stream = jobs_pb2.DESCRIPTOR.services_by_name["JobService"].methods_by_name["StreamJobEvents"]
     assert stream.server_streaming and not stream.client_streaming
     assert [v.name for v in jobs_pb2.JobState.DESCRIPTOR.values] == [
-        "JOB_STATE_UNSPECIFIED", "JOB_STATE_PENDING", "JOB_STATE_STARTING", "JOB_STATE_RUNNING",
-        "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
-    ]  # fmt: skip
+        "JOB_STATE_UNSPECIFIED",
+        "JOB_STATE_PENDING",
+        "JOB_STATE_STARTING",
+        "JOB_STATE_RUNNING",
+        "JOB_STATE_SUCCEEDED",
+        "JOB_STATE_FAILED",
+        "JOB_STATE_CANCELLED",
+    ]
 
 
 def test_tensors_never_travel_in_messages(contract_descriptors):
@@ -183,8 +186,10 @@ def test_domain_job_spec_survives_the_wire_and_unset_fields_take_defaults():
     assert (bare.device, bare.weight_decay, bare.dropout) == ("cpu", 0.0, 0.5)
 
 
-@pytest.mark.parametrize(("device", "sampler", "recorded"), [("cuda", "gpu", "gpu"), ("cuda", "auto", "auto"),
-                                                             ("cpu", "auto", "cpu"), ("cpu", "cpu", "cpu")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("device", "sampler", "recorded"),
+    [("cuda", "gpu", "gpu"), ("cuda", "auto", "auto"), ("cpu", "auto", "cpu"), ("cpu", "cpu", "cpu")],
+)
 def test_the_sampler_survives_the_wire_and_a_cpu_jobs_auto_is_cpu(device, sampler, recorded):
     from graphtier.contract.jobs.conversions import spec_from_proto, spec_to_proto
     from graphtier.contract.jobs.spec import JobSpec
@@ -200,7 +205,9 @@ def test_a_gpu_sampler_on_a_cpu_job_is_refused_naming_both():
     from graphtier.contract.errors import InvalidRequestError
     from graphtier.contract.jobs.spec import JobSpec
 
-    with pytest.raises(InvalidRequestError, match="sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu"):
+    with pytest.raises(
+        InvalidRequestError, match="sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu"
+    ):
         JobSpec.build({"dataset": "d", "sampler": "gpu"})
     with pytest.raises(InvalidRequestError, match="sampler: Input should be 'cpu', 'gpu' or 'auto'"):
         JobSpec.build({"dataset": "d", "sampler": "tpu"})
@@ -292,13 +299,15 @@ class _Jobs(jobs_pb2_grpc.JobServiceServicer):
         states = [jobs_pb2.JOB_STATE_PENDING, jobs_pb2.JOB_STATE_STARTING, jobs_pb2.JOB_STATE_RUNNING]
         for seq, (before, after) in enumerate(zip(states, states[1:], strict=False)):
             yield jobs_pb2.JobEvent(
-                sequence=seq, job_id=request.job_id,
+                sequence=seq,
+                job_id=request.job_id,
                 state_change=jobs_pb2.JobStateChange(previous=before, current=after),
-            )  # fmt: skip
+            )
         yield jobs_pb2.JobEvent(
-            sequence=2, job_id=request.job_id,
+            sequence=2,
+            job_id=request.job_id,
             progress=jobs_pb2.JobProgress(global_step=5, loss=1.25),
-        )  # fmt: skip
+        )
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ from graphtier.service.sampling import Block
 def check_blocks(blocks: Sequence[Block], x: Tensor, num_layers: int) -> None:
     """Raise GraphtierError unless `blocks` chain into each other and `x` feeds the first."""
     if len(blocks) != num_layers:
-        raise GraphtierError(f"the model has {num_layers} layers but got {len(blocks)} blocks; sample with {num_layers} fanouts")
+        raise GraphtierError(
+            f"the model has {num_layers} layers but got {len(blocks)} blocks; sample with {num_layers} fanouts"
+        )
     if x.dim() != 2 or x.shape[0] != blocks[0].num_src:
         raise GraphtierError(f"x must be [num_src={blocks[0].num_src}, F] for the first block, got {tuple(x.shape)}")
     for layer in range(1, num_layers):

@@ -6,10 +6,10 @@ from typing import Literal, get_args
 
 from torch import nn
 
+from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.models.gat import GAT
 from graphtier.launcher.runtime.models.gcn import GCN
 from graphtier.launcher.runtime.models.sage import GraphSAGE
-from graphtier.contract.errors import GraphtierError
 
 ModelName = Literal["sage", "gcn", "gat"]
 MODEL_NAMES: tuple[str, ...] = get_args(ModelName)

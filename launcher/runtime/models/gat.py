@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.models.base import BlockGNN, dims
 from graphtier.launcher.runtime.models.block_ops import attention_sum, destination_index, segment_softmax
-from graphtier.contract.errors import GraphtierError
 from graphtier.service.sampling import Block
 
 
@@ -22,7 +22,14 @@ class GATConv(nn.Module):
     """One attention layer: [num_src, in] -> [num_dst, heads * out] (concat) or [num_dst, out] (mean)."""
 
     def __init__(
-        self, in_dim: int, out_dim: int, *, heads: int, concat: bool, attn_dropout: float = 0.0, negative_slope: float = 0.2
+        self,
+        in_dim: int,
+        out_dim: int,
+        *,
+        heads: int,
+        concat: bool,
+        attn_dropout: float = 0.0,
+        negative_slope: float = 0.2,
     ) -> None:
         super().__init__()
         self.heads, self.out_dim, self.concat = heads, out_dim, concat
@@ -64,7 +71,5 @@ class GAT(BlockGNN):
         convs = []
         for layer, (i, o) in enumerate(dims(in_dim, hidden, out_dim, num_layers)):
             last = layer == num_layers - 1
-            convs.append(
-                GATConv(i, o if last else o // heads, heads=heads, concat=not last, attn_dropout=dropout)
-            )
+            convs.append(GATConv(i, o if last else o // heads, heads=heads, concat=not last, attn_dropout=dropout))
         super().__init__(convs, dropout=dropout, activation=F.elu)

@@ -35,4 +35,6 @@ class GraphSAGE(BlockGNN):
     """`num_layers` SAGEConv layers with ReLU and dropout between them."""
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int, *, dropout: float = 0.5) -> None:
-        super().__init__([SAGEConv(i, o) for i, o in dims(in_dim, hidden, out_dim, num_layers)], dropout=dropout, activation=F.relu)
+        super().__init__(
+            [SAGEConv(i, o) for i, o in dims(in_dim, hidden, out_dim, num_layers)], dropout=dropout, activation=F.relu
+        )

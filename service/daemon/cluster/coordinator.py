@@ -21,10 +21,10 @@ from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownD
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.membership import Cluster
-from graphtier.service.prepared.digests import dataset_version
 from graphtier.service.daemon.cluster.part_watch import CoordinatedParts, MemberPart, PartHooks
 from graphtier.service.daemon.cluster.peer_client import PeerError
 from graphtier.service.daemon.cluster.settings import format_address, parse_peer
+from graphtier.service.prepared.digests import dataset_version
 
 log = logging.getLogger("graphtierd")
 
@@ -51,22 +51,29 @@ def check_dataset_versions(dataset: str, nodes: list[NodeInfo]) -> str:
     for node in nodes[1:]:
         theirs = node.dataset(dataset)
         if theirs is None:
-            raise DaemonError(f"node {node.describe()} has no prepared dataset {dataset!r}: send it there with "
-                              f"`graphtier dataset push {dataset} --to {node.name}`")  # fmt: skip
+            raise DaemonError(
+                f"node {node.describe()} has no prepared dataset {dataset!r}: send it there with "
+                f"`graphtier dataset push {dataset} --to {node.name}`"
+            )
         if theirs.version != mine.version:
             raise DaemonError(
                 f"node {node.describe()} has dataset {dataset!r} version {theirs.version[:16]} (manifest sha256), "
                 f"this node {me.describe()} version {mine.version[:16]}: a multi-node job trains on one version; "
                 f"`graphtier dataset push {dataset} --to {node.name} --replace` sends this node's"
-            )  # fmt: skip
+            )
     return mine.version
 
 
 class JobCoordinator:
     """Starts multi-node jobs from this daemon and the parts peers ask it to run."""
 
-    def __init__(self, cluster: Cluster, submit_part: SubmitPart, cancel_local: CancelLocal,
-                 dataset_root: Callable[[str], object]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cluster: Cluster,
+        submit_part: SubmitPart,
+        cancel_local: CancelLocal,
+        dataset_root: Callable[[str], object],
+    ) -> None:
         self.cluster = cluster
         self._submit_part, self._cancel_local = submit_part, cancel_local
         self._dataset_dir = dataset_root
@@ -88,11 +95,17 @@ class JobCoordinator:
 
         def placement(node_rank: int, coordinator_job_id: str) -> JobPlacementInfo:
             return JobPlacementInfo(
-                nnodes=len(nodes), node_rank=node_rank, rdzv_endpoint=rdzv, rdzv_id=rdzv_id,
-                coordinator=self.cluster.address, coordinator_job_id=coordinator_job_id,
-                local_addr=parse_peer(nodes[node_rank].address)[0], dataset_version=version, peer_timeout_s=timeout_s,
+                nnodes=len(nodes),
+                node_rank=node_rank,
+                rdzv_endpoint=rdzv,
+                rdzv_id=rdzv_id,
+                coordinator=self.cluster.address,
+                coordinator_job_id=coordinator_job_id,
+                local_addr=parse_peer(nodes[node_rank].address)[0],
+                dataset_version=version,
+                peer_timeout_s=timeout_s,
                 node_addresses=[n.address for n in nodes],
-            )  # fmt: skip
+            )
 
         parts: list[CoordinatedParts] = []
 
@@ -111,20 +124,28 @@ class JobCoordinator:
                 self._cancel_local(local.job_id, reason)  # its finish hook cancels the parts started so far
                 raise DaemonError(f"multi-node job refused: {reason}") from None
             watch.add(node_rank, node.name, peer, part.job_id)
-            log.info("job %s: node %s (rank %d) runs its part as job %s there", local.job_id, node.describe(),
-                     node_rank, part.job_id)  # fmt: skip
+            log.info(
+                "job %s: node %s (rank %d) runs its part as job %s there",
+                local.job_id,
+                node.describe(),
+                node_rank,
+                part.job_id,
+            )
         return local
 
     def start_part(self, spec: JobSpec, placement: JobPlacementInfo) -> JobInfo:
         """This node's part of a job another daemon coordinates."""
         if placement.node_rank == 0 or placement.node_rank >= placement.nnodes:
-            raise InvalidRequestError(f"node rank {placement.node_rank} is not a member's rank in a job of "
-                                      f"{placement.nnodes} nodes")  # fmt: skip
+            raise InvalidRequestError(
+                f"node rank {placement.node_rank} is not a member's rank in a job of {placement.nnodes} nodes"
+            )
         version = dataset_version(self._dataset_dir(spec.dataset))  # type: ignore[arg-type]
         if version is None:
             raise UnknownDatasetError(f"node {self.cluster.name} has no prepared dataset {spec.dataset!r}")
         if placement.dataset_version and version != placement.dataset_version:
-            raise DaemonError(f"node {self.cluster.name} has dataset {spec.dataset!r} version {version[:16]}, the job "
-                              f"trains on version {placement.dataset_version[:16]}")  # fmt: skip
+            raise DaemonError(
+                f"node {self.cluster.name} has dataset {spec.dataset!r} version {version[:16]}, the job "
+                f"trains on version {placement.dataset_version[:16]}"
+            )
         coordinator = self.cluster.client(placement.coordinator)
         return self._submit_part(spec, lambda job_id: MemberPart(placement, coordinator, placement.peer_timeout_s))

@@ -29,10 +29,10 @@ from graphtier.contract.errors import (
     PreparedDatasetError,
     UnknownDatasetError,
 )
-from graphtier.service.prepared.digests import dataset_version
-from graphtier.service.prepared.manifest import MANIFEST_FILE
 from graphtier.service.daemon.cluster.peer_client import PeerClient
 from graphtier.service.prepared.catalog import read_manifest, reclaim_stale_temporaries, validate_name
+from graphtier.service.prepared.digests import dataset_version
+from graphtier.service.prepared.manifest import MANIFEST_FILE
 from graphtier.v1 import cluster_pb2
 
 CHUNK_BYTES = 1 << 20
@@ -56,10 +56,15 @@ def dataset_files(directory: Path) -> tuple[str, list[cluster_pb2.DatasetFile]]:
     version = dataset_version(directory)
     if version is None:
         raise UnknownDatasetError(f"{directory}: no readable manifest")
-    files = [cluster_pb2.DatasetFile(name=info.file, size_bytes=(directory / info.file).stat().st_size,
-                                     sha256=info.sha256) for info in manifest.arrays.values()]  # fmt: skip
-    files.append(cluster_pb2.DatasetFile(name=MANIFEST_FILE, size_bytes=(directory / MANIFEST_FILE).stat().st_size,
-                                         sha256=version))  # fmt: skip
+    files = [
+        cluster_pb2.DatasetFile(name=info.file, size_bytes=(directory / info.file).stat().st_size, sha256=info.sha256)
+        for info in manifest.arrays.values()
+    ]
+    files.append(
+        cluster_pb2.DatasetFile(
+            name=MANIFEST_FILE, size_bytes=(directory / MANIFEST_FILE).stat().st_size, sha256=version
+        )
+    )
     return version, files
 
 
@@ -84,23 +89,35 @@ def send_dataset(root: Path, name: str, peer: PeerClient, *, replace: bool) -> P
     if theirs is not None and theirs.version == version:
         return PushResult(node=node.name, name=name, version=version, bytes=0, seconds=0.0, unchanged=True)
     if theirs is not None and not replace:
-        raise DaemonError(f"node {peer.where} already has dataset {name!r} at another version ({theirs.version[:16]}, "
-                          f"this node's {version[:16]}); pass --replace to overwrite it")  # fmt: skip
+        raise DaemonError(
+            f"node {peer.where} already has dataset {name!r} at another version ({theirs.version[:16]}, "
+            f"this node's {version[:16]}); pass --replace to overwrite it"
+        )
     header = cluster_pb2.DatasetHeader(name=name, version=version, files=files, replace=replace)
     started = time.perf_counter()
     reply = peer.receive_dataset(_chunks(directory, header))
-    return PushResult(node=node.name, name=reply.name, version=reply.version, bytes=total,
-                      seconds=time.perf_counter() - started, unchanged=reply.unchanged)  # fmt: skip
+    return PushResult(
+        node=node.name,
+        name=reply.name,
+        version=reply.version,
+        bytes=total,
+        seconds=time.perf_counter() - started,
+        unchanged=reply.unchanged,
+    )
 
 
 def _check_header(header: cluster_pb2.DatasetHeader) -> None:
     validate_name(header.name)
     names = [f.name for f in header.files]
     if MANIFEST_FILE not in names or len(set(names)) != len(names):
-        raise InvalidRequestError(f"dataset stream {header.name!r}: the files must be distinct and include {MANIFEST_FILE}")
+        raise InvalidRequestError(
+            f"dataset stream {header.name!r}: the files must be distinct and include {MANIFEST_FILE}"
+        )
     for file in header.files:
         if not file.name or "/" in file.name or file.name.startswith(".") or len(file.name) > 255:
-            raise InvalidRequestError(f"dataset stream {header.name!r}: file name {file.name[:100]!r} is not a plain name")
+            raise InvalidRequestError(
+                f"dataset stream {header.name!r}: file name {file.name[:100]!r} is not a plain name"
+            )
         if len(file.sha256) != 64:
             raise InvalidRequestError(f"dataset stream {header.name!r}: file {file.name!r} has no sha256")
 
@@ -120,8 +137,10 @@ class DatasetReceiver:
         final = self.root / header.name
         existing = dataset_version(final)
         if existing is not None and existing != header.version and not header.replace:
-            raise DaemonError(f"dataset {header.name!r} exists here at another version ({existing[:16]}); the sender "
-                              "must pass replace to overwrite it")  # fmt: skip
+            raise DaemonError(
+                f"dataset {header.name!r} exists here at another version ({existing[:16]}); the sender "
+                "must pass replace to overwrite it"
+            )
         total = sum(f.size_bytes for f in header.files)
         self.root.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.root).free
@@ -134,8 +153,9 @@ class DatasetReceiver:
             self._write_files(header, chunks, tmp)
             self._check_manifest(header, tmp)
             if existing == header.version:  # checked, and already here: keep what jobs may be reading
-                return cluster_pb2.ReceiveDatasetResponse(name=header.name, version=header.version, bytes=total,
-                                                          unchanged=True)  # fmt: skip
+                return cluster_pb2.ReceiveDatasetResponse(
+                    name=header.name, version=header.version, bytes=total, unchanged=True
+                )
             self._commit(tmp, final)
             return cluster_pb2.ReceiveDatasetResponse(name=header.name, version=header.version, bytes=total)
         finally:
@@ -151,21 +171,25 @@ class DatasetReceiver:
                     if not pending:
                         message = next(chunks, None)
                         if message is None:
-                            raise DatasetTransferError(f"dataset stream {header.name!r} ended inside {file.name!r} "
-                                                       f"({written} of {file.size_bytes} bytes)")  # fmt: skip
+                            raise DatasetTransferError(
+                                f"dataset stream {header.name!r} ended inside {file.name!r} "
+                                f"({written} of {file.size_bytes} bytes)"
+                            )
                         if message.WhichOneof("part") != "data":
                             raise InvalidRequestError(f"dataset stream {header.name!r}: a second header")
                         pending = message.data.chunk
                     take = pending[: file.size_bytes - written]
-                    pending = pending[len(take):]
+                    pending = pending[len(take) :]
                     out.write(take)
                     digest.update(take)
                     written += len(take)
                 out.flush()
                 os.fsync(out.fileno())
             if digest.hexdigest() != file.sha256:
-                raise DatasetTransferError(f"dataset stream {header.name!r}: {file.name} arrived with sha256 "
-                                           f"{digest.hexdigest()[:16]}, expected {file.sha256[:16]}; nothing was kept")  # fmt: skip
+                raise DatasetTransferError(
+                    f"dataset stream {header.name!r}: {file.name} arrived with sha256 "
+                    f"{digest.hexdigest()[:16]}, expected {file.sha256[:16]}; nothing was kept"
+                )
         if pending or next(chunks, None) is not None:
             raise DatasetTransferError(f"dataset stream {header.name!r} carries more bytes than its header lists")
 
@@ -180,8 +204,9 @@ class DatasetReceiver:
         sent = {f.name: f.sha256 for f in header.files}
         for info in manifest.arrays.values():
             if sent.get(info.file) != info.sha256:
-                raise DatasetTransferError(f"dataset stream {header.name!r}: {info.file} is missing or differs from "
-                                           "what its manifest records")  # fmt: skip
+                raise DatasetTransferError(
+                    f"dataset stream {header.name!r}: {info.file} is missing or differs from what its manifest records"
+                )
         if json.loads((tmp / MANIFEST_FILE).read_text()).get("name") != header.name:
             raise DatasetTransferError(f"dataset stream {header.name!r}: its manifest names another dataset")
 

@@ -23,14 +23,18 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
         self.copies = copies
 
     @grpc_method
-    def FetchRows(self, request: features_pb2.FetchRowsRequest,
-                  context: grpc.ServicerContext) -> features_pb2.FetchRowsResponse:  # fmt: skip
+    def FetchRows(
+        self, request: features_pb2.FetchRowsRequest, context: grpc.ServicerContext
+    ) -> features_pb2.FetchRowsResponse:
         if not request.dataset or not request.version:
             raise InvalidRequestError("FetchRows needs the dataset and its version")
         if request.nnodes < 2 or request.owner_rank >= request.nnodes:
-            raise InvalidRequestError(f"FetchRows: owner_rank {request.owner_rank} of nnodes {request.nnodes} is not a "
-                                      "node of a partitioned job (nnodes >= 2)")  # fmt: skip
-        key = PartitionKey(request.dataset, request.version, request.nnodes, request.owner_rank,
-                           request.replicated_rows)  # fmt: skip
+            raise InvalidRequestError(
+                f"FetchRows: owner_rank {request.owner_rank} of nnodes {request.nnodes} is not a "
+                "node of a partitioned job (nnodes >= 2)"
+            )
+        key = PartitionKey(
+            request.dataset, request.version, request.nnodes, request.owner_rank, request.replicated_rows
+        )
         row_bytes, data = self.copies.fetch(key, np.asarray(request.rows, dtype=np.int64))
         return features_pb2.FetchRowsResponse(row_bytes=row_bytes, data=data)

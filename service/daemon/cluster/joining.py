@@ -69,8 +69,10 @@ def _address(text: str, what: str) -> str:
 def _reachable_self(cluster: Cluster) -> None:
     host, _ = parse_peer(cluster.address)
     if host in UNREACHABLE_HOSTS:
-        raise InvalidRequestError(f"this daemon listens on {cluster.address}, no address a peer can reach: give it "
-                                  "cluster.advertise HOST:PORT (or a concrete --tcp host) before joining")  # fmt: skip
+        raise InvalidRequestError(
+            f"this daemon listens on {cluster.address}, no address a peer can reach: give it "
+            "cluster.advertise HOST:PORT (or a concrete --tcp host) before joining"
+        )
 
 
 def admit(cluster: Cluster, book: JoinedPeers, address: str) -> ClusterView:
@@ -80,12 +82,16 @@ def admit(cluster: Cluster, book: JoinedPeers, address: str) -> ClusterView:
         raise InvalidRequestError(f"{address} is this daemon's own address: a daemon cannot join itself")
     joiner = cluster.ask(cluster.client(address))
     if not joiner.serving:
-        raise DaemonError(f"node {cluster.name} ({cluster.address}) cannot admit {address}: asked back, it is "
-                          f"{joiner.health}: {joiner.message}")  # fmt: skip
+        raise DaemonError(
+            f"node {cluster.name} ({cluster.address}) cannot admit {address}: asked back, it is "
+            f"{joiner.health}: {joiner.message}"
+        )
     clash = next((n for n in cluster.view().nodes if n.name == joiner.name and n.address != address), None)
     if clash is not None:
-        raise InvalidRequestError(f"the joining daemon at {address} is named {joiner.name!r}, as node "
-                                  f"{clash.describe()} already is: give it another node_name")  # fmt: skip
+        raise InvalidRequestError(
+            f"the joining daemon at {address} is named {joiner.name!r}, as node "
+            f"{clash.describe()} already is: give it another node_name"
+        )
     if cluster.add_peer(address):
         book.add(address)
         log.info("cluster: admitted %s (%s) as a peer", joiner.name, address)

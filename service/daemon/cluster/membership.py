@@ -23,8 +23,16 @@ log = logging.getLogger("graphtierd")
 class Cluster:
     """This node (`describe_self`) and its peers, by address in configured order."""
 
-    def __init__(self, config: ClusterConfig, *, address: str, token: str, trusted_pem: bytes | None,
-                 describe_self: Callable[[], NodeInfo], joined: list[str] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        address: str,
+        token: str,
+        trusted_pem: bytes | None,
+        describe_self: Callable[[], NodeInfo],
+        joined: list[str] = (),
+    ) -> None:
         self.config = config
         self.address = address
         self.name = config.node_name or address
@@ -38,8 +46,9 @@ class Cluster:
         self._extra: dict[str, PeerClient] = {}  # daemons reached that are not configured peers (a coordinator)
 
     def _client(self, address: str, name: str | None = None) -> PeerClient:
-        return PeerClient(address, token=self._token, trusted_pem=self._trusted, timeout_s=self.config.peer_timeout_s,
-                          name=name)  # fmt: skip
+        return PeerClient(
+            address, token=self._token, trusted_pem=self._trusted, timeout_s=self.config.peer_timeout_s, name=name
+        )
 
     @property
     def timeout_s(self) -> float:
@@ -96,8 +105,10 @@ class Cluster:
             if node in (candidate.name, candidate.address):
                 return candidate
         known = ", ".join(n.describe() for n in view.nodes)
-        raise InvalidRequestError(f"node {node!r} is not in this daemon's cluster (nodes: {known}); add it with --peer "
-                                   "or `graphtier cluster join`")  # fmt: skip
+        raise InvalidRequestError(
+            f"node {node!r} is not in this daemon's cluster (nodes: {known}); add it with --peer "
+            "or `graphtier cluster join`"
+        )
 
     def choose(self, nnodes: int, names: list[str]) -> list[NodeInfo]:
         """The nodes of a job, node rank order, this daemon first: the ones `names` lists (it must be
@@ -110,15 +121,19 @@ class Cluster:
                 raise InvalidRequestError(f"nodes {names} names a node twice")
             chosen = [self.resolve(n, view) for n in names]
             if not any(n.is_self for n in chosen):
-                raise InvalidRequestError(f"nodes {names} must include the submitting daemon ({me.describe()}): it "
-                                          "coordinates the job as node rank 0; submit on one of those nodes")  # fmt: skip
+                raise InvalidRequestError(
+                    f"nodes {names} must include the submitting daemon ({me.describe()}): it "
+                    "coordinates the job as node rank 0; submit on one of those nodes"
+                )
             if nnodes not in (0, 1, len(chosen)):
                 raise InvalidRequestError(f"nnodes {nnodes} differs from the {len(chosen)} nodes given ({names})")
             chosen.sort(key=lambda n: not n.is_self)
         else:
             if nnodes > len(view.nodes):
-                raise InvalidRequestError(f"nnodes {nnodes} is more than the {len(view.nodes)} node(s) of this "
-                                          f"cluster ({', '.join(n.describe() for n in view.nodes)})")  # fmt: skip
+                raise InvalidRequestError(
+                    f"nnodes {nnodes} is more than the {len(view.nodes)} node(s) of this "
+                    f"cluster ({', '.join(n.describe() for n in view.nodes)})"
+                )
             serving = [n for n in view.nodes if n.serving]
             chosen = serving[:nnodes] if len(serving) >= nnodes else view.nodes[:nnodes]
         for node in chosen:

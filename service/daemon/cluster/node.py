@@ -30,8 +30,16 @@ log = logging.getLogger("graphtierd")
 class ClusterNode:
     """See the module docstring; `describe` builds this node's NodeInfo."""
 
-    def __init__(self, config: ClusterConfig, *, dataset_root: Path, describe: Callable[[str, str], SelfDescription],
-                 submit_part: SubmitPart, cancel_local: CancelLocal, joined_file: Path) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        dataset_root: Path,
+        describe: Callable[[str, str], SelfDescription],
+        submit_part: SubmitPart,
+        cancel_local: CancelLocal,
+        joined_file: Path,
+    ) -> None:
         self.config, self.dataset_root = config, Path(dataset_root)
         self.joined = JoinedPeers(joined_file)
         self._describe, self._submit_part, self._cancel_local = describe, submit_part, cancel_local
@@ -47,10 +55,17 @@ class ClusterNode:
             return
         name = self.config.node_name or advertised
         self.describe_self = self._describe(name, advertised)
-        self.cluster = Cluster(self.config, address=advertised, token=token or "", trusted_pem=trusted_pem,
-                               describe_self=self.describe_self, joined=self.joined.load())  # fmt: skip
-        self.coordinator = JobCoordinator(self.cluster, self._submit_part, self._cancel_local,
-                                          lambda dataset: self.dataset_root / dataset)  # fmt: skip
+        self.cluster = Cluster(
+            self.config,
+            address=advertised,
+            token=token or "",
+            trusted_pem=trusted_pem,
+            describe_self=self.describe_self,
+            joined=self.joined.load(),
+        )
+        self.coordinator = JobCoordinator(
+            self.cluster, self._submit_part, self._cancel_local, lambda dataset: self.dataset_root / dataset
+        )
         if self.cluster.peers:
             log.info("cluster: this node is %s (%s); peers %s", name, advertised, ", ".join(self.cluster.peers))
 
@@ -72,8 +87,10 @@ class ClusterNode:
 
     def _listening(self, what: str) -> Cluster:
         if self.cluster is None:
-            raise InvalidRequestError(f"{what}: this daemon has no TCP listener; peers reach each other over TCP: "
-                                      "start it with --tcp HOST:PORT, a token file and a TLS certificate")  # fmt: skip
+            raise InvalidRequestError(
+                f"{what}: this daemon has no TCP listener; peers reach each other over TCP: "
+                "start it with --tcp HOST:PORT, a token file and a TLS certificate"
+            )
         return self.cluster
 
     def join(self, address: str) -> ClusterView:
@@ -103,7 +120,12 @@ class ClusterNode:
                 raise InvalidRequestError(f"node {node!r} is this daemon itself: nothing to push")
             target = cluster.client(found.address)
         result = send_dataset(self.dataset_root, name, target, replace=replace)
-        log.info("pushed dataset %s (%d bytes) to %s in %.1f s%s", name, result.bytes, target.where, result.seconds,
-                 " (it had this version)" if result.unchanged else "")  # fmt: skip
+        log.info(
+            "pushed dataset %s (%d bytes) to %s in %.1f s%s",
+            name,
+            result.bytes,
+            target.where,
+            result.seconds,
+            " (it had this version)" if result.unchanged else "",
+        )
         return result
-

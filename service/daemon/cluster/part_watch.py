@@ -83,10 +83,14 @@ def _combined_progress(parts: list[JobProgressInfo]) -> JobProgressInfo | None:
     traffic, storage = parts[0].traffic, parts[0].storage
     for p in parts[1:]:
         traffic, storage = traffic + p.traffic, storage + p.storage
-    return replace(slowest, loss=sum(p.loss for p in parts) / len(parts),
-                   train_accuracy=sum(p.train_accuracy for p in parts) / len(parts),
-                   batches_per_second=sum(p.batches_per_second for p in parts), traffic=traffic,
-                   storage=storage)  # fmt: skip
+    return replace(
+        slowest,
+        loss=sum(p.loss for p in parts) / len(parts),
+        train_accuracy=sum(p.train_accuracy for p in parts) / len(parts),
+        batches_per_second=sum(p.batches_per_second for p in parts),
+        traffic=traffic,
+        storage=storage,
+    )
 
 
 class CoordinatedParts:
@@ -121,8 +125,10 @@ class CoordinatedParts:
     def _problem(self, remotes: list[_Remote]) -> str | None:
         for remote in remotes:
             if remote.lost_for() > self.timeout_s:
-                return (f"node {remote.where} was lost: its daemon has not answered for {remote.lost_for():.0f} s "
-                        f"(peer timeout {self.timeout_s:g} s): {remote.error}")  # fmt: skip
+                return (
+                    f"node {remote.where} was lost: its daemon has not answered for {remote.lost_for():.0f} s "
+                    f"(peer timeout {self.timeout_s:g} s): {remote.error}"
+                )
             job = remote.last
             if job is not None and job.state.final and job.state != JobState.SUCCEEDED:
                 return f"node {remote.where}: its part (job {remote.job_id} there) {job.state.value}: {job.message}"
@@ -145,15 +151,20 @@ class CoordinatedParts:
                 outcome, message = "failed", problem
         elif outcome == "failed":
             problem = self._problem(remotes) or next(
-                (f"node {r.where} is unreachable: {r.error}" for r in remotes if r.error), None)  # fmt: skip
+                (f"node {r.where} is unreachable: {r.error}" for r in remotes if r.error), None
+            )
             if problem and problem not in message:
                 message = f"{problem}; on {self.me}: {message}"
         running = [r for r in remotes if r.last is None or not r.last.state.final]
         reachable = [r for r in running if not r.error]  # an unreachable node's own watch ends its part
         for remote in running:
             if remote.error:
-                log.warning("job %s: its part on %s is not cancelled from here (%s); that node ends it when it "
-                            "loses this one", self.placement.coordinator_job_id, remote.where, remote.error)  # fmt: skip
+                log.warning(
+                    "job %s: its part on %s is not cancelled from here (%s); that node ends it when it loses this one",
+                    self.placement.coordinator_job_id,
+                    remote.where,
+                    remote.error,
+                )
         if reachable:
             reason = f"the job ended on its coordinating node {self.me}: {outcome}"
             with ThreadPoolExecutor(max_workers=len(reachable), thread_name_prefix="graphtier-cancel") as pool:
@@ -164,28 +175,47 @@ class CoordinatedParts:
         try:
             remote.last = remote.client.cancel_job(remote.job_id, reason, timeout_s=self.timeout_s + CANCEL_GRACE_S)
         except PeerError as exc:
-            log.warning("job %s: could not cancel its part on %s: %s", self.placement.coordinator_job_id,
-                        remote.where, exc)  # fmt: skip
+            log.warning(
+                "job %s: could not cancel its part on %s: %s", self.placement.coordinator_job_id, remote.where, exc
+            )
 
     def decorate(self, info: JobInfo) -> JobInfo:
         with self._lock:
             remotes = list(self.remotes)
-        nodes = [JobNodeInfo(node=self.me, address=self.address, node_rank=0, job_id=info.job_id, state=info.state,
-                             message=info.message, progress=info.progress, ranks=list(info.ranks),
-                             log_path=info.log_path)]  # fmt: skip
+        nodes = [
+            JobNodeInfo(
+                node=self.me,
+                address=self.address,
+                node_rank=0,
+                job_id=info.job_id,
+                state=info.state,
+                message=info.message,
+                progress=info.progress,
+                ranks=list(info.ranks),
+                log_path=info.log_path,
+            )
+        ]
         for remote in remotes:
             job = remote.last
-            nodes.append(JobNodeInfo(
-                node=remote.name, address=remote.client.address, node_rank=remote.node_rank, job_id=remote.job_id,
-                state=job.state if job else JobState.PENDING, message=remote.error or (job.message if job else ""),
-                progress=job.progress if job else None, ranks=list(job.ranks) if job else [],
-                log_path=job.log_path if job else "",
-            ))  # fmt: skip
+            nodes.append(
+                JobNodeInfo(
+                    node=remote.name,
+                    address=remote.client.address,
+                    node_rank=remote.node_rank,
+                    job_id=remote.job_id,
+                    state=job.state if job else JobState.PENDING,
+                    message=remote.error or (job.message if job else ""),
+                    progress=job.progress if job else None,
+                    ranks=list(job.ranks) if job else [],
+                    log_path=job.log_path if job else "",
+                )
+            )
         progress = _combined_progress([n.progress for n in nodes if n.progress is not None])
         ranks = sorted((r for n in nodes for r in n.ranks), key=lambda r: r.rank)
         result = info.result or next((r.last.result for r in remotes if r.last is not None and r.last.result), None)
-        return replace(info, nodes=nodes, ranks=ranks, progress=progress or info.progress, placement=self.placement,
-                       result=result)
+        return replace(
+            info, nodes=nodes, ranks=ranks, progress=progress or info.progress, placement=self.placement, result=result
+        )
 
 
 class MemberPart:
@@ -200,12 +230,16 @@ class MemberPart:
     def _problem(self) -> str | None:
         remote = self.remote
         if remote.lost_for() > self.timeout_s:
-            return (f"the coordinating node {remote.where} was lost: its daemon has not answered for "
-                    f"{remote.lost_for():.0f} s (peer timeout {self.timeout_s:g} s): {remote.error}")  # fmt: skip
+            return (
+                f"the coordinating node {remote.where} was lost: its daemon has not answered for "
+                f"{remote.lost_for():.0f} s (peer timeout {self.timeout_s:g} s): {remote.error}"
+            )
         job = remote.last
         if job is not None and job.state.final and job.state != JobState.SUCCEEDED:
-            return (f"the job ended on its coordinating node {remote.where} (job {remote.job_id}): "
-                    f"{job.state.value}: {job.message}")
+            return (
+                f"the job ended on its coordinating node {remote.where} (job {remote.job_id}): "
+                f"{job.state.value}: {job.message}"
+            )
         return None
 
     def watch(self) -> str | None:
@@ -218,8 +252,11 @@ class MemberPart:
         if outcome == "failed":
             if not self.remote.error:  # a coordinator already lost would keep this waiting for the timeout again
                 self.remote.refresh()
-            problem = self._problem() or (f"the coordinating node {self.remote.where} is unreachable: "
-                                          f"{self.remote.error}" if self.remote.error else None)  # fmt: skip
+            problem = self._problem() or (
+                f"the coordinating node {self.remote.where} is unreachable: {self.remote.error}"
+                if self.remote.error
+                else None
+            )
             if problem and problem not in message and f"coordinating node {self.remote.where} was lost" not in message:
                 message = f"{problem}; here: {message}"
         return outcome, message

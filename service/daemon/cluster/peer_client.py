@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import grpc
 
 from graphtier.contract.cluster import conversions as cconv
-from graphtier.contract.jobs import conversions as jconv
 from graphtier.contract.cluster.models import ClusterView, NodeInfo
 from graphtier.contract.errors import DaemonError
+from graphtier.contract.jobs import conversions as jconv
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.settings import parse_peer
@@ -50,13 +50,16 @@ def _tcp_answers(address: str, timeout_s: float = 2.0) -> bool:
 class PeerClient:
     """A channel to the daemon at `address`; `name` is how errors call it."""
 
-    def __init__(self, address: str, *, token: str, trusted_pem: bytes | None, timeout_s: float,
-                 name: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, address: str, *, token: str, trusted_pem: bytes | None, timeout_s: float, name: str | None = None
+    ) -> None:
         self.address, self.name, self.timeout_s = address, name or address, timeout_s
         self.tls = trusted_pem is not None
         self._metadata = (("authorization", f"Bearer {token}"),)
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]  # fmt: skip
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
         if trusted_pem is not None:
             credentials = grpc.ssl_channel_credentials(root_certificates=trusted_pem)
             self._channel = grpc.secure_channel(address, credentials, options=options)
@@ -76,19 +79,29 @@ class PeerClient:
         """The PeerError for a failed call: which node, and what most likely went wrong."""
         code, details = error.code(), error.details() or ""
         if code == grpc.StatusCode.UNAUTHENTICATED:
-            return PeerError(f"node {self.where} refused this daemon: {details}. Every node of a cluster must hold the "
-                             "same token (token_file)", health="REFUSED", code=code.name)  # fmt: skip
+            return PeerError(
+                f"node {self.where} refused this daemon: {details}. Every node of a cluster must hold the "
+                "same token (token_file)",
+                health="REFUSED",
+                code=code.name,
+            )
         if code == grpc.StatusCode.UNAVAILABLE:
             lowered = details.lower()
             if "handshake" in lowered or "ssl" in lowered or "certificate" in lowered or "tsi_" in lowered:
-                return PeerError(f"TLS with node {self.where} failed ({details}): it must serve TLS (not --insecure) "
-                                 "with a certificate this daemon's peer_ca trusts", health="REFUSED",
-                                 code=code.name)  # fmt: skip
+                return PeerError(
+                    f"TLS with node {self.where} failed ({details}): it must serve TLS (not --insecure) "
+                    "with a certificate this daemon's peer_ca trusts",
+                    health="REFUSED",
+                    code=code.name,
+                )
             if _tcp_answers(self.address):
                 how = "TLS" if self.tls else "plaintext (this daemon runs --insecure)"
-                return PeerError(f"node {self.where} accepts TCP but not gRPC over {how} ({details}): a TLS listener "
-                                 "refuses plaintext, and every node of a cluster must use the same",
-                                 health="REFUSED", code=code.name)  # fmt: skip
+                return PeerError(
+                    f"node {self.where} accepts TCP but not gRPC over {how} ({details}): a TLS listener "
+                    "refuses plaintext, and every node of a cluster must use the same",
+                    health="REFUSED",
+                    code=code.name,
+                )
             return PeerError(f"node {self.where} is unreachable ({details})", code=code.name)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return PeerError(f"node {self.where} did not answer within {self.timeout_s:g} s", code=code.name)
@@ -111,12 +124,14 @@ class PeerClient:
         return cconv.view_from_proto(self._call(self._cluster.AdmitPeer, request, 2 * self.timeout_s))
 
     def start_job_part(self, spec: JobSpec, placement: JobPlacementInfo, *, timeout_s: float = 600.0) -> JobInfo:
-        request = cluster_pb2.StartJobPartRequest(spec=jconv.spec_to_proto(spec),
-                                                  placement=cconv.placement_to_proto(placement))  # fmt: skip
+        request = cluster_pb2.StartJobPartRequest(
+            spec=jconv.spec_to_proto(spec), placement=cconv.placement_to_proto(placement)
+        )
         return jconv.job_from_proto(self._call(self._cluster.StartJobPart, request, timeout_s))
 
-    def receive_dataset(self, chunks: Iterator[cluster_pb2.DatasetChunk], *,
-                        timeout_s: float = 3600.0) -> cluster_pb2.ReceiveDatasetResponse:  # fmt: skip
+    def receive_dataset(
+        self, chunks: Iterator[cluster_pb2.DatasetChunk], *, timeout_s: float = 3600.0
+    ) -> cluster_pb2.ReceiveDatasetResponse:
         return self._call(self._cluster.ReceiveDataset, chunks, timeout_s)
 
     # Jobs
@@ -130,8 +145,9 @@ class PeerClient:
 
     def job_events(self, request: jobs_pb2.StreamJobEventsRequest) -> Iterator[jobs_pb2.JobEvent]:
         """The part's events as the peer sends them (relayed unchanged)."""
-        stream = self._jobs.StreamJobEvents(request, timeout=None if request.follow else self.timeout_s,
-                                            metadata=self._metadata)  # fmt: skip
+        stream = self._jobs.StreamJobEvents(
+            request, timeout=None if request.follow else self.timeout_s, metadata=self._metadata
+        )
         try:
             yield from stream
         except grpc.RpcError as error:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import grpc
 
 from graphtier.contract.cluster import conversions as cconv
-from graphtier.contract.jobs import conversions as jconv
 from graphtier.contract.errors import DatasetTransferError, InvalidRequestError
+from graphtier.contract.jobs import conversions as jconv
 from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2
 
@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from graphtier.service.daemon.cluster.node import ClusterNode
 
 
-def _unbroken(chunks: Iterator[cluster_pb2.DatasetChunk],
-              context: grpc.ServicerContext) -> Iterator[cluster_pb2.DatasetChunk]:  # fmt: skip
+def _unbroken(
+    chunks: Iterator[cluster_pb2.DatasetChunk], context: grpc.ServicerContext
+) -> Iterator[cluster_pb2.DatasetChunk]:
     """The stream's messages; a sender that went away becomes a DatasetTransferError, not a bug."""
     try:
         yield from chunks
@@ -37,7 +38,9 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         return cconv.node_to_proto(self.node.describe_self())
 
     @grpc_method
-    def GetCluster(self, request: cluster_pb2.GetClusterRequest, context: grpc.ServicerContext) -> cluster_pb2.ClusterView:
+    def GetCluster(
+        self, request: cluster_pb2.GetClusterRequest, context: grpc.ServicerContext
+    ) -> cluster_pb2.ClusterView:
         return cconv.view_to_proto(self.node.view())
 
     @grpc_method
@@ -49,19 +52,25 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         return jconv.job_to_proto(self.node.start_part(spec, placement))
 
     @grpc_method
-    def ReceiveDataset(self, request_iterator: Iterator[cluster_pb2.DatasetChunk],
-                       context: grpc.ServicerContext) -> cluster_pb2.ReceiveDatasetResponse:  # fmt: skip
+    def ReceiveDataset(
+        self, request_iterator: Iterator[cluster_pb2.DatasetChunk], context: grpc.ServicerContext
+    ) -> cluster_pb2.ReceiveDatasetResponse:
         return self.node.receiver.receive(_unbroken(request_iterator, context))
 
     @grpc_method
-    def PushDataset(self, request: cluster_pb2.PushDatasetRequest,
-                    context: grpc.ServicerContext) -> cluster_pb2.PushDatasetResponse:  # fmt: skip
+    def PushDataset(
+        self, request: cluster_pb2.PushDatasetRequest, context: grpc.ServicerContext
+    ) -> cluster_pb2.PushDatasetResponse:
         return cconv.push_to_proto(self.node.push(request.name, request.node, replace=request.replace))
 
     @grpc_method
-    def JoinCluster(self, request: cluster_pb2.JoinClusterRequest, context: grpc.ServicerContext) -> cluster_pb2.ClusterView:
+    def JoinCluster(
+        self, request: cluster_pb2.JoinClusterRequest, context: grpc.ServicerContext
+    ) -> cluster_pb2.ClusterView:
         return cconv.view_to_proto(self.node.join(request.address))
 
     @grpc_method
-    def AdmitPeer(self, request: cluster_pb2.AdmitPeerRequest, context: grpc.ServicerContext) -> cluster_pb2.ClusterView:
+    def AdmitPeer(
+        self, request: cluster_pb2.AdmitPeerRequest, context: grpc.ServicerContext
+    ) -> cluster_pb2.ClusterView:
         return cconv.view_to_proto(self.node.admit(request.address))

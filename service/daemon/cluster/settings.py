@@ -58,9 +58,11 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     node_name: str | None = Field(
-        default=None, min_length=1, max_length=128,
+        default=None,
+        min_length=1,
+        max_length=128,
         description="This node's name in the cluster (`job submit --nodes`, `cluster status`); default its address.",
-    )  # fmt: skip
+    )
     advertise: str | None = Field(
         default=None, description="HOST:PORT peers reach this daemon at; default the TCP listen address."
     )
@@ -72,10 +74,13 @@ class ClusterConfig(BaseModel):
         default=None, description="PEM certificate(s) to trust for peers' TLS; default this daemon's TLS certificate."
     )
     peer_timeout_s: float = Field(
-        default=DEFAULT_PEER_TIMEOUT_S, gt=0, le=3600, allow_inf_nan=False,
+        default=DEFAULT_PEER_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
         description="Seconds a peer may not answer (or a multi-node rendezvous stay incomplete) before a job "
         "spanning it fails naming it.",
-    )  # fmt: skip
+    )
 
     @field_validator("peers")
     @classmethod

@@ -49,8 +49,13 @@ class GpuPlacement:
                 self._budgets[device] = max(0, free - reserve)
             else:
                 self._budgets[device] = parse_budget(self.device_budget, total_bytes=total, what="device_budget")
-            log.info("device budget of GPU %d: %.2f GiB (free %.2f of %.2f GiB)", device,
-                     self._budgets[device] / 2**30, free / 2**30, total / 2**30)  # fmt: skip
+            log.info(
+                "device budget of GPU %d: %.2f GiB (free %.2f of %.2f GiB)",
+                device,
+                self._budgets[device] / 2**30,
+                free / 2**30,
+                total / 2**30,
+            )
         return self._budgets[device]
 
     def budgets(self) -> dict[int, int]:
@@ -81,8 +86,10 @@ class GpuPlacement:
             if not peer_matrix_complete(devices):
                 rows = plan.interleaved_end - plan.replicated_end
                 plan = plan.model_copy(update={"interleaved_end": plan.replicated_end})
-                notes.append(f"GPUs {list(devices)} cannot all reach each other (no peer access): the {rows} "
-                             "interleaved rows are in the host tier instead")  # fmt: skip
+                notes.append(
+                    f"GPUs {list(devices)} cannot all reach each other (no peer access): the {rows} "
+                    "interleaved rows are in the host tier instead"
+                )
         need = plan.device_bytes_per_device() - plan.structure_device_bytes  # structure is not placed yet
         for device in devices:
             budget = self.budget_bytes(device)

@@ -44,7 +44,9 @@ def file_identity(path: Path) -> tuple[int, ...] | None:
 def resident_estimate(manifest: DatasetManifest, plan: PlacementPlan) -> int:
     """Shared-memory bytes a load with `plan` takes: structure, labels, splits and the host rows."""
     arrays = manifest.arrays
-    fixed = sum(arrays[k].nbytes for k in ("colptr", "row", "labels", "train_ids", "val_ids", "test_ids") if k in arrays)
+    fixed = sum(
+        arrays[k].nbytes for k in ("colptr", "row", "labels", "train_ids", "val_ids", "test_ids") if k in arrays
+    )
     return fixed + plan.host_end * plan.row_bytes
 
 
@@ -60,8 +62,9 @@ class LifetimePolicy:
     def from_config(cls, idle_unload_s: float, shm_budget: str) -> LifetimePolicy:
         stat = os.statvfs(SHM_DIR)
         total = stat.f_blocks * stat.f_frsize
-        return cls(idle_unload_s=idle_unload_s,
-                   shm_budget_bytes=parse_budget(shm_budget, total_bytes=total, what="shm_budget"))  # fmt: skip
+        return cls(
+            idle_unload_s=idle_unload_s, shm_budget_bytes=parse_budget(shm_budget, total_bytes=total, what="shm_budget")
+        )
 
 
 def over_budget(name: str, need: int, used: int, budget: int, busy: list[str]) -> SharedMemoryError:

@@ -23,15 +23,16 @@ import numpy as np
 import torch
 
 from graphtier.contract.errors import DaemonError, InvalidRequestError, ReplyTooLargeError, UnknownDatasetError
-from graphtier.contract.partition import MAX_FETCH_BYTES, MAX_FETCH_ROWS, FeaturePartition, replicated_rows
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo
+from graphtier.contract.partition import MAX_FETCH_BYTES, MAX_FETCH_ROWS, FeaturePartition, replicated_rows
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.digests import dataset_version
 from graphtier.service.shm import SegmentOwner, SegmentRef
 
 log = logging.getLogger("graphtierd")
+
 
 @dataclass(frozen=True)
 class FetchAccess:
@@ -51,8 +52,10 @@ class PartitionKey:
     replicated_rows: int
 
     def describe(self) -> str:
-        return (f"{self.dataset}@{self.version[:12]} node {self.node_rank} of {self.nnodes}, "
-                f"{self.replicated_rows} replicated rows")  # fmt: skip
+        return (
+            f"{self.dataset}@{self.version[:12]} node {self.node_rank} of {self.nnodes}, "
+            f"{self.replicated_rows} replicated rows"
+        )
 
 
 @dataclass
@@ -78,8 +81,9 @@ class PartitionCopies:
         self._copies: dict[PartitionKey, PartitionCopy] = {}
         self._timers: list[threading.Timer] = []
 
-    def acquire(self, job_id: str, dataset: str, version: str, *, nnodes: int, node_rank: int,
-                replicate: str) -> PartitionCopy:  # fmt: skip
+    def acquire(
+        self, job_id: str, dataset: str, version: str, *, nnodes: int, node_rank: int, replicate: str
+    ) -> PartitionCopy:
         """This node's copy for job `job_id` (made now unless another part holds the same one)."""
         directory = self.dataset_root / dataset
         found = dataset_version(directory)
@@ -102,8 +106,9 @@ class PartitionCopies:
             copy.users.add(job_id)
             return copy
 
-    def for_part(self, job_id: str, spec: JobSpec, placement: JobPlacementInfo | None,
-                 access: FetchAccess | None) -> PartitionedFeatures | None:  # fmt: skip
+    def for_part(
+        self, job_id: str, spec: JobSpec, placement: JobPlacementInfo | None, access: FetchAccess | None
+    ) -> PartitionedFeatures | None:
         """A partitioned job's part: this node's copy (made now, before any rank of any node can ask for
         it), as the part's producers find every row; None for replicated features."""
         if spec.features != "partitioned":
@@ -111,20 +116,37 @@ class PartitionCopies:
         if access is None:
             raise InvalidRequestError("job spec: features 'partitioned' needs a daemon in a cluster (--tcp and peers)")
         if placement is None or len(placement.node_addresses) != placement.nnodes:
-            raise InvalidRequestError(f"job spec: features 'partitioned' needs a multi-node job whose placement lists "
-                                      f"every node's address (got {placement!r:.200})")  # fmt: skip
-        copy = self.acquire(job_id, spec.dataset, placement.dataset_version, nnodes=placement.nnodes,
-                            node_rank=placement.node_rank, replicate=spec.replicate)  # fmt: skip
+            raise InvalidRequestError(
+                f"job spec: features 'partitioned' needs a multi-node job whose placement lists "
+                f"every node's address (got {placement!r:.200})"
+            )
+        copy = self.acquire(
+            job_id,
+            spec.dataset,
+            placement.dataset_version,
+            nnodes=placement.nnodes,
+            node_rank=placement.node_rank,
+            replicate=spec.replicate,
+        )
         return PartitionedFeatures(
-            partition=copy.partition, local=copy.ref, peers=list(placement.node_addresses), dataset=copy.key.dataset,
-            version=copy.key.version, token_file=access.token_file, ca_file=access.ca_file,
+            partition=copy.partition,
+            local=copy.ref,
+            peers=list(placement.node_addresses),
+            dataset=copy.key.dataset,
+            version=copy.key.version,
+            token_file=access.token_file,
+            ca_file=access.ca_file,
             timeout_s=max(60.0, placement.peer_timeout_s),
-        )  # fmt: skip
+        )
 
     def _make(self, key: PartitionKey, prepared: PreparedDataset, features: torch.Tensor) -> PartitionCopy:
         t0 = time.perf_counter()
-        partition = FeaturePartition(num_rows=int(features.shape[0]), replicated_rows=key.replicated_rows,
-                                     nnodes=key.nnodes, node_rank=key.node_rank)  # fmt: skip
+        partition = FeaturePartition(
+            num_rows=int(features.shape[0]),
+            replicated_rows=key.replicated_rows,
+            nnodes=key.nnodes,
+            node_rank=key.node_rank,
+        )
         table = features
         row_bytes = int(table[0].numel() * table.element_size()) if table.shape[0] else 0
         owner = SegmentOwner()
@@ -146,8 +168,13 @@ class PartitionCopies:
         finally:
             prepared.release()
         seconds = time.perf_counter() - t0
-        log.info("partitioned features of %s: %s, %d bytes in shared memory (%.1f s)", key.describe(),
-                 partition.describe(), partition.local_rows * row_bytes, seconds)  # fmt: skip
+        log.info(
+            "partitioned features of %s: %s, %d bytes in shared memory (%.1f s)",
+            key.describe(),
+            partition.describe(),
+            partition.local_rows * row_bytes,
+            seconds,
+        )
         rows = local.view(torch.uint8).reshape(partition.local_rows, row_bytes) if row_bytes else local
         return PartitionCopy(key, partition, ref, rows, row_bytes, owner, seconds)
 
@@ -183,19 +210,28 @@ class PartitionCopies:
         ids = np.asarray(rows, dtype=np.int64)
         most = min(MAX_FETCH_ROWS, MAX_FETCH_BYTES // max(1, copy.row_bytes))
         if ids.size > most:
-            raise ReplyTooLargeError(f"{ids.size} rows of {copy.row_bytes} bytes exceed the reply limit "
-                                     f"({MAX_FETCH_ROWS} rows, {MAX_FETCH_BYTES} bytes): ask for at most {most} rows "
-                                     "per call")  # fmt: skip
+            raise ReplyTooLargeError(
+                f"{ids.size} rows of {copy.row_bytes} bytes exceed the reply limit "
+                f"({MAX_FETCH_ROWS} rows, {MAX_FETCH_BYTES} bytes): ask for at most {most} rows "
+                "per call"
+            )
         p = copy.partition
         if ids.size:
             bad = (ids < 0) | (ids >= p.num_rows) | (p.owner(ids) != p.node_rank)
             if bad.any():
                 first = int(ids[int(np.argmax(bad))])
-                why = ("out of range" if not 0 <= first < p.num_rows else "replicated on every node: never fetched"
-                       if first < p.replicated_rows else f"owned by node {int(p.owner(np.array([first]))[0])}")
-                raise InvalidRequestError(f"row {first} is not this node's to serve ({why}); node {p.node_rank} of "
-                                          f"{p.nnodes} owns rows r >= {p.replicated_rows} with "
-                                          f"(r - {p.replicated_rows}) % {p.nnodes} == {p.node_rank}")  # fmt: skip
+                why = (
+                    "out of range"
+                    if not 0 <= first < p.num_rows
+                    else "replicated on every node: never fetched"
+                    if first < p.replicated_rows
+                    else f"owned by node {int(p.owner(np.array([first]))[0])}"
+                )
+                raise InvalidRequestError(
+                    f"row {first} is not this node's to serve ({why}); node {p.node_rank} of "
+                    f"{p.nnodes} owns rows r >= {p.replicated_rows} with "
+                    f"(r - {p.replicated_rows}) % {p.nnodes} == {p.node_rank}"
+                )
         out = torch.empty((ids.size, copy.row_bytes), dtype=torch.uint8)
         torch.index_select(copy.rows, 0, torch.from_numpy(p.local_index(ids)), out=out)
         return copy.row_bytes, out.numpy().tobytes()

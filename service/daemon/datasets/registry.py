@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from graphtier.contract.datasets import BudgetSpec, DatasetSummary, TierBytes, UnloadResult
 from graphtier.contract.errors import (
     DatasetConflictError,
     DatasetInUseError,
@@ -25,6 +26,7 @@ from graphtier.contract.errors import (
     SharedMemoryError,
     UnknownDatasetError,
 )
+from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
 from graphtier.service.daemon.datasets.lifetime import (
     LifetimePolicy,
     file_identity,
@@ -32,14 +34,12 @@ from graphtier.service.daemon.datasets.lifetime import (
     over_budget,
     resident_estimate,
 )
-from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
-from graphtier.contract.datasets import BudgetSpec, DatasetSummary, TierBytes, UnloadResult
-from graphtier.service.store.wire import DatasetLayoutInfo, LoadResult
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name
 from graphtier.service.shm.naming import validate_label
 from graphtier.service.store import SharedDatasetStore
+from graphtier.service.store.wire import DatasetLayoutInfo, LoadResult
 
 log = logging.getLogger("graphtier.daemon")
 
@@ -193,14 +193,25 @@ class DatasetRegistry:
             return None
         on_disk = manifest_version(self.root / name)
         storage = loaded.store.handle.storage_features
-        if on_disk == loaded.version and (storage is None or file_identity(Path(storage.path)) == loaded.storage_identity):
+        if on_disk == loaded.version and (
+            storage is None or file_identity(Path(storage.path)) == loaded.storage_identity
+        ):
             return loaded
         del self._loaded[name]
         self._retired.append(loaded)
-        what = ("was removed" if on_disk is None else f"changed on disk (version {loaded.version} -> {on_disk})"
-                if on_disk != loaded.version else "has its storage-tier file changed since it was verified")  # fmt: skip
-        log.warning("dataset %s %s: new jobs get %s; the loaded copy stays until no job uses it", name, what,
-                    "an error" if on_disk is None else "the new version")  # fmt: skip
+        what = (
+            "was removed"
+            if on_disk is None
+            else f"changed on disk (version {loaded.version} -> {on_disk})"
+            if on_disk != loaded.version
+            else "has its storage-tier file changed since it was verified"
+        )
+        log.warning(
+            "dataset %s %s: new jobs get %s; the loaded copy stays until no job uses it",
+            name,
+            what,
+            "an error" if on_disk is None else "the new version",
+        )
         return None
 
     def _make_room(self, name: str, need: int) -> None:
@@ -213,8 +224,12 @@ class DatasetRegistry:
         idle = sorted((d for d in self._loaded.values() if not self._users(d.name)), key=lambda d: d.last_used)
         while held() + need > budget and idle:
             victim = idle.pop(0)
-            log.info("unloading idle dataset %s to make room for %s (shared-memory budget %d bytes)", victim.name,
-                     name, budget)  # fmt: skip
+            log.info(
+                "unloading idle dataset %s to make room for %s (shared-memory budget %d bytes)",
+                victim.name,
+                name,
+                budget,
+            )
             del self._loaded[victim.name]
             victim.store.close()
         if held() + need > budget:
@@ -264,11 +279,20 @@ class DatasetRegistry:
             self._make_room(name, resident_estimate(dataset.manifest, decision.plan))
             t0 = time.perf_counter()
             store = SharedDatasetStore(dataset, decision.plan, devices=decision.devices, placement_notes=decision.notes)
-            log.info("loaded dataset %s in %.2f s (checksums of every served array verified, %.2f s of it)", name,
-                     time.perf_counter() - t0, store.verify_seconds)  # fmt: skip
+            log.info(
+                "loaded dataset %s in %.2f s (checksums of every served array verified, %.2f s of it)",
+                name,
+                time.perf_counter() - t0,
+                store.verify_seconds,
+            )
             loaded = LoadedDataset(
-                store=store, manifest=dataset.manifest, budgets=budgets, loaded_at=datetime.now(timezone.utc),
-                asked_plan=asked, version=version or "unknown", last_used=time.monotonic(),
+                store=store,
+                manifest=dataset.manifest,
+                budgets=budgets,
+                loaded_at=datetime.now(timezone.utc),
+                asked_plan=asked,
+                version=version or "unknown",
+                last_used=time.monotonic(),
                 storage_identity=storage_identity if store.handle.storage_features is not None else None,
             )
             self._loaded[name] = loaded

@@ -42,8 +42,9 @@ class Capacity:
 
 
 def machine_capacity(max_running: int, core_oversubscription: float, gpus: int) -> Capacity:
-    return Capacity(cores=max(1, int((os.cpu_count() or 1) * core_oversubscription)), gpus=gpus,
-                    max_running=max_running)  # fmt: skip
+    return Capacity(
+        cores=max(1, int((os.cpu_count() or 1) * core_oversubscription)), gpus=gpus, max_running=max_running
+    )
 
 
 class Admission:
@@ -80,8 +81,9 @@ class Admission:
         """Where `job_id` is in the queue (its length when it is not queued)."""
         return next((i for i, (queued, _) in enumerate(self._queue) if queued == job_id), len(self._queue))
 
-    def wait(self, job_id: str, demand: Demand, cancelled: threading.Event,
-             on_wait: Callable[[str], None] = lambda why: None) -> bool:  # fmt: skip
+    def wait(
+        self, job_id: str, demand: Demand, cancelled: threading.Event, on_wait: Callable[[str], None] = lambda why: None
+    ) -> bool:
         with self._cond:
             self._queue.append((job_id, demand))
             try:

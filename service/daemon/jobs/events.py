@@ -31,9 +31,11 @@ class JobEventLog:
     def _append(self, **payload: object) -> JobEvent:
         with self._cond:
             event = JobEvent(
-                sequence=self._next, time=datetime.now(timezone.utc), job_id=self.job_id,
+                sequence=self._next,
+                time=datetime.now(timezone.utc),
+                job_id=self.job_id,
                 **payload,  # type: ignore[arg-type]
-            )  # fmt: skip
+            )
             self._next += 1
             self._events.append(event)
             if len(self._events) > self._max:

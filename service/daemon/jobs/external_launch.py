@@ -62,6 +62,12 @@ class ExternalAgent:
         elif not self.agent_alive():
             done = bool(self.opened) and self.ranks_done(self.opened)
             self.returncode = 0 if done else 1
-            self.why = "" if done else (f"the launcher's agent (pid {self.launch.agent_pid}, launch "
-                                         f"{self.launch.launch_id}) exited before this node's ranks finished")  # fmt: skip
+            self.why = (
+                ""
+                if done
+                else (
+                    f"the launcher's agent (pid {self.launch.agent_pid}, launch "
+                    f"{self.launch.launch_id}) exited before this node's ranks finished"
+                )
+            )
         return self.returncode

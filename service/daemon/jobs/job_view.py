@@ -35,13 +35,21 @@ def producer_reports(job_id: str, runner: JobRunner, part: PartHooks | None) -> 
     for channel in runner.channel_stats():
         s = channel.stats
         figures = ProducerFigures(
-            epoch=s.epoch, batches_total=s.batches_produced, sample_seconds_total=s.sample_s,
-            gather_seconds_total=s.gather_s, wait_seconds_total=s.producer_wait_s, traffic=s.traffic,
-            ready_slots=s.ready_slots, lag_batches=s.batches_produced - s.batches_consumed,
-            slot_grows_total=s.slot_growths, seeds_total=s.seeds_total, sampled_nodes_total=s.sampled_nodes_total,
-            sampled_edges_total=s.sampled_edges_total, storage=s.storage,
+            epoch=s.epoch,
+            batches_total=s.batches_produced,
+            sample_seconds_total=s.sample_s,
+            gather_seconds_total=s.gather_s,
+            wait_seconds_total=s.producer_wait_s,
+            traffic=s.traffic,
+            ready_slots=s.ready_slots,
+            lag_batches=s.batches_produced - s.batches_consumed,
+            slot_grows_total=s.slot_growths,
+            seeds_total=s.seeds_total,
+            sampled_nodes_total=s.sampled_nodes_total,
+            sampled_edges_total=s.sampled_edges_total,
+            storage=s.storage,
             network=s.network.by_address(part.placement.node_addresses if part else []),
-        )  # fmt: skip
+        )
         reports.append(ProgressReport(job_id, channel.rank, channel.producer_pid, datetime.now(timezone.utc), figures))
     return reports
 
@@ -64,12 +72,15 @@ def job_progress(tracker: ProgressTracker, job_id: str, spec: JobSpec, runner: J
     return JobProgressInfo(
         epoch=min((t.epoch for t in trainers), default=0),
         step_in_epoch=min((t.step_in_epoch for t in trainers), default=0),
-        steps_per_epoch=steps, global_step=min((t.global_step for t in trainers), default=0),
-        total_steps=steps * spec.epochs, loss=sum(t.loss for t in trainers) / count,
+        steps_per_epoch=steps,
+        global_step=min((t.global_step for t in trainers), default=0),
+        total_steps=steps * spec.epochs,
+        loss=sum(t.loss for t in trainers) / count,
         train_accuracy=sum(t.accuracy for t in trainers) / count,
-        batches_per_second=tracker.rates(job_id)[0], traffic=traffic,
+        batches_per_second=tracker.rates(job_id)[0],
+        traffic=traffic,
         storage=storage or StorageCounters(mode=spec.storage_reads, window=spec.window),
-    )  # fmt: skip
+    )
 
 
 def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobResultInfo | None:
@@ -79,10 +90,12 @@ def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobR
         return None
     checkpoints = runner.checkpoints()
     return JobResultInfo(
-        val_accuracy=rank0.val_accuracy or 0.0, test_accuracy=rank0.test_accuracy or 0.0,
-        final_loss=rank0.loss, train_seconds=rank0.train_seconds_total,
+        val_accuracy=rank0.val_accuracy or 0.0,
+        test_accuracy=rank0.test_accuracy or 0.0,
+        final_loss=rank0.loss,
+        train_seconds=rank0.train_seconds_total,
         checkpoint_path=str(checkpoints[-1]) if checkpoints else "",
-    )  # fmt: skip
+    )
 
 
 def rank_infos(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> list[RankInfo]:
@@ -91,13 +104,17 @@ def rank_infos(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> list
     ranks = []
     for view in tracker.ranks(job_id):
         trainer = view.trainer
-        ranks.append(RankInfo(
-            rank=view.rank, trainer_pid=view.trainer_pid,
-            producer_pid=producers.get(view.rank, view.producer_pid),
-            global_step=trainer.global_step if trainer else 0,
-            batches_per_second=trainer.batches_per_second if trainer else 0.0,
-            ready_slots=view.producer.ready_slots if view.producer else 0, last_report=view.last_report,
-        ))  # fmt: skip
+        ranks.append(
+            RankInfo(
+                rank=view.rank,
+                trainer_pid=view.trainer_pid,
+                producer_pid=producers.get(view.rank, view.producer_pid),
+                global_step=trainer.global_step if trainer else 0,
+                batches_per_second=trainer.batches_per_second if trainer else 0.0,
+                ready_slots=view.producer.ready_slots if view.producer else 0,
+                last_report=view.last_report,
+            )
+        )
     return ranks
 
 
@@ -105,8 +122,9 @@ def rank0_done(tracker: ProgressTracker, job_id: str) -> bool:
     return any(v.rank == 0 and v.trainer and v.trainer.phase == Phase.DONE for v in tracker.ranks(job_id))
 
 
-def final_rate(tracker: ProgressTracker, job_id: str, last: JobProgressInfo | None,
-               state: JobState) -> JobProgressInfo | None:
+def final_rate(
+    tracker: ProgressTracker, job_id: str, last: JobProgressInfo | None, state: JobState
+) -> JobProgressInfo | None:
     """The latest progress; once the job has ended, with its batches/s over the whole run."""
     if last is None or not state.final:
         return last
@@ -122,5 +140,11 @@ def stored_job(table: JobTable, job_id: str) -> JobInfo:
     if stored.job_proto:
         info = job_from_proto(jobs_pb2.Job.FromString(stored.job_proto))
         return replace(info, state=record.state, message=record.message, finished_at=record.finished_at)
-    return JobInfo(job_id=job_id, spec=JobSpec.model_validate_json(stored.spec_json), state=record.state,
-                   message=record.message, created_at=record.created_at, finished_at=record.finished_at)  # fmt: skip
+    return JobInfo(
+        job_id=job_id,
+        spec=JobSpec.model_validate_json(stored.spec_json),
+        state=record.state,
+        message=record.message,
+        created_at=record.created_at,
+        finished_at=record.finished_at,
+    )

@@ -23,16 +23,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from graphtier.service.daemon.jobs.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
-from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies
 from graphtier.contract.datasets import BudgetSpec
-from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.jobs.conversions import job_to_proto
 from graphtier.contract.jobs.directory import job_directory, job_spec_path
+from graphtier.contract.jobs.progress import Phase
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
+from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
+from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies
+from graphtier.service.daemon.datasets.registry import DatasetRegistry
+from graphtier.service.daemon.jobs.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
 from graphtier.service.daemon.jobs.events import JobEventLog
-from graphtier.service.daemon.jobs.notes import spec_notes
-from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
 from graphtier.service.daemon.jobs.job_view import (
     final_rate,
@@ -43,15 +45,13 @@ from graphtier.service.daemon.jobs.job_view import (
     rank_infos,
     stored_job,
 )
+from graphtier.service.daemon.jobs.notes import spec_notes
+from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.runner import JobRunner
-from graphtier.contract.jobs.spec import JobSpec
+from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.pipeline.wire import ChannelGrant
 from graphtier.service.store.wire import DatasetLayoutInfo
-from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
-from graphtier.service.daemon.jobs.table import JobRecord, JobTable
-from graphtier.contract.jobs.state import JobState
-from graphtier.service.daemon.jobs.progress import ProgressTracker
-from graphtier.contract.jobs.progress import Phase
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,9 +89,17 @@ def check_script(script: Path) -> None:
 class JobManager:
     """Every job this daemon started; thread-safe."""
 
-    def __init__(self, runtime_dir: Path, jobs: JobTable, datasets: DatasetRegistry, tracker: ProgressTracker, *,
-                 stall_timeout_s: float = 60.0, admission: Admission | None = None,
-                 keep_checkpoints: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        runtime_dir: Path,
+        jobs: JobTable,
+        datasets: DatasetRegistry,
+        tracker: ProgressTracker,
+        *,
+        stall_timeout_s: float = 60.0,
+        admission: Admission | None = None,
+        keep_checkpoints: bool = False,
+    ) -> None:
         self.runtime_dir = Path(runtime_dir)
         self.stall_timeout_s = stall_timeout_s
         self.table, self.datasets, self.tracker = jobs, datasets, tracker
@@ -128,7 +136,9 @@ class JobManager:
     def submit(self, spec: JobSpec) -> JobInfo:
         """Validate, load the dataset, and start the job on its own thread."""
         if spec.multi_node:
-            raise InvalidRequestError(f"job spec: nnodes {spec.nnodes} needs a daemon with peers (see `graphtierd --peer`)")
+            raise InvalidRequestError(
+                f"job spec: nnodes {spec.nnodes} needs a daemon with peers (see `graphtierd --peer`)"
+            )
         return self._submit(spec, None)
 
     def submit_part(self, spec: JobSpec, hooks: Callable[[str], PartHooks]) -> JobInfo:
@@ -150,8 +160,9 @@ class JobManager:
         views = {v.rank: v for v in self.tracker.ranks(job_id)}
         return all(r in views and views[r].trainer is not None and views[r].trainer.phase == Phase.DONE for r in ranks)
 
-    def _submit(self, spec: JobSpec, hooks: Callable[[str], PartHooks] | None,
-                launch: ExternalLaunch | None = None) -> JobInfo:  # fmt: skip
+    def _submit(
+        self, spec: JobSpec, hooks: Callable[[str], PartHooks] | None, launch: ExternalLaunch | None = None
+    ) -> JobInfo:
         if spec.device == "cuda" and torch.cuda.device_count() < spec.nproc_per_node:
             raise InvalidRequestError(
                 f"job spec: device 'cuda' needs one CUDA device per rank, but this machine's torch sees "
@@ -159,8 +170,9 @@ class JobManager:
                 "submit with device cpu or fewer ranks"
             )
         if spec.sampler == "gpu" and (why := gpu_sampler_unavailable()):
-            raise InvalidRequestError(f"job spec: sampler 'gpu' cannot run on this daemon: {why}; submit with sampler "
-                                      "cpu or auto")  # fmt: skip
+            raise InvalidRequestError(
+                f"job spec: sampler 'gpu' cannot run on this daemon: {why}; submit with sampler cpu or auto"
+            )
         if spec.script:
             check_script(Path(spec.script))
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
@@ -182,17 +194,33 @@ class JobManager:
         job_spec_path(job_dir).write_text(spec.model_dump_json(indent=2))
         events = JobEventLog(job_id)
         part = hooks(job_id) if hooks is not None else None
-        external = None if launch is None else ExternalAgent(launch, job_dir, spec.nproc_per_node,
-                                                             lambda ranks: self._ranks_done(job_id, ranks))  # fmt: skip
+        external = (
+            None
+            if launch is None
+            else ExternalAgent(launch, job_dir, spec.nproc_per_node, lambda ranks: self._ranks_done(job_id, ranks))
+        )
         partition = self.partitions.for_part(job_id, spec, part.placement if part else None, self.fetch_access)
-        runner = JobRunner(job_id, spec, loaded.handle, job_dir, self.runtime_dir, events.log,
-                           stall_timeout_s=self.stall_timeout_s, placement=part.placement if part else None,
-                           external=external, partition=partition)  # fmt: skip
+        runner = JobRunner(
+            job_id,
+            spec,
+            loaded.handle,
+            job_dir,
+            self.runtime_dir,
+            events.log,
+            stall_timeout_s=self.stall_timeout_s,
+            placement=part.placement if part else None,
+            external=external,
+            partition=partition,
+        )
         job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part)
         with self._lock:
             self._jobs[job_id] = job
-        self.table.add(JobRecord(job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name,
-                                 token=runner.job_token), spec_json=spec.model_dump_json())  # fmt: skip
+        self.table.add(
+            JobRecord(
+                job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name, token=runner.job_token
+            ),
+            spec_json=spec.model_dump_json(),
+        )
         events.state(StateChange(JobState.PENDING, JobState.PENDING, "accepted"))
         threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
         return self.get(job_id)
@@ -223,8 +251,9 @@ class JobManager:
         job.events.state(StateChange(JobState.PENDING, JobState.PENDING, message))
 
     def _run(self, job_id: str, job: _Job) -> None:
-        if not self.admission.wait(job_id, self._demand(job), job.runner.cancelled,
-                                   lambda why: self._queued(job_id, job, why)):  # fmt: skip
+        if not self.admission.wait(
+            job_id, self._demand(job), job.runner.cancelled, lambda why: self._queued(job_id, job, why)
+        ):
             self._move(job_id, job, JobState.CANCELLED, job.runner.cancel_reason or "cancelled while queued")
             self._keep(job_id)
             job.events.close()
@@ -311,7 +340,8 @@ class JobManager:
         if progress.global_step > 0 and self.table.get(job_id).state == JobState.STARTING:
             self._move(job_id, job, JobState.RUNNING)
         if job.last_progress is None or (progress.global_step, progress.epoch) != (
-            job.last_progress.global_step, job.last_progress.epoch
+            job.last_progress.global_step,
+            job.last_progress.epoch,
         ):
             job.events.progress(progress)
         job.last_progress = progress
@@ -325,13 +355,21 @@ class JobManager:
         record = self.table.get(job_id)
         done = rank0_done(self.tracker, job_id) or record.state == JobState.SUCCEEDED
         info = JobInfo(
-            job_id=job_id, spec=job.spec, state=record.state, message=record.message, created_at=record.created_at,
-            started_at=record.started_at, finished_at=record.finished_at,
+            job_id=job_id,
+            spec=job.spec,
+            state=record.state,
+            message=record.message,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
             progress=final_rate(self.tracker, job_id, job.last_progress, record.state),
             result=job_result(self.tracker, job_id, job.runner) if done else None,
-            ranks=rank_infos(self.tracker, job_id, job.runner), exit_code=job.runner.exit_code,
-            restarts=job.runner.restarts, log_path=str(job.runner.log_path), notes=list(job.notes),
-        )  # fmt: skip
+            ranks=rank_infos(self.tracker, job_id, job.runner),
+            exit_code=job.runner.exit_code,
+            restarts=job.runner.restarts,
+            log_path=str(job.runner.log_path),
+            notes=list(job.notes),
+        )
         return info if job.part is None else job.part.decorate(info)
 
     def job_layout(self, job_id: str, dataset: str) -> DatasetLayoutInfo:
@@ -342,8 +380,9 @@ class JobManager:
         return job.layout
 
     def list(self, states: set[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
-        records = [r for r in self.table.list()
-                   if (not states or r.state in states) and (not dataset or r.dataset == dataset)]  # fmt: skip
+        records = [
+            r for r in self.table.list() if (not states or r.state in states) and (not dataset or r.dataset == dataset)
+        ]
         return [self.get(r.job_id) for r in records if r.job_id in self._jobs or self.table.stored(r.job_id)]
 
     def events(self, job_id: str) -> JobEventLog:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from graphtier.contract.jobs.progress import ProducerFigures, ProgressReport, TrainerFigures
-from graphtier.service.daemon.jobs.table import JobTable
 from graphtier.contract.storage import StorageCounters
-from graphtier.service.daemon.metrics.registry import STORAGE_COUNTERS, MetricsRegistry, ProducerDelta, TrainerDelta
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
+from graphtier.service.daemon.jobs.table import JobTable
+from graphtier.service.daemon.metrics.registry import STORAGE_COUNTERS, MetricsRegistry, ProducerDelta, TrainerDelta
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,14 @@ class RankView:
 
 _TRAINER_COUNTERS = ("steps_total", "train_seconds_total", "data_wait_seconds_total")
 _PRODUCER_COUNTERS = (
-    "batches_total", "sampled_nodes_total", "sampled_edges_total",
-    "sample_seconds_total", "gather_seconds_total", "wait_seconds_total", "slot_grows_total",
-)  # fmt: skip
+    "batches_total",
+    "sampled_nodes_total",
+    "sampled_edges_total",
+    "sample_seconds_total",
+    "gather_seconds_total",
+    "wait_seconds_total",
+    "slot_grows_total",
+)
 
 
 def _traffic_values(traffic: TrafficCounts) -> list[int]:
@@ -48,7 +53,9 @@ def _traffic_values(traffic: TrafficCounts) -> list[int]:
 def _went_back(current: object, previous: object, names: tuple[str, ...]) -> bool:
     went_back = any(getattr(current, name) < getattr(previous, name) for name in names)
     if isinstance(current, ProducerFigures) and isinstance(previous, ProducerFigures):
-        went_back |= any(c < p for c, p in zip(_traffic_values(current.traffic), _traffic_values(previous.traffic), strict=True))
+        went_back |= any(
+            c < p for c, p in zip(_traffic_values(current.traffic), _traffic_values(previous.traffic), strict=True)
+        )
         went_back |= any(getattr(current.storage, name) < getattr(previous.storage, name) for name in STORAGE_COUNTERS)
         went_back |= current.network.went_back(previous.network)
     return went_back
@@ -136,9 +143,7 @@ class ProgressTracker:
         with self._lock:
             key = (report.job_id, report.rank, kind)
             previous = self._last.get(key)
-            restarted = previous is not None and (
-                previous[0] != report.pid or _went_back(figures, previous[1], names)
-            )
+            restarted = previous is not None and (previous[0] != report.pid or _went_back(figures, previous[1], names))
             base = None if previous is None or restarted else previous[1]
             self._last[key] = (report.pid, figures)
             delta = {name: getattr(figures, name) - (getattr(base, name) if base else 0) for name in names}
@@ -151,10 +156,12 @@ class ProgressTracker:
                 view = replace(view, trainer_pid=report.pid, trainer=figures, last_report=report.time)
                 rates.trained.add(now, delta["steps_total"])
                 self.metrics.add_trainer(
-                    report.job_id, report.rank,
+                    report.job_id,
+                    report.rank,
                     TrainerDelta(delta["steps_total"], delta["train_seconds_total"], delta["data_wait_seconds_total"]),
-                    loss=figures.loss, accuracy=figures.accuracy,
-                )  # fmt: skip
+                    loss=figures.loss,
+                    accuracy=figures.accuracy,
+                )
             else:
                 view = replace(view, producer_pid=report.pid, producer=figures, last_report=report.time)
                 rates.produced.add(now, delta["batches_total"])
@@ -162,17 +169,26 @@ class ProgressTracker:
                 traffic = _traffic_delta(figures.traffic, before.traffic if before else None)
                 storage = _storage_delta(figures.storage, before.storage if before else None)
                 self.metrics.add_producer(
-                    job.dataset, report.job_id, report.rank,
+                    job.dataset,
+                    report.job_id,
+                    report.rank,
                     ProducerDelta(
-                        batches=delta["batches_total"], sampled_nodes=delta["sampled_nodes_total"],
-                        sampled_edges=delta["sampled_edges_total"], sample_seconds=delta["sample_seconds_total"],
-                        gather_seconds=delta["gather_seconds_total"], wait_seconds=delta["wait_seconds_total"],
-                        traffic=traffic, storage=storage,
+                        batches=delta["batches_total"],
+                        sampled_nodes=delta["sampled_nodes_total"],
+                        sampled_edges=delta["sampled_edges_total"],
+                        sample_seconds=delta["sample_seconds_total"],
+                        gather_seconds=delta["gather_seconds_total"],
+                        wait_seconds=delta["wait_seconds_total"],
+                        traffic=traffic,
+                        storage=storage,
                         network=figures.network.minus(before.network if before else None),
                     ),
-                )  # fmt: skip
+                )
                 self.metrics.set_producer_gauges(
-                    report.job_id, report.rank, lag_batches=figures.lag_batches, ready_slots=figures.ready_slots,
+                    report.job_id,
+                    report.rank,
+                    lag_batches=figures.lag_batches,
+                    ready_slots=figures.ready_slots,
                     storage=figures.storage,
                 )
             self._ranks[(report.job_id, report.rank)] = view
@@ -205,4 +221,3 @@ class ProgressTracker:
             if ended and job_id:
                 return sum(w.trained.mean() for w in windows), sum(w.produced.mean() for w in windows)
             return sum(w.trained.rate(now) for w in windows), sum(w.produced.rate(now) for w in windows)
-

@@ -43,14 +43,13 @@ from pathlib import Path
 
 import psutil
 
+from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import DaemonError
 from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, job_log_path
-from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.jobs.view import JobPlacementInfo
-from graphtier.contract.jobs.view import LogLine
-from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
-from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.contract.jobs.rank_failures import first_rank_failure
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
+from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.service.pipeline import (
     ChannelError,
     ChannelLayout,
@@ -59,8 +58,8 @@ from graphtier.service.pipeline import (
     ProducerProcess,
     spawn_producer,
 )
-from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
+from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.store import SharedDatasetHandle
@@ -154,10 +153,20 @@ def _forked_torchrun(argv: list[str], log_path: str, cwd: str, env: dict[str, st
 class JobRunner:
     """The processes of one job; `run()` (on the runner's thread) returns (final state name, message, exit code)."""
 
-    def __init__(self, job_id: str, spec: JobSpec, handle: SharedDatasetHandle, job_dir: Path, runtime_dir: Path,
-                 on_log: Callable[[LogLine], None], *, stall_timeout_s: float = 60.0,
-                 placement: JobPlacementInfo | None = None, external: ExternalAgent | None = None,
-                 partition: PartitionedFeatures | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        handle: SharedDatasetHandle,
+        job_dir: Path,
+        runtime_dir: Path,
+        on_log: Callable[[LogLine], None],
+        *,
+        stall_timeout_s: float = 60.0,
+        placement: JobPlacementInfo | None = None,
+        external: ExternalAgent | None = None,
+        partition: PartitionedFeatures | None = None,
+    ) -> None:
         self.job_id, self.spec, self.handle = job_id, spec, handle
         self.placement, self.external = placement, external
         self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons
@@ -193,14 +202,24 @@ class JobRunner:
 
     def _spawn(self, rank: int, attempt: int) -> ProducerProcess:
         config = ProducerConfig(
-            dataset=self.handle, rank=rank, world_size=self.spec.world_size, fanouts=self.spec.fanouts,
-            batch_size=self.spec.batch_size, epochs=self.spec.epochs, seed=self.spec.seed,
-            num_slots=self.spec.num_slots, channel_dir=self._channel_dir(rank, attempt), channel=f"j{self.job_id}r{rank}",
-            num_threads=self.threads, storage_reads=self.spec.storage_reads, window=self.spec.window,
-            partition=self.partition, sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
+            dataset=self.handle,
+            rank=rank,
+            world_size=self.spec.world_size,
+            fanouts=self.spec.fanouts,
+            batch_size=self.spec.batch_size,
+            epochs=self.spec.epochs,
+            seed=self.spec.seed,
+            num_slots=self.spec.num_slots,
+            channel_dir=self._channel_dir(rank, attempt),
+            channel=f"j{self.job_id}r{rank}",
+            num_threads=self.threads,
+            storage_reads=self.spec.storage_reads,
+            window=self.spec.window,
+            partition=self.partition,
+            sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
             # a GPU-sampling producer samples on its rank's GPU (cuda:LOCAL_RANK under torchrun)
             device_index=rank % self.spec.nproc_per_node if self.spec.sampler == "gpu" else 0,
-        )  # fmt: skip
+        )
         try:
             producer = spawn_producer(config)
         except ChannelError as exc:
@@ -265,14 +284,20 @@ class JobRunner:
     def _first_open(self, rank: int, trainer_pid: int) -> ProducerProcess:
         """A multi-node part's rank opens its channel for the first time: its producer starts now."""
         if len(self._channels) >= self.spec.nproc_per_node:
-            raise DaemonError(f"job {self.job_id}: this node runs {self.spec.nproc_per_node} rank(s), already "
-                              f"{sorted(self._channels)}; rank {rank} belongs to another node")  # fmt: skip
+            raise DaemonError(
+                f"job {self.job_id}: this node runs {self.spec.nproc_per_node} rank(s), already "
+                f"{sorted(self._channels)}; rank {rank} belongs to another node"
+            )
         if trainer_pid:
             self._check_own_process(trainer_pid)
         if self.external is not None:
             self.external.opened.add(rank)
-        channel = RankChannel(rank, self._spawn(rank, 0), trainer_pid=trainer_pid,
-                              trainer_start=process_start_time(trainer_pid) if trainer_pid else None)  # fmt: skip
+        channel = RankChannel(
+            rank,
+            self._spawn(rank, 0),
+            trainer_pid=trainer_pid,
+            trainer_start=process_start_time(trainer_pid) if trainer_pid else None,
+        )
         self._channels[rank] = channel
         return channel.producer
 
@@ -288,8 +313,10 @@ class JobRunner:
         except psutil.Error:
             parents = set()
         if agent is None or agent not in parents:
-            raise DaemonError(f"job {self.job_id}: trainer pid {pid} is not a rank of this job (not a child of its "
-                              f"torchrun agent, pid {agent})")  # fmt: skip
+            raise DaemonError(
+                f"job {self.job_id}: trainer pid {pid} is not a rank of this job (not a child of its "
+                f"torchrun agent, pid {agent})"
+            )
 
     @property
     def restarts(self) -> int:
@@ -323,14 +350,33 @@ class JobRunner:
         """torchrun's node and rendezvous arguments: this machine alone, or this node's place in the job."""
         p = self.placement
         if p is None:
-            return ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-                    "--rdzv-id", f"job-{self.job_id}"]  # fmt: skip
+            return [
+                "--nnodes",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{free_port()}",
+                "--rdzv-id",
+                f"job-{self.job_id}",
+            ]
         timeout = max(1, round(p.peer_timeout_s))
         conf = f"is_host={str(p.rdzv_host).lower()},join_timeout={max(timeout, 30)},read_timeout={max(timeout, 30)}"
         # no --node-rank: torchrun ignores it for c10d (and warns); the rendezvous numbers the nodes
-        return ["--nnodes", str(p.nnodes), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", p.rdzv_endpoint, "--rdzv-id", p.rdzv_id, "--rdzv-conf", conf,
-                "--local-addr", p.local_addr]  # fmt: skip
+        return [
+            "--nnodes",
+            str(p.nnodes),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            p.rdzv_endpoint,
+            "--rdzv-id",
+            p.rdzv_id,
+            "--rdzv-conf",
+            conf,
+            "--local-addr",
+            p.local_addr,
+        ]
 
     def _start(self) -> None:
         if self.external is not None:
@@ -342,19 +388,35 @@ class JobRunner:
             with self._lock:
                 self._channels[rank] = RankChannel(rank, producer)
         argv = [
-            *self._rendezvous_args(), "--nproc-per-node", str(self.spec.nproc_per_node),
-            "--max-restarts", str(self.spec.max_restarts),
-            "--log-dir", str(self.job_dir / "torchelastic"),  # not a torchelastic_* directory left in /tmp
-            "-m", "graphtier.launcher.rank_main", "--job-id", self.job_id, "--runtime-dir", str(self.runtime_dir),
-        ]  # fmt: skip
+            *self._rendezvous_args(),
+            "--nproc-per-node",
+            str(self.spec.nproc_per_node),
+            "--max-restarts",
+            str(self.spec.max_restarts),
+            "--log-dir",
+            str(self.job_dir / "torchelastic"),  # not a torchelastic_* directory left in /tmp
+            "-m",
+            "graphtier.launcher.rank_main",
+            "--job-id",
+            self.job_id,
+            "--runtime-dir",
+            str(self.runtime_dir),
+        ]
         if self.spec.script:
             argv += ["--script", self.spec.script, "--", *self.spec.args]
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
-               JOB_ID_ENV: self.job_id, RUNTIME_DIR_ENV: str(self.runtime_dir),
-               JOB_TOKEN_ENV: self.job_token}  # fmt: skip
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(self.threads),
+            "OMP_WAIT_POLICY": "PASSIVE",
+            "PYTHONUNBUFFERED": "1",
+            JOB_ID_ENV: self.job_id,
+            RUNTIME_DIR_ENV: str(self.runtime_dir),
+            JOB_TOKEN_ENV: self.job_token,
+        }
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(
-            _forked_torchrun, (argv, str(self.log_path), str(self.job_dir), env),
+            _forked_torchrun,
+            (argv, str(self.log_path), str(self.job_dir), env),
             name=f"graphtier-torchrun-{self.job_id}",
         )
 
@@ -370,9 +432,11 @@ class JobRunner:
                     return f"{where} {describe_exit(code)}{detail}; log {producer.log_path}"
                 age = producer.stats().heartbeat_age_s if code is None else 0.0
                 if age > self.stall_timeout_s:
-                    return (f"{where} is alive but has shown no progress for {age:.0f} s (stall timeout "
-                            f"{self.stall_timeout_s:g} s): stopped (SIGSTOP), swapping or deadlocked; "
-                            f"log {producer.log_path}")  # fmt: skip
+                    return (
+                        f"{where} is alive but has shown no progress for {age:.0f} s (stall timeout "
+                        f"{self.stall_timeout_s:g} s): stopped (SIGSTOP), swapping or deadlocked; "
+                        f"log {producer.log_path}"
+                    )
         return None
 
     def _stopped_rank(self) -> str | None:
@@ -392,9 +456,11 @@ class JobRunner:
                 continue
             since = self._stopped_since.setdefault(pid, now)
             if now - since > self.stall_timeout_s:
-                return (f"rank {rank} (trainer pid {pid}) has been stopped for {now - since:.0f} s (stall timeout "
-                        f"{self.stall_timeout_s:g} s): SIGSTOP or a debugger; the other ranks would wait for it "
-                        f"in their next collective")  # fmt: skip
+                return (
+                    f"rank {rank} (trainer pid {pid}) has been stopped for {now - since:.0f} s (stall timeout "
+                    f"{self.stall_timeout_s:g} s): SIGSTOP or a debugger; the other ranks would wait for it "
+                    f"in their next collective"
+                )
         return None
 
     def pump_logs(self) -> None:
@@ -441,8 +507,11 @@ class JobRunner:
             self._stop_all()
             if self.failure:
                 return "failed", self.failure, self.exit_code
-            return ("cancelled", self._cancel_reason, self.exit_code) if self._cancelled.is_set() else (
-                "failed", str(exc), self.exit_code)  # fmt: skip
+            return (
+                ("cancelled", self._cancel_reason, self.exit_code)
+                if self._cancelled.is_set()
+                else ("failed", str(exc), self.exit_code)
+            )
         finally:
             self._stop_all()
             self.pump_logs()

@@ -10,20 +10,19 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from graphtier.contract.jobs import conversions as convert
 from graphtier.contract.errors import DaemonError, InvalidRequestError
-from graphtier.service.pipeline.wire import grant_to_proto
-from graphtier.service.daemon.jobs.external_launch import ExternalLaunch
-from graphtier.service.daemon.rpc.grpc_status import grpc_method
-from graphtier.service.shm.naming import process_start_time
-from graphtier.service.daemon.jobs.events import JobEventLog
-from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.contract.jobs import conversions as convert
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
+from graphtier.service.daemon.jobs.events import JobEventLog
+from graphtier.service.daemon.jobs.external_launch import ExternalLaunch
+from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.service.daemon.rpc.grpc_status import grpc_method
+from graphtier.service.pipeline.wire import grant_to_proto
+from graphtier.service.shm.naming import process_start_time
 from graphtier.v1 import channels_pb2, channels_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 if TYPE_CHECKING:
     from graphtier.service.daemon.cluster.node import ClusterNode
-
 
 
 def _job_token(context: grpc.ServicerContext) -> str:
@@ -45,13 +44,19 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return convert.job_to_proto(self.manager.submit(spec))
 
     @grpc_method
-    def AttachJob(self, request: jobs_pb2.AttachJobRequest, context: grpc.ServicerContext) -> jobs_pb2.AttachJobResponse:
+    def AttachJob(
+        self, request: jobs_pb2.AttachJobRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.AttachJobResponse:
         spec = convert.spec_from_proto(request.spec)
         if not request.launch_id or len(request.launch_id) > 512:
             raise InvalidRequestError(f"AttachJob: launch_id {request.launch_id[:100]!r} must be 1-512 characters")
         agent = int(request.agent_pid)
-        launch = ExternalLaunch(launch_id=request.launch_id, node_rank=request.node_rank, agent_pid=agent,
-                                agent_start=process_start_time(agent) if agent > 0 else None)  # fmt: skip
+        launch = ExternalLaunch(
+            launch_id=request.launch_id,
+            node_rank=request.node_rank,
+            agent_pid=agent,
+            agent_start=process_start_time(agent) if agent > 0 else None,
+        )
         if agent > 0 and launch.agent_start is None:  # not visible here (another PID namespace): not watched
             launch = ExternalLaunch(launch_id=request.launch_id, node_rank=request.node_rank)
         job, token = self.manager.attach(spec, launch)
@@ -78,12 +83,14 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             yield from self._node_events(request, context)
             return
         events = self._event_log(request, context)
-        for event in events.follow(request.from_sequence, follow=request.follow, include_logs=request.include_logs,
-                                   alive=context.is_active):  # fmt: skip
+        for event in events.follow(
+            request.from_sequence, follow=request.follow, include_logs=request.include_logs, alive=context.is_active
+        ):
             yield convert.event_to_proto(event)
 
-    def _node_events(self, request: jobs_pb2.StreamJobEventsRequest,
-                     context: grpc.ServicerContext) -> Iterator[jobs_pb2.JobEvent]:  # fmt: skip
+    def _node_events(
+        self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[jobs_pb2.JobEvent]:
         """A multi-node job's events on one of its nodes, relayed from that node's daemon."""
         part = self._part(request, context)
         if part is None:  # this daemon's own part
@@ -93,8 +100,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             yield from self.StreamJobEvents(forwarded, context)
             return
         client, job_id = part
-        forwarded = jobs_pb2.StreamJobEventsRequest(job_id=job_id, from_sequence=request.from_sequence,
-                                                    follow=request.follow, include_logs=request.include_logs)  # fmt: skip
+        forwarded = jobs_pb2.StreamJobEventsRequest(
+            job_id=job_id, from_sequence=request.from_sequence, follow=request.follow, include_logs=request.include_logs
+        )
         try:
             for event in client.job_events(forwarded):
                 if not context.is_active():

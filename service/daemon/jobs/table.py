@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
 from graphtier.contract.environment import JOB_TOKEN_ENV
+from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
 from graphtier.contract.jobs.state import JobState, job_id_order
 
 
@@ -108,15 +108,26 @@ class _JobStoreFile:
             raise DaemonError(f"{self.path}: cannot open the job store ({exc}); move it away to start anew") from None
         self._lock = threading.Lock()
 
-    def insert(self, job_id: str, seq: int, *, name: str, dataset: str, world_size: int, state: str, message: str,
-               created_at: datetime, daemon_pid: int, spec_json: str) -> None:  # fmt: skip
+    def insert(
+        self,
+        job_id: str,
+        seq: int,
+        *,
+        name: str,
+        dataset: str,
+        world_size: int,
+        state: str,
+        message: str,
+        created_at: datetime,
+        daemon_pid: int,
+        spec_json: str,
+    ) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT INTO jobs (job_id, seq, name, dataset, world_size, state, message, created_at, daemon_pid, "
                 "spec_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job_id, seq, name, dataset, world_size, state, message, created_at.isoformat(), daemon_pid,
-                 spec_json),
-            )  # fmt: skip
+                (job_id, seq, name, dataset, world_size, state, message, created_at.isoformat(), daemon_pid, spec_json),
+            )
 
     def update(self, job_id: str, *, state: str, message: str, finished_at: datetime | None) -> None:
         with self._lock:
@@ -142,9 +153,13 @@ class _JobStoreFile:
             for job_id, state, pid in rows:
                 self._db.execute(
                     "UPDATE jobs SET state = ?, message = ?, finished_at = ? WHERE job_id = ?",
-                    (failed, f"the daemon (pid {pid}) ended while the job was {state}; its processes went with it",
-                     now, job_id),
-                )  # fmt: skip
+                    (
+                        failed,
+                        f"the daemon (pid {pid}) ended while the job was {state}; its processes went with it",
+                        now,
+                        job_id,
+                    ),
+                )
         return [row[0] for row in rows]
 
     def jobs(self) -> Iterator[StoredJob]:
@@ -154,8 +169,19 @@ class _JobStoreFile:
                 "spec_json, job_proto FROM jobs ORDER BY seq"
             ).fetchall()
         for r in rows:
-            yield StoredJob(r[0], r[1], r[2], r[3], r[4], r[5], _time(r[6]) or datetime.now(timezone.utc), _time(r[7]),
-                            r[8], r[9], r[10])  # fmt: skip
+            yield StoredJob(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                _time(r[6]) or datetime.now(timezone.utc),
+                _time(r[7]),
+                r[8],
+                r[9],
+                r[10],
+            )
 
     def max_seq(self) -> int:
         with self._lock:
@@ -223,10 +249,16 @@ class JobTable:
             for row in self._file.jobs():
                 self._stored[row.job_id] = row
                 self._jobs[row.job_id] = JobRecord(
-                    job_id=row.job_id, dataset=row.dataset, world_size=row.world_size, name=row.name,
-                    state=JobState(row.state), message=row.message, created_at=row.created_at,
-                    finished_at=row.finished_at, token="",
-                )  # fmt: skip
+                    job_id=row.job_id,
+                    dataset=row.dataset,
+                    world_size=row.world_size,
+                    name=row.name,
+                    state=JobState(row.state),
+                    message=row.message,
+                    created_at=row.created_at,
+                    finished_at=row.finished_at,
+                    token="",
+                )
         return orphans
 
     def stored(self, job_id: str) -> StoredJob | None:
@@ -247,10 +279,17 @@ class JobTable:
         """This daemon's jobs that ended more than `retire_after_s` ago and are not yet retired."""
         now = now or _now()
         with self._lock:
-            return sorted((r.job_id for r in self._jobs.values()
-                           if r.state.final and r.finished_at is not None and r.job_id not in self._stored
-                           and (now - r.finished_at).total_seconds() >= self.retire_after_s),
-                          key=job_id_order)  # fmt: skip
+            return sorted(
+                (
+                    r.job_id
+                    for r in self._jobs.values()
+                    if r.state.final
+                    and r.finished_at is not None
+                    and r.job_id not in self._stored
+                    and (now - r.finished_at).total_seconds() >= self.retire_after_s
+                ),
+                key=job_id_order,
+            )
 
     def ended_message(self, job_id: str) -> bytes:
         """The Job message kept for an ended job of this daemon (b"" when none was kept)."""
@@ -262,11 +301,18 @@ class JobTable:
         with self._lock:
             record = self._jobs[job_id]
             self._stored[job_id] = StoredJob(
-                job_id=job_id, name=record.name, dataset=record.dataset, world_size=record.world_size,
-                state=record.state.value, message=record.message, created_at=record.created_at,
-                finished_at=record.finished_at, daemon_pid=os.getpid(), spec_json=self._specs.get(job_id, "{}"),
+                job_id=job_id,
+                name=record.name,
+                dataset=record.dataset,
+                world_size=record.world_size,
+                state=record.state.value,
+                message=record.message,
+                created_at=record.created_at,
+                finished_at=record.finished_at,
+                daemon_pid=os.getpid(),
+                spec_json=self._specs.get(job_id, "{}"),
                 job_proto=job_proto,
-            )  # fmt: skip
+            )
             self._ended.pop(job_id, None)
 
     def add(self, record: JobRecord, spec_json: str = "{}") -> JobRecord:
@@ -280,15 +326,25 @@ class JobTable:
             self._specs[record.job_id] = spec_json
             if self._file is not None:
                 seq = int(record.job_id) if record.job_id.isdigit() else self._file.max_seq() + 1
-                self._file.insert(record.job_id, seq, name=record.name, dataset=record.dataset,
-                                  world_size=record.world_size, state=record.state.value, message=record.message,
-                                  created_at=record.created_at, daemon_pid=os.getpid(), spec_json=spec_json)  # fmt: skip
+                self._file.insert(
+                    record.job_id,
+                    seq,
+                    name=record.name,
+                    dataset=record.dataset,
+                    world_size=record.world_size,
+                    state=record.state.value,
+                    message=record.message,
+                    created_at=record.created_at,
+                    daemon_pid=os.getpid(),
+                    spec_json=spec_json,
+                )
         return record
 
     def _write(self, record: JobRecord) -> None:
         if self._file is not None:
-            self._file.update(record.job_id, state=record.state.value, message=record.message,
-                              finished_at=record.finished_at)  # fmt: skip
+            self._file.update(
+                record.job_id, state=record.state.value, message=record.message, finished_at=record.finished_at
+            )
 
     def next_numeric_id(self) -> int:
         """One more than the largest numeric job id known (this daemon's or an earlier one's)."""
@@ -318,8 +374,10 @@ class JobTable:
         """`check_token` for a progress report, which a finished job no longer takes."""
         record = self.check_token(job_id, token, "progress", "report it")
         if record.state.final:
-            raise InvalidReportError(f"progress for job {job_id!r} refused: the job has {record.state.value}; "
-                                     "a finished job's results are final")  # fmt: skip
+            raise InvalidReportError(
+                f"progress for job {job_id!r} refused: the job has {record.state.value}; "
+                "a finished job's results are final"
+            )
         return record
 
     def check_rank(self, job_id: str, rank: int) -> JobRecord:
@@ -341,8 +399,9 @@ class JobTable:
                 raise DaemonError(f"job {job_id!r} has ended ({record.state.value}); it cannot become {state.value}")
             finished = _now() if state.final and record.finished_at is None else record.finished_at
             started = _now() if state == JobState.STARTING and record.started_at is None else record.started_at
-            updated = replace(record, state=state, message=message or record.message, started_at=started,
-                              finished_at=finished)  # fmt: skip
+            updated = replace(
+                record, state=state, message=message or record.message, started_at=started, finished_at=finished
+            )
             self._jobs[job_id] = updated
             self._write(updated)
             return updated
@@ -369,8 +428,9 @@ class JobTable:
     def jobs_using(self, dataset: str) -> list[str]:
         """Ids of the jobs on `dataset` that have not ended."""
         with self._lock:
-            return sorted((r.job_id for r in self._jobs.values() if r.dataset == dataset and not r.state.final),
-                          key=job_id_order)  # fmt: skip
+            return sorted(
+                (r.job_id for r in self._jobs.values() if r.dataset == dataset and not r.state.final), key=job_id_order
+            )
 
     def counts_by_state(self) -> dict[JobState, int]:
         with self._lock:

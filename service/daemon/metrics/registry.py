@@ -29,7 +29,6 @@ Hit ratio in PromQL:
 from __future__ import annotations
 
 import contextlib
-
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -71,31 +70,48 @@ class ProducerDelta:
 # StorageCounters field -> (metric name, help, unit); the one list /metrics and /v1/status share
 STORAGE_COUNTERS: dict[str, tuple[str, str, str]] = {
     "read_rows": ("graphtier_storage_read_rows", "Storage-tier rows read from the file.", ""),
-    "read_bytes": ("graphtier_storage_read_bytes", "Bytes the storage reads asked the device for (whole aligned "
-                   "requests; the rows' own bytes through the mapping).", "bytes"),
+    "read_bytes": (
+        "graphtier_storage_read_bytes",
+        "Bytes the storage reads asked the device for (whole aligned "
+        "requests; the rows' own bytes through the mapping).",
+        "bytes",
+    ),
     "requests": ("graphtier_storage_requests", "Storage read requests issued (none through the mapping).", ""),
-    "window_rows": ("graphtier_window_hit_rows", "Storage-tier rows served by the look-ahead window, not read again.",
-                    ""),
+    "window_rows": (
+        "graphtier_window_hit_rows",
+        "Storage-tier rows served by the look-ahead window, not read again.",
+        "",
+    ),
     "window_bytes": ("graphtier_window_hit_bytes", "Bytes of the rows the look-ahead window served.", "bytes"),
     "io_seconds": ("graphtier_storage_io_seconds", "Time storage requests were in flight.", "seconds"),
-    "request_seconds": ("graphtier_storage_request_seconds", "Storage requests' latencies, summed (over the I/O "
-                        "time: the mean queue depth).", "seconds"),
-    "read_seconds": ("graphtier_storage_read_seconds", "Time in storage reads: planning, requests, copying rows out.",
-                     "seconds"),
-}  # fmt: skip
+    "request_seconds": (
+        "graphtier_storage_request_seconds",
+        "Storage requests' latencies, summed (over the I/O time: the mean queue depth).",
+        "seconds",
+    ),
+    "read_seconds": (
+        "graphtier_storage_read_seconds",
+        "Time in storage reads: planning, requests, copying rows out.",
+        "seconds",
+    ),
+}
 
 # the network tier: PeerTraffic field -> (metric name, help) per peer, and NetworkCounters times
 NETWORK_PEER_COUNTERS: dict[str, tuple[str, str]] = {
     "rows": ("graphtier_network_peer_rows", "Feature rows fetched from another node (partitioned features)."),
     "bytes": ("graphtier_network_peer_bytes", "Feature bytes fetched from another node (partitioned features)."),
-    "requests": ("graphtier_network_peer_requests", "FetchRows calls to another node (one per batch, or more when a "
-                 "reply would pass the message limit)."),
-}  # fmt: skip
+    "requests": (
+        "graphtier_network_peer_requests",
+        "FetchRows calls to another node (one per batch, or more when a reply would pass the message limit).",
+    ),
+}
 NETWORK_TIMES: dict[str, tuple[str, str]] = {
     "fetch_seconds": ("graphtier_network_fetch_seconds", "FetchRows calls' latencies, summed."),
-    "wait_seconds": ("graphtier_network_wait_seconds", "Time gathers waited for fetched rows not yet arrived (0 when "
-                     "the look-ahead hides the network)."),
-}  # fmt: skip
+    "wait_seconds": (
+        "graphtier_network_wait_seconds",
+        "Time gathers waited for fetched rows not yet arrived (0 when the look-ahead hides the network).",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -131,56 +147,111 @@ class MetricsRegistry:
         self.registry = CollectorRegistry()
         r = self.registry
         job_rank = ("job", "rank")
-        self.tier_rows = Counter("graphtier_tier_rows", "Feature rows served, by traffic source.",
-                                 ("dataset", "job", "rank", "tier"), registry=r)
-        self.tier_bytes = Counter("graphtier_tier_bytes", "Feature bytes served, by traffic source.",
-                                  ("dataset", "job", "rank", "tier"), unit="bytes", registry=r)
-        self.link_bytes = Counter("graphtier_link_bytes", "Feature bytes by the link they would cross "
-                                  "(local, nvlink, pcie, storage, network).", ("link",), unit="bytes", registry=r)
+        self.tier_rows = Counter(
+            "graphtier_tier_rows",
+            "Feature rows served, by traffic source.",
+            ("dataset", "job", "rank", "tier"),
+            registry=r,
+        )
+        self.tier_bytes = Counter(
+            "graphtier_tier_bytes",
+            "Feature bytes served, by traffic source.",
+            ("dataset", "job", "rank", "tier"),
+            unit="bytes",
+            registry=r,
+        )
+        self.link_bytes = Counter(
+            "graphtier_link_bytes",
+            "Feature bytes by the link they would cross (local, nvlink, pcie, storage, network).",
+            ("link",),
+            unit="bytes",
+            registry=r,
+        )
         self.batches = Counter("graphtier_batches", "Mini-batches trained.", job_rank, registry=r)
-        self.batches_produced = Counter("graphtier_batches_produced", "Mini-batches published by producers.",
-                                        job_rank, registry=r)
+        self.batches_produced = Counter(
+            "graphtier_batches_produced", "Mini-batches published by producers.", job_rank, registry=r
+        )
         self.sampled_nodes = Counter("graphtier_sampled_nodes", "Nodes in sampled subgraphs.", job_rank, registry=r)
         self.sampled_edges = Counter("graphtier_sampled_edges", "Edges in sampled subgraphs.", job_rank, registry=r)
-        self.sample_seconds = Counter("graphtier_sample_seconds", "Time producers spent sampling.",
-                                      job_rank, unit="seconds", registry=r)
-        self.gather_seconds = Counter("graphtier_gather_seconds", "Time producers spent gathering features.",
-                                      job_rank, unit="seconds", registry=r)
-        self.producer_wait_seconds = Counter("graphtier_producer_wait_seconds",
-                                             "Time producers waited for a free slot.", job_rank, unit="seconds",
-                                             registry=r)
-        self.train_seconds = Counter("graphtier_train_seconds", "Time ranks spent in forward, backward and step.",
-                                     job_rank, unit="seconds", registry=r)
-        self.data_wait_seconds = Counter("graphtier_data_wait_seconds", "Time ranks waited for their next batch.",
-                                         job_rank, unit="seconds", registry=r)
+        self.sample_seconds = Counter(
+            "graphtier_sample_seconds", "Time producers spent sampling.", job_rank, unit="seconds", registry=r
+        )
+        self.gather_seconds = Counter(
+            "graphtier_gather_seconds", "Time producers spent gathering features.", job_rank, unit="seconds", registry=r
+        )
+        self.producer_wait_seconds = Counter(
+            "graphtier_producer_wait_seconds",
+            "Time producers waited for a free slot.",
+            job_rank,
+            unit="seconds",
+            registry=r,
+        )
+        self.train_seconds = Counter(
+            "graphtier_train_seconds",
+            "Time ranks spent in forward, backward and step.",
+            job_rank,
+            unit="seconds",
+            registry=r,
+        )
+        self.data_wait_seconds = Counter(
+            "graphtier_data_wait_seconds",
+            "Time ranks waited for their next batch.",
+            job_rank,
+            unit="seconds",
+            registry=r,
+        )
         self.reports = Counter("graphtier_progress_reports", "Progress reports received.", ("reporter",), registry=r)
-        self.reporter_restarts = Counter("graphtier_reporter_restarts", "Reports whose counters went back "
-                                         "(the reporter restarted).", ("job", "rank", "reporter"), registry=r)
-        self.producer_lag = Gauge("graphtier_producer_lag_batches", "Batch the producer fills minus the batch "
-                                  "the rank holds.", job_rank, registry=r)
-        self.ready_slots = Gauge("graphtier_producer_ready_slots", "Slots holding batches the rank has not taken.",
-                                 job_rank, registry=r)
+        self.reporter_restarts = Counter(
+            "graphtier_reporter_restarts",
+            "Reports whose counters went back (the reporter restarted).",
+            ("job", "rank", "reporter"),
+            registry=r,
+        )
+        self.producer_lag = Gauge(
+            "graphtier_producer_lag_batches",
+            "Batch the producer fills minus the batch the rank holds.",
+            job_rank,
+            registry=r,
+        )
+        self.ready_slots = Gauge(
+            "graphtier_producer_ready_slots", "Slots holding batches the rank has not taken.", job_rank, registry=r
+        )
         self.loss = Gauge("graphtier_train_loss", "Training loss of the latest step.", job_rank, registry=r)
-        self.accuracy = Gauge("graphtier_train_accuracy", "Training accuracy of the latest step.", job_rank,
-                              registry=r)
-        self.simulated = Gauge("graphtier_device_tiers_simulated", "1 when device tiers are accounted, not real "
-                               "(no GPU).", registry=r)
+        self.accuracy = Gauge("graphtier_train_accuracy", "Training accuracy of the latest step.", job_rank, registry=r)
+        self.simulated = Gauge(
+            "graphtier_device_tiers_simulated", "1 when device tiers are accounted, not real (no GPU).", registry=r
+        )
         self.simulated.set(1 if simulated_devices else 0)
         self._simulated_devices = simulated_devices  # fixed for the daemon's life: read without a registry walk
-        self.start_time = Gauge("graphtier_daemon_start_time_seconds", "Unix time the daemon started.",
-                                unit="seconds", registry=r)
+        self.start_time = Gauge(
+            "graphtier_daemon_start_time_seconds", "Unix time the daemon started.", unit="seconds", registry=r
+        )
         self.start_time.set(time.time())
         self.link_bytes_children = {link: self.link_bytes.labels(link=link) for link in LINKS}
-        self.storage = {field: Counter(name, text, job_rank, unit=unit, registry=r)
-                        for field, (name, text, unit) in STORAGE_COUNTERS.items()}  # fmt: skip
-        self.network_peer = {field: Counter(name, text, ("job", "rank", "peer"), unit="bytes" if field == "bytes" else "",
-                                            registry=r) for field, (name, text) in NETWORK_PEER_COUNTERS.items()}
-        self.network_times = {field: Counter(name, text, job_rank, unit="seconds", registry=r)
-                              for field, (name, text) in NETWORK_TIMES.items()}  # fmt: skip
-        self.lookahead_batches = Gauge("graphtier_lookahead_batches", "Batches the producer has sampled ahead of the "
-                                       "one it gathers (the look-ahead window).", job_rank, registry=r)
-        self.window_cached_rows = Gauge("graphtier_window_cached_rows", "Storage rows the look-ahead window holds for "
-                                        "the batches in it.", job_rank, registry=r)
+        self.storage = {
+            field: Counter(name, text, job_rank, unit=unit, registry=r)
+            for field, (name, text, unit) in STORAGE_COUNTERS.items()
+        }
+        self.network_peer = {
+            field: Counter(name, text, ("job", "rank", "peer"), unit="bytes" if field == "bytes" else "", registry=r)
+            for field, (name, text) in NETWORK_PEER_COUNTERS.items()
+        }
+        self.network_times = {
+            field: Counter(name, text, job_rank, unit="seconds", registry=r)
+            for field, (name, text) in NETWORK_TIMES.items()
+        }
+        self.lookahead_batches = Gauge(
+            "graphtier_lookahead_batches",
+            "Batches the producer has sampled ahead of the one it gathers (the look-ahead window).",
+            job_rank,
+            registry=r,
+        )
+        self.window_cached_rows = Gauge(
+            "graphtier_window_cached_rows",
+            "Storage rows the look-ahead window holds for the batches in it.",
+            job_rank,
+            registry=r,
+        )
 
     def watch(
         self,
@@ -191,8 +262,12 @@ class MetricsRegistry:
 
         def describe() -> list[Metric]:
             return [
-                GaugeMetricFamily("graphtier_dataset_bytes", "Bytes of one copy of each tier of each loaded "
-                                  "dataset.", labels=("dataset", "tier"), unit="bytes"),
+                GaugeMetricFamily(
+                    "graphtier_dataset_bytes",
+                    "Bytes of one copy of each tier of each loaded dataset.",
+                    labels=("dataset", "tier"),
+                    unit="bytes",
+                ),
                 GaugeMetricFamily("graphtier_jobs", "Jobs by state.", labels=("state",)),
             ]
 
@@ -230,8 +305,9 @@ class MetricsRegistry:
         for field, counter in self.network_times.items():
             counter.labels(**labels).inc(getattr(delta.network, field))
 
-    def set_producer_gauges(self, job: str, rank: int, *, lag_batches: int, ready_slots: int,
-                            storage: StorageCounters | None = None) -> None:  # fmt: skip
+    def set_producer_gauges(
+        self, job: str, rank: int, *, lag_batches: int, ready_slots: int, storage: StorageCounters | None = None
+    ) -> None:
         self.producer_lag.labels(job=job, rank=str(rank)).set(lag_batches)
         self.ready_slots.labels(job=job, rank=str(rank)).set(ready_slots)
         if storage is not None:
@@ -271,8 +347,12 @@ class MetricsRegistry:
         return dropped
 
     def _job_metrics(self) -> list[Counter | Gauge]:
-        metrics = [*vars(self).values(), *self.storage.values(), *self.network_peer.values(),
-                   *self.network_times.values()]
+        metrics = [
+            *vars(self).values(),
+            *self.storage.values(),
+            *self.network_peer.values(),
+            *self.network_times.values(),
+        ]
         return [m for m in metrics if isinstance(m, (Counter, Gauge)) and "job" in getattr(m, "_labelnames", ())]
 
     def exposition(self) -> bytes:

@@ -24,9 +24,9 @@ from graphtier.contract.errors import (
     GraphtierError,
     InvalidReportError,
     InvalidRequestError,
-    ReplyTooLargeError,
     PlacementError,
     PreparedDatasetError,
+    ReplyTooLargeError,
     SharedMemoryError,
     UnknownDatasetError,
     UnknownJobError,
@@ -88,6 +88,9 @@ def grpc_method(method: Method) -> Method:
         except Exception as error:  # a bug: keep serving, say so, keep the traceback in the log
             trace = "".join(shorten(line, 2000) for line in traceback.format_exception(error))
             log.error("%s failed:\n%s", method.__name__, trace)
-            context.abort(grpc.StatusCode.INTERNAL, shorten(f"{method.__name__} failed inside the daemon: {error!r}", MESSAGE_LIMIT))
+            context.abort(
+                grpc.StatusCode.INTERNAL,
+                shorten(f"{method.__name__} failed inside the daemon: {error!r}", MESSAGE_LIMIT),
+            )
 
     return wrapper  # type: ignore[return-value]

@@ -16,10 +16,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from graphtier.service.daemon.status.dashboard import DASHBOARD_HTML
+from graphtier.contract.status import DaemonStatus
 from graphtier.service.daemon.metrics.registry import MetricsRegistry
 from graphtier.service.daemon.status.cache import StatusCache
-from graphtier.contract.status import DaemonStatus
+from graphtier.service.daemon.status.dashboard import DASHBOARD_HTML
 
 
 class Health(BaseModel):

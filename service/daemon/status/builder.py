@@ -7,18 +7,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 
-from graphtier.service.daemon.datasets.registry import DatasetRegistry, LoadedDataset
-from graphtier.service.daemon.jobs.table import JobRecord, JobTable
-from graphtier.service.daemon.metrics.registry import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
-from graphtier.service.daemon.jobs.progress import ProgressTracker, RankView
+from graphtier.contract.machine import MachineReport, MeasuredTraffic
 from graphtier.contract.network import NetworkCounters
 from graphtier.contract.status import (
-    NetworkStatus,
-    PeerStatus,
     DaemonStatus,
     DatasetStatus,
     EndpointsStatus,
     JobStatus,
+    NetworkStatus,
+    PeerStatus,
     RankStatus,
     SourceStatus,
     StorageStatus,
@@ -27,7 +24,10 @@ from graphtier.contract.status import (
 )
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
-from graphtier.contract.machine import MachineReport, MeasuredTraffic
+from graphtier.service.daemon.datasets.registry import DatasetRegistry, LoadedDataset
+from graphtier.service.daemon.jobs.progress import ProgressTracker, RankView
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
+from graphtier.service.daemon.metrics.registry import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
 
 
 def package_version() -> str:
@@ -79,9 +79,14 @@ class StatusBuilder:
         else:
             links = self.metrics.link_totals()
         return TrafficStatus(
-            sources=sources, links=links, total_rows=counts.total_rows, total_bytes=total,
-            device_bytes=counts.device_bytes, hit_ratio=counts.hit_ratio, simulated=counts.simulated,
-        )  # fmt: skip
+            sources=sources,
+            links=links,
+            total_rows=counts.total_rows,
+            total_bytes=total,
+            device_bytes=counts.device_bytes,
+            hit_ratio=counts.hit_ratio,
+            simulated=counts.simulated,
+        )
 
     @staticmethod
     def storage(counters: StorageCounters, latest: list[StorageCounters]) -> StorageStatus:
@@ -90,27 +95,39 @@ class StatusBuilder:
         modes = {s.mode for s in latest}
         return StorageStatus(
             mode=modes.pop() if len(modes) == 1 else ("mixed" if modes else ""),
-            window=max((s.window for s in latest), default=0), read_rows=counters.read_rows,
-            read_bytes=counters.read_bytes, requests=counters.requests, window_rows=counters.window_rows,
-            window_bytes=counters.window_bytes, window_hit_ratio=counters.window_hit_ratio,
-            io_seconds=counters.io_seconds, read_seconds=counters.read_seconds, queue_depth=counters.queue_depth,
-            bandwidth=counters.bandwidth, lookahead_batches=sum(s.lookahead_batches for s in latest),
+            window=max((s.window for s in latest), default=0),
+            read_rows=counters.read_rows,
+            read_bytes=counters.read_bytes,
+            requests=counters.requests,
+            window_rows=counters.window_rows,
+            window_bytes=counters.window_bytes,
+            window_hit_ratio=counters.window_hit_ratio,
+            io_seconds=counters.io_seconds,
+            read_seconds=counters.read_seconds,
+            queue_depth=counters.queue_depth,
+            bandwidth=counters.bandwidth,
+            lookahead_batches=sum(s.lookahead_batches for s in latest),
             window_cached_rows=sum(s.window_cached_rows for s in latest),
-        )  # fmt: skip
+        )
 
     @staticmethod
     def network(counters: NetworkCounters) -> NetworkStatus:
         """The network tier (from the registry) as the status shows it."""
         return NetworkStatus(
-            rows=counters.rows, bytes=counters.bytes, requests=counters.requests, fetch_seconds=counters.fetch_seconds,
+            rows=counters.rows,
+            bytes=counters.bytes,
+            requests=counters.requests,
+            fetch_seconds=counters.fetch_seconds,
             wait_seconds=counters.wait_seconds,
             peers=[PeerStatus(peer=p.peer, rows=p.rows, bytes=p.bytes, requests=p.requests) for p in counters.peers],
-        )  # fmt: skip
+        )
 
     def _storage_counters(self, sums: dict[str, dict[tuple[str, ...], float]], job_id: str | None) -> StorageCounters:
         """The storage counters of one job, or of every series (job_id None), as /metrics has them."""
-        values = {field: sum(v for (job,), v in sums[f"storage_{field}"].items() if job_id is None or job == job_id)
-                  for field in STORAGE_COUNTERS}  # fmt: skip
+        values = {
+            field: sum(v for (job,), v in sums[f"storage_{field}"].items() if job_id is None or job == job_id)
+            for field in STORAGE_COUNTERS
+        }
         return StorageCounters(**{k: v if k.endswith("seconds") else int(v) for k, v in values.items()})
 
     def _dataset(self, loaded: LoadedDataset) -> DatasetStatus:
@@ -158,9 +175,14 @@ class StatusBuilder:
     def _per_rank_sums(self) -> dict[str, dict[tuple[str, ...], float]]:
         """Every per-rank counter the status shows, summed per (job, rank) in one pass each."""
         m = self.metrics
-        counters = {"batches": m.batches, "batches_produced": m.batches_produced, "sample_seconds": m.sample_seconds,
-                    "gather_seconds": m.gather_seconds, "train_seconds": m.train_seconds,
-                    "data_wait_seconds": m.data_wait_seconds}  # fmt: skip
+        counters = {
+            "batches": m.batches,
+            "batches_produced": m.batches_produced,
+            "sample_seconds": m.sample_seconds,
+            "gather_seconds": m.gather_seconds,
+            "train_seconds": m.train_seconds,
+            "data_wait_seconds": m.data_wait_seconds,
+        }
         sums = {name: m.totals_by(counter, "job", "rank") for name, counter in counters.items()}
         sums["tier_rows"] = m.totals_by(m.tier_rows, "job", "tier")
         sums["tier_bytes"] = m.totals_by(m.tier_bytes, "job", "tier")
@@ -169,8 +191,12 @@ class StatusBuilder:
         return sums
 
     def _job_traffic(self, job_id: str, sums: dict[str, dict[tuple[str, ...], float]]) -> TrafficCounts:
-        per = {source: SourceTraffic(int(sums["tier_rows"].get((job_id, source), 0)),
-                                     int(sums["tier_bytes"].get((job_id, source), 0))) for source in SOURCES}  # fmt: skip
+        per = {
+            source: SourceTraffic(
+                int(sums["tier_rows"].get((job_id, source), 0)), int(sums["tier_bytes"].get((job_id, source), 0))
+            )
+            for source in SOURCES
+        }
         return TrafficCounts(**per, simulated=self.metrics.simulated_devices)
 
     def _job(self, record: JobRecord, sums: dict[str, dict[tuple[str, ...], float]]) -> JobStatus:
@@ -195,8 +221,10 @@ class StatusBuilder:
             val_accuracy=evaluated[0].val_accuracy if evaluated else None,
             test_accuracy=evaluated[0].test_accuracy if evaluated else None,
             traffic=self.traffic(self._job_traffic(record.job_id, sums), job=record.job_id),
-            storage=self.storage(self._storage_counters(sums, record.job_id),
-                                 [v.producer.storage for v in views if v.producer is not None]),
+            storage=self.storage(
+                self._storage_counters(sums, record.job_id),
+                [v.producer.storage for v in views if v.producer is not None],
+            ),
             network=self.network(self.metrics.network(job=record.job_id)),
             ranks=ranks,
         )
@@ -220,9 +248,15 @@ class StatusBuilder:
             datasets=[self._dataset(loaded) for loaded in self.datasets.loaded()],
             jobs=jobs,
             traffic=self.traffic(),
-            storage=self.storage(self._storage_counters(sums, None),
-                                 [v.producer.storage for j in jobs for v in self.tracker.ranks(j.job_id)
-                                  if v.producer is not None and j.state in ("starting", "running")]),
+            storage=self.storage(
+                self._storage_counters(sums, None),
+                [
+                    v.producer.storage
+                    for j in jobs
+                    for v in self.tracker.ranks(j.job_id)
+                    if v.producer is not None and j.state in ("starting", "running")
+                ],
+            ),
             network=self.network(m.network()),
             batches_total=int(m.total(m.batches)),
             batches_per_second=trained,

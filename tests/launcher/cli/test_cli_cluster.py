@@ -8,8 +8,8 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from graphtier.launcher.cli.app import app
 from graphtier.contract.endpoints import running_daemon_pid
+from graphtier.launcher.cli.app import app
 
 
 @pytest.fixture

@@ -22,8 +22,19 @@ def test_runtime_dir_and_socket_are_private_even_under_umask_0(tmp_path, small_r
     runner = CliRunner()
     old = os.umask(0)
     try:
-        started = runner.invoke(app, ["cluster", "start", "--runtime-dir", str(run), "--dataset-root",
-                                      str(small_rmat.directory.parent), "--json"], catch_exceptions=False)  # fmt: skip
+        started = runner.invoke(
+            app,
+            [
+                "cluster",
+                "start",
+                "--runtime-dir",
+                str(run),
+                "--dataset-root",
+                str(small_rmat.directory.parent),
+                "--json",
+            ],
+            catch_exceptions=False,
+        )
     finally:
         os.umask(old)
     assert started.exit_code == 0, started.output

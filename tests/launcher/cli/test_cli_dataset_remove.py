@@ -8,8 +8,12 @@ import sys
 
 
 def _remove(root, name):
-    return subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "remove", name, "--out",
-                           str(root)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "remove", name, "--out", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_remove_deletes_a_prepared_dataset(tmp_path, small_rmat):
@@ -27,7 +31,8 @@ def test_remove_refuses_a_directory_graphtier_did_not_prepare(tmp_path):
     refused = _remove(root, "important")
     assert refused.returncode == 2
     assert "holds no valid graphtier manifest (manifest.json); nothing was removed" in " ".join(
-        (refused.stdout + refused.stderr).split())
+        (refused.stdout + refused.stderr).split()
+    )
     assert (root / "important" / "thesis.tex").read_text() == "years of work"
 
 
@@ -42,7 +47,8 @@ def test_remove_refuses_a_borrowed_manifest_or_extra_files(tmp_path, small_rmat)
     (root / "rmat12" / "notes.txt").write_text("mine")
     refused = _remove(root, "rmat12")
     assert refused.returncode == 2 and "also holds files graphtier did not write (notes.txt)" in " ".join(
-        (refused.stdout + refused.stderr).split())
+        (refused.stdout + refused.stderr).split()
+    )
     assert (root / "proj" / "thesis.tex").exists() and (root / "rmat12" / "notes.txt").exists()
 
 

@@ -22,8 +22,9 @@ DATASETS_GUIDE = Path(__file__).resolve().parents[3] / "docs" / "guides" / "data
 
 def _graphtier(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "80"}
-    return subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "graphtier.launcher.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_version_and_help_in_the_order_of_use():
@@ -35,7 +36,8 @@ def test_version_and_help_in_the_order_of_use():
     assert listed == list(ORDER_OF_USE)
     jobs = _graphtier("job", "--help").stdout
     assert [jobs.index(f"│ {c} ") for c in ("submit", "status", "list", "logs", "cancel")] == sorted(
-        jobs.index(f"│ {c} ") for c in ("submit", "status", "list", "logs", "cancel"))  # fmt: skip
+        jobs.index(f"│ {c} ") for c in ("submit", "status", "list", "logs", "cancel")
+    )
     assert all(len(line) <= 80 for line in helped.stdout.splitlines() + jobs.splitlines())
 
 
@@ -64,7 +66,9 @@ def test_the_documented_cora_commands_reach_the_literature_accuracy(tmp_path, sh
         submit = _documented_command("graphtier job submit --dataset cora --model sage")
         done = cli(*submit, "--json")
         job = json.loads(done.stdout)
-        print(f"documented Cora job: test {job['result']['test_accuracy']:.4f}, val {job['result']['val_accuracy']:.4f}")
+        print(
+            f"documented Cora job: test {job['result']['test_accuracy']:.4f}, val {job['result']['val_accuracy']:.4f}"
+        )
         assert job["state"] == "succeeded" and job["result"]["test_accuracy"] >= 0.78
         assert not [n for n in job["notes"] if "covers the whole train split" in n]
         small = cli("job", "submit", "--dataset", "cora", "--epochs", "1", "--nproc-per-node", "2", "--wait")

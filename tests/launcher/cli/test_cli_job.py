@@ -60,8 +60,13 @@ main()
 
 
 def run_without_torch_or_daemon_code(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, *map(str, args)], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
@@ -74,8 +79,10 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     assert bad.exit_code == 2 and f"{spec}: invalid job spec: model" in bad.output and "epochz" in bad.output
     gpu = cli("job", "submit", "--dataset", "rmat12", "--sampler", "gpu", "--runtime-dir", run)
     assert gpu.exit_code == 2 and gpu.output.count("\n") == 1
-    assert "invalid job spec: (top): Value error, sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu" \
+    assert (
+        "invalid job spec: (top): Value error, sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not cpu"
         in gpu.output
+    )
     spec.write_text("dataset: rmat12\ndevice: cpu\nsampler: gpu\n")
     gpu = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
     assert gpu.exit_code == 2 and f"{spec}: invalid job spec" in gpu.output and "it needs device cuda" in gpu.output
@@ -87,13 +94,17 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
 def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
     run = running_daemon
     spec = tmp_path / "job.yaml"
-    spec.write_text("dataset: rmat12\nmodel: gcn\nfanouts: [5, 5]\nbatch_size: 128\nhidden: 16\nepochs: 3\n"
-                    "nproc_per_node: 2\nname: from-yaml\n")  # fmt: skip
+    spec.write_text(
+        "dataset: rmat12\nmodel: gcn\nfanouts: [5, 5]\nbatch_size: 128\nhidden: 16\nepochs: 3\n"
+        "nproc_per_node: 2\nname: from-yaml\n"
+    )
     unknown = cli("job", "submit", "--dataset", "nope", "--runtime-dir", run)
     assert unknown.exit_code == 2 and "no prepared dataset 'nope'" in unknown.output
     if not torch.cuda.is_available():  # the daemon's machine has no GPU: a GPU sampler is refused at submit
         gpu = cli("job", "submit", "--dataset", "rmat12", "--device", "cuda", "--sampler", "gpu", "--runtime-dir", run)
-        assert gpu.exit_code == 2 and gpu.output.count("\n") == 1 and "device 'cuda' needs one CUDA device" in gpu.output
+        assert (
+            gpu.exit_code == 2 and gpu.output.count("\n") == 1 and "device 'cuda' needs one CUDA device" in gpu.output
+        )
 
     done = cli("job", "submit", "--spec", spec, "--epochs", "1", "--wait", "--json", "--runtime-dir", run)
     assert done.exit_code == 0, done.output
@@ -112,11 +123,18 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
     assert "from-yaml" in cli("job", "list", "--runtime-dir", run).output
     logs = cli("job", "logs", job_id, "--runtime-dir", run)
     assert logs.exit_code == 0 and "[rank 0] done" in logs.stdout and "[rank 1]" in logs.stdout
-    lines = [json.loads(line) for line in cli("job", "logs", job_id, "--json", "--runtime-dir", run).stdout.splitlines()]
+    lines = [
+        json.loads(line) for line in cli("job", "logs", job_id, "--json", "--runtime-dir", run).stdout.splitlines()
+    ]
     assert any(line["from_producer"] for line in lines) and all("text" in line for line in lines)
 
-    for command in (["job", "status", job_id], ["job", "list"], ["job", "logs", job_id], ["metrics"],
-                    ["cluster", "status"]):  # fmt: skip
+    for command in (
+        ["job", "status", job_id],
+        ["job", "list"],
+        ["job", "logs", job_id],
+        ["metrics"],
+        ["cluster", "status"],
+    ):
         plain = run_without_torch_or_daemon_code(*command, "--runtime-dir", run)
         assert plain.returncode == 0, f"graphtier {' '.join(command)}: {plain.stderr}"
     plain = run_without_torch_or_daemon_code("job", "status", job_id, "--runtime-dir", run)
@@ -126,10 +144,26 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
     assert again.exit_code == 2 and f"job '{job_id}' has already ended (succeeded)" in again.output
 
     waiting = subprocess.Popen(
-        [sys.executable, "-m", "graphtier.launcher.cli", "job", "submit", "--spec", str(spec), "--epochs", "500",
-         "--batch-size", "16", "--wait", "--runtime-dir", str(run)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "job",
+            "submit",
+            "--spec",
+            str(spec),
+            "--epochs",
+            "500",
+            "--batch-size",
+            "16",
+            "--wait",
+            "--runtime-dir",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -156,8 +190,13 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path):
     env = {**os.environ, "GRAPHTIER_HOME": str(tmp_path / "home"), "COLUMNS": "160"}
-    result = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "demo", "--scale", "13"],
-                            capture_output=True, text=True, env=env, timeout=400)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "graphtier.launcher.cli", "demo", "--scale", "13"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout + result.stderr
     assert "started graphtierd" in out and "prepared rmat-13" in out and "[succeeded]" in out

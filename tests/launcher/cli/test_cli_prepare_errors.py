@@ -19,14 +19,38 @@ def _npz(path: Path, *, bad_index: bool = False) -> None:
     indices = adj.indices.copy()
     if bad_index:
         indices[3] = 10_000
-    np.savez(path, adj_data=adj.data, adj_indices=indices, adj_indptr=adj.indptr, adj_shape=adj.shape,
-             attr_data=np.ones(n, dtype=np.float32), attr_indices=np.zeros(n, dtype=np.int64),
-             attr_indptr=np.arange(n + 1), attr_shape=(n, 1), labels=np.arange(n, dtype=np.int64) % 3)  # fmt: skip
+    np.savez(
+        path,
+        adj_data=adj.data,
+        adj_indices=indices,
+        adj_indptr=adj.indptr,
+        adj_shape=adj.shape,
+        attr_data=np.ones(n, dtype=np.float32),
+        attr_indices=np.zeros(n, dtype=np.int64),
+        attr_indptr=np.arange(n + 1),
+        attr_shape=(n, 1),
+        labels=np.arange(n, dtype=np.int64) % 3,
+    )
 
 
 def _prepare(source: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", f"npz:{source}",
-                           "--name", "g", "--out", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            f"npz:{source}",
+            "--name",
+            "g",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _one_line_error(done: subprocess.CompletedProcess, text: str) -> None:
@@ -37,8 +61,10 @@ def _one_line_error(done: subprocess.CompletedProcess, text: str) -> None:
 
 def test_out_of_range_npz_indices_name_the_file(tmp_path):
     _npz(tmp_path / "bad.npz", bad_index=True)
-    _one_line_error(_prepare(tmp_path / "bad.npz", tmp_path / "out"),
-                    f"{tmp_path / 'bad.npz'}: keys adj_* do not form a valid CSR matrix (indices must be < 50)")
+    _one_line_error(
+        _prepare(tmp_path / "bad.npz", tmp_path / "out"),
+        f"{tmp_path / 'bad.npz'}: keys adj_* do not form a valid CSR matrix (indices must be < 50)",
+    )
 
 
 def test_an_unwritable_target_names_the_path(tmp_path):
@@ -50,7 +76,9 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
     _npz(tmp_path / "ok.npz")
     full = tmp_path / "full"
     full.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
     try:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graphtier.launcher.cli.app import app
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.jobs.spec import JobSpec
+from graphtier.launcher.cli.app import app
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -34,15 +34,18 @@ def _one_line_error(result) -> str:
 
 def test_bad_scripts_and_arguments_exit_2_with_one_line(cli, tmp_path):
     run = tmp_path / "run"  # no daemon: each of these is refused before one is asked
-    line = _one_line_error(cli("job", "submit", "--dataset", "d", "--script", tmp_path / "nope.py", "--runtime-dir", run))
+    line = _one_line_error(
+        cli("job", "submit", "--dataset", "d", "--script", tmp_path / "nope.py", "--runtime-dir", run)
+    )
     assert line == f"error: --script {tmp_path / 'nope.py'}: no such file"
     line = _one_line_error(cli("job", "submit", "--dataset", "d", "--script", tmp_path, "--runtime-dir", run))
     assert line == f"error: --script {tmp_path}: not a file"
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
-    line = _one_line_error(cli("job", "submit", "--dataset", "d", "--script", script, "--script-args", "--tag 'x",
-                               "--runtime-dir", run))  # fmt: skip
-    assert line.startswith("error: --script-args \"--tag 'x\": No closing quotation")
+    line = _one_line_error(
+        cli("job", "submit", "--dataset", "d", "--script", script, "--script-args", "--tag 'x", "--runtime-dir", run)
+    )
+    assert line.startswith('error: --script-args "--tag \'x": No closing quotation')
     line = _one_line_error(cli("job", "submit", "--dataset", "d", "--script-args", "--x 1", "--runtime-dir", run))
     assert "args ['--x', '1'] need a script to pass them to" in line
     spec = tmp_path / "job.yaml"
@@ -67,19 +70,51 @@ def test_submit_a_script_with_budget_flags_and_follow_it(cli, tmp_path, small_rm
     started = cli("cluster", "start", "--runtime-dir", run, "--dataset-root", small_rmat.directory.parent, "--json")
     assert started.exit_code == 0, started.output
     try:
-        done = cli("job", "submit", "--dataset", "rmat12", "--script", EXAMPLES / "sage_blocks.py", "--script-args",
-                   "--eval-every 1", "--fanout", "5,5", "--batch-size", "64", "--epochs", "2", "--nproc-per-node", "2",
-                   "--num-devices", "2", "--device-replicated", "5%", "--device-interleaved", "10%", "--wait", "--json",
-                   "--runtime-dir", run)  # fmt: skip
+        done = cli(
+            "job",
+            "submit",
+            "--dataset",
+            "rmat12",
+            "--script",
+            EXAMPLES / "sage_blocks.py",
+            "--script-args",
+            "--eval-every 1",
+            "--fanout",
+            "5,5",
+            "--batch-size",
+            "64",
+            "--epochs",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--num-devices",
+            "2",
+            "--device-replicated",
+            "5%",
+            "--device-interleaved",
+            "10%",
+            "--wait",
+            "--json",
+            "--runtime-dir",
+            run,
+        )
         assert done.exit_code == 0, done.output
         job = json.loads(done.stdout)
         assert job["state"] == "succeeded" and job["spec"]["script"] == str(EXAMPLES / "sage_blocks.py")
         assert job["spec"]["args"] == ["--eval-every", "1"] and job["result"]["test_accuracy"] > 0
-        assert job["spec"]["budgets"] == {"num_devices": 2, "device_replicated": "5%", "device_interleaved": "10%",
-                                          "host": None, "structure_device": ""}  # fmt: skip
+        assert job["spec"]["budgets"] == {
+            "num_devices": 2,
+            "device_replicated": "5%",
+            "device_interleaved": "10%",
+            "host": None,
+            "structure_device": "",
+        }
         assert job["progress"]["traffic"]["replicated"]["bytes"] > 0  # the budget placed rows on the device tiers
         status = cli("job", "status", job["job_id"], "--runtime-dir", run)
-        assert status.exit_code == 0 and f"job {job['job_id']} [succeeded] script sage_blocks.py on rmat12" in status.output
+        assert (
+            status.exit_code == 0
+            and f"job {job['job_id']} [succeeded] script sage_blocks.py on rmat12" in status.output
+        )
         logs = cli("job", "logs", job["job_id"], "--runtime-dir", run).stdout
         assert "[rank 0] epoch 0: {'val': " in logs and "[rank 1] final accuracy" not in logs
     finally:

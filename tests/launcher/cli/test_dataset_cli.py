@@ -10,7 +10,10 @@ import pytest
 def graphtier(*args, home, check=True):
     done = subprocess.run(
         [sys.executable, "-m", "graphtier.launcher.cli", *map(str, args)],
-        capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "GRAPHTIER_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "GRAPHTIER_HOME": str(home)},
     )
     if check:
         assert done.returncode == 0, done.stderr
@@ -20,14 +23,26 @@ def graphtier(*args, home, check=True):
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
-    graphtier("dataset", "prepare", "synthetic:rmat", "--name", "tiny", "--scale", "11", "--feature-dim", "8",
-              "--undirected", home=home)
+    graphtier(
+        "dataset",
+        "prepare",
+        "synthetic:rmat",
+        "--name",
+        "tiny",
+        "--scale",
+        "11",
+        "--feature-dim",
+        "8",
+        "--undirected",
+        home=home,
+    )
     return home
 
 
 def test_prepare_list_inspect_json(home, shared_datasets):
-    done = graphtier("dataset", "prepare", f"planetoid:{shared_datasets}/planetoid_cora", "--name", "cora", "--json",
-                     home=home)
+    done = graphtier(
+        "dataset", "prepare", f"planetoid:{shared_datasets}/planetoid_cora", "--name", "cora", "--json", home=home
+    )
     manifest = json.loads(done.stdout)
     assert manifest["num_nodes"] == 2708 and manifest["feature_dim"] == 1433 and manifest["num_classes"] == 7
     assert manifest["split_sizes"] == {"train": 140, "val": 500, "test": 1000}
@@ -41,8 +56,23 @@ def test_prepare_list_inspect_json(home, shared_datasets):
 
 def test_tiering_report_json_and_png(home, tmp_path):
     png = tmp_path / "fig.png"
-    done = graphtier("dataset", "tiering-report", "tiny", "--budget", "10%", "--fanout", "5,5", "--batch-size", "64",
-                     "--epochs", "2", "--png", png, "--json", home=home)
+    done = graphtier(
+        "dataset",
+        "tiering-report",
+        "tiny",
+        "--budget",
+        "10%",
+        "--fanout",
+        "5,5",
+        "--batch-size",
+        "64",
+        "--epochs",
+        "2",
+        "--png",
+        png,
+        "--json",
+        home=home,
+    )
     report = json.loads(done.stdout)
     hits = {o["score"]: o["hit_ratio"] for o in report["outcomes"]}
     assert set(hits) >= {"wrpr", "rpr", "degree", "source order", "oracle"}
@@ -54,8 +84,21 @@ def test_tiering_report_json_and_png(home, tmp_path):
 
 
 def test_tiering_report_gives_the_storage_tiers_reads_at_a_host_budget(home):
-    args = ("dataset", "tiering-report", "tiny", "--budget", "0", "--fanout", "5,5", "--batch-size", "64",
-            "--host-budget", "20%", "--window", "4")  # fmt: skip
+    args = (
+        "dataset",
+        "tiering-report",
+        "tiny",
+        "--budget",
+        "0",
+        "--fanout",
+        "5,5",
+        "--batch-size",
+        "64",
+        "--host-budget",
+        "20%",
+        "--window",
+        "4",
+    )
     storage = json.loads(graphtier(*args, "--json", home=home).stdout)["storage"]
     assert storage["storage_from"] == 2048 // 5 and [w["depth"] for w in storage["windows"]] == [0, 1, 2, 4]
     assert storage["rows_per_batch"] == storage["windows"][0]["read_rows_per_batch"] > 0

@@ -33,7 +33,8 @@ def test_placement_for_the_gpus_the_daemon_sees(gpus, nproc, expected):
 
 def test_the_summary_says_which():
     assert demo_placement(0).summary == (
-        "the daemon sees no GPU: 2 CPU rank(s), device tiers accounted for 2 devices, not placed")
+        "the daemon sees no GPU: 2 CPU rank(s), device tiers accounted for 2 devices, not placed"
+    )
     assert demo_placement(1).summary == "the daemon sees 1 GPU(s): 1 cuda rank(s), device tiers on 1 GPU(s)"
 
 

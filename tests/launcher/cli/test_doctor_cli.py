@@ -57,7 +57,9 @@ def test_dev_shm_is_the_real_size(report):
     st = os.statvfs("/dev/shm")
     assert check.status == "ok"
     assert check.details["total_bytes"] == st.f_blocks * st.f_frsize
-    assert abs(check.details["free_bytes"] - st.f_bavail * st.f_frsize) < max(2**30, 0.05 * check.details["total_bytes"])
+    assert abs(check.details["free_bytes"] - st.f_bavail * st.f_frsize) < max(
+        2**30, 0.05 * check.details["total_bytes"]
+    )
 
 
 def test_transparent_hugepages_are_what_the_kernel_says(report):

@@ -40,9 +40,18 @@ def main() -> None:
             yield batch
 
     config = TrainConfig(
-        model="sage", in_dim=source.feature_dim, num_classes=source.num_classes, hidden=32, layers=2,
-        lr=0.01, dropout=0.2, epochs=int(epochs), seed=5, checkpoint_dir=out / "ckpt",
-        checkpoint_every_steps=int(ckpt_every), eval_every_epochs=0,
+        model="sage",
+        in_dim=source.feature_dim,
+        num_classes=source.num_classes,
+        hidden=32,
+        layers=2,
+        lr=0.01,
+        dropout=0.2,
+        epochs=int(epochs),
+        seed=5,
+        checkpoint_dir=out / "ckpt",
+        checkpoint_every_steps=int(ckpt_every),
+        eval_every_epochs=0,
     )
     result = run_training(batches, source.eval_batches, config)
     torch.save(result.model.state_dict(), out / f"rank{rank}.pt")

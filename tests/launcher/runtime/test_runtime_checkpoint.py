@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.checkpoint import (
     TrainPosition,
     latest_checkpoint,
@@ -13,12 +14,13 @@ from graphtier.launcher.runtime.checkpoint import (
     remove_partial_writes,
     save_checkpoint,
 )
-from graphtier.contract.errors import GraphtierError
 
 
 def _save(directory, step, keep=2):
     model = {"w": torch.full((3,), float(step))}
-    return save_checkpoint(directory, TrainPosition(1, step % 5, step), model, {"state": {}, "param_groups": []}, keep=keep)
+    return save_checkpoint(
+        directory, TrainPosition(1, step % 5, step), model, {"state": {}, "param_groups": []}, keep=keep
+    )
 
 
 def test_save_load_round_trip_and_retention(tmp_path):

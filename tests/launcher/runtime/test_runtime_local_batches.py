@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtier.launcher.runtime import Batch, LocalBatchSource
 from graphtier.contract.errors import GraphtierError, SamplingError
+from graphtier.launcher.runtime import Batch, LocalBatchSource
 
 
 def test_train_shards_cover_the_split_with_equal_lengths(small_rmat):

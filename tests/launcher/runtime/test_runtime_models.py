@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.models import GATConv, GCNConv, SAGEConv, build_model
 from graphtier.launcher.runtime.models.block_ops import mean_aggregate, segment_softmax, weighted_sum
-from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.sampling import Block, NeighborSampler
 
@@ -98,7 +98,9 @@ def test_segment_softmax_normalises_per_destination():
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat"])
 def test_each_layer_computes_only_the_rows_the_next_layer_reads(name):
     g = torch.Generator().manual_seed(0)
-    graph = build_csc(2000, torch.randint(0, 2000, (20000,), generator=g), torch.randint(0, 2000, (20000,), generator=g))
+    graph = build_csc(
+        2000, torch.randint(0, 2000, (20000,), generator=g), torch.randint(0, 2000, (20000,), generator=g)
+    )
     sample = NeighborSampler(graph, [8, 4, 2]).sample(torch.arange(0, 2000, 40), seed=1)
     blocks = sample.blocks()
     model = build_model(name, 12, 16, 5, 3, dropout=0.0, heads=4)

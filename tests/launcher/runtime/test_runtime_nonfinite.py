@@ -27,14 +27,26 @@ def _with_nan_rows(small_rmat, tmp_path, rows) -> PreparedDataset:
 
 
 def _config(source, **overrides) -> TrainConfig:
-    values = dict(model="sage", in_dim=source.feature_dim, num_classes=source.num_classes, hidden=16, layers=2,
-                  lr=0.01, dropout=0.0, epochs=2, eval_every_epochs=0, seed=1)  # fmt: skip
+    values = dict(
+        model="sage",
+        in_dim=source.feature_dim,
+        num_classes=source.num_classes,
+        hidden=16,
+        layers=2,
+        lr=0.01,
+        dropout=0.0,
+        epochs=2,
+        eval_every_epochs=0,
+        seed=1,
+    )
     return TrainConfig(**{**values, **overrides})
 
 
 def test_fail_names_the_loss_rank_and_step(small_rmat, tmp_path):
     source = LocalBatchSource(_with_nan_rows(small_rmat, tmp_path, slice(None)), [5, 5], 64, seed=2)
-    with pytest.raises(NonFiniteError, match=r"rank 0: the loss is nan at step 1 \(epoch 0, batch 1\).*on_nonfinite: fail"):
+    with pytest.raises(
+        NonFiniteError, match=r"rank 0: the loss is nan at step 1 \(epoch 0, batch 1\).*on_nonfinite: fail"
+    ):
         run_training(source.epoch_batches, None, _config(source))
 
 
@@ -57,20 +69,25 @@ def test_fail_names_the_parameter_whose_gradient_is_not_finite(small_rmat):
 def test_skip_step_skips_only_the_bad_steps_and_keeps_the_weights_finite(small_rmat, tmp_path, capfd):
     dataset = _with_nan_rows(small_rmat, tmp_path, slice(-30, None))  # the coldest rows: in some batches, not all
     source = LocalBatchSource(dataset, [5, 5], 32, seed=2)
-    result = run_training(source.epoch_batches, source.eval_batches, _config(source, on_nonfinite="skip-step", epochs=3,
-                                                                          eval_every_epochs=1))  # fmt: skip
+    result = run_training(
+        source.epoch_batches,
+        source.eval_batches,
+        _config(source, on_nonfinite="skip-step", epochs=3, eval_every_epochs=1),
+    )
     said = capfd.readouterr().err
     skipped = said.count("skipped the optimizer step at step")
     assert result.steps == 3 * source.num_train_batches()
     assert 0 < skipped < result.steps, said[-2000:]
     assert "rank 0: skipped the optimizer step at step" in said and "(on_nonfinite: skip-step;" in said
-    assert f"steps skipped for a non-finite loss or gradient (on_nonfinite: skip-step)" in said
+    assert "steps skipped for a non-finite loss or gradient (on_nonfinite: skip-step)" in said
     assert all(bool(torch.isfinite(p).all()) for p in result.model.parameters())
 
 
 def test_skip_step_refuses_a_run_that_never_trained(small_rmat, tmp_path):
     source = LocalBatchSource(_with_nan_rows(small_rmat, tmp_path, slice(None)), [5, 5], 256, seed=2)
-    with pytest.raises(NonFiniteError, match=r"rank 0: all \d+ steps had a non-finite loss or gradient and were skipped"):
+    with pytest.raises(
+        NonFiniteError, match=r"rank 0: all \d+ steps had a non-finite loss or gradient and were skipped"
+    ):
         run_training(source.epoch_batches, None, _config(source, on_nonfinite="skip-step"))
 
 

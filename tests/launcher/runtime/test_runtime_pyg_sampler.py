@@ -7,18 +7,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-torch_geometric = pytest.importorskip("torch_geometric", reason="torch_geometric is in the test extra: pip install -e '.[test]'")
+torch_geometric = pytest.importorskip(
+    "torch_geometric", reason="torch_geometric is in the test extra: pip install -e '.[test]'"
+)
 
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.io import read_planetoid_data  # noqa: E402
 from torch_geometric.nn import GraphSAGE  # noqa: E402
 
+from graphtier.contract.errors import GraphtierError  # noqa: E402
 from graphtier.launcher.runtime.pyg_sampler import (  # noqa: E402
     GraphtierNeighborLoader,
     GraphtierSampler,
     csc_from_edge_index,
 )
-from graphtier.contract.errors import GraphtierError  # noqa: E402
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset  # noqa: E402
 
 
@@ -28,13 +30,17 @@ def test_batches_follow_neighborloader_conventions(small_rmat):
     loader = GraphtierNeighborLoader(small_rmat, [4, 3], input_nodes=small_rmat.split("train"), batch_size=50)
     batch = next(iter(loader))
     seeds = small_rmat.split("train")[:50]
-    assert batch.batch_size == 50 and torch.equal(batch.n_id[:50], seeds) and torch.equal(batch.input_id, torch.arange(50))
+    assert (
+        batch.batch_size == 50 and torch.equal(batch.n_id[:50], seeds) and torch.equal(batch.input_id, torch.arange(50))
+    )
     assert batch.num_sampled_nodes[0] == 50 and sum(batch.num_sampled_nodes) == batch.num_nodes
     assert sum(batch.num_sampled_edges) == batch.edge_index.shape[1] and len(batch.num_sampled_edges) == 2
     torch.testing.assert_close(batch.x, small_rmat.features[batch.n_id])
     assert torch.equal(batch.y, small_rmat.labels[batch.n_id])
     src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
-    for s, d in zip(src.tolist()[:200], dst.tolist()[:200], strict=True):  # every sampled edge is an in-edge of the graph
+    for s, d in zip(
+        src.tolist()[:200], dst.tolist()[:200], strict=True
+    ):  # every sampled edge is an in-edge of the graph
         assert s in graph.row[graph.colptr[d] : graph.colptr[d + 1]].tolist()
     degree = torch.bincount(batch.edge_index[1][: batch.num_sampled_edges[0]], minlength=50)
     assert int(degree.max()) <= 4  # hop 1: at most the fanout per seed
@@ -86,8 +92,10 @@ def _train_and_test(train, val, test, in_dim: int, classes: int, epochs: int = 3
 def test_pyg_graphsage_on_cora_from_a_pyg_data(shared_datasets):
     data: Data = read_planetoid_data(str(shared_datasets / "planetoid_cora"), "cora")  # PyG's own reader, no download
     torch.manual_seed(0)
-    loaders = [GraphtierNeighborLoader(data, [25, 10], input_nodes=data[f"{split}_mask"], batch_size=size, shuffle=shuffle)
-               for split, size, shuffle in (("train", 64, True), ("val", 500, False), ("test", 500, False))]  # fmt: skip
+    loaders = [
+        GraphtierNeighborLoader(data, [25, 10], input_nodes=data[f"{split}_mask"], batch_size=size, shuffle=shuffle)
+        for split, size, shuffle in (("train", 64, True), ("val", 500, False), ("test", 500, False))
+    ]
     test = _train_and_test(*loaders, data.num_features, int(data.y.max()) + 1)
     print(f"PyG GraphSAGE on Cora (PyG Data, graphtier sampler): test {test:.3f}")
     assert test >= 0.78
@@ -95,12 +103,20 @@ def test_pyg_graphsage_on_cora_from_a_pyg_data(shared_datasets):
 
 def test_pyg_graphsage_on_cora_from_graphtier_stores(shared_datasets, prepared_root):
     if not (prepared_root / "cora").exists():
-        prepare_dataset(PrepareConfig(source=f"planetoid:{shared_datasets / 'planetoid_cora'}", name="cora",
-                                      undirected=True, root=prepared_root))  # fmt: skip
+        prepare_dataset(
+            PrepareConfig(
+                source=f"planetoid:{shared_datasets / 'planetoid_cora'}",
+                name="cora",
+                undirected=True,
+                root=prepared_root,
+            )
+        )
     cora = PreparedDataset.open("cora", prepared_root)
     torch.manual_seed(1)
-    loaders = [GraphtierNeighborLoader(cora, [25, 10], input_nodes=cora.split(split), batch_size=size, shuffle=shuffle)
-               for split, size, shuffle in (("train", 64, True), ("val", 500, False), ("test", 500, False))]  # fmt: skip
+    loaders = [
+        GraphtierNeighborLoader(cora, [25, 10], input_nodes=cora.split(split), batch_size=size, shuffle=shuffle)
+        for split, size, shuffle in (("train", 64, True), ("val", 500, False), ("test", 500, False))
+    ]
     test = _train_and_test(*loaders, cora.features.shape[1], cora.manifest.num_classes)
     print(f"PyG GraphSAGE on Cora (graphtier stores and sampler): test {test:.3f}")
     assert test >= 0.78

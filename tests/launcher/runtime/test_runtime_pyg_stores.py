@@ -12,8 +12,8 @@ import torch_geometric.typing as pyg_typing  # noqa: E402
 from torch_geometric.data import EdgeAttr, TensorAttr  # noqa: E402
 from torch_geometric.loader.utils import filter_custom_store  # noqa: E402
 
-from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore  # noqa: E402
 from graphtier.contract.errors import GraphtierError  # noqa: E402
+from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore  # noqa: E402
 
 
 def test_feature_store_serves_features_and_labels_through_the_tiered_gather(small_rmat):
@@ -55,7 +55,8 @@ def test_pyg_remote_backend_assembly_reads_graphtier(small_rmat):
 
 
 @pytest.mark.skipif(
-    not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE), reason="PyG's NeighborLoader needs pyg-lib or torch-sparse"
+    not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE),
+    reason="PyG's NeighborLoader needs pyg-lib or torch-sparse",
 )
 def test_neighbor_loader_runs_on_graphtier_stores(small_rmat):
     from torch_geometric.loader import NeighborLoader

@@ -25,10 +25,28 @@ def _torchrun(small_rmat, out: Path, epochs: int, ckpt_every: int, *, max_restar
     # torchrun of this interpreter (a `torchrun` on PATH may belong to another environment)
     cmd = [sys.executable, "-m", "torch.distributed.run"]
     cmd += [
-        "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", str(max_restarts), "--monitor-interval", "0.2",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", out.name,
-        "--log-dir", str(out / "torchelastic"),  # not a /tmp/torchelastic_* left behind per run
-        str(SCRIPT), str(small_rmat.directory.parent), small_rmat.name, str(out), str(epochs), str(ckpt_every),
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        str(max_restarts),
+        "--monitor-interval",
+        "0.2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        "--rdzv-id",
+        out.name,
+        "--log-dir",
+        str(out / "torchelastic"),  # not a /tmp/torchelastic_* left behind per run
+        str(SCRIPT),
+        str(small_rmat.directory.parent),
+        small_rmat.name,
+        str(out),
+        str(epochs),
+        str(ckpt_every),
     ]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     done = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=240)
@@ -59,7 +77,9 @@ def test_two_ranks_train_disjoint_shards_into_identical_replicas(small_rmat, tmp
     torch.manual_seed(5)
     from graphtier.launcher.runtime import build_model
 
-    init = build_model("sage", small_rmat.manifest.feature_dim, 32, small_rmat.manifest.num_classes, 2, 0.2).state_dict()
+    init = build_model(
+        "sage", small_rmat.manifest.feature_dim, 32, small_rmat.manifest.num_classes, 2, 0.2
+    ).state_dict()
     assert any(not torch.equal(init[k], states[0][k]) for k in init)
     assert records[0]["final_eval"] == records[1]["final_eval"] and 0.0 < records[0]["final_eval"]["test"] <= 1.0
 

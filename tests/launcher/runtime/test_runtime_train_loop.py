@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import train_mlp_on_features
 from pydantic import ValidationError
 
-from conftest import train_mlp_on_features
-from graphtier.launcher.runtime import LocalBatchSource, TrainConfig, TrainProgress, run_training
 from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.runtime import LocalBatchSource, TrainConfig, TrainProgress, run_training
 
 
 def _config(source, **overrides) -> TrainConfig:
     values = dict(
-        model="sage", in_dim=source.feature_dim, num_classes=source.num_classes, hidden=64, layers=2,
-        lr=0.01, dropout=0.2, epochs=8, eval_every_epochs=0, seed=1,
+        model="sage",
+        in_dim=source.feature_dim,
+        num_classes=source.num_classes,
+        hidden=64,
+        layers=2,
+        lr=0.01,
+        dropout=0.2,
+        epochs=8,
+        eval_every_epochs=0,
+        seed=1,
     )
     values.update(overrides)
     return TrainConfig(**values)
@@ -86,8 +94,9 @@ def test_any_module_with_the_block_signature_trains(small_rmat):
     model = SeedsOnly(source.feature_dim, source.num_classes)
     before = model.lin.weight.detach().clone()
     reports = []
-    result = run_training(source.epoch_batches, source.eval_batches, _config(source, layers=1, epochs=1), reports.append,
-                          model=model)  # fmt: skip
+    result = run_training(
+        source.epoch_batches, source.eval_batches, _config(source, layers=1, epochs=1), reports.append, model=model
+    )
     assert result.model is model and not torch.equal(before, model.lin.weight)
     # Linear(f, c): f*c + c float32 parameters; after a step, as many gradient and Adam moment values,
     # plus Adam's step counter per parameter tensor.
@@ -105,6 +114,10 @@ def test_bad_configs_and_foreign_checkpoints_are_refused(small_rmat, tmp_path):
         _config(source, lr=0)
     run_training(source.epoch_batches, None, _config(source, layers=1, epochs=1, hidden=8, checkpoint_dir=tmp_path))
     with pytest.raises(GraphtierError, match="checkpoint does not fit this model"):
-        run_training(source.epoch_batches, None, _config(source, model="gcn", layers=1, epochs=2, hidden=8, checkpoint_dir=tmp_path))
+        run_training(
+            source.epoch_batches,
+            None,
+            _config(source, model="gcn", layers=1, epochs=2, hidden=8, checkpoint_dir=tmp_path),
+        )
     with pytest.raises(GraphtierError, match="the model has 2 layers but got 1 blocks"):
         run_training(source.epoch_batches, None, _config(source, layers=2, epochs=1))

@@ -26,8 +26,16 @@ class DaemonProcess:
 
     @property
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(self.runtime_dir),
-                "--dataset-root", str(self.dataset_root), *self.extra]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(self.runtime_dir),
+            "--dataset-root",
+            str(self.dataset_root),
+            *self.extra,
+        ]
 
     @property
     def pid(self) -> int:
@@ -36,8 +44,8 @@ class DaemonProcess:
 
     def start(self):
         """Start and wait until endpoints.json names this process and health is SERVING."""
-        from graphtier.launcher.client import DaemonClient
         from graphtier.contract.endpoints import read_endpoints
+        from graphtier.launcher.client import DaemonClient
 
         with open(self.output, "wb") as out:
             self.popen = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -101,8 +109,11 @@ def make_inproc_daemon(tmp_path, small_rmat):
     started = []
 
     def make(**config):
-        daemon = Daemon(DaemonConfig(runtime_dir=tmp_path / f"run{len(started) or ''}",
-                                     dataset_root=small_rmat.directory.parent, **config))  # fmt: skip
+        daemon = Daemon(
+            DaemonConfig(
+                runtime_dir=tmp_path / f"run{len(started) or ''}", dataset_root=small_rmat.directory.parent, **config
+            )
+        )
         started.append(daemon)
         daemon.start()
         return daemon

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonConfigError
+from graphtier.service.daemon.config import DaemonConfig
 
 
 def test_defaults_live_under_graphtier_home(graphtier_home):

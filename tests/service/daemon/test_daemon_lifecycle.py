@@ -18,12 +18,12 @@ import pytest
 import torch
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from graphtier.launcher.client.data_plane import DataPlaneClient
-from graphtier.contract.errors import DaemonNotRunningError
+from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.endpoints import ENDPOINTS_FILE, LOCK_FILE, running_daemon_pid
+from graphtier.contract.errors import DaemonNotRunningError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
-from graphtier.contract.datasets import BudgetSpec
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.store import attach_dataset
 
 BUDGETS = BudgetSpec(num_devices=2, device_replicated="10%", device_interleaved="20%", host="30%")
@@ -43,9 +43,11 @@ def _check_ready(daemon, endpoints) -> None:
     assert json.loads((run / ENDPOINTS_FILE).read_text())["grpc_unix"] == str(run / "daemon.sock")
     assert (run / "daemon.sock").is_socket()
     assert _reflected_services(endpoints.grpc_target) >= {
-        "graphtier.v1.DatasetService", "graphtier.v1.ProgressService", "grpc.health.v1.Health",
+        "graphtier.v1.DatasetService",
+        "graphtier.v1.ProgressService",
+        "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
-    }  # fmt: skip
+    }
     with urllib.request.urlopen(endpoints.http_url + "/healthz", timeout=10) as response:
         assert json.loads(response.read()) == {"status": "serving", "pid": daemon.pid}
     with DataPlaneClient(runtime_dir=run) as client:
@@ -171,7 +173,9 @@ def test_kill9_of_the_daemon_mid_job_takes_its_processes_down(daemon_processes, 
 def test_invalid_flags_are_refused_before_anything_is_created(tmp_path):
     bad = subprocess.run(
         [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "r"), "--tcp", "nowhere"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "tcp 'nowhere' must be HOST:PORT" in bad.stderr
     assert not (tmp_path / "r").exists()

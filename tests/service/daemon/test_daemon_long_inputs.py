@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.messages import shorten
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.daemon.rpc.grpc_status import MESSAGE_LIMIT
 
 

@@ -29,7 +29,9 @@ def _datagrams(sock: socket.socket, until: str, timeout_s: float = 60.0) -> list
     return got
 
 
-def test_ready_is_sent_once_serving_then_watchdog_pings_and_stopping(tmp_path, small_rmat, monkeypatch, daemon_processes):
+def test_ready_is_sent_once_serving_then_watchdog_pings_and_stopping(
+    tmp_path, small_rmat, monkeypatch, daemon_processes
+):
     address = str(tmp_path / "notify.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(address)
@@ -67,9 +69,21 @@ def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rm
 def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
     group = grp.getgrgid(os.getgid()).gr_name
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run),
-                             "--dataset-root", str(tmp_path), "--socket-group", group],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(run),
+            "--dataset-root",
+            str(tmp_path),
+            "--socket-group",
+            group,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (run / "endpoints.json").exists() and time.monotonic() < deadline:
@@ -80,23 +94,54 @@ def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(60) == 0
-    bad = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "r2"),
-                          "--socket-group", "no-such-group-xyz"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(tmp_path / "r2"),
+            "--socket-group",
+            "no-such-group-xyz",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "no Unix group named 'no-such-group-xyz'" in bad.stderr
 
 
-def test_a_live_socket_is_never_taken_over_and_foreign_directories_keep_their_mode(tmp_path, small_rmat,
-                                                                                   daemon_processes):  # fmt: skip
+def test_a_live_socket_is_never_taken_over_and_foreign_directories_keep_their_mode(
+    tmp_path, small_rmat, daemon_processes
+):
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
     os.chmod(shared, 0o755)
     sock = shared / "g.sock"
-    first = daemon_processes(small_rmat.directory.parent, "--socket", str(sock), "--log-file", str(shared / "d.log"),
-                             runtime_dir=tmp_path / "run1")  # fmt: skip
+    first = daemon_processes(
+        small_rmat.directory.parent,
+        "--socket",
+        str(sock),
+        "--log-file",
+        str(shared / "d.log"),
+        runtime_dir=tmp_path / "run1",
+    )
     first.start()
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755  # the daemon's files may live there; not its directory
-    second = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run2"),
-                             "--socket", str(sock)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    second = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(tmp_path / "run2"),
+            "--socket",
+            str(sock),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 3 and f"the socket {sock} is in use by another running process" in second.stderr
     with DataPlaneClient(runtime_dir=first.runtime_dir) as client:
         assert client.health() == "SERVING"  # still reachable: its socket was left alone
@@ -112,8 +157,19 @@ def test_a_daemon_whose_runtime_dir_is_removed_stops_and_unlinks_its_segments(tm
     run = tmp_path / "home" / "run"
     log = tmp_path / "daemon.out"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run),
-                                 "--dataset-root", str(small_rmat.directory.parent)], stdout=out, stderr=out)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "graphtier.service.daemon",
+                "--runtime-dir",
+                str(run),
+                "--dataset-root",
+                str(small_rmat.directory.parent),
+            ],
+            stdout=out,
+            stderr=out,
+        )
     try:
         deadline = time.monotonic() + 120
         while not (run / "endpoints.json").exists() and time.monotonic() < deadline:

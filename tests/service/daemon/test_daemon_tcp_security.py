@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from graphtier.launcher.client import DaemonClient
 from graphtier.contract.errors import DaemonError, DaemonRequestError
+from graphtier.launcher.client import DaemonClient
 
 
 def _mode(path) -> int:
@@ -66,22 +66,42 @@ def test_insecure_tcp_is_plaintext_but_still_token_checked_and_warned(daemon_pro
 
 
 def test_a_certificate_without_its_key_is_refused_before_start(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run"),
-                             "--tcp", "127.0.0.1:0", "--tls-cert", str(tmp_path / "c.pem")],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(tmp_path / "run"),
+            "--tcp",
+            "127.0.0.1:0",
+            "--tls-cert",
+            str(tmp_path / "c.pem"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "tls_cert and tls_key go together" in result.stderr
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--shm-budget", "101%"], "a percentage must be between 0% and 100%, got '101%'"),
-    (["--shm-budget", "0"], "a shared-memory budget of 0 lets no dataset load"),
-    (["--idle-unload", "nan"], "idle_unload_s: Input should be a finite number"),
-    (["--insecure"], "insecure, tls_cert and tls_key apply to the TCP listener: give tcp too"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--shm-budget", "101%"], "a percentage must be between 0% and 100%, got '101%'"),
+        (["--shm-budget", "0"], "a shared-memory budget of 0 lets no dataset load"),
+        (["--idle-unload", "nan"], "idle_unload_s: Input should be a finite number"),
+        (["--insecure"], "insecure, tls_cert and tls_key apply to the TCP listener: give tcp too"),
+    ],
+)
 def test_daemon_settings_that_cannot_work_are_refused_with_one_clear_line(tmp_path, flags, message):
-    result = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run"),
-                             *flags], capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "{" not in result.stderr  # no config dump
 
@@ -91,8 +111,25 @@ def test_a_certificate_and_key_that_do_not_match_are_named(tmp_path):
 
     cert_a, _ = ensure_self_signed(tmp_path / "a", "127.0.0.1")
     _, key_b = ensure_self_signed(tmp_path / "b", "127.0.0.1")
-    result = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run"),
-                             "--dataset-root", str(tmp_path), "--tcp", "127.0.0.1:0", "--tls-cert", str(cert_a),
-                             "--tls-key", str(key_b)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(tmp_path / "run"),
+            "--dataset-root",
+            str(tmp_path),
+            "--tcp",
+            "127.0.0.1:0",
+            "--tls-cert",
+            str(cert_a),
+            "--tls-key",
+            str(key_b),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert f"TLS certificate {cert_a} and key {key_b} are not a usable pair" in result.stderr

@@ -47,11 +47,18 @@ def make_table(dtype: torch.dtype, rows: int = 200) -> torch.Tensor:
 @pytest.mark.parametrize("layout", LAYOUTS, ids=[str(b) for b in LAYOUTS])
 @pytest.mark.parametrize(("num_devices", "device_index"), [(1, 0), (4, 0), (4, 3)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.int64, torch.float32])
-def test_backends_agree_with_reference(layout: tuple[int, int, int], num_devices: int, device_index: int,
-                                       dtype: torch.dtype) -> None:
+def test_backends_agree_with_reference(
+    layout: tuple[int, int, int], num_devices: int, device_index: int, dtype: torch.dtype
+) -> None:
     table = make_table(dtype)
-    tiers = FeatureTiers.from_table(table, replicated_end=layout[0], interleaved_end=layout[1], host_end=layout[2],
-                                    num_devices=num_devices, device_index=device_index)
+    tiers = FeatureTiers.from_table(
+        table,
+        replicated_end=layout[0],
+        interleaved_end=layout[1],
+        host_end=layout[2],
+        num_devices=num_devices,
+        device_index=device_index,
+    )
     ids = torch.randint(0, 200, (3000,), generator=torch.Generator().manual_seed(sum(layout)))
     want_rows = numpy_counts(ids.numpy(), layout, num_devices, device_index)
     outputs = []
@@ -73,8 +80,16 @@ def test_storage_tier_is_a_memory_mapped_file(tmp_path: Path, backend: str) -> N
     table = torch.arange(100 * 16, dtype=torch.float32).view(100, 16)
     storage = torch.from_file(str(path), shared=True, size=40 * 16, dtype=torch.float32).view(40, 16)
     storage.copy_(table[60:])
-    tiers = FeatureTiers(replicated_end=10, interleaved_end=30, host_end=60, num_rows=100, num_devices=2,
-                         device_index=1, resident=table[:60].clone(), storage=storage)
+    tiers = FeatureTiers(
+        replicated_end=10,
+        interleaved_end=30,
+        host_end=60,
+        num_rows=100,
+        num_devices=2,
+        device_index=1,
+        resident=table[:60].clone(),
+        storage=storage,
+    )
     ids = torch.tensor([99, 0, 59, 60, 15, 16, 45])
     out = torch.empty(7, 16)
     counts = tiered_gather(ids, tiers, out, backend=backend)
@@ -106,8 +121,9 @@ def test_bad_ids_and_outputs(backend: str) -> None:
 @pytest.mark.skipif(not native_available(), reason="native ops not built")
 def test_native_large_parallel_gather_counts_merge() -> None:
     table = torch.randn(50000, 32)
-    tiers = FeatureTiers.from_table(table, replicated_end=5000, interleaved_end=20000, host_end=40000, num_devices=3,
-                                    device_index=2)
+    tiers = FeatureTiers.from_table(
+        table, replicated_end=5000, interleaved_end=20000, host_end=40000, num_devices=3, device_index=2
+    )
     ids = torch.randint(0, 50000, (200000,), generator=torch.Generator().manual_seed(1))
     out = torch.empty(200000, 32)
     before = torch.get_num_threads()

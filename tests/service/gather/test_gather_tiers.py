@@ -10,8 +10,16 @@ from graphtier.service.gather import FeatureTiers
 
 
 def tiers(**kw: object) -> FeatureTiers:
-    args: dict[str, object] = dict(replicated_end=2, interleaved_end=5, host_end=8, num_rows=10, num_devices=2,
-                                   device_index=1, resident=torch.zeros(8, 4), storage=torch.zeros(2, 4))
+    args: dict[str, object] = dict(
+        replicated_end=2,
+        interleaved_end=5,
+        host_end=8,
+        num_rows=10,
+        num_devices=2,
+        device_index=1,
+        resident=torch.zeros(8, 4),
+        storage=torch.zeros(2, 4),
+    )
     args.update(kw)
     return FeatureTiers(**args)  # type: ignore[arg-type]
 
@@ -20,8 +28,12 @@ def test_valid_layout_properties() -> None:
     t = tiers()
     assert t.boundaries == (2, 5, 8, 10) and t.row_bytes == 16 and t.row_shape == (4,) and t.dtype == torch.float32
     assert t.simulated
-    assert FeatureTiers.from_table(torch.zeros(10, 2, 3, dtype=torch.float16), replicated_end=0, interleaved_end=0,
-                                   host_end=10).row_bytes == 12
+    assert (
+        FeatureTiers.from_table(
+            torch.zeros(10, 2, 3, dtype=torch.float16), replicated_end=0, interleaved_end=0, host_end=10
+        ).row_bytes
+        == 12
+    )
 
 
 @pytest.mark.parametrize(

@@ -59,8 +59,10 @@ class KernelUsage:
 
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>\w+)'")
 _PROPERTIES = re.compile(r"Function properties for (?P<name>\S+)")
-_FRAME = re.compile(r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, "
-                    r"(?P<loads>\d+) bytes spill loads")  # fmt: skip
+_FRAME = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, "
+    r"(?P<loads>\d+) bytes spill loads"
+)
 _REGISTERS = re.compile(r"Used (?P<registers>\d+) registers")
 
 
@@ -89,8 +91,10 @@ def parse_ptxas(text: str) -> list[KernelUsage]:
         elif (m := _REGISTERS.search(line)) and entry is not None:
             registers[entry] = int(m["registers"])
             entry = None
-    return [KernelUsage(name, arch_, registers.get((name, arch_)), *frames[(name, arch_)])
-            for name, arch_ in dict.fromkeys(order)]  # fmt: skip
+    return [
+        KernelUsage(name, arch_, registers.get((name, arch_)), *frames[(name, arch_)])
+        for name, arch_ in dict.fromkeys(order)
+    ]
 
 
 def demangle(names: list[str]) -> dict[str, str]:
@@ -99,7 +103,7 @@ def demangle(names: list[str]) -> dict[str, str]:
         return {n: n for n in names}
     out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=False).stdout
     readable = out.splitlines()
-    return dict(zip(names, readable)) if len(readable) == len(names) else {n: n for n in names}
+    return dict(zip(names, readable, strict=True)) if len(readable) == len(names) else {n: n for n in names}
 
 
 def find_nvcc() -> str | None:
@@ -149,16 +153,27 @@ class CompileReport:
     def failures(self) -> list[str]:
         """Why the GPU ops are not clean: sources that failed, kernels that spill, .cu without kernels."""
         problems = [f"{s.source} does not compile (exit {s.returncode})" for s in self.sources if s.returncode]
-        problems += [f"{s.source}: ptxas reported no kernel" for s in self.sources
-                     if s.source.endswith(".cu") and not s.returncode and not s.kernels]  # fmt: skip
-        problems += [f"{k.name} ({k.arch}) spills: {k.spill_store_bytes} bytes stored, {k.spill_load_bytes} loaded"
-                     for k in self.kernels if k.spills]  # fmt: skip
+        problems += [
+            f"{s.source}: ptxas reported no kernel"
+            for s in self.sources
+            if s.source.endswith(".cu") and not s.returncode and not s.kernels
+        ]
+        problems += [
+            f"{k.name} ({k.arch}) spills: {k.spill_store_bytes} bytes stored, {k.spill_load_bytes} loaded"
+            for k in self.kernels
+            if k.spills
+        ]
         return problems
 
 
 def cuda_include(nvcc: str) -> Path:
     """The CUDA toolkit's include directory (cuda_runtime.h): $CUDA_HOME's, nvcc's, or /usr/local/cuda's."""
-    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), Path(nvcc).resolve().parents[1], "/usr/local/cuda"]
+    homes = [
+        os.environ.get("CUDA_HOME"),
+        os.environ.get("CUDA_PATH"),
+        Path(nvcc).resolve().parents[1],
+        "/usr/local/cuda",
+    ]
     for home in homes:
         if home and (Path(home) / "include" / "cuda_runtime.h").exists():
             return Path(home) / "include"
@@ -169,16 +184,22 @@ def _common_flags(nvcc: str) -> tuple[list[str], list[str]]:
     """(flags both compilers get, notes): include directories and defines, as BuildExtension sets them."""
     from torch.utils import cpp_extension
 
-    includes = [str(REPO / "native" / "include"), *cpp_extension.include_paths(), str(cuda_include(nvcc)),
-                sysconfig.get_paths()["include"]]  # fmt: skip
+    includes = [
+        str(REPO / "native" / "include"),
+        *cpp_extension.include_paths(),
+        str(cuda_include(nvcc)),
+        sysconfig.get_paths()["include"],
+    ]
     flags = [f"-I{path}" for path in includes]
     flags += ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-DTORCH_EXTENSION_NAME={EXTENSION_NAME}"]
     notes = []
     torch_include = Path(cpp_extension.include_paths()[0])
     if not (torch_include / CMAKE_MACROS_HEADER).exists():
         flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
-        notes.append(f"{CMAKE_MACROS_HEADER} is not in this torch ({torch_include}: a CPU wheel); compiled with "
-                     "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE, which skips it (it defines a Windows-only macro)")
+        notes.append(
+            f"{CMAKE_MACROS_HEADER} is not in this torch ({torch_include}: a CPU wheel); compiled with "
+            "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE, which skips it (it defines a Windows-only macro)"
+        )
     return flags, notes
 
 
@@ -202,15 +223,33 @@ def compile_sources(out_dir: Path, arch: str = DEFAULT_ARCH, nvcc: str | None = 
     for source in sources:
         obj = out_dir / f"{source.name}.o"
         if source.suffix == ".cu":
-            command = [nvcc, *common, *COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", *args["nvcc"],
-                       f"-gencode=arch={compute},code={arch}", "-std=c++20", "-c", str(source), "-o", str(obj)]  # fmt: skip
+            command = [
+                nvcc,
+                *common,
+                *COMMON_NVCC_FLAGS,
+                "--compiler-options",
+                "-fPIC",
+                *args["nvcc"],
+                f"-gencode=arch={compute},code={arch}",
+                "-std=c++20",
+                "-c",
+                str(source),
+                "-o",
+                str(obj),
+            ]
         else:
             command = [cxx, *common, *args["cxx"], "-fPIC", "-std=c++20", "-c", str(source), "-o", str(obj)]
         t0 = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO)
         output = done.stdout + done.stderr
-        result = SourceResult(str(source.relative_to(REPO)), command, done.returncode,
-                              round(time.perf_counter() - t0, 2), output, list(notes))  # fmt: skip
+        result = SourceResult(
+            str(source.relative_to(REPO)),
+            command,
+            done.returncode,
+            round(time.perf_counter() - t0, 2),
+            output,
+            list(notes),
+        )
         if source.suffix == ".cu":
             result.kernels = parse_ptxas(output)
         results.append(result)
@@ -238,9 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         if s.returncode:
             print("\n".join(f"     {line}" for line in s.output.splitlines()[-30:]))
         for k in s.kernels:
-            print(f"     {k.arch} {k.registers if k.registers is not None else '-':>3} registers, "
-                  f"stack {k.stack_bytes} B, spill stores {k.spill_store_bytes} B, loads {k.spill_load_bytes} B  "
-                  f"{readable.get(k.name, k.name)}")  # fmt: skip
+            print(
+                f"     {k.arch} {k.registers if k.registers is not None else '-':>3} registers, "
+                f"stack {k.stack_bytes} B, spill stores {k.spill_store_bytes} B, loads {k.spill_load_bytes} B  "
+                f"{readable.get(k.name, k.name)}"
+            )
     problems = report.failures()
     for problem in problems:
         print(f"FAIL {problem}")
@@ -248,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         data = asdict(report)
         data["failures"] = problems
         args.json.write_text(json.dumps(data, indent=1))
-    print(f"{len(report.kernels)} kernel(s), {sum(k.spills for k in report.kernels)} spilling; "
-          f"{sum(1 for s in report.sources if s.returncode)} of {len(report.sources)} source(s) failed")
+    print(
+        f"{len(report.kernels)} kernel(s), {sum(k.spills for k in report.kernels)} spilling; "
+        f"{sum(1 for s in report.sources if s.returncode)} of {len(report.sources)} source(s) failed"
+    )
     return 1 if problems else 0
 
 

@@ -170,5 +170,9 @@ def tiered(graph: CSCGraph, device_end: int, *, poison: bool = True) -> Structur
         host_colptr[1:device_end] = POISON  # [0] and [device_end] bound lists on both sides
     if poison:
         host_row[:edges] = POISON
-    return StructureTiers(device_colptr=graph.colptr[: device_end + 1].clone(), device_row=graph.row[:edges].clone(),
-                          host_colptr=host_colptr, host_row=host_row)  # fmt: skip
+    return StructureTiers(
+        device_colptr=graph.colptr[: device_end + 1].clone(),
+        device_row=graph.row[:edges].clone(),
+        host_colptr=host_colptr,
+        host_row=host_row,
+    )

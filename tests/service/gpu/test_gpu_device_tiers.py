@@ -19,8 +19,13 @@ pytestmark = needs_cuda
 
 def _plan(ds) -> PlacementPlan:
     n, row_bytes = ds.manifest.num_nodes, ds.manifest.feature_row_bytes
-    budgets = TierBudgets(device_replicated_bytes=n * row_bytes // 10, device_interleaved_bytes=n * row_bytes // 5,
-                          num_devices=1, host_bytes=n * row_bytes // 2, structure_device_bytes=0)  # fmt: skip
+    budgets = TierBudgets(
+        device_replicated_bytes=n * row_bytes // 10,
+        device_interleaved_bytes=n * row_bytes // 5,
+        num_devices=1,
+        host_bytes=n * row_bytes // 2,
+        structure_device_bytes=0,
+    )
     return PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
 
 
@@ -70,8 +75,12 @@ def test_device_tiers_are_shared_with_another_process_and_freed_on_close(small_r
         assert not store.simulated_devices
         assert mem_get_info(0)[0] < free_before
         ids = torch.randperm(plan.num_nodes, generator=torch.Generator().manual_seed(2))[:900]
-        child = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), store.handle.model_dump_json(),
-                                json.dumps(ids.tolist())], capture_output=True, text=True, timeout=180)  # fmt: skip
+        child = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(CHILD), store.handle.model_dump_json(), json.dumps(ids.tolist())],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert child.returncode == 0, child.stderr
         got = json.loads(child.stdout)
     assert got["same"] and got["colptr_same"] and got["same_lease"] and got["colptr_on_device"] == "cuda"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from gpu_marks import needs_cuda
 
 from graphtier.contract.errors import GraphtierError
-from gpu_marks import needs_cuda
 
 pytestmark = needs_cuda
 
@@ -54,15 +54,25 @@ def _tiers(table, resident, storage, host_end, rep, inter, nd, device_index, all
     shares = [place(rows[rep + j : inter : nd]) for j in range(nd)]
     if drop_share is not None:
         shares[drop_share] = 0
-    reg = host_registry().register(resident.data_ptr(), resident.numel() * resident.element_size(), "test host",
-                                   read_only=False)  # the owner's own, writable mapping
+    reg = host_registry().register(
+        resident.data_ptr(), resident.numel() * resident.element_size(), "test host", read_only=False
+    )  # the owner's own, writable mapping
     allocs.append(reg)
     return CudaFeatureTiers(
-        device=torch.device("cuda", 0), replicated_end=rep, interleaved_end=inter, host_end=host_end,
-        num_rows=ROWS, num_devices=nd, device_index=device_index, dtype=table.dtype,
-        row_shape=tuple(table.shape[1:]), replicated_ptr=place(rows[:rep]) if rep else 0,
-        interleaved_ptrs=tuple(shares), host_ptr=resident.data_ptr(), storage=storage,
-    )  # fmt: skip
+        device=torch.device("cuda", 0),
+        replicated_end=rep,
+        interleaved_end=inter,
+        host_end=host_end,
+        num_rows=ROWS,
+        num_devices=nd,
+        device_index=device_index,
+        dtype=table.dtype,
+        row_shape=tuple(table.shape[1:]),
+        replicated_ptr=place(rows[:rep]) if rep else 0,
+        interleaved_ptrs=tuple(shares),
+        host_ptr=resident.data_ptr(),
+        storage=storage,
+    )
 
 
 def _release(allocs):
@@ -79,8 +89,9 @@ def _release(allocs):
 def _cpu_reference(table, ids, host_end, rep, inter, nd, device_index):
     from graphtier.service.gather import FeatureTiers, tiered_gather
 
-    tiers = FeatureTiers.from_table(table, replicated_end=rep, interleaved_end=inter, host_end=host_end,
-                                    num_devices=nd, device_index=device_index)  # fmt: skip
+    tiers = FeatureTiers.from_table(
+        table, replicated_end=rep, interleaved_end=inter, host_end=host_end, num_devices=nd, device_index=device_index
+    )
     out = torch.empty((ids.numel(), *table.shape[1:]), dtype=table.dtype)
     return out, tiered_gather(ids, tiers, out, backend="torch")
 
@@ -88,8 +99,8 @@ def _cpu_reference(table, ids, host_end, rep, inter, nd, device_index):
 WIDTHS = [
     (torch.float32, (128,), 2400),  # 512 B: whole lines
     (torch.float32, (100,), 2400),  # 400 B: rows start mid-line
-    (torch.float32, (25,), 2000),   # 100 B: 4-byte but not 16-byte aligned rows
-    (torch.float16, (3,), 2800),    # 6 B: byte path
+    (torch.float32, (25,), 2000),  # 100 B: 4-byte but not 16-byte aligned rows
+    (torch.float16, (3,), 2800),  # 6 B: byte path
     (torch.bfloat16, (300,), 3000),  # no storage tier
 ]
 
@@ -111,7 +122,7 @@ def test_gpu_gather_is_bit_identical_to_the_cpu_gather(table_parts, ids_on):
             got = CudaGather(tiers, sm_share=sm_share).gather(ids.to(ids_on), out)
             torch.cuda.synchronize()
             assert torch.equal(out[: ids.numel()].cpu().view(torch.uint8), expected.view(torch.uint8))
-            assert out[ids.numel():].isnan().all(), "rows past the batch were written"
+            assert out[ids.numel() :].isnan().all(), "rows past the batch were written"
             assert got.simulated is False
             assert got.by_source() == counts.by_source()
             assert got.host.rows > 0 and got.interleaved_peer.rows > 0 and got.replicated.rows > 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import mmap
 
 import pytest
-
 from gpu_marks import needs_cuda
 
 pytestmark = needs_cuda

@@ -64,7 +64,13 @@ def test_the_flags_are_setup_pys():
 
 def test_ptxas_report_is_read_per_kernel():
     clean, spills = parse_ptxas(PTXAS_REPORT)
-    assert (clean.name, clean.arch, clean.registers, clean.stack_bytes, clean.spills) == ("clean", "sm_90", 10, 0, False)
+    assert (clean.name, clean.arch, clean.registers, clean.stack_bytes, clean.spills) == (
+        "clean",
+        "sm_90",
+        10,
+        0,
+        False,
+    )
     assert (spills.name, spills.registers, spills.stack_bytes) == ("spills", 24, 576)
     assert (spills.spill_store_bytes, spills.spill_load_bytes, spills.spills) == (1316, 1396, True)
 
@@ -72,18 +78,35 @@ def test_ptxas_report_is_read_per_kernel():
 def test_one_spilling_kernel_fails_the_report_even_beside_a_clean_one():
     source = SourceResult("native/cuda/example.cu", [], 0, 0.0, PTXAS_REPORT, kernels=parse_ptxas(PTXAS_REPORT))
     assert CompileReport("sm_90", "nvcc", "torch", [source]).failures() == [
-        "spills (sm_90) spills: 1316 bytes stored, 1396 loaded"]  # fmt: skip
+        "spills (sm_90) spills: 1316 bytes stored, 1396 loaded"
+    ]
     quiet = SourceResult("native/cuda/quiet.cu", [], 0, 0.0, "")  # no -Xptxas=-v output: nothing was checked
-    assert CompileReport("sm_90", "nvcc", "torch", [quiet]).failures() == ["native/cuda/quiet.cu: ptxas reported no kernel"]
+    assert CompileReport("sm_90", "nvcc", "torch", [quiet]).failures() == [
+        "native/cuda/quiet.cu: ptxas reported no kernel"
+    ]
 
 
 @needs_nvcc
 def test_nvcc_reports_a_spilling_kernel_that_the_parser_catches(tmp_path):
     source = tmp_path / "spill.cu"
     source.write_text(SPILLING_SOURCE)
-    done = subprocess.run([NVCC, "-O3", "-Xptxas=-v", "-maxrregcount=16", "-gencode=arch=compute_90,code=sm_90",
-                           "-c", str(source), "-o", str(tmp_path / "spill.o")],
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        [
+            NVCC,
+            "-O3",
+            "-Xptxas=-v",
+            "-maxrregcount=16",
+            "-gencode=arch=compute_90,code=sm_90",
+            "-c",
+            str(source),
+            "-o",
+            str(tmp_path / "spill.o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     by_name = {k.name: k for k in parse_ptxas(done.stdout + done.stderr)}
     assert set(by_name) == {"clean", "spills"}
@@ -94,7 +117,9 @@ def test_nvcc_reports_a_spilling_kernel_that_the_parser_catches(tmp_path):
 def test_every_cuda_source_compiles_for_hopper_and_no_kernel_spills(tmp_path):
     report = compile_sources(tmp_path, "sm_90", NVCC)
     compiled = {s.source: s for s in report.sources}
-    assert set(compiled) == {str(p.relative_to(REPO)) for p in [*CUDA_SOURCES.glob("*.cu"), *CUDA_SOURCES.glob("*.cpp")]}
+    assert set(compiled) == {
+        str(p.relative_to(REPO)) for p in [*CUDA_SOURCES.glob("*.cu"), *CUDA_SOURCES.glob("*.cpp")]
+    }
     for source in compiled.values():
         assert source.returncode == 0, f"{source.source}:\n{source.output[-4000:]}"
         assert (tmp_path / f"{source.source.rsplit('/', 1)[-1]}.o").stat().st_size > 0

@@ -28,8 +28,11 @@ def _modules() -> list[str]:
 
 
 def test_the_walk_finds_every_module_file():
-    files = {f"{gpu_package.__name__}." + ".".join(p.relative_to(GPU_DIR).with_suffix("").parts)
-             for p in GPU_DIR.rglob("*.py") if p.name != "__init__.py"}  # fmt: skip
+    files = {
+        f"{gpu_package.__name__}." + ".".join(p.relative_to(GPU_DIR).with_suffix("").parts)
+        for p in GPU_DIR.rglob("*.py")
+        if p.name != "__init__.py"
+    }
     assert files and set(_modules()) == files
 
 
@@ -54,7 +57,10 @@ def test_importing_every_module_touches_no_cuda():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {
-        "cuda_modules": [], "runtime_fetched": [], "torch_cuda_initialized": False}  # fmt: skip
+        "cuda_modules": [],
+        "runtime_fetched": [],
+        "torch_cuda_initialized": False,
+    }
 
 
 @no_gpu
@@ -77,9 +83,15 @@ def test_without_a_gpu_the_gpu_ops_say_why_they_cannot_load():
 @no_gpu
 @pytest.mark.parametrize(
     ("function", "args"),
-    [("mem_get_info", (0,)), ("pci_bus_id", (0,)), ("can_access_peer", (0, 1)),
-     ("read_only_registration_supported", (0,)), ("set_device", (0,)), ("device_of_pci_bus_id", ("0000:00:00.0",))],
-)  # fmt: skip
+    [
+        ("mem_get_info", (0,)),
+        ("pci_bus_id", (0,)),
+        ("can_access_peer", (0, 1)),
+        ("read_only_registration_supported", (0,)),
+        ("set_device", (0,)),
+        ("device_of_pci_bus_id", ("0000:00:00.0",)),
+    ],
+)
 def test_without_a_gpu_runtime_calls_raise_cuda_error(function, args):
     from graphtier.service.gpu import runtime
 
@@ -114,9 +126,21 @@ def test_a_bad_allocation_size_is_refused_before_cuda():
 def _tiers(**overrides):
     from graphtier.service.gpu.gather import CudaFeatureTiers
 
-    fields = {"device": torch.device("cuda", 0), "replicated_end": 10, "interleaved_end": 30, "host_end": 50,
-              "num_rows": 60, "num_devices": 2, "device_index": 0, "dtype": torch.float32, "row_shape": (4,),
-              "replicated_ptr": 1, "interleaved_ptrs": (2, 3), "host_ptr": 4, "storage": torch.zeros(10, 4)}
+    fields = {
+        "device": torch.device("cuda", 0),
+        "replicated_end": 10,
+        "interleaved_end": 30,
+        "host_end": 50,
+        "num_rows": 60,
+        "num_devices": 2,
+        "device_index": 0,
+        "dtype": torch.float32,
+        "row_shape": (4,),
+        "replicated_ptr": 1,
+        "interleaved_ptrs": (2, 3),
+        "host_ptr": 4,
+        "storage": torch.zeros(10, 4),
+    }
     return CudaFeatureTiers(**{**fields, **overrides})
 
 

@@ -30,14 +30,18 @@ def on_gpu():
     def host_view(t: torch.Tensor, name: str) -> torch.Tensor:
         _, mapped = owner.create_tensor(f"gpu-sampler-test-{name}", tuple(t.shape), t.dtype)
         mapped.copy_(t)
-        registrations.append(host_registry().register(mapped.data_ptr(), mapped.numel() * 8, f"test {name}",
-                                                      read_only=False))  # fmt: skip
+        registrations.append(
+            host_registry().register(mapped.data_ptr(), mapped.numel() * 8, f"test {name}", read_only=False)
+        )
         return cuda_view(mapped.data_ptr(), tuple(t.shape), t.dtype, 0, owner=mapped)
 
     def convert(cpu: StructureTiers) -> StructureTiers:
-        return StructureTiers(device_colptr=cpu.device_colptr.cuda(), device_row=cpu.device_row.cuda(),
-                              host_colptr=host_view(cpu.host_colptr, "colptr"),
-                              host_row=host_view(cpu.host_row, "row"))  # fmt: skip
+        return StructureTiers(
+            device_colptr=cpu.device_colptr.cuda(),
+            device_row=cpu.device_row.cuda(),
+            host_colptr=host_view(cpu.host_colptr, "colptr"),
+            host_row=host_view(cpu.host_row, "row"),
+        )
 
     yield convert
     torch.cuda.synchronize()

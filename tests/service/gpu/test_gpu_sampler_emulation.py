@@ -19,8 +19,9 @@ GRAPH = skewed_graph(400, 5000, seed=11, isolated=25)
 def _emulated(structure: StructureTiers, seeds: torch.Tensor, fanouts: list[int], seed: int, **grid):
     kernels = EmulatedKernels(structure, **grid)
     node_map = torch.full((structure.num_nodes,), -1, dtype=torch.int64)
-    sub = sample_hops(kernels, check_seeds(seeds, structure.num_nodes, structure.device), fanouts,
-                      seed_word(seed), node_map)  # fmt: skip
+    sub = sample_hops(
+        kernels, check_seeds(seeds, structure.num_nodes, structure.device), fanouts, seed_word(seed), node_map
+    )
     assert bool((node_map == -1).all()), "the node map is not reset"
     return sub, kernels
 
@@ -91,7 +92,11 @@ def test_duplicate_and_out_of_range_seeds_are_refused_with_the_cpu_samplers_word
     ],
 )
 def test_a_structure_that_does_not_fit_together_is_refused(parts, message):
-    fields = {"device_colptr": torch.tensor([0]), "device_row": torch.zeros(0, dtype=torch.int64),
-              "host_colptr": GRAPH.colptr, "host_row": GRAPH.row}  # fmt: skip
+    fields = {
+        "device_colptr": torch.tensor([0]),
+        "device_row": torch.zeros(0, dtype=torch.int64),
+        "host_colptr": GRAPH.colptr,
+        "host_row": GRAPH.row,
+    }
     with pytest.raises(SamplingError, match=message):
         StructureTiers(**{**fields, **parts})

@@ -70,8 +70,10 @@ def test_pcie_rx_counter_grows_by_a_known_pinned_copy(report):
     finally:
         collector.stop()
     ratio = (after - before) / (COPIES * COPY_BYTES)
-    print(f"GPU {gpu0} ({status.method}): NVML RX {after - before} bytes for {COPIES * COPY_BYTES} copied, "
-          f"ratio {ratio:.3f}")
+    print(
+        f"GPU {gpu0} ({status.method}): NVML RX {after - before} bytes for {COPIES * COPY_BYTES} copied, "
+        f"ratio {ratio:.3f}"
+    )
     if status.method == "field_values":
         assert 0.9 <= ratio <= 1.3, f"measured/copied = {ratio:.3f}"
     else:

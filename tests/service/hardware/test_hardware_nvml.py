@@ -25,9 +25,13 @@ no_nvml = pytest.mark.skipif(_nvml_works(), reason="NVML works on this machine (
 def test_nvidia_ml_py_is_installed():
     pynvml = nvml.load()  # a declared dependency: it must import everywhere, with or without a driver
     assert (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES) == (
-        nvml.FIELD_PCIE_TX_BYTES, nvml.FIELD_PCIE_RX_BYTES)  # fmt: skip
+        nvml.FIELD_PCIE_TX_BYTES,
+        nvml.FIELD_PCIE_RX_BYTES,
+    )
     assert (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX) == (
-        nvml.FIELD_NVLINK_TX_KIB, nvml.FIELD_NVLINK_RX_KIB)  # fmt: skip
+        nvml.FIELD_NVLINK_TX_KIB,
+        nvml.FIELD_NVLINK_RX_KIB,
+    )
 
 
 @no_nvml

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from native_backends import BACKENDS, needs_native
 
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.hotness.scores import _Pull
-
-from native_backends import BACKENDS, needs_native
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

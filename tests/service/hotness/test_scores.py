@@ -131,7 +131,9 @@ def test_fanout_aware_wrpr_passes_min_one_k_over_d(small_graph):
         ScoreSpec(kind="degree", fanout=3)
 
 
-@pytest.mark.parametrize("spec", [ScoreSpec(kind="wrpr"), ScoreSpec(kind="rpr", iterations=7), ScoreSpec(kind="wrpr", fanout=4)])
+@pytest.mark.parametrize(
+    "spec", [ScoreSpec(kind="wrpr"), ScoreSpec(kind="rpr", iterations=7), ScoreSpec(kind="wrpr", fanout=4)]
+)
 def test_symmetric_pull_is_bit_identical_to_the_scatter(tmp_path, spec):
     """An undirected graph's scores pulled per column (gather + per-column sum) are the scatter's
     bits exactly: in memory and over an on-disk CSC read in many column ranges."""

@@ -6,17 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from native_backends import BACKENDS, needs_native
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.streamed import FileEdges, TensorEdges
-from graphtier.service.out_of_core.memory_budget import MemoryPlan
+from graphtier.service.out_of_core import csc_passes
 from graphtier.service.out_of_core.csc_passes import compact_keys, count_entries, scatter_keys
 from graphtier.service.out_of_core.external_sort import build_csc_external
-from graphtier.service.out_of_core import csc_passes
+from graphtier.service.out_of_core.memory_budget import MemoryPlan
 from graphtier.service.out_of_core.spill import MemoryArray, SpillArray
-
-from native_backends import BACKENDS, needs_native
 
 
 def skewed_edges(n: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,7 +41,11 @@ def test_count_entries_matches_bincount(backend, dtype):
 def test_scatter_keys_fills_each_bucket_with_its_keys(backend, num_buckets, relabel_dtype):
     n, both_ways = 997, True
     src, dst = skewed_edges(n, 30_000, seed=num_buckets)
-    relabel = None if relabel_dtype is None else torch.randperm(n, generator=torch.Generator().manual_seed(5)).to(relabel_dtype)
+    relabel = (
+        None
+        if relabel_dtype is None
+        else torch.randperm(n, generator=torch.Generator().manual_seed(5)).to(relabel_dtype)
+    )
     a, b = (dst, src) if relabel is None else (relabel[dst].long(), relabel[src].long())
     expected = np.concatenate([(a * n + b).numpy(), (b * n + a).numpy()])
     starts = np.unique(np.linspace(0, n, num_buckets, endpoint=False).astype(np.int64))
@@ -54,8 +57,18 @@ def test_scatter_keys_fills_each_bucket_with_its_keys(backend, num_buckets, rela
     keys = np.full(expected.size, -1, np.int64)
     # in two chunks, int32 ids, as the build feeds it
     for part in (slice(0, 12_345), slice(12_345, None)):
-        scatter_keys(keys, cursor, limit, dst[part].to(torch.int32), src[part].to(torch.int32), num_nodes=n,
-                     relabel=relabel, bucket_starts=starts, both_ways=both_ways, backend=backend)
+        scatter_keys(
+            keys,
+            cursor,
+            limit,
+            dst[part].to(torch.int32),
+            src[part].to(torch.int32),
+            num_nodes=n,
+            relabel=relabel,
+            bucket_starts=starts,
+            both_ways=both_ways,
+            backend=backend,
+        )
     assert np.array_equal(cursor, limit)
     for k in range(starts.size):
         region = keys[limit[k] - sizes[k] : limit[k]]
@@ -67,8 +80,18 @@ def test_scatter_keys_refuses_to_overfill_a_bucket(backend):
     keys, cursor, limit = np.zeros(4, np.int64), np.array([0], np.int64), np.array([3], np.int64)
     ids = torch.tensor([1, 2], dtype=torch.int32)
     with pytest.raises(RuntimeError, match="bucket 0 is full"):
-        scatter_keys(keys, cursor, limit, ids, ids, num_nodes=5, relabel=None, bucket_starts=np.array([0]),
-                     both_ways=True, backend=backend)
+        scatter_keys(
+            keys,
+            cursor,
+            limit,
+            ids,
+            ids,
+            num_nodes=5,
+            relabel=None,
+            bucket_starts=np.array([0]),
+            both_ways=True,
+            backend=backend,
+        )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -92,12 +115,31 @@ def test_native_passes_name_the_bad_value():
     with pytest.raises(IndexError, match="id 10 at position 2 is out of range"):
         count_entries(counts, np.array([1, 2, 10], np.int32), backend="native")
     with pytest.raises(IndexError, match="id -1 at position 0 is out of range"):
-        scatter_keys(np.zeros(4, np.int64), np.array([0]), np.array([4]), torch.tensor([-1]), torch.tensor([1]),
-                     num_nodes=10, relabel=None, bucket_starts=np.array([0]), both_ways=False, backend="native")
+        scatter_keys(
+            np.zeros(4, np.int64),
+            np.array([0]),
+            np.array([4]),
+            torch.tensor([-1]),
+            torch.tensor([1]),
+            num_nodes=10,
+            relabel=None,
+            bucket_starts=np.array([0]),
+            both_ways=False,
+            backend="native",
+        )
     with pytest.raises(IndexError, match=r"relabel\[1\] = 12"):
-        scatter_keys(np.zeros(4, np.int64), np.array([0]), np.array([4]), torch.tensor([1]), torch.tensor([0]),
-                     num_nodes=3, relabel=torch.tensor([0, 12, 2]), bucket_starts=np.array([0]), both_ways=False,
-                     backend="native")
+        scatter_keys(
+            np.zeros(4, np.int64),
+            np.array([0]),
+            np.array([4]),
+            torch.tensor([1]),
+            torch.tensor([0]),
+            num_nodes=3,
+            relabel=torch.tensor([0, 12, 2]),
+            bucket_starts=np.array([0]),
+            both_ways=False,
+            backend="native",
+        )
     unsorted = np.array([7, 5], np.int64)
     with pytest.raises(RuntimeError, match="keys must be sorted"):
         compact_keys(unsorted, 0, 2, 0, num_nodes=10, first_column=0, degree=np.zeros(1, np.int64), backend="native")
@@ -111,7 +153,9 @@ def test_native_passes_name_the_bad_value():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("undirected", [False, True])
-@pytest.mark.parametrize("work_bytes", [64 << 20, 2 << 20, 512 << 10], ids=["one-bucket", "buckets-in-memory", "spilled"])
+@pytest.mark.parametrize(
+    "work_bytes", [64 << 20, 2 << 20, 512 << 10], ids=["one-bucket", "buckets-in-memory", "spilled"]
+)
 def test_build_csc_external_equals_build_csc(tmp_path, monkeypatch, backend, undirected, work_bytes):
     """Every way the budget can steer the build gives `build_csc`'s graph, with either backend: keys
     in one bucket, in many buckets of one array, or in bucket spill files; edges in memory, or
@@ -128,8 +172,11 @@ def test_build_csc_external_equals_build_csc(tmp_path, monkeypatch, backend, und
     for file, ids in zip(in_memory + on_disk, (src, dst, src, dst), strict=True):
         file.append(ids.to(torch.int32))
     relabelled = build_csc(n, relabel[src], relabel[dst], undirected=undirected)
-    for edges, want in ((TensorEdges(src, dst), expected), (FileEdges(*in_memory, relabel), relabelled),
-                        (FileEdges(*on_disk, relabel), relabelled)):
+    for edges, want in (
+        (TensorEdges(src, dst), expected),
+        (FileEdges(*in_memory, relabel), relabelled),
+        (FileEdges(*on_disk, relabel), relabelled),
+    ):
         plan = MemoryPlan.start(1 << 40, work_bytes=work_bytes)
         csc, stats = build_csc_external(edges, n, undirected=undirected, spill_dir=tmp_path, plan=plan)
         assert torch.equal(csc.colptr, want.colptr)
@@ -139,5 +186,10 @@ def test_build_csc_external_equals_build_csc(tmp_path, monkeypatch, backend, und
         assert (stats["buckets"] == 1) == (expected_layout[0] == 1), stats
         csc.release()
     with pytest.raises(GraphtierError, match="3037000499 nodes"):
-        build_csc_external(TensorEdges(src, dst), 3_037_000_500, undirected=False, spill_dir=tmp_path,
-                           plan=MemoryPlan.start(1 << 40, work_bytes=work_bytes))
+        build_csc_external(
+            TensorEdges(src, dst),
+            3_037_000_500,
+            undirected=False,
+            spill_dir=tmp_path,
+            plan=MemoryPlan.start(1 << 40, work_bytes=work_bytes),
+        )

@@ -43,9 +43,18 @@ def channel_dir() -> Iterator[Path]:
 def make_config(store, channel_dir) -> Callable[..., ProducerConfig]:
     def make(**overrides: object) -> ProducerConfig:
         fields: dict[str, object] = dict(
-            dataset=store.handle, rank=0, world_size=1, fanouts=[5, 3], batch_size=64, epochs=2, seed=11,
-            channel_dir=channel_dir, num_slots=2, num_threads=1, heartbeat_interval_s=0.05,
-        )  # fmt: skip
+            dataset=store.handle,
+            rank=0,
+            world_size=1,
+            fanouts=[5, 3],
+            batch_size=64,
+            epochs=2,
+            seed=11,
+            channel_dir=channel_dir,
+            num_slots=2,
+            num_threads=1,
+            heartbeat_interval_s=0.05,
+        )
         fields.update(overrides)
         return ProducerConfig(**fields)
 

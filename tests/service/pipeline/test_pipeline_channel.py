@@ -13,8 +13,9 @@ from graphtier.service.sampling import NeighborSampler
 
 def check_batch(batch, dataset, config, sampler) -> None:
     """The batch equals the dataset's rows and a direct sample of the same seeds with the same seed."""
-    shard = rank_shard(dataset.split("train"), seed=config.seed, epoch=batch.epoch, rank=config.rank,
-                       world_size=config.world_size)  # fmt: skip
+    shard = rank_shard(
+        dataset.split("train"), seed=config.seed, epoch=batch.epoch, rank=config.rank, world_size=config.world_size
+    )
     seeds = batch_seeds(shard, batch.step, config.batch_size)
     assert torch.equal(batch.seeds, seeds)
     direct = sampler.sample(seeds, seed=batch.sample_seed)

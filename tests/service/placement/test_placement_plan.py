@@ -85,14 +85,20 @@ def test_lookups_reject_bad_ids() -> None:
 @pytest.mark.parametrize(
     ("budgets", "message"),
     [
-        (dict(device_replicated_bytes=1_000 * ROW + 1, num_devices=1),
-         r"device_replicated_bytes=512001 is larger than the 512000 bytes of features \(1000 rows x 512 bytes\)"),
-        (dict(device_replicated_bytes=600 * ROW, device_interleaved_bytes=500 * ROW, num_devices=2),
-         r"device_interleaved_bytes=256000 is larger than the 204800 bytes .* after the replicated tier"),
-        (dict(device_interleaved_bytes=900 * ROW, num_devices=2, host_bytes=101 * ROW),
-         r"host_bytes=51712 is larger than the 51200 bytes .* after the device tiers"),
+        (
+            dict(device_replicated_bytes=1_000 * ROW + 1, num_devices=1),
+            r"device_replicated_bytes=512001 is larger than the 512000 bytes of features \(1000 rows x 512 bytes\)",
+        ),
+        (
+            dict(device_replicated_bytes=600 * ROW, device_interleaved_bytes=500 * ROW, num_devices=2),
+            r"device_interleaved_bytes=256000 is larger than the 204800 bytes .* after the replicated tier",
+        ),
+        (
+            dict(device_interleaved_bytes=900 * ROW, num_devices=2, host_bytes=101 * ROW),
+            r"host_bytes=51712 is larger than the 51200 bytes .* after the device tiers",
+        ),
     ],
-)  # fmt: skip
+)
 def test_budget_larger_than_data_is_an_error(budgets: dict[str, int], message: str) -> None:
     with pytest.raises(PlacementError, match=message):
         _plan(**budgets)

@@ -8,16 +8,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import textwrap
+import threading
 import time
 
 import numpy as np
 import pytest
 
+from graphtier.service.prepared.digests import file_digest
 from graphtier.service.prepared.direct_writer import PAGE, DirectFileWriter
 from graphtier.service.prepared.npy_io import NpyStreamWriter, file_sha256, write_npy
-from graphtier.service.prepared.digests import file_digest
 
 
 def _takes_direct_io(directory) -> bool:

@@ -1,13 +1,10 @@
 """The prepared-dataset pipeline: contents in the reordered space, atomicity, integrity checks."""
 
-import json
-import os
 import signal
 import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import torch
 
@@ -87,8 +84,21 @@ def test_bad_names_are_refused(tmp_path):
 
 
 def _start_prepare(root, scale):
-    cmd = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name", "big",
-           "--scale", str(scale), "--out", str(root), "--undirected"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "graphtier.launcher.cli",
+        "dataset",
+        "prepare",
+        "synthetic:rmat",
+        "--name",
+        "big",
+        "--scale",
+        str(scale),
+        "--out",
+        str(root),
+        "--undirected",
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from graphtier.service.hotness import ScoreSpec
-from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.out_of_core.memory_budget import MemoryBudgetError, parse_memory_budget
+from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 
 # Small enough working memory that every out-of-core step cuts these small graphs into several buckets.
 TINY_WORK = 48 << 10
@@ -31,7 +31,12 @@ def _assert_same_bytes(root, a, b):
     for key in a.arrays:
         left, right = (root / m.name / m.arrays[key].file for m in (a, b))
         assert left.read_bytes() == right.read_bytes(), key
-    assert (a.num_nodes, a.num_edges, a.split_sizes, a.num_classes) == (b.num_nodes, b.num_edges, b.split_sizes, b.num_classes)
+    assert (a.num_nodes, a.num_edges, a.split_sizes, a.num_classes) == (
+        b.num_nodes,
+        b.num_edges,
+        b.split_sizes,
+        b.num_classes,
+    )
     assert a.source_description == b.source_description
 
 
@@ -57,7 +62,10 @@ def _check_paths(root, source, work=TINY_WORK, **kw):
 )
 def test_synthetic_out_of_core_is_byte_identical(tmp_path, score, undirected):
     tight = _check_paths(
-        tmp_path, "synthetic:rmat", undirected=undirected, score=ScoreSpec(kind=score),
+        tmp_path,
+        "synthetic:rmat",
+        undirected=undirected,
+        score=ScoreSpec(kind=score),
         source_options={"scale": 10, "feature_dim": 12, "seed": 3},
     )
     assert tight.preparation["reorder_features"]["buckets"] > 1
@@ -66,8 +74,13 @@ def test_synthetic_out_of_core_is_byte_identical(tmp_path, score, undirected):
 
 
 def test_synthetic_wrpr_with_fanout_is_byte_identical(tmp_path):
-    _check_paths(tmp_path, "synthetic:rmat", undirected=True, score=ScoreSpec(kind="wrpr", fanout=5),
-                 source_options={"scale": 9, "feature_dim": 4, "edge_factor": 20})
+    _check_paths(
+        tmp_path,
+        "synthetic:rmat",
+        undirected=True,
+        score=ScoreSpec(kind="wrpr", fanout=5),
+        source_options={"scale": 9, "feature_dim": 4, "edge_factor": 20},
+    )
 
 
 def test_edge_list_with_sparse_ids_and_features_is_byte_identical(tmp_path):
@@ -80,8 +93,12 @@ def test_edge_list_with_sparse_ids_and_features_is_byte_identical(tmp_path):
     np.save(data / "f.npy", rng.standard_normal((ids.size, 5)).astype(np.float32))
     np.save(data / "y.npy", rng.integers(-1, 4, ids.size))
     root = tmp_path / "root"
-    tight = _check_paths(root, f"edges:{data / 'e.txt'}", undirected=True,
-                         source_options={"features": str(data / "f.npy"), "labels": str(data / "y.npy"), "split_seed": 4})
+    tight = _check_paths(
+        root,
+        f"edges:{data / 'e.txt'}",
+        undirected=True,
+        source_options={"features": str(data / "f.npy"), "labels": str(data / "y.npy"), "split_seed": 4},
+    )
     assert "original_ids" in tight.arrays
 
 
@@ -106,8 +123,12 @@ def test_ogb_is_byte_identical(tmp_path):
 
 
 def test_npz_and_planetoid_are_byte_identical(tmp_path, shared_datasets):
-    _check_paths(tmp_path / "npz", f"npz:{shared_datasets / 'gnn_benchmark_npz' / 'citeseer.npz'}",
-                 score=ScoreSpec(kind="degree"), work=16 << 10)
+    _check_paths(
+        tmp_path / "npz",
+        f"npz:{shared_datasets / 'gnn_benchmark_npz' / 'citeseer.npz'}",
+        score=ScoreSpec(kind="degree"),
+        work=16 << 10,
+    )
     _check_paths(tmp_path / "planetoid", f"planetoid:{shared_datasets / 'planetoid_cora'}", undirected=True)
 
 
@@ -115,14 +136,29 @@ def test_budget_parsing():
     assert parse_memory_budget("3GiB") == 3 << 30 and parse_memory_budget("512MiB") == 512 << 20
     assert parse_memory_budget("unlimited") is None
     assert parse_memory_budget("auto") == parse_memory_budget(None) > 0
-    for bad, problem in (("3XB", "unknown unit 'XB'"), ("lots", "is not a size"), ("0", "more than 0"), ("-1G", "negative")):
+    for bad, problem in (
+        ("3XB", "unknown unit 'XB'"),
+        ("lots", "is not a size"),
+        ("0", "more than 0"),
+        ("-1G", "negative"),
+    ):
         with pytest.raises(MemoryBudgetError, match=problem) as info:
             parse_memory_budget(bad)
         assert repr(bad) in str(info.value) and "--memory-budget" in str(info.value)
 
 
 def _cli(*args, root):
-    cmd = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--out", str(root), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "graphtier.launcher.cli",
+        "dataset",
+        "prepare",
+        "synthetic:rmat",
+        "--out",
+        str(root),
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -156,7 +192,9 @@ def test_peak_memory_stays_under_the_budget_in_a_real_process(tmp_path):
     assert manifest["preparation"]["reorder_features"]["buckets"] > 1  # the features did not fit at once
     unbounded = json.loads(_cli("--name", "unbounded", "--memory-budget", "unlimited", *args, root=tmp_path).stdout)
     assert unbounded["peak_rss_bytes"] > 1.3 * manifest["peak_rss_bytes"]
-    assert {k: v["sha256"] for k, v in unbounded["arrays"].items()} == {k: v["sha256"] for k, v in manifest["arrays"].items()}
+    assert {k: v["sha256"] for k, v in unbounded["arrays"].items()} == {
+        k: v["sha256"] for k, v in manifest["arrays"].items()
+    }
 
 
 def test_the_peak_is_the_process_own_not_its_parents(tmp_path):
@@ -169,8 +207,23 @@ def test_the_peak_is_the_process_own_not_its_parents(tmp_path):
 
 
 def test_interrupt_while_spilling_leaves_nothing(tmp_path):
-    cmd = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", "synthetic:rmat", "--name", "big",
-           "--scale", "19", "--undirected", "--memory-budget", "400MiB", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "graphtier.launcher.cli",
+        "dataset",
+        "prepare",
+        "synthetic:rmat",
+        "--name",
+        "big",
+        "--scale",
+        "19",
+        "--undirected",
+        "--memory-budget",
+        "400MiB",
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

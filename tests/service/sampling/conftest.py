@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from sampling_graphs import random_graph
 
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import native_available, unavailable_reason
-
-from sampling_graphs import random_graph
 
 
 @pytest.fixture

@@ -43,7 +43,9 @@ def test_node_keys_and_uniform_draws_match_integer_reference() -> None:
         bounds = [rng.randrange(1, 1 << 33) for _ in local]
         for j in (0, 1, 14):
             got = uniform_below(keys, j, torch.tensor(bounds)).tolist()
-            assert got == [(splitmix64_int((k + j * GOLDEN) & M64) >> 11) % m for k, m in zip(want, bounds, strict=True)]
+            assert got == [
+                (splitmix64_int((k + j * GOLDEN) & M64) >> 11) % m for k, m in zip(want, bounds, strict=True)
+            ]
 
 
 def test_draws_are_in_range_and_spread() -> None:

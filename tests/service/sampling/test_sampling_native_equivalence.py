@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sampling_graphs import random_graph
 
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.sampling import NeighborSampler
-
-from sampling_graphs import random_graph
 
 pytestmark = pytest.mark.usefixtures("needs_native")
 

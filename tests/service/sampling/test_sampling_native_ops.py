@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.service.graph.csc import build_csc
 from graphtier.service import native_ops
+from graphtier.service.graph.csc import build_csc
 from graphtier.service.sampling import NeighborSampler
 
 

@@ -45,8 +45,13 @@ def reference_sample(graph: CSCGraph, seeds: list[int], fanouts: list[int], seed
         nodes_per_hop.append(len(node_ids) - f1)
         edges_per_hop.append(hop_edges)
         f0, f1 = f1, len(node_ids)
-    return SampledSubgraph(torch.tensor(node_ids), torch.tensor(indptr), torch.tensor(indices, dtype=torch.int64),
-                           nodes_per_hop, edges_per_hop)
+    return SampledSubgraph(
+        torch.tensor(node_ids),
+        torch.tensor(indptr),
+        torch.tensor(indices, dtype=torch.int64),
+        nodes_per_hop,
+        edges_per_hop,
+    )
 
 
 def max_or(t: torch.Tensor, default: int) -> int:
@@ -121,7 +126,9 @@ def test_blocks_are_prefix_views() -> None:
     assert blocks[0].edge_index().tolist() == sub.edge_index().tolist()
     for b in blocks:
         assert b.indices.data_ptr() == sub.indices.data_ptr() and b.indptr.data_ptr() == sub.indptr.data_ptr()
-    for inner, outer in zip(blocks[1:], blocks[:-1], strict=True):  # each layer's dst nodes are the next layer's src prefix
+    for inner, outer in zip(
+        blocks[1:], blocks[:-1], strict=True
+    ):  # each layer's dst nodes are the next layer's src prefix
         assert inner.num_src == outer.num_dst
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,6 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 
 import pytest
-
 
 
 def mappings_of(path: str, pid: int | str = "self") -> list[tuple[int, str]]:

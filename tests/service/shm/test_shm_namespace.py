@@ -18,8 +18,13 @@ def test_owner_tokens_start_with_the_namespace_which_children_inherit():
     with SegmentOwner() as owner:
         segment = owner.create("ns-check", 64)
         assert SegmentName.parse(os.path.basename(segment.path)).token.startswith(namespace)
-    child = subprocess.run([sys.executable, "-c", "from graphtier.service.shm.naming import token_namespace as t; "
-                            "print(t())"], capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", "from graphtier.service.shm.naming import token_namespace as t; print(t())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert child.stdout.strip() == namespace
 
 

@@ -90,9 +90,25 @@ def test_pubmed_missing_allx(shared_datasets):
 
 
 def test_prepare_says_how_many_nodes_and_which_splits_have_no_features(shared_datasets, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare",
-                           f"planetoid:{shared_datasets / 'planetoid_pubmed'}", "--name", "pubmed", "--out",
-                           str(tmp_path), "--missing-features", "zeros"], capture_output=True, text=True, timeout=180)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            f"planetoid:{shared_datasets / 'planetoid_pubmed'}",
+            "--name",
+            "pubmed",
+            "--out",
+            str(tmp_path),
+            "--missing-features",
+            "zeros",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     assert "note: 18,657 of 19,717 nodes (94.6%) have no features" in said

@@ -15,16 +15,40 @@ import scipy.sparse as sp
 def _npz(path, labels):
     n = labels.shape[0]
     adj = sp.random(n, n, density=0.1, format="csr", random_state=0)
-    np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape,
-             attr_data=np.ones(n, dtype=np.float32), attr_indices=np.zeros(n, dtype=np.int64),
-             attr_indptr=np.arange(n + 1), attr_shape=(n, 1), labels=labels)  # fmt: skip
+    np.savez(
+        path,
+        adj_data=adj.data,
+        adj_indices=adj.indices,
+        adj_indptr=adj.indptr,
+        adj_shape=adj.shape,
+        attr_data=np.ones(n, dtype=np.float32),
+        attr_indices=np.zeros(n, dtype=np.int64),
+        attr_indptr=np.arange(n + 1),
+        attr_shape=(n, 1),
+        labels=labels,
+    )
 
 
 def _prepare(tmp_path, labels, *extra, name="lab"):
     _npz(tmp_path / "g.npz", labels)
-    return subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", f"npz:{tmp_path}/g.npz",
-                           "--name", name, "--out", str(tmp_path / "out"), *extra],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            f"npz:{tmp_path}/g.npz",
+            "--name",
+            name,
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _said(done) -> str:
@@ -81,9 +105,25 @@ def test_a_negative_label_is_refused_naming_value_and_node(tmp_path):
 def test_num_classes_for_a_source_without_labels_is_refused(tmp_path):
     path = tmp_path / "e.txt"
     path.write_text("".join(f"{i} {(i * 7 + 1) % 40}\n" for i in range(40)))
-    done = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", f"edges:{path}",
-                           "--name", "e", "--out", str(tmp_path / "out"), "--num-classes", "4"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            f"edges:{path}",
+            "--name",
+            "e",
+            "--out",
+            str(tmp_path / "out"),
+            "--num-classes",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "--num-classes 4 was given but the source has no labels" in _said(done)
 
@@ -109,10 +149,36 @@ def test_edge_list_labels_name_the_files_own_node_id(tmp_path):
 def test_a_graph_of_isolated_nodes_is_called_what_it_is(tmp_path):
     n = 30
     adj = sp.csr_matrix((n, n))
-    np.savez(tmp_path / "iso.npz", adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr,
-             adj_shape=adj.shape, attr_data=np.ones(n, dtype=np.float32), attr_indices=np.zeros(n, dtype=np.int64),
-             attr_indptr=np.arange(n + 1), attr_shape=(n, 1), labels=np.arange(n, dtype=np.int64) % 3)  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", f"npz:{tmp_path}/iso.npz",
-                           "--name", "iso", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    np.savez(
+        tmp_path / "iso.npz",
+        adj_data=adj.data,
+        adj_indices=adj.indices,
+        adj_indptr=adj.indptr,
+        adj_shape=adj.shape,
+        attr_data=np.ones(n, dtype=np.float32),
+        attr_indices=np.zeros(n, dtype=np.int64),
+        attr_indptr=np.arange(n + 1),
+        attr_shape=(n, 1),
+        labels=np.arange(n, dtype=np.int64) % 3,
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            f"npz:{tmp_path}/iso.npz",
+            "--name",
+            "iso",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
-    assert "the graph has 30 nodes but no edges: every node is isolated" in " ".join((done.stdout + done.stderr).split())
+    assert "the graph has 30 nodes but no edges: every node is isolated" in " ".join(
+        (done.stdout + done.stderr).split()
+    )

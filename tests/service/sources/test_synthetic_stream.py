@@ -25,9 +25,17 @@ def _reference_rmat_edges(scale, num_edges, generator, a, b, c):
     return src, dst
 
 
-@pytest.mark.parametrize("scale, num_edges, abc", [(3, 5, (0.57, 0.19, 0.19)), (12, 50_001, (0.57, 0.19, 0.19)),
-                                                   (9, 4096, (0.25, 0.25, 0.25)), (14, 70_000, (0.45, 0.15, 0.3)),
-                                                   (21, 3001, (0.57, 0.19, 0.19)), (32, 999, (0.57, 0.19, 0.19))])
+@pytest.mark.parametrize(
+    "scale, num_edges, abc",
+    [
+        (3, 5, (0.57, 0.19, 0.19)),
+        (12, 50_001, (0.57, 0.19, 0.19)),
+        (9, 4096, (0.25, 0.25, 0.25)),
+        (14, 70_000, (0.45, 0.15, 0.3)),
+        (21, 3001, (0.57, 0.19, 0.19)),
+        (32, 999, (0.57, 0.19, 0.19)),
+    ],
+)
 def test_bit_plane_generator_draws_what_the_reference_draws(scale, num_edges, abc):
     a, b, c = abc
     want = _reference_rmat_edges(scale, num_edges, torch.Generator().manual_seed(5), a, b, c)
@@ -50,8 +58,11 @@ def test_features_in_chunks_of_16_rows_are_the_rows_drawn_at_once():
 
 @pytest.mark.parametrize(
     "options, work",
-    [({"scale": 3, "feature_dim": 3, "num_classes": 2}, 100), ({"scale": 10, "feature_dim": 8}, 20_000),
-     ({"scale": 11, "feature_dim": 5, "seed": 3, "homophily": 0.3, "edge_factor": 5}, 1 << 30)],
+    [
+        ({"scale": 3, "feature_dim": 3, "num_classes": 2}, 100),
+        ({"scale": 10, "feature_dim": 8}, 20_000),
+        ({"scale": 11, "feature_dim": 5, "seed": 3, "homophily": 0.3, "edge_factor": 5}, 1 << 30),
+    ],
 )
 def test_streamed_generator_gives_the_in_memory_graph(tmp_path, options, work):
     plan = MemoryPlan.start(1 << 40, work_bytes=work)
@@ -68,8 +79,11 @@ def test_streamed_generator_gives_the_in_memory_graph(tmp_path, options, work):
     # drawn again whenever the rows are a multiple of 16 (scale >= 4), held or spilled otherwise
     drawn = ["features.f32 (drawn again when placed)"] if options["scale"] >= 4 else []
     assert kept == ([] if work < 1 << 20 else ["src.bits", "dst.bits", "src.i32", "dst.i32"]) + drawn
-    spilled = sorted(f"rmat-{name}" for name in ("dst.i32", "features.f32", "src.i32")
-                     if name not in kept and not (drawn and name == "features.f32"))
+    spilled = sorted(
+        f"rmat-{name}"
+        for name in ("dst.i32", "features.f32", "src.i32")
+        if name not in kept and not (drawn and name == "features.f32")
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == spilled  # the bit planes are gone once assembled
     if "rmat-src.i32" in spilled:
         assert np.fromfile(tmp_path / "rmat-src.i32", np.int32).size == whole.num_edges

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 
 
-def write_features(tmp_path: Path, rows: int, dim: int, *, seed: int = 0,
-                   name: str = "features.npy") -> tuple[Path, np.ndarray]:
+def write_features(
+    tmp_path: Path, rows: int, dim: int, *, seed: int = 0, name: str = "features.npy"
+) -> tuple[Path, np.ndarray]:
     """A float32 `.npy` of `rows` x `dim` normal values (np.save: a 128 B header), and the values."""
     values = np.random.default_rng(seed).standard_normal((rows, dim)).astype(np.float32)
     path = tmp_path / name

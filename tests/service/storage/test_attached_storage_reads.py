@@ -14,8 +14,13 @@ from graphtier.service.store import SharedDatasetStore, attach_dataset
 
 def _plan(ds, host_fraction):
     n, row = ds.manifest.num_nodes, ds.manifest.feature_row_bytes
-    budgets = TierBudgets(num_devices=0, device_replicated_bytes=0, device_interleaved_bytes=0,
-                          host_bytes=int(n * row * host_fraction), structure_device_bytes=0)
+    budgets = TierBudgets(
+        num_devices=0,
+        device_replicated_bytes=0,
+        device_interleaved_bytes=0,
+        host_bytes=int(n * row * host_fraction),
+        structure_device_bytes=0,
+    )
     return PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row)
 
 

@@ -6,13 +6,13 @@ from dataclasses import astuple
 
 import numpy as np
 import pytest
+from storage_files import direct_supported, write_features
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import StorageReader, plan_reads
 from graphtier.service.storage.dio_alignment import FALLBACK
 from graphtier.service.storage.read_plan import plan_run_copies
-from storage_files import direct_supported, write_features
 
 
 def test_adjacent_rows_coalesce_and_requests_stay_aligned():
@@ -23,7 +23,15 @@ def test_adjacent_rows_coalesce_and_requests_stay_aligned():
     assert plan.lengths.tolist() == [4096, 4096, 8192]
     assert all(o % 4096 == 0 and n % 4096 == 0 for o, n in zip(plan.offsets, plan.lengths, strict=True))
     assert plan.staging.tolist() == [0, 4096, 8192]
-    assert plan.row_at.tolist() == [128, 640, 1152, 1664, 4096 + 51328 - 49152, 4096 + 51840 - 49152, 8192 + 2563712 - 2560000]
+    assert plan.row_at.tolist() == [
+        128,
+        640,
+        1152,
+        1664,
+        4096 + 51328 - 49152,
+        4096 + 51840 - 49152,
+        8192 + 2563712 - 2560000,
+    ]
     long = plan_reads(np.arange(64), data_offset=0, row_bytes=4096, max_request=16384)
     assert long.lengths.tolist() == [16384] * 16 and long.offsets.tolist() == list(range(0, 262144, 16384))
 
@@ -34,8 +42,17 @@ def test_reads_the_rows_the_file_holds(tmp_path, mode):
     if mode == "direct" and not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     first = 1000
-    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=160, first_row=first,
-                           num_rows=values.shape[0], mode=mode, inflight=4, max_request=8192, staging_bytes=4096)
+    reader = StorageReader(
+        path,
+        data_offset=npy_data_offset(path),
+        row_bytes=160,
+        first_row=first,
+        num_rows=values.shape[0],
+        mode=mode,
+        inflight=4,
+        max_request=8192,
+        staging_bytes=4096,
+    )
     try:
         rows = np.random.default_rng(1).integers(0, values.shape[0] - first, 700)
         rows[:50] = np.arange(50)  # a run of adjacent rows, and the last row of the file
@@ -57,7 +74,9 @@ def test_unknown_mode_and_missing_file_are_refused(tmp_path):
     with pytest.raises(GraphtierError, match="storage mode 'mmap'"):
         StorageReader(tmp_path / "f.npy", data_offset=128, row_bytes=4, first_row=0, num_rows=1, mode="mmap")
     with pytest.raises(GraphtierError, match="cannot open the storage tier"):
-        StorageReader(tmp_path / "missing.npy", data_offset=128, row_bytes=4, first_row=0, num_rows=1, mode="page-cache")
+        StorageReader(
+            tmp_path / "missing.npy", data_offset=128, row_bytes=4, first_row=0, num_rows=1, mode="page-cache"
+        )
 
 
 @pytest.mark.parametrize("host_end", [0, 1000, 2400, 3000])
@@ -74,10 +93,17 @@ def test_tiered_gather_through_the_reader_gives_the_same_bytes_and_counts(tmp_pa
     if mode == "direct" and not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
     table = torch.from_numpy(np.load(path))
-    mapped = FeatureTiers.from_table(table, replicated_end=min(100, host_end), interleaved_end=min(300, host_end),
-                                     host_end=host_end, num_devices=2)
-    reader = StorageReader(path, data_offset=npy_data_offset(path) + host_end * 160, row_bytes=160, first_row=0,
-                           num_rows=3000 - host_end, mode=mode)
+    mapped = FeatureTiers.from_table(
+        table, replicated_end=min(100, host_end), interleaved_end=min(300, host_end), host_end=host_end, num_devices=2
+    )
+    reader = StorageReader(
+        path,
+        data_offset=npy_data_offset(path) + host_end * 160,
+        row_bytes=160,
+        first_row=0,
+        num_rows=3000 - host_end,
+        mode=mode,
+    )
     read = dataclasses.replace(mapped, storage_reader=reader)
     ids = torch.randint(0, 3000, (5000,), generator=torch.Generator().manual_seed(host_end))
     backends = ["torch"] + (["native"] if native_available() else [])
@@ -98,8 +124,17 @@ def test_whole_runs_copied_while_reading_give_the_same_bytes(tmp_path, mode):
     path, values = write_features(tmp_path, 6000, 40)
     if mode == "direct" and not direct_supported(path):
         pytest.skip(f"{tmp_path} does not support O_DIRECT")
-    reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=160, first_row=0, num_rows=6000,
-                           mode=mode, inflight=4, max_request=8192, alignment=FALLBACK)
+    reader = StorageReader(
+        path,
+        data_offset=npy_data_offset(path),
+        row_bytes=160,
+        first_row=0,
+        num_rows=6000,
+        mode=mode,
+        inflight=4,
+        max_request=8192,
+        alignment=FALLBACK,
+    )
     try:
         scattered = np.random.default_rng(2).choice(np.arange(3000, 6000), 300, replace=False)
         rows = np.concatenate([np.arange(7, 1207), scattered, np.arange(1500, 2400)])  # 192 KiB and 144 KiB runs

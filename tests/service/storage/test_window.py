@@ -21,14 +21,18 @@ def _features(tmp_path, rows=4000, dim=24):
 def _batches(num_rows, count=30, size=300, seed=3):
     gen = np.random.default_rng(seed)
     hot = np.arange(60)  # rows that recur in most batches, as the hottest storage rows do
-    return [np.unique(np.concatenate([gen.choice(num_rows, size, replace=False), gen.choice(hot, 40)]))
-            for _ in range(count)]
+    return [
+        np.unique(np.concatenate([gen.choice(num_rows, size, replace=False), gen.choice(hot, 40)]))
+        for _ in range(count)
+    ]
 
 
 def _expected_hits(batches, depth):
     """Rows of batch i that one of batches i-depth .. i-1 also has (those are in the window when i enters)."""
-    return [len(set(b.tolist()) & set().union(*(set(p.tolist()) for p in batches[max(0, i - depth) : i])))
-            for i, b in enumerate(batches)]  # fmt: skip
+    return [
+        len(set(b.tolist()) & set().union(*(set(p.tolist()) for p in batches[max(0, i - depth) : i])))
+        for i, b in enumerate(batches)
+    ]
 
 
 @pytest.mark.parametrize("mode", ["mmap", "page-cache"])
@@ -39,8 +43,15 @@ def test_window_serves_the_files_rows_and_reads_each_recurring_row_once(tmp_path
     if mode == "mmap":
         reader = MappedReader(torch.from_numpy(np.load(path, mmap_mode="r")[first:].copy()))
     else:
-        reader = StorageReader(path, data_offset=npy_data_offset(path), row_bytes=96, first_row=first,
-                               num_rows=values.shape[0], mode="page-cache", inflight=4)  # fmt: skip
+        reader = StorageReader(
+            path,
+            data_offset=npy_data_offset(path),
+            row_bytes=96,
+            first_row=first,
+            num_rows=values.shape[0],
+            mode="page-cache",
+            inflight=4,
+        )
     batches = _batches(values.shape[0] - first)
     window = LookaheadWindow(reader, row_bytes=96, initial_rows=16)  # small: it must grow
     try:
@@ -80,10 +91,26 @@ def test_rows_not_admitted_are_refused(tmp_path):
 
 
 def test_counters_sum_and_derive():
-    a = StorageCounters(mode="direct", window=2, read_rows=10, read_bytes=40960, requests=10, window_rows=30,
-                        io_seconds=0.5, request_seconds=2.0)  # fmt: skip
-    b = StorageCounters(mode="direct", window=4, read_rows=30, read_bytes=40960, requests=5, window_rows=10,
-                        io_seconds=0.5, request_seconds=1.0)  # fmt: skip
+    a = StorageCounters(
+        mode="direct",
+        window=2,
+        read_rows=10,
+        read_bytes=40960,
+        requests=10,
+        window_rows=30,
+        io_seconds=0.5,
+        request_seconds=2.0,
+    )
+    b = StorageCounters(
+        mode="direct",
+        window=4,
+        read_rows=30,
+        read_bytes=40960,
+        requests=5,
+        window_rows=10,
+        io_seconds=0.5,
+        request_seconds=1.0,
+    )
     total = a + b
     assert (total.rows, total.window, total.requests) == (80, 4, 15)
     assert total.window_hit_ratio == 0.5 and total.queue_depth == 3.0 and total.bandwidth == 81920

@@ -29,7 +29,9 @@ def _plan(ds, *, host_fraction=0.8):
 
 
 def _run_child(code: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_attach_in_another_process_sees_the_same_bytes(small_rmat):
@@ -87,7 +89,10 @@ def test_views_are_zero_copy(small_rmat):
     plan = _plan(small_rmat, host_fraction=1.0)
     with SharedDatasetStore(small_rmat, plan) as store:
         attached = attach_dataset(SharedDatasetHandle.model_validate_json(store.handle.model_dump_json()))
-        for tensor, ref in ((attached.resident, store.handle.resident_features), (attached.graph.row, store.handle.row)):
+        for tensor, ref in (
+            (attached.resident, store.handle.resident_features),
+            (attached.graph.row, store.handle.row),
+        ):
             # the consumer's tensor lies in a mapping of the daemon's segment file itself: no copy
             assert _mapped_file(tensor.data_ptr()) == f"/dev/shm/{ref.name}"
         assert torch.equal(attached.resident, small_rmat.features[: plan.host_end])
@@ -103,8 +108,11 @@ def test_attach_after_owner_closed_names_the_segment(small_rmat):
 
 def test_owner_killed_leaves_segments_that_the_next_owner_reclaims(small_rmat):
     child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(
-            f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
             import sys, time
             from graphtier.service.prepared import PreparedDataset
             from graphtier.service.placement import PlacementPlan
@@ -114,8 +122,13 @@ def test_owner_killed_leaves_segments_that_the_next_owner_reclaims(small_rmat):
             store = SharedDatasetStore(ds, plan)
             print(store.handle.model_dump_json(), flush=True)
             time.sleep(120)
-            """), _plan(small_rmat).model_dump_json()],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            """
+            ),
+            _plan(small_rmat).model_dump_json(),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         handle = SharedDatasetHandle.model_validate_json(child.stdout.readline())

@@ -35,18 +35,26 @@ def _flip(path, at_fraction: float) -> None:
 
 def _plan(ds: PreparedDataset, host_fraction: float) -> PlacementPlan:
     n, row = ds.manifest.num_nodes, ds.manifest.feature_row_bytes
-    budgets = TierBudgets(num_devices=0, device_replicated_bytes=0, device_interleaved_bytes=0,
-                          host_bytes=int(n * row * host_fraction), structure_device_bytes=0)  # fmt: skip
+    budgets = TierBudgets(
+        num_devices=0,
+        device_replicated_bytes=0,
+        device_interleaved_bytes=0,
+        host_bytes=int(n * row * host_fraction),
+        structure_device_bytes=0,
+    )
     return PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row)
 
 
-@pytest.mark.parametrize(("key", "where", "host_fraction"), [
-    ("features", 0.1, 1.0),   # a resident row
-    ("features", 0.9, 0.5),   # a row left on storage, never copied
-    ("features", 0.5, 0.0),   # every row on storage
-    ("row", 0.5, 1.0),
-    ("train_ids", 0.0, 1.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "where", "host_fraction"),
+    [
+        ("features", 0.1, 1.0),  # a resident row
+        ("features", 0.9, 0.5),  # a row left on storage, never copied
+        ("features", 0.5, 0.0),  # every row on storage
+        ("row", 0.5, 1.0),
+        ("train_ids", 0.0, 1.0),
+    ],
+)
 def test_a_flipped_bit_anywhere_in_a_served_array_is_refused(dataset_copy, key, where, host_fraction):
     ds = PreparedDataset.open("rmat12", dataset_copy)
     path = ds.array_path(key)

@@ -32,8 +32,9 @@ def test_report_gives_the_storage_reads_of_its_replay_and_the_windows_effect(sma
     s = report.storage
     assert s is not None and s.storage_from == report.budget_rows + int(n * row_bytes * 0.3) // row_bytes
     assert (s.storage_rows, s.storage_bytes) == (n - s.storage_from, (n - s.storage_from) * row_bytes)
-    replay = replay_access_counts(small_rmat.graph, small_rmat.split("train"), fanouts=(5, 3), batch_size=64,
-                                  epochs=2, seed=4)  # fmt: skip
+    replay = replay_access_counts(
+        small_rmat.graph, small_rmat.split("train"), fanouts=(5, 3), batch_size=64, epochs=2, seed=4
+    )
     storage_reads = int(replay.counts[s.storage_from :].sum())  # the same simulated access, counted apart
     assert s.rows_per_epoch * 2 == storage_reads and s.rows_per_batch * report.batches == pytest.approx(storage_reads)
     assert s.share_of_reads == pytest.approx(storage_reads / replay.total)
@@ -47,9 +48,14 @@ def test_report_gives_the_storage_reads_of_its_replay_and_the_windows_effect(sma
     assert build_tiering_report(small_rmat, **kwargs).storage is None
 
 
-@pytest.mark.parametrize(("host_budget", "window", "message"), [
-    ("95%", 4, "--host-budget 95% is"), ("lots", 4, "--host-budget"), ("10%", 65, "--window 65: expected 0 to 64"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("host_budget", "window", "message"),
+    [
+        ("95%", 4, "--host-budget 95% is"),
+        ("lots", 4, "--host-budget"),
+        ("10%", 65, "--window 65: expected 0 to 64"),
+    ],
+)
 def test_bad_host_budget_or_window_is_named(small_rmat, host_budget, window, message):
     with pytest.raises(PlacementError, match=message):
         build_tiering_report(small_rmat, budget="10%", host_budget=host_budget, window=window, epochs=1)

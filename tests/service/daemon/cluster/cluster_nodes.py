@@ -54,16 +54,23 @@ def make_certificate(directory: Path, hosts: tuple[str, ...] = NODE_HOSTS) -> tu
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "graphtier test cluster")])
     now = dt.datetime.now(dt.timezone.utc)
     names = [x509.DNSName("localhost"), *(x509.IPAddress(ipaddress.ip_address(h)) for h in hosts)]
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = directory / "cluster.crt", directory / "cluster.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_path.chmod(0o600)
     return cert_path, key_path
 
@@ -105,8 +112,14 @@ class NodeCluster:
         self.token.chmod(0o600)
         self.nodes: list[Node] = []
 
-    def add(self, datasets: list[Path] = (), *, token: Path | None = None, extra: tuple[str, ...] = (),
-            peers: list[str] | None = None) -> Node:  # fmt: skip
+    def add(
+        self,
+        datasets: list[Path] = (),
+        *,
+        token: Path | None = None,
+        extra: tuple[str, ...] = (),
+        peers: list[str] | None = None,
+    ) -> Node:
         index = len(self.nodes)
         host = NODE_HOSTS[index]
         home = self.base / f"n{index}"
@@ -123,8 +136,20 @@ class NodeCluster:
     def start(self) -> list[Node]:
         for node in self.nodes:
             peers = node.peers if node.peers is not None else [n.address for n in self.nodes if n is not node]
-            flags = ["--tcp", node.address, "--token-file", str(node.token), "--http-host", node.host,
-                     "--peer-timeout", str(PEER_TIMEOUT_S), "--cuda-probe-timeout", "0", "--nvml-interval", "0"]
+            flags = [
+                "--tcp",
+                node.address,
+                "--token-file",
+                str(node.token),
+                "--http-host",
+                node.host,
+                "--peer-timeout",
+                str(PEER_TIMEOUT_S),
+                "--cuda-probe-timeout",
+                "0",
+                "--nvml-interval",
+                "0",
+            ]
             if "--insecure" not in node.extra:
                 flags += ["--tls-cert", str(self.cert), "--tls-key", str(self.key)]
             for peer in peers:
@@ -138,8 +163,9 @@ class NodeCluster:
         return self.nodes
 
 
-def start_daemon_processes(base: Path, dataset_dir: Path, count: int, *,
-                           link_files: bool = False) -> list[tuple[subprocess.Popen, Path, str]]:  # fmt: skip
+def start_daemon_processes(
+    base: Path, dataset_dir: Path, count: int, *, link_files: bool = False
+) -> list[tuple[subprocess.Popen, Path, str]]:
     """`count` daemons as separate processes on NODE_HOSTS (one TLS certificate, one token, each the
     others' peer), each with a copy of `dataset_dir` (hard links with `link_files`: the files are
     read-only), waited for until each serves; (process, runtime dir, HOST:PORT) per node. For the
@@ -154,12 +180,33 @@ def start_daemon_processes(base: Path, dataset_dir: Path, count: int, *,
     nodes = []
     for index, address in enumerate(addresses):
         home = base / f"n{index}"
-        shutil.copytree(dataset_dir, home / "datasets" / dataset_dir.name,
-                        copy_function=os.link if link_files else shutil.copy2)  # fmt: skip
-        argv = [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(home / "run"),
-                "--dataset-root", str(home / "datasets"), "--tcp", address, "--tls-cert", str(cert), "--tls-key",
-                str(key), "--token-file", str(token), "--http-host", address.split(":")[0], "--cuda-probe-timeout",
-                "0", "--nvml-interval", "0", *(f"--peer={a}" for a in addresses if a != address)]  # fmt: skip
+        shutil.copytree(
+            dataset_dir, home / "datasets" / dataset_dir.name, copy_function=os.link if link_files else shutil.copy2
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(home / "run"),
+            "--dataset-root",
+            str(home / "datasets"),
+            "--tcp",
+            address,
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--token-file",
+            str(token),
+            "--http-host",
+            address.split(":")[0],
+            "--cuda-probe-timeout",
+            "0",
+            "--nvml-interval",
+            "0",
+            *(f"--peer={a}" for a in addresses if a != address),
+        ]
         with open(home / "daemon.out", "wb") as out:
             nodes.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), home / "run", address))
     for popen, run, _ in nodes:

@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from cluster_nodes import NodeCluster  # tests/service/daemon/cluster is on sys.path (rootdir conftest mode)
 
 

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cora(shared_datasets, tmp_path_factory):
     root = tmp_path_factory.mktemp("cora")
-    prepare_dataset(PrepareConfig(source=f"planetoid:{shared_datasets / 'planetoid_cora'}", name="cora",
-                                  undirected=True, root=root))  # fmt: skip
+    prepare_dataset(
+        PrepareConfig(source=f"planetoid:{shared_datasets / 'planetoid_cora'}", name="cora", undirected=True, root=root)
+    )
     return root / "cora"
 
 
@@ -35,8 +36,18 @@ def _run(client, spec) -> float:
 def test_two_node_graphsage_on_cora_matches_one_node(test_cluster, cora):
     a, _ = test_cluster.add([cora]), test_cluster.add([cora])
     test_cluster.start()
-    spec = dict(dataset="cora", model="sage", fanouts=[25, 10], batch_size=64, hidden=256, epochs=30, lr=0.003,
-                weight_decay=5e-4, nproc_per_node=1, seed=0)  # fmt: skip
+    spec = dict(
+        dataset="cora",
+        model="sage",
+        fanouts=[25, 10],
+        batch_size=64,
+        hidden=256,
+        epochs=30,
+        lr=0.003,
+        weight_decay=5e-4,
+        nproc_per_node=1,
+        seed=0,
+    )
     with a.client() as client:
         one = _run(client, JobSpec(**spec))
         two = _run(client, JobSpec(**spec, nnodes=2))

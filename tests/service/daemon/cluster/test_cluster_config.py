@@ -25,17 +25,30 @@ def test_peers_from_flags_file_and_config_merge_in_order_without_this_node(tmp_p
     assert ClusterConfig().enabled is False
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--tcp", "127.0.0.1:7070", "--peer", "nowhere"], "peer 'nowhere' must be HOST:PORT"),
-    (["--tcp", "127.0.0.1:7070", "--peer", "10.0.0.1:0"], "peer '10.0.0.1:0' must be HOST:PORT with a port in 1..65535"),
-    (["--peer", "10.0.0.1:7070"], "cluster peers are reached over TCP"),
-    (["--tcp", "0.0.0.0:7070", "--peer", "10.0.0.1:7070"], "is no address peers can reach: give cluster.advertise"),
-    (["--tcp", "127.0.0.1:7070", "--peers-file", "/nonexistent/hosts"], "peers_file '/nonexistent/hosts': cannot read"),
-    (["--tcp", "127.0.0.1:7070", "--peer", "10.0.0.1:7070", "--peer-timeout", "0"], "peer_timeout_s"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tcp", "127.0.0.1:7070", "--peer", "nowhere"], "peer 'nowhere' must be HOST:PORT"),
+        (
+            ["--tcp", "127.0.0.1:7070", "--peer", "10.0.0.1:0"],
+            "peer '10.0.0.1:0' must be HOST:PORT with a port in 1..65535",
+        ),
+        (["--peer", "10.0.0.1:7070"], "cluster peers are reached over TCP"),
+        (["--tcp", "0.0.0.0:7070", "--peer", "10.0.0.1:7070"], "is no address peers can reach: give cluster.advertise"),
+        (
+            ["--tcp", "127.0.0.1:7070", "--peers-file", "/nonexistent/hosts"],
+            "peers_file '/nonexistent/hosts': cannot read",
+        ),
+        (["--tcp", "127.0.0.1:7070", "--peer", "10.0.0.1:7070", "--peer-timeout", "0"], "peer_timeout_s"),
+    ],
+)
 def test_bad_peers_are_one_line_naming_the_value_and_exit_2(tmp_path, flags, message):
-    result = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "r"),
-                             *flags], capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "r"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
@@ -51,9 +64,12 @@ def test_multi_node_specs_are_checked_at_the_door():
     spec = JobSpec(dataset="d", nodes=["a", "b", "c"])
     assert spec.nnodes == 3 and spec.world_size == 3 and spec.multi_node
     assert JobSpec(dataset="d", nnodes=2, nproc_per_node=2).world_size == 4
-    for values, message in (({"nodes": ["a"]}, "at least 2 nodes"), ({"nodes": ["a", "a"]}, "names a node twice"),
-                            ({"nodes": ["a", "b"], "nnodes": 3}, "nnodes=3 but nodes names 2"),
-                            ({"nnodes": 0}, "nnodes")):  # fmt: skip
+    for values, message in (
+        ({"nodes": ["a"]}, "at least 2 nodes"),
+        ({"nodes": ["a", "a"]}, "names a node twice"),
+        ({"nodes": ["a", "b"], "nnodes": 3}, "nnodes=3 but nodes names 2"),
+        ({"nnodes": 0}, "nnodes"),
+    ):
         with pytest.raises(InvalidRequestError, match=message):
             JobSpec.build({"dataset": "d", **values})
 
@@ -63,6 +79,7 @@ def test_job_submit_names_a_bad_nodes_value_and_exits_2(tmp_path):
 
     from graphtier.launcher.cli.app import app
 
-    result = CliRunner().invoke(app, ["job", "submit", "--dataset", "d", "--nodes", "a,,b", "--runtime-dir",
-                                      str(tmp_path / "run")])  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["job", "submit", "--dataset", "d", "--nodes", "a,,b", "--runtime-dir", str(tmp_path / "run")]
+    )
     assert result.exit_code == 2 and "--nodes 'a,,b'" in result.output

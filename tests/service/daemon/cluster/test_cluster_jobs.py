@@ -11,14 +11,13 @@ import time
 
 import psutil
 import pytest
+from cluster_nodes import PEER_TIMEOUT_S, wait_for
 
-from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.shm.naming import process_start_time
-
-from cluster_nodes import PEER_TIMEOUT_S, wait_for
 
 FINAL_TIMEOUT_S = 180.0
 
@@ -53,22 +52,35 @@ def _live_segment_owners() -> set[int]:
 
 
 def _final(client, job_id: str, timeout: float = FINAL_TIMEOUT_S):
-    return wait_for(lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), timeout,
-                     f"job {job_id} to end")  # fmt: skip
+    return wait_for(
+        lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), timeout, f"job {job_id} to end"
+    )
 
 
 def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     test_cluster.start()
-    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, hidden=32, epochs=2, nproc_per_node=1, nnodes=2,
-                   budgets=BudgetSpec(host="40%"), storage_reads="page-cache", window=2)  # fmt: skip
+    spec = JobSpec(
+        dataset="rmat12",
+        fanouts=[5, 5],
+        batch_size=128,
+        hidden=32,
+        epochs=2,
+        nproc_per_node=1,
+        nnodes=2,
+        budgets=BudgetSpec(host="40%"),
+        storage_reads="page-cache",
+        window=2,
+    )
     with b.client() as client:  # submitted on the second node: it coordinates
         job = client.submit_job(spec)
         final = _final(client, job.job_id)
     assert final.state == JobState.SUCCEEDED, final.message
     assert final.spec.nnodes == 2 and final.placement is not None and final.placement.node_rank == 0
     assert [(n.node_rank, n.address, n.state) for n in final.nodes] == [
-        (0, b.address, JobState.SUCCEEDED), (1, a.address, JobState.SUCCEEDED)]  # fmt: skip
+        (0, b.address, JobState.SUCCEEDED),
+        (1, a.address, JobState.SUCCEEDED),
+    ]
     assert sorted(r.rank for r in final.ranks) == [0, 1]  # global ranks of both nodes
     assert final.result is not None and final.result.test_accuracy > 0
     p = final.progress
@@ -77,8 +89,11 @@ def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, s
     storage = [n.progress.storage for n in final.nodes]
     assert all(s.mode == "page-cache" and s.window == 2 and s.read_rows > 0 and s.requests > 0 for s in storage)
     assert (p.storage.read_rows, p.storage.window_rows, p.storage.requests, p.storage.read_bytes) == (
-        sum(s.read_rows for s in storage), sum(s.window_rows for s in storage), sum(s.requests for s in storage),
-        sum(s.read_bytes for s in storage))  # fmt: skip
+        sum(s.read_rows for s in storage),
+        sum(s.window_rows for s in storage),
+        sum(s.requests for s in storage),
+        sum(s.read_bytes for s in storage),
+    )
     assert p.storage.rows == p.traffic.storage.rows  # every storage row counted once, on whichever node
     with a.client() as client:  # the member's part: a job of its own daemon, placed as node rank 1
         part = client.get_job(final.nodes[1].job_id)
@@ -97,8 +112,11 @@ def test_cancel_on_the_coordinator_stops_every_node(test_cluster, small_rmat):
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=3)
     with nodes[0].client() as client:
         job = client.submit_job(spec)
-        wait_for(lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)), 120,
-                  "every node to train")  # fmt: skip
+        wait_for(
+            lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)),
+            120,
+            "every node to train",
+        )
         running = client.get_job(job.job_id)
         assert [n.state for n in running.nodes] == [JobState.RUNNING] * 3 and len(running.ranks) == 3
         cancelled = client.cancel_job(job.job_id, "test done")
@@ -116,8 +134,11 @@ def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_c
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=2)
     with a.client() as client:
         job = client.submit_job(spec)
-        wait_for(lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)), 120,
-                  "both nodes to train")  # fmt: skip
+        wait_for(
+            lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)),
+            120,
+            "both nodes to train",
+        )
         b.process.kill9()
         killed = time.monotonic()
         final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
@@ -136,8 +157,15 @@ def test_a_node_with_another_dataset_version_or_none_is_refused_by_name(test_clu
     changed["notes"] = [*changed.get("notes", []), "prepared elsewhere"]
     manifest.write_text(json.dumps(changed))
     test_cluster.start()
-    spec = JobSpec(dataset="rmat12", fanouts=[5], batch_size=64, hidden=16, epochs=1, nproc_per_node=1,
-                   nodes=[a.address, b.address])  # fmt: skip
+    spec = JobSpec(
+        dataset="rmat12",
+        fanouts=[5],
+        batch_size=64,
+        hidden=16,
+        epochs=1,
+        nproc_per_node=1,
+        nodes=[a.address, b.address],
+    )
     with a.client() as client:
         with pytest.raises(DaemonRequestError, match=rf"node {b.address} has dataset 'rmat12' version [0-9a-f]{{16}}"):
             client.submit_job(spec)
@@ -154,8 +182,11 @@ def test_a_lost_coordinator_ends_the_members_part_within_the_timeout(test_cluste
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=2)
     with a.client() as client:
         job = client.submit_job(spec)
-        running = wait_for(lambda: (lambda j: j if j.progress and j.progress.global_step > 3 else None)(
-            client.get_job(job.job_id)), 120, "both nodes to train")  # fmt: skip
+        running = wait_for(
+            lambda: (lambda j: j if j.progress and j.progress.global_step > 3 else None)(client.get_job(job.job_id)),
+            120,
+            "both nodes to train",
+        )
     part_id = running.nodes[1].job_id
     a.process.kill9()
     killed = time.monotonic()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import secrets
 
+from cluster_nodes import free_port
 from typer.testing import CliRunner
 
-from cluster_nodes import free_port
 from graphtier.launcher.cli.app import app
 
 

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cluster_nodes import PEER_TIMEOUT_S, make_certificate
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
-
-from cluster_nodes import PEER_TIMEOUT_S, make_certificate
 
 pytestmark = pytest.mark.slow
 ADDRESSES = ("10.77.0.1", "10.77.0.2")
@@ -75,11 +74,37 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
             home = base / f"n{index}"
             shutil.copytree(small_rmat.directory, home / "datasets" / small_rmat.directory.name)
             peer = ADDRESSES[1 - index]
-            argv = ["ip", "netns", "exec", name, sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir",
-                    str(home / "run"), "--dataset-root", str(home / "datasets"), "--tcp", f"{address}:{port}",
-                    "--http-host", "127.0.0.1", "--tls-cert", str(cert), "--tls-key", str(key), "--token-file",
-                    str(token), "--peer", f"{peer}:{port}", "--peer-timeout", str(PEER_TIMEOUT_S),
-                    "--cuda-probe-timeout", "0", "--nvml-interval", "0"]  # fmt: skip
+            argv = [
+                "ip",
+                "netns",
+                "exec",
+                name,
+                sys.executable,
+                "-m",
+                "graphtier.service.daemon",
+                "--runtime-dir",
+                str(home / "run"),
+                "--dataset-root",
+                str(home / "datasets"),
+                "--tcp",
+                f"{address}:{port}",
+                "--http-host",
+                "127.0.0.1",
+                "--tls-cert",
+                str(cert),
+                "--tls-key",
+                str(key),
+                "--token-file",
+                str(token),
+                "--peer",
+                f"{peer}:{port}",
+                "--peer-timeout",
+                str(PEER_TIMEOUT_S),
+                "--cuda-probe-timeout",
+                "0",
+                "--nvml-interval",
+                "0",
+            ]
             env = {**os.environ, "GLOO_SOCKET_IFNAME": link}  # the ranks' gloo traffic crosses the veth link
             with open(base / f"daemon{index}.out", "wb") as out:
                 daemons.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
@@ -91,8 +116,9 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
         baseline = [_descendants(p.pid) for p in daemons]
         view = clients[0].cluster_view()
         assert [n.health for n in view.nodes] == ["SERVING", "SERVING"], view
-        spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1,
-                       nnodes=2)  # fmt: skip
+        spec = JobSpec(
+            dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=2
+        )
         job = clients[0].submit_job(spec)
         deadline = time.monotonic() + 180
         while not ((j := clients[0].get_job(job.job_id)).progress and j.progress.global_step > 3):
@@ -108,8 +134,10 @@ def test_a_cut_link_ends_the_job_on_both_nodes_naming_the_node(namespaces, small
                 time.sleep(0.3)
             finals.append(final)
         took = time.monotonic() - cut
-        print(f"link cut: both parts ended within {took:.1f} s (peer timeout {PEER_TIMEOUT_S:g} s): "
-              f"{finals[0].message} | {finals[1].message}")
+        print(
+            f"link cut: both parts ended within {took:.1f} s (peer timeout {PEER_TIMEOUT_S:g} s): "
+            f"{finals[0].message} | {finals[1].message}"
+        )
         assert finals[0].state == JobState.FAILED and f"{ADDRESSES[1]}:{port}" in finals[0].message, finals[0].message
         assert finals[1].state == JobState.FAILED and f"{ADDRESSES[0]}:{port}" in finals[1].message, finals[1].message
         assert took < PEER_TIMEOUT_S + 15, f"the job took {took:.0f} s to end after its link was cut"

@@ -15,8 +15,9 @@ from graphtier.v1 import cluster_pb2, cluster_pb2_grpc
 
 
 def _status(node) -> dict:
-    result = CliRunner().invoke(app, ["cluster", "status", "--runtime-dir", str(node.runtime_dir), "--json"],
-                                catch_exceptions=False)  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["cluster", "status", "--runtime-dir", str(node.runtime_dir), "--json"], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -49,8 +50,10 @@ def test_every_node_sees_every_node_and_outsiders_are_refused(test_cluster, smal
     trusted = grpc.ssl_channel_credentials(root_certificates=test_cluster.cert.read_bytes())
     with grpc.secure_channel(good[0].address, trusted) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
-        for metadata, why in (((), "no token was presented"),
-                              ((("authorization", "Bearer " + "0" * 64),), "not this daemon's")):  # fmt: skip
+        for metadata, why in (
+            ((), "no token was presented"),
+            ((("authorization", "Bearer " + "0" * 64),), "not this daemon's"),
+        ):
             with pytest.raises(grpc.RpcError) as refused_call:
                 stub.GetNode(cluster_pb2.GetNodeRequest(), timeout=10, metadata=metadata)
             assert refused_call.value.code() == grpc.StatusCode.UNAUTHENTICATED and why in refused_call.value.details()

@@ -45,8 +45,9 @@ def test_push_copies_a_dataset_exactly_and_refuses_to_overwrite_another_version(
     for file in (a.dataset_root / "rmat12").iterdir():
         assert (b.dataset_root / "rmat12" / file.name).read_bytes() == file.read_bytes()
     assert _entries(b) == ["rmat12"]  # no temporary left
-    again = json.loads(_cli("dataset", "push", "rmat12", "--to", b.address, "--runtime-dir", a.runtime_dir,
-                            "--json").stdout)  # fmt: skip
+    again = json.loads(
+        _cli("dataset", "push", "rmat12", "--to", b.address, "--runtime-dir", a.runtime_dir, "--json").stdout
+    )
     assert again["unchanged"] and again["bytes"] == 0
 
     manifest = a.dataset_root / "rmat12" / "manifest.json"  # another version on the sender
@@ -69,10 +70,17 @@ def test_a_cut_or_corrupt_stream_leaves_nothing_on_the_receiver(test_cluster, sm
     test_cluster.start()
     directory = small_rmat.directory
     manifest = json.loads((directory / "manifest.json").read_text())
-    files = [cluster_pb2.DatasetFile(name=i["file"], size_bytes=(directory / i["file"]).stat().st_size,
-                                     sha256=i["sha256"]) for i in manifest["arrays"].values()]  # fmt: skip
-    files.append(cluster_pb2.DatasetFile(name="manifest.json", size_bytes=(directory / "manifest.json").stat().st_size,
-                                         sha256=hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest()))
+    files = [
+        cluster_pb2.DatasetFile(name=i["file"], size_bytes=(directory / i["file"]).stat().st_size, sha256=i["sha256"])
+        for i in manifest["arrays"].values()
+    ]
+    files.append(
+        cluster_pb2.DatasetFile(
+            name="manifest.json",
+            size_bytes=(directory / "manifest.json").stat().st_size,
+            sha256=hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest(),
+        )
+    )
     header = cluster_pb2.DatasetHeader(name="rmat12", version=files[-1].sha256, files=files)
     first = (directory / files[0].name).read_bytes()
 
@@ -95,6 +103,8 @@ def test_a_cut_or_corrupt_stream_leaves_nothing_on_the_receiver(test_cluster, sm
         assert _entries(b) == []
         with pytest.raises(grpc.RpcError) as bad:
             stub.ReceiveDataset(corrupt(), timeout=30, metadata=metadata)
-        assert f"{files[0].name} arrived with sha256" in bad.value.details() and "nothing was kept" in bad.value.details()
+        assert (
+            f"{files[0].name} arrived with sha256" in bad.value.details() and "nothing was kept" in bad.value.details()
+        )
         assert bad.value.code() == grpc.StatusCode.DATA_LOSS
         assert _entries(b) == []

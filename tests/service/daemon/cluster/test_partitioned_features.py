@@ -16,19 +16,18 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from cluster_nodes import wait_for
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.partition import MAX_FETCH_ROWS, FeaturePartition, replicated_rows
 from graphtier.v1 import features_pb2, features_pb2_grpc
 
-from cluster_nodes import wait_for
-
 FINAL_TIMEOUT_S = 180.0
 
 # Each batch's node ids and a digest of its feature rows, one JSON line per batch, per rank; with
 # a file named `hold` beside the output, the rank waits (up to 90 s) for it to go before training.
-RECORDER = '''
+RECORDER = """
 import hashlib, json, os, sys, time
 from pathlib import Path
 from graphtier.launcher import loader
@@ -45,17 +44,22 @@ with loader.connect() as job:
                 f.write(json.dumps({"epoch": epoch, "ids": ids.tolist(),
                                     "x": hashlib.sha256(x.numpy().tobytes()).hexdigest()}) + "\\n")
                 job.step(0.0)
-'''
+"""
 
 
 def _final(client, job_id: str):
-    return wait_for(lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), FINAL_TIMEOUT_S,
-                     f"job {job_id} to end")  # fmt: skip
+    return wait_for(
+        lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)),
+        FINAL_TIMEOUT_S,
+        f"job {job_id} to end",
+    )
 
 
 def _records(directory: Path) -> dict[int, list[dict]]:
-    return {int(p.stem[4:]): [json.loads(line) for line in p.read_text().splitlines()]
-            for p in sorted(directory.glob("rank*.jsonl"))}  # fmt: skip
+    return {
+        int(p.stem[4:]): [json.loads(line) for line in p.read_text().splitlines()]
+        for p in sorted(directory.glob("rank*.jsonl"))
+    }
 
 
 def _status(node) -> dict:
@@ -66,8 +70,17 @@ def _status(node) -> dict:
 
 
 def _spec(script: Path, out: Path, **extra) -> JobSpec:
-    return JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, epochs=1, nnodes=2, seed=7,
-                   script=str(script), args=[str(out)], **extra)  # fmt: skip
+    return JobSpec(
+        dataset="rmat12",
+        fanouts=[5, 5],
+        batch_size=128,
+        epochs=1,
+        nnodes=2,
+        seed=7,
+        script=str(script),
+        args=[str(out)],
+        **extra,
+    )
 
 
 def _two_nodes(test_cluster, small_rmat, tmp_path):
@@ -86,8 +99,9 @@ def _stub(node, token: str | None, cert: Path):
 
 
 @pytest.mark.slow
-def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows_cross(test_cluster, small_rmat,
-                                                                                        tmp_path):  # fmt: skip
+def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows_cross(
+    test_cluster, small_rmat, tmp_path
+):
     a, b, script = _two_nodes(test_cluster, small_rmat, tmp_path)
     runs = {}
     for features in ("replicated", "partitioned"):
@@ -134,12 +148,29 @@ def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
         metrics = reply.read().decode()
     assert 'graphtier_network_peer_bytes_total{job="' in metrics and 'tier="network"' in metrics
-    shown = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "metrics", "--runtime-dir",
-                            str(a.runtime_dir)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "graphtier.launcher.cli", "metrics", "--runtime-dir", str(a.runtime_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "network tier by peer" in shown.stderr and b.address in shown.stderr  # the tables go to stderr
-    shown = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "job", "status", partitioned.job_id,
-                            "--runtime-dir", str(a.runtime_dir)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "job",
+            "status",
+            partitioned.job_id,
+            "--runtime-dir",
+            str(a.runtime_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stderr.split())  # the paragraph is wrapped at 80 columns
     assert "features partitioned (10% on every node)" in text and f"network tier: {network.rows:,} rows" in text
@@ -160,8 +191,10 @@ def _segments(pid: int) -> dict[str, int]:
 @pytest.mark.parametrize(("num_rows", "replicated", "nnodes"), [(1000, 100, 2), (1001, 0, 3), (7, 7, 2), (5, 1, 4)])
 def test_every_row_is_replicated_or_owned_by_exactly_one_node(num_rows, replicated, nnodes):
     ids = np.arange(num_rows)
-    parts = [FeaturePartition(num_rows=num_rows, replicated_rows=replicated, nnodes=nnodes, node_rank=k)
-             for k in range(nnodes)]  # fmt: skip
+    parts = [
+        FeaturePartition(num_rows=num_rows, replicated_rows=replicated, nnodes=nnodes, node_rank=k)
+        for k in range(nnodes)
+    ]
     holders = sum(p.is_local(ids).astype(int) for p in parts)
     assert (holders[:replicated] == nnodes).all() and (holders[replicated:] == 1).all()
     assert sum(p.owned_rows() for p in parts) == num_rows - replicated
@@ -171,21 +204,25 @@ def test_every_row_is_replicated_or_owned_by_exactly_one_node(num_rows, replicat
         assert np.array_equal(local[replicated:], p.owned_ids())
 
 
-@pytest.mark.parametrize(("values", "problem"), [
-    ({"features": "partitioned"}, "needs nnodes >= 2"),
-    ({"features": "partitioned", "nnodes": 17}, "at most 16 nodes"),
-    ({"features": "sharded", "nnodes": 2}, "'replicated' or 'partitioned'"),
-    ({"features": "partitioned", "nnodes": 2, "replicate": "lots"}, "neither a share of the rows"),
-    ({"features": "partitioned", "nnodes": 2, "replicate": "150%"}, "more than 100% of the rows"),
-    ({"features": "partitioned", "nnodes": 2, "replicate": 2}, "a size needs a unit"),
-    ({"features": "partitioned", "nnodes": 2, "replicate": "5parsecs"}, "unknown unit 'parsecs'"),
-    ({"replicate": 0.3, "nnodes": 2}, "applies to features 'partitioned' only"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"features": "partitioned"}, "needs nnodes >= 2"),
+        ({"features": "partitioned", "nnodes": 17}, "at most 16 nodes"),
+        ({"features": "sharded", "nnodes": 2}, "'replicated' or 'partitioned'"),
+        ({"features": "partitioned", "nnodes": 2, "replicate": "lots"}, "neither a share of the rows"),
+        ({"features": "partitioned", "nnodes": 2, "replicate": "150%"}, "more than 100% of the rows"),
+        ({"features": "partitioned", "nnodes": 2, "replicate": 2}, "a size needs a unit"),
+        ({"features": "partitioned", "nnodes": 2, "replicate": "5parsecs"}, "unknown unit 'parsecs'"),
+        ({"replicate": 0.3, "nnodes": 2}, "applies to features 'partitioned' only"),
+    ],
+)
 def test_bad_feature_specs_are_refused_naming_why(values, problem):
     from graphtier.contract.errors import InvalidRequestError
 
     with pytest.raises(InvalidRequestError, match=re.escape(problem)):
         JobSpec.build({"dataset": "rmat12", **values}, source="command line")
+
     def budget(value):
         return JobSpec.build({"dataset": "d", "features": "partitioned", "nnodes": 2, "replicate": value}).replicate
 
@@ -201,8 +238,11 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
     (out / "hold").write_text("")  # the ranks wait: the partitions stay held while we ask
     with a.client() as client:
         job = client.submit_job(_spec(script, out, features="partitioned", replicate="64KiB"))  # a size: 1024 rows
-        info = wait_for(lambda: (lambda j: j if j.placement and j.nodes else None)(client.get_job(job.job_id)),
-                         60, "the job's placement")  # fmt: skip
+        info = wait_for(
+            lambda: (lambda j: j if j.placement and j.nodes else None)(client.get_job(job.job_id)),
+            60,
+            "the job's placement",
+        )
     try:
         version, addresses = info.placement.dataset_version, info.placement.node_addresses
         owner_rank = addresses.index(b.address)
@@ -216,8 +256,16 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
         def ask(rows, *, token=token, **fields):
             channel, stub, metadata = _stub(b, token, test_cluster.cert)
             request = features_pb2.FetchRowsRequest(
-                **{"dataset": "rmat12", "version": version, "nnodes": 2, "owner_rank": owner_rank,
-                   "replicated_rows": r, "rows": [int(x) for x in rows], **fields})  # fmt: skip
+                **{
+                    "dataset": "rmat12",
+                    "version": version,
+                    "nnodes": 2,
+                    "owner_rank": owner_rank,
+                    "replicated_rows": r,
+                    "rows": [int(x) for x in rows],
+                    **fields,
+                }
+            )
             try:
                 return stub.FetchRows(request, metadata=metadata, timeout=20)
             finally:
@@ -253,8 +301,10 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
         with grpc.insecure_channel(b.address) as channel:
             with pytest.raises(grpc.RpcError) as caught:
                 features_pb2_grpc.FeatureServiceStub(channel).FetchRows(
-                    features_pb2.FetchRowsRequest(dataset="rmat12", rows=[int(own[0])]), timeout=10,
-                    metadata=(("authorization", f"Bearer {token}"),))  # fmt: skip
+                    features_pb2.FetchRowsRequest(dataset="rmat12", rows=[int(own[0])]),
+                    timeout=10,
+                    metadata=(("authorization", f"Bearer {token}"),),
+                )
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         with a.client() as client:

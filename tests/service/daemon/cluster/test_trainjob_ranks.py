@@ -11,10 +11,9 @@ import sys
 import time
 
 import pytest
+from cluster_nodes import free_port
 
 from graphtier.contract.jobs.state import JobState
-
-from cluster_nodes import free_port
 
 pytestmark = pytest.mark.slow  # two daemons and two torchruns: about 45 s on this 2-core machine
 
@@ -30,14 +29,38 @@ def test_pet_only_ranks_on_two_nodes_attach_to_their_daemons_and_train(test_clus
     launched = []
     for node_rank, node in enumerate(nodes):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHTIER_", "PET_"))}
-        env.update(PET_NNODES="2", PET_NPROC_PER_NODE="1", PET_NODE_RANK=str(node_rank), PET_MASTER_ADDR="127.0.0.1",
-                   PET_MASTER_PORT=str(master_port), GRAPHTIER_RUNTIME_DIR=str(node.runtime_dir),
-                   GRAPHTIER_SHM_NAMESPACE=os.environ["GRAPHTIER_SHM_NAMESPACE"])  # fmt: skip
+        env.update(
+            PET_NNODES="2",
+            PET_NPROC_PER_NODE="1",
+            PET_NODE_RANK=str(node_rank),
+            PET_MASTER_ADDR="127.0.0.1",
+            PET_MASTER_PORT=str(master_port),
+            GRAPHTIER_RUNTIME_DIR=str(node.runtime_dir),
+            GRAPHTIER_SHM_NAMESPACE=os.environ["GRAPHTIER_SHM_NAMESPACE"],
+        )
         log = open(tmp_path / f"torchrun-{node_rank}.log", "wb")
-        launched.append((subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--log-dir", str(tmp_path / f"te{node_rank}"), "-m",
-             "graphtier.launcher.rank_main", "--spec", str(spec)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path), log))  # fmt: skip
+        launched.append(
+            (
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "torch.distributed.run",
+                        "--log-dir",
+                        str(tmp_path / f"te{node_rank}"),
+                        "-m",
+                        "graphtier.launcher.rank_main",
+                        "--spec",
+                        str(spec),
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=tmp_path,
+                ),
+                log,
+            )
+        )
     for popen, log in launched:
         code = popen.wait(240)
         log.close()

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
+from graphtier.contract.errors import SharedMemoryError, UnknownDatasetError
 from graphtier.service.daemon.datasets.lifetime import LifetimePolicy
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.contract.errors import SharedMemoryError, UnknownDatasetError
 
 
 def _copy(small_rmat, root, name: str) -> None:
@@ -76,8 +76,9 @@ def test_a_removed_dataset_is_never_served_again(root):
 
 def test_idle_datasets_are_unloaded_after_the_idle_time(root):
     busy: list[str] = []
-    registry = DatasetRegistry(root, users=lambda name: busy if name == "a" else [],
-                               policy=LifetimePolicy(idle_unload_s=30))  # fmt: skip
+    registry = DatasetRegistry(
+        root, users=lambda name: busy if name == "a" else [], policy=LifetimePolicy(idle_unload_s=30)
+    )
     try:
         a, b = registry.load("a").layout, registry.load("b").layout
         busy.append("7")
@@ -96,8 +97,11 @@ def test_the_shm_budget_unloads_idle_datasets_least_recently_used_first(root):
     one.load("a")  # measure one copy
     per_copy = sum(seg.nbytes for seg in one.get("a").store.owner.segments.values())
     one.close()
-    registry = DatasetRegistry(root, users=lambda name: ["9"] if name in busy else [],
-                               policy=LifetimePolicy(shm_budget_bytes=int(per_copy * 1.5)))  # fmt: skip
+    registry = DatasetRegistry(
+        root,
+        users=lambda name: ["9"] if name in busy else [],
+        policy=LifetimePolicy(shm_budget_bytes=int(per_copy * 1.5)),
+    )
     try:
         a = registry.load("a").layout
         b = registry.load("b").layout  # does not fit beside a: idle a makes room
@@ -116,7 +120,15 @@ def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_r
     endpoints = daemon.start()
     with DataPlaneClient(endpoints.grpc_target) as client:
         layout = client.load_dataset("rmat12").layout
-    cli = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "unload", "--runtime-dir", str(daemon.runtime_dir)]
+    cli = [
+        sys.executable,
+        "-m",
+        "graphtier.launcher.cli",
+        "dataset",
+        "unload",
+        "--runtime-dir",
+        str(daemon.runtime_dir),
+    ]
     done = subprocess.run([*cli, "rmat12", "--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["released_bytes"] > 0 and not any(_exists(_segments(layout)))

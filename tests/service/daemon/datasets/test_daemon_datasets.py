@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from graphtier.launcher.client.data_plane import DataPlaneClient
-from graphtier.contract.errors import DaemonRequestError
-from graphtier.service.daemon.jobs.table import JobRecord
-from graphtier.contract.jobs.state import JobState
 from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client.data_plane import DataPlaneClient
+from graphtier.service.daemon.jobs.table import JobRecord
 
 BUDGETS = BudgetSpec(num_devices=2, device_replicated="5%", device_interleaved="10%")
 

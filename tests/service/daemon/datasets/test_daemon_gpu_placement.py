@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.errors import DaemonConfigError
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.contract.errors import DaemonConfigError
 from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
-from graphtier.contract.datasets import BudgetSpec
 from graphtier.service.gpu.runtime import device_count
 from graphtier.service.placement import PlacementPlan
 
@@ -18,8 +18,14 @@ NO_GPU = device_count()[0] == 0
 
 
 def _plan(num_devices: int = 1, interleaved: int = 100) -> PlacementPlan:
-    return PlacementPlan(num_nodes=1000, row_bytes=64, num_devices=num_devices, replicated_end=50,
-                         interleaved_end=50 + interleaved, host_end=1000)  # fmt: skip
+    return PlacementPlan(
+        num_nodes=1000,
+        row_bytes=64,
+        num_devices=num_devices,
+        replicated_end=50,
+        interleaved_end=50 + interleaved,
+        host_end=1000,
+    )
 
 
 def test_gpu_tiers_off_keeps_the_device_tiers_accounted_and_says_why():

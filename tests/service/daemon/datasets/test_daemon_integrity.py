@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from graphtier.launcher.client.data_plane import DataPlaneClient
-from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.prepared.npy_io import npy_data_offset
 
 

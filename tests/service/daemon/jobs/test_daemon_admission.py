@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from graphtier.launcher.client import DaemonClient
-from graphtier.service.daemon.jobs.admission import Admission, Capacity, Demand
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.jobs.admission import Admission, Capacity, Demand
 
 GiB = 1 << 30
 

@@ -9,15 +9,16 @@ import time
 import psutil
 import pytest
 
-from graphtier.launcher.client.data_plane import DataPlaneClient
+from graphtier.contract.environment import JOB_TOKEN_ENV
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.environment import JOB_TOKEN_ENV
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client.data_plane import DataPlaneClient
 
 
-def test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled(daemon_processes, small_rmat,
-                                                                              monkeypatch):  # fmt: skip
+def test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled(
+    daemon_processes, small_rmat, monkeypatch
+):
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()
     bystander = subprocess.Popen(["sleep", "600"])
@@ -36,7 +37,10 @@ def test_forged_channel_calls_are_refused_and_no_foreign_process_is_signalled(da
             for pid in (rank_pid, producer_pid):  # job work yields to the daemon when cores are short
                 assert psutil.Process(pid).nice() >= psutil.Process(daemon.pid).nice() + 5
             monkeypatch.delenv(JOB_TOKEN_ENV, raising=False)
-            for call in (lambda: client.open_channel(job_id, 0, bystander.pid), lambda: client.release_channel(job_id, 0)):
+            for call in (
+                lambda: client.open_channel(job_id, 0, bystander.pid),
+                lambda: client.release_channel(job_id, 0),
+            ):
                 with pytest.raises(DaemonRequestError, match="only the job's own processes may do that"):
                     call()
             # Even with the job's token (a same-user process can read it), a foreign pid is no rank of the job.

@@ -8,9 +8,9 @@ import os
 import shutil
 import time
 
-from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client.data_plane import DataPlaneClient
 
 
 def test_ranks_get_the_version_their_job_started_with(daemon_processes, small_rmat, tmp_path):

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from graphtier.launcher.client import DaemonClient
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
 
 SHORT = dict(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=1, nproc_per_node=1)
 
@@ -63,7 +63,19 @@ def test_a_job_store_from_a_newer_graphtier_is_refused(tmp_path):
     with sqlite3.connect(state / "jobs.sqlite3") as db:
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("INSERT INTO meta VALUES ('schema_version', '99')")
-    result = subprocess.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "run"),
-                             "--dataset-root", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.service.daemon",
+            "--runtime-dir",
+            str(tmp_path / "run"),
+            "--dataset-root",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert "job store schema 99 is newer than this graphtier's (1)" in result.stderr

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from graphtier.contract.errors import UnknownJobError
-from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.jobs.state import job_id_order
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 
 
 def test_unknown_job_names_the_latest_ids_in_numeric_order():

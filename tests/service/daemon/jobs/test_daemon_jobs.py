@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from graphtier.contract.errors import DaemonError, UnknownJobError
-from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.jobs.state import JobState
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 
 
 def test_states_cancellation_and_dataset_users():
@@ -47,7 +47,10 @@ def test_yaml_booleans_are_not_numbers():
     from graphtier.contract.errors import InvalidRequestError
     from graphtier.contract.jobs.spec import JobSpec
 
-    for values, field in (({"dataset": "x", "epochs": True}, "epochs"), ({"dataset": "x", "fanouts": [5, False]}, "fanouts")):
+    for values, field in (
+        ({"dataset": "x", "epochs": True}, "epochs"),
+        ({"dataset": "x", "fanouts": [5, False]}, "fanouts"),
+    ):
         with pytest.raises(InvalidRequestError, match=rf"job.yaml: invalid job spec: {field}: .*expected a number"):
             JobSpec.build(values, source="job.yaml")
 
@@ -68,7 +71,11 @@ def test_the_table_writes_through_and_retires_ended_jobs_after_its_window(tmp_pa
     assert table.due_for_retirement(ended.finished_at + timedelta(seconds=60)) == ["1"]  # "2" has not ended
     table.retire("1", table.ended_message("1"))
     kept = table.stored("1")
-    assert kept is not None and (kept.job_proto, kept.spec_json, kept.state) == (b"job one", '{"dataset": "d"}', "succeeded")
+    assert kept is not None and (kept.job_proto, kept.spec_json, kept.state) == (
+        b"job one",
+        '{"dataset": "d"}',
+        "succeeded",
+    )
     assert table.due_for_retirement(ended.finished_at + timedelta(days=1)) == []  # retired once
     table.close()
     table.close()  # idempotent

@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
-from graphtier.launcher.client import DaemonClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
 from graphtier.service.shm.naming import process_start_time
 from graphtier.v1 import jobs_pb2
 
@@ -48,7 +48,9 @@ def test_two_rank_job_succeeds_and_reports_accuracy(inproc_daemon):
 
     assert final.state == JobState.SUCCEEDED, f"{final.message}\n{open(final.log_path).read()[-3000:]}"
     assert final.exit_code == 0 and final.finished_at is not None and final.started_at is not None
-    assert final.result is not None and 0.0 < final.result.val_accuracy <= 1.0 and 0.0 < final.result.test_accuracy <= 1.0
+    assert (
+        final.result is not None and 0.0 < final.result.val_accuracy <= 1.0 and 0.0 < final.result.test_accuracy <= 1.0
+    )
     # a succeeded job's checkpoints are removed (graphtierd --keep-checkpoints keeps them): no path to a gone file
     assert final.result.checkpoint_path == ""
     assert not list((inproc_daemon.config.runtime_dir / "jobs" / job.job_id / "checkpoints").glob("ckpt-*.pt"))
@@ -84,19 +86,27 @@ def test_unknown_dataset_and_bad_specs_fail_at_submit(inproc_daemon, tmp_path):
     with _client(inproc_daemon) as client:
         with pytest.raises(DaemonRequestError, match=r"no prepared dataset 'nope'.*\[NOT_FOUND\]"):
             client.submit_job(JobSpec(dataset="nope"))
-        wire = jobs_pb2.SubmitJobRequest(spec=jobs_pb2.JobSpec(dataset="rmat12", model=jobs_pb2.MODEL_GAT,
-                                                               hidden=30, heads=4, dropout=1.5))  # fmt: skip
+        wire = jobs_pb2.SubmitJobRequest(
+            spec=jobs_pb2.JobSpec(dataset="rmat12", model=jobs_pb2.MODEL_GAT, hidden=30, heads=4, dropout=1.5)
+        )
         with pytest.raises(DaemonRequestError, match=r"dropout: .*less than 1.*hidden=30 must be divisible|dropout"):
             client._call(client._jobs.SubmitJob, wire)
         with pytest.raises(DaemonRequestError, match=r"SubmitJob: invalid job spec: .*model.*\[INVALID_ARGUMENT\]"):
             client._call(client._jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=jobs_pb2.JobSpec(dataset="rmat12")))
         too_many = torch.cuda.device_count() + 1
-        with pytest.raises(DaemonRequestError, match=rf"device 'cuda' needs one CUDA device per rank.*sees "
-                                                     rf"{too_many - 1} for nproc_per_node {too_many}.*\[INVALID_ARGUMENT\]"):
+        with pytest.raises(
+            DaemonRequestError,
+            match=rf"device 'cuda' needs one CUDA device per rank.*sees "
+            rf"{too_many - 1} for nproc_per_node {too_many}.*\[INVALID_ARGUMENT\]",
+        ):
             client.submit_job(JobSpec(dataset="rmat12", device="cuda", nproc_per_node=too_many))
         with pytest.raises(DaemonRequestError, match=r"weight_decay: .*greater than or equal to 0"):
-            client._call(client._jobs.SubmitJob, jobs_pb2.SubmitJobRequest(
-                spec=jobs_pb2.JobSpec(dataset="rmat12", model=jobs_pb2.MODEL_SAGE, weight_decay=-1.0)))
+            client._call(
+                client._jobs.SubmitJob,
+                jobs_pb2.SubmitJobRequest(
+                    spec=jobs_pb2.JobSpec(dataset="rmat12", model=jobs_pb2.MODEL_SAGE, weight_decay=-1.0)
+                ),
+            )
         assert client.list_jobs() == []  # nothing was started
         with pytest.raises(DaemonRequestError, match=r"no job '42'.*\[NOT_FOUND\]"):
             client.get_job("42")
@@ -107,8 +117,11 @@ def test_unknown_dataset_and_bad_specs_fail_at_submit(inproc_daemon, tmp_path):
 
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text("dataset: rmat12\nfanout: [5, 5]\nbatch_size: 0\n")
-    with pytest.raises(InvalidRequestError, match=r"job.yaml: invalid job spec: batch_size: .*greater than or equal "
-                                                  r"to 1.*fanout: Extra inputs are not permitted"):  # fmt: skip
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"job.yaml: invalid job spec: batch_size: .*greater than or equal "
+        r"to 1.*fanout: Extra inputs are not permitted",
+    ):
         JobSpec.from_yaml(spec_file)
     with pytest.raises(InvalidRequestError, match="fanouts: .*0"):
         JobSpec.build({"dataset": "d", "fanouts": [0]})
@@ -118,8 +131,9 @@ def _running(client: DaemonClient, job_id: str):
     job = client.get_job(job_id)
     if job.state.final:
         pytest.fail(f"job {job_id} ended early: {job.state.value} {job.message}")
-    return job if job.state == JobState.RUNNING and len(job.ranks) == 2 and all(r.trainer_pid for r in job.ranks) \
-        else None  # fmt: skip
+    return (
+        job if job.state == JobState.RUNNING and len(job.ranks) == 2 and all(r.trainer_pid for r in job.ranks) else None
+    )
 
 
 def test_cancel_and_killed_producer_on_one_shared_dataset(inproc_daemon):
@@ -177,12 +191,21 @@ def test_a_stalled_producer_fails_its_job_naming_it(make_inproc_daemon):
 @pytest.mark.slow
 def test_a_killed_rank_is_restarted_by_torchrun_and_resumes(inproc_daemon):
     """torchrun --max-restarts restarts the ranks; each re-opens its channel and gets a fresh producer."""
-    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=16, hidden=16, epochs=4, nproc_per_node=2,
-                   checkpoint_every_steps=5, max_restarts=1)  # fmt: skip
+    spec = JobSpec(
+        dataset="rmat12",
+        fanouts=[5, 5],
+        batch_size=16,
+        hidden=16,
+        epochs=4,
+        nproc_per_node=2,
+        checkpoint_every_steps=5,
+        max_restarts=1,
+    )
     with _client(inproc_daemon) as client:
         job = client.submit_job(spec)
         running = _wait_for(
-            lambda: (j := _running(client, job.job_id)) and j.progress.global_step >= 12 and j, FINAL_TIMEOUT_S,
+            lambda: (j := _running(client, job.job_id)) and j.progress.global_step >= 12 and j,
+            FINAL_TIMEOUT_S,
             "a dozen steps",
         )
         first_producers = {r.producer_pid for r in running.ranks}

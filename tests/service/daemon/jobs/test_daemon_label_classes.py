@@ -21,11 +21,33 @@ def test_a_job_on_remapped_labels_trains_over_the_dense_classes_and_notes_it(dae
     classes = rng.integers(0, 3, n)
     adj = sp.random(n, n, density=0.02, format="csr", random_state=1)
     features = np.eye(3, dtype=np.float32)[classes] + rng.normal(0, 0.5, (n, 3)).astype(np.float32)
-    np.savez(tmp_path / "g.npz", adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape,
-             attr_matrix=features, labels=np.array([0, 5, 1_000_000_000])[classes])  # fmt: skip
+    np.savez(
+        tmp_path / "g.npz",
+        adj_data=adj.data,
+        adj_indices=adj.indices,
+        adj_indptr=adj.indptr,
+        adj_shape=adj.shape,
+        attr_matrix=features,
+        labels=np.array([0, 5, 1_000_000_000])[classes],
+    )
     root = tmp_path / "datasets"
-    done = subprocess.run([sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare", f"npz:{tmp_path}/g.npz",
-                           "--name", "sparse", "--out", str(root)], capture_output=True, text=True, timeout=180)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtier.launcher.cli",
+            "dataset",
+            "prepare",
+            f"npz:{tmp_path}/g.npz",
+            "--name",
+            "sparse",
+            "--out",
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     endpoints = daemon_processes(root).start()
     spec = JobSpec(dataset="sparse", fanouts=[5, 5], batch_size=16, hidden=16, epochs=20, lr=0.01, nproc_per_node=1)

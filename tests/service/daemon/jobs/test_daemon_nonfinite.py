@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from graphtier.launcher.client import DaemonClient
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
 from graphtier.service.prepared.digests import file_digest
 from graphtier.service.prepared.npy_io import file_sha256
 
@@ -53,8 +53,9 @@ def test_skip_step_skips_the_bad_steps_and_the_job_succeeds_saying_so(daemon_pro
     (root / "rmat12" / "manifest.json").write_text(json.dumps(manifest, indent=2))
     daemon = daemon_processes(root)
     endpoints = daemon.start()
-    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=32, hidden=16, epochs=3, nproc_per_node=2,
-                   on_nonfinite="skip-step")  # fmt: skip
+    spec = JobSpec(
+        dataset="rmat12", fanouts=[5, 5], batch_size=32, hidden=16, epochs=3, nproc_per_node=2, on_nonfinite="skip-step"
+    )
     with DaemonClient(endpoints.grpc_target) as client:
         job_id = client.submit_job(spec).job_id
         assert client.get_job(job_id).spec.on_nonfinite == "skip-step"
@@ -66,4 +67,4 @@ def test_skip_step_skips_the_bad_steps_and_the_job_succeeds_saying_so(daemon_pro
     log = (daemon.runtime_dir / "jobs" / job_id / "job.log").read_text()
     for rank in (0, 1):  # the gradients are all-reduced first: both ranks skip the same steps
         assert f"rank {rank}: skipped the optimizer step at step" in log, log[-3000:]
-        assert f"steps skipped for a non-finite loss or gradient (on_nonfinite: skip-step)" in log
+        assert "steps skipped for a non-finite loss or gradient (on_nonfinite: skip-step)" in log

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from graphtier.launcher.client import DaemonClient
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
 
 
 def _metrics(url: str) -> str:

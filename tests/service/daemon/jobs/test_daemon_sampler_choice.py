@@ -13,9 +13,16 @@ from graphtier.service.placement import PlacementPlan
 
 
 def _plan(structure_device_end: int) -> PlacementPlan:
-    return PlacementPlan(num_nodes=100, row_bytes=16, num_devices=1, replicated_end=0, interleaved_end=0, host_end=100,
-                         structure_device_end=structure_device_end,
-                         structure_device_edges=3 * structure_device_end)  # fmt: skip
+    return PlacementPlan(
+        num_nodes=100,
+        row_bytes=16,
+        num_devices=1,
+        replicated_end=0,
+        interleaved_end=0,
+        host_end=100,
+        structure_device_end=structure_device_end,
+        structure_device_edges=3 * structure_device_end,
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible (the GPU sampler may run)")
@@ -26,14 +33,17 @@ def test_without_cuda_the_gpu_sampler_is_unavailable_and_auto_is_cpu():
     assert resolve_sampler(spec, _plan(10)).sampler == "cpu"
 
 
-@pytest.mark.parametrize(("device", "sampler", "structure_end", "ops", "resolved"), [
-    ("cuda", "auto", 10, True, "gpu"),
-    ("cuda", "auto", 0, True, "cpu"),   # no structure placed on the device
-    ("cuda", "auto", 10, False, "cpu"),  # the daemon cannot run the GPU ops
-    ("cuda", "gpu", 0, True, "gpu"),
-    ("cuda", "cpu", 10, True, "cpu"),
-    ("cpu", "auto", 10, True, "cpu"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("device", "sampler", "structure_end", "ops", "resolved"),
+    [
+        ("cuda", "auto", 10, True, "gpu"),
+        ("cuda", "auto", 0, True, "cpu"),  # no structure placed on the device
+        ("cuda", "auto", 10, False, "cpu"),  # the daemon cannot run the GPU ops
+        ("cuda", "gpu", 0, True, "gpu"),
+        ("cuda", "cpu", 10, True, "cpu"),
+        ("cpu", "auto", 10, True, "cpu"),
+    ],
+)
 def test_auto_resolves_from_device_structure_and_ops(monkeypatch, device, sampler, structure_end, ops, resolved):
     """The decision alone: whether the ops load is set here (the CUDA probe itself is tested above)."""
     monkeypatch.setattr(sampler_choice, "gpu_sampler_unavailable", lambda: "" if ops else "no GPU ops")

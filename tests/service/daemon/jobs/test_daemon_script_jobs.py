@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from graphtier.launcher.client import DaemonClient
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 SPEC = dict(dataset="rmat12", fanouts=[10, 5], batch_size=32, hidden=64, lr=0.01, epochs=6, nproc_per_node=2, seed=3)
@@ -35,13 +35,16 @@ def _epoch_rates(log: str) -> list[float]:
 
 def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
     builtin, _ = _run(inproc_daemon, JobSpec(**SPEC))
-    custom, events = _run(inproc_daemon, JobSpec(**SPEC, script=str(EXAMPLES / "sage_blocks.py"),
-                                                 args=["--eval-every", "3"]))  # fmt: skip
+    custom, events = _run(
+        inproc_daemon, JobSpec(**SPEC, script=str(EXAMPLES / "sage_blocks.py"), args=["--eval-every", "3"])
+    )
     for job in (builtin, custom):
         assert job.state == JobState.SUCCEEDED, f"{job.message}\n{Path(job.log_path).read_text()[-3000:]}"
     b, c = builtin.result, custom.result
-    print(f"builtin test {b.test_accuracy:.4f} val {b.val_accuracy:.4f}; script test {c.test_accuracy:.4f} "
-          f"val {c.val_accuracy:.4f}")  # fmt: skip
+    print(
+        f"builtin test {b.test_accuracy:.4f} val {b.val_accuracy:.4f}; script test {c.test_accuracy:.4f} "
+        f"val {c.val_accuracy:.4f}"
+    )
     assert c.test_accuracy > 0.25  # 8 classes: chance is 0.125
     assert abs(c.test_accuracy - b.test_accuracy) <= 0.03 and abs(c.val_accuracy - b.val_accuracy) <= 0.03
 
@@ -64,8 +67,10 @@ def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
         if line.text.startswith("[rank"):
             assert line.rank is not None
 
-    rates = {name: statistics.median(_epoch_rates(Path(job.log_path).read_text())) for name, job in
-             (("builtin", builtin), ("script", custom))}  # fmt: skip
+    rates = {
+        name: statistics.median(_epoch_rates(Path(job.log_path).read_text()))
+        for name, job in (("builtin", builtin), ("script", custom))
+    }
     print(f"median rank steps/s: builtin {rates['builtin']:.1f}, script {rates['script']:.1f}")
     assert rates["script"] >= 0.5 * rates["builtin"]  # a loose bound: tests/bench/bench_script_api.py measures
 
@@ -106,8 +111,12 @@ def test_pyg_example_trains_through_the_loader(inproc_daemon):
 
 
 def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
-    spec = JobSpec(**{**SPEC, "batch_size": 16, "epochs": 3}, checkpoint_every_steps=5, max_restarts=1,
-                   script=str(EXAMPLES / "sage_blocks.py"))  # fmt: skip
+    spec = JobSpec(
+        **{**SPEC, "batch_size": 16, "epochs": 3},
+        checkpoint_every_steps=5,
+        max_restarts=1,
+        script=str(EXAMPLES / "sage_blocks.py"),
+    )
     with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         job = client.submit_job(spec)
         deadline = time.monotonic() + 120
@@ -125,5 +134,7 @@ def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
     assert final.state == JobState.SUCCEEDED, f"{final.message}\n{log[-3000:]}"
     assert final.restarts == 1 and final.progress.global_step == final.progress.total_steps
     resumed = re.findall(r"\[rank (\d)\] resumed from ckpt-(\d+)\.pt: epoch (\d+), (\d+) batches into it", log)
-    assert sorted(r[0] for r in resumed) == ["0", "1"] and int(resumed[0][1]) >= 10  # both ranks, from a late checkpoint
+    assert (
+        sorted(r[0] for r in resumed) == ["0", "1"] and int(resumed[0][1]) >= 10
+    )  # both ranks, from a late checkpoint
     assert final.result.test_accuracy > 0.2

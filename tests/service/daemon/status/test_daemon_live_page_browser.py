@@ -10,18 +10,30 @@ import time
 
 import pytest
 
-from graphtier.launcher.client import DaemonClient
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
 
 
-def render(browser: str, url: str, *, budget_ms: int = 9000, screenshot: str | None = None) -> subprocess.CompletedProcess:
+def render(
+    browser: str, url: str, *, budget_ms: int = 9000, screenshot: str | None = None
+) -> subprocess.CompletedProcess:
     """Load `url` in headless Chromium for `budget_ms` of page time; stdout is the DOM then."""
-    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-            f"--virtual-time-budget={budget_ms}", "--window-size=1280,1600", "--dump-dom", url]  # fmt: skip
+    argv = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--virtual-time-budget={budget_ms}",
+        "--window-size=1280,1600",
+        "--dump-dom",
+        url,
+    ]
     if screenshot:
         argv.insert(-2, f"--screenshot={screenshot}")
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -31,8 +43,9 @@ def render(browser: str, url: str, *, budget_ms: int = 9000, screenshot: str | N
 def test_charts_draw_and_the_console_is_clean_with_a_job_running(daemon_processes, small_rmat):
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()
-    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=200, nproc_per_node=1,
-                   name="browser")  # fmt: skip
+    spec = JobSpec(
+        dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=200, nproc_per_node=1, name="browser"
+    )
     with DaemonClient(endpoints.grpc_target) as client:
         job = client.submit_job(spec)
         deadline = time.monotonic() + 120

@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from graphtier.contract.machine import CHECK_NAMES
+from graphtier.contract.status import DaemonStatus
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon.main import main as graphtierd
-from graphtier.contract.status import DaemonStatus
 from graphtier.service.hardware import nvml
-from graphtier.contract.machine import CHECK_NAMES
 
 OUR_THREADS = ("graphtier-nvml", "graphtier-cuda-probe")
 
@@ -72,11 +72,14 @@ def test_daemon_logs_every_check_at_start(daemon_processes, small_rmat):
         assert "NVML collector off: NVML: " in log
 
 
-@pytest.mark.parametrize(("flag", "value", "expected"), [
-    ("--nvml-interval", "0.01", "nvml_interval_s: Value error, must be 0 (off) or at least 0.1 s"),
-    ("--nvml-interval", "-1", "nvml_interval_s: Input should be greater than or equal to 0"),
-    ("--cuda-probe-timeout", "1000", "cuda_probe_timeout_s: Input should be less than or equal to 600"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--nvml-interval", "0.01", "nvml_interval_s: Value error, must be 0 (off) or at least 0.1 s"),
+        ("--nvml-interval", "-1", "nvml_interval_s: Input should be greater than or equal to 0"),
+        ("--cuda-probe-timeout", "1000", "cuda_probe_timeout_s: Input should be less than or equal to 600"),
+    ],
+)
 def test_bad_intervals_are_refused_before_start(tmp_path, capsys, flag, value, expected):
     assert graphtierd(["--runtime-dir", str(tmp_path / "run"), flag, value]) == 2
     assert expected in capsys.readouterr().err
@@ -111,8 +114,13 @@ def test_page_draws_measured_beside_accounted_pcie_and_the_machine(inproc_daemon
     for name in ("s1.json", "s2.json"):
         (tmp_path / name).write_text(httpx.get(url + "/v1/status", timeout=10).text)
     (tmp_path / "harness.js").write_text(HARNESS)
-    done = subprocess.run(["node", "harness.js", "page.html", "s1.json", "s2.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["node", "harness.js", "page.html", "s1.json", "s2.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
     status = DaemonStatus.model_validate_json(Path(tmp_path / "s2.json").read_text())

@@ -8,17 +8,17 @@ import grpc
 import httpx
 import pytest
 
-from graphtier.launcher.client.data_plane import DataPlaneClient
-from graphtier.contract.jobs import conversions as job_conversions
-from graphtier.contract.errors import DaemonRequestError
-from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.contract.environment import JOB_TOKEN_ENV
-from graphtier.contract.jobs.state import JobState
-from graphtier.service.daemon.metrics.registry import MetricsRegistry
-from graphtier.service.daemon.jobs.progress import ProgressTracker
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.jobs import conversions as job_conversions
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
+from graphtier.contract.jobs.state import JobState
 from graphtier.contract.network import NetworkCounters, PeerTraffic
 from graphtier.contract.traffic import SourceTraffic, TrafficCounts
+from graphtier.launcher.client.data_plane import DataPlaneClient
+from graphtier.service.daemon.jobs.progress import ProgressTracker
+from graphtier.service.daemon.jobs.table import JobRecord, JobTable
+from graphtier.service.daemon.metrics.registry import MetricsRegistry
 from graphtier.v1 import progress_pb2, progress_pb2_grpc
 
 
@@ -26,19 +26,33 @@ def _traffic(replicated: int, peer: int, host: int, storage: int, row_bytes: int
     def rows(n: int) -> SourceTraffic:
         return SourceTraffic(n, n * row_bytes)
 
-    return TrafficCounts(replicated=rows(replicated), interleaved_peer=rows(peer), host=rows(host),
-                         storage=rows(storage), simulated=True)  # fmt: skip
+    return TrafficCounts(
+        replicated=rows(replicated), interleaved_peer=rows(peer), host=rows(host), storage=rows(storage), simulated=True
+    )
 
 
 def _producer(job: str, rank: int, pid: int, batches: int, traffic: TrafficCounts, lag: int = 1) -> ProgressReport:
-    figures = ProducerFigures(batches_total=batches, sample_seconds_total=0.5 * batches,
-                              gather_seconds_total=0.25 * batches, traffic=traffic, lag_batches=lag, ready_slots=1)
+    figures = ProducerFigures(
+        batches_total=batches,
+        sample_seconds_total=0.5 * batches,
+        gather_seconds_total=0.25 * batches,
+        traffic=traffic,
+        lag_batches=lag,
+        ready_slots=1,
+    )
     return ProgressReport(job_id=job, rank=rank, pid=pid, time=datetime.now(timezone.utc), figures=figures)
 
 
 def _trainer(job: str, rank: int, pid: int, steps: int) -> ProgressReport:
-    figures = TrainerFigures(phase=Phase.TRAIN, steps_total=steps, global_step=steps, loss=1.5, accuracy=0.25,
-                             train_seconds_total=0.2 * steps, val_accuracy=0.5)  # fmt: skip
+    figures = TrainerFigures(
+        phase=Phase.TRAIN,
+        steps_total=steps,
+        global_step=steps,
+        loss=1.5,
+        accuracy=0.25,
+        train_seconds_total=0.2 * steps,
+        val_accuracy=0.5,
+    )
     return ProgressReport(job_id=job, rank=rank, pid=pid, time=datetime.now(timezone.utc), figures=figures)
 
 
@@ -108,8 +122,9 @@ def test_network_tier_per_peer_reaches_metrics_and_status_with_restarts_as_reset
 
     def report(pid: int, rows: dict[str, int], wait: float) -> None:
         peers = tuple(PeerTraffic(peer, n, n * 64, 2) for peer, n in rows.items())
-        traffic = TrafficCounts(host=SourceTraffic(10, 640), network=SourceTraffic(sum(rows.values()),
-                                                                                    64 * sum(rows.values())))
+        traffic = TrafficCounts(
+            host=SourceTraffic(10, 640), network=SourceTraffic(sum(rows.values()), 64 * sum(rows.values()))
+        )
         figures = ProducerFigures(batches_total=2, traffic=traffic, network=NetworkCounters(peers, 0.5, wait))
         tracker.record(ProgressReport(job_id="7", rank=0, pid=pid, time=datetime.now(timezone.utc), figures=figures))
 
@@ -126,7 +141,9 @@ def test_network_tier_per_peer_reaches_metrics_and_status_with_restarts_as_reset
     job = client.status().jobs[0]
     assert job.traffic.sources["network"].rows == 10 and job.traffic.links["network"] == 10 * 64
     assert [(p.peer, p.rows, p.bytes) for p in job.network.peers] == [
-        ("10.0.0.2:7070", 6, 6 * 64), ("10.0.0.3:7070", 4, 4 * 64)]  # fmt: skip
+        ("10.0.0.2:7070", 6, 6 * 64),
+        ("10.0.0.3:7070", 4, 4 * 64),
+    ]
     assert job.network.rows == 10 and job.network.wait_seconds == 0.625
 
 
@@ -156,8 +173,9 @@ def test_report_without_reporter_kind_is_invalid_argument(inproc_daemon):
     assert "names no reporter kind" in info.value.details()
 
 
-@pytest.mark.parametrize("report", [_trainer("j", 3, pid=9, steps=12), _producer("j", 1, pid=8, batches=4,
-                                    traffic=_traffic(1, 2, 3, 4))])
+@pytest.mark.parametrize(
+    "report", [_trainer("j", 3, pid=9, steps=12), _producer("j", 1, pid=8, batches=4, traffic=_traffic(1, 2, 3, 4))]
+)
 def test_reports_survive_the_wire_unchanged(report):
     assert job_conversions.report_from_proto(job_conversions.report_to_proto(report)) == report
 
@@ -185,7 +203,9 @@ def test_only_the_jobs_own_processes_may_report_and_a_finished_job_is_final(runn
         monkeypatch.setenv(JOB_TOKEN_ENV, forged)
         with pytest.raises(DaemonRequestError) as info:
             client.report_progress(_trainer("7", 0, pid=666, steps=10_000))
-        assert info.value.code == "INVALID_ARGUMENT" and "only the job's own processes may report it" in info.value.message
+        assert (
+            info.value.code == "INVALID_ARGUMENT" and "only the job's own processes may report it" in info.value.message
+        )
     assert inproc_daemon.tracker.ranks("7")[0].trainer.steps_total == steps  # nothing was counted
     monkeypatch.setenv(JOB_TOKEN_ENV, inproc_daemon.jobs.get("7").token)
     inproc_daemon.jobs.set_state("7", JobState.SUCCEEDED, "done")

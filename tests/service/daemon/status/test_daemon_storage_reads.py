@@ -15,8 +15,18 @@ from graphtier.launcher.client import DaemonClient
 
 
 def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inproc_daemon):
-    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, hidden=16, epochs=2, nproc_per_node=1,
-                   budgets=BudgetSpec(host="40%"), storage_reads="page-cache", window=2, name="window")  # fmt: skip
+    spec = JobSpec(
+        dataset="rmat12",
+        fanouts=[5, 5],
+        batch_size=128,
+        hidden=16,
+        epochs=2,
+        nproc_per_node=1,
+        budgets=BudgetSpec(host="40%"),
+        storage_reads="page-cache",
+        window=2,
+        name="window",
+    )
     run = inproc_daemon.config.runtime_dir
     with DaemonClient(runtime_dir=run) as client:
         job = client.submit_job(spec)
@@ -37,16 +47,27 @@ def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inpro
     assert f"graphtier_storage_read_rows_total{labels} {float(s.read_rows)}" in exposition
     assert f"graphtier_window_hit_rows_total{labels} {float(s.window_rows)}" in exposition
     assert f"graphtier_storage_requests_total{labels} {float(s.requests)}" in exposition
-    table = CliRunner().invoke(app, ["metrics", "--runtime-dir", str(run)], catch_exceptions=False, env={"COLUMNS": "250"})
+    table = CliRunner().invoke(
+        app, ["metrics", "--runtime-dir", str(run)], catch_exceptions=False, env={"COLUMNS": "250"}
+    )
     assert table.exit_code == 0 and "storage tier by job" in table.output and "page-cache" in table.output
     assert f"{s.window_rows:,}" in table.output
     # the job's own view (GetJob over gRPC, `graphtier job status`): the same counters, summed over its producers
     p = final.progress.storage
     assert (p.mode, p.window, p.read_rows, p.window_rows, p.requests, p.read_bytes) == (
-        s.mode, s.window, s.read_rows, s.window_rows, s.requests, s.read_bytes)
+        s.mode,
+        s.window,
+        s.read_rows,
+        s.window_rows,
+        s.requests,
+        s.read_bytes,
+    )
     shown = CliRunner().invoke(app, ["job", "status", job.job_id, "--runtime-dir", str(run)], catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
-    assert f"storage tier (page-cache, window 2): {p.rows:,} rows, {p.window_hit_ratio:.1%} from the window" in shown.output
+    assert (
+        f"storage tier (page-cache, window 2): {p.rows:,} rows, {p.window_hit_ratio:.1%} from the window"
+        in shown.output
+    )
 
 
 def test_a_bad_storage_read_mode_or_window_is_refused_at_submit(inproc_daemon):
