@@ -55,22 +55,23 @@ def prepare(
             "or 'unlimited' (everything in memory, about 3x the dataset)"
         ),
     ] = "auto",
-    scale: Annotated[Optional[int], typer.Option(help="[synthetic] log2 of the node count")] = None,
-    edge_factor: Annotated[Optional[int], typer.Option(help="[synthetic] edges per node")] = None,
+    # "\\[": a literal bracket; help texts are rich markup, where "[synthetic]" would be a style tag.
+    scale: Annotated[Optional[int], typer.Option(help="\\[synthetic] log2 of the node count")] = None,
+    edge_factor: Annotated[Optional[int], typer.Option(help="\\[synthetic] edges per node")] = None,
     num_classes: Annotated[
         Optional[int],
         typer.Option(help="classes: labels must be 0..N-1 (or -1), kept as they are; without it labels that are not "
-                     "0..k-1 are remapped to dense classes, noted. [synthetic] planted communities"),
+                     "0..k-1 are remapped to dense classes, noted. \\[synthetic] planted communities"),
     ] = None,
-    feature_dim: Annotated[Optional[int], typer.Option(help="[synthetic] feature dimension")] = None,
-    homophily: Annotated[Optional[float], typer.Option(help="[synthetic] fraction of intra-community edges")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="[synthetic] generator seed")] = None,
-    features: Annotated[Optional[Path], typer.Option(help="[edges] node feature file (.npy or text)")] = None,
-    labels: Annotated[Optional[Path], typer.Option(help="[edges] node label file (.npy or text)")] = None,
-    skip_rows: Annotated[Optional[int], typer.Option(help="[edges] header lines to skip (default: detect)")] = None,
-    one_based: Annotated[Optional[bool], typer.Option("--one-based", help="[edges] ids start at 1")] = None,
+    feature_dim: Annotated[Optional[int], typer.Option(help="\\[synthetic] feature dimension")] = None,
+    homophily: Annotated[Optional[float], typer.Option(help="\\[synthetic] fraction of intra-community edges")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="\\[synthetic] generator seed")] = None,
+    features: Annotated[Optional[Path], typer.Option(help="\\[edges] node feature file (.npy or text)")] = None,
+    labels: Annotated[Optional[Path], typer.Option(help="\\[edges] node label file (.npy or text)")] = None,
+    skip_rows: Annotated[Optional[int], typer.Option(help="\\[edges] header lines to skip (default: detect)")] = None,
+    one_based: Annotated[Optional[bool], typer.Option("--one-based", help="\\[edges] ids start at 1")] = None,
     missing_features: Annotated[
-        Optional[str], typer.Option(help="[planetoid] 'error' or 'zeros' for nodes the files give no features")
+        Optional[str], typer.Option(help="\\[planetoid] 'error' or 'zeros' for nodes the files give no features")
     ] = None,
     split_seed: Annotated[Optional[int], typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[Optional[float], typer.Option(help="random split when the source has none")] = None,
