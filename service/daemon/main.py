@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from graphtier.service.daemon.cli_help import HelpStyledParser
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
 from graphtier.service.daemon.instance import InstanceLock, daemon_file_dir
@@ -32,7 +33,7 @@ EXIT_FAILED = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphtierd", description="The graphtier daemon: datasets, jobs, metrics.")
+    parser = HelpStyledParser(prog="graphtierd", description="The graphtier daemon: datasets, jobs, metrics.")
     parser.add_argument("--config", type=Path, help="YAML or JSON DaemonConfig file; flags override it")
     parser.add_argument(
         "--runtime-dir", type=Path, help="lock, socket, endpoints.json and log (default $GRAPHTIER_HOME/run)"
