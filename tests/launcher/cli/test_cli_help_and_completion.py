@@ -60,15 +60,19 @@ def _complete(words: str, env: dict[str, str]) -> list[str]:
     return done.stdout.split()
 
 
+def _from_bash(argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `argv` as typed in bash: typer finds the shell to complete for among its parents (a second
+    command keeps bash from exec-ing the first in its own place)."""
+    return subprocess.run(["bash", "-c", f"{argv}; exit $?"], capture_output=True, text=True, env=env, timeout=60)
+
+
 def test_shell_completion_is_shown_installed_and_answers(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
-    shown = subprocess.run([SCRIPT, "--show-completion", "bash"], capture_output=True, text=True, env=env,
-                           timeout=60)  # fmt: skip
+    shown = _from_bash(f"{SCRIPT} --show-completion", env)
     assert shown.returncode == 0, shown.stderr
     assert "_GRAPHTIER_COMPLETE=complete_bash" in shown.stdout and "-F _graphtier_completion graphtier" in shown.stdout
 
-    installed = subprocess.run([SCRIPT, "--install-completion", "bash"], capture_output=True, text=True, env=env,
-                               timeout=60)  # fmt: skip
+    installed = _from_bash(f"{SCRIPT} --install-completion", env)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert "_GRAPHTIER_COMPLETE" in "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
 
