@@ -3,8 +3,9 @@
 The import names are mapped onto top-level folders (`graphtier.service` is `service/`, see
 setup.py), and an editable install resolves them with a meta-path finder, which griffe (the
 docstring collector) does not follow. Before the build this hook makes a temporary tree,
-`graphtier/<name>` -> the folder Python imports `graphtier.<name>` from, and gives it to the
-Python handler as its search path; the tree is removed when the build ends.
+`graphtier/<name>` -> the folder Python imports `graphtier.<name>` from, beside the modules of the
+package `graphtier` itself (`graphtier/`), and gives it to the Python handler as its search path;
+the tree is removed when the build ends.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     _tree = Path(tempfile.mkdtemp(prefix="graphtier-api-"))
     package = _tree / "graphtier"
     package.mkdir()
+    top = importlib.util.find_spec("graphtier")
+    for module in Path(list(top.submodule_search_locations)[0]).glob("*.py"):
+        (package / module.name).symlink_to(module)
     for name in SUBPACKAGES:
         spec = importlib.util.find_spec(f"graphtier.{name}")
         if spec is None or not spec.submodule_search_locations:

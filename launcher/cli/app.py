@@ -26,7 +26,8 @@ app = typer.Typer(
     help="graphtier: a training data service for GNNs.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
 )
 
 

@@ -55,24 +55,25 @@ def prepare(
             "or 'unlimited' (everything in memory, about 3x the dataset)"
         ),
     ] = "auto",
-    scale: Annotated[int | None, typer.Option(help="[synthetic] log2 of the node count")] = None,
-    edge_factor: Annotated[int | None, typer.Option(help="[synthetic] edges per node")] = None,
+    # "\\[": a literal bracket; help texts are rich markup, where "[synthetic]" would be a style tag.
+    scale: Annotated[int | None, typer.Option(help="\\[synthetic] log2 of the node count")] = None,
+    edge_factor: Annotated[int | None, typer.Option(help="\\[synthetic] edges per node")] = None,
     num_classes: Annotated[
         int | None,
         typer.Option(
             help="classes: labels must be 0..N-1 (or -1), kept as they are; without it labels that are not "
-            "0..k-1 are remapped to dense classes, noted. [synthetic] planted communities"
+            "0..k-1 are remapped to dense classes, noted. \\[synthetic] planted communities"
         ),
     ] = None,
-    feature_dim: Annotated[int | None, typer.Option(help="[synthetic] feature dimension")] = None,
-    homophily: Annotated[float | None, typer.Option(help="[synthetic] fraction of intra-community edges")] = None,
-    seed: Annotated[int | None, typer.Option(help="[synthetic] generator seed")] = None,
-    features: Annotated[Path | None, typer.Option(help="[edges] node feature file (.npy or text)")] = None,
-    labels: Annotated[Path | None, typer.Option(help="[edges] node label file (.npy or text)")] = None,
-    skip_rows: Annotated[int | None, typer.Option(help="[edges] header lines to skip (default: detect)")] = None,
-    one_based: Annotated[bool | None, typer.Option("--one-based", help="[edges] ids start at 1")] = None,
+    feature_dim: Annotated[int | None, typer.Option(help="\\[synthetic] feature dimension")] = None,
+    homophily: Annotated[float | None, typer.Option(help="\\[synthetic] fraction of intra-community edges")] = None,
+    seed: Annotated[int | None, typer.Option(help="\\[synthetic] generator seed")] = None,
+    features: Annotated[Path | None, typer.Option(help="\\[edges] node feature file (.npy or text)")] = None,
+    labels: Annotated[Path | None, typer.Option(help="\\[edges] node label file (.npy or text)")] = None,
+    skip_rows: Annotated[int | None, typer.Option(help="\\[edges] header lines to skip (default: detect)")] = None,
+    one_based: Annotated[bool | None, typer.Option("--one-based", help="\\[edges] ids start at 1")] = None,
     missing_features: Annotated[
-        str | None, typer.Option(help="[planetoid] 'error' or 'zeros' for nodes the files give no features")
+        str | None, typer.Option(help="\\[planetoid] 'error' or 'zeros' for nodes the files give no features")
     ] = None,
     split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,

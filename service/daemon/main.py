@@ -21,6 +21,7 @@ from types import FrameType
 
 from graphtier.contract.endpoints import daemon_file_dir
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
+from graphtier.service.daemon.cli_help import HelpStyledParser
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.instance import InstanceLock
 from graphtier.service.daemon.systemd import SystemdNotifier
@@ -33,7 +34,7 @@ EXIT_FAILED = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphtierd", description="The graphtier daemon: datasets, jobs, metrics.")
+    parser = HelpStyledParser(prog="graphtierd", description="The graphtier daemon: datasets, jobs, metrics.")
     parser.add_argument("--config", type=Path, help="YAML or JSON DaemonConfig file; flags override it")
     parser.add_argument(
         "--runtime-dir", type=Path, help="lock, socket, endpoints.json and log (default $GRAPHTIER_HOME/run)"

@@ -58,7 +58,7 @@ def test_commands_and_flags_exist():
 
     dockerfile = (DEPLOY / "container" / "Dockerfile").read_text()
     entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1))
-    assert entrypoint == ["graphtierd"] and "graphtierd" in scripts
+    assert entrypoint == ["/usr/bin/tini", "--", "graphtierd"] and "graphtierd" in scripts  # tini: PID 1
     _graphtierd_args(json.loads(re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)))
 
     daemon = _k8s("graphtierd-daemonset.yaml")["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]

@@ -1,11 +1,16 @@
-"""deploy/k8s/trainjob.yaml stays true to the code: a Kubeflow Trainer TrainJob whose torchrun runs
-graphtier's rank runtime with flags it has, a job spec that validates and agrees with the
-TrainJob's shape, and the volumes by which its ranks reach their node's daemon."""
+"""deploy/k8s/trainjob.yaml stays true to the code and to Kubeflow Trainer: a TrainJob whose torchrun
+runs graphtier's rank runtime with flags it has, a job spec that validates and agrees with the
+TrainJob's shape, the volumes by which its ranks reach their node's daemon, and every document
+valid under the CRD schemas of the Trainer release it names (deploy/k8s/crds/trainer-v*/), strictly:
+a field the schema does not define is an error, as under `kubectl apply --validate=strict`."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 
 from graphtier.contract.jobs.spec import JobSpec
@@ -19,6 +24,64 @@ def _docs(name: str) -> dict[str, dict]:
     return {doc["kind"]: doc for doc in yaml.safe_load_all((DEPLOY / "k8s" / name).read_text())}
 
 
+def _trainer_crds() -> tuple[str, dict[str, dict]]:
+    """The Trainer release whose CRDs the repository carries, and those CRDs by kind."""
+    (folder,) = (DEPLOY / "k8s" / "crds").glob("trainer-v*")
+    crds = {}
+    for path in folder.glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                crds[doc["spec"]["names"]["kind"]] = doc
+    return folder.name.removeprefix("trainer-v"), crds
+
+
+def _strict(schema: object) -> object:
+    """A CRD's structural schema as JSON Schema that refuses unknown fields (the API server prunes
+    them silently; strict validation reports them) and knows Kubernetes' int-or-string."""
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _strict(value) for key, value in schema.items()}
+    if out.pop("x-kubernetes-int-or-string", False):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    closed = "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields")
+    if closed and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def test_trainjob_names_the_trainer_release_whose_crds_it_validates_against():
+    release, crds = _trainer_crds()
+    text = (DEPLOY / "k8s" / "trainjob.yaml").read_text()
+    named = set(re.findall(r"Kubeflow\s+#?\s*Trainer v(\d+\.\d+)", text))
+    assert named == {release.rsplit(".", 1)[0]}, f"trainjob.yaml names Trainer {named}, the CRDs are v{release}"
+    for kind, doc in _docs("trainjob.yaml").items():
+        if kind == "ConfigMap":
+            continue
+        group, version = doc["apiVersion"].split("/")
+        crd = crds[kind]
+        assert crd["spec"]["group"] == group
+        (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version and v["served"]]
+        errors = sorted(
+            jsonschema.Draft7Validator(_strict(served["schema"]["openAPIV3Schema"])).iter_errors(doc), key=str
+        )
+        assert not errors, f"{kind} is invalid under Trainer v{release}: " + "; ".join(
+            f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:5]
+        )
+
+
+def test_the_strict_check_refuses_the_fields_older_trainers_had():
+    """v2.1's podTemplateOverrides is gone since v2.2: a TrainJob with it must fail validation."""
+    _, crds = _trainer_crds()
+    job = _docs("trainjob.yaml")["TrainJob"]
+    schema = _strict(crds["TrainJob"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    old = {**job, "spec": {**job["spec"], "podTemplateOverrides": [{"targetJobs": [{"name": "node"}]}]}}
+    with pytest.raises(jsonschema.ValidationError, match="podTemplateOverrides"):
+        jsonschema.validate(old, schema, cls=jsonschema.Draft7Validator)
+
+
 def test_trainjob_runs_the_rank_runtime_against_the_node_daemon(tmp_path):
     docs = _docs("trainjob.yaml")
     train_job = docs["TrainJob"]
@@ -30,10 +93,11 @@ def test_trainjob_runs_the_rank_runtime_against_the_node_daemon(tmp_path):
     args = build_parser().parse_args(command[3:])
     assert args.spec is not None and args.job_id is None
 
-    override = train_job["spec"]["podTemplateOverrides"][0]
-    assert override["targetJobs"] == [{"name": "node"}]
-    volumes = {v["name"]: v for v in override["spec"]["volumes"]}
-    mounts = {m["name"]: m["mountPath"] for m in override["spec"]["containers"][0]["volumeMounts"]}
+    (patch,) = train_job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert patch["name"] == "node"
+    pod = patch["template"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert volumes["spec"]["configMap"]["name"] == docs["ConfigMap"]["metadata"]["name"]
     assert args.spec.parent == Path(mounts["spec"])
     spec_file = tmp_path / args.spec.name
@@ -59,12 +123,13 @@ def test_trainjob_runs_the_rank_runtime_against_the_node_daemon(tmp_path):
 def test_ranks_and_daemon_share_the_node_pid_and_ipc_namespaces_for_cuda_ipc():
     """Legacy CUDA IPC handles open only within the exporter's PID namespace, and peer reads over
     NVLink across containers need one IPC namespace: the daemon's pod and the ranks' pods (through
-    their runtime; a TrainJob's overrides cannot set these) join the node's."""
+    their runtime; a TrainJob's runtimePatches cannot set these) join the node's."""
     docs = _docs("trainjob.yaml")
     runtime = docs["ClusterTrainingRuntime"]
     assert docs["TrainJob"]["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
     jobs = {job["name"]: job for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
-    targets = [target["name"] for target in docs["TrainJob"]["spec"]["podTemplateOverrides"][0]["targetJobs"]]
+    patches = docs["TrainJob"]["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    targets = [job["name"] for job in patches["replicatedJobs"]]
     assert targets and set(targets) <= set(jobs)
     for name in targets:
         rank_pod = jobs[name]["template"]["spec"]["template"]["spec"]

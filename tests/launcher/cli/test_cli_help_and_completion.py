@@ -1,0 +1,86 @@
+"""The CLI's help says what its authors wrote, and its shell completion works.
+
+Typer renders help texts as rich markup, where "[synthetic]" is a style tag and vanishes; every
+help text must therefore survive rendering (a literal bracket is written "\\[").  Completion is
+exercised the way a shell does it: the script `--show-completion` prints and `--install-completion`
+installs drives the program through `_GRAPHTIER_COMPLETE`, and the program answers with candidates.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import typer.main
+from rich.text import Text
+
+from graphtier.launcher.cli.app import app
+
+GRAPHTIER = [sys.executable, "-m", "graphtier"]
+SCRIPT = str(Path(sys.executable).parent / "graphtier")  # completion is for the installed command
+
+
+def _commands(command: click.Command, path: str = "graphtier"):
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, f"{path} {name}")
+
+
+def _help_texts() -> list[tuple[str, str]]:
+    texts = []
+    for path, command in _commands(typer.main.get_command(app)):
+        texts += [(path, command.help or "")]
+        texts += [(f"{path} {param.opts[0]}", getattr(param, "help", None) or "") for param in command.params]
+    return texts
+
+
+def test_every_help_text_renders_as_written():
+    eaten = [(where, text) for where, text in _help_texts() if Text.from_markup(text).plain != text.replace("\\[", "[")]
+    assert not eaten, f"rich markup changes these help texts (write a literal '[' as '\\\\['): {eaten}"
+
+
+def test_bracketed_notes_reach_the_terminal():
+    shown = subprocess.run(
+        [*GRAPHTIER, "dataset", "prepare", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "[synthetic] log2 of the node count" in shown.stdout
+    assert "noted. [synthetic] planted" in shown.stdout
+    assert "[edges] node feature file" in shown.stdout
+
+
+def _complete(words: str, env: dict[str, str]) -> list[str]:
+    """What the bash completion script gets back for the command line `words` (cursor at its end)."""
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    env = {**env, "_GRAPHTIER_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+    done = subprocess.run([SCRIPT], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def _from_bash(argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `argv` as typed in bash: typer finds the shell to complete for among its parents (a second
+    command keeps bash from exec-ing the first in its own place)."""
+    return subprocess.run(["bash", "-c", f"{argv}; exit $?"], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_shell_completion_is_shown_installed_and_answers(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
+    shown = _from_bash(f"{SCRIPT} --show-completion", env)
+    assert shown.returncode == 0, shown.stderr
+    assert "_GRAPHTIER_COMPLETE=complete_bash" in shown.stdout and "-F _graphtier_completion graphtier" in shown.stdout
+
+    installed = _from_bash(f"{SCRIPT} --install-completion", env)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "_GRAPHTIER_COMPLETE" in "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+
+    assert "dataset" in _complete("graphtier da", env)
+    assert set(_complete("graphtier job ", env)) >= {"submit", "status", "cancel"}
+    assert "--runtime-dir" in _complete("graphtier job status --run", env)
