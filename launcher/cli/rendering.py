@@ -18,14 +18,12 @@ from rich.table import Table
 
 from graphtier.contract.errors import (
     DaemonConfigError,
+    DaemonError,
     DaemonRequestError,
-    DatasetSourceError,
     GraphtierError,
     InvalidReportError,
     InvalidRequestError,
-    PlacementError,
-    PreparedDatasetError,
-    SamplingError,
+    SharedMemoryError,
 )
 from graphtier.contract.messages import describe_validation_error
 
@@ -43,26 +41,21 @@ EXIT_STATUSES = (
     "141 output closed early (a pipe into head)."
 )
 
-# Errors that mean the input was wrong, not that carrying it out failed; the gRPC codes that say so.
-_INPUT_ERRORS: tuple[type[GraphtierError], ...] = (
-    DatasetSourceError,
-    PreparedDatasetError,
-    PlacementError,
-    SamplingError,
-    DaemonConfigError,
-    InvalidRequestError,
-    InvalidReportError,
-)
+# Daemon errors that say the request was wrong rather than that serving it failed; the gRPC codes that say so.
+_INPUT_ERRORS: tuple[type[DaemonError], ...] = (DaemonConfigError, InvalidRequestError, InvalidReportError)
 _INPUT_CODES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE"})
 
 
 def exit_status(error: GraphtierError) -> int:
-    """EXIT_BAD_INPUT for an error in what the user gave, EXIT_FAILED for one in carrying it out."""
+    """EXIT_FAILED for an error in carrying a command out (the daemon's answers, shared memory),
+    EXIT_BAD_INPUT for one in what the user gave (a source, a name, a budget, a flag's value)."""
     if isinstance(error, _INPUT_ERRORS):
         return EXIT_BAD_INPUT
-    if isinstance(error, DaemonRequestError) and error.code in _INPUT_CODES:
-        return EXIT_BAD_INPUT
-    return EXIT_FAILED
+    if isinstance(error, DaemonRequestError):
+        return EXIT_BAD_INPUT if error.code in _INPUT_CODES else EXIT_FAILED
+    if isinstance(error, DaemonError | SharedMemoryError):
+        return EXIT_FAILED
+    return EXIT_BAD_INPUT
 
 
 def exit_quietly_on_broken_pipe() -> NoReturn:
