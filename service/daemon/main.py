@@ -84,7 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
         dest="job_retire_s",
         help="seconds after a job ends before its per-job metrics are folded away (default 600)",
     )
-    parser.add_argument("--state-dir", type=Path, help="job history across restarts (default <runtime-dir>/../state)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="job history across restarts (default <runtime-dir>/../state-<name>, ../state for run)",
+    )
     parser.add_argument(
         "--idle-unload",
         type=float,
