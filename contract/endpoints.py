@@ -61,8 +61,12 @@ def default_token_path(runtime_dir: Path) -> Path:
 
 
 def default_state_dir(runtime_dir: Path) -> Path:
-    """`<runtime_dir>/../state`: the job history across restarts, unless the config moves it."""
-    return Path(runtime_dir).parent / STATE_DIR
+    """The job history across restarts, unless the config moves it: `<parent>/state` beside a runtime
+    directory named `run` (`$GRAPHTIER_HOME/state`), `<parent>/state-<name>` beside any other, so
+    sibling runtime directories (`P/r1`, `P/r2`) never share one."""
+    runtime_dir = Path(runtime_dir)
+    name = STATE_DIR if runtime_dir.name in ("run", "") else f"{STATE_DIR}-{runtime_dir.name}"
+    return runtime_dir.parent / name
 
 
 class DaemonFiles(BaseModel):

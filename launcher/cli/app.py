@@ -8,6 +8,7 @@ import typer
 from typer.core import TyperGroup
 
 from graphtier.launcher.cli import cluster, dataset, dataset_push, dataset_serving, demo, doctor, job, metrics
+from graphtier.launcher.cli.rendering import EXIT_STATUSES, broken_pipe_is_quiet
 
 ORDER_OF_USE = ("demo", "dataset", "cluster", "job", "metrics", "doctor")
 
@@ -20,10 +21,20 @@ class _InOrderOfUse(TyperGroup):
         names = super().list_commands(ctx)
         return sorted(names, key=lambda n: ORDER_OF_USE.index(n) if n in ORDER_OF_USE else len(ORDER_OF_USE))
 
+    # A closed stdout is caught here, before click's own handling turns it into exit 1.
+    def make_context(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with broken_pipe_is_quiet():  # `--help` prints while parsing
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):  # type: ignore[no-untyped-def]
+        with broken_pipe_is_quiet():
+            return super().invoke(ctx)
+
 
 app = typer.Typer(
     cls=_InOrderOfUse,
     help="graphtier: a training data service for GNNs.",
+    epilog=EXIT_STATUSES,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
@@ -63,4 +74,5 @@ app.command("doctor")(doctor.doctor)
 
 
 def main() -> None:
-    app()
+    with broken_pipe_is_quiet():
+        app()

@@ -12,6 +12,7 @@ import typer
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import (
     EXIT_INTERRUPTED,
+    EXIT_JOB_FAILED,
     compact_table,
     console,
     emit_json,
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
 
-EXIT_JOB_FAILED = 1
 WIDTH = 80  # what a terminal is assumed to have: every line and table fits
 
 

@@ -120,7 +120,8 @@ class DaemonConfig(BaseModel):
     )
     state_dir: Path | None = Field(
         default=None,
-        description="Where the job history (SQLite) lives, across restarts; default <runtime_dir>/../state.",
+        description="Where the job history (SQLite) lives, across restarts; one daemon at a time. Default: "
+        "<runtime_dir>/../state, or <runtime_dir>/../state-<name> when the runtime directory is not named run.",
     )
     idle_unload_s: float = Field(
         default=0.0,

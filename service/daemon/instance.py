@@ -4,7 +4,9 @@
 daemon's life and writes its pid there; the kernel drops the lock when the process dies,
 even by `kill -9`, so whoever gets the lock next knows every file left behind is stale.
 `endpoints.json` is written (atomically) only once the daemon is ready, so a client that
-finds it can connect.
+finds it can connect. The state directory (the job history) is locked the same way, in
+`<state_dir>/daemon.lock` with the holder's pid and runtime directory: two daemons never write
+one history, whatever runtime directories they were given.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class InstanceLock:
         self._gid = config.socket_gid
         self._wait_s = wait_s
         self._fd: int | None = None
+        self._state_fd: int | None = None
 
     @property
     def held(self) -> bool:
@@ -99,10 +102,41 @@ class InstanceLock:
                 f"the socket {self.config.socket} is in use by another running process; give this daemon its own "
                 "--socket (or stop the other one)"
             )
+        try:
+            self._state_fd = self._lock_state_dir()
+        except BaseException:  # give the runtime directory back as it was found
+            self._fd = None
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            os.close(fd)
+            raise
         stale = self._remove_stale_files()
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return stale
+
+    def _lock_state_dir(self) -> int:
+        """Lock the state directory for this daemon (DaemonAlreadyRunningError naming its holder)."""
+        state = self.config.state_path
+        try:
+            state.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise DaemonError(f"{state}: cannot create the state directory's lock ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, _, runtime_dir = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip().partition("\n")
+            os.close(fd)
+            holder = f"pid {pid}" if pid.isdigit() else "pid unknown"
+            raise DaemonAlreadyRunningError(
+                f"the state directory {state} is in use by another graphtier daemon ({holder}, runtime directory "
+                f"{runtime_dir or 'unknown'}); give this daemon its own --state-dir (or stop the other one)"
+            ) from None
+        # The file stays when the lock is dropped: unlinking it would let two daemons lock two files.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n{self.runtime_dir}\n".encode(), 0)
+        return fd
 
     def still_held(self) -> bool:
         """True while the lock file this daemon holds is still the one at its path. False when the
@@ -143,3 +177,6 @@ class InstanceLock:
             self.path.unlink()
         os.close(self._fd)  # closing drops the flock
         self._fd = None
+        if self._state_fd is not None:
+            os.close(self._state_fd)
+            self._state_fd = None

@@ -27,6 +27,7 @@ from graphtier.service.daemon.instance import InstanceLock
 from graphtier.service.daemon.systemd import SystemdNotifier
 
 SCRATCH_DIR = "tmp"  # the daemon's temporary directory, inside its runtime directory
+SCRATCH_MARK = ".graphtierd-scratch"  # in a scratch directory the daemon made: only such a one is ever removed
 
 EXIT_CONFIG = 2
 EXIT_RUNNING = 3
@@ -85,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         dest="job_retire_s",
         help="seconds after a job ends before its per-job metrics are folded away (default 600)",
     )
-    parser.add_argument("--state-dir", type=Path, help="job history across restarts (default <runtime-dir>/../state)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="job history across restarts (default <runtime-dir>/../state-<name>, ../state for run)",
+    )
     parser.add_argument(
         "--idle-unload",
         type=float,
@@ -215,7 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("graphtierd")
     for path in stale:
         log.info("removed stale %s left by a daemon that died", path)
-    private_scratch_dir(config.runtime_dir, log)
+    try:
+        private_scratch_dir(config.runtime_dir, log)
+    except DaemonError as exc:
+        lock.release()
+        print(f"graphtierd: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     try:
         from graphtier.service.daemon.server import Daemon  # heavy: torch, grpc, fastapi
 
@@ -251,12 +261,20 @@ def main(argv: list[str] | None = None) -> int:
 def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
     """`<runtime_dir>/tmp`, emptied, as this process's and its children's temporary directory:
     multiprocessing's pymp-* and torchrun's files then live (and die) with the daemon, and what a
-    daemon killed with -9 left there is removed by the next one instead of staying in /tmp forever."""
+    daemon killed with -9 left there is removed by the next one instead of staying in /tmp forever.
+    A `tmp` the daemon did not make (no SCRATCH_MARK inside: a user's, in a runtime directory given
+    as a home) is never removed: DaemonError naming it."""
     scratch = runtime_dir / SCRATCH_DIR
-    if scratch.exists():
+    if scratch.exists() or scratch.is_symlink():
+        if scratch.is_symlink() or not (scratch / SCRATCH_MARK).is_file():
+            raise DaemonError(
+                f"{scratch} exists and is not a scratch directory graphtierd made; nothing was removed: give the "
+                "daemon a runtime directory of its own (--runtime-dir) or move it away"
+            )
         log.info("removed stale %s left by a daemon that died", scratch)
         shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(mode=0o700)
+    (scratch / SCRATCH_MARK).touch()
     os.environ["TMPDIR"] = str(scratch)
     tempfile.tempdir = str(scratch)
     # Removed at exit, after multiprocessing's own clean-up of its pymp-* there: atexit runs last

@@ -53,7 +53,12 @@ def reclaim_stale_temporaries(root: Path) -> list[Path]:
         return removed
     for entry in root.iterdir():
         match = _TMP_PATTERN.match(entry.name)
-        if match and entry.is_dir() and not psutil.pid_exists(int(match["pid"])):
+        if not match or psutil.pid_exists(int(match["pid"])):
+            continue
+        if entry.is_symlink():  # a link moved aside by an older writer: the link goes, never its target
+            entry.unlink(missing_ok=True)
+            removed.append(entry)
+        elif entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
@@ -88,11 +93,15 @@ class DatasetWriter:
         self.check_target()
 
     def check_target(self) -> None:
-        if self.final.exists() and not self.overwrite:
+        """Refuse an existing target unless --overwrite was given and it is a dataset graphtier prepared."""
+        if not (self.final.exists() or self.final.is_symlink()):
+            return
+        if not self.overwrite:
             raise PreparedDatasetError(
                 f"dataset {self.name!r} already exists at {self.final}; pass --overwrite to replace it "
                 "or choose another --name"
             )
+        check_prepared_by_graphtier(self.final, self.name, refusal="nothing was replaced")
 
     def __enter__(self) -> DatasetWriter:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -139,15 +148,8 @@ class DatasetWriter:
             os.fsync(f.fileno())
         _fsync_dir(self.tmp)
         self.check_target()  # another writer may have finished first
-        trash = None
-        if self.final.exists():
-            trash = self.root / f".trash-{self.name}-{os.getpid()}-{secrets.token_hex(4)}"
-            os.rename(self.final, trash)
-        os.rename(self.tmp, self.final)
+        replace_directory(self.tmp, self.final)
         self.tmp = None
-        _fsync_dir(self.root)
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
         return self.final
 
 
@@ -167,17 +169,26 @@ def list_datasets(root: Path | None = None) -> list[DatasetManifest]:
     return manifests
 
 
-def remove_dataset(root: Path | None, name: str) -> Path:
-    root = Path(root) if root else default_dataset_root()
-    directory = root / validate_name(name)
+# Files graphtier itself writes into a dataset directory besides the manifest and its arrays.
+WRITTEN_BESIDE_ARRAYS = frozenset({"tiering-report.png"})
+
+
+def check_prepared_by_graphtier(directory: Path, name: str, *, refusal: str) -> DatasetManifest:
+    """The manifest of `directory` if graphtier prepared it, else PreparedDatasetError naming the path and why.
+
+    The one test every delete or replace passes first: a real directory (not a link), with a valid
+    manifest of dataset `name`, holding only the files that manifest lists (and files graphtier writes
+    beside them). A user's file inside a dataset directory makes it the user's: it is refused too.
+    `refusal` says what did not happen ("nothing was removed").
+    """
+    refusal = f"{refusal}: graphtier deletes only directories it prepared"
     if directory.is_symlink():
         raise PreparedDatasetError(
-            f"{directory} is a symbolic link, not a dataset graphtier prepared; nothing was removed (remove the link "
+            f"{directory} is a symbolic link, not a dataset graphtier prepared; {refusal} (remove the link "
             "yourself if you mean to)"
         )
-    if not directory.exists():
-        raise PreparedDatasetError(f"no dataset named {name!r} under {root}")
-    refusal = "nothing was removed: graphtier deletes only directories it prepared"
+    if not directory.is_dir():
+        raise PreparedDatasetError(f"{directory} is not a directory; {refusal}")
     if (directory / MANIFEST_FILE).is_symlink():
         raise PreparedDatasetError(f"{directory / MANIFEST_FILE} is a symbolic link; {refusal}")
     try:
@@ -188,11 +199,39 @@ def remove_dataset(root: Path | None, name: str) -> Path:
         ) from None
     if manifest.name != name:
         raise PreparedDatasetError(f"{directory} holds dataset {manifest.name!r}, not {name!r}; {refusal}")
-    ours = {MANIFEST_FILE} | {info.file for info in manifest.arrays.values()}
-    extra = sorted(p.name for p in directory.iterdir() if p.name not in ours or p.is_symlink())
+    ours = {MANIFEST_FILE} | WRITTEN_BESIDE_ARRAYS | {info.file for info in manifest.arrays.values()}
+    extra = sorted(p.name for p in directory.iterdir() if p.name not in ours or p.is_symlink() or p.is_dir())
     if extra:
         shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
-        raise PreparedDatasetError(f"{directory} also holds files graphtier did not write ({shown}); {refusal}")
+        raise PreparedDatasetError(
+            f"{directory} also holds files graphtier did not write ({shown}); {refusal} (move them out first)"
+        )
+    return manifest
+
+
+def replace_directory(new: Path, final: Path) -> None:
+    """Move the finished directory `new` to `final`, its sibling; a dataset already at `final` (the
+    caller has checked it with `check_prepared_by_graphtier`) is moved aside first, then deleted."""
+    trash = None
+    if final.exists() or final.is_symlink():
+        trash = final.parent / f".trash-{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(final, trash)
+    os.rename(new, final)
+    _fsync_dir(final.parent)
+    if trash is not None:
+        if trash.is_symlink():
+            trash.unlink()
+        else:
+            shutil.rmtree(trash, ignore_errors=True)
+
+
+def remove_dataset(root: Path | None, name: str) -> Path:
+    """Delete the dataset `name` under `root`, only if graphtier prepared it (see `check_prepared_by_graphtier`)."""
+    root = Path(root) if root else default_dataset_root()
+    directory = root / validate_name(name)
+    if not (directory.exists() or directory.is_symlink()):
+        raise PreparedDatasetError(f"no dataset named {name!r} under {root}")
+    check_prepared_by_graphtier(directory, name, refusal="nothing was removed")
     trash = root / f".trash-{name}-{os.getpid()}-{secrets.token_hex(4)}"
     os.rename(directory, trash)
     shutil.rmtree(trash, ignore_errors=True)

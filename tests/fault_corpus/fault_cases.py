@@ -685,6 +685,7 @@ CASES: list[Case | Covered] = [
         "a dataset that was never prepared",
         _submit("--dataset", "nosuch"),
         ("nosuch",),
+        expect_exit=1,  # the daemon found no such dataset: a failure, not a malformed command
     ),
     Case(
         "spec-bad-nonfinite",

@@ -30,7 +30,13 @@ from graphtier.contract.errors import (
     UnknownDatasetError,
 )
 from graphtier.service.daemon.cluster.peer_client import PeerClient
-from graphtier.service.prepared.catalog import read_manifest, reclaim_stale_temporaries, validate_name
+from graphtier.service.prepared.catalog import (
+    check_prepared_by_graphtier,
+    read_manifest,
+    reclaim_stale_temporaries,
+    replace_directory,
+    validate_name,
+)
 from graphtier.service.prepared.digests import dataset_version
 from graphtier.service.prepared.manifest import MANIFEST_FILE
 from graphtier.v1 import cluster_pb2
@@ -141,6 +147,11 @@ class DatasetReceiver:
                 f"dataset {header.name!r} exists here at another version ({existing[:16]}); the sender "
                 "must pass replace to overwrite it"
             )
+        if (final.exists() or final.is_symlink()) and existing != header.version:
+            try:  # replaced only if graphtier prepared it: never a user's directory or a link's target
+                check_prepared_by_graphtier(final, header.name, refusal="nothing was received")
+            except PreparedDatasetError as exc:
+                raise DaemonError(str(exc)) from None
         total = sum(f.size_bytes for f in header.files)
         self.root.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.root).free
@@ -212,11 +223,4 @@ class DatasetReceiver:
 
     def _commit(self, tmp: Path, final: Path) -> None:
         _fsync(tmp)
-        trash = None
-        if final.exists():
-            trash = self.root / f".trash-{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
-            os.rename(final, trash)
-        os.rename(tmp, final)
-        _fsync(self.root)
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
+        replace_directory(tmp, final)

@@ -99,7 +99,7 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
         "nproc_per_node: 2\nname: from-yaml\n"
     )
     unknown = cli("job", "submit", "--dataset", "nope", "--runtime-dir", run)
-    assert unknown.exit_code == 2 and "no prepared dataset 'nope'" in unknown.output
+    assert unknown.exit_code == 1 and "no prepared dataset 'nope'" in unknown.output
     if not torch.cuda.is_available():  # the daemon's machine has no GPU: a GPU sampler is refused at submit
         gpu = cli("job", "submit", "--dataset", "rmat12", "--device", "cuda", "--sampler", "gpu", "--runtime-dir", run)
         assert (
@@ -141,7 +141,7 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
     assert f"job {job_id} [succeeded] gcn on rmat12" in plain.stdout + plain.stderr
 
     again = cli("job", "cancel", job_id, "--runtime-dir", run)
-    assert again.exit_code == 2 and f"job '{job_id}' has already ended (succeeded)" in again.output
+    assert again.exit_code == 1 and f"job '{job_id}' has already ended (succeeded)" in again.output
 
     waiting = subprocess.Popen(
         [
@@ -182,9 +182,9 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
     cancelled = cli("job", "cancel", second, "--reason", "enough", "--json", "--runtime-dir", run)
     assert cancelled.exit_code == 0 and json.loads(cancelled.stdout)["state"] == "cancelled"
     status = cli("job", "status", second, "--runtime-dir", run)
-    assert status.exit_code == 1 and "[cancelled]" in status.output and "enough" in status.output
+    assert status.exit_code == 3 and "[cancelled]" in status.output and "enough" in status.output
     missing = cli("job", "status", "999", "--runtime-dir", run)
-    assert missing.exit_code == 2 and "no job '999'" in missing.output
+    assert missing.exit_code == 1 and "no job '999'" in missing.output
 
 
 @pytest.mark.slow

@@ -53,9 +53,10 @@ def _prepare(source: Path, out: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _one_line_error(done: subprocess.CompletedProcess, text: str) -> None:
+def _one_line_error(done: subprocess.CompletedProcess, text: str, status: int = 2) -> None:
+    """One line naming `text`, no traceback, exit `status` (2 a refused input, 1 an I/O failure)."""
     output = " ".join((done.stdout + done.stderr).split())
-    assert done.returncode == 2 and text in output, output
+    assert done.returncode == status and text in output, output
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -69,7 +70,7 @@ def test_out_of_range_npz_indices_name_the_file(tmp_path):
 
 def test_an_unwritable_target_names_the_path(tmp_path):
     _npz(tmp_path / "ok.npz")
-    _one_line_error(_prepare(tmp_path / "ok.npz", Path("/proc/graphtier-test")), "/proc/graphtier-test")
+    _one_line_error(_prepare(tmp_path / "ok.npz", Path("/proc/graphtier-test")), "/proc/graphtier-test", status=1)
 
 
 def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
@@ -82,7 +83,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
     try:
-        _one_line_error(_prepare(tmp_path / "ok.npz", full), "No space left on device")
+        _one_line_error(_prepare(tmp_path / "ok.npz", full), "No space left on device", status=1)
         assert os.listdir(full) == []  # no half-written dataset, no temporary directory
     finally:
         subprocess.run(["umount", str(full)], check=True)

@@ -55,7 +55,7 @@ def test_push_copies_a_dataset_exactly_and_refuses_to_overwrite_another_version(
     changed["notes"] = [*changed.get("notes", []), "prepared again"]
     manifest.write_text(json.dumps(changed))
     refused = _cli("dataset", "push", "rmat12", "--to", b.address, "--runtime-dir", a.runtime_dir)
-    assert refused.exit_code == 2 and "already has dataset 'rmat12' at another version" in refused.output
+    assert refused.exit_code == 1 and "already has dataset 'rmat12' at another version" in refused.output
     assert "--replace" in refused.output
     replaced = _cli("dataset", "push", "rmat12", "--to", b.address, "--replace", "--runtime-dir", a.runtime_dir)
     assert replaced.exit_code == 0, replaced.output
