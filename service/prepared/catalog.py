@@ -106,9 +106,17 @@ class DatasetWriter:
     def __enter__(self) -> DatasetWriter:
         self.root.mkdir(parents=True, exist_ok=True)
         reclaim_stale_temporaries(self.root)
-        self.tmp = self.root / f".tmp-{self.name}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.tmp.mkdir()
-        return self
+        tmp = self.root / f".tmp-{self.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        # An interrupt (Ctrl-C, SIGTERM) between the mkdir and the end of __enter__ never reaches
+        # __exit__: the directory is removed here instead, so nothing half-made is left behind.
+        try:
+            tmp.mkdir()
+            self.tmp = tmp
+            return self
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.tmp = None
+            raise
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.tmp is not None and self.tmp.exists():
