@@ -4,6 +4,9 @@ totals in the status and its log read back from disk."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -12,6 +15,11 @@ import pytest
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient, DaemonRequestError
+
+
+def _graphtier(*args: object) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "graphtier.launcher.cli", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
 def _metrics(url: str) -> str:
@@ -56,7 +64,15 @@ def test_checkpoints_go_with_success_and_series_fold_away_after_the_grace(daemon
         read_back = [e.log for e in client.job_events(job_id, include_logs=True) if e.log is not None]
         assert [line.text for line in read_back] == logged
         assert {line.rank for line in read_back if line.text.startswith("[rank 0]")} == {0}
+        shown = _graphtier("job", "logs", job_id, "--runtime-dir", daemon.runtime_dir)
+        assert (shown.returncode, shown.stdout.splitlines()) == (0, logged), shown.stderr
+        listed = _graphtier("metrics", "--json", "--runtime-dir", daemon.runtime_dir)
+        assert listed.returncode == 0, listed.stderr
+        row = next(j for j in json.loads(listed.stdout)["jobs"] if j["job_id"] == job_id)
+        assert row["batches_total"] == ended.batches_total and row["traffic"]["total_bytes"] > 0
         log_path = daemon.runtime_dir / "jobs" / job_id / "job.log"
         log_path.unlink()
         with pytest.raises(DaemonRequestError, match=f"job '{job_id}' has ended and its log .*job.log is gone"):
             list(client.job_events(job_id, include_logs=True))
+        gone = _graphtier("job", "logs", job_id, "--runtime-dir", daemon.runtime_dir)
+        assert gone.returncode == 1 and "job.log is gone" in gone.stderr, gone.stderr
