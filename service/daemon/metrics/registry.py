@@ -223,8 +223,9 @@ class MetricsRegistry:
             "graphtier_device_tiers_simulated", "1 when device tiers are accounted, not real (no GPU).", registry=r
         )
         self.simulated.set(1 if simulated_devices else 0)
-        # retired jobs' counter series (labels, value) as they ended: /v1/status still reports them
-        self._retired: dict[Counter, list[tuple[dict[str, str], float]]] = {}
+        # retired jobs' counters as they ended, summed over ranks (their ranks are no longer shown):
+        # label items -> value; /v1/status still reports each job's totals
+        self._retired: dict[Counter, dict[tuple[tuple[str, str], ...], float]] = {}
         self._simulated_devices = simulated_devices  # fixed for the daemon's life: read without a registry walk
         self.start_time = Gauge(
             "graphtier_daemon_start_time_seconds", "Unix time the daemon started.", unit="seconds", registry=r
@@ -333,7 +334,8 @@ class MetricsRegistry:
     def retire_job(self, job: str) -> int:
         """Drop job `job`'s series from /metrics (it ended a while ago): counters fold into the series
         labelled job_id="ended" (so daemon-wide sums never go back), gauges go. The counters' values are
-        kept beside the registry, so the status still reports the job's totals. The number of series dropped."""
+        kept beside the registry, summed over ranks, so the status still reports the job's totals. The
+        number of series dropped."""
         dropped = 0
         for metric in self._job_metrics():
             names = metric._labelnames  # noqa: SLF001  (prometheus_client keeps no public accessor)
@@ -347,7 +349,9 @@ class MetricsRegistry:
                             ENDED_JOB if n == JOB_LABEL else ("" if n == "rank" else sample.labels[n]) for n in names
                         ]
                         metric.labels(*ended).inc(sample.value)
-                        self._retired.setdefault(metric, []).append((dict(sample.labels), sample.value))
+                        kept = self._retired.setdefault(metric, {})
+                        key = tuple((n, "" if n == "rank" else sample.labels[n]) for n in names)
+                        kept[key] = kept.get(key, 0.0) + sample.value
                     with contextlib.suppress(KeyError):
                         metric.remove(*values)
                         dropped += 1
@@ -377,7 +381,8 @@ class MetricsRegistry:
                     continue
                 if all(sample.labels.get(k) == v for k, v in match.items()):
                     yield sample.labels, sample.value
-        for labels, value in self._retired.get(counter, ()):
+        for key, value in self._retired.get(counter, {}).items():
+            labels = dict(key)
             if all(labels.get(k) == v for k, v in match.items()):
                 yield labels, value
 
