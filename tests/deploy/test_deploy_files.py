@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,62 @@ def test_rules_are_well_formed():
                 assert re.fullmatch(r"graphtier:[a-z_]+:[a-z0-9]+", rule["record"])  # level:metric:operations
     scrape = yaml.safe_load((DEPLOY / "prometheus" / "scrape.yaml").read_text())
     assert {job["metrics_path"] for job in scrape["scrape_configs"] if "metrics_path" in job} == {"/metrics"}
+
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian: apt-get install prometheus)"
+)
+
+# Two jobs on one target that Prometheus labels job="graphtier": the per-job rules must keep them apart.
+RULE_TESTS = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'graphtier_batches_total{{instance="a",job="graphtier",job_id="1",rank="0"}}'
+        values: '0+60x20'
+      - series: 'graphtier_batches_total{{instance="a",job="graphtier",job_id="2",rank="0"}}'
+        values: '0+120x20'
+      - series: 'graphtier_data_wait_seconds_total{{instance="a",job="graphtier",job_id="1",rank="0"}}'
+        values: '0+30x20'
+      - series: 'graphtier_train_seconds_total{{instance="a",job="graphtier",job_id="1",rank="0"}}'
+        values: '0+30x20'
+      - series: 'graphtier_data_wait_seconds_total{{instance="a",job="graphtier",job_id="2",rank="0"}}'
+        values: '0+0x20'
+      - series: 'graphtier_train_seconds_total{{instance="a",job="graphtier",job_id="2",rank="0"}}'
+        values: '0+60x20'
+    promql_expr_test:
+      - expr: graphtier:batches:rate1m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'graphtier:batches:rate1m{{instance="a",job_id="1"}}'
+            value: 1
+          - labels: 'graphtier:batches:rate1m{{instance="a",job_id="2"}}'
+            value: 2
+    alert_rule_test:
+      - eval_time: 15m
+        alertname: GraphtierDataBound
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: a, job_id: "1"}}
+            exp_annotations: {{summary: "ranks of job 1 wait for data 50% of the time"}}
+"""
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@needs_promtool
+def test_promtool_accepts_the_rules():
+    checked = _promtool("check", "rules", str(DEPLOY / "prometheus" / "rules.yaml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@needs_promtool
+def test_per_job_rules_and_alerts_keep_jobs_apart(tmp_path):
+    tests = tmp_path / "rules-test.yaml"
+    tests.write_text(RULE_TESTS.format(rules=json.dumps(str(DEPLOY / "prometheus" / "rules.yaml"))))
+    ran = _promtool("test", "rules", str(tests))
+    assert ran.returncode == 0, ran.stdout + ran.stderr

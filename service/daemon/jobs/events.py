@@ -8,10 +8,13 @@ the log is closed (the job ended).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 
+from graphtier.contract.errors import DaemonError
 from graphtier.contract.jobs.view import JobEvent, JobProgressInfo, LogLine, StateChange
 
 MAX_EVENTS = 20_000
@@ -93,3 +96,23 @@ class JobEventLog:
                     yield event
             if not follow:
                 return
+
+
+RANK_PREFIX = re.compile(r"^\[rank ?(\d+)\]")  # how torchrun's --tee prefixes a rank's lines in the job log
+
+
+def ended_job_log(job_id: str, log_path: Path) -> JobEventLog:
+    """A closed event log of the lines of an ended job's log file (the job is no longer supervised,
+    so its events are gone but its output is on disk); DaemonError naming the file if it is missing."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise DaemonError(f"job {job_id!r} has ended and its log {log_path} is gone") from None
+    except OSError as exc:
+        raise DaemonError(f"job {job_id!r}: cannot read its log {log_path}: {exc.strerror or exc}") from None
+    events = JobEventLog(job_id)
+    for line in text.splitlines():
+        match = RANK_PREFIX.match(line)
+        events.log(LogLine(text=line, rank=int(match.group(1)) if match else None))
+    events.close()
+    return events

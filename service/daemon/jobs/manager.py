@@ -26,7 +26,7 @@ import torch
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.jobs.conversions import job_to_proto
-from graphtier.contract.jobs.directory import job_directory, job_spec_path
+from graphtier.contract.jobs.directory import job_directory, job_log_path, job_spec_path
 from graphtier.contract.jobs.progress import Phase
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -34,7 +34,7 @@ from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
 from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.service.daemon.jobs.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
-from graphtier.service.daemon.jobs.events import JobEventLog
+from graphtier.service.daemon.jobs.events import JobEventLog, ended_job_log
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
 from graphtier.service.daemon.jobs.job_view import (
     final_rate,
@@ -386,7 +386,16 @@ class JobManager:
         return [self.get(r.job_id) for r in records if r.job_id in self._jobs or self.table.stored(r.job_id)]
 
     def events(self, job_id: str) -> JobEventLog:
-        return self._job(job_id).events
+        """The job's event log; for a job no longer supervised here (retired, or an earlier daemon's),
+        its log lines read back from `jobs/<id>/job.log`."""
+        self.table.get(job_id)  # UnknownJobError naming the id
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is not None:
+            return job.events
+        if self.table.stored(job_id) is None:
+            raise DaemonError(f"job {job_id!r} is not managed by this daemon")
+        return ended_job_log(job_id, job_log_path(job_directory(self.runtime_dir, job_id)))
 
     # Cancellation and channels
 

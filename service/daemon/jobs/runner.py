@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -49,6 +48,7 @@ from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, j
 from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
+from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.service.pipeline import (
     ChannelError,
@@ -70,7 +70,6 @@ STOP_GRACE_S = 15.0
 # rendezvous on the coordinator's store, which a lost node or a cut link leaves it waiting on for
 # the read timeout; the job must end within the peer timeout and a few seconds instead.
 LOST_NODE_GRACE_S = 3.0
-_RANK_PREFIX = re.compile(r"^\[rank ?(\d+)\]")
 MAX_SOCKET_PATH = 100
 
 
@@ -467,7 +466,7 @@ class JobRunner:
         for rank, tail in list(self._tails.items()):
             for text in tail.lines():
                 if rank is None:
-                    match = _RANK_PREFIX.match(text)
+                    match = RANK_PREFIX.match(text)
                     self.on_log(LogLine(text=text, rank=int(match.group(1)) if match else None))
                 else:
                     self.on_log(LogLine(text=text, rank=rank, from_producer=True, stream="stderr"))

@@ -7,7 +7,7 @@ they can never go stale. `/metrics` and `/v1/status` both read this registry.
 
 Traffic sources (label `tier`): replicated, interleaved_local, interleaved_peer, host,
 storage, network (a partitioned job's rows fetched from other nodes; per peer:
-`graphtier_network_peer_{rows,bytes,requests}_total{job,rank,peer}`, and the calls' latencies and
+`graphtier_network_peer_{rows,bytes,requests}_total{job_id,rank,peer}`, and the calls' latencies and
 the gathers' waits for them, `graphtier_network_{fetch,wait}_seconds_total`; NETWORK_COUNTERS).
 How the storage tier's rows were served (`StorageCounters`, per job and rank): read
 from the file (`graphtier_storage_read_{rows,bytes}_total`, the bytes whole device requests)
@@ -137,7 +137,8 @@ class _LiveGauges(Collector):
         return self._describe()
 
 
-ENDED_JOB = "ended"  # the job label that retired jobs' counters fold into
+JOB_LABEL = "job_id"  # not "job": Prometheus sets that label on every series it scrapes (the target)
+ENDED_JOB = "ended"  # the job_id label that retired jobs' counters fold into
 
 
 class MetricsRegistry:
@@ -146,17 +147,17 @@ class MetricsRegistry:
     def __init__(self, *, simulated_devices: bool) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        job_rank = ("job", "rank")
+        job_rank = ("job_id", "rank")
         self.tier_rows = Counter(
             "graphtier_tier_rows",
             "Feature rows served, by traffic source.",
-            ("dataset", "job", "rank", "tier"),
+            ("dataset", "job_id", "rank", "tier"),
             registry=r,
         )
         self.tier_bytes = Counter(
             "graphtier_tier_bytes",
             "Feature bytes served, by traffic source.",
-            ("dataset", "job", "rank", "tier"),
+            ("dataset", "job_id", "rank", "tier"),
             unit="bytes",
             registry=r,
         )
@@ -204,7 +205,7 @@ class MetricsRegistry:
         self.reporter_restarts = Counter(
             "graphtier_reporter_restarts",
             "Reports whose counters went back (the reporter restarted).",
-            ("job", "rank", "reporter"),
+            ("job_id", "rank", "reporter"),
             registry=r,
         )
         self.producer_lag = Gauge(
@@ -222,6 +223,9 @@ class MetricsRegistry:
             "graphtier_device_tiers_simulated", "1 when device tiers are accounted, not real (no GPU).", registry=r
         )
         self.simulated.set(1 if simulated_devices else 0)
+        # retired jobs' counters as they ended, summed over ranks (their ranks are no longer shown):
+        # label items -> value; /v1/status still reports each job's totals
+        self._retired: dict[Counter, dict[tuple[tuple[str, str], ...], float]] = {}
         self._simulated_devices = simulated_devices  # fixed for the daemon's life: read without a registry walk
         self.start_time = Gauge(
             "graphtier_daemon_start_time_seconds", "Unix time the daemon started.", unit="seconds", registry=r
@@ -233,7 +237,7 @@ class MetricsRegistry:
             for field, (name, text, unit) in STORAGE_COUNTERS.items()
         }
         self.network_peer = {
-            field: Counter(name, text, ("job", "rank", "peer"), unit="bytes" if field == "bytes" else "", registry=r)
+            field: Counter(name, text, ("job_id", "rank", "peer"), unit="bytes" if field == "bytes" else "", registry=r)
             for field, (name, text) in NETWORK_PEER_COUNTERS.items()
         }
         self.network_times = {
@@ -286,7 +290,7 @@ class MetricsRegistry:
         self.registry.register(collector)
 
     def add_producer(self, dataset: str, job: str, rank: int, delta: ProducerDelta) -> None:
-        labels = {"job": job, "rank": str(rank)}
+        labels = {"job_id": job, "rank": str(rank)}
         self.batches_produced.labels(**labels).inc(delta.batches)
         self.sampled_nodes.labels(**labels).inc(delta.sampled_nodes)
         self.sampled_edges.labels(**labels).inc(delta.sampled_edges)
@@ -308,14 +312,14 @@ class MetricsRegistry:
     def set_producer_gauges(
         self, job: str, rank: int, *, lag_batches: int, ready_slots: int, storage: StorageCounters | None = None
     ) -> None:
-        self.producer_lag.labels(job=job, rank=str(rank)).set(lag_batches)
-        self.ready_slots.labels(job=job, rank=str(rank)).set(ready_slots)
+        self.producer_lag.labels(job_id=job, rank=str(rank)).set(lag_batches)
+        self.ready_slots.labels(job_id=job, rank=str(rank)).set(ready_slots)
         if storage is not None:
-            self.lookahead_batches.labels(job=job, rank=str(rank)).set(storage.lookahead_batches)
-            self.window_cached_rows.labels(job=job, rank=str(rank)).set(storage.window_cached_rows)
+            self.lookahead_batches.labels(job_id=job, rank=str(rank)).set(storage.lookahead_batches)
+            self.window_cached_rows.labels(job_id=job, rank=str(rank)).set(storage.window_cached_rows)
 
     def add_trainer(self, job: str, rank: int, delta: TrainerDelta, *, loss: float, accuracy: float) -> None:
-        labels = {"job": job, "rank": str(rank)}
+        labels = {"job_id": job, "rank": str(rank)}
         self.batches.labels(**labels).inc(delta.steps)
         self.train_seconds.labels(**labels).inc(delta.train_seconds)
         self.data_wait_seconds.labels(**labels).inc(delta.data_wait_seconds)
@@ -325,22 +329,29 @@ class MetricsRegistry:
     def count_report(self, reporter: str, *, job: str, rank: int, restarted: bool) -> None:
         self.reports.labels(reporter=reporter).inc()
         if restarted:
-            self.reporter_restarts.labels(job=job, rank=str(rank), reporter=reporter).inc()
+            self.reporter_restarts.labels(job_id=job, rank=str(rank), reporter=reporter).inc()
 
     def retire_job(self, job: str) -> int:
-        """Drop job `job`'s series (it ended a while ago): counters fold into the series labelled
-        job="ended" (so daemon-wide sums never go back), gauges go. The number of series dropped."""
+        """Drop job `job`'s series from /metrics (it ended a while ago): counters fold into the series
+        labelled job_id="ended" (so daemon-wide sums never go back), gauges go. The counters' values are
+        kept beside the registry, summed over ranks, so the status still reports the job's totals. The
+        number of series dropped."""
         dropped = 0
         for metric in self._job_metrics():
             names = metric._labelnames  # noqa: SLF001  (prometheus_client keeps no public accessor)
             for family in metric.collect():
                 for sample in family.samples:
-                    if sample.labels.get("job") != job or sample.name.endswith("_created"):
+                    if sample.labels.get(JOB_LABEL) != job or sample.name.endswith("_created"):
                         continue
                     values = [sample.labels[n] for n in names]
                     if isinstance(metric, Counter) and sample.name.endswith("_total") and sample.value:
-                        ended = [ENDED_JOB if n == "job" else ("" if n == "rank" else sample.labels[n]) for n in names]
+                        ended = [
+                            ENDED_JOB if n == JOB_LABEL else ("" if n == "rank" else sample.labels[n]) for n in names
+                        ]
                         metric.labels(*ended).inc(sample.value)
+                        kept = self._retired.setdefault(metric, {})
+                        key = tuple((n, "" if n == "rank" else sample.labels[n]) for n in names)
+                        kept[key] = kept.get(key, 0.0) + sample.value
                     with contextlib.suppress(KeyError):
                         metric.remove(*values)
                         dropped += 1
@@ -353,7 +364,7 @@ class MetricsRegistry:
             *self.network_peer.values(),
             *self.network_times.values(),
         ]
-        return [m for m in metrics if isinstance(m, (Counter, Gauge)) and "job" in getattr(m, "_labelnames", ())]
+        return [m for m in metrics if isinstance(m, (Counter, Gauge)) and JOB_LABEL in getattr(m, "_labelnames", ())]
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -362,13 +373,21 @@ class MetricsRegistry:
     # Reading back, for /v1/status: the same numbers /metrics shows.
 
     def _samples(self, counter: Counter, **match: str) -> Iterable[tuple[dict[str, str], float]]:
+        """The live series of `counter` matching `match` and retired jobs' series as they ended, in
+        place of the job_id="ended" fold: the same sums, and each job's own totals."""
         for family in counter.collect():
             for sample in family.samples:
-                if sample.name.endswith("_total") and all(sample.labels.get(k) == v for k, v in match.items()):
+                if sample.labels.get(JOB_LABEL) == ENDED_JOB or not sample.name.endswith("_total"):
+                    continue
+                if all(sample.labels.get(k) == v for k, v in match.items()):
                     yield sample.labels, sample.value
+        for key, value in self._retired.get(counter, {}).items():
+            labels = dict(key)
+            if all(labels.get(k) == v for k, v in match.items()):
+                yield labels, value
 
     def traffic(self, **match: str) -> TrafficCounts:
-        """Traffic summed over every series whose labels include `match` (e.g. job="7")."""
+        """Traffic summed over every series whose labels include `match` (e.g. job_id="7")."""
         rows = dict.fromkeys(SOURCES, 0)
         nbytes = dict.fromkeys(SOURCES, 0)
         for labels, value in self._samples(self.tier_rows, **match):
@@ -399,7 +418,7 @@ class MetricsRegistry:
         }
 
     def totals_by(self, counter: Counter, *labels: str) -> dict[tuple[str, ...], float]:
-        """`counter` summed per value of `labels` (e.g. ("job", "rank")), read in one pass: a status
+        """`counter` summed per value of `labels` (e.g. ("job_id", "rank")), read in one pass: a status
         snapshot asks for many such sums, and each `total()` would walk every series again."""
         sums: dict[tuple[str, ...], float] = {}
         for sample_labels, value in self._samples(counter):
@@ -412,5 +431,5 @@ class MetricsRegistry:
         return sum(value for _, value in self._samples(counter, **match))
 
     def sample(self, name: str, **labels: str) -> float | None:
-        """The value of one exposed sample (e.g. "graphtier_producer_lag_batches", job=..., rank=...)."""
+        """The value of one exposed sample (e.g. "graphtier_producer_lag_batches", job_id=..., rank=...)."""
         return self.registry.get_sample_value(name, labels)

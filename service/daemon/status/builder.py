@@ -65,7 +65,7 @@ class StatusBuilder:
         self.version = package_version()
 
     def traffic(self, counts: TrafficCounts | None = None, **match: str) -> TrafficStatus:
-        """Traffic of the series matching `match` (e.g. job="7"), or of `counts` when given."""
+        """Traffic of the series matching `match` (e.g. job_id="7"), or of `counts` when given."""
         counts = counts if counts is not None else self.metrics.traffic(**match)
         total = counts.total_bytes
         sources = {
@@ -183,11 +183,11 @@ class StatusBuilder:
             "train_seconds": m.train_seconds,
             "data_wait_seconds": m.data_wait_seconds,
         }
-        sums = {name: m.totals_by(counter, "job", "rank") for name, counter in counters.items()}
-        sums["tier_rows"] = m.totals_by(m.tier_rows, "job", "tier")
-        sums["tier_bytes"] = m.totals_by(m.tier_bytes, "job", "tier")
+        sums = {name: m.totals_by(counter, "job_id", "rank") for name, counter in counters.items()}
+        sums["tier_rows"] = m.totals_by(m.tier_rows, "job_id", "tier")
+        sums["tier_bytes"] = m.totals_by(m.tier_bytes, "job_id", "tier")
         for field, counter in m.storage.items():
-            sums[f"storage_{field}"] = m.totals_by(counter, "job")
+            sums[f"storage_{field}"] = m.totals_by(counter, "job_id")
         return sums
 
     def _job_traffic(self, job_id: str, sums: dict[str, dict[tuple[str, ...], float]]) -> TrafficCounts:
@@ -220,12 +220,12 @@ class StatusBuilder:
             producer_lag_batches=max((r.producer_lag_batches for r in ranks), default=0),
             val_accuracy=evaluated[0].val_accuracy if evaluated else None,
             test_accuracy=evaluated[0].test_accuracy if evaluated else None,
-            traffic=self.traffic(self._job_traffic(record.job_id, sums), job=record.job_id),
+            traffic=self.traffic(self._job_traffic(record.job_id, sums), job_id=record.job_id),
             storage=self.storage(
                 self._storage_counters(sums, record.job_id),
                 [v.producer.storage for v in views if v.producer is not None],
             ),
-            network=self.network(self.metrics.network(job=record.job_id)),
+            network=self.network(self.metrics.network(job_id=record.job_id)),
             ranks=ranks,
         )
 

@@ -147,7 +147,7 @@ def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows
         url = client.endpoints.http_url
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
         metrics = reply.read().decode()
-    assert 'graphtier_network_peer_bytes_total{job="' in metrics and 'tier="network"' in metrics
+    assert 'graphtier_network_peer_bytes_total{job_id="' in metrics and 'tier="network"' in metrics
     shown = subprocess.run(
         [sys.executable, "-m", "graphtier.launcher.cli", "metrics", "--runtime-dir", str(a.runtime_dir)],
         capture_output=True,

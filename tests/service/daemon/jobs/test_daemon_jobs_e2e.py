@@ -78,7 +78,7 @@ def test_two_rank_job_succeeds_and_reports_accuracy(inproc_daemon):
         producer = status[rank].producer
         assert producer.batches_total == p.total_steps and 0 < producer.seeds_total <= 128 * producer.batches_total
         assert producer.sampled_nodes_total >= producer.seeds_total and producer.sampled_edges_total > 0
-        exported = inproc_daemon.metrics.sample("graphtier_sampled_nodes_total", job=job.job_id, rank=str(rank))
+        exported = inproc_daemon.metrics.sample("graphtier_sampled_nodes_total", job_id=job.job_id, rank=str(rank))
         assert exported == producer.sampled_nodes_total
 
 

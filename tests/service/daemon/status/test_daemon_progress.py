@@ -82,20 +82,20 @@ def test_reports_show_up_in_metrics_and_status_with_restarts_as_resets(running_j
     client.report_progress(_producer("7", 1, pid=301, batches=1, traffic=_traffic(0, 0, 5, 0)))
 
     text = httpx.get(client.http_url + "/metrics", timeout=10).text
-    series = 'dataset="rmat12",job="7",rank="0",tier='
+    series = 'dataset="rmat12",job_id="7",rank="0",tier='
     assert _metric(text, f'graphtier_tier_rows_total{{{series}"replicated"}}') == 10
     assert _metric(text, f'graphtier_tier_bytes_total{{{series}"interleaved_peer"}}') == 4 * 64
-    assert _metric(text, 'graphtier_tier_bytes_total{dataset="rmat12",job="7",rank="1",tier="host"}') == 15 * 64
+    assert _metric(text, 'graphtier_tier_bytes_total{dataset="rmat12",job_id="7",rank="1",tier="host"}') == 15 * 64
     assert _metric(text, 'graphtier_link_bytes_total{link="local"}') == 10 * 64
     assert _metric(text, 'graphtier_link_bytes_total{link="nvlink"}') == 4 * 64
     assert _metric(text, 'graphtier_link_bytes_total{link="pcie"}') == 19 * 64
     assert _metric(text, 'graphtier_link_bytes_total{link="storage"}') == 2 * 64
-    assert _metric(text, 'graphtier_batches_produced_total{job="7",rank="1"}') == 4
-    assert _metric(text, 'graphtier_batches_total{job="7",rank="0"}') == 4
-    assert _metric(text, 'graphtier_sample_seconds_total{job="7",rank="0"}') == 2.5
-    assert _metric(text, 'graphtier_train_seconds_total{job="7",rank="0"}') == pytest.approx(0.8)
-    assert _metric(text, 'graphtier_producer_lag_batches{job="7",rank="0"}') == 3
-    assert _metric(text, 'graphtier_reporter_restarts_total{job="7",rank="1",reporter="producer"}') == 1
+    assert _metric(text, 'graphtier_batches_produced_total{job_id="7",rank="1"}') == 4
+    assert _metric(text, 'graphtier_batches_total{job_id="7",rank="0"}') == 4
+    assert _metric(text, 'graphtier_sample_seconds_total{job_id="7",rank="0"}') == 2.5
+    assert _metric(text, 'graphtier_train_seconds_total{job_id="7",rank="0"}') == pytest.approx(0.8)
+    assert _metric(text, 'graphtier_producer_lag_batches{job_id="7",rank="0"}') == 3
+    assert _metric(text, 'graphtier_reporter_restarts_total{job_id="7",rank="1",reporter="producer"}') == 1
     assert _metric(text, 'graphtier_dataset_bytes{dataset="rmat12",tier="host"}') == 4096 * 16 * 4
     assert _metric(text, 'graphtier_jobs{state="running"}') == 1
     assert _metric(text, "graphtier_device_tiers_simulated") == 1
@@ -132,11 +132,11 @@ def test_network_tier_per_peer_reaches_metrics_and_status_with_restarts_as_reset
     report(100, {"10.0.0.2:7070": 5, "10.0.0.3:7070": 4}, 0.5)
     report(101, {"10.0.0.2:7070": 1}, 0.125)  # restarted: counts in full
     text = httpx.get(client.http_url + "/metrics", timeout=10).text
-    peer = 'graphtier_network_peer_{}_total{{job="7",peer="{}",rank="0"}}'
+    peer = 'graphtier_network_peer_{}_total{{job_id="7",peer="{}",rank="0"}}'
     assert _metric(text, peer.format("rows", "10.0.0.2:7070")) == 6
     assert _metric(text, peer.format("bytes", "10.0.0.3:7070")) == 4 * 64
     assert _metric(text, peer.format("requests", "10.0.0.2:7070")) == 4
-    assert _metric(text, 'graphtier_network_wait_seconds_total{job="7",rank="0"}') == 0.625
+    assert _metric(text, 'graphtier_network_wait_seconds_total{job_id="7",rank="0"}') == 0.625
     assert _metric(text, 'graphtier_link_bytes_total{link="network"}') == 10 * 64
     job = client.status().jobs[0]
     assert job.traffic.sources["network"].rows == 10 and job.traffic.links["network"] == 10 * 64

@@ -43,7 +43,7 @@ def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inpro
     assert s.window_hit_ratio == pytest.approx(s.window_rows / gathered)
     assert s.requests > 0 and s.read_bytes >= s.read_rows * 64 and s.queue_depth > 0 and s.bandwidth > 0
     assert status.storage.read_rows == s.read_rows and status.storage.window_rows == s.window_rows
-    labels = f'{{job="{job.job_id}",rank="0"}}'
+    labels = f'{{job_id="{job.job_id}",rank="0"}}'
     assert f"graphtier_storage_read_rows_total{labels} {float(s.read_rows)}" in exposition
     assert f"graphtier_window_hit_rows_total{labels} {float(s.window_rows)}" in exposition
     assert f"graphtier_storage_requests_total{labels} {float(s.requests)}" in exposition
