@@ -225,12 +225,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for row in CASES:
         if isinstance(row, Covered):
             write(
-                f"  {COVERED_OUTCOMES.get(row.test, 'not run in this session'):<8} {row.id} "
+                f"  {COVERED_OUTCOMES.get(row.test, 'not run in this test run'):<8} {row.id} "
                 f"(by {row.test.split('::')[-1]})"
             )
     covered_failed = sum(1 for outcome in COVERED_OUTCOMES.values() if outcome == "failed")
     write(
-        f"  cases {len(CASES)} ({len(run)} run here, {len(COVERED_OUTCOMES)} covered by tests run in this session, "
+        f"  cases {len(CASES)} ({len(run)} run here, {len(COVERED_OUTCOMES)} covered by the tests this run ran, "
         f"{covered_failed} of them failed); silent successes {sum(v.silent_success for v in run)}, "
         f"unnamed refusals {sum(v.unnamed for v in run)}, tracebacks {sum(v.traceback for v in run)}, "
         f"data lost {sum(v.data_lost for v in run)}, leaks {sum(bool(v.leaks) for v in run)}"
