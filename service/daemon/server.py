@@ -81,7 +81,11 @@ class Daemon:
             log.warning("job %s was unfinished when its daemon ended: marked failed", job_id)
         self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
         gpus = GpuPlacement(
-            mode=config.gpu_tiers, device_budget=config.device_budget, device_reserve=config.device_reserve
+            mode=config.gpu_tiers,
+            device_budget=config.device_budget,
+            device_reserve=config.device_reserve,
+            device_memory=config.device_memory,
+            fd_socket=config.runtime_dir / "memory.sock",
         )
         policy = LifetimePolicy.from_config(config.idle_unload_s, config.shm_budget)
         self.datasets = DatasetRegistry(

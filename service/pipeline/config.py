@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
 from graphtier.contract.messages import describe_validation_error
+from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
@@ -54,6 +55,14 @@ class ProducerConfig(BaseModel):
         ge=0,
         le=MAX_WINDOW,
         description="Look-ahead window: batches sampled ahead whose storage rows are read early and shared; 0 = off.",
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu",
+        description="Where the slots live: host shared memory, or GPU `device_index` (a `--device cuda` job: the "
+        "producer gathers straight into device slots and the rank trains on them without a copy).",
+    )
+    device_memory: DeviceMemoryMode = Field(
+        default="ipc", description="How device slots are shared: CUDA IPC handles, or VMM fds over a Unix socket."
     )
     partition: PartitionedFeatures | None = Field(
         default=None,

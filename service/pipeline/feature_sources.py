@@ -4,7 +4,12 @@
 - `WindowedTiers`: the same tiers, the storage rows read ahead through the look-ahead window
   (graphtier.service.storage.window), each batch's reads started when it is sampled;
 - `PeerRowSource`: a partitioned job's rows, this node's copy plus the rows fetched from the
-  other nodes' daemons (peer_rows.py), the fetches started when the batch is sampled.
+  other nodes' daemons (peer_rows.py), the fetches started when the batch is sampled;
+- `CudaTiers`: for device slots, the tiered gather on the producer's GPU straight into the slot
+  (device tiers from the daemon's handles, host tier zero-copy, storage rows staged through a
+  pinned buffer: graphtier.service.gpu.gather);
+- `StagedToDevice`: for device slots fed by the look-ahead window or other nodes, any of the
+  host sources above filling a pinned buffer that is copied into the slot on the producer's stream.
 
 Each one starts a sampled batch's reads (`admit`), fills the batch's rows into its slot
 (`fill`) and writes its counters into the control block (`count`), so the producer never
@@ -191,6 +196,63 @@ class PeerRowSource(FeatureSource):
             self.rows = None
 
 
+class CudaTiers(FeatureSource):
+    """The dataset's tiers read by the producer's GPU, gathered straight into a device slot.
+
+    `tiers` (the host view of the same placement) sizes the rows and names the storage reader;
+    the gather itself is `CudaGather` over the tiers this process mapped on GPU `device`."""
+
+    def __init__(
+        self, dataset: AttachedDataset, tiers: FeatureTiers, *, device: int, storage_reads: StorageReads
+    ) -> None:
+        super().__init__(tiers, storage_reads=storage_reads, window=0, depth=0)
+        from graphtier.service.gpu.gather import CudaGather  # CUDA only for device slots
+
+        cuda_tiers = dataset.cuda_tiers(device).tiers
+        assert cuda_tiers is not None  # set by open_cuda_tiers
+        self.gather = CudaGather(cuda_tiers)
+
+    def fill(self, node_ids: torch.Tensor, admitted: Admitted, out: torch.Tensor) -> TrafficCounts:
+        return self.gather.gather(node_ids, out)
+
+    def count(self, control: ControlBlock, traffic: TrafficCounts, admitted: Admitted, sampled_ahead: int) -> None:
+        # The staged storage rows were copied out of the file mapping, as in mmap mode.
+        self._count_storage(control, traffic, hits=0, reader=None, cached_rows=0, sampled_ahead=sampled_ahead)
+
+
+class StagedToDevice(FeatureSource):
+    """A host source whose rows reach a device slot through one pinned buffer per producer: filled on
+    the CPU, copied on the producer's current stream (the next fill waits for that copy)."""
+
+    def __init__(self, host: FeatureSource) -> None:
+        super().__init__(host.tiers, storage_reads=host.storage.mode, window=host.storage.window, depth=host.depth)  # type: ignore[arg-type]
+        self.host = host
+        self._staging: torch.Tensor | None = None
+        self._copied: torch.cuda.Event | None = None
+
+    def admit(self, node_ids: torch.Tensor) -> Admitted:
+        return self.host.admit(node_ids)
+
+    def fill(self, node_ids: torch.Tensor, admitted: Admitted, out: torch.Tensor) -> TrafficCounts:
+        n = node_ids.numel()
+        if self._copied is not None:
+            self._copied.synchronize()  # the last batch's copy has read the buffer
+        if self._staging is None or self._staging.shape[0] < n:
+            rows = max(n, 1024, 0 if self._staging is None else 2 * self._staging.shape[0])
+            self._staging = torch.empty((rows, *out.shape[1:]), dtype=out.dtype, pin_memory=True)
+        traffic = self.host.fill(node_ids, admitted, self._staging[:n])
+        out[:n].copy_(self._staging[:n], non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record(torch.cuda.current_stream(out.device))
+        return traffic
+
+    def count(self, control: ControlBlock, traffic: TrafficCounts, admitted: Admitted, sampled_ahead: int) -> None:
+        self.host.count(control, traffic, admitted, sampled_ahead)
+
+    def close(self) -> None:
+        self.host.close()
+
+
 def feature_source(
     dataset: AttachedDataset,
     tiers: FeatureTiers,
@@ -199,12 +261,20 @@ def feature_source(
     storage_reads: StorageReads,
     window: int,
     partition: PartitionedFeatures | None,
+    slot_device: int | None = None,
 ) -> FeatureSource:
     """The one source for a producer's configuration: peer rows for a partitioned job, the look-ahead
-    window when `window` > 0 and the dataset has storage rows to read, the tiers as they are otherwise."""
+    window when `window` > 0 and the dataset has storage rows to read, the tiers as they are otherwise.
+    For device slots (`slot_device`, a GPU) the tiers are gathered on that GPU; the window's and the
+    other nodes' rows are staged to it."""
+    host: FeatureSource
+    reader = dataset.row_reader() if window > 0 and partition is None else None
     if partition is not None:
-        return PeerRowSource(partition, tiers, storage_reads=storage_reads, window=window)
-    reader = dataset.row_reader() if window > 0 else None
-    if reader is not None:
-        return WindowedTiers(tiers, reader, storage_reads=storage_reads, window=window)
-    return LocalTiers(dataset, tiers, device_index=device_index, storage_reads=storage_reads, window=window)
+        host = PeerRowSource(partition, tiers, storage_reads=storage_reads, window=window)
+    elif reader is not None:
+        host = WindowedTiers(tiers, reader, storage_reads=storage_reads, window=window)
+    elif slot_device is not None:
+        return CudaTiers(dataset, tiers, device=slot_device, storage_reads=storage_reads)
+    else:
+        return LocalTiers(dataset, tiers, device_index=device_index, storage_reads=storage_reads, window=window)
+    return host if slot_device is None else StagedToDevice(host)

@@ -35,17 +35,19 @@ from types import FrameType
 
 import torch
 
+from graphtier.service.memory import FdExporter
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.feature_sources import FeatureSource, feature_source
-from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
+from graphtier.service.pipeline.layout import LAYOUT_FILE, MEMORY_SOCKET_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
+from graphtier.service.pipeline.ordering import CudaEventOrdering, HostOrdering, SlotOrdering
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
-from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
+from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
@@ -64,6 +66,8 @@ class Producer:
         self._link: ConsumerLink | None = None
         self._layout_path: Path | None = None
         self.source: FeatureSource | None = None  # None when the dataset has no features
+        self.ordering: SlotOrdering = HostOrdering()
+        self._exporter: FdExporter | None = None  # passes the fds of VMM device slots
         try:
             self._setup()
         except BaseException:
@@ -87,6 +91,12 @@ class Producer:
                 f"dataset {cfg.dataset.dataset!r} has {num_train} train ids, fewer than world_size {cfg.world_size}"
             )
         self.train_ids = train
+        self.slot_device = cfg.device_index if cfg.device == "cuda" else None
+        if self.slot_device is not None:
+            cfg.channel_dir.mkdir(parents=True, exist_ok=True)
+            self.ordering = CudaEventOrdering.create(self.slot_device, cfg.num_slots)
+            if cfg.device_memory == "vmm":
+                self._exporter = FdExporter(str(cfg.channel_dir / MEMORY_SOCKET_FILE))
         if cfg.sampler == "gpu":
             from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
 
@@ -108,6 +118,7 @@ class Producer:
                 storage_reads=cfg.storage_reads,
                 window=cfg.window,
                 partition=cfg.partition,
+                slot_device=self.slot_device,
             )
         self._limit = caps.upper_bound(
             batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
@@ -123,10 +134,13 @@ class Producer:
             "batch_size": cfg.batch_size,
             "feature_shape": tiers.row_shape if tiers is not None else None,
             "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
+            "device": self.slot_device,
+            "device_memory": cfg.device_memory,
+            "exporter": self._exporter,
         }
         self.slots: list[SlotViews] = []
         for k in range(cfg.num_slots):
-            self.slots.append(create_slot(self.owner, index=k, generation=0, capacity=capacity, **self._slot_args))
+            self.slots.append(self._create_slot(k, 0, capacity))
             self._record_capacity(k)
         cfg.channel_dir.mkdir(parents=True, exist_ok=True)
         listener = Listener(str(cfg.channel_dir / SOCKET_FILE))
@@ -159,6 +173,12 @@ class Producer:
             seeds = batch_seeds(shard, step, cfg.batch_size)
             seen.append(caps.needed(self.sampler.sample(seeds, seed=sample_seed(cfg.seed, 0, cfg.rank, step))))
         return caps.with_margin(caps.largest(seen), cfg.capacity_margin, self._limit)
+
+    def _create_slot(self, k: int, generation: int, capacity: SlotCapacity) -> SlotViews:
+        events = self.ordering.event_handles(k)
+        return create_slot(
+            self.owner, index=k, generation=generation, capacity=capacity, events=events, **self._slot_args
+        )
 
     def _write_layout(self) -> None:
         path = self.config.channel_dir / LAYOUT_FILE
@@ -233,8 +253,8 @@ class Producer:
             return views, False
         capacity = caps.grow(views.layout.capacity, need, self.config.capacity_margin, self._limit)
         generation = views.layout.generation + 1
-        self.owner.remove(slot_label(self.channel, k, views.layout.generation))
-        views = create_slot(self.owner, index=k, generation=generation, capacity=capacity, **self._slot_args)
+        views.memory.close()  # the consumer released it; its mapping goes when it attaches the new one
+        views = self._create_slot(k, generation, capacity)
         self.slots[k] = views
         self._record_capacity(k)
         self.control.header["slot_growths"] += 1
@@ -263,14 +283,18 @@ class Producer:
         rec["state"] = SlotState.FILLING
         t1 = time.perf_counter_ns()
         views, grown = self._fit(k, sub)
+        if not grown:
+            self.ordering.before_fill(k)  # a grown slot is new memory the rank has never read
         nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
         views.node_ids[:nodes].copy_(sub.node_ids)
         views.indptr[: expanded + 1].copy_(sub.indptr)
         views.indices[:edges].copy_(sub.indices)
-        if self.dataset.labels is not None:
+        if self.dataset.labels is None:
+            views.labels[: seeds.numel()].fill_(-1)
+        elif views.device.type == "cpu":
             torch.index_select(self.dataset.labels, 0, seeds, out=views.labels[: seeds.numel()])
         else:
-            views.labels[: seeds.numel()].fill_(-1)
+            views.labels[: seeds.numel()].copy_(self.dataset.labels.index_select(0, seeds))
         if views.features is not None and self.source is not None:
             traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
             rec.set_traffic(traffic)
@@ -302,6 +326,7 @@ class Producer:
         ctl.header["sampled_nodes_total"] += nodes
         ctl.header["sampled_edges_total"] += edges
         ctl.header["batches_produced"] += 1
+        self.ordering.after_fill(k)
         rec["ready_ns"] = time.monotonic_ns()
         rec["state"] = SlotState.READY
         message: dict[str, object] = {
@@ -331,6 +356,13 @@ class Producer:
         if self._link is not None:
             self._link.close()
             self._link = None
+        for views in getattr(self, "slots", []):
+            views.memory.close()
+        self.slots = []
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
+        self.ordering.close()
         if self._layout_path is not None:
             try:
                 if ChannelLayout.read(self._layout_path.parent).producer_pid == os.getpid():

@@ -173,8 +173,8 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
 
 
 def device_tier_section(res: dict) -> None:
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     row_bytes, nbytes = 512, 8 * GiB
     rows = nbytes // row_bytes
@@ -220,10 +220,10 @@ def device_tier_section(res: dict) -> None:
 def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> None:
     from rmat_fixture import RMatParams, load_or_build_rmat
 
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
     from graphtier.service.gpu.host_registry import host_registry
     from graphtier.service.hotness import ScoreSpec, compute_scores, reorder_by_score
+    from graphtier.service.memory.device_ipc import DeviceAllocation
     from graphtier.service.sampling import NeighborSampler
     from graphtier.service.shm import SegmentOwner
 

@@ -231,11 +231,22 @@ def _channel_layout() -> channels_pb2.ChannelLayout:
             index=k,
             generation=k,
             capacity=channels_pb2.SlotCapacity(nodes=5000, edges=20000, expanded=1200),
-            node_ids=_segment(f"slot{k}", [5000], "int64"),
-            indptr=_segment(f"slot{k}", [1201], "int64", offset=40000),
-            indices=_segment(f"slot{k}", [20000], "int64", offset=49608),
-            labels=_segment(f"slot{k}", [1024], "int64", offset=209608),
-            features=_segment(f"slot{k}", [5000, 128], "float32", offset=217800),
+            memory=common_pb2.MemoryHandle(
+                location="device",
+                mechanism="vmm_fd",
+                nbytes=2777800,
+                owner_pid=4242,
+                export_socket="/run/graphtier/channels/job7-rank1/memory.sock",
+                export_id=f"job7-rank1-s{k}-g{k}",
+                pci_bus_id="0000:18:00.0",
+            ),
+            node_ids=common_pb2.Region(offset=0, shape=[5000], dtype="int64"),
+            indptr=common_pb2.Region(offset=40000, shape=[1201], dtype="int64"),
+            indices=common_pb2.Region(offset=49608, shape=[20000], dtype="int64"),
+            labels=common_pb2.Region(offset=209608, shape=[1024], dtype="int64"),
+            features=common_pb2.Region(offset=217800, shape=[5000, 128], dtype="float32"),
+            ready_event="ab" * 64,
+            released_event="cd" * 64,
         )
         for k in range(2)
     ]
@@ -270,6 +281,7 @@ def test_channel_layout_round_trips():
     assert [s.index for s in back.slots] == [0, 1]
     assert list(back.slots[1].features.shape) == [5000, 128] and back.slots[1].features.dtype == "float32"
     assert back.slots[0].features.offset == 217800
+    assert back.slots[1].memory.mechanism == "vmm_fd" and back.slots[1].ready_event == "ab" * 64
     assert channels_pb2.ChannelSlot().HasField("features") is False  # a featureless slot is distinguishable
     assert json_format.Parse(json_format.MessageToJson(layout), channels_pb2.ChannelLayout()) == layout
 

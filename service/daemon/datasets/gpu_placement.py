@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from graphtier.contract.errors import InvalidRequestError
+from graphtier.service.memory import DeviceMemoryMode, FdExporter
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.placement.tier_budget import parse_budget
 
@@ -32,8 +34,22 @@ class GpuDecision:
 class GpuPlacement:
     """The daemon's policy: `mode` "auto" (real GPUs when there are any) or "off" (accounted)."""
 
-    def __init__(self, *, mode: str = "auto", device_budget: str = "auto", device_reserve: str = "25%") -> None:
+    def __init__(
+        self,
+        *,
+        mode: str = "auto",
+        device_budget: str = "auto",
+        device_reserve: str = "25%",
+        device_memory: DeviceMemoryMode = "ipc",
+        fd_socket: Path | None = None,
+    ) -> None:
+        """`fd_socket`: where the daemon passes memory fds (read-write fds of its segments for GPUs
+        that cannot register read-only host memory, VMM device tiers); served only when GPUs are
+        visible, so a CPU-only daemon hands nobody a writable fd of its tiers."""
         self.mode = mode
+        self.device_memory = device_memory  # how device tiers and device slots are shared: ipc handles or vmm fds
+        self.fd_socket = fd_socket
+        self._exporter: FdExporter | None = None
         self.device_budget = device_budget
         self.device_reserve = device_reserve
         self._budgets: dict[int, int] = {}
@@ -58,6 +74,21 @@ class GpuPlacement:
             )
         return self._budgets[device]
 
+    def fd_exporter(self) -> FdExporter | None:
+        """The daemon's fd exporter (started on first use) when GPUs are visible and used; else None."""
+        if self._exporter is None and self.fd_socket is not None and self.mode == "auto":
+            from graphtier.service.gpu.runtime import device_count
+
+            if device_count()[0] > 0:
+                self._exporter = FdExporter(str(self.fd_socket))
+        return self._exporter
+
+    def close(self) -> None:
+        """Stop passing fds (the datasets are unloaded first)."""
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
+
     def budgets(self) -> dict[int, int]:
         """The budgets decided so far, by GPU."""
         return dict(self._budgets)
@@ -81,7 +112,7 @@ class GpuPlacement:
         devices = tuple(range(plan.num_devices))
         notes: list[str] = []
         if plan.interleaved_end > plan.replicated_end:
-            from graphtier.service.gpu.device_tiers import peer_matrix_complete
+            from graphtier.service.store.device_tiers import peer_matrix_complete
 
             if not peer_matrix_complete(devices):
                 rows = plan.interleaved_end - plan.replicated_end

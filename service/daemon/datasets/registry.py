@@ -278,7 +278,14 @@ class DatasetRegistry:
             decision = self.gpus.decide(asked, name)
             self._make_room(name, resident_estimate(dataset.manifest, decision.plan))
             t0 = time.perf_counter()
-            store = SharedDatasetStore(dataset, decision.plan, devices=decision.devices, placement_notes=decision.notes)
+            store = SharedDatasetStore(
+                dataset,
+                decision.plan,
+                devices=decision.devices,
+                placement_notes=decision.notes,
+                device_memory=self.gpus.device_memory,
+                fd_exporter=self.gpus.fd_exporter(),
+            )
             log.info(
                 "loaded dataset %s in %.2f s (checksums of every served array verified, %.2f s of it)",
                 name,
@@ -360,4 +367,5 @@ class DatasetRegistry:
             for old in self._retired:
                 old.store.close()
             self._retired.clear()
+            self.gpus.close()
             return names

@@ -211,6 +211,7 @@ class JobManager:
             placement=part.placement if part else None,
             external=external,
             partition=partition,
+            device_memory=self.datasets.gpus.device_memory,
         )
         job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part)
         with self._lock:

@@ -50,6 +50,7 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
 from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
+from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline import (
     ChannelError,
     ChannelLayout,
@@ -165,8 +166,10 @@ class JobRunner:
         placement: JobPlacementInfo | None = None,
         external: ExternalAgent | None = None,
         partition: PartitionedFeatures | None = None,
+        device_memory: DeviceMemoryMode = "ipc",
     ) -> None:
         self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.device_memory = device_memory  # how a cuda job's device slots are shared with its ranks
         self.placement, self.external = placement, external
         self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons
         self.lazy_producers = placement is not None or external is not None
@@ -216,8 +219,10 @@ class JobRunner:
             window=self.spec.window,
             partition=self.partition,
             sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
-            # a GPU-sampling producer samples on its rank's GPU (cuda:LOCAL_RANK under torchrun)
-            device_index=rank % self.spec.nproc_per_node if self.spec.sampler == "gpu" else 0,
+            # a cuda job's producer gathers into slots on its rank's GPU (cuda:LOCAL_RANK under torchrun)
+            device=self.spec.device,
+            device_memory=self.device_memory,
+            device_index=rank % self.spec.nproc_per_node if self.spec.device == "cuda" else 0,
         )
         try:
             producer = spawn_producer(config)

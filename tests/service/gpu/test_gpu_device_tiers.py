@@ -31,7 +31,7 @@ def _plan(ds) -> PlacementPlan:
 
 CHILD = """
 import json, sys, torch
-from graphtier.service.gpu.device_memory import opened_handles
+from graphtier.service.memory.device_ipc import opened_handles
 from graphtier.service.gpu.gather import CudaGather
 from graphtier.service.gpu.host_registry import host_registry
 from graphtier.service.store import SharedDatasetHandle, attach_dataset

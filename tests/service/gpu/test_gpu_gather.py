@@ -37,9 +37,9 @@ def table_parts(tmp_path, request):
 
 
 def _tiers(table, resident, storage, host_end, rep, inter, nd, device_index, allocs, drop_share=None):
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.gather import CudaFeatureTiers
     from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     rows = table.reshape(ROWS, -1).view(torch.uint8)
 
@@ -76,8 +76,8 @@ def _tiers(table, resident, storage, host_end, rep, inter, nd, device_index, all
 
 
 def _release(allocs):
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     for a in allocs:
         if isinstance(a, DeviceAllocation):

@@ -102,9 +102,9 @@ def test_without_a_gpu_runtime_calls_raise_cuda_error(function, args):
 
 @no_gpu
 def test_without_a_gpu_allocation_and_host_registration_raise_cuda_error_and_keep_nothing():
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.host_registry import HostRegistry
     from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     with pytest.raises(CudaError):
         DeviceAllocation(0, 4096, "test tier")
@@ -116,8 +116,8 @@ def test_without_a_gpu_allocation_and_host_registration_raise_cuda_error_and_kee
 
 
 def test_a_bad_allocation_size_is_refused_before_cuda():
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     with pytest.raises(CudaError, match="test tier: cannot allocate 0 bytes"):
         DeviceAllocation(0, 0, "test tier")

@@ -78,5 +78,5 @@ def test_the_layout_carries_the_placement_and_its_notes_over_grpc(make_inproc_da
     else:
         assert not layout.simulated_devices
         assert [ref.tier for ref in handle.device_tiers] == ["replicated", "interleaved"]
-        assert all(len(ref.handle) == 128 and ref.owner_pid > 0 for ref in handle.device_tiers)
+        assert all(len(ref.memory.ipc_handle or "") == 128 and ref.memory.owner_pid > 0 for ref in handle.device_tiers)
         assert torch.cuda.is_available()
