@@ -353,6 +353,9 @@ class Producer:
         if self.source is not None:
             self.source.close()
             self.source = None
+        dataset = getattr(self, "dataset", None)
+        if dataset is not None:
+            dataset.detach()  # the device tier mappings and host registrations of device slots' gathers
         if self._link is not None:
             self._link.close()
             self._link = None
