@@ -86,6 +86,7 @@ class Daemon:
             device_reserve=config.device_reserve,
             device_memory=config.device_memory,
             fd_socket=config.runtime_dir / "memory.sock",
+            fd_socket_gid=config.socket_gid,
         )
         policy = LifetimePolicy.from_config(config.idle_unload_s, config.shm_budget)
         self.datasets = DatasetRegistry(

@@ -19,13 +19,25 @@ from graphtier.service.gpu.runtime import CudaError, on_device, pci_bus_id
 from graphtier.service.memory.fd_passing import FdExporter, fetch_fds
 from graphtier.service.memory.handle import MemoryHandle
 
+_initialised: list[Any] = []
+
 
 def _driver() -> Any:
-    try:
-        from cuda.bindings import driver
-    except ImportError as exc:
-        raise CudaError(f"cuda-python is not installed ({exc}); install `cuda-bindings` to use VMM memory") from None
-    return driver
+    """`cuda.bindings.driver` after cuInit; CudaError when cuda-python or the NVIDIA driver is missing
+    (cuda-python raises its own RuntimeError for the latter) or the driver cannot initialise."""
+    if not _initialised:
+        try:
+            from cuda.bindings import driver
+
+            err, *_ = driver.cuInit(0)
+        except ImportError as exc:
+            raise CudaError(f"cuda-python is not installed ({exc}); install `cuda-bindings` for VMM memory") from None
+        except RuntimeError as exc:
+            raise CudaError(f"the CUDA driver cannot be used ({type(exc).__name__}: {exc})") from None
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise CudaError(f"cuInit failed ({err!r}): no usable NVIDIA driver or device")
+        _initialised.append(driver)
+    return _initialised[0]
 
 
 def check_driver(result: Any, what: str) -> Any:

@@ -35,7 +35,9 @@ class FdExporter:
     them); a fd already passed lives on in the receiver until the receiver closes it.
     """
 
-    def __init__(self, path: str, *, mode: int = 0o600) -> None:
+    def __init__(self, path: str, *, mode: int = 0o600, gid: int | None = None) -> None:
+        """Serve on `path` with file `mode`, group-owned by `gid` when given (e.g. 0o660 and the
+        daemon's socket group, so its group's ranks may fetch)."""
         self.path = path
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}
@@ -47,6 +49,8 @@ class FdExporter:
         try:
             self._sock.bind(path)
             os.chmod(path, mode)
+            if gid is not None:
+                os.chown(path, -1, gid)
             self._sock.listen(16)
         except OSError as exc:
             self._sock.close()

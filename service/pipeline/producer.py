@@ -253,6 +253,8 @@ class Producer:
             return views, False
         capacity = caps.grow(views.layout.capacity, need, self.config.capacity_margin, self._limit)
         generation = views.layout.generation + 1
+        if views.device.type == "cuda":  # the rank's reads may still run: free the memory after them
+            torch.cuda.current_stream(views.device).synchronize()
         views.memory.close()  # the consumer released it; its mapping goes when it attaches the new one
         views = self._create_slot(k, generation, capacity)
         self.slots[k] = views
@@ -282,9 +284,8 @@ class Producer:
         rec = ctl.slots[k]
         rec["state"] = SlotState.FILLING
         t1 = time.perf_counter_ns()
+        self.ordering.before_fill(k)  # this process's writes into slot k follow the rank's reads of it
         views, grown = self._fit(k, sub)
-        if not grown:
-            self.ordering.before_fill(k)  # a grown slot is new memory the rank has never read
         nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
         views.node_ids[:nodes].copy_(sub.node_ids)
         views.indptr[: expanded + 1].copy_(sub.indptr)

@@ -16,6 +16,7 @@ import ctypes
 import logging
 import mmap
 import os
+import secrets
 import time
 from collections.abc import Sequence
 
@@ -98,7 +99,7 @@ class DeviceTierSet:
     def _place(self, tier: str, slot: int, device: int, rows: torch.Tensor, label: str) -> None:
         nbytes = rows.numel()
         memory = allocate(
-            f"{label}-{tier}-{slot}",
+            f"{label}-{tier}-{slot}-{secrets.token_hex(4)}",  # unique: also the fd's export id under vmm
             max(nbytes, 1),  # a share may be empty
             device=device,
             mode=self.mode,

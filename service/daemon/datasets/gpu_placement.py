@@ -42,13 +42,14 @@ class GpuPlacement:
         device_reserve: str = "25%",
         device_memory: DeviceMemoryMode = "ipc",
         fd_socket: Path | None = None,
+        fd_socket_gid: int | None = None,
     ) -> None:
         """`fd_socket`: where the daemon passes memory fds (read-write fds of its segments for GPUs
         that cannot register read-only host memory, VMM device tiers); served only when GPUs are
         visible, so a CPU-only daemon hands nobody a writable fd of its tiers."""
         self.mode = mode
         self.device_memory = device_memory  # how device tiers and device slots are shared: ipc handles or vmm fds
-        self.fd_socket = fd_socket
+        self.fd_socket, self.fd_socket_gid = fd_socket, fd_socket_gid  # gid: the daemon's socket group
         self._exporter: FdExporter | None = None
         self.device_budget = device_budget
         self.device_reserve = device_reserve
@@ -80,7 +81,9 @@ class GpuPlacement:
             from graphtier.service.gpu.runtime import device_count
 
             if device_count()[0] > 0:
-                self._exporter = FdExporter(str(self.fd_socket))
+                group = self.fd_socket_gid
+                mode = 0o600 if group is None else 0o660
+                self._exporter = FdExporter(str(self.fd_socket), mode=mode, gid=group)
         return self._exporter
 
     def close(self) -> None:
