@@ -45,7 +45,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.client.data_plane import DataPlaneClient
-from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits
+from graphtier.launcher.runtime.batch import DeviceBatch, on_device, seed_logits
 from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
@@ -195,7 +195,7 @@ class Job:
             if index < skip:
                 batch.release()
                 continue
-            self._index, self._current = index + 1, batch.to(self.device)
+            self._index, self._current = index + 1, on_device(batch, self.device)
             self.session.begin_step(epoch, index + 1)  # names the step if its gradients turn out non-finite
             try:
                 yield self._current

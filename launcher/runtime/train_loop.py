@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.launcher.runtime.batch import Batch
+from graphtier.launcher.runtime.batch import Batch, on_device
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches
 from graphtier.launcher.runtime.models import build_model
@@ -47,22 +47,6 @@ def _train_step(
     optimizer.step()
     correct = int((logits.detach().argmax(dim=1) == y)[labelled].sum())
     return value, correct, count
-
-
-def on_device(batch: Batch, device: torch.device) -> Batch:
-    """`batch` ready to train on `device`. A batch read out of a producer's slot is used where it
-    lies, never copied: its slot is on the rank's device (a device slot for a cuda job, a host slot
-    for a cpu job), and a batch elsewhere means the job's producer and rank disagree, which is an
-    error, not a silent copy per step. A batch sampled in-process is moved."""
-    if batch.slot is None:
-        return batch.to(device)
-    where = batch.x.device
-    if where.type != device.type or (device.index is not None and where.index != device.index):
-        raise GraphtierError(
-            f"batch {batch.batch} lies in a slot on {where} but this rank trains on {device}: the producer must "
-            "fill slots on the rank's device (a --device cuda job gets device slots on cuda:LOCAL_RANK)"
-        )
-    return batch
 
 
 def run_training(

@@ -12,8 +12,8 @@ import pytest
 import torch
 from gpu_marks import needs_cuda
 
+from graphtier.launcher.runtime.batch import on_device
 from graphtier.launcher.runtime.models.factory import build_model
-from graphtier.launcher.runtime.train_loop import on_device
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.store import SharedDatasetStore

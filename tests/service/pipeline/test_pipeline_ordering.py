@@ -113,7 +113,7 @@ def test_a_slot_layout_says_its_location_and_carries_events_only_for_device_memo
 
 
 def test_a_rank_trains_on_a_slot_where_it_lies_and_refuses_a_copy_per_step():
-    from graphtier.launcher.runtime.train_loop import on_device
+    from graphtier.launcher.runtime.batch import on_device
     from graphtier.service.sampling import SampledSubgraph
 
     sub = SampledSubgraph(
