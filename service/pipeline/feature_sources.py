@@ -44,6 +44,11 @@ class FeatureSource(ABC):
         self.depth = depth  # batches to sample ahead of the one being gathered
         self.storage = StorageCounters(mode=storage_reads, window=window)
 
+    @property
+    def simulated(self) -> bool:
+        """True when the device tiers' rows are read from their host copy (accounted, not moved)."""
+        return self.tiers.simulated
+
     def admit(self, node_ids: torch.Tensor) -> Admitted:
         """Start the reads of a batch just sampled; what it returns comes back to `fill` and `count`."""
         return None
@@ -212,6 +217,10 @@ class CudaTiers(FeatureSource):
         assert cuda_tiers is not None  # set by open_cuda_tiers
         self.gather = CudaGather(cuda_tiers)
 
+    @property
+    def simulated(self) -> bool:
+        return False  # every row is read where it lives (unplaced device tiers count as host rows)
+
     def fill(self, node_ids: torch.Tensor, admitted: Admitted, out: torch.Tensor) -> TrafficCounts:
         return self.gather.gather(node_ids, out)
 
@@ -229,6 +238,10 @@ class StagedToDevice(FeatureSource):
         self.host = host
         self._staging: torch.Tensor | None = None
         self._copied: torch.cuda.Event | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.host.simulated
 
     def admit(self, node_ids: torch.Tensor) -> Admitted:
         return self.host.admit(node_ids)

@@ -128,7 +128,7 @@ class Producer:
         self.control, control_ref, error_ref = create_control(self.owner, channel=self.channel, num_slots=cfg.num_slots)
         start_time = process_start_time(pid) or 0
         self.control.initialise(num_slots=cfg.num_slots, producer_pid=pid, producer_start_time=start_time)
-        self.control.header["simulated"] = int(tiers.simulated) if tiers is not None else 0
+        self.control.header["simulated"] = int(self.source.simulated) if self.source is not None else 0
         self._slot_args = {
             "channel": self.channel,
             "batch_size": cfg.batch_size,

@@ -62,6 +62,7 @@ def test_device_slots_are_filled_by_the_producer_and_trained_on_in_place(gpu_sto
             batches = 0
             for batch in reader:
                 assert batch.x.device == cuda and batch.y.device == cuda and batch.blocks[0].indptr.device == cuda
+                assert batch.traffic.simulated is False  # the device tiers' rows came from device memory
                 slot = reader._slots[batch.slot]
                 assert batch.x.data_ptr() == slot.features.data_ptr()  # a view of the slot itself
                 assert on_device(batch, cuda) is batch
