@@ -3,11 +3,10 @@
 It opens the slots' memory handles once (host slots read-only; device slots on the rank's GPU,
 with their interprocess events: ordering.py) and the control block writable (for its own
 counters), connects to the producer's socket, and hands out `Batch`es of zero-copy views: CPU
-tensors of host slots, CUDA tensors of device slots. Every wait
-is bounded: it polls the socket with a short timeout and, between polls, checks that the
-producer process lives (pid + start time) and that its heartbeat is younger than `timeout`,
-raising ProducerDiedError / ProducerStalledError / ProducerFailedError naming the pid and
-the channel instead of hanging.
+tensors of host slots, CUDA tensors of device slots. Every wait is bounded: it polls the
+socket with a short timeout and, between polls, checks that the producer process lives (pid +
+start time) and that its heartbeat is younger than `timeout`, raising ProducerDiedError /
+ProducerStalledError / ProducerFailedError naming the pid and the channel instead of hanging.
 """
 
 from __future__ import annotations
@@ -80,6 +79,7 @@ class ChannelReader:
             self._close_slots()
             raise
         if not self.control.valid:
+            self._close_slots()
             raise ChannelError(f"channel {layout.channel!r}: {layout.control.name} is not a producer control block")
         try:
             self._conn = connect(layout.socket_path)

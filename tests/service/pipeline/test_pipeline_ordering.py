@@ -6,6 +6,7 @@ on host slots (whose ordering is the socket message itself); the CUDA events are
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -135,3 +136,13 @@ def test_a_rank_trains_on_a_slot_where_it_lies_and_refuses_a_copy_per_step():
     assert on_device(empty, torch.device("cpu")) is empty
     with pytest.raises(GraphtierError, match="lies in a slot on cpu but this rank trains on cuda:0"):
         on_device(in_slot, torch.device("cuda", 0))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible (the GPU tests cover device slots)")
+def test_device_slots_without_a_gpu_fail_saying_why_and_leave_nothing(make_config, segments_of, channel_dir):
+    from graphtier.service.gpu.runtime import CudaError
+
+    with pytest.raises(CudaError):
+        Producer(make_config(device="cuda", device_memory="vmm"))
+    assert [name for name in segments_of(os.getpid()) if ".rank0-" in name] == []  # no slot or control block
+    assert list(channel_dir.iterdir()) == []

@@ -60,6 +60,10 @@ def test_device_budget_settings_are_checked_up_front(monkeypatch):
         DaemonConfig.build(device_budget="12 parsecs")
     with pytest.raises(DaemonConfigError, match="device_reserve"):
         DaemonConfig.build(device_reserve="120%")
+    with pytest.raises(DaemonConfigError, match="device_memory: Input should be 'ipc' or 'vmm'"):
+        DaemonConfig.build(device_memory="shared")
+    assert DaemonConfig.build().device_memory == "ipc"
+    assert DaemonConfig.build(device_memory="vmm").device_memory == "vmm"
     monkeypatch.setenv("GRAPHTIER_GPU_TIERS", "sometimes")
     with pytest.raises(DaemonConfigError, match="gpu_tiers: Input should be 'auto' or 'off'"):
         DaemonConfig.build()
