@@ -159,14 +159,16 @@ class CudaEventOrdering(SlotOrdering):
         return cudart().cudaStream_t(torch.cuda.current_stream(self.device).cuda_stream)
 
     def _record(self, event: Any, what: str) -> None:
-        from graphtier.service.gpu.runtime import check, cudart
+        from graphtier.service.gpu.runtime import check, cudart, on_device
 
-        check(cudart().cudaEventRecord(event, self._stream()), what)
+        with on_device(self.device):  # the event's device, whatever this thread had current
+            check(cudart().cudaEventRecord(event, self._stream()), what)
 
     def _wait(self, event: Any, what: str) -> None:
-        from graphtier.service.gpu.runtime import check, cudart
+        from graphtier.service.gpu.runtime import check, cudart, on_device
 
-        check(cudart().cudaStreamWaitEvent(self._stream(), event, 0), what)
+        with on_device(self.device):
+            check(cudart().cudaStreamWaitEvent(self._stream(), event, 0), what)
 
     def before_fill(self, slot: int) -> None:
         self._wait(self._released[slot], f"waiting for the rank to release slot {slot}")
