@@ -2,8 +2,9 @@
 
 The owner (graphtier.service.shm) creates, seals and unlinks segments and reclaims those of
 owners that died; this module gives them the handle form every consumer opens, and opens them
-on the other side: by name (read-only unless asked), or from a read-write fd passed over a Unix
-socket (a sealed 0400 segment a GPU must register writable; see fd_passing.py).
+on the other side by name (read-only unless asked). A sealed 0400 segment that a GPU must
+register writable is mapped from a read-write fd its owner passes (`open_read_write_fd` here,
+fd_passing.py, and graphtier.service.store.device_tiers).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.memory.handle import MemoryHandle, Region
 from graphtier.service.shm import SegmentOwner, SharedSegment
-from graphtier.service.shm.ref import check_span, map_fd, map_segment, torch_dtype, view_of_mapping
+from graphtier.service.shm.ref import check_span, map_segment, torch_dtype, view_of_mapping
 
 CPU = torch.device("cpu")
 
@@ -50,16 +51,13 @@ class HostAllocation:
 
 
 class HostMapping:
-    """A consumer's mapping of a host handle: by name, or from `fd` (a read-write fd passed to it)."""
+    """A consumer's mapping of a host handle, by segment name (read-only unless `writable`)."""
 
-    def __init__(self, handle: MemoryHandle, *, writable: bool = False, fd: int | None = None) -> None:
+    def __init__(self, handle: MemoryHandle, *, writable: bool = False) -> None:
         if handle.location != "host" or handle.shm_name is None:
             raise SharedMemoryError(f"{handle.label} is not host shared memory")
-        self.handle, self.writable, self.device = handle, writable or fd is not None, CPU
-        if fd is None:
-            self._mapping, self._size = map_segment(handle.shm_name, writable=writable)
-        else:
-            self._mapping, self._size = map_fd(fd, writable=True), os.fstat(fd).st_size
+        self.handle, self.writable, self.device = handle, writable, CPU
+        self._mapping, self._size = map_segment(handle.shm_name, writable=writable)
         if self._size < handle.nbytes:
             raise SharedMemoryError(
                 f"segment {handle.shm_name!r} holds {self._size} bytes, the handle says {handle.nbytes}"
