@@ -138,13 +138,19 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
             ids = torch.randint(0, rows, (n,), device="cuda")
             sorted_ids, positions = torch.sort(ids)
             out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
-            for label, share in (("full", None), ("sm10pct", 0.1)):
-                gather = CudaGather(tiers, sm_share=share)
+            # "capped": the default grid (GATHER_MAX_THREADS in flight); "full": every SM's threads
+            grids = (("capped", {}), ("full", {"max_threads": None}), ("sm10pct", {"sm_share": 0.1}))
+            for label, grid in grids:
+                gather = CudaGather(tiers, **grid)
                 t = timed(partial(gather.launch, sorted_ids, positions, out, n))
                 res[f"host_gather_{row_bytes}B_{label}_GBps"] = round(n * row_bytes / t / 1e9, 2)
                 res[f"host_gather_{row_bytes}B_{label}_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
             t = timed(lambda tiers=tiers, ids=ids, out=out: CudaGather(tiers).gather(ids, out), reps=3)
             res[f"host_gather_{row_bytes}B_with_sort_and_counts_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
+            device_path = CudaGather(tiers)  # the GPU sampler's path: sort and launch, no read back
+            t = timed(lambda g=device_path, ids=ids, out=out: g.gather_device(ids, out), reps=3)
+            res[f"host_gather_{row_bytes}B_device_ids_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
+            device_path.take_counts()
             # Correctness on a sample: the rows are what the CPU reads at those ids.
             check = ids[:4096].cpu()
             expect = host[: rows * (row_bytes // 4)].view(rows, row_bytes // 4)[check]
@@ -204,7 +210,9 @@ def device_tier_section(res: dict) -> None:
         out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
         gather = CudaGather(tiers)
         t_gather = timed(partial(gather.launch, sorted_ids, positions, out, n))
+        t_full = timed(partial(CudaGather(tiers, max_threads=None).launch, sorted_ids, positions, out, n))
         t_copy = timed(partial(memcpy_async, out.data_ptr(), alloc.ptr, n * row_bytes, "d2d"))
+        res["device_gather_full_grid_vs_d2d_copy"] = round(t_copy / t_full, 3)
         t_torch = timed(partial(torch.index_select, view, 0, ids, out=out))
         res["device_gather_GBps_read_plus_write"] = round(2 * n * row_bytes / t_gather / 1e9, 1)
         res["device_d2d_copy_GBps_read_plus_write"] = round(2 * n * row_bytes / t_copy / 1e9, 1)

@@ -1,0 +1,142 @@
+"""The GPU gather's kernel (native/cuda/tiered_gather.cu) re-stated on the CPU, thread by thread,
+over real memory (a plain module so tests can import it).
+
+`EmulatedGatherKernel` is a `GatherKernel`: called with the very arguments `CudaGather.launch`
+gives the CUDA op (pointer table, bounds, grid, counters), it runs the kernel's grid-stride loop
+for every thread of the grid, in a shuffled order, on Python ints: the lanes per row, the row's
+source and counter, the walk over 16-byte pieces of the 128-byte lines the row touches, the
+exact (16-, 4- or 1-byte) stores. Loads read the addresses the kernel would read (ctypes), after
+checking that each one is a whole, 16-byte aligned piece inside a region the caller declared
+readable (tier bases up to the 128-byte line past their last row); stores must land inside the
+output rows. So the test of CudaGather on CPU tensors runs its own orchestration (sorting,
+staging, positions, the storage boundary, the counters) through the kernel's index math.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+
+import torch
+
+COUNTERS = 7  # kGatherCounters
+BAD_IDS, BAD_ID = 5, 6  # kCounterBadIds, kCounterBadId
+LINE = 128
+INVALID_VALUE = 1  # cudaErrorInvalidValue
+
+
+def round_up(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+def lanes_per_row(row_bytes: int) -> int:
+    """launch_tiered_gather: enough 16-byte chunks to cover a row in one pass, 4 to 32."""
+    chunks = (row_bytes + 15) // 16
+    return 32 if chunks > 16 else 16 if chunks > 8 else 8 if chunks > 4 else 4
+
+
+def padded_region(nbytes: int, *, misalign: int = 0) -> tuple[torch.Tensor, int]:
+    """A CPU byte buffer and an address in it, `misalign` bytes (a multiple of 16) past a 128-byte
+    line, with `nbytes` and the rest of the last line readable after it: how the daemon's
+    allocations and page-aligned mappings look to the kernel."""
+    buf = torch.zeros(nbytes + 3 * LINE, dtype=torch.uint8)
+    base = round_up(buf.data_ptr(), LINE) + misalign
+    return buf, base
+
+
+class EmulatedGatherKernel:
+    """torch.ops.graphtier_cuda.tiered_gather on CPU tensors; see the module docstring."""
+
+    def __init__(self, readable: list[tuple[int, int]], *, order_seed: int = 0) -> None:
+        self.readable = list(readable)
+        self.order = random.Random(order_seed)
+        self.launches: list[dict[str, int]] = []  # grid of each launch
+        self.loads = 0
+
+    def _check_load(self, c: int, staged: tuple[int, int] | None) -> None:
+        assert c % 16 == 0, f"a load at {c:#x} is not 16-byte aligned"
+        regions = self.readable + ([staged] if staged else [])
+        assert any(lo <= c and c + 16 <= hi for lo, hi in regions), f"a load at {c:#x} reads outside every region"
+
+    def __call__(self, sorted_ids, positions, pointers, bounds, row_bytes, max_blocks, threads, out, counters) -> int:  # noqa: ANN001
+        n = sorted_ids.numel()
+        p = pointers.tolist()
+        rep_end, inter_end, host_end, num_rows, storage_first, device_index = bounds.tolist()
+        replicated, host, staged, interleaved = p[0], p[1], p[2], p[3:]
+        nd = len(interleaved)
+        if n <= 0 or row_bytes <= 0:
+            return 0
+        if max_blocks < 1 or threads < 32 or threads > 1024 or threads % 32 or not 1 <= nd <= 16:
+            return INVALID_VALUE
+        if not 0 <= device_index < nd or counters.numel() != COUNTERS:
+            return INVALID_VALUE
+        g = lanes_per_row(row_bytes)
+        blocks = min((n * g + threads - 1) // threads, max_blocks)
+        self.launches.append({"blocks": blocks, "threads": threads, "lanes": g})
+        words = (out.data_ptr() | replicated | host | staged | row_bytes | _or(interleaved)) & 3 == 0
+        ids, pos = sorted_ids.tolist(), positions.tolist()
+        out_lo, out_hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+        staged_region = None
+        if staged:
+            staged_region = (staged, round_up(staged + (n - storage_first) * row_bytes, LINE))
+
+        def source(v: int, i: int) -> tuple[int, int]:  # row_source()
+            if v < rep_end:
+                return replicated + v * row_bytes, 0
+            if v < inter_end:
+                off = v - rep_end
+                share_index = off % nd
+                share = interleaved[share_index]
+                if share:
+                    return share + (off // nd) * row_bytes, 1 if share_index == device_index else 2
+                return host + v * row_bytes, 3
+            if v < host_end:
+                return host + v * row_bytes, 3
+            return staged + (i - storage_first) * row_bytes, 4
+
+        block_counts = [[0] * BAD_ID for _ in range(blocks)]
+        groups = blocks * threads // g
+        tids = list(range(blocks * threads))
+        self.order.shuffle(tids)
+        for tid in tids:
+            lane, counts = tid % g, block_counts[tid // threads]
+            for i in range(tid // g, n, groups):
+                v = ids[i]
+                if v < 0 or v >= num_rows:
+                    if lane == 0:
+                        counts[BAD_IDS] += 1
+                        counters[BAD_ID] = v
+                    continue
+                s, src = source(v, i)
+                if lane == 0:
+                    counts[src] += 1
+                e = s + row_bytes
+                d = out_lo + pos[i] * row_bytes
+                assert out_lo <= d and d + row_bytes <= out_hi, f"row {i} is written outside the output"
+                c = (s & ~127) + 16 * lane
+                while c < e:
+                    if c + 16 > s:
+                        self._check_load(c, staged_region)
+                        self.loads += 1
+                        v16 = ctypes.string_at(c, 16)
+                        dst = d + (c - s)
+                        if c >= s and c + 16 <= e and dst % 16 == 0:
+                            ctypes.memmove(dst, v16, 16)
+                        else:  # store_partial
+                            step = 4 if words else 1
+                            for k in range(0, 16, step):
+                                a = c + k
+                                if s <= a < e:
+                                    ctypes.memmove(d + (a - s), v16[k : k + step], step)
+                    c += 16 * g
+        for counts in block_counts:  # the end of each block: its counts into the device counters
+            for k, value in enumerate(counts):
+                counters[k] += value
+        return 0
+
+
+def _or(values: list[int]) -> int:
+    bits = 0
+    for v in values:
+        bits |= v
+    return bits
