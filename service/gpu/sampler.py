@@ -16,9 +16,9 @@ so the CPU emulation of the kernels (tests/service/gpu) exercises this very orch
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -28,6 +28,9 @@ from graphtier.service.gpu.gather import _ERR_NAMES, load_cuda_ops
 from graphtier.service.gpu.runtime import CudaError
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.sampling.subgraph import SampledSubgraph
+
+if TYPE_CHECKING:
+    from graphtier.service.gpu.device_tiers import CudaTiersLease
 
 THREADS = 256
 
@@ -400,13 +403,34 @@ class HostCopySampler:
         )
 
 
-def host_copy_sampler(
-    cuda_structure: Callable[[int], CSCGraph], structure_device_end: int, fanouts: Sequence[int], device: int
-) -> HostCopySampler:
-    """The GPU sampler of an attached dataset on GPU `device` (`cuda_structure` is the dataset's
-    `AttachedDataset.cuda_structure`): the lists of the plan's `structure_device_end` hottest nodes
-    copied into that GPU's memory, the rest read in place from the dataset's registered host mapping."""
+def tiered_structure(host: CSCGraph, device_structure: tuple[torch.Tensor, torch.Tensor] | None) -> StructureTiers:
+    """The CSC as the sampler reads it: the device structure tier (colptr[0..end], row[0:edges] of
+    the hottest nodes, as the daemon placed it) where there is one, every other list from `host`
+    (the whole CSC, read in place); `host` alone when the daemon placed no structure here."""
+    if device_structure is None:
+        return StructureTiers.host_only(host)
+    colptr, row = device_structure
+    return StructureTiers(device_colptr=colptr, device_row=row, host_colptr=host.colptr, host_row=host.row)
+
+
+class AttachedStructure(Protocol):
+    """What the GPU sampler needs of an attached dataset (`service.store.AttachedDataset`)."""
+
+    def cuda_structure(self, device: int) -> CSCGraph: ...
+
+    def cuda_tiers(self, device: int) -> CudaTiersLease: ...
+
+
+def dataset_structure(dataset: AttachedStructure, device: int) -> StructureTiers:
+    """The attached dataset's CSC on GPU `device`: the daemon's device structure tier mapped from
+    its IPC handles (one copy per GPU, shared by every producer there), the rest read in place
+    from the dataset's registered host mapping. Nothing is copied per producer."""
+    graph = dataset.cuda_structure(device)
+    return tiered_structure(graph, dataset.cuda_tiers(device).device_structure)
+
+
+def host_copy_sampler(dataset: AttachedStructure, fanouts: Sequence[int], device: int) -> HostCopySampler:
+    """The GPU sampler of an attached dataset on GPU `device` (see `dataset_structure`), its samples
+    copied to host memory for a producer that gathers on the CPU."""
     load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
-    graph = cuda_structure(device)
-    structure = StructureTiers.with_device_prefix(graph, structure_device_end)
-    return HostCopySampler(CudaNeighborSampler(structure, fanouts))
+    return HostCopySampler(CudaNeighborSampler(dataset_structure(dataset, device), fanouts))

@@ -90,12 +90,7 @@ class Producer:
         if cfg.sampler == "gpu":
             from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
 
-            self.sampler = host_copy_sampler(
-                self.dataset.cuda_structure,
-                self.dataset.handle.plan.structure_device_end,
-                cfg.fanouts,
-                cfg.device_index,
-            )
+            self.sampler = host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index)
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
