@@ -113,6 +113,8 @@ def describe(job: JobInfo) -> str:
         )
     if job.message:
         lines += _wrapped(job.message)
+    if job.gpu_share and job.spec.device == "cuda":
+        lines += _wrapped(job.gpu_share, first="  GPU share: ", rest="    ")
     for note in job.notes:
         lines += _wrapped(note, first="  note: ", rest="        ")
     lines += _wrapped(f"log {job.log_path}")
@@ -257,6 +259,21 @@ def submit(
             "(default: gpu on a cuda job with structure on the device, else cpu)"
         ),
     ] = None,
+    mps: Annotated[
+        str | None,
+        typer.Option(
+            help="how cuda producers keep to --producer-sm-share: use (a running MPS control daemon), manage "
+            "(the daemon runs its own while jobs need it), off (a capped grid) or auto (default: use where a "
+            "control daemon answers, else off)"
+        ),
+    ] = None,
+    producer_sm_share: Annotated[
+        float | None,
+        typer.Option(
+            help="percent of each GPU's SMs a producer may use, in (0, 100] (default 10): "
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else the grid of its kernels"
+        ),
+    ] = None,
     replicate: Annotated[
         str | None,
         typer.Option(
@@ -307,6 +324,8 @@ def submit(
             "features": features,
             "replicate": replicate,
             "sampler": sampler,
+            "mps": mps,
+            "producer_sm_share": producer_sm_share,
         }
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)

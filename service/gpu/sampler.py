@@ -429,8 +429,10 @@ def dataset_structure(dataset: AttachedStructure, device: int) -> StructureTiers
     return tiered_structure(graph, dataset.cuda_tiers(device).device_structure)
 
 
-def host_copy_sampler(dataset: AttachedStructure, fanouts: Sequence[int], device: int) -> HostCopySampler:
+def host_copy_sampler(
+    dataset: AttachedStructure, fanouts: Sequence[int], device: int, *, sm_share: float | None = None
+) -> HostCopySampler:
     """The GPU sampler of an attached dataset on GPU `device` (see `dataset_structure`), its samples
-    copied to host memory for a producer that gathers on the CPU."""
+    copied to host memory for a producer that gathers on the CPU; `sm_share` caps its grid."""
     load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
-    return HostCopySampler(CudaNeighborSampler(dataset_structure(dataset, device), fanouts))
+    return HostCopySampler(CudaNeighborSampler(dataset_structure(dataset, device), fanouts, sm_share=sm_share))

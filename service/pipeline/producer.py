@@ -75,6 +75,7 @@ class Producer:
 
     def _setup(self) -> None:
         cfg = self.config
+        os.environ.update(cfg.gpu_env)  # MPS: before anything here initialises CUDA
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads)
@@ -90,7 +91,7 @@ class Producer:
         if cfg.sampler == "gpu":
             from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
 
-            self.sampler = host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index)
+            self.sampler = host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index, sm_share=cfg.grid_share)
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None

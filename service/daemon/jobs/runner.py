@@ -50,6 +50,7 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
 from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
+from graphtier.service.daemon.jobs.mps import GpuShare
 from graphtier.service.pipeline import (
     ChannelError,
     ChannelLayout,
@@ -165,8 +166,10 @@ class JobRunner:
         placement: JobPlacementInfo | None = None,
         external: ExternalAgent | None = None,
         partition: PartitionedFeatures | None = None,
+        gpu_share: GpuShare | None = None,
     ) -> None:
         self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.gpu_share = gpu_share  # MPS or a grid cap for the producers (service/daemon/jobs/mps.py)
         self.placement, self.external = placement, external
         self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons
         self.lazy_producers = placement is not None or external is not None
@@ -216,6 +219,8 @@ class JobRunner:
             window=self.spec.window,
             partition=self.partition,
             sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
+            gpu_env=self.gpu_share.producer_env() if self.gpu_share is not None else {},
+            grid_share=self.gpu_share.grid_share if self.gpu_share is not None else None,
             # a GPU-sampling producer samples on its rank's GPU (cuda:LOCAL_RANK under torchrun)
             device_index=rank % self.spec.nproc_per_node if self.spec.sampler == "gpu" else 0,
         )
