@@ -135,6 +135,75 @@ class EmulatedGatherKernel:
         return 0
 
 
+class EmulatedTable:
+    """A feature table laid out as the GPU sees it, on the CPU: each device share and the host tier
+    in its own padded buffer (the host tier starting mid-line), storage rows in a tensor; `gather`
+    makes a `CudaGather` over it with the emulated kernel, `expected` is the CPU gather's answer."""
+
+    def __init__(self, table, host_end, rep, inter, nd, device_index, *, drop_share=None):  # noqa: ANN001
+        from graphtier.service.gpu.gather import CudaFeatureTiers
+
+        self.table = table
+        self.layout = (rep, inter, host_end, nd, device_index)
+        num_rows = table.shape[0]
+        rows = table.reshape(num_rows, -1).view(torch.uint8)
+        self._keep: list[torch.Tensor] = []
+        self.readable: list[tuple[int, int]] = []
+        shares = [self._place(rows[rep + j : inter : nd].contiguous()) for j in range(nd)]
+        if drop_share is not None:
+            shares[drop_share] = 0
+        self.tiers = CudaFeatureTiers(
+            device=torch.device("cpu"),
+            replicated_end=rep,
+            interleaved_end=inter,
+            host_end=host_end,
+            num_rows=num_rows,
+            num_devices=nd,
+            device_index=device_index,
+            dtype=table.dtype,
+            row_shape=tuple(table.shape[1:]),
+            replicated_ptr=self._place(rows[:rep].contiguous()) if rep else 0,
+            interleaved_ptrs=tuple(shares),
+            host_ptr=self._place(rows[:host_end].contiguous(), misalign=48),
+            storage=table[host_end:].clone(),
+        )
+
+    def _place(self, part: torch.Tensor, misalign: int = 0) -> int:
+        buf, base = padded_region(part.numel(), misalign=misalign)
+        start = base - buf.data_ptr()
+        buf[start : start + part.numel()] = part.reshape(-1)
+        self._keep.append(buf)
+        self.readable.append((base, round_up(base + part.numel(), LINE)))
+        return base
+
+    def gather(self, **options):  # noqa: ANN003, ANN201
+        """(CudaGather over the table with the emulated kernel, that kernel)."""
+        from graphtier.service.gpu.gather import CudaGather
+
+        order_seed = options.pop("order_seed", 0)
+        kernel = EmulatedGatherKernel(self.readable, order_seed=order_seed)
+        return CudaGather(self.tiers, kernel=kernel, **options), kernel
+
+    def expected(self, ids: torch.Tensor):  # noqa: ANN201
+        """(rows, TrafficCounts) of the CPU gather of `ids` over the same layout."""
+        from graphtier.service.gather import FeatureTiers, tiered_gather
+
+        rep, inter, host_end, nd, device_index = self.layout
+        tiers = FeatureTiers.from_table(
+            self.table,
+            replicated_end=rep,
+            interleaved_end=inter,
+            host_end=host_end,
+            num_devices=nd,
+            device_index=device_index,
+        )
+        out = torch.empty((ids.numel(), *self.table.shape[1:]), dtype=self.table.dtype)
+        return out, tiered_gather(ids, tiers, out, backend="torch")
+
+    def empty_out(self, n: int) -> torch.Tensor:
+        return torch.full((n + 3, *self.table.shape[1:]), float("nan"), dtype=self.table.dtype)
+
+
 def _or(values: list[int]) -> int:
     bits = 0
     for v in values:

@@ -6,80 +6,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gather_emulation import LINE, EmulatedGatherKernel, padded_region, round_up
+from gather_emulation import EmulatedTable
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.service.gather import FeatureTiers, tiered_gather
-from graphtier.service.gpu.gather import (
-    GATHER_MAX_THREADS,
-    GATHER_THREADS,
-    THREADS_PER_SM,
-    CudaFeatureTiers,
-    CudaGather,
-    gather_grid,
-)
+from graphtier.service.gpu.gather import GATHER_MAX_THREADS, GATHER_THREADS, THREADS_PER_SM, gather_grid
 
 ROWS = 600
 
 
-class Table:
-    """A feature table laid out as the GPU sees it, on the CPU: each device share and the host
-    tier in its own padded buffer (the host tier starting mid-line), storage rows in a tensor."""
+class Table(EmulatedTable):
+    """A ROWS-row random feature table laid out as the GPU sees it, on the CPU."""
 
     def __init__(self, dtype, row_shape, host_end, rep, inter, nd, device_index, *, drop_share=None):  # noqa: ANN001
         gen = torch.Generator().manual_seed(7)
-        self.table = (torch.randn((ROWS, *row_shape), generator=gen) * 100).to(dtype)
-        self.layout = (rep, inter, host_end, nd, device_index)
-        rows = self.table.reshape(ROWS, -1).view(torch.uint8)
-        self._keep: list[torch.Tensor] = []
-        self.readable: list[tuple[int, int]] = []
-        shares = [self._place(rows[rep + j : inter : nd].contiguous()) for j in range(nd)]
-        if drop_share is not None:
-            shares[drop_share] = 0
-        self.tiers = CudaFeatureTiers(
-            device=torch.device("cpu"),
-            replicated_end=rep,
-            interleaved_end=inter,
-            host_end=host_end,
-            num_rows=ROWS,
-            num_devices=nd,
-            device_index=device_index,
-            dtype=dtype,
-            row_shape=tuple(row_shape),
-            replicated_ptr=self._place(rows[:rep].contiguous()) if rep else 0,
-            interleaved_ptrs=tuple(shares),
-            host_ptr=self._place(rows[:host_end].contiguous(), misalign=48),
-            storage=self.table[host_end:].clone(),
-        )
-
-    def _place(self, part: torch.Tensor, misalign: int = 0) -> int:
-        buf, base = padded_region(part.numel(), misalign=misalign)
-        start = base - buf.data_ptr()
-        buf[start : start + part.numel()] = part.reshape(-1)
-        self._keep.append(buf)
-        self.readable.append((base, round_up(base + part.numel(), LINE)))
-        return base
-
-    def gather(self, **options) -> tuple[CudaGather, EmulatedGatherKernel]:  # noqa: ANN003
-        order_seed = options.pop("order_seed", 0)
-        kernel = EmulatedGatherKernel(self.readable, order_seed=order_seed)
-        return CudaGather(self.tiers, kernel=kernel, **options), kernel
-
-    def expected(self, ids: torch.Tensor):  # noqa: ANN201
-        rep, inter, host_end, nd, device_index = self.layout
-        tiers = FeatureTiers.from_table(
-            self.table,
-            replicated_end=rep,
-            interleaved_end=inter,
-            host_end=host_end,
-            num_devices=nd,
-            device_index=device_index,
-        )
-        out = torch.empty((ids.numel(), *self.table.shape[1:]), dtype=self.table.dtype)
-        return out, tiered_gather(ids, tiers, out, backend="torch")
-
-    def empty_out(self, n: int) -> torch.Tensor:
-        return torch.full((n + 3, *self.table.shape[1:]), float("nan"), dtype=self.table.dtype)
+        table = (torch.randn((ROWS, *row_shape), generator=gen) * 100).to(dtype)
+        super().__init__(table, host_end, rep, inter, nd, device_index, drop_share=drop_share)
 
 
 WIDTHS = [
