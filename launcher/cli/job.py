@@ -234,6 +234,10 @@ def submit(
     device_replicated: Annotated[str | None, typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
     device_interleaved: Annotated[str | None, typer.Option(help="feature bytes spread over the devices")] = None,
     host_budget: Annotated[str | None, typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
+    structure_device: Annotated[
+        str | None,
+        typer.Option(help="structure bytes (CSC lists of the hottest nodes) on every device: 10% or 256MiB"),
+    ] = None,
     storage_reads: Annotated[
         str | None, typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")
     ] = None,
@@ -296,6 +300,7 @@ def submit(
             "device_replicated": device_replicated,
             "device_interleaved": device_interleaved,
             "host": host_budget,
+            "structure_device": structure_device,
         }
         flags = {
             "dataset": dataset,
