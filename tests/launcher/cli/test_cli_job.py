@@ -242,3 +242,27 @@ def test_the_daemon_refuses_mps_it_cannot_give_before_anything_runs(cli, tmp_pat
     finally:
         stopped = cli("cluster", "stop", "--runtime-dir", run)
         assert stopped.exit_code == 0, stopped.output
+
+
+def test_job_status_says_how_a_cuda_jobs_producers_share_the_gpus():
+    from datetime import datetime, timezone
+
+    from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.contract.jobs.state import JobState
+    from graphtier.contract.jobs.view import JobInfo
+    from graphtier.launcher.cli.job import describe
+
+    share = "producers capped by grid to ~10% of the SMs: no MPS control daemon at /tmp/nvidia-mps/control (mps auto)"
+    job = JobInfo(
+        job_id="4",
+        spec=JobSpec(dataset="d", device="cuda"),
+        state=JobState.RUNNING,
+        message="",
+        created_at=datetime.now(timezone.utc),
+        gpu_share=share,
+    )
+    text = describe(job)
+    assert "GPU share: producers capped by grid to ~10% of the SMs" in text and "(mps auto)" in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    cpu = JobInfo(**{**job.__dict__, "spec": JobSpec(dataset="d"), "gpu_share": "producers use no GPU: a CPU job"})
+    assert "GPU share" not in describe(cpu)
