@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -30,10 +30,11 @@ from graphtier.service.gpu.runtime import CudaError
 
 GATHER_THREADS = 512  # threads per block
 GATHER_MAX_THREADS = 10_240
-"""Default cap on the gather's threads in flight. Zero-copy reads over PCIe saturate the link
-well below a full grid (GraphBolt caps its UVA gathers near 10k threads), and a smaller grid
-leaves the SMs to training. A device-heavy gather may ask for more (`max_threads=None`: a full
-grid of `THREADS_PER_SM` threads on every SM)."""
+"""Default cap on the threads reading host memory (the host tier zero-copy over PCIe, the staged
+storage rows). Those reads saturate the link well below a full grid (GraphBolt caps its UVA
+gathers near 10k threads), and a smaller grid leaves the SMs to training. The rows in device
+memory are copied by blocks of their own, up to a full grid of `THREADS_PER_SM` threads on every
+SM; `max_threads=None` lifts the host cap too."""
 THREADS_PER_SM = 2048  # resident threads per SM on Volta..Hopper
 STAGING_DEPTH = 2  # pinned id/row buffers in turn: a batch reuses the one of two batches back
 GATHER_COUNTERS = 7  # graphtier/cuda_gather.h kGatherCounters: 5 sources, bad ids, one bad id
@@ -129,18 +130,30 @@ def count_rows(ids: torch.Tensor, tiers: CudaFeatureTiers) -> list[int]:
     return [tier_rows[0], local, peer, tier_rows[2] + unreachable, tier_rows[3]]
 
 
-def gather_grid(sm_count: int, *, sm_share: float | None = None, max_threads: int | None = GATHER_MAX_THREADS) -> int:
-    """Blocks of `GATHER_THREADS` threads the gather may run: at most `max_threads` threads in
-    flight (None: a full grid), and with `sm_share` about that share of the SMs' threads."""
+class GatherGrid(NamedTuple):
+    """Blocks of `GATHER_THREADS` threads for each part of a batch (see cuda_gather.h)."""
+
+    device_blocks: int  # rows in device memory: the replica and the interleaved shares
+    host_blocks: int  # rows read from host memory: the host tier and the staged storage rows
+
+
+def gather_grid(
+    sm_count: int, *, sm_share: float | None = None, max_threads: int | None = GATHER_MAX_THREADS
+) -> GatherGrid:
+    """The gather's grid: host reads on at most `max_threads` threads (None: a full grid), device
+    reads on a full grid; with `sm_share`, both together on about that share of the SMs' threads."""
     if sm_share is not None and not 0 < sm_share <= 1:
         raise GraphtierError(f"sm_share must be in (0, 1], got {sm_share}")
     if max_threads is not None and max_threads < GATHER_THREADS:
         raise GraphtierError(f"max_threads must be at least one block of {GATHER_THREADS} threads, got {max_threads}")
     full = max(1, sm_count * THREADS_PER_SM // GATHER_THREADS)
-    blocks = full if max_threads is None else min(full, max_threads // GATHER_THREADS)
+    host = full if max_threads is None else min(full, max_threads // GATHER_THREADS)
+    device = full
     if sm_share is not None:
-        blocks = min(blocks, max(1, round(sm_count * sm_share * THREADS_PER_SM / GATHER_THREADS)))
-    return blocks
+        share = max(1, round(sm_count * sm_share * THREADS_PER_SM / GATHER_THREADS))
+        host = min(host, share)
+        device = max(1, share - host)
+    return GatherGrid(device, host)
 
 
 class GatherKernel(Protocol):
@@ -154,7 +167,8 @@ class GatherKernel(Protocol):
         pointers: torch.Tensor,
         bounds: torch.Tensor,
         row_bytes: int,
-        max_blocks: int,
+        device_blocks: int,
+        host_blocks: int,
         threads: int,
         out: torch.Tensor,
         counters: torch.Tensor,
@@ -189,9 +203,10 @@ def _grow(
 class CudaGather:
     """Gathers batches for one GPU, each with one launch that does not wait for the GPU.
 
-    The grid: at most `max_threads` threads in flight (`GATHER_MAX_THREADS` by default, None for
-    a full grid) and, with `sm_share`, about that share of the SMs, so a producer without MPS
-    leaves the rest to training. Not thread-safe: one per thread (it owns pinned buffers, a
+    The grid (`gather_grid`): at most `max_threads` threads read host memory (`GATHER_MAX_THREADS`
+    by default, None for a full grid), device rows get blocks of their own, and with `sm_share`
+    all of them keep to about that share of the SMs, so a producer without MPS leaves the rest to
+    training. Not thread-safe: one per thread (it owns pinned buffers, a
     pointer table and the device counters). `kernel` replaces the CUDA launch (the CPU
     emulation of tests/service/gpu runs this class's own code over CPU tensors)."""
 
@@ -211,7 +226,7 @@ class CudaGather:
         on_gpu = tiers.device.type == "cuda"
         sms = torch.cuda.get_device_properties(tiers.device).multi_processor_count if on_gpu else 1
         self.threads = GATHER_THREADS
-        self.max_blocks = gather_grid(sms, sm_share=sm_share, max_threads=max_threads)
+        self.grid = gather_grid(sms, sm_share=sm_share, max_threads=max_threads)
         ptrs = [tiers.replicated_ptr, tiers.host_ptr, 0, *tiers.interleaved_ptrs]
         self._pointers = torch.tensor(ptrs, dtype=torch.int64)
         self._counters = torch.zeros(GATHER_COUNTERS, dtype=torch.int64, device=tiers.device)
@@ -220,8 +235,9 @@ class CudaGather:
         self._turn = 0
 
     @property
-    def max_threads_in_flight(self) -> int:
-        return self.max_blocks * self.threads
+    def host_threads(self) -> int:
+        """Threads at most reading host memory at once."""
+        return self.grid.host_blocks * self.threads
 
     def _check_out(self, ids: torch.Tensor, out: torch.Tensor) -> int:
         t = self.tiers
@@ -293,7 +309,8 @@ class CudaGather:
             self._pointers,
             bounds,
             t.row_bytes,
-            self.max_blocks,
+            self.grid.device_blocks,
+            self.grid.host_blocks,
             self.threads,
             out,
             self._counters,

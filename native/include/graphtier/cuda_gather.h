@@ -53,14 +53,16 @@ struct GatherTable {
 // out[positions[i]] = row sorted_ids[i], for i < n, and counters[source of each row] += 1 (an
 // id outside [0, num_rows) is skipped and counted in kCounterBadIds). `sorted_ids` ascending (so
 // the host rows are read in address order and the storage rows match the staging order);
-// `positions` restores the caller's order. At most `max_blocks` blocks of `threads` threads
-// run: the grid cap keeps the zero-copy reads in flight near what PCIe serves, and a producer
-// to a slice of the SMs. Reads are 16-byte loads aligned to 128-byte lines (a row that starts
-// mid-line costs no extra line); writes are exact. Nothing synchronises with the host.
-// Returns the launch error (cudaSuccess when enqueued).
+// `positions` restores the caller's order. The sorted ids split at the first id past the device
+// tiers: at most `device_blocks` blocks of `threads` threads copy the device part (device
+// memory, NVLink) and at most `host_blocks` the host part (zero-copy host tier, staged storage),
+// so the host reads in flight stay near what PCIe serves while device reads use the SMs they
+// are given; a producer keeps both to a slice of the SMs. Reads are 16-byte loads aligned to
+// 128-byte lines (a row that starts mid-line costs no extra line); writes are exact. Nothing
+// synchronises with the host. Returns the launch error (cudaSuccess when enqueued).
 cudaError_t launch_tiered_gather(const GatherTable& table, const int64_t* sorted_ids,
                                  const int64_t* positions, int64_t n, char* out,
-                                 int64_t* counters, int max_blocks, int threads,
+                                 int64_t* counters, int device_blocks, int host_blocks, int threads,
                                  cudaStream_t stream);
 
 }  // namespace cuda

@@ -14,6 +14,7 @@ staging, positions, the storage boundary, the counters) through the kernel's ind
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import random
 
@@ -51,6 +52,8 @@ class EmulatedGatherKernel:
         self.readable = list(readable)
         self.order = random.Random(order_seed)
         self.launches: list[dict[str, int]] = []  # grid of each launch
+        # rows read per source (counter index) by the device part's blocks and by the host part's
+        self.part_sources: dict[str, list[int]] = {"device": [0] * BAD_ID, "host": [0] * BAD_ID}
         self.loads = 0
 
     def _check_load(self, c: int, staged: tuple[int, int] | None) -> None:
@@ -58,7 +61,9 @@ class EmulatedGatherKernel:
         regions = self.readable + ([staged] if staged else [])
         assert any(lo <= c and c + 16 <= hi for lo, hi in regions), f"a load at {c:#x} reads outside every region"
 
-    def __call__(self, sorted_ids, positions, pointers, bounds, row_bytes, max_blocks, threads, out, counters) -> int:  # noqa: ANN001
+    def __call__(self, *args: torch.Tensor | int) -> int:
+        """The op's arguments, in its order (bindings.cpp)."""
+        sorted_ids, positions, pointers, bounds, row_bytes, device_blocks, host_blocks, threads, out, counters = args
         n = sorted_ids.numel()
         p = pointers.tolist()
         rep_end, inter_end, host_end, num_rows, storage_first, device_index = bounds.tolist()
@@ -66,13 +71,15 @@ class EmulatedGatherKernel:
         nd = len(interleaved)
         if n <= 0 or row_bytes <= 0:
             return 0
-        if max_blocks < 1 or threads < 32 or threads > 1024 or threads % 32 or not 1 <= nd <= 16:
+        if device_blocks < 1 or host_blocks < 1 or threads < 32 or threads > 1024 or threads % 32:
             return INVALID_VALUE
-        if not 0 <= device_index < nd or counters.numel() != COUNTERS:
+        if not 1 <= nd <= 16 or not 0 <= device_index < nd or counters.numel() != COUNTERS:
             return INVALID_VALUE
         g = lanes_per_row(row_bytes)
-        blocks = min((n * g + threads - 1) // threads, max_blocks)
-        self.launches.append({"blocks": blocks, "threads": threads, "lanes": g})
+        wanted = (n * g + threads - 1) // threads  # launch_group()
+        device = min(wanted, device_blocks) if inter_end > 0 else 0
+        blocks = device + min(wanted, host_blocks)
+        self.launches.append({"device_blocks": device, "host_blocks": blocks - device, "threads": threads, "lanes": g})
         words = (out.data_ptr() | replicated | host | staged | row_bytes | _or(interleaved)) & 3 == 0
         ids, pos = sorted_ids.tolist(), positions.tolist()
         out_lo, out_hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
@@ -95,12 +102,18 @@ class EmulatedGatherKernel:
             return staged + (i - storage_first) * row_bytes, 4
 
         block_counts = [[0] * BAD_ID for _ in range(blocks)]
-        groups = blocks * threads // g
+        split = bisect.bisect_left(ids, inter_end) if device else 0  # host_part_begin(), or all host
         tids = list(range(blocks * threads))
         self.order.shuffle(tids)
         for tid in tids:
-            lane, counts = tid % g, block_counts[tid // threads]
-            for i in range(tid // g, n, groups):
+            block, thread = divmod(tid, threads)
+            lane, counts = thread % g, block_counts[block]
+            device_part = block < device
+            begin, end = (0, split) if device_part else (split, n)
+            part_blocks = device if device_part else blocks - device
+            groups = part_blocks * threads // g
+            first = begin + ((block if device_part else block - device) * threads + thread) // g
+            for i in range(first, end, groups):
                 v = ids[i]
                 if v < 0 or v >= num_rows:
                     if lane == 0:
@@ -110,6 +123,7 @@ class EmulatedGatherKernel:
                 s, src = source(v, i)
                 if lane == 0:
                     counts[src] += 1
+                    self.part_sources["device" if device_part else "host"][src] += 1
                 e = s + row_bytes
                 d = out_lo + pos[i] * row_bytes
                 assert out_lo <= d and d + row_bytes <= out_hi, f"row {i} is written outside the output"

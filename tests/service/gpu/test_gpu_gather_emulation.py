@@ -52,6 +52,8 @@ def test_host_ids_gather_the_cpu_gathers_rows_and_counts_and_the_device_counters
     assert gather.take_counts().by_source() == counts.by_source()  # what the kernel counted on the device
     assert gather.take_counts().total_rows == 0, "the counters are zeroed when read"
     assert len(kernel.launches) == 1, "one launch per batch"
+    # the capped host blocks read every host and storage row, the device blocks every device row
+    assert kernel.part_sources["device"][3:] == [0, 0, 0] and kernel.part_sources["host"][:3] == [0, 0, 0]
 
 
 @pytest.mark.parametrize("width", [WIDTHS[1], WIDTHS[3], WIDTHS[4]], ids=["400B", "6B", "600B-no-storage"])
@@ -77,7 +79,9 @@ def test_the_rows_do_not_depend_on_the_grid_or_the_order_threads_run_in(max_thre
     out = table.empty_out(IDS.numel())
     gather.gather(IDS, out)
     assert _same_bytes(out[: IDS.numel()], expected)
-    assert kernel.launches[0]["blocks"] == (1 if max_threads else THREADS_PER_SM // GATHER_THREADS)
+    full = THREADS_PER_SM // GATHER_THREADS  # one emulated SM
+    assert kernel.launches[0]["device_blocks"] == full
+    assert kernel.launches[0]["host_blocks"] == (1 if max_threads else full)
 
 
 def test_an_unreachable_peer_share_is_read_from_the_host_copy_and_counted_as_host():
@@ -119,13 +123,14 @@ def test_host_ids_out_of_range_are_refused_before_any_launch_naming_them():
     assert kernel.launches == []
 
 
-def test_the_grid_is_capped_by_default_and_by_the_sm_share():
+def test_host_reads_are_capped_by_default_device_reads_get_a_full_grid_and_a_share_caps_both():
+    full = 132 * THREADS_PER_SM // GATHER_THREADS  # H100 SXM: 528 blocks of 512
     assert GATHER_MAX_THREADS == 10_240
-    assert gather_grid(132) * GATHER_THREADS == GATHER_MAX_THREADS  # H100 SXM: 20 blocks, not 528
-    assert gather_grid(132, max_threads=None) == 132 * THREADS_PER_SM // GATHER_THREADS
-    assert gather_grid(132, sm_share=0.02) == round(132 * 0.02 * THREADS_PER_SM / GATHER_THREADS)
-    assert gather_grid(132, sm_share=0.5, max_threads=None) == 264
-    assert gather_grid(2) == 2 * THREADS_PER_SM // GATHER_THREADS  # never more than a full grid
+    assert gather_grid(132) == (full, GATHER_MAX_THREADS // GATHER_THREADS)  # host: 20 blocks, not 528
+    assert gather_grid(132, max_threads=None) == (full, full)
+    assert gather_grid(132, sm_share=0.1) == (53 - 20, 20)  # 10% of the threads: 53 blocks in all
+    assert gather_grid(132, sm_share=0.02) == (1, 11)
+    assert gather_grid(2) == (8, 8)  # never more than a full grid
     with pytest.raises(GraphtierError, match=r"sm_share must be in \(0, 1\]"):
         gather_grid(132, sm_share=1.5)
     with pytest.raises(GraphtierError, match="at least one block of 512 threads"):
