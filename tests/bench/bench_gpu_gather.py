@@ -11,6 +11,11 @@
    software-accounted host bytes.
 4. The point of tiering: R-MAT (fanout 15,10,5, batch 1024, wrpr order, 10% train split) id
    stream gathered with 0% and 10% of the rows on the device: PCIe bytes and time.
+5. GPU sampling on the same graph and batches: the GPU sampler with the structure read from
+   registered host memory, with the device structure tier the placement gives 25% of the
+   structure bytes, and with all of it on the device, against graphtier's CPU sampler on this
+   machine's cores; and whole batches made on one stream (sample, then gather from the host
+   tier) against the CPU sampler alone. Batches are checked bit-identical to the CPU sampler's.
 """
 
 from __future__ import annotations
@@ -298,12 +303,96 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
         res["tiering_10pct_speedup_vs_0pct"] = round(
             res["tiering_0pct_gather_s_per_pass"] / res["tiering_10pct_gather_s_per_pass"], 3
         )
+        sampling_section(res, reordering.graph, perm, batches, host)
     finally:
         if alloc is not None:
             alloc.close()
         if reg is not None:
             host_registry().release(reg)
         owner.close()
+
+
+def sampling_section(res: dict, graph, perm: torch.Tensor, batches: int, host: torch.Tensor) -> None:  # noqa: ANN001
+    """Section 5 (see the module docstring), over the tiering section's graph, seeds and host features."""
+    from graphtier.service.gpu.batch_stream import DeviceBatchMaker
+    from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
+    from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.gpu.sampler import CudaNeighborSampler, StructureTiers
+    from graphtier.service.gpu.views import cuda_view
+    from graphtier.service.placement import PlacementPlan, TierBudgets
+    from graphtier.service.sampling import NeighborSampler
+
+    fanouts, n = [15, 10, 5], graph.num_nodes
+    seeds = [perm[i * 1024 : (i + 1) * 1024] for i in range(batches)]
+    cpu = NeighborSampler(graph, fanouts)
+    cpu.sample(seeds[0], seed=0)
+    t0 = time.perf_counter()
+    for i, batch in enumerate(seeds):
+        cpu.sample(batch, seed=i)
+    cpu_rate = batches / (time.perf_counter() - t0)
+    res["cpu_sampler_batches_per_s"] = round(cpu_rate, 1)
+    res["cpu_sampler_threads"] = torch.get_num_threads()
+    want = cpu.sample(seeds[1], seed=1)
+    regs = [
+        host_registry().register(t.data_ptr(), t.numel() * 8, f"bench {name}", read_only=False)
+        for name, t in (("colptr", graph.colptr), ("row", graph.row))
+    ]
+    try:
+        host_colptr = cuda_view(graph.colptr.data_ptr(), (n + 1,), torch.int64, 0, owner=graph.colptr)
+        host_row = cuda_view(graph.row.data_ptr(), (graph.num_edges,), torch.int64, 0, owner=graph.row)
+        structure_bytes = 8 * (n + 1 + graph.num_edges)
+        quarter = PlacementPlan.from_budgets(
+            TierBudgets(num_devices=1, structure_device_bytes=structure_bytes // 4),
+            num_nodes=n,
+            row_bytes=0,
+            colptr=graph.colptr,
+        ).structure_device_end
+        device_seeds = [batch.cuda() for batch in seeds]
+        structures = {}
+        for label, end in (("host_only", 0), ("structure_25pct", quarter), ("structure_all", n)):
+            edges = int(graph.colptr[end])
+            structure = StructureTiers(
+                device_colptr=graph.colptr[: end + 1].cuda(),
+                device_row=graph.row[:edges].cuda(),
+                host_colptr=host_colptr,
+                host_row=host_row,
+            )
+            structures[label] = structure
+            sampler = CudaNeighborSampler(structure, fanouts)
+            got = sampler.sample(seeds[1], seed=1)
+            same = all(torch.equal(getattr(got, k).cpu(), getattr(want, k)) for k in ("node_ids", "indptr", "indices"))
+            assert same, f"GPU sampler ({label}) differs from the CPU sampler"
+            t = timed(lambda s=sampler: [s.sample(b, seed=i) for i, b in enumerate(device_seeds)], reps=3)
+            res[f"gpu_sampler_{label}_batches_per_s"] = round(batches / t, 1)
+            res[f"gpu_sampler_{label}_vs_cpu_sampler"] = round(batches / t / cpu_rate, 2)
+        res["gpu_sampler_structure_25pct_device_nodes"] = quarter
+        row_bytes = host.shape[1] * 4
+        tiers = CudaFeatureTiers(
+            device=torch.device("cuda", 0),
+            replicated_end=0,
+            interleaved_end=0,
+            host_end=n,
+            num_rows=n,
+            num_devices=1,
+            device_index=0,
+            dtype=torch.float32,
+            row_shape=(host.shape[1],),
+            replicated_ptr=0,
+            interleaved_ptrs=(0,),
+            host_ptr=host.data_ptr(),
+        )
+        gather = CudaGather(tiers)
+        maker = DeviceBatchMaker(CudaNeighborSampler(structures["structure_25pct"], fanouts), gather)
+        out = torch.empty((n if n < 4 << 20 else 4 << 20, host.shape[1]), device="cuda")
+        t = timed(lambda: [maker.make(b, seed=i, out=out) for i, b in enumerate(device_seeds)], reps=3)
+        rows = gather.take_counts().host.rows
+        res["one_stream_batches_per_s"] = round(batches / t, 1)
+        res["one_stream_vs_cpu_sampler"] = round(batches / t / cpu_rate, 2)
+        res["one_stream_host_gib_per_s"] = round(rows / 4 * row_bytes / t / GiB, 2)  # 4 passes: warm-up + 3
+    finally:
+        torch.cuda.synchronize()
+        for reg in regs:
+            host_registry().release(reg)
 
 
 def main() -> int:
