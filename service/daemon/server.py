@@ -336,7 +336,7 @@ class Daemon:
         return [
             (loaded.name, tier, size.bytes)
             for loaded in self.datasets.loaded()
-            for tier, size in loaded.plan.tier_sizes().items()
+            for tier, size in loaded.plan.tier_sizes(num_edges=loaded.manifest.num_edges).items()
         ]
 
     def _job_states(self) -> list[tuple[str, int]]:

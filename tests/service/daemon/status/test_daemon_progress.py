@@ -102,6 +102,9 @@ def test_reports_show_up_in_metrics_and_status_with_restarts_as_resets(running_j
     assert _metric(text, 'graphtier_producer_lag_batches{job_id="7",rank="0"}') == 3
     assert _metric(text, 'graphtier_reporter_restarts_total{job_id="7",rank="1",reporter="producer"}') == 1
     assert _metric(text, 'graphtier_dataset_bytes{dataset="rmat12",tier="host"}') == 4096 * 16 * 4
+    (dataset,) = client.status().datasets
+    structure = _metric(text, 'graphtier_dataset_bytes{dataset="rmat12",tier="structure_host"}')
+    assert structure == dataset.structure_bytes > 0  # the whole CSC in host memory
     assert _metric(text, 'graphtier_jobs{state="running"}') == 1
     assert _metric(text, "graphtier_device_tiers_simulated") == 1
 
