@@ -5,7 +5,9 @@ SM from training. Two ways keep it to a slice (`--producer-sm-share`, percent of
 
 - **MPS** (`--mps use`): producers connect to a reachable MPS control daemon (its pipe directory,
   `CUDA_MPS_PIPE_DIRECTORY`, else the driver's default /tmp/nvidia-mps) with
-  `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` set to the share before CUDA initialises in them.
+  `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` set to the share before CUDA initialises in them. The job's
+  ranks connect to the same control daemon without a limit: clients of one MPS server run side by
+  side, where a process outside it would only time-slice with them.
 - **Managed MPS** (`--mps manage`): the daemon starts `nvidia-cuda-mps-control -d` itself, with
   pipe and log directories of its own under its runtime directory (`mps/pipe`, `mps/log`), while
   a job needs it, and stops it (`quit`) when the last such job ends, when the daemon stops, and at
@@ -80,6 +82,14 @@ class GpuShare:
         if not self.cuda or self.mode == "off" or self.pipe_directory is None:
             return {}
         return {PIPE_ENV: self.pipe_directory, PERCENTAGE_ENV: f"{self.percentage:g}"}
+
+    def rank_env(self) -> dict[str, str]:
+        """What the job's ranks get under MPS: the same control daemon, at no limit of their own.
+        Clients of one MPS server run their kernels side by side; a rank outside it would only
+        time-slice with the producers' server, and the share would mean nothing."""
+        if not self.cuda or self.mode == "off" or self.pipe_directory is None:
+            return {}
+        return {PIPE_ENV: self.pipe_directory}
 
     @property
     def grid_share(self) -> float | None:

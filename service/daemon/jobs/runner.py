@@ -416,6 +416,7 @@ class JobRunner:
             JOB_ID_ENV: self.job_id,
             RUNTIME_DIR_ENV: str(self.runtime_dir),
             JOB_TOKEN_ENV: self.job_token,
+            **(self.gpu_share.rank_env() if self.gpu_share is not None else {}),
         }
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(

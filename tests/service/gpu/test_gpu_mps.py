@@ -1,6 +1,6 @@
 """`--mps manage` on a GPU machine with NVIDIA's MPS tools: the daemon's own control daemon, in its
-runtime directory, serves a producer-like process that connects with the job's environment, and
-is gone after the last job."""
+runtime directory, serves processes that connect with a job's producer and rank environments,
+and is gone after the last job."""
 
 from __future__ import annotations
 
@@ -34,14 +34,11 @@ def test_a_managed_control_daemon_serves_a_producer_at_its_share_and_stops_after
     mps.acquire("1", share)
     try:
         assert mps.running and share.producer_env()[PIPE_ENV] == str(tmp_path / "run" / "mps" / "pipe")
-        child = subprocess.run(
-            [sys.executable, "-c", CLIENT],
-            env={**os.environ, **share.producer_env()},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert child.returncode == 0 and child.stdout.strip() == str(float(1 << 20)), child.stderr
+        for env in (share.producer_env(), share.rank_env()):  # a producer at its share, a rank unlimited
+            child = subprocess.run(
+                [sys.executable, "-c", CLIENT], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+            )
+            assert child.returncode == 0 and child.stdout.strip() == str(float(1 << 20)), child.stderr
         servers = subprocess.run(
             [MPS_CONTROL],
             input="get_server_list\n",

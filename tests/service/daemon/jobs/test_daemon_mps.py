@@ -42,7 +42,7 @@ def test_a_cpu_job_uses_no_gpu_and_its_auto_is_recorded_off():
     spec = _spec()
     assert (spec.mps, spec.producer_sm_share) == ("off", DEFAULT_PRODUCER_SM_SHARE)
     share = MpsControl(Path("/nonexistent")).decide(spec)
-    assert not share.cuda and share.producer_env() == {} and share.grid_share is None
+    assert not share.cuda and share.producer_env() == share.rank_env() == {} and share.grid_share is None
     assert share.describe() == "producers use no GPU: a CPU job"
 
 
@@ -60,6 +60,7 @@ def test_auto_caps_the_grid_without_a_control_daemon_and_uses_one_that_answers(t
     used = MpsControl(tmp_path / "run", pipe_directory=str(pipe)).decide(spec)
     assert (used.mode, used.grid_share) == ("use", None)
     assert used.producer_env() == {PIPE_ENV: str(pipe), PERCENTAGE_ENV: "12.5"}
+    assert used.rank_env() == {PIPE_ENV: str(pipe)} and off.rank_env() == {}  # ranks join the server, unlimited
     assert used.describe().startswith("producers under MPS (use) at 12.5% of the SMs: a control daemon answers at")
 
 
@@ -122,6 +123,7 @@ def test_a_managed_control_daemon_runs_while_jobs_need_it_in_the_daemons_own_dir
     mps = MpsControl(runtime, pipe_directory=str(tmp_path / "shared-mps"))
     share = mps.decide(_spec(device="cuda", mps="manage", producer_sm_share=20))
     assert share.producer_env() == {PIPE_ENV: str(runtime / "mps" / "pipe"), PERCENTAGE_ENV: "20"}
+    assert share.rank_env() == {PIPE_ENV: str(runtime / "mps" / "pipe")}
     mps.acquire("1", share)
     pid = _control_pid(mps)
     fake_mps_control.append(pid)
