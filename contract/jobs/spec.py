@@ -29,6 +29,8 @@ DeviceKind = Literal["cpu", "cuda"]
 OnNonFinite = Literal["fail", "skip-step", "off"]
 FeaturesKind = Literal["replicated", "partitioned"]
 SamplerKind = Literal["cpu", "gpu", "auto"]
+MpsMode = Literal["auto", "off", "use", "manage"]
+DEFAULT_PRODUCER_SM_SHARE = 10.0  # percent of a GPU's SMs a producer may use (DESIGN: about 10%)
 
 
 class JobSpec(BaseModel):
@@ -94,6 +96,19 @@ class JobSpec(BaseModel):
         "tiered structure; device cuda only) or auto (gpu on a cuda job whose placement puts "
         "structure on the device and whose daemon has the GPU ops, else cpu); recorded "
         "resolved at submit.",
+    )
+    mps: MpsMode = Field(
+        "auto",
+        description="How cuda producers keep to their SM share: use (a running MPS control "
+        "daemon), manage (the daemon runs its own while jobs need it), off (a capped grid) or auto "
+        "(use where a control daemon answers, else off); recorded resolved at submit.",
+    )
+    producer_sm_share: float = Field(
+        DEFAULT_PRODUCER_SM_SHARE,
+        gt=0,
+        le=100,
+        description="Percent of each GPU's SMs "
+        "a producer may use: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else its grid.",
     )
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field(
@@ -163,6 +178,12 @@ class JobSpec(BaseModel):
             raise ValueError(f"sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not {self.device}")
         if self.sampler == "auto" and self.device == "cpu":
             object.__setattr__(self, "sampler", "cpu")  # frozen: auto is recorded resolved
+        if self.mps in ("use", "manage") and self.device != "cuda":
+            raise ValueError(
+                f"mps {self.mps!r} shares the ranks' GPUs with their producers: it needs device cuda, not {self.device}"
+            )
+        if self.mps == "auto" and self.device == "cpu":
+            object.__setattr__(self, "mps", "off")  # frozen: auto is recorded resolved
         if self.features == "partitioned" and self.nnodes == 1:
             raise ValueError(
                 "features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "

@@ -113,6 +113,8 @@ def describe(job: JobInfo) -> str:
         )
     if job.message:
         lines += _wrapped(job.message)
+    if job.gpu_share and job.spec.device == "cuda":
+        lines += _wrapped(job.gpu_share, first="  GPU share: ", rest="    ")
     for note in job.notes:
         lines += _wrapped(note, first="  note: ", rest="        ")
     lines += _wrapped(f"log {job.log_path}")
@@ -232,6 +234,10 @@ def submit(
     device_replicated: Annotated[str | None, typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
     device_interleaved: Annotated[str | None, typer.Option(help="feature bytes spread over the devices")] = None,
     host_budget: Annotated[str | None, typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
+    structure_device: Annotated[
+        str | None,
+        typer.Option(help="structure bytes (CSC lists of the hottest nodes) on every device: 10% or 256MiB"),
+    ] = None,
     storage_reads: Annotated[
         str | None, typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")
     ] = None,
@@ -257,6 +263,21 @@ def submit(
             "(default: gpu on a cuda job with structure on the device, else cpu)"
         ),
     ] = None,
+    mps: Annotated[
+        str | None,
+        typer.Option(
+            help="how cuda producers keep to --producer-sm-share: use (a running MPS control daemon), manage "
+            "(the daemon runs its own while jobs need it), off (a capped grid) or auto (default: use where a "
+            "control daemon answers, else off)"
+        ),
+    ] = None,
+    producer_sm_share: Annotated[
+        float | None,
+        typer.Option(
+            help="percent of each GPU's SMs a producer may use, in (0, 100] (default 10): "
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else the grid of its kernels"
+        ),
+    ] = None,
     replicate: Annotated[
         str | None,
         typer.Option(
@@ -279,6 +300,7 @@ def submit(
             "device_replicated": device_replicated,
             "device_interleaved": device_interleaved,
             "host": host_budget,
+            "structure_device": structure_device,
         }
         flags = {
             "dataset": dataset,
@@ -307,6 +329,8 @@ def submit(
             "features": features,
             "replicate": replicate,
             "sampler": sampler,
+            "mps": mps,
+            "producer_sm_share": producer_sm_share,
         }
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)

@@ -47,6 +47,17 @@ class ProducerConfig(BaseModel):
         description="Sample on the CPU, or on GPU `device_index` "
         "over the structure's device tier and registered host memory.",
     )
+    gpu_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Set in the producer's environment before CUDA initialises: the MPS pipe directory and "
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE when it runs under MPS (see graphtier.service.daemon.jobs.mps).",
+    )
+    grid_share: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Without MPS: the share of the SMs its GPU kernels cap their grid to; None = not capped by share.",
+    )
     storage_reads: Literal["mmap", "direct", "page-cache"] = Field(
         default="mmap", description="How storage-tier rows are read: the file mapping, O_DIRECT, or the page cache."
     )

@@ -208,14 +208,22 @@ class CudaTiers(FeatureSource):
     the gather itself is `CudaGather` over the tiers this process mapped on GPU `device`."""
 
     def __init__(
-        self, dataset: AttachedDataset, tiers: FeatureTiers, *, device: int, storage_reads: StorageReads
+        self,
+        dataset: AttachedDataset,
+        tiers: FeatureTiers,
+        *,
+        device: int,
+        storage_reads: StorageReads,
+        sm_share: float | None = None,
     ) -> None:
+        """`sm_share`: the producer's share of the SMs when it is not under MPS (the gather's grid
+        keeps to it); None: the gather's default cap on host reads only."""
         super().__init__(tiers, storage_reads=storage_reads, window=0, depth=0)
         from graphtier.service.gpu.gather import CudaGather  # CUDA only for device slots
 
         cuda_tiers = dataset.cuda_tiers(device).tiers
         assert cuda_tiers is not None  # set by open_cuda_tiers
-        self.gather = CudaGather(cuda_tiers)
+        self.gather = CudaGather(cuda_tiers, sm_share=sm_share)
 
     @property
     def simulated(self) -> bool:
@@ -275,11 +283,12 @@ def feature_source(
     window: int,
     partition: PartitionedFeatures | None,
     slot_device: int | None = None,
+    sm_share: float | None = None,
 ) -> FeatureSource:
     """The one source for a producer's configuration: peer rows for a partitioned job, the look-ahead
     window when `window` > 0 and the dataset has storage rows to read, the tiers as they are otherwise.
-    For device slots (`slot_device`, a GPU) the tiers are gathered on that GPU; the window's and the
-    other nodes' rows are staged to it."""
+    For device slots (`slot_device`, a GPU) the tiers are gathered on that GPU (its grid kept to
+    `sm_share` of the SMs when given); the window's and the other nodes' rows are staged to it."""
     host: FeatureSource
     reader = dataset.row_reader() if window > 0 and partition is None else None
     if partition is not None:
@@ -287,7 +296,7 @@ def feature_source(
     elif reader is not None:
         host = WindowedTiers(tiers, reader, storage_reads=storage_reads, window=window)
     elif slot_device is not None:
-        return CudaTiers(dataset, tiers, device=slot_device, storage_reads=storage_reads)
+        return CudaTiers(dataset, tiers, device=slot_device, storage_reads=storage_reads, sm_share=sm_share)
     else:
         return LocalTiers(dataset, tiers, device_index=device_index, storage_reads=storage_reads, window=window)
     return host if slot_device is None else StagedToDevice(host)

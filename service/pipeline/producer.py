@@ -79,6 +79,7 @@ class Producer:
 
     def _setup(self) -> None:
         cfg = self.config
+        os.environ.update(cfg.gpu_env)  # MPS: before anything here initialises CUDA
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads)
@@ -100,12 +101,7 @@ class Producer:
         if cfg.sampler == "gpu":
             from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
 
-            self.sampler = host_copy_sampler(
-                self.dataset.cuda_structure,
-                self.dataset.handle.plan.structure_device_end,
-                cfg.fanouts,
-                cfg.device_index,
-            )
+            self.sampler = host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index, sm_share=cfg.grid_share)
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
@@ -119,6 +115,7 @@ class Producer:
                 window=cfg.window,
                 partition=cfg.partition,
                 slot_device=self.slot_device,
+                sm_share=cfg.grid_share,
             )
         self._limit = caps.upper_bound(
             batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges

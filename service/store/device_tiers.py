@@ -7,6 +7,11 @@ device allocation of the memory-handle package (CUDA IPC, or VMM fds passed by t
 Consumer side, `open_cuda_tiers` opens the handles this GPU needs (its replica, every share it
 can reach), registers the host tier, and returns the `CudaFeatureTiers` the gather reads;
 `CudaTiersLease.close()` gives it all back.
+
+The device structure tier is the same on the daemon's side, `DeviceStructureSet`: the CSC lists
+of nodes [0, structure_device_end) (the hottest, so colptr[0..end] and a prefix of row) in one
+allocation per array on every tier GPU, filled once; `open_cuda_tiers` maps this GPU's pair
+into `CudaTiersLease.device_structure`, so every producer on the GPU reads the one copy.
 """
 
 from __future__ import annotations
@@ -125,6 +130,84 @@ class DeviceTierSet:
             raise errors[0]
 
 
+def structure_prefix(plan: PlacementPlan, colptr: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The device structure tier's contents: colptr[0..structure_device_end] and the row entries of
+    those nodes' lists (a prefix of `row`); GraphtierError when the CSC does not match the plan."""
+    end, edges = plan.structure_device_end, plan.structure_device_edges
+    if colptr.numel() != plan.num_nodes + 1 or (end and int(colptr[end]) != edges) or row.numel() < edges:
+        raise GraphtierError(
+            f"the CSC ({colptr.numel()} colptr, {row.numel()} row entries) does not match the plan's structure tier "
+            f"({plan.num_nodes} nodes, the first {end} with {edges} edges)"
+        )
+    return colptr[: end + 1], row[:edges]
+
+
+class DeviceStructureSet:
+    """The daemon's allocations of one dataset's device structure tier: this GPU's copy of the
+    hottest nodes' CSC lists on every tier GPU, shared like the feature tiers (`mode`, `exporter`);
+    `refs` describe them, `close()` frees them."""
+
+    def __init__(
+        self,
+        plan: PlacementPlan,
+        colptr: torch.Tensor,
+        row: torch.Tensor,
+        devices: Sequence[int],
+        label: str,
+        *,
+        mode: DeviceMemoryMode = "ipc",
+        exporter: FdExporter | None = None,
+    ) -> None:
+        self.mode, self.exporter = mode, exporter
+        self.allocations: list[SharedMemory] = []
+        self.refs: list[DeviceTierRef] = []
+        if not plan.structure_device_end:
+            return
+        parts = dict(zip(("structure_colptr", "structure_row"), structure_prefix(plan, colptr, row), strict=True))
+        t0 = time.perf_counter()
+        try:
+            for slot, device in enumerate(devices):
+                for tier, values in parts.items():
+                    self._place(tier, slot, device, values.contiguous(), label)
+        except BaseException:
+            self.close()
+            raise
+        log.info(
+            "placed the structure of %s's %d hottest nodes on GPUs %s: %.1f MiB each in %.2f s",
+            label,
+            plan.structure_device_end,
+            list(devices),
+            plan.structure_device_bytes / 2**20,
+            time.perf_counter() - t0,
+        )
+
+    def _place(self, tier: str, slot: int, device: int, values: torch.Tensor, label: str) -> None:
+        nbytes = values.numel() * values.element_size()
+        memory = allocate(
+            f"{label}-{tier}-{slot}-{secrets.token_hex(4)}",  # unique: also the fd's export id under vmm
+            max(nbytes, 1),  # a prefix may be empty
+            device=device,
+            mode=self.mode,
+            exporter=self.exporter,
+        )
+        self.allocations.append(memory)
+        if nbytes:
+            copy_host_to_device(memory, 0, values)
+        handle = memory.handle.model_copy(update={"nbytes": nbytes})
+        self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=values.numel(), memory=handle))  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        allocations, self.allocations, self.refs = self.allocations, [], []
+        errors: list[BaseException] = []
+        for memory in allocations:
+            try:
+                memory.close()
+            except Exception as exc:  # noqa: BLE001  (free the rest, then say what failed)
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
 class CudaTiersLease:
     """What one process mapped to read a dataset's tiers on GPU `device`; `close()` releases it."""
 
@@ -134,6 +217,8 @@ class CudaTiersLease:
         self.tiers: CudaFeatureTiers | None = None
         self.structure: tuple[torch.Tensor, torch.Tensor] | None = None
         self._memory: list[SharedMemory] = []
+        # the daemon's device structure tier on this GPU: (colptr[0..end], row[0:edges]), or None
+        self.device_structure: tuple[torch.Tensor, torch.Tensor] | None = None
         self._registrations: list[HostRegistration] = []
         self._writable: list[mmap.mmap] = []
 
@@ -183,7 +268,7 @@ class CudaTiersLease:
         memory, self._memory = self._memory, []
         registrations, self._registrations = self._registrations, []
         writable, self._writable = self._writable, []
-        self.tiers = self.structure = None
+        self.tiers = self.structure = self.device_structure = None
         errors: list[BaseException] = []
         if memory or registrations:
             try:
@@ -225,11 +310,14 @@ def open_cuda_tiers(
         some = resident if resident is not None else storage
         if some is None:
             raise GraphtierError(f"dataset {label!r} has no node features to gather")
+        structure_refs = [ref for ref in refs if ref.tier.startswith("structure_")]
+        refs = [ref for ref in refs if not ref.tier.startswith("structure_")]
         if not refs and plan.interleaved_end:
             # The daemon kept the device tiers accounted (no GPU there, or gpu_tiers off): on this GPU
             # every resident row is read from host memory, and counted as what it really is.
             plan = plan.model_copy(update={"replicated_end": 0, "interleaved_end": 0, "num_devices": 1})
         here = pci_bus_id(device)
+        lease.device_structure = _open_structure(lease, structure_refs, here, device)
         tier_slots = {ref.slot: ref.pci_bus_id for ref in refs}
         slot = next((s for s, bus in tier_slots.items() if bus == here), None)
         if (plan.replicated_end or plan.interleaved_end) and slot is None:
@@ -276,3 +364,21 @@ def open_cuda_tiers(
     except BaseException:
         lease.close()
         raise
+
+
+def _open_structure(
+    lease: CudaTiersLease, refs: Sequence[DeviceTierRef], here: str, device: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """This GPU's copy of the device structure tier as CUDA views (None when the daemon placed
+    none here: the sampler then reads every list from the host copy)."""
+    from graphtier.service.gpu.views import cuda_view
+
+    mine = {ref.tier: ref for ref in refs if ref.pci_bus_id == here}
+    if set(mine) != {"structure_colptr", "structure_row"}:
+        return None
+    views = []
+    for tier in ("structure_colptr", "structure_row"):
+        ref = mine[tier]
+        ptr = lease.open_handle(ref, device)
+        views.append(cuda_view(ptr, (ref.rows,), torch.int64, device))
+    return views[0], views[1]

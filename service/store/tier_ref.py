@@ -17,15 +17,17 @@ class DeviceTierRef(BaseModel):
     """One device allocation of a device tier.
 
     `tier` "replicated": rows [0, replicated_end) on the GPU of `slot`; "interleaved": share
-    `slot` (rows r with (r - replicated_end) % num_devices == slot, in order) on that GPU.
+    `slot` (rows r with (r - replicated_end) % num_devices == slot, in order) on that GPU;
+    "structure_colptr" / "structure_row": the device structure tier on that GPU, colptr[0..
+    structure_device_end] (`rows` entries) and row[0:structure_device_edges] of the CSC, int64.
     The GPU is the memory handle's, named by PCI bus id (the same under any CUDA_VISIBLE_DEVICES).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tier: Literal["replicated", "interleaved"]
+    tier: Literal["replicated", "interleaved", "structure_colptr", "structure_row"]
     slot: int = Field(ge=0, description="Index of the GPU among the dataset's tier GPUs.")
-    rows: int = Field(ge=0)
+    rows: int = Field(ge=0, description="Feature rows, or int64 entries of a structure array.")
     memory: MemoryHandle = Field(description="The allocation (device location); nbytes are the rows' bytes.")
 
     @field_validator("memory")

@@ -201,6 +201,35 @@ def test_the_sampler_survives_the_wire_and_a_cpu_jobs_auto_is_cpu(device, sample
     assert spec_from_proto(jobs_pb2.JobSpec(dataset="d", model=jobs_pb2.MODEL_SAGE)).sampler == "cpu"  # empty = auto
 
 
+@pytest.mark.parametrize(
+    ("device", "mps", "share", "recorded"),
+    [("cuda", "manage", 25.5, "manage"), ("cuda", "auto", 10.0, "auto"), ("cpu", "auto", 3.0, "off")],
+)
+def test_the_mps_mode_and_sm_share_survive_the_wire_and_a_cpu_jobs_auto_is_off(device, mps, share, recorded):
+    from datetime import datetime, timezone
+
+    from graphtier.contract.jobs.conversions import job_from_proto, job_to_proto, spec_from_proto, spec_to_proto
+    from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.contract.jobs.state import JobState
+    from graphtier.contract.jobs.view import JobInfo
+
+    spec = JobSpec(dataset="d", device=device, mps=mps, producer_sm_share=share)
+    assert spec.mps == recorded
+    back = spec_from_proto(jobs_pb2.JobSpec.FromString(spec_to_proto(spec).SerializeToString()))
+    assert back == spec and (back.mps, back.producer_sm_share) == (recorded, share)
+    bare = spec_from_proto(jobs_pb2.JobSpec(dataset="d", model=jobs_pb2.MODEL_SAGE))
+    assert (bare.mps, bare.producer_sm_share) == ("off", 10.0)  # empty = auto (resolved for a cpu job), 0 = 10%
+    job = JobInfo(
+        job_id="3",
+        spec=spec,
+        state=JobState.RUNNING,
+        message="",
+        created_at=datetime.now(timezone.utc),
+        gpu_share="producers under MPS (manage) at 25.5% of the SMs: the daemon's own control daemon",
+    )
+    assert job_from_proto(jobs_pb2.Job.FromString(job_to_proto(job).SerializeToString())).gpu_share == job.gpu_share
+
+
 def test_a_gpu_sampler_on_a_cpu_job_is_refused_naming_both():
     from graphtier.contract.errors import InvalidRequestError
     from graphtier.contract.jobs.spec import JobSpec

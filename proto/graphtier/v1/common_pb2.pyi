@@ -15,12 +15,14 @@ class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TIER_HOST: _ClassVar[Tier]
     TIER_STORAGE: _ClassVar[Tier]
     TIER_STRUCTURE_DEVICE: _ClassVar[Tier]
+    TIER_STRUCTURE_HOST: _ClassVar[Tier]
 TIER_UNSPECIFIED: Tier
 TIER_DEVICE_REPLICATED: Tier
 TIER_DEVICE_INTERLEAVED: Tier
 TIER_HOST: Tier
 TIER_STORAGE: Tier
 TIER_STRUCTURE_DEVICE: Tier
+TIER_STRUCTURE_HOST: Tier
 
 class SegmentRef(_message.Message):
     __slots__ = ("name", "offset", "shape", "dtype")

@@ -5,7 +5,10 @@ spanning N devices is placed on GPUs 0..N-1 of the daemon (each tier its own all
 without devices it stays accounted and the layout says why. The interleaved tier needs every
 pair of those GPUs to reach each other: where the peer matrix is incomplete its rows move to
 the host tier and the layout's notes say so. Per GPU, the device tiers must fit the daemon's
-device budget (default: the GPU's free memory less a reserve left for training).
+device budget (default: the GPU's free memory less a reserve left for training). A device
+structure tier (the hottest nodes' CSC lists) is placed too, topology first: where it and the
+feature tiers do not both fit, the coolest device feature rows go to the host tier, and the
+notes say how many.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ class GpuPlacement:
 
     def decide(self, plan: PlacementPlan, dataset: str) -> GpuDecision:
         """Where `plan`'s device tiers go; InvalidRequestError when they cannot fit this machine."""
-        if plan.num_devices == 0 or plan.interleaved_end == 0:
+        if plan.num_devices == 0 or (plan.interleaved_end == 0 and plan.structure_device_end == 0):
             return GpuDecision(plan)
         if self.mode == "off":
             return GpuDecision(plan, notes=("device tiers accounted: the daemon runs with gpu_tiers: off",))
@@ -124,7 +127,17 @@ class GpuPlacement:
                     f"GPUs {list(devices)} cannot all reach each other (no peer access): the {rows} "
                     "interleaved rows are in the host tier instead"
                 )
-        need = plan.device_bytes_per_device() - plan.structure_device_bytes  # structure is not placed yet
+        budget = min(self.budget_bytes(device) for device in devices)
+        if plan.structure_device_end:
+            from graphtier.contract.errors import PlacementError
+
+            try:
+                plan, moved = plan.fit_device_budget(budget)
+            except PlacementError as exc:
+                raise InvalidRequestError(f"dataset {dataset!r}: {exc} or raise --device-budget") from None
+            if moved:
+                notes.append(moved)
+        need = plan.device_bytes_per_device()
         for device in devices:
             budget = self.budget_bytes(device)
             if need > budget:
