@@ -1,0 +1,17 @@
+"""The training script's API, at its stable path: `graphtier.loader`.
+
+    import graphtier
+    with graphtier.connect(dataset="cora", fanout="25,10", batch_size=64, epochs=30) as job:
+        ...                                  # job.batches(epoch): blocks, x, y on job.device
+
+`connect` attaches the script to this machine's daemon, whether the daemon started it
+(`graphtier job submit --script train.py`) or the user did (`torchrun --nproc-per-node 2 train.py`,
+`python train.py`). `Job`, `DatasetInfo`, `DeviceBatch` and `Block` are what it hands out; the
+implementation and its full documentation are `graphtier.launcher.loader`.
+"""
+
+from __future__ import annotations
+
+from graphtier.launcher.loader import Block, DatasetInfo, DeviceBatch, Job, connect
+
+__all__ = ["Block", "DatasetInfo", "DeviceBatch", "Job", "connect"]
