@@ -1,13 +1,13 @@
 """Your own GraphSAGE in plain PyTorch, trained through graphtier's loader.
 
-    torchrun --nproc-per-node 2 examples/sage_blocks.py --dataset cora     # or: python examples/sage_blocks.py ...
-    graphtier job submit --dataset cora --script examples/sage_blocks.py --fanout 25,10 \
-        --batch-size 64 --epochs 30 --lr 0.003 --weight-decay 5e-4 --wait
+    graphtier job submit --dataset cora --script examples/sage_blocks.py --wait
+    torchrun --standalone --nproc-per-node 2 examples/sage_blocks.py --dataset cora   # or python ...
 
-Launched by you (torchrun or python), `graphtier.connect(dataset, ...)` registers a job with this
-machine's daemon from the flags below; submitted, the daemon runs this file under torchrun and the
-submitted job's spec decides. Either way the job's producers sample and gather into shared memory,
-one per rank. Each batch brings `blocks` (one bipartite CSC graph per layer, input layer first) and
+`JOB_DEFAULTS` are this script's hyper-parameters (about 0.79-0.80 test accuracy on Cora): `job
+submit --script` takes them for every field its flags leave unset, and a launch of your own
+(torchrun or python) registers its job with them through `graphtier.connect` (`--fanout`,
+`--batch-size`, `--epochs` here override them). Either way the job's producers sample and gather
+into shared memory, one per rank. Each batch brings `blocks` (one bipartite CSC graph per layer, input layer first) and
 the input features `x`, already on the rank's device. `--script-args '--eval-every 5'` reaches this
 script's own argparse under `job submit`.
 """
@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphtier
+
+JOB_DEFAULTS = {"fanouts": [25, 10], "batch_size": 64, "epochs": 30, "lr": 0.003, "weight_decay": 5e-4}
 
 
 class SAGELayer(nn.Module):
@@ -58,15 +60,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N epochs (0: only at the end)")
     parser.add_argument("--dataset", help="register a job on this prepared dataset (a launch of your own)")
-    parser.add_argument("--fanout", default="25,10", help="neighbours per hop, one per layer")
-    parser.add_argument("--batch-size", type=int, default=64, help="seed nodes per batch per rank")
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--weight-decay", type=float, default=5e-4)
+    parser.add_argument("--fanout", help="neighbours per hop, e.g. 10,5 (a launch of your own)")
+    parser.add_argument("--batch-size", type=int, help="seed nodes per batch per rank (a launch of your own)")
+    parser.add_argument("--epochs", type=int, help="passes over the train ids (a launch of your own)")
     args = parser.parse_args()
 
-    spec = {"fanout": args.fanout, "batch_size": args.batch_size, "epochs": args.epochs, "lr": args.lr}
-    with graphtier.connect(args.dataset, weight_decay=args.weight_decay, **spec) as job:
+    spec = dict(JOB_DEFAULTS)
+    if args.fanout:
+        spec["fanouts"] = [int(k) for k in args.fanout.split(",")]
+    spec.update({k: v for k, v in (("batch_size", args.batch_size), ("epochs", args.epochs)) if v is not None})
+    with graphtier.connect(args.dataset, **spec) as job:
         spec, data = job.spec, job.dataset
         model = GraphSAGE(data.feature_dim, spec.hidden, data.num_classes, len(data.fanouts), spec.dropout)
         optimizer = torch.optim.Adam(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
