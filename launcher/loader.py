@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
+from graphtier.contract.endpoints import read_endpoints
 from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
@@ -66,6 +67,7 @@ from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
+from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.subgraph import Block
 from graphtier.service.store import AttachedDataset, attach_dataset
 
@@ -145,6 +147,7 @@ class Job:
         )
         self._epoch, self._index, self._current = 0, 0, None
         self._finished = self._closed = self._own_launch = False
+        self._prepared: PreparedDataset | None = None
         torch.manual_seed(spec.seed)  # the model a script builds next starts alike on every rank
 
     # Who and where
@@ -231,6 +234,24 @@ class Job:
             predicted = seed_logits(logits.detach(), y.numel()).argmax(dim=1)
             correct, labelled = int((predicted == y)[mask].sum()), int(mask.sum())
         self.session.record_step(self._epoch, self._index, value, correct, labelled)
+
+    def source_ids(self, ids: Tensor) -> Tensor:
+        """The source's ids of this job's node ids `ids` (a batch's `node_ids`, a split's ids; graphtier's are
+        hotness ranks): predictions and embeddings written with them line up with the source's files."""
+        if self._prepared is None:
+            endpoints = read_endpoints(self.client.runtime_dir)
+            if endpoints is None:
+                raise GraphtierError(f"no daemon at {self.client.runtime_dir} to say where {self.spec.dataset!r} lives")
+            self._prepared = PreparedDataset.open(self.spec.dataset, Path(endpoints.dataset_root))
+        return self._prepared.source_ids(ids)
+
+    def split_ids(self, split: str) -> Tensor:
+        """The node ids of `split` (train/val/test) in graphtier's ids; `source_ids` maps them to the source's."""
+        if split not in self.data.splits:
+            raise GraphtierError(
+                f"dataset {self.spec.dataset!r} has no split {split!r}; it has {sorted(self.data.splits)}"
+            )
+        return self.data.splits[split]
 
     def evaluate(
         self, model: nn.Module, splits: tuple[str, ...] = ("val", "test"), forward: Forward | None = None
