@@ -154,7 +154,7 @@ def test_a_node_with_another_dataset_version_or_none_is_refused_by_name(test_clu
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     manifest = b.dataset_root / "rmat12" / "manifest.json"
     changed = json.loads(manifest.read_text())
-    changed["notes"] = [*changed.get("notes", []), "prepared elsewhere"]
+    changed["score"] = {**changed["score"], "damping": 0.5}  # prepared elsewhere with another damping
     manifest.write_text(json.dumps(changed))
     test_cluster.start()
     spec = JobSpec(
