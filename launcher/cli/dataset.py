@@ -86,6 +86,13 @@ def prepare(
     split_index: Annotated[
         int | None, typer.Option(help="which split of a --split file holding several ([N, K] masks)")
     ] = None,
+    default_split: Annotated[
+        bool,
+        typer.Option(
+            "--default-split",
+            help="accept the random 10/5/10 split for a source without one (else jobs refuse the dataset)",
+        ),
+    ] = False,
     split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     val_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
@@ -119,6 +126,7 @@ def prepare(
                 missing_features=missing_features,
                 split_file=str(split) if split else None,
                 split_index=split_index,
+                default_split=default_split or None,
                 split_seed=split_seed,
                 train_fraction=train_fraction,
                 val_fraction=val_fraction,
@@ -156,8 +164,10 @@ def split_summary(manifest) -> str:
         return f"train/val/test {sizes} from {rule['file']}{index}"
     if "seed" in rule:
         fractions = "/".join(f"{rule[f'{part}_fraction']:g}" for part in ("train", "val", "test"))
+        unchosen = " (the default, not chosen: jobs refuse it)" if rule.get("asked") is False else ""
         return (
-            f"train/val/test {sizes}: random {fractions} of the {rule.get('among', 'nodes')}, split seed {rule['seed']}"
+            f"train/val/test {sizes}: random {fractions} of the {rule.get('among', 'nodes')}, "
+            f"split seed {rule['seed']}{unchosen}"
         )
     return f"train/val/test {sizes}: the source's own" + (f" ({rule['rule']})" if rule.get("rule") else "")
 

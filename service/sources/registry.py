@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
 SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")
 LABEL_OPTIONS: tuple[str, ...] = ("num_classes",)
-SPLIT_FILE_OPTIONS: tuple[str, ...] = ("split_file", "split_index")
+SPLIT_FILE_OPTIONS: tuple[str, ...] = ("split_file", "split_index", "default_split")
 SYNTHETIC_GENERATORS: tuple[str, ...] = ("rmat",)
 # Keyword options of `synthetic.generate_rmat`; its fractions make the split, `seed` drives the generator.
 SYNTHETIC_OPTIONS: tuple[str, ...] = (
@@ -63,7 +63,7 @@ _READERS: dict[str, Callable[..., GraphData]] = {
 def reader_options(scheme: str) -> tuple[str, ...]:
     """Option names `load_source` accepts for `scheme` (reader keywords plus split options)."""
     if scheme == "synthetic":
-        return SYNTHETIC_OPTIONS + ("split_seed",)
+        return SYNTHETIC_OPTIONS + ("split_seed", "default_split")
     params = list(inspect.signature(_READERS[scheme]).parameters.values())[1:]  # first one is the path
     return tuple(p.name for p in params) + LABEL_OPTIONS + SPLIT_OPTIONS + SPLIT_FILE_OPTIONS
 
@@ -113,7 +113,8 @@ def load_source_stream(spec: str, spill_dir: Path, plan: MemoryPlan, **options: 
     _check_options(scheme, options)
     from graphtier.service.sources.synthetic_stream import stream_rmat
 
-    generator_options = {k: v for k, v in options.items() if k != "split_seed"}  # the generator makes its own split
+    # the generator makes its own split
+    generator_options = {k: v for k, v in options.items() if k not in ("split_seed", "default_split")}
     return stream_rmat(spill_dir, plan, **generator_options)
 
 
@@ -128,6 +129,8 @@ def load_source(spec: str, **options: Any) -> GraphData:
     split: dict[str, Any] = {k: options[k] for k in SPLIT_OPTIONS[:3] if k in options}
     if "split_seed" in options:
         split["seed"] = options.pop("split_seed")
+    accepted_default = bool(options.pop("default_split", False))
+    split["asked"] = bool(split) or accepted_default
     if scheme == "synthetic":  # the generator makes its own split from the same fractions
         graph = _generate(target, options)
     else:

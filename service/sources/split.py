@@ -39,8 +39,11 @@ def ensure_split(
     val_fraction: float = 0.05,
     test_fraction: float = 0.1,
     seed: int = 0,
+    asked: bool = True,
 ) -> GraphData:
     """Return `graph` unchanged if it has a non-empty train split, else a copy with a random one.
+    `asked` False: nobody chose the random split (no fraction, seed or --default-split given); it is
+    recorded so (`split.asked`) with a note, and jobs refuse the dataset until a split is chosen.
 
     Raises `DatasetSourceError` (naming the graph's origin) for fractions outside [0, 1],
     fractions summing above 1, a graph with labels but no labelled node, or a train
@@ -79,8 +82,16 @@ def ensure_split(
         "seed": int(seed),
         **fractions,
         "counts": dict(zip(("train", "val", "test"), counts, strict=True)),
+        "asked": asked,
     }
-    return dataclasses.replace(graph, splits=splits, description=description).validate()
+    notes = list(graph.notes)
+    if not asked:
+        notes.append(
+            f"the source has no split: a random {train_fraction:g}/{val_fraction:g}/{test_fraction:g} one was made, "
+            "which jobs refuse; give the data's split (--split FILE), fractions (--train-fraction ...), or "
+            "accept this one (--default-split)"
+        )
+    return dataclasses.replace(graph, splits=splits, description=description, notes=notes).validate()
 
 
 # Names a split file may give each part: masks first (Geom-GCN's and PyG's), then index arrays (OGB's, Planetoid's).
