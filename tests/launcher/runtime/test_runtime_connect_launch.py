@@ -119,22 +119,27 @@ def test_torchrun_of_a_users_script_registers_trains_and_ends_its_job(daemon, tm
     assert listed_jobs[job.job_id]["state"] == "succeeded", listed.stdout + listed.stderr
 
 
-def test_plain_python_is_one_rank_and_its_exception_fails_the_job(daemon, tmp_path):
+def test_plain_python_is_one_rank_maps_ids_back_and_its_exception_fails_the_job(daemon, tmp_path, shared_datasets):
     script, before = tmp_path / "train.py", _job_ids(daemon)
     script.write_text(
-        "import graphtier\n"
+        "import json, os, graphtier\n"
         "job = graphtier.connect(dataset='cora', fanout=[5], batch_size=32)\n"  # no `with`: closed at exit
         "print('rank', job.rank, 'of', job.world_size, 'job', job.job_id, flush=True)\n"
+        "test = job.source_ids(job.split_ids('test'))\n"  # graphtier's ids are hotness ranks
+        "open(os.environ['OUT'] + '/test_ids.json', 'w').write(json.dumps(sorted(test.tolist())))\n"
         "raise ValueError('bad learning rate')\n"
     )
+    env = {**_env(daemon), "OUT": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, str(script)], env=_env(daemon), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
     )
     assert done.returncode == 1 and "rank 0 of 1 job" in done.stdout, done.stdout + done.stderr
     assert "ValueError: bad learning rate" in done.stderr
     job = _final_job(daemon, before)
     assert job.state == JobState.FAILED and job.spec.nproc_per_node == 1
     assert job.message == "rank 0: ValueError: bad learning rate"
+    index = (shared_datasets / "planetoid_cora" / "ind.cora.test.index").read_text().split()
+    assert json.loads((tmp_path / "test_ids.json").read_text()) == sorted(int(i) for i in index)  # the source's
 
 
 def test_a_rank_killed_mid_job_fails_the_job_instead_of_leaving_it_running(daemon, tmp_path):
