@@ -291,6 +291,7 @@ def submit(
     json_out: JsonOption = False,
 ) -> None:
     """Submit a job (flags or --spec job.yaml) and print its id."""
+    from graphtier.contract.jobs.script_defaults import DEFAULTS_NAME, script_defaults
     from graphtier.contract.jobs.spec import JobSpec
     from graphtier.launcher.cli.dataset import parse_fanouts
 
@@ -338,6 +339,10 @@ def submit(
             job_spec = JobSpec.build({k: v for k, v in flags.items() if v is not None}, source="command line")
         if job_spec.script:
             script_path(Path(job_spec.script), f"{spec}: script")  # a spec file's script too, before anything runs
+            defaults = script_defaults(Path(job_spec.script))  # the script's JOB_DEFAULTS under what was given
+            if defaults:
+                given = job_spec.model_dump(include=job_spec.model_fields_set)
+                job_spec = JobSpec.build({**defaults, **given}, source=f"{job_spec.script}: {DEFAULTS_NAME}")
         if any(v is not None for v in budgets.values()):
             given = job_spec.budgets.model_dump() if job_spec.budgets else {}
             merged = {**given, **{k: v for k, v in budgets.items() if v is not None}}

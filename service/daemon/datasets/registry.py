@@ -279,17 +279,32 @@ class DatasetRegistry:
         return closed
 
     def load(self, name: str, budgets: BudgetSpec | None = None) -> LoadResult:
-        """Load `name` with `budgets` (default: all in host memory), or return the loaded copy."""
+        """Load `name` with `budgets` (default: all in host memory), or return the loaded copy. A copy
+        placed by other budgets is unloaded and loaded again when no job uses it; while jobs use it,
+        DatasetConflictError names them and the ways on (every job shares one copy)."""
         budgets = budgets or BudgetSpec()
         with self._lock:
             loaded = self._current(name)
-            if loaded is not None:
-                if self._plan(budgets, loaded.store.dataset) != loaded.asked_plan:
+            if loaded is not None and self._plan(budgets, loaded.store.dataset) != loaded.asked_plan:
+                users = self._users(name)
+                if users:
                     raise DatasetConflictError(
                         f"dataset {name!r} is already loaded with another placement (budgets "
-                        f"{loaded.budgets.model_dump()}); every job shares one copy: use the same budgets, "
-                        f"or unload it first when no job uses it"
+                        f"{loaded.budgets.model_dump(exclude_none=True)}) and job(s) {', '.join(users)} use it; "
+                        "every job shares one copy: use the same budgets (or none, to share it as placed), or "
+                        "wait for those jobs to end (or cancel them): a copy no job uses is reloaded with the "
+                        "new budgets"
                     )
+                log.info(
+                    "reloading dataset %s: no job uses it, and budgets %s place it otherwise than %s",
+                    name,
+                    budgets.model_dump(exclude_none=True),
+                    loaded.budgets.model_dump(exclude_none=True),
+                )
+                del self._loaded[name]
+                loaded.store.close()
+                loaded = None
+            if loaded is not None:
                 loaded.last_used = time.monotonic()
                 return LoadResult(layout=loaded.layout(), already_loaded=True)
             self._check_name(name)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from graphtier.contract.datasets import BudgetSpec
-from graphtier.contract.errors import DaemonError, InvalidRequestError
+from graphtier.contract.errors import DaemonError, InvalidRequestError, PreparedDatasetError
 from graphtier.contract.jobs.conversions import job_to_proto
 from graphtier.contract.jobs.directory import job_directory, job_log_path, job_spec_path
 from graphtier.contract.jobs.progress import Phase
@@ -52,6 +52,7 @@ from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.service.prepared.catalog import read_manifest
 from graphtier.service.store.wire import DatasetLayoutInfo
 
 if TYPE_CHECKING:
@@ -86,6 +87,14 @@ def check_script(script: Path) -> None:
         raise InvalidRequestError(f"script {script}: not a file")
     if not os.access(script, os.R_OK):
         raise InvalidRequestError(f"script {script}: not readable by the daemon (uid {os.getuid()})")
+
+
+def _split_rule(directory: Path) -> object:
+    """How the prepared dataset in `directory` got its split (the manifest's record), or None."""
+    try:
+        return read_manifest(directory).source_description.get("split")
+    except PreparedDatasetError:
+        return None  # no readable dataset: loading it says why
 
 
 class JobManager:
@@ -181,6 +190,14 @@ class JobManager:
             )
         if spec.script:
             check_script(Path(spec.script))
+        unchosen = _split_rule(self.datasets.root / spec.dataset)
+        if isinstance(unchosen, dict) and unchosen.get("asked") is False:
+            raise InvalidRequestError(
+                f"dataset {spec.dataset!r} has no split of its own, and nobody chose the random one it was "
+                "prepared with (10/5/10 by default): prepare it again with the data's split (--split FILE), "
+                "fractions (--train-fraction/--val-fraction/--test-fraction, --split-seed), or --default-split "
+                "to accept it"
+            )
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
             loaded = self.datasets.layout(spec.dataset)  # no budgets asked: share the copy as it is placed
         elif spec.budgets is None and spec.features == "partitioned" and hooks is not None:

@@ -323,7 +323,7 @@ class JobRunner:
             parents = {p.pid for p in psutil.Process(pid).parents()}
         except psutil.Error:
             parents = set()
-        if agent is None or agent not in parents:
+        if agent is None or (agent not in parents and pid != agent):  # a plain `python train.py` is its own agent
             raise DaemonError(
                 f"job {self.job_id}: trainer pid {pid} is not a rank of this job (not a child of its "
                 f"torchrun agent, pid {agent})"
