@@ -2,10 +2,12 @@
 // [0, host_end), host shared memory holding the device tiers and the host tier) and a
 // storage part (rows [host_end, num_rows), a memory-mapped file), counting rows per source.
 //
-// A branch-free counting pass over the ids (OpenMP reduction), then one copy per row with the
-// row a few iterations ahead prefetched so several cache misses are in flight per thread
-// (the hardware prefetcher follows the rest of the row). Works on bytes, so any dtype and
-// row width is supported. Outputs larger than the caches are written with non-temporal
+// A branch-free counting pass over the ids, then one copy per row with the row a few
+// iterations ahead prefetched (every cache line of it, up to kPrefetchLines) so several
+// misses are in flight per thread. Works on bytes, so any dtype and row width is supported.
+// Both passes run through parallel_chunks (graphtier/work_split.h), not OpenMP: the gather
+// runs in producers beside busy trainer ranks, where OpenMP's spinning all-threads regions
+// lost most of its bandwidth. Outputs larger than the caches are written with non-temporal
 // stores: this op never re-reads them, and skipping the read-for-ownership of every
 // destination line saves a third of the memory traffic.
 #include <ATen/ATen.h>
@@ -13,6 +15,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -21,11 +24,15 @@
 #endif
 
 #include "graphtier/ops.h"
+#include "graphtier/work_split.h"
 
 namespace graphtier {
 namespace {
 
 constexpr int64_t kRowPrefetch = 8;                  // rows ahead
+constexpr int64_t kPrefetchLines = 16;               // cache lines of a row prefetched (1 KiB)
+constexpr int64_t kCountGrain = 65536;               // ids per chunk of the counting pass
+constexpr int64_t kCopyGrain = 2048;                 // rows per chunk of the copy pass
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;  // outputs above this bypass the caches
 
 enum Source : int { kReplicated = 0, kInterleavedLocal, kInterleavedPeer, kHost, kStorage };
@@ -118,24 +125,32 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   // Pass 1 (sequential over ids, branch-free): validate and count. Keeping the accounting out
   // of the copy loop keeps that loop a pure stream of prefetches and copies, and a bad id is
   // reported before `out` is touched.
-  int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0, bad = 0;
+  std::atomic<int64_t> total_rep{0}, total_inter{0}, total_host{0}, total_local{0}, total_bad{0};
   const bool pow2_devices = (num_devices & (num_devices - 1)) == 0;
   const int64_t device_mask = num_devices - 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (n > 65536) \
-    reduction(+ : at_least_rep, at_least_inter, at_least_host, local, bad)
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = id[i];
-    bad += static_cast<uint64_t>(r) >= limit;  // also catches negative ids
-    const bool interleaved = (r >= rep_end) & (r < inter_end);
-    at_least_rep += r >= rep_end;
-    at_least_inter += r >= inter_end;
-    at_least_host += r >= host_end;
-    if (pow2_devices) {
-      local += interleaved & (((r - rep_end) & device_mask) == device_index);
-    } else if (interleaved) {
-      local += ((r - rep_end) % num_devices) == device_index;
+  parallel_chunks(n, kCountGrain, nthreads, [&](int64_t begin, int64_t end) {
+    int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0, bad = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = id[i];
+      bad += static_cast<uint64_t>(r) >= limit;  // also catches negative ids
+      const bool interleaved = (r >= rep_end) & (r < inter_end);
+      at_least_rep += r >= rep_end;
+      at_least_inter += r >= inter_end;
+      at_least_host += r >= host_end;
+      if (pow2_devices) {
+        local += interleaved & (((r - rep_end) & device_mask) == device_index);
+      } else if (interleaved) {
+        local += ((r - rep_end) % num_devices) == device_index;
+      }
     }
-  }
+    total_rep += at_least_rep;
+    total_inter += at_least_inter;
+    total_host += at_least_host;
+    total_local += local;
+    total_bad += bad;
+  });
+  const int64_t at_least_rep = total_rep, at_least_inter = total_inter;
+  const int64_t at_least_host = total_host, local = total_local, bad = total_bad;
   if (bad > 0) {
     const int64_t pos = std::find_if(id, id + n, [&](int64_t r) {
                           return static_cast<uint64_t>(r) >= limit;
@@ -144,20 +159,22 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
                       num_rows, ")");
   }
 
-  // Pass 2: one copy per row, the row kRowPrefetch iterations ahead prefetched.
-#pragma omp parallel num_threads(nthreads) if (n > 4096)
-  {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kRowPrefetch < n) __builtin_prefetch(src_of(id[i + kRowPrefetch]));
+  // Pass 2: one copy per row, the lines of the row kRowPrefetch iterations ahead prefetched.
+  const int64_t prefetch_bytes = std::min(rb, kPrefetchLines * 64);
+  parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + kRowPrefetch < end) {
+        const char* ahead = src_of(id[i + kRowPrefetch]);
+        for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
+      }
       if (streaming) {
         copy_row_streaming(dst + i * rb, src_of(id[i]), rb);
       } else {
         std::memcpy(dst + i * rb, src_of(id[i]), rb);
       }
     }
-    if (streaming) store_fence();  // order this thread's streamed rows before returning
-  }
+    if (streaming) store_fence();  // order this chunk's streamed rows before the loop returns
+  });
 
   auto counts = at::empty({5}, at::TensorOptions().dtype(at::kLong));
   int64_t* c = counts.data_ptr<int64_t>();
