@@ -1,8 +1,16 @@
-"""What machine a benchmark ran on, for the line every benchmark table starts with."""
+"""What machine a benchmark ran on, where benchmarks keep their files, and how they record figures."""
 
 from __future__ import annotations
 
 import platform
+import tempfile
+from pathlib import Path
+
+
+def bench_cache(*parts: str) -> Path:
+    """A folder for what benchmarks cache between runs (generated graphs, prepared datasets):
+    under $TMPDIR (tempfile's choice), never in the repository."""
+    return Path(tempfile.gettempdir(), "graphtier-bench", *parts)
 
 
 def cpu_model() -> str:
