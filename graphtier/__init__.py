@@ -5,27 +5,32 @@ in its subpackages (`graphtier.service`, `graphtier.launcher`, `graphtier.contra
 which `setup.py` maps onto the repository's top-level folders. The user API re-exports them:
 `graphtier.loader` (a training script's job: `connect`, `Job`, `DeviceBatch`, `Block`),
 `graphtier.pyg` (PyG's loaders on graphtier's stores and sampler) and `graphtier.dgl` (DGL blocks).
-`graphtier.connect` is `graphtier.loader.connect`, imported on first use: importing this package
-imports none of the others.
+Importing this package imports none of the others: `graphtier.connect` is
+`graphtier.loader.connect`, imported on first use, and `__version__` is read from the installed
+metadata when first asked for (every `graphtier` command imports this package, and reading the
+metadata scans the environment's distributions).
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
-
-try:
-    __version__: str = version("graphtier")
-except PackageNotFoundError:  # a source tree on sys.path without an install: no metadata to read
-    __version__ = "0+unknown"
 
 __all__ = ["__version__", "connect"]
 
 
 def __getattr__(name: str) -> Any:
-    """`graphtier.connect`, loaded when first asked for (torch and the runtime are heavy imports)."""
+    """`__version__` and `connect`, loaded when first asked for."""
     if name == "connect":
         from graphtier.loader import connect
 
         return connect
-    raise AttributeError(f"module 'graphtier' has no attribute {name!r}")
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("graphtier")
+        except PackageNotFoundError:  # a source tree on sys.path without an install: no metadata to read
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.datasets import BudgetSpec
@@ -225,6 +224,8 @@ class JobSpec(BaseModel):
     def from_yaml(cls, path: Path, **overrides: Any) -> JobSpec:
         """A spec from a YAML (or JSON) mapping in `path`; `overrides` (non-None) win over the file.
         A relative `script:` is taken relative to the spec file's folder."""
+        import yaml  # only here: `job status` and the wire conversions never read YAML
+
         try:
             loaded = yaml.safe_load(Path(path).read_text())
         except OSError as exc:

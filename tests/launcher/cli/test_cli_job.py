@@ -42,14 +42,15 @@ def running_daemon(cli, tmp_path, small_rmat):
         reclaim_stale_segments()
 
 
-# Runs the CLI with torch and the daemon's modules made unimportable: the control commands talk
-# to the daemon through the contract package alone (issue 11: they answer in well under a second).
+# Runs the CLI with torch, numpy and the daemon's modules made unimportable: the control commands
+# talk to the daemon through the contract package alone and answer in a fraction of a second
+# (numpy alone costs them a tenth of one; bench_cli_latency.py measures them).
 _WITHOUT_TORCH = """
 import sys
 
 class Refuse:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "torch" or name.startswith("graphtier.service.daemon"):
+        if name.split(".")[0] in ("torch", "numpy") or name.startswith("graphtier.service.daemon"):
             raise ImportError(f"{name} imported by a control command")
 
 sys.meta_path.insert(0, Refuse())
@@ -91,7 +92,7 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 
 
-def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
+def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon, small_rmat):
     run = running_daemon
     spec = tmp_path / "job.yaml"
     spec.write_text(
@@ -139,6 +140,8 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
         assert plain.returncode == 0, f"graphtier {' '.join(command)}: {plain.stderr}"
     plain = run_without_torch_or_daemon_code("job", "status", job_id, "--runtime-dir", run)
     assert f"job {job_id} [succeeded] gcn on rmat12" in plain.stdout + plain.stderr
+    listed = run_without_torch_or_daemon_code("dataset", "list", "--out", small_rmat.directory.parent, "--json")
+    assert listed.returncode == 0 and "rmat12" in [d["name"] for d in json.loads(listed.stdout)], listed.stderr
 
     again = cli("job", "cancel", job_id, "--runtime-dir", run)
     assert again.exit_code == 1 and f"job '{job_id}' has already ended (succeeded)" in again.output
