@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+import numpy as np
 import torch
 
 from graphtier.contract.errors import GraphtierError
@@ -156,6 +157,13 @@ def gather_grid(
     return GatherGrid(device, host)
 
 
+class StorageRowReader(Protocol):
+    """Reads storage rows (storage-relative ids) into a C-contiguous array, row for row: the
+    dataset's `StorageReader` in the `direct` and `page-cache` modes."""
+
+    def read(self, rows: np.ndarray, out: np.ndarray) -> None: ...
+
+
 class GatherKernel(Protocol):
     """The launch of torch.ops.graphtier_cuda.tiered_gather (see bindings.cpp for the arguments);
     returns the cudaError_t of the launch. The CPU emulation in tests/service/gpu is another one."""
@@ -207,8 +215,10 @@ class CudaGather:
     by default, None for a full grid), device rows get blocks of their own, and with `sm_share`
     all of them keep to about that share of the SMs, so a producer without MPS leaves the rest to
     training. Not thread-safe: one per thread (it owns pinned buffers, a
-    pointer table and the device counters). `kernel` replaces the CUDA launch (the CPU
-    emulation of tests/service/gpu runs this class's own code over CPU tensors)."""
+    pointer table and the device counters). `storage_reader`: reads the batch's storage rows
+    into the pinned staging buffer (`--storage-reads direct|page-cache`); None copies them out
+    of the tiers' file mapping (`mmap`). `kernel` replaces the CUDA launch (the CPU emulation
+    of tests/service/gpu runs this class's own code over CPU tensors)."""
 
     def __init__(
         self,
@@ -216,12 +226,14 @@ class CudaGather:
         *,
         sm_share: float | None = None,
         max_threads: int | None = GATHER_MAX_THREADS,
+        storage_reader: StorageRowReader | None = None,
         kernel: GatherKernel | None = None,
     ) -> None:
         if kernel is None:
             load_cuda_ops()
             kernel = torch.ops.graphtier_cuda.tiered_gather
         self.tiers = tiers
+        self.storage_reader = storage_reader
         self._kernel = kernel
         on_gpu = tiers.device.type == "cuda"
         sms = torch.cuda.get_device_properties(tiers.device).multi_processor_count if on_gpu else 1
@@ -274,13 +286,19 @@ class CudaGather:
         return stage
 
     def _stage_rows(self, stage: _Stage, storage_ids: torch.Tensor) -> int:
-        """Copy the storage rows (sorted ids, CPU) into this turn's pinned buffer; its address."""
+        """Read the storage rows (sorted ids, CPU) into this turn's pinned buffer, through the storage
+        reader when there is one (direct I/O lands in the pinned rows), else out of the file
+        mapping; the buffer's address."""
         t = self.tiers
         k = storage_ids.numel()
         # readable up to the 128-byte line past the last row, as the kernel's contract asks
         stage.rows = _grow(stage.rows, (k, *t.row_shape), t.dtype, self._pinned, spare_bytes=LINE_BYTES)
-        assert t.storage is not None
-        torch.index_select(t.storage, 0, storage_ids - t.host_end, out=stage.rows[:k])
+        if self.storage_reader is not None:
+            rows_out = stage.rows[:k].reshape(k, -1).view(torch.uint8)  # bytes: any dtype reads the same
+            self.storage_reader.read((storage_ids - t.host_end).numpy(), rows_out.numpy())
+        else:
+            assert t.storage is not None
+            torch.index_select(t.storage, 0, storage_ids - t.host_end, out=stage.rows[:k])
         return stage.rows.data_ptr()
 
     def _finish(self, stage: _Stage) -> None:
