@@ -24,6 +24,7 @@ block and in the log on stderr); 2 bad config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -380,7 +381,9 @@ class Producer:
             self.control.beat()
             return views
 
-        sub, views = self.device_batches.make(planned.seeds, seed=planned.sample_seed, into=into)
+        on_gpu = torch.cuda.device(self.slot_device) if self.slot_device is not None else contextlib.nullcontext()
+        with on_gpu:  # the kernels launch with the slot's GPU current, on its current stream
+            sub, views = self.device_batches.make(planned.seeds, seed=planned.sample_seed, into=into)
         sampled, t1, k, grown = taken
         return k, views, bool(grown), sub, sampled - t0, t1
 
