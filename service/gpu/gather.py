@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ import torch
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.gpu.runtime import CudaError
+
+if TYPE_CHECKING:
+    from graphtier.service.storage.dio_alignment import DirectIOAlignment
 
 GATHER_THREADS = 512  # threads per block
 GATHER_MAX_THREADS = 10_240
@@ -159,7 +162,13 @@ def gather_grid(
 
 class StorageRowReader(Protocol):
     """Reads storage rows (storage-relative ids) into a C-contiguous array, row for row: the
-    dataset's `StorageReader` in the `direct` and `page-cache` modes."""
+    dataset's `StorageReader` in the `direct` and `page-cache` modes. Its file geometry and memory
+    alignment place the staged rows so that its direct reads land in them."""
+
+    data_offset: int
+    first_row: int
+    row_bytes: int
+    alignment: DirectIOAlignment
 
     def read(self, rows: np.ndarray, out: np.ndarray) -> None: ...
 
@@ -189,7 +198,7 @@ class _Stage:
     storage rows, and the event after which the GPU has read both."""
 
     ids: torch.Tensor | None = None
-    rows: torch.Tensor | None = None
+    rows: torch.Tensor | None = None  # bytes; the rows start where `_placement` puts them
     done: torch.cuda.Event | None = None
 
 
@@ -291,15 +300,34 @@ class CudaGather:
         mapping; the buffer's address."""
         t = self.tiers
         k = storage_ids.numel()
-        # readable up to the 128-byte line past the last row, as the kernel's contract asks
-        stage.rows = _grow(stage.rows, (k, *t.row_shape), t.dtype, self._pinned, spare_bytes=LINE_BYTES)
-        if self.storage_reader is not None:
-            rows_out = stage.rows[:k].reshape(k, -1).view(torch.uint8)  # bytes: any dtype reads the same
-            self.storage_reader.read((storage_ids - t.host_end).numpy(), rows_out.numpy())
+        nbytes = k * t.row_bytes
+        reader = self.storage_reader
+        align = max(LINE_BYTES, reader.alignment.memory) if reader is not None else LINE_BYTES
+        # room to place the rows, and readable up to the 128-byte line past the last, as the kernel asks
+        stage.rows = _grow(stage.rows, (nbytes + LINE_BYTES + align,), torch.uint8, self._pinned)
+        relative = storage_ids - t.host_end
+        start = self._placement(stage.rows.data_ptr(), int(relative[0]))
+        rows = stage.rows[start : start + nbytes]
+        if reader is not None:
+            reader.read(relative.numpy(), rows.view(k, t.row_bytes).numpy())
         else:
             assert t.storage is not None
-            torch.index_select(t.storage, 0, storage_ids - t.host_end, out=stage.rows[:k])
-        return stage.rows.data_ptr()
+            torch.index_select(t.storage, 0, storage_ids - t.host_end, out=rows.view(t.dtype).view(k, *t.row_shape))
+        return rows.data_ptr()
+
+    def _placement(self, base: int, first_row: int) -> int:
+        """Bytes from `base` to the staged rows: to the next 128-byte line, or, with a storage reader,
+        to the next address congruent to the file offset of `first_row` (storage-relative, the
+        batch's first) modulo the reader's memory alignment, so that its direct reads of adjacent
+        rows go straight into the buffer (every run of them when the rows are a multiple of the
+        alignment long). Either way 16-byte aligned, as the kernel asks."""
+        reader = self.storage_reader
+        if reader is not None:
+            offset = reader.data_offset + (reader.first_row + first_row) * reader.row_bytes
+            align = reader.alignment.memory
+            if offset % 16 == 0 and align % 16 == 0:
+                return (offset - base) % align
+        return -base % LINE_BYTES
 
     def _finish(self, stage: _Stage) -> None:
         if self._pinned:

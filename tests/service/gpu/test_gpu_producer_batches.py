@@ -191,6 +191,29 @@ def test_storage_rows_are_staged_through_the_storage_reader(tmp_path, mode):
         reader.close()
 
 
+def test_direct_reads_of_adjacent_storage_rows_land_in_the_staging_buffer(tmp_path):
+    """The staged rows are placed congruent to the file modulo the reader's memory alignment, so
+    O_DIRECT reads of a run of adjacent rows go straight into the (pinned) buffer, no bounce copy."""
+    table_rows = (torch.randn((1200, 32), generator=torch.Generator().manual_seed(8)) * 10).float()  # 128 B
+    host_end = 200
+    path = tmp_path / "storage.npy"
+    np.save(path, table_rows[host_end:].numpy())
+    if not _direct_supported(path):
+        pytest.skip(f"{tmp_path} does not open files with O_DIRECT")
+    table = EmulatedTable(table_rows, host_end, 0, 0, 1, 0)
+    reader = StorageReader(path, data_offset=128, row_bytes=128, first_row=0, num_rows=1000, mode="direct")
+    try:
+        gather, _ = table.gather(storage_reader=reader)
+        ids = torch.randperm(1200 - 17, generator=torch.Generator().manual_seed(2)) + 17  # one long storage run
+        out = table.empty_out(ids.numel())
+        counts = gather.gather(ids, out)
+        assert torch.equal(out[: ids.numel()], table_rows[ids])
+        assert counts.storage.rows == 1000
+        assert reader.stats.direct_requests > 0, "the run was read straight into the staged rows"
+    finally:
+        reader.close()
+
+
 def _read_channel(producer) -> tuple[list[dict[str, torch.Tensor]], TrafficCounts]:
     """Every batch of an in-process producer's channel (its regions copied) and its traffic counters."""
     import threading
