@@ -323,7 +323,8 @@ def test_a_gpu_sampled_job_trains_on_the_batches_of_the_cpu_sampled_one(small_rm
         host_bytes=n * row_bytes // 2,
         structure_device_bytes=small_rmat.manifest.num_edges * 4,
     )
-    plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
+    plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes, colptr=small_rmat.graph.colptr)
+    assert 0 < plan.structure_device_end < n  # the sampler reads both structure tiers
     batches: dict[str, list[dict[str, torch.Tensor]]] = {}
     traffic: dict[str, TrafficCounts] = {}
     channel_root = Path(tempfile.mkdtemp(prefix="gtgs-", dir="/tmp"))
