@@ -310,7 +310,8 @@ def test_a_producer_making_one_stream_batches_serves_the_cpu_producers_batches(s
 @needs_cuda
 def test_a_gpu_sampled_job_trains_on_the_batches_of_the_cpu_sampled_one(small_rmat):
     """A real `--device cuda --sampler gpu` channel: the producer samples and gathers on its GPU into
-    device slots; every batch the rank reads equals the `--sampler cpu` channel's, region by region."""
+    device slots, its storage rows read by the storage reader; every batch the rank reads equals the
+    `--sampler cpu` channel's (storage rows from the mapping), region by region."""
     from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
     from graphtier.service.placement import PlacementPlan, TierBudgets
     from graphtier.service.store import SharedDatasetStore
@@ -344,6 +345,7 @@ def test_a_gpu_sampled_job_trains_on_the_batches_of_the_cpu_sampled_one(small_rm
                     device="cuda",
                     device_index=0,
                     sampler=sampler,
+                    storage_reads="page-cache" if sampler == "gpu" else "mmap",  # staged through the reader
                 )
                 seen = batches.setdefault(sampler, [])
                 with spawn_producer(config) as producer, ChannelReader(producer.layout, timeout=60, device=0) as r:
@@ -360,7 +362,10 @@ def test_a_gpu_sampled_job_trains_on_the_batches_of_the_cpu_sampled_one(small_rm
                             }
                         )
                         batch.release()
-                    traffic[sampler] = r.stats().traffic  # the GPU producer's: read from the device per interval
+                    stats = r.stats()
+                    traffic[sampler] = stats.traffic  # the GPU producer's: read from the device per interval
+                    if sampler == "gpu":
+                        assert stats.storage.mode == "page-cache" and stats.storage.requests > 0
     finally:
         shutil.rmtree(channel_root, ignore_errors=True)
     assert len(batches["gpu"]) == len(batches["cpu"]) > 0
