@@ -15,7 +15,7 @@ CPU test suite runs it with the sampler's and the gather's kernels emulated on t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import torch
@@ -52,16 +52,22 @@ class DeviceBatchMaker:
         with torch.cuda.stream(self.stream):
             yield
 
-    def make(self, seeds: torch.Tensor, *, seed: int, out: torch.Tensor) -> SampledSubgraph:
+    def make(
+        self, seeds: torch.Tensor, *, seed: int, out: torch.Tensor | Callable[[SampledSubgraph], torch.Tensor]
+    ) -> SampledSubgraph:
         """Sample around `seeds` and gather the sampled nodes' rows into out[:num_nodes], both
-        enqueued on the one stream; the subgraph's tensors are on the device. GraphtierError when
-        `out` cannot hold the batch's rows (its size is known once the last hop is sampled)."""
+        enqueued on the one stream; the subgraph's tensors are on the device. `out` may be a
+        function of the sampled subgraph returning the rows to fill, called on the stream between
+        the sampling and the gather (a producer takes, sizes and orders its slot there, once the
+        batch's sizes are known). GraphtierError when `out` cannot hold the batch's rows."""
         with self._on_stream():
             sub = self.sampler.sample(seeds, seed=seed)
             if sub.node_ids.device != self.device:
                 raise GraphtierError(
                     f"the sampler left its node ids on {sub.node_ids.device}, not on the gather's {self.device}"
                 )
+            if callable(out):
+                out = out(sub)
             if out.shape[0] < sub.node_ids.numel():
                 raise GraphtierError(
                     f"the batch has {sub.node_ids.numel()} nodes but out holds {out.shape[0]} rows; "

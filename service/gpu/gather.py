@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+import numpy as np
 import torch
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.gpu.runtime import CudaError
+
+if TYPE_CHECKING:
+    from graphtier.service.storage.dio_alignment import DirectIOAlignment
 
 GATHER_THREADS = 512  # threads per block
 GATHER_MAX_THREADS = 10_240
@@ -156,6 +160,19 @@ def gather_grid(
     return GatherGrid(device, host)
 
 
+class StorageRowReader(Protocol):
+    """Reads storage rows (storage-relative ids) into a C-contiguous array, row for row: the
+    dataset's `StorageReader` in the `direct` and `page-cache` modes. Its file geometry and memory
+    alignment place the staged rows so that its direct reads land in them."""
+
+    data_offset: int
+    first_row: int
+    row_bytes: int
+    alignment: DirectIOAlignment
+
+    def read(self, rows: np.ndarray, out: np.ndarray) -> None: ...
+
+
 class GatherKernel(Protocol):
     """The launch of torch.ops.graphtier_cuda.tiered_gather (see bindings.cpp for the arguments);
     returns the cudaError_t of the launch. The CPU emulation in tests/service/gpu is another one."""
@@ -181,7 +198,7 @@ class _Stage:
     storage rows, and the event after which the GPU has read both."""
 
     ids: torch.Tensor | None = None
-    rows: torch.Tensor | None = None
+    rows: torch.Tensor | None = None  # bytes; the rows start where `_placement` puts them
     done: torch.cuda.Event | None = None
 
 
@@ -207,8 +224,10 @@ class CudaGather:
     by default, None for a full grid), device rows get blocks of their own, and with `sm_share`
     all of them keep to about that share of the SMs, so a producer without MPS leaves the rest to
     training. Not thread-safe: one per thread (it owns pinned buffers, a
-    pointer table and the device counters). `kernel` replaces the CUDA launch (the CPU
-    emulation of tests/service/gpu runs this class's own code over CPU tensors)."""
+    pointer table and the device counters). `storage_reader`: reads the batch's storage rows
+    into the pinned staging buffer (`--storage-reads direct|page-cache`); None copies them out
+    of the tiers' file mapping (`mmap`). `kernel` replaces the CUDA launch (the CPU emulation
+    of tests/service/gpu runs this class's own code over CPU tensors)."""
 
     def __init__(
         self,
@@ -216,12 +235,14 @@ class CudaGather:
         *,
         sm_share: float | None = None,
         max_threads: int | None = GATHER_MAX_THREADS,
+        storage_reader: StorageRowReader | None = None,
         kernel: GatherKernel | None = None,
     ) -> None:
         if kernel is None:
             load_cuda_ops()
             kernel = torch.ops.graphtier_cuda.tiered_gather
         self.tiers = tiers
+        self.storage_reader = storage_reader
         self._kernel = kernel
         on_gpu = tiers.device.type == "cuda"
         sms = torch.cuda.get_device_properties(tiers.device).multi_processor_count if on_gpu else 1
@@ -274,14 +295,39 @@ class CudaGather:
         return stage
 
     def _stage_rows(self, stage: _Stage, storage_ids: torch.Tensor) -> int:
-        """Copy the storage rows (sorted ids, CPU) into this turn's pinned buffer; its address."""
+        """Read the storage rows (sorted ids, CPU) into this turn's pinned buffer, through the storage
+        reader when there is one (direct I/O lands in the pinned rows), else out of the file
+        mapping; the buffer's address."""
         t = self.tiers
         k = storage_ids.numel()
-        # readable up to the 128-byte line past the last row, as the kernel's contract asks
-        stage.rows = _grow(stage.rows, (k, *t.row_shape), t.dtype, self._pinned, spare_bytes=LINE_BYTES)
-        assert t.storage is not None
-        torch.index_select(t.storage, 0, storage_ids - t.host_end, out=stage.rows[:k])
-        return stage.rows.data_ptr()
+        nbytes = k * t.row_bytes
+        reader = self.storage_reader
+        align = max(LINE_BYTES, reader.alignment.memory) if reader is not None else LINE_BYTES
+        # room to place the rows, and readable up to the 128-byte line past the last, as the kernel asks
+        stage.rows = _grow(stage.rows, (nbytes + LINE_BYTES + align,), torch.uint8, self._pinned)
+        relative = storage_ids - t.host_end
+        start = self._placement(stage.rows.data_ptr(), int(relative[0]))
+        rows = stage.rows[start : start + nbytes]
+        if reader is not None:
+            reader.read(relative.numpy(), rows.view(k, t.row_bytes).numpy())
+        else:
+            assert t.storage is not None
+            torch.index_select(t.storage, 0, storage_ids - t.host_end, out=rows.view(t.dtype).view(k, *t.row_shape))
+        return rows.data_ptr()
+
+    def _placement(self, base: int, first_row: int) -> int:
+        """Bytes from `base` to the staged rows: to the next 128-byte line, or, with a storage reader,
+        to the next address congruent to the file offset of `first_row` (storage-relative, the
+        batch's first) modulo the reader's memory alignment, so that its direct reads of adjacent
+        rows go straight into the buffer (every run of them when the rows are a multiple of the
+        alignment long). Either way 16-byte aligned, as the kernel asks."""
+        reader = self.storage_reader
+        if reader is not None:
+            offset = reader.data_offset + (reader.first_row + first_row) * reader.row_bytes
+            align = reader.alignment.memory
+            if offset % 16 == 0 and align % 16 == 0:
+                return (offset - base) % align
+        return -base % LINE_BYTES
 
     def _finish(self, stage: _Stage) -> None:
         if self._pinned:

@@ -440,3 +440,12 @@ def host_copy_sampler(
     copied to host memory for a producer that gathers on the CPU; `sm_share` caps its grid."""
     load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
     return HostCopySampler(CudaNeighborSampler(dataset_structure(dataset, device), fanouts, sm_share=sm_share))
+
+
+def device_sampler(
+    dataset: AttachedStructure, fanouts: Sequence[int], device: int, *, sm_share: float | None = None
+) -> CudaNeighborSampler:
+    """The GPU sampler of an attached dataset on GPU `device` (see `dataset_structure`), its samples
+    left on the GPU: for a producer that gathers there too (`DeviceBatchMaker`); `sm_share` caps its grid."""
+    load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
+    return CudaNeighborSampler(dataset_structure(dataset, device), fanouts, sm_share=sm_share)

@@ -7,7 +7,8 @@
   other nodes' daemons (peer_rows.py), the fetches started when the batch is sampled;
 - `CudaTiers`: for device slots, the tiered gather on the producer's GPU straight into the slot
   (device tiers from the daemon's handles, host tier zero-copy, storage rows staged through a
-  pinned buffer: graphtier.service.gpu.gather);
+  pinned buffer, read into it by the dataset's `StorageReader` under `--storage-reads direct` or
+  `page-cache`, copied out of the file mapping under `mmap`: graphtier.service.gpu.gather);
 - `StagedToDevice`: for device slots fed by the look-ahead window or other nodes, any of the
   host sources above filling a pinned buffer that is copied into the slot on the producer's stream.
 
@@ -205,7 +206,9 @@ class CudaTiers(FeatureSource):
     """The dataset's tiers read by the producer's GPU, gathered straight into a device slot.
 
     `tiers` (the host view of the same placement) sizes the rows and names the storage reader;
-    the gather itself is `CudaGather` over the tiers this process mapped on GPU `device`."""
+    the gather itself is `CudaGather` over the tiers this process mapped on GPU `device`, its
+    storage rows read by that reader into the pinned staging buffer (None in `mmap` mode: copied
+    out of the file mapping)."""
 
     def __init__(
         self,
@@ -223,7 +226,7 @@ class CudaTiers(FeatureSource):
 
         cuda_tiers = dataset.cuda_tiers(device).tiers
         assert cuda_tiers is not None  # set by open_cuda_tiers
-        self.gather = CudaGather(cuda_tiers, sm_share=sm_share)
+        self.gather = CudaGather(cuda_tiers, sm_share=sm_share, storage_reader=tiers.storage_reader)
 
     @property
     def simulated(self) -> bool:
@@ -233,8 +236,11 @@ class CudaTiers(FeatureSource):
         return self.gather.gather(node_ids, out)
 
     def count(self, control: ControlBlock, traffic: TrafficCounts, admitted: Admitted, sampled_ahead: int) -> None:
-        # The staged storage rows were copied out of the file mapping, as in mmap mode.
-        self._count_storage(control, traffic, hits=0, reader=None, cached_rows=0, sampled_ahead=sampled_ahead)
+        """The staged storage rows: read by the storage reader (its requests and bytes so far), or in
+        mmap mode copied out of the file mapping (their bytes)."""
+        self._count_storage(
+            control, traffic, hits=0, reader=self.tiers.storage_reader, cached_rows=0, sampled_ahead=sampled_ahead
+        )
 
 
 class StagedToDevice(FeatureSource):

@@ -24,6 +24,7 @@ block and in the log on stderr); 2 bad config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -35,13 +36,15 @@ from types import FrameType
 
 import torch
 
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.memory import FdExporter
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
+from graphtier.service.pipeline.device_batches import DeviceSlotBatches, write_structure
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.feature_sources import FeatureSource, feature_source
+from graphtier.service.pipeline.feature_sources import CudaTiers, FeatureSource, feature_source
 from graphtier.service.pipeline.layout import LAYOUT_FILE, MEMORY_SOCKET_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
@@ -98,12 +101,6 @@ class Producer:
             self.ordering = CudaEventOrdering.create(self.slot_device, cfg.num_slots)
             if cfg.device_memory == "vmm":
                 self._exporter = FdExporter(str(cfg.channel_dir / MEMORY_SOCKET_FILE))
-        if cfg.sampler == "gpu":
-            from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
-
-            self.sampler = host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index, sm_share=cfg.grid_share)
-        else:
-            self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
         self.tiers = tiers
         if tiers is not None:
@@ -117,6 +114,11 @@ class Producer:
                 slot_device=self.slot_device,
                 sm_share=cfg.grid_share,
             )
+        self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
+        if cfg.sampler == "gpu":
+            self._setup_gpu_sampler()
+        else:
+            self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         self._limit = caps.upper_bound(
             batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
@@ -160,6 +162,26 @@ class Producer:
             slots=[s.layout for s in self.slots],
         )
         self._write_layout()
+
+    def _setup_gpu_sampler(self) -> None:
+        """The GPU sampler over the dataset's tiered structure. With device slots gathered on the GPU
+        (`CudaTiers`, or no features) every batch is made on one stream into its slot
+        (`DeviceSlotBatches`); otherwise (host slots, or rows from the look-ahead window or other
+        nodes) its samples are copied to the host for the host gather."""
+        from graphtier.service.gpu import sampler as gpu  # CUDA only when asked for
+
+        cfg = self.config
+        source = self.source
+        if self.slot_device is None or not (source is None or isinstance(source, CudaTiers)):
+            self.sampler = gpu.host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index, sm_share=cfg.grid_share)
+            return
+        sampler = gpu.device_sampler(self.dataset, cfg.fanouts, self.slot_device, sm_share=cfg.grid_share)
+        self.sampler = sampler
+        labels = self.dataset.labels
+        if labels is not None:  # small: one device copy, the seeds' labels gathered from it
+            labels = labels.to(device=torch.device("cuda", self.slot_device), dtype=torch.int64)
+        self.device_batches = DeviceSlotBatches(sampler, source.gather if source is not None else None, labels)
+        self._traffic_due = 0.0
 
     def _probe(self) -> SlotCapacity:
         """Largest sizes over the first `probe_batches` batches of epoch 0, plus the margin."""
@@ -210,7 +232,7 @@ class Producer:
                 epochs=cfg.epochs,
                 steps=self.steps,
                 depth=source.depth if source is not None else cfg.window,
-                sample=self._sample,
+                sample=self._sample if self.device_batches is None else None,
                 admit=(lambda sub: source.admit(sub.node_ids)) if source is not None else None,
             )
             ctl.header.set_storage(StorageCounters(mode=cfg.storage_reads, window=cfg.window))
@@ -220,6 +242,7 @@ class Producer:
                     planned = ahead.next()
                     assert planned is not None and planned.epoch == epoch  # the plan has epochs x steps batches
                     self._produce(link, planned, ahead.sampled_ahead)
+                self._report_device_traffic(ahead.sampled_ahead, force=True)
                 ctl.header["epochs_completed"] = epoch + 1
                 link.send({"kind": "epoch_end", "epoch": epoch})
             ctl.header["end_of_data"] = 1
@@ -269,35 +292,33 @@ class Producer:
 
     def _produce(self, link: ConsumerLink, planned: Planned, sampled_ahead: int) -> None:
         ctl = self.control
-        epoch, step, batch, seeds, seed, sub = (
+        epoch, step, batch, seeds, seed = (
             planned.epoch,
             planned.step,
             planned.batch,
             planned.seeds,
             planned.sample_seed,
-            planned.subgraph,
         )
-        k = link.acquire()
-        rec = ctl.slots[k]
-        rec["state"] = SlotState.FILLING
-        t1 = time.perf_counter_ns()
-        self.ordering.before_fill(k)  # this process's writes into slot k follow the rank's reads of it
-        views, grown = self._fit(k, sub)
-        nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
-        views.node_ids[:nodes].copy_(sub.node_ids)
-        views.indptr[: expanded + 1].copy_(sub.indptr)
-        views.indices[:edges].copy_(sub.indices)
-        if self.dataset.labels is None:
-            views.labels[: seeds.numel()].fill_(-1)
-        elif views.device.type == "cpu":
-            torch.index_select(self.dataset.labels, 0, seeds, out=views.labels[: seeds.numel()])
+        if planned.subgraph is None:
+            k, views, grown, sub, sample_ns, t1 = self._make_on_device(link, planned)
+            rec = ctl.slots[k]
+            rec.set_traffic(TrafficCounts(simulated=False))  # counted on the device, reported per interval
+            self._report_device_traffic(sampled_ahead)
         else:
-            views.labels[: seeds.numel()].copy_(self.dataset.labels.index_select(0, seeds))
-        if views.features is not None and self.source is not None:
-            traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
-            rec.set_traffic(traffic)
-            ctl.header.set_traffic(traffic, add=True)
-            self.source.count(ctl, traffic, planned.ticket, sampled_ahead)
+            sub, sample_ns = planned.subgraph, planned.sample_ns
+            k = link.acquire()
+            rec = ctl.slots[k]
+            rec["state"] = SlotState.FILLING
+            t1 = time.perf_counter_ns()
+            self.ordering.before_fill(k)  # this process's writes into slot k follow the rank's reads of it
+            views, grown = self._fit(k, sub)
+            write_structure(views, sub, self.dataset.labels, seeds.numel())
+            if views.features is not None and self.source is not None:
+                traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
+                rec.set_traffic(traffic)
+                ctl.header.set_traffic(traffic, add=True)
+                self.source.count(ctl, traffic, planned.ticket, sampled_ahead)
+        nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
         t2 = time.perf_counter_ns()
         for name, value in (
             ("batch", batch),
@@ -309,7 +330,7 @@ class Producer:
             ("num_expanded", expanded),
             ("num_hops", sub.num_layers),
             ("sample_seed", seed),
-            ("sample_ns", planned.sample_ns),
+            ("sample_ns", sample_ns),
             ("gather_ns", t2 - t1),
         ):
             rec[name] = value
@@ -318,7 +339,7 @@ class Producer:
         per_hop_edges[:] = 0
         per_hop_nodes[: sub.num_layers + 1] = sub.num_nodes_per_hop
         per_hop_edges[: sub.num_layers] = sub.num_edges_per_hop
-        ctl.header["sample_ns"] += planned.sample_ns
+        ctl.header["sample_ns"] += sample_ns
         ctl.header["gather_ns"] += t2 - t1
         ctl.header["seeds_total"] += seeds.numel()
         ctl.header["sampled_nodes_total"] += nodes
@@ -337,6 +358,48 @@ class Producer:
             message["layout"] = views.layout.model_dump(mode="json")
         link.send(message)
         ctl.beat()
+
+    def _make_on_device(
+        self, link: ConsumerLink, planned: Planned
+    ) -> tuple[int, SlotViews, bool, SampledSubgraph, int, int]:
+        """A --sampler gpu batch made on one stream: sampled, then slot k taken (once the sizes are
+        known), ordered after the rank's reads, grown if need be, and filled. Returns k, its views,
+        whether it grew, the subgraph (on the GPU), the sampling time and when the slot was taken."""
+        assert self.device_batches is not None
+        t0 = time.perf_counter_ns()
+        taken: list[int] = []
+
+        def into(sub: SampledSubgraph) -> SlotViews:
+            taken.append(time.perf_counter_ns())
+            k = link.acquire()
+            self.control.slots[k]["state"] = SlotState.FILLING
+            taken.append(time.perf_counter_ns())
+            taken.append(k)
+            self.ordering.before_fill(k)  # the writes below follow the rank's reads of slot k
+            views, grown = self._fit(k, sub)
+            taken.append(int(grown))
+            self.control.beat()
+            return views
+
+        on_gpu = torch.cuda.device(self.slot_device) if self.slot_device is not None else contextlib.nullcontext()
+        with on_gpu:  # the kernels launch with the slot's GPU current, on its current stream
+            sub, views = self.device_batches.make(planned.seeds, seed=planned.sample_seed, into=into)
+        sampled, t1, k, grown = taken
+        return k, views, bool(grown), sub, sampled - t0, t1
+
+    def _report_device_traffic(self, sampled_ahead: int, *, force: bool = False) -> None:
+        """A --sampler gpu producer's rows per tier since the last report, read back from the GPU
+        once per heartbeat interval (and at each epoch's end), added to the control block."""
+        if self.device_batches is None:
+            return
+        now = time.monotonic()
+        if not force and now < self._traffic_due:
+            return
+        self._traffic_due = now + self.config.heartbeat_interval_s
+        traffic = self.device_batches.take_traffic()
+        if traffic is not None and self.source is not None:
+            self.control.header.set_traffic(traffic, add=True)
+            self.source.count(self.control, traffic, None, sampled_ahead)
 
     def _fail(self, message: str) -> None:
         """Record the error for the consumer and the daemon, and tell the consumer if it listens."""

@@ -9,31 +9,14 @@ import pytest
 import torch
 from gather_emulation import EmulatedTable
 from gpu_marks import needs_cuda
-from sampler_emulation import EmulatedKernels, skewed_graph, tiered
+from sampler_emulation import EmulatedSampler, skewed_graph, tiered
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.gpu.batch_stream import DeviceBatchMaker
-from graphtier.service.gpu.sampler import StructureTiers, check_seeds, sample_hops, seed_word
 from graphtier.service.sampling import NeighborSampler
 
 GRAPH = skewed_graph(400, 5000, seed=11, isolated=25)
 FEATURES = (torch.randn((400, 25), generator=torch.Generator().manual_seed(5)) * 10).float()  # 100 B rows
-
-
-class EmulatedSampler:
-    """`CudaNeighborSampler.sample` with its kernels emulated: the same `sample_hops` over a node map."""
-
-    def __init__(self, structure: StructureTiers, fanouts: list[int]) -> None:
-        self.kernels, self.fanouts = EmulatedKernels(structure), fanouts
-        self.node_map = torch.full((structure.num_nodes,), -1, dtype=torch.int64)
-        self.structure = structure
-        self.node_ids: list[torch.Tensor] = []  # what each sample left on the "device"
-
-    def sample(self, seeds: torch.Tensor, *, seed: int):  # noqa: ANN201
-        seeds = check_seeds(seeds, self.structure.num_nodes, self.structure.device)
-        sub = sample_hops(self.kernels, seeds, self.fanouts, seed_word(seed), self.node_map)
-        self.node_ids.append(sub.node_ids)
-        return sub
 
 
 @pytest.mark.parametrize("host_end", [400, 330], ids=["no-storage", "storage-tier"])
@@ -71,7 +54,7 @@ def test_on_a_gpu_the_batch_is_made_on_one_stream_and_equals_the_cpu_path():
     zero-copy from registered host memory; the batch on a side stream, checked after syncing it."""
     from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
     from graphtier.service.gpu.host_registry import host_registry
-    from graphtier.service.gpu.sampler import CudaNeighborSampler
+    from graphtier.service.gpu.sampler import CudaNeighborSampler, StructureTiers
     from graphtier.service.graph.csc import CSCGraph
 
     host = FEATURES.clone()
