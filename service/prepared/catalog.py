@@ -17,13 +17,18 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import psutil
+import torch
 from pydantic import ValidationError
 
 from graphtier.contract.endpoints import default_dataset_root
 from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.prepared.manifest import FORMAT_VERSION, MANIFEST_FILE, ArrayInfo, DatasetManifest
-from graphtier.service.prepared.npy_io import NpyStreamWriter, write_npy, write_npy_rows
+from graphtier.service.prepared.npy_io import NpyStreamWriter, write_npy
+from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
+
+ROWS_PER_CHUNK = 1 << 16  # rows gathered and written at a time by `write_rows`
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TMP_PATTERN = re.compile(r"^\.(tmp|trash)-(?P<name>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
@@ -128,23 +133,35 @@ class DatasetWriter:
         return self.tmp / f"{array_name}.npy"
 
     def write(self, array_name: str, array) -> ArrayInfo:
+        if array_name == "features":  # the features' row checksums are written beside them
+            data = array.contiguous().numpy() if isinstance(array, torch.Tensor) else np.asarray(array)
+            with self.stream(array_name, data.shape, data.dtype) as out:
+                out.write(data)
+            return self.arrays[array_name]
         self.arrays[array_name] = write_npy(self._path(array_name), array)
         return self.arrays[array_name]
 
     def write_rows(self, array_name: str, source, order) -> ArrayInfo:
-        self.arrays[array_name] = write_npy_rows(self._path(array_name), source, order)
+        """`source[order]` written without materialising it: gathered and written chunk by chunk."""
+        with self.stream(array_name, (order.numel(), *source.shape[1:]), source.numpy().dtype) as out:
+            for start in range(0, order.numel(), ROWS_PER_CHUNK):
+                out.write(source.index_select(0, order[start : start + ROWS_PER_CHUNK]))
         return self.arrays[array_name]
 
     @contextlib.contextmanager
     def stream(self, array_name: str, shape: tuple[int, ...], dtype) -> Iterator[NpyStreamWriter]:
-        """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends."""
-        stream = NpyStreamWriter(self._path(array_name), shape, dtype)
+        """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends.
+        The features also get their per-row checksums (`feature_checksums.npy`), which the storage tier's
+        reads are checked against."""
+        stream = NpyStreamWriter(self._path(array_name), shape, dtype, checksum_rows=array_name == "features")
         try:
             yield stream
         except BaseException:
             stream.abort()
             raise
         self.arrays[array_name] = stream.close()
+        if stream.checksums is not None:
+            self.write(CHECKSUM_ARRAY, stream.checksums)
 
     def commit(self, manifest: DatasetManifest) -> Path:
         """Write the manifest and move the finished dataset under its name."""

@@ -13,6 +13,7 @@ from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef
+from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 from graphtier.service.store.verified_copy import copy_verified
 
@@ -86,6 +87,11 @@ class SharedDatasetStore:
                 resident = self._copy("features", features[: plan.host_end], "features")
             if plan.host_end < plan.num_nodes:
                 path = ds.array_path("features")
+                checksums = (
+                    self._copy("feature-checksums", ds.array(CHECKSUM_ARRAY), CHECKSUM_ARRAY)
+                    if ds.has(CHECKSUM_ARRAY)
+                    else None
+                )
                 storage = StorageTierRef(
                     path=str(path),
                     offset_bytes=npy_data_offset(path) + plan.host_end * plan.row_bytes,
@@ -93,6 +99,7 @@ class SharedDatasetStore:
                     rows=plan.num_nodes - plan.host_end,
                     row_shape=tuple(features.shape[1:]),
                     dtype=str(features.numpy().dtype),
+                    row_checksums=checksums,
                 )
         device_refs: tuple = ()
         if self.devices and resident is not None and plan.interleaved_end > 0:
