@@ -10,6 +10,7 @@ import torch
 from graphtier.contract.endpoints import default_dataset_root
 from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.graph.csc import CSCGraph
+from graphtier.service.graph.validate import check_structure
 from graphtier.service.prepared.catalog import read_manifest, validate_name
 from graphtier.service.prepared.digests import file_digest
 from graphtier.service.prepared.manifest import DatasetManifest
@@ -49,7 +50,8 @@ class PreparedDataset:
                 )
 
     def verify(self) -> None:
-        """Recompute every file's checksums (sha256, and BLAKE3 where recorded) and compare with the manifest."""
+        """Recompute every file's checksums (sha256, and BLAKE3 where recorded) and compare with the manifest,
+        then check the graph structure itself (`check_structure`: checksums can be recomputed over damage)."""
         for key, info in self.manifest.arrays.items():
             path = self.directory / info.file
             for algorithm, expected in (("sha256", info.sha256), ("blake3", info.blake3)):
@@ -62,6 +64,7 @@ class PreparedDataset:
                         f"({algorithm}: manifest {expected[:12]}…, file {actual[:12]}…); "
                         "the dataset is corrupt: prepare it again"
                     )
+        check_structure(self.array("colptr"), self.array("row"), self.manifest.num_nodes, dataset=self.name)
 
     def has(self, key: str) -> bool:
         return key in self.manifest.arrays

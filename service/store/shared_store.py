@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
+from graphtier.service.graph.validate import check_structure
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.npy_io import npy_data_offset
@@ -109,6 +110,7 @@ class SharedDatasetStore:
             self.device_tiers = DeviceTierSet(plan, rows, self.devices, self.dataset.name)
             device_refs = tuple(self.device_tiers.refs)
         colptr, row = self._copy("colptr", ds.array("colptr"), "colptr"), self._copy("row", ds.array("row"), "row")
+        check_structure(self._copies["colptr"], self._copies["row"], plan.num_nodes, dataset=ds.name)  # as served
         if self.verify and features is not None and resident is None:  # every row is on storage: check the file
             t0 = time.perf_counter()
             empty = features.new_empty((0, *features.shape[1:]))
