@@ -46,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--http-port", type=int, help="status app port (default 0 = a free one)")
     parser.add_argument("--dataset-root", type=Path, help="prepared datasets (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--log-file", type=Path, help="log file (default <runtime-dir>/daemon.log)")
-    parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls")
+    parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls other than followed event streams")
+    parser.add_argument(
+        "--max-event-streams",
+        type=int,
+        help="followed job event streams (job logs --follow) open at once, each in its own thread (default 256)",
+    )
     parser.add_argument(
         "--producer-stall-timeout",
         type=float,
