@@ -329,7 +329,8 @@ def verify_cost(a: argparse.Namespace, dataset: PreparedDataset, specs: dict) ->
         for round_ in range(a.rounds):
             for label in a.only.split(","):
                 spec, limit_bytes = specs[label]
-                for variant, data in (("checked", dataset), ("unchecked", unchecked)):
+                pair = [("checked", dataset), ("unchecked", unchecked)]
+                for variant, data in pair if round_ % 2 == 0 else pair[::-1]:  # neither always runs first
                     run_spec = spec.model_copy(update={"dataset": data.name})
                     if limit_bytes is None:
                         o = run_job(f"{label}-{variant}", data, run_spec, a.root, None)

@@ -210,8 +210,65 @@ def _damaged(damage: Callable[[Path], None], name: str) -> Callable[[Any], Outco
     return run
 
 
+def _damaged_job(damage: Callable[[Path], None], name: str) -> Callable[[Any], Outcome]:
+    """A job submitted on a damaged copy of the good dataset, then `job status` of whatever it made:
+    refused or failed in one line each, never a traceback."""
+
+    def run(corpus) -> Outcome:
+        copy = corpus.root / name
+        shutil.copytree(corpus.root / "good", copy)
+        try:
+            manifest = json.loads((copy / "manifest.json").read_text())
+            (copy / "manifest.json").write_text(json.dumps({**manifest, "name": name}, indent=2))  # a job names it
+            damage(copy)
+            mark = corpus.daemon.log_size()
+            runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
+            submitted = corpus.cli("job", "submit", *runtime, "--dataset", name, "--fanout", "5,5", "--json")
+            output, facts = submitted.output, []
+            if not submitted.refused:  # taken: it must fail, and say why in its status
+                job_id = json.loads(submitted.output[submitted.output.index("{") :])["job_id"]
+                wait_for(lambda: "failed" in corpus.cli("job", "status", job_id, *runtime).output, 60, 0.5)
+                status = corpus.cli("job", "status", job_id, *runtime)
+                output += status.output
+                if "failed" not in status.output:
+                    facts.append(f"the job on a damaged dataset did not fail: {status.output[-300:]!r}")
+            return Outcome(refused=True, exit_code=None, output=output, log=corpus.daemon.log_since(mark), facts=facts)
+        finally:
+            corpus.unload(name)
+            shutil.rmtree(copy, ignore_errors=True)
+
+    return run
+
+
 def _in(file: str, change: Callable[[Path], None]) -> Callable[[Path], None]:
     return lambda directory: change(directory / file)
+
+
+def _resealed(key: str, change: Callable[[np.ndarray], None]) -> Callable[[Path], None]:
+    """Array `key` of a dataset changed in place, its checksums in the manifest recomputed to match:
+    damage only a check of the contents themselves can find."""
+
+    def damage(directory: Path) -> None:
+        from graphtier.service.prepared.digests import file_digest
+
+        path = directory / f"{key}.npy"
+        array = np.load(path, mmap_mode="r+")
+        change(array)
+        array.flush()
+        del array
+        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest["arrays"][key]["sha256"] = file_digest(path, "sha256")
+        manifest["arrays"][key]["blake3"] = file_digest(path, "blake3")
+        (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+    return damage
+
+
+def _set(index: int, value: int) -> Callable[[np.ndarray], None]:
+    def change(array: np.ndarray) -> None:
+        array[index] = value
+
+    return change
 
 
 def _npy_header(path: Path) -> None:
@@ -657,6 +714,28 @@ CASES: list[Case | Covered] = [
         ("labels.npy",),
     ),
     Case(
+        "dataset-colptr-decreasing",
+        "files",
+        "colptr.npy decreasing at index 300, checksums recomputed to match",
+        _damaged(_resealed("colptr", _set(300, 1 << 40)), "bad-order"),
+        ("bad-order", "colptr", "index 301"),
+    ),
+    Case(
+        "dataset-row-out-of-range",
+        "files",
+        "row.npy holding node id 5000 of 1024 at index 77, checksums recomputed to match",
+        _damaged(_resealed("row", _set(77, 5000)), "bad-ids"),
+        ("bad-ids", "row", "5000", "index 77"),
+    ),
+    Case(
+        "job-on-row-out-of-range",
+        "files",
+        "a job on a dataset whose row.npy holds an id out of range (checksums recomputed): `job status` in one line",
+        _damaged_job(_resealed("row", _set(77, 5000)), "bad-job-ids"),
+        ("bad-job-ids", "row", "index 77"),
+        expect_exit=None,
+    ),
+    Case(
         "dataset-manifest-garbage",
         "files",
         "manifest.json that is not JSON",
@@ -822,6 +901,21 @@ CASES: list[Case | Covered] = [
         "processes",
         "kill -9 of a channel's consumer: the producer exits cleanly, segments go",
         "tests/service/pipeline/test_pipeline_faults.py::test_a_killed_consumer_makes_the_producer_exit_cleanly",
+    ),
+    Covered(
+        "features-overwritten-mid-job",
+        "values",
+        "features.npy rewritten in place during a job reading storage rows (mmap, direct + window): the job "
+        "fails naming the file and the block of rows",
+        "tests/service/daemon/jobs/test_daemon_storage_integrity.py::"
+        "test_features_overwritten_during_a_job_fail_it_naming_file_and_block",
+    ),
+    Covered(
+        "event-stream-flood",
+        "processes",
+        "six times more followed event streams than gRPC workers: GetJob and ListJobs answer at once, one "
+        "stream over --max-event-streams is refused naming it",
+        "tests/service/daemon/jobs/test_daemon_event_streams.py::test_many_followed_streams_leave_unary_calls_answering",
     ),
     Covered(
         "nan-features-consistent",
