@@ -518,8 +518,48 @@ def _get_job(corpus, job_id: str):
         )(jobs_pb2.GetJobRequest(job_id=job_id), timeout=10)
 
 
+def _parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _sigstop_rank(corpus) -> Outcome:
     """A 2-rank job whose rank 1 is stopped (SIGSTOP) mid-run must fail within the stall timeout, naming it."""
+    return _sigstop(corpus, agent=False)
+
+
+def _sigstop_agent(corpus) -> Outcome:
+    """A 2-rank job whose torchrun agent (the ranks' parent) is stopped mid-run must fail within the stall
+    timeout, naming it: its ranks train on, but nothing would ever reap them or end the job."""
+    return _sigstop(corpus, agent=True)
+
+
+def _stopped_daemon(corpus) -> Outcome:
+    """CLI commands against the corpus daemon while it is stopped; it is continued afterwards."""
+    import os
+    import signal
+
+    runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
+    os.kill(corpus.daemon.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        listed = corpus.cli("job", "list", *runtime, timeout=60)
+        metrics = corpus.cli("metrics", *runtime, timeout=60)
+        took = time.monotonic() - started
+    finally:
+        os.kill(corpus.daemon.pid, signal.SIGCONT)
+    facts = [f"two commands took {took:.0f} s against a stopped daemon"] if took > 20 else []
+    if metrics.exit_code != listed.exit_code:
+        facts.append(f"`metrics` exited {metrics.exit_code}, `job list` {listed.exit_code}")
+    return Outcome(
+        refused=listed.refused and metrics.refused,
+        output=f"{listed.output}\n{metrics.output}",
+        exit_code=listed.exit_code,
+        facts=facts,
+    )
+
+
+def _sigstop(corpus, *, agent: bool) -> Outcome:
     import os
     import signal
 
@@ -558,6 +598,8 @@ def _sigstop_rank(corpus) -> Outcome:
         if not wait_for(rank1_running, 180, 0.5):
             return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["rank 1 never ran"])
         stopped = next(r.trainer_pid for r in _get_job(corpus, job_id).ranks if r.rank == 1)
+        if agent:
+            stopped = _parent_pid(stopped)  # torchrun's agent started the rank
         os.kill(stopped, signal.SIGSTOP)
         started = time.monotonic()
         ended = wait_for(lambda: _get_job(corpus, job_id).state in final, STALL_TIMEOUT_S + 60, 0.5)
@@ -889,6 +931,23 @@ CASES: list[Case | Covered] = [
         ("rank 1", "stopped"),
         expect_exit=None,
         slow=True,
+    ),
+    Case(
+        "sigstop-agent",
+        "processes",
+        "SIGSTOP of a job's torchrun agent mid-job: the job fails within the stall timeout, naming the agent",
+        _sigstop_agent,
+        ("torchrun agent", "stopped"),
+        expect_exit=None,
+        slow=True,
+    ),
+    Case(
+        "sigstop-daemon",
+        "processes",
+        "graphtier job list / metrics while the daemon is stopped (SIGSTOP): `not answering` within seconds",
+        _stopped_daemon,
+        ("not answering", "kill -CONT"),
+        expect_exit=1,
     ),
     Covered(
         "sigstop-producer",

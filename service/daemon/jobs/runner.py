@@ -185,7 +185,7 @@ class JobRunner:
         self.torchrun: ForkedProcess | None = None
         self.exit_code: int | None = None
         self._tails: dict[int | None, _Tail] = {}
-        self._stopped_since: dict[int, float] = {}  # trainer pid -> when it was first seen stopped
+        self._stopped_since: dict[int, float] = {}  # trainer or agent pid -> when it was first seen stopped
         self._scratch: list[Path] = []
         cpus = os.cpu_count() or 1
         self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.nproc_per_node))
@@ -439,13 +439,27 @@ class JobRunner:
         return None
 
     def _stopped_rank(self) -> str | None:
-        """Why a rank failed the job by standing still -- its trainer stopped (SIGSTOP, a debugger)
+        """Why a process of the job failed it by standing still -- a trainer stopped (SIGSTOP, a debugger)
         longer than the stall timeout, which would otherwise hang every rank in the next collective
-        until the process group's own timeout -- or None."""
+        until the process group's own timeout, or the torchrun agent stopped as long, which would never
+        see its ranks end, fail or need a restart -- or None."""
         now = time.monotonic()
         with self._lock:
-            trainers = {c.trainer_pid: c.rank for c in self._channels.values() if c.trainer_pid}
-        for pid, rank in trainers.items():
+            watched = {
+                c.trainer_pid: (
+                    f"rank {c.rank} (trainer pid {c.trainer_pid})",
+                    "the other ranks would wait for it in their next collective",
+                )
+                for c in self._channels.values()
+                if c.trainer_pid
+            }
+        agent = self.external if self.external is not None else self.torchrun
+        if agent is not None and agent.pid > 0:
+            watched[agent.pid] = (
+                f"the torchrun agent (pid {agent.pid})",
+                "it would never see its ranks end, fail or need a restart, and the job would not end",
+            )
+        for pid, (what, why) in watched.items():
             try:
                 stopped = psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
             except psutil.Error:
@@ -456,9 +470,8 @@ class JobRunner:
             since = self._stopped_since.setdefault(pid, now)
             if now - since > self.stall_timeout_s:
                 return (
-                    f"rank {rank} (trainer pid {pid}) has been stopped for {now - since:.0f} s (stall timeout "
-                    f"{self.stall_timeout_s:g} s): SIGSTOP or a debugger; the other ranks would wait for it "
-                    f"in their next collective"
+                    f"{what} has been stopped for {now - since:.0f} s (stall timeout {self.stall_timeout_s:g} s): "
+                    f"SIGSTOP or a debugger; {why}"
                 )
         return None
 
