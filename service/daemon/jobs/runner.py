@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -81,6 +82,37 @@ def free_port() -> int:
 
 def describe_exit(code: int) -> str:
     return f"was killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with status {code}"
+
+
+ROOT_CAUSE = "Root Cause (first observed failure):"  # how torchrun's agent starts the summary of a failed launch
+_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
+_ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)", re.MULTILINE)
+LOG_TAIL_BYTES = 64 << 10
+
+
+def torchrun_root_cause(log_path: Path) -> str | None:
+    """`rank N (pid P) was killed by signal S (NAME)` (or `exited with status C`) from the root cause torchrun's
+    agent printed at the end of the job log, for a rank that died without saying why itself (kill -9, the
+    OOM killer, a crash in native code); None when the log holds no such summary."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    at = tail.rfind(ROOT_CAUSE)
+    if at < 0:
+        return None
+    block = tail[at:]
+    rank, exit_ = _ROOT_RANK.search(block), _ROOT_EXIT.search(block)
+    if rank is None or exit_ is None:
+        return None
+    code, pid = int(exit_.group(1)), int(exit_.group(2))
+    try:
+        how = describe_exit(code)
+    except ValueError:  # a signal number this platform does not name
+        how = f"was killed by signal {-code}"
+    return f"rank {rank.group(1)} (pid {pid}) {how}; torchrun ended the job (see {log_path})"
 
 
 @dataclass
@@ -511,7 +543,11 @@ class JobRunner:
                     if code == 0:
                         return "succeeded", "", code
                     time.sleep(TICK_S)  # a producer killed under the ranks is the cause, not the symptom
-                    died = self._failed_producer() or first_rank_failure(self.job_dir)
+                    died = (
+                        self._failed_producer()
+                        or first_rank_failure(self.job_dir)
+                        or torchrun_root_cause(self.log_path)
+                    )
                     return "failed", died or f"torchrun {describe_exit(code)}; see {self.log_path}", code
                 tick()
                 time.sleep(TICK_S)
