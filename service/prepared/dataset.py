@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from graphtier.contract.endpoints import default_dataset_root
@@ -44,10 +45,29 @@ class PreparedDataset:
             path = self.directory / info.file
             if not path.is_file():
                 raise PreparedDatasetError(f"{path}: array {key!r} listed in the manifest is missing")
+            self._check_header(key, path)  # a file of another shape: the manifest is not this file's
             if path.stat().st_size < info.nbytes:
                 raise PreparedDatasetError(
                     f"{path}: truncated: {path.stat().st_size} bytes on disk, {info.nbytes} bytes of data expected"
                 )
+
+    def _check_header(self, key: str, path: Path) -> None:
+        """PreparedDatasetError saying `manifest mismatch` when the `.npy` header of `path` holds another shape
+        or dtype than the manifest lists for `key` (a manifest swapped in from another dataset)."""
+        try:
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+        except Exception:  # noqa: BLE001  (an unreadable header: the size check's message stands)
+            return
+        info = self.manifest.arrays[key]
+        if list(shape) != info.shape or str(dtype) != info.dtype:
+            raise PreparedDatasetError(
+                f"{self.directory / 'manifest.json'}: manifest mismatch: it lists {key!r} as {info.dtype} "
+                f"{tuple(info.shape)}, but {path} holds {dtype} {tuple(shape)}; the manifest belongs to another "
+                "dataset or another preparation of it: prepare the dataset again"
+            )
 
     def verify(self) -> None:
         """Recompute every file's checksums (sha256, and BLAKE3 where recorded) and compare with the manifest,
