@@ -113,6 +113,14 @@ def _prepare_with(make: Callable[[Path], str], *extra: str) -> Callable[[Any], O
     return run
 
 
+def _fifo(work: Path) -> str:
+    """A named pipe no one writes to: opening it for reading would wait forever."""
+    import os
+
+    os.mkfifo(work / "edges.fifo")
+    return f"edges:{work / 'edges.fifo'}"
+
+
 def _truncated_npz(work: Path) -> str:
     path = _npz(work / "cut.npz")
     _truncate(path)
@@ -269,6 +277,22 @@ def _set(index: int, value: int) -> Callable[[np.ndarray], None]:
         array[index] = value
 
     return change
+
+
+def _swapped_manifest(directory: Path) -> None:
+    """The manifest of another dataset (R-MAT scale 9, prepared for the case), its name this directory's."""
+    import tempfile
+
+    from graphtier.service.prepared import PrepareConfig, prepare_dataset
+
+    with tempfile.TemporaryDirectory() as other:
+        prepare_dataset(
+            PrepareConfig(
+                source="synthetic:rmat", name="other", root=Path(other), source_options={"scale": 9, "feature_dim": 8}
+            )
+        )
+        manifest = json.loads((Path(other) / "other" / "manifest.json").read_text())
+    (directory / "manifest.json").write_text(json.dumps({**manifest, "name": directory.name}, indent=2))
 
 
 def _npy_header(path: Path) -> None:
@@ -534,6 +558,38 @@ def _sigstop_agent(corpus) -> Outcome:
     return _sigstop(corpus, agent=True)
 
 
+def _kill9_rank_without_restarts(corpus) -> Outcome:
+    """kill -9 of the only rank of a job without restarts: the job fails naming the rank and the signal."""
+    import os
+    import signal
+
+    from graphtier.v1 import jobs_pb2
+
+    runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
+    job = ("--dataset", "good", "--fanout", "5,5", "--batch-size", "16", "--hidden", "16", "--epochs", "100000")
+    submitted = corpus.cli("job", "submit", *runtime, *job, "--nproc-per-node", "1", "--json")
+    if submitted.refused:
+        return Outcome(refused=False, output=submitted.output, facts=["the job to kill was not accepted"])
+    job_id = json.loads(submitted.output[submitted.output.index("{") :])["job_id"]
+    final = {jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_FAILED, jobs_pb2.JOB_STATE_CANCELLED}
+    try:
+
+        def rank_running() -> bool:
+            job = _get_job(corpus, job_id)
+            return any(r.trainer_pid and r.global_step > 0 for r in job.ranks) or job.state in final
+
+        if not wait_for(rank_running, 180, 0.5):
+            return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["the rank never ran"])
+        os.kill(next(r.trainer_pid for r in _get_job(corpus, job_id).ranks), signal.SIGKILL)
+        facts = [] if wait_for(lambda: _get_job(corpus, job_id).state in final, 60, 0.5) else ["no end in 60 s"]
+        status = corpus.cli("job", "status", job_id, *runtime)
+        return Outcome(refused=status.exit_code == 3, output=status.output, exit_code=status.exit_code, facts=facts)
+    finally:
+        corpus.cli("job", "cancel", job_id, *runtime)
+        wait_for(lambda: _get_job(corpus, job_id).state in final, 60, 0.5)
+        corpus.unload("good")
+
+
 def _stopped_daemon(corpus) -> Outcome:
     """CLI commands against the corpus daemon while it is stopped; it is continued afterwards."""
     import os
@@ -629,6 +685,20 @@ def _sigstop(corpus, *, agent: bool) -> Outcome:
 
 CASES: list[Case | Covered] = [
     # prepare: every refused prepare (with --overwrite of `good`) leaves `good` verifying and nothing half-written
+    Case(
+        "prepare-dev-zero",
+        "files",
+        "edges:/dev/zero (input without end)",
+        _prepare_with(lambda work: "edges:/dev/zero"),
+        ("/dev/zero", "character device"),
+    ),
+    Case(
+        "prepare-fifo",
+        "files",
+        "edges: a FIFO no one writes to",
+        _prepare_with(_fifo),
+        ("edges.fifo", "FIFO"),
+    ),
     Case("prepare-truncated-npz", "files", "an npz archive cut in half", _prepare_with(_truncated_npz), ("cut.npz",)),
     Case(
         "prepare-bitflip-npz", "files", "an npz archive with a flipped byte", _prepare_with(_flipped_npz), ("flip.npz",)
@@ -775,6 +845,14 @@ CASES: list[Case | Covered] = [
         "a job on a dataset whose row.npy holds an id out of range (checksums recomputed): `job status` in one line",
         _damaged_job(_resealed("row", _set(77, 5000)), "bad-job-ids"),
         ("bad-job-ids", "row", "index 77"),
+        expect_exit=None,
+    ),
+    Case(
+        "dataset-manifest-swapped",
+        "files",
+        "manifest.json of another dataset put in place of this one's",
+        _damaged(_swapped_manifest, "bad-swap"),
+        ("manifest mismatch", "manifest.json"),
         expect_exit=None,
     ),
     Case(
@@ -942,6 +1020,14 @@ CASES: list[Case | Covered] = [
         slow=True,
     ),
     Case(
+        "kill9-rank-no-restarts",
+        "processes",
+        "kill -9 of a job's rank without --max-restarts: `job status` names the rank and the signal",
+        _kill9_rank_without_restarts,
+        ("rank 0", "SIGKILL"),
+        expect_exit=3,
+    ),
+    Case(
         "sigstop-daemon",
         "processes",
         "graphtier job list / metrics while the daemon is stopped (SIGSTOP): `not answering` within seconds",
@@ -975,6 +1061,12 @@ CASES: list[Case | Covered] = [
         "six times more followed event streams than gRPC workers: GetJob and ListJobs answer at once, one "
         "stream over --max-event-streams is refused naming it",
         "tests/service/daemon/jobs/test_daemon_event_streams.py::test_many_followed_streams_leave_unary_calls_answering",
+    ),
+    Covered(
+        "full-disk-checkpoint",
+        "files",
+        "a checkpoint written to a full disk: the error names the file and the disk, nothing half-written is kept",
+        "tests/launcher/runtime/test_runtime_checkpoint.py::test_a_full_disk_names_the_checkpoint_and_the_disk",
     ),
     Covered(
         "nan-features-consistent",
