@@ -9,6 +9,7 @@ name; the next writer removes temporaries whose writer process is gone.
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
 import re
@@ -41,6 +42,33 @@ def validate_name(name: str) -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+def dataset_group_id(group: str | int | None) -> int | None:
+    """The gid of `group` (a name or a number) that may read prepared datasets; None: only their owner."""
+    if group is None or group == "":
+        return None
+    try:
+        return int(group) if str(group).isdigit() else grp.getgrnam(str(group)).gr_gid
+    except KeyError:
+        raise PreparedDatasetError(f"--dataset-group {group!r}: no such group on this machine") from None
+
+
+def restrict_to_owner(directory: Path, gid: int | None) -> None:
+    """A finished dataset's directory 0700 and its files 0600, so other users cannot read it; with
+    `gid`, group `gid` may read it too (0750 and 0640, owned by that group)."""
+    try:
+        for path in (*directory.iterdir(), directory):
+            if gid is not None:
+                os.chown(path, -1, gid)
+            os.chmod(
+                path, (0o750 if gid is not None else 0o700) if path.is_dir() else (0o640 if gid is not None else 0o600)
+            )
+    except OSError as exc:
+        raise PreparedDatasetError(
+            f"{exc.filename or directory}: cannot set the dataset's owner group or mode ({exc.strerror}); "
+            "with --dataset-group, this user must belong to the group"
+        ) from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -88,9 +116,10 @@ def read_manifest(directory: Path) -> DatasetManifest:
 class DatasetWriter:
     """Writes one prepared dataset atomically: use as a context manager, then `commit`."""
 
-    def __init__(self, root: Path, name: str, *, overwrite: bool = False) -> None:
+    def __init__(self, root: Path, name: str, *, overwrite: bool = False, group: str | int | None = None) -> None:
         self.root = Path(root)
         self.name = validate_name(name)
+        self.gid = dataset_group_id(group)  # who besides the owner may read the dataset (see restrict_to_owner)
         self.final = self.root / name
         self.overwrite = overwrite
         self.arrays: dict[str, ArrayInfo] = {}
@@ -109,13 +138,13 @@ class DatasetWriter:
         check_prepared_by_graphtier(self.final, self.name, refusal="nothing was replaced")
 
     def __enter__(self) -> DatasetWriter:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700 if self.gid is None else 0o750, parents=True, exist_ok=True)
         reclaim_stale_temporaries(self.root)
         tmp = self.root / f".tmp-{self.name}-{os.getpid()}-{secrets.token_hex(4)}"
         # An interrupt (Ctrl-C, SIGTERM) between the mkdir and the end of __enter__ never reaches
         # __exit__: the directory is removed here instead, so nothing half-made is left behind.
         try:
-            tmp.mkdir()
+            tmp.mkdir(mode=0o700)  # nobody else reads a dataset while it is written
             self.tmp = tmp
             return self
         except BaseException:
@@ -171,6 +200,7 @@ class DatasetWriter:
         path.write_text(manifest.model_dump_json(indent=2))
         with open(path, "rb") as f:
             os.fsync(f.fileno())
+        restrict_to_owner(self.tmp, self.gid)
         _fsync_dir(self.tmp)
         self.check_target()  # another writer may have finished first
         replace_directory(self.tmp, self.final)

@@ -1069,6 +1069,24 @@ CASES: list[Case | Covered] = [
         "tests/launcher/runtime/test_runtime_checkpoint.py::test_a_full_disk_names_the_checkpoint_and_the_disk",
     ),
     Covered(
+        "dataset-permissions",
+        "access",
+        "a prepared dataset is its owner's alone (0700/0600); --dataset-group lets one group read it",
+        "tests/service/prepared/test_dataset_permissions.py::test_a_dataset_is_readable_by_its_owner_only",
+    ),
+    Covered(
+        "leftover-trash-link",
+        "files",
+        "a .trash-<name>-* link left by an older --overwrite over a link: unlinked, its target kept",
+        "tests/launcher/cli/test_cli_prepare_overwrite.py::test_leftover_trash_links_are_unlinked_and_their_targets_kept",
+    ),
+    Covered(
+        "leftover-pymp-after-kill9",
+        "processes",
+        "<runtime>/tmp/pymp-* left by a daemon killed with -9: removed by the next daemon's start",
+        "tests/service/daemon/test_daemon_readiness.py::test_the_scratch_directory_lives_and_dies_with_the_daemon",
+    ),
+    Covered(
         "nan-features-consistent",
         "values",
         "NaN features with matching checksums: the job fails naming rank and step",
