@@ -114,7 +114,7 @@ def add_servicers(
     jobs: JobManager | None = None,
     cluster: ClusterNode | None = None,
     *,
-    max_event_streams: int = 256,
+    max_event_streams: int,
 ) -> None:
     """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES;
     JobService, ChannelService and FeatureService only with a job manager, ClusterService only with a
@@ -125,7 +125,7 @@ def add_servicers(
         from graphtier.service.daemon.jobs.servicer import ChannelServicer, EventStreamSlots, JobServicer
 
         jobs_pb2_grpc.add_JobServiceServicer_to_server(
-            JobServicer(jobs, cluster, EventStreamSlots(max_event_streams)), server
+            JobServicer(jobs, EventStreamSlots(max_event_streams), cluster), server
         )
         channels_pb2_grpc.add_ChannelServiceServicer_to_server(ChannelServicer(jobs), server)
         from graphtier.service.daemon.cluster.features_servicer import FeatureServicer

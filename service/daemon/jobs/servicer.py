@@ -64,11 +64,8 @@ class EventStreamSlots:
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     """SubmitJob, AttachJob, GetJob, ListJobs, CancelJob, StreamJobEvents."""
 
-    def __init__(
-        self, manager: JobManager, cluster: ClusterNode | None = None, streams: EventStreamSlots | None = None
-    ) -> None:
-        self.manager, self.cluster = manager, cluster
-        self.streams = streams or EventStreamSlots(256)
+    def __init__(self, manager: JobManager, streams: EventStreamSlots, cluster: ClusterNode | None = None) -> None:
+        self.manager, self.cluster, self.streams = manager, cluster, streams
 
     @grpc_method
     def SubmitJob(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
