@@ -75,6 +75,13 @@ def prepare(
     missing_features: Annotated[
         str | None, typer.Option(help="\\[planetoid] 'error' or 'zeros' for nodes the files give no features")
     ] = None,
+    reverse_relations: Annotated[
+        bool | None,
+        typer.Option(
+            "--reverse-relations/--no-reverse-relations",
+            help="\\[typed ogb] add tail-rev_<rel>-head for every relation (default: on)",
+        ),
+    ] = None,
     split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     val_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
@@ -106,6 +113,7 @@ def prepare(
                 skip_rows=skip_rows,
                 one_based=one_based,
                 missing_features=missing_features,
+                reverse_relations=reverse_relations,
                 split_seed=split_seed,
                 train_fraction=train_fraction,
                 val_fraction=val_fraction,
@@ -129,6 +137,13 @@ def prepare(
         ),
         highlight=False,
     )
+    if manifest.hetero is not None:
+        types = ", ".join(
+            f"{t.name} {t.count:,}" + (f" ({t.feature_dim} features)" if t.feature_dim else " (learned embedding)")
+            for t in manifest.hetero.node_types
+        )
+        console.print(f"node types: {types}; target {manifest.hetero.target_type}", highlight=False)
+        console.print(f"relations: {', '.join(r.key for r in manifest.hetero.relations)}", highlight=False)
     for note in manifest.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
 

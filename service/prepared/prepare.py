@@ -49,11 +49,16 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     # Import both paths before the temporary directory exists: an interrupt that lands inside an
     # import can make the interpreter exit by SIGINT instead of through our clean-up and status.
     import graphtier.service.sources  # noqa: F401
+    from graphtier.service.prepared.hetero import is_hetero_source, prepare_hetero
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 
+    typed = is_hetero_source(config.source)
     writer = DatasetWriter(root, config.name, overwrite=config.overwrite)  # fails early on an existing name
+    schema = None
     with writer, numpy_huge_pages_for_preparation() as huge_pages:
-        if budget is None:
+        if typed:  # typed sources are read whole: the in-memory path whatever the budget
+            content, schema = prepare_hetero(config, writer, clock)
+        elif budget is None:
             content = _prepare_in_memory(config, writer, clock)
         else:
             plan = MemoryPlan.start(budget, work_bytes=config.work_bytes)
@@ -75,15 +80,16 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             arrays=dict(writer.arrays),
             timings_s=dict(clock.timings),
             peak_rss_bytes=peak_rss_bytes(),
-            memory_budget_bytes=budget,
+            memory_budget_bytes=None if typed else budget,
             preparation={
-                "path": "in-memory" if budget is None else "out-of-core",
+                "path": "in-memory" if budget is None or typed else "out-of-core",
                 "peak_rss_after_step_bytes": dict(clock.peaks),
                 "cpu_s_by_step": dict(clock.cpu),
                 "huge_pages": huge_pages,
                 **content.details,
             },
             notes=content.notes,
+            hetero=schema,
         )
         writer.commit(manifest)
     return manifest
