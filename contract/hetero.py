@@ -7,7 +7,9 @@ global ids: a column's entries are grouped by relation id, ascending, and `edge_
 the relation of entry e. One id space keeps every homogeneous piece (the CSC, the scores,
 labels, splits, the sampler's node map, the slots) unchanged; the types are a prefix sum away.
 
-Relation fanouts are written `head-name-tail:k,...` (one hop) or as one int for every relation.
+Relation fanouts are written `head-name-tail:k,...` (one hop) or as one int for every relation;
+on a command line hops are `10,5` (one int per hop, every relation) or, once relations are named,
+separated by `;` (`paper-cites-paper:10,author-rev_written_by-paper:5;-1`).
 """
 
 from __future__ import annotations
@@ -107,6 +109,16 @@ class HeteroSchema(BaseModel):
         return [
             parse_relation_fanouts(hop, [r.key for r in self.relations], hop_number=i + 1) for i, hop in enumerate(hops)
         ]
+
+
+def split_fanout_hops(text: str) -> list[str]:
+    """A command line's typed fanout as one entry per hop (see the module docstring)."""
+    text = text.strip()
+    if not text:
+        raise SamplingError("--fanout is empty; give e.g. 10,5 or 'head-rel-tail:10,...;...'")
+    if ":" in text:
+        return [hop.strip() for hop in text.split(";")]
+    return [hop.strip() for hop in text.replace(";", ",").split(",")]
 
 
 def parse_relation_fanouts(hop: str | int, relation_keys: Sequence[str], *, hop_number: int = 1) -> list[int]:

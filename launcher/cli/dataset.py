@@ -268,6 +268,9 @@ def tiering_report(
 
     with error_boundary():
         dataset = PreparedDataset.open(name, out)
+        if dataset.manifest.hetero is not None:
+            _typed_tiering_report(dataset, budget, fanout, batch_size, epochs, seed, json_out)
+            return
         fanouts = parse_fanouts(fanout)
         with Progress(
             "replaying epochs",
@@ -315,6 +318,43 @@ def tiering_report(
     if report.storage is not None:
         stdout.print(_storage_table(report))
     stdout.print(f"figure: {report.png}")
+
+
+def _typed_tiering_report(dataset, budget: str, fanout: str, batch_size: int, epochs: int, seed: int, json_out: bool):
+    """The tiering report of a typed dataset: one byte budget over all types, hit ratios per type."""
+    from graphtier.contract.hetero import split_fanout_hops
+    from graphtier.service.tiering.hetero import build_typed_tiering_report, split_budget
+
+    report = build_typed_tiering_report(
+        dataset, budget=budget, fanouts=split_fanout_hops(fanout), batch_size=batch_size, epochs=epochs, seed=seed
+    )
+    if json_out:
+        emit_json(report)
+        return
+    schema = dataset.manifest.hetero
+    split = split_budget(schema, dataset.scores, report.budget_bytes)
+    rows = ", ".join(f"{t} {n:,} rows" for t, n in split.rows.items())
+    table = Table(
+        title=(
+            f"{report.dataset}: device tier {report.budget} = {human_bytes(report.budget_bytes)} of "
+            f"{human_bytes(report.featured_bytes)} feature bytes ({rows}); fanout {fanout}, batch {report.batch_size}, "
+            f"{report.epochs} epoch(s), {report.batches} batches"
+        ),
+        caption="byte hit ratios; device tiers accounted, not real (no GPU)"
+        + (
+            f"; {', '.join(report.featureless_types)}: learned embeddings, not tiered"
+            if report.featureless_types
+            else ""
+        ),
+    )
+    types = [t.node_type for t in report.outcomes[0].per_type]
+    for column in ("score", "hit ratio", "vs oracle", *types):
+        table.add_column(column, justify="right" if column != "score" else "left")
+    for o in report.outcomes:
+        table.add_row(
+            o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", *(f"{t.hit_ratio:.1%}" for t in o.per_type)
+        )
+    Console().print(table)
 
 
 def _storage_table(report) -> Table:

@@ -54,10 +54,10 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
 
     typed = is_hetero_source(config.source)
     writer = DatasetWriter(root, config.name, overwrite=config.overwrite)  # fails early on an existing name
-    schema = None
+    schema, score_record = None, None
     with writer, numpy_huge_pages_for_preparation() as huge_pages:
         if typed:  # typed sources are read whole: the in-memory path whatever the budget
-            content, schema = prepare_hetero(config, writer, clock)
+            content, schema, score_record = prepare_hetero(config, writer, clock)
         elif budget is None:
             content = _prepare_in_memory(config, writer, clock)
         else:
@@ -76,7 +76,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             num_classes=content.num_classes,
             class_labels=content.class_labels,
             split_sizes=content.split_sizes,
-            score={**config.score.model_dump(), "label": config.score.label()},
+            score=score_record or {**config.score.model_dump(), "label": config.score.label()},
             arrays=dict(writer.arrays),
             timings_s=dict(clock.timings),
             peak_rss_bytes=peak_rss_bytes(),
