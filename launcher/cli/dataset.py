@@ -75,6 +75,9 @@ def prepare(
     missing_features: Annotated[
         str | None, typer.Option(help="\\[planetoid] 'error' or 'zeros' for nodes the files give no features")
     ] = None,
+    split_scheme: Annotated[
+        str | None, typer.Option(help="\\[ogb] sub-folder of split/ (inferred when there is one)")
+    ] = None,
     reverse_relations: Annotated[
         bool | None,
         typer.Option(
@@ -113,6 +116,7 @@ def prepare(
                 skip_rows=skip_rows,
                 one_based=one_based,
                 missing_features=missing_features,
+                split_scheme=split_scheme,
                 reverse_relations=reverse_relations,
                 split_seed=split_seed,
                 train_fraction=train_fraction,

@@ -1,7 +1,7 @@
-"""R-GCN on a prepared typed dataset (ACM), trained by torchrun ranks with typed local batches.
+"""R-GCN on a prepared typed dataset (such as ACM), trained by torchrun ranks with typed local batches.
 
-    graphtier dataset prepare ogb:../shared/datasets/ogb_hetero_acm --name acm
-    torchrun --nproc-per-node 2 examples/rgcn_acm.py --dataset acm --epochs 60
+    graphtier dataset prepare ogb:/data/ogb_hetero_acm --name acm   # ACM (HAN, HeCo) in OGB's typed layout
+    torchrun --nproc-per-node 2 examples/rgcn_typed.py --dataset acm --epochs 60
 
 Each rank samples its shard of the train ids with the typed sampler (per-relation fanouts,
 `--fanout '10;10'` or `'author-rev_written_by-paper:10,...;...'`), reads each featured type's
@@ -50,6 +50,9 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.7)
     parser.add_argument("--lr", type=float, default=0.005)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
+    parser.add_argument(
+        "--embedding-lr", type=float, default=None, help="learning rate of featureless types' embeddings (default --lr)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -66,7 +69,12 @@ def main() -> None:
     )
     model = RGCN(schema, args.hidden, dataset.manifest.num_classes, 2, dropout=args.dropout)
     ddp = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
-    optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    embeddings = list(model.input.embed.parameters())
+    others = [p for p in model.parameters() if all(p is not e for e in embeddings)]
+    embedding_lr = args.lr if args.embedding_lr is None else args.embedding_lr
+    optimizer = torch.optim.Adam(
+        [{"params": others}, {"params": embeddings, "lr": embedding_lr}], lr=args.lr, weight_decay=args.weight_decay
+    )
     best = {"val_acc": -1.0}
     for epoch in range(args.epochs):
         ddp.train()
