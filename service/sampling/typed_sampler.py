@@ -52,6 +52,14 @@ class TypedSampledSubgraph(SampledSubgraph):
         return [self.relation_block(layer, r) for r in range(self.num_relations)]
 
 
+def node_types_of(ids: torch.Tensor, type_offsets: torch.Tensor) -> torch.Tensor:
+    """int64 type index of each global id: how many type starts after the first it reaches.
+
+    A comparison against the few type boundaries; `torch.searchsorted` took about 20 ms for
+    600 ids here (threaded, on a loaded machine), 500x the sampling itself."""
+    return (ids.unsqueeze(1) >= type_offsets[1:-1].unsqueeze(0)).sum(dim=1)
+
+
 def relation_colptr(graph: CSCGraph, edge_type: torch.Tensor, num_relations: int) -> torch.Tensor:
     """int64 [N * R + 1]: entries of (v, r) are [p[v * R + r], p[v * R + r + 1]) (the torch twin's index)."""
     key = graph.dst_of_edges() * num_relations + edge_type.to(torch.int64)
@@ -79,7 +87,7 @@ def sample_typed_neighbors_torch(
     frontier, first_local, next_local, edge_base = seeds, 0, batch, 0
     try:
         for k_of in fanouts:
-            node_type = torch.searchsorted(type_offsets[1:], frontier, right=True)
+            node_type = node_types_of(frontier, type_offsets)
             wanted = (relation_dst_type.unsqueeze(0) == node_type.unsqueeze(1)) & (k_of != 0).unsqueeze(0)
             pair_node, pair_rel = wanted.nonzero(as_tuple=True)  # (node, relation) ascending
             column = frontier[pair_node] * num_relations + pair_rel
@@ -218,6 +226,6 @@ class TypedNeighborSampler:
             num_nodes_per_hop=nodes_per_hop.tolist(),
             num_edges_per_hop=edges_per_hop.tolist(),
             edge_types=edge_types,
-            node_types=torch.searchsorted(self._type_offsets[1:], node_ids, right=True),
+            node_types=node_types_of(node_ids, self._type_offsets),
             num_relations=len(self.schema.relations),
         )
