@@ -1,7 +1,7 @@
-"""R-GCN on a prepared typed dataset (such as ACM), trained by torchrun ranks with typed local batches.
+"""R-GCN or HGT (--model hgt) on a prepared typed dataset, trained by torchrun ranks with typed batches.
 
     graphtier dataset prepare ogb:/data/ogb_hetero_acm --name acm   # ACM (HAN, HeCo) in OGB's typed layout
-    torchrun --nproc-per-node 2 examples/rgcn_typed.py --dataset acm --epochs 60
+    torchrun --nproc-per-node 2 examples/typed_gnn.py --dataset acm --epochs 60
 
 Each rank samples its shard of the train ids with the typed sampler (per-relation fanouts,
 `--fanout '10;10'` or `'author-rev_written_by-paper:10,...;...'`), reads each featured type's
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.hetero import split_fanout_hops
+from graphtier.launcher.runtime.models.hgt import HGT
 from graphtier.launcher.runtime.models.rgcn import RGCN
 from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
 from graphtier.service.prepared import PreparedDataset
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--root", type=Path, default=None, help="dataset root (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--fanout", default="10;10")
+    parser.add_argument("--model", choices=("rgcn", "hgt"), default="rgcn")
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=128)
@@ -71,7 +73,8 @@ def main() -> None:
     loader = TypedLocalBatches(
         dataset, split_fanout_hops(args.fanout), args.batch_size, rank, world, args.seed, eval_fanouts=["-1"] * 2
     )
-    model = RGCN(schema, args.hidden, dataset.manifest.num_classes, 2, dropout=args.dropout)
+    build = HGT if args.model == "hgt" else RGCN
+    model = build(schema, args.hidden, dataset.manifest.num_classes, 2, dropout=args.dropout)
     ddp = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
     embeddings = list(model.input.embed.parameters())
     others = [p for p in model.parameters() if all(p is not e for e in embeddings)]
@@ -96,7 +99,7 @@ def main() -> None:
         if val > best["val_acc"]:
             best = {"epoch": epoch, "val_acc": val, "test_acc": test}
     if rank == 0:
-        print(json.dumps({"dataset": args.dataset, "ranks": world, "model": "rgcn", **best}), flush=True)
+        print(json.dumps({"dataset": args.dataset, "ranks": world, "model": args.model, **best}), flush=True)
     if world > 1:
         dist.destroy_process_group()
 
