@@ -100,6 +100,16 @@ def prepare(
             help="accept the random 10/5/10 split for a source without one (else jobs refuse the dataset)",
         ),
     ] = False,
+    split_scheme: Annotated[
+        str | None, typer.Option(help="\\[ogb] sub-folder of split/ (inferred when there is one)")
+    ] = None,
+    reverse_relations: Annotated[
+        bool | None,
+        typer.Option(
+            "--reverse-relations/--no-reverse-relations",
+            help="\\[typed ogb] add tail-rev_<rel>-head for every relation (default: on)",
+        ),
+    ] = None,
     split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     val_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
@@ -135,6 +145,8 @@ def prepare(
                 split_file=str(split) if split else None,
                 split_index=split_index,
                 default_split=default_split or None,
+                split_scheme=split_scheme,
+                reverse_relations=reverse_relations,
                 split_seed=split_seed,
                 train_fraction=train_fraction,
                 val_fraction=val_fraction,
@@ -159,6 +171,13 @@ def prepare(
         highlight=False,
     )
     console.print(f"split: {split_summary(manifest)}", highlight=False, markup=False)
+    if manifest.hetero is not None:
+        types = ", ".join(
+            f"{t.name} {t.count:,}" + (f" ({t.feature_dim} features)" if t.feature_dim else " (learned embedding)")
+            for t in manifest.hetero.node_types
+        )
+        console.print(f"node types: {types}; target {manifest.hetero.target_type}", highlight=False)
+        console.print(f"relations: {', '.join(r.key for r in manifest.hetero.relations)}", highlight=False)
     for note in manifest.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
 
@@ -300,6 +319,9 @@ def tiering_report(
 
     with error_boundary():
         dataset = PreparedDataset.open(name, out)
+        if dataset.manifest.hetero is not None:
+            _typed_tiering_report(dataset, budget, fanout, batch_size, epochs, seed, json_out)
+            return
         fanouts = parse_fanouts(fanout)
         with Progress(
             "replaying epochs",
@@ -347,6 +369,43 @@ def tiering_report(
     if report.storage is not None:
         stdout.print(_storage_table(report))
     stdout.print(f"figure: {report.png}")
+
+
+def _typed_tiering_report(dataset, budget: str, fanout: str, batch_size: int, epochs: int, seed: int, json_out: bool):
+    """The tiering report of a typed dataset: one byte budget over all types, hit ratios per type."""
+    from graphtier.contract.hetero import split_fanout_hops
+    from graphtier.service.tiering.hetero import build_typed_tiering_report, split_budget
+
+    report = build_typed_tiering_report(
+        dataset, budget=budget, fanouts=split_fanout_hops(fanout), batch_size=batch_size, epochs=epochs, seed=seed
+    )
+    if json_out:
+        emit_json(report)
+        return
+    schema = dataset.manifest.hetero
+    split = split_budget(schema, dataset.scores, report.budget_bytes)
+    rows = ", ".join(f"{t} {n:,} rows" for t, n in split.rows.items())
+    table = Table(
+        title=(
+            f"{report.dataset}: device tier {report.budget} = {human_bytes(report.budget_bytes)} of "
+            f"{human_bytes(report.featured_bytes)} feature bytes ({rows}); fanout {fanout}, batch {report.batch_size}, "
+            f"{report.epochs} epoch(s), {report.batches} batches"
+        ),
+        caption="byte hit ratios; device tiers accounted, not real (no GPU)"
+        + (
+            f"; {', '.join(report.featureless_types)}: learned embeddings, not tiered"
+            if report.featureless_types
+            else ""
+        ),
+    )
+    types = [t.node_type for t in report.outcomes[0].per_type]
+    for column in ("score", "hit ratio", "vs oracle", *types):
+        table.add_column(column, justify="right" if column != "score" else "left")
+    for o in report.outcomes:
+        table.add_row(
+            o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", *(f"{t.hit_ratio:.1%}" for t in o.per_type)
+        )
+    Console().print(table)
 
 
 def _storage_table(report) -> Table:

@@ -10,6 +10,10 @@ TORCH_LIBRARY(graphtier, m) {
       "sample_neighbors(Tensor colptr, Tensor row, Tensor seeds, int[] fanouts, int seed, "
       "Tensor node_map) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
+      "sample_typed_neighbors(Tensor colptr, Tensor row, Tensor edge_type, Tensor type_offsets, "
+      "Tensor relation_dst_type, Tensor seeds, int[] fanouts, int seed, Tensor node_map) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
       "tiered_gather(Tensor ids, Tensor resident, Tensor storage, int[] boundaries, "
       "int num_devices, int device_index, Tensor out) -> Tensor");
   m.def("count_entries_(Tensor(a!) counts, Tensor ids) -> ()");
@@ -24,6 +28,7 @@ TORCH_LIBRARY(graphtier, m) {
 
 TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("sample_neighbors", &graphtier::sample_neighbors);
+  m.impl("sample_typed_neighbors", &graphtier::sample_typed_neighbors);
   m.impl("tiered_gather", &graphtier::tiered_gather);
   m.impl("count_entries_", &graphtier::count_entries_);
   m.impl("scatter_csc_keys_", &graphtier::scatter_csc_keys_);

@@ -97,8 +97,14 @@ def reverse_pagerank(
     train_ids: torch.Tensor | None = None,
     fanout: int | None = None,
     symmetric: bool = False,
+    accumulate: bool = False,
 ) -> torch.Tensor:
     """Algorithm 1; with `train_ids=None` it is plain reverse PageRank from a uniform start.
+
+    `accumulate=True` returns the sum of the scores of every iteration (the start included)
+    instead of the last one: the expected reads of a node over all hops of a sample, which a
+    typed graph needs (see `service/prepared/hetero.py`: on a bipartite-like graph the last
+    iteration's mass sits on one side only).
 
     `fanout=k` passes min(1, k/d) of a node's score to each in-neighbour instead of 1/d and
     renormalises the pulled mass each iteration (see the module docstring).
@@ -123,13 +129,16 @@ def reverse_pagerank(
         torch.empty(n, dtype=torch.float64),
     )  # reused: N-sized, every iteration
     pull = _Pull(graph, symmetric)
+    total = score.clone() if accumulate else None
     for i in range(iterations):
         torch.mul(score, pass_on, out=share)
         pulled = pull(share, buffers[i % 2])  # not the buffer `score` is, which `share` was read from
         if fanout is not None:
             pulled /= max(float(pulled.sum()), torch.finfo(torch.float64).tiny)
         score = pulled.mul_(damping).add_((1.0 - damping) / n)
-    return score
+        if total is not None:
+            total += score
+    return total if total is not None else score
 
 
 class _Pull:

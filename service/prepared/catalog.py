@@ -206,7 +206,8 @@ class DatasetWriter:
         if self.tmp is None:
             raise RuntimeError("DatasetWriter.commit called outside its `with` block")
         path = self.tmp / MANIFEST_FILE
-        path.write_text(manifest.model_dump_json(indent=2))
+        # a homogeneous manifest is written without the `hetero` key, as before typed graphs existed
+        path.write_text(manifest.model_dump_json(indent=2, exclude={"hetero"} if manifest.hetero is None else None))
         with open(path, "rb") as f:
             os.fsync(f.fileno())
         restrict_to_owner(self.tmp, self.gid)

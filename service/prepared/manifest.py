@@ -11,6 +11,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphtier.contract.hetero import HeteroSchema
+
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 
@@ -27,6 +29,10 @@ ARRAY_NAMES = (
     "old_to_new",  # int64 [N]: reordered id of source node j
     "scores",  # float64 [N], in reordered order (non-increasing)
 )
+# A typed dataset (manifest `hetero` set) adds `edge_type` (int16 [E], relation of each CSC entry)
+# and `features.<type>` (float32 [count, F_t], type-local reordered rows) per featured type;
+# it has no global `features` array (types differ in width).
+HETERO_ARRAYS = ("edge_type",)
 OPTIONAL_ARRAYS = ("features", "labels", "original_ids")
 
 
@@ -80,6 +86,9 @@ class DatasetManifest(BaseModel):
     )
     notes: list[str] = Field(
         default_factory=list, description="what prepare noticed about the source (printed by the CLI)"
+    )
+    hetero: HeteroSchema | None = Field(
+        None, description="node types, relations and target type of a typed graph; None: a homogeneous graph"
     )
 
     @property

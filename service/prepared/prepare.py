@@ -49,13 +49,18 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     # Import both paths before the temporary directory exists: an interrupt that lands inside an
     # import can make the interpreter exit by SIGINT instead of through our clean-up and status.
     import graphtier.service.sources  # noqa: F401
+    from graphtier.service.prepared.hetero import is_hetero_source, prepare_hetero
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 
+    typed = is_hetero_source(config.source)
     writer = DatasetWriter(
         root, config.name, overwrite=config.overwrite, group=config.group
     )  # fails early on an existing name
+    schema, score_record = None, None
     with writer, numpy_huge_pages_for_preparation() as huge_pages:
-        if budget is None:
+        if typed:  # typed sources are read whole: the in-memory path whatever the budget
+            content, schema, score_record = prepare_hetero(config, writer, clock)
+        elif budget is None:
             content = _prepare_in_memory(config, writer, clock)
         else:
             plan = MemoryPlan.start(budget, work_bytes=config.work_bytes)
@@ -73,19 +78,20 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             num_classes=content.num_classes,
             class_labels=content.class_labels,
             split_sizes=content.split_sizes,
-            score={**config.score.model_dump(), "label": config.score.label()},
+            score=score_record or {**config.score.model_dump(), "label": config.score.label()},
             arrays=dict(writer.arrays),
             timings_s=dict(clock.timings),
             peak_rss_bytes=peak_rss_bytes(),
-            memory_budget_bytes=budget,
+            memory_budget_bytes=None if typed else budget,
             preparation={
-                "path": "in-memory" if budget is None else "out-of-core",
+                "path": "in-memory" if budget is None or typed else "out-of-core",
                 "peak_rss_after_step_bytes": dict(clock.peaks),
                 "cpu_s_by_step": dict(clock.cpu),
                 "huge_pages": huge_pages,
                 **content.details,
             },
             notes=content.notes,
+            hetero=schema,
         )
         writer.commit(manifest)
     return manifest

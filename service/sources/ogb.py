@@ -132,7 +132,9 @@ def load_ogb(
         raise DatasetSourceError(root, "has no raw/ folder; pass the OGB dataset root (e.g. dataset/ogbn_arxiv)")
     if (raw / "num-node-dict.csv.gz").is_file():
         raise DatasetSourceError(
-            raw, "is a heterogeneous OGB graph (num-node-dict.csv.gz); only homogeneous graphs are supported"
+            raw,
+            "is a heterogeneous OGB graph (num-node-dict.csv.gz); this reader takes homogeneous graphs",
+            fix="`graphtier dataset prepare ogb:DIR` reads it as a typed graph (sources/ogb_hetero.py)",
         )
     if _find(raw, "edge") is None and (raw / "data.npz").is_file():
         raise DatasetSourceError(raw / "data.npz", "binary OGB raw format is not supported; expected edge.csv.gz")

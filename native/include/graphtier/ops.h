@@ -16,6 +16,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_ne
     const at::Tensor& colptr, const at::Tensor& row, const at::Tensor& seeds,
     at::IntArrayRef fanouts, int64_t seed, const at::Tensor& node_map);
 
+// The same over a typed graph (sample_typed_neighbors.cpp): `edge_type` (int16 [E]) is the relation
+// of each CSC entry, grouped ascending within a column; node type t owns ids
+// [type_offsets[t], type_offsets[t + 1]); relation r delivers to type relation_dst_type[r];
+// fanouts holds one entry per relation per hop (hop-major; -1 all, 0 skip). Returns (node_ids,
+// indptr, indices, edge_types, num_nodes_per_hop, num_edges_per_hop); see
+// service/sampling/typed_sampler.py.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_typed_neighbors(
+    const at::Tensor& colptr, const at::Tensor& row, const at::Tensor& edge_type,
+    const at::Tensor& type_offsets, const at::Tensor& relation_dst_type, const at::Tensor& seeds,
+    at::IntArrayRef fanouts, int64_t seed, const at::Tensor& node_map);
+
 // Copies rows `ids` of the tiered table (resident rows [0, host_end), storage rows
 // [host_end, num_rows)) into out[:len(ids)] and returns int64 row counts per source:
 // [replicated, interleaved_local, interleaved_peer, host, storage].

@@ -1,0 +1,153 @@
+"""The schema of a heterogeneous (typed) graph, shared by the data plane and the launcher.
+
+A typed graph lives in one global node id space: node type t owns the contiguous ids
+`[offset_t, offset_t + count_t)`, types in `node_types` order. Every relation
+`head-name-tail` (edges head -> tail, messages flow head to tail) is a slice of one CSC over the
+global ids: a column's entries are grouped by relation id, ascending, and `edge_type[e]` holds
+the relation of entry e. One id space keeps every homogeneous piece (the CSC, the scores,
+labels, splits, the sampler's node map, the slots) unchanged; the types are a prefix sum away.
+
+Relation fanouts are written `head-name-tail:k,...` (one hop) or as one int for every relation;
+on a command line hops are `10,5` (one int per hop, every relation) or, once relations are named,
+separated by `;` (`paper-cites-paper:10,author-rev_written_by-paper:5;-1`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graphtier.contract.errors import SamplingError
+
+REVERSE_PREFIX = "rev_"  # a reverse relation of `name` is named `rev_<name>`
+_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
+
+
+def relation_key(head: str, name: str, tail: str) -> str:
+    """The canonical spelling of a relation: `head-name-tail` (`paper-written_by-author`)."""
+    return f"{head}-{name}-{tail}"
+
+
+def check_type_name(name: str, what: str) -> str:
+    """`name` if it is usable as a node type or relation name (letters, digits, '_', '.')."""
+    if not _NAME.match(name):
+        raise ValueError(f"{what} {name!r} must use only letters, digits, '_' and '.'")
+    return name
+
+
+class NodeTypeInfo(BaseModel):
+    """One node type: its id range in the global space and its features."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    count: int = Field(ge=0, description="nodes of this type")
+    offset: int = Field(ge=0, description="first global id of this type")
+    feature_dim: int = Field(ge=0, description="0: no input features; the model learns an embedding per node")
+    feature_array: str | None = Field(None, description="array file of its feature rows (type-local, reordered)")
+
+    @property
+    def featureless(self) -> bool:
+        return self.feature_dim == 0
+
+    @property
+    def row_bytes(self) -> int:
+        return self.feature_dim * 4
+
+
+class RelationInfo(BaseModel):
+    """One relation (edge type): its endpoints' types and whether prepare added it as a reverse."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    head: str
+    name: str
+    tail: str
+    num_edges: int = Field(ge=0)
+    reverse_of: str | None = Field(None, description="key of the relation this one reverses")
+
+    @property
+    def key(self) -> str:
+        return relation_key(self.head, self.name, self.tail)
+
+
+class HeteroSchema(BaseModel):
+    """Node types, relations and the target type of a typed dataset (in its manifest)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_types: list[NodeTypeInfo]
+    relations: list[RelationInfo] = Field(description="relation id = position in this list")
+    target_type: str = Field(description="the node type that carries labels and the split")
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(t.count for t in self.node_types)
+
+    def type_named(self, name: str) -> NodeTypeInfo:
+        for info in self.node_types:
+            if info.name == name:
+                return info
+        raise KeyError(name)
+
+    def type_index(self, name: str) -> int:
+        return [t.name for t in self.node_types].index(name)
+
+    def offsets(self) -> list[int]:
+        """`[offset_0, ..., offset_{T-1}, num_nodes]`: type t owns ids [offsets[t], offsets[t+1])."""
+        return [t.offset for t in self.node_types] + [self.num_nodes]
+
+    def relation_dst_types(self) -> list[int]:
+        """The node type index of each relation's tail (the type it delivers messages to)."""
+        index = {t.name: i for i, t in enumerate(self.node_types)}
+        return [index[r.tail] for r in self.relations]
+
+    def relation_fanouts(self, hops: Sequence[str | int]) -> list[list[int]]:
+        """Per hop, one fanout per relation (relation-id order) from `parse_relation_fanouts` hops."""
+        return [
+            parse_relation_fanouts(hop, [r.key for r in self.relations], hop_number=i + 1) for i, hop in enumerate(hops)
+        ]
+
+
+def split_fanout_hops(text: str) -> list[str]:
+    """A command line's typed fanout as one entry per hop (see the module docstring)."""
+    text = text.strip()
+    if not text:
+        raise SamplingError("--fanout is empty; give e.g. 10,5 or 'head-rel-tail:10,...;...'")
+    if ":" in text:
+        return [hop.strip() for hop in text.split(";")]
+    return [hop.strip() for hop in text.replace(";", ",").split(",")]
+
+
+def parse_relation_fanouts(hop: str | int, relation_keys: Sequence[str], *, hop_number: int = 1) -> list[int]:
+    """One hop's fanouts, one per relation: an int for every relation, or `key:k,key:k,...`.
+
+    Relations a hop does not name are not expanded at that hop (fanout 0). A fanout is -1
+    (all neighbours), 0 (skip the relation) or >= 1.
+    """
+    if isinstance(hop, bool):
+        raise SamplingError(f"hop {hop_number}: fanout {hop!r} is not an int or 'relation:k' list")
+    if isinstance(hop, int) or (isinstance(hop, str) and re.fullmatch(r"-?\d+", hop.strip())):
+        k = int(hop)
+        if k != -1 and k < 1:
+            raise SamplingError(f"hop {hop_number}: fanout {k} is invalid; use -1 (all neighbours) or an int >= 1")
+        return [k] * len(relation_keys)
+    fanouts = [0] * len(relation_keys)
+    for part in str(hop).split(","):
+        key, sep, value = part.strip().rpartition(":")
+        if not sep or not key:
+            raise SamplingError(f"hop {hop_number}: {part!r} is not 'head-relation-tail:k'")
+        if key not in relation_keys:
+            raise SamplingError(
+                f"hop {hop_number}: unknown relation {key!r}; the dataset's relations are {', '.join(relation_keys)}"
+            )
+        try:
+            k = int(value)
+        except ValueError:
+            raise SamplingError(f"hop {hop_number}: fanout {value!r} of {key} is not an int") from None
+        if k < -1:
+            raise SamplingError(f"hop {hop_number}: fanout {k} of {key} is invalid; use -1, 0 or an int >= 1")
+        fanouts[relation_keys.index(key)] = k
+    return fanouts

@@ -1,0 +1,120 @@
+"""R-GCN (Schlichtkrull et al. 2018) over typed sampled blocks, with learned embeddings for featureless types.
+
+h_v' = W_0 h_v + b + sum_r mean_{u in N_r(v)} W_r h_u: one weight per relation, the mean taken
+over v's sampled neighbours of that relation. All relations run in one pass: the sources are
+projected by every W_r at once ([num_src, R, out]) and each edge reads its own relation's row.
+The input layer turns each node type into `hidden` columns: a linear map of its features, or
+a learned embedding per node where the type has none (said in the dataset's manifest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphtier.contract.errors import GraphtierError
+from graphtier.contract.hetero import HeteroSchema
+from graphtier.launcher.runtime.models.block_ops import destination_index
+from graphtier.service.sampling import Block
+
+
+class RGCNConv(nn.Module):
+    """One relational graph convolution: [num_src, in] -> [num_dst, out]."""
+
+    def __init__(self, in_dim: int, out_dim: int, num_relations: int) -> None:
+        super().__init__()
+        self.in_dim, self.out_dim, self.num_relations = in_dim, out_dim, num_relations
+        self.relation_weight = nn.Parameter(torch.empty(in_dim, num_relations * out_dim))
+        self.root = nn.Linear(in_dim, out_dim)
+        nn.init.xavier_uniform_(self.relation_weight.view(in_dim, num_relations, out_dim).transpose(0, 1))
+
+    def forward(self, block: Block, edge_types: Tensor, x: Tensor) -> Tensor:
+        dst = destination_index(block)
+        src = block.indices
+        projected = (x @ self.relation_weight).view(-1, self.num_relations, self.out_dim)
+        messages = projected[src, edge_types]  # [E, out]: each edge through its relation's weight
+        key = dst * self.num_relations + edge_types
+        per_relation = torch.bincount(key, minlength=block.num_dst * self.num_relations).clamp(min=1)
+        messages = messages / per_relation[key].to(x.dtype).unsqueeze(1)
+        out = x.new_zeros((block.num_dst, self.out_dim)).index_add_(0, dst, messages)
+        return out + self.root(x[: block.num_dst])
+
+
+class TypedInput(nn.Module):
+    """Input rows of every node type in one width: Linear(features) or a learned per-node embedding."""
+
+    def __init__(self, schema: HeteroSchema, hidden: int) -> None:
+        super().__init__()
+        self.schema = schema
+        self.hidden = hidden
+        self.project = nn.ModuleDict()
+        self.embed = nn.ModuleDict()
+        for info in schema.node_types:
+            if info.featureless:
+                self.embed[info.name] = nn.Embedding(info.count, hidden)
+                nn.init.zeros_(self.embed[info.name].weight)  # starts neutral, learns from the labels it reaches
+            else:
+                self.project[info.name] = nn.Linear(info.feature_dim, hidden)
+        self.register_buffer("offsets", torch.tensor(schema.offsets(), dtype=torch.int64), persistent=False)
+
+    def forward(self, node_ids: Tensor, node_types: Tensor, features: dict[str, Tensor]) -> Tensor:
+        """[len(node_ids), hidden]. `features[t]` holds the rows of type t's nodes, in their order in node_ids."""
+        out = torch.zeros((node_ids.numel(), self.hidden), dtype=torch.float32, device=node_ids.device)
+        for index, info in enumerate(self.schema.node_types):
+            where = (node_types == index).nonzero().squeeze(1)
+            if where.numel() == 0:
+                continue
+            if info.featureless:
+                out[where] = self.embed[info.name](node_ids[where] - self.offsets[index])
+            else:
+                rows = features.get(info.name)
+                if rows is None or rows.shape != (where.numel(), info.feature_dim):
+                    got = None if rows is None else tuple(rows.shape)
+                    raise GraphtierError(
+                        f"features of node type {info.name!r} must be [{where.numel()}, {info.feature_dim}], got {got}"
+                    )
+                out[where] = self.project[info.name](rows)
+        return out
+
+
+class RGCN(nn.Module):
+    """`num_layers` R-GCN layers over a typed sample, ReLU and dropout between them."""
+
+    def __init__(
+        self, schema: HeteroSchema, hidden: int, out_dim: int, num_layers: int, *, dropout: float = 0.5
+    ) -> None:
+        super().__init__()
+        if num_layers < 1:
+            raise GraphtierError(f"an R-GCN needs at least one layer, got {num_layers}")
+        self.input = TypedInput(schema, hidden)
+        num_relations = len(schema.relations)
+        widths = [hidden] * num_layers + [out_dim]
+        self.convs = nn.ModuleList(RGCNConv(i, o, num_relations) for i, o in zip(widths[:-1], widths[1:], strict=True))
+        self.dropout = nn.Dropout(dropout)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def forward(
+        self,
+        blocks: Sequence[Block],
+        edge_types: Sequence[Tensor],
+        node_ids: Tensor,
+        node_types: Tensor,
+        features: dict[str, Tensor],
+    ) -> Tensor:
+        """Logits [num_seeds, out_dim]. `blocks`/`edge_types`: per layer, input layer first
+        (`TypedSampledSubgraph.blocks()` and the matching prefixes of its `edge_types`);
+        `node_ids`/`node_types`: the first block's sources."""
+        if len(blocks) != self.num_layers or len(edge_types) != self.num_layers:
+            raise GraphtierError(f"the model has {self.num_layers} layers but got {len(blocks)} blocks")
+        h = self.input(node_ids, node_types, features)  # no ReLU here: zero embeddings must get gradients
+        for layer, (conv, block, types) in enumerate(zip(self.convs, blocks, edge_types, strict=True)):
+            h = conv(block, types, self.dropout(h))
+            if layer < self.num_layers - 1:
+                h = F.relu(h)
+        return h

@@ -1,0 +1,199 @@
+"""Tiering a typed graph: one byte budget across node types of different widths, hit ratios per type.
+
+A tier's byte budget is split across types by score: every featured row of every type is
+ranked by its score (the whole typed graph's), and the hottest rows are taken until the
+budget is full. Because prepare reorders each type's rows by score within the type's id range,
+the rows a type gets are a prefix of its range (`TypedSplit.rows`), so a row's tier still
+follows from its id. Ranking by score (the expected reads of a row) rather than score per
+byte is what maximises the *byte* hit ratio: a row of width w costs w bytes and serves
+reads x w bytes, so its value per budget byte is its read count whatever its width.
+
+`build_typed_tiering_report` replays sampled epochs with the typed sampler and compares each
+score's placement with the oracle's (placed by the very reads it is scored on), per type and
+over all bytes. Featureless types have no feature rows; their learned embeddings live in the
+model and take no part in the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from pydantic import BaseModel, Field
+
+from graphtier.contract.errors import PlacementError, SamplingError
+from graphtier.contract.hetero import HeteroSchema
+from graphtier.service.hotness import ScoreSpec, compute_scores
+from graphtier.service.placement import parse_budget
+from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
+
+
+class TypedSplit(BaseModel):
+    """Rows (a prefix of each featured type's range, in the ranking's order) a byte budget holds."""
+
+    budget_bytes: int
+    rows: dict[str, int] = Field(description="rows of each featured type inside the budget")
+    used_bytes: int
+
+
+def featured_bytes(schema: HeteroSchema) -> int:
+    return sum(t.count * t.row_bytes for t in schema.node_types)
+
+
+def split_budget(schema: HeteroSchema, scores: torch.Tensor, budget_bytes: int) -> TypedSplit:
+    """The hottest featured rows of all types by `scores` (global ids) that fit in `budget_bytes`.
+
+    Rows are taken in descending score across types (ties: lower global id first) until the
+    next one does not fit; a type's rows inside the budget are counted, so where `scores` orders each type's range
+    (as a prepared dataset's do) they are the first `rows[type]` ids of the type.
+    """
+    featured = [t for t in schema.node_types if not t.featureless]
+    if not featured:
+        return TypedSplit(budget_bytes=budget_bytes, rows={}, used_bytes=0)
+    ids = torch.cat([torch.arange(t.offset, t.offset + t.count) for t in featured])
+    widths = torch.cat([torch.full((t.count,), t.row_bytes, dtype=torch.int64) for t in featured])
+    order = torch.sort(scores[ids], descending=True, stable=True).indices
+    cumulative = torch.cumsum(widths[order], 0)
+    taken = order[cumulative <= budget_bytes]  # the longest prefix of the ranking that fits
+    chosen = ids[taken]
+    rows = {}
+    for info in featured:
+        rows[info.name] = int(((chosen >= info.offset) & (chosen < info.offset + info.count)).sum())
+    return TypedSplit(budget_bytes=budget_bytes, rows=rows, used_bytes=int(widths[taken].sum()))
+
+
+def _hit_bytes(schema: HeteroSchema, reads: torch.Tensor, scores: torch.Tensor, budget_bytes: int) -> dict[str, int]:
+    """Bytes read from inside the budget, per featured type, when `scores` ranks the rows."""
+    featured = [t for t in schema.node_types if not t.featureless]
+    ids = torch.cat([torch.arange(t.offset, t.offset + t.count) for t in featured])
+    widths = torch.cat([torch.full((t.count,), t.row_bytes, dtype=torch.int64) for t in featured])
+    order = torch.sort(scores[ids], descending=True, stable=True).indices
+    inside = order[torch.cumsum(widths[order], 0) <= budget_bytes]
+    hit_ids = ids[inside]
+    out = {}
+    for info in featured:
+        mine = hit_ids[(hit_ids >= info.offset) & (hit_ids < info.offset + info.count)]
+        out[info.name] = int(reads[mine].sum()) * info.row_bytes
+    return out
+
+
+class TypeOutcome(BaseModel):
+    node_type: str
+    row_bytes: int
+    read_bytes: int = Field(description="feature bytes the replayed batches read of this type")
+    hit_ratio: float = Field(description="share of this type's read bytes served by the budget")
+
+
+class TypedScoreOutcome(BaseModel):
+    score: str
+    hit_ratio: float = Field(description="bytes served by the budget / all feature bytes read")
+    ratio_to_oracle: float
+    per_type: list[TypeOutcome]
+
+
+class TypedTieringReport(BaseModel):
+    dataset: str
+    budget: str
+    budget_bytes: int
+    featured_bytes: int
+    fanouts: list[str]
+    batch_size: int
+    epochs: int
+    batches: int
+    read_bytes_per_epoch: float
+    featureless_types: list[str] = Field(description="types whose rows are learned embeddings, not tiered")
+    outcomes: list[TypedScoreOutcome]
+
+    def outcome(self, score: str) -> TypedScoreOutcome:
+        return next(o for o in self.outcomes if o.score == score)
+
+
+def replay_typed_reads(
+    dataset: PreparedDataset, *, fanouts: Sequence[str | int], batch_size: int, epochs: int, seed: int
+) -> tuple[torch.Tensor, int]:
+    """Reads of each node's row over `epochs` shuffled epochs of the train ids; (counts, batches)."""
+    schema = dataset.manifest.hetero
+    assert schema is not None
+    train = dataset.split("train")
+    if train.numel() == 0:
+        raise SamplingError("the dataset has no training ids to start sampling from")
+    if batch_size < 1 or epochs < 1:
+        raise SamplingError(f"batch size and epochs must be >= 1, got {batch_size} and {epochs}")
+    sampler = TypedNeighborSampler(dataset.graph, dataset.array("edge_type"), schema, fanouts)
+    counts = torch.zeros(schema.num_nodes, dtype=torch.int64)
+    generator = torch.Generator().manual_seed(seed)
+    batches = 0
+    for _ in range(epochs):
+        for batch in train[torch.randperm(train.numel(), generator=generator)].split(batch_size):
+            sub = sampler.sample(batch, seed=seed * 1_000_003 + batches)
+            counts.index_add_(0, sub.node_ids, torch.ones_like(sub.node_ids))
+            batches += 1
+    return counts, batches
+
+
+def build_typed_tiering_report(
+    dataset: PreparedDataset,
+    *,
+    budget: str,
+    fanouts: Sequence[str | int] = ("10", "5"),
+    batch_size: int = 1024,
+    epochs: int = 3,
+    seed: int = 0,
+) -> TypedTieringReport:
+    """Replay epochs once, then score each placement (as prepared, rpr, degree, oracle) at one byte budget."""
+    schema = dataset.manifest.hetero
+    if schema is None:
+        raise PlacementError(f"dataset {dataset.name!r} is not a typed graph; use the homogeneous tiering report")
+    total = featured_bytes(schema)
+    if total == 0:
+        raise PlacementError(f"dataset {dataset.name!r} has no node type with features: nothing to tier")
+    budget_bytes = parse_budget(budget, total_bytes=total, what="--budget")
+    if budget_bytes > total:
+        raise PlacementError(f"--budget {budget} is {budget_bytes:,} bytes, more than the {total:,} feature bytes")
+    reads, batches = replay_typed_reads(dataset, fanouts=fanouts, batch_size=batch_size, epochs=epochs, seed=seed)
+    featured = [t for t in schema.node_types if not t.featureless]
+    read_bytes = {t.name: int(reads[t.offset : t.offset + t.count].sum()) * t.row_bytes for t in featured}
+    all_read = max(sum(read_bytes.values()), 1)
+    n = schema.num_nodes
+    candidates = {
+        f"as prepared ({dataset.manifest.score.get('label', '?')})": dataset.scores,
+        "rpr": compute_scores(dataset.graph, ScoreSpec(kind="rpr")),
+        "degree": compute_scores(dataset.graph, ScoreSpec(kind="degree")),
+        "source order": -dataset.new_to_old.to(torch.float64),
+        "random": torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64),
+        "oracle": reads.to(torch.float64),
+    }
+    oracle_hits = sum(_hit_bytes(schema, reads, candidates["oracle"], budget_bytes).values())
+    outcomes = []
+    for name, scores in candidates.items():
+        hits = _hit_bytes(schema, reads, scores, budget_bytes)
+        outcomes.append(
+            TypedScoreOutcome(
+                score=name,
+                hit_ratio=sum(hits.values()) / all_read,
+                ratio_to_oracle=sum(hits.values()) / oracle_hits if oracle_hits else 1.0,
+                per_type=[
+                    TypeOutcome(
+                        node_type=t.name,
+                        row_bytes=t.row_bytes,
+                        read_bytes=read_bytes[t.name],
+                        hit_ratio=hits[t.name] / read_bytes[t.name] if read_bytes[t.name] else 0.0,
+                    )
+                    for t in featured
+                ],
+            )
+        )
+    return TypedTieringReport(
+        dataset=dataset.name,
+        budget=str(budget),
+        budget_bytes=budget_bytes,
+        featured_bytes=total,
+        fanouts=[str(f) for f in fanouts],
+        batch_size=batch_size,
+        epochs=epochs,
+        batches=batches,
+        read_bytes_per_epoch=all_read / epochs,
+        featureless_types=[t.name for t in schema.node_types if t.featureless],
+        outcomes=outcomes,
+    )
