@@ -25,6 +25,8 @@ ARRAY_NAMES = (
     "scores",  # float64 [N], in reordered order (non-increasing)
 )
 OPTIONAL_ARRAYS = ("features", "labels", "original_ids")
+# With an edge split (`link_split` set): int64 [n, 2] node pairs, reordered space (see edge_split.py):
+# link_train, link_val, link_test (positives) and link_val_neg, link_test_neg (the negative pools).
 
 
 class ArrayInfo(BaseModel):
@@ -78,6 +80,16 @@ class DatasetManifest(BaseModel):
     notes: list[str] = Field(
         default_factory=list, description="what prepare noticed about the source (printed by the CLI)"
     )
+    link_split: dict[str, object] | None = Field(
+        None,
+        description="the edge split for link prediction (shares, seed, sizes, negative pools, whether node "
+        "inputs are features or learned embeddings); None: no edge split",
+    )
+
+    @property
+    def learned_embeddings(self) -> bool:
+        """A featureless dataset's link-prediction jobs learn an embedding per node instead."""
+        return self.feature_dim == 0
 
     @property
     def feature_row_bytes(self) -> int:

@@ -20,6 +20,7 @@ from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.hotness import compute_scores, reorder_by_score
 from graphtier.service.out_of_core.memory_budget import MemoryPlan, parse_memory_budget
 from graphtier.service.prepared.catalog import DatasetWriter, validate_name
+from graphtier.service.prepared.edge_split import edge_split_note, split_edges
 from graphtier.service.prepared.huge_pages import numpy_huge_pages_for_preparation
 from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.prepared.steps import (
@@ -53,7 +54,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
 
     writer = DatasetWriter(root, config.name, overwrite=config.overwrite)  # fails early on an existing name
     with writer, numpy_huge_pages_for_preparation() as huge_pages:
-        if budget is None:
+        if budget is None or config.edge_split is not None:
             content = _prepare_in_memory(config, writer, clock)
         else:
             plan = MemoryPlan.start(budget, work_bytes=config.work_bytes)
@@ -75,9 +76,10 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             arrays=dict(writer.arrays),
             timings_s=dict(clock.timings),
             peak_rss_bytes=peak_rss_bytes(),
-            memory_budget_bytes=budget,
+            memory_budget_bytes=None if config.edge_split is not None else budget,
+            link_split=content.link_split,
             preparation={
-                "path": "in-memory" if budget is None else "out-of-core",
+                "path": "in-memory" if budget is None or config.edge_split is not None else "out-of-core",
                 "peak_rss_after_step_bytes": dict(clock.peaks),
                 "cpu_s_by_step": dict(clock.cpu),
                 "huge_pages": huge_pages,
@@ -93,6 +95,13 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
     """The unbounded path: the whole edge list, CSC and features in memory."""
     with clock.step("read source"):
         data = load_graph(config)
+    link = None
+    if config.edge_split is not None:
+        with clock.step("split edges"):
+            link = split_edges(
+                data.num_nodes, data.src, data.dst, config.edge_split, undirected=config.undirected, origin=data.origin
+            )
+            data.src, data.dst = link.message_edges()  # val and test edges leave the graph messages pass over
     with clock.step("build CSC"):
         graph = build_csc(data.num_nodes, data.src, data.dst, undirected=config.undirected)
         data.src = data.dst = torch.empty(0, dtype=torch.int64)  # free the edge list
@@ -110,6 +119,13 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
         write_node_arrays(
             writer, data.labels, data.splits, reordering.new_to_old, reordering.old_to_new, scores, data.original_ids
         )
+        if link is not None:
+            link.write(writer, reordering.old_to_new)
+    notes = list(data.notes)
+    link_split = None
+    if link is not None and config.edge_split is not None:
+        link_split = link.describe(config.edge_split, learned_embeddings=data.features is None)
+        notes.append(edge_split_note(link_split, budgeted=parse_memory_budget(config.memory_budget) is not None))
     return PreparedContent(
         num_nodes=reordering.graph.num_nodes,
         num_edges=reordering.graph.num_edges,
@@ -118,5 +134,6 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
         split_sizes=split_sizes(data.splits),
         description=data.description,
         class_labels=data.class_labels,
-        notes=data.notes,
+        notes=notes,
+        link_split=link_split,
     )

@@ -11,6 +11,7 @@ import torch
 
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
@@ -79,6 +80,11 @@ class SharedDatasetStore:
         ds, plan = self.dataset, self.plan
         labels = self._copy("labels", ds.labels, "labels") if ds.labels is not None else None
         splits = {name: self._copy(f"{name}-ids", ds.split(name), f"{name}_ids") for name in ("train", "val", "test")}
+        link_pairs = {
+            key: self._copy(key.replace("_", "-"), ds.array(key), key)
+            for key in ds.manifest.arrays
+            if key.startswith(LINK_ARRAY_PREFIX)
+        }
         resident = storage = None
         features = ds.features
         if features is not None:
@@ -115,6 +121,7 @@ class SharedDatasetStore:
             row=row,
             labels=labels,
             splits=splits,
+            link_pairs=link_pairs,
             resident_features=resident,
             storage_features=storage,
             device_tiers=device_refs,
