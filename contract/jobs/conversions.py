@@ -86,6 +86,10 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         features=spec.features,
         replicate=spec.replicate,
         sampler=spec.sampler,
+        task=spec.task,
+        negatives=spec.negatives,
+        negative_sampling=spec.negative_sampling,
+        decoder=spec.decoder,
     )
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
@@ -117,6 +121,10 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
         "features",
         "replicate",
         "sampler",
+        "task",
+        "negatives",
+        "negative_sampling",
+        "decoder",
     ):
         if getattr(message, name):
             values[name] = getattr(message, name)
@@ -188,7 +196,9 @@ def result_to_proto(r: JobResultInfo) -> jobs_pb2.JobResult:
 
 
 def result_from_proto(m: jobs_pb2.JobResult) -> JobResultInfo:
-    return JobResultInfo(**{name: getattr(m, name) for name in JobResultInfo.__dataclass_fields__})
+    values = {name: getattr(m, name) for name in JobResultInfo.__dataclass_fields__}
+    values["metrics"] = dict(m.metrics)
+    return JobResultInfo(**values)
 
 
 def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
@@ -399,6 +409,7 @@ def report_to_proto(report: ProgressReport) -> progress_pb2.ProgressReport:
         for name in ("val_accuracy", "test_accuracy"):
             if getattr(figures, name) is not None:
                 setattr(trainer, name, getattr(figures, name))
+        trainer.eval_metrics.update(figures.eval_metrics)
     else:
         message.reporter = progress_pb2.REPORTER_PRODUCER
         producer = message.producer
@@ -426,6 +437,7 @@ def report_from_proto(message: progress_pb2.ProgressReport) -> ProgressReport:
             phase=Phase[progress_pb2.Phase.Name(trainer.phase).removeprefix("PHASE_")],
             val_accuracy=trainer.val_accuracy if trainer.HasField("val_accuracy") else None,
             test_accuracy=trainer.test_accuracy if trainer.HasField("test_accuracy") else None,
+            eval_metrics=dict(trainer.eval_metrics),
             **{name: getattr(trainer, name) for name in _TRAINER_SCALARS},
         )
     else:

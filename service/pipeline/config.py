@@ -8,12 +8,23 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
+from graphtier.contract.jobs.spec import MAX_NEGATIVES
+from graphtier.contract.link import NegativeSampling
 from graphtier.contract.messages import describe_validation_error
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.storage import MAX_WINDOW
 from graphtier.service.store import SharedDatasetHandle
+
+
+class LinkBatches(BaseModel):
+    """A link-prediction job's batches: seeded by train edges, with negatives per positive edge."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    negatives: int = Field(1, ge=1, le=MAX_NEGATIVES, description="Negative pairs per positive edge.")
+    negative_sampling: NegativeSampling = Field("uniform", description="uniform or corrupt-tail.")
 
 
 class ProducerConfig(BaseModel):
@@ -54,6 +65,10 @@ class ProducerConfig(BaseModel):
         ge=0,
         le=MAX_WINDOW,
         description="Look-ahead window: batches sampled ahead whose storage rows are read early and shared; 0 = off.",
+    )
+    link: LinkBatches | None = Field(
+        default=None,
+        description="Link prediction: batches of `batch_size` train edges with negatives; None = node seeds.",
     )
     partition: PartitionedFeatures | None = Field(
         default=None,

@@ -53,8 +53,14 @@ class SlotLayout(BaseModel):
     node_ids: SegmentRef = Field(description="int64 [capacity.nodes]: global ids, seeds first.")
     indptr: SegmentRef = Field(description="int64 [capacity.expanded + 1]: CSC offsets over local ids.")
     indices: SegmentRef = Field(description="int64 [capacity.edges]: source local ids.")
-    labels: SegmentRef = Field(description="int64 [batch_size]: labels of the seeds (-1 when unlabelled).")
+    labels: SegmentRef = Field(
+        description="int64 [seeds]: labels of the seeds (-1 when unlabelled); seeds = batch_size but for "
+        "link prediction (every endpoint of a batch's pairs)."
+    )
     features: SegmentRef | None = Field(description="[capacity.nodes, *row_shape]; None for a featureless dataset.")
+    pairs: SegmentRef | None = Field(
+        default=None, description="int64 [pairs, 2]: a link-prediction batch's pairs over seed local ids; else None."
+    )
 
 
 class ChannelLayout(BaseModel):

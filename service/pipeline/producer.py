@@ -46,7 +46,9 @@ from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
+from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
+from graphtier.service.sampling.link import LinkSampler, LinkSubgraph, max_link_pairs, max_link_seeds
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.storage import StorageCounters
@@ -79,12 +81,15 @@ class Producer:
             torch.set_num_threads(cfg.num_threads)
         self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads)
         graph = self.dataset.graph
-        train = self.dataset.splits.get("train")
+        train_pairs = self._train_pairs() if cfg.link is not None else None
+        # a link job's "train ids" are the indices of its train edges: shuffled and sharded as node ids are
+        train = self.dataset.splits.get("train") if train_pairs is None else torch.arange(train_pairs.shape[0])
         num_train = 0 if train is None else train.numel()
         self.steps = steps_per_epoch(num_train, cfg.world_size, cfg.batch_size)
         if self.steps == 0:
+            what = "train ids" if train_pairs is None else "train edges"
             raise ChannelError(
-                f"dataset {cfg.dataset.dataset!r} has {num_train} train ids, fewer than world_size {cfg.world_size}"
+                f"dataset {cfg.dataset.dataset!r} has {num_train} {what}, fewer than world_size {cfg.world_size}"
             )
         self.train_ids = train
         if cfg.sampler == "gpu":
@@ -98,6 +103,18 @@ class Producer:
             )
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
+        seed_capacity, pair_capacity = cfg.batch_size, None
+        if cfg.link is not None and train_pairs is not None:
+            link = cfg.link
+            self.sampler = LinkSampler(
+                self.sampler,
+                train_pairs,
+                graph.num_nodes,
+                negatives=link.negatives,
+                negative_sampling=link.negative_sampling,
+            )
+            seed_capacity = max_link_seeds(cfg.batch_size, link.negatives, link.negative_sampling)
+            pair_capacity = max_link_pairs(cfg.batch_size, link.negatives)
         tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
         self.tiers = tiers
         if tiers is not None:
@@ -110,7 +127,7 @@ class Producer:
                 partition=cfg.partition,
             )
         self._limit = caps.upper_bound(
-            batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
+            batch_size=seed_capacity, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
         capacity = cfg.initial_capacity or self._probe()
         pid = os.getpid()
@@ -120,7 +137,8 @@ class Producer:
         self.control.header["simulated"] = int(tiers.simulated) if tiers is not None else 0
         self._slot_args = {
             "channel": self.channel,
-            "batch_size": cfg.batch_size,
+            "batch_size": seed_capacity,
+            "pair_capacity": pair_capacity,
             "feature_shape": tiers.row_shape if tiers is not None else None,
             "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
         }
@@ -149,6 +167,16 @@ class Producer:
             slots=[s.layout for s in self.slots],
         )
         self._write_layout()
+
+    def _train_pairs(self) -> torch.Tensor:
+        """A link job's train edges ([n, 2] in shared memory); ChannelError when the dataset has no edge split."""
+        pairs = self.dataset.link_pairs.get(link_array("train"))
+        if pairs is None:
+            raise ChannelError(
+                f"dataset {self.config.dataset.dataset!r} has no edge split to train link prediction on "
+                "(prepare it with --edge-split)"
+            )
+        return pairs
 
     def _probe(self) -> SlotCapacity:
         """Largest sizes over the first `probe_batches` batches of epoch 0, plus the margin."""
@@ -267,7 +295,12 @@ class Producer:
         views.node_ids[:nodes].copy_(sub.node_ids)
         views.indptr[: expanded + 1].copy_(sub.indptr)
         views.indices[:edges].copy_(sub.indices)
-        if self.dataset.labels is not None:
+        num_seeds = seeds.numel()
+        if isinstance(sub, LinkSubgraph) and views.pairs is not None:
+            num_seeds = sub.num_seeds  # the endpoints of the batch's pairs: they have no labels to learn
+            views.labels[:num_seeds].fill_(-1)
+            views.pairs[: sub.num_pairs].copy_(sub.pairs)
+        elif self.dataset.labels is not None:
             torch.index_select(self.dataset.labels, 0, seeds, out=views.labels[: seeds.numel()])
         else:
             views.labels[: seeds.numel()].fill_(-1)
@@ -281,7 +314,7 @@ class Producer:
             ("batch", batch),
             ("epoch", epoch),
             ("step", step),
-            ("num_seeds", seeds.numel()),
+            ("num_seeds", num_seeds),
             ("num_nodes", nodes),
             ("num_edges", edges),
             ("num_expanded", expanded),
@@ -310,6 +343,8 @@ class Producer:
             "batch": batch,
             "generation": views.layout.generation,
         }
+        if isinstance(sub, LinkSubgraph):
+            message["pairs"], message["positives"] = sub.num_pairs, sub.num_positive
         if grown:
             message["layout"] = views.layout.model_dump(mode="json")
         link.send(message)

@@ -4,7 +4,7 @@ The producer creates them through its `SegmentOwner` (so a killed producer's slo
 reclaimed by the next owner) and writes into them; the consumer attaches them read-only,
 so a trainer that writes into a batch by mistake faults instead of corrupting the next one.
 Regions start on 64-byte boundaries (cache lines) in the order node_ids, indptr, indices,
-labels, features.
+labels, pairs (link prediction only), features.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class SlotViews:
     indices: torch.Tensor
     labels: torch.Tensor
     features: torch.Tensor | None
+    pairs: torch.Tensor | None = None  # int64 [pair capacity, 2]; link prediction only
 
 
 def slot_label(channel: str, index: int, generation: int) -> str:
@@ -59,14 +60,18 @@ def create_slot(
     batch_size: int,
     feature_shape: tuple[int, ...] | None,
     feature_dtype: torch.dtype = torch.float32,
+    pair_capacity: int | None = None,
 ) -> SlotViews:
-    """Create slot `index` (generation `generation`) in a new segment and return writable views."""
+    """Create slot `index` (generation `generation`) in a new segment and return writable views.
+    `batch_size` is the seeds a batch may have; `pair_capacity` the pairs of a link-prediction batch."""
     regions: list[tuple[str, tuple[int, ...], torch.dtype]] = [
         ("node_ids", (capacity.nodes,), torch.int64),
         ("indptr", (capacity.expanded + 1,), torch.int64),
         ("indices", (capacity.edges,), torch.int64),
         ("labels", (batch_size,), torch.int64),
     ]
+    if pair_capacity is not None:
+        regions.append(("pairs", (pair_capacity, 2), torch.int64))
     if feature_shape is not None:
         regions.append(("features", (capacity.nodes, *feature_shape), feature_dtype))
     offsets, end = [], 0
@@ -74,8 +79,8 @@ def create_slot(
         offsets.append(end)
         end = _align(end + _nbytes(shape, dtype))
     segment = owner.create(slot_label(channel, index, generation), end)
-    views: dict[str, torch.Tensor | None] = {"features": None}
-    refs: dict[str, SegmentRef | None] = {"features": None}
+    views: dict[str, torch.Tensor | None] = {"features": None, "pairs": None}
+    refs: dict[str, SegmentRef | None] = {"features": None, "pairs": None}
     for (name, shape, dtype), offset in zip(regions, offsets, strict=True):
         views[name] = segment.view(shape, dtype, offset)
         refs[name] = segment.ref(shape, dtype, offset)
@@ -92,6 +97,7 @@ def attach_slot(layout: SlotLayout) -> SlotViews:
         indices=attach_tensor(layout.indices),
         labels=attach_tensor(layout.labels),
         features=attach_tensor(layout.features) if layout.features is not None else None,
+        pairs=attach_tensor(layout.pairs) if layout.pairs is not None else None,
     )
 
 

@@ -37,6 +37,8 @@ def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
     )
     if slot.features is not None:
         message.features.CopyFrom(segment_ref_to_proto(slot.features))
+    if slot.pairs is not None:
+        message.pairs.CopyFrom(segment_ref_to_proto(slot.pairs))
     return message
 
 
@@ -50,6 +52,7 @@ def _slot_from_proto(m: channels_pb2.ChannelSlot) -> SlotLayout:
         indices=segment_ref_from_proto(m.indices),
         labels=segment_ref_from_proto(m.labels),
         features=segment_ref_from_proto(m.features) if m.HasField("features") else None,
+        pairs=segment_ref_from_proto(m.pairs) if m.HasField("pairs") else None,
     )
 
 

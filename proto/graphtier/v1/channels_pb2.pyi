@@ -28,7 +28,7 @@ class SlotCapacity(_message.Message):
     def __init__(self, nodes: _Optional[int] = ..., edges: _Optional[int] = ..., expanded: _Optional[int] = ...) -> None: ...
 
 class ChannelSlot(_message.Message):
-    __slots__ = ("index", "generation", "capacity", "node_ids", "indptr", "indices", "labels", "features")
+    __slots__ = ("index", "generation", "capacity", "node_ids", "indptr", "indices", "labels", "features", "pairs")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class ChannelSlot(_message.Message):
     INDICES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
+    PAIRS_FIELD_NUMBER: _ClassVar[int]
     index: int
     generation: int
     capacity: SlotCapacity
@@ -45,7 +46,8 @@ class ChannelSlot(_message.Message):
     indices: _common_pb2.SegmentRef
     labels: _common_pb2.SegmentRef
     features: _common_pb2.SegmentRef
-    def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., capacity: _Optional[_Union[SlotCapacity, _Mapping]] = ..., node_ids: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., indptr: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., indices: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., features: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ...) -> None: ...
+    pairs: _common_pb2.SegmentRef
+    def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., capacity: _Optional[_Union[SlotCapacity, _Mapping]] = ..., node_ids: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., indptr: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., indices: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., features: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., pairs: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ...) -> None: ...
 
 class ChannelLayout(_message.Message):
     __slots__ = ("version", "channel", "job_id", "rank", "world_size", "slots", "control", "error_text", "socket_path", "producer_pid", "producer_start_time", "stall_timeout_seconds", "dataset", "num_nodes", "feature_dim", "num_classes", "fanouts", "batch_size", "steps_per_epoch", "epochs")
