@@ -267,9 +267,8 @@ class Job:
     def _evaluate_links(
         self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None
     ) -> dict[str, float]:
-        return evaluate_links(
-            model, self.data, list(self.spec.fanouts), self.spec.batch_size, ctx, embeddings, self.spec.seed
-        )
+        every_neighbour = [-1] * len(self.spec.fanouts)  # exact embeddings, as full-batch inference computes them
+        return evaluate_links(model, self.data, every_neighbour, self.spec.batch_size, ctx, embeddings, self.spec.seed)
 
     # The end
 

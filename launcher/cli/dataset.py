@@ -101,8 +101,9 @@ def prepare(
     edge_split: Annotated[
         str | None,
         typer.Option(
-            help="link prediction: train,val,test shares of the edges (0.85,0.05,0.10); val and test edges leave "
-            "the graph, undirected graphs split by pair (as PyG's RandomLinkSplit)"
+            help="link prediction: train,val,test shares of the edges (0.85,0.05,0.10), or files:DIR (val.txt, "
+            "test.txt and optionally *_neg.txt pairs); val and test edges leave the graph, undirected graphs split "
+            "by pair (as PyG's RandomLinkSplit)"
         ),
     ] = None,
     edge_split_seed: Annotated[int, typer.Option(help="seed of the edge split and its negative pools")] = 0,

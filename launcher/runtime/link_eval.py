@@ -1,7 +1,8 @@
 """Evaluating link prediction as OGB does: AUC, Hits@K and MRR over the dataset's edge split.
 
-Every node is embedded once (each rank samples and encodes its share of the nodes, the shares
-summed over ranks), then each split's positive pairs are scored against
+Every node is embedded once (each rank encodes its share of the nodes over their whole
+neighbourhoods, as full-batch inference does, the shares summed over ranks), then each
+split's positive pairs are scored against
 
 - the split's pool of random negative pairs fixed at prepare (`link_<split>_neg`): AUC (the
   chance a positive outscores a negative, ties counted half) and Hits@K (ogbl-collab: the

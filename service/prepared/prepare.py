@@ -99,7 +99,13 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
     if config.edge_split is not None:
         with clock.step("split edges"):
             link = split_edges(
-                data.num_nodes, data.src, data.dst, config.edge_split, undirected=config.undirected, origin=data.origin
+                data.num_nodes,
+                data.src,
+                data.dst,
+                config.edge_split,
+                undirected=config.undirected,
+                origin=data.origin,
+                original_ids=data.original_ids,
             )
             data.src, data.dst = link.message_edges()  # val and test edges leave the graph messages pass over
     with clock.step("build CSC"):

@@ -111,3 +111,48 @@ def test_loaded_dataset_carries_its_pairs_across_the_wire(cora_link):
             assert torch.equal(pairs, cora_link.array(name)), name
         attached.detach()
         del attached
+
+
+def _prepare_from_files(tmp_path, files: dict[str, str]):
+    from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+
+    ring = "".join(f"{10 * i} {10 * ((i + 1) % 40)}\n{10 * i} {10 * ((i + 7) % 40)}\n" for i in range(40))
+    (tmp_path / "g.txt").write_text(ring)  # ids 0, 10, ..., 390: the source renumbers them
+    split = tmp_path / "split"
+    split.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (split / name).write_text(text)
+    prepare_dataset(
+        PrepareConfig(
+            source=f"edges:{tmp_path / 'g.txt'}",
+            name="ring",
+            undirected=True,
+            edge_split=EdgeSplitSpec.parse(f"files:{split}", eval_negatives=50),
+            root=tmp_path / "out",
+        )
+    )
+    return PreparedDataset.open("ring", tmp_path / "out")
+
+
+def test_split_read_from_files_maps_ids_and_removes_val_and_test(tmp_path):
+    ds = _prepare_from_files(
+        tmp_path, {"val.txt": "# u v\n10 20\n", "test.txt": "30 40\n0 200\n", "test_neg.txt": "0 50\n60 390\n"}
+    )
+    source_ids = ds.array("original_ids")[ds.array("new_to_old")]  # reordered id -> the file's id
+    assert source_ids[ds.array("link_val")].tolist() == [[10, 20]]
+    assert source_ids[ds.array("link_test")].tolist() == [[30, 40], [0, 200]]  # (0, 200) was no edge: kept as given
+    assert source_ids[ds.array("link_test_neg")].tolist() == [[0, 50], [60, 390]]
+    assert ds.array("link_val_neg").shape == (50, 2)  # no val_neg.txt: a pool is drawn
+    edges = _edge_keys(ds)
+    n = ds.manifest.num_nodes
+    for pairs in (ds.array("link_val"), ds.array("link_test")):
+        for u, v in pairs.tolist():
+            assert u * n + v not in edges and v * n + u not in edges
+    assert ds.manifest.link_split["sizes"] == {"train": 78, "val": 1, "test": 2}  # 80 ring pairs, 2 held out
+    assert ds.manifest.link_split["files"] == str((tmp_path / "split").resolve())
+
+
+def test_a_pair_file_naming_an_unknown_node_says_which_line(tmp_path):
+    with pytest.raises(DatasetSourceError, match=r"test\.txt.*line 2: node 15 is not in the graph"):
+        _prepare_from_files(tmp_path, {"val.txt": "10 20\n", "test.txt": "30 40\n15 20\n"})
+    assert not (tmp_path / "out" / "ring").exists()
