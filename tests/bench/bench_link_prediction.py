@@ -75,7 +75,9 @@ def prepare(name: str, root: Path, negatives: int) -> PreparedDataset:
     return PreparedDataset.open(name, root)
 
 
-def graphtier_job(name: str, root: Path, epochs: int, ranks: int) -> tuple[dict[str, float], float, str]:
+def graphtier_job(
+    name: str, root: Path, epochs: int, ranks: int, job_flags: list[str]
+) -> tuple[dict[str, float], float, str]:
     """Start a daemon over `root`, run the link job to its end; (metrics, seconds, the command)."""
     run = Path(tempfile.mkdtemp(prefix="gt-linkbench-"))
     env = {**os.environ, "COLUMNS": "200"}
@@ -83,7 +85,7 @@ def graphtier_job(name: str, root: Path, epochs: int, ranks: int) -> tuple[dict[
     if started.returncode:
         raise SystemExit(f"daemon did not start:\n{started.stdout}{started.stderr}")
     flags = ["--dataset", name, "--task", "link", "--epochs", str(epochs), "--nproc-per-node", str(ranks),
-             *JOB_FLAGS[name]]  # fmt: skip
+             *job_flags]  # fmt: skip
     try:
         t0 = time.perf_counter()
         submitted = cli("job", "submit", "--runtime-dir", str(run), *flags, "--wait", "--json", env=env)
@@ -164,6 +166,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20, help="epochs of the graphtier job")
     parser.add_argument("--ranks", type=int, default=2, help="trainer ranks of the graphtier job")
     parser.add_argument("--pyg-seeds", type=int, default=3, help="PyG example runs (Cora), for the spread")
+    parser.add_argument("--job-flags", help="job submit flags instead of the recorded ones (JOB_FLAGS)")
     parser.add_argument("--root", type=Path, help="where to prepare (default: a temporary directory)")
     parser.add_argument("--quick", action="store_true", help="2 epochs, 1 PyG seed, 10k negatives: a smoke run")
     args = parser.parse_args()
@@ -176,7 +179,8 @@ def main() -> None:
     split = ds.manifest.link_split
     print(f"dataset {args.dataset}: {ds.manifest.num_nodes:,} nodes, split {split['sizes']}, "
           f"{negatives:,} test negatives, node inputs: {split['node_inputs']}")  # fmt: skip
-    metrics, took, command = graphtier_job(args.dataset, root, args.epochs, args.ranks)
+    job_flags = args.job_flags.split() if args.job_flags else JOB_FLAGS[args.dataset]
+    metrics, took, command = graphtier_job(args.dataset, root, args.epochs, args.ranks, job_flags)
     aa_auc, aa_hits = adamic_adar(ds)
     print(f"{'method':44s} {'test AUC':>9s} {'Hits@50':>8s} {'MRR':>7s}")
     print(f"{'graphtier (' + command.split(' --dataset')[0] + ')':44s} {metrics['test_auc']:9.4f} "
