@@ -150,6 +150,10 @@ class JobStatus(_Model):
     producer_lag_batches: int = Field(description="Largest lag over the job's ranks.")
     val_accuracy: float | None
     test_accuracy: float | None
+    link_metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="A link-prediction job's latest evaluation: val_auc, test_mrr, test_hits@50, ...; empty otherwise.",
+    )
     traffic: TrafficStatus
     storage: StorageStatus
     network: NetworkStatus = Field(

@@ -42,7 +42,9 @@ def _run(daemon, spec: JobSpec):
         job = client.submit_job(spec)
         list(client.job_events(job.job_id, follow=True))
         final = client.get_job(job.job_id)
-    assert final.state == JobState.SUCCEEDED, f"{final.message}\n{open(final.log_path).read()[-3000:]}"
+        assert final.state == JobState.SUCCEEDED, f"{final.message}\n{open(final.log_path).read()[-3000:]}"
+        shown = next(j for j in client.status().jobs if j.job_id == job.job_id)  # the status page's /v1/status
+    assert shown.link_metrics == final.result.metrics
     return job, final
 
 
