@@ -22,7 +22,7 @@ from graphtier.launcher.cli.rendering import (
 
 if TYPE_CHECKING:
     from graphtier.contract.jobs.spec import JobSpec
-    from graphtier.contract.jobs.view import JobInfo
+    from graphtier.contract.jobs.view import JobInfo, JobResultInfo
     from graphtier.contract.storage import StorageCounters
     from graphtier.launcher.client import DaemonClient
 
@@ -398,7 +398,7 @@ def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False
         return
     named = any(job.spec.name for job in jobs)
     columns = ["job", *(["name"] if named else []), "state", "dataset", "trains", "ranks", "step", "val", "test"]
-    table = compact_table(*columns, title="jobs (val, test: accuracy)")
+    table = compact_table(*columns, title="jobs (val, test: accuracy; a link job's AUC, marked auc)")
     for job in jobs:
         p, r = job.progress, job.result
         step = f"{p.global_step}/{p.total_steps}" if p else "-"
@@ -411,10 +411,19 @@ def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False
             trains,
             str(job.spec.nproc_per_node),
             step,
-            f"{r.val_accuracy:.4f}" if r else "-",
-            f"{r.test_accuracy:.4f}" if r else "-",
+            *_result_columns(r),
         )
     console.print(table if jobs else "no jobs")
+
+
+def _result_columns(result: JobResultInfo | None) -> tuple[str, str]:
+    """`job list`'s val and test cells: accuracy, or a link-prediction job's AUC."""
+    if result is None:
+        return "-", "-"
+    if result.metrics:
+        val, test = result.metrics.get("val_auc", 0.0), result.metrics.get("test_auc", 0.0)
+        return f"{val:.4f} auc", f"{test:.4f} auc"
+    return f"{result.val_accuracy:.4f}", f"{result.test_accuracy:.4f}"
 
 
 @app.command()

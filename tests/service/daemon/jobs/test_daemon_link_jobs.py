@@ -7,7 +7,7 @@ import pytest
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
-from graphtier.launcher.cli.job import describe
+from graphtier.launcher.cli.job import _result_columns, describe
 from graphtier.launcher.client import DaemonClient
 
 LINK_METRICS = ("val_auc", "val_mrr", "val_hits@50", "test_auc", "test_mrr", "test_hits@50")
@@ -69,6 +69,7 @@ def test_two_rank_link_job_reports_auc_mrr_and_hits(inproc_daemon, cora_link):
     shown = describe(final)  # `graphtier job status`
     assert "link prediction (2 uniform negative(s) per edge, dot decoder)" in shown.replace("\n    ", " ")
     assert f"test_auc {metrics['test_auc']:.4f}" in shown
+    assert _result_columns(final.result) == (f"{metrics['val_auc']:.4f} auc", f"{metrics['test_auc']:.4f} auc")
 
 
 def test_featureless_link_job_learns_embeddings(inproc_daemon, featureless_link):
