@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TIER_NAMES: tuple[str, ...] = ("device_replicated", "device_interleaved", "host", "storage", "structure_device")
+TIER_NAMES: tuple[str, ...] = (
+    "device_replicated",
+    "device_interleaved",
+    "host",
+    "storage",
+    "structure_device",
+    "structure_host",
+)
 
 
 class BudgetSpec(BaseModel):

@@ -13,11 +13,14 @@ answer from (num_rows, replicated_rows, nnodes, node_rank).
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphtier.contract.sizes import SIZE_UNITS, UNIT_HELP, split_size
+
+if TYPE_CHECKING:  # numpy only where ids are mapped: a job spec or a CLI command never loads it
+    import numpy as np
 
 DEFAULT_REPLICATE = "10%"  # of the rows, hottest first, on every node
 # One FetchRows call: at most this many rows (the request stays far below gRPC's 4 MiB default)
@@ -94,6 +97,8 @@ class FeaturePartition(BaseModel):
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
         """The node rank owning each id; -1 for a replicated row (every node holds it)."""
+        import numpy as np
+
         ids = np.asarray(ids, dtype=np.int64)
         return np.where(ids < self.replicated_rows, -1, (ids - self.replicated_rows) % self.nnodes)
 
@@ -104,12 +109,16 @@ class FeaturePartition(BaseModel):
 
     def local_index(self, ids: np.ndarray) -> np.ndarray:
         """Each row's place in this node's copy (ids must be local: see `is_local`)."""
+        import numpy as np
+
         ids = np.asarray(ids, dtype=np.int64)
         r = self.replicated_rows
         return np.where(ids < r, ids, r + (ids - r) // self.nnodes)
 
     def owned_ids(self) -> np.ndarray:
         """The global ids of this node's own rows, in the order its copy holds them."""
+        import numpy as np
+
         return np.arange(self.replicated_rows + self.node_rank, self.num_rows, self.nnodes, dtype=np.int64)
 
     def describe(self) -> str:

@@ -148,6 +148,9 @@ class JobStatus(_Model):
     )
     produced_batches_per_second: float = Field(description="Batches produced per second, measured the same way.")
     producer_lag_batches: int = Field(description="Largest lag over the job's ranks.")
+    gpu_share: str = Field(
+        default="", description="How the producers share the GPUs with the ranks (MPS or a capped grid) and why."
+    )
     val_accuracy: float | None
     test_accuracy: float | None
     link_metrics: dict[str, float] = Field(

@@ -1,13 +1,15 @@
 """Your own GraphSAGE in plain PyTorch, trained through graphtier's loader.
 
-    graphtier job submit --dataset cora --script examples/sage_blocks.py --fanout 25,10 \
-        --batch-size 64 --epochs 30 --lr 0.003 --weight-decay 5e-4 --wait
+    graphtier job submit --dataset cora --script examples/sage_blocks.py --wait
+    torchrun --standalone --nproc-per-node 2 examples/sage_blocks.py --dataset cora   # or python ...
 
-The daemon runs this file under torchrun, one process per rank, with the job's producers
-sampling and gathering into shared memory. Each batch brings `blocks` (one bipartite CSC
-graph per layer, input layer first) and the input features `x`, already on the rank's
-device. Hyper-parameters come from the job spec (`--hidden`, `--lr`, `--dropout`, ...);
-`--script-args '--eval-every 5'` reaches this script's own argparse.
+`JOB_DEFAULTS` are this script's hyper-parameters (about 0.79-0.80 test accuracy on Cora): `job
+submit --script` takes them for every field its flags leave unset, and a launch of your own
+(torchrun or python) registers its job with them through `graphtier.connect` (`--fanout`,
+`--batch-size`, `--epochs` here override them). Either way the job's producers sample and gather
+into shared memory, one per rank. Each batch brings `blocks` (one bipartite CSC graph per layer, input layer first) and
+the input features `x`, already on the rank's device. `--script-args '--eval-every 5'` reaches this
+script's own argparse under `job submit`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphtier.launcher import loader
+import graphtier
+
+JOB_DEFAULTS = {"fanouts": [25, 10], "batch_size": 64, "epochs": 30, "lr": 0.003, "weight_decay": 5e-4}
 
 
 class SAGELayer(nn.Module):
@@ -55,9 +59,17 @@ class GraphSAGE(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N epochs (0: only at the end)")
+    parser.add_argument("--dataset", help="register a job on this prepared dataset (a launch of your own)")
+    parser.add_argument("--fanout", help="neighbours per hop, e.g. 10,5 (a launch of your own)")
+    parser.add_argument("--batch-size", type=int, help="seed nodes per batch per rank (a launch of your own)")
+    parser.add_argument("--epochs", type=int, help="passes over the train ids (a launch of your own)")
     args = parser.parse_args()
 
-    with loader.connect() as job:
+    spec = dict(JOB_DEFAULTS)
+    if args.fanout:
+        spec["fanouts"] = [int(k) for k in args.fanout.split(",")]
+    spec.update({k: v for k, v in (("batch_size", args.batch_size), ("epochs", args.epochs)) if v is not None})
+    with graphtier.connect(args.dataset, **spec) as job:
         spec, data = job.spec, job.dataset
         model = GraphSAGE(data.feature_dim, spec.hidden, data.num_classes, len(data.fanouts), spec.dropout)
         optimizer = torch.optim.Adam(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)

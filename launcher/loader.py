@@ -1,14 +1,17 @@
-"""`graphtier.launcher.loader`: the public API of a training script the daemon runs for a job.
+"""The public API of a training script, imported as `graphtier.loader` (or `graphtier.connect`).
 
-Submit a script with `graphtier job submit --dataset cora --script train.py [--script-args ...]`
-(or `script:`/`args:` in a YAML job spec). The daemon runs it under torchrun, one process per
-rank, with the job's producers sampling and gathering into shared memory exactly as for a
-built-in model. Inside the script, `connect()` gives this rank its side of the job:
+A script gets its job one of two ways. Submitted -- `graphtier job submit --dataset cora --script
+train.py [--script-args ...]` (or `script:`/`args:` in a YAML job spec) -- the daemon runs it under
+torchrun, one process per rank. Launched by you -- `torchrun --nproc-per-node 2 train.py`, torchrun
+on several machines, or `python train.py` for one rank -- `connect(dataset=..., fanout=..., ...)`
+registers the job with this machine's daemon from inside the ranks. Either way the job's producers
+sample and gather into shared memory exactly as for a built-in model, and `connect()` gives this
+rank its side of the job:
 
     import torch, torch.nn.functional as F
-    from graphtier.launcher import loader
+    import graphtier
 
-    with loader.connect() as job:                   # the rank's channel, dataset, process group
+    with graphtier.connect(dataset="cora", fanout="25,10", batch_size=64, epochs=30) as job:
         model = MyGNN(job.dataset.feature_dim, job.spec.hidden, job.dataset.num_classes)
         optimizer = torch.optim.Adam(model.parameters(), lr=job.spec.lr)
         model = job.prepare(model, optimizer)        # to job.device, resume from a checkpoint, DDP
@@ -19,6 +22,10 @@ built-in model. Inside the script, `connect()` gives this rank its side of the j
                 optimizer.zero_grad(); loss.backward(); optimizer.step()
                 job.step(loss, logits)               # progress to the daemon; checkpoints every N steps
         print(job.evaluate(model))                   # {'val': 0.80, 'test': 0.79}, over all ranks
+
+`batch.blocks` are `Block`s, one bipartite CSC graph per layer (input layer first): `indptr`
+[num_dst + 1] and `indices` (source local ids) with the destinations also the first sources, as
+DGL's message-flow graphs; `graphtier.dgl.to_dgl_blocks` turns them into `dgl.create_block` blocks.
 
 `job.fit(model)` runs the built-in loop (Adam, cross-entropy, evaluation every epoch) on any
 module taking `(blocks, x)`: the built-in models are trained exactly so. Progress, metrics,
@@ -31,21 +38,27 @@ rank's producer waits for its rank's channel to be opened (120 s), then fails th
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
+from graphtier.contract.endpoints import read_endpoints
 from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
+from graphtier.contract.jobs.rank_failures import write_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.client.data_plane import DataPlaneClient
-from graphtier.launcher.runtime.batch import DeviceBatch, seed_logits
+from graphtier.launcher.runtime.attach import attach_spec, launch_identity, sized_for_launch
+from graphtier.launcher.runtime.batch import DeviceBatch, on_device, seed_logits
 from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
@@ -57,9 +70,11 @@ from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
+from graphtier.service.prepared import PreparedDataset
+from graphtier.service.sampling.subgraph import Block
 from graphtier.service.store import AttachedDataset, attach_dataset
 
-__all__ = ["DatasetInfo", "DeviceBatch", "Job", "connect"]
+__all__ = ["Block", "DatasetInfo", "DeviceBatch", "Job", "connect"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +159,8 @@ class Job:
             )
         )
         self._epoch, self._index, self._current = 0, 0, None
-        self._finished = self._closed = False
+        self._finished = self._closed = self._own_launch = False
+        self._prepared: PreparedDataset | None = None
         torch.manual_seed(spec.seed)  # the model a script builds next starts alike on every rank
 
     # Who and where
@@ -208,7 +224,7 @@ class Job:
             if index < skip:
                 batch.release()
                 continue
-            self._index, self._current = index + 1, batch.to(self.device)
+            self._index, self._current = index + 1, on_device(batch, self.device)
             self.session.begin_step(epoch, index + 1)  # names the step if its gradients turn out non-finite
             try:
                 yield self._current
@@ -231,6 +247,24 @@ class Job:
             predicted = seed_logits(logits.detach(), y.numel()).argmax(dim=1)
             correct, labelled = int((predicted == y)[mask].sum()), int(mask.sum())
         self.session.record_step(self._epoch, self._index, value, correct, labelled)
+
+    def source_ids(self, ids: Tensor) -> Tensor:
+        """The source's ids of this job's node ids `ids` (a batch's `node_ids`, a split's ids; graphtier's are
+        hotness ranks): predictions and embeddings written with them line up with the source's files."""
+        if self._prepared is None:
+            endpoints = read_endpoints(self.client.runtime_dir)
+            if endpoints is None:
+                raise GraphtierError(f"no daemon at {self.client.runtime_dir} to say where {self.spec.dataset!r} lives")
+            self._prepared = PreparedDataset.open(self.spec.dataset, Path(endpoints.dataset_root))
+        return self._prepared.source_ids(ids)
+
+    def split_ids(self, split: str) -> Tensor:
+        """The node ids of `split` (train/val/test) in graphtier's ids; `source_ids` maps them to the source's."""
+        if split not in self.data.splits:
+            raise GraphtierError(
+                f"dataset {self.spec.dataset!r} has no split {split!r}; it has {sorted(self.data.splits)}"
+            )
+        return self.data.splits[split]
 
     def evaluate(
         self, model: nn.Module, splits: tuple[str, ...] = ("val", "test"), forward: Forward | None = None
@@ -277,6 +311,8 @@ class Job:
         if self._closed:
             return
         self._closed = True
+        if error is not None and self._own_launch:  # no rank_main around it to tell the daemon why
+            write_rank_failure(self.job_dir, self.rank, error)
         try:
             if error is None and not self._finished:
                 self.session.finish(self._epoch + 1)
@@ -286,6 +322,19 @@ class Job:
             self.ctx.shutdown()
             self.client.close()
 
+    def close_at_exit(self) -> None:
+        """For a job this script registered: close it when the interpreter exits, failed by an exception
+        that ends the script, so a script without `with` still ends its job."""
+        self._own_launch = True
+        previous_hook = sys.excepthook
+
+        def record(exc_type: type[BaseException], exc: BaseException, tb: object) -> None:
+            self.close(exc)
+            previous_hook(exc_type, exc, tb)
+
+        sys.excepthook = record
+        atexit.register(self.close)
+
     def __enter__(self) -> Job:
         return self
 
@@ -293,20 +342,66 @@ class Job:
         self.close(exc)
 
 
-def connect(job_id: str | None = None, runtime_dir: Path | None = None) -> Job:
-    """This torchrun rank's side of the job the daemon started it for (ids from the environment
-    the daemon sets: GRAPHTIER_JOB_ID, GRAPHTIER_RUNTIME_DIR)."""
+def _spec_values(dataset: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """JobSpec values from `connect()`'s keywords: the spec's field names, `fanout` as the CLI's
+    --fanout ("15,10,5" or a list); the running script and its arguments recorded as the job's."""
+    values = dict(fields)
+    if "fanout" in values:
+        if "fanouts" in values:
+            raise GraphtierError("graphtier.connect(): give fanout or fanouts, not both")
+        fanout = values.pop("fanout")
+        if isinstance(fanout, str):
+            try:
+                fanout = [int(part) for part in fanout.split(",")]
+            except ValueError:
+                raise GraphtierError(f"graphtier.connect(): fanout {fanout!r} is not a list such as 15,10,5") from None
+        values["fanouts"] = fanout
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    if script is not None and script.is_file() and "script" not in values:
+        values["script"] = str(script)
+        values.setdefault("args", sys.argv[1:])
+    return {"dataset": dataset, **values}
+
+
+def connect(
+    dataset: str | None = None, *, job_id: str | None = None, runtime_dir: Path | None = None, **spec: Any
+) -> Job:
+    """This rank's side of its job.
+
+    Inside a job the daemon started (`job submit --script`: GRAPHTIER_JOB_ID is set) that job, whose
+    submitted spec decides; `dataset`, when given, must be its dataset. Otherwise -- a script launched
+    by `torchrun --nproc-per-node N train.py`, by torchrun on several machines, or by plain
+    `python train.py` -- `dataset` and the JobSpec fields in `spec` (`fanout="15,10,5"`, `batch_size`,
+    `epochs`, `lr`, ...) register a job with this machine's daemon: the node's first rank makes it, the
+    launch's other ranks join it (by torchrun's run id, master address and agent), the daemon starts
+    one producer per rank, and the job ends when the ranks close it -- or fails when they die."""
     job_id = job_id or os.environ.get(JOB_ID_ENV)
+    attached = False
     if not job_id:
-        raise GraphtierError(
-            f"{JOB_ID_ENV} is not set: loader.connect() runs inside a job's rank; submit the script with "
-            "`graphtier job submit --dataset NAME --script FILE`"
-        )
+        if dataset is None:
+            raise GraphtierError(
+                f"{JOB_ID_ENV} is not set and no dataset was given: call graphtier.connect(dataset=NAME, ...) to "
+                "register a job from this script (under torchrun or alone), or submit the script with "
+                "`graphtier job submit --dataset NAME --script FILE`"
+            )
+        if runtime_dir is not None:
+            os.environ[RUNTIME_DIR_ENV] = str(runtime_dir)
+        launch_id, node_rank, agent_pid = launch_identity()
+        asked = sized_for_launch(_spec_values(dataset, spec), "graphtier.connect()")
+        job_id, runtime_dir = attach_spec(asked, launch_id, node_rank, agent_pid)
+        attached = True
     where = runtime_dir or os.environ.get(RUNTIME_DIR_ENV)
     client = DataPlaneClient(runtime_dir=Path(where) if where else None)
     try:
-        spec = client.get_job(job_id).spec
-        return Job(client, job_id, client.runtime_dir, spec)
+        submitted = client.get_job(job_id).spec
+        if dataset is not None and dataset != submitted.dataset:
+            raise GraphtierError(
+                f"graphtier.connect(dataset={dataset!r}) but job {job_id} trains on {submitted.dataset!r}"
+            )
+        job = Job(client, job_id, client.runtime_dir, submitted)
     except BaseException:
         client.close()
         raise
+    if attached:
+        job.close_at_exit()
+    return job

@@ -37,7 +37,7 @@ from graphtier.launcher.runtime.rank_output import install_rank_output
 def train_builtin(job_id: str, runtime_dir: Path) -> None:
     from graphtier.launcher import loader
 
-    with loader.connect(job_id, runtime_dir) as job:
+    with loader.connect(job_id=job_id, runtime_dir=runtime_dir) as job:
         grant = job.channel.grant
         print(
             f"job {job_id}: channel {grant.layout.channel} (producer pid {grant.layout.producer_pid}), "

@@ -12,7 +12,7 @@ NodeHealth = Literal["SERVING", "NOT_SERVING", "UNREACHABLE", "REFUSED"]
 
 
 class NodeDataset(BaseModel):
-    """A prepared dataset on a node; `version` is the sha256 of its manifest."""
+    """A prepared dataset on a node; `version` is the hash of its content (arrays, preparation parameters)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -86,6 +86,8 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         features=spec.features,
         replicate=spec.replicate,
         sampler=spec.sampler,
+        mps=spec.mps,
+        producer_sm_share=spec.producer_sm_share,
         task=spec.task,
         negatives=spec.negatives,
         negative_sampling=spec.negative_sampling,
@@ -121,6 +123,8 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
         "features",
         "replicate",
         "sampler",
+        "mps",
+        "producer_sm_share",
         "task",
         "negatives",
         "negative_sampling",
@@ -211,6 +215,7 @@ def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
         restarts=job.restarts,
         log_path=job.log_path,
         notes=job.notes,
+        gpu_share=job.gpu_share,
     )
     if job.placement is not None:
         message.placement.CopyFrom(jobs_pb2.JobPlacement(**job.placement.model_dump()))
@@ -313,6 +318,7 @@ def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
         restarts=m.restarts,
         log_path=m.log_path,
         notes=list(m.notes),
+        gpu_share=m.gpu_share,
         placement=placement_from_proto(m.placement) if m.HasField("placement") else None,
         nodes=[_node_from_proto(n) for n in m.nodes],
     )

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.datasets import BudgetSpec
@@ -31,6 +30,8 @@ OnNonFinite = Literal["fail", "skip-step", "off"]
 FeaturesKind = Literal["replicated", "partitioned"]
 SamplerKind = Literal["cpu", "gpu", "auto"]
 MAX_NEGATIVES = 100  # negative pairs per positive edge in a link-prediction batch
+MpsMode = Literal["auto", "off", "use", "manage"]
+DEFAULT_PRODUCER_SM_SHARE = 10.0  # percent of a GPU's SMs a producer may use (DESIGN: about 10%)
 
 
 class JobSpec(BaseModel):
@@ -96,6 +97,19 @@ class JobSpec(BaseModel):
         "tiered structure; device cuda only) or auto (gpu on a cuda job whose placement puts "
         "structure on the device and whose daemon has the GPU ops, else cpu); recorded "
         "resolved at submit.",
+    )
+    mps: MpsMode = Field(
+        "auto",
+        description="How cuda producers keep to their SM share: use (a running MPS control "
+        "daemon), manage (the daemon runs its own while jobs need it), off (a capped grid) or auto "
+        "(use where a control daemon answers, else off); recorded resolved at submit.",
+    )
+    producer_sm_share: float = Field(
+        DEFAULT_PRODUCER_SM_SHARE,
+        gt=0,
+        le=100,
+        description="Percent of each GPU's SMs "
+        "a producer may use: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else its grid.",
     )
     task: TaskKind = Field(
         "node",
@@ -179,6 +193,17 @@ class JobSpec(BaseModel):
             raise ValueError(f"sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not {self.device}")
         if self.sampler == "auto" and self.device == "cpu":
             object.__setattr__(self, "sampler", "cpu")  # frozen: auto is recorded resolved
+        if self.task == "link" and self.sampler == "gpu":
+            raise ValueError(
+                "sampler 'gpu' samples node seeds only: task 'link' (pairs of endpoints, negatives) "
+                "samples on the cpu; submit with sampler cpu or auto"
+            )
+        if self.mps in ("use", "manage") and self.device != "cuda":
+            raise ValueError(
+                f"mps {self.mps!r} shares the ranks' GPUs with their producers: it needs device cuda, not {self.device}"
+            )
+        if self.mps == "auto" and self.device == "cpu":
+            object.__setattr__(self, "mps", "off")  # frozen: auto is recorded resolved
         if self.task == "node":
             link_only = {"negatives": 1, "negative_sampling": "uniform", "decoder": "dot"}
             for field, default in link_only.items():
@@ -225,6 +250,8 @@ class JobSpec(BaseModel):
     def from_yaml(cls, path: Path, **overrides: Any) -> JobSpec:
         """A spec from a YAML (or JSON) mapping in `path`; `overrides` (non-None) win over the file.
         A relative `script:` is taken relative to the spec file's folder."""
+        import yaml  # only here: `job status` and the wire conversions never read YAML
+
         try:
             loaded = yaml.safe_load(Path(path).read_text())
         except OSError as exc:

@@ -122,6 +122,7 @@ class JobInfo:
     notes: list[str] = field(default_factory=list)  # advice noticed at submit (jobs.proto Job.notes)
     placement: JobPlacementInfo | None = None  # a part of a multi-node job: where it stands in the job
     nodes: list[JobNodeInfo] = field(default_factory=list)  # on the coordinating daemon: every node's part
+    gpu_share: str = ""  # how the producers share the GPUs and why (jobs.proto Job.gpu_share)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,24 @@ def prepare(
     missing_features: Annotated[
         str | None, typer.Option(help="\\[planetoid] 'error' or 'zeros' for nodes the files give no features")
     ] = None,
+    split: Annotated[
+        Path | None,
+        typer.Option(
+            help="the split that comes with the data: an .npz of masks (train_mask/val_mask/test_mask, [N] or "
+            "[N, K]; Geom-GCN's *_split_0.6_0.2_K.npz) or of id arrays (train/val/test, train_idx/valid_idx/"
+            "test_idx), in the source's node ids; replaces the source's own split"
+        ),
+    ] = None,
+    split_index: Annotated[
+        int | None, typer.Option(help="which split of a --split file holding several ([N, K] masks)")
+    ] = None,
+    default_split: Annotated[
+        bool,
+        typer.Option(
+            "--default-split",
+            help="accept the random 10/5/10 split for a source without one (else jobs refuse the dataset)",
+        ),
+    ] = False,
     split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     val_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
@@ -138,6 +156,9 @@ def prepare(
                 skip_rows=skip_rows,
                 one_based=one_based,
                 missing_features=missing_features,
+                split_file=str(split) if split else None,
+                split_index=split_index,
+                default_split=default_split or None,
                 split_seed=split_seed,
                 train_fraction=train_fraction,
                 val_fraction=val_fraction,
@@ -161,8 +182,26 @@ def prepare(
         ),
         highlight=False,
     )
+    console.print(f"split: {split_summary(manifest)}", highlight=False, markup=False)
     for note in manifest.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
+
+
+def split_summary(manifest) -> str:
+    """Which split a prepared dataset trains and evaluates on, in one line: its sizes and how it was made."""
+    sizes = "/".join(f"{manifest.split_sizes.get(part, 0):,}" for part in ("train", "val", "test"))
+    rule = manifest.source_description.get("split") or {}
+    if rule.get("file"):
+        index = "" if rule.get("index") is None else f", split {rule['index']}"
+        return f"train/val/test {sizes} from {rule['file']}{index}"
+    if "seed" in rule:
+        fractions = "/".join(f"{rule[f'{part}_fraction']:g}" for part in ("train", "val", "test"))
+        unchosen = " (the default, not chosen: jobs refuse it)" if rule.get("asked") is False else ""
+        return (
+            f"train/val/test {sizes}: random {fractions} of the {rule.get('among', 'nodes')}, "
+            f"split seed {rule['seed']}{unchosen}"
+        )
+    return f"train/val/test {sizes}: the source's own" + (f" ({rule['rule']})" if rule.get("rule") else "")
 
 
 @app.command("list")
@@ -225,7 +264,7 @@ def inspect(
             "class labels",
             f"remapped; class i was source label {m.class_labels}" if m.class_labels else "as in the source",
         ),
-        ("splits", m.split_sizes),
+        ("splits", split_summary(m)),
         ("score", m.score["label"]),
         ("size", human_bytes(m.total_bytes)),
         ("timings (s)", m.timings_s),

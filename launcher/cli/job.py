@@ -125,6 +125,8 @@ def describe(job: JobInfo) -> str:
         )
     if job.message:
         lines += _wrapped(job.message)
+    if job.gpu_share and job.spec.device == "cuda":
+        lines += _wrapped(job.gpu_share, first="  GPU share: ", rest="    ")
     for note in job.notes:
         lines += _wrapped(note, first="  note: ", rest="        ")
     lines += _wrapped(f"log {job.log_path}")
@@ -244,6 +246,10 @@ def submit(
     device_replicated: Annotated[str | None, typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
     device_interleaved: Annotated[str | None, typer.Option(help="feature bytes spread over the devices")] = None,
     host_budget: Annotated[str | None, typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
+    structure_device: Annotated[
+        str | None,
+        typer.Option(help="structure bytes (CSC lists of the hottest nodes) on every device: 10% or 256MiB"),
+    ] = None,
     storage_reads: Annotated[
         str | None, typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")
     ] = None,
@@ -267,6 +273,21 @@ def submit(
         typer.Option(
             help="where producers sample: cpu, gpu (device cuda only) or auto "
             "(default: gpu on a cuda job with structure on the device, else cpu)"
+        ),
+    ] = None,
+    mps: Annotated[
+        str | None,
+        typer.Option(
+            help="how cuda producers keep to --producer-sm-share: use (a running MPS control daemon), manage "
+            "(the daemon runs its own while jobs need it), off (a capped grid) or auto (default: use where a "
+            "control daemon answers, else off)"
+        ),
+    ] = None,
+    producer_sm_share: Annotated[
+        float | None,
+        typer.Option(
+            help="percent of each GPU's SMs a producer may use, in (0, 100] (default 10): "
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else the grid of its kernels"
         ),
     ] = None,
     replicate: Annotated[
@@ -297,6 +318,7 @@ def submit(
     json_out: JsonOption = False,
 ) -> None:
     """Submit a job (flags or --spec job.yaml) and print its id."""
+    from graphtier.contract.jobs.script_defaults import DEFAULTS_NAME, script_defaults
     from graphtier.contract.jobs.spec import JobSpec
     from graphtier.launcher.cli.dataset import parse_fanouts
 
@@ -306,6 +328,7 @@ def submit(
             "device_replicated": device_replicated,
             "device_interleaved": device_interleaved,
             "host": host_budget,
+            "structure_device": structure_device,
         }
         flags = {
             "dataset": dataset,
@@ -334,6 +357,8 @@ def submit(
             "features": features,
             "replicate": replicate,
             "sampler": sampler,
+            "mps": mps,
+            "producer_sm_share": producer_sm_share,
             "task": task,
             "negatives": negatives,
             "negative_sampling": negative_sampling,
@@ -345,6 +370,10 @@ def submit(
             job_spec = JobSpec.build({k: v for k, v in flags.items() if v is not None}, source="command line")
         if job_spec.script:
             script_path(Path(job_spec.script), f"{spec}: script")  # a spec file's script too, before anything runs
+            defaults = script_defaults(Path(job_spec.script))  # the script's JOB_DEFAULTS under what was given
+            if defaults:
+                given = job_spec.model_dump(include=job_spec.model_fields_set)
+                job_spec = JobSpec.build({**defaults, **given}, source=f"{job_spec.script}: {DEFAULTS_NAME}")
         if any(v is not None for v in budgets.values()):
             given = job_spec.budgets.model_dump() if job_spec.budgets else {}
             merged = {**given, **{k: v for k, v in budgets.items() if v is not None}}

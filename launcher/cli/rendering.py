@@ -1,4 +1,8 @@
-"""Output for humans (rich) and machines (`--json`), and the CLI's error boundary."""
+"""Output for humans (rich) and machines (`--json`), and the CLI's error boundary.
+
+Every command imports this module, so it loads no pydantic: a model is rendered by its
+`model_dump`, and a pydantic ValidationError can only reach the boundary once pydantic is loaded.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from pydantic import BaseModel, ValidationError
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -25,7 +28,6 @@ from graphtier.contract.errors import (
     InvalidRequestError,
     SharedMemoryError,
 )
-from graphtier.contract.messages import describe_validation_error
 
 console = Console(stderr=True)
 
@@ -69,11 +71,22 @@ def exit_quietly_on_broken_pipe() -> NoReturn:
 
 def emit_json(payload: Any) -> None:
     """Print one JSON document on stdout."""
-    if isinstance(payload, BaseModel):
+    if _is_model(payload):
         payload = payload.model_dump(mode="json")
     elif isinstance(payload, list):
-        payload = [p.model_dump(mode="json") if isinstance(p, BaseModel) else p for p in payload]
+        payload = [p.model_dump(mode="json") if _is_model(p) else p for p in payload]
     sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def _is_model(value: Any) -> bool:
+    """A pydantic model, checked without importing pydantic (none exists unless it was imported)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(value, pydantic.BaseModel)
+
+
+def _is_validation_error(exc: BaseException) -> bool:
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(exc, pydantic.ValidationError)
 
 
 def compact_table(*columns: str, title: str | None = None) -> Table:
@@ -139,7 +152,11 @@ def error_boundary() -> Iterator[None]:
     except GraphtierError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise SystemExit(exit_status(exc)) from None
-    except ValidationError as exc:
+    except ValueError as exc:  # pydantic's ValidationError is one; any other goes on up
+        if not _is_validation_error(exc):
+            raise
+        from graphtier.contract.messages import describe_validation_error
+
         problems = describe_validation_error(exc, whole="value")
         console.print(f"[bold red]error:[/] invalid {escape(exc.title)}: {escape(problems)}", highlight=False)
         raise SystemExit(EXIT_BAD_INPUT) from None

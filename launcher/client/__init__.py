@@ -4,7 +4,9 @@ Finds the daemon through `<runtime_dir>/endpoints.json` (written only once the d
 ready) or takes an explicit gRPC target. Methods take and return the contract's types
 (`graphtier.contract`), never `_pb2` messages, and failures are `DaemonError`s with the
 daemon's own message: the CLI prints them as one line. Neither the daemon nor torch is
-imported here; the layouts a process attaches to come through `DataPlaneClient`.
+imported here; the layouts a process attaches to come through `DataPlaneClient`. A service's
+generated stubs and its contract conversions load when a method first calls it, so `graphtier
+job status` pays for the jobs service alone.
 """
 
 from __future__ import annotations
@@ -12,39 +14,26 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
+from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from graphtier.contract import conversions
-from graphtier.contract.cluster import conversions as cluster_conversions
-from graphtier.contract.cluster.models import ClusterView, PushResult
-from graphtier.contract.datasets import DatasetSummary, UnloadResult
 from graphtier.contract.endpoints import Endpoints, default_runtime_dir, read_endpoints, running_daemon_pid
 from graphtier.contract.environment import JOB_TOKEN_ENV
 from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
-from graphtier.contract.jobs import conversions as job_conversions
-from graphtier.contract.jobs.progress import ProgressReport
-from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.jobs.state import JOB_TOKEN_HEADER, JobState
-from graphtier.contract.jobs.view import JobEvent, JobInfo
-from graphtier.contract.status import DaemonStatus
-from graphtier.v1 import (
-    channels_pb2,
-    channels_pb2_grpc,
-    cluster_pb2,
-    cluster_pb2_grpc,
-    datasets_pb2,
-    datasets_pb2_grpc,
-    jobs_pb2,
-    jobs_pb2_grpc,
-    progress_pb2_grpc,
-)
+from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
+
+if TYPE_CHECKING:
+    from graphtier.contract.cluster.models import ClusterView, PushResult
+    from graphtier.contract.datasets import DatasetSummary, UnloadResult
+    from graphtier.contract.jobs.progress import ProgressReport
+    from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.contract.jobs.state import JobState
+    from graphtier.contract.jobs.view import JobEvent, JobInfo
+    from graphtier.contract.status import DaemonStatus
 
 Reply = TypeVar("Reply")
 START_HINT = "start one with `graphtier cluster start`"
@@ -107,12 +96,44 @@ class DaemonClient:
             self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=trusted))
         else:
             self._channel = grpc.insecure_channel(target)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
-        self._datasets = datasets_pb2_grpc.DatasetServiceStub(self._channel)
-        self._progress = progress_pb2_grpc.ProgressServiceStub(self._channel)
-        self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
-        self._channels = channels_pb2_grpc.ChannelServiceStub(self._channel)
-        self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
+
+    # Each service's stub, made (and its generated module imported) on first use.
+
+    @cached_property
+    def _health(self) -> Any:
+        from grpc_health.v1 import health_pb2_grpc
+
+        return health_pb2_grpc.HealthStub(self._channel)
+
+    @cached_property
+    def _datasets(self) -> Any:
+        from graphtier.v1 import datasets_pb2_grpc
+
+        return datasets_pb2_grpc.DatasetServiceStub(self._channel)
+
+    @cached_property
+    def _progress(self) -> Any:
+        from graphtier.v1 import progress_pb2_grpc
+
+        return progress_pb2_grpc.ProgressServiceStub(self._channel)
+
+    @cached_property
+    def _jobs(self) -> Any:
+        from graphtier.v1 import jobs_pb2_grpc
+
+        return jobs_pb2_grpc.JobServiceStub(self._channel)
+
+    @cached_property
+    def _channels(self) -> Any:
+        from graphtier.v1 import channels_pb2_grpc
+
+        return channels_pb2_grpc.ChannelServiceStub(self._channel)
+
+    @cached_property
+    def _cluster(self) -> Any:
+        from graphtier.v1 import cluster_pb2_grpc
+
+        return cluster_pb2_grpc.ClusterServiceStub(self._channel)
 
     def __enter__(self) -> DaemonClient:
         return self
@@ -151,6 +172,8 @@ class DaemonClient:
 
     def health(self, service: str = "") -> str:
         """The health status name of `service` ('' = the whole daemon): SERVING, NOT_SERVING, ..."""
+        from grpc_health.v1 import health_pb2
+
         reply = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service), timeout_s=5.0)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
@@ -173,10 +196,16 @@ class DaemonClient:
     # Datasets
 
     def unload_dataset(self, name: str, *, force: bool = False) -> UnloadResult:
+        from graphtier.contract.datasets import UnloadResult
+        from graphtier.v1 import datasets_pb2
+
         reply = self._call(self._datasets.UnloadDataset, datasets_pb2.UnloadDatasetRequest(name=name, force=force))
         return UnloadResult(released_bytes=reply.released_bytes, cancelled_job_ids=list(reply.cancelled_job_ids))
 
     def list_datasets(self, *, include_prepared: bool = False) -> list[DatasetSummary]:
+        from graphtier.contract import conversions
+        from graphtier.v1 import datasets_pb2
+
         reply = self._call(
             self._datasets.ListDatasets, datasets_pb2.ListDatasetsRequest(include_prepared=include_prepared)
         )
@@ -186,6 +215,8 @@ class DaemonClient:
 
     def report_progress(self, report: ProgressReport) -> bool:
         """Send one report; True when the job is being cancelled and the reporter should stop."""
+        from graphtier.contract.jobs import conversions as job_conversions
+
         return self._call(
             self._progress.ReportProgress, job_conversions.report_to_proto(report), extra_metadata=job_token_metadata()
         ).cancel_requested
@@ -194,11 +225,17 @@ class DaemonClient:
 
     def submit_job(self, spec: JobSpec) -> JobInfo:
         """Start a job; the daemon validates the spec and loads its dataset first."""
+        from graphtier.contract.jobs import conversions as job_conversions
+        from graphtier.v1 import jobs_pb2
+
         request = jobs_pb2.SubmitJobRequest(spec=job_conversions.spec_to_proto(spec))
         return job_conversions.job_from_proto(self._call(self._jobs.SubmitJob, request, 600.0))
 
     def attach_job(self, spec: JobSpec, launch_id: str, node_rank: int, agent_pid: int) -> tuple[JobInfo, str]:
         """This node's part of a launch another launcher started (a TrainJob's torchrun): (job, job token)."""
+        from graphtier.contract.jobs import conversions as job_conversions
+        from graphtier.v1 import jobs_pb2
+
         request = jobs_pb2.AttachJobRequest(
             spec=job_conversions.spec_to_proto(spec), launch_id=launch_id, node_rank=node_rank, agent_pid=agent_pid
         )
@@ -206,9 +243,15 @@ class DaemonClient:
         return job_conversions.job_from_proto(reply.job), reply.job_token
 
     def get_job(self, job_id: str) -> JobInfo:
+        from graphtier.contract.jobs import conversions as job_conversions
+        from graphtier.v1 import jobs_pb2
+
         return job_conversions.job_from_proto(self._call(self._jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id)))
 
     def list_jobs(self, states: list[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
+        from graphtier.contract.jobs import conversions as job_conversions
+        from graphtier.v1 import jobs_pb2
+
         request = jobs_pb2.ListJobsRequest(
             states=[job_conversions.state_to_proto(s) for s in states or []], dataset=dataset
         )
@@ -216,6 +259,9 @@ class DaemonClient:
 
     def cancel_job(self, job_id: str, reason: str = "") -> JobInfo:
         """Cancel a job and return it once every one of its processes has stopped."""
+        from graphtier.contract.jobs import conversions as job_conversions
+        from graphtier.v1 import jobs_pb2
+
         request = jobs_pb2.CancelJobRequest(job_id=job_id, reason=reason)
         return job_conversions.job_from_proto(self._call(self._jobs.CancelJob, request, 120.0))
 
@@ -224,6 +270,9 @@ class DaemonClient:
     ) -> Iterator[JobEvent]:
         """A job's events in order; with `follow`, until the job ends. `node`: of that node's part of a
         multi-node job (relayed by its coordinating daemon)."""
+        from graphtier.contract.jobs import conversions as job_conversions
+        from graphtier.v1 import jobs_pb2
+
         request = jobs_pb2.StreamJobEventsRequest(
             job_id=job_id, from_sequence=from_sequence, follow=follow, include_logs=include_logs, node=node
         )
@@ -246,29 +295,43 @@ class DaemonClient:
 
     def cluster_view(self) -> ClusterView:
         """Every node of the daemon's cluster (itself first), each asked now."""
+        from graphtier.contract.cluster import conversions as cluster_conversions
+        from graphtier.v1 import cluster_pb2
+
         return cluster_conversions.view_from_proto(
             self._call(self._cluster.GetCluster, cluster_pb2.GetClusterRequest())
         )
 
     def join_cluster(self, address: str, *, timeout_s: float = 120.0) -> ClusterView:
         """Have the daemon join the cluster of the daemon at `address`; the cluster as it then sees it."""
+        from graphtier.contract.cluster import conversions as cluster_conversions
+        from graphtier.v1 import cluster_pb2
+
         request = cluster_pb2.JoinClusterRequest(address=address)
         return cluster_conversions.view_from_proto(self._call(self._cluster.JoinCluster, request, timeout_s))
 
     def push_dataset(self, name: str, node: str, *, replace: bool = False, timeout_s: float = 3600.0) -> PushResult:
         """Have the daemon stream its prepared dataset `name` to peer `node` (checked, atomic there)."""
+        from graphtier.contract.cluster import conversions as cluster_conversions
+        from graphtier.v1 import cluster_pb2
+
         request = cluster_pb2.PushDatasetRequest(name=name, node=node, replace=replace)
         return cluster_conversions.push_from_proto(self._call(self._cluster.PushDataset, request, timeout_s))
 
     # Channels
 
     def release_channel(self, job_id: str, rank: int, reason: str = "") -> int:
+        from graphtier.v1 import channels_pb2
+
         request = channels_pb2.ReleaseChannelRequest(job_id=job_id, rank=rank, reason=reason)
         return self._call(self._channels.ReleaseChannel, request, extra_metadata=job_token_metadata()).batches_consumed
 
     # HTTP status
 
     def _get(self, path: str) -> bytes:
+        import urllib.error
+        import urllib.request
+
         if not self.http_url:
             raise DaemonError(f"no HTTP address known for the daemon at {self.target}; pass http_url")
         try:
@@ -284,6 +347,8 @@ class DaemonClient:
 
     def status(self) -> DaemonStatus:
         """The daemon's `/v1/status`: datasets, jobs, traffic, throughput."""
+        from graphtier.contract.status import DaemonStatus
+
         return DaemonStatus.model_validate(json.loads(self._get("/v1/status")))
 
     def metrics_text(self) -> str:

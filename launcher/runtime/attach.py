@@ -1,6 +1,8 @@
-"""A rank that a launcher other than the daemon started (a Kubeflow TrainJob's torchrun, which sets
-only PET_* variables for itself and RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
-MASTER_ADDR/PORT and TORCHELASTIC_RUN_ID for its ranks) finds its node's daemon and joins the job.
+"""A rank that a launcher other than the daemon started finds its node's daemon and joins the job:
+a user's `torchrun --nproc-per-node 2 train.py` (or plain `python train.py`) whose script calls
+`graphtier.connect(dataset=...)`, or a Kubeflow TrainJob's torchrun, which sets only PET_* variables
+for itself and RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR/PORT and
+TORCHELASTIC_RUN_ID for its ranks (`rank_main --spec job.yaml`).
 
 The daemon is the one of `$GRAPHTIER_RUNTIME_DIR`, else `$GRAPHTIER_HOME/run`, else
 `/var/run/graphtier` (the DaemonSet's hostPath). The rank sends the job spec and its launch's
@@ -12,7 +14,9 @@ as one the daemon started: GRAPHTIER_JOB_ID and the job token are set in its env
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
+from typing import Any
 
 from graphtier.contract.endpoints import default_runtime_dir, read_endpoints
 from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
@@ -45,31 +49,59 @@ def node_runtime_dir() -> Path:
     )
 
 
-def launch_spec(path: Path) -> tuple[JobSpec, str, int]:
-    """The spec of `path` sized by the launch (nproc_per_node = LOCAL_WORLD_SIZE, nnodes = WORLD_SIZE /
-    LOCAL_WORLD_SIZE), the launch's id and this node's rank; GraphtierError naming what disagrees."""
+def launch_identity() -> tuple[str, int, int]:
+    """(launch id, node rank, agent pid) of this rank's launch: torchrun's run id and master address with
+    the agent's pid (the ranks' parent), so two launches on one node never share a job even when they
+    reuse a run id and port (torchrun's defaults `none` and 29500). A process no launcher started
+    (no WORLD_SIZE: `python train.py`) is a launch of its own, and its own agent."""
+    if "WORLD_SIZE" not in os.environ:
+        pid = os.getpid()
+        return f"single@{socket.gethostname()}/pid{pid}", 0, pid
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    where = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    agent = os.getppid()
+    return f"{run_id}@{where}/agent{agent}", _env_int("GROUP_RANK", 0), agent
+
+
+def sized_for_launch(values: dict[str, Any], source: str) -> JobSpec:
+    """The spec of `values` sized by the launch (nproc_per_node = LOCAL_WORLD_SIZE, nnodes = WORLD_SIZE /
+    LOCAL_WORLD_SIZE); GraphtierError naming `source` and what disagrees."""
     local = _env_int("LOCAL_WORLD_SIZE", 1)
     world = _env_int("WORLD_SIZE", local)
     if local < 1 or world % local:
         raise GraphtierError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}")
-    spec = JobSpec.from_yaml(path)
-    if "nproc_per_node" in spec.model_fields_set and spec.nproc_per_node != local:
+    asked = values.get("nproc_per_node")
+    if asked is not None and asked != local:
         raise GraphtierError(
-            f"{path}: nproc_per_node {spec.nproc_per_node} but the launcher started {local} rank(s) "
+            f"{source}: nproc_per_node {asked} but the launcher started {local} rank(s) "
             "per node (numProcPerNode / --nproc-per-node); make them agree"
         )
-    values = {**spec.model_dump(exclude={"nodes"}), "nproc_per_node": local, "nnodes": world // local}
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    where = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
-    return JobSpec.build(values, source=str(path)), f"{run_id}@{where}", _env_int("GROUP_RANK", 0)
+    values = {key: value for key, value in values.items() if key != "nodes"}
+    return JobSpec.build({**values, "nproc_per_node": local, "nnodes": world // local}, source=source)
+
+
+def launch_spec(path: Path) -> tuple[JobSpec, str, int]:
+    """The spec of `path` sized by the launch, the launch's id and this node's rank (`launch_identity`)."""
+    spec = JobSpec.from_yaml(path)
+    values = spec.model_dump(exclude={"nodes"})
+    if "nproc_per_node" not in spec.model_fields_set:
+        values.pop("nproc_per_node")
+    launch_id, node_rank, _ = launch_identity()
+    return sized_for_launch(values, str(path)), launch_id, node_rank
+
+
+def attach_spec(spec: JobSpec, launch_id: str, node_rank: int, agent_pid: int) -> tuple[str, Path]:
+    """Join this node's part of the launch's job (rank 0 of the node makes it, the others find it by
+    `launch_id`); sets GRAPHTIER_JOB_ID, GRAPHTIER_RUNTIME_DIR and the job token in the environment;
+    returns (job id, runtime dir)."""
+    runtime_dir = node_runtime_dir()
+    with DaemonClient(runtime_dir=runtime_dir) as client:
+        job, token = client.attach_job(spec, launch_id, node_rank, agent_pid)
+    os.environ[JOB_ID_ENV], os.environ[RUNTIME_DIR_ENV], os.environ[JOB_TOKEN_ENV] = job.job_id, str(runtime_dir), token
+    return job.job_id, runtime_dir
 
 
 def attach(spec_path: Path) -> tuple[str, Path]:
-    """Join this node's part of the launch's job; sets GRAPHTIER_JOB_ID, GRAPHTIER_RUNTIME_DIR and the
-    job token in the environment; returns (job id, runtime dir)."""
-    runtime_dir = node_runtime_dir()
+    """Join this node's part of the launch's job described by the YAML spec at `spec_path`."""
     spec, launch_id, node_rank = launch_spec(spec_path)
-    with DaemonClient(runtime_dir=runtime_dir) as client:
-        job, token = client.attach_job(spec, launch_id, node_rank, os.getppid())
-    os.environ[JOB_ID_ENV], os.environ[RUNTIME_DIR_ENV], os.environ[JOB_TOKEN_ENV] = job.job_id, str(runtime_dir), token
-    return job.job_id, runtime_dir
+    return attach_spec(spec, launch_id, node_rank, launch_identity()[2])

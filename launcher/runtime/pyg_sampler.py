@@ -1,15 +1,22 @@
 """PyG's loaders on graphtier's sampler: `GraphtierSampler` (a PyG `BaseSampler`) and a
 `NeighborLoader`-style `GraphtierNeighborLoader`, with no pyg-lib or torch-sparse needed.
+Both are public as `graphtier.pyg`.
 
-    from graphtier.launcher.runtime.pyg_sampler import GraphtierNeighborLoader
+    from graphtier.pyg import GraphtierNeighborLoader
     loader = GraphtierNeighborLoader(data, num_neighbors=[25, 10], input_nodes=data.train_mask,
                                      batch_size=64, shuffle=True)
     for batch in loader:                               # a torch_geometric.data.Data, as from NeighborLoader
         out = model(batch.x, batch.edge_index)[: batch.batch_size]
 
+PyG's own `NeighborLoader` and `NodeLoader` take the sampler as theirs, so code written for them
+runs unchanged but for one argument (PyG's default sampler needs pyg-lib or torch-sparse):
+
+    NeighborLoader(data, num_neighbors=[25, 10], neighbor_sampler=GraphtierSampler(data, [25, 10]), ...)
+    NodeLoader(data, node_sampler=GraphtierSampler(data, [25, 10]), ...)
+
 `data` is a PyG `Data` (its `edge_index` is turned into CSC once), a graphtier dataset
 (`PreparedDataset`, or `AttachedDataset` inside a job: features through the tiered gather,
-counted), or a `(FeatureStore, GraphStore)` pair such as `pyg_stores`' adapters. Sampling is
+counted), or a `(FeatureStore, GraphStore)` pair such as `graphtier.pyg.stores(dataset)`. Sampling is
 graphtier's k-hop uniform sampling without replacement (the native op when built), with
 NeighborLoader's hop semantics: seeds first in `n_id`, then each hop's new nodes;
 `num_sampled_nodes`/`num_sampled_edges` per hop. Sample seeds come from torch's global RNG, so
@@ -54,6 +61,8 @@ def csc_from_edge_index(edge_index: Tensor, num_nodes: int) -> CSCGraph:
 
 def graph_of(data: Any) -> CSCGraph:
     """The CSC graph of a PyG `Data`, a graphtier dataset, or a `(FeatureStore, GraphStore)` pair."""
+    if isinstance(data, CSCGraph):
+        return data
     if isinstance(data, (PreparedDataset, AttachedDataset)):
         return data.graph
     if isinstance(data, Data):
@@ -75,9 +84,11 @@ def graph_of(data: Any) -> CSCGraph:
 
 
 class GraphtierSampler(BaseSampler):
-    """PyG's `BaseSampler` over graphtier's `NeighborSampler`: `sample_from_nodes` only (homogeneous)."""
+    """PyG's `BaseSampler` over graphtier's `NeighborSampler`: `sample_from_nodes` only (homogeneous).
+    `data` is what `graph_of` takes (a PyG Data, a graphtier dataset, a store pair, a CSCGraph)."""
 
-    def __init__(self, graph: CSCGraph, num_neighbors: list[int]) -> None:
+    def __init__(self, data: Any, num_neighbors: list[int]) -> None:
+        graph = graph_of(data)
         self.num_neighbors = list(num_neighbors)
         self._sampler = NeighborSampler(graph, self.num_neighbors)
         self.num_nodes = graph.num_nodes
@@ -114,5 +125,5 @@ class GraphtierNeighborLoader(NodeLoader):
             sampler = GraphtierSampler(data.graph, num_neighbors)
             data = (GraphtierFeatureStore(data), GraphtierGraphStore(data))
         else:
-            sampler = GraphtierSampler(graph_of(data), num_neighbors)
+            sampler = GraphtierSampler(data, num_neighbors)
         super().__init__(data, sampler, input_nodes=input_nodes, **kwargs)

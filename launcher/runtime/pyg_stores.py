@@ -1,8 +1,16 @@
 """PyG's remote-backend interface over graphtier's data: `(feature_store, graph_store)`.
 
-`NeighborLoader((GraphtierFeatureStore(ds), GraphtierGraphStore(ds)), num_neighbors=...,
-input_nodes=ds.split("train"))` then trains a PyG script unchanged, with features read from
-graphtier's tiers (`tiered_gather`, traffic counted) and the CSC taken as is, no copy.
+    from torch_geometric.loader import NeighborLoader
+    from graphtier.pyg import GraphtierSampler, stores
+    from graphtier.loader import PreparedDataset
+
+    cora = PreparedDataset.open("cora")             # a prepared dataset, outside any job
+    loader = NeighborLoader(stores(cora), num_neighbors=[25, 10], input_nodes=cora.split("train"),
+                            neighbor_sampler=GraphtierSampler(cora, [25, 10]), batch_size=64)
+
+trains a PyG script unchanged, with features read from graphtier's tiers (`tiered_gather`,
+traffic counted) and the CSC taken as is, no copy; PyG's default sampler would need pyg-lib or
+torch-sparse, graphtier's `GraphtierSampler` replaces it.
 The stores are read-only and homogeneous: one node group (`group_name=None`) with the
 tensors `x` (features) and `y` (labels), one edge type (`edge_type=None`) whose CSC is
 (`row`, `colptr`). Node ids are the dataset's reordered ids (`new_to_old` maps back).
@@ -147,3 +155,8 @@ class GraphtierGraphStore(GraphStore):
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
         raise GraphtierError("graphtier's graph store is read-only; prepare a dataset to change its edges")
+
+
+def stores(dataset: PreparedDataset | AttachedDataset) -> tuple[GraphtierFeatureStore, GraphtierGraphStore]:
+    """The `(feature_store, graph_store)` pair PyG's loaders take as their `data`, over `dataset`."""
+    return GraphtierFeatureStore(dataset), GraphtierGraphStore(dataset)

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.launcher.runtime.batch import Batch, blocks_to
+from graphtier.launcher.runtime.batch import Batch, on_device
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches
 from graphtier.launcher.runtime.models import build_model
@@ -32,9 +32,9 @@ def _train_step(
 ) -> tuple[float, int, int]:
     """One optimizer step on `batch`; returns (loss, correct seeds, labelled seeds). The session's
     non-finite guard checks the loss before backward and the gradients before the optimizer step."""
-    x = batch.x.to(device, non_blocking=True)
-    y = batch.y.to(device, non_blocking=True)
-    logits = ddp(blocks_to(batch.blocks, device), x)
+    batch = on_device(batch, device)
+    x, y = batch.x, batch.y
+    logits = ddp(batch.blocks, x)
     if logits.shape[0] != y.shape[0]:
         raise GraphtierError(f"the model returned {logits.shape[0]} rows for a batch of {y.shape[0]} seeds")
     labelled = y >= 0

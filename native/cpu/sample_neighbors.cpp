@@ -8,6 +8,10 @@
 // reads of a hop overlap instead of stalling one node at a time); (5) one serial pass over
 // the new edges relabels them through the caller's node map (first occurrence order), which
 // is what makes the output identical to the pure-torch fallback.
+//
+// The parallel steps run through parallel_chunks (graphtier/work_split.h), not OpenMP: the
+// sampler shares its cores with trainer processes, and OpenMP's spinning, all-threads
+// regions made a batch 10-20x slower there.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -19,6 +23,7 @@
 
 #include "graphtier/counter_rng.h"
 #include "graphtier/ops.h"
+#include "graphtier/work_split.h"
 
 namespace graphtier {
 namespace {
@@ -55,6 +60,12 @@ at::Tensor to_tensor(I64Vec&& values) {
 
 constexpr int64_t kPrefetch = 16;     // iterations ahead for node-map / colptr prefetches
 constexpr int64_t kLinearScanK = 32;  // Floyd membership by linear scan up to this fanout
+// Items per chunk of each parallel step: large enough that claiming a chunk costs nothing
+// next to running it, small enough that a helper joining late still finds work.
+constexpr int64_t kResetGrain = 65536;
+constexpr int64_t kDegreeGrain = 2048;
+constexpr int64_t kFloydGrain = 256;
+constexpr int64_t kGatherGrain = 8192;
 
 // Floyd's algorithm: k distinct offsets in [0, d) into `chosen`, sorted ascending.
 // `marks` is a per-thread scratch bitmap (all zero on entry and exit) used when k is large.
@@ -102,8 +113,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_im
   auto reset_map = [&]() {
     const int64_t n = static_cast<int64_t>(node_ids.size());
     const int64_t* ids = node_ids.data();
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) node_map[ids[i]] = static_cast<map_t>(-1);
+    parallel_chunks(n, kResetGrain, nthreads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) node_map[ids[i]] = static_cast<map_t>(-1);
+    });
   };
 
   // Seeds: range and duplicates (the node map already holds an entry for a repeated seed).
@@ -136,16 +148,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_im
       indptr.resize(base + frontier);
       int64_t* counts = indptr.data() + base;
 
-#pragma omp parallel for num_threads(nthreads) schedule(guided, 256) if (frontier > 4096)
-      for (int64_t i = 0; i < frontier; ++i) {
-        if (i + kPrefetch < frontier) __builtin_prefetch(colptr + fnodes[i + kPrefetch]);
-        const int64_t v = fnodes[i];
-        const int64_t s = colptr[v];
-        const int64_t d = colptr[v + 1] - s;
-        starts[i] = s;
-        degrees[i] = d;
-        counts[i] = (k < 0 || d <= k) ? d : k;
-      }
+      int64_t* starts_out = starts.data();
+      int64_t* degrees_out = degrees.data();
+      parallel_chunks(frontier, kDegreeGrain, nthreads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          if (i + kPrefetch < end) __builtin_prefetch(colptr + fnodes[i + kPrefetch]);
+          const int64_t v = fnodes[i];
+          const int64_t s = colptr[v];
+          const int64_t d = colptr[v + 1] - s;
+          starts_out[i] = s;
+          degrees_out[i] = d;
+          counts[i] = (k < 0 || d <= k) ? d : k;
+        }
+      });
       int64_t running = indptr[base - 1];
       for (int64_t i = 0; i < frontier; ++i) {
         running += counts[i];
@@ -158,13 +173,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_im
       const int64_t* ends = counts;  // ends[i] = end of node i's slice in `indices`
 
       // Edge positions in `row`: all of a small list, or Floyd's k offsets for a large one.
-#pragma omp parallel num_threads(nthreads) if (frontier > 1024)
-      {
-        std::vector<uint8_t> marks;
-#pragma omp for schedule(guided, 64)
-        for (int64_t i = 0; i < frontier; ++i) {
-          const int64_t s = starts[i];
-          const int64_t d = degrees[i];
+      parallel_chunks(frontier, kFloydGrain, nthreads, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<uint8_t> marks;  // all zero between uses (floyd_offsets)
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t s = starts_out[i];
+          const int64_t d = degrees_out[i];
           const bool all = k < 0 || d <= k;
           int64_t* dst = out + ends[i] - (all ? d : k);
           if (all) {
@@ -174,14 +187,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_im
             for (int64_t q = 0; q < k; ++q) dst[q] += s;
           }
         }
-      }
+      });
       // Positions -> global neighbour ids: a flat gather from `row`, prefetched ahead so many
       // cache misses are in flight at once.
-#pragma omp parallel for num_threads(nthreads) schedule(guided, 1024) if (e1 - e0 > 16384)
-      for (int64_t e = e0; e < e1; ++e) {
-        if (e + kPrefetch < e1) __builtin_prefetch(row + out[e + kPrefetch]);
-        out[e] = row[out[e]];
-      }
+      parallel_chunks(e1 - e0, kGatherGrain, nthreads, [&](int64_t begin, int64_t end) {
+        for (int64_t e = e0 + begin; e < e0 + end; ++e) {
+          if (e + kPrefetch < e0 + end) __builtin_prefetch(row + out[e + kPrefetch]);
+          out[e] = row[out[e]];
+        }
+      });
 
       // Serial relabel in stream order: new nodes get the next local id on first sight.
       for (int64_t e = e0; e < e1; ++e) {

@@ -2,10 +2,16 @@
 // [0, host_end), host shared memory holding the device tiers and the host tier) and a
 // storage part (rows [host_end, num_rows), a memory-mapped file), counting rows per source.
 //
-// A branch-free counting pass over the ids (OpenMP reduction), then one copy per row with the
-// row a few iterations ahead prefetched so several cache misses are in flight per thread
-// (the hardware prefetcher follows the rest of the row). Works on bytes, so any dtype and
-// row width is supported. Outputs larger than the caches are written with non-temporal
+// A branch-free counting pass over the ids, then one copy per row with the row a few
+// iterations ahead prefetched (every cache line of it, up to kPrefetchLines) so several
+// misses are in flight per thread. Works on bytes, so any dtype and row width is supported.
+// Both passes run through parallel_chunks (graphtier/work_split.h), not OpenMP: the gather
+// runs in producers beside busy trainer ranks, where OpenMP's spinning all-threads regions
+// lost most of its bandwidth.
+//
+// A large batch of small rows is read in id order (its ids radix-sorted with their positions,
+// each row still written to its own position): neighbouring rows then share DRAM pages, TLB
+// entries and the hardware prefetcher's streams, which random order wastes. Outputs larger than the caches are written with non-temporal
 // stores: this op never re-reads them, and skipping the read-for-ownership of every
 // destination line saves a third of the memory traffic.
 #include <ATen/ATen.h>
@@ -13,19 +19,48 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 #include "graphtier/ops.h"
+#include "graphtier/work_split.h"
 
 namespace graphtier {
 namespace {
 
 constexpr int64_t kRowPrefetch = 8;                  // rows ahead
+constexpr int64_t kPrefetchLines = 16;               // cache lines of a row prefetched (1 KiB)
+constexpr int64_t kCountGrain = 65536;               // ids per chunk of the counting pass
+constexpr int64_t kCopyGrain = 2048;                 // rows per chunk of the copy pass
+constexpr int64_t kSortMinRows = 32768;              // batches at least this long are read in id order
+constexpr int64_t kSortMaxRowBytes = 2048;           // ... when their rows are at most this wide
+constexpr int kRadixBits = 11;                       // bits per radix-sort pass
+
+// keys[i] = id << 32 | position, sorted by id with an LSD radix sort over the id's `bits` bits
+// (stable, so equal ids keep their positions' order); `spare` is scratch of the same length.
+void radix_sort_by_id(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare, int bits) {
+  const int64_t n = static_cast<int64_t>(keys.size());
+  constexpr int64_t kBuckets = int64_t{1} << kRadixBits;
+  std::vector<int64_t> start(kBuckets);
+  for (int shift = 32; shift < 32 + bits; shift += kRadixBits) {
+    std::fill(start.begin(), start.end(), 0);
+    for (int64_t i = 0; i < n; ++i) ++start[(keys[i] >> shift) & (kBuckets - 1)];
+    int64_t running = 0;
+    for (int64_t b = 0; b < kBuckets; ++b) {
+      const int64_t count = start[b];
+      start[b] = running;
+      running += count;
+    }
+    for (int64_t i = 0; i < n; ++i) spare[start[(keys[i] >> shift) & (kBuckets - 1)]++] = keys[i];
+    keys.swap(spare);
+  }
+}
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;  // outputs above this bypass the caches
 
 enum Source : int { kReplicated = 0, kInterleavedLocal, kInterleavedPeer, kHost, kStorage };
@@ -118,24 +153,32 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   // Pass 1 (sequential over ids, branch-free): validate and count. Keeping the accounting out
   // of the copy loop keeps that loop a pure stream of prefetches and copies, and a bad id is
   // reported before `out` is touched.
-  int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0, bad = 0;
+  std::atomic<int64_t> total_rep{0}, total_inter{0}, total_host{0}, total_local{0}, total_bad{0};
   const bool pow2_devices = (num_devices & (num_devices - 1)) == 0;
   const int64_t device_mask = num_devices - 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (n > 65536) \
-    reduction(+ : at_least_rep, at_least_inter, at_least_host, local, bad)
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = id[i];
-    bad += static_cast<uint64_t>(r) >= limit;  // also catches negative ids
-    const bool interleaved = (r >= rep_end) & (r < inter_end);
-    at_least_rep += r >= rep_end;
-    at_least_inter += r >= inter_end;
-    at_least_host += r >= host_end;
-    if (pow2_devices) {
-      local += interleaved & (((r - rep_end) & device_mask) == device_index);
-    } else if (interleaved) {
-      local += ((r - rep_end) % num_devices) == device_index;
+  parallel_chunks(n, kCountGrain, nthreads, [&](int64_t begin, int64_t end) {
+    int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0, bad = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = id[i];
+      bad += static_cast<uint64_t>(r) >= limit;  // also catches negative ids
+      const bool interleaved = (r >= rep_end) & (r < inter_end);
+      at_least_rep += r >= rep_end;
+      at_least_inter += r >= inter_end;
+      at_least_host += r >= host_end;
+      if (pow2_devices) {
+        local += interleaved & (((r - rep_end) & device_mask) == device_index);
+      } else if (interleaved) {
+        local += ((r - rep_end) % num_devices) == device_index;
+      }
     }
-  }
+    total_rep += at_least_rep;
+    total_inter += at_least_inter;
+    total_host += at_least_host;
+    total_local += local;
+    total_bad += bad;
+  });
+  const int64_t at_least_rep = total_rep, at_least_inter = total_inter;
+  const int64_t at_least_host = total_host, local = total_local, bad = total_bad;
   if (bad > 0) {
     const int64_t pos = std::find_if(id, id + n, [&](int64_t r) {
                           return static_cast<uint64_t>(r) >= limit;
@@ -144,19 +187,50 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
                       num_rows, ")");
   }
 
-  // Pass 2: one copy per row, the row kRowPrefetch iterations ahead prefetched.
-#pragma omp parallel num_threads(nthreads) if (n > 4096)
-  {
-#pragma omp for schedule(static)
+  // Pass 2: one copy per row, the lines of the row kRowPrefetch iterations ahead prefetched.
+  const int64_t prefetch_bytes = std::min(rb, kPrefetchLines * 64);
+  const bool in_id_order = n >= kSortMinRows && rb <= kSortMaxRowBytes &&
+                           n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
+  if (in_id_order) {
+    std::vector<uint64_t> keys(n), spare(n);
     for (int64_t i = 0; i < n; ++i) {
-      if (i + kRowPrefetch < n) __builtin_prefetch(src_of(id[i + kRowPrefetch]));
-      if (streaming) {
-        copy_row_streaming(dst + i * rb, src_of(id[i]), rb);
-      } else {
-        std::memcpy(dst + i * rb, src_of(id[i]), rb);
-      }
+      keys[i] = static_cast<uint64_t>(id[i]) << 32 | static_cast<uint64_t>(i);
     }
-    if (streaming) store_fence();  // order this thread's streamed rows before returning
+    int bits = 1;
+    while (bits < 32 && (int64_t{1} << bits) < num_rows) ++bits;
+    radix_sort_by_id(keys, spare, bits);
+    const uint64_t* order = keys.data();
+    parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        if (j + kRowPrefetch < end) {
+          const char* ahead = src_of(static_cast<int64_t>(order[j + kRowPrefetch] >> 32));
+          for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
+        }
+        const char* src = src_of(static_cast<int64_t>(order[j] >> 32));
+        char* to = dst + static_cast<int64_t>(order[j] & 0xffffffffu) * rb;
+        if (streaming) {
+          copy_row_streaming(to, src, rb);
+        } else {
+          std::memcpy(to, src, rb);
+        }
+      }
+      if (streaming) store_fence();
+    });
+  } else {
+    parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (i + kRowPrefetch < end) {
+          const char* ahead = src_of(id[i + kRowPrefetch]);
+          for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
+        }
+        if (streaming) {
+          copy_row_streaming(dst + i * rb, src_of(id[i]), rb);
+        } else {
+          std::memcpy(dst + i * rb, src_of(id[i]), rb);
+        }
+      }
+      if (streaming) store_fence();  // order this chunk's streamed rows before the loop returns
+    });
   }
 
   auto counts = at::empty({5}, at::TensorOptions().dtype(at::kLong));

@@ -19,16 +19,22 @@ namespace graphtier {
 namespace cuda {
 namespace {
 
-// pointers: int64 [3 + num_devices] = replicated, host, staged, interleaved shares...
-// bounds:   int64 [5] = replicated_end, interleaved_end, host_end, num_rows, storage_first
+// pointers: int64 [3 + num_devices] = replicated, host, staged, interleaved shares... (CPU)
+// bounds:   int64 [6] = replicated_end, interleaved_end, host_end, num_rows, storage_first,
+//           device_index (CPU)
+// counters: int64 [kGatherCounters] on out's device, added to by the kernel
 // Returns the cudaError_t of the launch (0 = enqueued on the current stream of out's device).
 int64_t tiered_gather(const at::Tensor& sorted_ids, const at::Tensor& positions,
                       const at::Tensor& pointers, const at::Tensor& bounds, int64_t row_bytes,
-                      int64_t max_blocks, int64_t threads, const at::Tensor& out) {
+                      int64_t device_blocks, int64_t host_blocks, int64_t threads,
+                      const at::Tensor& out, const at::Tensor& counters) {
   const int64_t* p = pointers.data_ptr<int64_t>();
   const int64_t* b = bounds.data_ptr<int64_t>();
   const int64_t devices = pointers.numel() - 3;
-  if (devices < 1 || devices > kMaxDevices || bounds.numel() != 5) return cudaErrorInvalidValue;
+  if (devices < 1 || devices > kMaxDevices || bounds.numel() != 6 ||
+      counters.numel() != kGatherCounters) {
+    return cudaErrorInvalidValue;
+  }
   GatherTable t{};
   t.replicated = reinterpret_cast<const char*>(p[0]);
   t.host = reinterpret_cast<const char*>(p[1]);
@@ -39,6 +45,7 @@ int64_t tiered_gather(const at::Tensor& sorted_ids, const at::Tensor& positions,
   t.host_end = b[2];
   t.num_rows = b[3];
   t.storage_first = b[4];
+  t.device_index = static_cast<int32_t>(b[5]);
   t.num_devices = static_cast<int32_t>(devices);
   t.row_bytes = static_cast<int32_t>(row_bytes);
   const c10::cuda::CUDAGuard guard(out.device());
@@ -46,7 +53,8 @@ int64_t tiered_gather(const at::Tensor& sorted_ids, const at::Tensor& positions,
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(out.device().index()).stream();
   return launch_tiered_gather(t, sorted_ids.data_ptr<int64_t>(), positions.data_ptr<int64_t>(),
                               sorted_ids.numel(), static_cast<char*>(out.data_ptr()),
-                              static_cast<int>(max_blocks), static_cast<int>(threads), stream);
+                              counters.data_ptr<int64_t>(), static_cast<int>(device_blocks),
+                              static_cast<int>(host_blocks), static_cast<int>(threads), stream);
 }
 
 // pointers: int64 [4] = device_colptr, device_row, host_colptr, host_row; bounds: int64 [2] =
@@ -137,7 +145,8 @@ int64_t relabel_apply(const at::Tensor& nbrs, const at::Tensor& node_map, const 
 TORCH_LIBRARY(graphtier_cuda, m) {
   m.def(
       "tiered_gather(Tensor sorted_ids, Tensor positions, Tensor pointers, Tensor bounds, "
-      "int row_bytes, int max_blocks, int threads, Tensor(a!) out) -> int",
+      "int row_bytes, int device_blocks, int host_blocks, int threads, Tensor(a!) out, "
+      "Tensor(b!) counters) -> int",
       &graphtier::cuda::tiered_gather);
   m.def(
       "sample_degrees(Tensor frontier, Tensor pointers, Tensor bounds, int fanout, "

@@ -171,6 +171,12 @@ class DaemonConfig(BaseModel):
     device_reserve: str = Field(
         default="25%", min_length=1, description="With device_budget auto: GPU memory left free for training."
     )
+    device_memory: Literal["ipc", "vmm"] = Field(
+        default="ipc",
+        description="How device tiers and device slots are shared with producers and ranks: ipc (legacy CUDA IPC "
+        "handles; needs a shared PID namespace, e.g. hostPID pods) or vmm (cuMemCreate allocations whose POSIX fds "
+        "pass over the daemon's Unix socket; works across PID namespaces).",
+    )
     cluster: ClusterConfig = Field(
         default_factory=ClusterConfig,
         description="Peers (other daemons' TCP HOST:PORT, or a hosts file), this node's name and the peer timeout; "

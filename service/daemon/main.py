@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--device-reserve", help="with --device-budget auto: GPU memory left for training (default 25%%)"
     )
     parser.add_argument(
+        "--device-memory",
+        choices=("ipc", "vmm"),
+        help="how device tiers and slots are shared: ipc (default; CUDA IPC handles, one PID namespace) or vmm "
+        "(CUDA VMM fds passed over a Unix socket; works across PID namespaces)",
+    )
+    parser.add_argument(
         "--peer",
         action="append",
         dest="cluster_peers",

@@ -38,6 +38,7 @@ from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.service.daemon.instance import InstanceLock
 from graphtier.service.daemon.jobs.admission import Admission, machine_capacity
 from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.service.daemon.jobs.mps import MpsControl
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.table import JobTable
 from graphtier.service.daemon.metrics.registry import MetricsRegistry
@@ -81,7 +82,12 @@ class Daemon:
             log.warning("job %s was unfinished when its daemon ended: marked failed", job_id)
         self.metrics = MetricsRegistry(simulated_devices=DEVICE_TIERS_SIMULATED)
         gpus = GpuPlacement(
-            mode=config.gpu_tiers, device_budget=config.device_budget, device_reserve=config.device_reserve
+            mode=config.gpu_tiers,
+            device_budget=config.device_budget,
+            device_reserve=config.device_reserve,
+            device_memory=config.device_memory,
+            fd_socket=config.runtime_dir / "memory.sock",
+            fd_socket_gid=config.socket_gid,
         )
         policy = LifetimePolicy.from_config(config.idle_unload_s, config.shm_budget)
         self.datasets = DatasetRegistry(
@@ -102,6 +108,7 @@ class Daemon:
             stall_timeout_s=config.producer_stall_timeout_s,
             admission=Admission(capacity),
             keep_checkpoints=config.keep_checkpoints,
+            mps=MpsControl(config.runtime_dir),
         )
         self.health = health.HealthServicer()
         self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)
@@ -174,6 +181,7 @@ class Daemon:
         for name in reclaim_stale_segments():
             log.info("reclaimed stale shared-memory segment %s", name)
         forkserver_context()  # producers and torchrun agents fork from it: warm before the first job
+        self.job_manager.mps.recover()  # an MPS control daemon an earlier, killed daemon left running
         self.machine.start()  # NVML and host checks here (fork-safe); CUDA ones in a subprocess
         self._start_nvml()
         self._sweeper = threading.Thread(target=self._sweep_datasets, name="graphtier-dataset-sweeper", daemon=True)
@@ -333,7 +341,7 @@ class Daemon:
         return [
             (loaded.name, tier, size.bytes)
             for loaded in self.datasets.loaded()
-            for tier, size in loaded.plan.tier_sizes().items()
+            for tier, size in loaded.plan.tier_sizes(num_edges=loaded.manifest.num_edges).items()
         ]
 
     def _job_states(self) -> list[tuple[str, int]]:

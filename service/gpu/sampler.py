@@ -16,7 +16,7 @@ so the CPU emulation of the kernels (tests/service/gpu) exercises this very orch
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -400,13 +400,52 @@ class HostCopySampler:
         )
 
 
+def tiered_structure(host: CSCGraph, device_structure: tuple[torch.Tensor, torch.Tensor] | None) -> StructureTiers:
+    """The CSC as the sampler reads it: the device structure tier (colptr[0..end], row[0:edges] of
+    the hottest nodes, as the daemon placed it) where there is one, every other list from `host`
+    (the whole CSC, read in place); `host` alone when the daemon placed no structure here."""
+    if device_structure is None:
+        return StructureTiers.host_only(host)
+    colptr, row = device_structure
+    return StructureTiers(device_colptr=colptr, device_row=row, host_colptr=host.colptr, host_row=host.row)
+
+
+class MappedStructureTier(Protocol):
+    """What the GPU sampler reads of a process's mapping of a dataset on one GPU
+    (`service.store.device_tiers.CudaTiersLease`): the device structure tier, or None."""
+
+    device_structure: tuple[torch.Tensor, torch.Tensor] | None
+
+
+class AttachedStructure(Protocol):
+    """What the GPU sampler needs of an attached dataset (`service.store.AttachedDataset`)."""
+
+    def cuda_structure(self, device: int) -> CSCGraph: ...
+
+    def cuda_tiers(self, device: int) -> MappedStructureTier: ...
+
+
+def dataset_structure(dataset: AttachedStructure, device: int) -> StructureTiers:
+    """The attached dataset's CSC on GPU `device`: the daemon's device structure tier mapped from
+    its IPC handles (one copy per GPU, shared by every producer there), the rest read in place
+    from the dataset's registered host mapping. Nothing is copied per producer."""
+    graph = dataset.cuda_structure(device)
+    return tiered_structure(graph, dataset.cuda_tiers(device).device_structure)
+
+
 def host_copy_sampler(
-    cuda_structure: Callable[[int], CSCGraph], structure_device_end: int, fanouts: Sequence[int], device: int
+    dataset: AttachedStructure, fanouts: Sequence[int], device: int, *, sm_share: float | None = None
 ) -> HostCopySampler:
-    """The GPU sampler of an attached dataset on GPU `device` (`cuda_structure` is the dataset's
-    `AttachedDataset.cuda_structure`): the lists of the plan's `structure_device_end` hottest nodes
-    copied into that GPU's memory, the rest read in place from the dataset's registered host mapping."""
+    """The GPU sampler of an attached dataset on GPU `device` (see `dataset_structure`), its samples
+    copied to host memory for a producer that gathers on the CPU; `sm_share` caps its grid."""
     load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
-    graph = cuda_structure(device)
-    structure = StructureTiers.with_device_prefix(graph, structure_device_end)
-    return HostCopySampler(CudaNeighborSampler(structure, fanouts))
+    return HostCopySampler(CudaNeighborSampler(dataset_structure(dataset, device), fanouts, sm_share=sm_share))
+
+
+def device_sampler(
+    dataset: AttachedStructure, fanouts: Sequence[int], device: int, *, sm_share: float | None = None
+) -> CudaNeighborSampler:
+    """The GPU sampler of an attached dataset on GPU `device` (see `dataset_structure`), its samples
+    left on the GPU: for a producer that gathers there too (`DeviceBatchMaker`); `sm_share` caps its grid."""
+    load_cuda_ops()  # before mapping anything: CudaError saying why the GPU sampler cannot run here
+    return CudaNeighborSampler(dataset_structure(dataset, device), fanouts, sm_share=sm_share)

@@ -11,6 +11,7 @@ from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
 from graphtier.contract.jobs.spec import MAX_NEGATIVES
 from graphtier.contract.link import NegativeSampling
 from graphtier.contract.messages import describe_validation_error
+from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
@@ -57,6 +58,17 @@ class ProducerConfig(BaseModel):
         description="Sample on the CPU, or on GPU `device_index` "
         "over the structure's device tier and registered host memory.",
     )
+    gpu_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Set in the producer's environment before CUDA initialises: the MPS pipe directory and "
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE when it runs under MPS (see graphtier.service.daemon.jobs.mps).",
+    )
+    grid_share: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Without MPS: the share of the SMs its GPU kernels cap their grid to; None = not capped by share.",
+    )
     storage_reads: Literal["mmap", "direct", "page-cache"] = Field(
         default="mmap", description="How storage-tier rows are read: the file mapping, O_DIRECT, or the page cache."
     )
@@ -69,6 +81,14 @@ class ProducerConfig(BaseModel):
     link: LinkBatches | None = Field(
         default=None,
         description="Link prediction: batches of `batch_size` train edges with negatives; None = node seeds.",
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu",
+        description="Where the slots live: host shared memory, or GPU `device_index` (a `--device cuda` job: the "
+        "producer gathers straight into device slots and the rank trains on them without a copy).",
+    )
+    device_memory: DeviceMemoryMode = Field(
+        default="ipc", description="How device slots are shared: CUDA IPC handles, or VMM fds over a Unix socket."
     )
     partition: PartitionedFeatures | None = Field(
         default=None,
@@ -89,6 +109,8 @@ class ProducerConfig(BaseModel):
     def _check_rank(self) -> ProducerConfig:
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        if self.link is not None and self.sampler == "gpu":
+            raise ValueError("sampler 'gpu' samples node seeds only: a link job's pairs and negatives need sampler cpu")
         return self
 
     @property

@@ -4,7 +4,13 @@
 - `WindowedTiers`: the same tiers, the storage rows read ahead through the look-ahead window
   (graphtier.service.storage.window), each batch's reads started when it is sampled;
 - `PeerRowSource`: a partitioned job's rows, this node's copy plus the rows fetched from the
-  other nodes' daemons (peer_rows.py), the fetches started when the batch is sampled.
+  other nodes' daemons (peer_rows.py), the fetches started when the batch is sampled;
+- `CudaTiers`: for device slots, the tiered gather on the producer's GPU straight into the slot
+  (device tiers from the daemon's handles, host tier zero-copy, storage rows staged through a
+  pinned buffer, read into it by the dataset's `StorageReader` under `--storage-reads direct` or
+  `page-cache`, copied out of the file mapping under `mmap`: graphtier.service.gpu.gather);
+- `StagedToDevice`: for device slots fed by the look-ahead window or other nodes, any of the
+  host sources above filling a pinned buffer that is copied into the slot on the producer's stream.
 
 Each one starts a sampled batch's reads (`admit`), fills the batch's rows into its slot
 (`fill`) and writes its counters into the control block (`count`), so the producer never
@@ -38,6 +44,11 @@ class FeatureSource(ABC):
         self.tiers = tiers
         self.depth = depth  # batches to sample ahead of the one being gathered
         self.storage = StorageCounters(mode=storage_reads, window=window)
+
+    @property
+    def simulated(self) -> bool:
+        """True when the device tiers' rows are read from their host copy (accounted, not moved)."""
+        return self.tiers.simulated
 
     def admit(self, node_ids: torch.Tensor) -> Admitted:
         """Start the reads of a batch just sampled; what it returns comes back to `fill` and `count`."""
@@ -191,6 +202,84 @@ class PeerRowSource(FeatureSource):
             self.rows = None
 
 
+class CudaTiers(FeatureSource):
+    """The dataset's tiers read by the producer's GPU, gathered straight into a device slot.
+
+    `tiers` (the host view of the same placement) sizes the rows and names the storage reader;
+    the gather itself is `CudaGather` over the tiers this process mapped on GPU `device`, its
+    storage rows read by that reader into the pinned staging buffer (None in `mmap` mode: copied
+    out of the file mapping)."""
+
+    def __init__(
+        self,
+        dataset: AttachedDataset,
+        tiers: FeatureTiers,
+        *,
+        device: int,
+        storage_reads: StorageReads,
+        sm_share: float | None = None,
+    ) -> None:
+        """`sm_share`: the producer's share of the SMs when it is not under MPS (the gather's grid
+        keeps to it); None: the gather's default cap on host reads only."""
+        super().__init__(tiers, storage_reads=storage_reads, window=0, depth=0)
+        from graphtier.service.gpu.gather import CudaGather  # CUDA only for device slots
+
+        cuda_tiers = dataset.cuda_tiers(device).tiers
+        assert cuda_tiers is not None  # set by open_cuda_tiers
+        self.gather = CudaGather(cuda_tiers, sm_share=sm_share, storage_reader=tiers.storage_reader)
+
+    @property
+    def simulated(self) -> bool:
+        return False  # every row is read where it lives (unplaced device tiers count as host rows)
+
+    def fill(self, node_ids: torch.Tensor, admitted: Admitted, out: torch.Tensor) -> TrafficCounts:
+        return self.gather.gather(node_ids, out)
+
+    def count(self, control: ControlBlock, traffic: TrafficCounts, admitted: Admitted, sampled_ahead: int) -> None:
+        """The staged storage rows: read by the storage reader (its requests and bytes so far), or in
+        mmap mode copied out of the file mapping (their bytes)."""
+        self._count_storage(
+            control, traffic, hits=0, reader=self.tiers.storage_reader, cached_rows=0, sampled_ahead=sampled_ahead
+        )
+
+
+class StagedToDevice(FeatureSource):
+    """A host source whose rows reach a device slot through one pinned buffer per producer: filled on
+    the CPU, copied on the producer's current stream (the next fill waits for that copy)."""
+
+    def __init__(self, host: FeatureSource) -> None:
+        super().__init__(host.tiers, storage_reads=host.storage.mode, window=host.storage.window, depth=host.depth)  # type: ignore[arg-type]
+        self.host = host
+        self._staging: torch.Tensor | None = None
+        self._copied: torch.cuda.Event | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.host.simulated
+
+    def admit(self, node_ids: torch.Tensor) -> Admitted:
+        return self.host.admit(node_ids)
+
+    def fill(self, node_ids: torch.Tensor, admitted: Admitted, out: torch.Tensor) -> TrafficCounts:
+        n = node_ids.numel()
+        if self._copied is not None:
+            self._copied.synchronize()  # the last batch's copy has read the buffer
+        if self._staging is None or self._staging.shape[0] < n:
+            rows = max(n, 1024, 0 if self._staging is None else 2 * self._staging.shape[0])
+            self._staging = torch.empty((rows, *out.shape[1:]), dtype=out.dtype, pin_memory=True)
+        traffic = self.host.fill(node_ids, admitted, self._staging[:n])
+        out[:n].copy_(self._staging[:n], non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record(torch.cuda.current_stream(out.device))
+        return traffic
+
+    def count(self, control: ControlBlock, traffic: TrafficCounts, admitted: Admitted, sampled_ahead: int) -> None:
+        self.host.count(control, traffic, admitted, sampled_ahead)
+
+    def close(self) -> None:
+        self.host.close()
+
+
 def feature_source(
     dataset: AttachedDataset,
     tiers: FeatureTiers,
@@ -199,12 +288,21 @@ def feature_source(
     storage_reads: StorageReads,
     window: int,
     partition: PartitionedFeatures | None,
+    slot_device: int | None = None,
+    sm_share: float | None = None,
 ) -> FeatureSource:
     """The one source for a producer's configuration: peer rows for a partitioned job, the look-ahead
-    window when `window` > 0 and the dataset has storage rows to read, the tiers as they are otherwise."""
+    window when `window` > 0 and the dataset has storage rows to read, the tiers as they are otherwise.
+    For device slots (`slot_device`, a GPU) the tiers are gathered on that GPU (its grid kept to
+    `sm_share` of the SMs when given); the window's and the other nodes' rows are staged to it."""
+    host: FeatureSource
+    reader = dataset.row_reader() if window > 0 and partition is None else None
     if partition is not None:
-        return PeerRowSource(partition, tiers, storage_reads=storage_reads, window=window)
-    reader = dataset.row_reader() if window > 0 else None
-    if reader is not None:
-        return WindowedTiers(tiers, reader, storage_reads=storage_reads, window=window)
-    return LocalTiers(dataset, tiers, device_index=device_index, storage_reads=storage_reads, window=window)
+        host = PeerRowSource(partition, tiers, storage_reads=storage_reads, window=window)
+    elif reader is not None:
+        host = WindowedTiers(tiers, reader, storage_reads=storage_reads, window=window)
+    elif slot_device is not None:
+        return CudaTiers(dataset, tiers, device=slot_device, storage_reads=storage_reads, sm_share=sm_share)
+    else:
+        return LocalTiers(dataset, tiers, device_index=device_index, storage_reads=storage_reads, window=window)
+    return host if slot_device is None else StagedToDevice(host)

@@ -1,9 +1,10 @@
 """`ChannelLayout`: where a producer channel's slots and control block live in shared memory.
 
-The producer builds it once its segments exist and the daemon hands it to the trainer rank
-(as JSON, over gRPC); the rank attaches every slot from it without copying. A slot that
-grows gets a new segment and a bumped `generation`; the producer sends the new
-`SlotLayout` with the first batch written into it.
+The producer builds it once its slots exist and the daemon hands it to the trainer rank
+(as JSON, over gRPC); the rank opens every slot's memory handle from it without copying. A
+slot that grows gets a new allocation and a bumped `generation`; the producer sends the new
+`SlotLayout` with the first batch written into it. Device slots carry the interprocess CUDA
+events that order the producer's writes and the rank's reads (ordering.py).
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from graphtier.service.memory import MemoryHandle, Region
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.shm import SegmentRef
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 CHANNEL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 LAYOUT_FILE = "layout.json"
 SOCKET_FILE = "producer.sock"
+MEMORY_SOCKET_FILE = "memory.sock"  # where a producer passes the fds of its VMM device slots
 
 
 def check_channel_name(name: str) -> str:
@@ -43,24 +46,43 @@ class SlotCapacity(BaseModel):
 
 
 class SlotLayout(BaseModel):
-    """One slot's regions, all inside one segment; sizes are capacities, not the batch's sizes."""
+    """One slot's regions, all inside one allocation; sizes are capacities, not the batch's sizes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int = Field(ge=0)
     generation: int = Field(ge=0, description="Bumped each time the slot is re-created larger.")
     capacity: SlotCapacity
-    node_ids: SegmentRef = Field(description="int64 [capacity.nodes]: global ids, seeds first.")
-    indptr: SegmentRef = Field(description="int64 [capacity.expanded + 1]: CSC offsets over local ids.")
-    indices: SegmentRef = Field(description="int64 [capacity.edges]: source local ids.")
-    labels: SegmentRef = Field(
+    memory: MemoryHandle = Field(description="The slot's allocation: host shared memory or the rank's GPU.")
+    node_ids: Region = Field(description="int64 [capacity.nodes]: global ids, seeds first.")
+    indptr: Region = Field(description="int64 [capacity.expanded + 1]: CSC offsets over local ids.")
+    indices: Region = Field(description="int64 [capacity.edges]: source local ids.")
+    labels: Region = Field(
         description="int64 [seeds]: labels of the seeds (-1 when unlabelled); seeds = batch_size but for "
         "link prediction (every endpoint of a batch's pairs)."
     )
-    features: SegmentRef | None = Field(description="[capacity.nodes, *row_shape]; None for a featureless dataset.")
-    pairs: SegmentRef | None = Field(
+    features: Region | None = Field(description="[capacity.nodes, *row_shape]; None for a featureless dataset.")
+    pairs: Region | None = Field(
         default=None, description="int64 [pairs, 2]: a link-prediction batch's pairs over seed local ids; else None."
     )
+    ready_event: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{128}$", description="Device slots: the producer's 'ready' IPC event."
+    )
+    released_event: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{128}$", description="Device slots: the rank's 'released' IPC event."
+    )
+
+    @model_validator(mode="after")
+    def _check_regions(self) -> SlotLayout:
+        for name in ("node_ids", "indptr", "indices", "labels", "features", "pairs"):
+            region = getattr(self, name)
+            if region is not None and region.end > self.memory.nbytes:
+                raise ValueError(
+                    f"slot region {name} ends at byte {region.end}, past the {self.memory.nbytes} of its memory"
+                )
+        if (self.memory.location == "device") != (self.ready_event is not None and self.released_event is not None):
+            raise ValueError("a device slot carries its ready and released events, a host slot none")
+        return self
 
 
 class ChannelLayout(BaseModel):

@@ -4,7 +4,8 @@ Each batch is sampled exactly as without look-ahead (its seeds and sample seed d
 on the job seed, epoch, rank and step), so the batches are the same; sampling ahead only
 lets the storage reads of a batch start early (`admit`, the look-ahead window) and lets
 rows that recur within the window be read once (and a partitioned job's fetches of other nodes'
-rows start early). `depth` 0 samples each batch when it is due.
+rows start early). `depth` 0 samples each batch when it is due. Without `sample` (a `--sampler gpu`
+producer, which samples each batch on its GPU when it makes it) the batches come unsampled.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Planned:
     batch: int  # running number over all epochs
     seeds: torch.Tensor
     sample_seed: int
-    subgraph: SampledSubgraph
+    subgraph: SampledSubgraph | None  # None: sampled when the batch is made (no `sample` given)
     sample_ns: int
     ticket: Ticket | RemoteTicket | None  # None without a window (or with no storage rows); a partitioned job's fetches
 
@@ -50,7 +51,7 @@ class Lookahead:
         epochs: int,
         steps: int,
         depth: int,
-        sample: Callable[[torch.Tensor, int], SampledSubgraph],
+        sample: Callable[[torch.Tensor, int], SampledSubgraph] | None,
         admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | None] | None = None,
     ) -> None:
         self.depth = depth
@@ -81,6 +82,9 @@ class Lookahead:
             if planned is None:
                 break
             epoch, step, batch, seeds, seed = planned
+            if self._sample is None:
+                self._ahead.append(Planned(epoch, step, batch, seeds, seed, None, 0, None))
+                continue
             t0 = time.perf_counter_ns()
             sub = self._sample(seeds, seed)
             sample_ns = time.perf_counter_ns() - t0

@@ -42,7 +42,7 @@ class PartitionedFeatures(BaseModel):
     local: SegmentRef = Field(description="This node's copy: replicated rows, then its own (read-only).")
     peers: list[str] = Field(min_length=2, description="Every node's daemon HOST:PORT, by node rank.")
     dataset: str
-    version: str = Field(min_length=1, description="The dataset version (manifest sha256) the job trains on.")
+    version: str = Field(min_length=1, description="The dataset version (its content's hash) the job trains on.")
     token_file: Path = Field(description="The cluster's token, presented to the owners' daemons.")
     ca_file: Path | None = Field(
         description="The certificate trusted for the owners' TLS; None = plaintext (--insecure)."

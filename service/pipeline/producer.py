@@ -24,6 +24,7 @@ block and in the log on stderr); 2 bad config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -35,17 +36,21 @@ from types import FrameType
 
 import torch
 
+from graphtier.contract.traffic import TrafficCounts
+from graphtier.service.memory import FdExporter
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
+from graphtier.service.pipeline.device_batches import DeviceSlotBatches, write_structure
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.feature_sources import FeatureSource, feature_source
-from graphtier.service.pipeline.layout import LAYOUT_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
+from graphtier.service.pipeline.feature_sources import CudaTiers, FeatureSource, feature_source
+from graphtier.service.pipeline.layout import LAYOUT_FILE, MEMORY_SOCKET_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
+from graphtier.service.pipeline.ordering import CudaEventOrdering, HostOrdering, SlotOrdering
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
-from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot, slot_label
+from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
 from graphtier.service.sampling.link import LinkSampler, LinkSubgraph, max_link_pairs, max_link_seeds
@@ -66,6 +71,8 @@ class Producer:
         self._link: ConsumerLink | None = None
         self._layout_path: Path | None = None
         self.source: FeatureSource | None = None  # None when the dataset has no features
+        self.ordering: SlotOrdering = HostOrdering()
+        self._exporter: FdExporter | None = None  # passes the fds of VMM device slots
         try:
             self._setup()
         except BaseException:
@@ -77,6 +84,7 @@ class Producer:
 
     def _setup(self) -> None:
         cfg = self.config
+        os.environ.update(cfg.gpu_env)  # MPS: before anything here initialises CUDA
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads)
@@ -92,15 +100,28 @@ class Producer:
                 f"dataset {cfg.dataset.dataset!r} has {num_train} {what}, fewer than world_size {cfg.world_size}"
             )
         self.train_ids = train
-        if cfg.sampler == "gpu":
-            from graphtier.service.gpu.sampler import host_copy_sampler  # CUDA only when asked for
-
-            self.sampler = host_copy_sampler(
-                self.dataset.cuda_structure,
-                self.dataset.handle.plan.structure_device_end,
-                cfg.fanouts,
-                cfg.device_index,
+        self.slot_device = cfg.device_index if cfg.device == "cuda" else None
+        if self.slot_device is not None:
+            cfg.channel_dir.mkdir(parents=True, exist_ok=True)
+            self.ordering = CudaEventOrdering.create(self.slot_device, cfg.num_slots)
+            if cfg.device_memory == "vmm":
+                self._exporter = FdExporter(str(cfg.channel_dir / MEMORY_SOCKET_FILE))
+        tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
+        self.tiers = tiers
+        if tiers is not None:
+            self.source = feature_source(
+                self.dataset,
+                tiers,
+                device_index=cfg.device_index,
+                storage_reads=cfg.storage_reads,
+                window=cfg.window,
+                partition=cfg.partition,
+                slot_device=self.slot_device,
+                sm_share=cfg.grid_share,
             )
+        self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
+        if cfg.sampler == "gpu":
+            self._setup_gpu_sampler()
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
         seed_capacity, pair_capacity = cfg.batch_size, None
@@ -115,17 +136,6 @@ class Producer:
             )
             seed_capacity = max_link_seeds(cfg.batch_size, link.negatives, link.negative_sampling)
             pair_capacity = max_link_pairs(cfg.batch_size, link.negatives)
-        tiers = self.dataset.feature_tiers(cfg.device_index) if self.dataset.has_features else None
-        self.tiers = tiers
-        if tiers is not None:
-            self.source = feature_source(
-                self.dataset,
-                tiers,
-                device_index=cfg.device_index,
-                storage_reads=cfg.storage_reads,
-                window=cfg.window,
-                partition=cfg.partition,
-            )
         self._limit = caps.upper_bound(
             batch_size=seed_capacity, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
@@ -134,17 +144,20 @@ class Producer:
         self.control, control_ref, error_ref = create_control(self.owner, channel=self.channel, num_slots=cfg.num_slots)
         start_time = process_start_time(pid) or 0
         self.control.initialise(num_slots=cfg.num_slots, producer_pid=pid, producer_start_time=start_time)
-        self.control.header["simulated"] = int(tiers.simulated) if tiers is not None else 0
+        self.control.header["simulated"] = int(self.source.simulated) if self.source is not None else 0
         self._slot_args = {
             "channel": self.channel,
             "batch_size": seed_capacity,
             "pair_capacity": pair_capacity,
             "feature_shape": tiers.row_shape if tiers is not None else None,
             "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
+            "device": self.slot_device,
+            "device_memory": cfg.device_memory,
+            "exporter": self._exporter,
         }
         self.slots: list[SlotViews] = []
         for k in range(cfg.num_slots):
-            self.slots.append(create_slot(self.owner, index=k, generation=0, capacity=capacity, **self._slot_args))
+            self.slots.append(self._create_slot(k, 0, capacity))
             self._record_capacity(k)
         cfg.channel_dir.mkdir(parents=True, exist_ok=True)
         listener = Listener(str(cfg.channel_dir / SOCKET_FILE))
@@ -178,6 +191,26 @@ class Producer:
             )
         return pairs
 
+    def _setup_gpu_sampler(self) -> None:
+        """The GPU sampler over the dataset's tiered structure. With device slots gathered on the GPU
+        (`CudaTiers`, or no features) every batch is made on one stream into its slot
+        (`DeviceSlotBatches`); otherwise (host slots, or rows from the look-ahead window or other
+        nodes) its samples are copied to the host for the host gather."""
+        from graphtier.service.gpu import sampler as gpu  # CUDA only when asked for
+
+        cfg = self.config
+        source = self.source
+        if self.slot_device is None or not (source is None or isinstance(source, CudaTiers)):
+            self.sampler = gpu.host_copy_sampler(self.dataset, cfg.fanouts, cfg.device_index, sm_share=cfg.grid_share)
+            return
+        sampler = gpu.device_sampler(self.dataset, cfg.fanouts, self.slot_device, sm_share=cfg.grid_share)
+        self.sampler = sampler
+        labels = self.dataset.labels
+        if labels is not None:  # small: one device copy, the seeds' labels gathered from it
+            labels = labels.to(device=torch.device("cuda", self.slot_device), dtype=torch.int64)
+        self.device_batches = DeviceSlotBatches(sampler, source.gather if source is not None else None, labels)
+        self._traffic_due = 0.0
+
     def _probe(self) -> SlotCapacity:
         """Largest sizes over the first `probe_batches` batches of epoch 0, plus the margin."""
         cfg = self.config
@@ -187,6 +220,12 @@ class Producer:
             seeds = batch_seeds(shard, step, cfg.batch_size)
             seen.append(caps.needed(self.sampler.sample(seeds, seed=sample_seed(cfg.seed, 0, cfg.rank, step))))
         return caps.with_margin(caps.largest(seen), cfg.capacity_margin, self._limit)
+
+    def _create_slot(self, k: int, generation: int, capacity: SlotCapacity) -> SlotViews:
+        events = self.ordering.event_handles(k)
+        return create_slot(
+            self.owner, index=k, generation=generation, capacity=capacity, events=events, **self._slot_args
+        )
 
     def _write_layout(self) -> None:
         path = self.config.channel_dir / LAYOUT_FILE
@@ -221,7 +260,7 @@ class Producer:
                 epochs=cfg.epochs,
                 steps=self.steps,
                 depth=source.depth if source is not None else cfg.window,
-                sample=self._sample,
+                sample=self._sample if self.device_batches is None else None,
                 admit=(lambda sub: source.admit(sub.node_ids)) if source is not None else None,
             )
             ctl.header.set_storage(StorageCounters(mode=cfg.storage_reads, window=cfg.window))
@@ -231,6 +270,7 @@ class Producer:
                     planned = ahead.next()
                     assert planned is not None and planned.epoch == epoch  # the plan has epochs x steps batches
                     self._produce(link, planned, ahead.sampled_ahead)
+                self._report_device_traffic(ahead.sampled_ahead, force=True)
                 ctl.header["epochs_completed"] = epoch + 1
                 link.send({"kind": "epoch_end", "epoch": epoch})
             ctl.header["end_of_data"] = 1
@@ -261,8 +301,10 @@ class Producer:
             return views, False
         capacity = caps.grow(views.layout.capacity, need, self.config.capacity_margin, self._limit)
         generation = views.layout.generation + 1
-        self.owner.remove(slot_label(self.channel, k, views.layout.generation))
-        views = create_slot(self.owner, index=k, generation=generation, capacity=capacity, **self._slot_args)
+        if views.device.type == "cuda":  # the rank's reads may still run: free the memory after them
+            torch.cuda.current_stream(views.device).synchronize()
+        views.memory.close()  # the consumer released it; its mapping goes when it attaches the new one
+        views = self._create_slot(k, generation, capacity)
         self.slots[k] = views
         self._record_capacity(k)
         self.control.header["slot_growths"] += 1
@@ -278,37 +320,40 @@ class Producer:
 
     def _produce(self, link: ConsumerLink, planned: Planned, sampled_ahead: int) -> None:
         ctl = self.control
-        epoch, step, batch, seeds, seed, sub = (
+        epoch, step, batch, seeds, seed = (
             planned.epoch,
             planned.step,
             planned.batch,
             planned.seeds,
             planned.sample_seed,
-            planned.subgraph,
         )
-        k = link.acquire()
-        rec = ctl.slots[k]
-        rec["state"] = SlotState.FILLING
-        t1 = time.perf_counter_ns()
-        views, grown = self._fit(k, sub)
-        nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
-        views.node_ids[:nodes].copy_(sub.node_ids)
-        views.indptr[: expanded + 1].copy_(sub.indptr)
-        views.indices[:edges].copy_(sub.indices)
-        num_seeds = seeds.numel()
-        if isinstance(sub, LinkSubgraph) and views.pairs is not None:
-            num_seeds = sub.num_seeds  # the endpoints of the batch's pairs: they have no labels to learn
-            views.labels[:num_seeds].fill_(-1)
-            views.pairs[: sub.num_pairs].copy_(sub.pairs)
-        elif self.dataset.labels is not None:
-            torch.index_select(self.dataset.labels, 0, seeds, out=views.labels[: seeds.numel()])
+        if planned.subgraph is None:
+            k, views, grown, sub, sample_ns, t1 = self._make_on_device(link, planned)
+            rec = ctl.slots[k]
+            rec.set_traffic(TrafficCounts(simulated=False))  # counted on the device, reported per interval
+            self._report_device_traffic(sampled_ahead)
+            num_seeds = seeds.numel()
         else:
-            views.labels[: seeds.numel()].fill_(-1)
-        if views.features is not None and self.source is not None:
-            traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
-            rec.set_traffic(traffic)
-            ctl.header.set_traffic(traffic, add=True)
-            self.source.count(ctl, traffic, planned.ticket, sampled_ahead)
+            sub, sample_ns = planned.subgraph, planned.sample_ns
+            k = link.acquire()
+            rec = ctl.slots[k]
+            rec["state"] = SlotState.FILLING
+            t1 = time.perf_counter_ns()
+            self.ordering.before_fill(k)  # this process's writes into slot k follow the rank's reads of it
+            views, grown = self._fit(k, sub)
+            num_seeds = seeds.numel()
+            if isinstance(sub, LinkSubgraph) and views.pairs is not None:
+                num_seeds = sub.num_seeds  # the endpoints of the batch's pairs: they have no labels to learn
+                write_structure(views, sub, None, num_seeds)
+                views.pairs[: sub.num_pairs].copy_(sub.pairs)
+            else:
+                write_structure(views, sub, self.dataset.labels, num_seeds)
+            if views.features is not None and self.source is not None:
+                traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
+                rec.set_traffic(traffic)
+                ctl.header.set_traffic(traffic, add=True)
+                self.source.count(ctl, traffic, planned.ticket, sampled_ahead)
+        nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
         t2 = time.perf_counter_ns()
         for name, value in (
             ("batch", batch),
@@ -320,7 +365,7 @@ class Producer:
             ("num_expanded", expanded),
             ("num_hops", sub.num_layers),
             ("sample_seed", seed),
-            ("sample_ns", planned.sample_ns),
+            ("sample_ns", sample_ns),
             ("gather_ns", t2 - t1),
         ):
             rec[name] = value
@@ -329,12 +374,13 @@ class Producer:
         per_hop_edges[:] = 0
         per_hop_nodes[: sub.num_layers + 1] = sub.num_nodes_per_hop
         per_hop_edges[: sub.num_layers] = sub.num_edges_per_hop
-        ctl.header["sample_ns"] += planned.sample_ns
+        ctl.header["sample_ns"] += sample_ns
         ctl.header["gather_ns"] += t2 - t1
         ctl.header["seeds_total"] += seeds.numel()
         ctl.header["sampled_nodes_total"] += nodes
         ctl.header["sampled_edges_total"] += edges
         ctl.header["batches_produced"] += 1
+        self.ordering.after_fill(k)
         rec["ready_ns"] = time.monotonic_ns()
         rec["state"] = SlotState.READY
         message: dict[str, object] = {
@@ -350,6 +396,48 @@ class Producer:
         link.send(message)
         ctl.beat()
 
+    def _make_on_device(
+        self, link: ConsumerLink, planned: Planned
+    ) -> tuple[int, SlotViews, bool, SampledSubgraph, int, int]:
+        """A --sampler gpu batch made on one stream: sampled, then slot k taken (once the sizes are
+        known), ordered after the rank's reads, grown if need be, and filled. Returns k, its views,
+        whether it grew, the subgraph (on the GPU), the sampling time and when the slot was taken."""
+        assert self.device_batches is not None
+        t0 = time.perf_counter_ns()
+        taken: list[int] = []
+
+        def into(sub: SampledSubgraph) -> SlotViews:
+            taken.append(time.perf_counter_ns())
+            k = link.acquire()
+            self.control.slots[k]["state"] = SlotState.FILLING
+            taken.append(time.perf_counter_ns())
+            taken.append(k)
+            self.ordering.before_fill(k)  # the writes below follow the rank's reads of slot k
+            views, grown = self._fit(k, sub)
+            taken.append(int(grown))
+            self.control.beat()
+            return views
+
+        on_gpu = torch.cuda.device(self.slot_device) if self.slot_device is not None else contextlib.nullcontext()
+        with on_gpu:  # the kernels launch with the slot's GPU current, on its current stream
+            sub, views = self.device_batches.make(planned.seeds, seed=planned.sample_seed, into=into)
+        sampled, t1, k, grown = taken
+        return k, views, bool(grown), sub, sampled - t0, t1
+
+    def _report_device_traffic(self, sampled_ahead: int, *, force: bool = False) -> None:
+        """A --sampler gpu producer's rows per tier since the last report, read back from the GPU
+        once per heartbeat interval (and at each epoch's end), added to the control block."""
+        if self.device_batches is None:
+            return
+        now = time.monotonic()
+        if not force and now < self._traffic_due:
+            return
+        self._traffic_due = now + self.config.heartbeat_interval_s
+        traffic = self.device_batches.take_traffic()
+        if traffic is not None and self.source is not None:
+            self.control.header.set_traffic(traffic, add=True)
+            self.source.count(self.control, traffic, None, sampled_ahead)
+
     def _fail(self, message: str) -> None:
         """Record the error for the consumer and the daemon, and tell the consumer if it listens."""
         self.control.set_error(message)
@@ -363,9 +451,19 @@ class Producer:
         if self.source is not None:
             self.source.close()
             self.source = None
+        dataset = getattr(self, "dataset", None)
+        if dataset is not None:
+            dataset.detach()  # the device tier mappings and host registrations of device slots' gathers
         if self._link is not None:
             self._link.close()
             self._link = None
+        for views in getattr(self, "slots", []):
+            views.memory.close()
+        self.slots = []
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
+        self.ordering.close()
         if self._layout_path is not None:
             try:
                 if ChannelLayout.read(self._layout_path.parent).producer_pid == os.getpid():

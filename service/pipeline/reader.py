@@ -1,11 +1,12 @@
 """`ChannelReader`: the consumer end of a producer channel, used inside a trainer rank.
 
-It attaches the slots read-only and the control block writable (for its own counters),
-connects to the producer's socket, and hands out `Batch`es of zero-copy views. Every wait
-is bounded: it polls the socket with a short timeout and, between polls, checks that the
-producer process lives (pid + start time) and that its heartbeat is younger than `timeout`,
-raising ProducerDiedError / ProducerStalledError / ProducerFailedError naming the pid and
-the channel instead of hanging.
+It opens the slots' memory handles once (host slots read-only; device slots on the rank's GPU,
+with their interprocess events: ordering.py) and the control block writable (for its own
+counters), connects to the producer's socket, and hands out `Batch`es of zero-copy views: CPU
+tensors of host slots, CUDA tensors of device slots. Every wait is bounded: it polls the
+socket with a short timeout and, between polls, checks that the producer process lives (pid +
+start time) and that its heartbeat is younger than `timeout`, raising ProducerDiedError /
+ProducerStalledError / ProducerFailedError naming the pid and the channel instead of hanging.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from graphtier.service.pipeline.errors import (
 )
 from graphtier.service.pipeline.layout import ChannelLayout, SlotLayout
 from graphtier.service.pipeline.notify import ConnectionClosed, MessageSocket, connect
+from graphtier.service.pipeline.ordering import HostOrdering, SlotOrdering, slot_ordering
 from graphtier.service.pipeline.slots import SlotViews, attach_control, attach_slot
 from graphtier.service.sampling import SampledSubgraph
 from graphtier.service.shm.naming import process_start_time
@@ -39,7 +41,10 @@ class ChannelReader:
     can be held at once.
     """
 
-    def __init__(self, layout: ChannelLayout, *, timeout: float = 30.0, auto_release: bool = True) -> None:
+    def __init__(
+        self, layout: ChannelLayout, *, timeout: float = 30.0, auto_release: bool = True, device: int | None = None
+    ) -> None:
+        """`device`: this process's GPU for device slots (its ordinal of the slots' GPU when None)."""
         if timeout <= 0:
             raise ChannelError(f"timeout must be > 0 seconds, got {timeout}")
         self.layout = layout
@@ -53,13 +58,28 @@ class ChannelReader:
         self._held: dict[int, Batch] = {}
         self._last: Batch | None = None
         self._wait_ns = 0
+        self._device = device
+        self._slots: list[SlotViews] = []
+        self._ordering: SlotOrdering = HostOrdering()
         try:
             self.control: ControlBlock = attach_control(layout.control, layout.error_text, writable=True)
-            self._slots: list[SlotViews] = [attach_slot(slot) for slot in layout.slots]
+            for slot in layout.slots:
+                self._slots.append(attach_slot(slot, device=device))
+            if self._slots and self._device is None and self._slots[0].device.type == "cuda":
+                self._device = self._slots[0].device.index
+            events = [
+                (s.ready_event, s.released_event) if s.ready_event and s.released_event else None for s in layout.slots
+            ]
+            self._ordering = slot_ordering(events, self._device)
         except SharedMemoryError as exc:
+            self._close_slots()
             self._check_alive()
             raise ChannelError(f"cannot attach channel {layout.channel!r}: {exc}") from None
+        except BaseException:
+            self._close_slots()
+            raise
         if not self.control.valid:
+            self._close_slots()
             raise ChannelError(f"channel {layout.channel!r}: {layout.control.name} is not a producer control block")
         try:
             self._conn = connect(layout.socket_path)
@@ -172,13 +192,15 @@ class ChannelReader:
         k, generation = int(message["slot"]), int(message["generation"])
         if not 0 <= k < len(self._slots):
             raise ChannelError(f"{self._describe()} announced slot {k}; the channel has {len(self._slots)}")
-        if "layout" in message:  # the producer grew the slot: a new segment
+        if "layout" in message:  # the producer grew the slot: a new allocation
             layout = SlotLayout.model_validate(message["layout"])
             try:
-                self._slots[k] = attach_slot(layout)
+                grown = attach_slot(layout, device=self._device)
             except SharedMemoryError:
                 self._check_alive()
                 raise
+            old, self._slots[k] = self._slots[k], grown
+            old.memory.close()  # released before the producer grew it: no batch views it
         views, rec = self._slots[k], self.control.slots[k]
         if (views.layout.generation, rec["generation"], rec["batch"]) != (generation, generation, message["batch"]):
             raise ChannelError(
@@ -201,6 +223,7 @@ class ChannelReader:
             num_nodes_per_hop=rec.array("nodes_per_hop")[: hops + 1].tolist(),
             num_edges_per_hop=rec.array("edges_per_hop")[:hops].tolist(),
         )
+        self._ordering.before_read(k)  # this process's reads of the slot follow the producer's writes
         rec["state"] = SlotState.HELD
         header = self.control.header
         header["batches_consumed"] += 1
@@ -235,6 +258,7 @@ class ChannelReader:
             del self._held[batch.slot]
         if self._closed or self._conn is None:
             return
+        self._ordering.after_read(batch.slot)  # the producer's next writes follow this process's reads
         try:
             self._conn.send({"kind": "release", "slot": batch.slot})
         except ConnectionClosed:
@@ -259,8 +283,16 @@ class ChannelReader:
     def stats(self) -> ChannelStats:
         return self.control.stats()
 
+    def _close_slots(self) -> None:
+        slots, self._slots = self._slots, []
+        for views in slots:
+            views.memory.close()
+        self._ordering.close()
+        self._ordering = HostOrdering()
+
     def close(self) -> None:
-        """Tell the producer goodbye and drop the slot mappings (batches still referenced stay valid)."""
+        """Tell the producer goodbye and drop the slot mappings (batches still referenced stay valid
+        for host slots; device slots are unmapped, so their batches must be released first)."""
         if self._closed:
             return
         self._closed = True
@@ -274,7 +306,7 @@ class ChannelReader:
             batch.released = True
         self._held.clear()
         self._last = None
-        self._slots = []
+        self._close_slots()
 
     def __enter__(self) -> ChannelReader:
         return self

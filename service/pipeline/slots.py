@@ -1,10 +1,12 @@
-"""Slot buffers: one shm segment per slot holding a sampled batch's structure, labels and features.
+"""Slot buffers: one shared allocation (a memory handle) per slot holding a sampled batch's
+structure, labels and features.
 
-The producer creates them through its `SegmentOwner` (so a killed producer's slots are
-reclaimed by the next owner) and writes into them; the consumer attaches them read-only,
-so a trainer that writes into a batch by mistake faults instead of corrupting the next one.
-Regions start on 64-byte boundaries (cache lines) in the order node_ids, indptr, indices,
-labels, pairs (link prediction only), features.
+For a CPU job a slot is host memory, a segment of the producer's `SegmentOwner` (so a killed
+producer's slots are reclaimed by the next owner) that the consumer maps read-only: a trainer
+that writes into a batch by mistake faults instead of corrupting the next one. For a `--device
+cuda` job it is device memory on the rank's GPU (graphtier.service.memory), and the rank's
+views are CUDA tensors of it. Regions start on 64-byte boundaries (cache lines) in the order
+node_ids, indptr, indices, labels, pairs (link prediction only), features.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from graphtier.service.memory import DeviceMemoryMode, FdExporter, Region, SharedMemory, allocate, open_memory
 from graphtier.service.pipeline.control import ERROR_BYTES, ControlBlock, control_words
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import SlotCapacity, SlotLayout
@@ -35,15 +38,20 @@ def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
 
 @dataclass(frozen=True)
 class SlotViews:
-    """Full-capacity tensors of one slot; a batch uses prefixes of them."""
+    """Full-capacity tensors of one slot (on `memory.device`); a batch uses prefixes of them."""
 
     layout: SlotLayout
+    memory: SharedMemory
     node_ids: torch.Tensor
     indptr: torch.Tensor
     indices: torch.Tensor
     labels: torch.Tensor
     features: torch.Tensor | None
     pairs: torch.Tensor | None = None  # int64 [pair capacity, 2]; link prediction only
+
+    @property
+    def device(self) -> torch.device:
+        return self.memory.device
 
 
 def slot_label(channel: str, index: int, generation: int) -> str:
@@ -61,9 +69,15 @@ def create_slot(
     feature_shape: tuple[int, ...] | None,
     feature_dtype: torch.dtype = torch.float32,
     pair_capacity: int | None = None,
+    device: int | None = None,
+    device_memory: DeviceMemoryMode = "ipc",
+    exporter: FdExporter | None = None,
+    events: tuple[str, str] | None = None,
 ) -> SlotViews:
-    """Create slot `index` (generation `generation`) in a new segment and return writable views.
-    `batch_size` is the seeds a batch may have; `pair_capacity` the pairs of a link-prediction batch."""
+    """Allocate slot `index` (generation `generation`) and return writable views: host memory of
+    `owner`, or memory of GPU `device` shared as `device_memory` (vmm passes fds through `exporter`),
+    ordered by the (ready, released) IPC `events` (`SlotOrdering.event_handles`). `batch_size` is
+    the seeds a batch may have; `pair_capacity` the pairs of a link-prediction batch (None: none)."""
     regions: list[tuple[str, tuple[int, ...], torch.dtype]] = [
         ("node_ids", (capacity.nodes,), torch.int64),
         ("indptr", (capacity.expanded + 1,), torch.int64),
@@ -74,31 +88,59 @@ def create_slot(
         regions.append(("pairs", (pair_capacity, 2), torch.int64))
     if feature_shape is not None:
         regions.append(("features", (capacity.nodes, *feature_shape), feature_dtype))
-    offsets, end = [], 0
-    for _, shape, dtype in regions:
-        offsets.append(end)
+    placed: dict[str, Region | None] = {"features": None, "pairs": None}
+    end = 0
+    for name, shape, dtype in regions:
+        placed[name] = Region(offset=end, shape=shape, dtype=dtype_name(dtype))
         end = _align(end + _nbytes(shape, dtype))
-    segment = owner.create(slot_label(channel, index, generation), end)
-    views: dict[str, torch.Tensor | None] = {"features": None, "pairs": None}
-    refs: dict[str, SegmentRef | None] = {"features": None, "pairs": None}
-    for (name, shape, dtype), offset in zip(regions, offsets, strict=True):
-        views[name] = segment.view(shape, dtype, offset)
-        refs[name] = segment.ref(shape, dtype, offset)
-    layout = SlotLayout(index=index, generation=generation, capacity=capacity, **refs)
-    return SlotViews(layout=layout, **views)
+    memory = allocate(
+        slot_label(channel, index, generation),
+        end,
+        owner=owner,
+        device=device,
+        mode=device_memory,
+        exporter=exporter,
+    )
+    ready, released = events if events is not None else (None, None)
+    try:
+        layout = SlotLayout(
+            index=index,
+            generation=generation,
+            capacity=capacity,
+            memory=memory.handle,
+            ready_event=ready,
+            released_event=released,
+            **placed,
+        )
+    except BaseException:
+        memory.close()
+        raise
+    return _views(layout, memory)
 
 
-def attach_slot(layout: SlotLayout) -> SlotViews:
-    """Map a slot another process created, read-only and without copying."""
+def _views(layout: SlotLayout, memory: SharedMemory) -> SlotViews:
+    features = memory.view(layout.features) if layout.features is not None else None
     return SlotViews(
         layout=layout,
-        node_ids=attach_tensor(layout.node_ids),
-        indptr=attach_tensor(layout.indptr),
-        indices=attach_tensor(layout.indices),
-        labels=attach_tensor(layout.labels),
-        features=attach_tensor(layout.features) if layout.features is not None else None,
-        pairs=attach_tensor(layout.pairs) if layout.pairs is not None else None,
+        memory=memory,
+        node_ids=memory.view(layout.node_ids),
+        indptr=memory.view(layout.indptr),
+        indices=memory.view(layout.indices),
+        labels=memory.view(layout.labels),
+        features=features,
+        pairs=memory.view(layout.pairs) if layout.pairs is not None else None,
     )
+
+
+def attach_slot(layout: SlotLayout, *, device: int | None = None) -> SlotViews:
+    """Map a slot another process created, without copying: host slots read-only, device slots on
+    this process's GPU `device` (its ordinal of the slot's GPU when None)."""
+    memory = open_memory(layout.memory, device=device)
+    try:
+        return _views(layout, memory)
+    except BaseException:
+        memory.close()
+        raise
 
 
 def create_control(owner: SegmentOwner, *, channel: str, num_slots: int) -> tuple[ControlBlock, SegmentRef, SegmentRef]:

@@ -1,7 +1,7 @@
 """The wire form of a channel: `ChannelGrant` (what OpenChannel returns) as a `graphtier.v1` message.
 
-The grant carries the producer's `ChannelLayout`: its slots' shared-memory segments, its
-control block, the socket the rank wakes it on. The daemon converts it to a message, a
+The grant carries the producer's `ChannelLayout`: its slots' memory handles and regions (and
+events, for device slots), its control block, the socket the rank wakes it on. The daemon converts it to a message, a
 trainer rank back; both import it from here, beside the layout it carries.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphtier.service.memory.wire import handle_from_proto, handle_to_proto, region_from_proto, region_to_proto
 from graphtier.service.pipeline.layout import ChannelLayout, SlotCapacity, SlotLayout
 from graphtier.service.store.wire import segment_ref_from_proto, segment_ref_to_proto
 from graphtier.v1 import channels_pb2
@@ -30,15 +31,18 @@ def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
         index=slot.index,
         generation=slot.generation,
         capacity=channels_pb2.SlotCapacity(**slot.capacity.model_dump()),
-        node_ids=segment_ref_to_proto(slot.node_ids),
-        indptr=segment_ref_to_proto(slot.indptr),
-        indices=segment_ref_to_proto(slot.indices),
-        labels=segment_ref_to_proto(slot.labels),
+        memory=handle_to_proto(slot.memory),
+        node_ids=region_to_proto(slot.node_ids),
+        indptr=region_to_proto(slot.indptr),
+        indices=region_to_proto(slot.indices),
+        labels=region_to_proto(slot.labels),
+        ready_event=slot.ready_event or "",
+        released_event=slot.released_event or "",
     )
     if slot.features is not None:
-        message.features.CopyFrom(segment_ref_to_proto(slot.features))
+        message.features.CopyFrom(region_to_proto(slot.features))
     if slot.pairs is not None:
-        message.pairs.CopyFrom(segment_ref_to_proto(slot.pairs))
+        message.pairs.CopyFrom(region_to_proto(slot.pairs))
     return message
 
 
@@ -47,12 +51,15 @@ def _slot_from_proto(m: channels_pb2.ChannelSlot) -> SlotLayout:
         index=m.index,
         generation=m.generation,
         capacity=SlotCapacity(nodes=m.capacity.nodes, edges=m.capacity.edges, expanded=m.capacity.expanded),
-        node_ids=segment_ref_from_proto(m.node_ids),
-        indptr=segment_ref_from_proto(m.indptr),
-        indices=segment_ref_from_proto(m.indices),
-        labels=segment_ref_from_proto(m.labels),
-        features=segment_ref_from_proto(m.features) if m.HasField("features") else None,
-        pairs=segment_ref_from_proto(m.pairs) if m.HasField("pairs") else None,
+        memory=handle_from_proto(m.memory),
+        node_ids=region_from_proto(m.node_ids),
+        indptr=region_from_proto(m.indptr),
+        indices=region_from_proto(m.indices),
+        labels=region_from_proto(m.labels),
+        features=region_from_proto(m.features) if m.HasField("features") else None,
+        pairs=region_from_proto(m.pairs) if m.HasField("pairs") else None,
+        ready_event=m.ready_event or None,
+        released_event=m.released_event or None,
     )
 
 

@@ -10,7 +10,10 @@ a row's tier follows from comparing its id with three boundaries, with no lookup
 
 Graph structure has its own boundary: the in-neighbour lists (CSC) of nodes
 [0, structure_device_end) are on every device; being the hottest nodes, their lists are a
-prefix of `row`. The plan is a pydantic model so the daemon can hand it out as JSON.
+prefix of `row`. The whole CSC stays in host shared memory too (the CPU sampler reads it, and
+the GPU sampler reads the other nodes' lists there in place). Where one device budget must hold
+both, the structure goes first (`fit_device_budget`: topology first, as XGNN places it). The
+plan is a pydantic model so the daemon can hand it out as JSON.
 """
 
 from __future__ import annotations
@@ -211,8 +214,41 @@ class PlacementPlan(BaseModel):
             return 0
         return _INDEX_BYTES * (self.structure_device_end + 1 + self.structure_device_edges)
 
-    def tier_sizes(self) -> dict[str, TierSize]:
-        """Rows and bytes (of one copy) per feature tier, and nodes/bytes of device structure."""
+    def structure_host_bytes(self, num_edges: int) -> int:
+        """Bytes of the CSC in host shared memory (all of it: colptr and `num_edges` row entries)."""
+        return _INDEX_BYTES * (self.num_nodes + 1 + num_edges)
+
+    def fit_device_budget(self, budget_bytes: int) -> tuple[PlacementPlan, str]:
+        """This plan within `budget_bytes` per device, topology first: the structure tier stays and
+        the coolest device feature rows move to the host tier (interleaved, then replicated) until
+        it fits; with a note saying what moved ("" when nothing did). PlacementError when the
+        structure tier alone is larger than the budget."""
+        if self.device_bytes_per_device() <= budget_bytes:
+            return self, ""
+        room = budget_bytes - self.structure_device_bytes
+        if room < 0:
+            raise PlacementError(
+                f"the device structure tier needs {self.structure_device_bytes} bytes per device but the device "
+                f"budget is {budget_bytes} bytes; lower the structure budget"
+            )
+        rb, nd = self.row_bytes, max(self.num_devices, 1)  # rb > 0: without feature rows the structure fits
+        if self.replicated_end * rb > room:
+            replicated, share_rows = room // rb, 0
+        else:
+            replicated = self.replicated_end
+            share_rows = min((self.interleaved_end - replicated) // nd, (room - replicated * rb) // rb)
+        fitted = self.model_copy(update={"replicated_end": replicated, "interleaved_end": replicated + share_rows * nd})
+        moved = self.interleaved_end - fitted.interleaved_end
+        note = (
+            f"topology first: the device structure tier ({_human(self.structure_device_bytes)}) and the feature "
+            f"tiers did not fit the device budget of {_human(budget_bytes)}; {moved} device feature rows are in "
+            "the host tier instead"
+        )
+        return fitted, note
+
+    def tier_sizes(self, num_edges: int | None = None) -> dict[str, TierSize]:
+        """Rows and bytes (of one copy) per feature tier, nodes/bytes of device structure and, given
+        the graph's `num_edges`, of the host structure (nodes read from it, bytes of its whole CSC)."""
         rows = {
             "device_replicated": self.replicated_end,
             "device_interleaved": self.interleaved_end - self.replicated_end,
@@ -221,6 +257,10 @@ class PlacementPlan(BaseModel):
         }
         sizes = {name: TierSize(count, count * self.row_bytes) for name, count in rows.items()}
         sizes["structure_device"] = TierSize(self.structure_device_end, self.structure_device_bytes)
+        if num_edges is not None:
+            sizes["structure_host"] = TierSize(
+                self.num_nodes - self.structure_device_end, self.structure_host_bytes(num_edges)
+            )
         return sizes
 
     def device_bytes_per_device(self) -> int:
@@ -229,8 +269,9 @@ class PlacementPlan(BaseModel):
         share = sizes["device_interleaved"].bytes // self.num_devices if self.num_devices else 0
         return sizes["device_replicated"].bytes + share + self.structure_device_bytes
 
-    def describe(self) -> str:
-        """A few lines for logs and the CLI: each tier's id range, rows and bytes."""
+    def describe(self, num_edges: int | None = None) -> str:
+        """A few lines for logs and the CLI: each tier's id range, rows and bytes (and, given the
+        graph's `num_edges`, the structure in host memory)."""
         sizes = self.tier_sizes()
         ranges = {
             "device_replicated": (0, self.replicated_end, "on every device"),
@@ -247,5 +288,10 @@ class PlacementPlan(BaseModel):
             f"  {'structure_device':<19} nodes [0, {self.structure_device_end}) with {self.structure_device_edges} "
             f"edges, {_human(self.structure_device_bytes)} on every device"
         )
+        if num_edges is not None:
+            lines.append(
+                f"  {'structure_host':<19} nodes [{self.structure_device_end}, {self.num_nodes}) read from the "
+                f"whole CSC, {_human(self.structure_host_bytes(num_edges))} in host shared memory"
+            )
         lines.append(f"  per device: {_human(self.device_bytes_per_device())}")
         return "\n".join(lines)

@@ -16,6 +16,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 from pydantic import ValidationError
@@ -23,7 +24,9 @@ from pydantic import ValidationError
 from graphtier.contract.endpoints import default_dataset_root
 from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.prepared.manifest import FORMAT_VERSION, MANIFEST_FILE, ArrayInfo, DatasetManifest
-from graphtier.service.prepared.npy_io import NpyStreamWriter, write_npy, write_npy_rows
+
+if TYPE_CHECKING:  # the writers need torch and numpy; listing and removing datasets do not
+    from graphtier.service.prepared.npy_io import NpyStreamWriter
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TMP_PATTERN = re.compile(r"^\.(tmp|trash)-(?P<name>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
@@ -128,16 +131,22 @@ class DatasetWriter:
         return self.tmp / f"{array_name}.npy"
 
     def write(self, array_name: str, array) -> ArrayInfo:
+        from graphtier.service.prepared.npy_io import write_npy
+
         self.arrays[array_name] = write_npy(self._path(array_name), array)
         return self.arrays[array_name]
 
     def write_rows(self, array_name: str, source, order) -> ArrayInfo:
+        from graphtier.service.prepared.npy_io import write_npy_rows
+
         self.arrays[array_name] = write_npy_rows(self._path(array_name), source, order)
         return self.arrays[array_name]
 
     @contextlib.contextmanager
     def stream(self, array_name: str, shape: tuple[int, ...], dtype) -> Iterator[NpyStreamWriter]:
         """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends."""
+        from graphtier.service.prepared.npy_io import NpyStreamWriter
+
         stream = NpyStreamWriter(self._path(array_name), shape, dtype)
         try:
             yield stream

@@ -127,3 +127,10 @@ class PreparedDataset:
     @property
     def old_to_new(self) -> torch.Tensor:
         return self.array("old_to_new")
+
+    def source_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """The source's ids of nodes `ids` (graphtier's ids are hotness ranks): `new_to_old`, then the ids
+        the source file spelled when it had its own (an edge list's). For predictions, embeddings and
+        evaluation ids a user compares with the source's files."""
+        old = self.new_to_old[ids.to(torch.int64).cpu()]
+        return self.array("original_ids")[old] if self.has("original_ids") else old

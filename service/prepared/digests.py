@@ -10,7 +10,7 @@ from pathlib import Path
 
 import blake3
 
-from graphtier.service.prepared.manifest import MANIFEST_FILE
+from graphtier.service.prepared.manifest import MANIFEST_FILE, DatasetManifest, content_version
 
 CHUNK_BYTES = 64 << 20
 
@@ -51,9 +51,10 @@ def file_digest(path: Path, algorithm: str = "sha256") -> str:
 
 
 def dataset_version(directory: Path) -> str | None:
-    """The version of the prepared dataset in `directory`: the sha256 (hex) of its manifest, which
-    lists the sha256 of every file; None when there is no readable manifest."""
+    """The version of the prepared dataset in `directory` (sha256 hex of its content: `content_version`);
+    None when there is no readable, valid manifest."""
     try:
-        return hashlib.sha256((Path(directory) / MANIFEST_FILE).read_bytes()).hexdigest()
-    except OSError:
+        manifest = DatasetManifest.model_validate_json((Path(directory) / MANIFEST_FILE).read_bytes())
+    except (OSError, ValueError):
         return None
+    return content_version(manifest)

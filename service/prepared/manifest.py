@@ -6,6 +6,9 @@ its recorded shape and dtype on open, and against its sha256 on `verify`.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from pydantic import BaseModel, ConfigDict, Field
 
 FORMAT_VERSION = 1
@@ -98,3 +101,25 @@ class DatasetManifest(BaseModel):
     @property
     def total_bytes(self) -> int:
         return sum(a.nbytes for a in self.arrays.values())
+
+
+def content_version(manifest: DatasetManifest) -> str:
+    """The version of a prepared dataset (sha256 hex): a hash of what it holds -- every array's sha256,
+    shape and dtype -- and of the preparation's parameters that shape it (format, undirected, score,
+    classes), never of the manifest's bytes, which hold timings, dates and paths. The same source
+    prepared with the same parameters, twice or on two machines, is one version."""
+    content = {
+        "format_version": manifest.format_version,
+        "undirected": manifest.undirected,
+        "num_nodes": manifest.num_nodes,
+        "num_edges": manifest.num_edges,
+        "feature_dim": manifest.feature_dim,
+        "num_classes": manifest.num_classes,
+        "class_labels": manifest.class_labels,
+        "score": {key: value for key, value in manifest.score.items() if key != "label"},
+        "arrays": {
+            name: {"sha256": info.sha256, "shape": list(info.shape), "dtype": info.dtype}
+            for name, info in sorted(manifest.arrays.items())
+        },
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()

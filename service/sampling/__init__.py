@@ -1,8 +1,9 @@
 """Neighbour sampling: k-hop uniform sampling without replacement over a CSC graph.
 
 `NeighborSampler(graph, fanouts).sample(seeds, seed=...)` returns a `SampledSubgraph` whose
-per-layer `Block`s are zero-copy prefixes. Runs the C++/OpenMP op when built, else an
-identical pure-torch fallback.
+per-layer `Block`s are zero-copy prefixes. Runs the C++ op when built (on up to
+`torch.get_num_threads()` threads, helpers joining as they get a core, so it keeps its speed
+beside busy trainers), else an identical pure-torch fallback.
 """
 
 from graphtier.service.sampling.neighbor_sampler import NeighborSampler, validate_fanouts

@@ -1,4 +1,4 @@
-"""Uniform k-hop neighbour sampling without replacement, native (C++/OpenMP) or pure torch.
+"""Uniform k-hop neighbour sampling without replacement, native (C++) or pure torch.
 
 Hop semantics follow PyG's NeighborLoader (disjoint=False): hop 1 expands the seeds, hop i
 expands only the nodes first discovered at hop i-1. A node with in-degree d keeps all its

@@ -35,6 +35,12 @@ _DTYPES: dict[str, torch.dtype] = {
         "float64",
     )
 }
+SUPPORTED_DTYPES: tuple[str, ...] = tuple(_DTYPES)
+
+
+def dtype_itemsize(name: str) -> int:
+    """Bytes per element of the wire dtype `name`."""
+    return _DTYPES[dtype_name(name)].itemsize
 
 
 def dtype_name(dtype: torch.dtype | str) -> str:
@@ -122,6 +128,42 @@ def view_of_mapping(
     return flat.view(tuple(shape))
 
 
+def map_segment(name: str, *, writable: bool = False) -> tuple[mmap.mmap, int]:
+    """Map all of segment `name` (read-only unless `writable`); the mapping and the file's size.
+    SharedMemoryError when the segment is gone (its owner closed it or exited) or refuses the mode."""
+    path = segment_path(name)
+    try:
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    except FileNotFoundError:
+        raise SharedMemoryError(
+            f"shared-memory segment {name!r} does not exist ({path}): its owner has gone "
+            "(closed the segment or exited); ask the daemon for fresh references"
+        ) from None
+    except PermissionError as exc:
+        mode = "read-write" if writable else "read-only"
+        raise SharedMemoryError(f"cannot open shared-memory segment {path} {mode}: {exc.strerror}") from None
+    try:
+        return map_fd(fd, writable=writable), os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def map_fd(fd: int, *, writable: bool) -> mmap.mmap:
+    """Map the whole shared file open as `fd` (the caller keeps and closes `fd`)."""
+    prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+    return mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_SHARED, prot=prot)
+
+
+def check_span(name: str, size: int, offset: int, nbytes: int, shape: Sequence[int], dtype: str) -> None:
+    """SharedMemoryError unless bytes [offset, offset + nbytes) lie in the `size` bytes of segment `name`."""
+    end = offset + nbytes
+    if end > size:
+        raise SharedMemoryError(
+            f"shared-memory segment {name!r} holds {size} bytes, but the reference needs "
+            f"bytes [{offset}, {end}) for shape {list(shape)} of {dtype} ({nbytes} bytes at offset {offset})"
+        )
+
+
 def attach_tensor(ref: SegmentRef, *, writable: bool = False) -> torch.Tensor:
     """Map the segment `ref` names and return its tensor without copying.
 
@@ -129,30 +171,8 @@ def attach_tensor(ref: SegmentRef, *, writable: bool = False) -> torch.Tensor:
     (and every view of it) is garbage. Raises SharedMemoryError when the segment is gone
     (its owner closed or exited) or is too small for `ref`.
     """
-    path = segment_path(ref.name)
-    try:
-        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
-    except FileNotFoundError:
-        raise SharedMemoryError(
-            f"shared-memory segment {ref.name!r} does not exist ({path}): its owner has gone "
-            "(closed the segment or exited); ask the daemon for fresh references"
-        ) from None
-    except PermissionError as exc:
-        mode = "read-write" if writable else "read-only"
-        raise SharedMemoryError(f"cannot open shared-memory segment {path} {mode}: {exc.strerror}") from None
-    try:
-        size = os.fstat(fd).st_size
-        end = ref.offset + ref.nbytes
-        if end > size:
-            raise SharedMemoryError(
-                f"shared-memory segment {ref.name!r} holds {size} bytes, but the reference needs "
-                f"bytes [{ref.offset}, {end}) for shape {list(ref.shape)} of {ref.dtype} "
-                f"({ref.nbytes} bytes at offset {ref.offset})"
-            )
-        if ref.numel == 0:
-            return torch.empty(ref.shape, dtype=ref.torch_dtype)
-        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=prot)
-    finally:
-        os.close(fd)
+    mapping, size = map_segment(ref.name, writable=writable)
+    check_span(ref.name, size, ref.offset, ref.nbytes, ref.shape, ref.dtype)
+    if ref.numel == 0:
+        return torch.empty(ref.shape, dtype=ref.torch_dtype)
     return view_of_mapping(mapping, ref.shape, ref.torch_dtype, ref.offset, read_only=not writable)

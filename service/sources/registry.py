@@ -6,7 +6,9 @@ read, so a typo fails fast with the list of valid options. Every loaded graph th
 through `label_classes` (labels bounded by `num_classes` when given, else made dense) and
 `ensure_split` (a no-op when the source ships a split), which is why `num_classes` and the
 split options `train_fraction`, `val_fraction`, `test_fraction` and `split_seed` are accepted
-for every scheme (for `synthetic:` `num_classes` is the number of planted communities).
+for every scheme (for `synthetic:` `num_classes` is the number of planted communities). A file
+source also takes `split_file` (and `split_index` for a file of several splits): the split that
+comes with the data (`split_from_file`), in place of the source's own or a random one.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from graphtier.service.sources.label_classes import label_classes
 from graphtier.service.sources.npz import load_npz
 from graphtier.service.sources.ogb import load_ogb
 from graphtier.service.sources.planetoid import load_planetoid
-from graphtier.service.sources.split import ensure_split
+from graphtier.service.sources.split import ensure_split, split_from_file
 
 if TYPE_CHECKING:
     from graphtier.service.out_of_core.memory_budget import MemoryPlan
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
 SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")
 LABEL_OPTIONS: tuple[str, ...] = ("num_classes",)
+SPLIT_FILE_OPTIONS: tuple[str, ...] = ("split_file", "split_index", "default_split")
 SYNTHETIC_GENERATORS: tuple[str, ...] = ("rmat",)
 # Keyword options of `synthetic.generate_rmat`; its fractions make the split, `seed` drives the generator.
 SYNTHETIC_OPTIONS: tuple[str, ...] = (
@@ -60,9 +63,9 @@ _READERS: dict[str, Callable[..., GraphData]] = {
 def reader_options(scheme: str) -> tuple[str, ...]:
     """Option names `load_source` accepts for `scheme` (reader keywords plus split options)."""
     if scheme == "synthetic":
-        return SYNTHETIC_OPTIONS + ("split_seed",)
+        return SYNTHETIC_OPTIONS + ("split_seed", "default_split")
     params = list(inspect.signature(_READERS[scheme]).parameters.values())[1:]  # first one is the path
-    return tuple(p.name for p in params) + LABEL_OPTIONS + SPLIT_OPTIONS
+    return tuple(p.name for p in params) + LABEL_OPTIONS + SPLIT_OPTIONS + SPLIT_FILE_OPTIONS
 
 
 def _parse(spec: str) -> tuple[str, str]:
@@ -110,7 +113,8 @@ def load_source_stream(spec: str, spill_dir: Path, plan: MemoryPlan, **options: 
     _check_options(scheme, options)
     from graphtier.service.sources.synthetic_stream import stream_rmat
 
-    generator_options = {k: v for k, v in options.items() if k != "split_seed"}  # the generator makes its own split
+    # the generator makes its own split
+    generator_options = {k: v for k, v in options.items() if k not in ("split_seed", "default_split")}
     return stream_rmat(spill_dir, plan, **generator_options)
 
 
@@ -125,16 +129,25 @@ def load_source(spec: str, **options: Any) -> GraphData:
     split: dict[str, Any] = {k: options[k] for k in SPLIT_OPTIONS[:3] if k in options}
     if "split_seed" in options:
         split["seed"] = options.pop("split_seed")
+    accepted_default = bool(options.pop("default_split", False))
+    split["asked"] = bool(split) or accepted_default
     if scheme == "synthetic":  # the generator makes its own split from the same fractions
         graph = _generate(target, options)
     else:
         for key in SPLIT_OPTIONS[:3]:
             options.pop(key, None)
         num_classes = options.pop("num_classes", None)
+        split_file, split_index = options.pop("split_file", None), options.pop("split_index", None)
+        if split_index is not None and split_file is None:
+            raise DatasetSourceError(
+                None, f"split_index {split_index} chooses among a split file's splits", fix="give --split FILE"
+            )
         path = Path(target).expanduser()
         if not path.exists():
             raise DatasetSourceError(path, f"does not exist (from dataset spec {spec!r})")
         graph = _checked_labels(_READERS[scheme](path, **options), num_classes)
+        if split_file is not None:
+            graph = split_from_file(graph, Path(split_file), split_index)
     return ensure_split(graph, **split)
 
 

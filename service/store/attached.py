@@ -16,8 +16,8 @@ from graphtier.service.shm import attach_tensor
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 
 if TYPE_CHECKING:
-    from graphtier.service.gpu.device_tiers import CudaTiersLease
     from graphtier.service.storage import RowReader, StorageReader, StorageReads
+    from graphtier.service.store.device_tiers import CudaTiersLease
 
 
 def _open_storage(ref: StorageTierRef) -> torch.Tensor:
@@ -112,7 +112,7 @@ class AttachedDataset:
         """The tiers as GPU `device` of this process reads them: its device tier mappings
         (opened once per device) and the host tier registered in place. Released by `detach()`."""
         if device not in self._leases:
-            from graphtier.service.gpu.device_tiers import open_cuda_tiers  # CUDA only when asked for
+            from graphtier.service.store.device_tiers import open_cuda_tiers  # CUDA only when asked for
 
             self._leases[device] = open_cuda_tiers(
                 self.handle.plan,
@@ -122,6 +122,7 @@ class AttachedDataset:
                 device,
                 label=self.handle.dataset,
                 resident_ref=self.handle.resident_features,
+                fd_socket=self.handle.fd_socket,
             )
         return self._leases[device]
 

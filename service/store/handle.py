@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphtier.service.gpu.tier_ref import DeviceTierRef
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
+from graphtier.service.store.tier_ref import DeviceTierRef
 
 
 class StorageTierRef(BaseModel):
@@ -42,6 +42,11 @@ class SharedDatasetHandle(BaseModel):
     storage_features: StorageTierRef | None
     device_tiers: tuple[DeviceTierRef, ...] = Field(
         default=(), description="GPU allocations of the device tiers; empty when they are accounted only."
+    )
+    fd_socket: str | None = Field(
+        default=None,
+        description="The owner's Unix socket passing read-write fds of the host segments by segment name (for "
+        "GPUs that cannot register read-only host memory) and the fds of VMM device tiers; None: not served.",
     )
     placement_notes: tuple[str, ...] = Field(
         default=(), description="Why the placement differs from the budgets asked for (e.g. no peer access)."

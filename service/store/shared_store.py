@@ -3,17 +3,19 @@ tiers into GPU memory it owns when it is given GPUs."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Sequence
 
 import torch
 
+from graphtier.service.memory import DeviceMemoryMode, FdExporter
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
-from graphtier.service.shm import SegmentOwner, SegmentRef
+from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 from graphtier.service.store.verified_copy import copy_verified
 
@@ -30,10 +32,15 @@ class SharedDatasetStore:
         devices: Sequence[int] = (),
         placement_notes: Sequence[str] = (),
         verify: bool = True,
+        device_memory: DeviceMemoryMode = "ipc",
+        fd_exporter: FdExporter | None = None,
     ) -> None:
         """`devices`: the CUDA ordinals (plan.num_devices of them) whose memory holds the device
         tiers; empty = the device tiers stay in host memory, accounted only. `verify`: check every
-        array it serves against the manifest's sha256 while copying (PreparedDatasetError)."""
+        array it serves against the manifest's sha256 while copying (PreparedDatasetError).
+        `device_memory`: how the device tiers are shared (ipc handles, or vmm fds). `fd_exporter`:
+        the owner's fd socket; given, it passes the read-write fds of this store's segments (for GPUs
+        that cannot register read-only host memory) and the fds of vmm device tiers."""
         if plan.num_nodes != dataset.manifest.num_nodes:
             from graphtier.contract.errors import PlacementError
 
@@ -50,15 +57,30 @@ class SharedDatasetStore:
         self._copies: dict[str, torch.Tensor] = {}
         self.verify = verify
         self.verify_seconds = 0.0
+        self.device_memory = device_memory
+        self.fd_exporter = fd_exporter
+        self._exported: list[str] = []
         try:
             self.handle = self._load()
             for segment in self.owner.segments.values():
+                self._export_read_write(segment)
                 segment.seal()  # filled: from now on nobody writes the tiers, the owner included
         except BaseException:
             self.close()
             raise
         finally:
             dataset.release()  # everything needed now lives in the segments or the storage-tier file
+
+    def _export_read_write(self, segment: SharedSegment) -> None:
+        """Hand the exporter a read-write fd of `segment` while it can still be opened so (before `seal`)."""
+        if self.fd_exporter is None:
+            return
+        fd = os.open(segment.path, os.O_RDWR)
+        try:
+            self.fd_exporter.add(segment.name, fd)
+        finally:
+            os.close(fd)
+        self._exported.append(segment.name)
 
     def _copy(self, label: str, source: torch.Tensor, key: str | None = None) -> SegmentRef:
         """Copy `source` (a prefix of rows of array `key`, when given) into a new segment; with
@@ -102,10 +124,12 @@ class SharedDatasetStore:
                 )
         device_refs: tuple = ()
         if self.devices and resident is not None and plan.interleaved_end > 0:
-            from graphtier.service.gpu.device_tiers import DeviceTierSet  # CUDA only when asked for
+            from graphtier.service.store.device_tiers import DeviceTierSet  # CUDA only when asked for
 
             rows = self._copies["features"]
-            self.device_tiers = DeviceTierSet(plan, rows, self.devices, self.dataset.name)
+            self.device_tiers = DeviceTierSet(
+                plan, rows, self.devices, self.dataset.name, mode=self.device_memory, exporter=self.fd_exporter
+            )
             device_refs = tuple(self.device_tiers.refs)
         colptr, row = self._copy("colptr", ds.array("colptr"), "colptr"), self._copy("row", ds.array("row"), "row")
         if self.verify and features is not None and resident is None:  # every row is on storage: check the file
@@ -126,6 +150,7 @@ class SharedDatasetStore:
             storage_features=storage,
             device_tiers=device_refs,
             placement_notes=self.placement_notes,
+            fd_socket=self.fd_exporter.path if self.fd_exporter is not None else None,
             class_labels=tuple(ds.manifest.class_labels) if ds.manifest.class_labels is not None else None,
         )
 
@@ -135,6 +160,10 @@ class SharedDatasetStore:
         return not self.devices
 
     def close(self) -> None:
+        exported, self._exported = self._exported, []
+        for name in exported:
+            if self.fd_exporter is not None:
+                self.fd_exporter.remove(name)
         if self.device_tiers is not None:
             self.device_tiers.close()
             self.device_tiers = None

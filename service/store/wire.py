@@ -22,10 +22,11 @@ from graphtier.contract.conversions import (
     timestamp,
 )
 from graphtier.contract.datasets import BudgetSpec, TierBytes
-from graphtier.service.gpu.tier_ref import DeviceTierRef
+from graphtier.service.memory.wire import handle_from_proto, handle_to_proto
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
+from graphtier.service.store.tier_ref import DeviceTierRef
 from graphtier.v1 import common_pb2, datasets_pb2
 
 # Datasets
@@ -127,7 +128,12 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         loaded_at=timestamp(layout.loaded_at),
         budgets=budgets_to_proto(layout.budgets),
     )
-    message.device_tiers.extend(common_pb2.DeviceTierRef(**ref.model_dump()) for ref in handle.device_tiers)
+    message.device_tiers.extend(
+        common_pb2.DeviceTierRef(tier=ref.tier, slot=ref.slot, rows=ref.rows, memory=handle_to_proto(ref.memory))
+        for ref in handle.device_tiers
+    )
+    if handle.fd_socket is not None:
+        message.fd_socket = handle.fd_socket
     message.placement_notes.extend(handle.placement_notes)
     if handle.labels is not None:
         message.labels.CopyFrom(segment_ref_to_proto(handle.labels))
@@ -154,9 +160,10 @@ def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
             storage_ref_from_proto(message.storage_features) if message.HasField("storage_features") else None
         ),
         device_tiers=tuple(
-            DeviceTierRef(**{name: getattr(ref, name) for name in DeviceTierRef.model_fields})
+            DeviceTierRef(tier=ref.tier, slot=ref.slot, rows=ref.rows, memory=handle_from_proto(ref.memory))  # type: ignore[arg-type]
             for ref in message.device_tiers
         ),
+        fd_socket=message.fd_socket or None,
         placement_notes=tuple(message.placement_notes),
     )
     return DatasetLayoutInfo(

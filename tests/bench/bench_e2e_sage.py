@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from bench_pipeline_overhead import ensure_dataset
 from bench_sampler import DEFAULT_TS_OPS, SETUP_HINT, load_pyg, machine_info
+from machine import bench_cache
 from torch import Tensor, nn
 
 from graphtier.launcher.runtime import build_model
@@ -128,7 +129,7 @@ def run_graphtier(
     store = SharedDatasetStore(dataset, plan)
     producer, channel_dir = None, None
     try:
-        channel_dir = Path(tempfile.mkdtemp(prefix="gte2e-", dir="/tmp"))
+        channel_dir = Path(tempfile.mkdtemp(prefix="gte2e-"))
         config = ProducerConfig(
             dataset=store.handle,
             rank=0,
@@ -262,7 +263,7 @@ def print_table(runs: list[Run], a: argparse.Namespace) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", type=Path, default=REPO_ROOT / ".bench-env" / "prepared", help="prepared dataset root")
+    p.add_argument("--root", type=Path, default=bench_cache("prepared"), help="prepared dataset root")
     p.add_argument("--scale", type=int, default=20)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)

@@ -11,6 +11,11 @@
    software-accounted host bytes.
 4. The point of tiering: R-MAT (fanout 15,10,5, batch 1024, wrpr order, 10% train split) id
    stream gathered with 0% and 10% of the rows on the device: PCIe bytes and time.
+5. GPU sampling on the same graph and batches: the GPU sampler with the structure read from
+   registered host memory, with the device structure tier the placement gives 25% of the
+   structure bytes, and with all of it on the device, against graphtier's CPU sampler on this
+   machine's cores; and whole batches made on one stream (sample, then gather from the host
+   tier) against the CPU sampler alone. Batches are checked bit-identical to the CPU sampler's.
 """
 
 from __future__ import annotations
@@ -138,13 +143,19 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
             ids = torch.randint(0, rows, (n,), device="cuda")
             sorted_ids, positions = torch.sort(ids)
             out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
-            for label, share in (("full", None), ("sm10pct", 0.1)):
-                gather = CudaGather(tiers, sm_share=share)
+            # "capped": the default grid (GATHER_MAX_THREADS in flight); "full": every SM's threads
+            grids = (("capped", {}), ("full", {"max_threads": None}), ("sm10pct", {"sm_share": 0.1}))
+            for label, grid in grids:
+                gather = CudaGather(tiers, **grid)
                 t = timed(partial(gather.launch, sorted_ids, positions, out, n))
                 res[f"host_gather_{row_bytes}B_{label}_GBps"] = round(n * row_bytes / t / 1e9, 2)
                 res[f"host_gather_{row_bytes}B_{label}_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
             t = timed(lambda tiers=tiers, ids=ids, out=out: CudaGather(tiers).gather(ids, out), reps=3)
             res[f"host_gather_{row_bytes}B_with_sort_and_counts_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
+            device_path = CudaGather(tiers)  # the GPU sampler's path: sort and launch, no read back
+            t = timed(lambda g=device_path, ids=ids, out=out: g.gather_device(ids, out), reps=3)
+            res[f"host_gather_{row_bytes}B_device_ids_vs_h2d"] = round(n * row_bytes / t / h2d, 3)
+            device_path.take_counts()
             # Correctness on a sample: the rows are what the CPU reads at those ids.
             check = ids[:4096].cpu()
             expect = host[: rows * (row_bytes // 4)].view(rows, row_bytes // 4)[check]
@@ -173,8 +184,8 @@ def host_tier_section(res: dict, host_gib: float, pcie: PcieCounter) -> None:
 
 
 def device_tier_section(res: dict) -> None:
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     row_bytes, nbytes = 512, 8 * GiB
     rows = nbytes // row_bytes
@@ -204,7 +215,9 @@ def device_tier_section(res: dict) -> None:
         out = torch.empty((n, row_bytes // 4), dtype=torch.float32, device="cuda")
         gather = CudaGather(tiers)
         t_gather = timed(partial(gather.launch, sorted_ids, positions, out, n))
+        t_full = timed(partial(CudaGather(tiers, max_threads=None).launch, sorted_ids, positions, out, n))
         t_copy = timed(partial(memcpy_async, out.data_ptr(), alloc.ptr, n * row_bytes, "d2d"))
+        res["device_gather_full_grid_vs_d2d_copy"] = round(t_copy / t_full, 3)
         t_torch = timed(partial(torch.index_select, view, 0, ids, out=out))
         res["device_gather_GBps_read_plus_write"] = round(2 * n * row_bytes / t_gather / 1e9, 1)
         res["device_d2d_copy_GBps_read_plus_write"] = round(2 * n * row_bytes / t_copy / 1e9, 1)
@@ -220,10 +233,10 @@ def device_tier_section(res: dict) -> None:
 def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> None:
     from rmat_fixture import RMatParams, load_or_build_rmat
 
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
     from graphtier.service.gpu.host_registry import host_registry
     from graphtier.service.hotness import ScoreSpec, compute_scores, reorder_by_score
+    from graphtier.service.memory.device_ipc import DeviceAllocation
     from graphtier.service.sampling import NeighborSampler
     from graphtier.service.shm import SegmentOwner
 
@@ -290,12 +303,96 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
         res["tiering_10pct_speedup_vs_0pct"] = round(
             res["tiering_0pct_gather_s_per_pass"] / res["tiering_10pct_gather_s_per_pass"], 3
         )
+        sampling_section(res, reordering.graph, perm, batches, host)
     finally:
         if alloc is not None:
             alloc.close()
         if reg is not None:
             host_registry().release(reg)
         owner.close()
+
+
+def sampling_section(res: dict, graph, perm: torch.Tensor, batches: int, host: torch.Tensor) -> None:  # noqa: ANN001
+    """Section 5 (see the module docstring), over the tiering section's graph, seeds and host features."""
+    from graphtier.service.gpu.batch_stream import DeviceBatchMaker
+    from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
+    from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.gpu.sampler import CudaNeighborSampler, StructureTiers
+    from graphtier.service.gpu.views import cuda_view
+    from graphtier.service.placement import PlacementPlan, TierBudgets
+    from graphtier.service.sampling import NeighborSampler
+
+    fanouts, n = [15, 10, 5], graph.num_nodes
+    seeds = [perm[i * 1024 : (i + 1) * 1024] for i in range(batches)]
+    cpu = NeighborSampler(graph, fanouts)
+    cpu.sample(seeds[0], seed=0)
+    t0 = time.perf_counter()
+    for i, batch in enumerate(seeds):
+        cpu.sample(batch, seed=i)
+    cpu_rate = batches / (time.perf_counter() - t0)
+    res["cpu_sampler_batches_per_s"] = round(cpu_rate, 1)
+    res["cpu_sampler_threads"] = torch.get_num_threads()
+    want = cpu.sample(seeds[1], seed=1)
+    regs = [
+        host_registry().register(t.data_ptr(), t.numel() * 8, f"bench {name}", read_only=False)
+        for name, t in (("colptr", graph.colptr), ("row", graph.row))
+    ]
+    try:
+        host_colptr = cuda_view(graph.colptr.data_ptr(), (n + 1,), torch.int64, 0, owner=graph.colptr)
+        host_row = cuda_view(graph.row.data_ptr(), (graph.num_edges,), torch.int64, 0, owner=graph.row)
+        structure_bytes = 8 * (n + 1 + graph.num_edges)
+        quarter = PlacementPlan.from_budgets(
+            TierBudgets(num_devices=1, structure_device_bytes=structure_bytes // 4),
+            num_nodes=n,
+            row_bytes=0,
+            colptr=graph.colptr,
+        ).structure_device_end
+        device_seeds = [batch.cuda() for batch in seeds]
+        structures = {}
+        for label, end in (("host_only", 0), ("structure_25pct", quarter), ("structure_all", n)):
+            edges = int(graph.colptr[end])
+            structure = StructureTiers(
+                device_colptr=graph.colptr[: end + 1].cuda(),
+                device_row=graph.row[:edges].cuda(),
+                host_colptr=host_colptr,
+                host_row=host_row,
+            )
+            structures[label] = structure
+            sampler = CudaNeighborSampler(structure, fanouts)
+            got = sampler.sample(seeds[1], seed=1)
+            same = all(torch.equal(getattr(got, k).cpu(), getattr(want, k)) for k in ("node_ids", "indptr", "indices"))
+            assert same, f"GPU sampler ({label}) differs from the CPU sampler"
+            t = timed(lambda s=sampler: [s.sample(b, seed=i) for i, b in enumerate(device_seeds)], reps=3)
+            res[f"gpu_sampler_{label}_batches_per_s"] = round(batches / t, 1)
+            res[f"gpu_sampler_{label}_vs_cpu_sampler"] = round(batches / t / cpu_rate, 2)
+        res["gpu_sampler_structure_25pct_device_nodes"] = quarter
+        row_bytes = host.shape[1] * 4
+        tiers = CudaFeatureTiers(
+            device=torch.device("cuda", 0),
+            replicated_end=0,
+            interleaved_end=0,
+            host_end=n,
+            num_rows=n,
+            num_devices=1,
+            device_index=0,
+            dtype=torch.float32,
+            row_shape=(host.shape[1],),
+            replicated_ptr=0,
+            interleaved_ptrs=(0,),
+            host_ptr=host.data_ptr(),
+        )
+        gather = CudaGather(tiers)
+        maker = DeviceBatchMaker(CudaNeighborSampler(structures["structure_25pct"], fanouts), gather)
+        out = torch.empty((n if n < 4 << 20 else 4 << 20, host.shape[1]), device="cuda")
+        t = timed(lambda: [maker.make(b, seed=i, out=out) for i, b in enumerate(device_seeds)], reps=3)
+        rows = gather.take_counts().host.rows
+        res["one_stream_batches_per_s"] = round(batches / t, 1)
+        res["one_stream_vs_cpu_sampler"] = round(batches / t / cpu_rate, 2)
+        res["one_stream_host_gib_per_s"] = round(rows / 4 * row_bytes / t / GiB, 2)  # 4 passes: warm-up + 3
+    finally:
+        torch.cuda.synchronize()
+        for reg in regs:
+            host_registry().release(reg)
 
 
 def main() -> int:

@@ -19,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pipeline_overhead import ensure_dataset  # noqa: E402
-from machine import cpu_model  # noqa: E402
-from rmat_fixture import REPO_ROOT  # noqa: E402
+from machine import bench_cache, cpu_model  # noqa: E402
 
 from graphtier.service.placement import PlacementPlan, TierBudgets  # noqa: E402
 from graphtier.service.prepared import PreparedDataset  # noqa: E402
@@ -42,7 +41,7 @@ def load_seconds(root: Path, name: str, verify: bool) -> tuple[float, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", type=Path, default=REPO_ROOT / ".bench-env" / "prepared")
+    p.add_argument("--root", type=Path, default=bench_cache("prepared"))
     p.add_argument("--scale", type=int, default=21)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()

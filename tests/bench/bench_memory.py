@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 import torch
-from machine import cpu_model
+from machine import bench_cache, cpu_model
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.jobs.spec import JobSpec
@@ -390,7 +390,7 @@ def main() -> int:
     p.add_argument(
         "--dataset-root",
         type=Path,
-        default=REPO_ROOT / ".bench-env" / "prepared",
+        default=bench_cache("prepared"),
         help="prepared datasets (rmat20 / rmat14 are prepared here when missing)",
     )
     p.add_argument("--scale", type=int, default=20)
@@ -423,7 +423,7 @@ def main() -> int:
         },
         source="bench_memory",
     )
-    runtime_dir = Path(tempfile.mkdtemp(prefix="gt-benchmem-", dir="/tmp"))
+    runtime_dir = Path(tempfile.mkdtemp(prefix="gt-benchmem-"))
     sampler = TreeSampler(start_daemon(runtime_dir, args.dataset_root), args.interval)
     try:
         sampler.start()

@@ -72,7 +72,7 @@ def main() -> int:
     from graphtier.launcher.client import DaemonClient
     from graphtier.service.prepared import PrepareConfig, prepare_dataset
 
-    base = Path(tempfile.mkdtemp(prefix="gt-bmn-", dir="/tmp"))
+    base = Path(tempfile.mkdtemp(prefix="gt-bmn-"))
     nodes = []
     try:
         prepare_dataset(

@@ -21,7 +21,7 @@ reports (rows read, window hits, requests, queue depth, bandwidth) and the cgrou
 Targets: (c) >= 0.5x (a) and >= 3x (b).
 
 Run: python tests/bench/bench_out_of_core_job.py [--scale 20] [--feature-dim 1024] [--window 4]
-     [--host-budget auto] [--limit auto] [--root .bench-env/ooc]
+     [--host-budget auto] [--limit auto] [--root $TMPDIR/graphtier-bench/ooc/datasets]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import cpu_model  # noqa: E402
+from machine import bench_cache, cpu_model  # noqa: E402
 from memory_limit import MemoryLimit, unavailable  # noqa: E402
 
 from graphtier.contract.datasets import BudgetSpec  # noqa: E402
@@ -121,7 +121,7 @@ def drop_cache(path: Path) -> None:
 def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, limit: MemoryLimit | None) -> Outcome:
     """Start a daemon (inside `limit` when given), run `spec` to its end, read its figures, stop the daemon."""
     drop_cache(dataset.array_path("features"))
-    run_dir = Path(tempfile.mkdtemp(prefix=f"gt-ooc-{label}-", dir="/tmp"))
+    run_dir = Path(tempfile.mkdtemp(prefix=f"gt-ooc-{label}-"))
     log = open(run_dir / "daemon.out", "w")  # noqa: SIM115  (closed below)
     daemon = subprocess.Popen(
         [
@@ -183,7 +183,7 @@ def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, lim
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", type=Path, default=REPO_ROOT / ".bench-env" / "ooc" / "datasets")
+    p.add_argument("--root", type=Path, default=bench_cache("ooc", "datasets"))
     p.add_argument("--scale", type=int, default=20)
     p.add_argument("--feature-dim", type=int, default=1024)
     p.add_argument("--limit", default="auto", help="memory limit of daemon + job; auto = half the feature bytes")

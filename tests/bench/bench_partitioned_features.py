@@ -38,13 +38,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from machine import cpu_model
+from machine import bench_cache, cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "service" / "daemon" / "cluster"))
 from cluster_nodes import start_daemon_processes  # noqa: E402
 
-CACHE = REPO_ROOT / ".bench-env" / "prepared"
+CACHE = bench_cache("prepared")
 STAND_IN_S = 0.2
 
 # The stand-in model: per batch, sleep STAND_IN_S and count a step; each rank writes its step times.
@@ -70,7 +70,7 @@ with loader.connect() as job:
 
 
 def prepare(scale: int, feature_dim: int) -> Path:
-    """The prepared R-MAT dataset, cached under .bench-env/prepared."""
+    """The prepared R-MAT dataset, cached under $TMPDIR/graphtier-bench/prepared."""
     from graphtier.service.hotness import ScoreSpec
     from graphtier.service.prepared import PrepareConfig, prepare_dataset
 
@@ -160,7 +160,7 @@ def main() -> int:
     dataset = prepare(scale, args.feature_dim)
     prepared = PreparedDataset.open(dataset.name, dataset.parent)
     num_rows, row_bytes = prepared.manifest.num_nodes, args.feature_dim * 4
-    base = Path(tempfile.mkdtemp(prefix="gt-bpf-", dir="/tmp"))
+    base = Path(tempfile.mkdtemp(prefix="gt-bpf-"))
     script = base / "stand_in.py"
     script.write_text(STAND_IN)
     nodes = []

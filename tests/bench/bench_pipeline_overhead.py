@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from machine import cpu_model
+from machine import bench_cache, cpu_model
 
 from graphtier.service.native_ops import native_available
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
@@ -67,7 +67,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", type=Path, default=REPO_ROOT / ".bench-env" / "prepared", help="prepared dataset root")
+    p.add_argument("--root", type=Path, default=bench_cache("prepared"), help="prepared dataset root")
     p.add_argument("--scale", type=int, default=20)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -95,7 +95,7 @@ def main() -> int:
     t0 = time.perf_counter()
     store = SharedDatasetStore(dataset, plan)
     load_s = time.perf_counter() - t0
-    channel_dir = Path(tempfile.mkdtemp(prefix="gtbench-", dir="/tmp"))
+    channel_dir = Path(tempfile.mkdtemp(prefix="gtbench-"))
     try:
         steps_needed = a.warmup + a.steps
         train = m.split_sizes["train"]

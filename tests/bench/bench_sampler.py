@@ -12,7 +12,7 @@ PyG runs on torch-sparse's ops only (pyg-lib cannot be installed on this machine
 tests/bench/baselines/setup_pyg.sh installs torch_geometric and builds those ops. Without
 them the bench prints graphtier's numbers alone and says how to get the baseline.
 
-Run: python tests/bench/bench_sampler.py [--scale 21] [--batches 30] [--quick]
+Run: python tests/bench/bench_sampler.py [--scale 21] [--batches 30] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from machine import cpu_model
+from machine import cpu_model, write_figures
 from rmat_fixture import DEFAULT_CACHE_DIR, REPO_ROOT, RMatParams, load_or_build_rmat
 
 from graphtier.contract.errors import GraphtierError
@@ -239,6 +239,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--torch-batches", type=int, default=5, help="timed batches for graphtier's torch backend (0 skips it)"
     )
     p.add_argument("--quick", action="store_true", help="scale 16 and 10 batches (smoke test)")
+    p.add_argument("--json", help="also write the figures as JSON here")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where the graph is cached")
     p.add_argument(
         "--ts-ops",
@@ -310,6 +311,15 @@ def main(argv: list[str] | None = None) -> int:
     if headline is None:
         print("graphtier's sampler did not run", file=sys.stderr)
         return 1
+    load = round(os.getloadavg()[0], 2)
+    figures: list[dict[str, object]] = [
+        {
+            "name": f"{headline.name} median batch",
+            "value": round(headline.median_ms, 2),
+            "unit": "ms",
+            "load_average": load,
+        }
+    ]
     if reference is not None:
         ratio = headline.batches_per_s / reference.batches_per_s
         verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
@@ -318,6 +328,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{verdict}); median-batch {reference.median_ms / headline.median_ms:.1f}x, "
             f"best-batch {reference.min_ms / headline.min_ms:.1f}x"
         )
+        figures.append(
+            {
+                "name": f"sampler, R-MAT scale {args.scale}, batches/s",
+                "value": round(ratio, 1),
+                "unit": "x",
+                "baseline": "PyG NeighborLoader",
+                "target": TARGET_RATIO,
+                "load_average": load,
+            }
+        )
+    write_figures(
+        args.json,
+        "sampler",
+        figures,
+        command=f"python tests/bench/bench_sampler.py --scale {args.scale} --batches {args.batches}",
+    )
     return 0
 
 

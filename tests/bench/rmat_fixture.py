@@ -4,7 +4,7 @@ Same generator and parameters as the reference baseline script (`rmat_graph.py`:
 edge factor 12, a=.57 b=.19 c=.19, seed 0, random relabel, self loops dropped, symmetrised,
 deduplicated), so graphtier's figures and the quoted PyG/DGL figures are on the same graph
 (about 2M nodes / 48M edges at scale 21). Building it takes about a minute on 2 cores, so
-benches share one cached copy under `.bench-env/graphs/`.
+benches share one cached copy under `$TMPDIR/graphtier-bench/graphs/`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from machine import bench_cache
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.graph import CSCGraph, build_csc
 from graphtier.service.sources.synthetic import rmat_edges as synthetic_rmat_edges
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CACHE_DIR = REPO_ROOT / ".bench-env" / "graphs"
+DEFAULT_CACHE_DIR = bench_cache("graphs")
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,35 @@ def test_the_sampler_survives_the_wire_and_a_cpu_jobs_auto_is_cpu(device, sample
     assert spec_from_proto(jobs_pb2.JobSpec(dataset="d", model=jobs_pb2.MODEL_SAGE)).sampler == "cpu"  # empty = auto
 
 
+@pytest.mark.parametrize(
+    ("device", "mps", "share", "recorded"),
+    [("cuda", "manage", 25.5, "manage"), ("cuda", "auto", 10.0, "auto"), ("cpu", "auto", 3.0, "off")],
+)
+def test_the_mps_mode_and_sm_share_survive_the_wire_and_a_cpu_jobs_auto_is_off(device, mps, share, recorded):
+    from datetime import datetime, timezone
+
+    from graphtier.contract.jobs.conversions import job_from_proto, job_to_proto, spec_from_proto, spec_to_proto
+    from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.contract.jobs.state import JobState
+    from graphtier.contract.jobs.view import JobInfo
+
+    spec = JobSpec(dataset="d", device=device, mps=mps, producer_sm_share=share)
+    assert spec.mps == recorded
+    back = spec_from_proto(jobs_pb2.JobSpec.FromString(spec_to_proto(spec).SerializeToString()))
+    assert back == spec and (back.mps, back.producer_sm_share) == (recorded, share)
+    bare = spec_from_proto(jobs_pb2.JobSpec(dataset="d", model=jobs_pb2.MODEL_SAGE))
+    assert (bare.mps, bare.producer_sm_share) == ("off", 10.0)  # empty = auto (resolved for a cpu job), 0 = 10%
+    job = JobInfo(
+        job_id="3",
+        spec=spec,
+        state=JobState.RUNNING,
+        message="",
+        created_at=datetime.now(timezone.utc),
+        gpu_share="producers under MPS (manage) at 25.5% of the SMs: the daemon's own control daemon",
+    )
+    assert job_from_proto(jobs_pb2.Job.FromString(job_to_proto(job).SerializeToString())).gpu_share == job.gpu_share
+
+
 def test_a_gpu_sampler_on_a_cpu_job_is_refused_naming_both():
     from graphtier.contract.errors import InvalidRequestError
     from graphtier.contract.jobs.spec import JobSpec
@@ -231,11 +260,22 @@ def _channel_layout() -> channels_pb2.ChannelLayout:
             index=k,
             generation=k,
             capacity=channels_pb2.SlotCapacity(nodes=5000, edges=20000, expanded=1200),
-            node_ids=_segment(f"slot{k}", [5000], "int64"),
-            indptr=_segment(f"slot{k}", [1201], "int64", offset=40000),
-            indices=_segment(f"slot{k}", [20000], "int64", offset=49608),
-            labels=_segment(f"slot{k}", [1024], "int64", offset=209608),
-            features=_segment(f"slot{k}", [5000, 128], "float32", offset=217800),
+            memory=common_pb2.MemoryHandle(
+                location="device",
+                mechanism="vmm_fd",
+                nbytes=2777800,
+                owner_pid=4242,
+                export_socket="/run/graphtier/channels/job7-rank1/memory.sock",
+                export_id=f"job7-rank1-s{k}-g{k}",
+                pci_bus_id="0000:18:00.0",
+            ),
+            node_ids=common_pb2.Region(offset=0, shape=[5000], dtype="int64"),
+            indptr=common_pb2.Region(offset=40000, shape=[1201], dtype="int64"),
+            indices=common_pb2.Region(offset=49608, shape=[20000], dtype="int64"),
+            labels=common_pb2.Region(offset=209608, shape=[1024], dtype="int64"),
+            features=common_pb2.Region(offset=217800, shape=[5000, 128], dtype="float32"),
+            ready_event="ab" * 64,
+            released_event="cd" * 64,
         )
         for k in range(2)
     ]
@@ -270,6 +310,7 @@ def test_channel_layout_round_trips():
     assert [s.index for s in back.slots] == [0, 1]
     assert list(back.slots[1].features.shape) == [5000, 128] and back.slots[1].features.dtype == "float32"
     assert back.slots[0].features.offset == 217800
+    assert back.slots[1].memory.mechanism == "vmm_fd" and back.slots[1].ready_event == "ab" * 64
     assert channels_pb2.ChannelSlot().HasField("features") is False  # a featureless slot is distinguishable
     assert json_format.Parse(json_format.MessageToJson(layout), channels_pb2.ChannelLayout()) == layout
 

@@ -15,12 +15,14 @@ class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TIER_HOST: _ClassVar[Tier]
     TIER_STORAGE: _ClassVar[Tier]
     TIER_STRUCTURE_DEVICE: _ClassVar[Tier]
+    TIER_STRUCTURE_HOST: _ClassVar[Tier]
 TIER_UNSPECIFIED: Tier
 TIER_DEVICE_REPLICATED: Tier
 TIER_DEVICE_INTERLEAVED: Tier
 TIER_HOST: Tier
 TIER_STORAGE: Tier
 TIER_STRUCTURE_DEVICE: Tier
+TIER_STRUCTURE_HOST: Tier
 
 class SegmentRef(_message.Message):
     __slots__ = ("name", "offset", "shape", "dtype")
@@ -34,25 +36,49 @@ class SegmentRef(_message.Message):
     dtype: str
     def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
 
+class MemoryHandle(_message.Message):
+    __slots__ = ("location", "mechanism", "nbytes", "owner_pid", "shm_name", "ipc_handle", "export_socket", "export_id", "pci_bus_id")
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    OWNER_PID_FIELD_NUMBER: _ClassVar[int]
+    SHM_NAME_FIELD_NUMBER: _ClassVar[int]
+    IPC_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_SOCKET_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    location: str
+    mechanism: str
+    nbytes: int
+    owner_pid: int
+    shm_name: str
+    ipc_handle: str
+    export_socket: str
+    export_id: str
+    pci_bus_id: str
+    def __init__(self, location: _Optional[str] = ..., mechanism: _Optional[str] = ..., nbytes: _Optional[int] = ..., owner_pid: _Optional[int] = ..., shm_name: _Optional[str] = ..., ipc_handle: _Optional[str] = ..., export_socket: _Optional[str] = ..., export_id: _Optional[str] = ..., pci_bus_id: _Optional[str] = ...) -> None: ...
+
+class Region(_message.Message):
+    __slots__ = ("offset", "shape", "dtype")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    def __init__(self, offset: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+
 class DeviceTierRef(_message.Message):
-    __slots__ = ("tier", "slot", "pci_bus_id", "kind", "handle", "nbytes", "rows", "owner_pid")
+    __slots__ = ("tier", "slot", "rows", "memory")
     TIER_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
-    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
-    HANDLE_FIELD_NUMBER: _ClassVar[int]
-    NBYTES_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
-    OWNER_PID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     tier: str
     slot: int
-    pci_bus_id: str
-    kind: str
-    handle: str
-    nbytes: int
     rows: int
-    owner_pid: int
-    def __init__(self, tier: _Optional[str] = ..., slot: _Optional[int] = ..., pci_bus_id: _Optional[str] = ..., kind: _Optional[str] = ..., handle: _Optional[str] = ..., nbytes: _Optional[int] = ..., rows: _Optional[int] = ..., owner_pid: _Optional[int] = ...) -> None: ...
+    memory: MemoryHandle
+    def __init__(self, tier: _Optional[str] = ..., slot: _Optional[int] = ..., rows: _Optional[int] = ..., memory: _Optional[_Union[MemoryHandle, _Mapping]] = ...) -> None: ...
 
 class StorageTierRef(_message.Message):
     __slots__ = ("path", "offset_bytes", "first_row", "rows", "row_shape", "dtype")

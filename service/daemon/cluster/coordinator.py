@@ -57,7 +57,7 @@ def check_dataset_versions(dataset: str, nodes: list[NodeInfo]) -> str:
             )
         if theirs.version != mine.version:
             raise DaemonError(
-                f"node {node.describe()} has dataset {dataset!r} version {theirs.version[:16]} (manifest sha256), "
+                f"node {node.describe()} has dataset {dataset!r} version {theirs.version[:16]} (its content's hash), "
                 f"this node {me.describe()} version {mine.version[:16]}: a multi-node job trains on one version; "
                 f"`graphtier dataset push {dataset} --to {node.name} --replace` sends this node's"
             )

@@ -1,13 +1,13 @@
 """Moving a prepared dataset to another node: `send_dataset` streams it, `DatasetReceiver` writes it.
 
-The stream is a header (name, version = sha256 of manifest.json, each file's name, size and
-sha256 as the manifest records it) followed by every file's bytes in order, in chunks of
-CHUNK_BYTES; manifest.json comes last. The receiver writes into a `.tmp-<name>-<pid>-*`
-directory beside the dataset root's datasets (the same temporaries `dataset prepare` uses, so a
-daemon killed mid-transfer leaves nothing the next one does not remove), checks each file's
-sha256 as its last byte arrives and the manifest against the header, and only then renames the
-directory into place. A cut connection, a short or long file, a wrong checksum: the temporary
-directory is removed and nothing appears under the dataset's name.
+The stream is a header (name, version = the hash of the dataset's content, `dataset_version`;
+each file's name, size and sha256 as the manifest records it, manifest.json's its own) followed
+by every file's bytes in order, in chunks of CHUNK_BYTES; manifest.json comes last. The receiver
+writes into a `.tmp-<name>-<pid>-*` directory beside the dataset root's datasets (the same
+temporaries `dataset prepare` uses, so a daemon killed mid-transfer leaves nothing the next one
+does not remove), checks each file's sha256 as its last byte arrives and the manifest against the
+header, and only then renames the directory into place. A cut connection, a short or long file, a
+wrong checksum: the temporary directory is removed and nothing appears under the dataset's name.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _fsync(path: Path) -> None:
 
 def dataset_files(directory: Path) -> tuple[str, list[cluster_pb2.DatasetFile]]:
     """(version, files) of the prepared dataset in `directory`: every array the manifest lists with
-    its recorded sha256, then manifest.json itself (whose sha256 is the version)."""
+    its recorded sha256, then manifest.json itself with its file's sha256."""
     try:
         manifest = read_manifest(directory)
     except PreparedDatasetError as exc:
@@ -68,7 +68,9 @@ def dataset_files(directory: Path) -> tuple[str, list[cluster_pb2.DatasetFile]]:
     ]
     files.append(
         cluster_pb2.DatasetFile(
-            name=MANIFEST_FILE, size_bytes=(directory / MANIFEST_FILE).stat().st_size, sha256=version
+            name=MANIFEST_FILE,
+            size_bytes=(directory / MANIFEST_FILE).stat().st_size,
+            sha256=hashlib.sha256((directory / MANIFEST_FILE).read_bytes()).hexdigest(),
         )
     )
     return version, files
@@ -206,7 +208,7 @@ class DatasetReceiver:
 
     @staticmethod
     def _check_manifest(header: cluster_pb2.DatasetHeader, tmp: Path) -> None:
-        if hashlib.sha256((tmp / MANIFEST_FILE).read_bytes()).hexdigest() != header.version:
+        if dataset_version(tmp) != header.version:
             raise DatasetTransferError(f"dataset stream {header.name!r}: manifest does not match the version sent")
         try:
             manifest = read_manifest(tmp)

@@ -2,8 +2,10 @@
 
 The coordinating daemon (node rank 0) keeps a `CoordinatedParts`: every second it asks each peer
 how its part is (GetJob); a part that failed or was cancelled there, or a node that has not
-answered for `peer_timeout_s`, fails the whole job naming the node. When its own part ends, every
-peer part still running is cancelled (`job cancel` on the coordinator stops every node). A
+answered for `peer_timeout_s`, fails the whole job naming the node. A node whose daemon stops
+answering is named first, even before the timeout, when another node's part (or this one's) fails
+meanwhile: a lost node's ranks take the others' collectives down, and their gloo errors follow.
+When its own part ends, every peer part still running is cancelled (`job cancel` on the coordinator stops every node). A
 member daemon keeps a `MemberPart`: it watches the coordinator's job the same way, so a lost
 coordinator ends the member's part within the timeout instead of leaving it waiting. Both plug
 into the job manager's supervision as `PartHooks`.
@@ -123,16 +125,37 @@ class CoordinatedParts:
         return remotes
 
     def _problem(self, remotes: list[_Remote]) -> str | None:
+        """Why the job fails now, naming the node at fault: a node lost past the peer timeout; else a node
+        whose part failed -- unless another node's daemon has stopped answering, which is then the cause
+        (a lost node's ranks take the healthy nodes' collectives down with them: their gloo errors are
+        the symptom, not the fault)."""
         for remote in remotes:
             if remote.lost_for() > self.timeout_s:
                 return (
                     f"node {remote.where} was lost: its daemon has not answered for {remote.lost_for():.0f} s "
                     f"(peer timeout {self.timeout_s:g} s): {remote.error}"
                 )
+        for remote in remotes:
             job = remote.last
             if job is not None and job.state.final and job.state != JobState.SUCCEEDED:
-                return f"node {remote.where}: its part (job {remote.job_id} there) {job.state.value}: {job.message}"
+                part = f"(job {remote.job_id} there) {job.state.value}: {job.message}"
+                lost = self._unreachable(remotes)
+                if lost is not None and lost is not remote:
+                    return f"{self._lost(lost)}; then node {remote.where}'s part {part}"
+                return f"node {remote.where}: its part {part}"
         return None
+
+    @staticmethod
+    def _unreachable(remotes: list[_Remote]) -> _Remote | None:
+        """The node whose daemon stopped answering first, if any does not answer now."""
+        silent = [r for r in remotes if r.error]
+        return min(silent, key=lambda r: r.last_seen) if silent else None
+
+    def _lost(self, remote: _Remote) -> str:
+        return (
+            f"node {remote.where} was lost: its daemon stopped answering {self.me} "
+            f"{time.monotonic() - remote.last_seen:.0f} s ago ({remote.error})"
+        )
 
     def watch(self) -> str | None:
         return self._problem(self._poll())
@@ -150,9 +173,8 @@ class CoordinatedParts:
             if problem:
                 outcome, message = "failed", problem
         elif outcome == "failed":
-            problem = self._problem(remotes) or next(
-                (f"node {r.where} is unreachable: {r.error}" for r in remotes if r.error), None
-            )
+            lost = self._unreachable(remotes)
+            problem = self._problem(remotes) or (self._lost(lost) if lost is not None else None)
             if problem and problem not in message:
                 message = f"{problem}; on {self.me}: {message}"
         running = [r for r in remotes if r.last is None or not r.last.state.final]

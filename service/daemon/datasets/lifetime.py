@@ -1,16 +1,16 @@
 """How long a loaded dataset lives: its version, idle unloading and a shared-memory budget.
 
-A loaded copy is a *version* of a dataset: the sha256 of its manifest (which holds the sha256
-of every file). When `prepare --overwrite` or `dataset remove` changes what is on disk, the
-copy is retired: new jobs never get it (they get the new version, or a clear error if the
-dataset is gone) and it is unloaded once no unfinished job uses the name. Idle copies (no
-unfinished job) are unloaded after `idle_unload_s`, and least recently used idle copies make
-room when a load would pass the daemon's shared-memory budget.
+A loaded copy is a *version* of a dataset: a hash of its content (every file's sha256 and the
+preparation's parameters, `content_version`; never the manifest's timings). When `prepare
+--overwrite` or `dataset remove` changes what is on disk, the copy is retired: new jobs never get
+it (they get the new version, or a clear error if the dataset is gone) and it is unloaded once no
+unfinished job uses the name. Idle copies (no unfinished job) are unloaded after `idle_unload_s`,
+and least recently used idle copies make room when a load would pass the daemon's shared-memory
+budget.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +19,16 @@ from graphtier.contract.errors import SharedMemoryError
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.placement.tier_budget import parse_budget
 from graphtier.service.prepared import DatasetManifest
+from graphtier.service.prepared.digests import dataset_version
 
 SHM_DIR = "/dev/shm"
 
 
 def manifest_version(directory: Path) -> str | None:
-    """The version of the prepared dataset in `directory` (16 hex digits), None when it is gone."""
-    try:
-        return hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest()[:16]
-    except OSError:  # gone, not a directory, unreadable: no version to serve
-        return None
+    """The version of the prepared dataset in `directory` (16 hex digits of its content version,
+    `dataset_version`), None when it is gone or unreadable."""
+    version = dataset_version(directory)
+    return None if version is None else version[:16]
 
 
 def file_identity(path: Path) -> tuple[int, ...] | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphtier.contract.datasets import BudgetSpec, DatasetSummary, TierBytes, UnloadResult
 from graphtier.contract.errors import (
@@ -39,7 +40,11 @@ from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_da
 from graphtier.service.prepared.catalog import validate_name
 from graphtier.service.shm.naming import validate_label
 from graphtier.service.store import SharedDatasetStore
+from graphtier.service.store.handle import SharedDatasetHandle
 from graphtier.service.store.wire import DatasetLayoutInfo, LoadResult
+
+if TYPE_CHECKING:
+    from graphtier.service.store.device_tiers import DeviceStructureSet
 
 log = logging.getLogger("graphtier.daemon")
 
@@ -67,10 +72,28 @@ class LoadedDataset:
     version: str  # manifest_version of what was loaded
     storage_identity: tuple[int, ...] | None = None  # file_identity of the storage tier's file, if it has rows there
     last_used: float = 0.0  # time.monotonic() of the last load, layout or job on it
+    structure_tier: DeviceStructureSet | None = None  # the device structure tier on the tier GPUs
 
     @property
     def name(self) -> str:
         return self.manifest.name
+
+    @property
+    def handle(self) -> SharedDatasetHandle:
+        """The store's handle, with the device structure tier's allocations among the device tiers."""
+        handle = self.store.handle
+        if self.structure_tier is None or not self.structure_tier.refs:
+            return handle
+        return handle.model_copy(update={"device_tiers": (*handle.device_tiers, *self.structure_tier.refs)})
+
+    def close(self) -> None:
+        """Free the device structure tier, then the store's segments and device tiers."""
+        try:
+            if self.structure_tier is not None:
+                self.structure_tier.close()
+                self.structure_tier = None
+        finally:
+            self.store.close()
 
     @property
     def plan(self) -> PlacementPlan:
@@ -82,9 +105,9 @@ class LoadedDataset:
 
     def layout(self) -> DatasetLayoutInfo:
         plan = self.plan
-        sizes = plan.tier_sizes()
+        sizes = plan.tier_sizes(num_edges=self.manifest.num_edges)
         return DatasetLayoutInfo(
-            handle=self.store.handle,
+            handle=self.handle,
             tier_sizes=[TierBytes(tier=name, rows=size.rows, bytes=size.bytes) for name, size in sizes.items()],
             num_edges=self.manifest.num_edges,
             feature_dim=self.manifest.feature_dim,
@@ -231,7 +254,7 @@ class DatasetRegistry:
                 budget,
             )
             del self._loaded[victim.name]
-            victim.store.close()
+            victim.close()
         if held() + need > budget:
             raise over_budget(name, need, held(), budget, sorted(self._loaded))
 
@@ -242,31 +265,46 @@ class DatasetRegistry:
         with self._lock:
             for old in [d for d in self._retired if not self._users(d.name)]:
                 self._retired.remove(old)
-                old.store.close()
+                old.close()
                 closed.append(f"{old.name}@{old.version}")
             for loaded in list(self._loaded.values()):
                 if self._users(loaded.name):
                     loaded.last_used = now
                 elif self.policy.idle_unload_s and now - loaded.last_used > self.policy.idle_unload_s:
                     del self._loaded[loaded.name]
-                    loaded.store.close()
+                    loaded.close()
                     closed.append(loaded.name)
         for name in closed:
             log.info("unloaded %s (%s)", name, "retired version" if "@" in name else "idle")
         return closed
 
     def load(self, name: str, budgets: BudgetSpec | None = None) -> LoadResult:
-        """Load `name` with `budgets` (default: all in host memory), or return the loaded copy."""
+        """Load `name` with `budgets` (default: all in host memory), or return the loaded copy. A copy
+        placed by other budgets is unloaded and loaded again when no job uses it; while jobs use it,
+        DatasetConflictError names them and the ways on (every job shares one copy)."""
         budgets = budgets or BudgetSpec()
         with self._lock:
             loaded = self._current(name)
-            if loaded is not None:
-                if self._plan(budgets, loaded.store.dataset) != loaded.asked_plan:
+            if loaded is not None and self._plan(budgets, loaded.store.dataset) != loaded.asked_plan:
+                users = self._users(name)
+                if users:
                     raise DatasetConflictError(
                         f"dataset {name!r} is already loaded with another placement (budgets "
-                        f"{loaded.budgets.model_dump()}); every job shares one copy: use the same budgets, "
-                        f"or unload it first when no job uses it"
+                        f"{loaded.budgets.model_dump(exclude_none=True)}) and job(s) {', '.join(users)} use it; "
+                        "every job shares one copy: use the same budgets (or none, to share it as placed), or "
+                        "wait for those jobs to end (or cancel them): a copy no job uses is reloaded with the "
+                        "new budgets"
                     )
+                log.info(
+                    "reloading dataset %s: no job uses it, and budgets %s place it otherwise than %s",
+                    name,
+                    budgets.model_dump(exclude_none=True),
+                    loaded.budgets.model_dump(exclude_none=True),
+                )
+                del self._loaded[name]
+                loaded.store.close()
+                loaded = None
+            if loaded is not None:
                 loaded.last_used = time.monotonic()
                 return LoadResult(layout=loaded.layout(), already_loaded=True)
             self._check_name(name)
@@ -278,7 +316,19 @@ class DatasetRegistry:
             decision = self.gpus.decide(asked, name)
             self._make_room(name, resident_estimate(dataset.manifest, decision.plan))
             t0 = time.perf_counter()
-            store = SharedDatasetStore(dataset, decision.plan, devices=decision.devices, placement_notes=decision.notes)
+            store = SharedDatasetStore(
+                dataset,
+                decision.plan,
+                devices=decision.devices,
+                placement_notes=decision.notes,
+                device_memory=self.gpus.device_memory,
+                fd_exporter=self.gpus.fd_exporter(),
+            )
+            try:
+                structure_tier = self._place_structure(store, decision.devices)
+            except BaseException:
+                store.close()
+                raise
             log.info(
                 "loaded dataset %s in %.2f s (checksums of every served array verified, %.2f s of it)",
                 name,
@@ -294,9 +344,31 @@ class DatasetRegistry:
                 version=version or "unknown",
                 last_used=time.monotonic(),
                 storage_identity=storage_identity if store.handle.storage_features is not None else None,
+                structure_tier=structure_tier,
             )
             self._loaded[name] = loaded
             return LoadResult(layout=loaded.layout(), already_loaded=False)
+
+    def _place_structure(self, store: SharedDatasetStore, devices: tuple[int, ...]) -> DeviceStructureSet | None:
+        """The plan's device structure tier on `devices`, filled from the store's verified CSC
+        segments; None when there is none to place (no GPUs, or no structure budget)."""
+        plan = store.plan
+        if not devices or not plan.structure_device_end:
+            return None
+        from graphtier.service.shm import attach_tensor
+        from graphtier.service.store.device_tiers import DeviceStructureSet  # CUDA only when asked for
+
+        handle = store.handle
+        colptr, row = attach_tensor(handle.colptr), attach_tensor(handle.row)
+        return DeviceStructureSet(
+            plan,
+            colptr,
+            row,
+            devices,
+            handle.dataset,
+            mode=self.gpus.device_memory,
+            exporter=self.gpus.fd_exporter(),
+        )
 
     def get(self, name: str) -> LoadedDataset:
         with self._lock:
@@ -335,7 +407,7 @@ class DatasetRegistry:
                 self._cancel(users, f"dataset {name!r} was unloaded")
             released = loaded.resident_bytes
             del self._loaded[name]
-            loaded.store.close()
+            loaded.close()
             log.info("unloaded %s (asked)", name)
             return UnloadResult(released_bytes=released, cancelled_job_ids=users)
 
@@ -356,8 +428,9 @@ class DatasetRegistry:
         with self._lock:
             names = sorted(self._loaded)
             for name in names:
-                self._loaded.pop(name).store.close()
+                self._loaded.pop(name).close()
             for old in self._retired:
-                old.store.close()
+                old.close()
             self._retired.clear()
+            self.gpus.close()
             return names

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from graphtier.contract.datasets import BudgetSpec
-from graphtier.contract.errors import DaemonError, InvalidRequestError
+from graphtier.contract.errors import DaemonError, InvalidRequestError, PreparedDatasetError
 from graphtier.contract.jobs.conversions import job_to_proto
 from graphtier.contract.jobs.directory import job_directory, job_log_path, job_spec_path
 from graphtier.contract.jobs.progress import Phase
@@ -45,12 +45,14 @@ from graphtier.service.daemon.jobs.job_view import (
     rank_infos,
     stored_job,
 )
+from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
 from graphtier.service.daemon.jobs.notes import check_link_dataset, spec_notes
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.service.prepared.catalog import read_manifest
 from graphtier.service.store.wire import DatasetLayoutInfo
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class _Job:
     last_progress: JobProgressInfo | None = None
     notes: list[str] = field(default_factory=list)
     part: PartHooks | None = None  # a part of a multi-node job: how it watches the other nodes
+    gpu_share: GpuShare | None = None  # how its producers share the GPUs with its ranks
 
 
 def check_script(script: Path) -> None:
@@ -84,6 +87,14 @@ def check_script(script: Path) -> None:
         raise InvalidRequestError(f"script {script}: not a file")
     if not os.access(script, os.R_OK):
         raise InvalidRequestError(f"script {script}: not readable by the daemon (uid {os.getuid()})")
+
+
+def _split_rule(directory: Path) -> object:
+    """How the prepared dataset in `directory` got its split (the manifest's record), or None."""
+    try:
+        return read_manifest(directory).source_description.get("split")
+    except PreparedDatasetError:
+        return None  # no readable dataset: loading it says why
 
 
 class JobManager:
@@ -99,8 +110,10 @@ class JobManager:
         stall_timeout_s: float = 60.0,
         admission: Admission | None = None,
         keep_checkpoints: bool = False,
+        mps: MpsControl | None = None,
     ) -> None:
         self.runtime_dir = Path(runtime_dir)
+        self.mps = mps or MpsControl(self.runtime_dir)  # how CUDA jobs' producers share the GPUs
         self.stall_timeout_s = stall_timeout_s
         self.table, self.datasets, self.tracker = jobs, datasets, tracker
         self.partitions = PartitionCopies(datasets.root)  # partitioned jobs' rows on this node (FetchRows)
@@ -163,6 +176,8 @@ class JobManager:
     def _submit(
         self, spec: JobSpec, hooks: Callable[[str], PartHooks] | None, launch: ExternalLaunch | None = None
     ) -> JobInfo:
+        gpu_share = self.mps.decide(spec)  # a mode this machine cannot give is refused before anything runs
+        spec = spec.model_copy(update={"mps": gpu_share.mode})  # recorded resolved
         if spec.device == "cuda" and torch.cuda.device_count() < spec.nproc_per_node:
             raise InvalidRequestError(
                 f"job spec: device 'cuda' needs one CUDA device per rank, but this machine's torch sees "
@@ -175,6 +190,15 @@ class JobManager:
             )
         if spec.script:
             check_script(Path(spec.script))
+        # a link job trains and evaluates on the edge split (chosen by --edge-split), not the node split
+        unchosen = _split_rule(self.datasets.root / spec.dataset) if spec.task == "node" else None
+        if isinstance(unchosen, dict) and unchosen.get("asked") is False:
+            raise InvalidRequestError(
+                f"dataset {spec.dataset!r} has no split of its own, and nobody chose the random one it was "
+                "prepared with (10/5/10 by default): prepare it again with the data's split (--split FILE), "
+                "fractions (--train-fraction/--val-fraction/--test-fraction, --split-seed), or --default-split "
+                "to accept it"
+            )
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
             loaded = self.datasets.layout(spec.dataset)  # no budgets asked: share the copy as it is placed
         elif spec.budgets is None and spec.features == "partitioned" and hooks is not None:
@@ -213,13 +237,20 @@ class JobManager:
             placement=part.placement if part else None,
             external=external,
             partition=partition,
+            device_memory=self.datasets.gpus.device_memory,
+            gpu_share=gpu_share,
         )
-        job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part)
+        job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part, gpu_share=gpu_share)
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(
             JobRecord(
-                job_id=job_id, dataset=spec.dataset, world_size=spec.world_size, name=spec.name, token=runner.job_token
+                job_id=job_id,
+                dataset=spec.dataset,
+                world_size=spec.world_size,
+                name=spec.name,
+                token=runner.job_token,
+                gpu_share=gpu_share.describe(),
             ),
             spec_json=spec.model_dump_json(),
         )
@@ -271,11 +302,14 @@ class JobManager:
         self._move(job_id, job, JobState.STARTING)
         outcome, message, _ = "failed", "the job's supervisor crashed", None
         try:
+            if job.gpu_share is not None:
+                self.mps.acquire(job_id, job.gpu_share)  # a managed MPS control daemon runs while jobs need it
             outcome, message, _ = job.runner.run(lambda: self._tick(job_id, job))
         except Exception as exc:  # a bug: the job must still end, and say why
             log.exception("job %s: supervisor failed", job_id)
             message = f"the job's supervisor failed: {exc!r}"
         finally:
+            self.mps.release(job_id)
             self._tick(job_id, job)
             outcome, message = self._end_part(job_id, job, outcome, message)
             self._prune_checkpoints(job, JobState(outcome))  # before the end is visible: no path that then vanishes
@@ -371,6 +405,7 @@ class JobManager:
             restarts=job.runner.restarts,
             log_path=str(job.runner.log_path),
             notes=list(job.notes),
+            gpu_share=record.gpu_share,
         )
         return info if job.part is None else job.part.decorate(info)
 
@@ -439,3 +474,4 @@ class JobManager:
         for _, job in jobs:
             job.done.wait(CANCEL_WAIT_S)
         self.partitions.close()
+        self.mps.close()  # its managed control daemon, if one runs, stops with the jobs

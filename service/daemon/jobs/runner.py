@@ -50,6 +50,8 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
 from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
+from graphtier.service.daemon.jobs.mps import GpuShare
+from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline import (
     ChannelError,
     ChannelLayout,
@@ -166,8 +168,12 @@ class JobRunner:
         placement: JobPlacementInfo | None = None,
         external: ExternalAgent | None = None,
         partition: PartitionedFeatures | None = None,
+        device_memory: DeviceMemoryMode = "ipc",
+        gpu_share: GpuShare | None = None,
     ) -> None:
         self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.device_memory = device_memory  # how a cuda job's device slots are shared with its ranks
+        self.gpu_share = gpu_share  # MPS or a grid cap for the producers (service/daemon/jobs/mps.py)
         self.placement, self.external = placement, external
         self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons
         self.lazy_producers = placement is not None or external is not None
@@ -222,8 +228,14 @@ class JobRunner:
                 else None
             ),
             sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
-            # a GPU-sampling producer samples on its rank's GPU (cuda:LOCAL_RANK under torchrun)
-            device_index=rank % self.spec.nproc_per_node if self.spec.sampler == "gpu" else 0,
+            # a cuda job's producer gathers into slots on its rank's GPU (cuda:LOCAL_RANK under torchrun)
+            device=self.spec.device,
+            device_memory=self.device_memory,
+            gpu_env=self.gpu_share.producer_env() if self.gpu_share is not None else {},
+            grid_share=self.gpu_share.grid_share if self.gpu_share is not None else None,
+            device_index=rank % self.spec.nproc_per_node
+            if self.spec.device == "cuda" or self.spec.sampler == "gpu"
+            else 0,
         )
         try:
             producer = spawn_producer(config)
@@ -317,7 +329,7 @@ class JobRunner:
             parents = {p.pid for p in psutil.Process(pid).parents()}
         except psutil.Error:
             parents = set()
-        if agent is None or agent not in parents:
+        if agent is None or (agent not in parents and pid != agent):  # a plain `python train.py` is its own agent
             raise DaemonError(
                 f"job {self.job_id}: trainer pid {pid} is not a rank of this job (not a child of its "
                 f"torchrun agent, pid {agent})"
@@ -417,6 +429,7 @@ class JobRunner:
             JOB_ID_ENV: self.job_id,
             RUNTIME_DIR_ENV: str(self.runtime_dir),
             JOB_TOKEN_ENV: self.job_token,
+            **(self.gpu_share.rank_env() if self.gpu_share is not None else {}),
         }
         self._tails[None] = _Tail(self.log_path)
         self.torchrun = ForkedProcess(

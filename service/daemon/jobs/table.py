@@ -207,6 +207,7 @@ class JobRecord:
     started_at: datetime | None = None  # when it left the queue (STARTING)
     finished_at: datetime | None = None
     cancel_requested: bool = False
+    gpu_share: str = ""  # how the producers share the GPUs and why (GpuShare.describe); not kept past a restart
     # Handed to the job's own processes only (JOB_TOKEN_ENV); progress reports must carry it.
     token: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 

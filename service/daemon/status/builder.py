@@ -219,6 +219,7 @@ class StatusBuilder:
             batches_per_second=trained,
             produced_batches_per_second=produced,
             producer_lag_batches=max((r.producer_lag_batches for r in ranks), default=0),
+            gpu_share=record.gpu_share,
             val_accuracy=evaluated[0].val_accuracy if evaluated else None,
             test_accuracy=evaluated[0].test_accuracy if evaluated else None,
             link_metrics=dict(linked[0].eval_metrics) if linked else {},

@@ -100,7 +100,7 @@ function render(s){
   draw("c_hit",["hit"],pct); legend("l_hit",["hit"],point,pct);
   const links=["local","nvlink","pcie","storage","network"].concat(measuredGpus.length?["pcie_measured"]:[]);
   draw("c_link",links,x=>human(x)+"/s"); legend("l_link",links,point,x=>human(x)+"/s");
-  const tierNames=["device_replicated","device_interleaved","host","storage","structure_device"];
+  const tierNames=["device_replicated","device_interleaved","host","storage","structure_device","structure_host"];
   document.getElementById("datasets").innerHTML="<tr><th>dataset</th><th>nodes</th><th>edges</th><th>resident</th>"+
     tierNames.map(t=>`<th>${t}</th>`).join("")+"<th>jobs</th></tr>"+
     s.datasets.map(d=>{const by=Object.fromEntries(d.tiers.map(t=>[t.tier,t]));

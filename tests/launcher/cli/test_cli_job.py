@@ -42,14 +42,15 @@ def running_daemon(cli, tmp_path, small_rmat):
         reclaim_stale_segments()
 
 
-# Runs the CLI with torch and the daemon's modules made unimportable: the control commands talk
-# to the daemon through the contract package alone (issue 11: they answer in well under a second).
+# Runs the CLI with torch, numpy and the daemon's modules made unimportable: the control commands
+# talk to the daemon through the contract package alone and answer in a fraction of a second
+# (numpy alone costs them a tenth of one; bench_cli_latency.py measures them).
 _WITHOUT_TORCH = """
 import sys
 
 class Refuse:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "torch" or name.startswith("graphtier.service.daemon"):
+        if name.split(".")[0] in ("torch", "numpy") or name.startswith("graphtier.service.daemon"):
             raise ImportError(f"{name} imported by a control command")
 
 sys.meta_path.insert(0, Refuse())
@@ -91,7 +92,7 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 
 
-def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
+def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon, small_rmat):
     run = running_daemon
     spec = tmp_path / "job.yaml"
     spec.write_text(
@@ -139,6 +140,8 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon):
         assert plain.returncode == 0, f"graphtier {' '.join(command)}: {plain.stderr}"
     plain = run_without_torch_or_daemon_code("job", "status", job_id, "--runtime-dir", run)
     assert f"job {job_id} [succeeded] gcn on rmat12" in plain.stdout + plain.stderr
+    listed = run_without_torch_or_daemon_code("dataset", "list", "--out", small_rmat.directory.parent, "--json")
+    assert listed.returncode == 0 and "rmat12" in [d["name"] for d in json.loads(listed.stdout)], listed.stderr
 
     again = cli("job", "cancel", job_id, "--runtime-dir", run)
     assert again.exit_code == 1 and f"job '{job_id}' has already ended (succeeded)" in again.output
@@ -203,3 +206,66 @@ def test_demo_runs_end_to_end(tmp_path):
     assert ("the daemon sees no GPU: 2 CPU rank(s)" if not torch.cuda.is_available() else "cuda rank(s)") in out
     assert "val accuracy" in out and "feature traffic by tier" in out and "stopped graphtierd" in out
     assert not (tmp_path / "home" / "run" / "daemon.lock").exists()
+
+
+def test_producer_gpu_share_options_out_of_range_or_without_a_gpu_are_refused_in_one_line(cli, tmp_path):
+    run = tmp_path / "run"
+    for flags, message in (
+        (["--producer-sm-share", "0"], "producer_sm_share: Input should be greater than 0"),
+        (["--producer-sm-share", "150"], "producer_sm_share: Input should be less than or equal to 100"),
+        (["--mps", "use"], "mps 'use' shares the ranks' GPUs with their producers: it needs device cuda, not cpu"),
+        (["--mps", "sometimes"], "mps: Input should be 'auto', 'off', 'use' or 'manage'"),
+    ):
+        bad = cli("job", "submit", "--dataset", "rmat12", *flags, "--runtime-dir", run)
+        assert bad.exit_code == 2 and bad.output.count("\n") == 1 and message in bad.output, bad.output
+    spec = tmp_path / "job.yaml"
+    spec.write_text("dataset: rmat12\ndevice: cuda\nmps: manage\nproducer_sm_share: -5\n")
+    bad = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert bad.exit_code == 2 and "producer_sm_share: Input should be greater than 0" in bad.output
+
+
+def test_the_daemon_refuses_mps_it_cannot_give_before_anything_runs(cli, tmp_path, small_rmat, monkeypatch):
+    """No nvidia-cuda-mps-control on the daemon's PATH and no control daemon at its pipe directory:
+    `--mps manage` and `--mps use` are refused at submit, one line each, exit 2."""
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-mps"))
+    paths = os.environ["PATH"].split(os.pathsep)
+    without = [p for p in paths if p and not os.path.exists(os.path.join(p, "nvidia-cuda-mps-control"))]
+    monkeypatch.setenv("PATH", os.pathsep.join(without))
+    run = tmp_path / "run"
+    started = cli("cluster", "start", "--runtime-dir", run, "--dataset-root", small_rmat.directory.parent, "--json")
+    assert started.exit_code == 0, started.output
+    try:
+        for mode, message in (
+            ("manage", "mps 'manage' needs nvidia-cuda-mps-control on the daemon's PATH"),
+            ("use", f"mps 'use' needs a running MPS control daemon, but none is at {tmp_path / 'no-mps'}/control"),
+        ):
+            bad = cli("job", "submit", "--dataset", "rmat12", "--device", "cuda", "--mps", mode, "--runtime-dir", run)
+            assert bad.exit_code == 2 and bad.output.count("\n") == 1 and message in bad.output, bad.output
+        assert json.loads(cli("job", "list", "--json", "--runtime-dir", run).stdout) == []
+    finally:
+        stopped = cli("cluster", "stop", "--runtime-dir", run)
+        assert stopped.exit_code == 0, stopped.output
+
+
+def test_job_status_says_how_a_cuda_jobs_producers_share_the_gpus():
+    from datetime import datetime, timezone
+
+    from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.contract.jobs.state import JobState
+    from graphtier.contract.jobs.view import JobInfo
+    from graphtier.launcher.cli.job import describe
+
+    share = "producers capped by grid to ~10% of the SMs: no MPS control daemon at /tmp/nvidia-mps/control (mps auto)"
+    job = JobInfo(
+        job_id="4",
+        spec=JobSpec(dataset="d", device="cuda"),
+        state=JobState.RUNNING,
+        message="",
+        created_at=datetime.now(timezone.utc),
+        gpu_share=share,
+    )
+    text = describe(job)
+    assert "GPU share: producers capped by grid to ~10% of the SMs" in text and "(mps auto)" in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    cpu = JobInfo(**{**job.__dict__, "spec": JobSpec(dataset="d"), "gpu_share": "producers use no GPU: a CPU job"})
+    assert "GPU share" not in describe(cpu)

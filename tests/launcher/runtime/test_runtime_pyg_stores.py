@@ -1,5 +1,6 @@
 """PyG's (FeatureStore, GraphStore) over graphtier data: the tensors, the CSC and PyG's own
-remote-backend assembly read graphtier's tiers; NeighborLoader runs on them when PyG can sample."""
+remote-backend assembly read graphtier's tiers; PyG's stock NeighborLoader and NodeLoader run on
+them through graphtier's sampler, with neither pyg-lib nor torch-sparse."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import torch
 
 pytest.importorskip("torch_geometric", reason="torch_geometric is not installed (the PyG baseline installs it)")
 
-import torch_geometric.typing as pyg_typing  # noqa: E402
 from torch_geometric.data import EdgeAttr, TensorAttr  # noqa: E402
 from torch_geometric.loader.utils import filter_custom_store  # noqa: E402
 
 from graphtier.contract.errors import GraphtierError  # noqa: E402
-from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore  # noqa: E402
+from graphtier.pyg import GraphtierFeatureStore, GraphtierGraphStore, GraphtierSampler, stores  # noqa: E402
 
 
 def test_feature_store_serves_features_and_labels_through_the_tiered_gather(small_rmat):
@@ -54,16 +54,30 @@ def test_pyg_remote_backend_assembly_reads_graphtier(small_rmat):
     assert torch.equal(data.y, small_rmat.labels[node]) and data.num_nodes == 3
 
 
-@pytest.mark.skipif(
-    not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE),
-    reason="PyG's NeighborLoader needs pyg-lib or torch-sparse",
-)
-def test_neighbor_loader_runs_on_graphtier_stores(small_rmat):
-    from torch_geometric.loader import NeighborLoader
+def test_pygs_stock_loaders_run_on_graphtier_stores_through_its_sampler(small_rmat):
+    from torch_geometric.loader import NeighborLoader, NodeLoader
 
-    fs, gs = GraphtierFeatureStore(small_rmat), GraphtierGraphStore(small_rmat)
-    loader = NeighborLoader((fs, gs), num_neighbors=[5, 3], input_nodes=small_rmat.split("train"), batch_size=64)
+    train = small_rmat.split("train")
+    torch.manual_seed(0)
+    loader = NeighborLoader(
+        stores(small_rmat),
+        num_neighbors=[5, 3],
+        input_nodes=train,
+        batch_size=64,
+        neighbor_sampler=GraphtierSampler(small_rmat, [5, 3]),
+    )
     batch = next(iter(loader))
-    assert batch.batch_size == 64 and batch.x.shape[1] == 16
+    assert batch.batch_size == 64 and batch.x.shape[1] == 16 and torch.equal(batch.n_id[:64], train[:64])
     torch.testing.assert_close(batch.x, small_rmat.features[batch.n_id])
     assert torch.equal(batch.y[:64], small_rmat.labels[batch.n_id[:64]])
+    assert batch.num_sampled_nodes[0] == 64 and len(batch.num_sampled_nodes) == 3
+    src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]  # every edge is the graph's
+    graph = small_rmat.graph
+    assert all(
+        int(s) in graph.row[graph.colptr[d] : graph.colptr[d + 1]].tolist()
+        for s, d in zip(src[:50], dst[:50], strict=True)
+    )
+    pair = stores(small_rmat)
+    node_loader = NodeLoader(pair, node_sampler=GraphtierSampler(pair, [4]), input_nodes=train[:10], batch_size=10)
+    (only,) = list(node_loader)
+    assert torch.equal(only.n_id[:10], train[:10]) and only.x.shape == (only.n_id.numel(), 16)

@@ -15,8 +15,9 @@ import random
 
 import torch
 
-from graphtier.service.gpu.sampler import StructureTiers
+from graphtier.service.gpu.sampler import StructureTiers, check_seeds, sample_hops, seed_word
 from graphtier.service.graph.csc import CSCGraph, build_csc
+from graphtier.service.sampling import SampledSubgraph
 from graphtier.service.sampling.counter_rng import GOLDEN, NODE_STRIDE, splitmix64_int
 
 MASK64 = (1 << 64) - 1
@@ -176,3 +177,19 @@ def tiered(graph: CSCGraph, device_end: int, *, poison: bool = True) -> Structur
         host_colptr=host_colptr,
         host_row=host_row,
     )
+
+
+class EmulatedSampler:
+    """`CudaNeighborSampler.sample` with its kernels emulated: the same `sample_hops` over a node map."""
+
+    def __init__(self, structure: StructureTiers, fanouts: list[int]) -> None:
+        self.kernels, self.fanouts = EmulatedKernels(structure), fanouts
+        self.node_map = torch.full((structure.num_nodes,), -1, dtype=torch.int64)
+        self.structure = structure
+        self.node_ids: list[torch.Tensor] = []  # what each sample left on the "device"
+
+    def sample(self, seeds: torch.Tensor, *, seed: int) -> SampledSubgraph:
+        seeds = check_seeds(seeds, self.structure.num_nodes, self.structure.device)
+        sub = sample_hops(self.kernels, seeds, self.fanouts, seed_word(seed), self.node_map)
+        self.node_ids.append(sub.node_ids)
+        return sub

@@ -31,7 +31,7 @@ def _plan(ds) -> PlacementPlan:
 
 CHILD = """
 import json, sys, torch
-from graphtier.service.gpu.device_memory import opened_handles
+from graphtier.service.memory.device_ipc import opened_handles
 from graphtier.service.gpu.gather import CudaGather
 from graphtier.service.gpu.host_registry import host_registry
 from graphtier.service.store import SharedDatasetHandle, attach_dataset
@@ -94,3 +94,58 @@ def test_device_tiers_are_shared_with_another_process_and_freed_on_close(small_r
     for ptr in pointers:  # the tiers' allocations are gone
         err, attributes = rt.cudaPointerGetAttributes(ptr)
         assert err != rt.cudaError_t.cudaSuccess or attributes.type != rt.cudaMemoryType.cudaMemoryTypeDevice
+
+
+STRUCTURE_CHILD = """
+import json, sys, torch
+from graphtier.service.gpu.sampler import CudaNeighborSampler, dataset_structure
+from graphtier.service.sampling import NeighborSampler
+from graphtier.service.store import SharedDatasetHandle, attach_dataset
+ds = attach_dataset(SharedDatasetHandle.model_validate_json(sys.argv[1]))
+structure = dataset_structure(ds, 0)
+seeds = torch.arange(0, ds.graph.num_nodes, 7)[:512]
+got = CudaNeighborSampler(structure, [10, 5]).sample(seeds, seed=3)
+want = NeighborSampler(ds.graph, [10, 5], backend="torch").sample(seeds, seed=3)
+end = structure.device_end
+result = {"device_end": end, "device_type": structure.device_colptr.device.type,
+          "prefix_same": bool(torch.equal(structure.device_colptr.cpu(), ds.graph.colptr[: end + 1])),
+          "same": all(torch.equal(getattr(got, k).cpu(), getattr(want, k)) for k in ("node_ids", "indptr", "indices"))}
+ds.detach()
+print(json.dumps(result))
+"""
+
+
+def test_the_daemons_device_structure_tier_is_one_copy_the_sampler_of_another_process_reads(small_rmat, prepared_root):
+    """The registry places the hottest nodes' CSC lists on the GPU (DeviceStructureSet), the layout
+    carries their IPC handles with the feature tiers', and a producer process samples over that
+    very copy plus the host rest, bit-identical to the CPU sampler; unloading frees it."""
+    from graphtier.contract.datasets import BudgetSpec
+    from graphtier.service.daemon.datasets.gpu_placement import GpuPlacement
+    from graphtier.service.daemon.datasets.registry import DatasetRegistry
+
+    registry = DatasetRegistry(prepared_root, gpus=GpuPlacement())
+    try:
+        layout = registry.load("rmat12", BudgetSpec(num_devices=1, structure_device="25%")).layout
+        plan = layout.handle.plan
+        assert plan.structure_device_end > 0
+        tiers = {t.tier: t for t in layout.tier_sizes}
+        assert tiers["structure_device"].bytes == plan.structure_device_bytes
+        assert tiers["structure_host"].rows == plan.num_nodes - plan.structure_device_end
+        refs = [r for r in layout.handle.device_tiers if r.tier.startswith("structure_")]
+        assert [r.tier for r in refs] == ["structure_colptr", "structure_row"]
+        assert refs[0].rows == plan.structure_device_end + 1 and refs[1].rows == plan.structure_device_edges
+        child = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(STRUCTURE_CHILD), layout.handle.model_dump_json()],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert child.returncode == 0, child.stderr
+        got = json.loads(child.stdout)
+        expected = {"device_end": plan.structure_device_end, "device_type": "cuda", "prefix_same": True}
+        assert got == {**expected, "same": True}
+        allocations = registry.get("rmat12").structure_tier.allocations
+        assert len(allocations) == 2
+    finally:
+        registry.close()
+    assert all(a.ptr == 0 for a in allocations), "unloading frees the device structure tier"

@@ -37,9 +37,9 @@ def table_parts(tmp_path, request):
 
 
 def _tiers(table, resident, storage, host_end, rep, inter, nd, device_index, allocs, drop_share=None):
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.gather import CudaFeatureTiers
     from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     rows = table.reshape(ROWS, -1).view(torch.uint8)
 
@@ -76,8 +76,8 @@ def _tiers(table, resident, storage, host_end, rep, inter, nd, device_index, all
 
 
 def _release(allocs):
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.host_registry import host_registry
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     for a in allocs:
         if isinstance(a, DeviceAllocation):
@@ -118,14 +118,20 @@ def test_gpu_gather_is_bit_identical_to_the_cpu_gather(table_parts, ids_on):
         ids = torch.randint(0, ROWS, (5000,), generator=torch.Generator().manual_seed(3))
         expected, counts = _cpu_reference(table, ids, host_end, rep, inter, nd, 1)
         out = torch.full((ids.numel() + 7, *table.shape[1:]), float("nan"), dtype=table.dtype, device="cuda")
-        for sm_share in (None, 0.1):
-            got = CudaGather(tiers, sm_share=sm_share).gather(ids.to(ids_on), out)
+        for grid in ({}, {"sm_share": 0.1}, {"max_threads": None}):
+            gather = CudaGather(tiers, **grid)
+            got = gather.gather(ids.to(ids_on), out)
             torch.cuda.synchronize()
             assert torch.equal(out[: ids.numel()].cpu().view(torch.uint8), expected.view(torch.uint8))
             assert out[ids.numel() :].isnan().all(), "rows past the batch were written"
             assert got.simulated is False
             assert got.by_source() == counts.by_source()
             assert got.host.rows > 0 and got.interleaved_peer.rows > 0 and got.replicated.rows > 0
+            assert gather.take_counts().by_source() == counts.by_source(), "the kernel's own counts differ"
+            out.fill_(float("nan"))
+            gather.gather_device(ids.cuda(), out)  # the GPU sampler's path: nothing read back but storage ids
+            assert torch.equal(out[: ids.numel()].cpu().view(torch.uint8), expected.view(torch.uint8))
+            assert gather.take_counts().by_source() == counts.by_source()
     finally:
         _release(allocs)
 
@@ -169,5 +175,8 @@ def test_bad_ids_and_outputs_are_refused_naming_them(table_parts):
             gather.gather(torch.arange(2), torch.empty((4, 128)))
         with pytest.raises(GraphtierError, match="1-D int64"):
             gather.gather(torch.arange(2, dtype=torch.int32), out)
+        gather.gather_device(torch.tensor([1, 3000, 2], device="cuda"), out)  # skipped, then reported
+        with pytest.raises(GraphtierError, match=r"1 ids out of range \[0, 3000\) .*one of them: 3000"):
+            gather.take_counts()
     finally:
         _release(allocs)

@@ -1,7 +1,8 @@
-"""Every module of graphtier.service.gpu imports on any machine (found by walking the package, so a
-new module is covered without editing this file), importing touches no CUDA, and without a GPU
-each entry point says why it cannot run (CudaError) instead of failing obscurely. The CPU-side
-logic (tier validation, traffic accounting) is exercised here on the CPU."""
+"""Every module of the GPU data path -- graphtier.service.gpu and graphtier.service.memory (found by
+walking the packages, so a new module is covered without editing this file), the device tiers and
+the slot ordering -- imports on any machine, importing touches no CUDA, and without a GPU each entry
+point says why it cannot run (CudaError) instead of failing obscurely. The CPU-side logic (tier
+validation, traffic accounting) is exercised here on the CPU."""
 
 from __future__ import annotations
 
@@ -11,29 +12,42 @@ import json
 import pkgutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 import graphtier.service.gpu as gpu_package
+import graphtier.service.memory as memory_package
 from graphtier.contract.errors import GraphtierError
 
-GPU_DIR = Path(gpu_package.__file__).parent
+PACKAGES = (gpu_package, memory_package)
+ELSEWHERE = (
+    "graphtier.service.store.device_tiers",
+    "graphtier.service.store.tier_ref",
+    "graphtier.service.pipeline.ordering",
+)
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible (the GPU tests cover it)")
 
 
+def _walked(package) -> set[str]:
+    return {m.name for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")}
+
+
 def _modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.walk_packages(gpu_package.__path__, f"{gpu_package.__name__}."))
+    return sorted(set().union(*(_walked(p) for p in PACKAGES), ELSEWHERE))
 
 
-def test_the_walk_finds_every_module_file():
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_the_walk_finds_every_module_file(package):
+    folder = Path(package.__file__).parent
     files = {
-        f"{gpu_package.__name__}." + ".".join(p.relative_to(GPU_DIR).with_suffix("").parts)
-        for p in GPU_DIR.rglob("*.py")
+        f"{package.__name__}." + ".".join(p.relative_to(folder).with_suffix("").parts)
+        for p in folder.rglob("*.py")
         if p.name != "__init__.py"
     }
-    assert files and set(_modules()) == files
+    assert files and _walked(package) == files
 
 
 @pytest.mark.parametrize("module", _modules())
@@ -102,9 +116,9 @@ def test_without_a_gpu_runtime_calls_raise_cuda_error(function, args):
 
 @no_gpu
 def test_without_a_gpu_allocation_and_host_registration_raise_cuda_error_and_keep_nothing():
-    from graphtier.service.gpu.device_memory import DeviceAllocation
     from graphtier.service.gpu.host_registry import HostRegistry
     from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     with pytest.raises(CudaError):
         DeviceAllocation(0, 4096, "test tier")
@@ -115,9 +129,30 @@ def test_without_a_gpu_allocation_and_host_registration_raise_cuda_error_and_kee
     assert registry.registrations() == []
 
 
-def test_a_bad_allocation_size_is_refused_before_cuda():
-    from graphtier.service.gpu.device_memory import DeviceAllocation
+@no_gpu
+def test_without_a_gpu_device_memory_and_slot_events_raise_cuda_error():
     from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.memory import FdExporter, MemoryHandle, allocate, open_memory
+    from graphtier.service.pipeline.ordering import CudaEventOrdering
+
+    with tempfile.TemporaryDirectory(prefix="gtvmm-", dir="/tmp") as where:
+        with FdExporter(f"{where}/memory.sock") as exporter:
+            for mode in ("ipc", "vmm"):
+                with pytest.raises(CudaError):
+                    allocate("test slot", 4096, device=0, mode=mode, exporter=exporter)
+            assert exporter.exported() == []  # nothing half-exported
+    ipc = MemoryHandle(
+        location="device", mechanism="cuda_ipc", nbytes=64, owner_pid=1, ipc_handle="ab" * 64, pci_bus_id="0000:18:00.0"
+    )
+    with pytest.raises(CudaError):
+        open_memory(ipc)
+    with pytest.raises(CudaError):
+        CudaEventOrdering.create(0, 2)
+
+
+def test_a_bad_allocation_size_is_refused_before_cuda():
+    from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.memory.device_ipc import DeviceAllocation
 
     with pytest.raises(CudaError, match="test tier: cannot allocate 0 bytes"):
         DeviceAllocation(0, 0, "test tier")

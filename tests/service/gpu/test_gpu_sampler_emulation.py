@@ -100,3 +100,40 @@ def test_a_structure_that_does_not_fit_together_is_refused(parts, message):
     }
     with pytest.raises(SamplingError, match=message):
         StructureTiers(**{**fields, **parts})
+
+
+@pytest.mark.parametrize("structure_budget", [8 * (50 + 1 + 200), 8 * 1500, 0])
+def test_the_daemons_device_structure_tier_and_the_host_rest_sample_what_the_cpu_sampler_samples(structure_budget):
+    """The tier as the daemon lays it out: a plan from a structure budget, the device tier's
+    contents cut as DeviceStructureSet fills its allocations, and the sampler's structure made
+    as a producer makes it from its mapped pair and the host CSC (here poisoned where the device
+    tier covers it)."""
+    from graphtier.service.gpu.sampler import tiered_structure
+    from graphtier.service.placement import PlacementPlan, TierBudgets
+    from graphtier.service.store.device_tiers import structure_prefix
+
+    budgets = TierBudgets(num_devices=1, structure_device_bytes=structure_budget)
+    plan = PlacementPlan.from_budgets(budgets, num_nodes=GRAPH.num_nodes, row_bytes=0, colptr=GRAPH.colptr)
+    assert plan.structure_device_bytes <= structure_budget
+    colptr, row = (t.clone() for t in structure_prefix(plan, GRAPH.colptr, GRAPH.row))
+    assert colptr.numel() * 8 + row.numel() * 8 == plan.structure_device_bytes or not plan.structure_device_end
+    host = tiered(GRAPH, plan.structure_device_end)  # its host copy poisoned over the device tier
+    mapped = (colptr, row) if plan.structure_device_end else None  # no structure placed: host only
+    structure = tiered_structure(CSCGraph(colptr=host.host_colptr, row=host.host_row), mapped)
+    assert structure.device_end == plan.structure_device_end
+    seeds = torch.tensor([0, 3, 399, 17, 200, 1, 250, 44, 60, 120])
+    expected = NeighborSampler(GRAPH, [6, 4], backend="torch").sample(seeds, seed=31)
+    got, kernels = _emulated(structure, seeds, [6, 4], 31)
+    _assert_same(got, expected)
+    assert bool(kernels.reads["device"]) == bool(plan.structure_device_end) and kernels.reads["host"]
+
+
+def test_a_csc_that_does_not_match_the_plan_is_refused_before_anything_is_placed():
+    from graphtier.contract.errors import GraphtierError
+    from graphtier.service.placement import PlacementPlan, TierBudgets
+    from graphtier.service.store.device_tiers import structure_prefix
+
+    budgets = TierBudgets(num_devices=1, structure_device_bytes=8 * 300)
+    plan = PlacementPlan.from_budgets(budgets, num_nodes=GRAPH.num_nodes, row_bytes=0, colptr=GRAPH.colptr)
+    with pytest.raises(GraphtierError, match="does not match the plan's structure tier"):
+        structure_prefix(plan, GRAPH.colptr[:-1], GRAPH.row)

@@ -69,7 +69,7 @@ def test_a_batch_larger_than_its_slot_grows_the_slot(make_config, small_rmat, se
     sampler = NeighborSampler(small_rmat.graph, config.fanouts)
     with spawn_producer(config) as producer:
         assert all(slot.capacity == tiny for slot in producer.layout.slots)
-        old_segments = {slot.node_ids.name for slot in producer.layout.slots}
+        old_segments = {slot.memory.shm_name for slot in producer.layout.slots}
         with ChannelReader(producer.layout, timeout=20) as reader:
             batches = 0
             for batch in reader.epoch():

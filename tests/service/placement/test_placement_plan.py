@@ -173,3 +173,41 @@ def test_structure_errors() -> None:
         PlacementPlan.from_budgets(TierBudgets(), num_nodes=5, row_bytes=4, colptr=colptr[:5])
     with pytest.raises(PlacementError, match="never decrease"):
         PlacementPlan.from_budgets(TierBudgets(), num_nodes=5, row_bytes=4, colptr=torch.tensor([0, 3, 2, 4, 6, 7]))
+
+
+def test_structure_host_bytes_are_the_whole_csc_and_its_nodes_the_rest() -> None:
+    csc = build_csc(5, SRC, DST)
+    plan = PlacementPlan.from_budgets(
+        TierBudgets(num_devices=1, structure_device_bytes=64), num_nodes=5, row_bytes=ROW, colptr=csc.colptr
+    )
+    assert "structure_host" not in plan.tier_sizes()  # the plan alone does not know the edge count
+    sizes = plan.tier_sizes(num_edges=csc.num_edges)
+    assert sizes["structure_device"] == TierSize(3, 8 * (3 + 1 + 4))
+    assert sizes["structure_host"] == TierSize(2, 8 * (5 + 1 + 7))
+    assert "structure_host      nodes [3, 5) read from the whole CSC, 104 B in host shared memory" in plan.describe(7)
+
+
+def _fitting(replicated: int, interleaved: int, devices: int) -> PlacementPlan:
+    colptr = torch.arange(0, 2 * 1_000 + 1, 2, dtype=torch.int64)  # every node 2 in-edges
+    budgets = TierBudgets(
+        num_devices=devices,
+        device_replicated_bytes=replicated * ROW,
+        device_interleaved_bytes=interleaved * ROW,
+        structure_device_bytes=8 * (100 + 1 + 200),  # nodes [0, 100)
+    )
+    return PlacementPlan.from_budgets(budgets, num_nodes=1_000, row_bytes=ROW, colptr=colptr)
+
+
+def test_topology_first_moves_interleaved_then_replicated_rows_to_host() -> None:
+    plan = _fitting(replicated=100, interleaved=200, devices=2)  # per device: 100 + 100 rows + structure
+    assert plan.fit_device_budget(plan.device_bytes_per_device()) == (plan, "")
+    structure = plan.structure_device_bytes
+    fitted, note = plan.fit_device_budget(structure + 150 * ROW + ROW - 1)
+    assert (fitted.replicated_end, fitted.interleaved_end) == (100, 200)  # 50 rows per share stay
+    assert fitted.structure_device_end == 100 and fitted.host_end == plan.host_end
+    assert fitted.device_bytes_per_device() <= structure + 150 * ROW + ROW - 1
+    assert note.startswith("topology first: the device structure tier (2.4 KiB)") and "100 device feature rows" in note
+    fitted, _ = plan.fit_device_budget(structure + 40 * ROW)
+    assert (fitted.replicated_end, fitted.interleaved_end) == (40, 40)  # no share left, the replica cut
+    with pytest.raises(PlacementError, match=r"structure tier needs 2408 bytes per device .* budget is 2407 bytes"):
+        plan.fit_device_budget(structure - 1)

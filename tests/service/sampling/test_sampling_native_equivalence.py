@@ -1,6 +1,11 @@
-"""The C++/OpenMP sampler returns exactly the pure-torch sampler's output."""
+"""The C++ sampler returns exactly the pure-torch sampler's output, on any number of threads."""
 
 from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -48,3 +53,51 @@ def test_native_node_map_is_reset_between_calls(graph: CSCGraph) -> None:
     sampler.sample(torch.arange(5, 40), seed=2)
     again = sampler.sample(torch.arange(5), seed=1)
     assert torch.equal(first.node_ids, again.node_ids) and torch.equal(first.indices, again.indices)
+
+
+def test_native_sampler_from_many_threads_at_once() -> None:
+    # Python threads sampling at once share one helper pool: the loops that find it busy run on
+    # their own thread, and every thread still gets exactly the pure-torch output.
+    graph = random_graph(20000, 400000, 3, isolated=100)
+    batches = [torch.randperm(20000, generator=torch.Generator().manual_seed(i))[:2000] for i in range(4)]
+    expected = [NeighborSampler(graph, [20, 10], backend="torch").sample(b, seed=i) for i, b in enumerate(batches)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        samplers = [NeighborSampler(graph, [20, 10], backend="native") for _ in batches]
+        with ThreadPoolExecutor(len(batches)) as pool:
+            got = list(pool.map(lambda i: samplers[i].sample(batches[i], seed=i), range(len(batches)), timeout=120))
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a.node_ids, b.node_ids) and torch.equal(a.indices, b.indices)
+
+
+def test_native_sampler_in_a_forked_child_after_the_parent_sampled() -> None:
+    # A process forked after its parent sampled on 2 threads (OpenMP hung there: libgomp waits
+    # for the parent's team) starts its own helper threads. The child compares with plain lists:
+    # torch's own parallel ops would hang in it for that libgomp reason.
+    graph = random_graph(20000, 400000, 3, isolated=100)
+    seeds = torch.randperm(20000, generator=torch.Generator().manual_seed(1))[:3000]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        sampler = NeighborSampler(graph, [20, 10], backend="native")
+        parent = sampler.sample(seeds, seed=3)
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only when it sampled the parent's result
+            try:
+                child = sampler.sample(seeds, seed=3)
+                os._exit(0 if child.indices.tolist() == parent.indices.tolist() else 1)
+            except BaseException:
+                os._exit(2)
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung sampling")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        torch.set_num_threads(before)

@@ -154,7 +154,7 @@ def test_a_node_with_another_dataset_version_or_none_is_refused_by_name(test_clu
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     manifest = b.dataset_root / "rmat12" / "manifest.json"
     changed = json.loads(manifest.read_text())
-    changed["notes"] = [*changed.get("notes", []), "prepared elsewhere"]
+    changed["score"] = {**changed["score"], "damping": 0.5}  # prepared elsewhere with another damping
     manifest.write_text(json.dumps(changed))
     test_cluster.start()
     spec = JobSpec(
@@ -198,3 +198,24 @@ def test_a_lost_coordinator_ends_the_members_part_within_the_timeout(test_cluste
     assert took < PEER_TIMEOUT_S + 15, f"the part took {took:.0f} s to end after its coordinator died"
     wait_for(lambda: not _job_processes(b), 30, f"the part's processes on {b.address} to go")
     assert _live_segment_owners() <= {b.process.pid}  # the survivor's dataset only: no producer's slots left
+
+
+@pytest.mark.slow  # three daemons and a 3-node job: about 90 s on 2 cores
+def test_a_lost_node_of_three_is_the_cause_not_the_healthy_nodes_gloo_errors(test_cluster, small_rmat):
+    a, b, c = (test_cluster.add([small_rmat.directory]) for _ in range(3))
+    test_cluster.start()
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=3)
+    with a.client() as client:
+        job = client.submit_job(spec)
+        wait_for(
+            lambda: (lambda j: j.progress and j.progress.global_step > 3)(client.get_job(job.job_id)),
+            180,
+            "the three nodes to train",
+        )
+        c.process.kill9()
+        final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
+    print(f"node 3 of 3 killed -9: {final.message}")
+    assert final.state == JobState.FAILED
+    assert final.message.startswith(f"node {c.address} was lost: its daemon stopped answering"), final.message
+    assert not final.message.startswith(f"node {b.address}"), final.message
+    wait_for(lambda: not _job_processes(a) and not _job_processes(b), 60, "the job's processes to go")

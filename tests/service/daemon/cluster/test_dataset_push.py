@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphtier.launcher.cli.app import app
+from graphtier.service.prepared.digests import dataset_version
 from graphtier.v1 import cluster_pb2, cluster_pb2_grpc
 
 
@@ -25,7 +26,7 @@ def _entries(node) -> list[str]:
 
 
 def _version(node, name: str) -> str:
-    return hashlib.sha256((node.dataset_root / name / "manifest.json").read_bytes()).hexdigest()
+    return dataset_version(node.dataset_root / name)
 
 
 def _stub(test_cluster, node):
@@ -52,7 +53,7 @@ def test_push_copies_a_dataset_exactly_and_refuses_to_overwrite_another_version(
 
     manifest = a.dataset_root / "rmat12" / "manifest.json"  # another version on the sender
     changed = json.loads(manifest.read_text())
-    changed["notes"] = [*changed.get("notes", []), "prepared again"]
+    changed["score"] = {**changed["score"], "damping": 0.5}  # prepared again with another damping
     manifest.write_text(json.dumps(changed))
     refused = _cli("dataset", "push", "rmat12", "--to", b.address, "--runtime-dir", a.runtime_dir)
     assert refused.exit_code == 1 and "already has dataset 'rmat12' at another version" in refused.output
@@ -81,7 +82,7 @@ def test_a_cut_or_corrupt_stream_leaves_nothing_on_the_receiver(test_cluster, sm
             sha256=hashlib.sha256((directory / "manifest.json").read_bytes()).hexdigest(),
         )
     )
-    header = cluster_pb2.DatasetHeader(name="rmat12", version=files[-1].sha256, files=files)
+    header = cluster_pb2.DatasetHeader(name="rmat12", version=dataset_version(directory), files=files)
     first = (directory / files[0].name).read_bytes()
 
     def cut():

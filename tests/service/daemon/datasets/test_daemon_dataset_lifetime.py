@@ -47,7 +47,9 @@ def test_a_reprepared_dataset_is_reloaded_and_the_old_copy_lives_until_its_jobs_
         first = registry.load("a").layout
         old_version = registry.get("a").version
         manifest = root / "a" / "manifest.json"
-        manifest.write_text(manifest.read_text() + "\n")  # `prepare --overwrite` stands here: a new version
+        changed = json.loads(manifest.read_text())  # `prepare --overwrite` with another damping: a new version
+        changed["score"] = {**changed["score"], "damping": 0.5}
+        manifest.write_text(json.dumps(changed))
         second = registry.layout("a")
         assert _segments(second).isdisjoint(_segments(first))  # a new copy, never the stale one
         assert all(_exists(_segments(first)))  # job 1 still reads the old version

@@ -27,7 +27,7 @@ def _error(call, *args, **kwargs) -> DaemonRequestError:
     return info.value
 
 
-def test_one_copy_same_budgets_share_it_other_budgets_refused(client, inproc_daemon, shm_of):
+def test_one_copy_same_budgets_share_it_other_budgets_reload_it_when_no_job_uses_it(client, inproc_daemon, shm_of):
     first = client.load_dataset("rmat12", BUDGETS)
     assert first.layout == inproc_daemon.datasets.layout("rmat12")  # nothing lost on the wire
     segments = shm_of(os.getpid())
@@ -37,10 +37,18 @@ def test_one_copy_same_budgets_share_it_other_budgets_refused(client, inproc_dae
     again = client.load_dataset("rmat12", BUDGETS.model_copy(update={"device_replicated": five_percent}))
     assert again.already_loaded and again.layout == first.layout
     assert shm_of(os.getpid()) == segments  # no second copy
+    inproc_daemon.jobs.add(JobRecord(job_id="j1", dataset="rmat12", world_size=2, state=JobState.RUNNING))
     error = _error(client.load_dataset, "rmat12", BudgetSpec())
     assert error.code == "ALREADY_EXISTS"
-    assert "'rmat12' is already loaded with another placement" in error.message
-    resident = sum(os.stat(f"/dev/shm/{name}").st_size for name in segments)
+    assert "'rmat12' is already loaded with another placement (budgets {'num_devices': 2, " in error.message
+    assert "and job(s) j1 use it; every job shares one copy" in error.message
+    assert "a copy no job uses is reloaded with the new budgets" in error.message
+    assert shm_of(os.getpid()) == segments  # the copy the job reads is untouched
+    inproc_daemon.jobs.set_state("j1", JobState.SUCCEEDED, "")
+    reloaded = client.load_dataset("rmat12", BudgetSpec())  # no job uses it now: placed again
+    assert not reloaded.already_loaded and reloaded.layout.handle.plan.replicated_end == 0
+    assert shm_of(os.getpid()).isdisjoint(segments)  # the old copy's segments are gone, the new one's here
+    resident = sum(os.stat(f"/dev/shm/{name}").st_size for name in shm_of(os.getpid()))
     assert client.unload_dataset("rmat12").released_bytes == resident
     assert not shm_of(os.getpid())
 

@@ -60,6 +60,10 @@ def test_device_budget_settings_are_checked_up_front(monkeypatch):
         DaemonConfig.build(device_budget="12 parsecs")
     with pytest.raises(DaemonConfigError, match="device_reserve"):
         DaemonConfig.build(device_reserve="120%")
+    with pytest.raises(DaemonConfigError, match="device_memory: Input should be 'ipc' or 'vmm'"):
+        DaemonConfig.build(device_memory="shared")
+    assert DaemonConfig.build().device_memory == "ipc"
+    assert DaemonConfig.build(device_memory="vmm").device_memory == "vmm"
     monkeypatch.setenv("GRAPHTIER_GPU_TIERS", "sometimes")
     with pytest.raises(DaemonConfigError, match="gpu_tiers: Input should be 'auto' or 'off'"):
         DaemonConfig.build()
@@ -78,5 +82,30 @@ def test_the_layout_carries_the_placement_and_its_notes_over_grpc(make_inproc_da
     else:
         assert not layout.simulated_devices
         assert [ref.tier for ref in handle.device_tiers] == ["replicated", "interleaved"]
-        assert all(len(ref.handle) == 128 and ref.owner_pid > 0 for ref in handle.device_tiers)
+        assert all(len(ref.memory.ipc_handle or "") == 128 and ref.memory.owner_pid > 0 for ref in handle.device_tiers)
         assert torch.cuda.is_available()
+
+
+def test_the_structures_bytes_per_tier_reach_the_layout_and_the_status_page(make_inproc_daemon):
+    """A structure budget: the layout (over gRPC) and /v1/status give the structure's bytes on the
+    device and in host memory; without a GPU the device structure tier is accounted, not placed."""
+    import json
+    import urllib.request
+
+    daemon = make_inproc_daemon(gpu_tiers="auto")
+    budgets = BudgetSpec(num_devices=1, structure_device="10%")
+    with DataPlaneClient(runtime_dir=daemon.config.runtime_dir) as client:
+        layout = client.load_dataset("rmat12", budgets).layout
+    plan, sizes = layout.handle.plan, {t.tier: t for t in layout.tier_sizes}
+    assert 0 < plan.structure_device_end < plan.num_nodes
+    assert sizes["structure_device"].bytes == plan.structure_device_bytes > 0
+    assert sizes["structure_host"].rows == plan.num_nodes - plan.structure_device_end
+    assert sizes["structure_host"].bytes == layout.structure_bytes  # the whole CSC stays in host memory
+    structure_refs = [ref.tier for ref in layout.handle.device_tiers if ref.tier.startswith("structure_")]
+    assert structure_refs == ([] if NO_GPU else ["structure_colptr", "structure_row"])
+    status_url = f"{daemon.endpoints.http_url}/v1/status"
+    with urllib.request.urlopen(status_url, timeout=10) as response:
+        (dataset,) = json.load(response)["datasets"]
+    tiers = {t["tier"]: t["bytes"] for t in dataset["tiers"]}
+    assert tiers["structure_device"] == plan.structure_device_bytes
+    assert tiers["structure_host"] == layout.structure_bytes

@@ -43,6 +43,7 @@ def test_a_job_on_remapped_labels_trains_over_the_dense_classes_and_notes_it(dae
             "sparse",
             "--out",
             str(root),
+            "--default-split",  # the file has no split: accept the random one
         ],
         capture_output=True,
         text=True,

@@ -56,10 +56,15 @@ def _trainer(job: str, rank: int, pid: int, steps: int) -> ProgressReport:
     return ProgressReport(job_id=job, rank=rank, pid=pid, time=datetime.now(timezone.utc), figures=figures)
 
 
+GPU_SHARE = "producers capped by grid to ~10% of the SMs: mps off was asked for"
+
+
 @pytest.fixture
 def running_job(inproc_daemon, monkeypatch):
     """Job 7, running; this test process speaks as one of its processes (it holds the job's token)."""
-    record = inproc_daemon.jobs.add(JobRecord(job_id="7", dataset="rmat12", world_size=2, state=JobState.RUNNING))
+    record = inproc_daemon.jobs.add(
+        JobRecord(job_id="7", dataset="rmat12", world_size=2, state=JobState.RUNNING, gpu_share=GPU_SHARE)
+    )
     monkeypatch.setenv(JOB_TOKEN_ENV, record.token)
     with DataPlaneClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         client.load_dataset("rmat12")
@@ -97,12 +102,16 @@ def test_reports_show_up_in_metrics_and_status_with_restarts_as_resets(running_j
     assert _metric(text, 'graphtier_producer_lag_batches{job_id="7",rank="0"}') == 3
     assert _metric(text, 'graphtier_reporter_restarts_total{job_id="7",rank="1",reporter="producer"}') == 1
     assert _metric(text, 'graphtier_dataset_bytes{dataset="rmat12",tier="host"}') == 4096 * 16 * 4
+    (dataset,) = client.status().datasets
+    structure = _metric(text, 'graphtier_dataset_bytes{dataset="rmat12",tier="structure_host"}')
+    assert structure == dataset.structure_bytes > 0  # the whole CSC in host memory
     assert _metric(text, 'graphtier_jobs{state="running"}') == 1
     assert _metric(text, "graphtier_device_tiers_simulated") == 1
 
     status = client.status()
     (job,) = status.jobs
     assert job.state == "running" and job.batches_total == 4 and job.producer_lag_batches == 3
+    assert job.gpu_share == GPU_SHARE  # how the producers share the GPUs, as decided at submit
     assert job.traffic.total_bytes == (20 + 15) * 64 and job.traffic.device_bytes == 14 * 64
     assert job.traffic.hit_ratio == pytest.approx(14 / 35)
     assert job.traffic.sources["host"].share == pytest.approx(19 / 35)

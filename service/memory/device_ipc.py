@@ -1,4 +1,4 @@
-"""Dedicated device allocations shared between processes as CUDA IPC handles.
+"""Device memory shared between processes as legacy CUDA IPC handles (`mechanism` cuda_ipc).
 
 The daemon allocates each device tier with its own `cudaMalloc` (never a block of torch's
 caching allocator, which would share an IPC handle with its neighbours), rounded up to 2 MiB,
@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 
 from graphtier.service.gpu.runtime import CudaError, check, cudart, device_of_pci_bus_id, on_device, pci_bus_id
+from graphtier.service.memory.handle import MemoryHandle
 
 ALLOCATION_ALIGN = 2 << 20
 IPC_HANDLE_BYTES = 64
@@ -52,6 +53,7 @@ class DeviceAllocation:
                 )
             )
         self.owner_pid = os.getpid()
+        self._handle: MemoryHandle | None = None
 
     def copy_from_host(self, offset: int, host_ptr: int, nbytes: int) -> None:
         """Synchronous copy of `nbytes` at host address `host_ptr` to byte `offset` of this allocation."""
@@ -69,7 +71,26 @@ class DeviceAllocation:
             raw = check(cudart().cudaIpcGetMemHandle(self.ptr), f"cudaIpcGetMemHandle of {self.label}")
         return _handle_bytes(raw)
 
+    @property
+    def handle(self) -> MemoryHandle:
+        """The wire form another process opens (`IpcMapping`); made once, then noted as this process's own."""
+        if self._handle is None:
+            raw = self.ipc_handle()
+            opened_handles().note_local(raw, self.ptr)
+            self._handle = MemoryHandle(
+                location="device",
+                mechanism="cuda_ipc",
+                nbytes=self.nbytes,
+                owner_pid=self.owner_pid,
+                ipc_handle=raw.hex(),
+                pci_bus_id=self.pci_bus_id,
+            )
+        return self._handle
+
     def close(self) -> None:
+        if self._handle is not None:
+            opened_handles().forget_local(bytes.fromhex(self._handle.ipc_handle or ""))
+            self._handle = None
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
             with on_device(self.device):
@@ -152,6 +173,23 @@ def opened_handles() -> OpenedHandles:
 # A forked child (a DataLoader worker, say) shares no CUDA state with its parent: it must not
 # close the parent's mappings, so it starts with an empty registry.
 os.register_at_fork(after_in_child=_opened.clear)
+
+
+class IpcMapping:
+    """A consumer's mapping of a `cuda_ipc` handle on its GPU `device` (shared with every other user
+    of the same handle in this process); `close()` drops this user."""
+
+    def __init__(self, handle: MemoryHandle, device: int) -> None:
+        if handle.mechanism != "cuda_ipc" or handle.ipc_handle is None:
+            raise CudaError(f"{handle.label} is not a CUDA IPC handle")
+        self.handle, self.device = handle, device
+        self._raw = bytes.fromhex(handle.ipc_handle)
+        self.ptr = opened_handles().open(self._raw, device, handle.label)
+
+    def close(self) -> None:
+        if self.ptr:
+            self.ptr = 0
+            opened_handles().close(self._raw, self.device, self.handle.label)
 
 
 def local_device_of(pci_bus: str) -> int:

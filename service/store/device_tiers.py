@@ -2,10 +2,16 @@
 
 Daemon side, `DeviceTierSet` puts rows [0, replicated_end) on every tier GPU and share j of
 the interleaved rows (row r with (r - replicated_end) % n == j) on GPU j, each in its own
-allocation, filled once from the host copy; `refs` describes them for the dataset layout.
-Consumer side, `open_cuda_tiers` maps the handles this GPU needs (its replica, every share it
+device allocation of the memory-handle package (CUDA IPC, or VMM fds passed by the daemon's
+`FdExporter`), filled once from the host copy; `refs` describes them for the dataset layout.
+Consumer side, `open_cuda_tiers` opens the handles this GPU needs (its replica, every share it
 can reach), registers the host tier, and returns the `CudaFeatureTiers` the gather reads;
 `CudaTiersLease.close()` gives it all back.
+
+The device structure tier is the same on the daemon's side, `DeviceStructureSet`: the CSC lists
+of nodes [0, structure_device_end) (the hottest, so colptr[0..end] and a prefix of row) in one
+allocation per array on every tier GPU, filled once; `open_cuda_tiers` maps this GPU's pair
+into `CudaTiersLease.device_structure`, so every producer on the GPU reads the one copy.
 """
 
 from __future__ import annotations
@@ -15,20 +21,35 @@ import ctypes
 import logging
 import mmap
 import os
+import secrets
 import time
 from collections.abc import Sequence
 
 import torch
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.service.gpu.device_memory import DeviceAllocation, local_device_of, opened_handles
 from graphtier.service.gpu.gather import CudaFeatureTiers
 from graphtier.service.gpu.host_registry import HostRegistration, host_registry
-from graphtier.service.gpu.runtime import CudaError, can_access_peer, pci_bus_id, read_only_registration_supported
-from graphtier.service.gpu.tier_ref import DeviceTierRef
+from graphtier.service.gpu.runtime import (
+    CudaError,
+    can_access_peer,
+    device_of_pci_bus_id,
+    pci_bus_id,
+    read_only_registration_supported,
+)
+from graphtier.service.memory import (
+    DeviceMemoryMode,
+    FdExporter,
+    SharedMemory,
+    allocate,
+    copy_host_to_device,
+    fetch_fds,
+    open_memory,
+)
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
-from graphtier.service.shm.naming import segment_path
+from graphtier.service.shm.ref import map_fd
+from graphtier.service.store.tier_ref import DeviceTierRef
 
 log = logging.getLogger("graphtier.gpu")
 
@@ -43,10 +64,21 @@ def peer_matrix_complete(devices: Sequence[int]) -> bool:
 class DeviceTierSet:
     """The daemon's allocations of one dataset's device tiers; `close()` frees them."""
 
-    def __init__(self, plan: PlacementPlan, resident: torch.Tensor, devices: Sequence[int], label: str) -> None:
+    def __init__(
+        self,
+        plan: PlacementPlan,
+        resident: torch.Tensor,
+        devices: Sequence[int],
+        label: str,
+        *,
+        mode: DeviceMemoryMode = "ipc",
+        exporter: FdExporter | None = None,
+    ) -> None:
+        """`mode`: share the allocations as CUDA IPC handles or (vmm) as POSIX fds that `exporter` passes."""
         if len(devices) != plan.num_devices:
             raise GraphtierError(f"the plan spans {plan.num_devices} devices but {len(devices)} GPUs were given")
-        self.allocations: list[DeviceAllocation] = []
+        self.mode, self.exporter = mode, exporter
+        self.allocations: list[SharedMemory] = []
         self.refs: list[DeviceTierRef] = []
         rows = resident.reshape(resident.shape[0], -1).view(torch.uint8)  # [host_end, row_bytes] bytes
         t0 = time.perf_counter()
@@ -65,40 +97,111 @@ class DeviceTierSet:
                 "placed device tiers of %s on GPUs %s: %.1f MiB in %.2f s",
                 label,
                 list(devices),
-                sum(a.nbytes for a in self.allocations) / 2**20,
+                sum(a.handle.nbytes for a in self.allocations) / 2**20,
                 time.perf_counter() - t0,
             )
 
     def _place(self, tier: str, slot: int, device: int, rows: torch.Tensor, label: str) -> None:
         nbytes = rows.numel()
-        alloc = DeviceAllocation(device, max(nbytes, 1), f"{label} {tier} tier on GPU {device}")  # a share may be empty
-        self.allocations.append(alloc)
+        memory = allocate(
+            f"{label}-{tier}-{slot}-{secrets.token_hex(4)}",  # unique: also the fd's export id under vmm
+            max(nbytes, 1),  # a share may be empty
+            device=device,
+            mode=self.mode,
+            exporter=self.exporter,
+        )
+        self.allocations.append(memory)
         per_chunk = max(1, _FILL_CHUNK_BYTES // max(rows.shape[1], 1))
         for first in range(0, rows.shape[0], per_chunk):
             chunk = rows[first : first + per_chunk].contiguous()  # strided shares are packed here
-            alloc.copy_from_host(first * rows.shape[1], chunk.data_ptr(), chunk.numel())
-        handle = alloc.ipc_handle()
-        opened_handles().note_local(handle, alloc.ptr)
-        self.refs.append(
-            DeviceTierRef(
-                tier=tier,
-                slot=slot,
-                pci_bus_id=alloc.pci_bus_id,
-                handle=handle.hex(),
-                nbytes=nbytes,
-                rows=rows.shape[0],
-                owner_pid=alloc.owner_pid,
-            )
-        )
+            copy_host_to_device(memory, first * rows.shape[1], chunk)
+        handle = memory.handle.model_copy(update={"nbytes": nbytes})
+        self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=rows.shape[0], memory=handle))  # type: ignore[arg-type]
 
     def close(self) -> None:
-        for ref in self.refs:
-            opened_handles().forget_local(bytes.fromhex(ref.handle))
         allocations, self.allocations, self.refs = self.allocations, [], []
         errors: list[BaseException] = []
-        for alloc in allocations:
+        for memory in allocations:
             try:
-                alloc.close()
+                memory.close()
+            except Exception as exc:  # noqa: BLE001  (free the rest, then say what failed)
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def structure_prefix(plan: PlacementPlan, colptr: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The device structure tier's contents: colptr[0..structure_device_end] and the row entries of
+    those nodes' lists (a prefix of `row`); GraphtierError when the CSC does not match the plan."""
+    end, edges = plan.structure_device_end, plan.structure_device_edges
+    if colptr.numel() != plan.num_nodes + 1 or (end and int(colptr[end]) != edges) or row.numel() < edges:
+        raise GraphtierError(
+            f"the CSC ({colptr.numel()} colptr, {row.numel()} row entries) does not match the plan's structure tier "
+            f"({plan.num_nodes} nodes, the first {end} with {edges} edges)"
+        )
+    return colptr[: end + 1], row[:edges]
+
+
+class DeviceStructureSet:
+    """The daemon's allocations of one dataset's device structure tier: this GPU's copy of the
+    hottest nodes' CSC lists on every tier GPU, shared like the feature tiers (`mode`, `exporter`);
+    `refs` describe them, `close()` frees them."""
+
+    def __init__(
+        self,
+        plan: PlacementPlan,
+        colptr: torch.Tensor,
+        row: torch.Tensor,
+        devices: Sequence[int],
+        label: str,
+        *,
+        mode: DeviceMemoryMode = "ipc",
+        exporter: FdExporter | None = None,
+    ) -> None:
+        self.mode, self.exporter = mode, exporter
+        self.allocations: list[SharedMemory] = []
+        self.refs: list[DeviceTierRef] = []
+        if not plan.structure_device_end:
+            return
+        parts = dict(zip(("structure_colptr", "structure_row"), structure_prefix(plan, colptr, row), strict=True))
+        t0 = time.perf_counter()
+        try:
+            for slot, device in enumerate(devices):
+                for tier, values in parts.items():
+                    self._place(tier, slot, device, values.contiguous(), label)
+        except BaseException:
+            self.close()
+            raise
+        log.info(
+            "placed the structure of %s's %d hottest nodes on GPUs %s: %.1f MiB each in %.2f s",
+            label,
+            plan.structure_device_end,
+            list(devices),
+            plan.structure_device_bytes / 2**20,
+            time.perf_counter() - t0,
+        )
+
+    def _place(self, tier: str, slot: int, device: int, values: torch.Tensor, label: str) -> None:
+        nbytes = values.numel() * values.element_size()
+        memory = allocate(
+            f"{label}-{tier}-{slot}-{secrets.token_hex(4)}",  # unique: also the fd's export id under vmm
+            max(nbytes, 1),  # a prefix may be empty
+            device=device,
+            mode=self.mode,
+            exporter=self.exporter,
+        )
+        self.allocations.append(memory)
+        if nbytes:
+            copy_host_to_device(memory, 0, values)
+        handle = memory.handle.model_copy(update={"nbytes": nbytes})
+        self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=values.numel(), memory=handle))  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        allocations, self.allocations, self.refs = self.allocations, [], []
+        errors: list[BaseException] = []
+        for memory in allocations:
+            try:
+                memory.close()
             except Exception as exc:  # noqa: BLE001  (free the rest, then say what failed)
                 errors.append(exc)
         if errors:
@@ -108,37 +211,40 @@ class DeviceTierSet:
 class CudaTiersLease:
     """What one process mapped to read a dataset's tiers on GPU `device`; `close()` releases it."""
 
-    def __init__(self, device: int) -> None:
+    def __init__(self, device: int, fd_socket: str | None = None) -> None:
         self.device = device
+        self.fd_socket = fd_socket
         self.tiers: CudaFeatureTiers | None = None
         self.structure: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._handles: list[tuple[bytes, int, str]] = []
+        self._memory: list[SharedMemory] = []
+        # the daemon's device structure tier on this GPU: (colptr[0..end], row[0:edges]), or None
+        self.device_structure: tuple[torch.Tensor, torch.Tensor] | None = None
         self._registrations: list[HostRegistration] = []
         self._writable: list[mmap.mmap] = []
 
     def open_handle(self, ref: DeviceTierRef, device: int) -> int:
-        label = f"{ref.tier} share {ref.slot}"
-        ptr = opened_handles().open(bytes.fromhex(ref.handle), device, label)
-        self._handles.append((bytes.fromhex(ref.handle), device, label))
-        return ptr
+        """Map the device tier allocation `ref` on GPU `device`; its device address."""
+        memory = open_memory(ref.memory, device=device)
+        self._memory.append(memory)
+        return memory.ptr  # type: ignore[attr-defined]
 
     def register(self, tensor: torch.Tensor, label: str, ref: SegmentRef | None = None) -> int:
         """Register the host pages of `tensor` (a read-only mapping of segment `ref`) for this GPU;
         the device address of its first byte. A GPU that cannot register read-only memory gets a
-        writable mapping of the same segment (needs write permission on it: the daemon's user)."""
+        writable mapping of the same segment from a read-write fd the owner passes over its
+        `fd_socket` (the sealed 0400 file itself is never reopened for writing)."""
         nbytes = tensor.numel() * tensor.element_size()
         if read_only_registration_supported(self.device) or ref is None:
             self._registrations.append(host_registry().register(tensor.data_ptr(), nbytes, label, device=self.device))
             return tensor.data_ptr()
-        try:
-            fd = os.open(segment_path(ref.name), os.O_RDWR)
-        except OSError as exc:
+        if self.fd_socket is None:
             raise CudaError(
-                f"cannot register {label}: GPU {self.device} cannot register read-only host memory and segment "
-                f"{ref.name} cannot be opened for writing ({exc.strerror}); run the job as the daemon's user"
-            ) from None
+                f"cannot register {label}: GPU {self.device} cannot register read-only host memory and the dataset's "
+                "owner serves no read-write fds (its layout has no fd_socket)"
+            )
+        (fd,) = fetch_fds(self.fd_socket, [ref.name])
         try:
-            mapping = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            mapping = map_fd(fd, writable=True)
         finally:
             os.close(fd)
         self._writable.append(mapping)
@@ -159,19 +265,19 @@ class CudaTiersLease:
     def close(self) -> None:
         """Wait for this GPU's work (a gather may still read the mappings), then release everything;
         every release is attempted, and the first failure is raised after the last."""
-        handles, self._handles = self._handles, []
+        memory, self._memory = self._memory, []
         registrations, self._registrations = self._registrations, []
         writable, self._writable = self._writable, []
-        self.tiers = self.structure = None
+        self.tiers = self.structure = self.device_structure = None
         errors: list[BaseException] = []
-        if handles or registrations:
+        if memory or registrations:
             try:
                 torch.cuda.synchronize(self.device)
             except Exception as exc:  # noqa: BLE001  (a sticky error must not stop the releases)
                 errors.append(exc)
-        for handle, device, label in handles:
+        for opened in memory:
             try:
-                opened_handles().close(handle, device, label)
+                opened.close()
             except Exception as exc:  # noqa: BLE001
                 errors.append(exc)
         for reg in registrations:
@@ -195,18 +301,23 @@ def open_cuda_tiers(
     *,
     label: str,
     resident_ref: SegmentRef | None = None,
+    fd_socket: str | None = None,
 ) -> CudaTiersLease:
-    """Map everything GPU `device` of this process needs to gather `plan`'s rows."""
-    lease = CudaTiersLease(device)
+    """Map everything GPU `device` of this process needs to gather `plan`'s rows (`fd_socket`: where
+    the owner passes read-write fds, for a GPU that cannot register read-only host memory)."""
+    lease = CudaTiersLease(device, fd_socket)
     try:
         some = resident if resident is not None else storage
         if some is None:
             raise GraphtierError(f"dataset {label!r} has no node features to gather")
+        structure_refs = [ref for ref in refs if ref.tier.startswith("structure_")]
+        refs = [ref for ref in refs if not ref.tier.startswith("structure_")]
         if not refs and plan.interleaved_end:
             # The daemon kept the device tiers accounted (no GPU there, or gpu_tiers off): on this GPU
             # every resident row is read from host memory, and counted as what it really is.
             plan = plan.model_copy(update={"replicated_end": 0, "interleaved_end": 0, "num_devices": 1})
         here = pci_bus_id(device)
+        lease.device_structure = _open_structure(lease, structure_refs, here, device)
         tier_slots = {ref.slot: ref.pci_bus_id for ref in refs}
         slot = next((s for s, bus in tier_slots.items() if bus == here), None)
         if (plan.replicated_end or plan.interleaved_end) and slot is None:
@@ -222,7 +333,7 @@ def open_cuda_tiers(
                 replicated = lease.open_handle(ref, device)
             elif ref.tier == "interleaved" and ref.rows:
                 try:
-                    owner = local_device_of(ref.pci_bus_id)
+                    owner = device_of_pci_bus_id(ref.pci_bus_id)
                     reachable = owner == device or can_access_peer(device, owner)
                 except CudaError:  # not visible here (CUDA_VISIBLE_DEVICES): IPC may still map it
                     reachable = True
@@ -253,3 +364,21 @@ def open_cuda_tiers(
     except BaseException:
         lease.close()
         raise
+
+
+def _open_structure(
+    lease: CudaTiersLease, refs: Sequence[DeviceTierRef], here: str, device: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """This GPU's copy of the device structure tier as CUDA views (None when the daemon placed
+    none here: the sampler then reads every list from the host copy)."""
+    from graphtier.service.gpu.views import cuda_view
+
+    mine = {ref.tier: ref for ref in refs if ref.pci_bus_id == here}
+    if set(mine) != {"structure_colptr", "structure_row"}:
+        return None
+    views = []
+    for tier in ("structure_colptr", "structure_row"):
+        ref = mine[tier]
+        ptr = lease.open_handle(ref, device)
+        views.append(cuda_view(ptr, (ref.rows,), torch.int64, device))
+    return views[0], views[1]
