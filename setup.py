@@ -51,6 +51,7 @@ DEPENDENCIES = [
     "matplotlib>=3.7",  # the tiering report's cumulative-access PNG
     "psutil>=5.9",  # peak-memory reporting and process liveness
     "blake3>=0.4",  # the checksum the daemon verifies while loading: a quarter of sha256's CPU per byte
+    "xxhash>=3",  # per-row checksums of the storage tier, checked on every read: about 3 GB/s in one call per row
     "grpcio>=1.85.1",  # the daemon's API (Unix socket and TCP)
     "grpcio-health-checking>=1.85.1",  # the standard grpc.health.v1 service, not a home-made ping
     "grpcio-reflection>=1.85.1",  # so grpcurl and friends can discover the API

@@ -59,6 +59,10 @@ class DaemonNotRunningError(DaemonError):
     """No daemon answers at the runtime directory or address a client was given."""
 
 
+class DaemonNotAnsweringError(DaemonError):
+    """A daemon runs at the runtime directory but does not answer: stopped (SIGSTOP, a debugger) or hung."""
+
+
 class DaemonRequestError(DaemonError):
     """The daemon refused or failed a request; `code` is the gRPC status code name."""
 

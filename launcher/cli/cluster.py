@@ -133,7 +133,14 @@ def spawn_daemon(argv: list[str], timeout: float) -> tuple[subprocess.Popen[byte
 def start(
     foreground: Annotated[bool, typer.Option("--foreground", help="run in this terminal until Ctrl-C")] = False,
     http_port: Annotated[int | None, typer.Option("--http-port", help="status app port (0 = a free one)")] = None,
-    http_host: Annotated[str | None, typer.Option("--http-host", help="status app address")] = None,
+    http_host: Annotated[
+        str | None,
+        typer.Option(
+            "--http-host",
+            help="status app address (default 127.0.0.1: this machine only); it has no authentication and shows "
+            "dataset paths and jobs to whoever reaches it",
+        ),
+    ] = None,
     tcp: Annotated[str | None, typer.Option("--tcp", help="also serve gRPC on HOST:PORT")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON daemon config")] = None,
     dataset_root: Annotated[Path | None, typer.Option("--dataset-root", help="prepared datasets")] = None,

@@ -67,6 +67,13 @@ def prepare(
     undirected: Annotated[bool, typer.Option("--undirected", help="add the reverse of every edge")] = False,
     out: OutOption = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset of that name")] = False,
+    dataset_group: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset-group",
+            help="a Unix group that may read the dataset (0750/0640); default: only you (directory 0700, files 0600)",
+        ),
+    ] = None,
     memory_budget: Annotated[
         str,
         typer.Option(
@@ -142,6 +149,7 @@ def prepare(
             undirected=undirected,
             root=out,
             overwrite=overwrite,
+            group=dataset_group,
             memory_budget=memory_budget,
             edge_split=_edge_split(edge_split, edge_split_seed, eval_negatives),
             source_options=_source_options(

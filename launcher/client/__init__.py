@@ -23,7 +23,12 @@ import grpc
 
 from graphtier.contract.endpoints import Endpoints, default_runtime_dir, read_endpoints, running_daemon_pid
 from graphtier.contract.environment import JOB_TOKEN_ENV
-from graphtier.contract.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
+from graphtier.contract.errors import (
+    DaemonError,
+    DaemonNotAnsweringError,
+    DaemonNotRunningError,
+    DaemonRequestError,
+)
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
 
 if TYPE_CHECKING:
@@ -52,6 +57,15 @@ def locate_daemon(runtime_dir: Path | None = None) -> Endpoints:
             f"{runtime_dir / 'daemon.log'}"
         )
     return endpoints
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of process `pid` (`/proc/<pid>/stat`: R, S, D, T stopped, t traced, Z...), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def job_token_metadata() -> tuple[tuple[str, str], ...]:
@@ -147,6 +161,27 @@ class DaemonClient:
     def _where(self) -> str:
         return str(self.runtime_dir) if self.endpoints else self.target
 
+    def _check_answering(self) -> None:
+        """DaemonNotAnsweringError at once when the local daemon's process is stopped (SIGSTOP, Ctrl-Z, a
+        debugger): its socket still accepts connections, so a call would only wait for its deadline."""
+        pid = self.endpoints.pid if self.endpoints else 0
+        if pid > 0 and process_state(pid) in ("T", "t"):
+            raise DaemonNotAnsweringError(
+                f"the graphtier daemon at {self._where()} (pid {pid}) is not answering: its process is stopped "
+                f"(SIGSTOP, Ctrl-Z or a debugger); `kill -CONT {pid}` resumes it"
+            )
+
+    def _unanswered(self, details: str) -> DaemonError:
+        """What a call that got no answer means: a daemon not answering when its process is alive, else none."""
+        pid = self.endpoints.pid if self.endpoints else 0
+        if pid > 0 and process_state(pid) not in (None, "Z"):
+            self._check_answering()
+            return DaemonNotAnsweringError(
+                f"the graphtier daemon at {self._where()} (pid {pid}) is running but not answering ({details}); "
+                f"see its log {self.runtime_dir / 'daemon.log'}"
+            )
+        return DaemonNotRunningError(f"no graphtier daemon at {self._where()} ({details}); {START_HINT}")
+
     def _call(
         self,
         method: Callable[..., Reply],
@@ -154,10 +189,13 @@ class DaemonClient:
         timeout_s: float | None = None,
         extra_metadata: tuple[tuple[str, str], ...] = (),
     ) -> Reply:
+        self._check_answering()
         try:
             return method(request, timeout=timeout_s or self.timeout_s, metadata=(*self._metadata, *extra_metadata))
         except grpc.RpcError as error:
             code, details = error.code(), error.details() or ""
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED and self.endpoints is not None:
+                raise self._unanswered(details) from None
             if code == grpc.StatusCode.UNAVAILABLE:
                 where = self._where()
                 if not self._tls and not self.target.startswith("unix:"):
@@ -165,7 +203,7 @@ class DaemonClient:
                         f"no answer from {where} over plaintext TCP ({details}); a graphtier daemon's TCP listener is "
                         "TLS unless started with --insecure: pass tls_cert (its tls/server.crt) and its token"
                     ) from None
-                raise DaemonNotRunningError(f"no graphtier daemon at {where} ({details}); {START_HINT}") from None
+                raise self._unanswered(details) from None
             raise DaemonRequestError(code.name, details) from None
 
     # Health
@@ -276,6 +314,7 @@ class DaemonClient:
         request = jobs_pb2.StreamJobEventsRequest(
             job_id=job_id, from_sequence=from_sequence, follow=follow, include_logs=include_logs, node=node
         )
+        self._check_answering()
         stream = self._jobs.StreamJobEvents(
             request, timeout=None if follow else self.timeout_s, metadata=self._metadata
         )
@@ -335,6 +374,7 @@ class DaemonClient:
         if not self.http_url:
             raise DaemonError(f"no HTTP address known for the daemon at {self.target}; pass http_url")
         try:
+            self._check_answering()
             with urllib.request.urlopen(self.http_url + path, timeout=self.timeout_s) as response:
                 return response.read()
         except urllib.error.HTTPError as error:

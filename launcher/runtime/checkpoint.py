@@ -9,6 +9,7 @@ previous checkpoint or the new one, never a torn file. Names carry the step
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -23,6 +24,7 @@ from graphtier.contract.jobs.directory import checkpoint_file
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
+FULL_BELOW_BYTES = 1 << 20  # a write that failed with less free than this failed for want of space
 
 
 @dataclass(frozen=True)
@@ -73,19 +75,52 @@ def save_checkpoint(
         "optimizer": optimizer_state,
         "extra": extra or {},
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise _write_failure(target, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+    except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as RuntimeError ("enforce fail")
+        Path(tmp).unlink(missing_ok=True)
+        raise _write_failure(target, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return target
+
+
+def _mount_point(path: Path) -> Path:
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _write_failure(target: Path, exc: BaseException) -> GraphtierError:
+    """The error of a checkpoint that could not be written, naming the file and, when the disk is full, the
+    disk: torch's own message for it is `[enforce fail at inline_container.cc:...]`, which names neither."""
+    directory = target.parent
+    try:
+        stats = os.statvfs(directory)
+        free = stats.f_bavail * stats.f_frsize
+    except OSError:
+        free = None
+    full = getattr(exc, "errno", None) == errno.ENOSPC or (free is not None and free < FULL_BELOW_BYTES)
+    if full:
+        return GraphtierError(
+            f"cannot write checkpoint {target}: the disk holding it (the filesystem mounted at "
+            f"{_mount_point(directory)}) is full ({free} bytes free); free space there and run the job again; "
+            "nothing of this checkpoint was kept"
+        )
+    cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:300]
+    return GraphtierError(f"cannot write checkpoint {target} ({cause}); nothing of this checkpoint was kept")
 
 
 def remove_partial_writes(directory: Path) -> None:

@@ -81,7 +81,17 @@ class DaemonConfig(BaseModel):
         description="Seconds the CUDA probe subprocess (host registration, peer access) may run after start; 0 skips "
         "it (`graphtier doctor` runs the same checks).",
     )
-    grpc_workers: int = Field(default=16, ge=2, le=256, description="Threads serving gRPC calls.")
+    grpc_workers: int = Field(
+        default=16, ge=2, le=256, description="Threads serving gRPC calls other than the followed event streams."
+    )
+    max_event_streams: int = Field(
+        default=256,
+        ge=1,
+        le=4096,
+        description="Followed StreamJobEvents calls (`job logs --follow`) open at once. Each waits in a thread "
+        "of its own beside the grpc_workers, so open streams never starve other calls; one more is refused "
+        "(RESOURCE_EXHAUSTED) naming this limit.",
+    )
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, le=600, description="Seconds in-flight calls get to finish on SIGTERM."
     )

@@ -42,11 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--socket", type=Path, dest="socket_path", help="gRPC Unix socket path")
     parser.add_argument("--tcp", help="also serve gRPC on HOST:PORT (port 0 = a free one)")
-    parser.add_argument("--http-host", help="status app address (default 127.0.0.1)")
+    parser.add_argument(
+        "--http-host",
+        help="status app address (default 127.0.0.1: this machine only). The page, /v1/status and /metrics have no "
+        "authentication and show dataset paths, job names and specs to whoever reaches them: bind another address "
+        "only where just your monitoring does",
+    )
     parser.add_argument("--http-port", type=int, help="status app port (default 0 = a free one)")
     parser.add_argument("--dataset-root", type=Path, help="prepared datasets (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--log-file", type=Path, help="log file (default <runtime-dir>/daemon.log)")
-    parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls")
+    parser.add_argument("--grpc-workers", type=int, help="threads serving gRPC calls other than followed event streams")
+    parser.add_argument(
+        "--max-event-streams",
+        type=int,
+        help="followed job event streams (job logs --follow) open at once, each in its own thread (default 256)",
+    )
     parser.add_argument(
         "--producer-stall-timeout",
         type=float,

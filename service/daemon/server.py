@@ -278,13 +278,25 @@ class Daemon:
         interceptors, tls = self._tcp_security()
         interceptors.append(WireGuardInterceptor())  # after the token check: strangers get UNAUTHENTICATED first
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.config.grpc_workers, thread_name_prefix="graphtier-grpc"),
+            # grpc_workers threads for every call but the followed event streams, which hold theirs while they
+            # wait and are capped at max_event_streams (EventStreamSlots): however many are open, the rest is served
+            futures.ThreadPoolExecutor(
+                max_workers=self.config.grpc_workers + self.config.max_event_streams,
+                thread_name_prefix="graphtier-grpc",
+            ),
             options=[("grpc.so_reuseport", 0)],
             interceptors=interceptors,
         )
         self._grpc = server
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        add_servicers(server, self.datasets, self.tracker, self.job_manager, self.cluster)
+        add_servicers(
+            server,
+            self.datasets,
+            self.tracker,
+            self.job_manager,
+            self.cluster,
+            max_event_streams=self.config.max_event_streams,
+        )
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         daemon_file_dir(self.config.socket.parent, self.config.runtime_dir, self.config.socket_gid)
         try:

@@ -113,6 +113,8 @@ def add_servicers(
     tracker: ProgressTracker,
     jobs: JobManager | None = None,
     cluster: ClusterNode | None = None,
+    *,
+    max_event_streams: int,
 ) -> None:
     """Register every graphtier.v1 service this daemon implements (the names are SERVICE_NAMES;
     JobService, ChannelService and FeatureService only with a job manager, ClusterService only with a
@@ -120,9 +122,11 @@ def add_servicers(
     datasets_pb2_grpc.add_DatasetServiceServicer_to_server(DatasetServicer(registry, jobs), server)
     progress_pb2_grpc.add_ProgressServiceServicer_to_server(ProgressServicer(tracker), server)
     if jobs is not None:
-        from graphtier.service.daemon.jobs.servicer import ChannelServicer, JobServicer
+        from graphtier.service.daemon.jobs.servicer import ChannelServicer, EventStreamSlots, JobServicer
 
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, cluster), server)
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(
+            JobServicer(jobs, EventStreamSlots(max_event_streams), cluster), server
+        )
         channels_pb2_grpc.add_ChannelServiceServicer_to_server(ChannelServicer(jobs), server)
         from graphtier.service.daemon.cluster.features_servicer import FeatureServicer
 

@@ -9,6 +9,7 @@ name; the next writer removes temporaries whose writer process is gone.
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
 import re
@@ -28,6 +29,8 @@ from graphtier.service.prepared.manifest import FORMAT_VERSION, MANIFEST_FILE, A
 if TYPE_CHECKING:  # the writers need torch and numpy; listing and removing datasets do not
     from graphtier.service.prepared.npy_io import NpyStreamWriter
 
+ROWS_PER_CHUNK = 1 << 16  # rows gathered and written at a time by `write_rows`
+
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TMP_PATTERN = re.compile(r"^\.(tmp|trash)-(?P<name>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
 
@@ -39,6 +42,33 @@ def validate_name(name: str) -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+def dataset_group_id(group: str | int | None) -> int | None:
+    """The gid of `group` (a name or a number) that may read prepared datasets; None: only their owner."""
+    if group is None or group == "":
+        return None
+    try:
+        return int(group) if str(group).isdigit() else grp.getgrnam(str(group)).gr_gid
+    except KeyError:
+        raise PreparedDatasetError(f"--dataset-group {group!r}: no such group on this machine") from None
+
+
+def restrict_to_owner(directory: Path, gid: int | None) -> None:
+    """A finished dataset's directory 0700 and its files 0600, so other users cannot read it; with
+    `gid`, group `gid` may read it too (0750 and 0640, owned by that group)."""
+    try:
+        for path in (*directory.iterdir(), directory):
+            if gid is not None:
+                os.chown(path, -1, gid)
+            os.chmod(
+                path, (0o750 if gid is not None else 0o700) if path.is_dir() else (0o640 if gid is not None else 0o600)
+            )
+    except OSError as exc:
+        raise PreparedDatasetError(
+            f"{exc.filename or directory}: cannot set the dataset's owner group or mode ({exc.strerror}); "
+            "with --dataset-group, this user must belong to the group"
+        ) from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -86,9 +116,10 @@ def read_manifest(directory: Path) -> DatasetManifest:
 class DatasetWriter:
     """Writes one prepared dataset atomically: use as a context manager, then `commit`."""
 
-    def __init__(self, root: Path, name: str, *, overwrite: bool = False) -> None:
+    def __init__(self, root: Path, name: str, *, overwrite: bool = False, group: str | int | None = None) -> None:
         self.root = Path(root)
         self.name = validate_name(name)
+        self.gid = dataset_group_id(group)  # who besides the owner may read the dataset (see restrict_to_owner)
         self.final = self.root / name
         self.overwrite = overwrite
         self.arrays: dict[str, ArrayInfo] = {}
@@ -107,13 +138,13 @@ class DatasetWriter:
         check_prepared_by_graphtier(self.final, self.name, refusal="nothing was replaced")
 
     def __enter__(self) -> DatasetWriter:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700 if self.gid is None else 0o750, parents=True, exist_ok=True)
         reclaim_stale_temporaries(self.root)
         tmp = self.root / f".tmp-{self.name}-{os.getpid()}-{secrets.token_hex(4)}"
         # An interrupt (Ctrl-C, SIGTERM) between the mkdir and the end of __enter__ never reaches
         # __exit__: the directory is removed here instead, so nothing half-made is left behind.
         try:
-            tmp.mkdir()
+            tmp.mkdir(mode=0o700)  # nobody else reads a dataset while it is written
             self.tmp = tmp
             return self
         except BaseException:
@@ -131,29 +162,44 @@ class DatasetWriter:
         return self.tmp / f"{array_name}.npy"
 
     def write(self, array_name: str, array) -> ArrayInfo:
+        import numpy as np
+        import torch
+
         from graphtier.service.prepared.npy_io import write_npy
 
+        if array_name == "features":  # the features' row checksums are written beside them
+            data = array.contiguous().numpy() if isinstance(array, torch.Tensor) else np.asarray(array)
+            with self.stream(array_name, data.shape, data.dtype) as out:
+                out.write(data)
+            return self.arrays[array_name]
         self.arrays[array_name] = write_npy(self._path(array_name), array)
         return self.arrays[array_name]
 
     def write_rows(self, array_name: str, source, order) -> ArrayInfo:
-        from graphtier.service.prepared.npy_io import write_npy_rows
-
-        self.arrays[array_name] = write_npy_rows(self._path(array_name), source, order)
+        """`source[order]` written without materialising it: gathered and written chunk by chunk."""
+        with self.stream(array_name, (order.numel(), *source.shape[1:]), source.numpy().dtype) as out:
+            for start in range(0, order.numel(), ROWS_PER_CHUNK):
+                out.write(source.index_select(0, order[start : start + ROWS_PER_CHUNK]))
         return self.arrays[array_name]
 
     @contextlib.contextmanager
     def stream(self, array_name: str, shape: tuple[int, ...], dtype) -> Iterator[NpyStreamWriter]:
-        """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends."""
+        """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends.
+        The features also get their per-row checksums (`feature_checksums.npy`), which the storage tier's
+        reads are checked against."""
         from graphtier.service.prepared.npy_io import NpyStreamWriter
 
-        stream = NpyStreamWriter(self._path(array_name), shape, dtype)
+        stream = NpyStreamWriter(self._path(array_name), shape, dtype, checksum_rows=array_name == "features")
         try:
             yield stream
         except BaseException:
             stream.abort()
             raise
         self.arrays[array_name] = stream.close()
+        if stream.checksums is not None:
+            from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
+
+            self.write(CHECKSUM_ARRAY, stream.checksums)
 
     def commit(self, manifest: DatasetManifest) -> Path:
         """Write the manifest and move the finished dataset under its name."""
@@ -163,6 +209,7 @@ class DatasetWriter:
         path.write_text(manifest.model_dump_json(indent=2))
         with open(path, "rb") as f:
             os.fsync(f.fileno())
+        restrict_to_owner(self.tmp, self.gid)
         _fsync_dir(self.tmp)
         self.check_target()  # another writer may have finished first
         replace_directory(self.tmp, self.final)

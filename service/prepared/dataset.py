@@ -5,11 +5,13 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from graphtier.contract.endpoints import default_dataset_root
 from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.graph.csc import CSCGraph
+from graphtier.service.graph.validate import check_structure
 from graphtier.service.prepared.catalog import read_manifest, validate_name
 from graphtier.service.prepared.digests import file_digest
 from graphtier.service.prepared.manifest import DatasetManifest
@@ -43,13 +45,33 @@ class PreparedDataset:
             path = self.directory / info.file
             if not path.is_file():
                 raise PreparedDatasetError(f"{path}: array {key!r} listed in the manifest is missing")
+            self._check_header(key, path)  # a file of another shape: the manifest is not this file's
             if path.stat().st_size < info.nbytes:
                 raise PreparedDatasetError(
                     f"{path}: truncated: {path.stat().st_size} bytes on disk, {info.nbytes} bytes of data expected"
                 )
 
+    def _check_header(self, key: str, path: Path) -> None:
+        """PreparedDatasetError saying `manifest mismatch` when the `.npy` header of `path` holds another shape
+        or dtype than the manifest lists for `key` (a manifest swapped in from another dataset)."""
+        try:
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+        except Exception:  # noqa: BLE001  (an unreadable header: the size check's message stands)
+            return
+        info = self.manifest.arrays[key]
+        if list(shape) != info.shape or str(dtype) != info.dtype:
+            raise PreparedDatasetError(
+                f"{self.directory / 'manifest.json'}: manifest mismatch: it lists {key!r} as {info.dtype} "
+                f"{tuple(info.shape)}, but {path} holds {dtype} {tuple(shape)}; the manifest belongs to another "
+                "dataset or another preparation of it: prepare the dataset again"
+            )
+
     def verify(self) -> None:
-        """Recompute every file's checksums (sha256, and BLAKE3 where recorded) and compare with the manifest."""
+        """Recompute every file's checksums (sha256, and BLAKE3 where recorded) and compare with the manifest,
+        then check the graph structure itself (`check_structure`: checksums can be recomputed over damage)."""
         for key, info in self.manifest.arrays.items():
             path = self.directory / info.file
             for algorithm, expected in (("sha256", info.sha256), ("blake3", info.blake3)):
@@ -62,6 +84,7 @@ class PreparedDataset:
                         f"({algorithm}: manifest {expected[:12]}…, file {actual[:12]}…); "
                         "the dataset is corrupt: prepare it again"
                     )
+        check_structure(self.array("colptr"), self.array("row"), self.manifest.num_nodes, dataset=self.name)
 
     def has(self, key: str) -> bool:
         return key in self.manifest.arrays

@@ -16,6 +16,7 @@ import torch
 from graphtier.service.prepared.digests import FileDigests, file_digest
 from graphtier.service.prepared.direct_writer import DirectFileWriter
 from graphtier.service.prepared.manifest import ArrayInfo
+from graphtier.service.storage.row_checksums import row_checksums
 
 DATA_ALIGN = 4096  # the data starts on a block boundary, so O_DIRECT reads of whole rows stay aligned
 
@@ -72,15 +73,19 @@ class NpyStreamWriter:
     chunks is byte-identical to the same array written at once. The bytes go out with direct
     I/O by a writer thread and hashed by two more (`direct_writer`) while the next chunk is computed.
     `close` checks that exactly `shape[0]` rows arrived, fsyncs, and returns the file's `ArrayInfo`.
+    With `checksum_rows`, each row's checksum (`row_checksums`) is kept too: `checksums` after `close`.
     """
 
-    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype | str) -> None:
+    def __init__(
+        self, path: Path, shape: tuple[int, ...], dtype: np.dtype | str, *, checksum_rows: bool = False
+    ) -> None:
         self.path = Path(path)
         self.shape = tuple(int(s) for s in shape)
         if not self.shape:
             raise ValueError(f"{self.path.name}: a .npy stream needs an array of at least one dimension")
         self.dtype = np.dtype(dtype)
         self.rows_written = 0
+        self._checksums: list[np.ndarray] | None = [] if checksum_rows else None
         header = npy_header(self.dtype, self.shape)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._digest = FileDigests()
@@ -101,7 +106,16 @@ class NpyStreamWriter:
             raise ValueError(f"{self.path.name}: more than the {self.shape[0]} rows announced")
         if data.size:
             self._file.write(data)
+            if self._checksums is not None:
+                self._checksums.append(row_checksums(data))
         self.rows_written += data.shape[0]
+
+    @property
+    def checksums(self) -> np.ndarray | None:
+        """The rows' checksums so far (int64 [rows_written]); None unless asked for."""
+        if self._checksums is None:
+            return None
+        return np.concatenate(self._checksums) if self._checksums else np.empty(0, np.int64)
 
     def close(self) -> ArrayInfo:
         if self.rows_written != self.shape[0]:
@@ -119,17 +133,3 @@ class NpyStreamWriter:
 
     def abort(self) -> None:
         self._file.abort()
-
-
-def write_npy_rows(
-    path: Path, source: torch.Tensor, order: torch.Tensor, *, rows_per_chunk: int = 1 << 16
-) -> ArrayInfo:
-    """Write `source[order]` as `.npy` without materialising it: gather and write chunk by chunk."""
-    stream = NpyStreamWriter(path, (order.numel(), *source.shape[1:]), source.numpy().dtype)
-    try:
-        for start in range(0, order.numel(), rows_per_chunk):
-            stream.write(source.index_select(0, order[start : start + rows_per_chunk]))
-        return stream.close()
-    except BaseException:
-        stream.abort()
-        raise

@@ -29,6 +29,7 @@ from graphtier.service.prepared.steps import (
 )
 from graphtier.service.sources import synthetic_stream  # noqa: F401  (imported before any spill file exists)
 from graphtier.service.sources.registry import load_source_stream
+from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
 
 
 def prepare_out_of_core(
@@ -69,7 +70,7 @@ def prepare_out_of_core(
                 with writer.stream("features", shape, graph.features.dtype) as out:
                     details["reorder_features"] = permute_rows(graph.features, old_to_new, out, spill, plan)
                 graph.features.release()
-            order = ["colptr", "row", "features"]  # the in-memory path's manifest order
+            order = ["colptr", "row", "features", CHECKSUM_ARRAY]  # the in-memory path's manifest order
             writer.arrays = {k: writer.arrays[k] for k in order if k in writer.arrays} | writer.arrays
     finally:
         shutil.rmtree(spill, ignore_errors=True)

@@ -52,7 +52,9 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     import graphtier.service.sources  # noqa: F401
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 
-    writer = DatasetWriter(root, config.name, overwrite=config.overwrite)  # fails early on an existing name
+    writer = DatasetWriter(
+        root, config.name, overwrite=config.overwrite, group=config.group
+    )  # fails early on an existing name
     with writer, numpy_huge_pages_for_preparation() as huge_pages:
         if budget is None or config.edge_split is not None:
             content = _prepare_in_memory(config, writer, clock)

@@ -37,6 +37,11 @@ class PrepareConfig(BaseModel):
     source_options: dict[str, object] = Field(default_factory=dict)
     root: Path | None = Field(None, description="dataset root; default $GRAPHTIER_HOME/datasets")
     overwrite: bool = False
+    group: str | None = Field(
+        None,
+        description="a Unix group that may read the dataset (directory 0750, files 0640); None: its owner only "
+        "(0700, 0600)",
+    )
     memory_budget: str | int = Field(
         "auto",
         description="peak memory allowed: a size ('3GiB'), a share of memory ('40%'), 'auto' (half of "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,10 +146,29 @@ def load_source(spec: str, **options: Any) -> GraphData:
         path = Path(target).expanduser()
         if not path.exists():
             raise DatasetSourceError(path, f"does not exist (from dataset spec {spec!r})")
+        if not (path.is_file() or path.is_dir()):  # stat only: opening a FIFO would wait for a writer
+            raise DatasetSourceError(
+                path,
+                f"is {_file_kind(path)}, not a regular file or directory (from dataset spec {spec!r}): a source is "
+                "read to its end, so it must have one; save the data to a file first",
+            )
         graph = _checked_labels(_READERS[scheme](path, **options), num_classes)
         if split_file is not None:
             graph = split_from_file(graph, Path(split_file), split_index)
     return ensure_split(graph, **split)
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
 
 
 def _checked_labels(graph: GraphData, num_classes: int | None) -> GraphData:

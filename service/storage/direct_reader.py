@@ -11,7 +11,8 @@ flight, the rest by one gather at the end. A pool of threads keeps up to `inflig
 requests in flight (`os.preadv` releases the GIL). `empty_rows` hands out output rows
 placed so that runs line up. In `direct` mode the page cache is bypassed, so what is
 counted as storage traffic is traffic to the device; the `page-cache` mode reads the same
-requests through the kernel's cache.
+requests through the kernel's cache. Every row read is checked against its recorded checksum
+(`row_checksums`), when the dataset has them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from graphtier.service.storage.read_plan import (
     plan_reads,
     plan_run_copies,
 )
+from graphtier.service.storage.row_checksums import RowChecksums
 
 StorageMode = Literal["direct", "page-cache"]
 STORAGE_MODES: tuple[str, ...] = ("direct", "page-cache")
@@ -113,6 +115,7 @@ class StorageReader:
         max_request: int = MAX_REQUEST,
         staging_bytes: int = 8 << 20,
         alignment: DirectIOAlignment | None = None,
+        checksums: RowChecksums | None = None,
     ) -> None:
         if mode not in STORAGE_MODES:
             raise GraphtierError(f"storage mode {mode!r}: expected one of {', '.join(STORAGE_MODES)}")
@@ -129,6 +132,7 @@ class StorageReader:
         self.data_offset, self.row_bytes = data_offset, row_bytes
         self.first_row, self.num_rows = first_row, num_rows
         self.max_request = max_request
+        self.checksums = checksums  # each row read is checked against them (storage-relative, as `read` takes)
         self.file_end = data_offset + num_rows * row_bytes
         flags = os.O_RDONLY | (os.O_DIRECT if mode == "direct" else 0)
         try:
@@ -245,6 +249,8 @@ class StorageReader:
         rest = np.flatnonzero(~copies.copied)  # staged rows not yet in place: one gather from the staging buffer
         if rest.size:
             self._gather_rest(plan.row_at, rest, staged_slot, inverse if repeats else None, target)
+        if self.checksums is not None:
+            self.checksums.verify(rows, target)
         s = self.stats
         s.batches, s.rows = s.batches + 1, s.rows + rows.size
         s.requests += plan.offsets.size + direct.offsets.size

@@ -2,7 +2,8 @@
 
 The same `read(rows, out)` as `StorageReader`, for the look-ahead window in `mmap` mode:
 the rows are copied from the mapping (faulting their pages in through the page cache), so
-it issues no requests of its own and counts each row's bytes as read.
+it issues no requests of its own and counts each row's bytes as read. Every row copied out
+is checked against its recorded checksum (`row_checksums`), when the dataset has them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.storage.direct_reader import ReaderStats, output_rows
+from graphtier.service.storage.row_checksums import RowChecksums
 
 
 class MappedReader:
@@ -21,8 +23,9 @@ class MappedReader:
 
     mode = "mmap"
 
-    def __init__(self, storage: torch.Tensor) -> None:
+    def __init__(self, storage: torch.Tensor, checksums: RowChecksums | None = None) -> None:
         self.storage = storage
+        self.checksums = checksums  # each row copied out is checked against them
         self.row_bytes = storage[0].numel() * storage.element_size() if storage.shape[0] else 0
         self.stats = ReaderStats()
 
@@ -41,6 +44,8 @@ class MappedReader:
         target = torch.from_numpy(output_rows(out, rows.size, self.row_bytes))
         source = self.storage.view(self.storage.shape[0], -1).view(torch.uint8)
         torch.index_select(source, 0, torch.from_numpy(rows), out=target)
+        if self.checksums is not None:
+            self.checksums.verify(rows, target.numpy())
         s = self.stats
         s.batches, s.rows = s.batches + 1, s.rows + rows.size
         s.bytes_read = s.row_bytes = s.row_bytes + rows.size * self.row_bytes

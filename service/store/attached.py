@@ -13,6 +13,7 @@ from graphtier.contract.errors import GraphtierError, SharedMemoryError
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.shm import attach_tensor
+from graphtier.service.storage.row_checksums import RowChecksums
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class AttachedDataset:
     storage_reads: StorageReads = "mmap"  # how the storage rows are read: see graphtier.service.storage
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
     _reader: StorageReader | None = field(default=None, repr=False)
+    checksums: RowChecksums | None = None  # the storage rows' recorded checksums: every read of them is checked
 
     @property
     def has_features(self) -> bool:
@@ -91,6 +93,7 @@ class AttachedDataset:
                 first_row=0,
                 num_rows=ref.rows,
                 mode=self.storage_reads,
+                checksums=self.checksums,
             )  # type: ignore[arg-type]
         return self._reader
 
@@ -102,11 +105,20 @@ class AttachedDataset:
         if self.storage_reads == "mmap":
             from graphtier.service.storage import MappedReader
 
-            return MappedReader(self.storage)
+            return MappedReader(self.storage, self.checksums)
         return self._storage_reader()
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor, *, device_index: int = 0) -> TrafficCounts:
-        return tiered_gather(ids, self.feature_tiers(device_index), out)
+        """Rows `ids` into out[:len(ids)]; storage rows copied from the mapping are checked against their
+        checksums here (a storage reader checks its own)."""
+        tiers = self.feature_tiers(device_index)
+        traffic = tiered_gather(ids, tiers, out)
+        if self.checksums is not None and tiers.storage_reader is None and traffic.storage.rows:
+            ids = ids.to(torch.int64)
+            pos = (ids >= tiers.host_end).nonzero().squeeze(1)
+            rows = out[: ids.numel()].index_select(0, pos)
+            self.checksums.verify((ids[pos] - tiers.host_end).numpy(), rows.reshape(rows.shape[0], -1).numpy())
+        return traffic
 
     def cuda_tiers(self, device: int) -> CudaTiersLease:
         """The tiers as GPU `device` of this process reads them: its device tier mappings
@@ -162,4 +174,19 @@ def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads =
         resident=attach_tensor(handle.resident_features) if handle.resident_features else None,
         storage=_open_storage(handle.storage_features) if handle.storage_features else None,
         storage_reads=storage_reads,
+        checksums=_storage_checksums(handle.storage_features),
+    )
+
+
+def _storage_checksums(ref: StorageTierRef | None) -> RowChecksums | None:
+    """The storage rows' recorded checksums, from their segment; None without storage rows or checksums."""
+    if ref is None or ref.rows == 0 or ref.row_checksums is None:
+        return None
+    row_bytes = int(np.prod(ref.row_shape, dtype=np.int64)) * np.dtype(ref.dtype).itemsize
+    return RowChecksums(
+        attach_tensor(ref.row_checksums).numpy()[ref.first_row :],
+        path=ref.path,
+        first_row=ref.first_row,
+        offset_bytes=ref.offset_bytes,
+        row_bytes=row_bytes,
     )

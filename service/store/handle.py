@@ -20,6 +20,11 @@ class StorageTierRef(BaseModel):
     rows: int = Field(ge=0)
     row_shape: tuple[int, ...]
     dtype: str
+    row_checksums: SegmentRef | None = Field(
+        None,
+        description="the checksum of every row of the file (int64 [num_nodes], `row_checksums`), which "
+        "each read of storage rows is checked against; None for datasets prepared before they were recorded",
+    )
 
 
 class SharedDatasetHandle(BaseModel):

@@ -10,12 +10,14 @@ from collections.abc import Sequence
 
 import torch
 
+from graphtier.service.graph.validate import check_structure
 from graphtier.service.memory import DeviceMemoryMode, FdExporter
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
+from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 from graphtier.service.store.verified_copy import copy_verified
 
@@ -114,6 +116,11 @@ class SharedDatasetStore:
                 resident = self._copy("features", features[: plan.host_end], "features")
             if plan.host_end < plan.num_nodes:
                 path = ds.array_path("features")
+                checksums = (
+                    self._copy("feature-checksums", ds.array(CHECKSUM_ARRAY), CHECKSUM_ARRAY)
+                    if ds.has(CHECKSUM_ARRAY)
+                    else None
+                )
                 storage = StorageTierRef(
                     path=str(path),
                     offset_bytes=npy_data_offset(path) + plan.host_end * plan.row_bytes,
@@ -121,6 +128,7 @@ class SharedDatasetStore:
                     rows=plan.num_nodes - plan.host_end,
                     row_shape=tuple(features.shape[1:]),
                     dtype=str(features.numpy().dtype),
+                    row_checksums=checksums,
                 )
         device_refs: tuple = ()
         if self.devices and resident is not None and plan.interleaved_end > 0:
@@ -132,6 +140,7 @@ class SharedDatasetStore:
             )
             device_refs = tuple(self.device_tiers.refs)
         colptr, row = self._copy("colptr", ds.array("colptr"), "colptr"), self._copy("row", ds.array("row"), "row")
+        check_structure(self._copies["colptr"], self._copies["row"], plan.num_nodes, dataset=ds.name)  # as served
         if self.verify and features is not None and resident is None:  # every row is on storage: check the file
             t0 = time.perf_counter()
             empty = features.new_empty((0, *features.shape[1:]))

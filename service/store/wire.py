@@ -76,7 +76,7 @@ def segment_ref_from_proto(message: common_pb2.SegmentRef) -> SegmentRef:
 
 
 def storage_ref_to_proto(ref: StorageTierRef) -> common_pb2.StorageTierRef:
-    return common_pb2.StorageTierRef(
+    message = common_pb2.StorageTierRef(
         path=ref.path,
         offset_bytes=ref.offset_bytes,
         first_row=ref.first_row,
@@ -84,6 +84,9 @@ def storage_ref_to_proto(ref: StorageTierRef) -> common_pb2.StorageTierRef:
         row_shape=list(ref.row_shape),
         dtype=ref.dtype,
     )
+    if ref.row_checksums is not None:
+        message.row_checksums.CopyFrom(segment_ref_to_proto(ref.row_checksums))
+    return message
 
 
 def storage_ref_from_proto(message: common_pb2.StorageTierRef) -> StorageTierRef:
@@ -94,6 +97,7 @@ def storage_ref_from_proto(message: common_pb2.StorageTierRef) -> StorageTierRef
         rows=message.rows,
         row_shape=tuple(message.row_shape),
         dtype=message.dtype,
+        row_checksums=segment_ref_from_proto(message.row_checksums) if message.HasField("row_checksums") else None,
     )
 
 

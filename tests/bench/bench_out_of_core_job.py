@@ -20,8 +20,14 @@ includes the evaluation, is printed beside); beside it the storage tier's counte
 reports (rows read, window hits, requests, queue depth, bandwidth) and the cgroup's peak memory.
 Targets: (c) >= 0.5x (a) and >= 3x (b).
 
+With `--verify-cost`, the runs named by `--only` (mapped, direct) are each made `--rounds` times on
+the dataset as prepared (every storage row checked against its recorded checksum when read) and,
+interleaved with them, on the same files without the checksums (a copy of the directory whose files
+are hard links and whose manifest lists no `feature_checksums`, as a dataset prepared before they
+were recorded): the ratio of the medians is the cost of the verification. Target >= 0.9x.
+
 Run: python tests/bench/bench_out_of_core_job.py [--scale 20] [--feature-dim 1024] [--window 4]
-     [--host-budget auto] [--limit auto] [--root $TMPDIR/graphtier-bench/ooc/datasets]
+     [--host-budget auto] [--limit auto] [--root $TMPDIR/graphtier-bench/ooc/datasets] [--verify-cost --rounds 2]
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +55,8 @@ from graphtier.contract.jobs.spec import JobSpec  # noqa: E402
 from graphtier.launcher.client import DaemonClient  # noqa: E402
 from graphtier.service.placement import parse_budget  # noqa: E402
 from graphtier.service.prepared import PreparedDataset  # noqa: E402
+from graphtier.service.prepared.manifest import MANIFEST_FILE  # noqa: E402
+from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GiB = 2**30
@@ -107,6 +116,21 @@ def ensure_dataset(root: Path, scale: int, dim: int) -> PreparedDataset:
         ],
         check=True,
     )
+    return PreparedDataset.open(name, root)
+
+
+def unchecked_copy(dataset: PreparedDataset, root: Path) -> PreparedDataset:
+    """The same files under `<name>-unchecked` (hard links), the manifest without the row checksums."""
+    name = f"{dataset.name}-unchecked"
+    target = root / name
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir()
+    manifest = dataset.manifest.model_copy(deep=True)
+    manifest.name = name
+    manifest.arrays.pop(CHECKSUM_ARRAY, None)
+    for info in manifest.arrays.values():
+        os.link(dataset.directory / info.file, target / info.file)
+    (target / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
     return PreparedDataset.open(name, root)
 
 
@@ -200,6 +224,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--only", default="memory,mapped,direct", help="which runs, comma-separated")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument(
+        "--verify-cost",
+        action="store_true",
+        help="each run of --only with and without the row checksums, interleaved --rounds times",
+    )
+    p.add_argument("--rounds", type=int, default=2, help="rounds of --verify-cost")
     return p.parse_args(argv)
 
 
@@ -254,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         f"= {host / feature_bytes:.1%} of the rows; job: sage fanout {a.fanout} batch {a.batch_size} hidden {a.hidden} "
         f"epochs {a.epochs}, 1 rank"
     )
+    if a.verify_cost:
+        return verify_cost(a, dataset, specs)
     outcomes: dict[str, Outcome] = {}
     for label in a.only.split(","):
         spec, limit_bytes = specs[label]
@@ -286,6 +318,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"direct / mapped: {r:.2f}x (target >= 3x: {'met' if r >= 3 else 'NOT met'})")
     if a.json:
         a.json.write_text(json.dumps({k: o.__dict__ for k, o in outcomes.items()}, indent=1))
+    return 0
+
+
+def verify_cost(a: argparse.Namespace, dataset: PreparedDataset, specs: dict) -> int:
+    """Each run of --only on the dataset as prepared (rows checked) and without its checksums, interleaved."""
+    unchecked = unchecked_copy(dataset, a.root)
+    rates: dict[tuple[str, str], list[float]] = {}
+    try:
+        for round_ in range(a.rounds):
+            for label in a.only.split(","):
+                spec, limit_bytes = specs[label]
+                pair = [("checked", dataset), ("unchecked", unchecked)]
+                for variant, data in pair if round_ % 2 == 0 else pair[::-1]:  # neither always runs first
+                    run_spec = spec.model_copy(update={"dataset": data.name})
+                    if limit_bytes is None:
+                        o = run_job(f"{label}-{variant}", data, run_spec, a.root, None)
+                    else:
+                        with MemoryLimit(f"graphtier-bench-{label}-{variant}", limit_bytes) as cgroup:
+                            o = run_job(f"{label}-{variant}", data, run_spec, a.root, cgroup)
+                    rates.setdefault((label, variant), []).append(o.batches_per_second if o.state == "succeeded" else 0)
+                    print(
+                        f"round {round_ + 1} {label:7s} {variant:9s} {o.state}: {o.batches} batches, "
+                        f"{o.batches_per_second:.3f} batches/s training, storage rows gathered "
+                        f"{o.storage_rows_gathered:,}",
+                        flush=True,
+                    )
+    finally:
+        shutil.rmtree(unchecked.directory, ignore_errors=True)
+    load_after = os.getloadavg()
+    print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    for label in a.only.split(","):
+        checked, plain = statistics.median(rates[label, "checked"]), statistics.median(rates[label, "unchecked"])
+        r = checked / plain if plain else 0.0
+        print(
+            f"{label}: checked {checked:.3f} / unchecked {plain:.3f} batches/s (medians of {a.rounds}) = {r:.2f}x "
+            f"(target >= 0.9x: {'met' if r >= 0.9 else 'NOT met'})"
+        )
     return 0
 
 

@@ -113,6 +113,14 @@ def _prepare_with(make: Callable[[Path], str], *extra: str) -> Callable[[Any], O
     return run
 
 
+def _fifo(work: Path) -> str:
+    """A named pipe no one writes to: opening it for reading would wait forever."""
+    import os
+
+    os.mkfifo(work / "edges.fifo")
+    return f"edges:{work / 'edges.fifo'}"
+
+
 def _truncated_npz(work: Path) -> str:
     path = _npz(work / "cut.npz")
     _truncate(path)
@@ -210,8 +218,81 @@ def _damaged(damage: Callable[[Path], None], name: str) -> Callable[[Any], Outco
     return run
 
 
+def _damaged_job(damage: Callable[[Path], None], name: str) -> Callable[[Any], Outcome]:
+    """A job submitted on a damaged copy of the good dataset, then `job status` of whatever it made:
+    refused or failed in one line each, never a traceback."""
+
+    def run(corpus) -> Outcome:
+        copy = corpus.root / name
+        shutil.copytree(corpus.root / "good", copy)
+        try:
+            manifest = json.loads((copy / "manifest.json").read_text())
+            (copy / "manifest.json").write_text(json.dumps({**manifest, "name": name}, indent=2))  # a job names it
+            damage(copy)
+            mark = corpus.daemon.log_size()
+            runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
+            submitted = corpus.cli("job", "submit", *runtime, "--dataset", name, "--fanout", "5,5", "--json")
+            output, facts = submitted.output, []
+            if not submitted.refused:  # taken: it must fail, and say why in its status
+                job_id = json.loads(submitted.output[submitted.output.index("{") :])["job_id"]
+                wait_for(lambda: "failed" in corpus.cli("job", "status", job_id, *runtime).output, 60, 0.5)
+                status = corpus.cli("job", "status", job_id, *runtime)
+                output += status.output
+                if "failed" not in status.output:
+                    facts.append(f"the job on a damaged dataset did not fail: {status.output[-300:]!r}")
+            return Outcome(refused=True, exit_code=None, output=output, log=corpus.daemon.log_since(mark), facts=facts)
+        finally:
+            corpus.unload(name)
+            shutil.rmtree(copy, ignore_errors=True)
+
+    return run
+
+
 def _in(file: str, change: Callable[[Path], None]) -> Callable[[Path], None]:
     return lambda directory: change(directory / file)
+
+
+def _resealed(key: str, change: Callable[[np.ndarray], None]) -> Callable[[Path], None]:
+    """Array `key` of a dataset changed in place, its checksums in the manifest recomputed to match:
+    damage only a check of the contents themselves can find."""
+
+    def damage(directory: Path) -> None:
+        from graphtier.service.prepared.digests import file_digest
+
+        path = directory / f"{key}.npy"
+        array = np.load(path, mmap_mode="r+")
+        change(array)
+        array.flush()
+        del array
+        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest["arrays"][key]["sha256"] = file_digest(path, "sha256")
+        manifest["arrays"][key]["blake3"] = file_digest(path, "blake3")
+        (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+    return damage
+
+
+def _set(index: int, value: int) -> Callable[[np.ndarray], None]:
+    def change(array: np.ndarray) -> None:
+        array[index] = value
+
+    return change
+
+
+def _swapped_manifest(directory: Path) -> None:
+    """The manifest of another dataset (R-MAT scale 9, prepared for the case), its name this directory's."""
+    import tempfile
+
+    from graphtier.service.prepared import PrepareConfig, prepare_dataset
+
+    with tempfile.TemporaryDirectory() as other:
+        prepare_dataset(
+            PrepareConfig(
+                source="synthetic:rmat", name="other", root=Path(other), source_options={"scale": 9, "feature_dim": 8}
+            )
+        )
+        manifest = json.loads((Path(other) / "other" / "manifest.json").read_text())
+    (directory / "manifest.json").write_text(json.dumps({**manifest, "name": directory.name}, indent=2))
 
 
 def _npy_header(path: Path) -> None:
@@ -461,8 +542,80 @@ def _get_job(corpus, job_id: str):
         )(jobs_pb2.GetJobRequest(job_id=job_id), timeout=10)
 
 
+def _parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _sigstop_rank(corpus) -> Outcome:
     """A 2-rank job whose rank 1 is stopped (SIGSTOP) mid-run must fail within the stall timeout, naming it."""
+    return _sigstop(corpus, agent=False)
+
+
+def _sigstop_agent(corpus) -> Outcome:
+    """A 2-rank job whose torchrun agent (the ranks' parent) is stopped mid-run must fail within the stall
+    timeout, naming it: its ranks train on, but nothing would ever reap them or end the job."""
+    return _sigstop(corpus, agent=True)
+
+
+def _kill9_rank_without_restarts(corpus) -> Outcome:
+    """kill -9 of the only rank of a job without restarts: the job fails naming the rank and the signal."""
+    import os
+    import signal
+
+    from graphtier.v1 import jobs_pb2
+
+    runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
+    job = ("--dataset", "good", "--fanout", "5,5", "--batch-size", "16", "--hidden", "16", "--epochs", "100000")
+    submitted = corpus.cli("job", "submit", *runtime, *job, "--nproc-per-node", "1", "--json")
+    if submitted.refused:
+        return Outcome(refused=False, output=submitted.output, facts=["the job to kill was not accepted"])
+    job_id = json.loads(submitted.output[submitted.output.index("{") :])["job_id"]
+    final = {jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_FAILED, jobs_pb2.JOB_STATE_CANCELLED}
+    try:
+
+        def rank_running() -> bool:
+            job = _get_job(corpus, job_id)
+            return any(r.trainer_pid and r.global_step > 0 for r in job.ranks) or job.state in final
+
+        if not wait_for(rank_running, 180, 0.5):
+            return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["the rank never ran"])
+        os.kill(next(r.trainer_pid for r in _get_job(corpus, job_id).ranks), signal.SIGKILL)
+        facts = [] if wait_for(lambda: _get_job(corpus, job_id).state in final, 60, 0.5) else ["no end in 60 s"]
+        status = corpus.cli("job", "status", job_id, *runtime)
+        return Outcome(refused=status.exit_code == 3, output=status.output, exit_code=status.exit_code, facts=facts)
+    finally:
+        corpus.cli("job", "cancel", job_id, *runtime)
+        wait_for(lambda: _get_job(corpus, job_id).state in final, 60, 0.5)
+        corpus.unload("good")
+
+
+def _stopped_daemon(corpus) -> Outcome:
+    """CLI commands against the corpus daemon while it is stopped; it is continued afterwards."""
+    import os
+    import signal
+
+    runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
+    os.kill(corpus.daemon.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        listed = corpus.cli("job", "list", *runtime, timeout=60)
+        metrics = corpus.cli("metrics", *runtime, timeout=60)
+        took = time.monotonic() - started
+    finally:
+        os.kill(corpus.daemon.pid, signal.SIGCONT)
+    facts = [f"two commands took {took:.0f} s against a stopped daemon"] if took > 20 else []
+    if metrics.exit_code != listed.exit_code:
+        facts.append(f"`metrics` exited {metrics.exit_code}, `job list` {listed.exit_code}")
+    return Outcome(
+        refused=listed.refused and metrics.refused,
+        output=f"{listed.output}\n{metrics.output}",
+        exit_code=listed.exit_code,
+        facts=facts,
+    )
+
+
+def _sigstop(corpus, *, agent: bool) -> Outcome:
     import os
     import signal
 
@@ -501,6 +654,8 @@ def _sigstop_rank(corpus) -> Outcome:
         if not wait_for(rank1_running, 180, 0.5):
             return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["rank 1 never ran"])
         stopped = next(r.trainer_pid for r in _get_job(corpus, job_id).ranks if r.rank == 1)
+        if agent:
+            stopped = _parent_pid(stopped)  # torchrun's agent started the rank
         os.kill(stopped, signal.SIGSTOP)
         started = time.monotonic()
         ended = wait_for(lambda: _get_job(corpus, job_id).state in final, STALL_TIMEOUT_S + 60, 0.5)
@@ -530,6 +685,20 @@ def _sigstop_rank(corpus) -> Outcome:
 
 CASES: list[Case | Covered] = [
     # prepare: every refused prepare (with --overwrite of `good`) leaves `good` verifying and nothing half-written
+    Case(
+        "prepare-dev-zero",
+        "files",
+        "edges:/dev/zero (input without end)",
+        _prepare_with(lambda work: "edges:/dev/zero"),
+        ("/dev/zero", "character device"),
+    ),
+    Case(
+        "prepare-fifo",
+        "files",
+        "edges: a FIFO no one writes to",
+        _prepare_with(_fifo),
+        ("edges.fifo", "FIFO"),
+    ),
     Case("prepare-truncated-npz", "files", "an npz archive cut in half", _prepare_with(_truncated_npz), ("cut.npz",)),
     Case(
         "prepare-bitflip-npz", "files", "an npz archive with a flipped byte", _prepare_with(_flipped_npz), ("flip.npz",)
@@ -655,6 +824,36 @@ CASES: list[Case | Covered] = [
         "labels.npy with a damaged header",
         _damaged(_in("labels.npy", _npy_header), "bad-header"),
         ("labels.npy",),
+    ),
+    Case(
+        "dataset-colptr-decreasing",
+        "files",
+        "colptr.npy decreasing at index 300, checksums recomputed to match",
+        _damaged(_resealed("colptr", _set(300, 1 << 40)), "bad-order"),
+        ("bad-order", "colptr", "index 301"),
+    ),
+    Case(
+        "dataset-row-out-of-range",
+        "files",
+        "row.npy holding node id 5000 of 1024 at index 77, checksums recomputed to match",
+        _damaged(_resealed("row", _set(77, 5000)), "bad-ids"),
+        ("bad-ids", "row", "5000", "index 77"),
+    ),
+    Case(
+        "job-on-row-out-of-range",
+        "files",
+        "a job on a dataset whose row.npy holds an id out of range (checksums recomputed): `job status` in one line",
+        _damaged_job(_resealed("row", _set(77, 5000)), "bad-job-ids"),
+        ("bad-job-ids", "row", "index 77"),
+        expect_exit=None,
+    ),
+    Case(
+        "dataset-manifest-swapped",
+        "files",
+        "manifest.json of another dataset put in place of this one's",
+        _damaged(_swapped_manifest, "bad-swap"),
+        ("manifest mismatch", "manifest.json"),
+        expect_exit=None,
     ),
     Case(
         "dataset-manifest-garbage",
@@ -811,6 +1010,31 @@ CASES: list[Case | Covered] = [
         expect_exit=None,
         slow=True,
     ),
+    Case(
+        "sigstop-agent",
+        "processes",
+        "SIGSTOP of a job's torchrun agent mid-job: the job fails within the stall timeout, naming the agent",
+        _sigstop_agent,
+        ("torchrun agent", "stopped"),
+        expect_exit=None,
+        slow=True,
+    ),
+    Case(
+        "kill9-rank-no-restarts",
+        "processes",
+        "kill -9 of a job's rank without --max-restarts: `job status` names the rank and the signal",
+        _kill9_rank_without_restarts,
+        ("rank 0", "SIGKILL"),
+        expect_exit=3,
+    ),
+    Case(
+        "sigstop-daemon",
+        "processes",
+        "graphtier job list / metrics while the daemon is stopped (SIGSTOP): `not answering` within seconds",
+        _stopped_daemon,
+        ("not answering", "kill -CONT"),
+        expect_exit=1,
+    ),
     Covered(
         "sigstop-producer",
         "processes",
@@ -822,6 +1046,45 @@ CASES: list[Case | Covered] = [
         "processes",
         "kill -9 of a channel's consumer: the producer exits cleanly, segments go",
         "tests/service/pipeline/test_pipeline_faults.py::test_a_killed_consumer_makes_the_producer_exit_cleanly",
+    ),
+    Covered(
+        "features-overwritten-mid-job",
+        "values",
+        "features.npy rewritten in place during a job reading storage rows (mmap, direct + window): the job "
+        "fails naming the file and the block of rows",
+        "tests/service/daemon/jobs/test_daemon_storage_integrity.py::"
+        "test_features_overwritten_during_a_job_fail_it_naming_file_and_block",
+    ),
+    Covered(
+        "event-stream-flood",
+        "processes",
+        "six times more followed event streams than gRPC workers: GetJob and ListJobs answer at once, one "
+        "stream over --max-event-streams is refused naming it",
+        "tests/service/daemon/jobs/test_daemon_event_streams.py::test_many_followed_streams_leave_unary_calls_answering",
+    ),
+    Covered(
+        "full-disk-checkpoint",
+        "files",
+        "a checkpoint written to a full disk: the error names the file and the disk, nothing half-written is kept",
+        "tests/launcher/runtime/test_runtime_checkpoint.py::test_a_full_disk_names_the_checkpoint_and_the_disk",
+    ),
+    Covered(
+        "dataset-permissions",
+        "access",
+        "a prepared dataset is its owner's alone (0700/0600); --dataset-group lets one group read it",
+        "tests/service/prepared/test_dataset_permissions.py::test_a_dataset_is_readable_by_its_owner_only",
+    ),
+    Covered(
+        "leftover-trash-link",
+        "files",
+        "a .trash-<name>-* link left by an older --overwrite over a link: unlinked, its target kept",
+        "tests/launcher/cli/test_cli_prepare_overwrite.py::test_leftover_trash_links_are_unlinked_and_their_targets_kept",
+    ),
+    Covered(
+        "leftover-pymp-after-kill9",
+        "processes",
+        "<runtime>/tmp/pymp-* left by a daemon killed with -9: removed by the next daemon's start",
+        "tests/service/daemon/test_daemon_readiness.py::test_the_scratch_directory_lives_and_dies_with_the_daemon",
     ),
     Covered(
         "nan-features-consistent",

@@ -81,20 +81,22 @@ class DeviceTierRef(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., slot: _Optional[int] = ..., rows: _Optional[int] = ..., memory: _Optional[_Union[MemoryHandle, _Mapping]] = ...) -> None: ...
 
 class StorageTierRef(_message.Message):
-    __slots__ = ("path", "offset_bytes", "first_row", "rows", "row_shape", "dtype")
+    __slots__ = ("path", "offset_bytes", "first_row", "rows", "row_shape", "dtype", "row_checksums")
     PATH_FIELD_NUMBER: _ClassVar[int]
     OFFSET_BYTES_FIELD_NUMBER: _ClassVar[int]
     FIRST_ROW_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
+    ROW_CHECKSUMS_FIELD_NUMBER: _ClassVar[int]
     path: str
     offset_bytes: int
     first_row: int
     rows: int
     row_shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: str
-    def __init__(self, path: _Optional[str] = ..., offset_bytes: _Optional[int] = ..., first_row: _Optional[int] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+    row_checksums: SegmentRef
+    def __init__(self, path: _Optional[str] = ..., offset_bytes: _Optional[int] = ..., first_row: _Optional[int] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., row_checksums: _Optional[_Union[SegmentRef, _Mapping]] = ...) -> None: ...
 
 class TierBudgetSpec(_message.Message):
     __slots__ = ("num_devices", "device_replicated", "device_interleaved", "host", "structure_device")

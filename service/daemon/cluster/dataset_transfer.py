@@ -35,6 +35,7 @@ from graphtier.service.prepared.catalog import (
     read_manifest,
     reclaim_stale_temporaries,
     replace_directory,
+    restrict_to_owner,
     validate_name,
 )
 from graphtier.service.prepared.digests import dataset_version
@@ -224,5 +225,6 @@ class DatasetReceiver:
             raise DatasetTransferError(f"dataset stream {header.name!r}: its manifest names another dataset")
 
     def _commit(self, tmp: Path, final: Path) -> None:
+        restrict_to_owner(tmp, None)  # as a dataset prepared here: the daemon's user only
         _fsync(tmp)
         replace_directory(tmp, final)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -84,6 +85,37 @@ def free_port() -> int:
 
 def describe_exit(code: int) -> str:
     return f"was killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with status {code}"
+
+
+ROOT_CAUSE = "Root Cause (first observed failure):"  # how torchrun's agent starts the summary of a failed launch
+_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
+_ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)", re.MULTILINE)
+LOG_TAIL_BYTES = 64 << 10
+
+
+def torchrun_root_cause(log_path: Path) -> str | None:
+    """`rank N (pid P) was killed by signal S (NAME)` (or `exited with status C`) from the root cause torchrun's
+    agent printed at the end of the job log, for a rank that died without saying why itself (kill -9, the
+    OOM killer, a crash in native code); None when the log holds no such summary."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    at = tail.rfind(ROOT_CAUSE)
+    if at < 0:
+        return None
+    block = tail[at:]
+    rank, exit_ = _ROOT_RANK.search(block), _ROOT_EXIT.search(block)
+    if rank is None or exit_ is None:
+        return None
+    code, pid = int(exit_.group(1)), int(exit_.group(2))
+    try:
+        how = describe_exit(code)
+    except ValueError:  # a signal number this platform does not name
+        how = f"was killed by signal {-code}"
+    return f"rank {rank.group(1)} (pid {pid}) {how}; torchrun ended the job (see {log_path})"
 
 
 @dataclass
@@ -192,7 +224,7 @@ class JobRunner:
         self.torchrun: ForkedProcess | None = None
         self.exit_code: int | None = None
         self._tails: dict[int | None, _Tail] = {}
-        self._stopped_since: dict[int, float] = {}  # trainer pid -> when it was first seen stopped
+        self._stopped_since: dict[int, float] = {}  # trainer or agent pid -> when it was first seen stopped
         self._scratch: list[Path] = []
         cpus = os.cpu_count() or 1
         self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.nproc_per_node))
@@ -458,13 +490,27 @@ class JobRunner:
         return None
 
     def _stopped_rank(self) -> str | None:
-        """Why a rank failed the job by standing still -- its trainer stopped (SIGSTOP, a debugger)
+        """Why a process of the job failed it by standing still -- a trainer stopped (SIGSTOP, a debugger)
         longer than the stall timeout, which would otherwise hang every rank in the next collective
-        until the process group's own timeout -- or None."""
+        until the process group's own timeout, or the torchrun agent stopped as long, which would never
+        see its ranks end, fail or need a restart -- or None."""
         now = time.monotonic()
         with self._lock:
-            trainers = {c.trainer_pid: c.rank for c in self._channels.values() if c.trainer_pid}
-        for pid, rank in trainers.items():
+            watched = {
+                c.trainer_pid: (
+                    f"rank {c.rank} (trainer pid {c.trainer_pid})",
+                    "the other ranks would wait for it in their next collective",
+                )
+                for c in self._channels.values()
+                if c.trainer_pid
+            }
+        agent = self.external if self.external is not None else self.torchrun
+        if agent is not None and agent.pid > 0:
+            watched[agent.pid] = (
+                f"the torchrun agent (pid {agent.pid})",
+                "it would never see its ranks end, fail or need a restart, and the job would not end",
+            )
+        for pid, (what, why) in watched.items():
             try:
                 stopped = psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
             except psutil.Error:
@@ -475,9 +521,8 @@ class JobRunner:
             since = self._stopped_since.setdefault(pid, now)
             if now - since > self.stall_timeout_s:
                 return (
-                    f"rank {rank} (trainer pid {pid}) has been stopped for {now - since:.0f} s (stall timeout "
-                    f"{self.stall_timeout_s:g} s): SIGSTOP or a debugger; the other ranks would wait for it "
-                    f"in their next collective"
+                    f"{what} has been stopped for {now - since:.0f} s (stall timeout {self.stall_timeout_s:g} s): "
+                    f"SIGSTOP or a debugger; {why}"
                 )
         return None
 
@@ -517,7 +562,11 @@ class JobRunner:
                     if code == 0:
                         return "succeeded", "", code
                     time.sleep(TICK_S)  # a producer killed under the ranks is the cause, not the symptom
-                    died = self._failed_producer() or first_rank_failure(self.job_dir)
+                    died = (
+                        self._failed_producer()
+                        or first_rank_failure(self.job_dir)
+                        or torchrun_root_cause(self.log_path)
+                    )
                     return "failed", died or f"torchrun {describe_exit(code)}; see {self.log_path}", code
                 tick()
                 time.sleep(TICK_S)

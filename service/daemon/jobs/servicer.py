@@ -5,6 +5,8 @@ Conversions live in `graphtier.contract.jobs.conversions`; errors become status 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -30,11 +32,40 @@ def _job_token(context: grpc.ServicerContext) -> str:
     return str(dict(context.invocation_metadata() or ()).get(JOB_TOKEN_HEADER, ""))
 
 
+class EventStreamSlots:
+    """The followed event streams open at once, at most `limit`.
+
+    A followed StreamJobEvents call holds its server thread while it waits for the next event; the
+    server's pool has `limit` threads for them beyond the workers that serve every other call, and this
+    cap keeps the streams inside their share, so however many are open, GetJob, ReportProgress and the
+    rest still find a free worker. Threads rather than an asyncio server: a waiting stream costs a
+    thread parked on a condition (no CPU), and every servicer stays the plain code it is.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._free = threading.BoundedSemaphore(limit)
+
+    @contextlib.contextmanager
+    def hold(self, context: grpc.ServicerContext) -> Iterator[None]:
+        """One slot for the stream's lifetime; the call is refused (RESOURCE_EXHAUSTED) when none is free."""
+        if not self._free.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this daemon already follows {self.limit} job event streams (job logs --follow), its "
+                "--max-event-streams; close some, or start it with a higher limit",
+            )
+        try:
+            yield
+        finally:
+            self._free.release()
+
+
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     """SubmitJob, AttachJob, GetJob, ListJobs, CancelJob, StreamJobEvents."""
 
-    def __init__(self, manager: JobManager, cluster: ClusterNode | None = None) -> None:
-        self.manager, self.cluster = manager, cluster
+    def __init__(self, manager: JobManager, streams: EventStreamSlots, cluster: ClusterNode | None = None) -> None:
+        self.manager, self.cluster, self.streams = manager, cluster, streams
 
     @grpc_method
     def SubmitJob(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
@@ -79,6 +110,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def StreamJobEvents(
         self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[jobs_pb2.JobEvent]:
+        if not request.follow:  # ends as soon as the events so far are sent: no slot needed
+            yield from self._events(request, context)
+            return
+        with self.streams.hold(context):
+            yield from self._events(request, context)
+
+    def _events(
+        self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[jobs_pb2.JobEvent]:
         if request.node:
             yield from self._node_events(request, context)
             return
@@ -97,7 +137,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             forwarded = jobs_pb2.StreamJobEventsRequest()
             forwarded.CopyFrom(request)
             forwarded.node = ""
-            yield from self.StreamJobEvents(forwarded, context)
+            yield from self._events(forwarded, context)
             return
         client, job_id = part
         forwarded = jobs_pb2.StreamJobEventsRequest(

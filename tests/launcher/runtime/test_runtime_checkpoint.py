@@ -52,3 +52,26 @@ def test_unreadable_checkpoints_name_the_file(tmp_path):
     torch.save({"weights": torch.zeros(1)}, foreign)
     with pytest.raises(GraphtierError, match="format None is not the supported format 1"):
         load_checkpoint(foreign)
+
+
+def test_a_full_disk_names_the_checkpoint_and_the_disk(tmp_path):
+    """torch.save on a full filesystem says `[enforce fail at inline_container.cc:...]`; the error names both."""
+    import subprocess
+
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        model = {"w": torch.zeros(1 << 16)}  # 256 KiB: more than the disk holds
+        with pytest.raises(GraphtierError) as failure:
+            save_checkpoint(full / "ck", TrainPosition(0, 1, 1), model, {"state": {}, "param_groups": []})
+        said = str(failure.value)
+        assert said.startswith(f"cannot write checkpoint {full / 'ck' / 'ckpt-000000001.pt'}: the disk holding it")
+        assert f"mounted at {full})" in said and "is full" in said and "enforce fail" not in said
+        assert list((full / "ck").iterdir()) == []  # nothing half-written is left
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

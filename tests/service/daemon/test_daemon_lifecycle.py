@@ -100,11 +100,11 @@ def test_ready_refuse_attach_kill9_recover_sigterm(daemon_processes, small_rmat,
         assert not result.already_loaded and result.layout.owner_pid == first.pid
         assert client.dataset_layout("rmat12") == result.layout
     _check_attached_bytes(result.layout, small_rmat)
-    assert len(shm_of(first.pid)) == 7  # colptr, row, labels, three splits, resident features
+    assert len(shm_of(first.pid)) == 8  # colptr, row, labels, three splits, resident features, row checksums
 
     first.kill9()
     assert {LOCK_FILE, ENDPOINTS_FILE, "daemon.sock"} <= {p.name for p in run.iterdir()}  # as a crash leaves them
-    assert len(shm_of(first.pid)) == 7
+    assert len(shm_of(first.pid)) == 8
     with pytest.raises(DaemonNotRunningError, match=f"no graphtier daemon at {run}; start one with"):
         DataPlaneClient(runtime_dir=run)  # a stale endpoints.json is not mistaken for a daemon
 
@@ -116,7 +116,7 @@ def test_ready_refuse_attach_kill9_recover_sigterm(daemon_processes, small_rmat,
     assert f"removed stale {run / 'daemon.sock'}" in second.log()
     with DataPlaneClient(runtime_dir=run) as client:
         assert client.load_dataset("rmat12", BUDGETS).layout.owner_pid == second.pid
-    assert len(shm_of(second.pid)) == 7
+    assert len(shm_of(second.pid)) == 8
 
     assert second.terminate() == 0, second.log()
     assert not shm_of(second.pid), "SIGTERM unlinks every segment"
