@@ -153,6 +153,10 @@ class JobStatus(_Model):
     )
     val_accuracy: float | None
     test_accuracy: float | None
+    link_metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="A link-prediction job's latest evaluation: val_auc, test_mrr, test_hits@50, ...; empty otherwise.",
+    )
     traffic: TrafficStatus
     storage: StorageStatus
     network: NetworkStatus = Field(

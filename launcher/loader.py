@@ -62,6 +62,9 @@ from graphtier.launcher.runtime.batch import DeviceBatch, on_device, seed_logits
 from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
+from graphtier.launcher.runtime.link_eval import evaluate_links
+from graphtier.launcher.runtime.link_loop import run_link_training
+from graphtier.launcher.runtime.link_model import NodeEmbeddings
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
@@ -122,10 +125,16 @@ class Job:
             batch_size=spec.batch_size,
             steps_per_epoch=self.channel.steps_per_epoch,
         )
+        link = spec.task == "link"
         self.config = TrainConfig(
             model=spec.model,
-            in_dim=grant.feature_dim,
-            num_classes=grant.num_classes,
+            # a link job's encoder outputs `hidden`-wide embeddings; a featureless graph's input is a learned row
+            in_dim=grant.feature_dim or spec.hidden if link else grant.feature_dim,
+            num_classes=spec.hidden if link else grant.num_classes,
+            task=spec.task,
+            decoder=spec.decoder,
+            learned_embeddings=self.data.graph.num_nodes if link and not grant.feature_dim else 0,
+            best_split="val_auc" if link else "val",
             hidden=spec.hidden,
             layers=len(spec.fanouts),
             heads=spec.heads,
@@ -142,8 +151,12 @@ class Job:
         )
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
         self.session = TrainSession(self.ctx, self.config, self.reporter)
-        self._eval = LocalBatchSource(
-            self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed
+        self._eval = (
+            None
+            if link
+            else LocalBatchSource(
+                self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed
+            )
         )
         self._epoch, self._index, self._current = 0, 0, None
         self._finished = self._closed = self._own_launch = False
@@ -259,6 +272,11 @@ class Job:
         """Accuracy on each split over all ranks (every rank must call it), on `device`, reported
         to the daemon as the job's latest val/test accuracy. `forward(model, batch)` computes the
         logits (default `model(batch.blocks, batch.x)`; e.g. `lambda m, b: m(b.x, b.edge_index)`)."""
+        if self._eval is None:
+            raise GraphtierError(
+                "job.evaluate() measures node classification; a link-prediction job's model is evaluated by "
+                "job.fit() (AUC, MRR and Hits@K in the job's result)"
+            )
         missing = [s for s in splits if s not in self.data.splits]
         if missing:
             raise GraphtierError(
@@ -269,11 +287,22 @@ class Job:
     def fit(self, model: nn.Module | None = None) -> TrainResult:
         """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
         resume. `model` takes `(blocks, x)`; None builds the spec's built-in `model`."""
-        result = run_training(
-            self.channel.batches_for_epoch, self._eval.eval_batches, self.config, self.reporter, model=model
-        )
+        if self._eval is None:
+            if model is not None:
+                raise GraphtierError("job.fit(model) trains node classification; a link job builds its own LinkModel")
+            result = run_link_training(self.channel.batches_for_epoch, self._evaluate_links, self.config, self.reporter)
+        else:
+            result = run_training(
+                self.channel.batches_for_epoch, self._eval.eval_batches, self.config, self.reporter, model=model
+            )
         self._finished = True
         return result
+
+    def _evaluate_links(
+        self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None
+    ) -> dict[str, float]:
+        every_neighbour = [-1] * len(self.spec.fanouts)  # exact embeddings, as full-batch inference computes them
+        return evaluate_links(model, self.data, every_neighbour, self.spec.batch_size, ctx, embeddings, self.spec.seed)
 
     # The end
 

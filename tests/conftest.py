@@ -89,3 +89,21 @@ def small_rmat(prepared_root):
         )
     )
     return PreparedDataset.open("rmat12", prepared_root)
+
+
+@pytest.fixture(scope="session")
+def cora_link(prepared_root, shared_datasets):
+    """Cora prepared for link prediction (`--edge-split 0.85,0.05,0.10`, seed 0; 10k negatives per
+    evaluation split to keep it small), shared by read-only tests."""
+    from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+    from graphtier.service.prepared.edge_split import EdgeSplitSpec
+
+    prepare_dataset(
+        PrepareConfig(
+            source=f"planetoid:{shared_datasets / 'planetoid_cora'}",
+            name="cora-link",
+            edge_split=EdgeSplitSpec(fractions=(0.85, 0.05, 0.10), eval_negatives=10_000),
+            root=prepared_root,
+        )
+    )
+    return PreparedDataset.open("cora-link", prepared_root)

@@ -88,6 +88,10 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         sampler=spec.sampler,
         mps=spec.mps,
         producer_sm_share=spec.producer_sm_share,
+        task=spec.task,
+        negatives=spec.negatives,
+        negative_sampling=spec.negative_sampling,
+        decoder=spec.decoder,
     )
     if spec.budgets is not None:
         message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
@@ -121,6 +125,10 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
         "sampler",
         "mps",
         "producer_sm_share",
+        "task",
+        "negatives",
+        "negative_sampling",
+        "decoder",
     ):
         if getattr(message, name):
             values[name] = getattr(message, name)
@@ -192,7 +200,9 @@ def result_to_proto(r: JobResultInfo) -> jobs_pb2.JobResult:
 
 
 def result_from_proto(m: jobs_pb2.JobResult) -> JobResultInfo:
-    return JobResultInfo(**{name: getattr(m, name) for name in JobResultInfo.__dataclass_fields__})
+    values = {name: getattr(m, name) for name in JobResultInfo.__dataclass_fields__}
+    values["metrics"] = dict(m.metrics)
+    return JobResultInfo(**values)
 
 
 def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
@@ -405,6 +415,7 @@ def report_to_proto(report: ProgressReport) -> progress_pb2.ProgressReport:
         for name in ("val_accuracy", "test_accuracy"):
             if getattr(figures, name) is not None:
                 setattr(trainer, name, getattr(figures, name))
+        trainer.eval_metrics.update(figures.eval_metrics)
     else:
         message.reporter = progress_pb2.REPORTER_PRODUCER
         producer = message.producer
@@ -432,6 +443,7 @@ def report_from_proto(message: progress_pb2.ProgressReport) -> ProgressReport:
             phase=Phase[progress_pb2.Phase.Name(trainer.phase).removeprefix("PHASE_")],
             val_accuracy=trainer.val_accuracy if trainer.HasField("val_accuracy") else None,
             test_accuracy=trainer.test_accuracy if trainer.HasField("test_accuracy") else None,
+            eval_metrics=dict(trainer.eval_metrics),
             **{name: getattr(trainer, name) for name in _TRAINER_SCALARS},
         )
     else:

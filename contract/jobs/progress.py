@@ -37,6 +37,7 @@ class TrainerFigures:
     val_accuracy: float | None = None
     test_accuracy: float | None = None
     model_bytes: int = 0
+    eval_metrics: dict[str, float] = field(default_factory=dict)  # a link job's latest val_auc, test_mrr, ...
 
 
 @dataclass(frozen=True)

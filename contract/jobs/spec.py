@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.fanouts import check_channel_fanouts
+from graphtier.contract.link import DecoderKind, NegativeSampling, TaskKind
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.network import MAX_PEERS
 from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
@@ -28,6 +29,7 @@ DeviceKind = Literal["cpu", "cuda"]
 OnNonFinite = Literal["fail", "skip-step", "off"]
 FeaturesKind = Literal["replicated", "partitioned"]
 SamplerKind = Literal["cpu", "gpu", "auto"]
+MAX_NEGATIVES = 100  # negative pairs per positive edge in a link-prediction batch
 MpsMode = Literal["auto", "off", "use", "manage"]
 DEFAULT_PRODUCER_SM_SHARE = 10.0  # percent of a GPU's SMs a producer may use (DESIGN: about 10%)
 
@@ -109,6 +111,19 @@ class JobSpec(BaseModel):
         description="Percent of each GPU's SMs "
         "a producer may use: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else its grid.",
     )
+    task: TaskKind = Field(
+        "node",
+        description="node (classify the seed nodes) or link (link prediction over the dataset's edge split, "
+        "made by `dataset prepare --edge-split`).",
+    )
+    negatives: int = Field(1, ge=1, le=MAX_NEGATIVES, description="Link: negative pairs per positive in training.")
+    negative_sampling: NegativeSampling = Field(
+        "uniform",
+        description="Link: uniform (random node pairs) or corrupt-tail (the positive's source, random tails).",
+    )
+    decoder: DecoderKind = Field(
+        "dot", description="Link: score a pair by the dot product of its embeddings, or by an MLP (mlp)."
+    )
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field(
         "", max_length=4096, description="Absolute path of the user's training script; empty = `model`."
@@ -128,6 +143,7 @@ class JobSpec(BaseModel):
         "fanouts",
         "window",
         "nnodes",
+        "negatives",
         mode="before",
     )
     @classmethod
@@ -177,12 +193,22 @@ class JobSpec(BaseModel):
             raise ValueError(f"sampler 'gpu' samples on the ranks' GPUs: it needs device cuda, not {self.device}")
         if self.sampler == "auto" and self.device == "cpu":
             object.__setattr__(self, "sampler", "cpu")  # frozen: auto is recorded resolved
+        if self.task == "link" and self.sampler == "gpu":
+            raise ValueError(
+                "sampler 'gpu' samples node seeds only: task 'link' (pairs of endpoints, negatives) "
+                "samples on the cpu; submit with sampler cpu or auto"
+            )
         if self.mps in ("use", "manage") and self.device != "cuda":
             raise ValueError(
                 f"mps {self.mps!r} shares the ranks' GPUs with their producers: it needs device cuda, not {self.device}"
             )
         if self.mps == "auto" and self.device == "cpu":
             object.__setattr__(self, "mps", "off")  # frozen: auto is recorded resolved
+        if self.task == "node":
+            link_only = {"negatives": 1, "negative_sampling": "uniform", "decoder": "dot"}
+            for field, default in link_only.items():
+                if getattr(self, field) != default:
+                    raise ValueError(f"{field}={getattr(self, field)!r} applies to task 'link' only")
         if self.features == "partitioned" and self.nnodes == 1:
             raise ValueError(
                 "features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "

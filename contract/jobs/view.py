@@ -43,6 +43,7 @@ class JobResultInfo:
     final_loss: float = 0.0
     train_seconds: float = 0.0
     checkpoint_path: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)  # a link job's val_auc, test_mrr, test_hits@50, ...
 
 
 @dataclass(frozen=True)

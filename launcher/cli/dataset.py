@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from graphtier.contract.link import DEFAULT_EVAL_NEGATIVES
 from graphtier.launcher.cli.options import JsonOption
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes, step_observer
 
@@ -33,6 +34,24 @@ def parse_fanouts(text: str) -> list[int]:
 
 def _source_options(**options: object) -> dict[str, object]:
     return {key: value for key, value in options.items() if value is not None}
+
+
+def _edge_split(text: str | None, seed: int, eval_negatives: int) -> object | None:
+    """--edge-split as a spec; a bad value is a usage error naming the flag."""
+    if text is None:
+        return None
+    from pydantic import ValidationError
+
+    from graphtier.contract.errors import InvalidRequestError
+    from graphtier.contract.messages import describe_validation_error
+    from graphtier.service.prepared.edge_split import EdgeSplitSpec
+
+    try:
+        return EdgeSplitSpec.parse(text, seed=seed, eval_negatives=eval_negatives)
+    except ValidationError as exc:
+        raise InvalidRequestError(f"--edge-split {text!r}: {describe_validation_error(exc, inputs=False)}") from None
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
 
 
 @app.command()
@@ -114,6 +133,18 @@ def prepare(
     train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     val_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     test_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
+    edge_split: Annotated[
+        str | None,
+        typer.Option(
+            help="link prediction: train,val,test shares of the edges (0.85,0.05,0.10), or files:DIR (val.txt, "
+            "test.txt and optionally *_neg.txt pairs); val and test edges leave the graph, undirected graphs split "
+            "by pair (as PyG's RandomLinkSplit)"
+        ),
+    ] = None,
+    edge_split_seed: Annotated[int, typer.Option(help="seed of the edge split and its negative pools")] = 0,
+    eval_negatives: Annotated[
+        int, typer.Option(help="random negative pairs kept per evaluation split (OGB collab: 100000)")
+    ] = DEFAULT_EVAL_NEGATIVES,
     json_out: JsonOption = False,
 ) -> None:
     """Read SOURCE, score and reorder it by hotness, and write a prepared dataset atomically."""
@@ -130,6 +161,7 @@ def prepare(
             overwrite=overwrite,
             group=dataset_group,
             memory_budget=memory_budget,
+            edge_split=_edge_split(edge_split, edge_split_seed, eval_negatives),
             source_options=_source_options(
                 scale=scale,
                 edge_factor=edge_factor,

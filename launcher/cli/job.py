@@ -21,7 +21,8 @@ from graphtier.launcher.cli.rendering import (
 )
 
 if TYPE_CHECKING:
-    from graphtier.contract.jobs.view import JobInfo
+    from graphtier.contract.jobs.spec import JobSpec
+    from graphtier.contract.jobs.view import JobInfo, JobResultInfo
     from graphtier.contract.storage import StorageCounters
     from graphtier.launcher.client import DaemonClient
 
@@ -69,6 +70,11 @@ def _storage_line(s: StorageCounters) -> str:
     return line
 
 
+def _link_task(spec: JobSpec) -> str:
+    """How a link-prediction job trains, for its status line."""
+    return f", link prediction ({spec.negatives} {spec.negative_sampling} negative(s) per edge, {spec.decoder} decoder)"
+
+
 def describe(job: JobInfo) -> str:
     """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
     where = f" x {job.spec.nnodes} nodes" if job.spec.nnodes > 1 else ""
@@ -77,7 +83,7 @@ def describe(job: JobInfo) -> str:
     lines = _wrapped(
         f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
         f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s), "
-        f"sampling on {job.spec.sampler}",
+        f"sampling on {job.spec.sampler}" + (_link_task(job.spec) if job.spec.task == "link" else ""),
         first="",
     )
     p = job.progress
@@ -96,7 +102,13 @@ def describe(job: JobInfo) -> str:
             )
         if p.storage.rows:
             lines += _wrapped(_storage_line(p.storage), first="  ", rest="    ")
-    if job.result is not None:
+    if job.result is not None and job.result.metrics:
+        r = job.result
+        lines += _wrapped(
+            "  " + "  ".join(f"{name} {value:.4f}" for name, value in sorted(r.metrics.items())), first="", rest="  "
+        )
+        lines.append(f"  final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s")
+    elif job.result is not None:
         r = job.result
         lines.append(
             f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "
@@ -285,6 +297,21 @@ def submit(
             "a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)"
         ),
     ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            help="node (default: node classification) or link (link prediction over the dataset's "
+            "--edge-split: batches of train edges and sampled negatives; AUC, MRR and Hits@50)"
+        ),
+    ] = None,
+    negatives: Annotated[int | None, typer.Option(help="link: negative pairs per positive edge (default 1)")] = None,
+    negative_sampling: Annotated[
+        str | None,
+        typer.Option(help="link: uniform (default: random pairs) or corrupt-tail (the source, random tails)"),
+    ] = None,
+    decoder: Annotated[
+        str | None, typer.Option(help="link: dot (default: dot product of the embeddings) or mlp")
+    ] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,
@@ -332,6 +359,10 @@ def submit(
             "sampler": sampler,
             "mps": mps,
             "producer_sm_share": producer_sm_share,
+            "task": task,
+            "negatives": negatives,
+            "negative_sampling": negative_sampling,
+            "decoder": decoder,
         }
         if spec is not None:
             job_spec = JobSpec.from_yaml(spec, **flags)
@@ -396,7 +427,7 @@ def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False
         return
     named = any(job.spec.name for job in jobs)
     columns = ["job", *(["name"] if named else []), "state", "dataset", "trains", "ranks", "step", "val", "test"]
-    table = compact_table(*columns, title="jobs (val, test: accuracy)")
+    table = compact_table(*columns, title="jobs (val, test: accuracy; a link job's AUC, marked auc)")
     for job in jobs:
         p, r = job.progress, job.result
         step = f"{p.global_step}/{p.total_steps}" if p else "-"
@@ -409,10 +440,19 @@ def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False
             trains,
             str(job.spec.nproc_per_node),
             step,
-            f"{r.val_accuracy:.4f}" if r else "-",
-            f"{r.test_accuracy:.4f}" if r else "-",
+            *_result_columns(r),
         )
     console.print(table if jobs else "no jobs")
+
+
+def _result_columns(result: JobResultInfo | None) -> tuple[str, str]:
+    """`job list`'s val and test cells: accuracy, or a link-prediction job's AUC."""
+    if result is None:
+        return "-", "-"
+    if result.metrics:
+        val, test = result.metrics.get("val_auc", 0.0), result.metrics.get("test_auc", 0.0)
+        return f"{val:.4f} auc", f"{test:.4f} auc"
+    return f"{result.val_accuracy:.4f}", f"{result.test_accuracy:.4f}"
 
 
 @app.command()

@@ -44,6 +44,7 @@ class ProgressReporter:
         f = self.figures
         val = event.eval_accuracy.get("val", f.val_accuracy)
         test = event.eval_accuracy.get("test", f.test_accuracy)
+        metrics = {k: v for k, v in event.eval_accuracy.items() if k not in ("val", "test")} or f.eval_metrics
         self.figures = TrainerFigures(
             phase=_PHASES[event.kind],
             epoch=event.epoch,
@@ -58,6 +59,7 @@ class ProgressReporter:
             val_accuracy=val,
             test_accuracy=test,
             model_bytes=event.model_bytes,
+            eval_metrics=metrics,
         )
         if event.kind in ("epoch", "eval", "done"):
             print(describe_event(event, self.figures.loss), flush=True)

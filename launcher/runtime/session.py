@@ -217,7 +217,14 @@ class TrainSession:
         model = model if model is not None else self.module
         assert model is not None, "resume() first, or pass the model"
         splits = splits if splits is not None else self.config.eval_splits
-        self.final_eval = evaluate_splits(model, eval_batches, splits, self.ctx, forward=forward)
+        return self.record_evaluation(
+            epoch, batches, evaluate_splits(model, eval_batches, splits, self.ctx, forward=forward)
+        )
+
+    def record_evaluation(self, epoch: int, batches: int, results: dict[str, float]) -> dict[str, float]:
+        """Keep and report an evaluation's figures (accuracy by split, or a link job's metrics by name);
+        the best so far is the one with the highest `config.best_split` figure."""
+        self.final_eval = results
         self.evaluated_epoch = epoch
         score = self.final_eval.get(self.config.best_split)
         if self.best_epoch is None or (score is not None and score > self.best_eval.get(self.config.best_split, -1.0)):

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
+from graphtier.contract.link import DecoderKind, TaskKind
 from graphtier.launcher.runtime.checkpoint import TrainPosition
 from graphtier.launcher.runtime.models import ModelName
 from graphtier.launcher.runtime.nonfinite import OnNonFinite
@@ -25,7 +26,9 @@ class TrainConfig(BaseModel):
 
     model: ModelName = Field("sage", description="built-in model: sage (GraphSAGE mean), gcn or gat")
     in_dim: int = Field(ge=1, description="input feature width (the dataset manifest's feature_dim)")
-    num_classes: int = Field(ge=2, description="output classes (the dataset manifest's num_classes)")
+    num_classes: int = Field(
+        ge=2, description="output classes (the dataset manifest's num_classes); link: the embedding width"
+    )
     hidden: int = Field(256, ge=1, description="hidden width (GAT: all heads together)")
     layers: int = Field(2, ge=1, description="GNN layers; must equal len(fanouts) of the sampler")
     heads: int = Field(4, ge=1, description="attention heads (GAT only)")
@@ -44,6 +47,11 @@ class TrainConfig(BaseModel):
     best_split: str = Field("val", description="the split whose best accuracy picks TrainResult.best_eval")
     log_every_steps: int = Field(10, ge=1, description="steps between 'step' progress reports")
     dist_timeout_s: float = Field(600.0, gt=0, description="timeout of torch.distributed collectives")
+    task: TaskKind = Field("node", description="node classification, or link prediction (see link_loop.py)")
+    decoder: DecoderKind = Field("dot", description="link: how a pair of embeddings is scored (dot or mlp)")
+    learned_embeddings: int = Field(
+        0, ge=0, description="link: rows of a learned input embedding per node (a featureless graph); 0 = features"
+    )
     on_nonfinite: OnNonFinite = Field(
         "fail",
         description="a NaN/inf loss or gradient: fail the job naming rank and step, skip-step, or off (unchecked)",

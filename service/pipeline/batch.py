@@ -59,6 +59,8 @@ class Batch:
     gather_s: float = 0.0
     wait_s: float = 0.0  # how long the consumer waited for this batch
     blocks: list[Block] = field(default_factory=list)  # per layer, input layer first; from `subgraph` when empty
+    pairs: torch.Tensor | None = None  # link prediction: int64 [P, 2] seed local ids, positives first; else None
+    num_positive: int = 0  # link prediction: the first num_positive rows of `pairs` are edges, the rest negatives
     _release: Callable[[Batch], None] | None = field(default=None, repr=False)
     released: bool = False
 
@@ -102,14 +104,19 @@ class Batch:
     def to(self, device: torch.device) -> Batch:
         """This batch with its blocks, features and labels on `device` (itself when already there);
         releasing the copy releases this batch."""
-        x = self.x
-        if x.device == device and self.labels.device == device and self.blocks[0].indptr.device == device:
+        x = self.x if self.pairs is None else self.features  # a link batch may have none: learned embeddings
+        if (
+            (x is None or x.device == device)
+            and self.labels.device == device
+            and self.blocks[0].indptr.device == device
+        ):
             return self
         return dataclasses.replace(
             self,
             blocks=blocks_to(self.blocks, device),
-            features=x.to(device, non_blocking=True),
+            features=x.to(device, non_blocking=True) if x is not None else None,
             labels=self.labels.to(device, non_blocking=True),
+            pairs=self.pairs.to(device, non_blocking=True) if self.pairs is not None else None,
             _release=lambda _: self.release(),
         )
 

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
+from graphtier.contract.jobs.spec import MAX_NEGATIVES
+from graphtier.contract.link import NegativeSampling
 from graphtier.contract.messages import describe_validation_error
 from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline.errors import ChannelError
@@ -15,6 +17,15 @@ from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.storage import MAX_WINDOW
 from graphtier.service.store import SharedDatasetHandle
+
+
+class LinkBatches(BaseModel):
+    """A link-prediction job's batches: seeded by train edges, with negatives per positive edge."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    negatives: int = Field(1, ge=1, le=MAX_NEGATIVES, description="Negative pairs per positive edge.")
+    negative_sampling: NegativeSampling = Field("uniform", description="uniform or corrupt-tail.")
 
 
 class ProducerConfig(BaseModel):
@@ -67,6 +78,10 @@ class ProducerConfig(BaseModel):
         le=MAX_WINDOW,
         description="Look-ahead window: batches sampled ahead whose storage rows are read early and shared; 0 = off.",
     )
+    link: LinkBatches | None = Field(
+        default=None,
+        description="Link prediction: batches of `batch_size` train edges with negatives; None = node seeds.",
+    )
     device: Literal["cpu", "cuda"] = Field(
         default="cpu",
         description="Where the slots live: host shared memory, or GPU `device_index` (a `--device cuda` job: the "
@@ -94,6 +109,8 @@ class ProducerConfig(BaseModel):
     def _check_rank(self) -> ProducerConfig:
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        if self.link is not None and self.sampler == "gpu":
+            raise ValueError("sampler 'gpu' samples node seeds only: a link job's pairs and negatives need sampler cpu")
         return self
 
     @property

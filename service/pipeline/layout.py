@@ -57,8 +57,14 @@ class SlotLayout(BaseModel):
     node_ids: Region = Field(description="int64 [capacity.nodes]: global ids, seeds first.")
     indptr: Region = Field(description="int64 [capacity.expanded + 1]: CSC offsets over local ids.")
     indices: Region = Field(description="int64 [capacity.edges]: source local ids.")
-    labels: Region = Field(description="int64 [batch_size]: labels of the seeds (-1 when unlabelled).")
+    labels: Region = Field(
+        description="int64 [seeds]: labels of the seeds (-1 when unlabelled); seeds = batch_size but for "
+        "link prediction (every endpoint of a batch's pairs)."
+    )
     features: Region | None = Field(description="[capacity.nodes, *row_shape]; None for a featureless dataset.")
+    pairs: Region | None = Field(
+        default=None, description="int64 [pairs, 2]: a link-prediction batch's pairs over seed local ids; else None."
+    )
     ready_event: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{128}$", description="Device slots: the producer's 'ready' IPC event."
     )
@@ -68,7 +74,7 @@ class SlotLayout(BaseModel):
 
     @model_validator(mode="after")
     def _check_regions(self) -> SlotLayout:
-        for name in ("node_ids", "indptr", "indices", "labels", "features"):
+        for name in ("node_ids", "indptr", "indices", "labels", "features", "pairs"):
             region = getattr(self, name)
             if region is not None and region.end > self.memory.nbytes:
                 raise ValueError(

@@ -51,7 +51,9 @@ from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.ordering import CudaEventOrdering, HostOrdering, SlotOrdering
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
+from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
+from graphtier.service.sampling.link import LinkSampler, LinkSubgraph, max_link_pairs, max_link_seeds
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.storage import StorageCounters
@@ -87,12 +89,15 @@ class Producer:
             torch.set_num_threads(cfg.num_threads)
         self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads)
         graph = self.dataset.graph
-        train = self.dataset.splits.get("train")
+        train_pairs = self._train_pairs() if cfg.link is not None else None
+        # a link job's "train ids" are the indices of its train edges: shuffled and sharded as node ids are
+        train = self.dataset.splits.get("train") if train_pairs is None else torch.arange(train_pairs.shape[0])
         num_train = 0 if train is None else train.numel()
         self.steps = steps_per_epoch(num_train, cfg.world_size, cfg.batch_size)
         if self.steps == 0:
+            what = "train ids" if train_pairs is None else "train edges"
             raise ChannelError(
-                f"dataset {cfg.dataset.dataset!r} has {num_train} train ids, fewer than world_size {cfg.world_size}"
+                f"dataset {cfg.dataset.dataset!r} has {num_train} {what}, fewer than world_size {cfg.world_size}"
             )
         self.train_ids = train
         self.slot_device = cfg.device_index if cfg.device == "cuda" else None
@@ -119,8 +124,20 @@ class Producer:
             self._setup_gpu_sampler()
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
+        seed_capacity, pair_capacity = cfg.batch_size, None
+        if cfg.link is not None and train_pairs is not None:
+            link = cfg.link
+            self.sampler = LinkSampler(
+                self.sampler,
+                train_pairs,
+                graph.num_nodes,
+                negatives=link.negatives,
+                negative_sampling=link.negative_sampling,
+            )
+            seed_capacity = max_link_seeds(cfg.batch_size, link.negatives, link.negative_sampling)
+            pair_capacity = max_link_pairs(cfg.batch_size, link.negatives)
         self._limit = caps.upper_bound(
-            batch_size=cfg.batch_size, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
+            batch_size=seed_capacity, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
         capacity = cfg.initial_capacity or self._probe()
         pid = os.getpid()
@@ -130,7 +147,8 @@ class Producer:
         self.control.header["simulated"] = int(self.source.simulated) if self.source is not None else 0
         self._slot_args = {
             "channel": self.channel,
-            "batch_size": cfg.batch_size,
+            "batch_size": seed_capacity,
+            "pair_capacity": pair_capacity,
             "feature_shape": tiers.row_shape if tiers is not None else None,
             "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
             "device": self.slot_device,
@@ -162,6 +180,16 @@ class Producer:
             slots=[s.layout for s in self.slots],
         )
         self._write_layout()
+
+    def _train_pairs(self) -> torch.Tensor:
+        """A link job's train edges ([n, 2] in shared memory); ChannelError when the dataset has no edge split."""
+        pairs = self.dataset.link_pairs.get(link_array("train"))
+        if pairs is None:
+            raise ChannelError(
+                f"dataset {self.config.dataset.dataset!r} has no edge split to train link prediction on "
+                "(prepare it with --edge-split)"
+            )
+        return pairs
 
     def _setup_gpu_sampler(self) -> None:
         """The GPU sampler over the dataset's tiered structure. With device slots gathered on the GPU
@@ -304,6 +332,7 @@ class Producer:
             rec = ctl.slots[k]
             rec.set_traffic(TrafficCounts(simulated=False))  # counted on the device, reported per interval
             self._report_device_traffic(sampled_ahead)
+            num_seeds = seeds.numel()
         else:
             sub, sample_ns = planned.subgraph, planned.sample_ns
             k = link.acquire()
@@ -312,7 +341,13 @@ class Producer:
             t1 = time.perf_counter_ns()
             self.ordering.before_fill(k)  # this process's writes into slot k follow the rank's reads of it
             views, grown = self._fit(k, sub)
-            write_structure(views, sub, self.dataset.labels, seeds.numel())
+            num_seeds = seeds.numel()
+            if isinstance(sub, LinkSubgraph) and views.pairs is not None:
+                num_seeds = sub.num_seeds  # the endpoints of the batch's pairs: they have no labels to learn
+                write_structure(views, sub, None, num_seeds)
+                views.pairs[: sub.num_pairs].copy_(sub.pairs)
+            else:
+                write_structure(views, sub, self.dataset.labels, num_seeds)
             if views.features is not None and self.source is not None:
                 traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
                 rec.set_traffic(traffic)
@@ -324,7 +359,7 @@ class Producer:
             ("batch", batch),
             ("epoch", epoch),
             ("step", step),
-            ("num_seeds", seeds.numel()),
+            ("num_seeds", num_seeds),
             ("num_nodes", nodes),
             ("num_edges", edges),
             ("num_expanded", expanded),
@@ -354,6 +389,8 @@ class Producer:
             "batch": batch,
             "generation": views.layout.generation,
         }
+        if isinstance(sub, LinkSubgraph):
+            message["pairs"], message["positives"] = sub.num_pairs, sub.num_positive
         if grown:
             message["layout"] = views.layout.model_dump(mode="json")
         link.send(message)

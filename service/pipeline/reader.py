@@ -211,7 +211,10 @@ class ChannelReader:
         cap = views.layout.capacity
         nodes, edges, expanded, hops = rec["num_nodes"], rec["num_edges"], rec["num_expanded"], rec["num_hops"]
         too_big = nodes > cap.nodes or edges > cap.edges or expanded > cap.expanded
-        if too_big or rec["num_seeds"] > self.layout.batch_size:
+        pairs, positives = int(message.get("pairs", 0)), int(message.get("positives", 0))
+        pair_room = views.pairs.shape[0] if views.pairs is not None else 0
+        too_big = too_big or pairs > pair_room or positives > pairs
+        if too_big or rec["num_seeds"] > views.labels.numel():
             raise ChannelError(f"slot {k} of channel {self.layout.channel!r} claims more than its capacity {cap}")
         subgraph = SampledSubgraph(
             node_ids=views.node_ids[:nodes],
@@ -235,6 +238,8 @@ class ChannelReader:
             subgraph=subgraph,
             features=views.features[:nodes] if views.features is not None else None,
             labels=views.labels[: rec["num_seeds"]],
+            pairs=views.pairs[:pairs] if views.pairs is not None else None,
+            num_positive=positives,
             sample_seed=rec["sample_seed"],
             sample_s=rec["sample_ns"] / 1e9,
             gather_s=rec["gather_ns"] / 1e9,

@@ -6,7 +6,7 @@ producer's slots are reclaimed by the next owner) that the consumer maps read-on
 that writes into a batch by mistake faults instead of corrupting the next one. For a `--device
 cuda` job it is device memory on the rank's GPU (graphtier.service.memory), and the rank's
 views are CUDA tensors of it. Regions start on 64-byte boundaries (cache lines) in the order
-node_ids, indptr, indices, labels, features.
+node_ids, indptr, indices, labels, pairs (link prediction only), features.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class SlotViews:
     indices: torch.Tensor
     labels: torch.Tensor
     features: torch.Tensor | None
+    pairs: torch.Tensor | None = None  # int64 [pair capacity, 2]; link prediction only
 
     @property
     def device(self) -> torch.device:
@@ -67,6 +68,7 @@ def create_slot(
     batch_size: int,
     feature_shape: tuple[int, ...] | None,
     feature_dtype: torch.dtype = torch.float32,
+    pair_capacity: int | None = None,
     device: int | None = None,
     device_memory: DeviceMemoryMode = "ipc",
     exporter: FdExporter | None = None,
@@ -74,16 +76,19 @@ def create_slot(
 ) -> SlotViews:
     """Allocate slot `index` (generation `generation`) and return writable views: host memory of
     `owner`, or memory of GPU `device` shared as `device_memory` (vmm passes fds through `exporter`),
-    ordered by the (ready, released) IPC `events` (`SlotOrdering.event_handles`)."""
+    ordered by the (ready, released) IPC `events` (`SlotOrdering.event_handles`). `batch_size` is
+    the seeds a batch may have; `pair_capacity` the pairs of a link-prediction batch (None: none)."""
     regions: list[tuple[str, tuple[int, ...], torch.dtype]] = [
         ("node_ids", (capacity.nodes,), torch.int64),
         ("indptr", (capacity.expanded + 1,), torch.int64),
         ("indices", (capacity.edges,), torch.int64),
         ("labels", (batch_size,), torch.int64),
     ]
+    if pair_capacity is not None:
+        regions.append(("pairs", (pair_capacity, 2), torch.int64))
     if feature_shape is not None:
         regions.append(("features", (capacity.nodes, *feature_shape), feature_dtype))
-    placed: dict[str, Region | None] = {"features": None}
+    placed: dict[str, Region | None] = {"features": None, "pairs": None}
     end = 0
     for name, shape, dtype in regions:
         placed[name] = Region(offset=end, shape=shape, dtype=dtype_name(dtype))
@@ -123,6 +128,7 @@ def _views(layout: SlotLayout, memory: SharedMemory) -> SlotViews:
         indices=memory.view(layout.indices),
         labels=memory.view(layout.labels),
         features=features,
+        pairs=memory.view(layout.pairs) if layout.pairs is not None else None,
     )
 
 

@@ -41,6 +41,8 @@ def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
     )
     if slot.features is not None:
         message.features.CopyFrom(region_to_proto(slot.features))
+    if slot.pairs is not None:
+        message.pairs.CopyFrom(region_to_proto(slot.pairs))
     return message
 
 
@@ -55,6 +57,7 @@ def _slot_from_proto(m: channels_pb2.ChannelSlot) -> SlotLayout:
         indices=region_from_proto(m.indices),
         labels=region_from_proto(m.labels),
         features=region_from_proto(m.features) if m.HasField("features") else None,
+        pairs=region_from_proto(m.pairs) if m.HasField("pairs") else None,
         ready_event=m.ready_event or None,
         released_event=m.released_event or None,
     )

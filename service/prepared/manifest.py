@@ -34,6 +34,8 @@ ARRAY_NAMES = (
 # it has no global `features` array (types differ in width).
 HETERO_ARRAYS = ("edge_type",)
 OPTIONAL_ARRAYS = ("features", "labels", "original_ids")
+# With an edge split (`link_split` set): int64 [n, 2] node pairs, reordered space (see edge_split.py):
+# link_train, link_val, link_test (positives) and link_val_neg, link_test_neg (the negative pools).
 
 
 class ArrayInfo(BaseModel):
@@ -90,6 +92,16 @@ class DatasetManifest(BaseModel):
     hetero: HeteroSchema | None = Field(
         None, description="node types, relations and target type of a typed graph; None: a homogeneous graph"
     )
+    link_split: dict[str, object] | None = Field(
+        None,
+        description="the edge split for link prediction (shares, seed, sizes, negative pools, whether node "
+        "inputs are features or learned embeddings); None: no edge split",
+    )
+
+    @property
+    def learned_embeddings(self) -> bool:
+        """A featureless dataset's link-prediction jobs learn an embedding per node instead."""
+        return self.feature_dim == 0
 
     @property
     def feature_row_bytes(self) -> int:

@@ -15,11 +15,13 @@ from pathlib import Path
 import torch
 
 from graphtier.contract.endpoints import default_dataset_root
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.hotness import compute_scores, reorder_by_score
 from graphtier.service.out_of_core.memory_budget import MemoryPlan, parse_memory_budget
 from graphtier.service.prepared.catalog import DatasetWriter, validate_name
+from graphtier.service.prepared.edge_split import edge_split_note, split_edges
 from graphtier.service.prepared.huge_pages import numpy_huge_pages_for_preparation
 from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.prepared.steps import (
@@ -53,6 +55,11 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 
     typed = is_hetero_source(config.source)
+    if typed and config.edge_split is not None:
+        raise PreparedDatasetError(
+            f"{config.source}: --edge-split is for homogeneous graphs; a typed graph's link prediction "
+            "(a target relation) is not supported yet"
+        )
     writer = DatasetWriter(
         root, config.name, overwrite=config.overwrite, group=config.group
     )  # fails early on an existing name
@@ -60,7 +67,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     with writer, numpy_huge_pages_for_preparation() as huge_pages:
         if typed:  # typed sources are read whole: the in-memory path whatever the budget
             content, schema, score_record = prepare_hetero(config, writer, clock)
-        elif budget is None:
+        elif budget is None or config.edge_split is not None:
             content = _prepare_in_memory(config, writer, clock)
         else:
             plan = MemoryPlan.start(budget, work_bytes=config.work_bytes)
@@ -82,9 +89,10 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             arrays=dict(writer.arrays),
             timings_s=dict(clock.timings),
             peak_rss_bytes=peak_rss_bytes(),
-            memory_budget_bytes=None if typed else budget,
+            memory_budget_bytes=None if typed or config.edge_split is not None else budget,
+            link_split=content.link_split,
             preparation={
-                "path": "in-memory" if budget is None or typed else "out-of-core",
+                "path": "in-memory" if budget is None or typed or config.edge_split is not None else "out-of-core",
                 "peak_rss_after_step_bytes": dict(clock.peaks),
                 "cpu_s_by_step": dict(clock.cpu),
                 "huge_pages": huge_pages,
@@ -101,6 +109,19 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
     """The unbounded path: the whole edge list, CSC and features in memory."""
     with clock.step("read source"):
         data = load_graph(config)
+    link = None
+    if config.edge_split is not None:
+        with clock.step("split edges"):
+            link = split_edges(
+                data.num_nodes,
+                data.src,
+                data.dst,
+                config.edge_split,
+                undirected=config.undirected,
+                origin=data.origin,
+                original_ids=data.original_ids,
+            )
+            data.src, data.dst = link.message_edges()  # val and test edges leave the graph messages pass over
     with clock.step("build CSC"):
         graph = build_csc(data.num_nodes, data.src, data.dst, undirected=config.undirected)
         data.src = data.dst = torch.empty(0, dtype=torch.int64)  # free the edge list
@@ -118,6 +139,13 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
         write_node_arrays(
             writer, data.labels, data.splits, reordering.new_to_old, reordering.old_to_new, scores, data.original_ids
         )
+        if link is not None:
+            link.write(writer, reordering.old_to_new)
+    notes = list(data.notes)
+    link_split = None
+    if link is not None and config.edge_split is not None:
+        link_split = link.describe(config.edge_split, learned_embeddings=data.features is None)
+        notes.append(edge_split_note(link_split, budgeted=parse_memory_budget(config.memory_budget) is not None))
     return PreparedContent(
         num_nodes=reordering.graph.num_nodes,
         num_edges=reordering.graph.num_edges,
@@ -126,5 +154,6 @@ def _prepare_in_memory(config: PrepareConfig, writer: DatasetWriter, clock: Step
         split_sizes=split_sizes(data.splits),
         description=data.description,
         class_labels=data.class_labels,
-        notes=data.notes,
+        notes=notes,
+        link_split=link_split,
     )

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graphtier.service.graph.graph_data import SPLIT_NAMES
 from graphtier.service.hotness import ScoreSpec
 from graphtier.service.prepared.catalog import DatasetWriter
+from graphtier.service.prepared.edge_split import EdgeSplitSpec
 
 StepCallback = Callable[[str, str], None]  # (step name, "start" | "done")
 
@@ -45,6 +46,9 @@ class PrepareConfig(BaseModel):
         "auto",
         description="peak memory allowed: a size ('3GiB'), a share of memory ('40%'), 'auto' (half of "
         "the machine's memory) or 'unlimited' (the in-memory path)",
+    )
+    edge_split: EdgeSplitSpec | None = Field(
+        None, description="link prediction: cut the edges into train/val/test pairs (val and test leave the graph)"
     )
     work_bytes: int | None = Field(
         None,
@@ -102,6 +106,7 @@ class PreparedContent:
     details: dict[str, object] = field(default_factory=dict)
     class_labels: list[int] | None = None
     notes: list[str] = field(default_factory=list)
+    link_split: dict[str, object] | None = None
 
 
 def split_sizes(splits: dict[str, torch.Tensor]) -> dict[str, int]:

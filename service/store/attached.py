@@ -43,6 +43,7 @@ class AttachedDataset:
     splits: dict[str, torch.Tensor]
     resident: torch.Tensor | None
     storage: torch.Tensor | None
+    link_pairs: dict[str, torch.Tensor] = field(default_factory=dict)  # int64 [n, 2] by array name; see edge_split.py
     _tiers: dict[int, FeatureTiers] = field(default_factory=dict, repr=False)
     storage_reads: StorageReads = "mmap"  # how the storage rows are read: see graphtier.service.storage
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
@@ -169,6 +170,7 @@ def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads =
         graph=CSCGraph(colptr=attach_tensor(handle.colptr), row=attach_tensor(handle.row)),
         labels=attach_tensor(handle.labels) if handle.labels else None,
         splits={name: attach_tensor(ref) for name, ref in handle.splits.items()},
+        link_pairs={name: attach_tensor(ref) for name, ref in handle.link_pairs.items()},
         resident=attach_tensor(handle.resident_features) if handle.resident_features else None,
         storage=_open_storage(handle.storage_features) if handle.storage_features else None,
         storage_reads=storage_reads,

@@ -38,6 +38,11 @@ class SharedDatasetHandle(BaseModel):
     row: SegmentRef
     labels: SegmentRef | None
     splits: dict[str, SegmentRef]
+    link_pairs: dict[str, SegmentRef] = Field(
+        default_factory=dict,
+        description="link prediction's int64 [n, 2] node pairs by array name (link_train, link_test_neg, ...); "
+        "empty without an edge split",
+    )
     resident_features: SegmentRef | None = Field(description="rows [0, plan.host_end): device tiers + host tier")
     storage_features: StorageTierRef | None
     device_tiers: tuple[DeviceTierRef, ...] = Field(

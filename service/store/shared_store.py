@@ -14,6 +14,7 @@ from graphtier.service.graph.validate import check_structure
 from graphtier.service.memory import DeviceMemoryMode, FdExporter
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
 from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
@@ -103,6 +104,11 @@ class SharedDatasetStore:
         ds, plan = self.dataset, self.plan
         labels = self._copy("labels", ds.labels, "labels") if ds.labels is not None else None
         splits = {name: self._copy(f"{name}-ids", ds.split(name), f"{name}_ids") for name in ("train", "val", "test")}
+        link_pairs = {
+            key: self._copy(key.replace("_", "-"), ds.array(key), key)
+            for key in ds.manifest.arrays
+            if key.startswith(LINK_ARRAY_PREFIX)
+        }
         resident = storage = None
         features = ds.features
         if features is not None:
@@ -148,6 +154,7 @@ class SharedDatasetStore:
             row=row,
             labels=labels,
             splits=splits,
+            link_pairs=link_pairs,
             resident_features=resident,
             storage_features=storage,
             device_tiers=device_refs,

@@ -117,6 +117,7 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         colptr=segment_ref_to_proto(handle.colptr),
         row=segment_ref_to_proto(handle.row),
         splits={name: segment_ref_to_proto(ref) for name, ref in handle.splits.items()},
+        link_pairs={name: segment_ref_to_proto(ref) for name, ref in handle.link_pairs.items()},
         tier_sizes=[
             common_pb2.TierSize(tier=tier_to_proto(t.tier), rows=t.rows, bytes=t.bytes) for t in layout.tier_sizes
         ],
@@ -155,6 +156,7 @@ def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
         row=segment_ref_from_proto(message.row),
         labels=segment_ref_from_proto(message.labels) if message.HasField("labels") else None,
         splits={name: segment_ref_from_proto(ref) for name, ref in message.splits.items()},
+        link_pairs={name: segment_ref_from_proto(ref) for name, ref in message.link_pairs.items()},
         resident_features=(
             segment_ref_from_proto(message.resident_features) if message.HasField("resident_features") else None
         ),

@@ -240,6 +240,27 @@ def test_a_gpu_sampler_on_a_cpu_job_is_refused_naming_both():
         JobSpec.build({"dataset": "d", "sampler": "gpu"})
     with pytest.raises(InvalidRequestError, match="sampler: Input should be 'cpu', 'gpu' or 'auto'"):
         JobSpec.build({"dataset": "d", "sampler": "tpu"})
+    with pytest.raises(InvalidRequestError, match="sampler 'gpu' samples node seeds only: task 'link'"):
+        JobSpec.build({"dataset": "d", "device": "cuda", "sampler": "gpu", "task": "link"})
+
+
+def test_link_and_gpu_share_fields_travel_together():
+    """The link fields (33-36) and the GPU share fields (31-32) are distinct on the wire."""
+    from graphtier.contract.jobs.conversions import spec_from_proto, spec_to_proto
+    from graphtier.contract.jobs.spec import JobSpec
+
+    spec = JobSpec(
+        dataset="d",
+        device="cuda",
+        mps="use",
+        producer_sm_share=20.0,
+        task="link",
+        negatives=3,
+        negative_sampling="corrupt-tail",
+        decoder="mlp",
+    )
+    back = spec_from_proto(jobs_pb2.JobSpec.FromString(spec_to_proto(spec).SerializeToString()))
+    assert back == spec
 
 
 def test_job_spec_round_trips_with_presence_of_zero_optionals():

@@ -28,7 +28,7 @@ class SlotCapacity(_message.Message):
     def __init__(self, nodes: _Optional[int] = ..., edges: _Optional[int] = ..., expanded: _Optional[int] = ...) -> None: ...
 
 class ChannelSlot(_message.Message):
-    __slots__ = ("index", "generation", "capacity", "memory", "node_ids", "indptr", "indices", "labels", "features", "ready_event", "released_event")
+    __slots__ = ("index", "generation", "capacity", "memory", "node_ids", "indptr", "indices", "labels", "features", "pairs", "ready_event", "released_event")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class ChannelSlot(_message.Message):
     INDICES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
+    PAIRS_FIELD_NUMBER: _ClassVar[int]
     READY_EVENT_FIELD_NUMBER: _ClassVar[int]
     RELEASED_EVENT_FIELD_NUMBER: _ClassVar[int]
     index: int
@@ -49,9 +50,10 @@ class ChannelSlot(_message.Message):
     indices: _common_pb2.Region
     labels: _common_pb2.Region
     features: _common_pb2.Region
+    pairs: _common_pb2.Region
     ready_event: str
     released_event: str
-    def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., capacity: _Optional[_Union[SlotCapacity, _Mapping]] = ..., memory: _Optional[_Union[_common_pb2.MemoryHandle, _Mapping]] = ..., node_ids: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indptr: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indices: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., features: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., ready_event: _Optional[str] = ..., released_event: _Optional[str] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., capacity: _Optional[_Union[SlotCapacity, _Mapping]] = ..., memory: _Optional[_Union[_common_pb2.MemoryHandle, _Mapping]] = ..., node_ids: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indptr: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indices: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., features: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., pairs: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., ready_event: _Optional[str] = ..., released_event: _Optional[str] = ...) -> None: ...
 
 class ChannelLayout(_message.Message):
     __slots__ = ("version", "channel", "job_id", "rank", "world_size", "slots", "control", "error_text", "socket_path", "producer_pid", "producer_start_time", "stall_timeout_seconds", "dataset", "num_nodes", "feature_dim", "num_classes", "fanouts", "batch_size", "steps_per_epoch", "epochs")

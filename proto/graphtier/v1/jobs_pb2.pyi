@@ -58,7 +58,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share")
+    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,10 @@ class JobSpec(_message.Message):
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
     MPS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_SM_SHARE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVES_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    DECODER_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
@@ -123,7 +127,11 @@ class JobSpec(_message.Message):
     sampler: str
     mps: str
     producer_sm_share: float
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ...) -> None: ...
+    task: str
+    negatives: int
+    negative_sampling: str
+    decoder: str
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
     __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")
@@ -282,18 +290,27 @@ class RankStatus(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., trainer_pid: _Optional[int] = ..., producer_pid: _Optional[int] = ..., global_step: _Optional[int] = ..., batches_per_second: _Optional[float] = ..., ready_slots: _Optional[int] = ..., last_report: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ("val_accuracy", "test_accuracy", "final_loss", "train_seconds", "checkpoint_path")
+    __slots__ = ("val_accuracy", "test_accuracy", "final_loss", "train_seconds", "checkpoint_path", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     VAL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     FINAL_LOSS_FIELD_NUMBER: _ClassVar[int]
     TRAIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     val_accuracy: float
     test_accuracy: float
     final_loss: float
     train_seconds: float
     checkpoint_path: str
-    def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ...) -> None: ...
+    metrics: _containers.ScalarMap[str, float]
+    def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes", "placement", "nodes", "gpu_share")

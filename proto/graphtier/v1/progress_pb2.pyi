@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from graphtier.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -31,7 +32,14 @@ PHASE_EVAL: Phase
 PHASE_DONE: Phase
 
 class TrainerProgress(_message.Message):
-    __slots__ = ("phase", "epoch", "step_in_epoch", "global_step", "loss", "accuracy", "batches_per_second", "data_wait_seconds_total", "train_seconds_total", "steps_total", "val_accuracy", "test_accuracy", "model_bytes")
+    __slots__ = ("phase", "epoch", "step_in_epoch", "global_step", "loss", "accuracy", "batches_per_second", "data_wait_seconds_total", "train_seconds_total", "steps_total", "val_accuracy", "test_accuracy", "model_bytes", "eval_metrics")
+    class EvalMetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     PHASE_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     STEP_IN_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +53,7 @@ class TrainerProgress(_message.Message):
     VAL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     MODEL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EVAL_METRICS_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     epoch: int
     step_in_epoch: int
@@ -58,7 +67,8 @@ class TrainerProgress(_message.Message):
     val_accuracy: float
     test_accuracy: float
     model_bytes: int
-    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., epoch: _Optional[int] = ..., step_in_epoch: _Optional[int] = ..., global_step: _Optional[int] = ..., loss: _Optional[float] = ..., accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., data_wait_seconds_total: _Optional[float] = ..., train_seconds_total: _Optional[float] = ..., steps_total: _Optional[int] = ..., val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., model_bytes: _Optional[int] = ...) -> None: ...
+    eval_metrics: _containers.ScalarMap[str, float]
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., epoch: _Optional[int] = ..., step_in_epoch: _Optional[int] = ..., global_step: _Optional[int] = ..., loss: _Optional[float] = ..., accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., data_wait_seconds_total: _Optional[float] = ..., train_seconds_total: _Optional[float] = ..., steps_total: _Optional[int] = ..., val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., model_bytes: _Optional[int] = ..., eval_metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ProducerProgress(_message.Message):
     __slots__ = ("epoch", "batches_total", "seeds_total", "sampled_nodes_total", "sampled_edges_total", "sample_seconds_total", "gather_seconds_total", "wait_seconds_total", "traffic", "ready_slots", "lag_batches", "slot_grows_total")

@@ -95,6 +95,7 @@ def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobR
         final_loss=rank0.loss,
         train_seconds=rank0.train_seconds_total,
         checkpoint_path=str(checkpoints[-1]) if checkpoints else "",
+        metrics=dict(rank0.eval_metrics),
     )
 
 

@@ -46,7 +46,7 @@ from graphtier.service.daemon.jobs.job_view import (
     stored_job,
 )
 from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
-from graphtier.service.daemon.jobs.notes import spec_notes
+from graphtier.service.daemon.jobs.notes import check_link_dataset, spec_notes
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
@@ -190,7 +190,8 @@ class JobManager:
             )
         if spec.script:
             check_script(Path(spec.script))
-        unchosen = _split_rule(self.datasets.root / spec.dataset)
+        # a link job trains and evaluates on the edge split (chosen by --edge-split), not the node split
+        unchosen = _split_rule(self.datasets.root / spec.dataset) if spec.task == "node" else None
         if isinstance(unchosen, dict) and unchosen.get("asked") is False:
             raise InvalidRequestError(
                 f"dataset {spec.dataset!r} has no split of its own, and nobody chose the random one it was "
@@ -206,7 +207,9 @@ class JobManager:
             loaded = self.datasets.load(spec.dataset, BudgetSpec(host="0")).layout
         else:
             loaded = self.datasets.load(spec.dataset, spec.budgets).layout
-        if loaded.num_classes < 2 or loaded.feature_dim < 1:
+        if spec.task == "link":
+            check_link_dataset(spec, loaded.handle)
+        elif loaded.num_classes < 2 or loaded.feature_dim < 1:
             raise DaemonError(
                 f"dataset {spec.dataset!r} cannot be trained on: it needs features and at least 2 label classes "
                 f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"

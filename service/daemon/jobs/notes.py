@@ -9,7 +9,9 @@ whose labels prepare remapped to dense classes is trained and scored over those 
 
 from __future__ import annotations
 
+from graphtier.contract.errors import DaemonError
 from graphtier.contract.jobs.spec import JobSpec
+from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.store import SharedDatasetHandle
 
 
@@ -20,15 +22,21 @@ def _ceil_div(a: int, b: int) -> int:
 def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     """The notes for `spec` on the dataset `handle` describes (as placed for this job)."""
     notes = []
-    train = handle.splits.get("train")
+    train = handle.link_pairs.get(link_array("train")) if spec.task == "link" else handle.splits.get("train")
     num_train = train.shape[0] if train is not None and train.shape else 0
+    what = "train edges" if spec.task == "link" else "ids"
+    if spec.task == "link" and handle.resident_features is None and handle.storage_features is None:
+        notes.append(
+            f"dataset {handle.dataset!r} has no node features: the job learns a {spec.hidden}-wide embedding per "
+            f"node ({handle.plan.num_nodes:,} rows), gathered per batch and updated sparsely"
+        )
     if num_train:
         per_rank = _ceil_div(num_train, spec.world_size)
         if _ceil_div(per_rank, spec.batch_size) == 1:
             suggest = 1 << (max(per_rank // 2, 1).bit_length() - 1)  # a power of two giving 2+ steps
             notes.append(
                 f"batch {spec.batch_size} x {spec.world_size} rank(s) covers the whole train split "
-                f"({num_train:,} ids): 1 step per epoch, {spec.epochs} in all; on a small graph try "
+                f"({num_train:,} {what}): 1 step per epoch, {spec.epochs} in all; on a small graph try "
                 f"--batch-size {suggest} and more --epochs"
             )
     if handle.class_labels is not None:
@@ -45,3 +53,15 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
             "count as PCIe; give --num-devices with --device-replicated or --device-interleaved"
         )
     return notes
+
+
+def check_link_dataset(spec: JobSpec, handle: SharedDatasetHandle) -> None:
+    """A link-prediction job needs the dataset's edge split; DaemonError saying how to make one."""
+    missing = [
+        name for name in (link_array("train"), link_array("val"), link_array("test")) if name not in handle.link_pairs
+    ]
+    if missing:
+        raise DaemonError(
+            f"dataset {spec.dataset!r} has no edge split ({', '.join(missing)} missing): task 'link' trains on one; "
+            f"prepare it with `graphtier dataset prepare SOURCE --name {spec.dataset} --edge-split 0.85,0.05,0.10`"
+        )

@@ -61,6 +61,7 @@ from graphtier.service.pipeline import (
     ProducerProcess,
     spawn_producer,
 )
+from graphtier.service.pipeline.config import LinkBatches
 from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.shm import reclaim_stale_segments
@@ -253,6 +254,11 @@ class JobRunner:
             storage_reads=self.spec.storage_reads,
             window=self.spec.window,
             partition=self.partition,
+            link=(
+                LinkBatches(negatives=self.spec.negatives, negative_sampling=self.spec.negative_sampling)
+                if self.spec.task == "link"
+                else None
+            ),
             sampler="gpu" if self.spec.sampler == "gpu" else "cpu",
             # a cuda job's producer gathers into slots on its rank's GPU (cuda:LOCAL_RANK under torchrun)
             device=self.spec.device,

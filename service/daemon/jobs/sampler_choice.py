@@ -2,8 +2,9 @@
 
 `auto` is gpu on a CUDA job whose placement puts structure on the device (the hot lists the
 GPU sampler reads from device memory) and whose daemon can run the GPU ops, else cpu; a CPU
-job's `auto` is already cpu (the spec resolves it). The job's spec records the result, so
-`job status` and the producers see cpu or gpu, never auto.
+job's `auto` is already cpu (the spec resolves it), and so is a link job's (the GPU sampler
+expands node seeds only, not a link batch's pairs and negatives). The job's spec records the
+result, so `job status` and the producers see cpu or gpu, never auto.
 """
 
 from __future__ import annotations
@@ -23,5 +24,6 @@ def resolve_sampler(spec: JobSpec, plan: PlacementPlan) -> JobSpec:
     """`spec` with `sampler` cpu or gpu; `plan` is the dataset's placement as the job shares it."""
     if spec.sampler != "auto":
         return spec
-    gpu = spec.device == "cuda" and plan.structure_device_end > 0 and not gpu_sampler_unavailable()
+    on_device = spec.device == "cuda" and plan.structure_device_end > 0
+    gpu = spec.task == "node" and on_device and not gpu_sampler_unavailable()
     return spec.model_copy(update={"sampler": "gpu" if gpu else "cpu"})

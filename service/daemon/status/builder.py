@@ -204,6 +204,7 @@ class StatusBuilder:
         ranks = [self._rank(record.job_id, view, sums) for view in views]
         trained, produced = self.tracker.rates(record.job_id, ended=record.state.final)
         evaluated = [v.trainer for v in views if v.trainer is not None and v.trainer.val_accuracy is not None]
+        linked = [v.trainer for v in views if v.trainer is not None and v.trainer.eval_metrics]
         return JobStatus(
             job_id=record.job_id,
             name=record.name,
@@ -221,6 +222,7 @@ class StatusBuilder:
             gpu_share=record.gpu_share,
             val_accuracy=evaluated[0].val_accuracy if evaluated else None,
             test_accuracy=evaluated[0].test_accuracy if evaluated else None,
+            link_metrics=dict(linked[0].eval_metrics) if linked else {},
             traffic=self.traffic(self._job_traffic(record.job_id, sums), job_id=record.job_id),
             storage=self.storage(
                 self._storage_counters(sums, record.job_id),

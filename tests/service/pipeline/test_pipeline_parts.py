@@ -120,6 +120,47 @@ def test_config_errors_name_the_field(make_config, capsys):
         ProducerConfig.parse(text.replace('"sampler":"cpu"', '"sampler":"auto"'))  # the daemon resolves auto
     assert producer_main(["--config", text.replace('"epochs":2', '"epochs":0')]) == 2
     assert "epochs: Input should be greater than or equal to 1" in capsys.readouterr().err
+    from graphtier.service.pipeline.config import LinkBatches
+
+    with pytest.raises(ChannelError, match="sampler 'gpu' samples node seeds only"):
+        ProducerConfig.parse(good.model_copy(update={"sampler": "gpu", "link": LinkBatches()}).model_dump_json())
+
+
+def test_a_link_slot_carries_its_pairs_in_the_one_allocation():
+    """The pairs region lies inside the slot's memory beside the others, survives the wire, and the
+    reader's view shows the producer's writes."""
+    from graphtier.service.pipeline.slots import attach_slot, create_slot
+    from graphtier.service.pipeline.wire import _slot_from_proto, _slot_to_proto
+    from graphtier.service.shm import SegmentOwner
+
+    capacity = SlotCapacity(nodes=64, edges=256, expanded=40)
+    with SegmentOwner() as owner:
+        views = create_slot(
+            owner,
+            channel="t-pairs",
+            index=0,
+            generation=0,
+            capacity=capacity,
+            batch_size=24,
+            feature_shape=(8,),
+            pair_capacity=30,
+        )
+        layout = views.layout
+        assert layout.pairs is not None and layout.pairs.shape == (30, 2)
+        regions = sorted(
+            (r.offset, r.end)
+            for r in (layout.node_ids, layout.indptr, layout.indices, layout.labels, layout.pairs, layout.features)
+        )
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(regions, regions[1:], strict=False))
+        assert regions[-1][1] <= layout.memory.nbytes
+        assert _slot_from_proto(_slot_to_proto(layout)) == layout
+        views.pairs[:3] = torch.tensor([[0, 1], [2, 3], [4, 5]])
+        seen = attach_slot(_slot_from_proto(_slot_to_proto(layout)))
+        try:
+            assert seen.pairs[:3].tolist() == [[0, 1], [2, 3], [4, 5]]
+        finally:
+            seen.memory.close()
+        views.memory.close()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible (the GPU sampler can start)")

@@ -34,20 +34,21 @@ def test_without_cuda_the_gpu_sampler_is_unavailable_and_auto_is_cpu():
 
 
 @pytest.mark.parametrize(
-    ("device", "sampler", "structure_end", "ops", "resolved"),
+    ("device", "sampler", "structure_end", "ops", "resolved", "task"),
     [
-        ("cuda", "auto", 10, True, "gpu"),
-        ("cuda", "auto", 0, True, "cpu"),  # no structure placed on the device
-        ("cuda", "auto", 10, False, "cpu"),  # the daemon cannot run the GPU ops
-        ("cuda", "gpu", 0, True, "gpu"),
-        ("cuda", "cpu", 10, True, "cpu"),
-        ("cpu", "auto", 10, True, "cpu"),
+        ("cuda", "auto", 10, True, "gpu", "node"),
+        ("cuda", "auto", 10, True, "cpu", "link"),  # the GPU sampler expands node seeds only
+        ("cuda", "auto", 0, True, "cpu", "node"),  # no structure placed on the device
+        ("cuda", "auto", 10, False, "cpu", "node"),  # the daemon cannot run the GPU ops
+        ("cuda", "gpu", 0, True, "gpu", "node"),
+        ("cuda", "cpu", 10, True, "cpu", "node"),
+        ("cpu", "auto", 10, True, "cpu", "node"),
     ],
 )
-def test_auto_resolves_from_device_structure_and_ops(monkeypatch, device, sampler, structure_end, ops, resolved):
+def test_auto_resolves_from_device_structure_and_ops(monkeypatch, device, sampler, structure_end, ops, resolved, task):
     """The decision alone: whether the ops load is set here (the CUDA probe itself is tested above)."""
     monkeypatch.setattr(sampler_choice, "gpu_sampler_unavailable", lambda: "" if ops else "no GPU ops")
-    spec = JobSpec(dataset="d", device=device, sampler=sampler)
+    spec = JobSpec(dataset="d", device=device, sampler=sampler, task=task)
     got = resolve_sampler(spec, _plan(structure_end))
     assert got.sampler == resolved
     assert got.model_copy(update={"sampler": spec.sampler}) == spec  # nothing else changed

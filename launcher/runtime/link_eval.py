@@ -1,0 +1,142 @@
+"""Evaluating link prediction as OGB does: AUC, Hits@K and MRR over the dataset's edge split.
+
+Every node is embedded once (each rank encodes its share of the nodes over their whole
+neighbourhoods, as full-batch inference does, the shares summed over ranks), then each
+split's positive pairs are scored against
+
+- the split's pool of random negative pairs fixed at prepare (`link_<split>_neg`): AUC (the
+  chance a positive outscores a negative, ties counted half) and Hits@K (ogbl-collab: the
+  share of positives scoring above the K-th best negative);
+- `DEFAULT_MRR_NEGATIVES` corrupted tails per positive (ogbl-citation2: the positive's source
+  with random tails, drawn with a fixed seed so every job ranks against the same tails): MRR,
+  the mean reciprocal rank of each positive among its tails (ties counted half).
+
+Every rank computes the same figures from the same embeddings, so no rank waits on another
+past the one all-reduce.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from graphtier.contract.link import DEFAULT_HITS_K, DEFAULT_MRR_NEGATIVES
+from graphtier.launcher.runtime.distributed import DistContext
+from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
+from graphtier.service.gather import tiered_gather
+from graphtier.service.pipeline.batch import blocks_to
+from graphtier.service.pipeline.shard import mix_seed
+from graphtier.service.prepared.edge_split import link_array
+from graphtier.service.sampling import NeighborSampler
+from graphtier.service.store import AttachedDataset
+
+_MRR_STREAM = 0x4D5252  # seeds the corrupted tails of the MRR protocol
+_EMBED_STREAM = 0xE3BE  # seeds the neighbour samples of the node embeddings
+
+
+def auc(positive: Tensor, negative: Tensor) -> float:
+    """P(a positive's score > a negative's), ties counted half (the Mann-Whitney U over |P| x |N|)."""
+    ordered = negative.double().sort().values
+    below = torch.searchsorted(ordered, positive.double(), right=False)
+    not_above = torch.searchsorted(ordered, positive.double(), right=True)
+    return float(((below + not_above).double() / 2).mean() / ordered.numel())
+
+
+def hits_at_k(positive: Tensor, negative: Tensor, k: int) -> float:
+    """Share of positives scoring above the k-th best negative (ogbl-collab's Hits@K)."""
+    if negative.numel() < k:
+        return 1.0
+    kth = torch.topk(negative, k).values[-1]
+    return float((positive > kth).double().mean())
+
+
+def mrr(positive: Tensor, tails: Tensor) -> float:
+    """Mean reciprocal rank of each positive [P] among its own negatives [P, T] (ties half, as OGB)."""
+    optimistic = (tails >= positive.unsqueeze(1)).sum(dim=1)
+    pessimistic = (tails > positive.unsqueeze(1)).sum(dim=1)
+    rank = 0.5 * (optimistic + pessimistic).double() + 1
+    return float((1.0 / rank).mean())
+
+
+def mrr_tails(split: str, positives: Tensor, num_nodes: int) -> Tensor:
+    """The fixed corrupted tails [P, DEFAULT_MRR_NEGATIVES] of a split's positives."""
+    generator = torch.Generator().manual_seed(mix_seed(_MRR_STREAM, ("val", "test").index(split)))
+    return torch.randint(num_nodes, (positives.shape[0], DEFAULT_MRR_NEGATIVES), generator=generator)
+
+
+@torch.no_grad()
+def node_embeddings(
+    model: LinkModel,
+    data: AttachedDataset,
+    fanouts: list[int],
+    batch_size: int,
+    ctx: DistContext,
+    embeddings: NodeEmbeddings | None,
+    seed: int,
+) -> Tensor:
+    """[num_nodes, hidden] encoder output of every node: this rank's share sampled and encoded, summed over ranks."""
+    num_nodes = data.graph.num_nodes
+    sampler = NeighborSampler(data.graph, fanouts)
+    tiers = data.feature_tiers() if embeddings is None else None
+    out = torch.zeros(num_nodes, model.hidden, device=ctx.device)
+    mine = torch.arange(ctx.rank, num_nodes, ctx.world_size)
+    for index, seeds in enumerate(mine.split(batch_size)):
+        sub = sampler.sample(seeds, seed=mix_seed(seed, _EMBED_STREAM, ctx.rank, index))
+        if embeddings is not None:
+            x = embeddings.weight.index_select(0, sub.node_ids.to(embeddings.weight.device))
+        else:
+            assert tiers is not None
+            x = torch.empty((sub.num_nodes, *tiers.row_shape), dtype=tiers.dtype)
+            tiered_gather(sub.node_ids, tiers, x)
+        h = model.embed(blocks_to(sub.blocks(), ctx.device), x.to(ctx.device))
+        out[seeds.to(ctx.device)] = h.float()
+    ctx.all_reduce_sum(out)
+    return out
+
+
+@torch.no_grad()
+def link_metrics(
+    model: LinkModel, z: Tensor, data: AttachedDataset, splits: tuple[str, ...], hits_k: int = DEFAULT_HITS_K
+) -> dict[str, float]:
+    """split_auc, split_mrr and split_hits@K of each split, from the node embeddings `z`."""
+
+    def score(pairs: Tensor) -> Tensor:
+        pairs = pairs.to(z.device)
+        return model.decoder(z.index_select(0, pairs[:, 0]), z.index_select(0, pairs[:, 1])).float().cpu()
+
+    results: dict[str, float] = {}
+    for split in splits:
+        positives = data.link_pairs[link_array(split)]
+        if positives.shape[0] == 0:
+            continue
+        pos = score(positives)
+        neg = score(data.link_pairs[link_array(split, negative=True)])
+        tails = mrr_tails(split, positives, z.shape[0])
+        heads = positives[:, :1].expand_as(tails)
+        tail_scores = score(torch.stack([heads.reshape(-1), tails.reshape(-1)], dim=1)).view_as(tails)
+        results[f"{split}_auc"] = auc(pos, neg)
+        results[f"{split}_mrr"] = mrr(pos, tail_scores)
+        results[f"{split}_hits@{hits_k}"] = hits_at_k(pos, neg, hits_k)
+    return results
+
+
+def evaluate_links(
+    model: nn.Module,
+    data: AttachedDataset,
+    fanouts: list[int],
+    batch_size: int,
+    ctx: DistContext,
+    embeddings: NodeEmbeddings | None,
+    seed: int,
+    splits: tuple[str, ...] = ("val", "test"),
+) -> dict[str, float]:
+    """Every split's metrics over all ranks (every rank must call it); the model back in training mode after."""
+    module = getattr(model, "module", model)  # a DDP wrapper is looked through
+    assert isinstance(module, LinkModel)
+    was_training = module.training
+    module.eval()
+    try:
+        z = node_embeddings(module, data, fanouts, batch_size, ctx, embeddings, seed)
+        return link_metrics(module, z, data, splits)
+    finally:
+        module.train(was_training)

@@ -1,0 +1,86 @@
+"""Link-prediction mini-batches: seed edges, sampled negatives, and one sample around all endpoints.
+
+A batch starts from B train edges (positives). K negatives per positive are drawn either
+`uniform` (random node pairs) or `corrupt-tail` (the positive's source with a random tail),
+seeded by the batch's sample seed, so a batch is the same whoever draws it. The endpoints of
+every pair, deduplicated, are the seeds of one `NeighborSampler.sample` call (the native
+sampler, over the union of endpoints), so the GNN computes each endpoint's embedding once;
+`pairs` names each pair's endpoints by their local ids (< num_seeds), positives first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from graphtier.contract.errors import SamplingError
+from graphtier.contract.link import NegativeSampling
+from graphtier.service.sampling.neighbor_sampler import NeighborSampler
+from graphtier.service.sampling.subgraph import SampledSubgraph
+
+_MASK63 = (1 << 63) - 1
+_NEGATIVE_STREAM = 0x4E47  # keeps the negatives' generator apart from the neighbour sampler's
+
+
+@dataclass(frozen=True)
+class LinkSubgraph(SampledSubgraph):
+    """A sample around a batch's endpoints, with the pairs to score over its seeds' local ids."""
+
+    pairs: torch.Tensor  # int64 [P, 2]: local ids of each pair's endpoints; rows [0, num_positive) are positives
+    num_positive: int
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.pairs.shape[0])
+
+
+def max_link_seeds(batch_size: int, negatives: int, negative_sampling: NegativeSampling) -> int:
+    """The most endpoints a batch of `batch_size` edges can have: the size of a slot's seed region."""
+    per_edge = 2 + negatives if negative_sampling == "corrupt-tail" else 2 * (1 + negatives)
+    return batch_size * per_edge
+
+
+def max_link_pairs(batch_size: int, negatives: int) -> int:
+    """Pairs of a full batch: each positive and its negatives."""
+    return batch_size * (1 + negatives)
+
+
+class LinkSampler:
+    """`sample(edge_ids, seed)` -> a `LinkSubgraph` of those train edges; see the module docstring."""
+
+    def __init__(
+        self,
+        sampler: NeighborSampler,
+        train_pairs: torch.Tensor,
+        num_nodes: int,
+        *,
+        negatives: int,
+        negative_sampling: NegativeSampling,
+    ) -> None:
+        if train_pairs.dim() != 2 or train_pairs.shape[1] != 2 or train_pairs.shape[0] == 0:
+            raise SamplingError(f"train pairs must be a non-empty [n, 2] tensor, got {tuple(train_pairs.shape)}")
+        if negatives < 1:
+            raise SamplingError(f"negatives must be >= 1, got {negatives}")
+        self.sampler, self.train_pairs, self.num_nodes = sampler, train_pairs, num_nodes
+        self.negatives, self.negative_sampling = negatives, negative_sampling
+
+    def negatives_for(self, positives: torch.Tensor, seed: int) -> torch.Tensor:
+        """[B * K, 2] negative pairs for `positives` [B, 2], drawn with `seed`."""
+        generator = torch.Generator().manual_seed((seed ^ _NEGATIVE_STREAM) & _MASK63)
+        count = positives.shape[0] * self.negatives
+        tails = torch.randint(self.num_nodes, (count,), generator=generator)
+        if self.negative_sampling == "corrupt-tail":
+            heads = positives[:, 0].repeat_interleave(self.negatives)
+        else:
+            heads = torch.randint(self.num_nodes, (count,), generator=generator)
+        return torch.stack([heads, tails], dim=1)
+
+    def sample(self, edge_ids: torch.Tensor, *, seed: int) -> LinkSubgraph:
+        """The batch of train edges `edge_ids`, its negatives and the sample around all their endpoints."""
+        positives = self.train_pairs.index_select(0, edge_ids)
+        pairs = torch.cat([positives, self.negatives_for(positives, seed)])
+        endpoints, local = torch.unique(pairs.reshape(-1), return_inverse=True)
+        sub = self.sampler.sample(endpoints, seed=seed)
+        parts = {f.name: getattr(sub, f.name) for f in fields(SampledSubgraph)}
+        return LinkSubgraph(**parts, pairs=local.view(-1, 2), num_positive=int(positives.shape[0]))

@@ -1,0 +1,34 @@
+"""Learned node embeddings: rows gathered per batch, gradients applied sparsely to those rows only."""
+
+import torch
+
+from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
+
+
+def test_a_step_updates_only_the_touched_rows_as_sparse_adam_does():
+    torch.manual_seed(0)
+    table = NodeEmbeddings(6, 4, lr=0.1)
+    before = table.weight.clone()
+    reference = torch.nn.Parameter(before.clone())
+    ids = torch.tensor([3, 1, 3])  # a row twice in one batch: its gradients add up
+    rows = table.rows(ids)
+    (rows * torch.arange(1.0, 13.0).view(3, 4)).sum().backward()
+    assert table.apply_gradients(ids, rows.grad) == 2
+
+    optimizer = torch.optim.SparseAdam([reference], lr=0.1)
+    grad = torch.zeros(6, 4).index_add_(0, ids, torch.arange(1.0, 13.0).view(3, 4))
+    reference.grad = grad.to_sparse()
+    optimizer.step()
+    assert torch.allclose(table.weight, reference.detach(), atol=1e-6)
+    untouched = [0, 2, 4, 5]
+    assert torch.equal(table.weight[untouched], before[untouched])
+    assert not torch.equal(table.weight[[1, 3]], before[[1, 3]])
+    assert table.steps.tolist() == [0, 1, 0, 1, 0, 0]
+
+
+def test_the_table_is_part_of_the_checkpointed_state():
+    model = LinkModel("sage", 8, 8, 2)
+    model.embeddings = NodeEmbeddings(5, 8, lr=0.01)
+    state = model.state_dict()
+    assert {"embeddings.weight", "embeddings.exp_avg", "embeddings.exp_avg_sq", "embeddings.steps"} <= set(state)
+    assert all(not name.startswith("embeddings.") for name, _ in model.named_parameters())  # not Adam's to step
