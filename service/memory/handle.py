@@ -10,13 +10,12 @@ pydantic, no CUDA; the wire forms (`wire.py`) mirror them field for field.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from graphtier.service.shm.naming import SegmentName
-from graphtier.service.shm.ref import SUPPORTED_DTYPES, dtype_itemsize
+from graphtier.service.shm.ref import TensorPlacement
 
 Location = Literal["host", "device"]
 Mechanism = Literal["shm", "cuda_ipc", "vmm_fd"]
@@ -88,39 +87,5 @@ class MemoryHandle(BaseModel):
         return f"{self.location} memory {where}" + (f" on GPU {self.pci_bus_id}" if self.pci_bus_id else "")
 
 
-class Region(BaseModel):
+class Region(TensorPlacement):
     """`shape`/`dtype` elements, C-contiguous, from byte `offset` of a handle."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    offset: int = Field(ge=0, description="Byte offset of the first element; a multiple of the element size.")
-    shape: tuple[int, ...] = Field(description="Tensor shape; the tensor is C-contiguous.")
-    dtype: str = Field(description="Element type by torch name without 'torch.', e.g. 'float32'.")
-
-    @field_validator("shape")
-    @classmethod
-    def _check_shape(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
-        if any(d < 0 for d in shape):
-            raise ValueError(f"shape {shape} has a negative dimension")
-        return shape
-
-    @field_validator("dtype")
-    @classmethod
-    def _check_dtype(cls, dtype: str) -> str:
-        if dtype not in SUPPORTED_DTYPES:
-            raise ValueError(f"dtype {dtype!r} is not one of {', '.join(SUPPORTED_DTYPES)}")
-        return dtype
-
-    @model_validator(mode="after")
-    def _check_alignment(self) -> Region:
-        if self.offset % dtype_itemsize(self.dtype):
-            raise ValueError(f"offset {self.offset} is not a multiple of the {self.dtype} size")
-        return self
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * dtype_itemsize(self.dtype)
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.nbytes

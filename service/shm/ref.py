@@ -56,23 +56,15 @@ def torch_dtype(name: str) -> torch.dtype:
     return _DTYPES[dtype_name(name)]
 
 
-class SegmentRef(BaseModel):
-    """Where a tensor lives: `shape`/`dtype` elements at byte `offset` of segment `name`."""
+class TensorPlacement(BaseModel):
+    """`shape`/`dtype` elements, C-contiguous, from byte `offset` of some memory: what every
+    reference to a tensor in shared memory says, whatever names the memory (`SegmentRef`, `Region`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(description="Segment file name under /dev/shm (graphtier.<pid>.<start>.<token>.<label>).")
     offset: int = Field(ge=0, description="Byte offset of the first element; a multiple of the element size.")
     shape: tuple[int, ...] = Field(description="Tensor shape; the tensor is C-contiguous.")
     dtype: str = Field(description="Element type by torch name without 'torch.', e.g. 'float32'.")
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, name: str) -> str:
-        # Refs arrive over the network: only a well-formed segment name may become a path.
-        if SegmentName.parse(name) is None:
-            raise ValueError(f"{name!r} is not a graphtier segment name")
-        return name
 
     @field_validator("shape")
     @classmethod
@@ -89,7 +81,7 @@ class SegmentRef(BaseModel):
         return dtype
 
     @model_validator(mode="after")
-    def _check_alignment(self) -> SegmentRef:
+    def _check_alignment(self) -> TensorPlacement:
         if self.offset % self.itemsize:
             raise ValueError(f"offset {self.offset} is not a multiple of the {self.dtype} size {self.itemsize}")
         return self
@@ -109,6 +101,25 @@ class SegmentRef(BaseModel):
     @property
     def nbytes(self) -> int:
         return self.numel * self.itemsize
+
+    @property
+    def end(self) -> int:
+        """The byte just past the last element."""
+        return self.offset + self.nbytes
+
+
+class SegmentRef(TensorPlacement):
+    """Where a tensor lives: `shape`/`dtype` elements at byte `offset` of segment `name`."""
+
+    name: str = Field(description="Segment file name under /dev/shm (graphtier.<pid>.<start>.<token>.<label>).")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, name: str) -> str:
+        # Refs arrive over the network: only a well-formed segment name may become a path.
+        if SegmentName.parse(name) is None:
+            raise ValueError(f"{name!r} is not a graphtier segment name")
+        return name
 
 
 def view_of_mapping(

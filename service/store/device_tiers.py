@@ -61,6 +61,35 @@ def peer_matrix_complete(devices: Sequence[int]) -> bool:
     return all(can_access_peer(a, b) for a in devices for b in devices if a != b)
 
 
+def _allocate_filled(
+    name: str, source: torch.Tensor, device: int, mode: DeviceMemoryMode, exporter: FdExporter | None
+) -> SharedMemory:
+    """A device allocation of the memory-handle package holding the bytes of `source` (a 2-D uint8
+    view of rows, copied in chunks so a strided share is packed a chunk at a time)."""
+    nbytes = source.numel()
+    memory = allocate(name, max(nbytes, 1), device=device, mode=mode, exporter=exporter)  # a share may be empty
+    try:
+        per_chunk = max(1, _FILL_CHUNK_BYTES // max(source.shape[1], 1))
+        for first in range(0, source.shape[0], per_chunk):
+            copy_host_to_device(memory, first * source.shape[1], source[first : first + per_chunk].contiguous())
+    except BaseException:
+        memory.close()
+        raise
+    return memory
+
+
+def _close_all(allocations: Sequence[SharedMemory]) -> None:
+    """Free every allocation, then raise the first failure (a failed free must not leak the rest)."""
+    errors: list[BaseException] = []
+    for memory in allocations:
+        try:
+            memory.close()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
 class DeviceTierSet:
     """The daemon's allocations of one dataset's device tiers; `close()` frees them."""
 
@@ -102,32 +131,16 @@ class DeviceTierSet:
             )
 
     def _place(self, tier: str, slot: int, device: int, rows: torch.Tensor, label: str) -> None:
-        nbytes = rows.numel()
-        memory = allocate(
-            f"{label}-{tier}-{slot}-{secrets.token_hex(4)}",  # unique: also the fd's export id under vmm
-            max(nbytes, 1),  # a share may be empty
-            device=device,
-            mode=self.mode,
-            exporter=self.exporter,
-        )
+        # the name is unique: it is also the fd's export id under vmm
+        name = f"{label}-{tier}-{slot}-{secrets.token_hex(4)}"
+        memory = _allocate_filled(name, rows, device, self.mode, self.exporter)
         self.allocations.append(memory)
-        per_chunk = max(1, _FILL_CHUNK_BYTES // max(rows.shape[1], 1))
-        for first in range(0, rows.shape[0], per_chunk):
-            chunk = rows[first : first + per_chunk].contiguous()  # strided shares are packed here
-            copy_host_to_device(memory, first * rows.shape[1], chunk)
-        handle = memory.handle.model_copy(update={"nbytes": nbytes})
+        handle = memory.handle.model_copy(update={"nbytes": rows.numel()})
         self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=rows.shape[0], memory=handle))  # type: ignore[arg-type]
 
     def close(self) -> None:
         allocations, self.allocations, self.refs = self.allocations, [], []
-        errors: list[BaseException] = []
-        for memory in allocations:
-            try:
-                memory.close()
-            except Exception as exc:  # noqa: BLE001  (free the rest, then say what failed)
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        _close_all(allocations)
 
 
 def structure_prefix(plan: PlacementPlan, colptr: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -182,30 +195,15 @@ class DeviceStructureSet:
         )
 
     def _place(self, tier: str, slot: int, device: int, values: torch.Tensor, label: str) -> None:
-        nbytes = values.numel() * values.element_size()
-        memory = allocate(
-            f"{label}-{tier}-{slot}-{secrets.token_hex(4)}",  # unique: also the fd's export id under vmm
-            max(nbytes, 1),  # a prefix may be empty
-            device=device,
-            mode=self.mode,
-            exporter=self.exporter,
-        )
+        name = f"{label}-{tier}-{slot}-{secrets.token_hex(4)}"
+        memory = _allocate_filled(name, values.view(torch.uint8).view(1, -1), device, self.mode, self.exporter)
         self.allocations.append(memory)
-        if nbytes:
-            copy_host_to_device(memory, 0, values)
-        handle = memory.handle.model_copy(update={"nbytes": nbytes})
+        handle = memory.handle.model_copy(update={"nbytes": values.numel() * values.element_size()})
         self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=values.numel(), memory=handle))  # type: ignore[arg-type]
 
     def close(self) -> None:
         allocations, self.allocations, self.refs = self.allocations, [], []
-        errors: list[BaseException] = []
-        for memory in allocations:
-            try:
-                memory.close()
-            except Exception as exc:  # noqa: BLE001  (free the rest, then say what failed)
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        _close_all(allocations)
 
 
 class CudaTiersLease:
