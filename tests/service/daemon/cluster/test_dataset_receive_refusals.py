@@ -45,7 +45,7 @@ def test_an_older_version_graphtier_prepared_is_replaced(tmp_path, small_rmat):
     shutil.copytree(small_rmat.directory, root / "rmat12")
     manifest = root / "rmat12" / "manifest.json"
     older = json.loads(manifest.read_text())
-    older["notes"] = [*older.get("notes", []), "an older version"]
+    older["score"] = {**older["score"], "damping": 0.5}  # prepared with other parameters: an older version
     manifest.write_text(json.dumps(older))
     reply = DatasetReceiver(root).receive(_stream(small_rmat.directory, "rmat12"))
     assert not reply.unchanged

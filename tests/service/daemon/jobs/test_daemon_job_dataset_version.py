@@ -26,7 +26,9 @@ def test_ranks_get_the_version_their_job_started_with(daemon_processes, small_rm
             time.sleep(0.3)
         started_with = client.dataset_layout("rmat12", job_id=job_id)
         manifest = root / "rmat12" / "manifest.json"
-        manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1))  # prepared again: a new version
+        changed = json.loads(manifest.read_text())  # `prepare --overwrite` with another damping: a new version
+        changed["score"] = {**changed["score"], "damping": 0.5}
+        manifest.write_text(json.dumps(changed))
         newest = client.dataset_layout("rmat12")
         assert newest.handle.colptr.name != started_with.handle.colptr.name  # a new job would get the new copy
         again = client.dataset_layout("rmat12", job_id=job_id)
