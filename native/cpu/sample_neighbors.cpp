@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "graphtier/counter_rng.h"
+#include "graphtier/floyd_sample.h"
 #include "graphtier/ops.h"
 #include "graphtier/work_split.h"
 
@@ -59,38 +60,12 @@ at::Tensor to_tensor(I64Vec&& values) {
 }
 
 constexpr int64_t kPrefetch = 16;     // iterations ahead for node-map / colptr prefetches
-constexpr int64_t kLinearScanK = 32;  // Floyd membership by linear scan up to this fanout
 // Items per chunk of each parallel step: large enough that claiming a chunk costs nothing
 // next to running it, small enough that a helper joining late still finds work.
 constexpr int64_t kResetGrain = 65536;
 constexpr int64_t kDegreeGrain = 2048;
 constexpr int64_t kFloydGrain = 256;
 constexpr int64_t kGatherGrain = 8192;
-
-// Floyd's algorithm: k distinct offsets in [0, d) into `chosen`, sorted ascending.
-// `marks` is a per-thread scratch bitmap (all zero on entry and exit) used when k is large.
-inline void floyd_offsets(uint64_t key, int64_t d, int64_t k, int64_t* chosen,
-                          std::vector<uint8_t>& marks) {
-  const bool scan = k <= kLinearScanK;
-  if (!scan && static_cast<int64_t>(marks.size()) < d) marks.resize(d, 0);
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t j = d - k + i;
-    int64_t t = uniform_below(draw(key, static_cast<uint64_t>(i)), j + 1);
-    bool taken = false;
-    if (scan) {
-      for (int64_t q = 0; q < i; ++q) taken |= (chosen[q] == t);
-    } else {
-      taken = marks[t] != 0;
-    }
-    if (taken) t = j;
-    chosen[i] = t;
-    if (!scan) marks[t] = 1;
-  }
-  if (!scan) {
-    for (int64_t i = 0; i < k; ++i) marks[chosen[i]] = 0;
-  }
-  std::sort(chosen, chosen + k);
-}
 
 template <typename map_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_impl(

@@ -19,35 +19,11 @@
 #include <vector>
 
 #include "graphtier/counter_rng.h"
+#include "graphtier/floyd_sample.h"
 #include "graphtier/ops.h"
 
 namespace graphtier {
 namespace {
-
-constexpr int64_t kLinearScanK = 32;
-
-// Floyd's algorithm (as in sample_neighbors.cpp): k distinct offsets in [0, d), sorted.
-inline void floyd(uint64_t key, int64_t d, int64_t k, int64_t* chosen, std::vector<uint8_t>& marks) {
-  const bool scan = k <= kLinearScanK;
-  if (!scan && static_cast<int64_t>(marks.size()) < d) marks.resize(d, 0);
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t j = d - k + i;
-    int64_t t = uniform_below(draw(key, static_cast<uint64_t>(i)), j + 1);
-    bool taken = false;
-    if (scan) {
-      for (int64_t q = 0; q < i; ++q) taken |= (chosen[q] == t);
-    } else {
-      taken = marks[t] != 0;
-    }
-    if (taken) t = j;
-    chosen[i] = t;
-    if (!scan) marks[t] = 1;
-  }
-  if (!scan) {
-    for (int64_t i = 0; i < k; ++i) marks[chosen[i]] = 0;
-  }
-  std::sort(chosen, chosen + k);
-}
 
 at::Tensor to_long(const std::vector<int64_t>& values) {
   auto out = at::empty({static_cast<int64_t>(values.size())}, at::TensorOptions().dtype(at::kLong));
@@ -162,7 +138,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
           } else {
             const uint64_t key = node_key(seed, static_cast<uint64_t>(f0 + i) * static_cast<uint64_t>(R) +
                                                     static_cast<uint64_t>(r));
-            floyd(key, d, k, dst, marks);
+            floyd_offsets(key, d, k, dst, marks);
             for (int64_t q = 0; q < k; ++q) dst[q] += lo;
             std::fill(out_type + pos, out_type + pos + k, r);
             pos += k;
