@@ -92,6 +92,28 @@ def small_rmat(prepared_root):
 
 
 @pytest.fixture(scope="session")
+def tiered_plan(small_rmat):
+    """`make(replicated=, interleaved=, num_devices=)`: a plan of small_rmat with those fractions of its
+    rows in the replicated and interleaved device tiers, half in the host tier, the rest on storage."""
+    from graphtier.service.placement import PlacementPlan, TierBudgets
+
+    n, row_bytes = small_rmat.manifest.num_nodes, small_rmat.manifest.feature_row_bytes
+
+    def make(*, replicated: int, interleaved: int, num_devices: int) -> PlacementPlan:
+        """`replicated`/`interleaved`: the tiers hold 1/replicated and 1/interleaved of the rows' bytes."""
+        budgets = TierBudgets(
+            device_replicated_bytes=n * row_bytes // replicated,
+            device_interleaved_bytes=n * row_bytes // interleaved,
+            num_devices=num_devices,
+            host_bytes=n * row_bytes // 2,
+            structure_device_bytes=0,
+        )
+        return PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def cora_link(prepared_root, shared_datasets):
     """Cora prepared for link prediction (`--edge-split 0.85,0.05,0.10`, seed 0; 10k negatives per
     evaluation split to keep it small), shared by read-only tests."""

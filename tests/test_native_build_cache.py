@@ -32,8 +32,9 @@ def build(root: Path) -> str:
 
 
 def compiled(output: str) -> list[str]:
-    """The ninja steps that ran ("[2/3] c++ -MMD ... -c .../x.cpp -o .../x.o")."""
-    return re.findall(r"^\[\d+/\d+\] .*? -c (\S+)", output, re.M)
+    """The ninja steps that ran ("[2/3] c++ -MMD ... -c .../x.cpp -o .../x.o"; torch's rules may
+    repeat the -c)."""
+    return re.findall(r"^\[\d+/\d+\] .*? -c (?:-c )*(\S+)", output, re.M)
 
 
 @pytest.mark.slow

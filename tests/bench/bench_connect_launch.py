@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -73,8 +74,7 @@ def main() -> int:
             with DaemonClient(runtime_dir=run) as client:
                 for rep in range(args.reps):
                     job = client.submit_job(JobSpec(dataset="cora", nproc_per_node=2, script=str(EXAMPLE), **SPEC))
-                    for _ in client.job_events(job.job_id, follow=True):
-                        pass
+                    deque(client.job_events(job.job_id, follow=True), maxlen=0)  # follow it to its end
                     done = client.get_job(job.job_id)
                     if done.state.value != "succeeded":
                         raise SystemExit(f"submitted job failed: {done.message}")

@@ -15,23 +15,14 @@ from gpu_marks import needs_cuda
 from graphtier.launcher.runtime.batch import on_device
 from graphtier.launcher.runtime.models.factory import build_model
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
-from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.store import SharedDatasetStore
 
 pytestmark = needs_cuda
 
 
 @pytest.fixture(scope="module")
-def gpu_store(small_rmat):
-    n, row_bytes = small_rmat.manifest.num_nodes, small_rmat.manifest.feature_row_bytes
-    budgets = TierBudgets(
-        device_replicated_bytes=n * row_bytes // 10,
-        device_interleaved_bytes=n * row_bytes // 10,
-        num_devices=1,
-        host_bytes=n * row_bytes // 2,
-        structure_device_bytes=0,
-    )
-    plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
+def gpu_store(small_rmat, tiered_plan):
+    plan = tiered_plan(replicated=10, interleaved=10, num_devices=1)
     with SharedDatasetStore(small_rmat, plan, devices=[0]) as store:
         yield store
 

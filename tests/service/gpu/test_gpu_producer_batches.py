@@ -241,25 +241,16 @@ def _read_channel(producer) -> tuple[list[dict[str, torch.Tensor]], TrafficCount
         return seen, reader.stats().traffic
 
 
-def test_a_producer_making_one_stream_batches_serves_the_cpu_producers_batches(small_rmat):
+def test_a_producer_making_one_stream_batches_serves_the_cpu_producers_batches(small_rmat, tiered_plan):
     """The producer loop of a `--sampler gpu` job (batches unsampled until made, the slot taken once
     the sizes are known, traffic read back per interval) over the emulated kernels and host slots:
     the rank reads the very batches, and the job counts the very rows, of the CPU producer. Only the
     GPU sampler's construction (CUDA) is replaced: by the emulated one over the same CSC."""
     from graphtier.service.pipeline import ProducerConfig
     from graphtier.service.pipeline.producer import Producer
-    from graphtier.service.placement import PlacementPlan, TierBudgets
     from graphtier.service.store import SharedDatasetStore
 
-    n, row_bytes = small_rmat.manifest.num_nodes, small_rmat.manifest.feature_row_bytes
-    budgets = TierBudgets(
-        device_replicated_bytes=n * row_bytes // 20,
-        device_interleaved_bytes=n * row_bytes // 10,
-        num_devices=2,
-        host_bytes=n * row_bytes // 2,
-        structure_device_bytes=0,
-    )
-    plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
+    plan = tiered_plan(replicated=20, interleaved=10, num_devices=2)
     channel_root = Path(tempfile.mkdtemp(prefix="gtpb-", dir="/tmp"))
     results = {}
     try:

@@ -11,22 +11,13 @@ from pathlib import Path
 import pytest
 
 from graphtier.service.pipeline import ProducerConfig
-from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.store import SharedDatasetStore
 
 
 @pytest.fixture(scope="module")
-def store(small_rmat) -> Iterator[SharedDatasetStore]:
+def store(small_rmat, tiered_plan) -> Iterator[SharedDatasetStore]:
     """small_rmat in every tier: replicated, interleaved over 2 devices, host and storage rows."""
-    n, row_bytes = small_rmat.manifest.num_nodes, small_rmat.manifest.feature_row_bytes
-    budgets = TierBudgets(
-        device_replicated_bytes=n * row_bytes // 20,
-        device_interleaved_bytes=n * row_bytes // 10,
-        num_devices=2,
-        host_bytes=n * row_bytes // 2,
-        structure_device_bytes=0,
-    )
-    plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
+    plan = tiered_plan(replicated=20, interleaved=10, num_devices=2)
     with SharedDatasetStore(small_rmat, plan) as shared:
         yield shared
 
