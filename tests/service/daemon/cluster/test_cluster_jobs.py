@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 
@@ -231,6 +232,9 @@ def test_a_lost_node_of_three_is_the_cause_not_the_healthy_nodes_gloo_errors(tes
         final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
     print(f"node 3 of 3 killed -9: {final.message}")
     assert final.state == JobState.FAILED
-    assert final.message.startswith(f"node {c.address} was lost: its daemon stopped answering"), final.message
+    # found by its silence: before the timeout when a healthy node's part fails first, else at it (a loaded machine)
+    assert re.match(rf"node {c.address} was lost: its daemon (stopped answering|has not answered)", final.message), (
+        final.message
+    )
     assert not final.message.startswith(f"node {b.address}"), final.message
     wait_for(lambda: not _job_processes(a) and not _job_processes(b), 60, "the job's processes to go")
