@@ -17,8 +17,9 @@ on itself and those nodes -- a new rendezvous, nnodes and world size smaller by 
 the same coordinator job. Its ranks agree on the newest checkpoint any of them holds (each node's
 local rank 0 writes one into its own job directory; see `TrainSession.resume`), so the job goes on
 from there. It does not restart, and fails naming the lost node and why, when its restarts are
-used up, fewer than 2 nodes remain, or its features were partitioned across the nodes (the lost
-node's rows went with it); a lost coordinator ends every member's part as before.
+used up, fewer than 2 nodes remain, or its features are partitioned across the nodes (a restart
+does not move rows; a lost node's went with it); a lost coordinator ends every member's part as
+before.
 
 A node behind a cut link does not refuse a call, it leaves it unanswered until the deadline (the
 peer timeout): the nodes are asked at once, not one after another, and a node already found lost
@@ -267,16 +268,14 @@ class CoordinatedParts:
         if len(self.restarts) >= spec.max_restarts:
             self.not_restarted = f"its {spec.max_restarts} restart(s) are used up"
             return None
-        if lost and spec.features == "partitioned":
-            self.not_restarted = (
-                "its features were partitioned across the nodes: the rows on "
-                f"{', '.join(r.where for r in lost)} went with it"
-            )
+        if spec.features == "partitioned":  # each node serves the others its rows, by this placement's node list
+            went = f": the rows on {', '.join(r.where for r in lost)} went with it" if lost else ""
+            self.not_restarted = f"its features are partitioned across its nodes; a restart does not move them{went}"
             return None
         answering = [r for r in remotes if not r.error]
         running = [r for r in answering if r.last is None or not r.last.state.final]
         if running:  # nothing of the old placement may be left: each stops its part before the next starts
-            reason = f"the job restarts without its lost node(s): {cause}"
+            reason = f"the job restarts: {cause}"
             with ThreadPoolExecutor(max_workers=len(running), thread_name_prefix="graphtier-cancel") as pool:
                 list(pool.map(lambda r: self._cancel(r, reason), running))
         members = [r for r in answering if r.last is not None and r.last.state.final]  # a part still up: excluded
