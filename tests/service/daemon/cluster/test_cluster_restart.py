@@ -1,10 +1,13 @@
 """A multi-node job with --max-restarts survives a lost node: kill -9 of a member's daemon in a
 3-node job, and the job restarts on the 2 nodes that remain from its newest checkpoint and
-succeeds; its events name the lost node, how it was found, the nodes and step it restarted on."""
+succeeds; its events name the lost node, how it was found, the nodes and step it restarted on.
+The coordinator's decision itself (who is excluded, what is stopped, when it does not restart) is
+checked without daemons too; test_cluster_jobs.py has a lost node of two, which cannot restart."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,9 @@ from test_cluster_jobs import _final, _job_processes, _live_segment_owners
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
+from graphtier.service.daemon.cluster.part_watch import CoordinatedParts
+from graphtier.service.daemon.cluster.peer_client import PeerError
 
 RESUMED = re.compile(r"resumed from ckpt-(\d{9})\.pt: epoch \d+, \d+ batches into it, step (\d+), 2 rank")
 
@@ -71,3 +77,78 @@ def test_a_job_with_max_restarts_goes_on_from_its_checkpoint_on_the_nodes_that_r
         assert client.get_job(old_b_part).state == JobState.CANCELLED
     wait_for(lambda: not _job_processes(a) and not _job_processes(b), 60, "the job's processes to go")
     assert _live_segment_owners() <= {a.process.pid, b.process.pid}  # datasets only: no producer's slots left
+
+
+class _Peer:
+    """A member's daemon as the coordinator's watch sees it: its part's state, or silence (lost)."""
+
+    def __init__(self, address: str, state: JobState | None) -> None:
+        self.address = self.name = self.where = address
+        self.state, self.cancelled = state, ""
+
+    def _job(self, job_id: str) -> JobInfo:
+        spec = JobSpec(dataset="rmat12", fanouts=[5], nnodes=3)
+        return JobInfo(job_id, spec, self.state, self.cancelled, datetime.now(timezone.utc))
+
+    def get_job(self, job_id: str) -> JobInfo:
+        if self.state is None:
+            raise PeerError(f"node {self.address} is unreachable (Connection refused)")
+        return self._job(job_id)
+
+    def cancel_job(self, job_id: str, reason: str, *, timeout_s: float) -> JobInfo:
+        self.state, self.cancelled = JobState.CANCELLED, reason
+        return self._job(job_id)
+
+
+def _watch(spec: JobSpec, peers: list[_Peer], placed: list) -> CoordinatedParts:
+    placement = JobPlacementInfo(
+        nnodes=3,
+        node_rank=0,
+        rdzv_endpoint="127.0.0.1:1",
+        rdzv_id="r",
+        coordinator="127.0.0.1:9",
+        coordinator_job_id="7",
+        local_addr="127.0.0.1",
+    )
+
+    def replace_nodes(spec, members, job_id):
+        placed.append([name for name, _ in members])
+        new = placement.model_copy(update={"nnodes": 1 + len(members), "rdzv_id": f"r{len(placed)}"})
+        return spec.model_copy(update={"nnodes": new.nnodes}), new, lambda watch: None
+
+    watch = CoordinatedParts(placement, "127.0.0.1:9", "127.0.0.1:9", 6.0, spec=spec, replace_nodes=replace_nodes)
+    for rank, peer in enumerate(peers, 1):
+        watch.add(rank, peer.name, peer, f"part{rank}")
+    return watch
+
+
+def test_the_restart_decision_excludes_the_lost_node_stops_the_old_parts_and_counts():
+    """What the coordinator decides when a part fails (no daemons: the peers' answers are given)."""
+    spec = JobSpec(dataset="rmat12", fanouts=[5], nnodes=3, max_restarts=1)
+    healthy, lost = _Peer("127.0.0.2:9", JobState.RUNNING), _Peer("127.0.0.3:9", None)
+    placed: list = []
+    watch = _watch(spec, [healthy, lost], placed)
+    relaunch = watch.restart("rank 0: gloo Connection reset by peer", 12)
+    assert relaunch is not None and placed == [[healthy.address]] and relaunch.spec.nnodes == 2
+    assert healthy.state == JobState.CANCELLED and healthy.cancelled.startswith("the job restarts: node 127.0.0.3")
+    assert re.match(
+        r"node 127\.0\.0\.3:9 was lost: its daemon stopped answering 127\.0\.0\.1:9 \d+ s ago", relaunch.announcement
+    )
+    assert relaunch.announcement.endswith(
+        "restart 1 of 1: the job starts again on 2 nodes (127.0.0.1:9, 127.0.0.2:9) from checkpoint step 12"
+    )
+    assert watch.placement is relaunch.placement and watch.remotes == []  # the new parts are added as they start
+    # the restarts are used up: the job fails naming the failure, then why it did not restart
+    assert watch.restart("rank 1 died", 20) is None
+    outcome, message = watch.finish("failed", "rank 1 died")
+    assert outcome == "failed" and message.endswith("; not restarted: its 1 restart(s) are used up"), message
+    # no restarts asked: today's failure, nothing added
+    plain = _watch(spec.model_copy(update={"max_restarts": 0}), [_Peer("127.0.0.2:9", JobState.FAILED)], placed)
+    assert plain.restart("rank 1 died", 20) is None and plain.not_restarted == ""
+    # partitioned features are not moved by a restart
+    parted = _watch(
+        spec.model_copy(update={"features": "partitioned"}), [_Peer("127.0.0.2:9", JobState.RUNNING), lost], placed
+    )
+    assert parted.restart("rank 1 died", 20) is None
+    assert parted.not_restarted.endswith("a restart does not move them: the rows on 127.0.0.3:9 went with it")
+    assert len(placed) == 1
