@@ -172,14 +172,16 @@ class TrainSession:
             return newest, load_checkpoint(newest) if newest is not None else None
         mine = checkpoint_step(newest) if newest is not None else -1
         mine = -1 if mine is None else mine
-        steps = torch.tensor([mine, -mine], dtype=torch.int64)
+        steps = torch.tensor([mine, -mine], dtype=torch.int64, device=self.ctx.device)  # NCCL reduces on the GPU
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
         highest, lowest = int(steps[0]), -int(steps[1])
         if highest < 0:
             return None, None
         if highest == lowest:  # every node holds it (one node, or the nodes checkpointed alike)
             return newest, load_checkpoint(newest)  # type: ignore[arg-type]
-        holder = torch.tensor([self.ctx.rank if mine == highest else self.ctx.world_size], dtype=torch.int64)
+        holder = torch.tensor(
+            [self.ctx.rank if mine == highest else self.ctx.world_size], dtype=torch.int64, device=self.ctx.device
+        )
         dist.all_reduce(holder, op=dist.ReduceOp.MIN)
         sent: list[Any] = [
             (newest.name, load_checkpoint(newest)) if self.ctx.rank == int(holder) and newest is not None else None
