@@ -223,7 +223,8 @@ class CoordinatedParts:
         elif outcome == "failed":
             lost = self._unreachable(remotes)
             problem = self._problem(remotes) or (self._lost(lost) if lost is not None else None)
-            if problem and problem not in message:
+            named = lost is not None and message.startswith(f"node {lost.where} was lost")  # by the watch, seconds ago
+            if problem and problem not in message and not named:
                 message = f"{problem}; on {self.me}: {message}"
             if self.not_restarted:
                 message = f"{message}; not restarted: {self.not_restarted}"

@@ -145,6 +145,10 @@ def test_the_restart_decision_excludes_the_lost_node_stops_the_old_parts_and_cou
     # no restarts asked: today's failure, nothing added
     plain = _watch(spec.model_copy(update={"max_restarts": 0}), [_Peer("127.0.0.2:9", JobState.FAILED)], placed)
     assert plain.restart("rank 1 died", 20) is None and plain.not_restarted == ""
+    # a cause the watch already gave, naming the lost node, is not given again with other seconds
+    silent = _watch(spec.model_copy(update={"max_restarts": 0}), [_Peer("127.0.0.3:9", None)], placed)
+    cause = "node 127.0.0.3:9 was lost: its daemon has not answered for 6 s (peer timeout 6 s): refused"
+    assert silent.finish("failed", cause) == ("failed", cause)
     # partitioned features are not moved by a restart
     parted = _watch(
         spec.model_copy(update={"features": "partitioned"}), [_Peer("127.0.0.2:9", JobState.RUNNING), lost], placed
