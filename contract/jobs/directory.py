@@ -42,6 +42,15 @@ def checkpoint_file(checkpoints: Path, step: int) -> Path:
     return Path(checkpoints) / f"ckpt-{step:09d}.pt"
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """The optimizer step a checkpoint file was written after (from its name), or None for another file."""
+    name = Path(path).name
+    digits = name[len("ckpt-") : -len(".pt")]
+    if not (name.startswith("ckpt-") and name.endswith(".pt") and len(digits) == 9 and digits.isdigit()):
+        return None
+    return int(digits)
+
+
 def rank_failure_dir(directory: Path) -> Path:
     """Where a dying rank records why (see `rank_failures`)."""
     return Path(directory) / FAILURES_DIR

@@ -61,7 +61,13 @@ class JobSpec(BaseModel):
     checkpoint_every_steps: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = at epoch ends only.")
     seed: int = Field(0, ge=0, lt=2**63, description="Seed of shuffles, samplers and initialisation.")
     budgets: BudgetSpec | None = Field(None, description="Tier budgets if the dataset must be loaded.")
-    max_restarts: int = Field(0, ge=0, le=100, description="torchrun --max-restarts (resumes from checkpoints).")
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Restarts from the newest checkpoint: of the ranks (torchrun --max-restarts), or of a "
+        "multi-node job on the nodes that remain after a lost node.",
+    )
     num_slots: int = Field(2, ge=2, le=16, description="Ping-pong slots per rank's producer channel.")
     storage_reads: StorageReads = Field(
         "mmap",

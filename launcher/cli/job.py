@@ -232,7 +232,13 @@ def submit(
     ] = None,
     checkpoint_every_steps: Annotated[int | None, typer.Option(help="0 = at epoch ends only")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of shuffles, samplers and init")] = None,
-    max_restarts: Annotated[int | None, typer.Option(help="torchrun --max-restarts")] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(
+            help="restarts from the newest checkpoint: of failed ranks (torchrun --max-restarts), or of a "
+            "multi-node job on the nodes that remain after a lost node"
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="a name shown by `job list`")] = None,
     script: Annotated[
         Path | None, typer.Option(help="your own training script, run under torchrun (see examples/)")

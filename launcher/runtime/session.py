@@ -8,6 +8,12 @@ one of these, so the status page, metrics and restarts behave the same for eithe
 
 Throughput is one figure everywhere: optimizer steps per second of wall time over a window
 (`batches_per_second`; one step = one mini-batch of one rank).
+
+Each node's local rank 0 writes the checkpoints into its own job directory, so after a multi-node
+job restarts on fewer nodes (or with a node whose part is new) the nodes may hold different newest
+checkpoints, or none: on resume the ranks agree on the newest any of them holds, and the rank
+holding it sends it to the others (`_agreed_checkpoint`). The position it records is rescaled when
+the world size changed: the batches done in its epoch were the old ranks' shares.
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.jobs.directory import checkpoint_step
 from graphtier.launcher.runtime.checkpoint import (
     TrainPosition,
     latest_checkpoint,
@@ -31,6 +41,16 @@ from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
 from graphtier.launcher.runtime.nonfinite import NonFiniteGuard
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
+
+
+def _rescaled(position: TrainPosition, payload: dict[str, Any], world_size: int) -> TrainPosition:
+    """`position` for `world_size` ranks: a checkpoint written by another number of ranks counted the
+    batches of its epoch in their shares (each rank's batches are 1/world of the epoch's), rounded down
+    so that no batch goes untrained."""
+    written_by = payload.get("extra", {}).get("world_size")
+    if not isinstance(written_by, int) or written_by == world_size or position.batch == 0:
+        return position
+    return TrainPosition(position.epoch, position.batch * written_by // world_size, position.step)
 
 
 class Window:
@@ -123,9 +143,9 @@ class TrainSession:
         if ckpt_dir is not None:
             if self.ctx.local_rank == 0:  # one writer per node: each node's job directory has its own checkpoints
                 remove_partial_writes(ckpt_dir)
-            self.resumed_from = latest_checkpoint(ckpt_dir)
-            if self.resumed_from is not None:
-                self.position, payload = load_checkpoint(self.resumed_from)
+            self.resumed_from, loaded = self._agreed_checkpoint(latest_checkpoint(ckpt_dir))
+            if loaded is not None:
+                self.position, payload = loaded
                 try:
                     module.load_state_dict(payload["model"])
                     optimizer.load_state_dict(payload["optimizer"])
@@ -134,12 +154,41 @@ class TrainSession:
                         f"{self.resumed_from}: checkpoint does not fit this model/optimizer ({exc}); "
                         "use another checkpoint_dir or delete it"
                     ) from exc
+                self.position = _rescaled(self.position, payload, self.ctx.world_size)
             self.ctx.barrier()  # every rank has read the checkpoint before rank 0 may write (and prune) again
         self.step, self.last_checkpoint = self.position.step, self.resumed_from
         torch.manual_seed(
             self.config.seed + 7919 * (self.ctx.rank + 1) + self.position.step
         )  # dropout differs per rank
         return self.position
+
+    def _agreed_checkpoint(
+        self, newest: Path | None
+    ) -> tuple[Path | None, tuple[TrainPosition, dict[str, Any]] | None]:
+        """(the checkpoint every rank resumes from, its position and payload): `newest` (this node's) alone,
+        or, with several ranks, the newest any rank holds, sent by the lowest rank holding it when the
+        nodes' newest differ (see the module docstring). (None, None) when no rank holds one."""
+        if not self.ctx.distributed:
+            return newest, load_checkpoint(newest) if newest is not None else None
+        mine = checkpoint_step(newest) if newest is not None else -1
+        mine = -1 if mine is None else mine
+        steps = torch.tensor([mine, -mine], dtype=torch.int64, device=self.ctx.device)  # NCCL reduces on the GPU
+        dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+        highest, lowest = int(steps[0]), -int(steps[1])
+        if highest < 0:
+            return None, None
+        if highest == lowest:  # every node holds it (one node, or the nodes checkpointed alike)
+            return newest, load_checkpoint(newest)  # type: ignore[arg-type]
+        holder = torch.tensor(
+            [self.ctx.rank if mine == highest else self.ctx.world_size], dtype=torch.int64, device=self.ctx.device
+        )
+        dist.all_reduce(holder, op=dist.ReduceOp.MIN)
+        sent: list[Any] = [
+            (newest.name, load_checkpoint(newest)) if self.ctx.rank == int(holder) and newest is not None else None
+        ]
+        dist.broadcast_object_list(sent, src=int(holder))
+        name, loaded = sent[0]
+        return (newest if self.ctx.rank == int(holder) else Path(name)), loaded
 
     def skip(self, epoch: int) -> int:
         """How many leading batches of `epoch` the checkpoint resumed from already covers."""

@@ -91,6 +91,12 @@ def _run(
     optimizer = torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     session = TrainSession(ctx, config, report)
     position = session.resume(module, optimizer)
+    if session.resumed_from is not None and ctx.rank == 0:
+        print(
+            f"resumed from {session.resumed_from.name}: epoch {position.epoch}, {position.batch} batches into it, "
+            f"step {position.step}, {ctx.world_size} rank(s)",
+            flush=True,
+        )
 
     ddp: nn.Module = module
     if ctx.distributed:

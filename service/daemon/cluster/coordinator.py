@@ -7,6 +7,8 @@ name), chooses the c10d rendezvous (an endpoint on its own address, a fresh id),
 part as node rank 0 (its torchrun agent hosts the rendezvous store) and asks each peer to start
 its part (StartJobPart). If a peer cannot, every part started so far is cancelled and the submit
 fails naming the node. A peer's part checks the version again and watches the coordinator.
+A job with `max_restarts` that fails is placed again on this node and the members that answer
+(`CoordinatedParts.restart`, cluster/part_watch.py): the same steps with a fresh rendezvous.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import secrets
 import socket
 from collections.abc import Callable
+from functools import partial
 
 from graphtier.contract.cluster.models import NodeInfo
 from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
@@ -22,7 +25,7 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.membership import Cluster
 from graphtier.service.daemon.cluster.part_watch import CoordinatedParts, MemberPart, PartHooks
-from graphtier.service.daemon.cluster.peer_client import PeerError
+from graphtier.service.daemon.cluster.peer_client import PeerClient, PeerError
 from graphtier.service.daemon.cluster.settings import format_address, parse_peer
 from graphtier.service.prepared.digests import dataset_version
 
@@ -82,6 +85,65 @@ class JobCoordinator:
     def host(self) -> str:
         return parse_peer(self.cluster.address)[0]
 
+    def _placements(self, addresses: list[str], version: str) -> Callable[[int, str], JobPlacementInfo]:
+        """(node rank, coordinator's job id) -> that node's placement, for a job on the nodes at `addresses`
+        (this daemon first) with a fresh c10d rendezvous hosted on this daemon's address."""
+        rdzv = format_address(self.host, free_port(self.host))
+        rdzv_id = f"graphtier-{secrets.token_hex(6)}"
+        timeout_s = self.cluster.timeout_s
+
+        def placement(node_rank: int, coordinator_job_id: str) -> JobPlacementInfo:
+            return JobPlacementInfo(
+                nnodes=len(addresses),
+                node_rank=node_rank,
+                rdzv_endpoint=rdzv,
+                rdzv_id=rdzv_id,
+                coordinator=self.cluster.address,
+                coordinator_job_id=coordinator_job_id,
+                local_addr=parse_peer(addresses[node_rank])[0],
+                dataset_version=version,
+                peer_timeout_s=timeout_s,
+                node_addresses=list(addresses),
+            )
+
+        return placement
+
+    def _start_members(
+        self,
+        spec: JobSpec,
+        members: list[tuple[str, PeerClient]],
+        placement: Callable[[int, str], JobPlacementInfo],
+        watch: CoordinatedParts,
+    ) -> None:
+        """Ask each member node (node ranks 1...) to start its part; DaemonError naming the first that cannot."""
+        coordinator_job_id = watch.placement.coordinator_job_id
+        for node_rank, (name, peer) in enumerate(members, 1):
+            try:
+                part = peer.start_job_part(spec, placement(node_rank, coordinator_job_id))
+            except PeerError as exc:
+                raise DaemonError(f"node {peer.where} could not start its part: {exc}") from None
+            watch.add(node_rank, name, peer, part.job_id)
+            log.info(
+                "job %s: node %s (rank %d) runs its part as job %s there",
+                coordinator_job_id,
+                peer.where,
+                node_rank,
+                part.job_id,
+            )
+
+    def _replace_nodes(
+        self, version: str, spec: JobSpec, members: list[tuple[str, PeerClient]], coordinator_job_id: str
+    ) -> tuple[JobSpec, JobPlacementInfo, Callable[[CoordinatedParts], None]]:
+        """A failed job's next placement: this daemon and `members` (see CoordinatedParts.restart)."""
+        names = [self.cluster.name, *(name for name, _ in members)]
+        spec = spec.model_copy(update={"nnodes": len(names), "nodes": names})
+        placement = self._placements([self.cluster.address, *(peer.address for _, peer in members)], version)
+
+        def start(watch: CoordinatedParts) -> None:
+            self._start_members(spec, members, placement, watch)
+
+        return spec, placement(0, coordinator_job_id), start
+
     def submit(self, spec: JobSpec) -> JobInfo:
         """Start a job spanning several nodes; returns the coordinator's view of it."""
         nodes = self.cluster.choose(spec.nnodes, list(spec.nodes))
@@ -89,48 +151,29 @@ class JobCoordinator:
             raise InvalidRequestError(f"a multi-node job needs at least 2 nodes, got {len(nodes)}")
         version = check_dataset_versions(spec.dataset, nodes)
         spec = spec.model_copy(update={"nnodes": len(nodes), "nodes": [n.name for n in nodes]})
-        rdzv = format_address(self.host, free_port(self.host))
-        rdzv_id = f"graphtier-{secrets.token_hex(6)}"
-        timeout_s = self.cluster.timeout_s
-
-        def placement(node_rank: int, coordinator_job_id: str) -> JobPlacementInfo:
-            return JobPlacementInfo(
-                nnodes=len(nodes),
-                node_rank=node_rank,
-                rdzv_endpoint=rdzv,
-                rdzv_id=rdzv_id,
-                coordinator=self.cluster.address,
-                coordinator_job_id=coordinator_job_id,
-                local_addr=parse_peer(nodes[node_rank].address)[0],
-                dataset_version=version,
-                peer_timeout_s=timeout_s,
-                node_addresses=[n.address for n in nodes],
-            )
-
+        placement = self._placements([n.address for n in nodes], version)
         parts: list[CoordinatedParts] = []
 
         def hooks(job_id: str) -> PartHooks:
-            parts.append(CoordinatedParts(placement(0, job_id), self.cluster.name, self.cluster.address, timeout_s))
+            parts.append(
+                CoordinatedParts(
+                    placement(0, job_id),
+                    self.cluster.name,
+                    self.cluster.address,
+                    self.cluster.timeout_s,
+                    spec=spec,
+                    replace_nodes=partial(self._replace_nodes, version),
+                )
+            )
             return parts[0]
 
         local = self._submit_part(spec, hooks)
-        watch = parts[0]
-        for node_rank, node in enumerate(nodes[1:], 1):
-            peer = self.cluster.client(node.address)
-            try:
-                part = peer.start_job_part(spec, placement(node_rank, local.job_id))
-            except PeerError as exc:
-                reason = f"node {node.describe()} could not start its part: {exc}"
-                self._cancel_local(local.job_id, reason)  # its finish hook cancels the parts started so far
-                raise DaemonError(f"multi-node job refused: {reason}") from None
-            watch.add(node_rank, node.name, peer, part.job_id)
-            log.info(
-                "job %s: node %s (rank %d) runs its part as job %s there",
-                local.job_id,
-                node.describe(),
-                node_rank,
-                part.job_id,
-            )
+        members = [(node.name, self.cluster.client(node.address)) for node in nodes[1:]]
+        try:
+            self._start_members(spec, members, placement, parts[0])
+        except DaemonError as exc:
+            self._cancel_local(local.job_id, str(exc))  # its finish hook cancels the parts started so far
+            raise DaemonError(f"multi-node job refused: {exc}") from None
         return local
 
     def start_part(self, spec: JobSpec, placement: JobPlacementInfo) -> JobInfo:

@@ -10,6 +10,17 @@ member daemon keeps a `MemberPart`: it watches the coordinator's job the same wa
 coordinator ends the member's part within the timeout instead of leaving it waiting. Both plug
 into the job manager's supervision as `PartHooks`.
 
+A job with `max_restarts` is restarted instead of failing (`CoordinatedParts.restart`), at most that
+many times: the coordinator names what was lost and how it was found, cancels every part still
+running on a node that answers (and waits until its processes are gone), and starts the job again
+on itself and those nodes -- a new rendezvous, nnodes and world size smaller by the nodes lost,
+the same coordinator job. Its ranks agree on the newest checkpoint any of them holds (each node's
+local rank 0 writes one into its own job directory; see `TrainSession.resume`), so the job goes on
+from there. It does not restart, and fails naming the lost node and why, when its restarts are
+used up, fewer than 2 nodes remain, or its features are partitioned across the nodes (a restart
+does not move rows; a lost node's went with it); a lost coordinator ends every member's part as
+before.
+
 A node behind a cut link does not refuse a call, it leaves it unanswered until the deadline (the
 peer timeout): the nodes are asked at once, not one after another, and a node already found lost
 is not asked again when the job ends, so a lost node ends the job within the peer timeout and a
@@ -21,10 +32,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import JobInfo, JobNodeInfo, JobPlacementInfo, JobProgressInfo
 from graphtier.service.daemon.cluster.peer_client import PeerClient, PeerError
@@ -49,6 +62,29 @@ class PartHooks(Protocol):
 
     def decorate(self, info: JobInfo) -> JobInfo:
         """The local view of the job, completed with what is known of the other nodes."""
+
+    def restart(self, message: str, checkpoint_step: int | None) -> Relaunch | None:
+        """The job failed here with `message`: its next placement if it is to restart (the newest
+        checkpoint on this node is at `checkpoint_step`), else None."""
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """A multi-node job's next placement after a failure, as its coordinating daemon decided it."""
+
+    spec: JobSpec  # nnodes and nodes of the new placement: its world size
+    placement: JobPlacementInfo  # the coordinator's own place in it
+    nodes: str  # the nodes it runs on, for messages
+    start_members: Callable[[], None]  # asks the other nodes to start their parts; DaemonError naming one that cannot
+    announcement: str  # what was lost and how it was found, where the job restarts, from which step, which restart
+
+
+# (the job's spec, the member nodes it restarts on as (name, client), the coordinator's job id) ->
+# (the new spec, the coordinator's placement, a call that starts the members' parts and adds them to the watch)
+Replace = Callable[
+    [JobSpec, list[tuple[str, PeerClient]], str],
+    tuple[JobSpec, JobPlacementInfo, Callable[["CoordinatedParts"], None]],
+]
 
 
 class _Remote:
@@ -98,9 +134,21 @@ def _combined_progress(parts: list[JobProgressInfo]) -> JobProgressInfo | None:
 class CoordinatedParts:
     """Node rank 0's view of every part of its job (see the module docstring)."""
 
-    def __init__(self, placement: JobPlacementInfo, me: str, address: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        placement: JobPlacementInfo,
+        me: str,
+        address: str,
+        timeout_s: float,
+        *,
+        spec: JobSpec | None = None,
+        replace_nodes: Replace | None = None,
+    ) -> None:
         self.placement, self.me, self.address, self.timeout_s = placement, me, address, timeout_s
+        self.spec, self._replace_nodes = spec, replace_nodes
         self.remotes: list[_Remote] = []
+        self.restarts: list[str] = []  # each restart's announcement, oldest first
+        self.not_restarted = ""  # why a failure did not restart the job
         self._lock = threading.Lock()
         self._polled = 0.0
 
@@ -175,8 +223,11 @@ class CoordinatedParts:
         elif outcome == "failed":
             lost = self._unreachable(remotes)
             problem = self._problem(remotes) or (self._lost(lost) if lost is not None else None)
-            if problem and problem not in message:
+            named = lost is not None and message.startswith(f"node {lost.where} was lost")  # by the watch, seconds ago
+            if problem and problem not in message and not named:
                 message = f"{problem}; on {self.me}: {message}"
+            if self.not_restarted:
+                message = f"{message}; not restarted: {self.not_restarted}"
         running = [r for r in remotes if r.last is None or not r.last.state.final]
         reachable = [r for r in running if not r.error]  # an unreachable node's own watch ends its part
         for remote in running:
@@ -200,6 +251,51 @@ class CoordinatedParts:
             log.warning(
                 "job %s: could not cancel its part on %s: %s", self.placement.coordinator_job_id, remote.where, exc
             )
+
+    def restart(self, message: str, checkpoint_step: int | None) -> Relaunch | None:
+        """Restart the job on this node and the others that answer, or None (with `not_restarted`
+        saying why, unless the job asked for no restarts); see the module docstring."""
+        spec = self.spec
+        if spec is None or self._replace_nodes is None or spec.max_restarts == 0:
+            return None
+        remotes = self._poll(force=True)
+        unreachable = self._unreachable(remotes)
+        cause = (
+            self._problem(remotes)
+            or (self._lost(unreachable) if unreachable is not None else None)
+            or f"the job failed on {self.me}: {message}"
+        )
+        lost = [r for r in remotes if r.error]
+        if len(self.restarts) >= spec.max_restarts:
+            self.not_restarted = f"its {spec.max_restarts} restart(s) are used up"
+            return None
+        if spec.features == "partitioned":  # each node serves the others its rows, by this placement's node list
+            went = f": the rows on {', '.join(r.where for r in lost)} went with it" if lost else ""
+            self.not_restarted = f"its features are partitioned across its nodes; a restart does not move them{went}"
+            return None
+        answering = [r for r in remotes if not r.error]
+        running = [r for r in answering if r.last is None or not r.last.state.final]
+        if running:  # nothing of the old placement may be left: each stops its part before the next starts
+            reason = f"the job restarts: {cause}"
+            with ThreadPoolExecutor(max_workers=len(running), thread_name_prefix="graphtier-cancel") as pool:
+                list(pool.map(lambda r: self._cancel(r, reason), running))
+        members = [r for r in answering if r.last is not None and r.last.state.final]  # a part still up: excluded
+        if 1 + len(members) < 2:
+            self.not_restarted = f"only {self.me} remains of its nodes, and a multi-node job needs at least 2"
+            return None
+        new_spec, placement, start = self._replace_nodes(
+            spec, [(r.name, r.client) for r in members], self.placement.coordinator_job_id
+        )
+        nodes = ", ".join([self.me, *(r.name for r in members)])
+        step = f"checkpoint step {checkpoint_step}" if checkpoint_step is not None else "step 0 (no checkpoint yet)"
+        announcement = (
+            f"{cause}; restart {len(self.restarts) + 1} of {spec.max_restarts}: the job starts again on "
+            f"{len(members) + 1} nodes ({nodes}) from {step}"
+        )
+        with self._lock:
+            self.restarts.append(announcement)
+            self.remotes, self.placement, self.spec = [], placement, new_spec
+        return Relaunch(new_spec, placement, nodes, lambda: start(self), announcement)
 
     def decorate(self, info: JobInfo) -> JobInfo:
         with self._lock:
@@ -236,7 +332,13 @@ class CoordinatedParts:
         ranks = sorted((r for n in nodes for r in n.ranks), key=lambda r: r.rank)
         result = info.result or next((r.last.result for r in remotes if r.last is not None and r.last.result), None)
         return replace(
-            info, nodes=nodes, ranks=ranks, progress=progress or info.progress, placement=self.placement, result=result
+            info,
+            nodes=nodes,
+            ranks=ranks,
+            progress=progress or info.progress,
+            placement=self.placement,
+            result=result,
+            notes=[*info.notes, *self.restarts],
         )
 
 
@@ -285,3 +387,6 @@ class MemberPart:
 
     def decorate(self, info: JobInfo) -> JobInfo:
         return replace(info, placement=self.placement)
+
+    def restart(self, message: str, checkpoint_step: int | None) -> Relaunch | None:
+        return None  # the coordinating daemon restarts the job, with a new part here

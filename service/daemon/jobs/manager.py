@@ -7,7 +7,8 @@ times, its saved Job message, retention) is the job table's; its processes are t
 driven through the runner's public methods. The manager owns the job's event log and shows it
 as `JobInfo` (job_view.py: from the job table, the progress tracker and the runner). A part
 of a multi-node job (`submit_part`) is a job like any other plus its `PartHooks`
-(cluster/part_watch.py): called every tick (a lost node fails the job), when the part ends
+(cluster/part_watch.py): called every tick (a lost node fails the job), when the part fails
+(the coordinator may restart the job on the nodes that remain: `_restart`), when the part ends
 (the other nodes' parts are stopped), and when it is shown (every node's part).
 """
 
@@ -26,7 +27,7 @@ import torch
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import DaemonError, InvalidRequestError, PreparedDatasetError
 from graphtier.contract.jobs.conversions import job_to_proto
-from graphtier.contract.jobs.directory import job_directory, job_log_path, job_spec_path
+from graphtier.contract.jobs.directory import checkpoint_step, job_directory, job_log_path, job_spec_path
 from graphtier.contract.jobs.progress import Phase
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -58,7 +59,7 @@ from graphtier.service.store.wire import DatasetLayoutInfo
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from graphtier.service.daemon.cluster.part_watch import PartHooks
+    from graphtier.service.daemon.cluster.part_watch import PartHooks, Relaunch
 
 log = logging.getLogger("graphtierd")
 CANCEL_WAIT_S = 60.0
@@ -304,7 +305,8 @@ class JobManager:
         try:
             if job.gpu_share is not None:
                 self.mps.acquire(job_id, job.gpu_share)  # a managed MPS control daemon runs while jobs need it
-            outcome, message, _ = job.runner.run(lambda: self._tick(job_id, job))
+            restart = (lambda why: self._restart(job_id, job, why)) if job.part is not None else None
+            outcome, message, _ = job.runner.run(lambda: self._tick(job_id, job), restart)
         except Exception as exc:  # a bug: the job must still end, and say why
             log.exception("job %s: supervisor failed", job_id)
             message = f"the job's supervisor failed: {exc!r}"
@@ -320,6 +322,26 @@ class JobManager:
             grace = job.part.placement.peer_timeout_s if job.part is not None else 0.0
             self.partitions.release(job_id, after_s=grace)
             job.done.set()
+
+    def _restart(self, job_id: str, job: _Job, message: str) -> Relaunch | None:
+        """A part of a multi-node job failed here with `message`: its next placement, when its coordinator
+        restarts it (its processes here are stopped), announced in the job's events; else None."""
+        assert job.part is not None
+        checkpoints = job.runner.checkpoints()
+        try:
+            relaunch = job.part.restart(message, checkpoint_step(checkpoints[-1]) if checkpoints else None)
+        except Exception:  # noqa: BLE001  (the job must still end, with its own cause)
+            log.exception("job %s: deciding its restart failed", job_id)
+            return None
+        if relaunch is None:
+            return None
+        self.tracker.new_placement(job_id)  # the old ranks' positions are not the new ones'
+        job.spec, job.last_progress = relaunch.spec, None
+        previous = self.table.get(job_id).state
+        self.table.set_state(job_id, JobState.STARTING, relaunch.announcement)
+        job.events.state(StateChange(previous, JobState.STARTING, relaunch.announcement))
+        log.warning("job %s: %s", job_id, relaunch.announcement)
+        return relaunch
 
     def _end_part(self, job_id: str, job: _Job, outcome: str, message: str) -> tuple[str, str]:
         """A part of a multi-node job ended here: the other nodes' parts are told, and the whole job's

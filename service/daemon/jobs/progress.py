@@ -195,6 +195,13 @@ class ProgressTracker:
             self.metrics.count_report(kind, job=report.job_id, rank=report.rank, restarted=restarted)
         return self.jobs.get(report.job_id).cancel_requested
 
+    def new_placement(self, job_id: str) -> None:
+        """Job `job_id` restarts with new ranks (another world size): its ranks' latest reports are
+        dropped, so the job's position is the new ranks' (its rates and metric series go on)."""
+        with self._lock:
+            for key in [k for k in self._ranks if k[0] == job_id]:
+                del self._ranks[key]
+
     def forget(self, job_id: str) -> None:
         """Drop what is kept of a retired job: its ranks' latest reports, its rates, and its per-job
         metric series (folded into the daemon's totals)."""

@@ -22,6 +22,10 @@ hosted by the coordinator's agent, `--local-addr` this node's address, join and 
 from the peer timeout). The rendezvous, not the daemon, decides which global ranks this node's
 processes get (it orders the nodes by address), so a part starts each producer when its rank
 first opens its channel, for the global rank the rank names (at most nproc_per_node of them).
+A part's torchrun never restarts its ranks itself (`--max-restarts 0`): a failed multi-node job
+is restarted by its coordinating daemon, on the nodes that remain (`run(restart=...)`): every
+process of the old placement is stopped, then torchrun starts again with the new placement and
+the job's new world size, in the same job directory (its checkpoints stay where they were).
 """
 
 from __future__ import annotations
@@ -40,12 +44,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import DaemonError
-from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, job_log_path
+from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, job_log_path, rank_failure_dir
 from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
@@ -67,6 +72,9 @@ from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.store import SharedDatasetHandle
+
+if TYPE_CHECKING:
+    from graphtier.service.daemon.cluster.part_watch import Relaunch
 
 TICK_S = 0.2
 STOP_GRACE_S = 15.0
@@ -226,13 +234,15 @@ class JobRunner:
         self._tails: dict[int | None, _Tail] = {}
         self._stopped_since: dict[int, float] = {}  # trainer or agent pid -> when it was first seen stopped
         self._scratch: list[Path] = []
+        self.relaunches = 0  # times the coordinating daemon restarted the job on a new placement
         cpus = os.cpu_count() or 1
         self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.nproc_per_node))
 
     # Producers
 
     def _channel_dir(self, rank: int, attempt: int) -> Path:
-        directory = self.job_dir / "channels" / f"r{rank}-{attempt}"
+        name = f"r{rank}-{attempt}" if not self.relaunches else f"p{self.relaunches}r{rank}-{attempt}"
+        directory = self.job_dir / "channels" / name
         if len(str(directory / "producer.sock")) > MAX_SOCKET_PATH:  # Unix socket paths are short
             directory = Path(tempfile.mkdtemp(prefix=f"gt{self.job_id}-r{rank}-"))
             self._scratch.append(directory)
@@ -369,8 +379,9 @@ class JobRunner:
 
     @property
     def restarts(self) -> int:
+        """Restarts so far: of the whole job on a new placement, or of its ranks by torchrun."""
         with self._lock:
-            return max((c.respawns for c in self._channels.values()), default=0)
+            return self.relaunches + max((c.respawns for c in self._channels.values()), default=0)
 
     # The job
 
@@ -441,7 +452,9 @@ class JobRunner:
             "--nproc-per-node",
             str(self.spec.nproc_per_node),
             "--max-restarts",
-            str(self.spec.max_restarts),
+            # a multi-node job is restarted by its coordinating daemon, on the nodes that remain: a
+            # part's torchrun retrying alone would wait for the lost node at the old rendezvous
+            str(self.spec.max_restarts if self.placement is None else 0),
             "--log-dir",
             str(self.job_dir / "torchelastic"),  # not a torchelastic_* directory left in /tmp
             "-m",
@@ -535,41 +548,23 @@ class JobRunner:
                 else:
                     self.on_log(LogLine(text=text, rank=rank, from_producer=True, stream="stderr"))
 
-    def run(self, tick: Callable[[], None]) -> tuple[str, str, int | None]:
-        """Start, supervise and clean up; `tick()` is called every TICK_S while the job runs."""
+    def run(
+        self, tick: Callable[[], None], restart: Callable[[str], Relaunch | None] | None = None
+    ) -> tuple[str, str, int | None]:
+        """Start, supervise and clean up; `tick()` is called every TICK_S while the job runs. A failure
+        is offered to `restart` (a multi-node job's coordinating daemon): given the next placement,
+        every process is stopped and the job starts again on it; given None, the job ends FAILED."""
         try:
             self._start()
             while True:
-                self.pump_logs()
-                if self._cancelled.is_set():
-                    if self.failure:
-                        return "failed", self.failure, self._stop_all()
-                    return "cancelled", self._cancel_reason or "cancelled", self._stop_all()
-                died = self._failed_producer() or self._stopped_rank()
-                if died is not None:
-                    self._stop_all()
-                    return "failed", died, self.exit_code
-                agent = self.external if self.external is not None else self.torchrun
-                assert agent is not None
-                code = agent.poll()
-                if code is not None and self.external is not None:
-                    self.exit_code = code
-                    tick()
-                    return ("succeeded", "", code) if code == 0 else ("failed", self.external.why, code)
-                if code is not None:
-                    self.exit_code = code
-                    tick()
-                    if code == 0:
-                        return "succeeded", "", code
-                    time.sleep(TICK_S)  # a producer killed under the ranks is the cause, not the symptom
-                    died = (
-                        self._failed_producer()
-                        or first_rank_failure(self.job_dir)
-                        or torchrun_root_cause(self.log_path)
-                    )
-                    return "failed", died or f"torchrun {describe_exit(code)}; see {self.log_path}", code
-                tick()
-                time.sleep(TICK_S)
+                outcome = self._supervise(tick)
+                if outcome[0] != "failed" or restart is None:
+                    return outcome
+                self._stop_all()  # nothing of this placement may be left when the next one starts
+                relaunch = restart(outcome[1]) if not self._cancel_reason else None
+                if relaunch is None:
+                    return outcome
+                self._relaunch(relaunch)
         except DaemonError as exc:
             self._stop_all()
             if self.failure:
@@ -582,6 +577,59 @@ class JobRunner:
         finally:
             self._stop_all()
             self.pump_logs()
+
+    def _relaunch(self, relaunch: Relaunch) -> None:
+        """Start the job again on `relaunch`'s placement (this node's processes were stopped): the
+        spec's world size is the new one, so the producers reshard the training ids by it."""
+        self.pump_logs()
+        with self._lock:
+            if self._cancel_reason:  # a cancel that came while the placement was being decided wins
+                return
+            self._channels.clear()
+            self._tails = {None: self._tails[None]} if None in self._tails else {}
+            self._stopped_since.clear()
+            self.spec, self.placement = relaunch.spec, relaunch.placement
+            self.torchrun, self.exit_code, self.failure = None, None, ""
+            self.stop_grace_s = STOP_GRACE_S
+            self.relaunches += 1
+            self._cancelled.clear()
+        # the old placement's rank failures were reported; its attempt numbers start again at 0
+        shutil.rmtree(rank_failure_dir(self.job_dir), ignore_errors=True)
+        self._start()
+        try:
+            relaunch.start_members()
+        except DaemonError as exc:
+            self.fail(f"the restart on {relaunch.nodes} failed: {exc}")
+
+    def _supervise(self, tick: Callable[[], None]) -> tuple[str, str, int | None]:
+        """Supervise the processes running now until the job ends on this placement."""
+        while True:
+            self.pump_logs()
+            if self._cancelled.is_set():
+                if self.failure:
+                    return "failed", self.failure, self._stop_all()
+                return "cancelled", self._cancel_reason or "cancelled", self._stop_all()
+            died = self._failed_producer() or self._stopped_rank()
+            if died is not None:
+                self._stop_all()
+                return "failed", died, self.exit_code
+            agent = self.external if self.external is not None else self.torchrun
+            assert agent is not None
+            code = agent.poll()
+            if code is not None and self.external is not None:
+                self.exit_code = code
+                tick()
+                return ("succeeded", "", code) if code == 0 else ("failed", self.external.why, code)
+            if code is not None:
+                self.exit_code = code
+                tick()
+                if code == 0:
+                    return "succeeded", "", code
+                time.sleep(TICK_S)  # a producer killed under the ranks is the cause, not the symptom
+                died = self._failed_producer() or first_rank_failure(self.job_dir) or torchrun_root_cause(self.log_path)
+                return "failed", died or f"torchrun {describe_exit(code)}; see {self.log_path}", code
+            tick()
+            time.sleep(TICK_S)
 
     def _stop_all(self) -> int | None:
         """Stop torchrun's group and every producer; reclaim segments of the dead. Idempotent."""

@@ -4,6 +4,8 @@ what it saw. Usage: torchrun ... ddp_train_script.py ROOT DATASET OUT_DIR EPOCHS
 With GRAPHTIER_TEST_DIE_AT=<epoch>:<batch>, rank 1 of the first attempt (torchrun restart
 count 0) exits abruptly when about to train on that batch, as a killed rank would.
 With GRAPHTIER_TEST_UNEVEN=1, rank 1 drops its last batch of every epoch (uneven inputs).
+With GRAPHTIER_TEST_OWN_CHECKPOINTS=1, rank 1 reads checkpoints from a directory of its own, where
+nobody writes (as a node whose part is new after a multi-node restart): it must resume from rank 0's.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main() -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     die_at = os.environ.get("GRAPHTIER_TEST_DIE_AT")
     uneven = os.environ.get("GRAPHTIER_TEST_UNEVEN") == "1" and rank == 1
+    own_checkpoints = os.environ.get("GRAPHTIER_TEST_OWN_CHECKPOINTS") == "1"
     source = LocalBatchSource(PreparedDataset.open(name, Path(root)), [10, 5], 32, rank, world, seed=3)
     seen: dict[int, list[int]] = {}
 
@@ -49,7 +52,7 @@ def main() -> None:
         dropout=0.2,
         epochs=int(epochs),
         seed=5,
-        checkpoint_dir=out / "ckpt",
+        checkpoint_dir=out / ("ckpt" if rank == 0 or not own_checkpoints else f"ckpt-rank{rank}"),
         checkpoint_every_steps=int(ckpt_every),
         eval_every_epochs=0,
     )

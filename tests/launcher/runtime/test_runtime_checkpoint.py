@@ -75,3 +75,19 @@ def test_a_full_disk_names_the_checkpoint_and_the_disk(tmp_path):
         assert list((full / "ck").iterdir()) == []  # nothing half-written is left
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_checkpoint_steps_come_from_names_and_positions_rescale_to_a_new_world_size(tmp_path):
+    from graphtier.contract.jobs.directory import checkpoint_file, checkpoint_step
+    from graphtier.launcher.runtime.session import _rescaled
+
+    assert checkpoint_step(checkpoint_file(tmp_path, 120)) == 120
+    assert [checkpoint_step(tmp_path / n) for n in ("ckpt-12.pt", ".ckpt-000000120.pt.x.tmp", "ckpt-00000012x.pt")] == [
+        None
+    ] * 3
+    at = TrainPosition(epoch=2, batch=5, step=40)
+    # 3 ranks did 5 batches each of epoch 2: 15 of the epoch's batches, 7 each for 2 ranks (rounded down)
+    assert _rescaled(at, {"extra": {"world_size": 3}}, 2) == TrainPosition(2, 7, 40)
+    assert _rescaled(at, {"extra": {"world_size": 2}}, 2) == at  # the same ranks
+    assert _rescaled(at, {"extra": {}}, 2) == at  # written before the world size was recorded
+    assert _rescaled(TrainPosition(3, 0, 40), {"extra": {"world_size": 3}}, 2) == TrainPosition(3, 0, 40)

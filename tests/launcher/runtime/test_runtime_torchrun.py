@@ -89,8 +89,15 @@ def test_killed_rank_resumes_from_the_last_checkpoint(small_rmat, tmp_path):
     out.mkdir()
     # Rank 1 dies about to train batch 4 of epoch 1: steps 7 (epoch 0) + 4 were done, so rank 0 had
     # certainly written the step-9 checkpoint (epoch 1, 2 batches in) and could not reach step 12.
+    # Rank 1 reads an empty checkpoint directory of its own, as a rank on a node whose part is new after
+    # a multi-node restart: the ranks agree on the newest checkpoint any holds, and rank 0 sends it.
     records, states, done = _torchrun(
-        small_rmat, out, epochs=3, ckpt_every=3, max_restarts=1, env={"GRAPHTIER_TEST_DIE_AT": "1:4"}
+        small_rmat,
+        out,
+        epochs=3,
+        ckpt_every=3,
+        max_restarts=1,
+        env={"GRAPHTIER_TEST_DIE_AT": "1:4", "GRAPHTIER_TEST_OWN_CHECKPOINTS": "1"},
     )
     per_epoch = records[0]["batches_per_epoch"]
     assert per_epoch == 7
@@ -101,6 +108,7 @@ def test_killed_rank_resumes_from_the_last_checkpoint(small_rmat, tmp_path):
     _assert_identical(states)
     ckpts = sorted(p.name for p in (out / "ckpt").iterdir())
     assert ckpts == [f"ckpt-{18:09d}.pt", f"ckpt-{21:09d}.pt"], ckpts
+    assert not (out / "ckpt-rank1").exists()  # rank 1 (local rank 1) never writes one
 
 
 def test_ranks_with_uneven_batch_counts_neither_hang_nor_diverge(small_rmat, tmp_path):

@@ -1,11 +1,13 @@
 """Multi-node jobs on real daemons, real torchrun (one c10d rendezvous) and real gloo ranks, with
 2 and 3 "nodes" on one machine: submit on any node, every node's part trains, cancel stops every
-node, a lost node ends the job naming it, a node with another dataset version is refused."""
+node, a lost node ends the job naming it (and why it could not restart), a node with another
+dataset version is refused. A job restarted after a lost node: test_cluster_restart.py."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 
@@ -131,7 +133,16 @@ def test_cancel_on_the_coordinator_stops_every_node(test_cluster, small_rmat):
 def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     test_cluster.start()
-    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=500, nproc_per_node=1, nnodes=2)
+    spec = JobSpec(
+        dataset="rmat12",
+        fanouts=[5, 5],
+        batch_size=64,
+        hidden=16,
+        epochs=500,
+        nproc_per_node=1,
+        nnodes=2,
+        max_restarts=1,
+    )
     with a.client() as client:
         job = client.submit_job(spec)
         wait_for(
@@ -144,7 +155,12 @@ def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_c
         final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
         took = time.monotonic() - killed
     print(f"peer killed -9: the job ended {took:.1f} s later (peer timeout {PEER_TIMEOUT_S:g} s): {final.message}")
-    assert final.state == JobState.FAILED and b.address in final.message, final.message
+    assert final.state == JobState.FAILED and final.message.startswith(f"node {b.address} was lost"), final.message
+    # a restart needs 2 nodes: the job fails saying why it did not restart, and nothing was restarted
+    assert final.message.endswith(
+        f"not restarted: only {a.address} remains of its nodes, and a multi-node job needs at least 2"
+    ), final.message
+    assert final.restarts == 0 and final.spec.nnodes == 2
     assert took < PEER_TIMEOUT_S + 15, f"the job took {took:.0f} s to end after its peer died"
     wait_for(lambda: not _job_processes(a), 30, f"the job's processes on {a.address} to go")
     assert _live_segment_owners() <= {a.process.pid}  # the survivor's dataset only: no producer's slots left
@@ -216,6 +232,9 @@ def test_a_lost_node_of_three_is_the_cause_not_the_healthy_nodes_gloo_errors(tes
         final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
     print(f"node 3 of 3 killed -9: {final.message}")
     assert final.state == JobState.FAILED
-    assert final.message.startswith(f"node {c.address} was lost: its daemon stopped answering"), final.message
+    # found by its silence: before the timeout when a healthy node's part fails first, else at it (a loaded machine)
+    assert re.match(rf"node {c.address} was lost: its daemon (stopped answering|has not answered)", final.message), (
+        final.message
+    )
     assert not final.message.startswith(f"node {b.address}"), final.message
     wait_for(lambda: not _job_processes(a) and not _job_processes(b), 60, "the job's processes to go")
