@@ -1,0 +1,120 @@
+"""Link prediction on a typed graph's target relation: the split made at prepare (val and test edges
+out of message passing both ways, negatives of the right types) and an R-GCN learning ACM's
+paper-subject links well above chance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphtier.contract.errors import DatasetSourceError, PreparedDatasetError
+from graphtier.launcher.runtime.typed_link import (
+    TypedLinkBatches,
+    TypedLinkModel,
+    evaluate_typed_links,
+    link_loss,
+)
+from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+from graphtier.service.prepared.edge_split import EdgeSplitSpec, link_array
+
+TARGET = "paper-has_subject-subject"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: many threads on a shared 2-core machine make a short training run slow."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def acm_link(shared_datasets, prepared_root) -> PreparedDataset:
+    source = shared_datasets / "ogb_hetero_acm"
+    if not source.is_dir():
+        pytest.skip(f"{source} not found")
+    spec = EdgeSplitSpec.parse("0.85,0.05,0.10", eval_negatives=5000, target_relation=TARGET)
+    prepare_dataset(PrepareConfig(source=f"ogb:{source}", name="acm-link", root=prepared_root, edge_split=spec))
+    return PreparedDataset(prepared_root / "acm-link")
+
+
+def _edge_keys(dataset: PreparedDataset, relation: int) -> torch.Tensor:
+    """src * N + dst of one relation's edges in the prepared graph."""
+    graph = dataset.graph
+    keep = dataset.array("edge_type") == relation
+    return graph.row[keep] * graph.num_nodes + graph.dst_of_edges()[keep]
+
+
+def test_split_leaves_val_and_test_out_of_message_passing_both_ways(acm_link):
+    schema, split = acm_link.manifest.hetero, acm_link.manifest.link_split
+    assert split["target_relation"] == TARGET and split["pairs"] == "directed"
+    keys = [r.key for r in schema.relations]
+    forward, reverse = keys.index(TARGET), keys.index("subject-rev_has_subject-paper")
+    sizes = split["sizes"]
+    assert sum(sizes.values()) == 4019 and sizes["test"] == 401
+    n = schema.num_nodes
+    pairs = {s: acm_link.array(link_array(s)) for s in ("train", "val", "test")}
+    assert torch.equal(
+        _edge_keys(acm_link, forward).sort().values, (pairs["train"] @ torch.tensor([n, 1])).sort().values
+    )
+    backward = _edge_keys(acm_link, reverse)
+    assert backward.numel() == sizes["train"]
+    for held in ("val", "test"):
+        assert not torch.isin(pairs[held] @ torch.tensor([n, 1]), _edge_keys(acm_link, forward)).any()
+        assert not torch.isin(pairs[held] @ torch.tensor([1, n]), backward).any()  # nor their reverses
+    assert schema.relations[keys.index("paper-written_by-author")].num_edges == 13407  # other relations kept
+    paper, subject = schema.type_named("paper"), schema.type_named("subject")
+    for held in ("val", "test"):
+        negatives = acm_link.array(link_array(held, negative=True))
+        assert negatives.shape == (5000, 2)
+        assert bool(((negatives[:, 0] >= paper.offset) & (negatives[:, 0] < paper.offset + paper.count)).all())
+        assert bool(((negatives[:, 1] >= subject.offset) & (negatives[:, 1] < subject.offset + subject.count)).all())
+        every = torch.cat([p @ torch.tensor([n, 1]) for p in pairs.values()])
+        assert not torch.isin(negatives @ torch.tensor([n, 1]), every).any()
+
+
+def test_rgcn_learns_paper_subject_links(acm_link):
+    torch.manual_seed(0)
+    loader = TypedLinkBatches(acm_link, ["5", "5"], 256, eval_fanouts=["-1", "-1"])
+    model = TypedLinkModel(acm_link.manifest.hetero, 32, 2, dropout=0.2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    first = next(loader.pairs_epoch(0))
+    n = acm_link.manifest.hetero.num_nodes
+    global_pairs = first.batch.subgraph.node_ids[first.pairs]  # seed positions back to global ids
+    train = acm_link.array("link_train") @ torch.tensor([n, 1])
+    assert first.num_positive == 256 and torch.isin(global_pairs[:256] @ torch.tensor([n, 1]), train).all()
+    assert torch.equal(global_pairs[256:, 0], global_pairs[:256, 0])  # negatives: each positive's head, a new tail
+    subject = acm_link.manifest.hetero.type_named("subject")
+    tails = global_pairs[:, 1]
+    assert bool(((tails >= subject.offset) & (tails < subject.offset + subject.count)).all())
+    for epoch in range(2):
+        for item in loader.pairs_epoch(epoch):
+            loss = link_loss(model, item)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    metrics = evaluate_typed_links(model, loader)
+    assert set(metrics) == {f"{s}_{m}" for s in ("val", "test") for m in ("auc", "mrr", "hits@50")}
+    assert metrics["test_auc"] >= 0.8, metrics
+
+
+@pytest.mark.parametrize(
+    ("relation", "problem"),
+    [
+        (None, "name it with --target-relation HEAD-REL-TAIL, one of paper-written_by-author"),
+        ("author-rev_written_by-paper", "is a reverse relation .* name the relation it reverses, paper-written_by"),
+        ("paper-wrote-author", "'paper-wrote-author' is not a relation of this graph"),
+    ],
+)
+def test_typed_split_refusals_name_the_flag(typed_root, tmp_path, relation, problem):
+    spec = EdgeSplitSpec.parse("0.8,0.1,0.1", eval_negatives=10, target_relation=relation)
+    with pytest.raises(DatasetSourceError, match=problem):
+        prepare_dataset(PrepareConfig(source=f"ogb:{typed_root}", name="t", root=tmp_path, edge_split=spec))
+    assert not (tmp_path / "t").exists()
+
+
+def test_target_relation_on_a_homogeneous_graph_is_refused(tmp_path):
+    spec = EdgeSplitSpec.parse("0.8,0.1,0.1", target_relation="paper-cites-paper")
+    with pytest.raises(PreparedDatasetError, match="--target-relation names a relation of a typed graph"):
+        prepare_dataset(PrepareConfig(source="synthetic:rmat", name="r", root=tmp_path, edge_split=spec))
