@@ -37,9 +37,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--dropout", type=float, default=0.2)
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--lr", type=float, default=0.005)
     parser.add_argument("--negatives", type=int, default=1, help="corrupted tails per train edge")
-    parser.add_argument("--decoder", choices=("dot", "mlp"), default="dot")
+    parser.add_argument("--decoder", choices=("dot", "mlp"), default="mlp")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
