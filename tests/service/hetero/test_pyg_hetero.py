@@ -31,15 +31,6 @@ WRITTEN_BY, REV_WRITTEN_BY = ("paper", "written_by", "author"), ("author", "rev_
 REV_HAS_SUBJECT = ("subject", "rev_has_subject", "paper")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: many threads on a shared 2-core machine make a short training run slow."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _source_pairs(shared_datasets, relation: str) -> set[tuple[int, int]]:
     """(head, tail) pairs of one relation as ACM's source file lists them."""
     path = shared_datasets / "ogb_hetero_acm" / "raw" / "relations" / relation / "edge.csv.gz"

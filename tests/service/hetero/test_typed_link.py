@@ -20,15 +20,6 @@ from graphtier.service.prepared.edge_split import EdgeSplitSpec, link_array
 TARGET = "paper-has_subject-subject"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: many threads on a shared 2-core machine make a short training run slow."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def acm_link(shared_datasets, prepared_root) -> PreparedDataset:
     source = shared_datasets / "ogb_hetero_acm"
