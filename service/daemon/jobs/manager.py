@@ -200,8 +200,9 @@ class JobManager:
                 "fractions (--train-fraction/--val-fraction/--test-fraction, --split-seed), or --default-split "
                 "to accept it"
             )
-        with contextlib.suppress(PreparedDatasetError):  # no readable dataset: loading it says why
-            refuse_typed_link_job(spec, read_manifest(self.datasets.root / spec.dataset))
+        if spec.task == "link":
+            with contextlib.suppress(PreparedDatasetError):  # no readable dataset: loading it says why
+                refuse_typed_link_job(spec, read_manifest(self.datasets.root / spec.dataset))
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
             loaded = self.datasets.layout(spec.dataset)  # no budgets asked: share the copy as it is placed
         elif spec.budgets is None and spec.features == "partitioned" and hooks is not None:

@@ -57,9 +57,9 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
 
 
 def refuse_typed_link_job(spec: JobSpec, manifest: DatasetManifest) -> None:
-    """A link job's producers sample one edge type: InvalidRequestError naming the way that trains
-    a typed graph's target relation (`examples/typed_link.py` under torchrun)."""
-    if spec.task == "link" and manifest.hetero is not None:
+    """A link job on a typed dataset: InvalidRequestError naming the way that trains its target
+    relation (`examples/typed_link.py` under torchrun); a link job's producers sample one edge type."""
+    if manifest.hetero is not None:
         raise InvalidRequestError(
             f"dataset {spec.dataset!r} is a typed graph: `job submit --task link` trains one edge type; train its "
             f"target relation with `torchrun --nproc-per-node {spec.nproc_per_node} examples/typed_link.py "
