@@ -50,7 +50,8 @@ def prepare(relation: str, root: Path) -> PreparedDataset:
 
 def typed_link_job(root: Path, epochs: int, ranks: int, flags: list[str]) -> tuple[dict, float, str]:
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+        "--log-dir", str(root / "torchelastic"),  # not a /tmp/torchelastic_* left behind per run
         str(REPO / "examples" / "typed_link.py"), "--dataset", "acm-link", "--root", str(root),
         "--epochs", str(epochs), *flags,
     ]  # fmt: skip
