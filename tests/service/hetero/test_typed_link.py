@@ -119,3 +119,15 @@ def test_target_relation_on_a_homogeneous_graph_is_refused(tmp_path):
     spec = EdgeSplitSpec.parse("0.8,0.1,0.1", target_relation="paper-cites-paper")
     with pytest.raises(PreparedDatasetError, match="--target-relation names a relation of a typed graph"):
         prepare_dataset(PrepareConfig(source="synthetic:rmat", name="r", root=tmp_path, edge_split=spec))
+
+
+def test_cli_target_relation_without_a_split_exits_2_and_writes_nothing(typed_root, tmp_path):
+    from typer.testing import CliRunner
+
+    from graphtier.launcher.cli.app import app
+
+    args = ["dataset", "prepare", f"ogb:{typed_root}", "--name", "t", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, [*args, "--target-relation", "paper-written_by-author"])
+    assert result.exit_code == 2
+    assert "--target-relation paper-written_by-author: give the split of its edges too" in result.output
+    assert not (tmp_path / "out").exists()
