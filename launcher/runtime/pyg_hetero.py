@@ -5,7 +5,8 @@ PyG's loaders, and a `TypedSampledSubgraph` as a `HeteroData`.
     from graphtier.pyg import GraphtierSampler, hetero_stores, typed_input_nodes
 
     acm = PreparedDataset.open("acm")
-    fanouts = {("author", "rev_written_by", "paper"): [10, 5], ("subject", "rev_has_subject", "paper"): [5, 5]}
+    fanouts = {("author", "rev_written_by", "paper"): [10, 0], ("subject", "rev_has_subject", "paper"): [5, 0],
+               ("paper", "written_by", "author"): [0, 5]}        # hop 2 expands the authors hop 1 found
     loader = NeighborLoader(hetero_stores(acm), num_neighbors=fanouts, input_nodes=typed_input_nodes(acm, "train"),
                             neighbor_sampler=GraphtierSampler(acm, fanouts), batch_size=32)
     for batch in loader:                                   # a torch_geometric.data.HeteroData
