@@ -36,9 +36,16 @@ def _source_options(**options: object) -> dict[str, object]:
     return {key: value for key, value in options.items() if value is not None}
 
 
-def _edge_split(text: str | None, seed: int, eval_negatives: int) -> object | None:
-    """--edge-split as a spec; a bad value is a usage error naming the flag."""
+def _edge_split(text: str | None, seed: int, eval_negatives: int, target_relation: str | None) -> object | None:
+    """--edge-split (and --target-relation) as a spec; a bad value is a usage error naming the flag."""
     if text is None:
+        if target_relation is not None:
+            from graphtier.contract.errors import InvalidRequestError
+
+            raise InvalidRequestError(
+                f"--target-relation {target_relation}: give the split of its edges too, "
+                "e.g. --edge-split 0.85,0.05,0.10"
+            )
         return None
     from pydantic import ValidationError
 
@@ -47,7 +54,7 @@ def _edge_split(text: str | None, seed: int, eval_negatives: int) -> object | No
     from graphtier.service.prepared.edge_split import EdgeSplitSpec
 
     try:
-        return EdgeSplitSpec.parse(text, seed=seed, eval_negatives=eval_negatives)
+        return EdgeSplitSpec.parse(text, seed=seed, eval_negatives=eval_negatives, target_relation=target_relation)
     except ValidationError as exc:
         raise InvalidRequestError(f"--edge-split {text!r}: {describe_validation_error(exc, inputs=False)}") from None
     except ValueError as exc:
@@ -141,6 +148,13 @@ def prepare(
             "by pair (as PyG's RandomLinkSplit)"
         ),
     ] = None,
+    target_relation: Annotated[
+        str | None,
+        typer.Option(
+            help="\\[typed ogb] link prediction on a typed graph: the relation HEAD-REL-TAIL whose edges "
+            "--edge-split splits (paper-written_by-author); its val and test edges leave the graph both ways"
+        ),
+    ] = None,
     edge_split_seed: Annotated[int, typer.Option(help="seed of the edge split and its negative pools")] = 0,
     eval_negatives: Annotated[
         int, typer.Option(help="random negative pairs kept per evaluation split (OGB collab: 100000)")
@@ -161,7 +175,7 @@ def prepare(
             overwrite=overwrite,
             group=dataset_group,
             memory_budget=memory_budget,
-            edge_split=_edge_split(edge_split, edge_split_seed, eval_negatives),
+            edge_split=_edge_split(edge_split, edge_split_seed, eval_negatives, target_relation),
             source_options=_source_options(
                 scale=scale,
                 edge_factor=edge_factor,

@@ -19,8 +19,10 @@ runs unchanged but for one argument (PyG's default sampler needs pyg-lib or torc
 counted), or a `(FeatureStore, GraphStore)` pair such as `graphtier.pyg.stores(dataset)`. Sampling is
 graphtier's k-hop uniform sampling without replacement (the native op when built), with
 NeighborLoader's hop semantics: seeds first in `n_id`, then each hop's new nodes;
-`num_sampled_nodes`/`num_sampled_edges` per hop. Sample seeds come from torch's global RNG, so
-`torch.manual_seed` (and DataLoader workers' seeding) makes runs repeatable.
+`num_sampled_nodes`/`num_sampled_edges` per hop. A typed dataset gives `HeteroData` batches
+(`pyg_hetero`: its stores, per-edge-type `num_neighbors`, graphtier's typed sampler). Sample
+seeds come from torch's global RNG, so `torch.manual_seed` (and DataLoader workers' seeding)
+makes runs repeatable.
 
 Importing this module needs torch_geometric.
 """
@@ -33,9 +35,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
-from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput, NodeSamplerInput, SamplerOutput
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.runtime.pyg_hetero import TypedPyGSampling, hetero_stores, typed_dataset_of
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling import NeighborSampler
@@ -84,21 +87,34 @@ def graph_of(data: Any) -> CSCGraph:
 
 
 class GraphtierSampler(BaseSampler):
-    """PyG's `BaseSampler` over graphtier's `NeighborSampler`: `sample_from_nodes` only (homogeneous).
-    `data` is what `graph_of` takes (a PyG Data, a graphtier dataset, a store pair, a CSCGraph)."""
+    """PyG's `BaseSampler` over graphtier's samplers: `sample_from_nodes` only.
 
-    def __init__(self, data: Any, num_neighbors: list[int]) -> None:
+    `data` is what `graph_of` takes (a PyG Data, a graphtier dataset, a store pair, a CSCGraph),
+    sampled by `NeighborSampler` into a `SamplerOutput`; or a typed graph (a typed
+    `PreparedDataset` or its `hetero_stores` pair), sampled by `TypedNeighborSampler` into a
+    `HeteroSamplerOutput`, `num_neighbors` then per edge type (`{(head, rel, tail): [k1, k2]}`)
+    or one list for every relation (see `pyg_hetero`)."""
+
+    def __init__(self, data: Any, num_neighbors: list[int] | dict[tuple[str, str, str], list[int]]) -> None:
+        typed = typed_dataset_of(data)
+        self._typed = None if typed is None else TypedPyGSampling(typed, num_neighbors)
+        if self._typed is not None:
+            self.num_neighbors = num_neighbors
+            self.num_nodes = typed.graph.num_nodes
+            return
         graph = graph_of(data)
         self.num_neighbors = list(num_neighbors)
         self._sampler = NeighborSampler(graph, self.num_neighbors)
         self.num_nodes = graph.num_nodes
 
-    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput:
-        if index.input_type is not None:
-            raise GraphtierError(f"graphtier samples homogeneous graphs; got input type {index.input_type!r}")
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
         if index.time is not None:
             raise GraphtierError("graphtier's sampler is not temporal; sample without input_time/time_attr")
         seed = int(torch.randint(_SEED_BOUND, ()))
+        if self._typed is not None:
+            return self._typed.sample(index, seed)
+        if index.input_type is not None:
+            raise GraphtierError(f"this graph is homogeneous; got input type {index.input_type!r}")
         sample = self._sampler.sample(index.node.to(torch.int64), seed=seed)
         row, col = sample.edge_index()
         return SamplerOutput(
@@ -116,10 +132,15 @@ class GraphtierSampler(BaseSampler):
 
 
 class GraphtierNeighborLoader(NodeLoader):
-    """`NeighborLoader(data, num_neighbors, input_nodes, batch_size, shuffle, ...)` on graphtier's sampler."""
+    """`NeighborLoader(data, num_neighbors, input_nodes, batch_size, shuffle, ...)` on graphtier's sampler
+    (a typed dataset: `HeteroData` batches, `input_nodes` as `(node type, ids)`)."""
 
-    def __init__(self, data: Any, num_neighbors: list[int], input_nodes: Any = None, **kwargs: Any) -> None:
-        if isinstance(data, (PreparedDataset, AttachedDataset)):
+    def __init__(self, data: Any, num_neighbors: Any, input_nodes: Any = None, **kwargs: Any) -> None:
+        typed = typed_dataset_of(data)
+        if typed is not None:
+            sampler = GraphtierSampler(typed, num_neighbors)
+            data = data if isinstance(data, tuple) else hetero_stores(typed)
+        elif isinstance(data, (PreparedDataset, AttachedDataset)):
             from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore
 
             sampler = GraphtierSampler(data.graph, num_neighbors)

@@ -58,6 +58,9 @@ class EdgeSplitSpec(BaseModel):
     eval_negatives: int = Field(
         DEFAULT_EVAL_NEGATIVES, ge=1, le=1 << 26, description="random negative pairs per evaluation split"
     )
+    target_relation: str | None = Field(
+        None, description="a typed graph: the relation `head-rel-tail` whose edges are split (see relation_split.py)"
+    )
 
     @field_validator("fractions")
     @classmethod
@@ -79,20 +82,34 @@ class EdgeSplitSpec(BaseModel):
         return self
 
     @classmethod
-    def parse(cls, text: str, *, seed: int = 0, eval_negatives: int = DEFAULT_EVAL_NEGATIVES) -> EdgeSplitSpec:
+    def parse(
+        cls,
+        text: str,
+        *,
+        seed: int = 0,
+        eval_negatives: int = DEFAULT_EVAL_NEGATIVES,
+        target_relation: str | None = None,
+    ) -> EdgeSplitSpec:
         """`0.85,0.05,0.10` or `files:DIR` -> a spec; ValueError naming the flag and what is wrong."""
         if text.startswith(FILES_PREFIX):
             folder = Path(text.removeprefix(FILES_PREFIX)).expanduser()
             if not folder.is_dir():
                 raise ValueError(f"--edge-split {text!r}: {folder} is not a folder of val.txt and test.txt")
-            return cls(files=folder.resolve(), seed=seed, eval_negatives=eval_negatives)
+            return cls(
+                files=folder.resolve(), seed=seed, eval_negatives=eval_negatives, target_relation=target_relation
+            )
         try:
             values = tuple(float(part) for part in text.split(","))
         except ValueError:
             raise ValueError(f"--edge-split {text!r}: expected three shares like 0.85,0.05,0.10") from None
         if len(values) != 3:
             raise ValueError(f"--edge-split {text!r}: expected three shares (train,val,test), got {len(values)}")
-        return cls(fractions=values, seed=seed, eval_negatives=eval_negatives)  # type: ignore[arg-type]
+        return cls(
+            fractions=values,  # type: ignore[arg-type]
+            seed=seed,
+            eval_negatives=eval_negatives,
+            target_relation=target_relation,
+        )
 
 
 class LinkSplit:
@@ -136,6 +153,7 @@ class LinkSplit:
             "eval_negatives": {split: int(p.shape[0]) for split, p in self.negatives.items()},
             "self_loops_dropped": self.self_loops_dropped,
             "removed_from_graph": ["val", "test"],
+            **({"target_relation": spec.target_relation} if spec.target_relation is not None else {}),
         }
 
 
@@ -154,9 +172,12 @@ def split_edges(
     undirected: bool,
     origin: str = "",
     original_ids: torch.Tensor | None = None,
+    endpoint_ranges: tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> LinkSplit:
     """Shuffle the distinct edges (pairs when undirected) with `spec.seed` and cut them, or take the
-    val and test pairs from `spec.files` (module docstring)."""
+    val and test pairs from `spec.files` (module docstring). `endpoint_ranges`: the id ranges
+    `[lo, hi)` the negative pairs' sources and destinations are drawn from (a typed relation's
+    head and tail types; default every node)."""
     if spec.files is not None:
         return _split_from_files(num_nodes, src, dst, spec, undirected=undirected, original_ids=original_ids)
     assert spec.fractions is not None
@@ -183,7 +204,7 @@ def split_edges(
     cut = {"val": shuffled[:n_val], "test": shuffled[n_val : n_val + n_test], "train": shuffled[n_val + n_test :]}
     pairs = {split: torch.stack([cut[split] // num_nodes, cut[split] % num_nodes], dim=1) for split in LINK_SPLITS}
     negatives = {
-        split: _negative_pool(num_nodes, keys, pairs_undirected, spec.eval_negatives, generator)
+        split: _negative_pool(num_nodes, keys, pairs_undirected, spec.eval_negatives, generator, endpoint_ranges)
         for split in LINK_NEGATIVE_SPLITS
         if pairs[split].shape[0] > 0
     }
@@ -263,17 +284,24 @@ def _split_from_files(
 
 
 def _negative_pool(
-    num_nodes: int, edge_keys: torch.Tensor, undirected: bool, count: int, generator: torch.Generator
+    num_nodes: int,
+    edge_keys: torch.Tensor,
+    undirected: bool,
+    count: int,
+    generator: torch.Generator,
+    endpoint_ranges: tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> torch.Tensor:
-    """`count` random pairs (u != v) that are no edge of the whole graph (either way when undirected)."""
+    """`count` random pairs (u != v) that are no edge of the whole graph (either way when undirected),
+    u and v drawn from `endpoint_ranges` (default: every node)."""
     if num_nodes < 2:
         raise DatasetSourceError(None, "a graph of one node has no negative pairs to evaluate against")
+    sources, destinations = endpoint_ranges or ((0, num_nodes), (0, num_nodes))
     found: list[torch.Tensor] = []
     have = 0
     while have < count:
         draw = max(2 * (count - have), 1024)
-        u = torch.randint(num_nodes, (draw,), generator=generator)
-        v = torch.randint(num_nodes, (draw,), generator=generator)
+        u = torch.randint(*sources, (draw,), generator=generator)
+        v = torch.randint(*destinations, (draw,), generator=generator)
         ok = u != v
         key = torch.minimum(u, v) * num_nodes + torch.maximum(u, v) if undirected else u * num_nodes + v
         position = torch.searchsorted(edge_keys, key).clamp_max(max(edge_keys.numel() - 1, 0))

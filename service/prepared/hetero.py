@@ -26,6 +26,8 @@ from graphtier.service.graph.hetero_data import HeteroGraphData, TypedCSC
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.hotness.scores import reverse_pagerank
 from graphtier.service.prepared.catalog import DatasetWriter
+from graphtier.service.prepared.edge_split import edge_split_note
+from graphtier.service.prepared.relation_split import split_relation
 from graphtier.service.prepared.steps import PrepareConfig, PreparedContent, StepClock, split_sizes, write_node_arrays
 from graphtier.service.sources.ogb_hetero import is_hetero_ogb, load_ogb_hetero
 
@@ -147,6 +149,10 @@ def prepare_hetero(
     are read whole). Returns what was written, the schema and the score record."""
     with clock.step("read source"):
         data = load_hetero(config)
+    link = None
+    if config.edge_split is not None:
+        with clock.step("split edges"):
+            link = split_relation(data, config.edge_split)  # val and test edges leave message passing
     with clock.step("build typed CSC"):
         typed = data.to_global()
         for rel in data.relations:
@@ -172,6 +178,16 @@ def prepare_hetero(
                 local_order = new_to_old[info.offset : info.offset + info.count] - info.offset
                 writer.write_rows(info.feature_array, data.features[info.name], local_order)
         write_node_arrays(writer, labels, splits, new_to_old, old_to_new, scores, None)
+        if link is not None:
+            link.write(writer, old_to_new)
+    notes = list(data.notes)
+    link_split = None
+    if link is not None and config.edge_split is not None:
+        link_split = {
+            **link.describe(config.edge_split, learned_embeddings=False),
+            "node_inputs": "per node type: features, or learned embeddings where a type has none",
+        }
+        notes.append(f"{config.edge_split.target_relation}: " + edge_split_note(link_split, budgeted=False))
     content = PreparedContent(
         num_nodes=schema.num_nodes,
         num_edges=typed.graph.num_edges,
@@ -181,6 +197,7 @@ def prepare_hetero(
         description=data.description,
         details={"typed": True},
         class_labels=data.class_labels,
-        notes=data.notes,
+        notes=notes,
+        link_split=link_split,
     )
     return content, schema, score_record

@@ -55,10 +55,10 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 
     typed = is_hetero_source(config.source)
-    if typed and config.edge_split is not None:
+    if not typed and config.edge_split is not None and config.edge_split.target_relation is not None:
         raise PreparedDatasetError(
-            f"{config.source}: --edge-split is for homogeneous graphs; a typed graph's link prediction "
-            "(a target relation) is not supported yet"
+            f"{config.source}: --target-relation names a relation of a typed graph; this graph has one edge type, "
+            "split it with --edge-split alone"
         )
     writer = DatasetWriter(
         root, config.name, overwrite=config.overwrite, group=config.group

@@ -9,9 +9,10 @@ whose labels prepare remapped to dense classes is trained and scored over those 
 
 from __future__ import annotations
 
-from graphtier.contract.errors import DaemonError
+from graphtier.contract.errors import DaemonError, InvalidRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.service.prepared.edge_split import link_array
+from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.store import SharedDatasetHandle
 
 
@@ -53,6 +54,17 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
             "count as PCIe; give --num-devices with --device-replicated or --device-interleaved"
         )
     return notes
+
+
+def refuse_typed_link_job(spec: JobSpec, manifest: DatasetManifest) -> None:
+    """A link job on a typed dataset: InvalidRequestError naming the way that trains its target
+    relation (`examples/typed_link.py` under torchrun); a link job's producers sample one edge type."""
+    if manifest.hetero is not None:
+        raise InvalidRequestError(
+            f"dataset {spec.dataset!r} is a typed graph: `job submit --task link` trains one edge type; train its "
+            f"target relation with `torchrun --nproc-per-node {spec.nproc_per_node} examples/typed_link.py "
+            f"--dataset {spec.dataset}`"
+        )
 
 
 def check_link_dataset(spec: JobSpec, handle: SharedDatasetHandle) -> None:

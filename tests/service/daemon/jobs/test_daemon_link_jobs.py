@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from graphtier.contract.errors import DaemonRequestError
@@ -10,6 +14,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.cli.job import _result_columns, describe
 from graphtier.launcher.client import DaemonClient
 
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 LINK_METRICS = ("val_auc", "val_mrr", "val_hits@50", "test_auc", "test_mrr", "test_hits@50")
 
 
@@ -83,10 +88,21 @@ def test_featureless_link_job_learns_embeddings(inproc_daemon, featureless_link)
     assert sorted(final.result.metrics) == sorted(LINK_METRICS)
 
 
-def test_link_job_on_a_dataset_without_an_edge_split_is_refused(inproc_daemon):
+def test_link_job_without_an_edge_split_or_on_a_typed_graph_is_refused(inproc_daemon, prepared_root, tmp_path):
+    from graphtier.service.prepared import PrepareConfig, prepare_dataset
+
+    toy = tmp_path / "toy_typed"
+    subprocess.run([sys.executable, str(EXAMPLES / "typed_toy_ogb.py"), str(toy), "--papers", "60"], check=True)
+    prepare_dataset(PrepareConfig(source=f"ogb:{toy}", name="toy-typed-link", root=prepared_root, overwrite=True))
     with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         with pytest.raises(DaemonRequestError, match=r"no edge split .*--edge-split 0\.85,0\.05,0\.10"):
             client.submit_job(JobSpec(dataset="rmat12", task="link"))
+        with pytest.raises(
+            DaemonRequestError,
+            match=r"typed graph: .* `torchrun --nproc-per-node 2 examples/typed_link\.py --dataset toy-typed-link`",
+        ):
+            client.submit_job(JobSpec(dataset="toy-typed-link", task="link", nproc_per_node=2))
+        assert "toy-typed-link" not in {d.name for d in client.list_datasets()}  # refused before loading
 
 
 def test_link_only_fields_are_refused_on_a_node_job():
