@@ -10,40 +10,17 @@ wrapped so every rank runs the same number of steps; evaluation shards are exact
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
-from torch import Tensor
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.launcher.runtime.local_batches import _EVAL_STREAM, _ceil_div, batch_seed
+from graphtier.service.pipeline.batch import TypedBatch
 from graphtier.service.prepared import PreparedDataset
-from graphtier.service.sampling import Block
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 
-
-@dataclass(frozen=True)
-class TypedBatch:
-    """One typed mini-batch: the sample, its input rows per featured type, the seeds' labels."""
-
-    subgraph: TypedSampledSubgraph
-    features: dict[str, Tensor]  # type -> [input nodes of that type, F_t], in their order among the inputs
-    labels: Tensor  # int64 [num_seeds]
-
-    @property
-    def blocks(self) -> list[Block]:
-        return self.subgraph.blocks()
-
-    @property
-    def edge_types(self) -> list[Tensor]:
-        """Per layer (input first), the relation of each of its block's edges."""
-        return [self.subgraph.edge_types[: b.num_edges] for b in self.blocks]
-
-    @property
-    def input_nodes(self) -> tuple[Tensor, Tensor]:
-        """(global ids, node types) of the first block's sources."""
-        n = self.blocks[0].num_src
-        return self.subgraph.node_ids[:n], self.subgraph.node_types[:n]
+__all__ = ["TypedBatch", "TypedLocalBatches"]
 
 
 class TypedLocalBatches:
@@ -80,7 +57,7 @@ class TypedLocalBatches:
     def steps_per_epoch(self) -> int:
         return _ceil_div(_ceil_div(self.dataset.split("train").numel(), self.world_size), self.batch_size)
 
-    def _batch(self, sampler: TypedNeighborSampler, seeds: Tensor, seed: int) -> TypedBatch:
+    def _batch(self, sampler: TypedNeighborSampler, seeds: torch.Tensor, seed: int) -> TypedBatch:
         sub = sampler.sample(seeds, seed=seed)
         n = sub.block(0).num_src if sub.num_layers else sub.num_seeds
         ids, types = sub.node_ids[:n], sub.node_types[:n]
@@ -89,7 +66,7 @@ class TypedLocalBatches:
             if info.name in self._rows:
                 local = ids[types == index] - info.offset
                 features[info.name] = torch.index_select(self._rows[info.name], 0, local)
-        return TypedBatch(subgraph=sub, features=features, labels=self.labels[seeds])
+        return TypedBatch(subgraph=sub, features=features, labels=self.labels[seeds], traffic=TrafficCounts())
 
     def epoch(self, epoch: int) -> Iterator[TypedBatch]:
         """This rank's training batches of `epoch`."""
