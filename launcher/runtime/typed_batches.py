@@ -94,6 +94,11 @@ class TypedLocalBatches:
                 features[info.name] = self._rows_of(info.name, ids[types == index] - info.offset)
         return TypedBatch(subgraph=sub, features=features, labels=self.labels[seeds], traffic=TrafficCounts())
 
+    def batch_for(self, seeds: torch.Tensor, seed: int) -> TypedBatch:
+        """The training sampler's batch of `seeds` (unique) drawn with sample seed `seed`: what a typed
+        producer's slot holds for the same seeds and seed (`TypedBatch.seeds`, `.sample_seed`)."""
+        return self._batch(self.sampler, seeds, seed)
+
     def epoch(self, epoch: int) -> Iterator[TypedBatch]:
         """This rank's training batches of `epoch`."""
         train = self._splits["train"]
