@@ -341,7 +341,7 @@ class DatasetRegistry:
             asked = self._plan(budgets, dataset)
             typed = self._typed_plans(budgets, dataset)
             decision = self.gpus.decide(asked, name)
-            self._make_room(name, resident_estimate(dataset.manifest, decision.plan))
+            self._make_room(name, resident_estimate(dataset.manifest, decision.plan, typed))
             t0 = time.perf_counter()
             store = SharedDatasetStore(
                 dataset,
