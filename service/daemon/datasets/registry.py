@@ -35,7 +35,7 @@ from graphtier.service.daemon.datasets.lifetime import (
     over_budget,
     resident_estimate,
 )
-from graphtier.service.placement import PlacementPlan, TierBudgets
+from graphtier.service.placement import PlacementPlan, TierBudgets, TierSize
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name
 from graphtier.service.shm.naming import validate_label
@@ -110,6 +110,13 @@ class LoadedDataset:
     def layout(self) -> DatasetLayoutInfo:
         plan = self.plan
         sizes = plan.tier_sizes(num_edges=self.manifest.num_edges)
+        device_bytes = plan.device_bytes_per_device()
+        typed = list((self.store.typed_plans or {}).values())
+        if typed:  # a typed dataset's feature rows are placed per type (its plan holds structure): summed over types
+            per_type = [p.tier_sizes() for p in typed]
+            for name in ("device_replicated", "device_interleaved", "host", "storage"):
+                sizes[name] = TierSize(sum(t[name].rows for t in per_type), sum(t[name].bytes for t in per_type))
+            device_bytes += sum(p.device_bytes_per_device() for p in typed)
         return DatasetLayoutInfo(
             handle=self.handle,
             tier_sizes=[TierBytes(tier=name, rows=size.rows, bytes=size.bytes) for name, size in sizes.items()],
@@ -118,7 +125,7 @@ class LoadedDataset:
             num_classes=self.manifest.num_classes,
             feature_bytes=feature_bytes(self.manifest),
             structure_bytes=structure_bytes(self.manifest),
-            device_bytes_per_device=plan.device_bytes_per_device(),
+            device_bytes_per_device=device_bytes,
             simulated_devices=self.store.simulated_devices,
             owner_pid=os.getpid(),
             loaded_at=self.loaded_at,

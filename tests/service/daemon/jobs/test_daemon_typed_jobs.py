@@ -43,6 +43,9 @@ def test_typed_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm
         paper = loaded.handle.typed_features["paper"]
         assert paper.plan.replicated_end == schema.type_named("paper").count // 10  # the hottest tenth of the rows
         assert paper.plan.host_end == paper.plan.num_nodes and paper.storage is None
+        sizes = {t.tier: t for t in loaded.tier_sizes}  # what `dataset load` and the status page show
+        assert sizes["device_replicated"].rows == paper.plan.replicated_end
+        assert sizes["host"].bytes + sizes["device_replicated"].bytes == loaded.feature_bytes
 
         spec = JobSpec(
             dataset="acm", model="rgcn", relation_fanouts=["5", "5"], batch_size=8, hidden=32, epochs=3, lr=0.05,
