@@ -249,7 +249,9 @@ class ChannelReader:
         header["batches_consumed"] += 1
         header["consumer_wait_ns"] += self._wait_ns
         header["consumer_last_wait_ns"] = self._wait_ns
-        fields = {} if not typed else {"features": {n: views.type_features[n][: int(c)] for n, c in type_rows.items()}}
+        features: object = views.features[:nodes] if views.features is not None else None
+        if typed:  # each featured type's rows, as many as the producer filled
+            features = {name: views.type_features[name][: int(n)] for name, n in type_rows.items()}
         batch = (TypedBatch if typed else Batch)(
             slot=k,
             batch=rec["batch"],
@@ -257,7 +259,7 @@ class ChannelReader:
             step=rec["step"],
             steps_per_epoch=self.layout.steps_per_epoch,
             subgraph=subgraph,
-            features=fields.get("features", views.features[:nodes] if views.features is not None else None),
+            features=features,  # type: ignore[arg-type]
             labels=views.labels[: rec["num_seeds"]],
             pairs=views.pairs[:pairs] if views.pairs is not None else None,
             num_positive=positives,
