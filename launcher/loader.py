@@ -77,6 +77,8 @@ from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.subgraph import Block
 from graphtier.service.store import AttachedDataset, attach_dataset
 
+TYPED_EVAL_BATCH_SIZE = 1024  # the fewest seeds per evaluation batch of a typed job (few passes, same figures)
+
 __all__ = ["Block", "DatasetInfo", "DeviceBatch", "Job", "TypedBatch", "connect"]
 
 
@@ -158,7 +160,7 @@ class Job:
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
         self.session = TrainSession(self.ctx, self.config, self.reporter)
         self._eval: LocalBatchSource | TypedLocalBatches | None = None
-        if self.typed:  # every neighbour, as the model would see the whole typed graph
+        if self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
             self._eval = TypedLocalBatches(
                 self.data,
                 spec.relation_fanouts or spec.fanouts,
@@ -167,6 +169,7 @@ class Job:
                 self.ctx.world_size,
                 spec.seed,
                 eval_fanouts=[-1] * len(spec.fanouts),
+                eval_batch_size=max(spec.batch_size, TYPED_EVAL_BATCH_SIZE),
             )
         elif not link:
             self._eval = LocalBatchSource(

@@ -45,7 +45,10 @@ class TypedLocalBatches:
         seed: int = 0,
         *,
         eval_fanouts: Sequence[str | int] | None = None,
+        eval_batch_size: int | None = None,
     ) -> None:
+        """`eval_batch_size`: seeds per evaluation batch (default `batch_size`); with every neighbour
+        taken (`eval_fanouts` -1) an evaluation's figures do not depend on it, only its time does."""
         attached = isinstance(dataset, AttachedDataset)
         schema = dataset.handle.hetero if attached else dataset.manifest.hetero
         self.name = dataset.handle.dataset if attached else dataset.name
@@ -57,6 +60,7 @@ class TypedLocalBatches:
             raise GraphtierError(f"need world_size >= 1 and 0 <= rank < world_size, got {rank}, {world_size}")
         self.dataset, self.schema = dataset, schema
         self.batch_size, self.rank, self.world_size, self.seed = batch_size, rank, world_size, seed
+        self.eval_batch_size = eval_batch_size or batch_size
         edge_type = dataset.edge_type if attached else dataset.array("edge_type")
         assert edge_type is not None  # a typed handle carries it
         self.sampler = TypedNeighborSampler(dataset.graph, edge_type, schema, fanouts)
@@ -116,7 +120,7 @@ class TypedLocalBatches:
         if split not in self._splits:
             raise GraphtierError(f"dataset {self.name!r} has no split {split!r}; it has {sorted(self._splits)}")
         ids = self._splits[split][self.rank :: self.world_size]
-        for index, seeds in enumerate(ids.split(self.batch_size)):
+        for index, seeds in enumerate(ids.split(self.eval_batch_size)):
             yield self._batch(self.eval_sampler, seeds, batch_seed(self.seed, _EVAL_STREAM, self.rank, index))
 
     eval_batches = evaluate  # the name the train loop's evaluation calls
