@@ -121,6 +121,31 @@ def split_fanout_hops(text: str) -> list[str]:
     return [hop.strip() for hop in text.replace(";", ",").split(",")]
 
 
+def hop_fanout_bound(hop: str | int, *, hop_number: int = 1) -> int:
+    """The most neighbours one hop draws per relation (-1: all), read from the hop's text alone.
+
+    `hop` is an int or `head-rel-tail:k,...`; the relations are not checked (the dataset knows
+    them: `parse_relation_fanouts`). ValueError when the hop is malformed or expands nothing.
+    """
+    text = str(hop).strip()
+    if isinstance(hop, int) or re.fullmatch(r"-?\d+", text):
+        values = [int(text)]
+    else:
+        values = []
+        for part in text.split(","):
+            key, sep, value = part.strip().rpartition(":")
+            if not sep or not key or not re.fullmatch(r"-?\d+", value.strip()):
+                raise ValueError(f"hop {hop_number}: {part.strip()!r} is not 'head-relation-tail:k'")
+            values.append(int(value))
+    if any(k < -1 for k in values) or (len(values) == 1 and values[0] == 0 and ":" not in text):
+        raise ValueError(f"hop {hop_number}: fanout {text!r} is invalid; use -1 (all), 0 (skip a relation) or k >= 1")
+    if -1 in values:
+        return -1
+    if max(values) < 1:
+        raise ValueError(f"hop {hop_number}: {text!r} expands no relation")
+    return max(values)
+
+
 def parse_relation_fanouts(hop: str | int, relation_keys: Sequence[str], *, hop_number: int = 1) -> list[int]:
     """One hop's fanouts, one per relation: an int for every relation, or `key:k,key:k,...`.
 

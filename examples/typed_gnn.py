@@ -2,12 +2,17 @@
 
     graphtier dataset prepare ogb:/data/ogb_hetero_acm --name acm   # ACM (HAN, HeCo) in OGB's typed layout
     torchrun --nproc-per-node 2 examples/typed_gnn.py --dataset acm --epochs 60
+    graphtier job submit --dataset acm --script examples/typed_gnn.py --fanout '10;10' --batch-size 32 \
+        --epochs 60 --nproc-per-node 2 --wait                        # the daemon's producers and tiers
 
-Each rank samples its shard of the train ids with the typed sampler (per-relation fanouts,
-`--fanout '10;10'` or `'author-rev_written_by-paper:10,...;...'`), reads each featured type's
-input rows from the dataset, and trains `RGCN` under DistributedDataParallel (gloo). Featureless
-types (ACM's authors and subjects) get learned embeddings. Prints one JSON line: the test accuracy
-at the epoch of best validation accuracy, over all ranks.
+Under torchrun alone each rank samples its shard of the train ids with the typed sampler
+(per-relation fanouts, `--fanout '10;10'` or `'author-rev_written_by-paper:10,...;...'`) and reads
+each featured type's input rows from the dataset. Submitted with `job submit --script`, the job's
+spec decides data and optimisation (fanouts, batch size, epochs, lr, hidden, dropout, weight decay)
+and the batches come from the daemon's producers through `graphtier.connect()`: typed batches with
+`x_dict` per node type. Either way it trains `RGCN` (or `HGT`) under DistributedDataParallel
+(gloo); featureless types (ACM's authors and subjects) get learned embeddings. Prints one JSON
+line: the test accuracy at the epoch of best validation accuracy, over all ranks.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from graphtier.contract.environment import JOB_ID_ENV
 from graphtier.contract.hetero import split_fanout_hops
 from graphtier.launcher.runtime.models.hgt import HGT
-from graphtier.launcher.runtime.models.rgcn import RGCN
+from graphtier.launcher.runtime.models.rgcn import RGCN, typed_param_groups
 from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
 from graphtier.service.prepared import PreparedDataset
 
@@ -40,9 +46,38 @@ def accuracy(model, batches) -> tuple[int, int]:
     return correct, total
 
 
+def train_in_job(args: argparse.Namespace) -> None:
+    """Inside `job submit --script`: the daemon's typed batches through the public loader API."""
+    import graphtier
+
+    with graphtier.connect() as job:
+        spec, info = job.spec, job.dataset
+        build = HGT if args.model == "hgt" else RGCN
+        model = build(info.hetero, spec.hidden, info.num_classes, len(info.fanouts), dropout=spec.dropout)
+        optimizer = torch.optim.Adam(
+            typed_param_groups(model, spec.lr), lr=spec.lr, weight_decay=spec.weight_decay
+        )  # the featureless types' embeddings at a tenth of the rate
+        ddp = job.prepare(model, optimizer)
+        best = {"val_acc": -1.0}
+        for epoch in job.epochs():
+            for batch in job.batches(epoch):  # TypedBatch: blocks, edge_types, x_dict, y
+                ids, types = batch.input_nodes
+                logits = ddp(batch.blocks, batch.edge_types, ids, types, batch.x_dict)
+                loss = F.cross_entropy(logits, batch.y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                job.step(loss, logits)
+            accuracy = job.evaluate(model)  # every neighbour, over all ranks
+            if accuracy["val"] > best["val_acc"]:
+                best = {"epoch": epoch, "val_acc": accuracy["val"], "test_acc": accuracy["test"]}
+        if job.rank == 0:
+            print(json.dumps({"dataset": spec.dataset, "ranks": job.world_size, "model": args.model, **best}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--dataset", help="prepared typed dataset (the job's, under job submit --script)")
     parser.add_argument("--root", type=Path, default=None, help="dataset root (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--fanout", default="10;10")
     parser.add_argument("--model", choices=("rgcn", "hgt"), default="rgcn")
@@ -61,6 +96,11 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if os.environ.get(JOB_ID_ENV):
+        train_in_job(args)
+        return
+    if args.dataset is None:
+        parser.error("--dataset is required outside a submitted job")
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -76,12 +116,10 @@ def main() -> None:
     build = HGT if args.model == "hgt" else RGCN
     model = build(schema, args.hidden, dataset.manifest.num_classes, 2, dropout=args.dropout)
     ddp = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
-    embeddings = list(model.input.embed.parameters())
-    others = [p for p in model.parameters() if all(p is not e for e in embeddings)]
-    embedding_lr = args.lr / 10 if args.embedding_lr is None else args.embedding_lr
-    optimizer = torch.optim.Adam(
-        [{"params": others}, {"params": embeddings, "lr": embedding_lr}], lr=args.lr, weight_decay=args.weight_decay
-    )
+    groups = typed_param_groups(model, args.lr)
+    if args.embedding_lr is not None and len(groups) > 1:
+        groups[1]["lr"] = args.embedding_lr
+    optimizer = torch.optim.Adam(groups, lr=args.lr, weight_decay=args.weight_decay)
     best = {"val_acc": -1.0}
     for epoch in range(args.epochs):
         ddp.train()

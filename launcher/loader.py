@@ -53,6 +53,7 @@ from torch.nn.parallel import DistributedDataParallel
 from graphtier.contract.endpoints import read_endpoints
 from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
@@ -66,15 +67,19 @@ from graphtier.launcher.runtime.link_eval import evaluate_links
 from graphtier.launcher.runtime.link_loop import run_link_training
 from graphtier.launcher.runtime.link_model import NodeEmbeddings
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
+from graphtier.launcher.runtime.models import build_typed_model
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
+from graphtier.launcher.runtime.typed_batches import TypedBatch, TypedLocalBatches, typed_forward
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.subgraph import Block
 from graphtier.service.store import AttachedDataset, attach_dataset
 
-__all__ = ["Block", "DatasetInfo", "DeviceBatch", "Job", "connect"]
+TYPED_EVAL_BATCH_SIZE = 1024  # the fewest seeds per evaluation batch of a typed job (few passes, same figures)
+
+__all__ = ["Block", "DatasetInfo", "DeviceBatch", "Job", "TypedBatch", "connect"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ class DatasetInfo:
     fanouts: list[int]  # neighbours per hop of this job's sampler (hops = model layers)
     batch_size: int  # seed nodes per batch per rank
     steps_per_epoch: int  # batches per epoch on every rank
+    hetero: HeteroSchema | None = None  # a typed dataset's node types, relations and target type; None: one type
 
 
 class Job:
@@ -124,12 +130,14 @@ class Job:
             fanouts=list(spec.fanouts),
             batch_size=spec.batch_size,
             steps_per_epoch=self.channel.steps_per_epoch,
+            hetero=self.data.handle.hetero,
         )
         link = spec.task == "link"
+        self.typed = self.data.typed  # typed batches (TypedBatch): per-type x_dict, per-relation blocks
         self.config = TrainConfig(
             model=spec.model,
             # a link job's encoder outputs `hidden`-wide embeddings; a featureless graph's input is a learned row
-            in_dim=grant.feature_dim or spec.hidden if link else grant.feature_dim,
+            in_dim=grant.feature_dim or spec.hidden if link or self.typed else grant.feature_dim,
             num_classes=spec.hidden if link else grant.num_classes,
             task=spec.task,
             decoder=spec.decoder,
@@ -151,13 +159,22 @@ class Job:
         )
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
         self.session = TrainSession(self.ctx, self.config, self.reporter)
-        self._eval = (
-            None
-            if link
-            else LocalBatchSource(
+        self._eval: LocalBatchSource | TypedLocalBatches | None = None
+        if self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
+            self._eval = TypedLocalBatches(
+                self.data,
+                spec.relation_fanouts or spec.fanouts,
+                spec.batch_size,
+                self.ctx.rank,
+                self.ctx.world_size,
+                spec.seed,
+                eval_fanouts=[-1] * len(spec.fanouts),
+                eval_batch_size=max(spec.batch_size, TYPED_EVAL_BATCH_SIZE),
+            )
+        elif not link:
+            self._eval = LocalBatchSource(
                 self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed
             )
-        )
         self._epoch, self._index, self._current = 0, 0, None
         self._finished = self._closed = self._own_launch = False
         self._prepared: PreparedDataset | None = None
@@ -203,7 +220,11 @@ class Job:
             )
         if not self.ctx.distributed:
             return model
-        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return DistributedDataParallel(
+            model,
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            find_unused_parameters=self.typed,  # a typed batch may leave some relations' or types' weights unused
+        )
 
     def epochs(self) -> Iterator[int]:
         """The epochs left to train (all of them, or from the checkpoint resumed from); at the end of
@@ -282,15 +303,40 @@ class Job:
             raise GraphtierError(
                 f"dataset {self.spec.dataset!r} has no split {missing[0]!r}; it has {sorted(self.data.splits)}"
             )
+        if forward is None and self.typed:
+            forward = typed_forward
         return self.session.evaluate(self._epoch, self._index, self._eval.eval_batches, model, forward, tuple(splits))
 
     def fit(self, model: nn.Module | None = None) -> TrainResult:
         """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
-        resume. `model` takes `(blocks, x)`; None builds the spec's built-in `model`."""
+        resume. `model` takes `(blocks, x)` (on a typed job `(blocks, edge_types, node_ids, node_types,
+        x_dict)`, as R-GCN and HGT do); None builds the spec's built-in `model`."""
         if self._eval is None:
             if model is not None:
                 raise GraphtierError("job.fit(model) trains node classification; a link job builds its own LinkModel")
             result = run_link_training(self.channel.batches_for_epoch, self._evaluate_links, self.config, self.reporter)
+        elif self.typed:
+            schema = self.data.handle.hetero
+            assert schema is not None
+            spec = self.spec
+            if model is None:
+                model = build_typed_model(
+                    spec.model,
+                    schema,
+                    spec.hidden,
+                    self.dataset.num_classes,
+                    len(spec.fanouts),
+                    spec.dropout,
+                    spec.heads,
+                )
+            result = run_training(
+                self.channel.batches_for_epoch,
+                self._eval.eval_batches,
+                self.config,
+                self.reporter,
+                model=model,
+                forward=typed_forward,
+            )
         else:
             result = run_training(
                 self.channel.batches_for_epoch, self._eval.eval_batches, self.config, self.reporter, model=model

@@ -129,3 +129,16 @@ def cora_link(prepared_root, shared_datasets):
         )
     )
     return PreparedDataset.open("cora-link", prepared_root)
+
+
+@pytest.fixture(scope="session")
+def prepared_acm(shared_datasets, prepared_root):
+    """ACM (split heco20) prepared with wrpr and reverse relations as "acm", shared by read-only tests
+    and by daemons serving prepared_root."""
+    from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+
+    source = shared_datasets / "ogb_hetero_acm"
+    if not source.is_dir():
+        pytest.skip(f"{source} not found")
+    prepare_dataset(PrepareConfig(source=f"ogb:{source}", name="acm", root=prepared_root))
+    return PreparedDataset(prepared_root / "acm")

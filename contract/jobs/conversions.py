@@ -37,7 +37,13 @@ from graphtier.contract.jobs.view import (
 )
 from graphtier.v1 import jobs_pb2, progress_pb2
 
-_MODELS = {"sage": jobs_pb2.MODEL_SAGE, "gcn": jobs_pb2.MODEL_GCN, "gat": jobs_pb2.MODEL_GAT}
+_MODELS = {
+    "sage": jobs_pb2.MODEL_SAGE,
+    "gcn": jobs_pb2.MODEL_GCN,
+    "gat": jobs_pb2.MODEL_GAT,
+    "rgcn": jobs_pb2.MODEL_RGCN,
+    "hgt": jobs_pb2.MODEL_HGT,
+}
 _DEVICES = {"cpu": jobs_pb2.DEVICE_CPU, "cuda": jobs_pb2.DEVICE_CUDA}
 
 
@@ -62,6 +68,7 @@ def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
         dataset=spec.dataset,
         model=_MODELS[spec.model],
         fanouts=spec.fanouts,
+        relation_fanouts=spec.relation_fanouts,
         batch_size=spec.batch_size,
         hidden=spec.hidden,
         epochs=spec.epochs,
@@ -105,9 +112,11 @@ def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
         names = {v: k for k, v in _MODELS.items()}
         values["model"] = names.get(message.model, f"unknown model {message.model}")
     elif not message.script:
-        values["model"] = "model not set (choose sage, gcn or gat, or name a script)"
+        values["model"] = "model not set (choose sage, gcn, gat, rgcn or hgt, or name a script)"
     if message.fanouts:
         values["fanouts"] = list(message.fanouts)
+    if message.relation_fanouts:
+        values["relation_fanouts"] = list(message.relation_fanouts)
     for name in (
         "batch_size",
         "hidden",

@@ -16,13 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.fanouts import check_channel_fanouts
+from graphtier.contract.hetero import hop_fanout_bound
 from graphtier.contract.link import DecoderKind, NegativeSampling, TaskKind
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.network import MAX_PEERS
 from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
-ModelKind = Literal["sage", "gcn", "gat"]
+ModelKind = Literal["sage", "gcn", "gat", "rgcn", "hgt"]
+TYPED_MODELS = ("rgcn", "hgt")  # models of typed (heterogeneous) datasets; the others take homogeneous ones
 DeviceKind = Literal["cpu", "cuda"]
 
 
@@ -40,11 +42,22 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dataset: str = Field(min_length=1, description="Prepared dataset to train on (loaded with `budgets` if needed).")
-    model: ModelKind = Field("sage", description="sage (GraphSAGE mean), gcn or gat.")
+    model: ModelKind = Field(
+        "sage",
+        description="sage (GraphSAGE mean), gcn or gat on a homogeneous dataset; rgcn (R-GCN) or hgt (HGT-style "
+        "attention) on a typed one.",
+    )
     fanouts: list[int] = Field(default_factory=lambda: [10, 5], description="Neighbours per hop; -1 = all.")
+    relation_fanouts: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Typed datasets: per hop, `head-rel-tail:k,...` (relations not named are not expanded at that "
+        "hop) or one int for every relation; empty = `fanouts` for every relation. Sets `fanouts` to each hop's "
+        "largest fanout; checked against the dataset's relations at submit.",
+    )
     batch_size: int = Field(1024, ge=1, le=1 << 20, description="Seed nodes per batch per rank.")
     hidden: int = Field(256, ge=1, le=1 << 16, description="Hidden width of the model.")
-    heads: int = Field(4, ge=1, le=64, description="Attention heads (gat only).")
+    heads: int = Field(4, ge=1, le=64, description="Attention heads (gat and hgt only).")
     epochs: int = Field(1, ge=1, le=100_000, description="Passes over the train ids.")
     lr: float = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Adam L2 weight decay.")
@@ -179,10 +192,17 @@ class JobSpec(BaseModel):
             )
         return script
 
+    @field_validator("relation_fanouts")
+    @classmethod
+    def _check_relation_fanouts(cls, hops: list[str]) -> list[str]:
+        for number, hop in enumerate(hops, start=1):
+            hop_fanout_bound(hop, hop_number=number)  # the form; the relations are the dataset's, checked at submit
+        return [hop.strip() for hop in hops]
+
     @model_validator(mode="after")
     def _check_heads(self) -> JobSpec:
-        if self.model == "gat" and self.hidden % self.heads:
-            raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads} for model gat")
+        if self.model in ("gat", "hgt") and self.hidden % self.heads:
+            raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads} for model {self.model}")
         if self.args and not self.script:
             raise ValueError(f"args {self.args} need a script to pass them to")
         if self.nodes and self.nnodes not in (1, len(self.nodes)):
@@ -227,7 +247,37 @@ class JobSpec(BaseModel):
                 f"replicate={self.replicate} applies to features 'partitioned' only (every row is on "
                 "every node with 'replicated')"
             )
+        self._check_typed()
         return self
+
+    def _check_typed(self) -> None:
+        """A typed model's job: per-relation fanouts set `fanouts`; what typed batches do not serve is refused."""
+        if self.relation_fanouts:
+            if self.model not in TYPED_MODELS and not self.script:
+                raise ValueError(
+                    f"relation fanouts {self.relation_fanouts} sample a typed dataset: they need model rgcn or hgt "
+                    f"(or a script), not {self.model}"
+                )
+            bounds = [hop_fanout_bound(hop, hop_number=i + 1) for i, hop in enumerate(self.relation_fanouts)]
+            object.__setattr__(self, "fanouts", bounds)  # frozen: the hops' bounds size slots and model layers
+        if self.model not in TYPED_MODELS:
+            return
+        unserved = {
+            "task": ("node", "typed link prediction is not served by job submit"),
+            "device": ("cpu", "typed batches are gathered into host slots only"),
+            "sampler": ("cpu", "the typed sampler runs on the cpu"),
+            "nnodes": (1, "typed jobs run on one node"),
+            "window": (0, "typed batches are gathered without a look-ahead window"),
+            "storage_reads": ("mmap", "typed storage rows are read through the file mapping"),
+        }
+        for field, (served, why) in unserved.items():
+            if getattr(self, field) != served:
+                raise ValueError(f"model {self.model}: {field}={getattr(self, field)!r} is not supported ({why})")
+
+    @property
+    def typed(self) -> bool:
+        """Whether the job trains a typed model (rgcn, hgt) on a typed dataset."""
+        return self.model in TYPED_MODELS
 
     @property
     def trains(self) -> str:

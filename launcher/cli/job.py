@@ -213,8 +213,14 @@ def split_args(text: str) -> list[str]:
 @app.command()
 def submit(
     dataset: Annotated[str | None, typer.Option(help="prepared dataset to train on")] = None,
-    model: Annotated[str | None, typer.Option(help="sage, gcn or gat")] = None,
-    fanout: Annotated[str | None, typer.Option(help="neighbours per hop, e.g. 15,10,5 (-1 = all)")] = None,
+    model: Annotated[str | None, typer.Option(help="sage, gcn or gat; rgcn or hgt on a typed dataset")] = None,
+    fanout: Annotated[
+        str | None,
+        typer.Option(
+            help="neighbours per hop, e.g. 15,10,5 (-1 = all); on a typed dataset per relation, hops split by ';': "
+            "'paper-written_by-author:10,...;5'"
+        ),
+    ] = None,
     batch_size: Annotated[int | None, typer.Option(help="seed nodes per batch per rank")] = None,
     hidden: Annotated[int | None, typer.Option(help="hidden width")] = None,
     heads: Annotated[int | None, typer.Option(help="attention heads (gat)")] = None,
@@ -324,11 +330,13 @@ def submit(
     json_out: JsonOption = False,
 ) -> None:
     """Submit a job (flags or --spec job.yaml) and print its id."""
+    from graphtier.contract.hetero import split_fanout_hops
     from graphtier.contract.jobs.script_defaults import DEFAULTS_NAME, script_defaults
     from graphtier.contract.jobs.spec import JobSpec
     from graphtier.launcher.cli.dataset import parse_fanouts
 
     with error_boundary():
+        typed_fanout = fanout is not None and (":" in fanout or ";" in fanout)
         budgets = {
             "num_devices": num_devices,
             "device_replicated": device_replicated,
@@ -339,7 +347,8 @@ def submit(
         flags = {
             "dataset": dataset,
             "model": model,
-            "fanouts": parse_fanouts(fanout) if fanout else None,
+            "fanouts": parse_fanouts(fanout) if fanout and not typed_fanout else None,
+            "relation_fanouts": split_fanout_hops(fanout) if fanout and typed_fanout else None,
             "batch_size": batch_size,
             "hidden": hidden,
             "heads": heads,

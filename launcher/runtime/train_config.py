@@ -24,7 +24,9 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: ModelName = Field("sage", description="built-in model: sage (GraphSAGE mean), gcn or gat")
+    model: ModelName = Field(
+        "sage", description="built-in model: sage (GraphSAGE mean), gcn or gat; rgcn or hgt on a typed dataset"
+    )
     in_dim: int = Field(ge=1, description="input feature width (the dataset manifest's feature_dim)")
     num_classes: int = Field(
         ge=2, description="output classes (the dataset manifest's num_classes); link: the embedding width"

@@ -21,20 +21,27 @@ from torch.nn.parallel import DistributedDataParallel
 from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.batch import Batch, on_device
 from graphtier.launcher.runtime.distributed import DistContext
-from graphtier.launcher.runtime.evaluation import EvalBatches
+from graphtier.launcher.runtime.evaluation import EvalBatches, Forward
 from graphtier.launcher.runtime.models import build_model
+from graphtier.launcher.runtime.models.rgcn import TypedInput, typed_param_groups
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
 
 
 def _train_step(
-    ddp: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, device: torch.device, session: TrainSession
+    ddp: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    device: torch.device,
+    session: TrainSession,
+    forward: Forward | None = None,
 ) -> tuple[float, int, int]:
     """One optimizer step on `batch`; returns (loss, correct seeds, labelled seeds). The session's
-    non-finite guard checks the loss before backward and the gradients before the optimizer step."""
+    non-finite guard checks the loss before backward and the gradients before the optimizer step.
+    `forward(model, batch)` computes the logits (default `model(blocks, x)`)."""
     batch = on_device(batch, device)
-    x, y = batch.x, batch.y
-    logits = ddp(batch.blocks, x)
+    y = batch.y
+    logits = forward(ddp, batch) if forward is not None else ddp(batch.blocks, batch.x)
     if logits.shape[0] != y.shape[0]:
         raise GraphtierError(f"the model returned {logits.shape[0]} rows for a batch of {y.shape[0]} seeds")
     labelled = y >= 0
@@ -56,17 +63,21 @@ def run_training(
     progress_cb: Callable[[TrainProgress], None] | None = None,
     *,
     model: nn.Module | None = None,
+    forward: Forward | None = None,
 ) -> TrainResult:
     """Train `config.epochs` epochs on this rank's batches; see the module docstring.
 
     `batches_for_epoch(e)` yields this rank's batches of epoch e, the same sequence every time
     it is called for e (resuming skips the batches a checkpoint already covers, releasing
     them). `eval_batches(split)` yields this rank's batches of a split; None skips evaluation.
-    `model`, when given, replaces the built-in `config.model` (same forward signature).
+    `model`, when given, replaces the built-in `config.model` (same forward signature);
+    `forward(model, batch)` computes a batch's logits when the model is not called `(blocks, x)` (a
+    typed model: `typed_forward`). A typed model's learned embeddings learn at a tenth of the rate,
+    and DDP allows parameters a batch leaves unused (relations or types it does not sample).
     """
     ctx = DistContext.from_env(config.device, timeout_s=config.dist_timeout_s)
     try:
-        return _run(ctx, batches_for_epoch, eval_batches, config, progress_cb or (lambda _: None), model)
+        return _run(ctx, batches_for_epoch, eval_batches, config, progress_cb or (lambda _: None), model, forward)
     finally:
         ctx.shutdown()
 
@@ -78,6 +89,7 @@ def _run(
     config: TrainConfig,
     report: Callable[[TrainProgress], None],
     model: nn.Module | None,
+    forward: Forward | None,
 ) -> TrainResult:
     torch.manual_seed(config.seed)  # identical initial parameters on every rank
     module = (
@@ -88,7 +100,8 @@ def _run(
         )
     )
     module.to(ctx.device)
-    optimizer = torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    typed = any(isinstance(m, TypedInput) for m in module.modules())
+    optimizer = torch.optim.Adam(typed_param_groups(module, config.lr), lr=config.lr, weight_decay=config.weight_decay)
     session = TrainSession(ctx, config, report)
     position = session.resume(module, optimizer)
     if session.resumed_from is not None and ctx.rank == 0:
@@ -101,7 +114,7 @@ def _run(
     ddp: nn.Module = module
     if ctx.distributed:
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        ddp = DistributedDataParallel(module, device_ids=device_ids)
+        ddp = DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=typed)
     for epoch in range(position.epoch, config.epochs):
         skip = session.skip(epoch)
         session.start_epoch()
@@ -118,17 +131,17 @@ def _run(
                     break
                 session.begin_step(epoch, index + 1)
                 try:
-                    loss, correct, labelled = _train_step(ddp, optimizer, batch, ctx.device, session)
+                    loss, correct, labelled = _train_step(ddp, optimizer, batch, ctx.device, session, forward)
                 finally:
                     batch.release()
                 done = index + 1
                 session.record_step(epoch, done, loss, correct, labelled)
         if session.end_epoch(epoch, done) and eval_batches is not None:
-            session.evaluate(epoch, done, eval_batches)
+            session.evaluate(epoch, done, eval_batches, forward=forward)
 
     if eval_batches is not None and session.evaluated_epoch != config.epochs - 1:
         # Resumed after the last epoch's checkpoint but before its evaluation finished.
-        session.evaluate(config.epochs - 1, 0, eval_batches)
+        session.evaluate(config.epochs - 1, 0, eval_batches, forward=forward)
     result = session.finish()
     # Every rank is done with the group before any rank destroys it: a gloo group torn down while a
     # peer still has work in it aborted a rank now and then ('terminate called without an active exception').

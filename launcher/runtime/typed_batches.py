@@ -1,8 +1,9 @@
 """`TypedLocalBatches`: typed mini-batches sampled and gathered in the trainer's own process.
 
-The typed counterpart of `LocalBatchSource` for a prepared typed dataset: the
-`TypedNeighborSampler` over its typed CSC, and each featured type's input rows read from its
-`features.<type>` array (memory-mapped) by type-local id. Epochs shuffle the train ids the same
+The typed counterpart of `LocalBatchSource` for a typed dataset, prepared on disk or attached
+from the daemon's tiers: the `TypedNeighborSampler` over its typed CSC, and each featured type's
+input rows read by type-local id (from its `features.<type>` array, or gathered from that
+type's tiers). A typed job's ranks evaluate with it, every neighbour taken. Epochs shuffle the train ids the same
 way on every rank (seeded by `seed` and the epoch) and give rank r every world_size-th id,
 wrapped so every rank runs the same number of steps; evaluation shards are exact.
 """
@@ -10,40 +11,25 @@ wrapped so every rank runs the same number of steps; evaluation shards are exact
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.traffic import TrafficCounts
 from graphtier.launcher.runtime.local_batches import _EVAL_STREAM, _ceil_div, batch_seed
+from graphtier.service.pipeline.batch import TypedBatch
 from graphtier.service.prepared import PreparedDataset
-from graphtier.service.sampling import Block
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
+from graphtier.service.store import AttachedDataset
+
+__all__ = ["TypedBatch", "TypedLocalBatches", "typed_forward"]
 
 
-@dataclass(frozen=True)
-class TypedBatch:
-    """One typed mini-batch: the sample, its input rows per featured type, the seeds' labels."""
-
-    subgraph: TypedSampledSubgraph
-    features: dict[str, Tensor]  # type -> [input nodes of that type, F_t], in their order among the inputs
-    labels: Tensor  # int64 [num_seeds]
-
-    @property
-    def blocks(self) -> list[Block]:
-        return self.subgraph.blocks()
-
-    @property
-    def edge_types(self) -> list[Tensor]:
-        """Per layer (input first), the relation of each of its block's edges."""
-        return [self.subgraph.edge_types[: b.num_edges] for b in self.blocks]
-
-    @property
-    def input_nodes(self) -> tuple[Tensor, Tensor]:
-        """(global ids, node types) of the first block's sources."""
-        n = self.blocks[0].num_src
-        return self.subgraph.node_ids[:n], self.subgraph.node_types[:n]
+def typed_forward(model: nn.Module, batch: TypedBatch) -> Tensor:
+    """The built-in typed models' call: `model(blocks, edge_types, node_ids, node_types, features)`."""
+    ids, types = batch.input_nodes
+    return model(batch.blocks, batch.edge_types, ids, types, batch.features)
 
 
 class TypedLocalBatches:
@@ -51,7 +37,7 @@ class TypedLocalBatches:
 
     def __init__(
         self,
-        dataset: PreparedDataset,
+        dataset: PreparedDataset | AttachedDataset,
         fanouts: Sequence[str | int],
         batch_size: int,
         rank: int = 0,
@@ -59,41 +45,67 @@ class TypedLocalBatches:
         seed: int = 0,
         *,
         eval_fanouts: Sequence[str | int] | None = None,
+        eval_batch_size: int | None = None,
     ) -> None:
-        schema = dataset.manifest.hetero
+        """`eval_batch_size`: seeds per evaluation batch (default `batch_size`); with every neighbour
+        taken (`eval_fanouts` -1) an evaluation's figures do not depend on it, only its time does."""
+        attached = isinstance(dataset, AttachedDataset)
+        schema = dataset.handle.hetero if attached else dataset.manifest.hetero
+        self.name = dataset.handle.dataset if attached else dataset.name
         if schema is None:
-            raise GraphtierError(f"dataset {dataset.name!r} is not a typed graph; use LocalBatchSource")
+            raise GraphtierError(f"dataset {self.name!r} is not a typed graph; use LocalBatchSource")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise GraphtierError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if not (world_size >= 1 and 0 <= rank < world_size):
             raise GraphtierError(f"need world_size >= 1 and 0 <= rank < world_size, got {rank}, {world_size}")
         self.dataset, self.schema = dataset, schema
         self.batch_size, self.rank, self.world_size, self.seed = batch_size, rank, world_size, seed
-        edge_type = dataset.array("edge_type")
+        self.eval_batch_size = eval_batch_size or batch_size
+        edge_type = dataset.edge_type if attached else dataset.array("edge_type")
+        assert edge_type is not None  # a typed handle carries it
         self.sampler = TypedNeighborSampler(dataset.graph, edge_type, schema, fanouts)
         self.eval_sampler = (
             TypedNeighborSampler(dataset.graph, edge_type, schema, eval_fanouts) if eval_fanouts else self.sampler
         )
-        self._rows = {t.name: dataset.array(t.feature_array) for t in schema.node_types if t.feature_array}
+        if attached:
+            self._splits = dataset.splits
+            self._featured = set(dataset.handle.typed_features)
+        else:
+            self._splits = {name: dataset.split(name) for name in ("train", "val", "test")}
+            self._rows = {t.name: dataset.array(t.feature_array) for t in schema.node_types if t.feature_array}
+            self._featured = set(self._rows)
         self.labels = dataset.labels
 
-    def steps_per_epoch(self) -> int:
-        return _ceil_div(_ceil_div(self.dataset.split("train").numel(), self.world_size), self.batch_size)
+    def _rows_of(self, node_type: str, local: Tensor) -> Tensor:
+        """Rows `local` (type-local ids) of a featured node type."""
+        if isinstance(self.dataset, AttachedDataset):
+            tiers = self.dataset.typed_tiers(node_type)
+            out = torch.empty((local.numel(), *tiers.row_shape), dtype=tiers.dtype)
+            self.dataset.gather_typed(node_type, local, out)
+            return out
+        return torch.index_select(self._rows[node_type], 0, local)
 
-    def _batch(self, sampler: TypedNeighborSampler, seeds: Tensor, seed: int) -> TypedBatch:
+    def steps_per_epoch(self) -> int:
+        return _ceil_div(_ceil_div(self._splits["train"].numel(), self.world_size), self.batch_size)
+
+    def _batch(self, sampler: TypedNeighborSampler, seeds: torch.Tensor, seed: int) -> TypedBatch:
         sub = sampler.sample(seeds, seed=seed)
         n = sub.block(0).num_src if sub.num_layers else sub.num_seeds
         ids, types = sub.node_ids[:n], sub.node_types[:n]
         features = {}
         for index, info in enumerate(self.schema.node_types):
-            if info.name in self._rows:
-                local = ids[types == index] - info.offset
-                features[info.name] = torch.index_select(self._rows[info.name], 0, local)
-        return TypedBatch(subgraph=sub, features=features, labels=self.labels[seeds])
+            if info.name in self._featured:
+                features[info.name] = self._rows_of(info.name, ids[types == index] - info.offset)
+        return TypedBatch(subgraph=sub, features=features, labels=self.labels[seeds], traffic=TrafficCounts())
+
+    def batch_for(self, seeds: torch.Tensor, seed: int) -> TypedBatch:
+        """The training sampler's batch of `seeds` (unique) drawn with sample seed `seed`: what a typed
+        producer's slot holds for the same seeds and seed (`TypedBatch.seeds`, `.sample_seed`)."""
+        return self._batch(self.sampler, seeds, seed)
 
     def epoch(self, epoch: int) -> Iterator[TypedBatch]:
         """This rank's training batches of `epoch`."""
-        train = self.dataset.split("train")
+        train = self._splits["train"]
         order = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))]
         per_rank = _ceil_div(order.numel(), self.world_size)
         padded = order.repeat(_ceil_div(per_rank * self.world_size, max(order.numel(), 1)))[
@@ -105,6 +117,10 @@ class TypedLocalBatches:
 
     def evaluate(self, split: str) -> Iterator[TypedBatch]:
         """This rank's exact shard of `split` ("val" or "test"), in batches."""
-        ids = self.dataset.split(split)[self.rank :: self.world_size]
-        for index, seeds in enumerate(ids.split(self.batch_size)):
+        if split not in self._splits:
+            raise GraphtierError(f"dataset {self.name!r} has no split {split!r}; it has {sorted(self._splits)}")
+        ids = self._splits[split][self.rank :: self.world_size]
+        for index, seeds in enumerate(ids.split(self.eval_batch_size)):
             yield self._batch(self.eval_sampler, seeds, batch_seed(self.seed, _EVAL_STREAM, self.rank, index))
+
+    eval_batches = evaluate  # the name the train loop's evaluation calls

@@ -1,7 +1,7 @@
 """`Batch`: one mini-batch as a trainer rank reads it, whoever sampled it.
 
 The producer side writes a batch into a slot (`SlotViews`, slots.py); the rank side reads it
-as a `Batch`: out of a slot (`ChannelReader`, zero-copy views), sampled in-process
+as a `Batch` (a `TypedBatch` for a typed dataset): out of a slot (`ChannelReader`, zero-copy views), sampled in-process
 (`LocalBatchSource`, tensors of its own), or moved onto the rank's device (`to`).
 """
 
@@ -133,3 +133,70 @@ class Batch:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+@dataclass
+class TypedBatch(Batch):
+    """A typed (heterogeneous) batch: `subgraph` is a `TypedSampledSubgraph` (one id space, every
+    sampled edge's relation, every node's type) and `features` maps each featured node type to its
+    input rows [nodes of that type among the first block's sources, F_t], in their order there.
+
+    Out of a slot every tensor is a read-only view, as for `Batch`. `relation_blocks(layer)` gives
+    one block per relation; the built-in R-GCN and HGT take `(blocks, edge_types, *input_nodes,
+    features)`. Featureless types have no entry: the model learns their rows.
+    """
+
+    features: dict[str, torch.Tensor]  # type: ignore[assignment]  # node type -> input rows of that type
+
+    @property
+    def x(self) -> torch.Tensor:
+        raise GraphtierError(
+            f"batch {self.batch} is typed: its input rows are per node type, in `x_dict` ({sorted(self.features)})"
+        )
+
+    @property
+    def x_dict(self) -> dict[str, torch.Tensor]:
+        """Node type -> input rows of that type (featured types only)."""
+        return self.features
+
+    @property
+    def edge_types(self) -> list[torch.Tensor]:
+        """Per layer (input first), the relation id of each of its block's edges."""
+        return [self.subgraph.edge_types[: b.num_edges] for b in self.blocks]  # type: ignore[attr-defined]
+
+    @property
+    def node_types(self) -> torch.Tensor:
+        """int64 [num_nodes]: the type index (schema order) of every local node."""
+        return self.subgraph.node_types  # type: ignore[attr-defined]
+
+    @property
+    def input_nodes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(global ids, type indices) of the first block's sources."""
+        n = self.blocks[0].num_src
+        return self.subgraph.node_ids[:n], self.node_types[:n]
+
+    def relation_blocks(self, layer: int) -> list[Block]:
+        """One block per relation (relation-id order) of layer `layer`, over the layer's local ids."""
+        return self.subgraph.relation_blocks(layer)  # type: ignore[attr-defined]
+
+    def to(self, device: torch.device) -> TypedBatch:
+        """This batch with its blocks, per-type rows and labels on `device`; releasing the copy releases this one."""
+        if self.labels.device == device and self.blocks[0].indptr.device == device:
+            return self
+        sub = self.subgraph
+        moved = dataclasses.replace(
+            sub,
+            node_ids=sub.node_ids.to(device),
+            indptr=sub.indptr.to(device),
+            indices=sub.indices.to(device),
+            edge_types=sub.edge_types.to(device),  # type: ignore[attr-defined]
+            node_types=sub.node_types.to(device),  # type: ignore[attr-defined]
+        )
+        return dataclasses.replace(
+            self,
+            subgraph=moved,
+            blocks=moved.blocks(),
+            features={name: rows.to(device, non_blocking=True) for name, rows in self.features.items()},
+            labels=self.labels.to(device, non_blocking=True),
+            _release=lambda _: self.release(),
+        )

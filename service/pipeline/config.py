@@ -37,6 +37,11 @@ class ProducerConfig(BaseModel):
     rank: int = Field(ge=0, description="Global rank this producer feeds.")
     world_size: int = Field(ge=1, description="Ranks in the job; train ids are sharded over them.")
     fanouts: list[int] = Field(description=f"Neighbours per hop, seeds' hop first; -1 = all; <= {MAX_HOPS} hops.")
+    relation_fanouts: list[str] = Field(
+        default_factory=list,
+        description="A typed dataset's fanouts per hop and relation ('head-rel-tail:k,...' or one int for every "
+        "relation); empty = `fanouts` for every relation. Ignored by homogeneous datasets.",
+    )
     batch_size: int = Field(ge=1, description="Seeds per batch.")
     epochs: int = Field(ge=1)
     seed: int = Field(ge=0, lt=2**63, description="Job seed: shared by all ranks (same permutation everywhere).")
@@ -109,6 +114,8 @@ class ProducerConfig(BaseModel):
     def _check_rank(self) -> ProducerConfig:
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        if self.relation_fanouts and len(self.relation_fanouts) != len(self.fanouts):
+            raise ValueError(f"relation_fanouts name {len(self.relation_fanouts)} hops, fanouts {len(self.fanouts)}")
         if self.link is not None and self.sampler == "gpu":
             raise ValueError("sampler 'gpu' samples node seeds only: a link job's pairs and negatives need sampler cpu")
         return self

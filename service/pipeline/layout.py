@@ -65,6 +65,17 @@ class SlotLayout(BaseModel):
     pairs: Region | None = Field(
         default=None, description="int64 [pairs, 2]: a link-prediction batch's pairs over seed local ids; else None."
     )
+    edge_types: Region | None = Field(
+        default=None, description="Typed batches: int64 [capacity.edges], the relation id of each sampled edge."
+    )
+    node_types: Region | None = Field(
+        default=None, description="Typed batches: int64 [capacity.nodes], the node type index of each sampled node."
+    )
+    type_features: dict[str, Region] = Field(
+        default_factory=dict,
+        description="Typed batches: each featured node type's input rows [capacity.nodes, F_t], in their order among "
+        "the sampled nodes; the ready message says how many rows of each a batch fills.",
+    )
     ready_event: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{128}$", description="Device slots: the producer's 'ready' IPC event."
     )
@@ -74,8 +85,10 @@ class SlotLayout(BaseModel):
 
     @model_validator(mode="after")
     def _check_regions(self) -> SlotLayout:
-        for name in ("node_ids", "indptr", "indices", "labels", "features", "pairs"):
-            region = getattr(self, name)
+        regions = {name: getattr(self, name) for name in ("node_ids", "indptr", "indices", "labels", "features")}
+        regions |= {"pairs": self.pairs, "edge_types": self.edge_types, "node_types": self.node_types}
+        regions |= {f"type_features[{name}]": region for name, region in self.type_features.items()}
+        for name, region in regions.items():
             if region is not None and region.end > self.memory.nbytes:
                 raise ValueError(
                     f"slot region {name} ends at byte {region.end}, past the {self.memory.nbytes} of its memory"

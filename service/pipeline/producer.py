@@ -54,6 +54,7 @@ from graphtier.service.pipeline.slots import SlotViews, create_control, create_s
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
 from graphtier.service.sampling.link import LinkSampler, LinkSubgraph, max_link_pairs, max_link_seeds
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.storage import StorageCounters
@@ -120,7 +121,25 @@ class Producer:
                 sm_share=cfg.grid_share,
             )
         self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
-        if cfg.sampler == "gpu":
+        self.schema = self.dataset.handle.hetero  # a typed dataset's: typed samples, rows gathered per type
+        hop_bounds = list(cfg.fanouts)
+        if self.schema is not None:
+            if cfg.sampler == "gpu" or cfg.link is not None or cfg.partition is not None or cfg.device != "cpu":
+                raise ChannelError(
+                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots, "
+                    "for node classification on one node"
+                )
+            assert self.dataset.edge_type is not None  # a typed handle carries it
+            self.sampler = TypedNeighborSampler(
+                graph,
+                self.dataset.edge_type,
+                self.schema,
+                cfg.relation_fanouts or cfg.fanouts,
+                backend=cfg.sampler_backend,
+            )
+            relations = len(self.schema.relations)  # a node may expand every relation into its type
+            hop_bounds = [k * relations if k > 0 else -1 for k in cfg.fanouts]
+        elif cfg.sampler == "gpu":
             self._setup_gpu_sampler()
         else:
             self.sampler = NeighborSampler(graph, cfg.fanouts, backend=cfg.sampler_backend)
@@ -137,18 +156,20 @@ class Producer:
             seed_capacity = max_link_seeds(cfg.batch_size, link.negatives, link.negative_sampling)
             pair_capacity = max_link_pairs(cfg.batch_size, link.negatives)
         self._limit = caps.upper_bound(
-            batch_size=seed_capacity, fanouts=cfg.fanouts, num_nodes=graph.num_nodes, num_edges=graph.num_edges
+            batch_size=seed_capacity, fanouts=hop_bounds, num_nodes=graph.num_nodes, num_edges=graph.num_edges
         )
         capacity = cfg.initial_capacity or self._probe()
         pid = os.getpid()
         self.control, control_ref, error_ref = create_control(self.owner, channel=self.channel, num_slots=cfg.num_slots)
         start_time = process_start_time(pid) or 0
         self.control.initialise(num_slots=cfg.num_slots, producer_pid=pid, producer_start_time=start_time)
-        self.control.header["simulated"] = int(self.source.simulated) if self.source is not None else 0
+        simulated = self.source.simulated if self.source is not None else self.schema is not None  # typed: accounted
+        self.control.header["simulated"] = int(simulated)
         self._slot_args = {
             "channel": self.channel,
             "batch_size": seed_capacity,
             "pair_capacity": pair_capacity,
+            "typed_rows": self._typed_rows(),
             "feature_shape": tiers.row_shape if tiers is not None else None,
             "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
             "device": self.slot_device,
@@ -180,6 +201,31 @@ class Producer:
             slots=[s.layout for s in self.slots],
         )
         self._write_layout()
+
+    def _typed_rows(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]] | None:
+        """A typed dataset's featured node types with their (row shape, dtype); None for a homogeneous one."""
+        if self.schema is None:
+            return None
+        rows = {}
+        for name in self.dataset.handle.typed_features:
+            tiers = self.dataset.typed_tiers(name)
+            rows[name] = (tiers.row_shape, tiers.dtype)
+        return rows
+
+    def _fill_typed(self, views: SlotViews, sub: TypedSampledSubgraph) -> tuple[TrafficCounts, dict[str, int]]:
+        """A typed batch's relations and node types into slot `views`, and each featured type's input
+        rows gathered from that type's tiers; returns the traffic and the rows of each type."""
+        assert self.schema is not None and views.edge_types is not None and views.node_types is not None
+        views.edge_types[: sub.num_edges].copy_(sub.edge_types)
+        views.node_types[: sub.num_nodes].copy_(sub.node_types)
+        traffic, counts = TrafficCounts(simulated=True), {}
+        for index, info in enumerate(self.schema.node_types):
+            if info.name not in views.type_features:
+                continue
+            local = sub.node_ids[sub.node_types == index] - info.offset
+            traffic += self.dataset.gather_typed(info.name, local, views.type_features[info.name])
+            counts[info.name] = local.numel()
+        return traffic, counts
 
     def _train_pairs(self) -> torch.Tensor:
         """A link job's train edges ([n, 2] in shared memory); ChannelError when the dataset has no edge split."""
@@ -327,6 +373,7 @@ class Producer:
             planned.seeds,
             planned.sample_seed,
         )
+        type_rows: dict[str, int] = {}  # a typed batch's input rows of each featured type
         if planned.subgraph is None:
             k, views, grown, sub, sample_ns, t1 = self._make_on_device(link, planned)
             rec = ctl.slots[k]
@@ -348,6 +395,10 @@ class Producer:
                 views.pairs[: sub.num_pairs].copy_(sub.pairs)
             else:
                 write_structure(views, sub, self.dataset.labels, num_seeds)
+            if isinstance(sub, TypedSampledSubgraph):
+                traffic, type_rows = self._fill_typed(views, sub)
+                rec.set_traffic(traffic)
+                ctl.header.set_traffic(traffic, add=True)
             if views.features is not None and self.source is not None:
                 traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
                 rec.set_traffic(traffic)
@@ -391,6 +442,8 @@ class Producer:
         }
         if isinstance(sub, LinkSubgraph):
             message["pairs"], message["positives"] = sub.num_pairs, sub.num_positive
+        if isinstance(sub, TypedSampledSubgraph):
+            message["type_rows"], message["num_relations"] = type_rows, sub.num_relations
         if grown:
             message["layout"] = views.layout.model_dump(mode="json")
         link.send(message)

@@ -6,12 +6,13 @@ producer's slots are reclaimed by the next owner) that the consumer maps read-on
 that writes into a batch by mistake faults instead of corrupting the next one. For a `--device
 cuda` job it is device memory on the rank's GPU (graphtier.service.memory), and the rank's
 views are CUDA tensors of it. Regions start on 64-byte boundaries (cache lines) in the order
-node_ids, indptr, indices, labels, pairs (link prediction only), features.
+node_ids, indptr, indices, labels, pairs (link prediction only), features; a typed batch's slot
+adds edge_types and node_types and, instead of features, one region of rows per featured node type.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -48,6 +49,9 @@ class SlotViews:
     labels: torch.Tensor
     features: torch.Tensor | None
     pairs: torch.Tensor | None = None  # int64 [pair capacity, 2]; link prediction only
+    edge_types: torch.Tensor | None = None  # int64 [capacity.edges]; typed batches only
+    node_types: torch.Tensor | None = None  # int64 [capacity.nodes]; typed batches only
+    type_features: dict[str, torch.Tensor] = field(default_factory=dict)  # typed: type -> [capacity.nodes, F_t]
 
     @property
     def device(self) -> torch.device:
@@ -69,6 +73,7 @@ def create_slot(
     feature_shape: tuple[int, ...] | None,
     feature_dtype: torch.dtype = torch.float32,
     pair_capacity: int | None = None,
+    typed_rows: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None,
     device: int | None = None,
     device_memory: DeviceMemoryMode = "ipc",
     exporter: FdExporter | None = None,
@@ -77,7 +82,8 @@ def create_slot(
     """Allocate slot `index` (generation `generation`) and return writable views: host memory of
     `owner`, or memory of GPU `device` shared as `device_memory` (vmm passes fds through `exporter`),
     ordered by the (ready, released) IPC `events` (`SlotOrdering.event_handles`). `batch_size` is
-    the seeds a batch may have; `pair_capacity` the pairs of a link-prediction batch (None: none)."""
+    the seeds a batch may have; `pair_capacity` the pairs of a link-prediction batch (None: none);
+    `typed_rows` (typed batches) each featured node type's (row shape, dtype)."""
     regions: list[tuple[str, tuple[int, ...], torch.dtype]] = [
         ("node_ids", (capacity.nodes,), torch.int64),
         ("indptr", (capacity.expanded + 1,), torch.int64),
@@ -88,10 +94,19 @@ def create_slot(
         regions.append(("pairs", (pair_capacity, 2), torch.int64))
     if feature_shape is not None:
         regions.append(("features", (capacity.nodes, *feature_shape), feature_dtype))
+    if typed_rows is not None:
+        regions.append(("edge_types", (capacity.edges,), torch.int64))
+        regions.append(("node_types", (capacity.nodes,), torch.int64))
+        regions.extend((f"type:{name}", (capacity.nodes, *shape), dtype) for name, (shape, dtype) in typed_rows.items())
     placed: dict[str, Region | None] = {"features": None, "pairs": None}
+    type_features: dict[str, Region] = {}
     end = 0
     for name, shape, dtype in regions:
-        placed[name] = Region(offset=end, shape=shape, dtype=dtype_name(dtype))
+        region = Region(offset=end, shape=shape, dtype=dtype_name(dtype))
+        if name.startswith("type:"):
+            type_features[name.removeprefix("type:")] = region
+        else:
+            placed[name] = region
         end = _align(end + _nbytes(shape, dtype))
     memory = allocate(
         slot_label(channel, index, generation),
@@ -110,6 +125,7 @@ def create_slot(
             memory=memory.handle,
             ready_event=ready,
             released_event=released,
+            type_features=type_features,
             **placed,
         )
     except BaseException:
@@ -129,6 +145,9 @@ def _views(layout: SlotLayout, memory: SharedMemory) -> SlotViews:
         labels=memory.view(layout.labels),
         features=features,
         pairs=memory.view(layout.pairs) if layout.pairs is not None else None,
+        edge_types=memory.view(layout.edge_types) if layout.edge_types is not None else None,
+        node_types=memory.view(layout.node_types) if layout.node_types is not None else None,
+        type_features={name: memory.view(region) for name, region in layout.type_features.items()},
     )
 
 

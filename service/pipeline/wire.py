@@ -43,6 +43,12 @@ def _slot_to_proto(slot: SlotLayout) -> channels_pb2.ChannelSlot:
         message.features.CopyFrom(region_to_proto(slot.features))
     if slot.pairs is not None:
         message.pairs.CopyFrom(region_to_proto(slot.pairs))
+    if slot.edge_types is not None:
+        message.edge_types.CopyFrom(region_to_proto(slot.edge_types))
+    if slot.node_types is not None:
+        message.node_types.CopyFrom(region_to_proto(slot.node_types))
+    for name, region in slot.type_features.items():
+        message.type_features[name].CopyFrom(region_to_proto(region))
     return message
 
 
@@ -58,6 +64,9 @@ def _slot_from_proto(m: channels_pb2.ChannelSlot) -> SlotLayout:
         labels=region_from_proto(m.labels),
         features=region_from_proto(m.features) if m.HasField("features") else None,
         pairs=region_from_proto(m.pairs) if m.HasField("pairs") else None,
+        edge_types=region_from_proto(m.edge_types) if m.HasField("edge_types") else None,
+        node_types=region_from_proto(m.node_types) if m.HasField("node_types") else None,
+        type_features={name: region_from_proto(region) for name, region in m.type_features.items()},
         ready_event=m.ready_event or None,
         released_event=m.released_event or None,
     )

@@ -45,10 +45,47 @@ class AttachedDataset:
     storage: torch.Tensor | None
     link_pairs: dict[str, torch.Tensor] = field(default_factory=dict)  # int64 [n, 2] by array name; see edge_split.py
     _tiers: dict[int, FeatureTiers] = field(default_factory=dict, repr=False)
+    _typed_tiers: dict[str, FeatureTiers] = field(default_factory=dict, repr=False)
     storage_reads: StorageReads = "mmap"  # how the storage rows are read: see graphtier.service.storage
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
     _reader: StorageReader | None = field(default=None, repr=False)
     checksums: RowChecksums | None = None  # the storage rows' recorded checksums: every read of them is checked
+    edge_type: torch.Tensor | None = None  # typed: int16 [num_edges], the relation of each CSC entry
+    typed_rows: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = field(default_factory=dict)
+    # typed: node type -> (resident rows, storage rows) in type-local ids
+
+    @property
+    def typed(self) -> bool:
+        return self.handle.hetero is not None
+
+    def typed_tiers(self, node_type: str) -> FeatureTiers:
+        """Node type `node_type`'s tier table over its type-local rows (device tiers accounted)."""
+        key = f"type:{node_type}"
+        if key not in self._typed_tiers:
+            ref = self.handle.typed_features.get(node_type)
+            if ref is None:
+                raise GraphtierError(f"dataset {self.handle.dataset!r} has no feature rows of node type {node_type!r}")
+            resident, storage = self.typed_rows[node_type]
+            some = resident if resident is not None else storage
+            assert some is not None  # a type with a plan has rows in one place or the other
+            empty = some.new_empty((0, *some.shape[1:]))
+            plan = ref.plan
+            self._typed_tiers[key] = FeatureTiers(
+                replicated_end=plan.replicated_end,
+                interleaved_end=plan.interleaved_end,
+                host_end=plan.host_end,
+                num_rows=plan.num_nodes,
+                num_devices=max(plan.num_devices, 1),
+                device_index=0,
+                resident=resident if resident is not None else empty,
+                storage=storage if storage is not None else empty,
+                simulated=True,
+            )
+        return self._typed_tiers[key]
+
+    def gather_typed(self, node_type: str, local_ids: torch.Tensor, out: torch.Tensor) -> TrafficCounts:
+        """Rows `local_ids` (type-local) of node type `node_type` into out[:len(local_ids)], counted per tier."""
+        return tiered_gather(local_ids, self.typed_tiers(node_type), out)
 
     @property
     def has_features(self) -> bool:
@@ -175,6 +212,14 @@ def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads =
         storage=_open_storage(handle.storage_features) if handle.storage_features else None,
         storage_reads=storage_reads,
         checksums=_storage_checksums(handle.storage_features),
+        edge_type=attach_tensor(handle.edge_type) if handle.edge_type else None,
+        typed_rows={
+            name: (
+                attach_tensor(ref.resident) if ref.resident else None,
+                _open_storage(ref.storage) if ref.storage else None,
+            )
+            for name, ref in handle.typed_features.items()
+        },
     )
 
 

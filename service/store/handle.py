@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphtier.contract.hetero import HeteroSchema
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
 from graphtier.service.store.tier_ref import DeviceTierRef
@@ -25,6 +26,16 @@ class StorageTierRef(BaseModel):
         description="the checksum of every row of the file (int64 [num_nodes], `row_checksums`), which "
         "each read of storage rows is checked against; None for datasets prepared before they were recorded",
     )
+
+
+class TypedFeatureRef(BaseModel):
+    """One node type's feature rows: its own plan over its type-local rows, resident rows and storage rows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan: PlacementPlan = Field(description="tier boundaries over the type's rows (its share of the byte budget)")
+    resident: SegmentRef | None = Field(description="rows [0, plan.host_end) in shared memory")
+    storage: StorageTierRef | None = Field(description="rows [plan.host_end, plan.num_nodes) read from its file")
 
 
 class SharedDatasetHandle(BaseModel):
@@ -55,6 +66,11 @@ class SharedDatasetHandle(BaseModel):
     )
     placement_notes: tuple[str, ...] = Field(
         default=(), description="Why the placement differs from the budgets asked for (e.g. no peer access)."
+    )
+    hetero: HeteroSchema | None = Field(default=None, description="a typed dataset's schema; None: homogeneous")
+    edge_type: SegmentRef | None = Field(default=None, description="typed: int16 [num_edges], each entry's relation")
+    typed_features: dict[str, TypedFeatureRef] = Field(
+        default_factory=dict, description="typed: each featured node type's feature tiers, by type name"
     )
     class_labels: tuple[int, ...] | None = Field(
         default=None,

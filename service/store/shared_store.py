@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
+from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.graph.validate import check_structure
 from graphtier.service.memory import DeviceMemoryMode, FdExporter
 from graphtier.service.placement import PlacementPlan
@@ -18,7 +19,7 @@ from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
 from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
-from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
+from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
 from graphtier.service.store.verified_copy import copy_verified
 
 
@@ -30,6 +31,7 @@ class SharedDatasetStore:
         dataset: PreparedDataset,
         plan: PlacementPlan,
         *,
+        typed_plans: dict[str, PlacementPlan] | None = None,
         owner: SegmentOwner | None = None,
         devices: Sequence[int] = (),
         placement_notes: Sequence[str] = (),
@@ -37,9 +39,11 @@ class SharedDatasetStore:
         device_memory: DeviceMemoryMode = "ipc",
         fd_exporter: FdExporter | None = None,
     ) -> None:
-        """`devices`: the CUDA ordinals (plan.num_devices of them) whose memory holds the device
-        tiers; empty = the device tiers stay in host memory, accounted only. `verify`: check every
-        array it serves against the manifest's sha256 while copying (PreparedDatasetError).
+        """`typed_plans`: a typed dataset's plan per featured node type (over its type-local rows);
+        their device tiers are accounted, not placed on GPUs. `devices`: the CUDA ordinals
+        (plan.num_devices of them) whose memory holds the device tiers; empty = the device tiers
+        stay in host memory, accounted only. `verify`: check every array it serves against the
+        manifest's sha256 while copying (PreparedDatasetError).
         `device_memory`: how the device tiers are shared (ipc handles, or vmm fds). `fd_exporter`:
         the owner's fd socket; given, it passes the read-write fds of this store's segments (for GPUs
         that cannot register read-only host memory) and the fds of vmm device tiers."""
@@ -51,6 +55,13 @@ class SharedDatasetStore:
             )
         self.dataset = dataset
         self.plan = plan
+        self.typed_plans = typed_plans
+        if (dataset.manifest.hetero is None) != (typed_plans is None):
+            from graphtier.contract.errors import PlacementError
+
+            raise PlacementError(
+                f"dataset {dataset.name!r}: typed plans are for typed datasets, and a typed one needs them"
+            )
         self._own_owner = owner is None
         self.owner = owner or SegmentOwner()
         self.devices = tuple(devices)
@@ -139,6 +150,11 @@ class SharedDatasetStore:
                 plan, rows, self.devices, self.dataset.name, mode=self.device_memory, exporter=self.fd_exporter
             )
             device_refs = tuple(self.device_tiers.refs)
+        edge_type = self._copy("edge-type", ds.array("edge_type"), "edge_type") if ds.has("edge_type") else None
+        typed = {
+            name: self._typed_rows(index, name, typed_plan)
+            for index, (name, typed_plan) in enumerate((self.typed_plans or {}).items())
+        }
         colptr, row = self._copy("colptr", ds.array("colptr"), "colptr"), self._copy("row", ds.array("row"), "row")
         check_structure(self._copies["colptr"], self._copies["row"], plan.num_nodes, dataset=ds.name)  # as served
         if self.verify and features is not None and resident is None:  # every row is on storage: check the file
@@ -161,7 +177,34 @@ class SharedDatasetStore:
             placement_notes=self.placement_notes,
             fd_socket=self.fd_exporter.path if self.fd_exporter is not None else None,
             class_labels=tuple(ds.manifest.class_labels) if ds.manifest.class_labels is not None else None,
+            hetero=ds.manifest.hetero,
+            edge_type=edge_type,
+            typed_features=typed,
         )
+
+    def _typed_rows(self, index: int, name: str, plan: PlacementPlan) -> TypedFeatureRef:
+        """Node type `name`'s rows [0, plan.host_end) copied into a segment, the rest left in its file."""
+        ds = self.dataset
+        assert ds.manifest.hetero is not None
+        key = ds.manifest.hetero.type_named(name).feature_array
+        if key is None:
+            raise PreparedDatasetError(f"dataset {ds.name!r}: node type {name!r} has a plan but no feature array")
+        rows = ds.array(key)
+        resident = self._copy(f"type{index}-rows", rows[: plan.host_end], key) if plan.host_end > 0 else None
+        storage = None
+        if plan.host_end < plan.num_nodes:
+            path = ds.array_path(key)
+            storage = StorageTierRef(
+                path=str(path),
+                offset_bytes=npy_data_offset(path) + plan.host_end * plan.row_bytes,
+                first_row=plan.host_end,
+                rows=plan.num_nodes - plan.host_end,
+                row_shape=tuple(rows.shape[1:]),
+                dtype=str(rows.numpy().dtype),
+            )
+            if self.verify and resident is None:  # every row is on storage: check the file
+                copy_verified(path, key, ds.manifest.arrays[key], rows.new_empty((0, *rows.shape[1:])))
+        return TypedFeatureRef(plan=plan, resident=resident, storage=storage)
 
     @property
     def simulated_devices(self) -> bool:

@@ -22,10 +22,11 @@ from graphtier.contract.conversions import (
     timestamp,
 )
 from graphtier.contract.datasets import BudgetSpec, TierBytes
+from graphtier.contract.hetero import HeteroSchema
 from graphtier.service.memory.wire import handle_from_proto, handle_to_proto
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
-from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
+from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
 from graphtier.service.store.tier_ref import DeviceTierRef
 from graphtier.v1 import common_pb2, datasets_pb2
 
@@ -145,7 +146,26 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         message.resident_features.CopyFrom(segment_ref_to_proto(handle.resident_features))
     if handle.storage_features is not None:
         message.storage_features.CopyFrom(storage_ref_to_proto(handle.storage_features))
+    if handle.hetero is not None:
+        message.hetero_schema = handle.hetero.model_dump_json()
+    if handle.edge_type is not None:
+        message.edge_type.CopyFrom(segment_ref_to_proto(handle.edge_type))
+    for name, typed in handle.typed_features.items():
+        tiers = message.typed_features[name]
+        tiers.boundaries.CopyFrom(plan_to_proto(typed.plan))
+        if typed.resident is not None:
+            tiers.resident_features.CopyFrom(segment_ref_to_proto(typed.resident))
+        if typed.storage is not None:
+            tiers.storage_features.CopyFrom(storage_ref_to_proto(typed.storage))
     return message
+
+
+def _typed_from_proto(message: datasets_pb2.TypedFeatureTiers) -> TypedFeatureRef:
+    return TypedFeatureRef(
+        plan=plan_from_proto(message.boundaries),
+        resident=segment_ref_from_proto(message.resident_features) if message.HasField("resident_features") else None,
+        storage=storage_ref_from_proto(message.storage_features) if message.HasField("storage_features") else None,
+    )
 
 
 def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
@@ -169,6 +189,9 @@ def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
         ),
         fd_socket=message.fd_socket or None,
         placement_notes=tuple(message.placement_notes),
+        hetero=HeteroSchema.model_validate_json(message.hetero_schema) if message.hetero_schema else None,
+        edge_type=segment_ref_from_proto(message.edge_type) if message.HasField("edge_type") else None,
+        typed_features={name: _typed_from_proto(tiers) for name, tiers in message.typed_features.items()},
     )
     return DatasetLayoutInfo(
         handle=handle,

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from graphtier.contract.errors import PlacementError, SamplingError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.service.hotness import ScoreSpec, compute_scores
-from graphtier.service.placement import parse_budget
+from graphtier.service.placement import PlacementPlan, TierBudgets, parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 
@@ -61,6 +61,35 @@ def split_budget(schema: HeteroSchema, scores: torch.Tensor, budget_bytes: int) 
     for info in featured:
         rows[info.name] = int(((chosen >= info.offset) & (chosen < info.offset + info.count)).sum())
     return TypedSplit(budget_bytes=budget_bytes, rows=rows, used_bytes=int(widths[taken].sum()))
+
+
+def typed_plans(schema: HeteroSchema, scores: torch.Tensor, budgets: TierBudgets) -> dict[str, PlacementPlan]:
+    """Each featured type's `PlacementPlan` over its own (type-local) rows, the tiers' byte budgets
+    split across types as `split_budget` splits them: a tier's budget, added to the hotter tiers',
+    takes the hottest rows of all types. The daemon loads a typed dataset with these plans, so
+    it serves the placement `dataset tiering-report` scores. Interleaved rows round down to a
+    multiple of the devices per type; `host_bytes` None puts every other row on the host tier."""
+    devices = budgets.num_devices
+    replicated = split_budget(schema, scores, budgets.device_replicated_bytes).rows
+    on_device = split_budget(schema, scores, budgets.device_replicated_bytes + budgets.device_interleaved_bytes).rows
+    hot_bytes = budgets.device_replicated_bytes + budgets.device_interleaved_bytes
+    in_host = None if budgets.host_bytes is None else split_budget(schema, scores, hot_bytes + budgets.host_bytes).rows
+    plans = {}
+    for info in schema.node_types:
+        if info.featureless:
+            continue
+        first = replicated[info.name]
+        shared = (on_device[info.name] - first) // devices * devices if devices else 0
+        host_end = info.count if in_host is None else max(in_host[info.name], first + shared)
+        plans[info.name] = PlacementPlan(
+            num_nodes=info.count,
+            row_bytes=info.row_bytes,
+            num_devices=devices,
+            replicated_end=first,
+            interleaved_end=first + shared,
+            host_end=host_end,
+        )
+    return plans
 
 
 def _hit_bytes(schema: HeteroSchema, reads: torch.Tensor, scores: torch.Tensor, budget_bytes: int) -> dict[str, int]:

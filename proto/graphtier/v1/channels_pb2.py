@@ -25,25 +25,29 @@ _sym_db = _symbol_database.Default()
 from graphtier.v1 import common_pb2 as graphtier_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgraphtier/v1/channels.proto\x12\x0cgraphtier.v1\x1a\x19graphtier/v1/common.proto\"G\n\x12OpenChannelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x13\n\x0btrainer_pid\x18\x03 \x01(\x03\">\n\x0cSlotCapacity\x12\r\n\x05nodes\x18\x01 \x01(\x04\x12\r\n\x05\x65\x64ges\x18\x02 \x01(\x04\x12\x10\n\x08\x65xpanded\x18\x03 \x01(\x04\"\xe7\x03\n\x0b\x43hannelSlot\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12,\n\x08\x63\x61pacity\x18\x03 \x01(\x0b\x32\x1a.graphtier.v1.SlotCapacity\x12*\n\x06memory\x18\t \x01(\x0b\x32\x1a.graphtier.v1.MemoryHandle\x12&\n\x08node_ids\x18\n \x01(\x0b\x32\x14.graphtier.v1.Region\x12$\n\x06indptr\x18\x0b \x01(\x0b\x32\x14.graphtier.v1.Region\x12%\n\x07indices\x18\x0c \x01(\x0b\x32\x14.graphtier.v1.Region\x12$\n\x06labels\x18\r \x01(\x0b\x32\x14.graphtier.v1.Region\x12&\n\x08\x66\x65\x61tures\x18\x0e \x01(\x0b\x32\x14.graphtier.v1.Region\x12#\n\x05pairs\x18\x0f \x01(\x0b\x32\x14.graphtier.v1.Region\x12\x13\n\x0bready_event\x18\x12 \x01(\t\x12\x16\n\x0ereleased_event\x18\x13 \x01(\tJ\x04\x08\x04\x10\x05J\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\x08\x10\tJ\x04\x08\x10\x10\x11J\x04\x08\x11\x10\x12R\x0e\x63uda_ipc_eventR\x0c\x64\x65vice_index\"\xe9\x03\n\rChannelLayout\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07\x63hannel\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\r\x12\x12\n\nworld_size\x18\x05 \x01(\r\x12(\n\x05slots\x18\x06 \x03(\x0b\x32\x19.graphtier.v1.ChannelSlot\x12)\n\x07\x63ontrol\x18\x07 \x01(\x0b\x32\x18.graphtier.v1.SegmentRef\x12,\n\nerror_text\x18\x08 \x01(\x0b\x32\x18.graphtier.v1.SegmentRef\x12\x13\n\x0bsocket_path\x18\t \x01(\t\x12\x14\n\x0cproducer_pid\x18\n \x01(\x03\x12\x1b\n\x13producer_start_time\x18\x0b \x01(\x04\x12\x1d\n\x15stall_timeout_seconds\x18\x0c \x01(\x01\x12\x0f\n\x07\x64\x61taset\x18\r \x01(\t\x12\x11\n\tnum_nodes\x18\x0e \x01(\x03\x12\x13\n\x0b\x66\x65\x61ture_dim\x18\x0f \x01(\r\x12\x13\n\x0bnum_classes\x18\x10 \x01(\r\x12\x0f\n\x07\x66\x61nouts\x18\x11 \x03(\x05\x12\x12\n\nbatch_size\x18\x12 \x01(\r\x12\x17\n\x0fsteps_per_epoch\x18\x13 \x01(\x04\x12\x0e\n\x06\x65pochs\x18\x14 \x01(\r\"E\n\x15ReleaseChannelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0e\n\x06reason\x18\x03 \x01(\t\"2\n\x16ReleaseChannelResponse\x12\x18\n\x10\x62\x61tches_consumed\x18\x01 \x01(\x04\x32\xbb\x01\n\x0e\x43hannelService\x12L\n\x0bOpenChannel\x12 .graphtier.v1.OpenChannelRequest\x1a\x1b.graphtier.v1.ChannelLayout\x12[\n\x0eReleaseChannel\x12#.graphtier.v1.ReleaseChannelRequest\x1a$.graphtier.v1.ReleaseChannelResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgraphtier/v1/channels.proto\x12\x0cgraphtier.v1\x1a\x19graphtier/v1/common.proto\"G\n\x12OpenChannelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x13\n\x0btrainer_pid\x18\x03 \x01(\x03\">\n\x0cSlotCapacity\x12\r\n\x05nodes\x18\x01 \x01(\x04\x12\r\n\x05\x65\x64ges\x18\x02 \x01(\x04\x12\x10\n\x08\x65xpanded\x18\x03 \x01(\x04\"\xca\x05\n\x0b\x43hannelSlot\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12,\n\x08\x63\x61pacity\x18\x03 \x01(\x0b\x32\x1a.graphtier.v1.SlotCapacity\x12*\n\x06memory\x18\t \x01(\x0b\x32\x1a.graphtier.v1.MemoryHandle\x12&\n\x08node_ids\x18\n \x01(\x0b\x32\x14.graphtier.v1.Region\x12$\n\x06indptr\x18\x0b \x01(\x0b\x32\x14.graphtier.v1.Region\x12%\n\x07indices\x18\x0c \x01(\x0b\x32\x14.graphtier.v1.Region\x12$\n\x06labels\x18\r \x01(\x0b\x32\x14.graphtier.v1.Region\x12&\n\x08\x66\x65\x61tures\x18\x0e \x01(\x0b\x32\x14.graphtier.v1.Region\x12#\n\x05pairs\x18\x0f \x01(\x0b\x32\x14.graphtier.v1.Region\x12\x13\n\x0bready_event\x18\x12 \x01(\t\x12\x16\n\x0ereleased_event\x18\x13 \x01(\t\x12(\n\nedge_types\x18\x14 \x01(\x0b\x32\x14.graphtier.v1.Region\x12(\n\nnode_types\x18\x15 \x01(\x0b\x32\x14.graphtier.v1.Region\x12\x42\n\rtype_features\x18\x16 \x03(\x0b\x32+.graphtier.v1.ChannelSlot.TypeFeaturesEntry\x1aI\n\x11TypeFeaturesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.graphtier.v1.Region:\x02\x38\x01J\x04\x08\x04\x10\x05J\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\x08\x10\tJ\x04\x08\x10\x10\x11J\x04\x08\x11\x10\x12R\x0e\x63uda_ipc_eventR\x0c\x64\x65vice_index\"\xe9\x03\n\rChannelLayout\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07\x63hannel\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\r\x12\x12\n\nworld_size\x18\x05 \x01(\r\x12(\n\x05slots\x18\x06 \x03(\x0b\x32\x19.graphtier.v1.ChannelSlot\x12)\n\x07\x63ontrol\x18\x07 \x01(\x0b\x32\x18.graphtier.v1.SegmentRef\x12,\n\nerror_text\x18\x08 \x01(\x0b\x32\x18.graphtier.v1.SegmentRef\x12\x13\n\x0bsocket_path\x18\t \x01(\t\x12\x14\n\x0cproducer_pid\x18\n \x01(\x03\x12\x1b\n\x13producer_start_time\x18\x0b \x01(\x04\x12\x1d\n\x15stall_timeout_seconds\x18\x0c \x01(\x01\x12\x0f\n\x07\x64\x61taset\x18\r \x01(\t\x12\x11\n\tnum_nodes\x18\x0e \x01(\x03\x12\x13\n\x0b\x66\x65\x61ture_dim\x18\x0f \x01(\r\x12\x13\n\x0bnum_classes\x18\x10 \x01(\r\x12\x0f\n\x07\x66\x61nouts\x18\x11 \x03(\x05\x12\x12\n\nbatch_size\x18\x12 \x01(\r\x12\x17\n\x0fsteps_per_epoch\x18\x13 \x01(\x04\x12\x0e\n\x06\x65pochs\x18\x14 \x01(\r\"E\n\x15ReleaseChannelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0e\n\x06reason\x18\x03 \x01(\t\"2\n\x16ReleaseChannelResponse\x12\x18\n\x10\x62\x61tches_consumed\x18\x01 \x01(\x04\x32\xbb\x01\n\x0e\x43hannelService\x12L\n\x0bOpenChannel\x12 .graphtier.v1.OpenChannelRequest\x1a\x1b.graphtier.v1.ChannelLayout\x12[\n\x0eReleaseChannel\x12#.graphtier.v1.ReleaseChannelRequest\x1a$.graphtier.v1.ReleaseChannelResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graphtier.v1.channels_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_CHANNELSLOT_TYPEFEATURESENTRY']._loaded_options = None
+  _globals['_CHANNELSLOT_TYPEFEATURESENTRY']._serialized_options = b'8\001'
   _globals['_OPENCHANNELREQUEST']._serialized_start=72
   _globals['_OPENCHANNELREQUEST']._serialized_end=143
   _globals['_SLOTCAPACITY']._serialized_start=145
   _globals['_SLOTCAPACITY']._serialized_end=207
   _globals['_CHANNELSLOT']._serialized_start=210
-  _globals['_CHANNELSLOT']._serialized_end=697
-  _globals['_CHANNELLAYOUT']._serialized_start=700
-  _globals['_CHANNELLAYOUT']._serialized_end=1189
-  _globals['_RELEASECHANNELREQUEST']._serialized_start=1191
-  _globals['_RELEASECHANNELREQUEST']._serialized_end=1260
-  _globals['_RELEASECHANNELRESPONSE']._serialized_start=1262
-  _globals['_RELEASECHANNELRESPONSE']._serialized_end=1312
-  _globals['_CHANNELSERVICE']._serialized_start=1315
-  _globals['_CHANNELSERVICE']._serialized_end=1502
+  _globals['_CHANNELSLOT']._serialized_end=924
+  _globals['_CHANNELSLOT_TYPEFEATURESENTRY']._serialized_start=779
+  _globals['_CHANNELSLOT_TYPEFEATURESENTRY']._serialized_end=852
+  _globals['_CHANNELLAYOUT']._serialized_start=927
+  _globals['_CHANNELLAYOUT']._serialized_end=1416
+  _globals['_RELEASECHANNELREQUEST']._serialized_start=1418
+  _globals['_RELEASECHANNELREQUEST']._serialized_end=1487
+  _globals['_RELEASECHANNELRESPONSE']._serialized_start=1489
+  _globals['_RELEASECHANNELRESPONSE']._serialized_end=1539
+  _globals['_CHANNELSERVICE']._serialized_start=1542
+  _globals['_CHANNELSERVICE']._serialized_end=1729
 # @@protoc_insertion_point(module_scope)

@@ -28,7 +28,14 @@ class SlotCapacity(_message.Message):
     def __init__(self, nodes: _Optional[int] = ..., edges: _Optional[int] = ..., expanded: _Optional[int] = ...) -> None: ...
 
 class ChannelSlot(_message.Message):
-    __slots__ = ("index", "generation", "capacity", "memory", "node_ids", "indptr", "indices", "labels", "features", "pairs", "ready_event", "released_event")
+    __slots__ = ("index", "generation", "capacity", "memory", "node_ids", "indptr", "indices", "labels", "features", "pairs", "ready_event", "released_event", "edge_types", "node_types", "type_features")
+    class TypeFeaturesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _common_pb2.Region
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_common_pb2.Region, _Mapping]] = ...) -> None: ...
     INDEX_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +48,9 @@ class ChannelSlot(_message.Message):
     PAIRS_FIELD_NUMBER: _ClassVar[int]
     READY_EVENT_FIELD_NUMBER: _ClassVar[int]
     RELEASED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    EDGE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    NODE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FEATURES_FIELD_NUMBER: _ClassVar[int]
     index: int
     generation: int
     capacity: SlotCapacity
@@ -53,7 +63,10 @@ class ChannelSlot(_message.Message):
     pairs: _common_pb2.Region
     ready_event: str
     released_event: str
-    def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., capacity: _Optional[_Union[SlotCapacity, _Mapping]] = ..., memory: _Optional[_Union[_common_pb2.MemoryHandle, _Mapping]] = ..., node_ids: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indptr: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indices: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., features: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., pairs: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., ready_event: _Optional[str] = ..., released_event: _Optional[str] = ...) -> None: ...
+    edge_types: _common_pb2.Region
+    node_types: _common_pb2.Region
+    type_features: _containers.MessageMap[str, _common_pb2.Region]
+    def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., capacity: _Optional[_Union[SlotCapacity, _Mapping]] = ..., memory: _Optional[_Union[_common_pb2.MemoryHandle, _Mapping]] = ..., node_ids: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indptr: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., indices: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., features: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., pairs: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., ready_event: _Optional[str] = ..., released_event: _Optional[str] = ..., edge_types: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., node_types: _Optional[_Union[_common_pb2.Region, _Mapping]] = ..., type_features: _Optional[_Mapping[str, _common_pb2.Region]] = ...) -> None: ...
 
 class ChannelLayout(_message.Message):
     __slots__ = ("version", "channel", "job_id", "rank", "world_size", "slots", "control", "error_text", "socket_path", "producer_pid", "producer_start_time", "stall_timeout_seconds", "dataset", "num_nodes", "feature_dim", "num_classes", "fanouts", "batch_size", "steps_per_epoch", "epochs")

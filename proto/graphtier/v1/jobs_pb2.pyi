@@ -23,6 +23,8 @@ class Model(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_SAGE: _ClassVar[Model]
     MODEL_GCN: _ClassVar[Model]
     MODEL_GAT: _ClassVar[Model]
+    MODEL_RGCN: _ClassVar[Model]
+    MODEL_HGT: _ClassVar[Model]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -46,6 +48,8 @@ MODEL_UNSPECIFIED: Model
 MODEL_SAGE: Model
 MODEL_GCN: Model
 MODEL_GAT: Model
+MODEL_RGCN: Model
+MODEL_HGT: Model
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState
@@ -58,7 +62,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder")
+    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "relation_fanouts")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +99,7 @@ class JobSpec(_message.Message):
     NEGATIVES_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_SAMPLING_FIELD_NUMBER: _ClassVar[int]
     DECODER_FIELD_NUMBER: _ClassVar[int]
+    RELATION_FANOUTS_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
@@ -131,7 +136,8 @@ class JobSpec(_message.Message):
     negatives: int
     negative_sampling: str
     decoder: str
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ...) -> None: ...
+    relation_fanouts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., relation_fanouts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
     __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")

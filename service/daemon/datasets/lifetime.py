@@ -41,13 +41,19 @@ def file_identity(path: Path) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def resident_estimate(manifest: DatasetManifest, plan: PlacementPlan) -> int:
-    """Shared-memory bytes a load with `plan` takes: structure, labels, splits and the host rows."""
+def resident_estimate(
+    manifest: DatasetManifest, plan: PlacementPlan, typed_plans: dict[str, PlacementPlan] | None = None
+) -> int:
+    """Shared-memory bytes a load with `plan` takes: structure, labels, splits and the host rows (of
+    every featured node type by its own plan, for a typed dataset, with its edge types)."""
     arrays = manifest.arrays
     fixed = sum(
-        arrays[k].nbytes for k in ("colptr", "row", "labels", "train_ids", "val_ids", "test_ids") if k in arrays
+        arrays[k].nbytes
+        for k in ("colptr", "row", "edge_type", "labels", "train_ids", "val_ids", "test_ids")
+        if k in arrays
     )
-    return fixed + plan.host_end * plan.row_bytes
+    typed = sum(p.host_end * p.row_bytes for p in (typed_plans or {}).values())
+    return fixed + plan.host_end * plan.row_bytes + typed
 
 
 @dataclass(frozen=True)

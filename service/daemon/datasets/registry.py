@@ -35,13 +35,14 @@ from graphtier.service.daemon.datasets.lifetime import (
     over_budget,
     resident_estimate,
 )
-from graphtier.service.placement import PlacementPlan, TierBudgets
+from graphtier.service.placement import PlacementPlan, TierBudgets, TierSize
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name
 from graphtier.service.shm.naming import validate_label
 from graphtier.service.store import SharedDatasetStore
 from graphtier.service.store.handle import SharedDatasetHandle
 from graphtier.service.store.wire import DatasetLayoutInfo, LoadResult
+from graphtier.service.tiering.hetero import featured_bytes, typed_plans
 
 if TYPE_CHECKING:
     from graphtier.service.store.device_tiers import DeviceStructureSet
@@ -52,6 +53,9 @@ _LONGEST_LABEL_SUFFIX = "-train-ids"  # the store labels segments "<dataset>-<wh
 
 
 def feature_bytes(manifest: DatasetManifest) -> int:
+    """Bytes of the feature rows: the features array, or a typed dataset's rows of every featured type."""
+    if manifest.hetero is not None:
+        return featured_bytes(manifest.hetero)
     info = manifest.arrays.get("features")
     return info.nbytes if info is not None else 0
 
@@ -106,6 +110,13 @@ class LoadedDataset:
     def layout(self) -> DatasetLayoutInfo:
         plan = self.plan
         sizes = plan.tier_sizes(num_edges=self.manifest.num_edges)
+        device_bytes = plan.device_bytes_per_device()
+        typed = list((self.store.typed_plans or {}).values())
+        if typed:  # a typed dataset's feature rows are placed per type (its plan holds structure): summed over types
+            per_type = [p.tier_sizes() for p in typed]
+            for name in ("device_replicated", "device_interleaved", "host", "storage"):
+                sizes[name] = TierSize(sum(t[name].rows for t in per_type), sum(t[name].bytes for t in per_type))
+            device_bytes += sum(p.device_bytes_per_device() for p in typed)
         return DatasetLayoutInfo(
             handle=self.handle,
             tier_sizes=[TierBytes(tier=name, rows=size.rows, bytes=size.bytes) for name, size in sizes.items()],
@@ -114,7 +125,7 @@ class LoadedDataset:
             num_classes=self.manifest.num_classes,
             feature_bytes=feature_bytes(self.manifest),
             structure_bytes=structure_bytes(self.manifest),
-            device_bytes_per_device=plan.device_bytes_per_device(),
+            device_bytes_per_device=device_bytes,
             simulated_devices=self.store.simulated_devices,
             owner_pid=os.getpid(),
             loaded_at=self.loaded_at,
@@ -191,9 +202,9 @@ class DatasetRegistry:
             ) from None
 
     @staticmethod
-    def _plan(budgets: BudgetSpec, dataset: PreparedDataset) -> PlacementPlan:
-        manifest = dataset.manifest
-        tier_budgets = TierBudgets.parse(
+    def _tier_budgets(budgets: BudgetSpec, dataset: PreparedDataset) -> TierBudgets:
+        manifest = dataset.manifest  # percentages are of all feature bytes, a typed dataset's over every type
+        return TierBudgets.parse(
             feature_bytes=feature_bytes(manifest),
             structure_bytes=structure_bytes(manifest),
             num_devices=budgets.num_devices,
@@ -202,11 +213,30 @@ class DatasetRegistry:
             host=None if budgets.host is None else (budgets.host or 0),
             structure_device=budgets.structure_device or 0,
         )
+
+    @classmethod
+    def _plan(cls, budgets: BudgetSpec, dataset: PreparedDataset) -> PlacementPlan:
+        manifest = dataset.manifest
+        tier_budgets = cls._tier_budgets(budgets, dataset)
         colptr = dataset.array("colptr") if tier_budgets.structure_device_bytes else None
+        if manifest.hetero is not None:  # feature rows are placed per type (_typed_plans); this plan holds structure
+            structure_only = tier_budgets.model_copy(
+                update={"device_replicated_bytes": 0, "device_interleaved_bytes": 0, "host_bytes": None}
+            )
+            return PlacementPlan.from_budgets(structure_only, num_nodes=manifest.num_nodes, row_bytes=0, colptr=colptr)
         row_bytes = feature_bytes(manifest) // manifest.num_nodes
         return PlacementPlan.from_budgets(
             tier_budgets, num_nodes=manifest.num_nodes, row_bytes=row_bytes, colptr=colptr
         )
+
+    @classmethod
+    def _typed_plans(cls, budgets: BudgetSpec, dataset: PreparedDataset) -> dict[str, PlacementPlan] | None:
+        """A typed dataset's plan per featured node type: the one byte budget of each tier split across
+        types by score, as `dataset tiering-report` splits it; None for a homogeneous dataset."""
+        schema = dataset.manifest.hetero
+        if schema is None:
+            return None
+        return typed_plans(schema, dataset.scores, cls._tier_budgets(budgets, dataset))
 
     def _current(self, name: str) -> LoadedDataset | None:
         """The loaded copy of `name` if it is still the version on disk; a stale copy is retired
@@ -285,7 +315,10 @@ class DatasetRegistry:
         budgets = budgets or BudgetSpec()
         with self._lock:
             loaded = self._current(name)
-            if loaded is not None and self._plan(budgets, loaded.store.dataset) != loaded.asked_plan:
+            if loaded is not None and (
+                self._plan(budgets, loaded.store.dataset) != loaded.asked_plan
+                or self._typed_plans(budgets, loaded.store.dataset) != loaded.store.typed_plans
+            ):
                 users = self._users(name)
                 if users:
                     raise DatasetConflictError(
@@ -313,12 +346,14 @@ class DatasetRegistry:
             features = dataset.array_path("features") if dataset.has("features") else None
             storage_identity = file_identity(features) if features else None  # before the check: a later write shows
             asked = self._plan(budgets, dataset)
+            typed = self._typed_plans(budgets, dataset)
             decision = self.gpus.decide(asked, name)
-            self._make_room(name, resident_estimate(dataset.manifest, decision.plan))
+            self._make_room(name, resident_estimate(dataset.manifest, decision.plan, typed))
             t0 = time.perf_counter()
             store = SharedDatasetStore(
                 dataset,
                 decision.plan,
+                typed_plans=typed,
                 devices=decision.devices,
                 placement_notes=decision.notes,
                 device_memory=self.gpus.device_memory,

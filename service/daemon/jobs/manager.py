@@ -48,7 +48,12 @@ from graphtier.service.daemon.jobs.job_view import (
     stored_job,
 )
 from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
-from graphtier.service.daemon.jobs.notes import check_link_dataset, refuse_typed_link_job, spec_notes
+from graphtier.service.daemon.jobs.notes import (
+    check_link_dataset,
+    check_typed_job,
+    refuse_typed_link_job,
+    spec_notes,
+)
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
@@ -212,8 +217,12 @@ class JobManager:
             loaded = self.datasets.load(spec.dataset, BudgetSpec(host="0")).layout
         else:
             loaded = self.datasets.load(spec.dataset, spec.budgets).layout
+        check_typed_job(spec, loaded.handle)
         if spec.task == "link":
             check_link_dataset(spec, loaded.handle)
+        elif loaded.handle.hetero is not None:
+            if loaded.num_classes < 2:
+                raise DaemonError(f"dataset {spec.dataset!r} cannot be trained on: it has {loaded.num_classes} classes")
         elif loaded.num_classes < 2 or loaded.feature_dim < 1:
             raise DaemonError(
                 f"dataset {spec.dataset!r} cannot be trained on: it needs features and at least 2 label classes "
@@ -278,7 +287,9 @@ class JobManager:
         sampled = spec.batch_size
         for fanout in spec.fanouts:
             sampled *= (fanout if fanout > 0 else 16) + 1
-        slot = min(sampled, plan.num_nodes) * (plan.row_bytes + 64)  # features plus sampled structure, roughly
+        typed = job.layout.handle.typed_features  # a typed dataset's rows are per type: the widest bounds a row
+        row_bytes = max([plan.row_bytes, *(ref.plan.row_bytes for ref in typed.values())])
+        slot = min(sampled, plan.num_nodes) * (row_bytes + 64)  # features plus sampled structure, roughly
         local = spec.nproc_per_node  # this node's ranks (the other nodes' daemons admit theirs)
         memory = local * (RANK_MEMORY_BYTES + 2 * slot)
         return Demand(cores=local, memory_bytes=memory, gpus=local if spec.device == "cuda" else 0)

@@ -9,8 +9,8 @@ whose labels prepare remapped to dense classes is trained and scored over those 
 
 from __future__ import annotations
 
-from graphtier.contract.errors import DaemonError, InvalidRequestError
-from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.errors import DaemonError, InvalidRequestError, SamplingError
+from graphtier.contract.jobs.spec import TYPED_MODELS, JobSpec
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.store import SharedDatasetHandle
@@ -47,8 +47,23 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
             f"so the job trains and reports accuracy over {k} classes 0..{k - 1}; class i is source label "
             f"class_labels[i] in the manifest (graphtier dataset inspect {handle.dataset} --json)"
         )
+    schema = handle.hetero
+    if schema is not None:
+        learned = [t for t in schema.node_types if t.featureless]
+        if learned:
+            described = ", ".join(f"{t.name} ({t.count:,})" for t in learned)
+            notes.append(
+                f"node type(s) without features get a learned {spec.hidden}-wide embedding per node in the model, "
+                f"learning at a tenth of the learning rate: {described}"
+            )
     plan = handle.plan
-    if plan.interleaved_end == 0:
+    if schema is not None:
+        if all(ref.plan.interleaved_end == 0 for ref in handle.typed_features.values()):
+            notes.append(
+                "no device budget: every feature row of every type is on the host tier, so the device hit ratio is 0; "
+                "give --num-devices with --device-replicated or --device-interleaved"
+            )
+    elif plan.interleaved_end == 0:
         notes.append(
             "no device budget: every feature row is on the host tier, so the device hit ratio is 0 and all bytes "
             "count as PCIe; give --num-devices with --device-replicated or --device-interleaved"
@@ -77,3 +92,36 @@ def check_link_dataset(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} has no edge split ({', '.join(missing)} missing): task 'link' trains on one; "
             f"prepare it with `graphtier dataset prepare SOURCE --name {spec.dataset} --edge-split 0.85,0.05,0.10`"
         )
+
+
+def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
+    """A typed model needs a typed dataset and a typed dataset a typed model (or a script); per-relation
+    fanouts must name the dataset's relations. InvalidRequestError in one line naming dataset and model."""
+    schema = handle.hetero
+    if schema is None:
+        if spec.model in TYPED_MODELS and not spec.script:
+            raise InvalidRequestError(
+                f"model {spec.model} trains typed graphs but dataset {spec.dataset!r} has one node and edge type; "
+                "use model sage, gcn or gat"
+            )
+        if spec.relation_fanouts:
+            raise InvalidRequestError(
+                f"dataset {spec.dataset!r} has one edge type: relation fanouts {spec.relation_fanouts} need a typed "
+                "dataset; give --fanout as ints per hop (15,10,5)"
+            )
+        return
+    if spec.model not in TYPED_MODELS and not spec.script:
+        raise InvalidRequestError(
+            f"dataset {spec.dataset!r} is typed ({len(schema.node_types)} node types, {len(schema.relations)} "
+            f"relations): model {spec.model} takes one node type; use model rgcn or hgt"
+        )
+    if spec.task != "node" or spec.device != "cpu" or spec.sampler != "cpu" or spec.multi_node or spec.window:
+        raise InvalidRequestError(
+            f"dataset {spec.dataset!r} is typed: its jobs run node classification on one node's cpu "
+            f"(got task {spec.task}, device {spec.device}, sampler {spec.sampler}, nnodes {spec.nnodes}, "
+            f"window {spec.window})"
+        )
+    try:
+        schema.relation_fanouts(spec.relation_fanouts or spec.fanouts)
+    except SamplingError as exc:
+        raise InvalidRequestError(f"dataset {spec.dataset!r}, --fanout: {exc}") from None

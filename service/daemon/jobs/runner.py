@@ -254,6 +254,7 @@ class JobRunner:
             rank=rank,
             world_size=self.spec.world_size,
             fanouts=self.spec.fanouts,
+            relation_fanouts=self.spec.relation_fanouts,
             batch_size=self.spec.batch_size,
             epochs=self.spec.epochs,
             seed=self.spec.seed,

@@ -88,6 +88,11 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     gpu = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
     assert gpu.exit_code == 2 and f"{spec}: invalid job spec" in gpu.output and "it needs device cuda" in gpu.output
     assert cli("job", "submit", "--spec", spec, "--sampler", "tpu", "--runtime-dir", run).exit_code == 2
+    fanout = "paper-cites-paper:x;5"
+    typed = cli("job", "submit", "--dataset", "acm", "--model", "rgcn", "--fanout", fanout, "--runtime-dir", run)
+    assert typed.exit_code == 2 and "relation_fanouts: Value error, hop 1: 'paper-cites-paper:x' is not" in typed.output
+    typed = cli("job", "submit", "--dataset", "acm", "--model", "hgt", "--device", "cuda", "--runtime-dir", run)
+    assert typed.exit_code == 2 and "model hgt: device='cuda' is not supported" in typed.output
     nothing = cli("job", "list", "--runtime-dir", run, "--json")
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 

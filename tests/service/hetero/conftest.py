@@ -1,4 +1,4 @@
-"""Typed-graph test fixtures: one intra-op thread, a tiny typed graph in OGB's layout, ACM prepared once."""
+"""Typed-graph test fixtures: one intra-op thread, a tiny typed graph in OGB's layout (ACM: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -23,15 +23,3 @@ def one_thread():
 @pytest.fixture
 def typed_root(tmp_path) -> Path:
     return write_typed_ogb(tmp_path / "typed")
-
-
-@pytest.fixture(scope="session")
-def prepared_acm(shared_datasets, prepared_root):
-    """ACM (split heco20) prepared with wrpr and reverse relations, shared by read-only tests."""
-    from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
-
-    source = shared_datasets / "ogb_hetero_acm"
-    if not source.is_dir():
-        pytest.skip(f"{source} not found")
-    prepare_dataset(PrepareConfig(source=f"ogb:{source}", name="acm", root=prepared_root))
-    return PreparedDataset(prepared_root / "acm")

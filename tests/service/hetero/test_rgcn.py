@@ -51,7 +51,7 @@ def test_rgcn_fits_the_train_labels_and_learns_embeddings(typed_dataset):
     model = RGCN(schema, 16, 2, 2, dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     embedding_before = model.input.embed["author"].weight.detach().clone()
-    for epoch in range(30):
+    for epoch in range(15):
         for batch in batches.epoch(epoch):
             ids, types = batch.input_nodes
             loss = F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, batch.features), batch.labels)
@@ -76,8 +76,8 @@ def test_hgt_fits_the_train_labels(typed_dataset):
     torch.manual_seed(0)
     batches = TypedLocalBatches(typed_dataset, ["-1", "-1"], batch_size=8)
     model = HGT(typed_dataset.manifest.hetero, 16, 2, 2, heads=2, dropout=0.0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
-    for epoch in range(40):
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    for epoch in range(10):
         for batch in batches.epoch(epoch):
             ids, types = batch.input_nodes
             loss = F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, batch.features), batch.labels)
