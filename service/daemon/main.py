@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
 import logging
 import os
 import shutil
@@ -23,6 +22,7 @@ from typing import NoReturn
 
 from graphtier.contract.endpoints import daemon_file_dir
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
+from graphtier.contract.processes import exit_without_teardown
 from graphtier.service.daemon.cli_help import HelpStyledParser
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.instance import InstanceLock
@@ -277,23 +277,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """The `graphtierd` process: `main()`, then an exit without the interpreter's teardown.
-
-    When `main()` returns, the daemon has let go of all it owns (jobs, segments, socket, lock);
-    what the interpreter would still do is collect the modules of torch, grpc and fastapi, which
-    took 1-2 s at idle and 6-12 s under load, all of it waited for by `graphtier cluster stop`.
-    The exit steps that matter still run: other threads are joined, the atexit handlers run
-    (multiprocessing's, the scratch directory's, logging's flush) and the standard streams are flushed.
-    """
-    code = main()
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # what interpreter exit runs; os._exit below would skip it
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    """The `graphtierd` process: `main()`, then an exit without the interpreter's teardown (the
+    daemon has let go of all it owns; `graphtier cluster stop` waits for the process to end)."""
+    exit_without_teardown(main())
 
 
 def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
