@@ -29,6 +29,7 @@ from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.jobs.directory import job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
+from graphtier.contract.processes import exit_without_teardown
 from graphtier.launcher.runtime.attach import attach
 from graphtier.launcher.runtime.channel_loader import env_rank
 from graphtier.launcher.runtime.rank_output import install_rank_output
@@ -121,4 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if build_parser().parse_known_args()[0].script is not None:
+        sys.exit(code)  # a user's script may leave files that are flushed when collected
+    exit_without_teardown(code)  # the built-in loop has ended; torchrun waits for this process

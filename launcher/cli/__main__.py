@@ -1,5 +1,5 @@
 """`python -m graphtier.launcher.cli` runs the `graphtier` command."""
 
-from graphtier.launcher.cli.app import main
+from graphtier.launcher.cli.entry import main
 
 main()

@@ -46,7 +46,7 @@ def _log_tail(path: Path, offset: int, lines: int = 20) -> str:
 
 
 def _alive(pid: int) -> bool:
-    from graphtier.service.shm.naming import process_start_time
+    from graphtier.contract.processes import process_start_time  # not the data plane's shm: that loads torch
 
     return process_start_time(pid) is not None  # a zombie counts as gone
 

@@ -11,9 +11,12 @@
 //
 // A large batch of small rows is read in id order (its ids radix-sorted with their positions,
 // each row still written to its own position): neighbouring rows then share DRAM pages, TLB
-// entries and the hardware prefetcher's streams, which random order wastes. Outputs larger than the caches are written with non-temporal
-// stores: this op never re-reads them, and skipping the read-for-ownership of every
-// destination line saves a third of the memory traffic.
+// entries and the hardware prefetcher's streams, which random order wastes. Ids that arrive
+// sorted (the counting pass sees no descent) skip the sort and are copied in batch order. The
+// sort's scratch is kept per thread between calls: allocating it afresh cost a page fault per
+// 4 KiB, as much as the sort itself. Outputs larger than the caches are written with
+// non-temporal stores: this op never re-reads them, and skipping the read-for-ownership of
+// every destination line saves a third of the memory traffic.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -34,18 +37,19 @@
 namespace graphtier {
 namespace {
 
-constexpr int64_t kRowPrefetch = 8;                  // rows ahead
 constexpr int64_t kPrefetchLines = 16;               // cache lines of a row prefetched (1 KiB)
+constexpr int64_t kPrefetchAheadBytes = 8192;        // prefetched bytes in flight per thread ...
+constexpr int64_t kMaxRowPrefetch = 16;              // ... over at most this many rows ahead
 constexpr int64_t kCountGrain = 65536;               // ids per chunk of the counting pass
 constexpr int64_t kCopyGrain = 2048;                 // rows per chunk of the copy pass
 constexpr int64_t kSortMinRows = 32768;              // batches at least this long are read in id order
 constexpr int64_t kSortMaxRowBytes = 2048;           // ... when their rows are at most this wide
 constexpr int kRadixBits = 11;                       // bits per radix-sort pass
 
-// keys[i] = id << 32 | position, sorted by id with an LSD radix sort over the id's `bits` bits
-// (stable, so equal ids keep their positions' order); `spare` is scratch of the same length.
-void radix_sort_by_id(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare, int bits) {
-  const int64_t n = static_cast<int64_t>(keys.size());
+// keys[0, n) = id << 32 | position, sorted by id with an LSD radix sort over the id's `bits` bits
+// (stable, so equal ids keep their positions' order); `spare` is scratch of at least n.
+void radix_sort_by_id(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare, int64_t n,
+                      int bits) {
   constexpr int64_t kBuckets = int64_t{1} << kRadixBits;
   std::vector<int64_t> start(kBuckets);
   for (int shift = 32; shift < 32 + bits; shift += kRadixBits) {
@@ -154,13 +158,17 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   // of the copy loop keeps that loop a pure stream of prefetches and copies, and a bad id is
   // reported before `out` is touched.
   std::atomic<int64_t> total_rep{0}, total_inter{0}, total_host{0}, total_local{0}, total_bad{0};
+  std::atomic<int64_t> total_descents{0};  // positions whose id is below the previous one
   const bool pow2_devices = (num_devices & (num_devices - 1)) == 0;
   const int64_t device_mask = num_devices - 1;
   parallel_chunks(n, kCountGrain, nthreads, [&](int64_t begin, int64_t end) {
     int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0, bad = 0;
+    int64_t descents = 0, previous = id[begin > 0 ? begin - 1 : 0];
     for (int64_t i = begin; i < end; ++i) {
       const int64_t r = id[i];
       bad += static_cast<uint64_t>(r) >= limit;  // also catches negative ids
+      descents += r < previous;
+      previous = r;
       const bool interleaved = (r >= rep_end) & (r < inter_end);
       at_least_rep += r >= rep_end;
       at_least_inter += r >= inter_end;
@@ -176,6 +184,7 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     total_host += at_least_host;
     total_local += local;
     total_bad += bad;
+    total_descents += descents;
   });
   const int64_t at_least_rep = total_rep, at_least_inter = total_inter;
   const int64_t at_least_host = total_host, local = total_local, bad = total_bad;
@@ -187,23 +196,35 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
                       num_rows, ")");
   }
 
-  // Pass 2: one copy per row, the lines of the row kRowPrefetch iterations ahead prefetched.
+  // Pass 2: one copy per row, the lines of the row `row_prefetch` iterations ahead prefetched:
+  // 16 rows of 512 B, 8 rows of 1 KiB or more (of which the first KiB).
   const int64_t prefetch_bytes = std::min(rb, kPrefetchLines * 64);
-  const bool in_id_order = n >= kSortMinRows && rb <= kSortMaxRowBytes &&
+  const int64_t row_prefetch =
+      std::clamp<int64_t>(kPrefetchAheadBytes / std::max<int64_t>(prefetch_bytes, 1), 1, kMaxRowPrefetch);
+  const bool in_id_order = n >= kSortMinRows && rb <= kSortMaxRowBytes && total_descents.load() > 0 &&
                            n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
   if (in_id_order) {
-    std::vector<uint64_t> keys(n), spare(n);
-    for (int64_t i = 0; i < n; ++i) {
-      keys[i] = static_cast<uint64_t>(id[i]) << 32 | static_cast<uint64_t>(i);
+    // Kept between calls (see the header). The helper threads write through `filled`: a
+    // thread_local named inside the loop body would be the helper's own, empty, one.
+    thread_local std::vector<uint64_t> keys, spare;
+    if (static_cast<int64_t>(keys.size()) < n) {
+      keys.resize(n);
+      spare.resize(n);
     }
+    uint64_t* filled = keys.data();
+    parallel_chunks(n, kCountGrain, nthreads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        filled[i] = static_cast<uint64_t>(id[i]) << 32 | static_cast<uint64_t>(i);
+      }
+    });
     int bits = 1;
     while (bits < 32 && (int64_t{1} << bits) < num_rows) ++bits;
-    radix_sort_by_id(keys, spare, bits);
+    radix_sort_by_id(keys, spare, n, bits);
     const uint64_t* order = keys.data();
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
-        if (j + kRowPrefetch < end) {
-          const char* ahead = src_of(static_cast<int64_t>(order[j + kRowPrefetch] >> 32));
+        if (j + row_prefetch < end) {
+          const char* ahead = src_of(static_cast<int64_t>(order[j + row_prefetch] >> 32));
           for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
         }
         const char* src = src_of(static_cast<int64_t>(order[j] >> 32));
@@ -219,8 +240,8 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   } else {
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        if (i + kRowPrefetch < end) {
-          const char* ahead = src_of(id[i + kRowPrefetch]);
+        if (i + row_prefetch < end) {
+          const char* ahead = src_of(id[i + row_prefetch]);
           for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
         }
         if (streaming) {

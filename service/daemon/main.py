@@ -18,9 +18,11 @@ import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 from graphtier.contract.endpoints import daemon_file_dir
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
+from graphtier.contract.processes import exit_without_teardown
 from graphtier.service.daemon.cli_help import HelpStyledParser
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.instance import InstanceLock
@@ -272,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         daemon.stop()
     return 0
+
+
+def run() -> NoReturn:
+    """The `graphtierd` process: `main()`, then an exit without the interpreter's teardown (the
+    daemon has let go of all it owns; `graphtier cluster stop` waits for the process to end)."""
+    exit_without_teardown(main())
 
 
 def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from graphtier.contract.environment import SHM_NAMESPACE_ENV
 from graphtier.contract.errors import SharedMemoryError
+from graphtier.contract.processes import process_start_time
 
 SHM_DIR = "/dev/shm"
 PREFIX = "graphtier."
@@ -72,24 +73,6 @@ def validate_label(label: str) -> str:
 def segment_path(name: str) -> str:
     """The file backing segment `name`."""
     return os.path.join(SHM_DIR, name)
-
-
-def process_start_time(pid: int) -> int | None:
-    """Start time of a live process (clock ticks since boot), None if it is gone or a zombie.
-
-    A zombie has exited and can no longer clean up, so its segments count as stale too.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name (field 2) is in parentheses and may itself contain ') '.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    state, start_time = fields[0], int(fields[19])
-    if state in ("Z", "X", "x"):
-        return None
-    return start_time
 
 
 def owner_is_alive(name: SegmentName) -> bool:

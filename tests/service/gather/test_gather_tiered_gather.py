@@ -124,12 +124,18 @@ def test_native_large_parallel_gather_counts_merge() -> None:
     tiers = FeatureTiers.from_table(
         table, replicated_end=5000, interleaved_end=20000, host_end=40000, num_devices=3, device_index=2
     )
-    ids = torch.randint(0, 50000, (200000,), generator=torch.Generator().manual_seed(1))
+    random_ids = torch.randint(0, 50000, (200000,), generator=torch.Generator().manual_seed(1))
+    # Random ids are read in id order, sorted ones in batch order without a sort: the bytes are
+    # the same either way, also with a single descent where two chunks of the counting pass meet.
+    sorted_ids = random_ids.sort().values
+    one_descent = sorted_ids.clone()
+    one_descent[65535], one_descent[65536] = sorted_ids[65536] + 1, sorted_ids[65536]
     out = torch.empty(200000, 32)
     before = torch.get_num_threads()
     try:
-        for threads in (1, 2, 3):
+        for threads, ids in [(1, random_ids), (2, random_ids), (3, random_ids), (2, sorted_ids), (2, one_descent)]:
             torch.set_num_threads(threads)
+            out.zero_()
             counts = tiered_gather(ids, tiers, out, backend="native")
             want = numpy_counts(ids.numpy(), (5000, 20000, 40000), 3, 2)
             assert [t.rows for t in counts.by_source().values()] == [*want, 0]
