@@ -96,6 +96,7 @@ class FeatureSource(ABC):
             window=s.window,
             read_rows=s.read_rows + read_rows,
             read_bytes=read_bytes,
+            read_row_bytes=s.read_row_bytes + read_rows * row_bytes,
             requests=requests,
             window_rows=s.window_rows + hits,
             window_bytes=s.window_bytes + hits * row_bytes,
