@@ -49,6 +49,7 @@ class AttachedDataset:
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
     _reader: StorageReader | None = field(default=None, repr=False)
     checksums: RowChecksums | None = None  # the storage rows' recorded checksums: every read of them is checked
+    staging_bytes: int | None = None  # the storage reader's staging buffer cap; None = the reader's default
 
     @property
     def has_features(self) -> bool:
@@ -94,6 +95,7 @@ class AttachedDataset:
                 num_rows=ref.rows,
                 mode=self.storage_reads,
                 checksums=self.checksums,
+                **({} if self.staging_bytes is None else {"staging_bytes": self.staging_bytes}),
             )  # type: ignore[arg-type]
         return self._reader
 
@@ -158,9 +160,12 @@ class AttachedDataset:
             self._reader, self._tiers = None, {}
 
 
-def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads = "mmap") -> AttachedDataset:
+def attach_dataset(
+    handle: SharedDatasetHandle, *, storage_reads: StorageReads = "mmap", staging_bytes: int | None = None
+) -> AttachedDataset:
     """Map every segment of `handle` read-only; fails with a clear error when the owner is gone.
-    `storage_reads` picks how the storage rows are read (mmap, direct or page-cache)."""
+    `storage_reads` picks how the storage rows are read (mmap, direct or page-cache), `staging_bytes`
+    caps the storage reader's staging buffer."""
     from graphtier.service.storage import STORAGE_READS
 
     if storage_reads not in STORAGE_READS:
@@ -175,6 +180,7 @@ def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads =
         storage=_open_storage(handle.storage_features) if handle.storage_features else None,
         storage_reads=storage_reads,
         checksums=_storage_checksums(handle.storage_features),
+        staging_bytes=staging_bytes,
     )
 
 
