@@ -45,6 +45,7 @@ from graphtier.service.daemon.jobs.job_view import (
     rank_infos,
     stored_job,
 )
+from graphtier.service.daemon.jobs.memory_need import daemon_held_bytes, memory_need, refusal
 from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
 from graphtier.service.daemon.jobs.notes import check_link_dataset, spec_notes
 from graphtier.service.daemon.jobs.progress import ProgressTracker
@@ -52,6 +53,7 @@ from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.catalog import read_manifest
 from graphtier.service.store.wire import DatasetLayoutInfo
 
@@ -111,7 +113,9 @@ class JobManager:
         admission: Admission | None = None,
         keep_checkpoints: bool = False,
         mps: MpsControl | None = None,
+        memory_limit: int | None = None,
     ) -> None:
+        """`memory_limit`: bytes the daemon and its jobs may use (memory_need.py); None = no limit."""
         self.runtime_dir = Path(runtime_dir)
         self.mps = mps or MpsControl(self.runtime_dir)  # how CUDA jobs' producers share the GPUs
         self.stall_timeout_s = stall_timeout_s
@@ -123,6 +127,7 @@ class JobManager:
         self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
         self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
         self.keep_checkpoints = keep_checkpoints
+        self.memory_limit = memory_limit
         self._attach_lock = threading.Lock()
         self._launches: dict[str, str] = {}  # launch id of ranks another launcher started -> job id
         jobs.on_cancel(self._on_cancel)
@@ -215,6 +220,7 @@ class JobManager:
                 f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"
             )
         spec = resolve_sampler(spec, loaded.handle.plan)
+        storage_budget = self._storage_budget(spec, loaded.handle.plan)
         job_id = self._new_id()
         job_dir = job_directory(self.runtime_dir, job_id)
         job_spec_path(job_dir).write_text(spec.model_dump_json(indent=2))
@@ -239,6 +245,7 @@ class JobManager:
             partition=partition,
             device_memory=self.datasets.gpus.device_memory,
             gpu_share=gpu_share,
+            storage_buffer_bytes=storage_budget,
         )
         job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part, gpu_share=gpu_share)
         with self._lock:
@@ -257,6 +264,18 @@ class JobManager:
         events.state(StateChange(JobState.PENDING, JobState.PENDING, "accepted"))
         threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
         return self.get(job_id)
+
+    def _storage_budget(self, spec: JobSpec, plan: PlacementPlan) -> int | None:
+        """Under the memory limit: refuse a job whose fixed need does not fit (naming the least that
+        works), else the bytes each producer's storage buffers get; None without a limit."""
+        if self.memory_limit is None:
+            return None
+        held = daemon_held_bytes() + sum(d.resident_bytes for d in self.datasets.loaded())
+        need = memory_need(spec, plan, limit=self.memory_limit, held=held)
+        if not need.fits:
+            host_tier = (plan.host_end - plan.interleaved_end) * plan.row_bytes
+            raise InvalidRequestError(refusal(spec, plan, need, host_tier_bytes=host_tier))
+        return need.storage_budget
 
     def _move(self, job_id: str, job: _Job, state: JobState, message: str = "") -> None:
         previous = self.table.get(job_id).state
