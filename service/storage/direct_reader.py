@@ -157,7 +157,7 @@ class StorageReader:
             )
         if mode == "direct":
             self.alignment = alignment or direct_io_alignment(self.path)
-            self.block = max(self.alignment.offset, self.alignment.memory)  # staged requests' unit
+            self.block = self.alignment.block  # staged requests' unit
         else:
             self.alignment = PAGE_CACHE_ALIGNMENT
             self.block = ALIGN  # the page cache reads whole pages whatever is asked
