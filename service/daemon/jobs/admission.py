@@ -6,7 +6,10 @@ Each job asks for cores (one per rank: ranks compute, producers mostly wait on m
 every earlier queued job has started, the running jobs are fewer than `max_running` (0 = no
 limit), and its demand fits what the running jobs leave: cores up to `core_oversubscription`
 times the machine's, memory the machine has available now, GPUs the machine has. A job larger
-than the machine still runs, alone. While it waits, `why()` says what it waits for.
+than the machine still runs, alone. Under the daemon's memory limit (`limit_room`: what the
+limit leaves beside the daemon and its datasets now) the running jobs' memory and the new job's
+must fit in it as well (a job's memory is then its need under the limit, memory_need.py). While it
+waits, `why()` says what it waits for.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Capacity:
     gpus: int
     max_running: int  # 0 = no limit
     available_memory: Callable[[], int] = lambda: psutil.virtual_memory().available
+    limit_room: Callable[[], int] | None = None  # under a memory limit: what it leaves the jobs now
 
 
 def machine_capacity(max_running: int, core_oversubscription: float, gpus: int) -> Capacity:
@@ -72,6 +76,11 @@ class Admission:
             return f"needs {demand.cores} cores; running jobs hold {used.cores} of {cap.cores}"
         if demand.gpus and used.gpus + demand.gpus > cap.gpus:
             return f"needs {demand.gpus} GPU(s); running jobs hold {used.gpus} of {cap.gpus}"
+        if cap.limit_room is not None and used.memory_bytes + demand.memory_bytes > (room := cap.limit_room()):
+            return (
+                f"needs ~{demand.memory_bytes >> 20} MiB under the daemon's memory limit; running jobs hold "
+                f"{used.memory_bytes >> 20} MiB of the {max(0, room) >> 20} MiB it leaves them"
+            )
         free = cap.available_memory()
         if demand.memory_bytes > free:
             return f"needs ~{demand.memory_bytes >> 20} MiB of memory; {free >> 20} MiB are available"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,7 +45,7 @@ from graphtier.service.daemon.jobs.job_view import (
     rank_infos,
     stored_job,
 )
-from graphtier.service.daemon.jobs.memory_need import daemon_held_bytes, memory_need, refusal
+from graphtier.service.daemon.jobs.memory_need import MemoryNeed, daemon_held_bytes, memory_need, refusal
 from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
 from graphtier.service.daemon.jobs.notes import check_link_dataset, spec_notes
 from graphtier.service.daemon.jobs.progress import ProgressTracker
@@ -79,6 +79,7 @@ class _Job:
     notes: list[str] = field(default_factory=list)
     part: PartHooks | None = None  # a part of a multi-node job: how it watches the other nodes
     gpu_share: GpuShare | None = None  # how its producers share the GPUs with its ranks
+    memory_bytes: int | None = None  # under the daemon's memory limit: what the job adds (memory_need.py)
 
 
 def check_script(script: Path) -> None:
@@ -128,6 +129,8 @@ class JobManager:
         self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
         self.keep_checkpoints = keep_checkpoints
         self.memory_limit = memory_limit
+        if memory_limit is not None:  # running jobs and a new one must fit what the limit leaves them
+            self.admission.capacity = replace(self.admission.capacity, limit_room=lambda: memory_limit - self._held())
         self._attach_lock = threading.Lock()
         self._launches: dict[str, str] = {}  # launch id of ranks another launcher started -> job id
         jobs.on_cancel(self._on_cancel)
@@ -220,7 +223,7 @@ class JobManager:
                 f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"
             )
         spec = resolve_sampler(spec, loaded.handle.plan)
-        storage_budget = self._storage_budget(spec, loaded.handle.plan)
+        need = self._memory_need(spec, loaded.handle.plan)
         job_id = self._new_id()
         job_dir = job_directory(self.runtime_dir, job_id)
         job_spec_path(job_dir).write_text(spec.model_dump_json(indent=2))
@@ -245,9 +248,18 @@ class JobManager:
             partition=partition,
             device_memory=self.datasets.gpus.device_memory,
             gpu_share=gpu_share,
-            storage_buffer_bytes=storage_budget,
+            storage_buffer_bytes=need.storage_budget if need is not None else None,
         )
-        job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part, gpu_share=gpu_share)
+        job = _Job(
+            spec,
+            runner,
+            events,
+            loaded,
+            notes=spec_notes(spec, loaded.handle),
+            part=part,
+            gpu_share=gpu_share,
+            memory_bytes=need.job_bytes if need is not None else None,
+        )
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(
@@ -265,17 +277,20 @@ class JobManager:
         threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
         return self.get(job_id)
 
-    def _storage_budget(self, spec: JobSpec, plan: PlacementPlan) -> int | None:
-        """Under the memory limit: refuse a job whose fixed need does not fit (naming the least that
-        works), else the bytes each producer's storage buffers get; None without a limit."""
+    def _held(self) -> int:
+        """What the daemon holds now under its memory limit: itself and every loaded dataset."""
+        return daemon_held_bytes() + sum(d.resident_bytes for d in self.datasets.loaded())
+
+    def _memory_need(self, spec: JobSpec, plan: PlacementPlan) -> MemoryNeed | None:
+        """Under the memory limit: the job's need (its storage budget, what it adds), after refusing a
+        job whose fixed need does not fit, naming the least that works; None without a limit."""
         if self.memory_limit is None:
             return None
-        held = daemon_held_bytes() + sum(d.resident_bytes for d in self.datasets.loaded())
-        need = memory_need(spec, plan, limit=self.memory_limit, held=held)
+        need = memory_need(spec, plan, limit=self.memory_limit, held=self._held())
         if not need.fits:
             host_tier = (plan.host_end - plan.interleaved_end) * plan.row_bytes
             raise InvalidRequestError(refusal(spec, plan, need, host_tier_bytes=host_tier))
-        return need.storage_budget
+        return need
 
     def _move(self, job_id: str, job: _Job, state: JobState, message: str = "") -> None:
         previous = self.table.get(job_id).state
@@ -294,7 +309,7 @@ class JobManager:
             sampled *= (fanout if fanout > 0 else 16) + 1
         slot = min(sampled, plan.num_nodes) * (plan.row_bytes + 64)  # features plus sampled structure, roughly
         local = spec.nproc_per_node  # this node's ranks (the other nodes' daemons admit theirs)
-        memory = local * (RANK_MEMORY_BYTES + 2 * slot)
+        memory = local * (RANK_MEMORY_BYTES + 2 * slot) if job.memory_bytes is None else job.memory_bytes
         return Demand(cores=local, memory_bytes=memory, gpus=local if spec.device == "cuda" else 0)
 
     def _queued(self, job_id: str, job: _Job, why: str) -> None:

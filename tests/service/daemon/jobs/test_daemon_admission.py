@@ -51,6 +51,12 @@ def test_jobs_start_in_order_when_they_fit_and_say_why_they_wait():
     busy._running["1"] = Demand(1, 0, 1)
     busy._queue.append(("x", Demand(1, 0, 1)))
     assert busy._blocker("x", Demand(1, 0, 1)) == "1 job(s) running, the daemon's limit is 1"
+    limited = Admission(Capacity(8, 0, 0, lambda: 64 * GiB, limit_room=lambda: 3 * GiB))  # under a memory limit
+    limited._running["1"] = Demand(1, 2 * GiB)
+    assert limited._blocker("x", Demand(1, GiB)) == ""
+    assert limited._blocker("x", Demand(1, GiB + 1)) == (
+        "needs ~1024 MiB under the daemon's memory limit; running jobs hold 2048 MiB of the 3072 MiB it leaves them"
+    )
 
 
 def test_a_daemon_with_a_limit_of_one_runs_three_jobs_one_at_a_time(daemon_processes, small_rmat):
