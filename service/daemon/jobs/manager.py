@@ -33,7 +33,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
 from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.service.daemon.jobs.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
+from graphtier.service.daemon.jobs.admission import Admission, Demand, machine_capacity
 from graphtier.service.daemon.jobs.events import JobEventLog, ended_job_log
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
 from graphtier.service.daemon.jobs.job_view import (
@@ -302,14 +302,13 @@ class JobManager:
         log.info("job %s: %s -> %s %s", job_id, previous.value, state.value, message)
 
     def _demand(self, job: _Job) -> Demand:
-        """Cores, memory and GPUs the job will hold: its ranks and their ping-pong slots."""
+        """Cores, memory and GPUs the job will hold: its ranks, producers, agent and slots (memory_need.py;
+        under a memory limit as its need was computed at submit, with its storage buffers as budgeted)."""
         spec, plan = job.spec, job.layout.handle.plan
-        sampled = spec.batch_size
-        for fanout in spec.fanouts:
-            sampled *= (fanout if fanout > 0 else 16) + 1
-        slot = min(sampled, plan.num_nodes) * (plan.row_bytes + 64)  # features plus sampled structure, roughly
         local = spec.nproc_per_node  # this node's ranks (the other nodes' daemons admit theirs)
-        memory = local * (RANK_MEMORY_BYTES + 2 * slot) if job.memory_bytes is None else job.memory_bytes
+        memory = job.memory_bytes
+        if memory is None:  # no limit: the fixed part, the least storage buffers
+            memory = memory_need(spec, plan, limit=0, held=0).job_bytes
         return Demand(cores=local, memory_bytes=memory, gpus=local if spec.device == "cuda" else 0)
 
     def _queued(self, job_id: str, job: _Job, why: str) -> None:
