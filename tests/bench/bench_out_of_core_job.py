@@ -333,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: memory limit {cgroup.how}", flush=True)
                 outcomes[label] = run_job(label, dataset, spec, a.root, cgroup)
         o = outcomes[label]
+        if o.state == "refused":
+            print(f"{label:7s} refused at submit: {o.message}", flush=True)
+            continue
         s = o.storage
         peak = f"{o.peak_bytes / GiB:.2f} GiB" if o.peak_bytes is not None else "-"
         print(
