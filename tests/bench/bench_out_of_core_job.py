@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         write_figures(
             str(a.json),
             "out_of_core_job",
-            figures(outcomes, rate, load_after[0]),
+            figures(outcomes, rate, round(load_after[0], 2)),
             runs={k: {**o.__dict__, "read_amplification": o.read_amplification} for k, o in outcomes.items()},
             dataset=dataset.name,
             limit_bytes=limit,
