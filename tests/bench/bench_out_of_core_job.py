@@ -405,8 +405,7 @@ def figures(outcomes: dict[str, Outcome], rate: dict[str, float], load: float) -
                     "name": f"direct + window / {other}, training batches/s",
                     "value": round(rate["direct"] / rate[other], 3),
                     "unit": "x",
-                    "baseline": other,
-                    "baseline_value": round(rate[other], 3),
+                    "baseline": f"{other}: {rate[other]:.3f} batches/s",
                     "target": target,
                     "load_average": load,
                 }
