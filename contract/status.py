@@ -67,6 +67,10 @@ class StorageStatus(_Model):
     window: int = Field(description="Look-ahead window depth in batches (the deepest, over several jobs); 0 = off.")
     read_rows: int = Field(description="Storage-tier rows read from the file.")
     read_bytes: int = Field(description="Bytes asked of the device: whole aligned requests (the rows' bytes for mmap).")
+    read_row_bytes: int = Field(description="Bytes of the storage-tier rows read: read_rows x the row's bytes.")
+    read_amplification: float = Field(
+        description="read_bytes / read_row_bytes: device bytes per byte of the rows needed; 0 before any read."
+    )
     requests: int
     window_rows: int = Field(
         description="Storage-tier rows the look-ahead window served (read once, for an earlier batch)."

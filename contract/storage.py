@@ -5,9 +5,10 @@ file for this batch) or as a *window hit* (already fetched for another batch ins
 look-ahead window, graphtier.service.storage.window), so `read_rows + window_rows` equals the `storage` rows
 of the tiered traffic. `read_bytes` is what the device was asked for: whole aligned
 requests in the `direct` and `page-cache` modes, the rows' own bytes through the `mmap`
-mapping (whose page faults are not seen). Times: `io_seconds` while requests were in
-flight, `request_seconds` the sum of every request's latency (their ratio is the mean
-queue depth), `read_seconds` all of it (planning, waiting, copying rows out).
+mapping (whose page faults are not seen); `read_row_bytes` the bytes of the rows those reads
+were for, so `read_amplification` (their ratio) is what a row needed cost in device bytes.
+Times: `io_seconds` while requests were in flight, `request_seconds` the sum of every
+request's latency (their ratio is the mean queue depth), `read_seconds` all of it (planning, waiting, copying rows out).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class StorageCounters:
     window: int = 0  # look-ahead depth in batches; 0 = off
     read_rows: int = 0
     read_bytes: int = 0
+    read_row_bytes: int = 0  # bytes of the rows read: read_rows x the row's bytes
     requests: int = 0
     window_rows: int = 0
     window_bytes: int = 0
@@ -60,6 +62,11 @@ class StorageCounters:
         return self.request_seconds / self.io_seconds if self.io_seconds > 0 else 0.0
 
     @property
+    def read_amplification(self) -> float:
+        """Device bytes read per byte of the rows needed (1.0: nothing read beside them); 0.0 before any read."""
+        return self.read_bytes / self.read_row_bytes if self.read_row_bytes else 0.0
+
+    @property
     def bandwidth(self) -> float:
         """Device bytes per second while requests were in flight; 0.0 when not measured."""
         return self.read_bytes / self.io_seconds if self.io_seconds > 0 else 0.0
@@ -67,7 +74,12 @@ class StorageCounters:
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: every counter, the gauges and the derived figures."""
         out: dict[str, object] = asdict(self)
-        out.update(window_hit_ratio=self.window_hit_ratio, queue_depth=self.queue_depth, bandwidth=self.bandwidth)
+        out.update(
+            window_hit_ratio=self.window_hit_ratio,
+            read_amplification=self.read_amplification,
+            queue_depth=self.queue_depth,
+            bandwidth=self.bandwidth,
+        )
         return out
 
 

@@ -65,6 +65,9 @@ def _storage_line(s: StorageCounters) -> str:
         f"storage tier ({s.mode}{window}): {s.rows:,} rows, {s.window_hit_ratio:.1%} from the window; "
         f"read {human_bytes(s.read_bytes)} in {s.requests:,} requests"
     )
+    if s.read_row_bytes:
+        line += f" ({s.read_amplification:.2f}x the rows' bytes)"
+
     if s.io_seconds > 0:
         line += f", {human_bytes(int(s.bandwidth))}/s at queue depth {s.queue_depth:.1f}"
     return line

@@ -116,6 +116,13 @@ class DaemonConfig(BaseModel):
         allow_inf_nan=False,
         description="Ranks the running jobs may have per CPU core together before a new job waits.",
     )
+    memory_limit: str = Field(
+        default="auto",
+        min_length=1,
+        description="Memory the daemon and everything it starts may use: 'auto' = the limit of the memory cgroup "
+        "it runs in (none outside one), 'none', or a size ('8GiB'). A job whose fixed need does not fit is refused "
+        "at submit naming the least that works; what the limit leaves sizes the producers' storage buffers.",
+    )
     keep_checkpoints: bool = Field(
         default=False,
         description="Keep every job's checkpoints; otherwise a succeeded job's are removed and others keep the newest.",
@@ -214,6 +221,18 @@ class DaemonConfig(BaseModel):
             raise ValueError(str(exc)) from None
         if info.field_name == "shm_budget" and size == 0:
             raise ValueError("a shared-memory budget of 0 lets no dataset load; give a size or a percentage")
+        return text
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _check_memory_limit(cls, text: str) -> str:
+        from graphtier.contract.errors import PlacementError
+        from graphtier.service.daemon.jobs.memory_need import parse_memory_limit
+
+        try:
+            parse_memory_limit(text)
+        except PlacementError as exc:
+            raise ValueError(f"{exc}; or 'auto' (the memory cgroup's limit) or 'none'") from None
         return text
 
     @field_validator(

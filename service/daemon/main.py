@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs running at once (default 0: as many as fit cores, memory and GPUs; others queue)",
     )
     parser.add_argument(
+        "--memory-limit",
+        help="memory the daemon and its jobs may use: auto (its memory cgroup's limit, the default), none, or a "
+        "size such as 8GiB; a job that cannot fit is refused at submit",
+    )
+    parser.add_argument(
         "--core-oversubscription", type=float, help="ranks per CPU core the running jobs may have together (default 2)"
     )
     parser.add_argument(

@@ -38,6 +38,7 @@ from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.service.daemon.instance import InstanceLock
 from graphtier.service.daemon.jobs.admission import Admission, machine_capacity
 from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.service.daemon.jobs.memory_need import parse_memory_limit
 from graphtier.service.daemon.jobs.mps import MpsControl
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.table import JobTable
@@ -109,6 +110,7 @@ class Daemon:
             admission=Admission(capacity),
             keep_checkpoints=config.keep_checkpoints,
             mps=MpsControl(config.runtime_dir),
+            memory_limit=parse_memory_limit(config.memory_limit),
         )
         self.health = health.HealthServicer()
         self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)

@@ -83,6 +83,12 @@ class ProducerConfig(BaseModel):
         le=MAX_WINDOW,
         description="Look-ahead window: batches sampled ahead whose storage rows are read early and shared; 0 = off.",
     )
+    storage_buffer_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Memory for the storage reader's staging buffer and the look-ahead window's row cache "
+        "(graphtier.service.storage.buffers), from the daemon's memory limit; None = no limit.",
+    )
     link: LinkBatches | None = Field(
         default=None,
         description="Link prediction: batches of `batch_size` train edges with negatives; None = node seeds.",

@@ -61,6 +61,7 @@ _STORAGE = (
     "window_depth",
     "storage_read_rows",
     "storage_read_bytes",
+    "storage_read_row_bytes",
     "storage_requests",
     "window_rows",
     "window_bytes",
@@ -179,6 +180,7 @@ class _Record:
             window=self["window_depth"],
             read_rows=self["storage_read_rows"],
             read_bytes=self["storage_read_bytes"],
+            read_row_bytes=self["storage_read_row_bytes"],
             requests=self["storage_requests"],
             window_rows=self["window_rows"],
             window_bytes=self["window_bytes"],
@@ -191,7 +193,7 @@ class _Record:
 
     def set_storage(self, counters: StorageCounters) -> None:
         self["storage_mode"], self["window_depth"] = STORAGE_READS.index(counters.mode), counters.window
-        for name in ("read_rows", "read_bytes", "requests"):
+        for name in ("read_rows", "read_bytes", "read_row_bytes", "requests"):
             self[f"storage_{name}"] = getattr(counters, name)
         self["window_rows"], self["window_bytes"] = counters.window_rows, counters.window_bytes
         for name in ("io", "request", "read"):

@@ -96,6 +96,7 @@ class FeatureSource(ABC):
             window=s.window,
             read_rows=s.read_rows + read_rows,
             read_bytes=read_bytes,
+            read_row_bytes=s.read_row_bytes + read_rows * row_bytes,
             requests=requests,
             window_rows=s.window_rows + hits,
             window_bytes=s.window_bytes + hits * row_bytes,
@@ -130,9 +131,19 @@ class LocalTiers(FeatureSource):
 class WindowedTiers(FeatureSource):
     """The dataset's tiers, storage rows read ahead through the look-ahead window."""
 
-    def __init__(self, tiers: FeatureTiers, reader: RowReader, *, storage_reads: StorageReads, window: int) -> None:
+    def __init__(
+        self,
+        tiers: FeatureTiers,
+        reader: RowReader,
+        *,
+        storage_reads: StorageReads,
+        window: int,
+        window_bytes: int | None = None,
+    ) -> None:
+        """`window_bytes`: the most the window's row cache may hold (None: unbounded)."""
         super().__init__(tiers, storage_reads=storage_reads, window=window, depth=window)
-        self.window: LookaheadWindow | None = LookaheadWindow(reader, row_bytes=tiers.row_bytes)
+        capacity = None if window_bytes is None else window_bytes // max(1, tiers.row_bytes)
+        self.window: LookaheadWindow | None = LookaheadWindow(reader, row_bytes=tiers.row_bytes, capacity_rows=capacity)
 
     def _open(self) -> LookaheadWindow:
         if self.window is None:
@@ -288,11 +299,13 @@ def feature_source(
     storage_reads: StorageReads,
     window: int,
     partition: PartitionedFeatures | None,
+    window_bytes: int | None = None,
     slot_device: int | None = None,
     sm_share: float | None = None,
 ) -> FeatureSource:
     """The one source for a producer's configuration: peer rows for a partitioned job, the look-ahead
-    window when `window` > 0 and the dataset has storage rows to read, the tiers as they are otherwise.
+    window when `window` > 0 and the dataset has storage rows to read (its row cache at most `window_bytes`),
+    the tiers as they are otherwise.
     For device slots (`slot_device`, a GPU) the tiers are gathered on that GPU (its grid kept to
     `sm_share` of the SMs when given); the window's and the other nodes' rows are staged to it."""
     host: FeatureSource
@@ -300,7 +313,7 @@ def feature_source(
     if partition is not None:
         host = PeerRowSource(partition, tiers, storage_reads=storage_reads, window=window)
     elif reader is not None:
-        host = WindowedTiers(tiers, reader, storage_reads=storage_reads, window=window)
+        host = WindowedTiers(tiers, reader, storage_reads=storage_reads, window=window, window_bytes=window_bytes)
     elif slot_device is not None:
         return CudaTiers(dataset, tiers, device=slot_device, storage_reads=storage_reads, sm_share=sm_share)
     else:

@@ -1,11 +1,13 @@
 """The producer's batches in order, sampled `depth` batches ahead of the one being gathered.
 
-Each batch is sampled exactly as without look-ahead (its seeds and sample seed depend only
-on the job seed, epoch, rank and step), so the batches are the same; sampling ahead only
-lets the storage reads of a batch start early (`admit`, the look-ahead window) and lets
-rows that recur within the window be read once (and a partitioned job's fetches of other nodes'
-rows start early). `depth` 0 samples each batch when it is due. Without `sample` (a `--sampler gpu`
-producer, which samples each batch on its GPU when it makes it) the batches come unsampled.
+Each batch is sampled exactly as without look-ahead (its seeds and sample seed depend only on
+the job seed, epoch, rank and step), so the batches are the same; sampling ahead only lets the
+storage reads of a batch start early (`admit`, the look-ahead window) and lets rows that recur
+within the window be read once (and a partitioned job's fetches of other nodes' rows start
+early). A batch the window had no room for (a deferred ticket) is the last sampled ahead until
+it is handed out: the window is as deep as its memory allows. `depth` 0 samples each batch when
+it is due. Without `sample` (a `--sampler gpu` producer, which samples each batch on its GPU
+when it makes it) the batches come unsampled.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ class Planned:
     subgraph: SampledSubgraph | None  # None: sampled when the batch is made (no `sample` given)
     sample_ns: int
     ticket: Ticket | RemoteTicket | None  # None without a window (or with no storage rows); a partitioned job's fetches
+
+
+def _deferred(ticket: Ticket | RemoteTicket | None) -> bool:
+    """A window ticket admitted without room: nothing is sampled past it until it is handed out."""
+    return isinstance(ticket, Ticket) and ticket.deferred
 
 
 class Lookahead:
@@ -77,7 +84,7 @@ class Lookahead:
 
     def next(self) -> Planned | None:
         """The next batch (sampling up to `depth` more first, so their reads start now); None at the end."""
-        while len(self._ahead) <= self.depth:
+        while len(self._ahead) <= self.depth and not (self._ahead and _deferred(self._ahead[-1].ticket)):
             planned = next(self._plan, None)
             if planned is None:
                 break

@@ -58,6 +58,7 @@ from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, Typed
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.storage import StorageCounters
+from graphtier.service.storage.buffers import StorageBuffers
 from graphtier.service.store import attach_dataset
 
 
@@ -88,7 +89,8 @@ class Producer:
         os.environ.update(cfg.gpu_env)  # MPS: before anything here initialises CUDA
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads)
+        buffers = StorageBuffers.sized(cfg.storage_buffer_bytes)
+        self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads, staging_bytes=buffers.staging_bytes)
         graph = self.dataset.graph
         train_pairs = self._train_pairs() if cfg.link is not None else None
         # a link job's "train ids" are the indices of its train edges: shuffled and sharded as node ids are
@@ -116,6 +118,7 @@ class Producer:
                 device_index=cfg.device_index,
                 storage_reads=cfg.storage_reads,
                 window=cfg.window,
+                window_bytes=buffers.window_bytes,
                 partition=cfg.partition,
                 slot_device=self.slot_device,
                 sm_share=cfg.grid_share,

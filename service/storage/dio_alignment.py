@@ -34,6 +34,12 @@ class DirectIOAlignment:
     reported: bool  # False when the kernel did not say and a page is assumed
 
     @property
+    def block(self) -> int:
+        """The unit of a staged request: its file offset and length are multiples of it, and so is its place
+        in a page-aligned staging buffer, which keeps the buffer address aligned too."""
+        return max(self.memory, self.offset)
+
+    @property
     def valid(self) -> bool:
         """Both are powers of two up to a page (what the staged reads' page-aligned blocks also satisfy)."""
         return usable_alignment(self.memory) and usable_alignment(self.offset)

@@ -5,14 +5,18 @@ reads a batch's rows from it in one go, planned by `read_plan`: runs of adjacent
 for consecutive output rows, when their bytes line up with the file's O_DIRECT alignment,
 are read straight into the output (no staging, no copy); every other row is read into one
 page-aligned staging buffer, locked in memory where the limits allow, by requests widened
-to 4 KiB blocks and coalesced where rows are adjacent, then copied to its slot: rows of a
+to the file's O_DIRECT block (its offset alignment: a 512 B sector on most devices, so a
+512 B row costs one sector, not a 4 KiB page; a page where the kernel does not say, and in
+`page-cache` mode) and coalesced where rows share or touch a block (the ids are hotness ranks,
+so such neighbours are equally hot and come together), then copied to its slot: rows of a
 long in-order run by the thread that read them, while the other requests are still in
 flight, the rest by one gather at the end. A pool of threads keeps up to `inflight`
 requests in flight (`os.preadv` releases the GIL). `empty_rows` hands out output rows
 placed so that runs line up. In `direct` mode the page cache is bypassed, so what is
 counted as storage traffic is traffic to the device; the `page-cache` mode reads the same
-requests through the kernel's cache. Every row read is checked against its recorded checksum
-(`row_checksums`), when the dataset has them.
+requests through the kernel's cache. The staging buffer never outgrows `staging_bytes` (sized by
+the caller from the memory it may use): a batch whose staged requests need more is read in parts.
+Every row read is checked against its recorded checksum (`row_checksums`), when the dataset has them.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ PAGE_CACHE_ALIGNMENT = DirectIOAlignment(memory=1, offset=ALIGN, reported=False)
 
 
 class StagingBuffer:
-    """Page-aligned anonymous memory, locked (pinned) in RAM when RLIMIT_MEMLOCK allows, grown on demand."""
+    """Page-aligned anonymous memory, locked (pinned) in RAM when RLIMIT_MEMLOCK allows, grown on demand
+    up to the reader's cap."""
 
     def __init__(self, nbytes: int) -> None:
         self.map: mmap.mmap | None = None
@@ -73,9 +78,10 @@ class StagingBuffer:
         except (OSError, AttributeError, TypeError, ValueError):
             self.pinned = False
 
-    def ensure(self, nbytes: int) -> None:
+    def ensure(self, nbytes: int, *, cap: int) -> None:
+        """At least `nbytes` (doubling, but to no more than `cap` beyond them)."""
         if self.map is None or nbytes > len(self.map):
-            self._allocate(max(nbytes, 2 * (len(self.map) if self.map else 0)))
+            self._allocate(max(nbytes, min(cap, 2 * (len(self.map) if self.map else 0))))
 
     def close(self) -> None:
         if self.map is not None:
@@ -113,7 +119,7 @@ class StorageReader:
         mode: StorageMode = "direct",
         inflight: int = 16,
         max_request: int = MAX_REQUEST,
-        staging_bytes: int = 8 << 20,
+        staging_bytes: int = 64 << 20,
         alignment: DirectIOAlignment | None = None,
         checksums: RowChecksums | None = None,
     ) -> None:
@@ -151,9 +157,12 @@ class StorageReader:
             )
         if mode == "direct":
             self.alignment = alignment or direct_io_alignment(self.path)
+            self.block = self.alignment.block  # staged requests' unit
         else:
             self.alignment = PAGE_CACHE_ALIGNMENT
-        self.staging = StagingBuffer(staging_bytes)
+            self.block = ALIGN  # the page cache reads whole pages whatever is asked
+        self.staging_cap = max(staging_bytes, max_request, 2 * ALIGN)
+        self.staging = StagingBuffer(min(staging_bytes, 1 << 20))
         self.pool = ThreadPoolExecutor(max_workers=max(1, inflight), thread_name_prefix="graphtier-storage")
         self.stats = ReaderStats()
 
@@ -210,11 +219,22 @@ class StorageReader:
         if rows.size == 0:
             return
         started = time.perf_counter()
-        in_order = rows.size == 1 or bool((rows[1:] > rows[:-1]).all())  # sorted and distinct (a coalesced batch)
-        lo, hi = (int(rows[0]), int(rows[-1])) if in_order else (int(rows.min()), int(rows.max()))
+        lo, hi = int(rows.min()), int(rows.max())
         if lo < 0 or hi >= self.num_rows - self.first_row:
             raise GraphtierError(f"storage rows must lie in [0, {self.num_rows - self.first_row})")
         target = output_rows(out, rows.size, self.row_bytes)
+        self._read_part(rows, target)
+        if self.checksums is not None:
+            self.checksums.verify(rows, target)
+        s = self.stats
+        s.batches, s.rows = s.batches + 1, s.rows + rows.size
+        s.row_bytes += rows.size * self.row_bytes
+        s.seconds += time.perf_counter() - started
+
+    def _read_part(self, rows: np.ndarray, target: np.ndarray) -> None:
+        """Rows `rows` into target[i]; in parts (each read the same way) when their staged requests
+        would need more than the staging buffer's cap."""
+        in_order = rows.size == 1 or bool((rows[1:] > rows[:-1]).all())  # sorted and distinct (a coalesced batch)
         # distinct rows, and where each goes: row_slot None when row i goes to output row i
         unique, inverse, row_slot = rows, np.empty(0, np.int64), None
         if not in_order:
@@ -240,24 +260,29 @@ class StorageReader:
         staged = direct.uncovered(unique.size)
         staged_rows = file_rows[staged]
         plan = plan_reads(
-            staged_rows, data_offset=self.data_offset, row_bytes=self.row_bytes, max_request=self.max_request
+            staged_rows,
+            data_offset=self.data_offset,
+            row_bytes=self.row_bytes,
+            align=self.block,
+            max_request=self.max_request,
         )
+        if plan.total > self.staging_cap and rows.size > 1:
+            parts = min(rows.size, 2 * -(-plan.total // self.staging_cap))  # halves of the cap: uneven parts fit
+            for at in np.array_split(np.arange(rows.size), parts):
+                self._read_part(rows[at[0] : at[-1] + 1], target[at[0] : at[-1] + 1])
+            return
         staged_slot = staged if row_slot is None else row_slot[staged]
         copies = no_run_copies(plan) if repeats else plan_run_copies(plan, staged_rows, staged_slot, self.row_bytes)
-        self.staging.ensure(plan.total)
+        self.staging.ensure(plan.total, cap=self.staging_cap)
         got, request_s = self._issue(plan, copies, direct, target)
         rest = np.flatnonzero(~copies.copied)  # staged rows not yet in place: one gather from the staging buffer
         if rest.size:
             self._gather_rest(plan.row_at, rest, staged_slot, inverse if repeats else None, target)
-        if self.checksums is not None:
-            self.checksums.verify(rows, target)
         s = self.stats
-        s.batches, s.rows = s.batches + 1, s.rows + rows.size
         s.requests += plan.offsets.size + direct.offsets.size
         s.direct_requests += direct.offsets.size
-        s.bytes_read, s.row_bytes = s.bytes_read + got, s.row_bytes + rows.size * self.row_bytes
+        s.bytes_read += got
         s.request_seconds += request_s
-        s.seconds += time.perf_counter() - started
 
     def _issue(self, plan: ReadPlan, copies: RunCopies, direct: DirectReads, target: np.ndarray) -> tuple[int, float]:
         """Every request, `inflight` at a time; the staged ones' whole-run rows copied by their threads."""

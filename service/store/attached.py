@@ -87,6 +87,8 @@ class AttachedDataset:
         """Rows `local_ids` (type-local) of node type `node_type` into out[:len(local_ids)], counted per tier."""
         return tiered_gather(local_ids, self.typed_tiers(node_type), out)
 
+    staging_bytes: int | None = None  # the storage reader's staging buffer cap; None = the reader's default
+
     @property
     def has_features(self) -> bool:
         return self.resident is not None or self.storage is not None
@@ -131,6 +133,7 @@ class AttachedDataset:
                 num_rows=ref.rows,
                 mode=self.storage_reads,
                 checksums=self.checksums,
+                **({} if self.staging_bytes is None else {"staging_bytes": self.staging_bytes}),
             )  # type: ignore[arg-type]
         return self._reader
 
@@ -195,9 +198,12 @@ class AttachedDataset:
             self._reader, self._tiers = None, {}
 
 
-def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads = "mmap") -> AttachedDataset:
+def attach_dataset(
+    handle: SharedDatasetHandle, *, storage_reads: StorageReads = "mmap", staging_bytes: int | None = None
+) -> AttachedDataset:
     """Map every segment of `handle` read-only; fails with a clear error when the owner is gone.
-    `storage_reads` picks how the storage rows are read (mmap, direct or page-cache)."""
+    `storage_reads` picks how the storage rows are read (mmap, direct or page-cache), `staging_bytes`
+    caps the storage reader's staging buffer."""
     from graphtier.service.storage import STORAGE_READS
 
     if storage_reads not in STORAGE_READS:
@@ -220,6 +226,7 @@ def attach_dataset(handle: SharedDatasetHandle, *, storage_reads: StorageReads =
             )
             for name, ref in handle.typed_features.items()
         },
+        staging_bytes=staging_bytes,
     )
 
 

@@ -18,6 +18,7 @@ from graphtier.contract.storage import MAX_WINDOW
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
+from graphtier.service.storage.dio_alignment import direct_io_alignment
 from graphtier.service.tiering.replay import AccessReplay, replay_access_counts
 from graphtier.service.tiering.storage_outlook import (
     StorageOutlook,
@@ -196,8 +197,12 @@ def _window_replay(
     storage_from = device_rows + host_bytes // row_bytes
     request_bytes = None
     if not assumed and dataset.manifest.feature_row_bytes == row_bytes:  # the file's own rows: its requests
+        path = dataset.array_path("features")
         request_bytes = direct_request_bytes(
-            data_offset=npy_data_offset(dataset.array_path("features")), row_bytes=row_bytes, storage_from=storage_from
+            data_offset=npy_data_offset(path),
+            row_bytes=row_bytes,
+            storage_from=storage_from,
+            block=direct_io_alignment(path).block,
         )
     return WindowReplay(
         num_nodes=n,

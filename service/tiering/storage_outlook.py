@@ -19,6 +19,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from graphtier.service.storage import plan_reads
+from graphtier.service.storage.read_plan import ALIGN
 
 
 class WindowOutcome(BaseModel):
@@ -107,11 +108,14 @@ class WindowReplay:
         )
 
 
-def direct_request_bytes(*, data_offset: int, row_bytes: int, storage_from: int) -> Callable[[np.ndarray], int]:
-    """Device bytes the direct reader asks for to read storage rows (storage-relative, sorted)."""
+def direct_request_bytes(
+    *, data_offset: int, row_bytes: int, storage_from: int, block: int = ALIGN
+) -> Callable[[np.ndarray], int]:
+    """Device bytes the direct reader asks for to read storage rows (storage-relative, sorted) in
+    requests of whole `block`s (the file's O_DIRECT block: `StorageReader.block`)."""
 
     def request_bytes(rows: np.ndarray) -> int:
-        return plan_reads(rows + storage_from, data_offset=data_offset, row_bytes=row_bytes).total
+        return plan_reads(rows + storage_from, data_offset=data_offset, row_bytes=row_bytes, align=block).total
 
     return request_bytes
 

@@ -8,17 +8,28 @@ one rank), three daemons started one after the other, each with its own runtime 
 (b) mapped:  the daemon and its job under a memory limit of half the feature bytes (a cgroup
              made for the run, see memory_limit.py: the daemon joins it before it execs, so its
              producers, torchrun and the ranks are inside too; shared memory and page cache are
-             charged to it); `--host-budget` of the rows in host memory, the rest read through
-             the file's mapping (`storage_reads: mmap`, no window).
+             charged to it, and the daemon takes it as its `--memory-limit`); `--host-budget` of the
+             rows in host memory, the rest read through the file's mapping (`storage_reads: mmap`,
+             no window).
 (c) direct:  the same limit and host budget; storage rows read with O_DIRECT, `--window`
-             batches of look-ahead (`storage_reads: direct`, `window: N`).
+             batches of look-ahead (`storage_reads: direct`, `window: N`), the producer's staging
+             buffer and window cache sized by the daemon from what the limit leaves.
+
+The host budget (`auto`) is the limit less the structure, the daemon's own memory and the job's
+fixed need as the daemon computes it (graphtier.service.daemon.jobs.memory_need) and a little for
+the window. A limit below the job's fixed need is refused at submit: the run is reported as
+refused with the daemon's one line (the least that works), not as a failure.
 
 The features file's pages are dropped from the page cache before each run, so no run reads
 what another left cached. Throughput is training's: the ranks' own batches per second over the epoch (GetJob `ranks`,
 waits for data included, the evaluation after it not; the daemon's whole-run figure, which
 includes the evaluation, is printed beside); beside it the storage tier's counters the daemon
-reports (rows read, window hits, requests, queue depth, bandwidth) and the cgroup's peak memory.
-Targets: (c) >= 0.5x (a) and >= 3x (b).
+reports (rows read, window hits, requests, queue depth, bandwidth, read amplification: device
+bytes over the bytes of the rows read) and the cgroup's peak memory.
+Targets: (c) >= 0.5x (a) and >= 3x (b); read amplification of (c) <= 2x.
+
+`--quick` (for `python -m tests.bench.all`): scale 19 (2 GiB of features) under 1 GiB, which the
+daemon must refuse naming the least that works, then the three runs under 1.75 GiB.
 
 With `--verify-cost`, the runs named by `--only` (mapped, direct) are each made `--rounds` times on
 the dataset as prepared (every storage row checked against its recorded checksum when read) and,
@@ -27,14 +38,15 @@ are hard links and whose manifest lists no `feature_checksums`, as a dataset pre
 were recorded): the ratio of the medians is the cost of the verification. Target >= 0.9x.
 
 Run: python tests/bench/bench_out_of_core_job.py [--scale 20] [--feature-dim 1024] [--window 4]
-     [--host-budget auto] [--limit auto] [--root $TMPDIR/graphtier-bench/ooc/datasets] [--verify-cost --rounds 2]
+     [--host-budget auto] [--limit auto] [--quick] [--json FILE]
+     [--root $TMPDIR/graphtier-bench/ooc/datasets] [--verify-cost --rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -46,20 +58,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import bench_cache, cpu_model  # noqa: E402
+from machine import bench_cache, cpu_model, write_figures  # noqa: E402
 from memory_limit import MemoryLimit, unavailable  # noqa: E402
 
 from graphtier.contract.datasets import BudgetSpec  # noqa: E402
 from graphtier.contract.endpoints import read_endpoints  # noqa: E402
+from graphtier.contract.errors import DaemonRequestError  # noqa: E402
 from graphtier.contract.jobs.spec import JobSpec  # noqa: E402
 from graphtier.launcher.client import DaemonClient  # noqa: E402
-from graphtier.service.placement import parse_budget  # noqa: E402
+from graphtier.service.daemon.jobs.memory_need import memory_need  # noqa: E402
+from graphtier.service.placement import PlacementPlan, parse_budget  # noqa: E402
 from graphtier.service.prepared import PreparedDataset  # noqa: E402
 from graphtier.service.prepared.manifest import MANIFEST_FILE  # noqa: E402
 from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GiB = 2**30
+GiB, MiB = 2**30, 2**20
+DAEMON_BYTES = 384 * MiB  # the daemon's own memory with a dataset loaded (RSS 276-382 MiB measured)
+WINDOW_ALLOWANCE = 64 * MiB  # beside the host tier, for the window's cache: the coldest rows recur little
 
 
 @dataclass
@@ -77,6 +93,11 @@ class Outcome:
     gathered_bytes: int
     peak_bytes: int | None
     oom_kills: int | None
+    message: str = ""  # why it did not succeed (a refusal's one line)
+
+    @property
+    def read_amplification(self) -> float:
+        return float(self.storage.get("read_amplification", 0.0))
 
 
 def ensure_dataset(root: Path, scale: int, dim: int) -> PreparedDataset:
@@ -174,7 +195,10 @@ def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, lim
         with DaemonClient(runtime_dir=run_dir / "run") as client:
             client.wait_until_serving(60)
             started = time.monotonic()
-            job_id = client.submit_job(spec).job_id
+            try:
+                job_id = client.submit_job(spec).job_id
+            except DaemonRequestError as exc:  # refused at submit: the limit cannot hold the job
+                return Outcome(label, "refused", 0, 0.0, 0.0, 0.0, {}, 0, 0, None, None, message=exc.message)
             while not (info := client.get_job(job_id)).state.final:
                 time.sleep(1.0)
             wall = time.monotonic() - started
@@ -193,6 +217,7 @@ def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, lim
             gathered_bytes=job.traffic.total_bytes,
             peak_bytes=limit.peak_bytes() if limit else None,
             oom_kills=limit.oom_kills() if limit else None,
+            message=info.message,
         )
     finally:
         daemon.terminate()
@@ -216,7 +241,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="auto",
         help="host-tier feature bytes; auto = the limit less the structure and --reserve",
     )
-    p.add_argument("--reserve", default="1.1GiB", help="what the processes, slots and window need besides the tiers")
+    p.add_argument(
+        "--reserve",
+        default="auto",
+        help="what the processes, slots and window need besides the tiers; auto = the daemon's estimate",
+    )
     p.add_argument("--window", type=int, default=4)
     p.add_argument("--fanout", default="10,5")
     p.add_argument("--batch-size", type=int, default=512)
@@ -230,7 +259,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="each run of --only with and without the row checksums, interleaved --rounds times",
     )
     p.add_argument("--rounds", type=int, default=2, help="rounds of --verify-cost")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--quick", action="store_true", help="scale 19: its refusal under 1 GiB, then the runs under 1.75 GiB"
+    )
+    a = p.parse_args(argv)
+    if a.quick:
+        a.scale, a.feature_dim, a.limit, a.refusal_limit = 19, 1024, "1.75GiB", "1GiB"
+    else:
+        a.refusal_limit = None
+    return a
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,13 +283,6 @@ def main(argv: list[str] | None = None) -> int:
     limit = (
         feature_bytes // 2 if a.limit == "auto" else parse_budget(a.limit, total_bytes=feature_bytes, what="--limit")
     )
-    reserve = parse_budget(a.reserve, total_bytes=feature_bytes, what="--reserve")
-    host = (
-        limit - structure_bytes - reserve
-        if a.host_budget == "auto"
-        else parse_budget(a.host_budget, total_bytes=feature_bytes, what="--host-budget")
-    )
-    host = max(0, host) // m.feature_row_bytes * m.feature_row_bytes
     fanouts = [int(f) for f in a.fanout.split(",")]
     base = JobSpec(
         dataset=dataset.name,
@@ -264,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         nproc_per_node=1,
         name="ooc-bench",
     )
+    host = host_budget(a, base, dataset, limit, structure_bytes)
     limited = BudgetSpec(host=str(host))
     specs = {
         "memory": (base, None),
@@ -287,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.verify_cost:
         return verify_cost(a, dataset, specs)
     outcomes: dict[str, Outcome] = {}
+    if a.refusal_limit:  # the job under a limit below its fixed need: refused at submit, naming the least
+        small = parse_budget(a.refusal_limit, total_bytes=feature_bytes, what="--limit")
+        spec = specs["direct"][0].model_copy(update={"budgets": BudgetSpec(host="0")})
+        with MemoryLimit("graphtier-bench-refused", small) as cgroup:
+            outcomes["refused"] = o = run_job("refused", dataset, spec, a.root, cgroup)
+        print(f"under {small / GiB:.2f} GiB: {o.state}: {o.message}", flush=True)
     for label in a.only.split(","):
         spec, limit_bytes = specs[label]
         if limit_bytes is None:
@@ -296,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: memory limit {cgroup.how}", flush=True)
                 outcomes[label] = run_job(label, dataset, spec, a.root, cgroup)
         o = outcomes[label]
+        if o.state == "refused":
+            print(f"{label:7s} refused at submit: {o.message}", flush=True)
+            continue
         s = o.storage
         peak = f"{o.peak_bytes / GiB:.2f} GiB" if o.peak_bytes is not None else "-"
         print(
@@ -304,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             f"storage rows gathered {o.storage_rows_gathered:,}: read {s['read_rows']:,} "
             f"({s['read_bytes'] / GiB:.2f} GiB, {s['requests']:,} requests), window hits {s['window_rows']:,} "
             f"({s['window_hit_ratio']:.1%}), queue depth {s['queue_depth']:.1f}, "
-            f"{s['bandwidth'] / 2**20:.0f} MiB/s; peak memory {peak}, OOM kills {o.oom_kills}",
+            f"{s['bandwidth'] / 2**20:.0f} MiB/s, read amplification {o.read_amplification:.2f}x; "
+            f"peak memory {peak}, OOM kills {o.oom_kills}" + (f"; {o.message}" if o.state != "succeeded" else ""),
             flush=True,
         )
     load_after = os.getloadavg()
@@ -317,8 +358,81 @@ def main(argv: list[str] | None = None) -> int:
         r = rate["direct"] / rate["mapped"]
         print(f"direct / mapped: {r:.2f}x (target >= 3x: {'met' if r >= 3 else 'NOT met'})")
     if a.json:
-        a.json.write_text(json.dumps({k: o.__dict__ for k, o in outcomes.items()}, indent=1))
+        write_figures(
+            str(a.json),
+            "out_of_core_job",
+            figures(outcomes, rate, round(load_after[0], 2)),
+            runs={k: {**o.__dict__, "read_amplification": o.read_amplification} for k, o in outcomes.items()},
+            dataset=dataset.name,
+            limit_bytes=limit,
+            host_bytes=host,
+        )
     return 0
+
+
+def host_budget(a: argparse.Namespace, spec: JobSpec, dataset: PreparedDataset, limit: int, structure: int) -> int:
+    """The host tier's bytes: `--host-budget`, or the limit less the structure and `--reserve` (auto: the
+    daemon's own memory, the job's fixed need as the daemon computes it and a little for the window)."""
+    m = dataset.manifest
+    feature_bytes = m.num_nodes * m.feature_row_bytes
+    if a.host_budget != "auto":
+        host = parse_budget(a.host_budget, total_bytes=feature_bytes, what="--host-budget")
+    elif a.reserve != "auto":
+        host = limit - structure - parse_budget(a.reserve, total_bytes=feature_bytes, what="--reserve")
+    else:
+        plan = PlacementPlan(
+            num_nodes=m.num_nodes,
+            row_bytes=m.feature_row_bytes,
+            num_devices=0,
+            replicated_end=0,
+            interleaved_end=0,
+            host_end=0,
+        )
+        direct = spec.model_copy(update={"storage_reads": "direct", "window": a.window})
+        need = memory_need(direct, plan, limit=limit, held=DAEMON_BYTES + structure)
+        host = limit - need.fixed - WINDOW_ALLOWANCE
+    return max(0, host) // m.feature_row_bytes * m.feature_row_bytes
+
+
+def figures(outcomes: dict[str, Outcome], rate: dict[str, float], load: float) -> list[dict[str, object]]:
+    """The figures for `tests.bench.all`: the ratios against the same run's baselines, the direct
+    run's read amplification, and a refusal's least limit."""
+    out: list[dict[str, object]] = []
+    for other, target in (("memory", 0.5), ("mapped", 3)):
+        if "direct" in rate and other in rate:
+            out.append(
+                {
+                    "name": f"direct + window / {other}, training batches/s",
+                    "value": round(rate["direct"] / rate[other], 3),
+                    "unit": "x",
+                    "baseline": f"{other}: {rate[other]:.3f} batches/s",
+                    "target": target,
+                    "load_average": load,
+                }
+            )
+    if "direct" in rate:
+        out.append(
+            {
+                "name": "direct read amplification (device bytes / rows' bytes)",
+                "value": round(outcomes["direct"].read_amplification, 3),
+                "unit": "x",
+                "target": 2,
+                "lower_is_better": True,
+                "load_average": load,
+            }
+        )
+    refused = outcomes.get("refused")
+    if refused is not None:
+        least = re.search(r"a memory limit of at least (\d+\.\d+) GiB", refused.message)
+        out.append(
+            {
+                "name": f"job under too small a limit: {refused.state}; least limit named",
+                "value": float(least[1]) if least else 0.0,
+                "unit": "GiB",
+                "load_average": load,
+            }
+        )
+    return out
 
 
 def verify_cost(a: argparse.Namespace, dataset: PreparedDataset, specs: dict) -> int:

@@ -2,10 +2,11 @@
 
 Writes a feature file (`--file-gib`, 128 float32 per row = 512 B rows) on the filesystem of
 `--dir`, then measures, in this order and within one run:
-- `dd iflag=direct` reading the file with 4 KiB and with 1 MiB requests (the disk's own
-  bandwidth at that request size, one request at a time);
-- `StorageReader` in `direct` mode on batches of random rows (4 KiB requests, a row or two
-  per request; `--inflight` requests in flight);
+- `dd iflag=direct` reading the file with requests of the file's O_DIRECT block (statx; 512 B
+  on most devices, 4 KiB where unreported) and with 1 MiB requests (the disk's own bandwidth at
+  that request size, one request at a time);
+- `StorageReader` in `direct` mode on batches of random rows (requests of that block, a row or
+  two per request; `--inflight` requests in flight);
 - batches of adjacent rows (coalesced into 1 MiB requests), each read twice, in turn: by
   `StorageReader` into rows from its `empty_rows` (what a producer reads into) and by `dd
   iflag=direct bs=1M` over the same aligned byte range, the order alternating from batch to
@@ -35,6 +36,7 @@ import torch
 
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage import StorageReader
+from graphtier.service.storage.dio_alignment import direct_io_alignment
 
 ROW_FLOATS = 128
 MiB = 2**20
@@ -193,7 +195,6 @@ def main() -> None:
         random_batches = [np.sort(gen.choice(rows, args.batch_rows, replace=False)) for _ in range(args.batches)]
         run = args.batch_rows * 4
         dense_batches = [np.arange(s, s + run) for s in gen.integers(0, rows - run, args.batches)]
-        random_bytes = sum(b.size for b in random_batches) * 4096
         dense_bytes = sum(b.size for b in dense_batches) * ROW_FLOATS * 4
 
         print(
@@ -203,7 +204,8 @@ def main() -> None:
         )
         results = []
         drop_cache(path)
-        dd_4k = dd_bandwidth(path, 4096, min(random_bytes, 1 << 30))
+        block = direct_io_alignment(path).block  # the reader's staged requests are whole blocks
+        dd_block = dd_bandwidth(path, block, min(sum(b.size for b in random_batches) * block, 1 << 30))
         dd_1m = dd_bandwidth(path, MiB, min(dense_bytes * 4, 2 << 30))
         for label, batches, mode, inflight in (
             ("direct, random rows", random_batches, "direct", args.inflight),
@@ -220,12 +222,12 @@ def main() -> None:
         f"\n{'reads':38s} {'device':>8} {'I/O':>8} {'batch':>8} {'rows':>8} "
         f"{'I/O vs dd':>10} {'batch vs dd':>12}  (MB/s)"
     )
-    print(f"{'dd iflag=direct bs=4k (sequential)':38s} {dd_4k / 1e6:>8.1f}")
+    print(f"{f'dd iflag=direct bs={block} (sequential)':38s} {dd_block / 1e6:>8.1f}")
     print(f"{'dd iflag=direct bs=1M (sequential)':38s} {dd_1m / 1e6:>8.1f}")
     for label, device, io, batch, needed in results:
         print(
             f"{label:38s} {device / 1e6:>8.1f} {io / 1e6:>8.1f} {batch / 1e6:>8.1f} {needed / 1e6:>8.1f} "
-            f"{io / dd_4k:>9.2f}x {batch / dd_4k:>11.2f}x  (4 KiB requests)"
+            f"{io / dd_block:>9.2f}x {batch / dd_block:>11.2f}x  ({block} B requests)"
         )
     print(
         f"{'mmap index_select, random rows (cold)':38s} {mmap_device / 1e6:>8.1f} {'':>8} {'':>8} "

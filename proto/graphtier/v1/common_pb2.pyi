@@ -169,7 +169,7 @@ class TierCounters(_message.Message):
     def __init__(self, replicated: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_local: _Optional[_Union[SourceTraffic, _Mapping]] = ..., interleaved_peer: _Optional[_Union[SourceTraffic, _Mapping]] = ..., host: _Optional[_Union[SourceTraffic, _Mapping]] = ..., storage: _Optional[_Union[SourceTraffic, _Mapping]] = ..., simulated: _Optional[bool] = ..., network: _Optional[_Union[SourceTraffic, _Mapping]] = ...) -> None: ...
 
 class StorageCounters(_message.Message):
-    __slots__ = ("mode", "window", "read_rows", "read_bytes", "requests", "window_rows", "window_bytes", "io_seconds", "request_seconds", "read_seconds", "lookahead_batches", "window_cached_rows")
+    __slots__ = ("mode", "window", "read_rows", "read_bytes", "requests", "window_rows", "window_bytes", "io_seconds", "request_seconds", "read_seconds", "lookahead_batches", "window_cached_rows", "read_row_bytes")
     MODE_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     READ_ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,7 @@ class StorageCounters(_message.Message):
     READ_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LOOKAHEAD_BATCHES_FIELD_NUMBER: _ClassVar[int]
     WINDOW_CACHED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    READ_ROW_BYTES_FIELD_NUMBER: _ClassVar[int]
     mode: str
     window: int
     read_rows: int
@@ -194,4 +195,5 @@ class StorageCounters(_message.Message):
     read_seconds: float
     lookahead_batches: int
     window_cached_rows: int
-    def __init__(self, mode: _Optional[str] = ..., window: _Optional[int] = ..., read_rows: _Optional[int] = ..., read_bytes: _Optional[int] = ..., requests: _Optional[int] = ..., window_rows: _Optional[int] = ..., window_bytes: _Optional[int] = ..., io_seconds: _Optional[float] = ..., request_seconds: _Optional[float] = ..., read_seconds: _Optional[float] = ..., lookahead_batches: _Optional[int] = ..., window_cached_rows: _Optional[int] = ...) -> None: ...
+    read_row_bytes: int
+    def __init__(self, mode: _Optional[str] = ..., window: _Optional[int] = ..., read_rows: _Optional[int] = ..., read_bytes: _Optional[int] = ..., requests: _Optional[int] = ..., window_rows: _Optional[int] = ..., window_bytes: _Optional[int] = ..., io_seconds: _Optional[float] = ..., request_seconds: _Optional[float] = ..., read_seconds: _Optional[float] = ..., lookahead_batches: _Optional[int] = ..., window_cached_rows: _Optional[int] = ..., read_row_bytes: _Optional[int] = ...) -> None: ...

@@ -1,12 +1,15 @@
 """`Admission`: a queue in front of the machine. A job starts when it fits, else waits in order.
 
-Submitting twenty jobs at once used to start all twenty at once, whatever the machine had.
-Each job asks for cores (one per rank: ranks compute, producers mostly wait on memory), memory
-(an estimate of its ranks' and slots' footprint) and, for CUDA jobs, GPUs. A job starts when
-every earlier queued job has started, the running jobs are fewer than `max_running` (0 = no
-limit), and its demand fits what the running jobs leave: cores up to `core_oversubscription`
-times the machine's, memory the machine has available now, GPUs the machine has. A job larger
-than the machine still runs, alone. While it waits, `why()` says what it waits for.
+Submitting twenty jobs at once used to start all twenty at once, whatever the machine had. Each
+job asks for cores (one per rank: ranks compute, producers mostly wait on memory), memory (its
+ranks', producers', agent's and slots' footprint, memory_need.py) and, for CUDA jobs, GPUs. A
+job starts when every earlier queued job has started, the running jobs are fewer than
+`max_running` (0 = no limit), and its demand fits what the running jobs leave: cores up to
+`core_oversubscription` times the machine's, memory the machine has available now, GPUs the
+machine has. A job larger than the machine still runs, alone. Under the daemon's memory limit
+(`limit_room`: what the limit leaves beside the daemon and its datasets now) the running jobs'
+memory and the new job's must fit in it as well (a job's memory is then its need under the
+limit, memory_need.py). While it waits, `why()` says what it waits for.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
-
-RANK_MEMORY_BYTES = 768 << 20  # a rank's interpreter, torch and model state, roughly (bench_memory: ~560-730 MiB)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Capacity:
     gpus: int
     max_running: int  # 0 = no limit
     available_memory: Callable[[], int] = lambda: psutil.virtual_memory().available
+    limit_room: Callable[[], int] | None = None  # under a memory limit: what it leaves the jobs now
 
 
 def machine_capacity(max_running: int, core_oversubscription: float, gpus: int) -> Capacity:
@@ -72,6 +74,11 @@ class Admission:
             return f"needs {demand.cores} cores; running jobs hold {used.cores} of {cap.cores}"
         if demand.gpus and used.gpus + demand.gpus > cap.gpus:
             return f"needs {demand.gpus} GPU(s); running jobs hold {used.gpus} of {cap.gpus}"
+        if cap.limit_room is not None and used.memory_bytes + demand.memory_bytes > (room := cap.limit_room()):
+            return (
+                f"needs ~{demand.memory_bytes >> 20} MiB under the daemon's memory limit; running jobs hold "
+                f"{used.memory_bytes >> 20} MiB of the {max(0, room) >> 20} MiB it leaves them"
+            )
         free = cap.available_memory()
         if demand.memory_bytes > free:
             return f"needs ~{demand.memory_bytes >> 20} MiB of memory; {free >> 20} MiB are available"

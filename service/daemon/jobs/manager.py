@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +35,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
 from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
-from graphtier.service.daemon.jobs.admission import RANK_MEMORY_BYTES, Admission, Demand, machine_capacity
+from graphtier.service.daemon.jobs.admission import Admission, Demand, machine_capacity
 from graphtier.service.daemon.jobs.events import JobEventLog, ended_job_log
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
 from graphtier.service.daemon.jobs.job_view import (
@@ -47,6 +47,7 @@ from graphtier.service.daemon.jobs.job_view import (
     rank_infos,
     stored_job,
 )
+from graphtier.service.daemon.jobs.memory_need import MemoryNeed, daemon_held_bytes, memory_need, refusal
 from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
 from graphtier.service.daemon.jobs.notes import (
     check_link_dataset,
@@ -59,7 +60,9 @@ from graphtier.service.daemon.jobs.runner import JobRunner
 from graphtier.service.daemon.jobs.sampler_choice import gpu_sampler_unavailable, resolve_sampler
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.service.placement import PlacementPlan
 from graphtier.service.prepared.catalog import read_manifest
+from graphtier.service.store import SharedDatasetHandle
 from graphtier.service.store.wire import DatasetLayoutInfo
 
 if TYPE_CHECKING:
@@ -84,6 +87,7 @@ class _Job:
     notes: list[str] = field(default_factory=list)
     part: PartHooks | None = None  # a part of a multi-node job: how it watches the other nodes
     gpu_share: GpuShare | None = None  # how its producers share the GPUs with its ranks
+    memory_bytes: int | None = None  # under the daemon's memory limit: what the job adds (memory_need.py)
 
 
 def check_script(script: Path) -> None:
@@ -104,6 +108,13 @@ def _split_rule(directory: Path) -> object:
         return None  # no readable dataset: loading it says why
 
 
+def sizing_plan(handle: SharedDatasetHandle) -> PlacementPlan:
+    """The plan a job's memory is sized from: a typed dataset keeps its rows per type, so the widest
+    type's row bounds a slot's row (its own plan's row_bytes counts none)."""
+    widest = max([handle.plan.row_bytes, *(ref.plan.row_bytes for ref in handle.typed_features.values())])
+    return handle.plan if widest == handle.plan.row_bytes else handle.plan.model_copy(update={"row_bytes": widest})
+
+
 class JobManager:
     """Every job this daemon started; thread-safe."""
 
@@ -118,7 +129,9 @@ class JobManager:
         admission: Admission | None = None,
         keep_checkpoints: bool = False,
         mps: MpsControl | None = None,
+        memory_limit: int | None = None,
     ) -> None:
+        """`memory_limit`: bytes the daemon and its jobs may use (memory_need.py); None = no limit."""
         self.runtime_dir = Path(runtime_dir)
         self.mps = mps or MpsControl(self.runtime_dir)  # how CUDA jobs' producers share the GPUs
         self.stall_timeout_s = stall_timeout_s
@@ -130,6 +143,9 @@ class JobManager:
         self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
         self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
         self.keep_checkpoints = keep_checkpoints
+        self.memory_limit = memory_limit
+        if memory_limit is not None:  # running jobs and a new one must fit what the limit leaves them
+            self.admission.capacity = replace(self.admission.capacity, limit_room=lambda: memory_limit - self._held())
         self._attach_lock = threading.Lock()
         self._launches: dict[str, str] = {}  # launch id of ranks another launcher started -> job id
         jobs.on_cancel(self._on_cancel)
@@ -229,6 +245,7 @@ class JobManager:
                 f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"
             )
         spec = resolve_sampler(spec, loaded.handle.plan)
+        need = self._memory_need(spec, sizing_plan(loaded.handle))
         job_id = self._new_id()
         job_dir = job_directory(self.runtime_dir, job_id)
         job_spec_path(job_dir).write_text(spec.model_dump_json(indent=2))
@@ -253,8 +270,18 @@ class JobManager:
             partition=partition,
             device_memory=self.datasets.gpus.device_memory,
             gpu_share=gpu_share,
+            storage_buffer_bytes=need.storage_budget if need is not None else None,
         )
-        job = _Job(spec, runner, events, loaded, notes=spec_notes(spec, loaded.handle), part=part, gpu_share=gpu_share)
+        job = _Job(
+            spec,
+            runner,
+            events,
+            loaded,
+            notes=spec_notes(spec, loaded.handle),
+            part=part,
+            gpu_share=gpu_share,
+            memory_bytes=need.job_bytes if need is not None else None,
+        )
         with self._lock:
             self._jobs[job_id] = job
         self.table.add(
@@ -272,6 +299,21 @@ class JobManager:
         threading.Thread(target=self._run, args=(job_id, job), name=f"graphtier-job-{job_id}", daemon=True).start()
         return self.get(job_id)
 
+    def _held(self) -> int:
+        """What the daemon holds now under its memory limit: itself and every loaded dataset."""
+        return daemon_held_bytes() + sum(d.resident_bytes for d in self.datasets.loaded())
+
+    def _memory_need(self, spec: JobSpec, plan: PlacementPlan) -> MemoryNeed | None:
+        """Under the memory limit: the job's need (its storage budget, what it adds), after refusing a
+        job whose fixed need does not fit, naming the least that works; None without a limit."""
+        if self.memory_limit is None:
+            return None
+        need = memory_need(spec, plan, limit=self.memory_limit, held=self._held())
+        if not need.fits:
+            host_tier = (plan.host_end - plan.interleaved_end) * plan.row_bytes
+            raise InvalidRequestError(refusal(spec, plan, need, host_tier_bytes=host_tier))
+        return need
+
     def _move(self, job_id: str, job: _Job, state: JobState, message: str = "") -> None:
         previous = self.table.get(job_id).state
         if previous == state or previous.final:
@@ -282,16 +324,13 @@ class JobManager:
         log.info("job %s: %s -> %s %s", job_id, previous.value, state.value, message)
 
     def _demand(self, job: _Job) -> Demand:
-        """Cores, memory and GPUs the job will hold: its ranks and their ping-pong slots."""
-        spec, plan = job.spec, job.layout.handle.plan
-        sampled = spec.batch_size
-        for fanout in spec.fanouts:
-            sampled *= (fanout if fanout > 0 else 16) + 1
-        typed = job.layout.handle.typed_features  # a typed dataset's rows are per type: the widest bounds a row
-        row_bytes = max([plan.row_bytes, *(ref.plan.row_bytes for ref in typed.values())])
-        slot = min(sampled, plan.num_nodes) * (row_bytes + 64)  # features plus sampled structure, roughly
+        """Cores, memory and GPUs the job will hold: its ranks, producers, agent and slots (memory_need.py;
+        under a memory limit as its need was computed at submit, with its storage buffers as budgeted)."""
+        spec, plan = job.spec, sizing_plan(job.layout.handle)
         local = spec.nproc_per_node  # this node's ranks (the other nodes' daemons admit theirs)
-        memory = local * (RANK_MEMORY_BYTES + 2 * slot)
+        memory = job.memory_bytes
+        if memory is None:  # no limit: the fixed part, the least storage buffers
+            memory = memory_need(spec, plan, limit=0, held=0).job_bytes
         return Demand(cores=local, memory_bytes=memory, gpus=local if spec.device == "cuda" else 0)
 
     def _queued(self, job_id: str, job: _Job, why: str) -> None:

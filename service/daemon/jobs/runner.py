@@ -210,8 +210,11 @@ class JobRunner:
         partition: PartitionedFeatures | None = None,
         device_memory: DeviceMemoryMode = "ipc",
         gpu_share: GpuShare | None = None,
+        storage_buffer_bytes: int | None = None,
     ) -> None:
+        """`storage_buffer_bytes`: each producer's storage buffers, from the memory limit (None: no limit)."""
         self.job_id, self.spec, self.handle = job_id, spec, handle
+        self.storage_buffer_bytes = storage_buffer_bytes
         self.device_memory = device_memory  # how a cuda job's device slots are shared with its ranks
         self.gpu_share = gpu_share  # MPS or a grid cap for the producers (service/daemon/jobs/mps.py)
         self.placement, self.external = placement, external
@@ -264,6 +267,7 @@ class JobRunner:
             num_threads=self.threads,
             storage_reads=self.spec.storage_reads,
             window=self.spec.window,
+            storage_buffer_bytes=self.storage_buffer_bytes,
             partition=self.partition,
             link=(
                 LinkBatches(negatives=self.spec.negatives, negative_sampling=self.spec.negative_sampling)

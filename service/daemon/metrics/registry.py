@@ -16,6 +16,7 @@ and times from which PromQL derives the queue depth and the bandwidth:
 
     rate(graphtier_storage_request_seconds_total[1m]) / rate(graphtier_storage_io_seconds_total[1m])
     rate(graphtier_storage_read_bytes_total[1m]) / rate(graphtier_storage_io_seconds_total[1m])
+    rate(graphtier_storage_read_bytes_total[1m]) / rate(graphtier_storage_read_row_bytes_total[1m])  # amplification
  Links (label `link`): local (the device's own memory: replicated +
 interleaved_local), nvlink (interleaved_peer), pcie (host), storage. Beside these accounted
 bytes, `NvmlCollector` (service/hardware) exports what the hardware measured:
@@ -74,6 +75,11 @@ STORAGE_COUNTERS: dict[str, tuple[str, str, str]] = {
         "graphtier_storage_read_bytes",
         "Bytes the storage reads asked the device for (whole aligned "
         "requests; the rows' own bytes through the mapping).",
+        "bytes",
+    ),
+    "read_row_bytes": (
+        "graphtier_storage_read_row_bytes",
+        "Bytes of the storage-tier rows read (rows x row bytes): read bytes over it is the read amplification.",
         "bytes",
     ),
     "requests": ("graphtier_storage_requests", "Storage read requests issued (none through the mapping).", ""),

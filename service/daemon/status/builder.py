@@ -98,6 +98,8 @@ class StatusBuilder:
             window=max((s.window for s in latest), default=0),
             read_rows=counters.read_rows,
             read_bytes=counters.read_bytes,
+            read_row_bytes=counters.read_row_bytes,
+            read_amplification=counters.read_amplification,
             requests=counters.requests,
             window_rows=counters.window_rows,
             window_bytes=counters.window_bytes,

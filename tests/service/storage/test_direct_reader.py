@@ -51,7 +51,6 @@ def test_reads_the_rows_the_file_holds(tmp_path, mode):
         mode=mode,
         inflight=4,
         max_request=8192,
-        staging_bytes=4096,
     )
     try:
         rows = np.random.default_rng(1).integers(0, values.shape[0] - first, 700)
@@ -66,6 +65,34 @@ def test_reads_the_rows_the_file_holds(tmp_path, mode):
         assert stats.bytes_read >= np.unique(rows).size * 160
         with pytest.raises(GraphtierError, match=r"storage rows must lie in \[0, 2000\)"):
             reader.read(np.array([2000]), out)
+    finally:
+        reader.close()
+
+
+def test_a_batch_larger_than_the_staging_cap_is_read_in_parts_into_a_buffer_that_stays_under_it(tmp_path):
+    path, values = write_features(tmp_path, 4000, 128)  # 512 B rows
+    mode = "direct" if direct_supported(path) else "page-cache"
+    reader = StorageReader(
+        path,
+        data_offset=npy_data_offset(path),
+        row_bytes=512,
+        first_row=0,
+        num_rows=values.shape[0],
+        mode=mode,
+        max_request=8192,
+        staging_bytes=16384,
+    )
+    try:
+        rows = np.random.default_rng(2).permutation(values.shape[0])[:1500]  # ~1 MiB staged in one plan
+        out = np.empty((rows.size, 128), np.float32)
+        reader.read(rows, out)
+        assert np.array_equal(out, values[rows])
+        assert reader.staging.map is not None and len(reader.staging.map) <= 16384
+        assert reader.stats.batches == 1 and reader.stats.row_bytes == rows.size * 512
+        if (
+            mode == "direct" and reader.block == 512
+        ):  # a 512 B row misaligned by the 128 B header: two sectors, not 4 KiB
+            assert rows.size * 512 < reader.stats.bytes_read <= 2 * rows.size * 512
     finally:
         reader.close()
 

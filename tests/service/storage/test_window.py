@@ -116,3 +116,26 @@ def test_counters_sum_and_derive():
     assert total.window_hit_ratio == 0.5 and total.queue_depth == 3.0 and total.bandwidth == 81920
     assert (a + StorageCounters()).mode == "mixed" and StorageCounters().queue_depth == 0.0
     assert sum([a, b], StorageCounters(mode="direct")) == total
+
+
+@pytest.mark.parametrize("capacity", [700, 100])
+def test_a_window_never_holds_more_than_its_capacity_and_defers_what_does_not_fit(tmp_path, capacity):
+    """As the producer's look-ahead drives it: admit up to 4 ahead but none past a deferred batch."""
+    path, values = _features(tmp_path)
+    reader = MappedReader(torch.from_numpy(values))
+    batches = _batches(values.shape[0], count=12)  # ~340 rows each: 2 fit in 700 rows, none in 100
+    window = LookaheadWindow(reader, row_bytes=96, initial_rows=16, capacity_rows=capacity)
+    try:
+        tickets, deferred = [], 0
+        for i, rows in enumerate(batches):
+            while len(tickets) < min(i + 5, len(batches)) and not (len(tickets) > i and tickets[-1].deferred):
+                tickets.append(window.admit(batches[len(tickets)]))
+            deferred += tickets[i].deferred
+            out = np.empty((rows.size, 24), np.float32)
+            window.fill(tickets[i], rows[::-1], out)
+            assert np.array_equal(out, values[rows[::-1]])
+            assert window.cached_rows <= capacity and window._cache.shape[0] <= max(capacity, 1)
+        assert deferred > 0 and window.cached_rows == 0
+        assert (sum(t.hits for t in tickets) > 0) == (capacity == 700)  # room for two batches: recurring rows hit
+    finally:
+        window.close()

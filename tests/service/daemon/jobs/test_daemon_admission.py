@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
+from typer.testing import CliRunner
+
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.cli.app import app
 from graphtier.launcher.client import DaemonClient
 from graphtier.service.daemon.jobs.admission import Admission, Capacity, Demand
 
@@ -47,12 +51,32 @@ def test_jobs_start_in_order_when_they_fit_and_say_why_they_wait():
     busy._running["1"] = Demand(1, 0, 1)
     busy._queue.append(("x", Demand(1, 0, 1)))
     assert busy._blocker("x", Demand(1, 0, 1)) == "1 job(s) running, the daemon's limit is 1"
+    limited = Admission(Capacity(8, 0, 0, lambda: 64 * GiB, limit_room=lambda: 3 * GiB))  # under a memory limit
+    limited._running["1"] = Demand(1, 2 * GiB)
+    assert limited._blocker("x", Demand(1, GiB)) == ""
+    assert limited._blocker("x", Demand(1, GiB + 1)) == (
+        "needs ~1024 MiB under the daemon's memory limit; running jobs hold 2048 MiB of the 3072 MiB it leaves them"
+    )
 
 
 def test_a_daemon_with_a_limit_of_one_runs_three_jobs_one_at_a_time(daemon_processes, small_rmat):
-    daemon = daemon_processes(small_rmat.directory.parent, "--max-running-jobs", "1")
+    """Under a memory limit too: a job that cannot fit it is refused at submit (`job submit` exits
+    non-zero with one line naming the limit, the need and the least that works); the others run."""
+    daemon = daemon_processes(small_rmat.directory.parent, "--max-running-jobs", "1", "--memory-limit", "2GiB")
     endpoints = daemon.start()
     spec = dict(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=1, nproc_per_node=1)
+    run = ["--runtime-dir", str(daemon.runtime_dir)]
+    refused = CliRunner().invoke(app, ["job", "submit", "--dataset", "rmat12", "--nproc-per-node", "8", *run])
+    assert refused.exit_code != 0
+    said = " ".join(refused.output.split())
+    least = re.search(
+        r"job needs at least (\d+\.\d\d) GiB of memory but the daemon's limit is 2\.00 GiB .* the least that works: "
+        r"a memory limit of at least (\d+\.\d\d) GiB or --nproc-per-node (\d)",
+        said,
+    )
+    assert least, said
+    assert 2 < float(least[1]) <= float(least[2]) and 1 <= int(least[3]) < 8
+    assert CliRunner().invoke(app, ["job", "list", *run]).output.count("rmat12") == 0  # nothing was made
     with DaemonClient(endpoints.grpc_target) as client:
         ids = [client.submit_job(JobSpec(**spec, name=f"q{i}")).job_id for i in range(3)]
         most_active, messages = 0, set()

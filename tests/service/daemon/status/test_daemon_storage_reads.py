@@ -43,10 +43,14 @@ def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inpro
     assert s.window_hit_ratio == pytest.approx(s.window_rows / gathered)
     assert s.requests > 0 and s.read_bytes >= s.read_rows * 64 and s.queue_depth > 0 and s.bandwidth > 0
     assert status.storage.read_rows == s.read_rows and status.storage.window_rows == s.window_rows
+    row_bytes = s.window_bytes // s.window_rows
+    assert s.read_row_bytes == s.read_rows * row_bytes and s.read_amplification == s.read_bytes / s.read_row_bytes
+    assert s.read_amplification >= 1.0  # page-cache requests are whole pages: never less than the rows
     labels = f'{{job_id="{job.job_id}",rank="0"}}'
     assert f"graphtier_storage_read_rows_total{labels} {float(s.read_rows)}" in exposition
     assert f"graphtier_window_hit_rows_total{labels} {float(s.window_rows)}" in exposition
     assert f"graphtier_storage_requests_total{labels} {float(s.requests)}" in exposition
+    assert f"graphtier_storage_read_row_bytes_total{labels} {float(s.read_row_bytes)}" in exposition
     table = CliRunner().invoke(
         app, ["metrics", "--runtime-dir", str(run)], catch_exceptions=False, env={"COLUMNS": "250"}
     )
@@ -54,13 +58,14 @@ def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inpro
     assert f"{s.window_rows:,}" in table.output
     # the job's own view (GetJob over gRPC, `graphtier job status`): the same counters, summed over its producers
     p = final.progress.storage
-    assert (p.mode, p.window, p.read_rows, p.window_rows, p.requests, p.read_bytes) == (
+    assert (p.mode, p.window, p.read_rows, p.window_rows, p.requests, p.read_bytes, p.read_row_bytes) == (
         s.mode,
         s.window,
         s.read_rows,
         s.window_rows,
         s.requests,
         s.read_bytes,
+        s.read_row_bytes,
     )
     shown = CliRunner().invoke(app, ["job", "status", job.job_id, "--runtime-dir", str(run)], catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
@@ -68,6 +73,7 @@ def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inpro
         f"storage tier (page-cache, window 2): {p.rows:,} rows, {p.window_hit_ratio:.1%} from the window"
         in shown.output
     )
+    assert f"({p.read_amplification:.2f}x the rows' bytes)" in shown.output
 
 
 def test_a_bad_storage_read_mode_or_window_is_refused_at_submit(inproc_daemon):
