@@ -103,14 +103,15 @@ class GraphtierJobs:
         from graphtier.launcher.client import DaemonClient
 
         command = [
-            "graphtier", "job", "submit", "--runtime-dir", str(self.runtime_dir), "--json",
+            sys.executable, "-m", "graphtier.launcher.cli", "job", "submit",
+            "--runtime-dir", str(self.runtime_dir), "--json",
             "--dataset", dataset, "--model", "sage", "--fanout", a.fanouts, "--batch-size", str(a.batch_size),
             "--hidden", str(a.hidden), "--epochs", "2", "--lr", str(a.lr), "--dropout", str(a.dropout),
             "--nproc-per-node", "1", "--seed", str(a.seed), "--name", "bench-e2e-sage",
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise SystemExit(f"{' '.join(command)}: exit {done.returncode}\n{done.stdout}{done.stderr}")
+            raise SystemExit(f"graphtier {' '.join(command[3:])}: exit {done.returncode}\n{done.stdout}{done.stderr}")
         job_id = json.loads(done.stdout)["job_id"]
         with DaemonClient(runtime_dir=self.runtime_dir) as client:
             for _ in client.job_events(job_id, follow=True):
