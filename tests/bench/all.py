@@ -105,7 +105,7 @@ def markdown(records: list[dict[str, object]], when: str) -> str:
             continue
         load = (r.get("machine") or {}).get("load_average")
         for f in r["figures"]:
-            value = f"{f['value']} {f['unit']}"
+            value = f"{f['value']} {f['unit']}".strip()  # accuracies have no unit
             met = ""
             if f.get("target") is not None:
                 better_low = f.get("better") == "lower" or f["unit"] in ("s", "ms")
@@ -114,7 +114,7 @@ def markdown(records: list[dict[str, object]], when: str) -> str:
             row_load = f.get("load_average", load[0] if isinstance(load, list) else load)
             baseline = f.get("baseline")
             if baseline is not None and f.get("baseline_value") is not None:
-                baseline = f"{baseline} ({f['baseline_value']} {f['unit']})"
+                baseline = f"{baseline} ({f['baseline_value']} {f['unit']})".replace(" )", ")")
             lines.append(
                 f"| {cell(r['bench'])} | {cell(f['name'])} | {cell(value)} | {cell(baseline)} | "
                 f"{cell(met)} | {cell(row_load)} | `{r['command']}` |"
