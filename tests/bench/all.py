@@ -2,7 +2,8 @@
 
 Runs each bench below as its own process (`--quick --json <file>`), one after the other, from
 the repository's root, and writes `results.json` (every bench's record: its figures, each with
-its baseline from the same run, its target and the load, plus the machine) and `results.md` (one
+its baseline from the same run, its target and the load, plus the machine; a figure where less is
+better than its target, other than a time, says `"better": "lower"`) and `results.md` (one
 Markdown table) into `--out` ($TMPDIR/graphtier-bench/all by default). With `--docs` it also
 replaces the generated part of that page (between the bench-all markers) with the table, so the
 published figures are exactly those this command reproduced. A bench that fails is listed with
@@ -45,7 +46,12 @@ class Bench:
 BENCHES = (
     Bench("sampler_contended", "bench_sampler_contended.py"),
     Bench("sampler", "bench_sampler.py"),
+    Bench("sampler_native_vs_torch", "bench_sampler_native_vs_torch.py"),
+    Bench("pyg_loader", "bench_pyg_loader.py"),
     Bench("gather", "bench_gather.py"),
+    Bench("pipeline_overhead", "bench_pipeline_overhead.py"),
+    Bench("e2e_sage", "bench_e2e_sage.py"),
+    Bench("script_api", "bench_script_api.py"),
     Bench("cli_latency", "bench_cli_latency.py"),
     Bench("out_of_core_job", "bench_out_of_core_job.py", timeout_s=1500),
 )
@@ -100,16 +106,16 @@ def markdown(records: list[dict[str, object]], when: str) -> str:
             continue
         load = (r.get("machine") or {}).get("load_average")
         for f in r["figures"]:
-            value = f"{f['value']} {f['unit']}"
+            value = f"{f['value']} {f['unit']}".strip()  # accuracies have no unit
             met = ""
             if f.get("target") is not None:
-                better_low = f["unit"] in ("s", "ms") or bool(f.get("lower_is_better"))
+                better_low = f.get("better") == "lower" or f["unit"] in ("s", "ms")
                 ok = f["value"] <= f["target"] if better_low else f["value"] >= f["target"]
                 met = f"{'<=' if better_low else '>='} {f['target']} ({'met' if ok else 'not met'})"
             row_load = f.get("load_average", load[0] if isinstance(load, list) else load)
             baseline = f.get("baseline")
             if baseline is not None and f.get("baseline_value") is not None:
-                baseline = f"{baseline} ({f['baseline_value']} {f['unit']})"
+                baseline = f"{baseline} ({f['baseline_value']} {f['unit']})".replace(" )", ")")
             lines.append(
                 f"| {cell(r['bench'])} | {cell(f['name'])} | {cell(value)} | {cell(baseline)} | "
                 f"{cell(met)} | {cell(row_load)} | `{r['command']}` |"

@@ -417,7 +417,7 @@ def figures(outcomes: dict[str, Outcome], rate: dict[str, float], load: float) -
                 "value": round(outcomes["direct"].read_amplification, 3),
                 "unit": "x",
                 "target": 2,
-                "lower_is_better": True,
+                "better": "lower",
                 "load_average": load,
             }
         )

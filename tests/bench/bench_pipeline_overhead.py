@@ -11,7 +11,7 @@ The dataset is R-MAT scale 20 with 128 float32 features, prepared once with
 `graphtier dataset prepare synthetic:rmat --name rmat20 --scale 20 --undirected --out ROOT`
 (done by this script when ROOT has no such dataset; about a minute).
 
-Run: python tests/bench/bench_pipeline_overhead.py [--root DIR] [--steps 40] [--quick]
+Run: python tests/bench/bench_pipeline_overhead.py [--root DIR] [--steps 40] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from machine import bench_cache, cpu_model
+from machine import bench_cache, cpu_model, write_figures
 
 from graphtier.service.native_ops import native_available
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
@@ -76,6 +76,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=3, help="steps before measuring (fill the pipeline)")
     p.add_argument("--slots", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="scale 14, 8 steps of 0.05 s: a CI smoke run")
+    p.add_argument("--json", help="also write the figures as JSON here")
     a = p.parse_args()
     if a.quick:
         a.scale, a.steps, a.warmup, a.stand_in = 14, 8, 2, 0.05
@@ -188,6 +189,24 @@ def main() -> int:
     print(
         f"step time / stand-in = {mean_step:.4f} / {a.stand_in:g} = {ratio:.3f}  (target <= 1.1: "
         f"{'met' if ratio <= 1.1 else 'NOT met'})"
+    )
+    write_figures(
+        a.json,
+        "pipeline overhead",
+        [
+            {
+                "name": f"step time with a {a.stand_in:g} s stand-in model, R-MAT scale {a.scale} "
+                f"(mean of {len(step_s)})",
+                "value": round(ratio, 3),
+                "unit": "x",
+                "baseline": "the stand-in alone",
+                "baseline_value": round(statistics.mean(alone_s) / a.stand_in, 3),
+                "target": 1.1,
+                "better": "lower",
+                "load_average": round(os.getloadavg()[0], 2),
+            }
+        ],
+        command=f"python tests/bench/bench_pipeline_overhead.py --steps {a.steps}",
     )
     return 0
 

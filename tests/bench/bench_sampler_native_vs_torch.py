@@ -5,6 +5,7 @@ Target (issue): scale 21 (2M nodes, ~48M edges symmetrised), fanout 15,10,5, bat
 Seeds are shuffled nodes with in-degree > 0, as in the reference DGL bench.
 
 Run: python tests/bench/bench_sampler_native_vs_torch.py [--quick] [--scale 21] [--cache /tmp/rmat21.pt]
+     [--json out.json]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 import time
 
 import torch
+from machine import write_figures
 
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.sampling import NeighborSampler
@@ -79,6 +81,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cache", default=None, help="torch.save file to reuse the generated graph")
     p.add_argument("--quick", action="store_true", help="scale 16, few batches (CI smoke run)")
+    p.add_argument("--json", help="also write the figures as JSON here")
     a = p.parse_args()
     if a.quick:
         a.scale, a.batches, a.torch_batches = 16, 10, 3
@@ -101,6 +104,7 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.2f}"
     )
     print(f"{'backend':8s} {'batches/s':>10s} {'median ms':>10s} {'nodes/batch':>12s} {'edges/batch':>12s}")
+    medians: dict[str, float] = {}
     for backend, n in (("native", a.batches), ("torch", a.torch_batches)):
         try:
             sampler = NeighborSampler(graph, fanouts, backend=backend)
@@ -108,7 +112,25 @@ def main() -> None:
             print(f"{backend:8s} unavailable: {exc}")
             continue
         rate, med, nodes, edges = run(sampler, batches[: n + 3], warmup=3)
+        medians[backend] = med
         print(f"{backend:8s} {rate:10.1f} {med * 1e3:10.1f} {nodes:12,.0f} {edges:12,.0f}")
+    if "native" in medians and "torch" in medians:
+        load = round(os.getloadavg()[0], 2)
+        write_figures(
+            a.json,
+            "native sampler vs its torch fallback",
+            [
+                {"name": "native sampler median batch", "value": round(medians["native"] * 1e3, 2), "unit": "ms"},
+                {
+                    "name": f"native sampler, R-MAT scale {a.scale}, batches/s (medians)",
+                    "value": round(medians["torch"] / medians["native"], 1),
+                    "unit": "x",
+                    "baseline": "graphtier's pure-torch fallback",
+                    "load_average": load,
+                },
+            ],
+            command=f"python tests/bench/bench_sampler_native_vs_torch.py --scale {a.scale} --batches {a.batches}",
+        )
 
 
 if __name__ == "__main__":
