@@ -47,6 +47,8 @@ BENCHES = (
     Bench("sampler", "bench_sampler.py"),
     Bench("gather", "bench_gather.py"),
     Bench("cli_latency", "bench_cli_latency.py"),
+    Bench("load_verify", "bench_load_verify.py"),
+    Bench("memory", "bench_memory.py"),
 )
 
 
@@ -102,7 +104,7 @@ def markdown(records: list[dict[str, object]], when: str) -> str:
             value = f"{f['value']} {f['unit']}"
             met = ""
             if f.get("target") is not None:
-                better_low = f["unit"] in ("s", "ms")
+                better_low = f.get("better") == "lower" or f["unit"] in ("s", "ms")
                 ok = f["value"] <= f["target"] if better_low else f["value"] >= f["target"]
                 met = f"{'<=' if better_low else '>='} {f['target']} ({'met' if ok else 'not met'})"
             row_load = f.get("load_average", load[0] if isinstance(load, list) else load)
