@@ -4,19 +4,19 @@ The daemon must never serve bytes that differ from what `prepare` wrote (a bit f
 or a same-size overwrite, trains to NaN and "succeeds"). The copy runs in the kernel: each
 chunk goes from the file's page cache into the segment's file with `sendfile`, with no mapping
 faults and no user-space copy (about half the CPU of reading into the mapping). With a checksum
-to check, each chunk is then hashed from the segment's mapping on a worker thread (the hashers
-release the GIL) while the next chunk is copied, so what is hashed is what will be served and
-the hash overlaps the copy. The checksum is the file's BLAKE3 where the manifest has one (a
-quarter of sha256's CPU per byte), else its sha256. The bytes of the file that are not copied
-(the storage tier's rows) are hashed from the file. A mismatch raises `PreparedDatasetError`
-naming the file; the store fails before any handle to the segments exists, so nothing is served.
+to check, each chunk is hashed from the segment's mapping right after it is copied, while it is
+still in the CPU's cache: what is hashed is what will be served, and on a machine whose cores
+are busy (where a load competes with jobs) this costs less CPU, and less time, than handing
+chunks to a second thread (measured with `tests/bench/bench_load_verify.py`). The checksum is
+the file's BLAKE3 where the manifest has one (a quarter of sha256's CPU per byte), else its
+sha256. The bytes of the file that are not copied (the storage tier's rows) are hashed from the
+file. A mismatch raises `PreparedDatasetError` naming the file; the store fails before any handle
+to the segments exists, so nothing is served.
 """
 
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from pathlib import Path
 
 import torch
@@ -26,35 +26,7 @@ from graphtier.service.prepared.digests import new_digest
 from graphtier.service.prepared.manifest import ArrayInfo
 from graphtier.service.prepared.npy_io import npy_data_offset
 
-CHUNK_BYTES = 8 << 20  # a copy step: small enough that the hasher reads it soon after the kernel wrote it
-
-
-class _Hasher:
-    """The digest (`digests.new_digest(algorithm)`) of the chunks put to it, in order, on one worker thread."""
-
-    def __init__(self, algorithm: str) -> None:
-        self.digest = new_digest(algorithm)
-        self._chunks: queue.Queue = queue.Queue(maxsize=8)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="graphtier-checksum", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (chunk := self._chunks.get()) is not None:
-            try:
-                self.digest.update(chunk)
-            except BaseException as exc:  # noqa: BLE001  (re-raised in finish)
-                self._error = exc
-
-    def put(self, chunk: memoryview | bytes) -> None:
-        self._chunks.put(chunk)
-
-    def finish(self) -> str:
-        self._chunks.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self.digest.hexdigest()
+CHUNK_BYTES = 1 << 20  # a copy step: small enough to be hashed from the cache the kernel just wrote it into
 
 
 def copy_array(
@@ -67,18 +39,18 @@ def copy_array(
     hasher = None
     if expected is not None:
         algorithm, checksum = ("blake3", expected.blake3) if expected.blake3 else ("sha256", expected.sha256)
-        hasher = _Hasher(algorithm)
+        hasher = new_digest(algorithm)
     target = memoryview(dest.reshape(-1).view(torch.uint8).numpy()) if dest.numel() else memoryview(b"")
+    if len(target) and segment is None:
+        raise ValueError(f"copy_array: {key!r} has {len(target)} bytes to copy but no segment to copy them into")
     try:
         offset = npy_data_offset(path)
         with open(path, "rb", buffering=0) as f:
             header = f.read(offset)
             if hasher is not None:
-                hasher.put(header)
+                hasher.update(header)
             done = 0
-            if len(target):
-                if segment is None:
-                    raise ValueError(f"copy_array: {key!r} has {len(target)} bytes to copy but no segment")
+            if segment is not None:
                 segment_path, dest_offset = segment
                 with open(segment_path, "r+b", buffering=0) as out:
                     out.seek(dest_offset)
@@ -90,27 +62,21 @@ def copy_array(
                                 f"{path}: truncated: {key!r} ends after {done} of {len(target)} bytes"
                             )
                         if hasher is not None:
-                            hasher.put(target[done : done + got])  # the segment's bytes: what will be served
+                            hasher.update(target[done : done + got])  # the segment's bytes: what will be served
                         done += got
             if hasher is not None:
                 f.seek(offset + done)
                 while block := f.read(CHUNK_BYTES):  # the rows left on storage
-                    hasher.put(block)
+                    hasher.update(block)
     except PreparedDatasetError:
-        if hasher is not None:
-            hasher.finish()
         raise
     except OSError as exc:
-        if hasher is not None:
-            hasher.finish()
         raise PreparedDatasetError(f"{path}: cannot read {key!r} ({exc.strerror or exc})") from None
     except Exception as exc:  # noqa: BLE001  numpy's reading of a damaged header raises many kinds
-        if hasher is not None:
-            hasher.finish()
         raise PreparedDatasetError(f"{path}: the .npy header of {key!r} is damaged ({exc})") from None
     if hasher is None:
         return
-    actual = hasher.finish()
+    actual = hasher.hexdigest()
     if actual != checksum:
         raise PreparedDatasetError(
             f"{path}: checksum mismatch for {key!r} ({algorithm}: manifest {checksum[:12]}…, file {actual[:12]}…): the "
