@@ -51,7 +51,13 @@ class ProducerConfig(BaseModel):
     )
     channel: str | None = Field(default=None, description="Channel name (default 'rank<rank>').")
     device_index: int = Field(default=0, ge=0, description="GPU whose view of the interleaved tier is accounted.")
-    capacity_margin: float = Field(default=1.3, gt=0, le=100, description="Slot size over the largest probe batch.")
+    capacity_margin: float = Field(
+        default=1.1,
+        gt=0,
+        le=100,
+        description="Slot size over the largest probe batch (an epoch's batches stay within a few % of it; "
+        "a batch that does not fit grows its slot).",
+    )
     probe_batches: int = Field(default=8, ge=1, le=1000, description="Batches sampled to size the slots.")
     initial_capacity: SlotCapacity | None = Field(default=None, description="Fixed slot capacity instead of probing.")
     connect_timeout_s: float = Field(default=120.0, gt=0, description="Exit if no consumer connects in this time.")

@@ -20,7 +20,7 @@ from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
 from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
-from graphtier.service.store.verified_copy import copy_verified
+from graphtier.service.store.verified_copy import copy_array
 
 
 class SharedDatasetStore:
@@ -96,16 +96,19 @@ class SharedDatasetStore:
         self._exported.append(segment.name)
 
     def _copy(self, label: str, source: torch.Tensor, key: str | None = None) -> SegmentRef:
-        """Copy `source` (a prefix of rows of array `key`, when given) into a new segment; with
-        `verify`, the array's whole file is checked against the manifest while copying."""
+        """Copy `source` (a prefix of rows of array `key`, when given: then straight from the array's
+        file, by the kernel) into a new segment; with `verify`, the array's whole file is checked
+        against the manifest while copying."""
         # Segment labels allow [A-Za-z0-9_-] only; dataset names may also hold '.' and be longer.
         prefix = re.sub(r"[^A-Za-z0-9_-]", "_", self.dataset.name)[:40]
         segment, tensor = self.owner.create_tensor(f"{prefix}-{label}", tuple(source.shape), source.dtype)
-        if self.verify and key is not None:
+        if key is not None:
             t0 = time.perf_counter()
-            info = self.dataset.manifest.arrays[key]
-            copy_verified(self.dataset.array_path(key), key, info, tensor)
-            self.verify_seconds += time.perf_counter() - t0
+            expected = self.dataset.manifest.arrays[key] if self.verify else None
+            place = (segment.path, segment.ref_for(tensor).offset) if tensor.numel() else None
+            copy_array(self.dataset.array_path(key), key, tensor, place, expected)
+            if self.verify:
+                self.verify_seconds += time.perf_counter() - t0
         else:
             tensor.copy_(source)
         self._copies[label] = tensor
@@ -160,7 +163,7 @@ class SharedDatasetStore:
         if self.verify and features is not None and resident is None:  # every row is on storage: check the file
             t0 = time.perf_counter()
             empty = features.new_empty((0, *features.shape[1:]))
-            copy_verified(ds.array_path("features"), "features", ds.manifest.arrays["features"], empty)
+            copy_array(ds.array_path("features"), "features", empty, None, ds.manifest.arrays["features"])
             self.verify_seconds += time.perf_counter() - t0
         self._copies.clear()  # the segments keep the data; the store keeps no views
         return SharedDatasetHandle(
@@ -203,7 +206,7 @@ class SharedDatasetStore:
                 dtype=str(rows.numpy().dtype),
             )
             if self.verify and resident is None:  # every row is on storage: check the file
-                copy_verified(path, key, ds.manifest.arrays[key], rows.new_empty((0, *rows.shape[1:])))
+                copy_array(path, key, rows.new_empty((0, *rows.shape[1:])), None, ds.manifest.arrays[key])
         return TypedFeatureRef(plan=plan, resident=resident, storage=storage)
 
     @property

@@ -54,6 +54,8 @@ BENCHES = (
     Bench("script_api", "bench_script_api.py"),
     Bench("cli_latency", "bench_cli_latency.py"),
     Bench("out_of_core_job", "bench_out_of_core_job.py", timeout_s=1500),
+    Bench("load_verify", "bench_load_verify.py"),
+    Bench("memory", "bench_memory.py"),
 )
 
 

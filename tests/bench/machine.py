@@ -44,7 +44,8 @@ def write_figures(path: str | None, bench: str, figures: list[dict[str, object]]
     """Write a bench's figures as JSON to `path` (nothing when None) for `python -m tests.bench.all`.
 
     Each figure is a dict with at least `name`, `value` and `unit`; ratios also name their
-    `baseline` (measured in the same run) and, where the project has one, their `target`.
+    `baseline` (measured in the same run) and, where the project has one, their `target`; a figure
+    whose target is a most (a ratio of costs) says `"better": "lower"` (times in s or ms always are).
     """
     if path is None:
         return

@@ -64,3 +64,31 @@ def test_bench_all_writes_one_json_and_table_and_the_docs_part(tmp_path: Path) -
     text = page.read_text()
     assert text.startswith("# head\n") and text.endswith("<!-- bench-all:end -->\ntail\n")
     assert "old" not in text and table in text
+
+
+def test_the_table_judges_a_most_target_by_better_lower() -> None:
+    # A ratio of costs (load with checksums over without, memory over its bound) meets its target
+    # when at or below it; a ratio of speeds when at or above it.
+    sys.path.insert(0, str(BENCH.parents[2]))
+    try:
+        from tests.bench.all import markdown
+    finally:
+        sys.path.pop(0)
+
+    def figure(name: str, value: float, **extra: object) -> dict[str, object]:
+        return {"name": name, "value": value, "unit": "x", "baseline": "b", "target": 1.3, **extra}
+
+    record = {
+        "bench": "b",
+        "command": "c",
+        "machine": {"load_average": [1.0]},
+        "figures": [
+            figure("cost under", 1.2, better="lower"),
+            figure("cost over", 1.4, better="lower"),
+            figure("speed over", 1.4),
+        ],
+    }
+    rows = {line.split(" | ")[1]: line for line in markdown([record], "now").splitlines() if line.startswith("| b |")}
+    assert "<= 1.3 (met)" in rows["cost under"]
+    assert "<= 1.3 (not met)" in rows["cost over"]
+    assert ">= 1.3 (met)" in rows["speed over"]
