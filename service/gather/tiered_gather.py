@@ -82,10 +82,12 @@ def tiered_gather(
     n = ids.numel()
     _check_out(out, tiers, n)
     if n:  # here, not in the op: see native_ops (no error messages are formatted in native code)
-        lo, hi = torch.aminmax(ids)
-        if int(lo) < 0 or int(hi) >= tiers.num_rows:
+        # numpy's single-threaded min/max: torch's aminmax splits a batch of ids over its intra-op
+        # pool, whose spinning threads cost tens of milliseconds a batch when the cores are shared
+        lo, hi = int(ids.numpy().min()), int(ids.numpy().max())
+        if lo < 0 or hi >= tiers.num_rows:
             raise _out_of_range(ids, tiers.num_rows)
-    if tiers.storage_reader is not None and n and int(hi) >= tiers.host_end:
+    if tiers.storage_reader is not None and n and hi >= tiers.host_end:
         return _gather_with_reader(ids, tiers, out, backend)
     if resolve_backend(backend, "tiered_gather") == "native":
         counts = torch.ops.graphtier.tiered_gather(
