@@ -126,8 +126,8 @@ class Producer:
         if self.schema is not None:
             if cfg.sampler == "gpu" or cfg.link is not None or cfg.partition is not None or cfg.device != "cpu":
                 raise ChannelError(
-                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots, "
-                    "for node classification on one node"
+                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots "
+                    "for node classification, with every type's rows on this node (not partitioned)"
                 )
             assert self.dataset.edge_type is not None  # a typed handle carries it
             self.sampler = TypedNeighborSampler(
