@@ -266,8 +266,16 @@ class JobSpec(BaseModel):
             "task": ("node", "typed link prediction is not served by job submit"),
             "device": ("cpu", "typed batches are gathered into host slots only"),
             "sampler": ("cpu", "the typed sampler runs on the cpu"),
-            "window": (0, "typed batches are gathered without a look-ahead window"),
-            "storage_reads": ("mmap", "typed storage rows are read through the file mapping"),
+            "window": (
+                0,
+                "the look-ahead window reads ahead from one feature table; a typed batch's rows are gathered per "
+                "node type, each from its own tiers, without one",
+            ),
+            "storage_reads": (
+                "mmap",
+                "a typed dataset's storage rows are gathered per node type through each type's file mapping; "
+                "direct and page-cache reads serve one feature table",
+            ),
         }
         for field, (served, why) in unserved.items():
             if getattr(self, field) != served:

@@ -1,6 +1,7 @@
 """A typed (heterogeneous) job on two real daemons: R-GCN ranks on both nodes in one c10d
 rendezvous, a typed producer per rank on each node, train ids sharded by global rank and the
-evaluation gathered over both nodes; partitioned features are refused naming why."""
+evaluation gathered over both nodes; partitioned features, the look-ahead window and direct storage
+reads are refused naming why."""
 
 from __future__ import annotations
 
@@ -33,6 +34,20 @@ def typed_toy(tmp_path_factory):
     return PreparedDataset(root / "toy")
 
 
+def test_typed_specs_take_several_nodes_and_refuse_what_typed_batches_do_not_serve():
+    spec = JobSpec(dataset="toy", model="hgt", relation_fanouts=["5", "5"], nproc_per_node=2, nnodes=3)
+    assert spec.world_size == 6 and spec.multi_node
+    values = spec.model_dump(exclude={"fanouts"})
+    for change, why in (
+        ({"features": "partitioned"}, r"features='partitioned' is not supported \(a typed dataset's rows are tiered"),
+        ({"window": 2}, r"window=2 is not supported \(the look-ahead window reads ahead from one feature table"),
+        ({"storage_reads": "direct"}, r"storage_reads='direct' is not supported \(a typed dataset's storage rows"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            JobSpec.model_validate({**values, **change})
+
+
+@pytest.mark.slow  # two daemons, a rendezvous and a job: more than the default run affords; the spec test runs
 def test_two_node_typed_job_trains_rgcn_on_both_daemons(test_cluster, typed_toy):
     a, b = test_cluster.add([typed_toy.directory]), test_cluster.add([typed_toy.directory])
     test_cluster.start()
@@ -40,8 +55,6 @@ def test_two_node_typed_job_trains_rgcn_on_both_daemons(test_cluster, typed_toy)
         dataset="toy", model="rgcn", relation_fanouts=["5", "5"], batch_size=32, hidden=16, epochs=2, lr=0.05,
         nproc_per_node=1, nnodes=2,
     )  # fmt: skip
-    with pytest.raises(ValueError, match=r"features='partitioned' is not supported \(a typed dataset's rows"):
-        JobSpec.model_validate({**spec.model_dump(exclude={"fanouts"}), "features": "partitioned"})
     with b.client() as client:
         job = client.submit_job(spec)
         final = wait_for(

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from graphtier.contract.datasets import BudgetSpec
@@ -11,6 +13,8 @@ from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client.data_plane import DataPlaneClient
+
+TYPED_SCRIPT = Path(__file__).resolve().parents[4] / "examples" / "typed_gnn.py"
 
 
 def _run(client: DataPlaneClient, spec: JobSpec):
@@ -29,6 +33,10 @@ def test_typed_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm
             (
                 JobSpec(dataset="acm", model="hgt", relation_fanouts=["paper-cites-paper:5", "5"]),
                 "dataset 'acm', --fanout: hop 1: unknown relation 'paper-cites-paper'; the dataset's relations are",
+            ),
+            (
+                JobSpec(dataset="acm", script=str(TYPED_SCRIPT), storage_reads="direct"),
+                "dataset 'acm' is typed: storage reads 'direct' are not served for it",
             ),
         ):
             with pytest.raises(DaemonRequestError, match=why):
