@@ -271,11 +271,6 @@ class JobSpec(BaseModel):
                 "the look-ahead window reads ahead from one feature table; a typed batch's rows are gathered per "
                 "node type, each from its own tiers, without one",
             ),
-            "storage_reads": (
-                "mmap",
-                "a typed dataset's storage rows are gathered per node type through each type's file mapping; "
-                "direct and page-cache reads serve one feature table",
-            ),
         }
         for field, (served, why) in unserved.items():
             if getattr(self, field) != served:

@@ -122,6 +122,7 @@ class Producer:
             )
         self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
         self.schema = self.dataset.handle.hetero  # a typed dataset's: typed samples, rows gathered per type
+        self._typed_mapped_bytes = 0  # typed, mmap mode: the storage rows' bytes copied from the mappings
         hop_bounds = list(cfg.fanouts)
         if self.schema is not None:
             if cfg.sampler == "gpu" or cfg.link is not None or cfg.partition is not None or cfg.device != "cpu":
@@ -219,13 +220,37 @@ class Producer:
         views.edge_types[: sub.num_edges].copy_(sub.edge_types)
         views.node_types[: sub.num_nodes].copy_(sub.node_types)
         traffic, counts = TrafficCounts(simulated=True), {}
+        storage_rows = 0
         for index, info in enumerate(self.schema.node_types):
             if info.name not in views.type_features:
                 continue
             local = sub.node_ids[sub.node_types == index] - info.offset
-            traffic += self.dataset.gather_typed(info.name, local, views.type_features[info.name])
+            type_traffic = self.dataset.gather_typed(info.name, local, views.type_features[info.name])
+            traffic += type_traffic
+            storage_rows += type_traffic.storage.rows
+            self._typed_mapped_bytes += type_traffic.storage.bytes if self.config.storage_reads == "mmap" else 0
             counts[info.name] = local.numel()
+        self._count_typed_storage(storage_rows)
         return traffic, counts
+
+    def _count_typed_storage(self, rows: int) -> None:
+        """A typed batch's `rows` storage rows (all types) added to the control block's storage counters,
+        with the costs of every type's reader so far (direct, page-cache) or the bytes copied (mmap)."""
+        header = self.control.header
+        readers = [self.dataset.typed_tiers(name).storage_reader for name in self.dataset.handle.typed_features]
+        stats = [r.stats for r in readers if r is not None]
+        before = header.storage()
+        header.set_storage(
+            StorageCounters(
+                mode=self.config.storage_reads,
+                read_rows=before.read_rows + rows,
+                read_bytes=self._typed_mapped_bytes + sum(r.bytes_read for r in stats),
+                requests=sum(r.requests for r in stats),
+                io_seconds=sum(r.io_seconds for r in stats),
+                request_seconds=sum(r.request_seconds for r in stats),
+                read_seconds=sum(r.seconds for r in stats),
+            )
+        )
 
     def _train_pairs(self) -> torch.Tensor:
         """A link job's train edges ([n, 2] in shared memory); ChannelError when the dataset has no edge split."""

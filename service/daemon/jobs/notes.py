@@ -120,11 +120,6 @@ def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} is typed: its jobs run node classification on the cpu without a look-ahead "
             f"window (got task {spec.task}, device {spec.device}, sampler {spec.sampler}, window {spec.window})"
         )
-    if spec.storage_reads != "mmap":
-        raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: storage reads {spec.storage_reads!r} are not served for it (its "
-            "storage rows are gathered per node type through each type's file mapping); use storage reads 'mmap'"
-        )
     if spec.features == "partitioned":
         raise InvalidRequestError(
             f"dataset {spec.dataset!r} is typed: features 'partitioned' is not served for it (its rows are tiered "
