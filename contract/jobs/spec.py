@@ -266,11 +266,6 @@ class JobSpec(BaseModel):
             "task": ("node", "typed link prediction is not served by job submit"),
             "device": ("cpu", "typed batches are gathered into host slots only"),
             "sampler": ("cpu", "the typed sampler runs on the cpu"),
-            "window": (
-                0,
-                "the look-ahead window reads ahead from one feature table; a typed batch's rows are gathered per "
-                "node type, each from its own tiers, without one",
-            ),
         }
         for field, (served, why) in unserved.items():
             if getattr(self, field) != served:

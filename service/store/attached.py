@@ -134,6 +134,19 @@ class AttachedDataset:
             self._typed_readers[node_type] = _new_storage_reader(ref, self.storage_reads, _storage_checksums(ref))
         return self._typed_readers[node_type]
 
+    def typed_row_reader(self, node_type: str) -> RowReader | None:
+        """What reads node type `node_type`'s storage rows outside the gather (its look-ahead window):
+        its storage reader, or its mapping in `mmap` mode; None without storage rows of the type."""
+        ref = self.handle.typed_features[node_type].storage
+        _, storage = self.typed_rows[node_type]
+        if ref is None or storage is None or storage.shape[0] == 0:
+            return None
+        if self.storage_reads == "mmap":
+            from graphtier.service.storage import MappedReader
+
+            return MappedReader(storage, _storage_checksums(ref))
+        return self._typed_storage_reader(node_type, ref)
+
     def row_reader(self) -> RowReader | None:
         """What reads storage rows outside the gather (the look-ahead window): the storage reader of
         this mode, or the mapping in `mmap` mode; None without storage rows."""

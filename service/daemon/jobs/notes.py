@@ -115,10 +115,10 @@ def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} is typed ({len(schema.node_types)} node types, {len(schema.relations)} "
             f"relations): model {spec.model} takes one node type; use model rgcn or hgt"
         )
-    if spec.task != "node" or spec.device != "cpu" or spec.sampler != "cpu" or spec.window:
+    if spec.task != "node" or spec.device != "cpu" or spec.sampler != "cpu":
         raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: its jobs run node classification on the cpu without a look-ahead "
-            f"window (got task {spec.task}, device {spec.device}, sampler {spec.sampler}, window {spec.window})"
+            f"dataset {spec.dataset!r} is typed: its jobs run node classification on the cpu "
+            f"(got task {spec.task}, device {spec.device}, sampler {spec.sampler})"
         )
     if spec.features == "partitioned":
         raise InvalidRequestError(

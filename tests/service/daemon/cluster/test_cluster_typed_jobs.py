@@ -1,7 +1,6 @@
 """A typed (heterogeneous) job on two real daemons: R-GCN ranks on both nodes in one c10d
 rendezvous, a typed producer per rank on each node, train ids sharded by global rank and the
-evaluation gathered over both nodes; partitioned features and the look-ahead window are refused
-naming why."""
+evaluation gathered over both nodes; partitioned features are refused naming why."""
 
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ def test_typed_specs_take_several_nodes_and_refuse_what_typed_batches_do_not_ser
     values = spec.model_dump(exclude={"fanouts"})
     for change, why in (
         ({"features": "partitioned"}, r"features='partitioned' is not supported \(a typed dataset's rows are tiered"),
-        ({"window": 2}, r"window=2 is not supported \(the look-ahead window reads ahead from one feature table"),
+        ({"device": "cuda"}, r"device='cuda' is not supported \(typed batches are gathered into host slots only"),
     ):
         with pytest.raises(ValueError, match=why):
             JobSpec.model_validate({**values, **change})
