@@ -266,13 +266,16 @@ class JobSpec(BaseModel):
             "task": ("node", "typed link prediction is not served by job submit"),
             "device": ("cpu", "typed batches are gathered into host slots only"),
             "sampler": ("cpu", "the typed sampler runs on the cpu"),
-            "nnodes": (1, "typed jobs run on one node"),
-            "window": (0, "typed batches are gathered without a look-ahead window"),
-            "storage_reads": ("mmap", "typed storage rows are read through the file mapping"),
         }
         for field, (served, why) in unserved.items():
             if getattr(self, field) != served:
                 raise ValueError(f"model {self.model}: {field}={getattr(self, field)!r} is not supported ({why})")
+        if self.features == "partitioned":
+            raise ValueError(
+                f"model {self.model}: features='partitioned' is not supported (a typed dataset's rows are tiered per "
+                "node type, and the rows a node fetches from its peers are rows of one homogeneous table); "
+                "use features 'replicated': every node holds every type's rows"
+            )
 
     @property
     def typed(self) -> bool:

@@ -209,7 +209,8 @@ def prepare(
         return
     console.print(
         f"[green]prepared[/] {manifest.name}: {manifest.num_nodes:,} nodes, {manifest.num_edges:,} edges, "
-        f"{manifest.feature_dim} features, {manifest.num_classes} classes, score {manifest.score['label']}; "
+        + (f"{manifest.feature_dim} features" if manifest.hetero is None else f"features {feature_summary(manifest)}")
+        + f", {manifest.num_classes} classes, score {manifest.score['label']}; "
         f"{manifest.timings_s['total']:.1f}s, peak memory {human_bytes(manifest.peak_rss_bytes)}"
         + (
             f" (budget {human_bytes(manifest.memory_budget_bytes)})" if manifest.memory_budget_bytes else " (no budget)"
@@ -226,6 +227,14 @@ def prepare(
         console.print(f"relations: {', '.join(r.key for r in manifest.hetero.relations)}", highlight=False)
     for note in manifest.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
+
+
+def feature_summary(manifest) -> str:
+    """A prepared dataset's feature width: one number, or for a typed dataset each node type's width
+    ("paper:1870, author:learned"), since its rows are stored per type and `feature_dim` is 0."""
+    if manifest.hetero is None:
+        return str(manifest.feature_dim)
+    return ", ".join(f"{t.name}:{t.feature_dim or 'learned'}" for t in manifest.hetero.node_types)
 
 
 def split_summary(manifest) -> str:
@@ -264,7 +273,7 @@ def list_(out: OutOption = None, json_out: JsonOption = False) -> None:
             m.name,
             f"{m.num_nodes:,}",
             f"{m.num_edges:,}",
-            str(m.feature_dim),
+            feature_summary(m),
             str(m.num_classes),
             str(m.score["kind"]),
             human_bytes(m.total_bytes),
@@ -299,7 +308,7 @@ def inspect(
         ("nodes", f"{m.num_nodes:,}"),
         ("edges", f"{m.num_edges:,}"),
         ("undirected", m.undirected),
-        ("features", m.feature_dim),
+        ("features", feature_summary(m)),
         ("classes", m.num_classes),
         (
             "class labels",

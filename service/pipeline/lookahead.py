@@ -36,7 +36,8 @@ class Planned:
     sample_seed: int
     subgraph: SampledSubgraph | None  # None: sampled when the batch is made (no `sample` given)
     sample_ns: int
-    ticket: Ticket | RemoteTicket | None  # None without a window (or with no storage rows); a partitioned job's fetches
+    # None without a window (or with no storage rows); a partitioned job's fetches; a typed job's per node type
+    ticket: Ticket | RemoteTicket | dict[str, Ticket] | None
 
 
 def _deferred(ticket: Ticket | RemoteTicket | None) -> bool:
@@ -59,7 +60,7 @@ class Lookahead:
         steps: int,
         depth: int,
         sample: Callable[[torch.Tensor, int], SampledSubgraph] | None,
-        admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | None] | None = None,
+        admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | dict[str, Ticket] | None] | None = None,
     ) -> None:
         self.depth = depth
         self._sample, self._admit = sample, admit

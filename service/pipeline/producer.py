@@ -44,7 +44,7 @@ from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
 from graphtier.service.pipeline.device_batches import DeviceSlotBatches, write_structure
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.feature_sources import CudaTiers, FeatureSource, feature_source
+from graphtier.service.pipeline.feature_sources import CudaTiers, FeatureSource, WindowedTiers, feature_source
 from graphtier.service.pipeline.layout import LAYOUT_FILE, MEMORY_SOCKET_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
@@ -57,7 +57,7 @@ from graphtier.service.sampling.link import LinkSampler, LinkSubgraph, max_link_
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
-from graphtier.service.storage import StorageCounters
+from graphtier.service.storage import StorageCounters, Ticket
 from graphtier.service.storage.buffers import StorageBuffers
 from graphtier.service.store import attach_dataset
 
@@ -89,7 +89,7 @@ class Producer:
         os.environ.update(cfg.gpu_env)  # MPS: before anything here initialises CUDA
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        buffers = StorageBuffers.sized(cfg.storage_buffer_bytes)
+        buffers = self.storage_buffers = StorageBuffers.sized(cfg.storage_buffer_bytes)
         self.dataset = attach_dataset(cfg.dataset, storage_reads=cfg.storage_reads, staging_bytes=buffers.staging_bytes)
         graph = self.dataset.graph
         train_pairs = self._train_pairs() if cfg.link is not None else None
@@ -125,12 +125,14 @@ class Producer:
             )
         self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
         self.schema = self.dataset.handle.hetero  # a typed dataset's: typed samples, rows gathered per type
+        self._typed_mapped_bytes = 0  # typed, mmap mode: the storage rows' bytes copied from the mappings
+        self.typed_windows: dict[str, WindowedTiers] = {}  # typed, --window: one per type with storage rows
         hop_bounds = list(cfg.fanouts)
         if self.schema is not None:
             if cfg.sampler == "gpu" or cfg.link is not None or cfg.partition is not None or cfg.device != "cpu":
                 raise ChannelError(
-                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots, "
-                    "for node classification on one node"
+                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots "
+                    "for node classification, with every type's rows on this node (not partitioned)"
                 )
             assert self.dataset.edge_type is not None  # a typed handle carries it
             self.sampler = TypedNeighborSampler(
@@ -141,6 +143,8 @@ class Producer:
                 backend=cfg.sampler_backend,
             )
             relations = len(self.schema.relations)  # a node may expand every relation into its type
+            if cfg.window > 0:
+                self.typed_windows = self._typed_windows()
             hop_bounds = [k * relations if k > 0 else -1 for k in cfg.fanouts]
         elif cfg.sampler == "gpu":
             self._setup_gpu_sampler()
@@ -215,20 +219,92 @@ class Producer:
             rows[name] = (tiers.row_shape, tiers.dtype)
         return rows
 
-    def _fill_typed(self, views: SlotViews, sub: TypedSampledSubgraph) -> tuple[TrafficCounts, dict[str, int]]:
+    def _typed_windows(self) -> dict[str, WindowedTiers]:
+        """A look-ahead window per featured node type with storage rows, reading through that type's reader;
+        the producer's window bytes (sized from the memory limit) are shared evenly between them."""
+        cfg, windows = self.config, {}
+        readers = {name: self.dataset.typed_row_reader(name) for name in self.dataset.handle.typed_features}
+        readers = {name: reader for name, reader in readers.items() if reader is not None}
+        budget = self.storage_buffers.window_bytes
+        share = None if budget is None or not readers else budget // len(readers)
+        for name, reader in readers.items():
+            tiers = self.dataset.typed_tiers(name)
+            windows[name] = WindowedTiers(
+                tiers, reader, storage_reads=cfg.storage_reads, window=cfg.window, window_bytes=share
+            )
+        return windows
+
+    def _type_local_ids(self, sub: TypedSampledSubgraph) -> dict[str, torch.Tensor]:
+        """The batch's input nodes of each featured type, in type-local ids, in their order among the inputs."""
+        assert self.schema is not None
+        featured = self.dataset.handle.typed_features
+        return {
+            info.name: sub.node_ids[sub.node_types == index] - info.offset
+            for index, info in enumerate(self.schema.node_types)
+            if info.name in featured
+        }
+
+    def _admit_typed(self, sub: SampledSubgraph) -> dict[str, Ticket]:
+        """Start the window's reads of each type's storage rows of a typed batch just sampled."""
+        assert isinstance(sub, TypedSampledSubgraph)
+        local = self._type_local_ids(sub)
+        return {name: window.admit(local[name]) for name, window in self.typed_windows.items()}
+
+    def _fill_typed(
+        self, views: SlotViews, sub: TypedSampledSubgraph, tickets: dict[str, Ticket] | None, sampled_ahead: int
+    ) -> tuple[TrafficCounts, dict[str, int]]:
         """A typed batch's relations and node types into slot `views`, and each featured type's input
-        rows gathered from that type's tiers; returns the traffic and the rows of each type."""
+        rows gathered from that type's tiers (its storage rows through its window, if any, with the
+        batch's `tickets`); returns the traffic and the rows of each type."""
         assert self.schema is not None and views.edge_types is not None and views.node_types is not None
         views.edge_types[: sub.num_edges].copy_(sub.edge_types)
         views.node_types[: sub.num_nodes].copy_(sub.node_types)
         traffic, counts = TrafficCounts(simulated=True), {}
-        for index, info in enumerate(self.schema.node_types):
-            if info.name not in views.type_features:
-                continue
-            local = sub.node_ids[sub.node_types == index] - info.offset
-            traffic += self.dataset.gather_typed(info.name, local, views.type_features[info.name])
-            counts[info.name] = local.numel()
+        storage_rows, hits, hit_bytes = 0, 0, 0
+        for name, local in self._type_local_ids(sub).items():
+            out, window = views.type_features[name], self.typed_windows.get(name)
+            if window is not None and tickets is not None:
+                type_traffic = window.fill(local, tickets[name], out)
+                hits += tickets[name].hits
+                hit_bytes += tickets[name].hits * window.tiers.row_bytes
+            else:
+                type_traffic = self.dataset.gather_typed(name, local, out)
+                self._typed_mapped_bytes += type_traffic.storage.bytes if self.config.storage_reads == "mmap" else 0
+            traffic += type_traffic
+            storage_rows += type_traffic.storage.rows
+            counts[name] = local.numel()
+        self._count_typed_storage(storage_rows, hits, hit_bytes, sampled_ahead)
         return traffic, counts
+
+    def _count_typed_storage(self, rows: int, hits: int, hit_bytes: int, sampled_ahead: int) -> None:
+        """A typed batch's `rows` storage rows (all types; `hits` of them served by the windows, `hit_bytes`
+        long) added to the control block's storage counters, with the costs so far of every type's reader
+        (direct, page-cache, or the window's mapping) or the bytes copied from the mappings (mmap)."""
+        header, windows = self.control.header, self.typed_windows
+        readers = [
+            (windows[name].window.reader if windows[name].window is not None else None)
+            if name in windows
+            else self.dataset.typed_tiers(name).storage_reader
+            for name in self.dataset.handle.typed_features
+        ]
+        stats = [r.stats for r in readers if r is not None]
+        before = header.storage()
+        header.set_storage(
+            StorageCounters(
+                mode=self.config.storage_reads,
+                window=self.config.window,
+                read_rows=before.read_rows + rows - hits,
+                read_bytes=self._typed_mapped_bytes + sum(r.bytes_read for r in stats),
+                requests=sum(r.requests for r in stats),
+                window_rows=before.window_rows + hits,
+                window_bytes=before.window_bytes + hit_bytes,
+                io_seconds=sum(r.io_seconds for r in stats),
+                request_seconds=sum(r.request_seconds for r in stats),
+                read_seconds=sum(r.seconds for r in stats),
+                lookahead_batches=sampled_ahead,
+                window_cached_rows=sum(w.window.cached_rows for w in windows.values() if w.window is not None),
+            )
+        )
 
     def _train_pairs(self) -> torch.Tensor:
         """A link job's train edges ([n, 2] in shared memory); ChannelError when the dataset has no edge split."""
@@ -310,7 +386,9 @@ class Producer:
                 steps=self.steps,
                 depth=source.depth if source is not None else cfg.window,
                 sample=self._sample if self.device_batches is None else None,
-                admit=(lambda sub: source.admit(sub.node_ids)) if source is not None else None,
+                admit=(lambda sub: source.admit(sub.node_ids))
+                if source is not None
+                else (self._admit_typed if self.typed_windows else None),
             )
             ctl.header.set_storage(StorageCounters(mode=cfg.storage_reads, window=cfg.window))
             for epoch in range(cfg.epochs):
@@ -399,7 +477,8 @@ class Producer:
             else:
                 write_structure(views, sub, self.dataset.labels, num_seeds)
             if isinstance(sub, TypedSampledSubgraph):
-                traffic, type_rows = self._fill_typed(views, sub)
+                tickets = planned.ticket if isinstance(planned.ticket, dict) else None
+                traffic, type_rows = self._fill_typed(views, sub, tickets, sampled_ahead)
                 rec.set_traffic(traffic)
                 ctl.header.set_traffic(traffic, add=True)
             if views.features is not None and self.source is not None:
@@ -507,6 +586,9 @@ class Producer:
         if self.source is not None:
             self.source.close()
             self.source = None
+        windows, self.typed_windows = getattr(self, "typed_windows", {}), {}
+        for window in windows.values():
+            window.close()
         dataset = getattr(self, "dataset", None)
         if dataset is not None:
             dataset.detach()  # the device tier mappings and host registrations of device slots' gathers

@@ -49,6 +49,7 @@ class AttachedDataset:
     storage_reads: StorageReads = "mmap"  # how the storage rows are read: see graphtier.service.storage
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
     _reader: StorageReader | None = field(default=None, repr=False)
+    _typed_readers: dict[str, StorageReader] = field(default_factory=dict, repr=False)
     checksums: RowChecksums | None = None  # the storage rows' recorded checksums: every read of them is checked
     edge_type: torch.Tensor | None = None  # typed: int16 [num_edges], the relation of each CSC entry
     typed_rows: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = field(default_factory=dict)
@@ -80,6 +81,7 @@ class AttachedDataset:
                 resident=resident if resident is not None else empty,
                 storage=storage if storage is not None else empty,
                 simulated=True,
+                storage_reader=self._typed_storage_reader(node_type, ref.storage),
             )
         return self._typed_tiers[key]
 
@@ -122,20 +124,32 @@ class AttachedDataset:
         if self.storage_reads == "mmap" or ref is None or ref.rows == 0:
             return None
         if self._reader is None:
-            from graphtier.service.storage import StorageReader
-
-            row_bytes = int(np.prod(ref.row_shape, dtype=np.int64)) * np.dtype(ref.dtype).itemsize
-            self._reader = StorageReader(
-                ref.path,
-                data_offset=ref.offset_bytes,
-                row_bytes=row_bytes,
-                first_row=0,
-                num_rows=ref.rows,
-                mode=self.storage_reads,
-                checksums=self.checksums,
-                **({} if self.staging_bytes is None else {"staging_bytes": self.staging_bytes}),
-            )  # type: ignore[arg-type]
+            self._reader = _new_storage_reader(ref, self.storage_reads, self.checksums, self.staging_bytes)
         return self._reader
+
+    def _typed_storage_reader(self, node_type: str, ref: StorageTierRef | None) -> StorageReader | None:
+        """Per-batch reads of node type `node_type`'s storage rows (`ref`) in the `direct` and
+        `page-cache` modes, checked against the type's recorded checksums; None in `mmap` mode."""
+        if self.storage_reads == "mmap" or ref is None or ref.rows == 0:
+            return None
+        if node_type not in self._typed_readers:
+            self._typed_readers[node_type] = _new_storage_reader(
+                ref, self.storage_reads, _storage_checksums(ref), self.staging_bytes
+            )
+        return self._typed_readers[node_type]
+
+    def typed_row_reader(self, node_type: str) -> RowReader | None:
+        """What reads node type `node_type`'s storage rows outside the gather (its look-ahead window):
+        its storage reader, or its mapping in `mmap` mode; None without storage rows of the type."""
+        ref = self.handle.typed_features[node_type].storage
+        _, storage = self.typed_rows[node_type]
+        if ref is None or storage is None or storage.shape[0] == 0:
+            return None
+        if self.storage_reads == "mmap":
+            from graphtier.service.storage import MappedReader
+
+            return MappedReader(storage, _storage_checksums(ref))
+        return self._typed_storage_reader(node_type, ref)
 
     def row_reader(self) -> RowReader | None:
         """What reads storage rows outside the gather (the look-ahead window): the storage reader of
@@ -196,6 +210,31 @@ class AttachedDataset:
         if self._reader is not None:
             self._reader.close()
             self._reader, self._tiers = None, {}
+        readers, self._typed_readers = self._typed_readers, {}
+        for reader in readers.values():
+            reader.close()
+        if readers:
+            self._typed_tiers = {}
+
+
+def _new_storage_reader(
+    ref: StorageTierRef, mode: StorageReads, checksums: RowChecksums | None, staging_bytes: int | None
+) -> StorageReader:
+    """A reader of the storage rows `ref` names, whole, in `mode` (direct or page-cache), its staging
+    buffer capped at `staging_bytes` (None: the reader's default)."""
+    from graphtier.service.storage import StorageReader
+
+    row_bytes = int(np.prod(ref.row_shape, dtype=np.int64)) * np.dtype(ref.dtype).itemsize
+    return StorageReader(
+        ref.path,
+        data_offset=ref.offset_bytes,
+        row_bytes=row_bytes,
+        first_row=0,
+        num_rows=ref.rows,
+        mode=mode,
+        checksums=checksums,
+        **({} if staging_bytes is None else {"staging_bytes": staging_bytes}),
+    )  # type: ignore[arg-type]
 
 
 def attach_dataset(

@@ -115,11 +115,15 @@ def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} is typed ({len(schema.node_types)} node types, {len(schema.relations)} "
             f"relations): model {spec.model} takes one node type; use model rgcn or hgt"
         )
-    if spec.task != "node" or spec.device != "cpu" or spec.sampler != "cpu" or spec.multi_node or spec.window:
+    if spec.task != "node" or spec.device != "cpu" or spec.sampler != "cpu":
         raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: its jobs run node classification on one node's cpu "
-            f"(got task {spec.task}, device {spec.device}, sampler {spec.sampler}, nnodes {spec.nnodes}, "
-            f"window {spec.window})"
+            f"dataset {spec.dataset!r} is typed: its jobs run node classification on the cpu "
+            f"(got task {spec.task}, device {spec.device}, sampler {spec.sampler})"
+        )
+    if spec.features == "partitioned":
+        raise InvalidRequestError(
+            f"dataset {spec.dataset!r} is typed: features 'partitioned' is not served for it (its rows are tiered "
+            "per node type, and peers serve rows of one homogeneous table); use features 'replicated'"
         )
     try:
         schema.relation_fanouts(spec.relation_fanouts or spec.fanouts)

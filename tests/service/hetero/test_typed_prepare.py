@@ -10,8 +10,10 @@ import sys
 import pytest
 import torch
 from typed_graphs import CITES, COUNTS, PAPER_FEATURES, PAPER_LABELS, PUBLISHED_IN, SPLIT, VENUE_FEATURES, WRITTEN_BY
+from typer.testing import CliRunner
 
 from graphtier.contract.errors import DatasetSourceError
+from graphtier.launcher.cli.app import app
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.sources.ogb import load_ogb
 from graphtier.service.sources.ogb_hetero import load_ogb_hetero
@@ -138,6 +140,12 @@ def test_cli_prepares_and_says_types(typed_root, graphtier_home):
     )
     manifest = json.loads(done.stdout)
     assert [r["name"] for r in manifest["hetero"]["relations"]] == ["written_by", "published_in", "cites"]
+    # a typed dataset's rows are per type (feature_dim 0): list and inspect give each type's width
+    widths = f"author:learned, paper:{len(PAPER_FEATURES[0])}, venue:{len(VENUE_FEATURES[0])}"
+    runner = CliRunner(env={"COLUMNS": "240"})
+    for args in (["dataset", "list"], ["dataset", "inspect", "typed"]):
+        shown = runner.invoke(app, args, catch_exceptions=False)
+        assert shown.exit_code == 0 and widths in shown.output, shown.output
     bad = subprocess.run(
         [*cli, "dataset", "prepare", f"ogb:{typed_root}", "--name", "t2", "--scale", "3"],
         capture_output=True,

@@ -35,21 +35,23 @@ def test_typed_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm
                 client.submit_job(spec)
         assert client.list_jobs() == []  # nothing was accepted
 
-        # one byte budget over every type: 10% of the feature bytes (ACM's are all papers') replicated
-        loaded = client.load_dataset("acm", BudgetSpec(num_devices=1, device_replicated="10%")).layout
+        # one byte budget over every type: 10% of the feature bytes (ACM's are all papers') replicated,
+        # and the rest left in their file: no host budget
+        loaded = client.load_dataset("acm", BudgetSpec(num_devices=1, device_replicated="10%", host="0")).layout
         schema = loaded.handle.hetero
         assert schema is not None and loaded.handle.edge_type is not None
         assert sorted(loaded.handle.typed_features) == ["paper"]  # authors and subjects: learned embeddings
         paper = loaded.handle.typed_features["paper"]
         assert paper.plan.replicated_end == schema.type_named("paper").count // 10  # the hottest tenth of the rows
-        assert paper.plan.host_end == paper.plan.num_nodes and paper.storage is None
+        assert paper.storage is not None and paper.storage.rows == paper.plan.num_nodes - paper.plan.host_end > 0
         sizes = {t.tier: t for t in loaded.tier_sizes}  # what `dataset load` and the status page show
         assert sizes["device_replicated"].rows == paper.plan.replicated_end
-        assert sizes["host"].bytes + sizes["device_replicated"].bytes == loaded.feature_bytes
+        assert sum(sizes[tier].bytes for tier in ("host", "device_replicated", "storage")) == loaded.feature_bytes
 
         spec = JobSpec(
             dataset="acm", model="rgcn", relation_fanouts=["5", "5"], batch_size=8, hidden=32, epochs=3, lr=0.05,
-            dropout=0.5, weight_decay=5e-4, nproc_per_node=2,
+            dropout=0.5, weight_decay=5e-4, nproc_per_node=2, storage_reads="page-cache",
+            window=2,
         )  # fmt: skip
         final = _run(client, spec)
         assert final.spec.fanouts == [5, 5] and final.spec.relation_fanouts == ["5", "5"]
@@ -57,3 +59,10 @@ def test_typed_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm
         assert final.result.test_accuracy > 0.55, final.result  # 3 classes: chance is about 0.33
         traffic = final.progress.traffic  # the hottest tenth of the papers serve far more than a tenth of the reads
         assert traffic.simulated and traffic.total_rows > 0 and traffic.hit_ratio > 0.2, traffic
+        # the papers' storage rows: read by the type's reader as batches enter its look-ahead window,
+        # each row once for every batch in the window that needs it
+        storage = final.progress.storage
+        assert storage.mode == "page-cache" and storage.window == 2, storage
+        assert storage.read_rows + storage.window_rows == traffic.storage.rows, (storage, traffic.storage)
+        assert storage.read_rows > 0 and storage.window_rows > 0 and storage.requests > 0, storage
+        assert storage.read_bytes >= storage.read_rows * paper.plan.row_bytes, storage

@@ -1,0 +1,74 @@
+"""A typed (heterogeneous) job on two real daemons: R-GCN ranks on both nodes in one c10d
+rendezvous, a typed producer per rank on each node, train ids sharded by global rank and the
+evaluation gathered over both nodes; partitioned features are refused naming why."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cluster_nodes import wait_for
+
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
+
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
+FINAL_TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def typed_toy(tmp_path_factory):
+    """The toy typed graph (`examples/typed_toy_ogb.py`, 400 papers, 120 authors) prepared as "toy"."""
+    from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+
+    base = tmp_path_factory.mktemp("typed-toy")
+    raw, root = base / "raw", base / "prepared"
+    subprocess.run(
+        [sys.executable, str(EXAMPLES / "typed_toy_ogb.py"), str(raw), "--papers", "400", "--authors", "120"],
+        check=True,
+    )
+    prepare_dataset(PrepareConfig(source=f"ogb:{raw}", name="toy", root=root))
+    return PreparedDataset(root / "toy")
+
+
+def test_typed_specs_take_several_nodes_and_refuse_what_typed_batches_do_not_serve():
+    spec = JobSpec(dataset="toy", model="hgt", relation_fanouts=["5", "5"], nproc_per_node=2, nnodes=3)
+    assert spec.world_size == 6 and spec.multi_node
+    values = spec.model_dump(exclude={"fanouts"})
+    for change, why in (
+        ({"features": "partitioned"}, r"features='partitioned' is not supported \(a typed dataset's rows are tiered"),
+        ({"device": "cuda"}, r"device='cuda' is not supported \(typed batches are gathered into host slots only"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            JobSpec.model_validate({**values, **change})
+
+
+@pytest.mark.slow  # two daemons, a rendezvous and a job: more than the default run affords; the spec test runs
+def test_two_node_typed_job_trains_rgcn_on_both_daemons(test_cluster, typed_toy):
+    a, b = test_cluster.add([typed_toy.directory]), test_cluster.add([typed_toy.directory])
+    test_cluster.start()
+    spec = JobSpec(
+        dataset="toy", model="rgcn", relation_fanouts=["5", "5"], batch_size=32, hidden=16, epochs=2, lr=0.05,
+        nproc_per_node=1, nnodes=2,
+    )  # fmt: skip
+    with b.client() as client:
+        job = client.submit_job(spec)
+        final = wait_for(
+            lambda: (lambda j: j if j.state.final else None)(client.get_job(job.job_id)),
+            FINAL_TIMEOUT_S,
+            f"job {job.job_id} to end",
+        )
+    assert final.state == JobState.SUCCEEDED, final.message
+    assert [(n.node_rank, n.address, n.state) for n in final.nodes] == [
+        (0, b.address, JobState.SUCCEEDED),
+        (1, a.address, JobState.SUCCEEDED),
+    ]
+    assert sorted(r.rank for r in final.ranks) == [0, 1]
+    p = final.progress  # 240 train papers over 2 ranks of 32: 4 steps an epoch, each node's rank its half
+    assert p is not None and p.global_step == p.total_steps == 2 * p.steps_per_epoch
+    assert final.result is not None and final.result.test_accuracy > 0.5, final.result  # 3 classes
+    with a.client() as client:  # the member's part ran typed producers of its own daemon's copy
+        part = client.get_job(final.nodes[1].job_id)
+    assert part.state == JobState.SUCCEEDED and part.spec.model == "rgcn" and part.placement.node_rank == 1
