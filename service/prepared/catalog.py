@@ -185,21 +185,21 @@ class DatasetWriter:
     @contextlib.contextmanager
     def stream(self, array_name: str, shape: tuple[int, ...], dtype) -> Iterator[NpyStreamWriter]:
         """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends.
-        The features also get their per-row checksums (`feature_checksums.npy`), which the storage tier's
-        reads are checked against."""
+        Feature arrays (a typed dataset's per type too) also get their per-row checksums
+        (`feature_checksums[.<type>].npy`), which the storage tier's reads are checked against."""
         from graphtier.service.prepared.npy_io import NpyStreamWriter
+        from graphtier.service.storage.row_checksums import checksum_array_for
 
-        stream = NpyStreamWriter(self._path(array_name), shape, dtype, checksum_rows=array_name == "features")
+        checksum_array = checksum_array_for(array_name)
+        stream = NpyStreamWriter(self._path(array_name), shape, dtype, checksum_rows=checksum_array is not None)
         try:
             yield stream
         except BaseException:
             stream.abort()
             raise
         self.arrays[array_name] = stream.close()
-        if stream.checksums is not None:
-            from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
-
-            self.write(CHECKSUM_ARRAY, stream.checksums)
+        if stream.checksums is not None and checksum_array is not None:
+            self.write(checksum_array, stream.checksums)
 
     def commit(self, manifest: DatasetManifest) -> Path:
         """Write the manifest and move the finished dataset under its name."""

@@ -23,6 +23,18 @@ import xxhash
 from graphtier.contract.errors import PreparedDatasetError
 
 CHECKSUM_ARRAY = "feature_checksums"  # the manifest key (and file stem) of the per-row checksums
+
+
+def checksum_array_for(feature_array: str) -> str | None:
+    """The array of per-row checksums of the feature array `feature_array`: `feature_checksums` for
+    `features`, `feature_checksums.<type>` for a typed dataset's `features.<type>`; None for others."""
+    if feature_array == "features":
+        return CHECKSUM_ARRAY
+    if feature_array.startswith("features."):
+        return f"{CHECKSUM_ARRAY}.{feature_array.removeprefix('features.')}"
+    return None
+
+
 _hash = xxhash.xxh3_64_intdigest
 
 

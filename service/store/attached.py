@@ -50,10 +50,12 @@ class AttachedDataset:
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
     _reader: StorageReader | None = field(default=None, repr=False)
     _typed_readers: dict[str, StorageReader] = field(default_factory=dict, repr=False)
+    _typed_checksums: dict[str, RowChecksums | None] = field(default_factory=dict, repr=False)
     checksums: RowChecksums | None = None  # the storage rows' recorded checksums: every read of them is checked
     edge_type: torch.Tensor | None = None  # typed: int16 [num_edges], the relation of each CSC entry
     typed_rows: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = field(default_factory=dict)
     # typed: node type -> (resident rows, storage rows) in type-local ids
+    staging_bytes: int | None = None  # the storage reader's staging buffer cap; None = the reader's default
 
     @property
     def typed(self) -> bool:
@@ -86,10 +88,18 @@ class AttachedDataset:
         return self._typed_tiers[key]
 
     def gather_typed(self, node_type: str, local_ids: torch.Tensor, out: torch.Tensor) -> TrafficCounts:
-        """Rows `local_ids` (type-local) of node type `node_type` into out[:len(local_ids)], counted per tier."""
-        return tiered_gather(local_ids, self.typed_tiers(node_type), out)
+        """Rows `local_ids` (type-local) of node type `node_type` into out[:len(local_ids)], counted per
+        tier; storage rows copied from the mapping are checked against the type's checksums here."""
+        tiers = self.typed_tiers(node_type)
+        traffic = tiered_gather(local_ids, tiers, out)
+        _verify_mapped_rows(local_ids, tiers, out, traffic, self.typed_checksums(node_type))
+        return traffic
 
-    staging_bytes: int | None = None  # the storage reader's staging buffer cap; None = the reader's default
+    def typed_checksums(self, node_type: str) -> RowChecksums | None:
+        """Node type `node_type`'s storage rows' recorded checksums (mapped once); None without them."""
+        if node_type not in self._typed_checksums:
+            self._typed_checksums[node_type] = _storage_checksums(self.handle.typed_features[node_type].storage)
+        return self._typed_checksums[node_type]
 
     @property
     def has_features(self) -> bool:
@@ -134,7 +144,7 @@ class AttachedDataset:
             return None
         if node_type not in self._typed_readers:
             self._typed_readers[node_type] = _new_storage_reader(
-                ref, self.storage_reads, _storage_checksums(ref), self.staging_bytes
+                ref, self.storage_reads, self.typed_checksums(node_type), self.staging_bytes
             )
         return self._typed_readers[node_type]
 
@@ -148,7 +158,7 @@ class AttachedDataset:
         if self.storage_reads == "mmap":
             from graphtier.service.storage import MappedReader
 
-            return MappedReader(storage, _storage_checksums(ref))
+            return MappedReader(storage, self.typed_checksums(node_type))
         return self._typed_storage_reader(node_type, ref)
 
     def row_reader(self) -> RowReader | None:
@@ -167,11 +177,7 @@ class AttachedDataset:
         checksums here (a storage reader checks its own)."""
         tiers = self.feature_tiers(device_index)
         traffic = tiered_gather(ids, tiers, out)
-        if self.checksums is not None and tiers.storage_reader is None and traffic.storage.rows:
-            ids = ids.to(torch.int64)
-            pos = (ids >= tiers.host_end).nonzero().squeeze(1)
-            rows = out[: ids.numel()].index_select(0, pos)
-            self.checksums.verify((ids[pos] - tiers.host_end).numpy(), rows.reshape(rows.shape[0], -1).numpy())
+        _verify_mapped_rows(ids, tiers, out, traffic, self.checksums)
         return traffic
 
     def cuda_tiers(self, device: int) -> CudaTiersLease:
@@ -215,6 +221,19 @@ class AttachedDataset:
             reader.close()
         if readers:
             self._typed_tiers = {}
+
+
+def _verify_mapped_rows(
+    ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, traffic: TrafficCounts, checksums: RowChecksums | None
+) -> None:
+    """Check the storage rows a gather copied out of the mapping (no storage reader, which checks its
+    own) against their recorded checksums; PreparedDatasetError naming the file and the first bad row."""
+    if checksums is None or tiers.storage_reader is not None or not traffic.storage.rows:
+        return
+    ids = ids.to(torch.int64)
+    pos = (ids >= tiers.host_end).nonzero().squeeze(1)
+    rows = out[: ids.numel()].index_select(0, pos)
+    checksums.verify((ids[pos] - tiers.host_end).numpy(), rows.reshape(rows.shape[0], -1).numpy())
 
 
 def _new_storage_reader(

@@ -18,7 +18,7 @@ from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
-from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
+from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY, checksum_array_for
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
 from graphtier.service.store.verified_copy import copy_array
 
@@ -197,6 +197,12 @@ class SharedDatasetStore:
         storage = None
         if plan.host_end < plan.num_nodes:
             path = ds.array_path(key)
+            checksum_array = checksum_array_for(key)
+            checksums = (
+                self._copy(f"type{index}-checksums", ds.array(checksum_array), checksum_array)
+                if checksum_array is not None and ds.has(checksum_array)
+                else None
+            )
             storage = StorageTierRef(
                 path=str(path),
                 offset_bytes=npy_data_offset(path) + plan.host_end * plan.row_bytes,
@@ -204,6 +210,7 @@ class SharedDatasetStore:
                 rows=plan.num_nodes - plan.host_end,
                 row_shape=tuple(rows.shape[1:]),
                 dtype=str(rows.numpy().dtype),
+                row_checksums=checksums,
             )
             if self.verify and resident is None:  # every row is on storage: check the file
                 copy_array(path, key, rows.new_empty((0, *rows.shape[1:])), None, ds.manifest.arrays[key])
