@@ -20,11 +20,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.link import PAIR_FEATURE_DECODERS
 from graphtier.launcher.runtime.batch import Batch, blocks_to
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
+from graphtier.service.graph.common_neighbours import PairStructure
 
 LinkEvaluate = Callable[[nn.Module, DistContext, "NodeEmbeddings | None"], dict[str, float]]
 
@@ -61,13 +63,18 @@ def _link_step(
     batch: Batch,
     device: torch.device,
     session: TrainSession,
+    structure: PairStructure | None,
 ) -> tuple[float, int, int]:
     """One step on a batch's pairs; returns (loss, pairs classified right at logit 0, pairs)."""
     if batch.pairs is None:
         raise GraphtierError(f"batch {batch.batch} carries no pairs: the job's producer does not sample links")
     pairs = batch.pairs.to(device, non_blocking=True)
     x = _inputs(batch, model, device)
-    logits = ddp(blocks_to(batch.blocks, device), x, pairs)
+    pair_features = None
+    if model.reads_pair_features:
+        assert structure is not None
+        pair_features = structure.features(batch.node_ids[batch.pairs.cpu()]).to(device)
+    logits = ddp(blocks_to(batch.blocks, device), x, pairs, pair_features)
     target = torch.zeros(pairs.shape[0], device=device)
     target[: batch.num_positive] = 1.0
     loss = F.binary_cross_entropy_with_logits(logits, target)
@@ -89,15 +96,21 @@ def run_link_training(
     evaluate: LinkEvaluate | None,
     config: TrainConfig,
     progress_cb: Callable[[TrainProgress], None] | None = None,
+    structure: PairStructure | None = None,
 ) -> TrainResult:
     """Train `config.epochs` epochs of link prediction on this rank's batches (see the module docstring).
 
     `evaluate(model, ctx, embeddings)` returns the metrics by name (val_auc, test_mrr, ...) over all
-    ranks; None skips evaluation.
+    ranks; None skips evaluation. `structure` (the training graph's) gives the pair features a
+    decoder such as mlp+cn reads.
     """
+    if config.decoder in PAIR_FEATURE_DECODERS and structure is None:
+        raise GraphtierError(
+            f"the {config.decoder} decoder reads common-neighbour features: pass the graph's structure"
+        )
     ctx = DistContext.from_env(config.device, timeout_s=config.dist_timeout_s)
     try:
-        return _run(ctx, batches_for_epoch, evaluate, config, progress_cb or (lambda _: None))
+        return _run(ctx, batches_for_epoch, evaluate, config, progress_cb or (lambda _: None), structure)
     finally:
         ctx.shutdown()
 
@@ -108,6 +121,7 @@ def _run(
     evaluate: LinkEvaluate | None,
     config: TrainConfig,
     report: Callable[[TrainProgress], None],
+    structure: PairStructure | None,
 ) -> TrainResult:
     torch.manual_seed(config.seed)  # identical initial parameters and embeddings on every rank
     module = build_link_model(config)
@@ -147,7 +161,7 @@ def _run(
                     break
                 session.begin_step(epoch, index + 1)
                 try:
-                    loss, correct, pairs = _link_step(ddp, module, optimizer, batch, ctx.device, session)
+                    loss, correct, pairs = _link_step(ddp, module, optimizer, batch, ctx.device, session, structure)
                 finally:
                     batch.release()
                 done = index + 1

@@ -3,8 +3,10 @@
 `LinkModel(blocks, x, pairs)` embeds a batch's seeds (every endpoint of its pairs) with one of
 the built-in GNNs, its input rows scaled to unit length first (as PyG's link example normalises
 Cora's features: unscaled bag-of-words rows make the first dot products so large that the
-sigmoid saturates and nothing is learned), and scores each pair: `dot` (the dot product of the two embeddings) or `mlp`
-(an MLP over their element-wise product, as OGB's link examples). A graph without features
+sigmoid saturates and nothing is learned), and scores each pair: `dot` (the dot product of the two embeddings), `mlp`
+(an MLP over their element-wise product, as OGB's link examples) or `mlp+cn` (that MLP fed also the
+pair's common-neighbour features, `PairStructure`: the overlap of the two neighbourhoods that two
+independent embeddings cannot express, and on which Adamic-Adar beats plain GNNs). A graph without features
 trains `NodeEmbeddings` instead, as WholeGraph's distributed embeddings do: the rows of a
 batch's nodes are gathered as its input, their gradients scattered back to those rows only,
 and a row-wise (lazy) Adam updates just the rows a batch touched. Every rank holds the table
@@ -21,9 +23,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphtier.contract.link import DecoderKind
+from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind
 from graphtier.launcher.runtime.models import build_model
 from graphtier.launcher.runtime.models.factory import ModelName
+from graphtier.service.graph.common_neighbours import PAIR_FEATURE_NAMES
 from graphtier.service.sampling import Block
 
 _ADAM_BETAS = (0.9, 0.999)
@@ -33,7 +36,7 @@ _ADAM_EPS = 1e-8
 class DotDecoder(nn.Module):
     """score(u, v) = <h_u, h_v>."""
 
-    def forward(self, left: Tensor, right: Tensor) -> Tensor:
+    def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
         return (left * right).sum(dim=-1)
 
 
@@ -44,11 +47,31 @@ class MLPDecoder(nn.Module):
         super().__init__()
         self.layers = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
 
-    def forward(self, left: Tensor, right: Tensor) -> Tensor:
+    def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
         return self.layers(left * right).squeeze(-1)
 
 
+class StructuralMLPDecoder(nn.Module):
+    """score(u, v) = MLP([h_u * h_v, S(u, v)]), S an MLP embedding of the pair's common-neighbour
+    features (CN, Adamic-Adar, resource allocation; `PairStructure.features`)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.structure = nn.Sequential(
+            nn.Linear(len(PAIR_FEATURE_NAMES), width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()
+        )
+        self.layers = nn.Sequential(nn.Linear(2 * width, width), nn.ReLU(), nn.Linear(width, 1))
+
+    def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
+        if pair_features is None:
+            raise ValueError("the mlp+cn decoder scores a pair from its common-neighbour features: none were given")
+        structure = self.structure(pair_features.to(left.device, left.dtype))
+        return self.layers(torch.cat([left * right, structure], dim=-1)).squeeze(-1)
+
+
 def build_decoder(kind: DecoderKind, width: int) -> nn.Module:
+    if kind == "mlp+cn":
+        return StructuralMLPDecoder(width)
     return MLPDecoder(width) if kind == "mlp" else DotDecoder()
 
 
@@ -68,13 +91,18 @@ class LinkModel(nn.Module):
     ) -> None:
         super().__init__()
         self.hidden = hidden
+        self.reads_pair_features = decoder in PAIR_FEATURE_DECODERS
         self.encoder = build_model(model, in_dim, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)
 
-    def forward(self, blocks: list[Block], x: Tensor, pairs: Tensor) -> Tensor:
-        """[P] logits of `pairs` (seed local ids) from the batch's blocks and input rows."""
-        h = self.embed(blocks, x)
-        return self.decoder(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))
+    def forward(self, blocks: list[Block], x: Tensor, pairs: Tensor, pair_features: Tensor | None = None) -> Tensor:
+        """[P] logits of `pairs` (seed local ids) from the batch's blocks and input rows (and, for a
+        decoder that `reads_pair_features`, the pairs' `PairStructure.features`)."""
+        return self.score(self.embed(blocks, x), pairs, pair_features)
+
+    def score(self, h: Tensor, pairs: Tensor, pair_features: Tensor | None = None) -> Tensor:
+        """[P] logits of `pairs`, rows of the embeddings `h`."""
+        return self.decoder(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]), pair_features)
 
     def embed(self, blocks: list[Block], x: Tensor) -> Tensor:
         """[num_seeds, hidden] embeddings of the blocks' seeds from their input rows `x`."""

@@ -1,5 +1,6 @@
 """Learned node embeddings: rows gathered per batch, gradients applied sparsely to those rows only."""
 
+import pytest
 import torch
 
 from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
@@ -32,3 +33,14 @@ def test_the_table_is_part_of_the_checkpointed_state():
     state = model.state_dict()
     assert {"embeddings.weight", "embeddings.exp_avg", "embeddings.exp_avg_sq", "embeddings.steps"} <= set(state)
     assert all(not name.startswith("embeddings.") for name, _ in model.named_parameters())  # not Adam's to step
+
+
+def test_the_common_neighbour_decoder_reads_pair_features():
+    torch.manual_seed(0)
+    model = LinkModel("sage", 8, 8, 2, decoder="mlp+cn")
+    assert model.reads_pair_features and not LinkModel("sage", 8, 8, 2, decoder="mlp").reads_pair_features
+    h, pairs = torch.randn(4, 8), torch.tensor([[0, 1], [2, 3]])
+    apart, close = torch.zeros(2, 3), torch.tensor([[2.0, 1.5, 0.7]] * 2)
+    assert not torch.equal(model.score(h, pairs, apart), model.score(h, pairs, close))
+    with pytest.raises(ValueError, match="mlp\\+cn decoder .* none were given"):
+        model.score(h, pairs)
