@@ -23,10 +23,11 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.link import PAIR_FEATURE_DECODERS
 from graphtier.launcher.runtime.batch import Batch, blocks_to
 from graphtier.launcher.runtime.distributed import DistContext
-from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
+from graphtier.launcher.runtime.link_model import TABLE_BUFFERS, LinkModel, NodeEmbeddings
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
 from graphtier.service.graph.common_neighbours import PairStructure
+from graphtier.service.sampling.link import drop_target_edges
 
 LinkEvaluate = Callable[[nn.Module, DistContext, "NodeEmbeddings | None"], dict[str, float]]
 
@@ -45,14 +46,14 @@ def build_link_model(config: TrainConfig) -> LinkModel:
         heads=config.heads,
     )
     if config.learned_embeddings:
-        model.embeddings = NodeEmbeddings(config.learned_embeddings, config.hidden, lr=config.lr)
+        model.embeddings = NodeEmbeddings(config.learned_embeddings, config.hidden, lr=config.lr, seed=config.seed)
     return model
 
 
 def _inputs(batch: Batch, model: LinkModel, device: torch.device) -> torch.Tensor:
     embeddings = getattr(model, "embeddings", None)
     if isinstance(embeddings, NodeEmbeddings):
-        return embeddings.rows(batch.node_ids)
+        return embeddings.rows(batch.node_ids, device)
     return batch.x.to(device, non_blocking=True)
 
 
@@ -70,11 +71,14 @@ def _link_step(
         raise GraphtierError(f"batch {batch.batch} carries no pairs: the job's producer does not sample links")
     pairs = batch.pairs.to(device, non_blocking=True)
     x = _inputs(batch, model, device)
-    pair_features = None
+    pair_features, blocks = None, batch.blocks
     if model.reads_pair_features:
         assert structure is not None
-        pair_features = structure.features(batch.node_ids[batch.pairs.cpu()]).to(device)
-    logits = ddp(blocks_to(batch.blocks, device), x, pairs, pair_features)
+        local = batch.pairs.cpu()
+        pair_features = structure.features(batch.node_ids[local]).to(device)
+        # scored as test pairs are: without the edge itself to pass messages over (see drop_target_edges)
+        blocks = drop_target_edges(list(blocks), batch.pairs, batch.num_positive)
+    logits = ddp(blocks_to(blocks, device), x, pairs, pair_features)
     target = torch.zeros(pairs.shape[0], device=device)
     target[: batch.num_positive] = 1.0
     loss = F.binary_cross_entropy_with_logits(logits, target)
@@ -134,7 +138,10 @@ def _run(
     ddp: nn.Module = module
     if ctx.distributed:
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        # buffers synced once, at init: the embedding table then stays in step by its own all-gathered updates
+        if embeddings is not None:  # one shared table per machine, kept in step by its own all-gathered updates
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                module, [f"embeddings.{name}" for name in TABLE_BUFFERS]
+            )
         ddp = DistributedDataParallel(module, device_ids=device_ids, forward_sync_buffers=False)
 
     def run_evaluation(epoch: int, done: int) -> None:
