@@ -1,5 +1,6 @@
 """Learned node embeddings in shared memory under real torchrun (2 ranks, gloo): one table per
-machine that both ranks read and write, updated exactly as one process would, and gone after a kill."""
+machine that both ranks read and write, updated exactly as one process would, restored from a
+checkpoint, the tables of two machines kept identical, and nothing left after a kill."""
 
 from __future__ import annotations
 
@@ -62,8 +63,10 @@ def test_two_ranks_share_one_table_updated_as_one_process_would(tmp_path):
         # the machine's two ranks split the touched rows between them, each updating its share
         assert records[0]["updated"][step] + records[1]["updated"][step] == touched
         assert min(records[0]["updated"][step], records[1]["updated"][step]) > 0
-    for state in states:
+    machines = [torch.load(tmp_path / f"rank{r}-machine.pt", weights_only=True) for r in range(2)]
+    for state in [*states, *machines]:  # one machine's table, and each of two machines' tables, alike
         for name in ("weight", "exp_avg", "exp_avg_sq"):
             assert torch.allclose(state[name], getattr(reference, name), atol=1e-6), name
         assert torch.equal(state["steps"], reference.steps)
+    assert records[1]["machine_row7"] != [42.0] * WIDTH  # two machines: rank 0's write stayed on its own
     # killed mid-job: the autouse check finds no segment of this run left in /dev/shm
