@@ -78,10 +78,16 @@ def _link_step(
         pair_features = structure.features(batch.node_ids[local]).to(device)
         # scored as test pairs are: without the edge itself to pass messages over (see drop_target_edges)
         blocks = drop_target_edges(list(blocks), batch.pairs, batch.num_positive)
-    logits = ddp(blocks_to(blocks, device), x, pairs, pair_features)
     target = torch.zeros(pairs.shape[0], device=device)
     target[: batch.num_positive] = 1.0
-    loss = F.binary_cross_entropy_with_logits(logits, target)
+    if model.reads_pair_features:  # the decoder's embedding-only head trains the encoder beside it
+        logits, auxiliary = ddp(blocks_to(blocks, device), x, pairs, pair_features, auxiliary=True)
+        loss = F.binary_cross_entropy_with_logits(logits, target) + F.binary_cross_entropy_with_logits(
+            auxiliary, target
+        )
+    else:
+        logits = ddp(blocks_to(blocks, device), x, pairs, pair_features)
+        loss = F.binary_cross_entropy_with_logits(logits, target)
     value = float(loss.detach())
     session.check_loss_before_backward(value)
     optimizer.zero_grad(set_to_none=True)

@@ -57,7 +57,12 @@ class MLPDecoder(nn.Module):
 
 class StructuralMLPDecoder(nn.Module):
     """score(u, v) = MLP([h_u * h_v, S(u, v)]), S an MLP embedding of the pair's common-neighbour
-    features (CN, Adamic-Adar, resource allocation; `PairStructure.features`)."""
+    features (CN, Adamic-Adar, resource allocation; `PairStructure.features`).
+
+    `embedding_only` is an MLP over h_u * h_v alone, trained beside it as an auxiliary loss and
+    never used to score: without it the encoder learns little once the common neighbours
+    separate most training pairs, and pairs without any (most of a sparse graph's) rank badly.
+    """
 
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -65,6 +70,7 @@ class StructuralMLPDecoder(nn.Module):
             nn.Linear(len(PAIR_FEATURE_NAMES), width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()
         )
         self.layers = nn.Sequential(nn.Linear(2 * width, width), nn.ReLU(), nn.Linear(width, 1))
+        self.embedding_only = MLPDecoder(width)
 
     def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
         if pair_features is None:
@@ -99,10 +105,26 @@ class LinkModel(nn.Module):
         self.encoder = build_model(model, in_dim, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)
 
-    def forward(self, blocks: list[Block], x: Tensor, pairs: Tensor, pair_features: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        blocks: list[Block],
+        x: Tensor,
+        pairs: Tensor,
+        pair_features: Tensor | None = None,
+        *,
+        auxiliary: bool = False,
+    ) -> Tensor:
         """[P] logits of `pairs` (seed local ids) from the batch's blocks and input rows (and, for a
-        decoder that `reads_pair_features`, the pairs' `PairStructure.features`)."""
-        return self.score(self.embed(blocks, x), pairs, pair_features)
+        decoder that `reads_pair_features`, the pairs' `PairStructure.features`). `auxiliary`, for
+        the mlp+cn decoder: [2, P], the logits and its embedding-only head's, both to train."""
+        h = self.embed(blocks, x)
+        logits = self.score(h, pairs, pair_features)
+        if not auxiliary:
+            return logits
+        if not isinstance(self.decoder, StructuralMLPDecoder):
+            raise ValueError("only the mlp+cn decoder has an auxiliary head")
+        head = self.decoder.embedding_only
+        return torch.stack([logits, head(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))])
 
     def score(self, h: Tensor, pairs: Tensor, pair_features: Tensor | None = None) -> Tensor:
         """[P] logits of `pairs`, rows of the embeddings `h`."""

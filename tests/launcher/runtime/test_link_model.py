@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
+from graphtier.service.sampling import Block
 
 
 def test_a_step_updates_only_the_touched_rows_as_sparse_adam_does():
@@ -44,3 +45,9 @@ def test_the_common_neighbour_decoder_reads_pair_features():
     assert not torch.equal(model.score(h, pairs, apart), model.score(h, pairs, close))
     with pytest.raises(ValueError, match="mlp\\+cn decoder .* none were given"):
         model.score(h, pairs)
+    blocks = [Block(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([1, 0, 3, 2]), 4, 4)] * 2
+    x = torch.randn(4, 8)
+    model.eval()
+    both = model(blocks, x, pairs, close, auxiliary=True)  # training: its embedding-only head's logits too
+    assert both.shape == (2, 2) and torch.equal(both[0], model(blocks, x, pairs, close))
+    assert not torch.equal(both[1], both[0])
