@@ -52,8 +52,8 @@ SOURCES = {
 }
 # graphtier's job per dataset: flags of `job submit` (tuned once, recorded here so the figures can be re-run)
 JOB_FLAGS = {
-    "cora": "--fanout 10,5 --batch-size 256 --hidden 256 --lr 0.01 --dropout 0 --decoder mlp".split(),
-    "condmat": "--fanout 10,5 --batch-size 1024 --hidden 128 --lr 0.01 --dropout 0 --decoder mlp".split(),
+    "cora": "--fanout 10,5 --batch-size 256 --hidden 256 --lr 0.01 --dropout 0 --decoder mlp+cn".split(),
+    "condmat": "--fanout 10,5 --batch-size 1024 --hidden 128 --lr 0.01 --dropout 0 --decoder mlp+cn".split(),
 }
 HITS_K = 50
 
