@@ -10,7 +10,8 @@ from typing import Literal
 
 TaskKind = Literal["node", "link"]
 NegativeSampling = Literal["uniform", "corrupt-tail"]
-DecoderKind = Literal["dot", "mlp"]
+DecoderKind = Literal["dot", "mlp", "mlp+cn"]
+PAIR_FEATURE_DECODERS: frozenset[str] = frozenset({"mlp+cn"})  # decoders that read a pair's common-neighbour features
 
 DEFAULT_EVAL_NEGATIVES = 100_000  # ogbl-collab: every positive is ranked against one pool of 100k random pairs
 DEFAULT_HITS_K = 50  # ogbl-collab's Hits@50

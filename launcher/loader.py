@@ -57,6 +57,7 @@ from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.link import PAIR_FEATURE_DECODERS
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.attach import attach_spec, launch_identity, sized_for_launch
 from graphtier.launcher.runtime.batch import DeviceBatch, on_device, seed_logits
@@ -73,6 +74,7 @@ from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
 from graphtier.launcher.runtime.typed_batches import TypedBatch, TypedLocalBatches, typed_forward
+from graphtier.service.graph.common_neighbours import PairStructure
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.subgraph import Block
 from graphtier.service.store import AttachedDataset, attach_dataset
@@ -178,6 +180,10 @@ class Job:
         self._epoch, self._index, self._current = 0, 0, None
         self._finished = self._closed = self._own_launch = False
         self._prepared: PreparedDataset | None = None
+        # a decoder reading common-neighbour features: over the training graph, built once for training and evaluation
+        self._pair_structure = (
+            PairStructure(self.data.graph) if link and spec.decoder in PAIR_FEATURE_DECODERS else None
+        )
         torch.manual_seed(spec.seed)  # the model a script builds next starts alike on every rank
 
     # Who and where
@@ -314,7 +320,13 @@ class Job:
         if self._eval is None:
             if model is not None:
                 raise GraphtierError("job.fit(model) trains node classification; a link job builds its own LinkModel")
-            result = run_link_training(self.channel.batches_for_epoch, self._evaluate_links, self.config, self.reporter)
+            result = run_link_training(
+                self.channel.batches_for_epoch,
+                self._evaluate_links,
+                self.config,
+                self.reporter,
+                structure=self._pair_structure,
+            )
         elif self.typed:
             schema = self.data.handle.hetero
             assert schema is not None
@@ -348,7 +360,16 @@ class Job:
         self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None
     ) -> dict[str, float]:
         every_neighbour = [-1] * len(self.spec.fanouts)  # exact embeddings, as full-batch inference computes them
-        return evaluate_links(model, self.data, every_neighbour, self.spec.batch_size, ctx, embeddings, self.spec.seed)
+        return evaluate_links(
+            model,
+            self.data,
+            every_neighbour,
+            self.spec.batch_size,
+            ctx,
+            embeddings,
+            self.spec.seed,
+            structure=self._pair_structure,
+        )
 
     # The end
 

@@ -141,7 +141,9 @@ class JobSpec(BaseModel):
         description="Link: uniform (random node pairs) or corrupt-tail (the positive's source, random tails).",
     )
     decoder: DecoderKind = Field(
-        "dot", description="Link: score a pair by the dot product of its embeddings, or by an MLP (mlp)."
+        "dot",
+        description="Link: score a pair by the dot product of its embeddings, by an MLP (mlp), or by an MLP also "
+        "fed the pair's common-neighbour features over the training graph (mlp+cn).",
     )
     name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: str = Field(

@@ -325,7 +325,11 @@ def submit(
         typer.Option(help="link: uniform (default: random pairs) or corrupt-tail (the source, random tails)"),
     ] = None,
     decoder: Annotated[
-        str | None, typer.Option(help="link: dot (default: dot product of the embeddings) or mlp")
+        str | None,
+        typer.Option(
+            help="link: dot (default: dot product of the embeddings), mlp, or mlp+cn (an MLP also fed the "
+            "pair's common neighbours, Adamic-Adar and resource allocation over the training graph)",
+        ),
     ] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,

@@ -24,6 +24,7 @@ from graphtier.contract.link import DEFAULT_HITS_K, DEFAULT_MRR_NEGATIVES
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
 from graphtier.service.gather import tiered_gather
+from graphtier.service.graph.common_neighbours import PairStructure
 from graphtier.service.pipeline.batch import blocks_to
 from graphtier.service.pipeline.shard import mix_seed
 from graphtier.service.prepared.edge_split import link_array
@@ -96,13 +97,21 @@ def node_embeddings(
 
 @torch.no_grad()
 def link_metrics(
-    model: LinkModel, z: Tensor, data: AttachedDataset, splits: tuple[str, ...], hits_k: int = DEFAULT_HITS_K
+    model: LinkModel,
+    z: Tensor,
+    data: AttachedDataset,
+    splits: tuple[str, ...],
+    hits_k: int = DEFAULT_HITS_K,
+    structure: PairStructure | None = None,
 ) -> dict[str, float]:
-    """split_auc, split_mrr and split_hits@K of each split, from the node embeddings `z`."""
+    """split_auc, split_mrr and split_hits@K of each split, from the node embeddings `z` (and, for a
+    decoder that reads pair features, `structure`, built from `data.graph` when not given)."""
+    if model.reads_pair_features and structure is None:
+        structure = PairStructure(data.graph)
 
     def score(pairs: Tensor) -> Tensor:
-        pairs = pairs.to(z.device)
-        return model.decoder(z.index_select(0, pairs[:, 0]), z.index_select(0, pairs[:, 1])).float().cpu()
+        features = structure.features(pairs) if model.reads_pair_features and structure is not None else None
+        return model.score(z, pairs.to(z.device), features).float().cpu()
 
     results: dict[str, float] = {}
     for split in splits:
@@ -129,6 +138,7 @@ def evaluate_links(
     embeddings: NodeEmbeddings | None,
     seed: int,
     splits: tuple[str, ...] = ("val", "test"),
+    structure: PairStructure | None = None,
 ) -> dict[str, float]:
     """Every split's metrics over all ranks (every rank must call it); the model back in training mode after."""
     module = getattr(model, "module", model)  # a DDP wrapper is looked through
@@ -137,6 +147,6 @@ def evaluate_links(
     module.eval()
     try:
         z = node_embeddings(module, data, fanouts, batch_size, ctx, embeddings, seed)
-        return link_metrics(module, z, data, splits)
+        return link_metrics(module, z, data, splits, structure=structure)
     finally:
         module.train(was_training)

@@ -20,11 +20,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.link import PAIR_FEATURE_DECODERS
 from graphtier.launcher.runtime.batch import Batch, blocks_to
 from graphtier.launcher.runtime.distributed import DistContext
-from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
+from graphtier.launcher.runtime.link_model import TABLE_BUFFERS, LinkModel, NodeEmbeddings
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
+from graphtier.service.graph.common_neighbours import PairStructure
+from graphtier.service.sampling.link import drop_target_edges
 
 LinkEvaluate = Callable[[nn.Module, DistContext, "NodeEmbeddings | None"], dict[str, float]]
 
@@ -43,14 +46,14 @@ def build_link_model(config: TrainConfig) -> LinkModel:
         heads=config.heads,
     )
     if config.learned_embeddings:
-        model.embeddings = NodeEmbeddings(config.learned_embeddings, config.hidden, lr=config.lr)
+        model.embeddings = NodeEmbeddings(config.learned_embeddings, config.hidden, lr=config.lr, seed=config.seed)
     return model
 
 
 def _inputs(batch: Batch, model: LinkModel, device: torch.device) -> torch.Tensor:
     embeddings = getattr(model, "embeddings", None)
     if isinstance(embeddings, NodeEmbeddings):
-        return embeddings.rows(batch.node_ids)
+        return embeddings.rows(batch.node_ids, device)
     return batch.x.to(device, non_blocking=True)
 
 
@@ -61,16 +64,30 @@ def _link_step(
     batch: Batch,
     device: torch.device,
     session: TrainSession,
+    structure: PairStructure | None,
 ) -> tuple[float, int, int]:
     """One step on a batch's pairs; returns (loss, pairs classified right at logit 0, pairs)."""
     if batch.pairs is None:
         raise GraphtierError(f"batch {batch.batch} carries no pairs: the job's producer does not sample links")
     pairs = batch.pairs.to(device, non_blocking=True)
     x = _inputs(batch, model, device)
-    logits = ddp(blocks_to(batch.blocks, device), x, pairs)
+    pair_features, blocks = None, batch.blocks
+    if model.reads_pair_features:
+        assert structure is not None
+        local = batch.pairs.cpu()
+        pair_features = structure.features(batch.node_ids[local]).to(device)
+        # scored as test pairs are: without the edge itself to pass messages over (see drop_target_edges)
+        blocks = drop_target_edges(list(blocks), batch.pairs, batch.num_positive)
     target = torch.zeros(pairs.shape[0], device=device)
     target[: batch.num_positive] = 1.0
-    loss = F.binary_cross_entropy_with_logits(logits, target)
+    if model.reads_pair_features:  # the decoder's embedding-only head trains the encoder beside it
+        logits, auxiliary = ddp(blocks_to(blocks, device), x, pairs, pair_features, auxiliary=True)
+        loss = F.binary_cross_entropy_with_logits(logits, target) + F.binary_cross_entropy_with_logits(
+            auxiliary, target
+        )
+    else:
+        logits = ddp(blocks_to(blocks, device), x, pairs, pair_features)
+        loss = F.binary_cross_entropy_with_logits(logits, target)
     value = float(loss.detach())
     session.check_loss_before_backward(value)
     optimizer.zero_grad(set_to_none=True)
@@ -89,15 +106,21 @@ def run_link_training(
     evaluate: LinkEvaluate | None,
     config: TrainConfig,
     progress_cb: Callable[[TrainProgress], None] | None = None,
+    structure: PairStructure | None = None,
 ) -> TrainResult:
     """Train `config.epochs` epochs of link prediction on this rank's batches (see the module docstring).
 
     `evaluate(model, ctx, embeddings)` returns the metrics by name (val_auc, test_mrr, ...) over all
-    ranks; None skips evaluation.
+    ranks; None skips evaluation. `structure` (the training graph's) gives the pair features a
+    decoder such as mlp+cn reads.
     """
+    if config.decoder in PAIR_FEATURE_DECODERS and structure is None:
+        raise GraphtierError(
+            f"the {config.decoder} decoder reads common-neighbour features: pass the graph's structure"
+        )
     ctx = DistContext.from_env(config.device, timeout_s=config.dist_timeout_s)
     try:
-        return _run(ctx, batches_for_epoch, evaluate, config, progress_cb or (lambda _: None))
+        return _run(ctx, batches_for_epoch, evaluate, config, progress_cb or (lambda _: None), structure)
     finally:
         ctx.shutdown()
 
@@ -108,6 +131,7 @@ def _run(
     evaluate: LinkEvaluate | None,
     config: TrainConfig,
     report: Callable[[TrainProgress], None],
+    structure: PairStructure | None,
 ) -> TrainResult:
     torch.manual_seed(config.seed)  # identical initial parameters and embeddings on every rank
     module = build_link_model(config)
@@ -120,7 +144,10 @@ def _run(
     ddp: nn.Module = module
     if ctx.distributed:
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        # buffers synced once, at init: the embedding table then stays in step by its own all-gathered updates
+        if embeddings is not None:  # one shared table per machine, kept in step by its own all-gathered updates
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                module, [f"embeddings.{name}" for name in TABLE_BUFFERS]
+            )
         ddp = DistributedDataParallel(module, device_ids=device_ids, forward_sync_buffers=False)
 
     def run_evaluation(epoch: int, done: int) -> None:
@@ -147,7 +174,7 @@ def _run(
                     break
                 session.begin_step(epoch, index + 1)
                 try:
-                    loss, correct, pairs = _link_step(ddp, module, optimizer, batch, ctx.device, session)
+                    loss, correct, pairs = _link_step(ddp, module, optimizer, batch, ctx.device, session, structure)
                 finally:
                     batch.release()
                 done = index + 1

@@ -3,28 +3,35 @@
 `LinkModel(blocks, x, pairs)` embeds a batch's seeds (every endpoint of its pairs) with one of
 the built-in GNNs, its input rows scaled to unit length first (as PyG's link example normalises
 Cora's features: unscaled bag-of-words rows make the first dot products so large that the
-sigmoid saturates and nothing is learned), and scores each pair: `dot` (the dot product of the two embeddings) or `mlp`
-(an MLP over their element-wise product, as OGB's link examples). A graph without features
+sigmoid saturates and nothing is learned), and scores each pair: `dot` (the dot product of the two embeddings), `mlp`
+(an MLP over their element-wise product, as OGB's link examples) or `mlp+cn` (that MLP fed also the
+pair's common-neighbour features, `PairStructure`: the overlap of the two neighbourhoods that two
+independent embeddings cannot express, and on which Adamic-Adar beats plain GNNs). A graph without features
 trains `NodeEmbeddings` instead, as WholeGraph's distributed embeddings do: the rows of a
 batch's nodes are gathered as its input, their gradients scattered back to those rows only,
-and a row-wise (lazy) Adam updates just the rows a batch touched. Every rank holds the table
-and applies every rank's row gradients, all-gathered, in the same order, so the copies stay
-identical without broadcasting the table.
+and a row-wise (lazy) Adam updates just the rows a batch touched. The table is one
+shared-memory segment per machine; every rank's row gradients are all-gathered and each
+machine's local ranks update disjoint shares of the touched rows in it, so the machines'
+copies stay identical without broadcasting the table.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphtier.contract.link import DecoderKind
+from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind
 from graphtier.launcher.runtime.models import build_model
 from graphtier.launcher.runtime.models.factory import ModelName
+from graphtier.service.graph.common_neighbours import PAIR_FEATURE_NAMES
 from graphtier.service.sampling import Block
+from graphtier.service.shm import SegmentOwner
+from graphtier.service.shm.ref import map_segment, view_of_mapping
 
 _ADAM_BETAS = (0.9, 0.999)
 _ADAM_EPS = 1e-8
@@ -33,7 +40,7 @@ _ADAM_EPS = 1e-8
 class DotDecoder(nn.Module):
     """score(u, v) = <h_u, h_v>."""
 
-    def forward(self, left: Tensor, right: Tensor) -> Tensor:
+    def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
         return (left * right).sum(dim=-1)
 
 
@@ -44,11 +51,37 @@ class MLPDecoder(nn.Module):
         super().__init__()
         self.layers = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
 
-    def forward(self, left: Tensor, right: Tensor) -> Tensor:
+    def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
         return self.layers(left * right).squeeze(-1)
 
 
+class StructuralMLPDecoder(nn.Module):
+    """score(u, v) = MLP([h_u * h_v, S(u, v)]), S an MLP embedding of the pair's common-neighbour
+    features (CN, Adamic-Adar, resource allocation; `PairStructure.features`).
+
+    `embedding_only` is an MLP over h_u * h_v alone, trained beside it as an auxiliary loss and
+    never used to score: without it the encoder learns little once the common neighbours
+    separate most training pairs, and pairs without any (most of a sparse graph's) rank badly.
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.structure = nn.Sequential(
+            nn.Linear(len(PAIR_FEATURE_NAMES), width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()
+        )
+        self.layers = nn.Sequential(nn.Linear(2 * width, width), nn.ReLU(), nn.Linear(width, 1))
+        self.embedding_only = MLPDecoder(width)
+
+    def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
+        if pair_features is None:
+            raise ValueError("the mlp+cn decoder scores a pair from its common-neighbour features: none were given")
+        structure = self.structure(pair_features.to(left.device, left.dtype))
+        return self.layers(torch.cat([left * right, structure], dim=-1)).squeeze(-1)
+
+
 def build_decoder(kind: DecoderKind, width: int) -> nn.Module:
+    if kind == "mlp+cn":
+        return StructuralMLPDecoder(width)
     return MLPDecoder(width) if kind == "mlp" else DotDecoder()
 
 
@@ -68,13 +101,34 @@ class LinkModel(nn.Module):
     ) -> None:
         super().__init__()
         self.hidden = hidden
+        self.reads_pair_features = decoder in PAIR_FEATURE_DECODERS
         self.encoder = build_model(model, in_dim, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)
 
-    def forward(self, blocks: list[Block], x: Tensor, pairs: Tensor) -> Tensor:
-        """[P] logits of `pairs` (seed local ids) from the batch's blocks and input rows."""
+    def forward(
+        self,
+        blocks: list[Block],
+        x: Tensor,
+        pairs: Tensor,
+        pair_features: Tensor | None = None,
+        *,
+        auxiliary: bool = False,
+    ) -> Tensor:
+        """[P] logits of `pairs` (seed local ids) from the batch's blocks and input rows (and, for a
+        decoder that `reads_pair_features`, the pairs' `PairStructure.features`). `auxiliary`, for
+        the mlp+cn decoder: [2, P], the logits and its embedding-only head's, both to train."""
         h = self.embed(blocks, x)
-        return self.decoder(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))
+        logits = self.score(h, pairs, pair_features)
+        if not auxiliary:
+            return logits
+        if not isinstance(self.decoder, StructuralMLPDecoder):
+            raise ValueError("only the mlp+cn decoder has an auxiliary head")
+        head = self.decoder.embedding_only
+        return torch.stack([logits, head(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))])
+
+    def score(self, h: Tensor, pairs: Tensor, pair_features: Tensor | None = None) -> Tensor:
+        """[P] logits of `pairs`, rows of the embeddings `h`."""
+        return self.decoder(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]), pair_features)
 
     def embed(self, blocks: list[Block], x: Tensor) -> Tensor:
         """[num_seeds, hidden] embeddings of the blocks' seeds from their input rows `x`."""
@@ -84,46 +138,131 @@ class LinkModel(nn.Module):
 class NodeEmbeddings(nn.Module):
     """A learned `[num_nodes, width]` input row per node, updated sparsely (see the module docstring).
 
+    Under torchrun the table is one shared-memory segment per machine, WholeGraph's way: each
+    machine's local rank 0 creates it (rows drawn from `seed`, so every machine's copy starts
+    alike), every local rank maps it, and the segment's name is unlinked as soon as they all
+    have, so nothing is left in /dev/shm after the job, a crash or a kill. The row-wise Adam
+    state (`exp_avg`, `exp_avg_sq`, `steps`) lives in the same segment. Out of torchrun the
+    table is this process's memory.
+
     Buffers, not parameters: the dense optimizer and DDP leave them alone; they are saved in
-    checkpoints with the model.
+    checkpoints with the model and a restore writes into the shared table.
     """
 
-    def __init__(self, num_nodes: int, width: int, *, lr: float) -> None:
+    def __init__(self, num_nodes: int, width: int, *, lr: float, seed: int | None = None) -> None:
         super().__init__()
         self.lr = lr
-        self.register_buffer("weight", torch.randn(num_nodes, width) / math.sqrt(width))
-        self.register_buffer("exp_avg", torch.zeros(num_nodes, width))
-        self.register_buffer("exp_avg_sq", torch.zeros(num_nodes, width))
-        self.register_buffer("steps", torch.zeros(num_nodes, dtype=torch.int64))
+        self.local_rank, self.local_world = 0, 1
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        if _distributed():
+            self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            table = _shared_table(num_nodes, width, self.local_rank, generator)
+        else:
+            table = _private_table(num_nodes, width, generator)
+        self.shared = _distributed()
+        for name, tensor in table.items():
+            self.register_buffer(name, tensor)
 
     @property
     def num_nodes(self) -> int:
         return int(self.weight.shape[0])
 
-    def rows(self, ids: Tensor) -> Tensor:
-        """The rows of `ids` as a leaf that collects their gradient."""
-        return self.weight.index_select(0, ids.to(self.weight.device)).requires_grad_(True)
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202
+        # a shared table stays in host shared memory whatever device the model moves to: rows() moves rows
+        return self if self.shared else super()._apply(fn, recurse)
+
+    def rows(self, ids: Tensor, device: torch.device | None = None) -> Tensor:
+        """The rows of `ids` (on `device`, default the table's) as a leaf that collects their gradient."""
+        rows = self.weight.index_select(0, ids.to(self.weight.device))
+        return rows.to(device or self.weight.device).requires_grad_(True)
 
     @torch.no_grad()
     def apply_gradients(self, ids: Tensor, grad: Tensor) -> int:
         """Every rank's row gradients (all-gathered, averaged over ranks), then one lazy Adam step on
-        the rows they touch. Every rank must call it once per step; returns the rows updated."""
-        ids, grad = _all_gather_rows(ids.to(self.weight.device), grad)
-        if ids.numel() == 0:
-            return 0
-        rows, inverse = torch.unique(ids, return_inverse=True)
-        summed = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device)
-        summed.index_add_(0, inverse, grad)
-        summed /= dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        the rows they touch, each machine's rows split among its local ranks (row % local ranks), then
+        a barrier so no rank reads a row before it is written. Every rank must call it once per step;
+        returns the rows this rank updated."""
+        ids, grad = _all_gather_rows(ids.to(self.weight.device), grad.to(self.weight.device))
+        if ids.numel():
+            rows, inverse = torch.unique(ids, return_inverse=True)
+            summed = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device)
+            summed.index_add_(0, inverse, grad)
+            summed /= dist.get_world_size() if _distributed() else 1
+            if self.local_world > 1:
+                mine = rows % self.local_world == self.local_rank
+                rows, summed = rows[mine], summed[mine]
+            self._adam(rows, summed)
+        else:
+            rows = ids
+        if _distributed():
+            dist.barrier()
+        return int(rows.numel())
+
+    def _adam(self, rows: Tensor, summed: Tensor) -> None:
         beta1, beta2 = _ADAM_BETAS
         self.steps[rows] += 1
-        step = self.steps[rows].to(grad.dtype).unsqueeze(1)
+        step = self.steps[rows].to(summed.dtype).unsqueeze(1)
         m = self.exp_avg[rows].mul_(beta1).add_(summed, alpha=1 - beta1)
         v = self.exp_avg_sq[rows].mul_(beta2).addcmul_(summed, summed, value=1 - beta2)
         self.exp_avg[rows], self.exp_avg_sq[rows] = m, v
         update = (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + _ADAM_EPS)
         self.weight[rows] -= self.lr * update
-        return int(rows.numel())
+
+
+TABLE_BUFFERS = ("weight", "exp_avg", "exp_avg_sq", "steps")
+_TABLE_LABEL = "link-embeddings"
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _table_layout(num_nodes: int, width: int) -> list[tuple[str, tuple[int, ...], torch.dtype, int]]:
+    """(buffer, shape, dtype, byte offset) of the table's parts in one segment."""
+    floats = num_nodes * width * 4
+    return [
+        ("weight", (num_nodes, width), torch.float32, 0),
+        ("exp_avg", (num_nodes, width), torch.float32, floats),
+        ("exp_avg_sq", (num_nodes, width), torch.float32, 2 * floats),
+        ("steps", (num_nodes,), torch.int64, 3 * floats),
+    ]
+
+
+def _private_table(num_nodes: int, width: int, generator: torch.Generator | None) -> dict[str, Tensor]:
+    return {
+        "weight": torch.randn(num_nodes, width, generator=generator) / math.sqrt(width),
+        "exp_avg": torch.zeros(num_nodes, width),
+        "exp_avg_sq": torch.zeros(num_nodes, width),
+        "steps": torch.zeros(num_nodes, dtype=torch.int64),
+    }
+
+
+def _shared_table(num_nodes: int, width: int, local_rank: int, generator: torch.Generator | None) -> dict[str, Tensor]:
+    """This machine's table (see `NodeEmbeddings`); every rank must call it."""
+    layout = _table_layout(num_nodes, width)
+    nbytes = 3 * num_nodes * width * 4 + num_nodes * 8
+    owner, name, views = None, "", {}
+    if local_rank == 0:
+        owner = SegmentOwner()
+        segment = owner.create(_TABLE_LABEL, nbytes)  # zero-filled: the Adam state starts at zero
+        name = segment.name
+        views = {part: segment.view(shape, dtype, offset) for part, shape, dtype, offset in layout}
+        views["weight"].copy_(torch.randn(num_nodes, width, generator=generator) / math.sqrt(width))
+    try:
+        names: list[str] = [""] * dist.get_world_size()
+        dist.all_gather_object(names, name)
+        if local_rank != 0:
+            mapping, _ = map_segment(names[dist.get_rank() - local_rank], writable=True)  # this machine's
+            views = {
+                part: view_of_mapping(mapping, shape, dtype, offset, read_only=False)
+                for part, shape, dtype, offset in layout
+            }
+        dist.barrier()  # every local rank has mapped it: the name can go, the memory stays while mapped
+    finally:
+        if owner is not None:
+            owner.close()
+    return views
 
 
 def _all_gather_rows(ids: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:

@@ -17,7 +17,7 @@ import torch
 from graphtier.contract.errors import SamplingError
 from graphtier.contract.link import NegativeSampling
 from graphtier.service.sampling.neighbor_sampler import NeighborSampler
-from graphtier.service.sampling.subgraph import SampledSubgraph
+from graphtier.service.sampling.subgraph import Block, SampledSubgraph
 
 _MASK63 = (1 << 63) - 1
 _NEGATIVE_STREAM = 0x4E47  # keeps the negatives' generator apart from the neighbour sampler's
@@ -84,3 +84,30 @@ class LinkSampler:
         sub = self.sampler.sample(endpoints, seed=seed)
         parts = {f.name: getattr(sub, f.name) for f in fields(SampledSubgraph)}
         return LinkSubgraph(**parts, pairs=local.view(-1, 2), num_positive=int(positives.shape[0]))
+
+
+def drop_target_edges(blocks: list[Block], pairs: torch.Tensor, num_positive: int) -> list[Block]:
+    """`blocks` without the edges between the endpoints of each positive pair (either direction).
+
+    A training edge is an edge of the graph the sampler walks, so unless it is taken out the
+    GNN computes u's embedding from v's and learns "these two are already linked", a signal no
+    validation or test edge carries (they left the graph at prepare). Taking the target edges
+    out of the batch's message passing, as SEAL, NCN and BUDDY do, trains on pairs as they are
+    scored. `pairs` are seed local ids, the first `num_positive` rows positives.
+    """
+    if num_positive == 0 or not blocks:
+        return blocks
+    positives = pairs[:num_positive].to(blocks[0].indices.device)
+    width = blocks[-1].num_src
+    targets = torch.cat([positives[:, 0] * width + positives[:, 1], positives[:, 1] * width + positives[:, 0]])
+    kept = []
+    for block in blocks:
+        degree = block.indptr[1:] - block.indptr[:-1]
+        dst = torch.repeat_interleave(
+            torch.arange(block.num_dst, device=degree.device), degree, output_size=block.num_edges
+        )
+        keep = ~torch.isin(block.indices * width + dst, targets)
+        indptr = torch.zeros_like(block.indptr)
+        indptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=block.num_dst), 0)
+        kept.append(Block(indptr=indptr, indices=block.indices[keep], num_src=block.num_src, num_dst=block.num_dst))
+    return kept

@@ -1,8 +1,10 @@
 """Learned node embeddings: rows gathered per batch, gradients applied sparsely to those rows only."""
 
+import pytest
 import torch
 
 from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
+from graphtier.service.sampling import Block
 
 
 def test_a_step_updates_only_the_touched_rows_as_sparse_adam_does():
@@ -32,3 +34,20 @@ def test_the_table_is_part_of_the_checkpointed_state():
     state = model.state_dict()
     assert {"embeddings.weight", "embeddings.exp_avg", "embeddings.exp_avg_sq", "embeddings.steps"} <= set(state)
     assert all(not name.startswith("embeddings.") for name, _ in model.named_parameters())  # not Adam's to step
+
+
+def test_the_common_neighbour_decoder_reads_pair_features():
+    torch.manual_seed(0)
+    model = LinkModel("sage", 8, 8, 2, decoder="mlp+cn")
+    assert model.reads_pair_features and not LinkModel("sage", 8, 8, 2, decoder="mlp").reads_pair_features
+    h, pairs = torch.randn(4, 8), torch.tensor([[0, 1], [2, 3]])
+    apart, close = torch.zeros(2, 3), torch.tensor([[2.0, 1.5, 0.7]] * 2)
+    assert not torch.equal(model.score(h, pairs, apart), model.score(h, pairs, close))
+    with pytest.raises(ValueError, match="mlp\\+cn decoder .* none were given"):
+        model.score(h, pairs)
+    blocks = [Block(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([1, 0, 3, 2]), 4, 4)] * 2
+    x = torch.randn(4, 8)
+    model.eval()
+    both = model(blocks, x, pairs, close, auxiliary=True)  # training: its embedding-only head's logits too
+    assert both.shape == (2, 2) and torch.equal(both[0], model(blocks, x, pairs, close))
+    assert not torch.equal(both[1], both[0])

@@ -5,7 +5,7 @@ import torch
 
 from graphtier.contract.errors import SamplingError
 from graphtier.service.sampling import NeighborSampler
-from graphtier.service.sampling.link import LinkSampler, max_link_pairs, max_link_seeds
+from graphtier.service.sampling.link import LinkSampler, drop_target_edges, max_link_pairs, max_link_seeds
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +42,23 @@ def test_bad_train_pairs_are_refused(cora_link):
     with pytest.raises(SamplingError, match=r"\[n, 2\]"):
         LinkSampler(NeighborSampler(cora_link.graph, [5]), torch.zeros(4, 3, dtype=torch.int64), 10, negatives=1,
                     negative_sampling="uniform")  # fmt: skip
+
+
+def test_drop_target_edges_takes_out_each_positive_edge_and_nothing_else(cora_link, train_pairs):
+    graph = cora_link.graph
+    sampler = LinkSampler(NeighborSampler(graph, [-1, -1]), train_pairs, graph.num_nodes, negatives=1,
+                          negative_sampling="uniform")  # fmt: skip
+    sub = sampler.sample(torch.arange(0, 400, 8), seed=3)
+    blocks = sub.blocks()
+    kept = drop_target_edges(blocks, sub.pairs, sub.num_positive)
+
+    def edges(block):  # global (src, dst) of every edge of a block
+        src, dst = block.edge_index()
+        return set(zip(sub.node_ids[src].tolist(), sub.node_ids[dst].tolist(), strict=True))
+
+    targets = {tuple(p) for p in train_pairs[torch.arange(0, 400, 8)].tolist()}
+    targets |= {(v, u) for u, v in targets}
+    for before, after in zip(blocks, kept, strict=True):
+        assert (after.num_src, after.num_dst) == (before.num_src, before.num_dst)
+        assert edges(after) == edges(before) - targets
+    assert edges(blocks[-1]) & targets  # all neighbours sampled: every positive edge was there to take out

@@ -81,11 +81,14 @@ def test_featureless_link_job_learns_embeddings(inproc_daemon, featureless_link)
     assert featureless_link.manifest.link_split["node_inputs"] == "learned embeddings"
     spec = JobSpec(
         dataset="cora-edges-link", task="link", fanouts=[5, 5], batch_size=512, hidden=32, epochs=2, lr=0.05,
-        dropout=0.0, nproc_per_node=2, negative_sampling="corrupt-tail", decoder="mlp",
+        dropout=0.0, nproc_per_node=2, negative_sampling="corrupt-tail", decoder="mlp+cn",
     )  # fmt: skip
     _, final = _run(inproc_daemon, spec)
     assert any("learns a 32-wide embedding per node" in note for note in final.notes)
+    assert "mlp+cn decoder" in describe(final).replace("\n    ", " ")  # scored with common-neighbour features
     assert sorted(final.result.metrics) == sorted(LINK_METRICS)
+    # common-neighbour features rank many edges above the best of the 10k non-edges after 2 epochs (measured 0.41)
+    assert final.result.metrics["test_hits@50"] > 0.2
 
 
 def test_link_job_without_an_edge_split_or_on_a_typed_graph_is_refused(inproc_daemon, prepared_root, tmp_path):
