@@ -8,7 +8,6 @@ pydantic or contract model; rich only for `job list`'s table.
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
-from graphtier.launcher.cli.plain import EXIT_JOB_FAILED, emit_json, human_bytes, plain_errors, runtime_directory
+from graphtier.launcher.cli.plain import (
+    EXIT_JOB_FAILED,
+    emit_json,
+    human_bytes,
+    plain_errors,
+    print_text,
+    runtime_directory,
+)
 
 if TYPE_CHECKING:
     from graphtier.launcher.client import DaemonClient
@@ -50,7 +56,7 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
         emit_json(documents)
         return
     if not documents:
-        sys.stderr.write("no jobs\n")
+        print_text("no jobs")
         return
     from graphtier.launcher.cli.rendering import compact_table, console
 
@@ -77,7 +83,7 @@ def finish(document: JobDocument, json_out: bool) -> None:
     if json_out:
         emit_json(document)
     else:
-        sys.stderr.write(describe(document) + "\n")
+        print_text(describe(document))
     state = JobState(document["state"])
     if state.final and state != JobState.SUCCEEDED:
         raise SystemExit(EXIT_JOB_FAILED)

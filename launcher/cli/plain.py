@@ -101,6 +101,28 @@ def stdout_closed_is_quiet() -> Iterator[None]:
             exit_quietly_on_broken_pipe()
 
 
+def terminal_width() -> int:
+    """Columns of the terminal as rich measures them: $COLUMNS, else the size of the first of
+    stdin, stdout and stderr that is a terminal, else 80."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return int(columns)
+    for descriptor in (0, 1, 2):
+        try:
+            return os.get_terminal_size(descriptor).columns
+        except OSError:
+            continue
+    return 80
+
+
+def print_text(text: str) -> None:
+    """`text` on stderr as rich's console prints it (no markup): a line wider than the terminal,
+    one long word after its indent (a path), folded at the terminal's width."""
+    width = terminal_width()
+    lines = [line[i : i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width)]
+    sys.stderr.write("\n".join(lines) + "\n")
+
+
 def print_error(text: str) -> None:
     """`error: TEXT` on stderr, as one line whatever the terminal's width."""
     sys.stderr.write(f"error: {text}\n")

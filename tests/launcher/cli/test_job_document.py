@@ -123,3 +123,21 @@ def test_a_document_is_the_contracts_job_dumped(job):
 
 def test_the_documents_spec_fields_are_the_job_specs():
     assert SPEC_FIELDS == tuple(JobSpec.model_fields)
+
+
+def test_a_description_is_printed_as_richs_console_prints_it(capsys, monkeypatch):
+    """A path longer than the terminal (the job's log) is folded at its width, as `job status` always printed."""
+    import io
+
+    from rich.console import Console
+
+    from graphtier.launcher.cli.plain import print_text
+
+    long_log = dataclasses.replace(JOBS["node classification, done"], log_path="/home/" + "x" * 100 + "/job.log")
+    text = describe(job_document(job_to_proto(long_log)))
+    for width in (80, 200):
+        monkeypatch.setenv("COLUMNS", str(width))
+        print_text(text)
+        rich = Console(file=io.StringIO(), width=width)
+        rich.print(text, highlight=False, markup=False)
+        assert capsys.readouterr().err == rich.file.getvalue()
