@@ -5,8 +5,9 @@ ready) or takes an explicit gRPC target. Methods take and return the contract's 
 (`graphtier.contract`), never `_pb2` messages, and failures are `DaemonError`s with the
 daemon's own message: the CLI prints them as one line. Neither the daemon nor torch is
 imported here; the layouts a process attaches to come through `DataPlaneClient`. A service's
-generated stubs and its contract conversions load when a method first calls it, so `graphtier
-job status` pays for the jobs service alone.
+generated stubs and its contract conversions load when a method first calls it, and the daemon is
+found without pydantic (`contract.runtime_dir`), so `graphtier job status`, which asks for its
+job as a plain document (`get_job_document`, `job_document.py`), loads the jobs messages alone.
 """
 
 from __future__ import annotations
