@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from graphtier.launcher.client.job_document import JobDocument
 
 WIDTH = 80  # what a terminal is assumed to have: every line and table fits
+UNSUCCESSFUL = frozenset(state.value for state in JobState if state.final and state != JobState.SUCCEEDED)
 LIST_TITLE = "jobs (val, test: accuracy; a link job's AUC, marked auc)"
 
 
@@ -84,8 +85,7 @@ def finish(document: JobDocument, json_out: bool) -> None:
         emit_json(document)
     else:
         print_text(describe(document))
-    state = JobState(document["state"])
-    if state.final and state != JobState.SUCCEEDED:
+    if document["state"] in UNSUCCESSFUL:
         raise SystemExit(EXIT_JOB_FAILED)
 
 
