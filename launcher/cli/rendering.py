@@ -1,7 +1,9 @@
 """Output for humans (rich) and machines (`--json`), and the CLI's error boundary.
 
-Every command imports this module, so it loads no pydantic: a model is rendered by its
-`model_dump`, and a pydantic ValidationError can only reach the boundary once pydantic is loaded.
+Every command but `job status` and `job list` (plain.py alone) imports this module, so it loads
+no pydantic: a model is rendered by its `model_dump`, and a pydantic ValidationError can only
+reach the boundary once pydantic is loaded. The plain-text pieces (exit statuses, JSON output,
+sizes) live in plain.py and are re-exported here.
 """
 
 from __future__ import annotations
