@@ -18,55 +18,24 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from graphtier.contract.environment import HOME_ENV
-
-
-def graphtier_home() -> Path:
-    """`$GRAPHTIER_HOME`, or `~/.graphtier` (the same home `graphtier dataset` uses)."""
-    home = os.environ.get(HOME_ENV)
-    return Path(home).expanduser() if home else Path.home() / ".graphtier"
-
-
-def default_runtime_dir() -> Path:
-    """`$GRAPHTIER_HOME/run`: the daemon's socket, lock, endpoints and log."""
-    return graphtier_home() / "run"
-
-
-def default_dataset_root() -> Path:
-    """`$GRAPHTIER_HOME/datasets`, where `graphtier dataset prepare` writes."""
-    return graphtier_home() / "datasets"
-
-
-LOCK_FILE = "daemon.lock"
-ENDPOINTS_FILE = "endpoints.json"
-SOCKET_FILE = "daemon.sock"
-LOG_FILE = "daemon.log"
-TOKEN_FILE = "token"
-STATE_DIR = "state"  # beside the runtime directory, not in it: the job history outlives a removed runtime dir
-
-
-def default_socket_path(runtime_dir: Path) -> Path:
-    """`<runtime_dir>/daemon.sock`: the gRPC Unix socket unless the config moves it."""
-    return Path(runtime_dir) / SOCKET_FILE
-
-
-def default_log_path(runtime_dir: Path) -> Path:
-    """`<runtime_dir>/daemon.log` unless the config moves it."""
-    return Path(runtime_dir) / LOG_FILE
-
-
-def default_token_path(runtime_dir: Path) -> Path:
-    """`<runtime_dir>/token`: the bearer token TCP callers present, unless the config moves it."""
-    return Path(runtime_dir) / TOKEN_FILE
-
-
-def default_state_dir(runtime_dir: Path) -> Path:
-    """The job history across restarts, unless the config moves it: `<parent>/state` beside a runtime
-    directory named `run` (`$GRAPHTIER_HOME/state`), `<parent>/state-<name>` beside any other, so
-    sibling runtime directories (`P/r1`, `P/r2`) never share one."""
-    runtime_dir = Path(runtime_dir)
-    name = STATE_DIR if runtime_dir.name in ("run", "") else f"{STATE_DIR}-{runtime_dir.name}"
-    return runtime_dir.parent / name
+from graphtier.contract.runtime_dir import (  # noqa: F401 (re-exported: where every caller finds them)
+    ENDPOINTS_FILE,
+    LOCK_FILE,
+    LOG_FILE,
+    SOCKET_FILE,
+    STATE_DIR,
+    TOKEN_FILE,
+    default_dataset_root,
+    default_log_path,
+    default_runtime_dir,
+    default_socket_path,
+    default_state_dir,
+    default_token_path,
+    graphtier_home,
+    read_lock_pid,
+    running_daemon_pid,
+    unix_target,
+)
 
 
 class DaemonFiles(BaseModel):
@@ -102,7 +71,7 @@ class Endpoints(BaseModel):
     @property
     def grpc_target(self) -> str:
         """The gRPC target of the Unix socket (`unix:/abs/path`)."""
-        return f"unix:{self.grpc_unix}"
+        return unix_target(self.grpc_unix)
 
 
 def read_endpoints(runtime_dir: Path) -> Endpoints | None:
@@ -111,34 +80,6 @@ def read_endpoints(runtime_dir: Path) -> Endpoints | None:
         return Endpoints.model_validate_json((Path(runtime_dir) / ENDPOINTS_FILE).read_text())
     except (OSError, ValidationError, ValueError):
         return None
-
-
-def running_daemon_pid(runtime_dir: Path) -> int | None:
-    """Pid of the daemon holding `runtime_dir`'s lock, or None when no daemon holds it.
-
-    Probes with a shared non-blocking lock, which fails exactly while a daemon holds its
-    exclusive one; the probe is released at once.
-    """
-    path = Path(runtime_dir) / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return read_lock_pid(fd) or -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-def read_lock_pid(fd: int) -> int | None:
-    """The pid a daemon wrote into its lock file (open as `fd`), or None."""
-    text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
 
 
 def describe_running(runtime_dir: Path, pid: int | None) -> str:

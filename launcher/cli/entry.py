@@ -2,10 +2,10 @@
 
 Building the whole Typer application costs more than the query itself: every command module is
 imported, and Typer makes a pydantic validator for each parameter it parses. `graphtier job status
-ID` and `graphtier job list`, given at most `--json` and `--runtime-dir PATH`, run their Typer
-command functions directly (the same functions, so their output and errors are the same); any
-other arguments, bad ones and `--help` included, go to the full application, whose parser then
-answers exactly as it always does.
+ID` and `graphtier job list`, given at most `--json` and `--runtime-dir PATH`, run the functions
+their Typer commands run (`job_report.show_status`, `show_list`: the same output and errors),
+loading neither typer, pydantic nor the contract's models; any other arguments, bad ones and
+`--help` included, go to the full application, whose parser then answers exactly as it always does.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# The job commands the short path runs: name -> (their function in graphtier.launcher.cli.job,
-# how many positional arguments they take: the job id).
-SHORT_PATH_COMMANDS = {"status": ("status", 1), "list": ("list_jobs", 0)}
+# The job commands the short path runs: name -> (what it runs in graphtier.launcher.cli.job_report,
+# how many positional arguments it takes: the job id).
+SHORT_PATH_COMMANDS = {"status": ("show_status", 1), "list": ("show_list", 0)}
 
 
 def short_path_call(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
@@ -59,9 +59,9 @@ def main() -> None:
 
         full_cli()
         return
-    from graphtier.launcher.cli import job
-    from graphtier.launcher.cli.rendering import broken_pipe_is_quiet
+    from graphtier.launcher.cli import job_report
+    from graphtier.launcher.cli.plain import stdout_closed_is_quiet
 
     name, kwargs = call
-    with broken_pipe_is_quiet():
-        getattr(job, SHORT_PATH_COMMANDS[name][0])(**kwargs)
+    with stdout_closed_is_quiet():
+        getattr(job_report, SHORT_PATH_COMMANDS[name][0])(**kwargs)

@@ -9,26 +9,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from graphtier.launcher.cli import job_report
+from graphtier.launcher.cli.job_report import wrapped as _wrapped
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption, runtime_directory
 from graphtier.launcher.cli.rendering import (
     EXIT_INTERRUPTED,
-    EXIT_JOB_FAILED,
-    compact_table,
     console,
     emit_json,
     error_boundary,
-    human_bytes,
 )
+from graphtier.launcher.client.job_document import document_of
 
 if TYPE_CHECKING:
-    from graphtier.contract.jobs.spec import JobSpec
     from graphtier.contract.jobs.view import JobInfo, JobResultInfo
-    from graphtier.contract.storage import StorageCounters
     from graphtier.launcher.client import DaemonClient
 
 app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
-
-WIDTH = 80  # what a terminal is assumed to have: every line and table fits
 
 
 def _client(runtime_dir: Path | None) -> DaemonClient:
@@ -39,101 +35,12 @@ def _client(runtime_dir: Path | None) -> DaemonClient:
 
 def job_dict(job: JobInfo) -> dict[str, Any]:
     """A job as plain JSON-able data (what `--json` prints)."""
-    out = {f.name: getattr(job, f.name) for f in dataclasses.fields(job)}
-    out["spec"] = job.spec.model_dump(mode="json")
-    out["state"] = job.state.value
-    for name in ("progress", "result"):
-        out[name] = dataclasses.asdict(out[name]) if out[name] is not None else None
-    out["ranks"] = [dataclasses.asdict(rank) for rank in job.ranks]
-    out["placement"] = job.placement.model_dump(mode="json") if job.placement is not None else None
-    out["nodes"] = [{**dataclasses.asdict(n), "state": n.state.value} for n in job.nodes]
-    return out
-
-
-def _wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(
-        text, WIDTH, initial_indent=first, subsequent_indent=rest, break_long_words=False, break_on_hyphens=False
-    ) or [first.rstrip()]
-
-
-def _storage_line(s: StorageCounters) -> str:
-    """The storage tier's rows: how read, the window's share, and what the reads cost."""
-    window = f", window {s.window}" if s.window else ""
-    line = (
-        f"storage tier ({s.mode}{window}): {s.rows:,} rows, {s.window_hit_ratio:.1%} from the window; "
-        f"read {human_bytes(s.read_bytes)} in {s.requests:,} requests"
-    )
-    if s.read_row_bytes:
-        line += f" ({s.read_amplification:.2f}x the rows' bytes)"
-
-    if s.io_seconds > 0:
-        line += f", {human_bytes(int(s.bandwidth))}/s at queue depth {s.queue_depth:.1f}"
-    return line
-
-
-def _link_task(spec: JobSpec) -> str:
-    """How a link-prediction job trains, for its status line."""
-    return f", link prediction ({spec.negatives} {spec.negative_sampling} negative(s) per edge, {spec.decoder} decoder)"
+    return document_of(job)
 
 
 def describe(job: JobInfo) -> str:
     """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
-    where = f" x {job.spec.nnodes} nodes" if job.spec.nnodes > 1 else ""
-    if job.spec.features == "partitioned":
-        where += f", features partitioned ({job.spec.replicate} on every node)"
-    lines = _wrapped(
-        f"job {job.job_id} [{job.state.value}] {job.spec.trains} on {job.spec.dataset}, "
-        f"{job.spec.nproc_per_node} rank(s){where}, {job.spec.epochs} epoch(s), "
-        f"sampling on {job.spec.sampler}" + (_link_task(job.spec) if job.spec.task == "link" else ""),
-        first="",
-    )
-    p = job.progress
-    if p is not None and p.total_steps:
-        done = min(p.global_step, p.total_steps)
-        bar = "#" * int(30 * done / p.total_steps)
-        lines.append(f"  [{bar:<30}] step {done}/{p.total_steps}, epoch {p.epoch + 1}/{job.spec.epochs}")
-        lines.append(
-            f"  loss {p.loss:.4f}  train acc {p.train_accuracy:.3f}  {p.batches_per_second:.1f} batches/s"
-            f"  gathered {human_bytes(p.traffic.total_bytes)}"
-        )
-        if p.traffic.network.rows:
-            lines.append(
-                f"  network tier: {p.traffic.network.rows:,} rows, {human_bytes(p.traffic.network.bytes)} "
-                "fetched from other nodes"
-            )
-        if p.storage.rows:
-            lines += _wrapped(_storage_line(p.storage), first="  ", rest="    ")
-    if job.result is not None and job.result.metrics:
-        r = job.result
-        lines += _wrapped(
-            "  " + "  ".join(f"{name} {value:.4f}" for name, value in sorted(r.metrics.items())), first="", rest="  "
-        )
-        lines.append(f"  final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s")
-    elif job.result is not None:
-        r = job.result
-        lines.append(
-            f"  val accuracy {r.val_accuracy:.4f}  test accuracy {r.test_accuracy:.4f}  "
-            f"final loss {r.final_loss:.4f}  trained {r.train_seconds:.1f} s"
-        )
-    for node in job.nodes:
-        step = f", step {node.progress.global_step}" if node.progress else ""
-        ranks = ",".join(str(r.rank) for r in node.ranks) or "-"
-        lines += _wrapped(
-            f"node {node.node_rank} {node.node} ({node.address}): job {node.job_id or '-'} "
-            f"[{node.state.value}] ranks {ranks}{step}" + (f": {node.message}" if node.message else ""),
-            first="  ",
-            rest="      ",
-        )
-    if job.message:
-        lines += _wrapped(job.message)
-    if job.gpu_share and job.spec.device == "cuda":
-        lines += _wrapped(job.gpu_share, first="  GPU share: ", rest="    ")
-    for note in job.notes:
-        lines += _wrapped(note, first="  note: ", rest="        ")
-    lines += _wrapped(f"log {job.log_path}")
-    return "\n".join(lines)
+    return job_report.describe(document_of(job))
 
 
 def follow(client: DaemonClient, job_id: str, *, quiet: bool = False) -> JobInfo:
@@ -169,14 +76,7 @@ def follow(client: DaemonClient, job_id: str, *, quiet: bool = False) -> JobInfo
 
 
 def _finish(job: JobInfo, json_out: bool) -> None:
-    from graphtier.contract.jobs.state import JobState
-
-    if json_out:
-        emit_json(job_dict(job))
-    else:
-        console.print(describe(job), highlight=False, markup=False)
-    if job.state.final and job.state != JobState.SUCCEEDED:
-        raise SystemExit(EXIT_JOB_FAILED)
+    job_report.finish(document_of(job), json_out)
 
 
 def script_path(script: Path, what: str = "--script") -> str:
@@ -430,10 +330,13 @@ def status(
     json_out: JsonOption = False,
 ) -> None:
     """State, progress and (once done) the final accuracies of one job."""
+    if not watch:
+        job_report.show_status(job_id, runtime_dir, json_out)
+        return
     with error_boundary():
         with _client(runtime_dir) as client:
             job = client.get_job(job_id)
-            if watch and not job.state.final:
+            if not job.state.final:
                 job = follow(client, job_id, quiet=json_out)
         _finish(job, json_out)
 
@@ -441,40 +344,12 @@ def status(
 @app.command("list")
 def list_jobs(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -> None:
     """Every job of the daemon, newest first."""
-    with error_boundary():
-        with _client(runtime_dir) as client:
-            jobs = client.list_jobs()
-    if json_out:
-        emit_json([job_dict(job) for job in jobs])
-        return
-    named = any(job.spec.name for job in jobs)
-    columns = ["job", *(["name"] if named else []), "state", "dataset", "trains", "ranks", "step", "val", "test"]
-    table = compact_table(*columns, title="jobs (val, test: accuracy; a link job's AUC, marked auc)")
-    for job in jobs:
-        p, r = job.progress, job.result
-        step = f"{p.global_step}/{p.total_steps}" if p else "-"
-        trains = Path(job.spec.script).name if job.spec.script else job.spec.model
-        table.add_row(
-            job.job_id,
-            *([job.spec.name] if named else []),
-            job.state.value,
-            job.spec.dataset,
-            trains,
-            str(job.spec.nproc_per_node),
-            step,
-            *_result_columns(r),
-        )
-    console.print(table if jobs else "no jobs")
+    job_report.show_list(runtime_dir, json_out)
 
 
 def _result_columns(result: JobResultInfo | None) -> tuple[str, str]:
     """`job list`'s val and test cells: accuracy, or a link-prediction job's AUC."""
-    if result is None:
-        return "-", "-"
-    if result.metrics:
-        val, test = result.metrics.get("val_auc", 0.0), result.metrics.get("test_auc", 0.0)
-        return f"{val:.4f} auc", f"{test:.4f} auc"
-    return f"{result.val_accuracy:.4f}", f"{result.test_accuracy:.4f}"
+    return job_report.result_columns(dataclasses.asdict(result) if result is not None else None)
 
 
 @app.command()

@@ -5,8 +5,9 @@ ready) or takes an explicit gRPC target. Methods take and return the contract's 
 (`graphtier.contract`), never `_pb2` messages, and failures are `DaemonError`s with the
 daemon's own message: the CLI prints them as one line. Neither the daemon nor torch is
 imported here; the layouts a process attaches to come through `DataPlaneClient`. A service's
-generated stubs and its contract conversions load when a method first calls it, so `graphtier
-job status` pays for the jobs service alone.
+generated stubs and its contract conversions load when a method first calls it, and the daemon is
+found without pydantic (`contract.runtime_dir`), so `graphtier job status`, which asks for its
+job as a plain document (`get_job_document`, `job_document.py`), loads the jobs messages alone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from graphtier.contract.endpoints import Endpoints, default_runtime_dir, read_endpoints, running_daemon_pid
 from graphtier.contract.environment import JOB_TOKEN_ENV
 from graphtier.contract.errors import (
     DaemonError,
@@ -30,33 +30,36 @@ from graphtier.contract.errors import (
     DaemonRequestError,
 )
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
+from graphtier.contract.runtime_dir import DaemonAddress, default_runtime_dir, read_daemon_address, running_daemon_pid
 
 if TYPE_CHECKING:
     from graphtier.contract.cluster.models import ClusterView, PushResult
     from graphtier.contract.datasets import DatasetSummary, UnloadResult
+    from graphtier.contract.endpoints import Endpoints
     from graphtier.contract.jobs.progress import ProgressReport
     from graphtier.contract.jobs.spec import JobSpec
     from graphtier.contract.jobs.state import JobState
     from graphtier.contract.jobs.view import JobEvent, JobInfo
     from graphtier.contract.status import DaemonStatus
+    from graphtier.launcher.client.job_document import JobDocument
 
 Reply = TypeVar("Reply")
 START_HINT = "start one with `graphtier cluster start`"
 
 
-def locate_daemon(runtime_dir: Path | None = None) -> Endpoints:
-    """The endpoints of the daemon running for `runtime_dir`; DaemonNotRunningError when there is none."""
+def locate_daemon(runtime_dir: Path | None = None) -> DaemonAddress:
+    """The address of the daemon running for `runtime_dir`; DaemonNotRunningError when there is none."""
     runtime_dir = Path(runtime_dir) if runtime_dir else default_runtime_dir()
     pid = running_daemon_pid(runtime_dir)
     if pid is None:
         raise DaemonNotRunningError(f"no graphtier daemon at {runtime_dir}; {START_HINT}")
-    endpoints = read_endpoints(runtime_dir)
-    if endpoints is None or (pid > 0 and endpoints.pid != pid):
+    address = read_daemon_address(runtime_dir)
+    if address is None or (pid > 0 and address.pid != pid):
         raise DaemonNotRunningError(
             f"the graphtier daemon at {runtime_dir} (pid {pid}) is still starting; wait for it or see its log "
             f"{runtime_dir / 'daemon.log'}"
         )
-    return endpoints
+    return address
 
 
 def process_state(pid: int) -> str | None:
@@ -92,11 +95,11 @@ class DaemonClient:
         trust (the daemon's `tls/server.crt`, or a CA's); without `tls_cert` the channel is plaintext,
         which a daemon accepts only when started with --insecure."""
         self.runtime_dir = Path(runtime_dir) if runtime_dir else default_runtime_dir()
-        self.endpoints: Endpoints | None = None
+        self.address: DaemonAddress | None = None  # the local daemon's, when found through runtime_dir
         if target is None:
-            self.endpoints = locate_daemon(self.runtime_dir)
-            target = self.endpoints.grpc_target
-            http_url = http_url or self.endpoints.http_url
+            self.address = locate_daemon(self.runtime_dir)
+            target = self.address.grpc_target
+            http_url = http_url or self.address.http_url
         self.target = target
         self.http_url = http_url
         self.timeout_s = timeout_s
@@ -110,6 +113,19 @@ class DaemonClient:
             self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=trusted))
         else:
             self._channel = grpc.insecure_channel(target)
+
+    @cached_property
+    def endpoints(self) -> Endpoints | None:
+        """Everything the local daemon's endpoints.json says (validated; None for a client given a target);
+        read on first use so a client that only calls needs no pydantic."""
+        if self.address is None:
+            return None
+        from graphtier.contract.endpoints import read_endpoints
+
+        endpoints = read_endpoints(self.runtime_dir)
+        if endpoints is None or endpoints.pid != self.address.pid:
+            raise DaemonNotRunningError(f"the graphtier daemon at {self.runtime_dir} (pid {self.address.pid}) is gone")
+        return endpoints
 
     # Each service's stub, made (and its generated module imported) on first use.
 
@@ -159,12 +175,12 @@ class DaemonClient:
         self._channel.close()
 
     def _where(self) -> str:
-        return str(self.runtime_dir) if self.endpoints else self.target
+        return str(self.runtime_dir) if self.address else self.target
 
     def _check_answering(self) -> None:
         """DaemonNotAnsweringError at once when the local daemon's process is stopped (SIGSTOP, Ctrl-Z, a
         debugger): its socket still accepts connections, so a call would only wait for its deadline."""
-        pid = self.endpoints.pid if self.endpoints else 0
+        pid = self.address.pid if self.address else 0
         if pid > 0 and process_state(pid) in ("T", "t"):
             raise DaemonNotAnsweringError(
                 f"the graphtier daemon at {self._where()} (pid {pid}) is not answering: its process is stopped "
@@ -173,7 +189,7 @@ class DaemonClient:
 
     def _unanswered(self, details: str) -> DaemonError:
         """What a call that got no answer means: a daemon not answering when its process is alive, else none."""
-        pid = self.endpoints.pid if self.endpoints else 0
+        pid = self.address.pid if self.address else 0
         if pid > 0 and process_state(pid) not in (None, "Z"):
             self._check_answering()
             return DaemonNotAnsweringError(
@@ -194,7 +210,7 @@ class DaemonClient:
             return method(request, timeout=timeout_s or self.timeout_s, metadata=(*self._metadata, *extra_metadata))
         except grpc.RpcError as error:
             code, details = error.code(), error.details() or ""
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED and self.endpoints is not None:
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED and self.address is not None:
                 raise self._unanswered(details) from None
             if code == grpc.StatusCode.UNAVAILABLE:
                 where = self._where()
@@ -285,6 +301,20 @@ class DaemonClient:
         from graphtier.v1 import jobs_pb2
 
         return job_conversions.job_from_proto(self._call(self._jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id)))
+
+    def get_job_document(self, job_id: str) -> JobDocument:
+        """`get_job`'s job as `--json` prints it, read from the wire without the contract's models."""
+        from graphtier.launcher.client.job_document import job_document
+        from graphtier.v1 import jobs_pb2
+
+        return job_document(self._call(self._jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id)))
+
+    def list_job_documents(self) -> list[JobDocument]:
+        """Every job (`list_jobs()`) as `--json` prints it, read from the wire without the contract's models."""
+        from graphtier.launcher.client.job_document import job_document
+        from graphtier.v1 import jobs_pb2
+
+        return [job_document(job) for job in self._call(self._jobs.ListJobs, jobs_pb2.ListJobsRequest()).jobs]
 
     def list_jobs(self, states: list[JobState] | None = None, dataset: str = "") -> list[JobInfo]:
         from graphtier.contract.jobs import conversions as job_conversions

@@ -46,12 +46,15 @@ def running_daemon(cli, tmp_path, small_rmat):
 # building the Typer application) with torch, numpy and the daemon's modules made unimportable:
 # the control commands talk to the daemon through the contract package alone and answer in a
 # fraction of a second (numpy alone costs them a tenth of one; bench_cli_latency.py measures them).
+# The packages named in $GRAPHTIER_TEST_REFUSED are refused too.
 _WITHOUT_TORCH = """
-import sys
+import os, sys
+
+REFUSED = ("torch", "numpy", *os.environ.get("GRAPHTIER_TEST_REFUSED", "").split())
 
 class Refuse:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "numpy") or name.startswith("graphtier.service.daemon"):
+        if name.split(".")[0] in REFUSED or name.startswith("graphtier.service.daemon"):
             raise ImportError(f"{name} imported by a control command")
 
 sys.meta_path.insert(0, Refuse())
@@ -61,14 +64,28 @@ main()
 """
 
 
-def run_without_torch_or_daemon_code(*args: object) -> subprocess.CompletedProcess[str]:
+def run_without_torch_or_daemon_code(*args: object, refused: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", _WITHOUT_TORCH, *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", "GRAPHTIER_TEST_REFUSED": refused},
     )
+
+
+# What `job status` (the short path) must answer without: the contract's pydantic models, the CLI's parser
+# and rich; `job list` draws its table with rich.
+LEAN_STATUS, LEAN_LIST = "pydantic typer rich", "pydantic typer"
+
+
+def assert_short_path_answers_as_typer(cli, *args: object, refused: str = LEAN_STATUS) -> None:
+    """`graphtier ARGS` through the short path in a fresh process prints and exits exactly as through the Typer app;
+    for `job status`, the app answers with `--watch` (on a finished job: at once), the contract models' path."""
+    argv = [*map(str, args), *(["--watch"] if args[1] == "status" else [])]
+    typer_way, short = cli(*argv), run_without_torch_or_daemon_code(*args, refused=refused)
+    assert short.returncode == typer_way.exit_code, f"{args}: {short.stderr} / {typer_way.output}"
+    assert short.stdout + short.stderr == typer_way.output, args
 
 
 def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
@@ -135,19 +152,22 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon, smal
     ]
     assert any(line["from_producer"] for line in lines) and all("text" in line for line in lines)
 
-    for command in (
-        ["job", "status", job_id],
-        ["job", "list"],
+    for command in (  # job status and job list: below, against the Typer app's answers
         ["job", "logs", job_id],
         ["metrics"],
         ["cluster", "status"],
     ):
         plain = run_without_torch_or_daemon_code(*command, "--runtime-dir", run)
         assert plain.returncode == 0, f"graphtier {' '.join(command)}: {plain.stderr}"
-    plain = run_without_torch_or_daemon_code("job", "status", job_id, "--runtime-dir", run)
-    assert f"job {job_id} [succeeded] gcn on rmat12" in plain.stdout + plain.stderr
-    assert plain.stdout + plain.stderr == status.output  # the short path prints what the Typer command does
-    plain = run_without_torch_or_daemon_code("job", "list", "--json", "--runtime-dir", run)
+    for short in (
+        ["job", "status", job_id, "--runtime-dir", run],
+        ["job", "status", job_id, "--json", "--runtime-dir", run],
+        ["job", "status", "999", "--runtime-dir", run],  # no such job: exit 1
+        ["job", "status", job_id, "--runtime-dir", tmp_path / "no-daemon"],  # exit 1
+    ):
+        assert_short_path_answers_as_typer(cli, *short)
+    assert_short_path_answers_as_typer(cli, "job", "list", "--runtime-dir", run, refused=LEAN_LIST)
+    plain = run_without_torch_or_daemon_code("job", "list", "--json", "--runtime-dir", run, refused=LEAN_STATUS)
     assert json.loads(plain.stdout) == listed
     listed = run_without_torch_or_daemon_code("dataset", "list", "--out", small_rmat.directory.parent, "--json")
     assert listed.returncode == 0 and "rmat12" in [d["name"] for d in json.loads(listed.stdout)], listed.stderr
@@ -195,8 +215,7 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon, smal
     assert cancelled.exit_code == 0 and json.loads(cancelled.stdout)["state"] == "cancelled"
     status = cli("job", "status", second, "--runtime-dir", run)
     assert status.exit_code == 3 and "[cancelled]" in status.output and "enough" in status.output
-    missing = cli("job", "status", "999", "--runtime-dir", run)
-    assert missing.exit_code == 1 and "no job '999'" in missing.output
+    assert_short_path_answers_as_typer(cli, "job", "status", second, "--runtime-dir", run)  # exit 3 too
 
 
 @pytest.mark.slow
