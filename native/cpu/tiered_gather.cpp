@@ -5,24 +5,29 @@
 // A branch-free counting pass over the ids, then one copy per row with the row a few
 // iterations ahead prefetched (every cache line of it, up to kPrefetchLines) so several
 // misses are in flight per thread. Works on bytes, so any dtype and row width is supported.
-// Both passes run through parallel_chunks (graphtier/work_split.h), not OpenMP: the gather
+// The copy runs through parallel_chunks (graphtier/work_split.h), not OpenMP: the gather
 // runs in producers beside busy trainer ranks, where OpenMP's spinning all-threads regions
-// lost most of its bandwidth.
+// lost most of its bandwidth. The passes over the ids (counting, the grouping) run on the
+// calling thread: each is a small fraction of the copy, and a parallel region per pass paid
+// a helper's wake-up, a scheduling delay on a loaded machine, for each.
 //
-// A large batch of small rows is read in id order (its ids radix-sorted with their positions,
-// each row still written to its own position): neighbouring rows then share DRAM pages, TLB
-// entries and the hardware prefetcher's streams, which random order wastes. Ids that arrive
-// sorted (the counting pass sees no descent) skip the sort and are copied in batch order. The
-// sort's scratch is kept per thread between calls: allocating it afresh cost a page fault per
-// 4 KiB, as much as the sort itself. Outputs larger than the caches are written with
-// non-temporal stores: this op never re-reads them, and skipping the read-for-ownership of
-// every destination line saves a third of the memory traffic.
+// A large batch of small rows is read region by region: one stable counting pass groups its
+// ids (with their positions) by their top 8 bits, 256 contiguous regions of the table, and
+// each row is still written to its own position. Within a region the reads share DRAM pages
+// and TLB entries that random order wastes, and the writes (in batch order) move forward
+// through the output. It cost 18% less CPU time per gather than a full radix sort by id (two
+// passes, then reads in id order and writes all over the output), and 24% less than batch
+// order (500,000 random ids, 512 B rows, a 1 GiB table; medians of 21 interleaved rounds at
+// load 8). Ids that arrive sorted (the counting pass sees no descent) skip the grouping and are
+// copied in batch order. The grouping's scratch is kept per thread between calls: allocating
+// it afresh cost a page fault per 4 KiB, as much as the grouping itself. Outputs larger than
+// the caches are written with non-temporal stores: this op never re-reads them, and skipping
+// the read-for-ownership of every destination line saves a third of the memory traffic.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -40,30 +45,27 @@ namespace {
 constexpr int64_t kPrefetchLines = 16;               // cache lines of a row prefetched (1 KiB)
 constexpr int64_t kPrefetchAheadBytes = 8192;        // prefetched bytes in flight per thread ...
 constexpr int64_t kMaxRowPrefetch = 16;              // ... over at most this many rows ahead
-constexpr int64_t kCountGrain = 65536;               // ids per chunk of the counting pass
 constexpr int64_t kCopyGrain = 2048;                 // rows per chunk of the copy pass
-constexpr int64_t kSortMinRows = 32768;              // batches at least this long are read in id order
+constexpr int64_t kSortMinRows = 32768;              // batches at least this long are read ...
 constexpr int64_t kSortMaxRowBytes = 2048;           // ... when their rows are at most this wide
-constexpr int kRadixBits = 11;                       // bits per radix-sort pass
+constexpr int kRegionBits = 8;                       // ... grouped into 2^8 regions of the table
 
-// keys[0, n) = id << 32 | position, sorted by id with an LSD radix sort over the id's `bits` bits
-// (stable, so equal ids keep their positions' order); `spare` is scratch of at least n.
-void radix_sort_by_id(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare, int64_t n,
-                      int bits) {
-  constexpr int64_t kBuckets = int64_t{1} << kRadixBits;
-  std::vector<int64_t> start(kBuckets);
-  for (int shift = 32; shift < 32 + bits; shift += kRadixBits) {
-    std::fill(start.begin(), start.end(), 0);
-    for (int64_t i = 0; i < n; ++i) ++start[(keys[i] >> shift) & (kBuckets - 1)];
-    int64_t running = 0;
-    for (int64_t b = 0; b < kBuckets; ++b) {
-      const int64_t count = start[b];
-      start[b] = running;
-      running += count;
-    }
-    for (int64_t i = 0; i < n; ++i) spare[start[(keys[i] >> shift) & (kBuckets - 1)]++] = keys[i];
-    keys.swap(spare);
+// keys[0, n) = id << 32 | position, grouped by the top kRegionBits of the id's `bits` bits:
+// one stable counting pass, so the table is read region by region, in batch order within
+// each region; `spare` is scratch of at least n.
+void group_by_region(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare, int64_t n,
+                     int bits) {
+  const int shift = 32 + std::max(0, bits - kRegionBits);
+  std::vector<int64_t> start(int64_t{1} << kRegionBits);
+  for (int64_t i = 0; i < n; ++i) ++start[keys[i] >> shift];
+  int64_t running = 0;
+  for (int64_t& s : start) {
+    const int64_t count = s;
+    s = running;
+    running += count;
   }
+  for (int64_t i = 0; i < n; ++i) spare[start[keys[i] >> shift]++] = keys[i];
+  keys.swap(spare);
 }
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;  // outputs above this bypass the caches
 
@@ -157,13 +159,16 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   // Pass 1 (sequential over ids, branch-free): validate and count. Keeping the accounting out
   // of the copy loop keeps that loop a pure stream of prefetches and copies, and a bad id is
   // reported before `out` is touched.
-  std::atomic<int64_t> total_rep{0}, total_inter{0}, total_host{0}, total_local{0}, total_bad{0};
-  std::atomic<int64_t> total_descents{0};  // positions whose id is below the previous one
+  int64_t total_rep = 0, total_inter = 0, total_host = 0, total_local = 0, total_bad = 0;
+  int64_t total_descents = 0;  // positions whose id is below the previous one
   const bool pow2_devices = (num_devices & (num_devices - 1)) == 0;
   const int64_t device_mask = num_devices - 1;
-  parallel_chunks(n, kCountGrain, nthreads, [&](int64_t begin, int64_t end) {
+  // On the calling thread: a scan of 8 bytes per id takes a fraction of the copy's time, while
+  // waking a helper for it cost a scheduling delay per call on a busy machine.
+  {
+    const int64_t begin = 0, end = n;
     int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0, bad = 0;
-    int64_t descents = 0, previous = id[begin > 0 ? begin - 1 : 0];
+    int64_t descents = 0, previous = n > 0 ? id[0] : 0;  // no id to read when n == 0
     for (int64_t i = begin; i < end; ++i) {
       const int64_t r = id[i];
       bad += static_cast<uint64_t>(r) >= limit;  // also catches negative ids
@@ -185,7 +190,7 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     total_local += local;
     total_bad += bad;
     total_descents += descents;
-  });
+  }
   const int64_t at_least_rep = total_rep, at_least_inter = total_inter;
   const int64_t at_least_host = total_host, local = total_local, bad = total_bad;
   if (bad > 0) {
@@ -201,25 +206,20 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   const int64_t prefetch_bytes = std::min(rb, kPrefetchLines * 64);
   const int64_t row_prefetch =
       std::clamp<int64_t>(kPrefetchAheadBytes / std::max<int64_t>(prefetch_bytes, 1), 1, kMaxRowPrefetch);
-  const bool in_id_order = n >= kSortMinRows && rb <= kSortMaxRowBytes && total_descents.load() > 0 &&
-                           n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
-  if (in_id_order) {
-    // Kept between calls (see the header). The helper threads write through `filled`: a
-    // thread_local named inside the loop body would be the helper's own, empty, one.
+  const bool by_region = n >= kSortMinRows && rb <= kSortMaxRowBytes && total_descents > 0 &&
+                         n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
+  if (by_region) {
+    // Kept between calls (see the header).
     thread_local std::vector<uint64_t> keys, spare;
     if (static_cast<int64_t>(keys.size()) < n) {
       keys.resize(n);
       spare.resize(n);
     }
-    uint64_t* filled = keys.data();
-    parallel_chunks(n, kCountGrain, nthreads, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        filled[i] = static_cast<uint64_t>(id[i]) << 32 | static_cast<uint64_t>(i);
-      }
-    });
+    uint64_t* filled = keys.data();  // on the calling thread, like the counting pass
+    for (int64_t i = 0; i < n; ++i) filled[i] = static_cast<uint64_t>(id[i]) << 32 | static_cast<uint64_t>(i);
     int bits = 1;
     while (bits < 32 && (int64_t{1} << bits) < num_rows) ++bits;
-    radix_sort_by_id(keys, spare, n, bits);
+    group_by_region(keys, spare, n, bits);
     const uint64_t* order = keys.data();
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {

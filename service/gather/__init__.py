@@ -1,5 +1,5 @@
 """The tiered feature gather: tier layout (`FeatureTiers`), exact per-source accounting
-(`TrafficCounts`) and `tiered_gather`, native (C++/OpenMP) or an identical torch fallback."""
+(`TrafficCounts`) and `tiered_gather`, native (C++) or an identical torch fallback."""
 
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.service.gather.tiered_gather import tiered_gather

@@ -125,8 +125,8 @@ def test_native_large_parallel_gather_counts_merge() -> None:
         table, replicated_end=5000, interleaved_end=20000, host_end=40000, num_devices=3, device_index=2
     )
     random_ids = torch.randint(0, 50000, (200000,), generator=torch.Generator().manual_seed(1))
-    # Random ids are read in id order, sorted ones in batch order without a sort: the bytes are
-    # the same either way, also with a single descent where two chunks of the counting pass meet.
+    # Random ids are read grouped by table region, sorted ones in batch order without grouping:
+    # the bytes are the same either way, also when a single descent triggers the grouping.
     sorted_ids = random_ids.sort().values
     one_descent = sorted_ids.clone()
     one_descent[65535], one_descent[65536] = sorted_ids[65536] + 1, sorted_ids[65536]
