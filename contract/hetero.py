@@ -166,6 +166,7 @@ def parse_relation_fanouts(hop: str | int, relation_keys: Sequence[str], *, hop_
             )
         return [k] * len(relation_keys)
     fanouts = [0] * len(relation_keys)
+    named: set[str] = set()
     for part in str(hop).split(","):
         key, sep, value = part.strip().rpartition(":")
         if not sep or not key:
@@ -182,5 +183,8 @@ def parse_relation_fanouts(hop: str | int, relation_keys: Sequence[str], *, hop_
             raise SamplingError(
                 f"hop {hop_number}: fanout {k} of {key} is invalid; use -1, 0 or an int from 1 to {MAX_FANOUT}"
             )
+        if key in named:
+            raise SamplingError(f"hop {hop_number}: relation {key} is named twice in {str(hop)!r}; give it one fanout")
+        named.add(key)
         fanouts[relation_keys.index(key)] = k
     return fanouts
