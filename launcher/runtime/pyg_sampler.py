@@ -110,6 +110,8 @@ class GraphtierSampler(BaseSampler):
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
         if index.time is not None:
             raise GraphtierError("graphtier's sampler is not temporal; sample without input_time/time_attr")
+        if index.node.dtype.is_floating_point or index.node.dtype.is_complex or index.node.dtype == torch.bool:
+            raise GraphtierError(f"input nodes must be integer ids (or a bool mask), got a {index.node.dtype} tensor")
         seed = int(torch.randint(_SEED_BOUND, ()))
         if self._typed is not None:
             return self._typed.sample(index, seed)
