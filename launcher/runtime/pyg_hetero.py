@@ -287,6 +287,12 @@ class TypedPyGSampling:
         local = index.node.to(torch.int64)
         if local.numel() and (int(local.min()) < 0 or int(local.max()) >= info.count):
             raise GraphtierError(f"input nodes of type {info.name!r} must lie in [0, {info.count})")
+        values, counts = local.unique(return_counts=True)
+        if bool((counts > 1).any()):
+            twice = int(values[counts > 1][0])
+            raise GraphtierError(
+                f"input node {twice} of type {info.name!r} appears more than once in a batch; seeds must be unique"
+            )
         sub = self.sampler.sample(local + info.offset, seed=seed)
         parts = hetero_parts(sub, self.schema)
         return HeteroSamplerOutput(edge=None, metadata=(index.input_id, index.time), **parts)

@@ -100,6 +100,9 @@ def test_refuses_what_the_typed_sampler_cannot_do(prepared_acm):
         next(iter(loader))
     with pytest.raises(GraphtierError, match="integer ids .* torch.float32"):  # not truncated to 0 and 1
         next(iter(GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("paper", torch.tensor([0.5, 1.7])))))
+    twice = GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("paper", torch.tensor([3, 3])), batch_size=2)
+    with pytest.raises(GraphtierError, match="input node 3 of type 'paper' appears more than once"):  # its own id
+        next(iter(twice))
 
 
 class _SAGE(nn.Module):
