@@ -140,6 +140,11 @@ class GraphtierNeighborLoader(NodeLoader):
     def __init__(self, data: Any, num_neighbors: Any, input_nodes: Any = None, **kwargs: Any) -> None:
         typed = typed_dataset_of(data)
         if typed is not None:
+            if input_nodes is None:
+                raise GraphtierError(
+                    f"a typed dataset's loader needs input_nodes=(node type, ids), e.g. "
+                    f"typed_input_nodes(dataset, 'train') for {typed.name!r}"
+                )
             sampler = GraphtierSampler(typed, num_neighbors)
             data = data if isinstance(data, tuple) else hetero_stores(typed)
         elif isinstance(data, (PreparedDataset, AttachedDataset)):

@@ -98,6 +98,8 @@ def test_refuses_what_the_typed_sampler_cannot_do(prepared_acm):
     loader = GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("venue", torch.arange(3)))
     with pytest.raises(GraphtierError, match=r"one of \['author', 'paper', 'subject'\]; got type 'venue'"):
         next(iter(loader))
+    with pytest.raises(GraphtierError, match=r"needs input_nodes=\(node type, ids\)"):  # not a bare AssertionError
+        GraphtierNeighborLoader(prepared_acm, [2])
     with pytest.raises(GraphtierError, match="integer ids .* torch.float32"):  # not truncated to 0 and 1
         next(iter(GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("paper", torch.tensor([0.5, 1.7])))))
     twice = GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("paper", torch.tensor([3, 3])), batch_size=2)
