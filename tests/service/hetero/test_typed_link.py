@@ -88,7 +88,7 @@ def test_two_torchrun_ranks_learn_paper_subject_links(acm_link, tmp_path):
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "--log-dir", str(tmp_path / "torchelastic"), str(EXAMPLES / "typed_link.py"),
         "--dataset", "acm-link", "--root", str(acm_link.directory.parent),
-        "--epochs", "2", "--fanout", "5;5", "--hidden", "32",
+        "--epochs", "1", "--fanout", "5;5", "--hidden", "32",
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
