@@ -121,6 +121,8 @@ def _relations(raw: Path, counts: dict[str, int]) -> list[Relation]:
             check_type_name(name, "relation")
         except ValueError as exc:
             raise DatasetSourceError(path, f"line {line}: {exc}") from None
+        if any((r.head, r.name, r.tail) == (head, name, tail) for r in relations):
+            raise DatasetSourceError(path, f"line {line}: relation {head},{name},{tail} is listed twice")
         relations.append(_relation(raw, head, name, tail, counts))
     if not relations:
         raise DatasetSourceError(path, "lists no relations")
