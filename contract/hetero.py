@@ -138,7 +138,7 @@ def hop_fanout_bound(hop: str | int, *, hop_number: int = 1) -> int:
             if not sep or not key or not re.fullmatch(r"-?\d+", value.strip()):
                 raise ValueError(f"hop {hop_number}: {part.strip()!r} is not 'head-relation-tail:k'")
             values.append(int(value))
-    if any(k < -1 or k > MAX_FANOUT for k in values) or (len(values) == 1 and values[0] == 0 and ":" not in text):
+    if any(k < -1 or k > MAX_FANOUT for k in values):
         raise ValueError(
             f"hop {hop_number}: fanout {text!r} is invalid; use -1 (all), 0 (skip a relation) or k from 1 to "
             f"{MAX_FANOUT}"
