@@ -87,6 +87,7 @@ def test_typed_csc_groups_each_column_by_relation(typed_root):
             "head id 7 outside [0, 6)",
         ),
         ("raw/nodetype-has-label.csv.gz", "author,paper,venue\nTrue,True,False\n", "exactly one target type"),
+        ("split/scheme/paper/test.csv.gz", "4\n1\n", "shares 1 node id(s) with train"),  # a train paper tested
     ],
 )
 def test_bad_input_names_file_and_problem(typed_root, path, text, message):
