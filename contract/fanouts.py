@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from graphtier.contract.errors import SamplingError
 
 MAX_HOPS = 8  # a channel's control block has room for this many hops
+MAX_FANOUT = 2**31 - 1  # fanouts travel as int32 (job spec, channel); -1 takes every neighbour
 
 
 def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
@@ -21,9 +22,10 @@ def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
         raise SamplingError("fanouts must name at least one hop, got []")
     checked = []
     for hop, k in enumerate(fanouts):
-        if isinstance(k, bool) or not isinstance(k, int) or not (k == -1 or k >= 1):
+        if isinstance(k, bool) or not isinstance(k, int) or not (k == -1 or 1 <= k <= MAX_FANOUT):
             raise SamplingError(
-                f"fanout {k!r} for hop {hop + 1} in {list(fanouts)} is invalid; use -1 (all neighbours) or an int >= 1"
+                f"fanout {k!r} for hop {hop + 1} in {list(fanouts)} is invalid; use -1 (all neighbours) or an int "
+                f"from 1 to {MAX_FANOUT}"
             )
         checked.append(int(k))
     return checked

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from graphtier.contract.errors import SamplingError
+from graphtier.contract.fanouts import MAX_FANOUT
 
 REVERSE_PREFIX = "rev_"  # a reverse relation of `name` is named `rev_<name>`
 _NAME = re.compile(r"^[A-Za-z0-9_.]+$")
@@ -137,8 +138,11 @@ def hop_fanout_bound(hop: str | int, *, hop_number: int = 1) -> int:
             if not sep or not key or not re.fullmatch(r"-?\d+", value.strip()):
                 raise ValueError(f"hop {hop_number}: {part.strip()!r} is not 'head-relation-tail:k'")
             values.append(int(value))
-    if any(k < -1 for k in values) or (len(values) == 1 and values[0] == 0 and ":" not in text):
-        raise ValueError(f"hop {hop_number}: fanout {text!r} is invalid; use -1 (all), 0 (skip a relation) or k >= 1")
+    if any(k < -1 or k > MAX_FANOUT for k in values):
+        raise ValueError(
+            f"hop {hop_number}: fanout {text!r} is invalid; use -1 (all), 0 (skip a relation) or k from 1 to "
+            f"{MAX_FANOUT}"
+        )
     if -1 in values:
         return -1
     if max(values) < 1:
@@ -156,10 +160,13 @@ def parse_relation_fanouts(hop: str | int, relation_keys: Sequence[str], *, hop_
         raise SamplingError(f"hop {hop_number}: fanout {hop!r} is not an int or 'relation:k' list")
     if isinstance(hop, int) or (isinstance(hop, str) and re.fullmatch(r"-?\d+", hop.strip())):
         k = int(hop)
-        if k != -1 and k < 1:
-            raise SamplingError(f"hop {hop_number}: fanout {k} is invalid; use -1 (all neighbours) or an int >= 1")
+        if k != -1 and not 1 <= k <= MAX_FANOUT:
+            raise SamplingError(
+                f"hop {hop_number}: fanout {k} is invalid; use -1 (all neighbours) or an int from 1 to {MAX_FANOUT}"
+            )
         return [k] * len(relation_keys)
     fanouts = [0] * len(relation_keys)
+    named: set[str] = set()
     for part in str(hop).split(","):
         key, sep, value = part.strip().rpartition(":")
         if not sep or not key:
@@ -172,7 +179,12 @@ def parse_relation_fanouts(hop: str | int, relation_keys: Sequence[str], *, hop_
             k = int(value)
         except ValueError:
             raise SamplingError(f"hop {hop_number}: fanout {value!r} of {key} is not an int") from None
-        if k < -1:
-            raise SamplingError(f"hop {hop_number}: fanout {k} of {key} is invalid; use -1, 0 or an int >= 1")
+        if not -1 <= k <= MAX_FANOUT:
+            raise SamplingError(
+                f"hop {hop_number}: fanout {k} of {key} is invalid; use -1, 0 or an int from 1 to {MAX_FANOUT}"
+            )
+        if key in named:
+            raise SamplingError(f"hop {hop_number}: relation {key} is named twice in {str(hop)!r}; give it one fanout")
+        named.add(key)
         fanouts[relation_keys.index(key)] = k
     return fanouts

@@ -287,6 +287,12 @@ class TypedPyGSampling:
         local = index.node.to(torch.int64)
         if local.numel() and (int(local.min()) < 0 or int(local.max()) >= info.count):
             raise GraphtierError(f"input nodes of type {info.name!r} must lie in [0, {info.count})")
+        values, counts = local.unique(return_counts=True)
+        if bool((counts > 1).any()):
+            twice = int(values[counts > 1][0])
+            raise GraphtierError(
+                f"input node {twice} of type {info.name!r} appears more than once in a batch; seeds must be unique"
+            )
         sub = self.sampler.sample(local + info.offset, seed=seed)
         parts = hetero_parts(sub, self.schema)
         return HeteroSamplerOutput(edge=None, metadata=(index.input_id, index.time), **parts)
@@ -303,8 +309,17 @@ def to_hetero_data(
     sample's order, as `TypedBatch.features` holds them), per relation `edge_index`, the seeds'
     type's `batch_size` and `y` (`labels`, one per seed) and the per-hop counts."""
     parts = hetero_parts(sub, schema)
-    data = HeteroData()
+    unknown = sorted(set(features or {}) - set(parts["node"]))
+    if unknown:
+        have = list(parts["node"])
+        raise GraphtierError(f"features name node types {unknown} the graph does not have; it has {have}")
     seed_types = sub.node_types[: sub.num_seeds].unique()
+    if labels is not None and (seed_types.numel() != 1 or labels.shape[0] != sub.num_seeds):
+        raise GraphtierError(
+            f"labels must hold one label per seed of one node type: got {labels.shape[0]} labels for "
+            f"{sub.num_seeds} seeds of {seed_types.numel()} type(s)"
+        )
+    data = HeteroData()
     for name, ids in parts["node"].items():
         data[name].n_id = ids
         data[name].num_nodes = ids.numel()

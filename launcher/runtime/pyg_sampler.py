@@ -124,6 +124,8 @@ class GraphtierSampler(BaseSampler):
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
         if index.time is not None:
             raise GraphtierError("graphtier's sampler is not temporal; sample without input_time/time_attr")
+        if index.node.dtype.is_floating_point or index.node.dtype.is_complex or index.node.dtype == torch.bool:
+            raise GraphtierError(f"input nodes must be integer ids (or a bool mask), got a {index.node.dtype} tensor")
         seed = int(torch.randint(_SEED_BOUND, ()))
         if self._typed is not None:
             return self._typed.sample(index, seed)
@@ -151,6 +153,11 @@ class GraphtierNeighborLoader(NodeLoader):
     def __init__(self, data: Any, num_neighbors: Any, input_nodes: Any = None, **kwargs: Any) -> None:
         typed = typed_dataset_of(data)
         if typed is not None:
+            if input_nodes is None:
+                raise GraphtierError(
+                    f"a typed dataset's loader needs input_nodes=(node type, ids), e.g. "
+                    f"typed_input_nodes(dataset, 'train') for {typed.name!r}"
+                )
             sampler = GraphtierSampler(typed, num_neighbors)
             data = data if isinstance(data, tuple) else hetero_stores(typed)
         elif isinstance(data, (PreparedDataset, AttachedDataset)):

@@ -118,4 +118,10 @@ class GraphData:
                 fail(f"split {name!r} has ids outside [0, {self.num_nodes})")
             if ids.numel() != torch.unique(ids).numel():
                 fail(f"split {name!r} contains duplicate ids")
+        names = list(self.splits)
+        for i, name in enumerate(names):  # a test id that is a train id would score the model on what it fit
+            for other in names[i + 1 :]:
+                shared = self.splits[name][torch.isin(self.splits[name], self.splits[other])]
+                if shared.numel():
+                    fail(f"splits {name!r} and {other!r} share {shared.numel()} node id(s), e.g. {int(shared[0])}")
         return self

@@ -96,6 +96,27 @@ def _features(path: Path, num_nodes: int) -> torch.Tensor:
     return torch.from_numpy(values)
 
 
+def _read_splits(folder: Path, num_nodes: int) -> dict[str, torch.Tensor]:
+    """The train, val and test ids of one split folder: each id once, and no id in two splits (a
+    test id that is also a train id would report accuracy on training nodes)."""
+    splits: dict[str, torch.Tensor] = {}
+    seen: dict[str, tuple[Path, np.ndarray]] = {}
+    for name, stem in _SPLIT_FILES.items():
+        found = _require(folder, stem)
+        ids = _id_column(found, num_nodes)
+        if np.unique(ids).size != ids.size:
+            raise DatasetSourceError(found, "lists a node id more than once")
+        for other, (other_path, other_ids) in seen.items():
+            shared = np.intersect1d(ids, other_ids)
+            if shared.size:
+                raise DatasetSourceError(
+                    found, f"shares {shared.size} node id(s) with {other} ({other_path}), e.g. {int(shared[0])}"
+                )
+        seen[name] = (found, ids)
+        splits[name] = torch.from_numpy(ids)
+    return splits
+
+
 def _split_folder(root: Path, scheme: str | None) -> Path | None:
     split_root = root / "split"
     if not split_root.is_dir():
@@ -162,12 +183,7 @@ def load_ogb(
     folder = _split_folder(root, split_scheme)
     splits: dict[str, torch.Tensor] = {}
     if folder is not None:
-        for name, stem in _SPLIT_FILES.items():
-            found = _require(folder, stem)
-            ids = _id_column(found, num_nodes)
-            if np.unique(ids).size != ids.size:
-                raise DatasetSourceError(found, "lists a node id more than once")
-            splits[name] = torch.from_numpy(ids)
+        splits = _read_splits(folder, num_nodes)
     graph = GraphData(
         num_nodes=num_nodes,
         src=torch.from_numpy(src),

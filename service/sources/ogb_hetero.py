@@ -24,7 +24,7 @@ from graphtier.contract.hetero import check_type_name
 from graphtier.service.graph.hetero_data import HeteroGraphData, Relation
 from graphtier.service.sources.label_classes import label_classes
 from graphtier.service.sources.numeric_text import NumericText
-from graphtier.service.sources.ogb import _SPLIT_FILES, _features, _find, _id_column, _labels, _require, _split_folder
+from graphtier.service.sources.ogb import _features, _find, _labels, _read_splits, _require, _split_folder
 
 
 def is_hetero_ogb(directory: str | Path) -> bool:
@@ -121,6 +121,8 @@ def _relations(raw: Path, counts: dict[str, int]) -> list[Relation]:
             check_type_name(name, "relation")
         except ValueError as exc:
             raise DatasetSourceError(path, f"line {line}: {exc}") from None
+        if any((r.head, r.name, r.tail) == (head, name, tail) for r in relations):
+            raise DatasetSourceError(path, f"line {line}: relation {head},{name},{tail} is listed twice")
         relations.append(_relation(raw, head, name, tail, counts))
     if not relations:
         raise DatasetSourceError(path, "lists no relations")
@@ -162,7 +164,6 @@ def load_ogb_hetero(
     label_path = _require(raw / "node-label" / target, "node-label")
     checked = label_classes(_labels(label_path, counts[target]), origin=str(label_path), num_classes=num_classes)
     folder = _split_folder(root, split_scheme)
-    splits: dict[str, torch.Tensor] = {}
     if folder is None:
         raise DatasetSourceError(root / "split", "missing; a heterogeneous dataset needs its split/<scheme>/ folder")
     split_types = _flagged_types(_require(folder, "nodetype-has-split"), types)
@@ -170,12 +171,7 @@ def load_ogb_hetero(
         raise DatasetSourceError(
             folder / "nodetype-has-split.csv.gz", f"splits {split_types}, expected the labelled type [{target!r}]"
         )
-    for name, stem in _SPLIT_FILES.items():
-        found = _require(folder / target, stem)
-        ids = _id_column(found, counts[target])
-        if np.unique(ids).size != ids.size:
-            raise DatasetSourceError(found, "lists a node id more than once")
-        splits[name] = torch.from_numpy(ids)
+    splits = _read_splits(folder / target, counts[target])
     graph = HeteroGraphData(
         num_nodes=counts,
         relations=relations,

@@ -109,6 +109,14 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     fanout = "paper-cites-paper:x;5"
     typed = cli("job", "submit", "--dataset", "acm", "--model", "rgcn", "--fanout", fanout, "--runtime-dir", run)
     assert typed.exit_code == 2 and "relation_fanouts: Value error, hop 1: 'paper-cites-paper:x' is not" in typed.output
+    bad_hops = {
+        "99999999999,5": "from 1 to 2147483647",  # past int32: refused, not a traceback
+        "paper-cites-paper:99999999999;5": "from 1 to 2147483647",
+        "paper-cites-paper:5;0": "hop 2: '0' expands no relation",  # not '0 (skip a relation)' refused
+    }
+    for fanout, problem in bad_hops.items():
+        bad = cli("job", "submit", "--dataset", "acm", "--model", "rgcn", "--fanout", fanout, "--runtime-dir", run)
+        assert bad.exit_code == 2 and problem in bad.output, bad.output
     typed = cli("job", "submit", "--dataset", "acm", "--model", "hgt", "--device", "cuda", "--runtime-dir", run)
     assert typed.exit_code == 2 and "model hgt: device='cuda' is not supported" in typed.output
     nothing = cli("job", "list", "--runtime-dir", run, "--json")

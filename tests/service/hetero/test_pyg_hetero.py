@@ -88,6 +88,10 @@ def test_stock_loader_yields_hetero_batches_of_the_graph(prepared_acm, shared_da
     assert own["paper"].batch_size == typed.subgraph.num_seeds and torch.equal(own["paper"].y, typed.labels)
     torch.testing.assert_close(own["paper"].x, features[own["paper"].n_id])
     assert sum(own[key].edge_index.shape[1] for key in own.edge_types) == typed.subgraph.indices.numel()
+    with pytest.raises(GraphtierError, match="got 3 labels for 16 seeds of 1 type"):  # not a short y
+        to_hetero_data(typed.subgraph, schema, typed.features, typed.labels[:3])
+    with pytest.raises(GraphtierError, match=r"features name node types \['venue'\]"):  # not silently dropped
+        to_hetero_data(typed.subgraph, schema, {"venue": typed.features["paper"]})
 
 
 def test_refuses_what_the_typed_sampler_cannot_do(prepared_acm):
@@ -98,6 +102,13 @@ def test_refuses_what_the_typed_sampler_cannot_do(prepared_acm):
     loader = GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("venue", torch.arange(3)))
     with pytest.raises(GraphtierError, match=r"one of \['author', 'paper', 'subject'\]; got type 'venue'"):
         next(iter(loader))
+    with pytest.raises(GraphtierError, match=r"needs input_nodes=\(node type, ids\)"):  # not a bare AssertionError
+        GraphtierNeighborLoader(prepared_acm, [2])
+    with pytest.raises(GraphtierError, match="integer ids .* torch.float32"):  # not truncated to 0 and 1
+        next(iter(GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("paper", torch.tensor([0.5, 1.7])))))
+    twice = GraphtierNeighborLoader(prepared_acm, [2], input_nodes=("paper", torch.tensor([3, 3])), batch_size=2)
+    with pytest.raises(GraphtierError, match="input node 3 of type 'paper' appears more than once"):  # its own id
+        next(iter(twice))
 
 
 class _SAGE(nn.Module):

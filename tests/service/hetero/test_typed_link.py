@@ -88,7 +88,7 @@ def test_two_torchrun_ranks_learn_paper_subject_links(acm_link, tmp_path):
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "--log-dir", str(tmp_path / "torchelastic"), str(EXAMPLES / "typed_link.py"),
         "--dataset", "acm-link", "--root", str(acm_link.directory.parent),
-        "--epochs", "2", "--fanout", "5;5", "--hidden", "32",
+        "--epochs", "1", "--fanout", "5;5", "--hidden", "32",
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
@@ -131,3 +131,17 @@ def test_cli_target_relation_without_a_split_exits_2_and_writes_nothing(typed_ro
     assert result.exit_code == 2
     assert "--target-relation paper-written_by-author: give the split of its edges too" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_example_without_validation_edges_reports_the_last_epoch(typed_root, tmp_path, monkeypatch, capsys):
+    """A split with no validation edges (0.5,0,0.5) trains and reports the test figures, not a KeyError."""
+    import runpy
+
+    spec = EdgeSplitSpec.parse("0.5,0,0.5", eval_negatives=10, target_relation="paper-written_by-author")
+    prepare_dataset(PrepareConfig(source=f"ogb:{typed_root}", name="t", root=tmp_path, edge_split=spec))
+    args = ["--dataset", "t", "--root", str(tmp_path), "--epochs", "2", "--fanout", "2", "--hidden", "8"]
+    monkeypatch.setattr(sys, "argv", ["typed_link.py", *args])
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    runpy.run_path(str(EXAMPLES / "typed_link.py"), run_name="__main__")
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["epoch"] == 1 and "val_auc" not in result and 0.0 <= result["test_auc"] <= 1.0, result

@@ -79,11 +79,17 @@ def test_typed_csc_groups_each_column_by_relation(typed_root):
         ("raw/num-node-dict.csv.gz", "author,paper\n5\n", "one row of the same width"),
         ("raw/triplet-type-list.csv.gz", "paper,written_by,editor\n", "node type 'editor' is not in num-node-dict"),
         (
+            "raw/triplet-type-list.csv.gz",
+            "paper,cites,paper\npaper,cites,paper\n",
+            "line 2: relation paper,cites,paper is listed twice",
+        ),
+        (
             "raw/relations/paper___cites___paper/edge.csv.gz",
             "0,1\n7,2\n1,2\n0,3\n0,4\n1,5\n",
             "head id 7 outside [0, 6)",
         ),
         ("raw/nodetype-has-label.csv.gz", "author,paper,venue\nTrue,True,False\n", "exactly one target type"),
+        ("split/scheme/paper/test.csv.gz", "4\n1\n", "shares 1 node id(s) with train"),  # a train paper tested
     ],
 )
 def test_bad_input_names_file_and_problem(typed_root, path, text, message):

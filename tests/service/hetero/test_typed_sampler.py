@@ -88,6 +88,7 @@ def test_relation_blocks_partition_each_layer(typed_dataset, backend):
         (["paper-wrote-author:2"], "unknown relation 'paper-wrote-author'"),
         (["paper-cites-paper:x"], "fanout 'x' of paper-cites-paper is not an int"),
         (["0"], "fanout 0 is invalid"),
+        (["paper-cites-paper:5,paper-cites-paper:3"], "relation paper-cites-paper is named twice"),
         ([], "at least one hop"),
     ],
 )

@@ -44,6 +44,10 @@ def test_masks_of_several_splits_need_an_index_and_give_that_split(cora_npz, tmp
     assert graph.description["split"]["index"] == 2 and graph.description["split"]["counts"]["train"] == 1600
     with pytest.raises(DatasetSourceError, match="--split-index 3 is outside the 3 splits"):
         load_source(cora_npz, split_file=str(path), split_index=3)
+    overlapping = {**masks, "test_mask": masks["test_mask"] | masks["train_mask"]}
+    np.savez(path, **overlapping)
+    with pytest.raises(DatasetSourceError, match=r"splits 'train' and 'test' share 1600 node id\(s\)"):
+        load_source(cora_npz, split_file=str(path), split_index=2)
     np.savez(path, train_mask=masks["train_mask"][:100])
     with pytest.raises(DatasetSourceError, match=r"does not cover the graph's 2708 nodes"):
         load_source(cora_npz, split_file=str(path), split_index=0)
