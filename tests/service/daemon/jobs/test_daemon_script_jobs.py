@@ -112,7 +112,7 @@ def test_pyg_example_trains_through_the_loader(inproc_daemon):
 
 def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
     spec = JobSpec(
-        **{**SPEC, "batch_size": 16, "epochs": 3},
+        **{**SPEC, "batch_size": 16, "epochs": 10},  # 130 steps: rank 1 still trains when it is killed
         checkpoint_every_steps=5,
         max_restarts=1,
         script=str(EXAMPLES / "sage_blocks.py"),
@@ -126,6 +126,7 @@ def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
             if running.progress and running.progress.global_step >= 12 and all(r.trainer_pid for r in running.ranks):
                 break
             time.sleep(0.2)
+        assert running.progress.global_step < running.progress.total_steps - 20, "the job ran past where it is killed"
         os.kill(next(r.trainer_pid for r in running.ranks if r.rank == 1), signal.SIGKILL)
         for _ in client.job_events(job.job_id, follow=True):
             pass
