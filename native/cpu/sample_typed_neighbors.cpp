@@ -10,7 +10,8 @@
 // sampled edge; a node's edges come relation by relation, ascending. Same passes as
 // sample_neighbors.cpp: parallel counts, prefix sum, parallel fill, prefetched gather, serial
 // first-occurrence relabel, so the result is identical to the pure-torch twin
-// (service/sampling/typed_sampler.py) whatever the thread count.
+// (service/sampling/typed_sampler.py) whatever the thread count. The parallel passes run through
+// parallel_chunks (graphtier/work_split.h), not OpenMP, for the reason sample_neighbors.cpp gives.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -21,9 +22,15 @@
 #include "graphtier/counter_rng.h"
 #include "graphtier/floyd_sample.h"
 #include "graphtier/ops.h"
+#include "graphtier/work_split.h"
 
 namespace graphtier {
 namespace {
+
+// Nodes or edges per chunk of a parallel pass; a pass of at most one chunk runs on the caller.
+constexpr int64_t kCountGrain = 2048;
+constexpr int64_t kSampleGrain = 256;
+constexpr int64_t kRowGrain = 16384;
 
 at::Tensor to_long(const std::vector<int64_t>& values) {
   auto out = at::empty({static_cast<int64_t>(values.size())}, at::TensorOptions().dtype(at::kLong));
@@ -90,20 +97,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     int64_t* counts = indptr.data() + base;
     const int64_t* fnodes = node_ids.data() + f0;
 
-#pragma omp parallel for num_threads(nthreads) schedule(guided, 256) if (frontier > 4096)
-    for (int64_t i = 0; i < frontier; ++i) {
-      const int64_t v = fnodes[i];
-      int64_t total = 0;
-      for (const int64_t r : g.relations_into[g.type_of(v)]) {
-        const int64_t k = k_of[r];
-        if (k == 0) continue;
-        int64_t lo, hi;
-        g.range(v, r, lo, hi);
-        const int64_t d = hi - lo;
-        total += (k < 0 || d <= k) ? d : k;
+    parallel_chunks(frontier, kCountGrain, nthreads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t v = fnodes[i];
+        int64_t total = 0;
+        for (const int64_t r : g.relations_into[g.type_of(v)]) {
+          const int64_t k = k_of[r];
+          if (k == 0) continue;
+          int64_t lo, hi;
+          g.range(v, r, lo, hi);
+          const int64_t d = hi - lo;
+          total += (k < 0 || d <= k) ? d : k;
+        }
+        counts[i] = total;
       }
-      counts[i] = total;
-    }
+    });
     int64_t running = indptr[base - 1];
     for (int64_t i = 0; i < frontier; ++i) {
       running += counts[i];
@@ -117,11 +125,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     int64_t* out_type = etypes.data();
     const int64_t* ends = counts;
 
-#pragma omp parallel num_threads(nthreads) if (frontier > 1024)
-    {
-      std::vector<uint8_t> marks;
-#pragma omp for schedule(guided, 64)
-      for (int64_t i = 0; i < frontier; ++i) {
+    parallel_chunks(frontier, kSampleGrain, nthreads, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<uint8_t> marks;  // all zero between uses (floyd_offsets)
+      for (int64_t i = begin; i < end; ++i) {
         const int64_t v = fnodes[i];
         int64_t pos = (i == 0 ? indptr[base - 1] : ends[i - 1]);
         for (const int64_t r : g.relations_into[g.type_of(v)]) {
@@ -145,9 +151,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
           }
         }
       }
-    }
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (e1 - e0 > 16384)
-    for (int64_t e = e0; e < e1; ++e) out[e] = g.row[out[e]];
+    });
+    parallel_chunks(e1 - e0, kRowGrain, nthreads, [&](int64_t begin, int64_t end) {
+      for (int64_t e = e0 + begin; e < e0 + end; ++e) out[e] = g.row[out[e]];
+    });
 
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t id = out[e];
