@@ -30,6 +30,7 @@ Run: python tests/bench/bench_e2e_sage.py [--scale 19] [--steps 16] [--rounds 3]
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import os
@@ -114,8 +115,7 @@ class GraphtierJobs:
             raise SystemExit(f"graphtier {' '.join(command[3:])}: exit {done.returncode}\n{done.stdout}{done.stderr}")
         job_id = json.loads(done.stdout)["job_id"]
         with DaemonClient(runtime_dir=self.runtime_dir) as client:
-            for _ in client.job_events(job_id, follow=True):
-                pass
+            collections.deque(client.job_events(job_id, follow=True), maxlen=0)  # followed to the job's end
             job = client.get_job(job_id)
         log = Path(job.log_path).read_text()
         if job.state.value != "succeeded":
