@@ -18,7 +18,7 @@ from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
-from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY, checksum_array_for
+from graphtier.service.storage.row_checksums import checksum_array_for
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
 from graphtier.service.store.verified_copy import copy_array
 
@@ -129,21 +129,7 @@ class SharedDatasetStore:
             if plan.host_end > 0:
                 resident = self._copy("features", features[: plan.host_end], "features")
             if plan.host_end < plan.num_nodes:
-                path = ds.array_path("features")
-                checksums = (
-                    self._copy("feature-checksums", ds.array(CHECKSUM_ARRAY), CHECKSUM_ARRAY)
-                    if ds.has(CHECKSUM_ARRAY)
-                    else None
-                )
-                storage = StorageTierRef(
-                    path=str(path),
-                    offset_bytes=npy_data_offset(path) + plan.host_end * plan.row_bytes,
-                    first_row=plan.host_end,
-                    rows=plan.num_nodes - plan.host_end,
-                    row_shape=tuple(features.shape[1:]),
-                    dtype=str(features.numpy().dtype),
-                    row_checksums=checksums,
-                )
+                storage = self._storage_tier("feature-checksums", "features", features, plan)
         device_refs: tuple = ()
         if self.devices and resident is not None and plan.interleaved_end > 0:
             from graphtier.service.store.device_tiers import DeviceTierSet  # CUDA only when asked for
@@ -196,25 +182,32 @@ class SharedDatasetStore:
         resident = self._copy(f"type{index}-rows", rows[: plan.host_end], key) if plan.host_end > 0 else None
         storage = None
         if plan.host_end < plan.num_nodes:
-            path = ds.array_path(key)
-            checksum_array = checksum_array_for(key)
-            checksums = (
-                self._copy(f"type{index}-checksums", ds.array(checksum_array), checksum_array)
-                if checksum_array is not None and ds.has(checksum_array)
-                else None
-            )
-            storage = StorageTierRef(
-                path=str(path),
-                offset_bytes=npy_data_offset(path) + plan.host_end * plan.row_bytes,
-                first_row=plan.host_end,
-                rows=plan.num_nodes - plan.host_end,
-                row_shape=tuple(rows.shape[1:]),
-                dtype=str(rows.numpy().dtype),
-                row_checksums=checksums,
-            )
+            storage = self._storage_tier(f"type{index}-checksums", key, rows, plan)
             if self.verify and resident is None:  # every row is on storage: check the file
-                copy_array(path, key, rows.new_empty((0, *rows.shape[1:])), None, ds.manifest.arrays[key])
+                empty = rows.new_empty((0, *rows.shape[1:]))
+                copy_array(ds.array_path(key), key, empty, None, ds.manifest.arrays[key])
         return TypedFeatureRef(plan=plan, resident=resident, storage=storage)
+
+    def _storage_tier(self, label: str, key: str, rows: torch.Tensor, plan: PlacementPlan) -> StorageTierRef:
+        """Rows [plan.host_end, plan.num_nodes) of feature array `key` (`rows`), left in its file, with
+        their recorded per-row checksums copied into a segment (`label`) where prepare wrote them."""
+        ds = self.dataset
+        path = ds.array_path(key)
+        checksum_array = checksum_array_for(key)
+        checksums = (
+            self._copy(label, ds.array(checksum_array), checksum_array)
+            if checksum_array is not None and ds.has(checksum_array)
+            else None
+        )
+        return StorageTierRef(
+            path=str(path),
+            offset_bytes=npy_data_offset(path) + plan.host_end * plan.row_bytes,
+            first_row=plan.host_end,
+            rows=plan.num_nodes - plan.host_end,
+            row_shape=tuple(rows.shape[1:]),
+            dtype=str(rows.numpy().dtype),
+            row_checksums=checksums,
+        )
 
     @property
     def simulated_devices(self) -> bool:
