@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from graphtier.contract.processes import exit_without_teardown
 from graphtier.launcher.runtime import LocalBatchSource, TrainConfig, run_training
 from graphtier.service.prepared import PreparedDataset
 
@@ -75,3 +76,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # as a built-in rank ends (launcher/rank_main.py): its group destroyed and its files written, the
+    # interpreter's teardown of torch's and gloo's threads is skipped; run through it, a rank
+    # sometimes aborted there ("terminate called without an active exception") after its work was done
+    exit_without_teardown(0)
