@@ -338,7 +338,8 @@ class CoordinatedParts:
             progress=progress or info.progress,
             placement=self.placement,
             result=result,
-            notes=[*info.notes, *self.restarts],
+            # the restart under way is already the job's message: it is not repeated as a note
+            notes=[*info.notes, *(r for r in self.restarts if r != info.message)],
         )
 
 

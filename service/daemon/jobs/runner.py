@@ -567,6 +567,8 @@ class JobRunner:
                     return outcome
                 self._stop_all()  # nothing of this placement may be left when the next one starts
                 relaunch = restart(outcome[1]) if not self._cancel_reason else None
+                if self._cancel_reason:  # a cancel that came while the restart was decided ends the job
+                    return "cancelled", self._cancel_reason, self.exit_code
                 if relaunch is None:
                     return outcome
                 self._relaunch(relaunch)

@@ -17,8 +17,9 @@ from test_cluster_jobs import _final, _job_processes, _live_segment_owners
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
-from graphtier.service.daemon.cluster.part_watch import CoordinatedParts
+from graphtier.service.daemon.cluster.part_watch import CoordinatedParts, Relaunch
 from graphtier.service.daemon.cluster.peer_client import PeerError
+from graphtier.service.daemon.jobs.runner import JobRunner
 
 RESUMED = re.compile(r"resumed from ckpt-(\d{9})\.pt: epoch \d+, \d+ batches into it, step (\d+), 2 rank")
 
@@ -138,6 +139,12 @@ def test_the_restart_decision_excludes_the_lost_node_stops_the_old_parts_and_cou
         "restart 1 of 1: the job starts again on 2 nodes (127.0.0.1:9, 127.0.0.2:9) from checkpoint step 12"
     )
     assert watch.placement is relaunch.placement and watch.remotes == []  # the new parts are added as they start
+    # while the restart is the job's message it is not repeated as a note; once the job moves on, it is kept
+    now = datetime.now(timezone.utc)
+    starting = JobInfo(job_id="7", spec=spec, state=JobState.STARTING, message=relaunch.announcement, created_at=now)
+    assert watch.decorate(starting).notes == []
+    running = JobInfo(job_id="7", spec=spec, state=JobState.RUNNING, message="", created_at=now, notes=["advice"])
+    assert watch.decorate(running).notes == ["advice", relaunch.announcement]
     # the restarts are used up: the job fails naming the failure, then why it did not restart
     assert watch.restart("rank 1 died", 20) is None
     outcome, message = watch.finish("failed", "rank 1 died")
@@ -156,3 +163,33 @@ def test_the_restart_decision_excludes_the_lost_node_stops_the_old_parts_and_cou
     assert parted.restart("rank 1 died", 20) is None
     assert parted.not_restarted.endswith("a restart does not move them: the rows on 127.0.0.3:9 went with it")
     assert len(placed) == 1
+
+
+class _FailsAtOnce(JobRunner):
+    """A runner without processes whose placement fails as soon as it is supervised."""
+
+    def _start(self) -> None:
+        pass
+
+    def _supervise(self, tick):
+        return "failed", "rank 1 died", 1
+
+    def _stop_all(self) -> int | None:
+        return 1
+
+    def pump_logs(self) -> None:
+        pass
+
+
+def test_a_cancel_that_comes_while_the_restart_is_decided_ends_the_job_cancelled(tmp_path):
+    spec = JobSpec(dataset="rmat12", fanouts=[5], nnodes=3, max_restarts=1)
+    runner = _FailsAtOnce("7", spec, None, tmp_path, tmp_path, lambda line: None)
+    started: list = []
+
+    def restart(message: str) -> Relaunch:
+        runner.cancel("cancelled by the user")  # arrives while the next placement is being found
+        return Relaunch(spec, None, "127.0.0.1:9, 127.0.0.2:9", lambda: started.append(1), "node lost; restart 1 of 1")
+
+    outcome, message, _ = runner.run(lambda: None, restart)
+    assert (outcome, message) == ("cancelled", "cancelled by the user")
+    assert started == [] and runner.restarts == 0  # nothing was started again
