@@ -5,7 +5,10 @@ rank), takes this rank's shard (see shard.py), and for each batch: samples it (w
 look-ahead window, `window` batches ahead, their storage reads started at once: see
 lookahead.py and graphtier.service.storage.window), waits for a FREE slot, copies the
 sampled structure and the seed labels into the slot, gathers the input features from the
-tiers straight into the slot, marks it READY and tells the consumer. A partitioned job's
+tiers straight into the slot, marks it READY and tells the consumer. A link job's batches are
+seeded by train edges instead (`LinkSampler`: the pairs and their negatives, the endpoints
+sampled; on a typed dataset its target relation's edges, each type's rows gathered as for a
+typed node batch). A partitioned job's
 producer gathers instead from its node's copy and fetches the other nodes' rows (peer_rows.py),
 the fetches started when the batch is sampled, `PARTITION_LOOKAHEAD` batches (or `window`) ahead.
 Where the rows come from (the tiers, the look-ahead window or the other nodes) is one
@@ -129,10 +132,10 @@ class Producer:
         self.typed_windows: dict[str, WindowedTiers] = {}  # typed, --window: one per type with storage rows
         hop_bounds = list(cfg.fanouts)
         if self.schema is not None:
-            if cfg.sampler == "gpu" or cfg.link is not None or cfg.partition is not None or cfg.device != "cpu":
+            if cfg.sampler == "gpu" or cfg.partition is not None or cfg.device != "cpu":
                 raise ChannelError(
-                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots "
-                    "for node classification, with every type's rows on this node (not partitioned)"
+                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots, "
+                    "with every type's rows on this node (not partitioned)"
                 )
             assert self.dataset.edge_type is not None  # a typed handle carries it
             self.sampler = TypedNeighborSampler(

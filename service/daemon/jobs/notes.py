@@ -12,7 +12,6 @@ from __future__ import annotations
 from graphtier.contract.errors import DaemonError, InvalidRequestError, SamplingError
 from graphtier.contract.jobs.spec import TYPED_MODELS, JobSpec
 from graphtier.service.prepared.edge_split import link_array
-from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.store import SharedDatasetHandle
 
 
@@ -71,17 +70,6 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     return notes
 
 
-def refuse_typed_link_job(spec: JobSpec, manifest: DatasetManifest) -> None:
-    """A link job on a typed dataset: InvalidRequestError naming the way that trains its target
-    relation (`examples/typed_link.py` under torchrun); a link job's producers sample one edge type."""
-    if manifest.hetero is not None:
-        raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is a typed graph: `job submit --task link` trains one edge type; train its "
-            f"target relation with `torchrun --nproc-per-node {spec.nproc_per_node} examples/typed_link.py "
-            f"--dataset {spec.dataset}`"
-        )
-
-
 def check_link_dataset(spec: JobSpec, handle: SharedDatasetHandle) -> None:
     """A link-prediction job needs the dataset's edge split; DaemonError saying how to make one."""
     missing = [
@@ -115,10 +103,10 @@ def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} is typed ({len(schema.node_types)} node types, {len(schema.relations)} "
             f"relations): model {spec.model} takes one node type; use model rgcn or hgt"
         )
-    if spec.task != "node" or spec.device != "cpu" or spec.sampler != "cpu":
+    if spec.device != "cpu" or spec.sampler != "cpu":
         raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: its jobs run node classification on the cpu "
-            f"(got task {spec.task}, device {spec.device}, sampler {spec.sampler})"
+            f"dataset {spec.dataset!r} is typed: its batches are sampled and gathered on the cpu "
+            f"(got device {spec.device}, sampler {spec.sampler})"
         )
     if spec.features == "partitioned":
         raise InvalidRequestError(
