@@ -276,12 +276,6 @@ class JobSpec(BaseModel):
                 f"model {self.model}: decoder {self.decoder!r} is not supported (its common-neighbour features "
                 "count shared neighbours of one type; a typed relation's head and tail types differ); use dot or mlp"
             )
-        if self.features == "partitioned":
-            raise ValueError(
-                f"model {self.model}: features='partitioned' is not supported (a typed dataset's rows are tiered per "
-                "node type, and the rows a node fetches from its peers are rows of one homogeneous table); "
-                "use features 'replicated': every node holds every type's rows"
-            )
 
     @property
     def typed(self) -> bool:

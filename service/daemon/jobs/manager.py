@@ -251,7 +251,9 @@ class JobManager:
             if launch is None
             else ExternalAgent(launch, job_dir, spec.nproc_per_node, lambda ranks: self._ranks_done(job_id, ranks))
         )
-        partition = self.partitions.for_part(job_id, spec, part.placement if part else None, self.fetch_access)
+        partition = self.partitions.for_part(
+            job_id, spec, part.placement if part else None, self.fetch_access, list(loaded.handle.typed_features)
+        )
         runner = JobRunner(
             job_id,
             spec,

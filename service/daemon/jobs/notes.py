@@ -108,11 +108,6 @@ def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} is typed: its batches are sampled and gathered on the cpu "
             f"(got device {spec.device}, sampler {spec.sampler})"
         )
-    if spec.features == "partitioned":
-        raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: features 'partitioned' is not served for it (its rows are tiered "
-            "per node type, and peers serve rows of one homogeneous table); use features 'replicated'"
-        )
     try:
         schema.relation_fanouts(spec.relation_fanouts or spec.fanouts)
     except SamplingError as exc:
