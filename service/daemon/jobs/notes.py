@@ -25,7 +25,8 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     train = handle.link_pairs.get(link_array("train")) if spec.task == "link" else handle.splits.get("train")
     num_train = train.shape[0] if train is not None and train.shape else 0
     what = "train edges" if spec.task == "link" else "ids"
-    if spec.task == "link" and handle.resident_features is None and handle.storage_features is None:
+    featureless = handle.resident_features is None and handle.storage_features is None and handle.hetero is None
+    if spec.task == "link" and featureless:  # a typed dataset's rows are per type (its featureless types: below)
         notes.append(
             f"dataset {handle.dataset!r} has no node features: the job learns a {spec.hidden}-wide embedding per "
             f"node ({handle.plan.num_nodes:,} rows), gathered per batch and updated sparsely"

@@ -97,6 +97,8 @@ def test_typed_link_job_trains_rgcn_on_the_target_relation(inproc_daemon, acm_li
         decoder="mlp",
     )  # fmt: skip
     job, final = _run(inproc_daemon, spec)
+    assert not any("has no node features" in note for note in final.notes)  # the papers have theirs
+    assert any("learned 32-wide embedding per node" in note and "subject (60)" in note for note in final.notes)
     metrics = final.result.metrics
     assert sorted(metrics) == sorted(LINK_METRICS)
     assert all(0.0 <= value <= 1.0 for value in metrics.values()), metrics
