@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
-from graphtier.contract.link import DEFAULT_HITS_K, DecoderKind
+from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS, DecoderKind
 from graphtier.launcher.runtime.link_eval import auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
 from graphtier.launcher.runtime.local_batches import _ceil_div, batch_seed
@@ -141,8 +141,8 @@ class TypedLinkModel(nn.Module):
         heads: int = 4,
     ) -> None:
         super().__init__()
-        if decoder not in ("dot", "mlp"):
-            raise GraphtierError(f"a typed link model scores pairs with the dot or mlp decoder, not {decoder!r}")
+        if decoder in PAIR_FEATURE_DECODERS:
+            raise GraphtierError(f"a typed link model scores pairs from their embeddings alone, not with {decoder!r}")
         self.hidden = hidden
         self.encoder = build_typed_model(model, schema, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)

@@ -8,10 +8,10 @@ sampled structure and the seed labels into the slot, gathers the input features 
 tiers straight into the slot, marks it READY and tells the consumer. A link job's batches are
 seeded by train edges instead (`LinkSampler`: the pairs and their negatives, the endpoints
 sampled; on a typed dataset its target relation's edges, each type's rows gathered as for a
-typed node batch). A partitioned job's
-producer gathers instead from its node's copy and fetches the other nodes' rows (peer_rows.py),
-the fetches started when the batch is sampled, `PARTITION_LOOKAHEAD` batches (or `window`) ahead;
-a typed dataset's producer does so per featured node type (`typed_partitions`).
+typed node batch). A partitioned job's producer gathers instead from its node's copy and
+fetches the other nodes' rows (peer_rows.py), the fetches started when the batch is sampled,
+`PARTITION_LOOKAHEAD` batches (or `window`) ahead; a typed dataset's producer does so per
+featured node type (`typed_partitions`).
 Where the rows come from (the tiers, the look-ahead window or the other nodes) is one
 `FeatureSource` (feature_sources.py), chosen when the producer starts. It never touches a
 slot the consumer holds; it exits cleanly, unlinking its segments, when the consumer goes
