@@ -4,6 +4,11 @@
         --edge-split 0.85,0.05,0.10 --target-relation paper-written_by-author
     torchrun --nproc-per-node 2 examples/typed_link.py --dataset acm-link --epochs 10
 
+The daemon trains the same model as a built-in job, its producers sampling the batches from the
+dataset's tiers (`graphtier job submit --dataset acm-link --task link --model rgcn --decoder mlp`);
+this example does it all in the ranks' own processes, reading the prepared dataset from disk, and
+is the place to start from for a loop of your own.
+
 Each rank takes its shard of the relation's train edges, pairs every edge with `--negatives`
 corrupted tails of the tail type, samples all endpoints with the typed sampler (`--fanout` as
 for examples/typed_gnn.py) and trains `TypedLinkModel` (R-GCN, `--decoder dot|mlp`) under

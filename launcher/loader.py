@@ -74,6 +74,12 @@ from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
 from graphtier.launcher.runtime.typed_batches import TypedBatch, TypedLocalBatches, typed_forward
+from graphtier.launcher.runtime.typed_link import (
+    TypedLinkBatches,
+    TypedLinkModel,
+    evaluate_typed_links,
+    typed_pair_forward,
+)
 from graphtier.service.graph.common_neighbours import PairStructure
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.subgraph import Block
@@ -143,7 +149,8 @@ class Job:
             num_classes=spec.hidden if link else grant.num_classes,
             task=spec.task,
             decoder=spec.decoder,
-            learned_embeddings=self.data.graph.num_nodes if link and not grant.feature_dim else 0,
+            # a typed graph's featureless types have their embeddings in the typed model instead
+            learned_embeddings=self.data.graph.num_nodes if link and not grant.feature_dim and not self.typed else 0,
             best_split="val_auc" if link else "val",
             hidden=spec.hidden,
             layers=len(spec.fanouts),
@@ -162,7 +169,20 @@ class Job:
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
         self.session = TrainSession(self.ctx, self.config, self.reporter)
         self._eval: LocalBatchSource | TypedLocalBatches | None = None
-        if self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
+        self._typed_links: TypedLinkBatches | None = None  # a typed link job's evaluation: its embedding batches
+        if self.typed and link:  # every neighbour, as for a typed node job below
+            self._typed_links = TypedLinkBatches(
+                self.data,
+                spec.relation_fanouts or spec.fanouts,
+                spec.batch_size,
+                self.ctx.rank,
+                self.ctx.world_size,
+                spec.seed,
+                negatives=spec.negatives,
+                eval_fanouts=[-1] * len(spec.fanouts),
+                eval_batch_size=max(spec.batch_size, TYPED_EVAL_BATCH_SIZE),
+            )
+        elif self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
             self._eval = TypedLocalBatches(
                 self.data,
                 spec.relation_fanouts or spec.fanouts,
@@ -317,7 +337,11 @@ class Job:
         """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
         resume. `model` takes `(blocks, x)` (on a typed job `(blocks, edge_types, node_ids, node_types,
         x_dict)`, as R-GCN and HGT do); None builds the spec's built-in `model`."""
-        if self._eval is None:
+        if self._typed_links is not None:
+            if model is not None:
+                raise GraphtierError("job.fit(model) trains node classification; a link job builds its own model")
+            result = self._fit_typed_links()
+        elif self._eval is None:
             if model is not None:
                 raise GraphtierError("job.fit(model) trains node classification; a link job builds its own LinkModel")
             result = run_link_training(
@@ -355,6 +379,30 @@ class Job:
             )
         self._finished = True
         return result
+
+    def _fit_typed_links(self) -> TrainResult:
+        """The built-in link loop over a typed job's target relation: a `TypedLinkModel` (the spec's rgcn or
+        hgt encoder, its decoder) trained on the producers' typed pair batches, evaluated by
+        `evaluate_typed_links` (every node of the head and tail types embedded over its whole neighbourhood)."""
+        loader, spec = self._typed_links, self.spec
+        assert loader is not None
+        model = TypedLinkModel(
+            loader.schema,
+            spec.hidden,
+            len(spec.fanouts),
+            model=spec.model,
+            decoder=spec.decoder,
+            dropout=spec.dropout,
+            heads=spec.heads,
+        )
+        return run_link_training(
+            self.channel.batches_for_epoch,
+            lambda module, _ctx, _embeddings: evaluate_typed_links(module, loader),
+            self.config,
+            self.reporter,
+            model=model,
+            forward=typed_pair_forward,
+        )
 
     def _evaluate_links(
         self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None

@@ -13,6 +13,7 @@ import pytest
 SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 if not SHARED_DATASETS.is_dir():
     SHARED_DATASETS = Path(os.environ.get("GRAPHTIER_SHARED_DATASETS", "/work/shared/datasets"))
+ACM_LINK_RELATION = "paper-has_subject-subject"  # the target relation of the acm_link fixture
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -142,3 +143,19 @@ def prepared_acm(shared_datasets, prepared_root):
         pytest.skip(f"{source} not found")
     prepare_dataset(PrepareConfig(source=f"ogb:{source}", name="acm", root=prepared_root))
     return PreparedDataset(prepared_root / "acm")
+
+
+@pytest.fixture(scope="session")
+def acm_link(shared_datasets, prepared_root):
+    """ACM prepared for link prediction on paper-has_subject-subject as "acm-link" (`--edge-split
+    0.85,0.05,0.10 --target-relation ...`, 5000 negatives per evaluation split), shared by read-only
+    tests and by daemons serving prepared_root."""
+    from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+    from graphtier.service.prepared.edge_split import EdgeSplitSpec
+
+    source = shared_datasets / "ogb_hetero_acm"
+    if not source.is_dir():
+        pytest.skip(f"{source} not found")
+    spec = EdgeSplitSpec.parse("0.85,0.05,0.10", eval_negatives=5000, target_relation=ACM_LINK_RELATION)
+    prepare_dataset(PrepareConfig(source=f"ogb:{source}", name="acm-link", root=prepared_root, edge_split=spec))
+    return PreparedDataset(prepared_root / "acm-link")

@@ -17,7 +17,7 @@ from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.fanouts import check_channel_fanouts
 from graphtier.contract.hetero import hop_fanout_bound
-from graphtier.contract.link import DecoderKind, NegativeSampling, TaskKind
+from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind, NegativeSampling, TaskKind
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.network import MAX_PEERS
 from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
@@ -265,18 +265,16 @@ class JobSpec(BaseModel):
         if self.model not in TYPED_MODELS:
             return
         unserved = {
-            "task": ("node", "typed link prediction is not served by job submit"),
             "device": ("cpu", "typed batches are gathered into host slots only"),
             "sampler": ("cpu", "the typed sampler runs on the cpu"),
         }
         for field, (served, why) in unserved.items():
             if getattr(self, field) != served:
                 raise ValueError(f"model {self.model}: {field}={getattr(self, field)!r} is not supported ({why})")
-        if self.features == "partitioned":
+        if self.task == "link" and self.decoder in PAIR_FEATURE_DECODERS:
             raise ValueError(
-                f"model {self.model}: features='partitioned' is not supported (a typed dataset's rows are tiered per "
-                "node type, and the rows a node fetches from its peers are rows of one homogeneous table); "
-                "use features 'replicated': every node holds every type's rows"
+                f"model {self.model}: decoder {self.decoder!r} is not supported (its common-neighbour features "
+                "count shared neighbours of one type; a typed relation's head and tail types differ); use dot or mlp"
             )
 
     @property

@@ -1,15 +1,19 @@
-"""Link prediction on a typed graph's target relation, in the trainer's own process.
+"""Link prediction on a typed graph's target relation: the batches, the model and its evaluation.
 
 A typed dataset prepared with `--edge-split ... --target-relation HEAD-REL-TAIL` holds that
 relation's train, val and test pairs (head first, global ids) and negative pools pairing the
-head type with the tail type (`service/prepared/relation_split.py`). `TypedLinkBatches` gives a
-rank its shard of the train pairs each epoch, each positive with `negatives` corrupted tails
-(its head and uniform nodes of the tail type), and samples the union of all endpoints once with
-the typed sampler, as `TypedLocalBatches` samples seed nodes. `TypedLinkModel` is an R-GCN
-encoder (featureless types learn embeddings) and a pair decoder from `link_model`
-(`dot` or `mlp`). `evaluate_typed_links` embeds every node of the head and tail types over
-its whole neighbourhood and scores the splits by `link_eval`'s AUC, Hits@K and MRR, the MRR
-tails drawn from the tail type.
+head type with the tail type (`service/prepared/relation_split.py`). `TypedLinkModel` is a typed
+encoder (R-GCN or HGT; featureless types learn embeddings) and a pair decoder from `link_model`
+(`dot` or `mlp`). `evaluate_typed_links` embeds every node of the head and tail types over its
+whole neighbourhood and scores the splits by `link_eval`'s AUC, Hits@K and MRR, the MRR tails
+drawn from the tail type.
+
+`job submit --task link --model rgcn|hgt` trains it in the built-in link loop (`link_loop.py`,
+with `typed_pair_forward`) on batches its producers sample (`LinkSampler`); `TypedLinkBatches`
+samples the same kind of batch in the trainer's own process (a rank's shard of the train pairs
+each epoch, each positive with `negatives` corrupted tails of the tail type, the union of all
+endpoints sampled once with the typed sampler) and gives the evaluation its embedding batches,
+from a prepared dataset on disk or one attached from the daemon's tiers.
 """
 
 from __future__ import annotations
@@ -24,14 +28,16 @@ from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
-from graphtier.contract.link import DEFAULT_HITS_K, DecoderKind
+from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS, DecoderKind
 from graphtier.launcher.runtime.link_eval import auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
 from graphtier.launcher.runtime.local_batches import _ceil_div, batch_seed
-from graphtier.launcher.runtime.models.rgcn import RGCN
+from graphtier.launcher.runtime.models.factory import ModelName, build_typed_model
 from graphtier.launcher.runtime.typed_batches import TypedBatch, TypedLocalBatches
 from graphtier.service.prepared import PreparedDataset
-from graphtier.service.prepared.edge_split import link_array
+from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX, link_array
+from graphtier.service.sampling.link import pair_end_types
+from graphtier.service.store import AttachedDataset
 
 _NEGATIVE_STREAM = 0x4E4547  # seeds the corrupted tails of training batches
 _EMBED_STREAM = 0xE3BE  # seeds the samples of the evaluation embeddings
@@ -52,7 +58,7 @@ class TypedLinkBatches(TypedLocalBatches):
 
     def __init__(
         self,
-        dataset: PreparedDataset,
+        dataset: PreparedDataset | AttachedDataset,
         fanouts: Sequence[str | int],
         batch_size: int,
         rank: int = 0,
@@ -61,22 +67,32 @@ class TypedLinkBatches(TypedLocalBatches):
         *,
         negatives: int = 1,
         eval_fanouts: Sequence[str | int] | None = None,
+        eval_batch_size: int | None = None,
     ) -> None:
-        super().__init__(dataset, fanouts, batch_size, rank, world_size, seed, eval_fanouts=eval_fanouts)
-        split = dataset.manifest.link_split or {}
-        key = split.get("target_relation")
-        if key is None:
-            raise GraphtierError(
-                f"dataset {dataset.name!r} has no edge split of a relation: prepare it with "
-                "`graphtier dataset prepare ogb:DIR --edge-split 0.85,0.05,0.10 --target-relation HEAD-REL-TAIL`"
-            )
+        super().__init__(
+            dataset, fanouts, batch_size, rank, world_size, seed, eval_fanouts=eval_fanouts,
+            eval_batch_size=eval_batch_size,
+        )  # fmt: skip
         if isinstance(negatives, bool) or not isinstance(negatives, int) or negatives < 1:
             raise GraphtierError(f"negatives must be an int >= 1, got {negatives!r}")
-        self.relation = next(r for r in self.schema.relations if r.key == key)
-        self.head = self.schema.type_named(self.relation.head)
-        self.tail = self.schema.type_named(self.relation.tail)
+        if isinstance(dataset, AttachedDataset):
+            pairs = dataset.link_pairs
+        else:
+            names = [name for name in dataset.manifest.arrays if name.startswith(LINK_ARRAY_PREFIX)]
+            pairs = {name: dataset.array(name) for name in names}
+        if link_array("train") not in pairs:
+            raise GraphtierError(
+                f"dataset {self.name!r} has no edge split of a relation: prepare it with "
+                "`graphtier dataset prepare ogb:DIR --edge-split 0.85,0.05,0.10 --target-relation HEAD-REL-TAIL`"
+            )
+        self._pairs = pairs
+        self.train_pairs = pairs[link_array("train")]
+        self.head, self.tail = pair_end_types(self.schema, self.train_pairs)
         self.negatives = negatives
-        self.train_pairs = dataset.array(link_array("train"))
+
+    def split_pairs(self, split: str, *, negative: bool = False) -> Tensor:
+        """int64 [n, 2] pairs (head first, global ids) of `split`, or its pool of negatives."""
+        return self._pairs[link_array(split, negative=negative)]
 
     def link_steps_per_epoch(self) -> int:
         return _ceil_div(_ceil_div(self.train_pairs.shape[0], self.world_size), self.batch_size)
@@ -103,12 +119,15 @@ class TypedLinkBatches(TypedLocalBatches):
     def embedding_batches(self, ids: Tensor) -> Iterator[tuple[Tensor, TypedBatch]]:
         """This rank's share of `ids` (unique global ids), sampled by the evaluation sampler in batches."""
         mine = ids[self.rank :: self.world_size]
-        for index, seeds in enumerate(mine.split(self.batch_size)):
+        for index, seeds in enumerate(mine.split(self.eval_batch_size)):
             yield seeds, self._batch(self.eval_sampler, seeds, batch_seed(self.seed, _EMBED_STREAM, self.rank, index))
 
 
 class TypedLinkModel(nn.Module):
-    """An R-GCN encoder (output `hidden` wide) and a pair decoder; `forward` scores a batch's pairs."""
+    """A typed encoder (`model` rgcn or hgt, output `hidden` wide) and a pair decoder (dot or mlp);
+    `forward` scores a batch's pairs."""
+
+    reads_pair_features = False  # its decoders score embeddings alone (no common-neighbour features)
 
     def __init__(
         self,
@@ -116,12 +135,16 @@ class TypedLinkModel(nn.Module):
         hidden: int,
         layers: int = 2,
         *,
+        model: ModelName = "rgcn",
         decoder: DecoderKind = "dot",
         dropout: float = 0.5,
+        heads: int = 4,
     ) -> None:
         super().__init__()
+        if decoder in PAIR_FEATURE_DECODERS:
+            raise GraphtierError(f"a typed link model scores pairs from their embeddings alone, not with {decoder!r}")
         self.hidden = hidden
-        self.encoder = RGCN(schema, hidden, hidden, layers, dropout=dropout)
+        self.encoder = build_typed_model(model, schema, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)
 
     def embed(self, batch: TypedBatch) -> Tensor:
@@ -135,6 +158,11 @@ class TypedLinkModel(nn.Module):
         """[P] logits of `pairs` (seed positions)."""
         h = self.embed(batch)
         return self.decoder(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))
+
+
+def typed_pair_forward(model: nn.Module, batch: TypedBatch, pairs: Tensor) -> Tensor:
+    """The link loop's call of a `TypedLinkModel` (or its DDP wrapper): [P] logits of a batch's pairs."""
+    return model(batch, pairs)
 
 
 def link_loss(model: nn.Module, item: TypedLinkBatch) -> Tensor:
@@ -173,11 +201,11 @@ def evaluate_typed_links(
 
         results: dict[str, float] = {}
         for split in splits:
-            positives = loader.dataset.array(link_array(split))
+            positives = loader.split_pairs(split)
             if positives.shape[0] == 0:
                 continue
             pos = score(positives)
-            neg = score(loader.dataset.array(link_array(split, negative=True)))
+            neg = score(loader.split_pairs(split, negative=True))
             tails = mrr_tails(split, positives, tail.count) + tail.offset
             heads = positives[:, :1].expand_as(tails)
             tail_scores = score(torch.stack([heads.reshape(-1), tails.reshape(-1)], dim=1)).view_as(tails)

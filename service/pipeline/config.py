@@ -111,6 +111,11 @@ class ProducerConfig(BaseModel):
         default=None,
         description="A partitioned job's rows: this node's copy and the other nodes' daemons; None = every row here.",
     )
+    typed_partitions: dict[str, PartitionedFeatures] = Field(
+        default_factory=dict,
+        description="A partitioned job on a typed dataset: each featured node type's rows, split on their own "
+        "(`partition` is None); empty = every row here.",
+    )
 
     @field_validator("fanouts")
     @classmethod

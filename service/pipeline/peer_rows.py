@@ -9,7 +9,8 @@ TLS with the cluster's token, exactly as daemons call each other. When the batch
 rows from the replies into the slot, waiting only for replies that have not arrived yet. The
 bytes are the owners' copies of the same prepared rows, so a batch is bit-identical to the
 replicated run's. Counts: rows, bytes and calls per peer, the calls' latencies, and the time
-gathers waited for them (near 0 when the look-ahead hides the network).
+gathers waited for them (near 0 when the look-ahead hides the network). A typed dataset's featured
+node types are split each on its own (`node_type`, type-local row ids): one `PeerRows` per type.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class PartitionedFeatures(BaseModel):
         description="The certificate trusted for the owners' TLS; None = plaintext (--insecure)."
     )
     timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Deadline of one FetchRows call.")
+    node_type: str | None = Field(
+        default=None, description="A typed dataset's node type these rows are of (type-local ids); None: homogeneous."
+    )
 
 
 @dataclass
@@ -124,6 +128,7 @@ class PeerRows:
                     owner_rank=k,
                     replicated_rows=self.partition.replicated_rows,
                     rows=rows[start : start + self.max_rows].tolist(),
+                    node_type=self.config.node_type or "",
                 )
                 issued = time.perf_counter_ns()
                 call = stub.FetchRows.future(request, timeout=self.config.timeout_s, metadata=self._metadata)

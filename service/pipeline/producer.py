@@ -5,9 +5,13 @@ rank), takes this rank's shard (see shard.py), and for each batch: samples it (w
 look-ahead window, `window` batches ahead, their storage reads started at once: see
 lookahead.py and graphtier.service.storage.window), waits for a FREE slot, copies the
 sampled structure and the seed labels into the slot, gathers the input features from the
-tiers straight into the slot, marks it READY and tells the consumer. A partitioned job's
-producer gathers instead from its node's copy and fetches the other nodes' rows (peer_rows.py),
-the fetches started when the batch is sampled, `PARTITION_LOOKAHEAD` batches (or `window`) ahead.
+tiers straight into the slot, marks it READY and tells the consumer. A link job's batches are
+seeded by train edges instead (`LinkSampler`: the pairs and their negatives, the endpoints
+sampled; on a typed dataset its target relation's edges, each type's rows gathered as for a
+typed node batch). A partitioned job's producer gathers instead from its node's copy and
+fetches the other nodes' rows (peer_rows.py), the fetches started when the batch is sampled,
+`PARTITION_LOOKAHEAD` batches (or `window`) ahead; a typed dataset's producer does so per
+featured node type (`typed_partitions`).
 Where the rows come from (the tiers, the look-ahead window or the other nodes) is one
 `FeatureSource` (feature_sources.py), chosen when the producer starts. It never touches a
 slot the consumer holds; it exits cleanly, unlinking its segments, when the consumer goes
@@ -44,11 +48,18 @@ from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
 from graphtier.service.pipeline.device_batches import DeviceSlotBatches, write_structure
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.feature_sources import CudaTiers, FeatureSource, WindowedTiers, feature_source
+from graphtier.service.pipeline.feature_sources import (
+    PARTITION_LOOKAHEAD,
+    CudaTiers,
+    FeatureSource,
+    WindowedTiers,
+    feature_source,
+)
 from graphtier.service.pipeline.layout import LAYOUT_FILE, MEMORY_SOCKET_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.ordering import CudaEventOrdering, HostOrdering, SlotOrdering
+from graphtier.service.pipeline.peer_rows import PeerRows, RemoteTicket
 from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
 from graphtier.service.prepared.edge_split import link_array
@@ -127,12 +138,13 @@ class Producer:
         self.schema = self.dataset.handle.hetero  # a typed dataset's: typed samples, rows gathered per type
         self._typed_mapped_bytes = 0  # typed, mmap mode: the storage rows' bytes copied from the mappings
         self.typed_windows: dict[str, WindowedTiers] = {}  # typed, --window: one per type with storage rows
+        self.typed_peers: dict[str, PeerRows] = {}  # typed, partitioned: each featured type's rows on the nodes
         hop_bounds = list(cfg.fanouts)
         if self.schema is not None:
-            if cfg.sampler == "gpu" or cfg.link is not None or cfg.partition is not None or cfg.device != "cpu":
+            if cfg.sampler == "gpu" or cfg.partition is not None or cfg.device != "cpu":
                 raise ChannelError(
-                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots "
-                    "for node classification, with every type's rows on this node (not partitioned)"
+                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots, "
+                    "its rows on this node or partitioned per node type (typed_partitions, not partition)"
                 )
             assert self.dataset.edge_type is not None  # a typed handle carries it
             self.sampler = TypedNeighborSampler(
@@ -143,7 +155,9 @@ class Producer:
                 backend=cfg.sampler_backend,
             )
             relations = len(self.schema.relations)  # a node may expand every relation into its type
-            if cfg.window > 0:
+            if cfg.typed_partitions:
+                self.typed_peers = self._typed_peers()
+            elif cfg.window > 0:
                 self.typed_windows = self._typed_windows()
             hop_bounds = [k * relations if k > 0 else -1 for k in cfg.fanouts]
         elif cfg.sampler == "gpu":
@@ -234,6 +248,34 @@ class Producer:
             )
         return windows
 
+    def _typed_peers(self) -> dict[str, PeerRows]:
+        """A partitioned typed job's rows: per featured node type, this node's copy and the other nodes'."""
+        cfg, featured = self.config, self.dataset.handle.typed_features
+        if set(cfg.typed_partitions) != set(featured):
+            raise ChannelError(
+                f"dataset {cfg.dataset.dataset!r}: partitioned rows of types {sorted(cfg.typed_partitions)}, "
+                f"but its featured node types are {sorted(featured)}"
+            )
+        peers: dict[str, PeerRows] = {}
+        try:
+            for name, partition in cfg.typed_partitions.items():
+                tiers = self.dataset.typed_tiers(name)
+                peers[name] = PeerRows(partition, row_shape=tiers.row_shape, dtype=tiers.dtype)
+        except BaseException:
+            for rows in peers.values():
+                rows.close()
+            raise
+        return peers
+
+    def _count_typed_network(self) -> None:
+        """A partitioned typed job's network counters so far (per peer by node rank), summed over types."""
+        h, peers = self.control.header, list(self.typed_peers.values())
+        for name in ("peer_rows", "peer_bytes", "peer_requests"):
+            total = sum(getattr(rows, name) for rows in peers)
+            h.array(name)[: total.size] = total
+        h["network_fetch_ns"] = sum(rows.fetch_ns for rows in peers)
+        h["network_wait_ns"] = sum(rows.wait_ns for rows in peers)
+
     def _type_local_ids(self, sub: TypedSampledSubgraph) -> dict[str, torch.Tensor]:
         """The batch's input nodes of each featured type, in type-local ids, in their order among the inputs."""
         assert self.schema is not None
@@ -244,29 +286,46 @@ class Producer:
             if info.name in featured
         }
 
-    def _admit_typed(self, sub: SampledSubgraph) -> dict[str, Ticket]:
-        """Start the window's reads of each type's storage rows of a typed batch just sampled."""
+    def _admit_typed(self, sub: SampledSubgraph) -> dict[str, Ticket | RemoteTicket]:
+        """Start the window's reads of each type's storage rows of a typed batch just sampled (or, for a
+        partitioned job, the fetches of each type's rows this node does not hold)."""
         assert isinstance(sub, TypedSampledSubgraph)
         local = self._type_local_ids(sub)
-        return {name: window.admit(local[name]) for name, window in self.typed_windows.items()}
+        tickets: dict[str, Ticket | RemoteTicket] = {
+            name: window.admit(local[name]) for name, window in self.typed_windows.items()
+        }
+        tickets.update({name: rows.admit(local[name]) for name, rows in self.typed_peers.items()})
+        return tickets
 
     def _fill_typed(
-        self, views: SlotViews, sub: TypedSampledSubgraph, tickets: dict[str, Ticket] | None, sampled_ahead: int
+        self,
+        views: SlotViews,
+        sub: TypedSampledSubgraph,
+        tickets: dict[str, Ticket | RemoteTicket] | None,
+        sampled_ahead: int,
     ) -> tuple[TrafficCounts, dict[str, int]]:
         """A typed batch's relations and node types into slot `views`, and each featured type's input
         rows gathered from that type's tiers (its storage rows through its window, if any, with the
-        batch's `tickets`); returns the traffic and the rows of each type."""
+        batch's `tickets`) or, for a partitioned job, from this node's copy and the fetches the tickets
+        started; returns the traffic and the rows of each type."""
         assert self.schema is not None and views.edge_types is not None and views.node_types is not None
         views.edge_types[: sub.num_edges].copy_(sub.edge_types)
         views.node_types[: sub.num_nodes].copy_(sub.node_types)
         traffic, counts = TrafficCounts(simulated=True), {}
         storage_rows, hits, hit_bytes = 0, 0, 0
         for name, local in self._type_local_ids(sub).items():
-            out, window = views.type_features[name], self.typed_windows.get(name)
-            if window is not None and tickets is not None:
-                type_traffic = window.fill(local, tickets[name], out)
-                hits += tickets[name].hits
-                hit_bytes += tickets[name].hits * window.tiers.row_bytes
+            out, window, peers = views.type_features[name], self.typed_windows.get(name), self.typed_peers.get(name)
+            if peers is not None:
+                assert tickets is not None  # every batch of a partitioned job is admitted when it is sampled
+                ticket = tickets[name]
+                assert isinstance(ticket, RemoteTicket)
+                type_traffic = peers.fill(ticket, local, out)
+            elif window is not None and tickets is not None:
+                ticket = tickets[name]
+                assert isinstance(ticket, Ticket)
+                type_traffic = window.fill(local, ticket, out)
+                hits += ticket.hits
+                hit_bytes += ticket.hits * window.tiers.row_bytes
             else:
                 type_traffic = self.dataset.gather_typed(name, local, out)
                 self._typed_mapped_bytes += type_traffic.storage.bytes if self.config.storage_reads == "mmap" else 0
@@ -274,6 +333,8 @@ class Producer:
             storage_rows += type_traffic.storage.rows
             counts[name] = local.numel()
         self._count_typed_storage(storage_rows, hits, hit_bytes, sampled_ahead)
+        if self.typed_peers:
+            self._count_typed_network()
         return traffic, counts
 
     def _count_typed_storage(self, rows: int, hits: int, hit_bytes: int, sampled_ahead: int) -> None:
@@ -384,11 +445,15 @@ class Producer:
                 batch_size=cfg.batch_size,
                 epochs=cfg.epochs,
                 steps=self.steps,
-                depth=source.depth if source is not None else cfg.window,
+                depth=source.depth
+                if source is not None
+                else max(cfg.window, PARTITION_LOOKAHEAD)
+                if self.typed_peers
+                else cfg.window,
                 sample=self._sample if self.device_batches is None else None,
                 admit=(lambda sub: source.admit(sub.node_ids))
                 if source is not None
-                else (self._admit_typed if self.typed_windows else None),
+                else (self._admit_typed if self.typed_windows or self.typed_peers else None),
             )
             ctl.header.set_storage(StorageCounters(mode=cfg.storage_reads, window=cfg.window))
             for epoch in range(cfg.epochs):
@@ -589,6 +654,9 @@ class Producer:
         windows, self.typed_windows = getattr(self, "typed_windows", {}), {}
         for window in windows.values():
             window.close()
+        peers, self.typed_peers = getattr(self, "typed_peers", {}), {}
+        for rows in peers.values():
+            rows.close()
         dataset = getattr(self, "dataset", None)
         if dataset is not None:
             dataset.detach()  # the device tier mappings and host registrations of device slots' gathers

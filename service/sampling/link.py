@@ -2,7 +2,10 @@
 
 A batch starts from B train edges (positives). K negatives per positive are drawn either
 `uniform` (random node pairs) or `corrupt-tail` (the positive's source with a random tail),
-seeded by the batch's sample seed, so a batch is the same whoever draws it. The endpoints of
+seeded by the batch's sample seed, so a batch is the same whoever draws it. On a typed graph
+the train edges are one target relation's, and negatives keep its types: heads of the head
+type, tails of the tail type (`pair_end_types`); the sample is the typed sampler's, and the
+batch a `TypedLinkSubgraph`. The endpoints of
 every pair, deduplicated, are the seeds of one `NeighborSampler.sample` call (the native
 sampler, over the union of endpoints), so the GNN computes each endpoint's embedding once;
 `pairs` names each pair's endpoints by their local ids (< num_seeds), positives first.
@@ -15,9 +18,11 @@ from dataclasses import dataclass, fields
 import torch
 
 from graphtier.contract.errors import SamplingError
+from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo
 from graphtier.contract.link import NegativeSampling
 from graphtier.service.sampling.neighbor_sampler import NeighborSampler
 from graphtier.service.sampling.subgraph import Block, SampledSubgraph
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph, node_types_of
 
 _MASK63 = (1 << 63) - 1
 _NEGATIVE_STREAM = 0x4E47  # keeps the negatives' generator apart from the neighbour sampler's
@@ -35,6 +40,27 @@ class LinkSubgraph(SampledSubgraph):
         return int(self.pairs.shape[0])
 
 
+@dataclass(frozen=True)
+class TypedLinkSubgraph(TypedSampledSubgraph, LinkSubgraph):
+    """A typed sample around a batch's endpoints (relations and node types), with its pairs."""
+
+
+def pair_end_types(schema: HeteroSchema, pairs: torch.Tensor) -> tuple[NodeTypeInfo, NodeTypeInfo]:
+    """The node types of a typed graph's target-relation pairs (head first, global ids): every head
+    of one type and every tail of one type, or SamplingError naming the types found."""
+    if pairs.dim() != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
+        raise SamplingError(f"pairs must be a non-empty [n, 2] tensor, got {tuple(pairs.shape)}")
+    offsets = torch.tensor(schema.offsets(), dtype=torch.int64)
+    ends = []
+    for column, end in ((0, "heads"), (1, "tails")):
+        found = torch.unique(node_types_of(pairs[:, column].to(torch.int64), offsets)).tolist()
+        if len(found) != 1:
+            names = [schema.node_types[t].name for t in found]
+            raise SamplingError(f"the pairs' {end} are of types {names}: a typed edge split's are of one relation's")
+        ends.append(schema.node_types[found[0]])
+    return ends[0], ends[1]
+
+
 def max_link_seeds(batch_size: int, negatives: int, negative_sampling: NegativeSampling) -> int:
     """The most endpoints a batch of `batch_size` edges can have: the size of a slot's seed region."""
     per_edge = 2 + negatives if negative_sampling == "corrupt-tail" else 2 * (1 + negatives)
@@ -47,11 +73,15 @@ def max_link_pairs(batch_size: int, negatives: int) -> int:
 
 
 class LinkSampler:
-    """`sample(edge_ids, seed)` -> a `LinkSubgraph` of those train edges; see the module docstring."""
+    """`sample(edge_ids, seed)` -> a `LinkSubgraph` of those train edges; see the module docstring.
+
+    Given a `TypedNeighborSampler` the train pairs are a target relation's: negative heads are drawn
+    from the head type's ids and tails from the tail type's, and the batches are `TypedLinkSubgraph`s.
+    """
 
     def __init__(
         self,
-        sampler: NeighborSampler,
+        sampler: NeighborSampler | TypedNeighborSampler,
         train_pairs: torch.Tensor,
         num_nodes: int,
         *,
@@ -64,16 +94,22 @@ class LinkSampler:
             raise SamplingError(f"negatives must be >= 1, got {negatives}")
         self.sampler, self.train_pairs, self.num_nodes = sampler, train_pairs, num_nodes
         self.negatives, self.negative_sampling = negatives, negative_sampling
+        # [first, end) of the ids negative heads and tails are drawn from: every node, or the relation's types
+        self.head_ids, self.tail_ids = (0, num_nodes), (0, num_nodes)
+        if isinstance(sampler, TypedNeighborSampler):
+            head, tail = pair_end_types(sampler.schema, train_pairs)
+            self.head_ids = (head.offset, head.offset + head.count)
+            self.tail_ids = (tail.offset, tail.offset + tail.count)
 
     def negatives_for(self, positives: torch.Tensor, seed: int) -> torch.Tensor:
         """[B * K, 2] negative pairs for `positives` [B, 2], drawn with `seed`."""
         generator = torch.Generator().manual_seed((seed ^ _NEGATIVE_STREAM) & _MASK63)
         count = positives.shape[0] * self.negatives
-        tails = torch.randint(self.num_nodes, (count,), generator=generator)
+        tails = torch.randint(*self.tail_ids, (count,), generator=generator)
         if self.negative_sampling == "corrupt-tail":
             heads = positives[:, 0].repeat_interleave(self.negatives)
         else:
-            heads = torch.randint(self.num_nodes, (count,), generator=generator)
+            heads = torch.randint(*self.head_ids, (count,), generator=generator)
         return torch.stack([heads, tails], dim=1)
 
     def sample(self, edge_ids: torch.Tensor, *, seed: int) -> LinkSubgraph:
@@ -82,8 +118,9 @@ class LinkSampler:
         pairs = torch.cat([positives, self.negatives_for(positives, seed)])
         endpoints, local = torch.unique(pairs.reshape(-1), return_inverse=True)
         sub = self.sampler.sample(endpoints, seed=seed)
-        parts = {f.name: getattr(sub, f.name) for f in fields(SampledSubgraph)}
-        return LinkSubgraph(**parts, pairs=local.view(-1, 2), num_positive=int(positives.shape[0]))
+        kind = TypedLinkSubgraph if isinstance(sub, TypedSampledSubgraph) else LinkSubgraph
+        parts = {f.name: getattr(sub, f.name) for f in fields(sub)}
+        return kind(**parts, pairs=local.view(-1, 2), num_positive=int(positives.shape[0]))
 
 
 def drop_target_edges(blocks: list[Block], pairs: torch.Tensor, num_positive: int) -> list[Block]:

@@ -1,19 +1,22 @@
-"""Link prediction on a typed graph's target relation: examples/typed_link.py against a path heuristic.
+"""Link prediction on a typed graph's target relation: graphtier's typed link job against a path heuristic.
 
 ACM (`ogb_hetero_acm`) is prepared once with `--edge-split 0.85,0.05,0.10 --target-relation
 REL` (seed 0; val and test edges leave the graph both ways) and 100k negative pairs of the
 relation's head and tail types per evaluation split. Then, on exactly that split:
 
-(a) graphtier: `torchrun --nproc-per-node 2 examples/typed_link.py` (R-GCN encoder, pair
-    decoder, the typed sampler, OGB's protocol from link_eval): test AUC, MRR, Hits@50 at the
-    epoch of best validation AUC.
+(a) graphtier: `graphtier job submit --task link --model rgcn` on a daemon started for the run
+    (`--via job`, the default: producers sample the relation's edges from the tiers), or
+    `torchrun --nproc-per-node 2 examples/typed_link.py` (`--via example`: the same model in the
+    ranks' own processes). R-GCN encoder, MLP decoder, one corrupted tail per edge, OGB's
+    protocol from link_eval: test AUC, MRR, Hits@50 (the example's at its epoch of best
+    validation AUC, the job's at its last epoch, as its result reports them).
 (b) Adamic-Adar along 3-hop paths over the training graph (every relation, both directions):
     score(h, t) = sum over paths h - x - q - t of 1/log(deg x). A head and a tail of different
     types share no neighbour, so plain Adamic-Adar is 0 for every pair; one more hop makes it the
     vote of the head's Adamic-Adar neighbours (a paper's co-authored papers) for the tail. Scored
     on the same positives, pool and MRR tails.
 
-Run: python tests/bench/bench_typed_link.py [--relation paper-has_subject-subject] [--epochs N]
+Run: python tests/bench/bench_typed_link.py [--via job|example] [--relation paper-has_subject-subject] [--epochs N]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
+from bench_link_prediction import graphtier_job
 from bench_sampler import machine_info
 
 from graphtier.launcher.runtime.link_eval import auc, hits_at_k, mrr, mrr_tails
@@ -39,6 +43,12 @@ from graphtier.service.prepared.edge_split import EdgeSplitSpec, link_array
 SHARED = Path(os.environ.get("GRAPHTIER_SHARED_DATASETS", "/work/shared/datasets"))
 REPO = Path(__file__).resolve().parents[2]
 HITS_K = 50
+# the job's flags: the example's defaults (fanouts 10;10, batch 256, hidden 64, dropout 0.2, lr 0.005, one
+# corrupted tail per edge, MLP decoder)
+JOB_FLAGS = (
+    "--model rgcn --fanout 10;10 --batch-size 256 --hidden 64 --dropout 0.2 --lr 0.005 --negatives 1 "
+    "--negative-sampling corrupt-tail --decoder mlp"
+).split()
 
 
 def prepare(relation: str, root: Path) -> PreparedDataset:
@@ -96,7 +106,8 @@ def main() -> None:
     parser.add_argument("--relation", default="paper-has_subject-subject")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--flags", default="", help="more flags of examples/typed_link.py")
+    parser.add_argument("--via", choices=("job", "example"), default="job", help="the built-in job or the example")
+    parser.add_argument("--flags", default="", help="more flags of examples/typed_link.py (--via example)")
     parser.add_argument("--root", type=Path, help="where to prepare (default: a temporary directory)")
     args = parser.parse_args()
     print(machine_info(torch.get_num_threads()))
@@ -104,11 +115,14 @@ def main() -> None:
     ds = prepare(args.relation, root)
     split = ds.manifest.link_split
     print(f"ACM, target {args.relation}: split {split['sizes']}, negatives {split['eval_negatives']}")
-    metrics, took, command = typed_link_job(root, args.epochs, args.ranks, args.flags.split())
+    if args.via == "job":
+        metrics, took, command = graphtier_job("acm-link", root, args.epochs, args.ranks, JOB_FLAGS)
+    else:
+        metrics, took, command = typed_link_job(root, args.epochs, args.ranks, args.flags.split())
     heuristic = path_adamic_adar(ds)
     print(f"{'method':60s} {'test AUC':>9s} {'MRR':>7s} {'Hits@50':>8s}")
     print(f"{'graphtier R-GCN (' + command + ')':60s} {metrics['test_auc']:9.4f} {metrics['test_mrr']:7.4f} "
-          f"{metrics['test_hits@50']:8.4f}   {took:.0f} s, best epoch {metrics['epoch']}")  # fmt: skip
+          f"{metrics['test_hits@50']:8.4f}   {took:.0f} s, best epoch {metrics.get('epoch', '-')}")  # fmt: skip
     print(f"{'Adamic-Adar over 3-hop paths (training graph)':60s} {heuristic['test_auc']:9.4f} "
           f"{heuristic['test_mrr']:7.4f} {heuristic['test_hits@50']:8.4f}")  # fmt: skip
     print(f"load average after: {os.getloadavg()[0]:.2f}")

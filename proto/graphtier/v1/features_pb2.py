@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgraphtier/v1/features.proto\x12\x0cgraphtier.v1\"\x7f\n\x10\x46\x65tchRowsRequest\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06nnodes\x18\x03 \x01(\r\x12\x12\n\nowner_rank\x18\x04 \x01(\r\x12\x17\n\x0freplicated_rows\x18\x05 \x01(\x04\x12\x0c\n\x04rows\x18\x06 \x03(\x03\"4\n\x11\x46\x65tchRowsResponse\x12\x11\n\trow_bytes\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32^\n\x0e\x46\x65\x61tureService\x12L\n\tFetchRows\x12\x1e.graphtier.v1.FetchRowsRequest\x1a\x1f.graphtier.v1.FetchRowsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgraphtier/v1/features.proto\x12\x0cgraphtier.v1\"\x92\x01\n\x10\x46\x65tchRowsRequest\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06nnodes\x18\x03 \x01(\r\x12\x12\n\nowner_rank\x18\x04 \x01(\r\x12\x17\n\x0freplicated_rows\x18\x05 \x01(\x04\x12\x0c\n\x04rows\x18\x06 \x03(\x03\x12\x11\n\tnode_type\x18\x07 \x01(\t\"4\n\x11\x46\x65tchRowsResponse\x12\x11\n\trow_bytes\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32^\n\x0e\x46\x65\x61tureService\x12L\n\tFetchRows\x12\x1e.graphtier.v1.FetchRowsRequest\x1a\x1f.graphtier.v1.FetchRowsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graphtier.v1.features_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FETCHROWSREQUEST']._serialized_start=45
-  _globals['_FETCHROWSREQUEST']._serialized_end=172
-  _globals['_FETCHROWSRESPONSE']._serialized_start=174
-  _globals['_FETCHROWSRESPONSE']._serialized_end=226
-  _globals['_FEATURESERVICE']._serialized_start=228
-  _globals['_FEATURESERVICE']._serialized_end=322
+  _globals['_FETCHROWSREQUEST']._serialized_start=46
+  _globals['_FETCHROWSREQUEST']._serialized_end=192
+  _globals['_FETCHROWSRESPONSE']._serialized_start=194
+  _globals['_FETCHROWSRESPONSE']._serialized_end=246
+  _globals['_FEATURESERVICE']._serialized_start=248
+  _globals['_FEATURESERVICE']._serialized_end=342
 # @@protoc_insertion_point(module_scope)

@@ -34,7 +34,12 @@ class FeatureServicer(features_pb2_grpc.FeatureServiceServicer):
                 "node of a partitioned job (nnodes >= 2)"
             )
         key = PartitionKey(
-            request.dataset, request.version, request.nnodes, request.owner_rank, request.replicated_rows
+            request.dataset,
+            request.version,
+            request.nnodes,
+            request.owner_rank,
+            request.replicated_rows,
+            request.node_type,
         )
         row_bytes, data = self.copies.fetch(key, np.asarray(request.rows, dtype=np.int64))
         return features_pb2.FetchRowsResponse(row_bytes=row_bytes, data=data)

@@ -8,6 +8,9 @@ of the same dataset version share one copy; it is unlinked when the last of them
 The copy is what the node's producers gather from and what `FetchRows` serves to the job's
 other nodes: read-only, only rows this node owns (a replicated row is never fetched: every
 node holds it), only partitions a running part holds, and never a reply over the message limit.
+A typed dataset's featured node types are split each on its own, from their `features.<type>.npy`
+in type-local ids: one copy per type (`replicate` applies to each type's rows), fetched by naming
+the type.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,10 +54,12 @@ class PartitionKey:
     nnodes: int
     node_rank: int
     replicated_rows: int
+    node_type: str = ""  # a typed dataset's node type; "": its one feature table
 
     def describe(self) -> str:
+        of = f" {self.node_type} rows" if self.node_type else ""
         return (
-            f"{self.dataset}@{self.version[:12]} node {self.node_rank} of {self.nnodes}, "
+            f"{self.dataset}@{self.version[:12]}{of} node {self.node_rank} of {self.nnodes}, "
             f"{self.replicated_rows} replicated rows"
         )
 
@@ -82,9 +88,18 @@ class PartitionCopies:
         self._timers: list[threading.Timer] = []
 
     def acquire(
-        self, job_id: str, dataset: str, version: str, *, nnodes: int, node_rank: int, replicate: str
+        self,
+        job_id: str,
+        dataset: str,
+        version: str,
+        *,
+        nnodes: int,
+        node_rank: int,
+        replicate: str,
+        node_type: str = "",
     ) -> PartitionCopy:
-        """This node's copy for job `job_id` (made now unless another part holds the same one)."""
+        """This node's copy for job `job_id` (made now unless another part holds the same one); of
+        `node_type`'s rows for a typed dataset."""
         directory = self.dataset_root / dataset
         found = dataset_version(directory)
         if found is None:
@@ -93,12 +108,11 @@ class PartitionCopies:
             raise DaemonError(f"dataset {dataset!r} here is version {found[:16]}, the job trains on {version[:16]}")
         with self._lock:
             prepared = PreparedDataset.open(dataset, self.dataset_root)
-            features = prepared.features
-            if features is None:
-                raise DaemonError(f"dataset {dataset!r} has no features to partition")
+            features = _feature_table(prepared, node_type)
             num_rows = int(features.shape[0])
             row_bytes = int(features[0].numel() * features.element_size()) if num_rows else 0
-            key = PartitionKey(dataset, found, nnodes, node_rank, replicated_rows(num_rows, replicate, row_bytes))
+            replicated = replicated_rows(num_rows, replicate, row_bytes)
+            key = PartitionKey(dataset, found, nnodes, node_rank, replicated, node_type)
             copy = self._copies.get(key)
             if copy is None:
                 copy = self._make(key, prepared, features)
@@ -107,10 +121,16 @@ class PartitionCopies:
             return copy
 
     def for_part(
-        self, job_id: str, spec: JobSpec, placement: JobPlacementInfo | None, access: FetchAccess | None
-    ) -> PartitionedFeatures | None:
+        self,
+        job_id: str,
+        spec: JobSpec,
+        placement: JobPlacementInfo | None,
+        access: FetchAccess | None,
+        node_types: Sequence[str] = (),
+    ) -> PartitionedFeatures | dict[str, PartitionedFeatures] | None:
         """A partitioned job's part: this node's copy (made now, before any rank of any node can ask for
-        it), as the part's producers find every row; None for replicated features."""
+        it), as the part's producers find every row; for a typed dataset (`node_types`: its featured
+        types) one copy per type, by type; None for replicated features."""
         if spec.features != "partitioned":
             return None
         if access is None:
@@ -120,24 +140,29 @@ class PartitionCopies:
                 f"job spec: features 'partitioned' needs a multi-node job whose placement lists "
                 f"every node's address (got {placement!r:.200})"
             )
-        copy = self.acquire(
-            job_id,
-            spec.dataset,
-            placement.dataset_version,
-            nnodes=placement.nnodes,
-            node_rank=placement.node_rank,
-            replicate=spec.replicate,
-        )
-        return PartitionedFeatures(
-            partition=copy.partition,
-            local=copy.ref,
-            peers=list(placement.node_addresses),
-            dataset=copy.key.dataset,
-            version=copy.key.version,
-            token_file=access.token_file,
-            ca_file=access.ca_file,
-            timeout_s=max(60.0, placement.peer_timeout_s),
-        )
+        typed = {}
+        for node_type in node_types or [""]:
+            copy = self.acquire(
+                job_id,
+                spec.dataset,
+                placement.dataset_version,
+                nnodes=placement.nnodes,
+                node_rank=placement.node_rank,
+                replicate=spec.replicate,
+                node_type=node_type,
+            )
+            typed[node_type] = PartitionedFeatures(
+                partition=copy.partition,
+                local=copy.ref,
+                peers=list(placement.node_addresses),
+                dataset=copy.key.dataset,
+                version=copy.key.version,
+                token_file=access.token_file,
+                ca_file=access.ca_file,
+                timeout_s=max(60.0, placement.peer_timeout_s),
+                node_type=node_type or None,
+            )
+        return typed if node_types else typed[""]
 
     def _make(self, key: PartitionKey, prepared: PreparedDataset, features: torch.Tensor) -> PartitionCopy:
         t0 = time.perf_counter()
@@ -151,7 +176,8 @@ class PartitionCopies:
         row_bytes = int(table[0].numel() * table.element_size()) if table.shape[0] else 0
         owner = SegmentOwner()
         try:
-            label = f"{re.sub(r'[^A-Za-z0-9_-]', '_', key.dataset)[:40]}-part{key.node_rank}of{key.nnodes}"
+            named = f"{key.dataset}-{key.node_type}" if key.node_type else key.dataset
+            label = f"{re.sub(r'[^A-Za-z0-9_-]', '_', named)[:40]}-part{key.node_rank}of{key.nnodes}"
             segment, local = owner.create_tensor(label, (partition.local_rows, *table.shape[1:]), table.dtype)
             r = key.replicated_rows
             local[:r].copy_(table[:r])
@@ -244,3 +270,22 @@ class PartitionCopies:
             for copy in self._copies.values():
                 copy.owner.close()
             self._copies.clear()
+
+
+def _feature_table(prepared: PreparedDataset, node_type: str) -> torch.Tensor:
+    """The rows to partition: the dataset's feature table, or a typed dataset's rows of `node_type`;
+    DaemonError naming what is missing."""
+    schema = prepared.manifest.hetero
+    if not node_type:
+        if schema is not None:
+            raise DaemonError(f"dataset {prepared.name!r} is typed: its rows are partitioned per node type")
+        if prepared.features is None:
+            raise DaemonError(f"dataset {prepared.name!r} has no features to partition")
+        return prepared.features
+    featured = [t.name for t in schema.node_types if t.feature_array] if schema is not None else []
+    if node_type not in featured:
+        raise DaemonError(
+            f"dataset {prepared.name!r} has no feature rows of node type {node_type!r} to partition "
+            f"(featured types: {', '.join(featured) or 'none'})"
+        )
+    return prepared.array(schema.type_named(node_type).feature_array)

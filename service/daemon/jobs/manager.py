@@ -14,7 +14,6 @@ of a multi-node job (`submit_part`) is a job like any other plus its `PartHooks`
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -52,7 +51,6 @@ from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
 from graphtier.service.daemon.jobs.notes import (
     check_link_dataset,
     check_typed_job,
-    refuse_typed_link_job,
     spec_notes,
 )
 from graphtier.service.daemon.jobs.progress import ProgressTracker
@@ -222,9 +220,6 @@ class JobManager:
                 "fractions (--train-fraction/--val-fraction/--test-fraction, --split-seed), or --default-split "
                 "to accept it"
             )
-        if spec.task == "link":
-            with contextlib.suppress(PreparedDatasetError):  # no readable dataset: loading it says why
-                refuse_typed_link_job(spec, read_manifest(self.datasets.root / spec.dataset))
         if spec.budgets is None and spec.dataset in {d.name for d in self.datasets.loaded()}:
             loaded = self.datasets.layout(spec.dataset)  # no budgets asked: share the copy as it is placed
         elif spec.budgets is None and spec.features == "partitioned" and hooks is not None:
@@ -256,7 +251,9 @@ class JobManager:
             if launch is None
             else ExternalAgent(launch, job_dir, spec.nproc_per_node, lambda ranks: self._ranks_done(job_id, ranks))
         )
-        partition = self.partitions.for_part(job_id, spec, part.placement if part else None, self.fetch_access)
+        partition = self.partitions.for_part(
+            job_id, spec, part.placement if part else None, self.fetch_access, list(loaded.handle.typed_features)
+        )
         runner = JobRunner(
             job_id,
             spec,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from graphtier.contract.errors import DaemonError, InvalidRequestError, SamplingError
 from graphtier.contract.jobs.spec import TYPED_MODELS, JobSpec
 from graphtier.service.prepared.edge_split import link_array
-from graphtier.service.prepared.manifest import DatasetManifest
 from graphtier.service.store import SharedDatasetHandle
 
 
@@ -26,7 +25,8 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     train = handle.link_pairs.get(link_array("train")) if spec.task == "link" else handle.splits.get("train")
     num_train = train.shape[0] if train is not None and train.shape else 0
     what = "train edges" if spec.task == "link" else "ids"
-    if spec.task == "link" and handle.resident_features is None and handle.storage_features is None:
+    featureless = handle.resident_features is None and handle.storage_features is None and handle.hetero is None
+    if spec.task == "link" and featureless:  # a typed dataset's rows are per type (its featureless types: below)
         notes.append(
             f"dataset {handle.dataset!r} has no node features: the job learns a {spec.hidden}-wide embedding per "
             f"node ({handle.plan.num_nodes:,} rows), gathered per batch and updated sparsely"
@@ -71,17 +71,6 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     return notes
 
 
-def refuse_typed_link_job(spec: JobSpec, manifest: DatasetManifest) -> None:
-    """A link job on a typed dataset: InvalidRequestError naming the way that trains its target
-    relation (`examples/typed_link.py` under torchrun); a link job's producers sample one edge type."""
-    if manifest.hetero is not None:
-        raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is a typed graph: `job submit --task link` trains one edge type; train its "
-            f"target relation with `torchrun --nproc-per-node {spec.nproc_per_node} examples/typed_link.py "
-            f"--dataset {spec.dataset}`"
-        )
-
-
 def check_link_dataset(spec: JobSpec, handle: SharedDatasetHandle) -> None:
     """A link-prediction job needs the dataset's edge split; DaemonError saying how to make one."""
     missing = [
@@ -115,15 +104,10 @@ def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} is typed ({len(schema.node_types)} node types, {len(schema.relations)} "
             f"relations): model {spec.model} takes one node type; use model rgcn or hgt"
         )
-    if spec.task != "node" or spec.device != "cpu" or spec.sampler != "cpu":
+    if spec.device != "cpu" or spec.sampler != "cpu":
         raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: its jobs run node classification on the cpu "
-            f"(got task {spec.task}, device {spec.device}, sampler {spec.sampler})"
-        )
-    if spec.features == "partitioned":
-        raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: features 'partitioned' is not served for it (its rows are tiered "
-            "per node type, and peers serve rows of one homogeneous table); use features 'replicated'"
+            f"dataset {spec.dataset!r} is typed: its batches are sampled and gathered on the cpu "
+            f"(got device {spec.device}, sampler {spec.sampler})"
         )
     try:
         schema.relation_fanouts(spec.relation_fanouts or spec.fanouts)

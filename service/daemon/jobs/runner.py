@@ -207,7 +207,7 @@ class JobRunner:
         stall_timeout_s: float = 60.0,
         placement: JobPlacementInfo | None = None,
         external: ExternalAgent | None = None,
-        partition: PartitionedFeatures | None = None,
+        partition: PartitionedFeatures | dict[str, PartitionedFeatures] | None = None,
         device_memory: DeviceMemoryMode = "ipc",
         gpu_share: GpuShare | None = None,
         storage_buffer_bytes: int | None = None,
@@ -218,7 +218,7 @@ class JobRunner:
         self.device_memory = device_memory  # how a cuda job's device slots are shared with its ranks
         self.gpu_share = gpu_share  # MPS or a grid cap for the producers (service/daemon/jobs/mps.py)
         self.placement, self.external = placement, external
-        self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons
+        self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons (by type: typed)
         self.lazy_producers = placement is not None or external is not None
         self.failure = ""  # set by fail(): the job ends FAILED with it
         self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
@@ -268,7 +268,8 @@ class JobRunner:
             storage_reads=self.spec.storage_reads,
             window=self.spec.window,
             storage_buffer_bytes=self.storage_buffer_bytes,
-            partition=self.partition,
+            partition=self.partition if not isinstance(self.partition, dict) else None,
+            typed_partitions=self.partition if isinstance(self.partition, dict) else {},
             link=(
                 LinkBatches(negatives=self.spec.negatives, negative_sampling=self.spec.negative_sampling)
                 if self.spec.task == "link"

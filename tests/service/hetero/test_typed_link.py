@@ -1,35 +1,26 @@
 """Link prediction on a typed graph's target relation: the split made at prepare (val and test edges
-out of message passing both ways, negatives of the right types) and an R-GCN learning ACM's
-paper-subject links well above chance."""
+out of message passing both ways, negatives of the right types), the producers' sampler keeping the
+relation's types, and the typed link model (HGT here; R-GCN by 2 torchrun ranks of a built-in job in
+tests/service/daemon/jobs/test_daemon_link_jobs.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from graphtier.contract.errors import DatasetSourceError, PreparedDatasetError
-from graphtier.launcher.runtime.typed_link import TypedLinkBatches
+from graphtier.contract.errors import DatasetSourceError, PreparedDatasetError, SamplingError
+from graphtier.launcher.runtime.typed_link import TypedLinkBatches, TypedLinkModel, evaluate_typed_links, link_loss
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.prepared.edge_split import EdgeSplitSpec, link_array
+from graphtier.service.sampling.link import LinkSampler, TypedLinkSubgraph, pair_end_types
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 
-TARGET = "paper-has_subject-subject"
+TARGET = "paper-has_subject-subject"  # tests/conftest.py's acm_link
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-
-
-@pytest.fixture(scope="module")
-def acm_link(shared_datasets, prepared_root) -> PreparedDataset:
-    source = shared_datasets / "ogb_hetero_acm"
-    if not source.is_dir():
-        pytest.skip(f"{source} not found")
-    spec = EdgeSplitSpec.parse("0.85,0.05,0.10", eval_negatives=5000, target_relation=TARGET)
-    prepare_dataset(PrepareConfig(source=f"ogb:{source}", name="acm-link", root=prepared_root, edge_split=spec))
-    return PreparedDataset(prepared_root / "acm-link")
 
 
 def _edge_keys(dataset: PreparedDataset, relation: int) -> torch.Tensor:
@@ -82,22 +73,44 @@ def test_batches_pair_train_edges_with_corrupted_tails(acm_link):
     assert loader.link_steps_per_epoch() == 14
 
 
-def test_two_torchrun_ranks_learn_paper_subject_links(acm_link, tmp_path):
-    """examples/typed_link.py under real torchrun (2 gloo ranks, DDP, embeddings summed over ranks)."""
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "--log-dir", str(tmp_path / "torchelastic"), str(EXAMPLES / "typed_link.py"),
-        "--dataset", "acm-link", "--root", str(acm_link.directory.parent),
-        "--epochs", "1", "--fanout", "5;5", "--hidden", "32",
-    ]  # fmt: skip
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["ranks"] == 2 and result["relation"] == TARGET
-    assert {f"{s}_{m}" for s in ("val", "test") for m in ("auc", "mrr", "hits@50")} <= set(result)
-    assert result["test_auc"] >= 0.8, result
+def test_link_sampler_draws_negatives_of_the_relation_types(acm_link):
+    """The producers' sampler on a typed graph: uniform negatives pair a paper with a subject, and the
+    batch is a typed sample of all endpoints with the pairs over its seeds."""
+    schema = acm_link.manifest.hetero
+    train = acm_link.array(link_array("train"))
+    typed = TypedNeighborSampler(acm_link.graph, acm_link.array("edge_type"), schema, ["5", "5"])
+    sampler = LinkSampler(typed, train, schema.num_nodes, negatives=3, negative_sampling="uniform")
+    sub = sampler.sample(torch.arange(64), seed=7)
+    assert isinstance(sub, TypedLinkSubgraph) and sub.num_positive == 64 and sub.num_pairs == 4 * 64
+    pairs = sub.node_ids[sub.pairs]
+    assert torch.equal(pairs[:64], train[:64])
+    paper, subject = schema.type_named("paper"), schema.type_named("subject")
+    for column, kind in ((0, paper), (1, subject)):
+        ids = pairs[64:, column]
+        assert bool(((ids >= kind.offset) & (ids < kind.offset + kind.count)).all())
+    assert sub.num_seeds == torch.unique(pairs).numel() and sub.num_relations == len(schema.relations)
+    with pytest.raises(SamplingError, match=r"the pairs' tails are of types \['paper', 'subject'\]"):
+        pair_end_types(schema, torch.tensor([[paper.offset, subject.offset], [paper.offset, paper.offset]]))
+
+
+def test_hgt_link_model_trains_and_evaluates_in_process(acm_link):
+    """`TypedLinkModel` with the HGT encoder: a few steps lower the loss, and the evaluation reports
+    every split's AUC, MRR and Hits@50."""
+    torch.manual_seed(0)
+    loader = TypedLinkBatches(acm_link, ["3", "3"], 256, eval_fanouts=["3", "3"], eval_batch_size=2048)
+    model = TypedLinkModel(acm_link.manifest.hetero, 16, 2, model="hgt", heads=2, decoder="mlp", dropout=0.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for item in loader.pairs_epoch(0):
+        loss = link_loss(model, item)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    assert sum(losses[-3:]) < sum(losses[:3]), losses
+    metrics = evaluate_typed_links(model, loader)
+    assert sorted(metrics) == sorted(f"{s}_{m}" for s in ("val", "test") for m in ("auc", "mrr", "hits@50"))
+    assert metrics["test_auc"] > 0.6, metrics
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import torch
 from cluster_nodes import wait_for
 
 from graphtier.contract.jobs.spec import JobSpec
@@ -310,3 +311,35 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
         with a.client() as client:
             client.cancel_job(job.job_id, "test done")
             _final(client, job.job_id)
+
+
+def test_typed_rows_are_partitioned_per_node_type(prepared_acm):
+    """A typed dataset's partition copies: one per featured node type, of its type-local rows, served by
+    naming the type; a type without features, or no type at all, is refused naming why."""
+    from graphtier.contract.errors import DaemonError, UnknownDatasetError
+    from graphtier.service.daemon.datasets.partitions import PartitionCopies, PartitionKey
+    from graphtier.service.prepared.digests import dataset_version
+
+    root, version = prepared_acm.directory.parent, dataset_version(prepared_acm.directory)
+    papers = prepared_acm.array(prepared_acm.manifest.hetero.type_named("paper").feature_array)
+    copies = PartitionCopies(root)
+    try:
+        copy = copies.acquire("j1", "acm", version, nnodes=2, node_rank=1, replicate="10%", node_type="paper")
+        part = copy.partition
+        assert (part.num_rows, part.replicated_rows) == (papers.shape[0], papers.shape[0] // 10)
+        assert copy.key.node_type == "paper" and copy.row_bytes == papers.shape[1] * 4
+        own = part.owned_ids()[:3]
+        row_bytes, data = copies.fetch(copy.key, own)
+        assert row_bytes == copy.row_bytes and data == papers[torch.from_numpy(own)].contiguous().numpy().tobytes()
+        untyped = PartitionKey("acm", version, 2, 1, part.replicated_rows)
+        with pytest.raises(UnknownDatasetError, match="holds no partition acm@"):
+            copies.fetch(untyped, own)
+        for node_type, problem in (
+            ("author", r"no feature rows of node type 'author' to partition \(featured types: paper\)"),
+            ("", "is typed: its rows are partitioned per node type"),
+        ):
+            with pytest.raises(DaemonError, match=problem):
+                copies.acquire("j1", "acm", version, nnodes=2, node_rank=1, replicate="10%", node_type=node_type)
+    finally:
+        copies.release("j1")
+    assert copies.held() == []
