@@ -142,15 +142,19 @@ class PartitionCopies:
             )
         typed = {}
         for node_type in node_types or [""]:
-            copy = self.acquire(
-                job_id,
-                spec.dataset,
-                placement.dataset_version,
-                nnodes=placement.nnodes,
-                node_rank=placement.node_rank,
-                replicate=spec.replicate,
-                node_type=node_type,
-            )
+            try:
+                copy = self.acquire(
+                    job_id,
+                    spec.dataset,
+                    placement.dataset_version,
+                    nnodes=placement.nnodes,
+                    node_rank=placement.node_rank,
+                    replicate=spec.replicate,
+                    node_type=node_type,
+                )
+            except BaseException:
+                self.release(job_id)  # the types' copies made so far: the job does not start
+                raise
             typed[node_type] = PartitionedFeatures(
                 partition=copy.partition,
                 local=copy.ref,

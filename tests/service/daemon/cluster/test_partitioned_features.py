@@ -340,6 +340,26 @@ def test_typed_rows_are_partitioned_per_node_type(prepared_acm):
         ):
             with pytest.raises(DaemonError, match=problem):
                 copies.acquire("j1", "acm", version, nnodes=2, node_rank=1, replicate="10%", node_type=node_type)
+        # a part whose second type cannot be partitioned keeps none of the copies made for it
+        from graphtier.contract.jobs.spec import JobSpec
+        from graphtier.contract.jobs.view import JobPlacementInfo
+        from graphtier.service.daemon.datasets.partitions import FetchAccess
+
+        spec = JobSpec(dataset="acm", fanouts=[5], nnodes=2, features="partitioned")
+        placement = JobPlacementInfo(
+            nnodes=2,
+            node_rank=1,
+            rdzv_endpoint="127.0.0.1:1",
+            rdzv_id="r",
+            coordinator="127.0.0.1:1",
+            coordinator_job_id="1",
+            local_addr="127.0.0.1",
+            dataset_version=version,
+            node_addresses=["127.0.0.1:1", "127.0.0.1:2"],
+        )
+        access = FetchAccess(token_file=root / "token", ca_file=None)
+        with pytest.raises(DaemonError, match="node type 'author'"):
+            copies.for_part("j2", spec, placement, access, ["paper", "author"])
     finally:
         copies.release("j1")
-    assert copies.held() == []
+    assert copies.held() == []  # j2's paper copy too
