@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
-from graphtier.contract.link import DEFAULT_HITS_K, DecoderKind
+from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS, DecoderKind
 from graphtier.launcher.runtime.link_eval import auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
 from graphtier.launcher.runtime.local_batches import _ceil_div, batch_seed
@@ -120,6 +120,11 @@ class TypedLinkModel(nn.Module):
         dropout: float = 0.5,
     ) -> None:
         super().__init__()
+        if decoder in PAIR_FEATURE_DECODERS:
+            raise ValueError(
+                f"the {decoder} decoder reads common-neighbour features of a graph with one edge type; "
+                "a typed graph's target relation is scored by the dot or mlp decoder"
+            )
         self.hidden = hidden
         self.encoder = RGCN(schema, hidden, hidden, layers, dropout=dropout)
         self.decoder = build_decoder(decoder, hidden)
