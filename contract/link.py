@@ -10,8 +10,9 @@ from typing import Literal
 
 TaskKind = Literal["node", "link"]
 NegativeSampling = Literal["uniform", "corrupt-tail"]
-DecoderKind = Literal["dot", "mlp", "mlp+cn"]
-PAIR_FEATURE_DECODERS: frozenset[str] = frozenset({"mlp+cn"})  # decoders that read a pair's common-neighbour features
+DecoderKind = Literal["dot", "mlp", "mlp+cn", "mlp+cn+aa"]
+PAIR_FEATURE_DECODERS: frozenset[str] = frozenset({"mlp+cn", "mlp+cn+aa"})  # read a pair's common-neighbour features
+CALIBRATED_DECODERS: frozenset[str] = frozenset({"mlp+cn+aa"})  # weigh a heuristic by validation Hits@K at evaluation
 
 DEFAULT_EVAL_NEGATIVES = 100_000  # ogbl-collab: every positive is ranked against one pool of 100k random pairs
 DEFAULT_HITS_K = 50  # ogbl-collab's Hits@50

@@ -57,7 +57,7 @@ from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
-from graphtier.contract.link import PAIR_FEATURE_DECODERS
+from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.attach import attach_spec, launch_identity, sized_for_launch
 from graphtier.launcher.runtime.batch import DeviceBatch, on_device, seed_logits
@@ -66,7 +66,7 @@ from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
 from graphtier.launcher.runtime.link_eval import evaluate_links
 from graphtier.launcher.runtime.link_loop import run_link_training
-from graphtier.launcher.runtime.link_model import NodeEmbeddings
+from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.models import build_typed_model
 from graphtier.launcher.runtime.reporter import ProgressReporter
@@ -408,7 +408,7 @@ class Job:
         self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None
     ) -> dict[str, float]:
         every_neighbour = [-1] * len(self.spec.fanouts)  # exact embeddings, as full-batch inference computes them
-        return evaluate_links(
+        metrics = evaluate_links(
             model,
             self.data,
             every_neighbour,
@@ -418,6 +418,16 @@ class Job:
             self.spec.seed,
             structure=self._pair_structure,
         )
+        decoder = getattr(getattr(model, "module", model), "decoder", None)
+        if isinstance(decoder, ResidualAdamicAdarDecoder) and ctx.rank == 0:
+            c, k = decoder.calibration, DEFAULT_HITS_K
+            print(
+                f"{self.spec.decoder} decoder: Adamic-Adar weighed {c['weight']:g} by validation Hits@{k} "
+                f"{c[f'val_hits@{k}']:.4f} (AUC {c['val_auc']:.4f}; without it {c[f'learned_val_hits@{k}']:.4f}, "
+                f"AUC {c['learned_val_auc']:.4f})",
+                flush=True,
+            )
+        return metrics
 
     # The end
 

@@ -227,8 +227,9 @@ def submit(
     decoder: Annotated[
         str | None,
         typer.Option(
-            help="link: dot (default: dot product of the embeddings), mlp, or mlp+cn (an MLP also fed the "
-            "pair's common neighbours, Adamic-Adar and resource allocation over the training graph)",
+            help="link: dot (default: dot product of the embeddings), mlp, mlp+cn (an MLP also fed the "
+            "pair's common neighbours, Adamic-Adar and resource allocation over the training graph), or "
+            "mlp+cn+aa (mlp+cn plus the pair's Adamic-Adar, weighted by validation Hits@50)",
         ),
     ] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,

@@ -17,12 +17,19 @@ past the one all-reduce.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
 from graphtier.contract.link import DEFAULT_HITS_K, DEFAULT_MRR_NEGATIVES
 from graphtier.launcher.runtime.distributed import DistContext
-from graphtier.launcher.runtime.link_model import LinkModel, NodeEmbeddings
+from graphtier.launcher.runtime.link_model import (
+    CALIBRATION_WEIGHTS,
+    LinkModel,
+    NodeEmbeddings,
+    ResidualAdamicAdarDecoder,
+)
 from graphtier.service.gather import tiered_gather
 from graphtier.service.graph.common_neighbours import PairStructure
 from graphtier.service.pipeline.batch import blocks_to
@@ -96,6 +103,37 @@ def node_embeddings(
 
 
 @torch.no_grad()
+def calibrate(
+    decoder: ResidualAdamicAdarDecoder, learned: Tensor, pair_features: Tensor, num_positive: int, hits_k: int
+) -> float:
+    """Set the decoder's Adamic-Adar weight from validation pairs (`learned` scores, positives first)
+    and return it: the largest of `CALIBRATION_WEIGHTS` whose scores `learned + weight *
+    log1p(Adamic-Adar)` give a Hits@K within one standard error of the best weight's (the
+    one-standard-error rule: the heuristic's order is the prior, left only for a gain the
+    validation edges can tell from noise). The decoder's `calibration` keeps the figures at that
+    weight and at 0."""
+    learned = learned.double().cpu()
+    heuristic = decoder.adamic_adar(pair_features).double().cpu()
+    figures = {}
+    for weight in CALIBRATION_WEIGHTS:
+        combined = learned + weight * heuristic
+        positive, negative = combined[:num_positive], combined[num_positive:]
+        figures[weight] = (hits_at_k(positive, negative, hits_k), auc(positive, negative))
+    best = max(hits for hits, _ in figures.values())
+    standard_error = math.sqrt(best * (1 - best) / num_positive)
+    weight = max(w for w, (hits, _) in figures.items() if hits >= best - standard_error)
+    decoder.calibrated_weight.fill_(weight)
+    decoder.calibration = {
+        "weight": weight,
+        f"val_hits@{hits_k}": figures[weight][0],
+        "val_auc": figures[weight][1],
+        f"learned_val_hits@{hits_k}": figures[0.0][0],
+        "learned_val_auc": figures[0.0][1],
+    }
+    return weight
+
+
+@torch.no_grad()
 def link_metrics(
     model: LinkModel,
     z: Tensor,
@@ -112,6 +150,15 @@ def link_metrics(
     def score(pairs: Tensor) -> Tensor:
         features = structure.features(pairs) if model.reads_pair_features and structure is not None else None
         return model.score(z, pairs.to(z.device), features).float().cpu()
+
+    decoder = model.decoder
+    if isinstance(decoder, ResidualAdamicAdarDecoder) and data.link_pairs[link_array("val")].shape[0]:
+        positives, negatives = data.link_pairs[link_array("val")], data.link_pairs[link_array("val", negative=True)]
+        pairs = torch.cat([positives, negatives])
+        decoder.calibrated_weight.fill_(0.0)  # in eval mode: the learned score alone
+        assert structure is not None  # the decoder reads pair features
+        features = structure.features(pairs)
+        calibrate(decoder, model.score(z, pairs.to(z.device), features), features, positives.shape[0], hits_k)
 
     results: dict[str, float] = {}
     for split in splits:

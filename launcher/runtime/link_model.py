@@ -4,9 +4,11 @@
 the built-in GNNs, its input rows scaled to unit length first (as PyG's link example normalises
 Cora's features: unscaled bag-of-words rows make the first dot products so large that the
 sigmoid saturates and nothing is learned), and scores each pair: `dot` (the dot product of the two embeddings), `mlp`
-(an MLP over their element-wise product, as OGB's link examples) or `mlp+cn` (that MLP fed also the
+(an MLP over their element-wise product, as OGB's link examples), `mlp+cn` (that MLP fed also the
 pair's common-neighbour features, `PairStructure`: the overlap of the two neighbourhoods that two
-independent embeddings cannot express, and on which Adamic-Adar beats plain GNNs). A graph without features
+independent embeddings cannot express, and on which Adamic-Adar beats plain GNNs) or `mlp+cn+aa`
+(mlp+cn, and at evaluation that score plus the pair's Adamic-Adar weighted by the weight with the
+best validation Hits@K, so the model ranks at least about as well as the heuristic). A graph without features
 trains `NodeEmbeddings` instead, as WholeGraph's distributed embeddings do: the rows of a
 batch's nodes are gathered as its input, their gradients scattered back to those rows only,
 and a row-wise (lazy) Adam updates just the rows a batch touched. The table is one
@@ -79,7 +81,43 @@ class StructuralMLPDecoder(nn.Module):
         return self.layers(torch.cat([left * right, structure], dim=-1)).squeeze(-1)
 
 
+# the Adamic-Adar weights `ResidualAdamicAdarDecoder` is calibrated over at evaluation: none, then 1/8 to 4096
+# doubling, the top large enough that Adamic-Adar orders the pairs and the learned score only breaks its ties
+CALIBRATION_WEIGHTS = (0.0, *(2.0**power for power in range(-3, 13)))
+
+
+class ResidualAdamicAdarDecoder(StructuralMLPDecoder):
+    """At evaluation, score(u, v) = mlp+cn's score + w * log1p(Adamic-Adar(u, v)), w >= 0 calibrated.
+
+    Training is mlp+cn's (BCE on one negative per edge, the embedding-only head beside it): w is
+    not trained, as a loss over so few negatives says nothing about ranking a positive above all
+    but K of many random pairs. Evaluation (`link_eval.calibrate`) sets `calibrated_weight` to a
+    weight of `CALIBRATION_WEIGHTS` by validation Hits@K: from 0 (the learned score alone) to
+    weights at which the heuristic orders pairs and the learned score only breaks its ties, where
+    Hits@K is at least about the heuristic's own; `calibration` keeps what was measured.
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__(width)
+        self.register_buffer("calibrated_weight", torch.tensor(0.0))
+        self.calibration: dict[str, float] = {}  # the latest calibration's figures (see link_eval.calibrate)
+
+    def forward(self, left: Tensor, right: Tensor, pair_features: Tensor | None = None) -> Tensor:
+        learned = super().forward(left, right, pair_features)
+        if self.training:
+            return learned
+        assert pair_features is not None  # the super call refuses None
+        return learned + self.calibrated_weight * self.adamic_adar(pair_features).to(learned.device, learned.dtype)
+
+    @staticmethod
+    def adamic_adar(pair_features: Tensor) -> Tensor:
+        """log1p(Adamic-Adar) of each pair, from `PairStructure.features`."""
+        return pair_features[:, PAIR_FEATURE_NAMES.index("adamic_adar")]
+
+
 def build_decoder(kind: DecoderKind, width: int) -> nn.Module:
+    if kind == "mlp+cn+aa":
+        return ResidualAdamicAdarDecoder(width)
     if kind == "mlp+cn":
         return StructuralMLPDecoder(width)
     return MLPDecoder(width) if kind == "mlp" else DotDecoder()
@@ -116,13 +154,13 @@ class LinkModel(nn.Module):
     ) -> Tensor:
         """[P] logits of `pairs` (seed local ids) from the batch's blocks and input rows (and, for a
         decoder that `reads_pair_features`, the pairs' `PairStructure.features`). `auxiliary`, for
-        the mlp+cn decoder: [2, P], the logits and its embedding-only head's, both to train."""
+        the mlp+cn and mlp+cn+aa decoders: [2, P], the logits and the embedding-only head's, both to train."""
         h = self.embed(blocks, x)
         logits = self.score(h, pairs, pair_features)
         if not auxiliary:
             return logits
         if not isinstance(self.decoder, StructuralMLPDecoder):
-            raise ValueError("only the mlp+cn decoder has an auxiliary head")
+            raise ValueError("only the mlp+cn and mlp+cn+aa decoders have an auxiliary head")
         head = self.decoder.embedding_only
         return torch.stack([logits, head(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))])
 

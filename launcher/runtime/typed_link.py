@@ -142,7 +142,10 @@ class TypedLinkModel(nn.Module):
     ) -> None:
         super().__init__()
         if decoder in PAIR_FEATURE_DECODERS:
-            raise GraphtierError(f"a typed link model scores pairs from their embeddings alone, not with {decoder!r}")
+            raise ValueError(
+                f"the {decoder} decoder reads common-neighbour features of a graph with one edge type; "
+                "a typed graph's target relation is scored by the dot or mlp decoder"
+            )
         self.hidden = hidden
         self.encoder = build_typed_model(model, schema, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)

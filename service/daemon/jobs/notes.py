@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from graphtier.contract.errors import DaemonError, InvalidRequestError, SamplingError
 from graphtier.contract.jobs.spec import TYPED_MODELS, JobSpec
+from graphtier.contract.link import CALIBRATED_DECODERS, DEFAULT_HITS_K
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.store import SharedDatasetHandle
 
@@ -80,6 +81,12 @@ def check_link_dataset(spec: JobSpec, handle: SharedDatasetHandle) -> None:
         raise DaemonError(
             f"dataset {spec.dataset!r} has no edge split ({', '.join(missing)} missing): task 'link' trains on one; "
             f"prepare it with `graphtier dataset prepare SOURCE --name {spec.dataset} --edge-split 0.85,0.05,0.10`"
+        )
+    if spec.decoder in CALIBRATED_DECODERS and not handle.link_pairs[link_array("val")].shape[0]:
+        raise DaemonError(
+            f"the {spec.decoder} decoder weighs Adamic-Adar by validation Hits@{DEFAULT_HITS_K}, and dataset "
+            f"{spec.dataset!r} has no validation edges; prepare it with a validation share "
+            "(--edge-split 0.85,0.05,0.10) or use --decoder mlp+cn"
         )
 
 

@@ -51,3 +51,48 @@ def test_the_common_neighbour_decoder_reads_pair_features():
     both = model(blocks, x, pairs, close, auxiliary=True)  # training: its embedding-only head's logits too
     assert both.shape == (2, 2) and torch.equal(both[0], model(blocks, x, pairs, close))
     assert not torch.equal(both[1], both[0])
+
+
+def test_the_adamic_adar_residual_is_calibrated_on_validation_hits():
+    from graphtier.launcher.runtime.link_eval import calibrate
+    from graphtier.launcher.runtime.link_model import CALIBRATION_WEIGHTS
+
+    torch.manual_seed(0)
+    model = LinkModel("sage", 8, 8, 2, decoder="mlp+cn+aa")
+    decoder = model.decoder
+    # 10 positives the heuristic ranks first but the learned score last, among 200 negatives
+    learned = torch.cat([torch.zeros(10), torch.linspace(1.0, 2.0, 200)])
+    features = torch.zeros(210, 3)
+    features[:10, 1] = 1.0
+    weight = calibrate(decoder, learned, features, 10, hits_k=5)
+    assert weight == CALIBRATION_WEIGHTS[-1]  # ties at the best Hits@K: the heuristic's order is kept
+    assert decoder.calibration["val_hits@5"] == 1.0 and decoder.calibration["learned_val_hits@5"] == 0.0
+
+    h, pairs = torch.randn(4, 8), torch.tensor([[0, 1], [2, 3]])
+    close = torch.tensor([[2.0, 1.5, 0.7]] * 2)
+    plain = LinkModel("sage", 8, 8, 2, decoder="mlp+cn")
+    plain.decoder.load_state_dict(decoder.state_dict(), strict=False)  # the same learned part
+    assert torch.equal(model.score(h, pairs, close), plain.score(h, pairs, close))  # training: mlp+cn's score
+    model.eval()
+    assert torch.allclose(model.score(h, pairs, close), plain.score(h, pairs, close) + weight * 1.5)
+    # where the learned score ranks the positives first and the heuristic favours 20 negatives, it weighs little
+    features = torch.zeros(210, 3)
+    features[-20:, 1] = 1.0
+    weight = calibrate(decoder, torch.cat([torch.full((10,), 3.0), learned[10:]]), features, 10, 5)
+    assert weight < 2.0 and decoder.calibration["val_hits@5"] == 1.0
+    assert "decoder.calibrated_weight" in model.state_dict()  # a checkpoint keeps it
+
+
+def test_a_typed_link_model_refuses_the_common_neighbour_decoders():
+    from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo, RelationInfo
+    from graphtier.launcher.runtime.typed_link import TypedLinkModel
+
+    schema = HeteroSchema(
+        node_types=[NodeTypeInfo(name="paper", count=4, offset=0, feature_dim=8)],
+        relations=[RelationInfo(head="paper", name="cites", tail="paper", num_edges=3)],
+        target_type="paper",
+    )
+    TypedLinkModel(schema, 8, decoder="mlp")  # the pair decoders that need no graph are built
+    for decoder in ("mlp+cn", "mlp+cn+aa"):
+        with pytest.raises(ValueError, match=f"the {decoder.replace('+', '.')} decoder reads common-neighbour .* dot"):
+            TypedLinkModel(schema, 8, decoder=decoder)

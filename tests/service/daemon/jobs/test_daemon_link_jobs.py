@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.cli.job import _result_columns, describe
 from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.runtime.link_model import CALIBRATION_WEIGHTS
 
 LINK_METRICS = ("val_auc", "val_mrr", "val_hits@50", "test_auc", "test_mrr", "test_hits@50")
 
@@ -78,12 +81,15 @@ def test_featureless_link_job_learns_embeddings(inproc_daemon, featureless_link)
     assert featureless_link.manifest.link_split["node_inputs"] == "learned embeddings"
     spec = JobSpec(
         dataset="cora-edges-link", task="link", fanouts=[5, 5], batch_size=512, hidden=32, epochs=2, lr=0.05,
-        dropout=0.0, nproc_per_node=2, negative_sampling="corrupt-tail", decoder="mlp+cn",
+        dropout=0.0, nproc_per_node=2, negative_sampling="corrupt-tail", decoder="mlp+cn+aa",
     )  # fmt: skip
     _, final = _run(inproc_daemon, spec)
     assert any("learns a 32-wide embedding per node" in note for note in final.notes)
-    assert "mlp+cn decoder" in describe(final).replace("\n    ", " ")  # scored with common-neighbour features
+    assert "mlp+cn+aa decoder" in describe(final).replace("\n    ", " ")  # scored with common-neighbour features
     assert sorted(final.result.metrics) == sorted(LINK_METRICS)
+    log = Path(final.log_path).read_text()
+    weights = [float(w) for w in re.findall(r"mlp\+cn\+aa decoder: Adamic-Adar weighed (\S+) ", log)]
+    assert len(weights) == 2 and all(w in CALIBRATION_WEIGHTS for w in weights)  # calibrated at each evaluation
     # common-neighbour features rank many edges above the best of the 10k non-edges after 2 epochs (measured 0.41)
     assert final.result.metrics["test_hits@50"] > 0.2
 
@@ -112,10 +118,19 @@ def test_typed_link_job_trains_rgcn_on_the_target_relation(inproc_daemon, acm_li
         assert status[rank].producer.batches_total == 2 * steps and status[rank].producer.sampled_nodes_total > 0
 
 
-def test_link_job_without_an_edge_split_is_refused(inproc_daemon):
+def test_link_jobs_the_dataset_cannot_train_are_refused(inproc_daemon, prepared_root, tmp_path):
+    from graphtier.service.prepared import PrepareConfig, prepare_dataset
+    from graphtier.service.prepared.edge_split import EdgeSplitSpec
+
+    edges = tmp_path / "ring.txt"
+    edges.write_text("".join(f"{u}\t{(u + 1) % 40}\n" for u in range(40)))
+    no_val = EdgeSplitSpec(fractions=(0.9, 0.0, 0.1), eval_negatives=100)
+    prepare_dataset(PrepareConfig(source=f"edges:{edges}", name="ring-no-val", edge_split=no_val, root=prepared_root))
     with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         with pytest.raises(DaemonRequestError, match=r"no edge split .*--edge-split 0\.85,0\.05,0\.10"):
             client.submit_job(JobSpec(dataset="rmat12", task="link"))
+        with pytest.raises(DaemonRequestError, match=r"mlp\+cn\+aa decoder .* 'ring-no-val' has no validation edges"):
+            client.submit_job(JobSpec(dataset="ring-no-val", task="link", decoder="mlp+cn+aa"))
 
 
 def test_typed_link_job_refuses_the_common_neighbour_decoder():
