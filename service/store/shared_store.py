@@ -43,7 +43,7 @@ class SharedDatasetStore:
         their device tiers are accounted, not placed on GPUs. `devices`: the CUDA ordinals
         (plan.num_devices of them) whose memory holds the device tiers; empty = the device tiers
         stay in host memory, accounted only. `verify`: check every array it serves against the
-        manifest's sha256 while copying (PreparedDatasetError).
+        manifest's BLAKE3 (else sha256) while copying (PreparedDatasetError).
         `device_memory`: how the device tiers are shared (ipc handles, or vmm fds). `fd_exporter`:
         the owner's fd socket; given, it passes the read-write fds of this store's segments (for GPUs
         that cannot register read-only host memory) and the fds of vmm device tiers."""
