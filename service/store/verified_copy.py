@@ -12,7 +12,8 @@ overlaps the two only where a core is idle, and where the cores are busy (where 
 with jobs) it costs more CPU and more time (measured with `tests/bench/bench_load_verify.py`).
 The checksum is the file's BLAKE3 where the manifest has one (a quarter of sha256's CPU per
 byte), else its sha256. The bytes of the file that are not copied (the storage tier's rows) are
-hashed through the same buffer. A mismatch raises `PreparedDatasetError` naming the file; the
+hashed through the same buffer. A mismatch raises `PreparedDatasetError` naming the file (and,
+for a feature array, its first row that differs from the per-row checksums prepare recorded); the
 store fails before any handle to the segments exists, so nothing is served.
 """
 
@@ -21,23 +22,31 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.prepared.digests import new_digest
 from graphtier.service.prepared.manifest import ArrayInfo
 from graphtier.service.prepared.npy_io import npy_data_offset
+from graphtier.service.storage.row_checksums import row_checksums
 
 CHUNK_BYTES = 1 << 20  # one copy step; as the verified copy's buffer it stays in a core's cache from read to write
 
 
 def copy_array(
-    path: Path, key: str, dest: torch.Tensor, segment: tuple[str, int] | None, expected: ArrayInfo | None
+    path: Path,
+    key: str,
+    dest: torch.Tensor,
+    segment: tuple[str, int] | None,
+    expected: ArrayInfo | None,
+    row_checksums_file: Path | None = None,
 ) -> None:
     """Fill `dest`, which lies in `segment` (its file and the byte offset of `dest` in it; None when
     `dest` is empty), with the first `dest.nbytes` data bytes of the `.npy` file at `path`; with
     `expected`, also check the whole file against it (its BLAKE3, else its sha256).
-    PreparedDatasetError on a mismatch, a short file or an unreadable one."""
+    PreparedDatasetError on a mismatch, a short file or an unreadable one; `row_checksums_file` (the
+    array's recorded per-row checksums) lets a mismatch name the first changed row."""
     nbytes = dest.numel() * dest.element_size()
     if nbytes and segment is None:
         raise ValueError(f"copy_array: {key!r} has {nbytes} bytes to copy but no segment to copy them into")
@@ -57,11 +66,35 @@ def copy_array(
     except Exception as exc:  # noqa: BLE001  numpy's reading of a damaged header raises many kinds
         raise PreparedDatasetError(f"{path}: the .npy header of {key!r} is damaged ({exc})") from None
     if actual != checksum:
+        where = _first_changed_row(path, offset, row_checksums_file) if row_checksums_file is not None else ""
         raise PreparedDatasetError(
-            f"{path}: checksum mismatch for {key!r} ({algorithm}: manifest {checksum[:12]}…, file {actual[:12]}…): the "
-            "dataset changed or is corrupt since it was prepared; nothing was loaded. Prepare it again, or check it "
-            "with `graphtier dataset inspect NAME --verify`"
+            f"{path}: checksum mismatch for {key!r} ({algorithm}: manifest {checksum[:12]}…, file {actual[:12]}…)"
+            f"{where}: the dataset changed or is corrupt since it was prepared; nothing was loaded. Prepare it again, "
+            "or check it with `graphtier dataset inspect NAME --verify`"
         )
+
+
+def _first_changed_row(path: Path, offset: int, row_checksums_file: Path) -> str:
+    """Where the rows of the feature array in `path` (data at byte `offset`) first differ from the
+    per-row checksums recorded in `row_checksums_file`, as a clause of the mismatch error; '' when
+    the two files cannot be compared. Runs only after a mismatch, so its cost is no load's."""
+    try:
+        recorded = np.load(row_checksums_file, mmap_mode="r")
+        rows = np.load(path, mmap_mode="r")
+        if rows.ndim == 0 or rows.shape[0] != recorded.shape[0]:
+            return ""
+        row_bytes = rows[:1].nbytes
+        per_block = max(1, (16 << 20) // max(row_bytes, 1))
+        for start in range(0, rows.shape[0], per_block):
+            stop = start + per_block
+            changed = np.flatnonzero(row_checksums(rows[start:stop]) != recorded[start:stop])
+            if changed.size:
+                row = start + int(changed[0])
+                first = offset + row * row_bytes
+                return f", first at row {row} (bytes {first}-{first + row_bytes - 1})"
+    except Exception:  # noqa: BLE001  a clause of an error already being raised: it must not replace it
+        return ""
+    return ", in no row (every row matches the recorded row checksums: the .npy header, or those, changed)"
 
 
 def _truncated(path: Path, key: str, done: int, nbytes: int) -> PreparedDatasetError:

@@ -24,10 +24,13 @@ def dataset_copy(tmp_path, small_rmat):
     return root
 
 
-def _flip(path, at_fraction: float) -> None:
+def _flip(path, at_fraction: float) -> int:
+    """Flip a bit of the byte `at_fraction` into the data of the .npy file `path`; its offset."""
     offset = npy_data_offset(path)
     size = os.path.getsize(path)
-    _flip_byte(path, offset + int((size - offset) * at_fraction))
+    position = offset + int((size - offset) * at_fraction)
+    _flip_byte(path, position)
+    return position
 
 
 def _flip_byte(path, position: int) -> None:
@@ -63,17 +66,20 @@ def _plan(ds: PreparedDataset, host_fraction: float) -> PlacementPlan:
 def test_a_flipped_bit_anywhere_in_a_served_array_is_refused(dataset_copy, key, where, host_fraction):
     ds = PreparedDataset.open("rmat12", dataset_copy)
     path = ds.array_path(key)
-    _flip(path, where)
+    position = _flip(path, where)
     ds = PreparedDataset.open("rmat12", dataset_copy)  # same size: opening does not notice
-    with pytest.raises(PreparedDatasetError, match=rf"{path}: checksum mismatch for '{key}'.*nothing was loaded"):
+    with pytest.raises(PreparedDatasetError, match=rf"{path}: checksum mismatch for '{key}'.*nothing was loaded") as e:
         SharedDatasetStore(ds, _plan(ds, host_fraction))
+    if key == "features":  # feature rows have recorded checksums of their own: the row is named
+        row = (position - npy_data_offset(path)) // ds.manifest.feature_row_bytes
+        assert f", first at row {row} (bytes " in str(e.value)
 
 
 def test_chunks_aligned_with_nothing_serve_the_files_bytes_and_any_flipped_byte_is_refused(dataset_copy, monkeypatch):
     """The verified copy reads, hashes and writes one chunk at a time. With chunks far smaller than
     the arrays and aligned with nothing (the .npy header, the rows, the resident/storage split), the
     segments hold exactly the files' data, and a byte flipped on either side of the split (in the
-    chunk that straddles it) or at the file's very end is refused naming the file."""
+    chunk that straddles it) or at the file's very end is refused naming the file and the row."""
     from graphtier.service.store import attach_dataset, verified_copy
 
     monkeypatch.setattr(verified_copy, "CHUNK_BYTES", 4093)  # a prime: no chunk boundary meets a row or a page
@@ -93,7 +99,8 @@ def test_chunks_aligned_with_nothing_serve_the_files_bytes_and_any_flipped_byte_
     for position in (split - 1, split, os.path.getsize(path) - 1):
         _flip_byte(path, position)
         ds = PreparedDataset.open("rmat12", dataset_copy)
-        refused = rf"{path}: checksum mismatch for 'features'.*nothing was loaded"
+        row = (position - npy_data_offset(path)) // plan.row_bytes
+        refused = rf"{path}: checksum mismatch for 'features' .*, first at row {row} .*nothing was loaded"
         with pytest.raises(PreparedDatasetError, match=refused):
             SharedDatasetStore(ds, plan)
         _flip_byte(path, position)  # back as prepared
