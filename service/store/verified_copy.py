@@ -120,7 +120,8 @@ def _copy_hashed(
     """Hash the whole file `source` with `digest` (header included), and write its `nbytes` data bytes
     at file offset `offset` into `segment` from the buffer each chunk was hashed in; the hex digest."""
     buffer = memoryview(bytearray(CHUNK_BYTES))
-    out = os.open(segment[0], os.O_WRONLY) if segment is not None else -1
+    segment_path, dest_offset = segment if segment is not None else (None, 0)
+    out = os.open(segment_path, os.O_WRONLY) if segment_path is not None else -1
     try:
         position, served_end = 0, offset + nbytes  # file offsets
         while True:
@@ -134,7 +135,7 @@ def _copy_hashed(
             digest.update(chunk)
             if position < served_end and position + got > offset:  # served bytes: into the segment
                 first = max(offset - position, 0)
-                _write_all(out, chunk[first:], segment[1] + position + first - offset)  # type: ignore[index]
+                _write_all(out, chunk[first:], dest_offset + position + first - offset)
             position += got
     finally:
         if out >= 0:
