@@ -43,7 +43,7 @@ class SharedDatasetStore:
         their device tiers are accounted, not placed on GPUs. `devices`: the CUDA ordinals
         (plan.num_devices of them) whose memory holds the device tiers; empty = the device tiers
         stay in host memory, accounted only. `verify`: check every array it serves against the
-        manifest's sha256 while copying (PreparedDatasetError).
+        manifest's BLAKE3 (else sha256) while copying (PreparedDatasetError).
         `device_memory`: how the device tiers are shared (ipc handles, or vmm fds). `fd_exporter`:
         the owner's fd socket; given, it passes the read-write fds of this store's segments (for GPUs
         that cannot register read-only host memory) and the fds of vmm device tiers."""
@@ -103,16 +103,25 @@ class SharedDatasetStore:
         prefix = re.sub(r"[^A-Za-z0-9_-]", "_", self.dataset.name)[:40]
         segment, tensor = self.owner.create_tensor(f"{prefix}-{label}", tuple(source.shape), source.dtype)
         if key is not None:
-            t0 = time.perf_counter()
-            expected = self.dataset.manifest.arrays[key] if self.verify else None
-            place = (segment.path, segment.ref_for(tensor).offset) if tensor.numel() else None
-            copy_array(self.dataset.array_path(key), key, tensor, place, expected)
-            if self.verify:
-                self.verify_seconds += time.perf_counter() - t0
+            self._copy_file(key, tensor, (segment.path, segment.ref_for(tensor).offset) if tensor.numel() else None)
         else:
             tensor.copy_(source)
         self._copies[label] = tensor
         return segment.ref_for(tensor)
+
+    def _copy_file(self, key: str, tensor: torch.Tensor, place: tuple[str, int] | None) -> None:
+        """`copy_array` of array `key` into `tensor` at `place` (None: `tensor` is empty, the file is
+        only checked); with `verify`, checked against the manifest, a feature array's mismatch
+        naming its first changed row by its recorded row checksums."""
+        ds = self.dataset
+        if not self.verify:
+            copy_array(ds.array_path(key), key, tensor, place, None)
+            return
+        t0 = time.perf_counter()
+        checksums = checksum_array_for(key)
+        rows_file = ds.array_path(checksums) if checksums is not None and ds.has(checksums) else None
+        copy_array(ds.array_path(key), key, tensor, place, ds.manifest.arrays[key], rows_file)
+        self.verify_seconds += time.perf_counter() - t0
 
     def _load(self) -> SharedDatasetHandle:
         ds, plan = self.dataset, self.plan
@@ -147,10 +156,7 @@ class SharedDatasetStore:
         colptr, row = self._copy("colptr", ds.array("colptr"), "colptr"), self._copy("row", ds.array("row"), "row")
         check_structure(self._copies["colptr"], self._copies["row"], plan.num_nodes, dataset=ds.name)  # as served
         if self.verify and features is not None and resident is None:  # every row is on storage: check the file
-            t0 = time.perf_counter()
-            empty = features.new_empty((0, *features.shape[1:]))
-            copy_array(ds.array_path("features"), "features", empty, None, ds.manifest.arrays["features"])
-            self.verify_seconds += time.perf_counter() - t0
+            self._copy_file("features", features.new_empty((0, *features.shape[1:])), None)
         self._copies.clear()  # the segments keep the data; the store keeps no views
         return SharedDatasetHandle(
             dataset=ds.name,
@@ -184,8 +190,7 @@ class SharedDatasetStore:
         if plan.host_end < plan.num_nodes:
             storage = self._storage_tier(f"type{index}-checksums", key, rows, plan)
             if self.verify and resident is None:  # every row is on storage: check the file
-                empty = rows.new_empty((0, *rows.shape[1:]))
-                copy_array(ds.array_path(key), key, empty, None, ds.manifest.arrays[key])
+                self._copy_file(key, rows.new_empty((0, *rows.shape[1:])), None)
         return TypedFeatureRef(plan=plan, resident=resident, storage=storage)
 
     def _storage_tier(self, label: str, key: str, rows: torch.Tensor, plan: PlacementPlan) -> StorageTierRef:

@@ -5,9 +5,10 @@
 Default: R-MAT scale 21 with 128-dim features (about 1.4 GiB prepared), loaded whole into host
 memory by `SharedDatasetStore`; verified and unverified loads alternate (which goes first
 alternates too), each in the same process after a warm-up load (so both read the files from the
-page cache). Both copy the same way (the kernel's `sendfile` from each file into its segment);
-the verified load also hashes every byte it serves (BLAKE3), each 1 MiB chunk right after it is
-copied, and fails before any handle exists on a mismatch. Prints the median wall times
+page cache). The unverified load copies in the kernel (`sendfile` from each file into its
+segment); the verified load reads each 1 MiB chunk into a cached buffer, hashes it (BLAKE3) and
+writes it into the segment from that buffer, and fails before any handle exists on a mismatch:
+each way is the load's own. Prints the median wall times
 and their ratio (target <= 1.3), and the process CPU seconds of each (the ratio a machine with
 no spare core would see). `--quick`: scale 18, 5 rounds, under a minute.
 """

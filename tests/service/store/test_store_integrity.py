@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 
+import numpy as np
 import pytest
+import torch
 
 from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.placement import PlacementPlan, TierBudgets
@@ -22,10 +24,16 @@ def dataset_copy(tmp_path, small_rmat):
     return root
 
 
-def _flip(path, at_fraction: float) -> None:
+def _flip(path, at_fraction: float) -> int:
+    """Flip a bit of the byte `at_fraction` into the data of the .npy file `path`; its offset."""
     offset = npy_data_offset(path)
     size = os.path.getsize(path)
     position = offset + int((size - offset) * at_fraction)
+    _flip_byte(path, position)
+    return position
+
+
+def _flip_byte(path, position: int) -> None:
     with open(path, "r+b") as f:
         f.seek(position)
         byte = f.read(1)
@@ -58,10 +66,62 @@ def _plan(ds: PreparedDataset, host_fraction: float) -> PlacementPlan:
 def test_a_flipped_bit_anywhere_in_a_served_array_is_refused(dataset_copy, key, where, host_fraction):
     ds = PreparedDataset.open("rmat12", dataset_copy)
     path = ds.array_path(key)
-    _flip(path, where)
+    position = _flip(path, where)
     ds = PreparedDataset.open("rmat12", dataset_copy)  # same size: opening does not notice
-    with pytest.raises(PreparedDatasetError, match=rf"{path}: checksum mismatch for '{key}'.*nothing was loaded"):
+    with pytest.raises(PreparedDatasetError, match=rf"{path}: checksum mismatch for '{key}'.*nothing was loaded") as e:
         SharedDatasetStore(ds, _plan(ds, host_fraction))
+    if key == "features":  # feature rows have recorded checksums of their own: the row is named
+        row = (position - npy_data_offset(path)) // ds.manifest.feature_row_bytes
+        assert f", first at row {row} (bytes " in str(e.value)
+
+
+def test_chunks_aligned_with_nothing_serve_the_files_bytes_and_any_flipped_byte_is_refused(dataset_copy, monkeypatch):
+    """The verified copy reads, hashes and writes one chunk at a time. With chunks far smaller than
+    the arrays and aligned with nothing (the .npy header, the rows, the resident/storage split), the
+    segments hold exactly the files' data, and a byte flipped on either side of the split (in the
+    chunk that straddles it) or at the file's very end is refused naming the file and the row."""
+    from graphtier.service.store import attach_dataset, verified_copy
+
+    monkeypatch.setattr(verified_copy, "CHUNK_BYTES", 4093)  # a prime: no chunk boundary meets a row or a page
+    ds = PreparedDataset.open("rmat12", dataset_copy)
+    plan = _plan(ds, 0.5)
+    files = {key: np.load(ds.array_path(key), mmap_mode="r") for key in ("features", "row", "colptr", "labels")}
+    with SharedDatasetStore(ds, plan) as store:
+        served = attach_dataset(store.handle)
+        assert served.resident is not None and 0 < plan.host_end < plan.num_nodes
+        assert np.array_equal(served.resident.numpy(), files["features"][: plan.host_end])
+        assert np.array_equal(served.graph.row.numpy(), files["row"])
+        assert np.array_equal(served.graph.colptr.numpy(), files["colptr"])
+        assert served.labels is not None and np.array_equal(served.labels.numpy(), files["labels"])
+        del served
+    path = ds.array_path("features")
+    split = npy_data_offset(path) + plan.host_end * plan.row_bytes
+    for position in (split - 1, split, os.path.getsize(path) - 1):
+        _flip_byte(path, position)
+        ds = PreparedDataset.open("rmat12", dataset_copy)
+        row = (position - npy_data_offset(path)) // plan.row_bytes
+        refused = rf"{path}: checksum mismatch for 'features' .*, first at row {row} .*nothing was loaded"
+        with pytest.raises(PreparedDatasetError, match=refused):
+            SharedDatasetStore(ds, plan)
+        _flip_byte(path, position)  # back as prepared
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_file_cut_short_while_loading_names_the_file_and_how_much_was_there(tmp_path, verify):
+    from graphtier.service.prepared.manifest import ArrayInfo
+    from graphtier.service.shm import SegmentOwner
+    from graphtier.service.store.verified_copy import CHUNK_BYTES, copy_array
+
+    path = tmp_path / "row.npy"
+    np.save(path, np.arange(CHUNK_BYTES // 4, dtype=np.int64))  # two chunks of data
+    os.truncate(path, npy_data_offset(path) + 1000)  # as if cut after the dataset was opened
+    expected = ArrayInfo(file="row.npy", shape=[CHUNK_BYTES // 4], dtype="int64", nbytes=2 * CHUNK_BYTES, sha256="0")
+    with SegmentOwner() as owner:
+        segment, tensor = owner.create_tensor("cut", (CHUNK_BYTES // 4,), torch.int64)
+        place = (segment.path, segment.ref_for(tensor).offset)
+        cut = rf"{path}: truncated: 'row' ends after 1000 of {2 * CHUNK_BYTES} bytes"
+        with pytest.raises(PreparedDatasetError, match=cut):
+            copy_array(path, "row", tensor, place, expected if verify else None)
 
 
 def test_loads_check_blake3_and_a_dataset_prepared_without_it_is_checked_by_sha256(dataset_copy):
