@@ -47,7 +47,7 @@ def _write(folder: Path, graph: dict[str, np.ndarray], *, dense: bool) -> Path:
     rows = [NODE_HEADER]
     for node in graph["row_order"]:
         values = graph["features"][node]
-        field = ",".join(str(int(v)) for v in values) if dense else ",".join(map(str, np.flatnonzero(values)[::-1]))
+        field = ",".join(f"{v:g}" for v in values) if dense else ",".join(map(str, np.flatnonzero(values)[::-1]))
         rows.append(f"{node}\t{field}\t{graph['labels'][node]}")
     (folder / "out1_node_feature_label.txt").write_text("\n".join(rows) + "\n")
     edges = "".join(f"{s}\t{d}\n" for s, d in zip(graph["src"], graph["dst"], strict=True))
@@ -73,11 +73,10 @@ def _prepare(tmp_path: Path, folder: Path, *extra: str):
     )
 
 
-@pytest.mark.parametrize("dense", [False, True], ids=["film-indices", "dense-values"])
-def test_prepare_reads_the_files_and_the_split_in_the_source_ids(tmp_path, monkeypatch, dense):
+def test_prepare_reads_the_files_and_the_split_in_the_source_ids(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    graph = _graph(seed=int(dense))
-    folder = _write(tmp_path / "film", graph, dense=dense)
+    graph = _graph(seed=0)
+    folder = _write(tmp_path / "film", graph, dense=False)
     split = _split_file(tmp_path / "film_split_0.6_0.2_0.npz", graph)
     done = _prepare(tmp_path, folder, "--split", str(split))
     assert done.exit_code == 0, done.output
@@ -96,8 +95,25 @@ def test_prepare_reads_the_files_and_the_split_in_the_source_ids(tmp_path, monke
     for part in ("train", "val", "test"):
         assert sorted(dataset.source_ids(dataset.split(part)).tolist()) == sorted(graph[part].tolist())
     description = dataset.manifest.source_description
-    assert description["feature_format"] == ("dense" if dense else "indices")
-    assert description["duplicate_edge_lines"] == 1 + (len(graph["src"]) - 1 - len(expected_edges))
+    assert description["feature_format"] == "indices"
+    assert description["duplicate_edge_lines"] == len(graph["src"]) - len(expected_edges)
+
+
+def test_dense_rows_are_read_as_values(tmp_path):
+    graph = _graph(seed=1)
+    graph["features"][3] *= 0.25  # values, not only 0/1
+    folder = _write(tmp_path / "chameleon", graph, dense=True)
+    rows = folder / "out1_node_feature_label.txt"
+    read = load_source(f"geomgcn:{folder}", split_file=str(_split_file(tmp_path / "split.npz", graph)))
+    assert read.description["feature_format"] == "dense"
+    assert torch.equal(read.features, torch.from_numpy(graph["features"]))
+    assert torch.equal(read.labels, torch.from_numpy(graph["labels"]))
+    assert torch.equal(read.src, torch.from_numpy(graph["src"])) and torch.equal(
+        read.dst, torch.from_numpy(graph["dst"])
+    )
+    assert torch.equal(read.splits["test"], torch.from_numpy(np.sort(graph["test"])))
+    with pytest.raises(DatasetSourceError, match=rf"{rows}: line 2: {WIDTH} feature values, --feature-dim 30"):
+        load_source(f"geomgcn:{folder}", default_split=True, feature_dim=30)
 
 
 def _break(folder: Path, name: str, line: int, text: str) -> None:
