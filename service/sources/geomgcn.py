@@ -18,6 +18,7 @@ is a `DatasetSourceError` naming the file and its 1-based line.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +32,10 @@ NODE_FILE = "out1_node_feature_label.txt"
 EDGE_FILE = "out1_graph_edges.txt"
 FeatureFormat = Literal["auto", "indices", "dense"]
 FEATURE_FORMATS: tuple[str, ...] = ("auto", "indices", "dense")
+# Widest index rows read without --feature-dim: Geom-GCN's are 932 to 2,325 wide, so a larger largest
+# index is far more likely a corrupt line than a feature, and would allocate N x index floats.
+MAX_INFERRED_WIDTH = 1 << 20
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
 def _lines(path: Path) -> tuple[list[str], int]:
@@ -58,13 +63,16 @@ def _lines(path: Path) -> tuple[list[str], int]:
 
 
 def _is_int(text: str) -> bool:
-    return text.strip().lstrip("+-").isdigit()
+    return _INTEGER.fullmatch(text) is not None
 
 
 def _int(path: Path, line: int, text: str, what: str) -> int:
     if not _is_int(text):
         raise DatasetSourceError(path, f"line {line}: {what} {text[:40]!r} is not an integer")
-    return int(text)
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise DatasetSourceError(path, f"line {line}: {what} {text.strip()[:40]} is outside the int64 range")
+    return value
 
 
 def _fields(path: Path, line: int, text: str, count: int, names: str) -> list[str]:
@@ -143,6 +151,13 @@ def _index_features(path: Path, fields: list[str], lines: list[int], width: int 
         width = max(cols, default=-1) + 1
         if width == 0:
             raise DatasetSourceError(path, "no node has a feature index (every feature field is empty)")
+        if width > MAX_INFERRED_WIDTH:
+            line = lines[rows[cols.index(width - 1)]]
+            raise DatasetSourceError(
+                path,
+                f"line {line}: feature index {width - 1} would make every row {width:,} wide",
+                fix=f"give --feature-dim to read rows wider than {MAX_INFERRED_WIDTH:,}",
+            )
     out = np.zeros((len(fields), width), dtype=np.float32)
     out[np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)] = 1.0
     return out

@@ -131,10 +131,11 @@ def _break(folder: Path, name: str, line: int, text: str) -> None:
         ("nodes", 6, "36\t1,2\t0", {}, "line 6: node id 36 is outside 0..35"),
         ("nodes", 3, "{id}\t1,25\t0", {"feature_dim": 20}, "line 3: feature index 25 is past the feature width 20"),
         ("nodes", 7, "{id}\t1,two\t0", {}, "line 7: feature index 'two' is not an integer"),
+        ("nodes", 8, "{id}\t4,9999999\t0", {}, "line 8: feature index 9999999 would make every row 10,000,000 wide"),
         ("edges", 9, "4\t36", {}, "line 9: node id 36 is not a node of out1_node_feature_label.txt (ids 0..35)"),
         ("edges", 3, "4 5", {}, "line 3: expected 2 tab-separated fields (source node id, target node id)"),
     ],
-    ids=["fields", "id-text", "id-range", "index-width", "index-text", "edge-id", "edge-fields"],
+    ids=["fields", "id-text", "id-range", "index-width", "index-text", "index-huge", "edge-id", "edge-fields"],
 )
 def test_a_malformed_line_is_refused_naming_file_and_line(tmp_path, file, line, text, options, message):
     folder = _write(tmp_path / "film", _graph(seed=0), dense=False)
