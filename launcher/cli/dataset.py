@@ -63,7 +63,9 @@ def _edge_split(text: str | None, seed: int, eval_negatives: int, target_relatio
 
 @app.command()
 def prepare(
-    source: Annotated[str, typer.Argument(help="synthetic:rmat | planetoid:DIR | npz:FILE | edges:FILE | ogb:DIR")],
+    source: Annotated[
+        str, typer.Argument(help="synthetic:rmat | planetoid:DIR | npz:FILE | edges:FILE | ogb:DIR | geomgcn:DIR")
+    ],
     name: Annotated[str, typer.Option("--name", help="name of the prepared dataset")],
     score: Annotated[str, typer.Option(help="hotness score: wrpr, rpr, degree, none, or user:PATH.npy")] = "wrpr",
     iterations: Annotated[int | None, typer.Option(help="PageRank iterations (wrpr default 5, rpr 20)")] = None,
@@ -98,7 +100,17 @@ def prepare(
             "0..k-1 are remapped to dense classes, noted. \\[synthetic] planted communities"
         ),
     ] = None,
-    feature_dim: Annotated[int | None, typer.Option(help="\\[synthetic] feature dimension")] = None,
+    feature_dim: Annotated[
+        int | None,
+        typer.Option(help="\\[synthetic] feature dimension; \\[geomgcn] feature width (default: from the rows)"),
+    ] = None,
+    feature_format: Annotated[
+        str | None,
+        typer.Option(
+            help="\\[geomgcn] feature rows: 'indices' of nonzero entries (film), 'dense' values, or 'auto' "
+            "(rows of differing lengths are indices)"
+        ),
+    ] = None,
     homophily: Annotated[float | None, typer.Option(help="\\[synthetic] fraction of intra-community edges")] = None,
     seed: Annotated[int | None, typer.Option(help="\\[synthetic] generator seed")] = None,
     features: Annotated[Path | None, typer.Option(help="\\[edges] node feature file (.npy or text)")] = None,
@@ -188,6 +200,7 @@ def prepare(
                 skip_rows=skip_rows,
                 one_based=one_based,
                 missing_features=missing_features,
+                feature_format=feature_format,
                 split_file=str(split) if split else None,
                 split_index=split_index,
                 default_split=default_split or None,

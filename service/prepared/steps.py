@@ -30,7 +30,7 @@ class PrepareConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field(description="synthetic:rmat | planetoid:DIR | npz:FILE | edges:FILE | ogb:DIR")
+    source: str = Field(description="synthetic:rmat | planetoid:DIR | npz:FILE | edges:FILE | ogb:DIR | geomgcn:DIR")
     name: str
     score: ScoreSpec = Field(default_factory=ScoreSpec)
     undirected: bool = Field(False, description="add the reverse of every edge")

@@ -1,7 +1,7 @@
 """`load_source(spec, **options)`: one entry point from a dataset spec string to a `GraphData`.
 
-A spec is `scheme:target`: `synthetic:rmat`, `planetoid:DIR`, `npz:FILE`, `edges:FILE` or
-`ogb:DIR`. Options are checked against what the chosen reader takes before anything is
+A spec is `scheme:target`: `synthetic:rmat`, `planetoid:DIR`, `npz:FILE`, `edges:FILE`,
+`ogb:DIR` or `geomgcn:DIR`. Options are checked against what the chosen reader takes before anything is
 read, so a typo fails fast with the list of valid options. Every loaded graph then goes
 through `label_classes` (labels bounded by `num_classes` when given, else made dense) and
 `ensure_split` (a no-op when the source ships a split), which is why `num_classes` and the
@@ -24,6 +24,7 @@ from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import GraphData
 from graphtier.service.graph.streamed import StreamedGraph
 from graphtier.service.sources.edge_list import load_edge_list
+from graphtier.service.sources.geomgcn import load_geomgcn
 from graphtier.service.sources.label_classes import label_classes
 from graphtier.service.sources.npz import load_npz
 from graphtier.service.sources.ogb import load_ogb
@@ -33,7 +34,7 @@ from graphtier.service.sources.split import ensure_split, split_from_file
 if TYPE_CHECKING:
     from graphtier.service.out_of_core.memory_budget import MemoryPlan
 
-SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb")
+SOURCE_SCHEMES: tuple[str, ...] = ("synthetic", "planetoid", "npz", "edges", "ogb", "geomgcn")
 SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fraction", "split_seed")
 LABEL_OPTIONS: tuple[str, ...] = ("num_classes",)
 SPLIT_FILE_OPTIONS: tuple[str, ...] = ("split_file", "split_index", "default_split")
@@ -51,13 +52,14 @@ SYNTHETIC_OPTIONS: tuple[str, ...] = (
     "test_fraction",
     "seed",
 )
-_EXAMPLES = "synthetic:rmat, planetoid:DIR, npz:FILE, edges:FILE, ogb:DIR"
+_EXAMPLES = "synthetic:rmat, planetoid:DIR, npz:FILE, edges:FILE, ogb:DIR, geomgcn:DIR"
 
 _READERS: dict[str, Callable[..., GraphData]] = {
     "planetoid": load_planetoid,
     "npz": load_npz,
     "edges": load_edge_list,
     "ogb": load_ogb,
+    "geomgcn": load_geomgcn,
 }
 
 
