@@ -170,29 +170,17 @@ class Job:
         self.session = TrainSession(self.ctx, self.config, self.reporter)
         self._eval: LocalBatchSource | TypedLocalBatches | None = None
         self._typed_links: TypedLinkBatches | None = None  # a typed link job's evaluation: its embedding batches
-        if self.typed and link:  # every neighbour, as for a typed node job below
-            self._typed_links = TypedLinkBatches(
-                self.data,
-                spec.relation_fanouts or spec.fanouts,
-                spec.batch_size,
-                self.ctx.rank,
-                self.ctx.world_size,
-                spec.seed,
-                negatives=spec.negatives,
-                eval_fanouts=[-1] * len(spec.fanouts),
-                eval_batch_size=max(spec.batch_size, TYPED_EVAL_BATCH_SIZE),
-            )
-        elif self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
-            self._eval = TypedLocalBatches(
-                self.data,
-                spec.relation_fanouts or spec.fanouts,
-                spec.batch_size,
-                self.ctx.rank,
-                self.ctx.world_size,
-                spec.seed,
-                eval_fanouts=[-1] * len(spec.fanouts),
-                eval_batch_size=max(spec.batch_size, TYPED_EVAL_BATCH_SIZE),
-            )
+        if self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
+            shard = (self.data, spec.relation_fanouts or spec.fanouts, spec.batch_size)
+            shard += (self.ctx.rank, self.ctx.world_size, spec.seed)
+            every = {
+                "eval_fanouts": [-1] * len(spec.fanouts),
+                "eval_batch_size": max(spec.batch_size, TYPED_EVAL_BATCH_SIZE),
+            }
+            if link:  # a typed link job evaluates from its embedding batches
+                self._typed_links = TypedLinkBatches(*shard, negatives=spec.negatives, **every)
+            else:
+                self._eval = TypedLocalBatches(*shard, **every)
         elif not link:
             self._eval = LocalBatchSource(
                 self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed
