@@ -11,6 +11,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.machine import MachineReport, MeasuredTraffic
 
 
@@ -160,6 +161,11 @@ class JobStatus(_Model):
     link_metrics: dict[str, float] = Field(
         default_factory=dict,
         description="A link-prediction job's latest evaluation: val_auc, test_mrr, test_hits@50, ...; empty otherwise.",
+    )
+    best: BestEvaluation | None = Field(
+        default=None,
+        description="The evaluation at the epoch of the best validation figure so far (val_accuracy, or a link "
+        "job's val_hits@50; ties: the earlier epoch); None before one.",
     )
     traffic: TrafficStatus
     storage: StorageStatus

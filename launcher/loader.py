@@ -151,7 +151,7 @@ class Job:
             decoder=spec.decoder,
             # a typed graph's featureless types have their embeddings in the typed model instead
             learned_embeddings=self.data.graph.num_nodes if link and not grant.feature_dim and not self.typed else 0,
-            best_split="val_auc" if link else "val",
+            best_split=f"val_hits@{DEFAULT_HITS_K}" if link else "val",
             hidden=spec.hidden,
             layers=len(spec.fanouts),
             heads=spec.heads,

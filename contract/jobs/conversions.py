@@ -21,6 +21,7 @@ from graphtier.contract.conversions import (
     traffic_to_proto,
 )
 from graphtier.contract.errors import InvalidReportError, InvalidRequestError
+from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -35,7 +36,7 @@ from graphtier.contract.jobs.view import (
     RankInfo,
     StateChange,
 )
-from graphtier.v1 import jobs_pb2, progress_pb2
+from graphtier.v1 import common_pb2, jobs_pb2, progress_pb2
 
 _MODELS = {
     "sage": jobs_pb2.MODEL_SAGE,
@@ -204,13 +205,25 @@ def progress_from_proto(m: jobs_pb2.JobProgress) -> JobProgressInfo:
     )
 
 
+def best_to_proto(b: BestEvaluation) -> common_pb2.BestEvaluation:
+    return common_pb2.BestEvaluation(**b.__dict__)
+
+
+def best_from_proto(m: common_pb2.BestEvaluation) -> BestEvaluation:
+    values = {name: getattr(m, name) for name in BestEvaluation.__dataclass_fields__}
+    values["metrics"] = dict(m.metrics)
+    return BestEvaluation(**values)
+
+
 def result_to_proto(r: JobResultInfo) -> jobs_pb2.JobResult:
-    return jobs_pb2.JobResult(**r.__dict__)
+    values = {**r.__dict__, "best": best_to_proto(r.best) if r.best is not None else None}
+    return jobs_pb2.JobResult(**values)
 
 
 def result_from_proto(m: jobs_pb2.JobResult) -> JobResultInfo:
     values = {name: getattr(m, name) for name in JobResultInfo.__dataclass_fields__}
     values["metrics"] = dict(m.metrics)
+    values["best"] = best_from_proto(m.best) if m.HasField("best") else None
     return JobResultInfo(**values)
 
 
@@ -425,6 +438,8 @@ def report_to_proto(report: ProgressReport) -> progress_pb2.ProgressReport:
             if getattr(figures, name) is not None:
                 setattr(trainer, name, getattr(figures, name))
         trainer.eval_metrics.update(figures.eval_metrics)
+        if figures.best is not None:
+            trainer.best.CopyFrom(best_to_proto(figures.best))
     else:
         message.reporter = progress_pb2.REPORTER_PRODUCER
         producer = message.producer
@@ -453,6 +468,7 @@ def report_from_proto(message: progress_pb2.ProgressReport) -> ProgressReport:
             val_accuracy=trainer.val_accuracy if trainer.HasField("val_accuracy") else None,
             test_accuracy=trainer.test_accuracy if trainer.HasField("test_accuracy") else None,
             eval_metrics=dict(trainer.eval_metrics),
+            best=best_from_proto(trainer.best) if trainer.HasField("best") else None,
             **{name: getattr(trainer, name) for name in _TRAINER_SCALARS},
         )
     else:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.network import NetworkCounters
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import TrafficCounts
@@ -38,6 +39,7 @@ class TrainerFigures:
     test_accuracy: float | None = None
     model_bytes: int = 0
     eval_metrics: dict[str, float] = field(default_factory=dict)  # a link job's latest val_auc, test_mrr, ...
+    best: BestEvaluation | None = None  # the evaluation at the best validation figure so far
 
 
 @dataclass(frozen=True)

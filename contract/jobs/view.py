@@ -12,6 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.storage import StorageCounters
@@ -36,7 +37,8 @@ class JobProgressInfo:
 
 @dataclass(frozen=True)
 class JobResultInfo:
-    """Final figures of a job that succeeded (reported by rank 0)."""
+    """Final figures of a job that succeeded (reported by rank 0): the last epoch's, and `best`, those at the
+    epoch of the best validation figure (None when no evaluation had one)."""
 
     val_accuracy: float = 0.0
     test_accuracy: float = 0.0
@@ -44,6 +46,7 @@ class JobResultInfo:
     train_seconds: float = 0.0
     checkpoint_path: str = ""
     metrics: dict[str, float] = field(default_factory=dict)  # a link job's val_auc, test_mrr, test_hits@50, ...
+    best: BestEvaluation | None = None
 
 
 @dataclass(frozen=True)

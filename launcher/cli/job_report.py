@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 
 WIDTH = 80  # what a terminal is assumed to have: every line and table fits
 UNSUCCESSFUL = frozenset(state.value for state in JobState if state.final and state != JobState.SUCCEEDED)
-LIST_TITLE = "jobs (val, test: accuracy; a link job's AUC, marked auc)"
+LIST_TITLE = (
+    "jobs (val, test: the last epoch's accuracy, a link job's AUC marked auc; "
+    "best: test at the best validation epoch, and that epoch)"
+)
 
 
 def client(runtime_dir: Path | None) -> DaemonClient:
@@ -63,6 +66,7 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
 
     named = any(document["spec"]["name"] for document in documents)
     columns = ["job", *(["name"] if named else []), "state", "dataset", "trains", "ranks", "step", "val", "test"]
+    columns.append("best")
     table = compact_table(*columns, title=LIST_TITLE)
     for document in documents:
         spec, progress = document["spec"], document["progress"]
@@ -75,6 +79,7 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
             str(spec["nproc_per_node"]),
             f"{progress['global_step']}/{progress['total_steps']}" if progress else "-",
             *result_columns(document["result"]),
+            best_column(document["result"]),
         )
     console.print(table)
 
@@ -97,6 +102,35 @@ def result_columns(result: dict[str, Any] | None) -> tuple[str, str]:
         val, test = result["metrics"].get("val_auc", 0.0), result["metrics"].get("test_auc", 0.0)
         return f"{val:.4f} auc", f"{test:.4f} auc"
     return f"{result['val_accuracy']:.4f}", f"{result['test_accuracy']:.4f}"
+
+
+def best_column(result: dict[str, Any] | None) -> str:
+    """`job list`'s best cell: the test figure at the best validation epoch and that epoch (1-based), e.g.
+    `0.8120 (4)`, a link job's `0.5500 h@50 (4)`; `-` without one."""
+    best = result["best"] if result is not None else None
+    if best is None:
+        return "-"
+    name, value = _best_test_figure(best)
+    unit = f" {name.removeprefix('test_').replace('hits', 'h')}" if name != "test_accuracy" else ""
+    return f"{value:.4f}{unit} ({best['epoch'] + 1})"
+
+
+def _best_test_figure(best: dict[str, Any]) -> tuple[str, float]:
+    """The test counterpart of the figure that picked the best epoch: test_accuracy, or e.g. test_hits@50."""
+    if best["selected_by"] == "val_accuracy":
+        return "test_accuracy", best["test_accuracy"]
+    name = "test_" + best["selected_by"].removeprefix("val_")
+    return name, best["metrics"].get(name, 0.0)
+
+
+def _best_line(best: dict[str, Any], epochs: int) -> str:
+    """The result at the best validation epoch, e.g. `at best val accuracy 0.8200 (epoch 4/5): test accuracy
+    0.8120`; a link job's lists its test metrics."""
+    picked, epoch = best["selected_by"], f"(epoch {best['epoch'] + 1}/{epochs})"
+    if picked == "val_accuracy":
+        return f"  at best val accuracy {best['val_accuracy']:.4f} {epoch}: test accuracy {best['test_accuracy']:.4f}"
+    tests = "  ".join(f"{k} {v:.4f}" for k, v in sorted(best["metrics"].items()) if k.startswith("test_"))
+    return f"  at best {picked} {best['metrics'].get(picked, 0.0):.4f} {epoch}: {tests}"
 
 
 def wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
@@ -180,6 +214,8 @@ def describe(job: JobDocument) -> str:
             f"  val accuracy {r['val_accuracy']:.4f}  test accuracy {r['test_accuracy']:.4f}  "
             f"final loss {r['final_loss']:.4f}  trained {r['train_seconds']:.1f} s"
         )
+    if r is not None and r["best"] is not None:
+        lines += wrapped(_best_line(r["best"], spec["epochs"]), first="", rest="    ")
     for node in job["nodes"]:
         step = f", step {node['progress']['global_step']}" if node["progress"] else ""
         ranks = ",".join(str(rank["rank"]) for rank in node["ranks"]) or "-"

@@ -72,6 +72,7 @@ PROGRESS_FIELDS = (
     "batches_per_second",
 )
 RESULT_FIELDS = ("val_accuracy", "test_accuracy", "final_loss", "train_seconds", "checkpoint_path")
+BEST_FIELDS = ("epoch", "selected_by", "val_accuracy", "test_accuracy")  # `BestEvaluation`'s, before its metrics
 RANK_FIELDS = ("rank", "trainer_pid", "producer_pid", "global_step", "batches_per_second", "ready_slots")
 PLACEMENT_FIELDS = (
     "nnodes",
@@ -169,7 +170,15 @@ def _progress(message: jobs_pb2.JobProgress) -> dict[str, Any]:
 
 
 def _result(message: jobs_pb2.JobResult) -> dict[str, Any]:
-    return {**{name: getattr(message, name) for name in RESULT_FIELDS}, "metrics": dict(message.metrics)}
+    return {
+        **{name: getattr(message, name) for name in RESULT_FIELDS},
+        "metrics": dict(message.metrics),
+        "best": _best(message.best) if message.HasField("best") else None,
+    }
+
+
+def _best(message: Any) -> dict[str, Any]:
+    return {**{name: getattr(message, name) for name in BEST_FIELDS}, "metrics": dict(message.metrics)}
 
 
 def _rank(message: jobs_pb2.RankStatus) -> dict[str, Any]:

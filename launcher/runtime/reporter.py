@@ -1,9 +1,10 @@
 """`ProgressReporter`: a rank's `TrainProgress` events -> the daemon's ProgressReport, and log lines.
 
 Reports carry cumulative counters and the latest figures (loss, accuracy, batches/s, data
-waiting time, val/test accuracy), so the status page, the metrics and `job status` follow a
-rank whichever loop -- built-in or the user's -- produced the events. A daemon that cannot
-be reached is said once; training goes on (the daemon decides the job's fate).
+waiting time, val/test accuracy, the evaluation at the best validation epoch so far), so the
+status page, the metrics and `job status` follow a rank whichever loop -- built-in or the user's --
+produced the events. A daemon that cannot be reached is said once; training goes on (the daemon
+decides the job's fate).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class ProgressReporter:
             test_accuracy=test,
             model_bytes=event.model_bytes,
             eval_metrics=metrics,
+            best=event.best if event.best is not None else f.best,
         )
         if event.kind in ("epoch", "eval", "done"):
             print(describe_event(event, self.figures.loss), flush=True)

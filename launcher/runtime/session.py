@@ -2,7 +2,13 @@
 
 Steps and their position (epoch, batches done, global step), resuming from the newest
 checkpoint, periodic and end-of-epoch checkpoints (rank 0), loss/accuracy/throughput windows,
-evaluation with the best split tracked, and `TrainProgress` events for the reporter. The
+evaluation with the best epoch tracked, and `TrainProgress` events for the reporter.
+
+The best epoch is the one whose evaluation has the highest `config.best_split` figure (the
+validation accuracy, or a link job's val_hits@50), ties going to the earlier epoch: the
+figures papers report. Evaluations without that figure (no validation split) pick none. It is
+kept in the checkpoints, so a job resumed after a restart still reports the best of all its
+epochs. The
 built-in loop (`run_training`) and a user's own loop (`graphtier.launcher.loader`) both drive
 one of these, so the status page, metrics and restarts behave the same for either.
 
@@ -29,6 +35,7 @@ import torch.distributed as dist
 from torch import nn
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.jobs.directory import checkpoint_step
 from graphtier.launcher.runtime.checkpoint import (
     TrainPosition,
@@ -155,12 +162,26 @@ class TrainSession:
                         "use another checkpoint_dir or delete it"
                     ) from exc
                 self.position = _rescaled(self.position, payload, self.ctx.world_size)
+                self._restore_best(payload)
             self.ctx.barrier()  # every rank has read the checkpoint before rank 0 may write (and prune) again
         self.step, self.last_checkpoint = self.position.step, self.resumed_from
         torch.manual_seed(
             self.config.seed + 7919 * (self.ctx.rank + 1) + self.position.step
         )  # dropout differs per rank
         return self.position
+
+    def _restore_best(self, payload: dict[str, Any]) -> None:
+        """The best evaluation a checkpoint recorded (see `checkpoint`), if it has one."""
+        best = payload.get("extra", {}).get("best")
+        if isinstance(best, dict) and isinstance(best.get("epoch"), int) and isinstance(best.get("eval"), dict):
+            self.best_epoch, self.best_eval = best["epoch"], {str(k): float(v) for k, v in best["eval"].items()}
+
+    @property
+    def best(self) -> BestEvaluation | None:
+        """The evaluation at the best epoch so far, as the job's result reports it; None before one."""
+        if self.best_epoch is None:
+            return None
+        return BestEvaluation.of(self.best_epoch, self.best_eval, self.config.best_split)
 
     def _agreed_checkpoint(
         self, newest: Path | None
@@ -223,7 +244,11 @@ class TrainSession:
                 at,
                 self.module.state_dict(),
                 self.optimizer.state_dict(),
-                extra={"config": self.config.model_dump(mode="json"), "world_size": self.ctx.world_size},
+                extra={
+                    "config": self.config.model_dump(mode="json"),
+                    "world_size": self.ctx.world_size,
+                    "best": {"epoch": self.best_epoch, "eval": self.best_eval} if self.best_epoch is not None else None,
+                },
                 keep=self.config.keep_checkpoints,
             )
 
@@ -272,20 +297,20 @@ class TrainSession:
 
     def record_evaluation(self, epoch: int, batches: int, results: dict[str, float]) -> dict[str, float]:
         """Keep and report an evaluation's figures (accuracy by split, or a link job's metrics by name);
-        the best so far is the one with the highest `config.best_split` figure."""
+        the best so far is the one with the highest `config.best_split` figure, the earlier on a tie."""
         self.final_eval = results
         self.evaluated_epoch = epoch
         score = self.final_eval.get(self.config.best_split)
-        if self.best_epoch is None or (score is not None and score > self.best_eval.get(self.config.best_split, -1.0)):
+        if score is not None and (self.best_epoch is None or score > self.best_eval[self.config.best_split]):
             self.best_eval, self.best_epoch = dict(self.final_eval), epoch
-        self.emit("eval", epoch, batches, eval_accuracy=dict(self.final_eval))
+        self.emit("eval", epoch, batches, eval_accuracy=dict(self.final_eval), best=self.best)
         return self.final_eval
 
     def finish(self, epochs_completed: int | None = None) -> TrainResult:
         """Report 'done' with the latest evaluation and return how training went."""
         self.guard.finish(self._steps_here)
         epochs = self.config.epochs if epochs_completed is None else epochs_completed
-        self.emit("done", max(epochs - 1, 0), 0, eval_accuracy=dict(self.final_eval))
+        self.emit("done", max(epochs - 1, 0), 0, eval_accuracy=dict(self.final_eval), best=self.best)
         return TrainResult(
             model=self.module,  # type: ignore[arg-type]  # None only for a loop that never resumed
             steps=self.step,

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
+from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.link import DecoderKind, TaskKind
 from graphtier.launcher.runtime.checkpoint import TrainPosition
 from graphtier.launcher.runtime.models import ModelName
@@ -46,7 +47,11 @@ class TrainConfig(BaseModel):
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
     eval_every_epochs: int = Field(1, ge=0, description="evaluate every N epochs (0: only after the last)")
     eval_splits: tuple[str, ...] = Field(("val", "test"), description="splits evaluated, accuracy all-reduced")
-    best_split: str = Field("val", description="the split whose best accuracy picks TrainResult.best_eval")
+    best_split: str = Field(
+        "val",
+        description="the evaluation key whose highest figure picks the best epoch (ties: the earlier): "
+        "'val' (accuracy) or a link job's 'val_hits@50'",
+    )
     log_every_steps: int = Field(10, ge=1, description="steps between 'step' progress reports")
     dist_timeout_s: float = Field(600.0, gt=0, description="timeout of torch.distributed collectives")
     task: TaskKind = Field("node", description="node classification, or link prediction (see link_loop.py)")
@@ -83,6 +88,7 @@ class TrainProgress:
     eval_accuracy: dict[str, float] = field(default_factory=dict)  # split -> accuracy ('eval', 'done')
     elapsed_s: float = 0.0
     model_bytes: int = 0  # parameters + gradients + optimizer state on this rank
+    best: BestEvaluation | None = None  # the evaluation at the best validation figure so far ('eval', 'done')
 
 
 @dataclass
@@ -95,7 +101,7 @@ class TrainResult:
     resumed_from: Path | None
     resumed_position: TrainPosition | None
     final_eval: dict[str, float]
-    best_eval: dict[str, float]  # the evaluation with the highest accuracy on best_split
+    best_eval: dict[str, float]  # the evaluation with the highest best_split figure ({} when none had one)
     best_epoch: int | None
     history: list[TrainProgress]
     last_checkpoint: Path | None

@@ -197,3 +197,24 @@ class StorageCounters(_message.Message):
     window_cached_rows: int
     read_row_bytes: int
     def __init__(self, mode: _Optional[str] = ..., window: _Optional[int] = ..., read_rows: _Optional[int] = ..., read_bytes: _Optional[int] = ..., requests: _Optional[int] = ..., window_rows: _Optional[int] = ..., window_bytes: _Optional[int] = ..., io_seconds: _Optional[float] = ..., request_seconds: _Optional[float] = ..., read_seconds: _Optional[float] = ..., lookahead_batches: _Optional[int] = ..., window_cached_rows: _Optional[int] = ..., read_row_bytes: _Optional[int] = ...) -> None: ...
+
+class BestEvaluation(_message.Message):
+    __slots__ = ("epoch", "selected_by", "val_accuracy", "test_accuracy", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SELECTED_BY_FIELD_NUMBER: _ClassVar[int]
+    VAL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    selected_by: str
+    val_accuracy: float
+    test_accuracy: float
+    metrics: _containers.ScalarMap[str, float]
+    def __init__(self, epoch: _Optional[int] = ..., selected_by: _Optional[str] = ..., val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...

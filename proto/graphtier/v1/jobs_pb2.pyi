@@ -296,7 +296,7 @@ class RankStatus(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., trainer_pid: _Optional[int] = ..., producer_pid: _Optional[int] = ..., global_step: _Optional[int] = ..., batches_per_second: _Optional[float] = ..., ready_slots: _Optional[int] = ..., last_report: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ("val_accuracy", "test_accuracy", "final_loss", "train_seconds", "checkpoint_path", "metrics")
+    __slots__ = ("val_accuracy", "test_accuracy", "final_loss", "train_seconds", "checkpoint_path", "metrics", "best")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -310,13 +310,15 @@ class JobResult(_message.Message):
     TRAIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    BEST_FIELD_NUMBER: _ClassVar[int]
     val_accuracy: float
     test_accuracy: float
     final_loss: float
     train_seconds: float
     checkpoint_path: str
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    best: _common_pb2.BestEvaluation
+    def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., best: _Optional[_Union[_common_pb2.BestEvaluation, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes", "placement", "nodes", "gpu_share")

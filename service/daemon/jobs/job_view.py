@@ -84,7 +84,8 @@ def job_progress(tracker: ProgressTracker, job_id: str, spec: JobSpec, runner: J
 
 
 def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobResultInfo | None:
-    """Rank 0's final figures and the newest checkpoint; None before rank 0 has reported."""
+    """Rank 0's final figures (the last epoch's and the best validation epoch's) and the newest checkpoint;
+    None before rank 0 has reported."""
     rank0 = next((v.trainer for v in tracker.ranks(job_id) if v.rank == 0 and v.trainer), None)
     if rank0 is None:
         return None
@@ -96,6 +97,7 @@ def job_result(tracker: ProgressTracker, job_id: str, runner: JobRunner) -> JobR
         train_seconds=rank0.train_seconds_total,
         checkpoint_path=str(checkpoints[-1]) if checkpoints else "",
         metrics=dict(rank0.eval_metrics),
+        best=rank0.best,
     )
 
 

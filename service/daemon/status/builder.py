@@ -225,6 +225,7 @@ class StatusBuilder:
             val_accuracy=evaluated[0].val_accuracy if evaluated else None,
             test_accuracy=evaluated[0].test_accuracy if evaluated else None,
             link_metrics=dict(linked[0].eval_metrics) if linked else {},
+            best=next((v.trainer.best for v in views if v.trainer is not None and v.trainer.best is not None), None),
             traffic=self.traffic(self._job_traffic(record.job_id, sums), job_id=record.job_id),
             storage=self.storage(
                 self._storage_counters(sums, record.job_id),

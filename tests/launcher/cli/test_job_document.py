@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.jobs.conversions import job_from_proto, job_to_proto
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -60,14 +61,14 @@ RANKS = [RankInfo(rank=0, trainer_pid=11, producer_pid=12, global_step=23, ready
 JOBS = {
     "node classification, done": JobInfo(
         job_id="7",
-        spec=JobSpec(dataset="cora", model="gat", hidden=64, budgets=BudgetSpec(num_devices=1, host="50%")),
+        spec=JobSpec(dataset="cora", model="gat", hidden=64, epochs=5, budgets=BudgetSpec(num_devices=1, host="50%")),
         state=JobState.SUCCEEDED,
         message="",
         created_at=NOW,
         started_at=NOW + timedelta(seconds=1),
         finished_at=NOW + timedelta(seconds=9),
         progress=PROGRESS,
-        result=JobResultInfo(0.8, 0.75, 0.25, 8.5, "/ckpt/7.pt"),
+        result=JobResultInfo(0.8, 0.75, 0.25, 8.5, "/ckpt/7.pt", best=BestEvaluation(3, "val_accuracy", 0.82, 0.78)),
         ranks=RANKS,
         exit_code=0,
         log_path="/run/jobs/7/job.log",
@@ -80,7 +81,10 @@ JOBS = {
         state=JobState.FAILED,
         message="rank 0 exited 1",
         created_at=NOW,
-        result=JobResultInfo(metrics={"val_auc": 0.9, "test_mrr": 0.4}),
+        result=JobResultInfo(
+            metrics={"val_auc": 0.9, "test_mrr": 0.4},
+            best=BestEvaluation.of(0, {"val_hits@50": 0.6, "test_hits@50": 0.55, "test_auc": 0.93}, "val_hits@50"),
+        ),
         exit_code=1,
         restarts=2,
     ),

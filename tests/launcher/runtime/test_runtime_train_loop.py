@@ -121,3 +121,38 @@ def test_bad_configs_and_foreign_checkpoints_are_refused(small_rmat, tmp_path):
         )
     with pytest.raises(GraphtierError, match="the model has 2 layers but got 1 blocks"):
         run_training(source.epoch_batches, None, _config(source, layers=2, epochs=1))
+
+
+def test_the_best_epoch_is_the_first_highest_validation_and_survives_a_resume(tmp_path):
+    """The session picks the best evaluation by `best_split` (ties: the earlier epoch; none without a
+    validation figure), reports it with every evaluation, and keeps it in its checkpoints."""
+    from torch import nn
+
+    from graphtier.contract.evaluation import BestEvaluation
+    from graphtier.launcher.runtime.distributed import DistContext
+    from graphtier.launcher.runtime.session import TrainSession
+
+    def session(config: TrainConfig, events: list[TrainProgress]) -> TrainSession:
+        model = nn.Linear(2, 2)
+        s = TrainSession(DistContext.from_env(), config, events.append)
+        s.resume(model, torch.optim.Adam(model.parameters()))
+        return s
+
+    config = TrainConfig(in_dim=2, num_classes=2, epochs=4, checkpoint_dir=tmp_path)
+    events: list[TrainProgress] = []
+    node = session(config, events)
+    for epoch, (val, test) in enumerate([(0.5, 0.4), (0.7, 0.6), (0.7, 0.9)]):
+        node.record_evaluation(epoch, 1, {"val": val, "test": test})
+    assert events[-1].best == BestEvaluation(1, "val_accuracy", 0.7, 0.6)  # the tie at epoch 2 keeps epoch 1
+    node.checkpoint(node.position)
+    resumed = session(config, [])  # a restart: the best of the epochs before it is kept
+    resumed.record_evaluation(3, 1, {"val": 0.6, "test": 0.8})
+    result = resumed.finish()
+    assert (result.best_epoch, result.best_eval) == (1, {"val": 0.7, "test": 0.6})
+    assert result.history[-1].kind == "done" and result.history[-1].best == BestEvaluation(1, "val_accuracy", 0.7, 0.6)
+
+    link = session(TrainConfig(in_dim=2, num_classes=2, task="link", best_split="val_hits@50"), events := [])
+    link.record_evaluation(0, 1, {"test_auc": 0.9})  # no validation edges: no best epoch
+    assert events[-1].best is None and link.best_epoch is None
+    link.record_evaluation(0, 1, {"val_hits@50": 0.3, "test_hits@50": 0.2})
+    assert events[-1].best == BestEvaluation(0, "val_hits@50", metrics={"val_hits@50": 0.3, "test_hits@50": 0.2})
