@@ -144,15 +144,21 @@ def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon, smal
     assert job["state"] == "succeeded" and job["spec"]["model"] == "gcn" and job["spec"]["epochs"] == 1
     assert job["spec"]["sampler"] == "cpu"  # auto, resolved for a CPU job
     assert 0 < job["result"]["val_accuracy"] <= 1 and 0 < job["result"]["test_accuracy"] <= 1
+    best = job["result"]["best"]  # one epoch: the best validation epoch is the last
+    assert best == {**best, "epoch": 0, "selected_by": "val_accuracy", "metrics": {}}
+    last = job["result"]
+    assert (best["val_accuracy"], best["test_accuracy"]) == (last["val_accuracy"], last["test_accuracy"])
     job_id = job["job_id"]
 
     status = cli("job", "status", job_id, "--runtime-dir", run)
     assert status.exit_code == 0 and f"job {job_id} [succeeded] gcn on rmat12" in status.output
     assert "sampling on cpu" in status.output
     assert "val accuracy" in status.output and "test accuracy" in status.output
+    assert f"at best val accuracy {best['val_accuracy']:.4f} (epoch 1/1): test accuracy" in status.output
     listed = json.loads(cli("job", "list", "--json", "--runtime-dir", run).stdout)
     assert [(j["job_id"], j["spec"]["name"]) for j in listed] == [(job_id, "from-yaml")]
-    assert "from-yaml" in cli("job", "list", "--runtime-dir", run).output
+    table = cli("job", "list", "--runtime-dir", run).output
+    assert "from-yaml" in table and f"{best['test_accuracy']:.4f} (1)" in table, table
     logs = cli("job", "logs", job_id, "--runtime-dir", run)
     assert logs.exit_code == 0 and "[rank 0] done" in logs.stdout and "[rank 1]" in logs.stdout
     lines = [

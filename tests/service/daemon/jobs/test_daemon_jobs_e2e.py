@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from best_epoch_checks import check_best_epoch
 
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
@@ -51,6 +52,7 @@ def test_two_rank_job_succeeds_and_reports_accuracy(inproc_daemon):
     assert (
         final.result is not None and 0.0 < final.result.val_accuracy <= 1.0 and 0.0 < final.result.test_accuracy <= 1.0
     )
+    check_best_epoch(final)  # the figures at the best validation epoch, as the log printed that epoch's
     # a succeeded job's checkpoints are removed (graphtierd --keep-checkpoints keeps them): no path to a gone file
     assert final.result.checkpoint_path == ""
     assert not list((inproc_daemon.config.runtime_dir / "jobs" / job.job_id / "checkpoints").glob("ckpt-*.pt"))
@@ -73,6 +75,7 @@ def test_two_rank_job_succeeds_and_reports_accuracy(inproc_daemon):
         assert not _alive(rank.trainer_pid) and not _alive(rank.producer_pid)
     status = inproc_daemon.tracker.ranks(job.job_id)
     assert status[0].trainer.val_accuracy == final.result.val_accuracy
+    assert status[0].trainer.best == final.result.best
     assert status[0].trainer.model_bytes > 0  # parameters + gradients + Adam state
     for rank in (0, 1):  # the producers' sample sizes reach the status and the metrics
         producer = status[rank].producer

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from best_epoch_checks import check_best_epoch
 
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
@@ -49,7 +50,8 @@ def _run(daemon, spec: JobSpec):
         final = client.get_job(job.job_id)
         assert final.state == JobState.SUCCEEDED, f"{final.message}\n{open(final.log_path).read()[-3000:]}"
         shown = next(j for j in client.status().jobs if j.job_id == job.job_id)  # the status page's /v1/status
-    assert shown.link_metrics == final.result.metrics
+    assert shown.link_metrics == final.result.metrics and shown.best == final.result.best
+    check_best_epoch(final)  # picked by val_hits@50, its figures as the log printed that epoch's
     return job, final
 
 
