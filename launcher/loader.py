@@ -305,7 +305,8 @@ class Job:
         self, model: nn.Module, splits: tuple[str, ...] = ("val", "test"), forward: Forward | None = None
     ) -> dict[str, float]:
         """Accuracy on each split over all ranks (every rank must call it), on `device`, reported
-        to the daemon as the job's latest val/test accuracy. `forward(model, batch)` computes the
+        to the daemon as the job's latest val/test accuracy, and as its best (`result.best`) when the
+        val accuracy is the highest so far. `forward(model, batch)` computes the
         logits (default `model(batch.blocks, batch.x)`; e.g. `lambda m, b: m(b.x, b.edge_index)`)."""
         if self._eval is None:
             raise GraphtierError(
