@@ -67,13 +67,9 @@ def evaluations(log: str) -> list[tuple[float, float, int]]:
     return found
 
 
-def best_by_val(found: list[tuple[float, float, int]]) -> tuple[float, float, int]:
-    """The evaluation with the highest validation accuracy (the earliest on ties)."""
-    return max(found, key=lambda e: (e[0], -e[2]))
-
-
 def run_job(runtime_dir: Path, dataset: str, seed: int, a: argparse.Namespace) -> dict[str, object]:
-    """One `job submit` job to the end: its best-validation and last evaluations, and every epoch's."""
+    """One `job submit` job to the end: its best-validation and last evaluations (the job's result), and every
+    epoch's (its log)."""
     from graphtier.launcher.client import DaemonClient
 
     command = [
@@ -92,9 +88,16 @@ def run_job(runtime_dir: Path, dataset: str, seed: int, a: argparse.Namespace) -
     log = Path(job.log_path).read_text()
     if job.state.value != "succeeded" or job.result is None:
         raise SystemExit(f"job {job_id} {job.state.value}: {job.message}\n{log[-2000:]}")
-    found = evaluations(log)
-    val, test, epoch = best_by_val(found)
-    return {"val": val, "test": test, "epoch": epoch, "last_test": job.result.test_accuracy or 0.0, "all": found}
+    best = job.result.best  # the evaluation with the highest validation accuracy (the earliest on ties)
+    if best is None:
+        raise SystemExit(f"job {job_id}: its result has no best validation epoch (does film have a val split?)")
+    return {
+        "val": best.val_accuracy,
+        "test": best.test_accuracy,
+        "epoch": best.epoch,
+        "last_test": job.result.test_accuracy or 0.0,
+        "all": evaluations(log),
+    }
 
 
 def main() -> None:
