@@ -2,15 +2,15 @@
 
 Steps and their position (epoch, batches done, global step), resuming from the newest
 checkpoint, periodic and end-of-epoch checkpoints (rank 0), loss/accuracy/throughput windows,
-evaluation with the best epoch tracked, and `TrainProgress` events for the reporter.
+evaluation with the best epoch tracked, and `TrainProgress` events for the reporter. The
+built-in loop (`run_training`) and a user's own loop (`graphtier.launcher.loader`) both drive
+one of these, so the status page, metrics and restarts behave the same for either.
 
 The best epoch is the one whose evaluation has the highest `config.best_split` figure (the
 validation accuracy, or a link job's val_hits@50), ties going to the earlier epoch: the
 figures papers report. Evaluations without that figure (no validation split) pick none. It is
 kept in the checkpoints, so a job resumed after a restart still reports the best of all its
-epochs. The
-built-in loop (`run_training`) and a user's own loop (`graphtier.launcher.loader`) both drive
-one of these, so the status page, metrics and restarts behave the same for either.
+epochs.
 
 Throughput is one figure everywhere: optimizer steps per second of wall time over a window
 (`batches_per_second`; one step = one mini-batch of one rank).
@@ -301,7 +301,8 @@ class TrainSession:
         self.final_eval = results
         self.evaluated_epoch = epoch
         score = self.final_eval.get(self.config.best_split)
-        if score is not None and (self.best_epoch is None or score > self.best_eval[self.config.best_split]):
+        best_so_far = self.best_eval.get(self.config.best_split, -math.inf)
+        if score is not None and (self.best_epoch is None or score > best_so_far):
             self.best_eval, self.best_epoch = dict(self.final_eval), epoch
         self.emit("eval", epoch, batches, eval_accuracy=dict(self.final_eval), best=self.best)
         return self.final_eval
