@@ -35,6 +35,7 @@ from graphtier.service.prepared import PreparedDataset
 from graphtier.service.store import AttachedDataset
 
 FEATURES, LABELS = "x", "y"
+_ROW_ALIGN = 64  # bytes: a cache line, where the gather's streaming stores need each row to start
 
 
 def _tiers_and_labels(
@@ -58,17 +59,23 @@ def _graph(dataset: PreparedDataset | AttachedDataset) -> CSCGraph:
 
 
 def _rows_buffer(count: int, row_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    """An uninitialised [count, *row_shape] tensor for one batch's feature rows, allocated by numpy.
+    """An uninitialised [count, *row_shape] tensor for one batch's feature rows, allocated by numpy,
+    its first row on a 64-byte boundary.
 
     numpy advises the kernel to back arrays of 4 MiB or more with transparent huge pages, so the
     gather's first writes into the fresh buffer fault once per 2 MiB rather than once per 4 KiB
     page; at R-MAT scale 20 (86k rows of 512 B a batch) those faults were most of the gather's time.
+    numpy's large arrays start 16 bytes into a page, which left every 512 B row across 9 cache
+    lines and the gather on cached stores: its streaming stores need rows on line boundaries.
     Every batch gets its own buffer: PyG hands it to the user as `batch.x`."""
     try:
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     except TypeError:  # bfloat16 and the like have no numpy dtype
         return torch.empty((count, *row_shape), dtype=dtype)
-    return torch.from_numpy(np.empty((count, *row_shape), dtype=np_dtype))
+    nbytes = count * int(np.prod(row_shape, dtype=np.int64)) * np_dtype.itemsize
+    raw = np.empty(nbytes + _ROW_ALIGN, dtype=np.uint8)
+    skip = -raw.ctypes.data % _ROW_ALIGN
+    return torch.from_numpy(raw[skip : skip + nbytes].view(np_dtype).reshape(count, *row_shape))
 
 
 class GraphtierFeatureStore(FeatureStore):
