@@ -222,11 +222,20 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   std::vector<IdTally> tallies(scan_chunks);
   std::vector<int64_t> region_count(may_group ? scan_chunks << kRegionBits : 0);
   const IdScan scan{rep_end, inter_end, host_end, num_devices, device_index};
+  // Each pass over the ids works chunk by chunk of scan_grain ids, also when parallel_chunks
+  // hands it a longer range (one thread, or its pool busy with another caller's loop): pass 2
+  // writes into the slots pass 1 counted for each chunk.
+  auto each_scan_chunk = [&](int64_t begin, int64_t end, auto&& body) {
+    for (int64_t c = begin / scan_grain; c * scan_grain < end; ++c) {
+      body(c, c * scan_grain, std::min(end, (c + 1) * scan_grain));
+    }
+  };
   parallel_chunks(n, scan_grain, nthreads, [&](int64_t begin, int64_t end) {
-    const int64_t chunk = begin / scan_grain;
-    int64_t* regions = may_group ? region_count.data() + (chunk << kRegionBits) : nullptr;
-    tallies[chunk] =
-        scan.tally(id, begin, end, static_cast<uint64_t>(num_rows), regions, region_shift);
+    each_scan_chunk(begin, end, [&](int64_t chunk, int64_t from, int64_t to) {
+      int64_t* regions = may_group ? region_count.data() + (chunk << kRegionBits) : nullptr;
+      tallies[chunk] =
+          scan.tally(id, from, to, static_cast<uint64_t>(num_rows), regions, region_shift);
+    });
   });
   IdTally total;
   for (int64_t c = 0; c < scan_chunks; ++c) {
@@ -266,11 +275,13 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     }
     uint64_t* key = keys.data();
     parallel_chunks(n, scan_grain, nthreads, [&](int64_t begin, int64_t end) {
-      int64_t* slot = region_count.data() + ((begin / scan_grain) << kRegionBits);
-      for (int64_t i = begin; i < end; ++i) {
-        const auto r = static_cast<uint64_t>(id[i]);
-        key[slot[r >> region_shift]++] = r << 32 | static_cast<uint64_t>(i);
-      }
+      each_scan_chunk(begin, end, [&](int64_t chunk, int64_t from, int64_t to) {
+        int64_t* slot = region_count.data() + (chunk << kRegionBits);
+        for (int64_t i = from; i < to; ++i) {
+          const auto r = static_cast<uint64_t>(id[i]);
+          key[slot[r >> region_shift]++] = r << 32 | static_cast<uint64_t>(i);
+        }
+      });
     });
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -174,3 +175,34 @@ def test_native_gather_into_unaligned_output() -> None:
     out = flat[4 : 4 + 40000 * 128].view(40000, 128)  # 16 bytes past an aligned start
     tiered_gather(ids, tiers, out, backend="native")
     assert torch.equal(out, table[ids]) and (flat[:4] == 0).all() and (flat[4 + 40000 * 128 :] == 0).all()
+
+
+@pytest.mark.skipif(not native_available(), reason="native ops not built")
+def test_native_gathers_on_two_threads_at_once() -> None:
+    """Two gathers at once share one pool of helpers: whichever finds it busy runs a pass on its
+    own thread, also when the pass before ran in chunks on the pool, and its bytes stay right
+    (grouping keys written into slots another split had counted once overran their buffer)."""
+    rows, dim = 262144, 64  # 64 MiB: large batches are grouped
+    table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
+    tiers = FeatureTiers.from_table(table, replicated_end=0, interleaved_end=0, host_end=rows)
+    batches = [torch.randint(0, rows, (33000,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    wrong: list[int] = []
+
+    def gather_repeatedly(ids: torch.Tensor) -> None:
+        out, want = torch.empty(ids.numel(), dim), table[ids]
+        for attempt in range(200):
+            tiered_gather(ids, tiers, out, backend="native")
+            if not torch.equal(out, want):
+                wrong.append(attempt)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        threads = [threading.Thread(target=gather_repeatedly, args=(ids,)) for ids in batches]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        torch.set_num_threads(before)
+    assert not wrong
