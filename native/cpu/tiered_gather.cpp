@@ -9,11 +9,11 @@
 // 1. Over the ids, branch-free: validate, count rows per source and, for a batch that may be
 //    grouped, count each chunk's ids per table region. No row is copied before every id has
 //    been checked, so a bad id leaves `out` untouched.
-// 2. A large batch of small rows from a table beyond the caches is read region by region: each
-//    chunk writes its (id, position) keys into its own slots of each of 256 contiguous regions
-//    of the table (the top 8 bits of the id), a stable grouping with batch order kept within a
-//    region. Reads within a region share DRAM pages and TLB entries that random order wastes;
-//    each row is still written to its own position. Ids that arrive sorted (no descent) skip it.
+// 2. A large batch of small rows is read region by region: each chunk writes its (id,
+//    position) keys into its own slots of each of 256 contiguous regions of the table (the top
+//    8 bits of the id), a stable grouping with batch order kept within a region. Reads within
+//    a region share DRAM pages and TLB entries that random order wastes; each row is still
+//    written to its own position. Ids that arrive sorted (no descent) skip it.
 // 3. One copy per row, the row a few iterations ahead prefetched (every cache line of it, up to
 //    kPrefetchLines) so several misses are in flight per thread. Works on bytes, so any dtype
 //    and row width is supported.
@@ -51,7 +51,6 @@ constexpr int64_t kCopyGrain = 2048;            // rows per chunk of the copy pa
 constexpr int64_t kScanMinGrain = 16384;        // least ids per chunk of the passes over the ids
 constexpr int64_t kSortMinRows = 32768;         // batches at least this long are read ...
 constexpr int64_t kSortMaxRowBytes = 2048;      // ... when their rows are at most this wide ...
-constexpr int64_t kGroupMinTableBytes = int64_t{64} << 20;  // ... from a table beyond the caches,
 constexpr int kRegionBits = 8;                  // ... grouped into 2^8 regions of the table
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;  // outputs above this bypass the caches
 
@@ -208,8 +207,7 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   const RowCopy copy_row = row_copy_for(dst, rb, n * rb >= kStreamMinBytes);
   const int nthreads = std::max(1, at::get_num_threads());
   const bool may_group = n >= kSortMinRows && rb <= kSortMaxRowBytes &&
-                         num_rows * rb >= kGroupMinTableBytes && n < (int64_t{1} << 32) &&
-                         num_rows <= (int64_t{1} << 32);
+                         n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
   int region_shift = 0;  // region of id r: r >> region_shift, below 2^kRegionBits
   while ((num_rows - 1) >> region_shift >= (int64_t{1} << kRegionBits)) ++region_shift;
 

@@ -125,7 +125,7 @@ def test_bad_ids_and_outputs(backend: str) -> None:
 
 @pytest.mark.skipif(not native_available(), reason="native ops not built")
 def test_native_large_parallel_gather_counts_merge() -> None:
-    # 64 MiB of 256 B rows: a table beyond the caches, whose large batches are read region by region.
+    # 64 MiB of 256 B rows, beyond the caches; batches of 32,768 ids or more are read region by region.
     rows, dim = 262144, 64
     table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
     tiers = FeatureTiers.from_table(
@@ -182,7 +182,7 @@ def test_native_gathers_on_two_threads_at_once() -> None:
     """Two gathers at once share one pool of helpers: whichever finds it busy runs a pass on its
     own thread, also when the pass before ran in chunks on the pool, and its bytes stay right
     (grouping keys written into slots another split had counted once overran their buffer)."""
-    rows, dim = 262144, 64  # 64 MiB: large batches are grouped
+    rows, dim = 262144, 64  # batches of 32,768 ids or more are grouped
     table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
     tiers = FeatureTiers.from_table(table, replicated_end=0, interleaved_end=0, host_end=rows)
     batches = [torch.randint(0, rows, (33000,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
