@@ -20,6 +20,8 @@ Importing this module needs torch_geometric.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ from graphtier.service.prepared import PreparedDataset
 from graphtier.service.store import AttachedDataset
 
 FEATURES, LABELS = "x", "y"
+_ROW_ALIGN = 64  # bytes: a cache line, where the gather's streaming stores need each row to start
 
 
 def _tiers_and_labels(
@@ -57,18 +60,49 @@ def _graph(dataset: PreparedDataset | AttachedDataset) -> CSCGraph:
     raise GraphtierError(f"expected a PreparedDataset or an AttachedDataset, got {type(dataset).__name__}")
 
 
-def _rows_buffer(count: int, row_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    """An uninitialised [count, *row_shape] tensor for one batch's feature rows, allocated by numpy.
+class _RowBuffers:
+    """Buffers for batches' feature rows (`batch.x`), each reused once nothing refers to it.
 
-    numpy advises the kernel to back arrays of 4 MiB or more with transparent huge pages, so the
-    gather's first writes into the fresh buffer fault once per 2 MiB rather than once per 4 KiB
-    page; at R-MAT scale 20 (86k rows of 512 B a batch) those faults were most of the gather's time.
-    Every batch gets its own buffer: PyG hands it to the user as `batch.x`."""
-    try:
-        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:  # bfloat16 and the like have no numpy dtype
-        return torch.empty((count, *row_shape), dtype=dtype)
-    return torch.from_numpy(np.empty((count, *row_shape), dtype=np_dtype))
+    A fresh buffer per batch cost more than the gather into it: the kernel faults in and zeroes
+    every page of it (44 MiB a batch at R-MAT scale 20). A buffer is handed out again only when the
+    array given to the last tensor over it is gone, which is when that tensor, every view of it
+    and every tensor sharing its storage are gone: while the user keeps `batch.x` (or a view of
+    it), its buffer is not touched. Up to `keep` buffers are kept; they are numpy's, so arrays of
+    4 MiB or more are backed by transparent huge pages, and each row starts on a 64-byte boundary:
+    numpy's large arrays start 16 bytes into a page, which left every 512 B row across 9 cache
+    lines and the gather on cached stores (its streaming stores need rows on line boundaries)."""
+
+    def __init__(self, keep: int = 3) -> None:
+        self._keep = keep
+        self._held: list[tuple[np.ndarray, weakref.ref]] = []  # (raw bytes, the array handed out)
+        self._lock = threading.Lock()  # one store may serve loaders on several threads
+
+    def take(self, count: int, row_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        """An uninitialised [count, *row_shape] tensor of `dtype`."""
+        try:
+            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:  # bfloat16 and the like have no numpy dtype
+            return torch.empty((count, *row_shape), dtype=dtype)
+        nbytes = count * int(np.prod(row_shape, dtype=np.int64)) * np_dtype.itemsize
+        with self._lock:
+            return torch.from_numpy(self._rows(nbytes, count, row_shape, np_dtype))
+
+    def _rows(self, nbytes: int, count: int, row_shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
+        need = nbytes + _ROW_ALIGN
+        free = [i for i, (_, handed) in enumerate(self._held) if handed() is None]
+        # A free buffer fits unless it is too small or over twice the size (a whole-table read
+        # would otherwise stay held for the batches after it); those that do not fit are let go.
+        fits = [i for i in free if need <= self._held[i][0].nbytes <= 2 * need]
+        if fits:
+            raw = self._held.pop(fits[0])[0]
+        else:  # a new one, with room for the next batches' size changes
+            self._held = [h for i, h in enumerate(self._held) if i not in free]
+            raw = np.empty(need + nbytes // 8, dtype=np.uint8)
+        skip = -raw.ctypes.data % _ROW_ALIGN
+        rows = raw[skip : skip + nbytes].view(np_dtype).reshape(count, *row_shape)
+        if len(self._held) < self._keep:
+            self._held.append((raw, weakref.ref(rows)))
+        return rows
 
 
 class GraphtierFeatureStore(FeatureStore):
@@ -77,6 +111,7 @@ class GraphtierFeatureStore(FeatureStore):
     def __init__(self, dataset: PreparedDataset | AttachedDataset, *, device_index: int = 0) -> None:
         super().__init__()
         self._tiers, self._labels = _tiers_and_labels(dataset, device_index)
+        self._buffers = _RowBuffers()
         self.traffic = TrafficCounts(simulated=self._tiers.simulated)
 
     @property
@@ -122,7 +157,7 @@ class GraphtierFeatureStore(FeatureStore):
         ids = self._ids(attr.index)
         if attr.attr_name == LABELS:
             return self._labels.index_select(0, ids)  # type: ignore[union-attr]
-        out = _rows_buffer(ids.numel(), self._tiers.row_shape, self._tiers.dtype)
+        out = self._buffers.take(ids.numel(), self._tiers.row_shape, self._tiers.dtype)
         self.traffic = self.traffic + tiered_gather(ids, self._tiers, out)
         return out
 

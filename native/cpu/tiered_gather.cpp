@@ -2,27 +2,29 @@
 // [0, host_end), host shared memory holding the device tiers and the host tier) and a
 // storage part (rows [host_end, num_rows), a memory-mapped file), counting rows per source.
 //
-// A branch-free counting pass over the ids, then one copy per row with the row a few
-// iterations ahead prefetched (every cache line of it, up to kPrefetchLines) so several
-// misses are in flight per thread. Works on bytes, so any dtype and row width is supported.
-// The copy runs through parallel_chunks (graphtier/work_split.h), not OpenMP: the gather
-// runs in producers beside busy trainer ranks, where OpenMP's spinning all-threads regions
-// lost most of its bandwidth. The passes over the ids (counting, the grouping) run on the
-// calling thread: each is a small fraction of the copy, and a parallel region per pass paid
-// a helper's wake-up, a scheduling delay on a loaded machine, for each.
+// Three passes, each over chunks in parallel through parallel_chunks (graphtier/work_split.h),
+// not OpenMP: the gather runs in producers beside busy trainer ranks, where OpenMP's spinning
+// all-threads regions lost most of its bandwidth.
 //
-// A large batch of small rows is read region by region: one stable counting pass groups its
-// ids (with their positions) by their top 8 bits, 256 contiguous regions of the table, and
-// each row is still written to its own position. Within a region the reads share DRAM pages
-// and TLB entries that random order wastes, and the writes (in batch order) move forward
-// through the output. It cost 18% less CPU time per gather than a full radix sort by id (two
-// passes, then reads in id order and writes all over the output), and 24% less than batch
-// order (500,000 random ids, 512 B rows, a 1 GiB table; medians of 21 interleaved rounds at
-// load 8). Ids that arrive sorted (the counting pass sees no descent) skip the grouping and are
-// copied in batch order. The grouping's scratch is kept per thread between calls: allocating
-// it afresh cost a page fault per 4 KiB, as much as the grouping itself. Outputs larger than
-// the caches are written with non-temporal stores: this op never re-reads them, and skipping
-// the read-for-ownership of every destination line saves a third of the memory traffic.
+// 1. Over the ids, branch-free: validate, count rows per source and, for a batch that may be
+//    grouped, count each chunk's ids per table region. No row is copied before every id has
+//    been checked, so a bad id leaves `out` untouched.
+// 2. A large batch of small rows is read region by region: each chunk writes its (id,
+//    position) keys into its own slots of each of 256 contiguous regions of the table (the top
+//    8 bits of the id), a stable grouping with batch order kept within a region. Reads within
+//    a region share DRAM pages and TLB entries that random order wastes; each row is still
+//    written to its own position. Ids that arrive sorted (no descent) skip it.
+// 3. One copy per row, the row a few iterations ahead prefetched (every cache line of it, up to
+//    kPrefetchLines) so several misses are in flight per thread. Works on bytes, so any dtype
+//    and row width is supported.
+//
+// The first two passes once ran on the calling thread (a helper's wake-up per pass looked too
+// dear on a busy machine); each cost 5-10% of a 500,000-row gather while the other core idled.
+// The grouping's keys are kept per thread between calls: allocating them afresh cost a page
+// fault per 4 KiB, as much as the grouping itself. Outputs larger than the caches are written
+// with non-temporal stores, a whole 64-byte line per store where the CPU has them: this op
+// never re-reads them, and skipping the read-for-ownership of every destination line saves a
+// third of the memory traffic.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -42,58 +44,109 @@
 namespace graphtier {
 namespace {
 
-constexpr int64_t kPrefetchLines = 16;               // cache lines of a row prefetched (1 KiB)
-constexpr int64_t kPrefetchAheadBytes = 8192;        // prefetched bytes in flight per thread ...
-constexpr int64_t kMaxRowPrefetch = 16;              // ... over at most this many rows ahead
-constexpr int64_t kCopyGrain = 2048;                 // rows per chunk of the copy pass
-constexpr int64_t kSortMinRows = 32768;              // batches at least this long are read ...
-constexpr int64_t kSortMaxRowBytes = 2048;           // ... when their rows are at most this wide
-constexpr int kRegionBits = 8;                       // ... grouped into 2^8 regions of the table
-
-// keys[0, n) = id << 32 | position, grouped by the top kRegionBits of the id's `bits` bits:
-// one stable counting pass, so the table is read region by region, in batch order within
-// each region; `spare` is scratch of at least n.
-void group_by_region(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare, int64_t n,
-                     int bits) {
-  const int shift = 32 + std::max(0, bits - kRegionBits);
-  std::vector<int64_t> start(int64_t{1} << kRegionBits);
-  for (int64_t i = 0; i < n; ++i) ++start[keys[i] >> shift];
-  int64_t running = 0;
-  for (int64_t& s : start) {
-    const int64_t count = s;
-    s = running;
-    running += count;
-  }
-  for (int64_t i = 0; i < n; ++i) spare[start[keys[i] >> shift]++] = keys[i];
-  keys.swap(spare);
-}
+constexpr int64_t kPrefetchLines = 16;          // cache lines of a row prefetched (1 KiB)
+constexpr int64_t kPrefetchAheadBytes = 8192;   // prefetched bytes in flight per thread ...
+constexpr int64_t kMaxRowPrefetch = 16;         // ... over at most this many rows ahead
+constexpr int64_t kCopyGrain = 2048;            // rows per chunk of the copy pass
+constexpr int64_t kScanMinGrain = 16384;        // least ids per chunk of the passes over the ids
+constexpr int64_t kSortMinRows = 32768;         // batches at least this long are read ...
+constexpr int64_t kSortMaxRowBytes = 2048;      // ... when their rows are at most this wide ...
+constexpr int kRegionBits = 8;                  // ... grouped into 2^8 regions of the table
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;  // outputs above this bypass the caches
 
 enum Source : int { kReplicated = 0, kInterleavedLocal, kInterleavedPeer, kHost, kStorage };
 
+// Copies one row of `bytes` from `src` to `dst`.
+using RowCopy = void (*)(char* dst, const char* src, int64_t bytes);
+
+void copy_row_cached(char* dst, const char* src, int64_t bytes) { std::memcpy(dst, src, bytes); }
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// Copies one row with 32-byte non-temporal stores; `dst` 32-byte aligned, `bytes` % 32 == 0.
-__attribute__((target("avx2"))) void copy_row_streaming(char* dst, const char* src,
-                                                        int64_t bytes) {
+// Whole cache lines with 64-byte non-temporal stores; `dst` 64-byte aligned, `bytes` % 64 == 0.
+// One store per line fills its write-combining buffer at once.
+__attribute__((target("avx512f"))) void copy_row_stream64(char* dst, const char* src,
+                                                          int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) {
+    const __m512i v = _mm512_loadu_si512(src + b);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b), v);
+  }
+}
+
+// 32-byte non-temporal stores; `dst` 32-byte aligned, `bytes` % 32 == 0.
+__attribute__((target("avx2"))) void copy_row_stream32(char* dst, const char* src,
+                                                       int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 32) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + b));
     _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + b), v);
   }
 }
 
-bool have_streaming_copy() {
+// The widest streaming copy this CPU, `dst` and the row width allow; the cached copy when the
+// output is small enough to be read back from the caches, or no streaming copy fits.
+RowCopy row_copy_for(const char* dst, int64_t row_bytes, bool large_output) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
+  const auto at = reinterpret_cast<uintptr_t>(dst);
+  if (large_output && avx512 && row_bytes % 64 == 0 && at % 64 == 0) return copy_row_stream64;
+  if (large_output && avx2 && row_bytes % 32 == 0 && at % 32 == 0) return copy_row_stream32;
+  return copy_row_cached;
 }
 
 void store_fence() { _mm_sfence(); }
 #else
-void copy_row_streaming(char* dst, const char* src, int64_t bytes) {
-  std::memcpy(dst, src, bytes);
-}
-bool have_streaming_copy() { return false; }
+RowCopy row_copy_for(const char*, int64_t, bool) { return copy_row_cached; }
 void store_fence() {}
 #endif
+
+// What one pass over a run of ids finds: rows per tier boundary, bad ids, descents.
+struct IdTally {
+  int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0;
+  int64_t bad = 0;       // ids outside [0, num_rows), negative ones included
+  int64_t descents = 0;  // positions whose id is below the previous one
+  void add(const IdTally& o) {
+    at_least_rep += o.at_least_rep;
+    at_least_inter += o.at_least_inter;
+    at_least_host += o.at_least_host;
+    local += o.local;
+    bad += o.bad;
+    descents += o.descents;
+  }
+};
+
+// The tiers' boundaries, to tally ids against them.
+struct IdScan {
+  int64_t rep_end, inter_end, host_end, num_devices, device_index;
+
+  // Tallies ids[begin, end) (branch-free) and, when `regions` is given, counts them per region
+  // (id >> region_shift) there.
+  IdTally tally(const int64_t* id, int64_t begin, int64_t end, uint64_t limit, int64_t* regions,
+                int region_shift) const {
+    IdTally t;
+    const bool pow2_devices = (num_devices & (num_devices - 1)) == 0;
+    const int64_t device_mask = num_devices - 1;
+    int64_t previous = id[begin];
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = id[i];
+      t.bad += static_cast<uint64_t>(r) >= limit;
+      t.descents += r < previous;
+      previous = r;
+      const bool interleaved = (r >= rep_end) & (r < inter_end);
+      t.at_least_rep += r >= rep_end;
+      t.at_least_inter += r >= inter_end;
+      t.at_least_host += r >= host_end;
+      if (pow2_devices) {
+        t.local += interleaved & (((r - rep_end) & device_mask) == device_index);
+      } else if (interleaved) {
+        t.local += ((r - rep_end) % num_devices) == device_index;
+      }
+      // Clamped, so a bad id (reported after the pass) cannot count outside the regions.
+      if (regions != nullptr) {
+        ++regions[std::min(static_cast<uint64_t>(r), limit - 1) >> region_shift];
+      }
+    }
+    return t;
+  }
+};
 
 int64_t row_bytes_of(const at::Tensor& t) {
   int64_t n = t.element_size();
@@ -151,116 +204,110 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     return reinterpret_cast<const char*>((r < host_end ? res_base : sto_base) +
                                          static_cast<uintptr_t>(r) * static_cast<uintptr_t>(rb));
   };
-  const bool streaming = n * rb >= kStreamMinBytes && rb % 32 == 0 &&
-                         reinterpret_cast<uintptr_t>(dst) % 32 == 0 && have_streaming_copy();
-  const auto limit = static_cast<uint64_t>(num_rows);
+  const RowCopy copy_row = row_copy_for(dst, rb, n * rb >= kStreamMinBytes);
   const int nthreads = std::max(1, at::get_num_threads());
+  const bool may_group = n >= kSortMinRows && rb <= kSortMaxRowBytes &&
+                         n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
+  int region_shift = 0;  // region of id r: r >> region_shift, below 2^kRegionBits
+  while ((num_rows - 1) >> region_shift >= (int64_t{1} << kRegionBits)) ++region_shift;
 
-  // Pass 1 (sequential over ids, branch-free): validate and count. Keeping the accounting out
-  // of the copy loop keeps that loop a pure stream of prefetches and copies, and a bad id is
-  // reported before `out` is touched.
-  int64_t total_rep = 0, total_inter = 0, total_host = 0, total_local = 0, total_bad = 0;
-  int64_t total_descents = 0;  // positions whose id is below the previous one
-  const bool pow2_devices = (num_devices & (num_devices - 1)) == 0;
-  const int64_t device_mask = num_devices - 1;
-  // On the calling thread: a scan of 8 bytes per id takes a fraction of the copy's time, while
-  // waking a helper for it cost a scheduling delay per call on a busy machine.
-  {
-    const int64_t begin = 0, end = n;
-    int64_t at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0, bad = 0;
-    int64_t descents = 0, previous = n > 0 ? id[0] : 0;  // no id to read when n == 0
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t r = id[i];
-      bad += static_cast<uint64_t>(r) >= limit;  // also catches negative ids
-      descents += r < previous;
-      previous = r;
-      const bool interleaved = (r >= rep_end) & (r < inter_end);
-      at_least_rep += r >= rep_end;
-      at_least_inter += r >= inter_end;
-      at_least_host += r >= host_end;
-      if (pow2_devices) {
-        local += interleaved & (((r - rep_end) & device_mask) == device_index);
-      } else if (interleaved) {
-        local += ((r - rep_end) % num_devices) == device_index;
-      }
+  // Pass 1, over chunks of the ids in parallel: validate, count per source, count descents and,
+  // for a batch that may be grouped, each region's ids per chunk. No row is copied before every
+  // id has been checked, so a bad id leaves `out` untouched.
+  const int64_t scan_grain =
+      std::max<int64_t>(kScanMinGrain, (n + 4 * nthreads - 1) / (4 * nthreads));
+  const int64_t scan_chunks = n > 0 ? (n + scan_grain - 1) / scan_grain : 0;
+  std::vector<IdTally> tallies(scan_chunks);
+  std::vector<int64_t> region_count(may_group ? scan_chunks << kRegionBits : 0);
+  const IdScan scan{rep_end, inter_end, host_end, num_devices, device_index};
+  // Each pass over the ids works chunk by chunk of scan_grain ids, also when parallel_chunks
+  // hands it a longer range (one thread, or its pool busy with another caller's loop): pass 2
+  // writes into the slots pass 1 counted for each chunk.
+  auto each_scan_chunk = [&](int64_t begin, int64_t end, auto&& body) {
+    for (int64_t c = begin / scan_grain; c * scan_grain < end; ++c) {
+      body(c, c * scan_grain, std::min(end, (c + 1) * scan_grain));
     }
-    total_rep += at_least_rep;
-    total_inter += at_least_inter;
-    total_host += at_least_host;
-    total_local += local;
-    total_bad += bad;
-    total_descents += descents;
+  };
+  parallel_chunks(n, scan_grain, nthreads, [&](int64_t begin, int64_t end) {
+    each_scan_chunk(begin, end, [&](int64_t chunk, int64_t from, int64_t to) {
+      int64_t* regions = may_group ? region_count.data() + (chunk << kRegionBits) : nullptr;
+      tallies[chunk] =
+          scan.tally(id, from, to, static_cast<uint64_t>(num_rows), regions, region_shift);
+    });
+  });
+  IdTally total;
+  for (int64_t c = 0; c < scan_chunks; ++c) {
+    total.add(tallies[c]);
+    // A descent between chunks counts too: only ids sorted across the batch skip the grouping.
+    if (c > 0 && id[c * scan_grain] < id[c * scan_grain - 1]) ++total.descents;
   }
-  const int64_t at_least_rep = total_rep, at_least_inter = total_inter;
-  const int64_t at_least_host = total_host, local = total_local, bad = total_bad;
-  if (bad > 0) {
+  if (total.bad > 0) {
     const int64_t pos = std::find_if(id, id + n, [&](int64_t r) {
-                          return static_cast<uint64_t>(r) >= limit;
+                          return static_cast<uint64_t>(r) >= static_cast<uint64_t>(num_rows);
                         }) - id;
     TORCH_CHECK_INDEX(false, "id ", id[pos], " at position ", pos, " is out of range [0, ",
                       num_rows, ")");
   }
 
-  // Pass 2: one copy per row, the lines of the row `row_prefetch` iterations ahead prefetched:
+  // One copy per row (pass 3), the lines of the row `row_prefetch` iterations ahead prefetched:
   // 16 rows of 512 B, 8 rows of 1 KiB or more (of which the first KiB).
   const int64_t prefetch_bytes = std::min(rb, kPrefetchLines * 64);
-  const int64_t row_prefetch =
-      std::clamp<int64_t>(kPrefetchAheadBytes / std::max<int64_t>(prefetch_bytes, 1), 1, kMaxRowPrefetch);
-  const bool by_region = n >= kSortMinRows && rb <= kSortMaxRowBytes && total_descents > 0 &&
-                         n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
-  if (by_region) {
-    // Kept between calls (see the header).
-    thread_local std::vector<uint64_t> keys, spare;
-    if (static_cast<int64_t>(keys.size()) < n) {
-      keys.resize(n);
-      spare.resize(n);
+  const int64_t row_prefetch = std::clamp<int64_t>(
+      kPrefetchAheadBytes / std::max<int64_t>(prefetch_bytes, 1), 1, kMaxRowPrefetch);
+  auto prefetch_row = [&](const char* ahead) {
+    for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
+  };
+  if (may_group && total.descents > 0) {
+    // Pass 2, over the chunks of pass 1: each chunk writes its keys (id << 32 | position)
+    // to its own slots of each region, so the grouping is stable (batch order within a region).
+    thread_local std::vector<uint64_t> keys;  // kept between calls (see the header)
+    if (static_cast<int64_t>(keys.size()) < n) keys.resize(n);
+    int64_t running = 0;  // region-major, chunk-minor: slot of chunk c's first id of region g
+    for (int64_t g = 0; g < (int64_t{1} << kRegionBits); ++g) {
+      for (int64_t c = 0; c < scan_chunks; ++c) {
+        int64_t& slot = region_count[(c << kRegionBits) + g];
+        const int64_t count = slot;
+        slot = running;
+        running += count;
+      }
     }
-    uint64_t* filled = keys.data();  // on the calling thread, like the counting pass
-    for (int64_t i = 0; i < n; ++i) filled[i] = static_cast<uint64_t>(id[i]) << 32 | static_cast<uint64_t>(i);
-    int bits = 1;
-    while (bits < 32 && (int64_t{1} << bits) < num_rows) ++bits;
-    group_by_region(keys, spare, n, bits);
-    const uint64_t* order = keys.data();
+    uint64_t* key = keys.data();
+    parallel_chunks(n, scan_grain, nthreads, [&](int64_t begin, int64_t end) {
+      each_scan_chunk(begin, end, [&](int64_t chunk, int64_t from, int64_t to) {
+        int64_t* slot = region_count.data() + (chunk << kRegionBits);
+        for (int64_t i = from; i < to; ++i) {
+          const auto r = static_cast<uint64_t>(id[i]);
+          key[slot[r >> region_shift]++] = r << 32 | static_cast<uint64_t>(i);
+        }
+      });
+    });
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
         if (j + row_prefetch < end) {
-          const char* ahead = src_of(static_cast<int64_t>(order[j + row_prefetch] >> 32));
-          for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
+          prefetch_row(src_of(static_cast<int64_t>(key[j + row_prefetch] >> 32)));
         }
-        const char* src = src_of(static_cast<int64_t>(order[j] >> 32));
-        char* to = dst + static_cast<int64_t>(order[j] & 0xffffffffu) * rb;
-        if (streaming) {
-          copy_row_streaming(to, src, rb);
-        } else {
-          std::memcpy(to, src, rb);
-        }
+        copy_row(dst + static_cast<int64_t>(key[j] & 0xffffffffu) * rb,
+                 src_of(static_cast<int64_t>(key[j] >> 32)), rb);
       }
-      if (streaming) store_fence();
+      store_fence();  // order this chunk's streamed rows before the loop returns
     });
   } else {
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        if (i + row_prefetch < end) {
-          const char* ahead = src_of(id[i + row_prefetch]);
-          for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
-        }
-        if (streaming) {
-          copy_row_streaming(dst + i * rb, src_of(id[i]), rb);
-        } else {
-          std::memcpy(dst + i * rb, src_of(id[i]), rb);
-        }
+        if (i + row_prefetch < end) prefetch_row(src_of(id[i + row_prefetch]));
+        copy_row(dst + i * rb, src_of(id[i]), rb);
       }
-      if (streaming) store_fence();  // order this chunk's streamed rows before the loop returns
+      store_fence();
     });
   }
 
   auto counts = at::empty({5}, at::TensorOptions().dtype(at::kLong));
   int64_t* c = counts.data_ptr<int64_t>();
-  c[kReplicated] = n - at_least_rep;
-  c[kInterleavedLocal] = local;
-  c[kInterleavedPeer] = at_least_rep - at_least_inter - local;
-  c[kHost] = at_least_inter - at_least_host;
-  c[kStorage] = at_least_host;
+  c[kReplicated] = n - total.at_least_rep;
+  c[kInterleavedLocal] = total.local;
+  c[kInterleavedPeer] = total.at_least_rep - total.at_least_inter - total.local;
+  c[kHost] = total.at_least_inter - total.at_least_host;
+  c[kStorage] = total.at_least_host;
   return counts;
 }
 

@@ -9,10 +9,13 @@ into a preallocated output (out=). The probe's 0.96 is torch.index_select(out=) 
 another on an idle machine; it is the row "torch index_select out=, ids sorted" here. Three
 differences, on purpose: the table lives in a POSIX shm file (/dev/shm,
 torch.from_file(shared=True)), where graphtier keeps features (the probe measured that too,
-within a few percent of RAM); every case runs once per round, in turn, so that all share the
-machine's load; the figure is the ratio of medians (the ratio of minimum times, the probe's,
-is printed beside it). Target (issue 27): native gather of random ids >= 0.80 of copy. The
-shm file is removed afterwards, also on error.
+within a few percent of RAM); every case runs once per round, in an order shuffled anew each
+round (seeded), so that all share the machine's load and none always runs right after the same
+other: after a torch op its OpenMP threads keep spinning on the cores for a while, which cost
+the next case 1.5-2.7 ms (the native gather at idle, 9-12 ms otherwise); the figure is the
+ratio of medians (the ratio of minimum times, the probe's, is printed beside it). Target
+(issue 27): native gather of random ids >= 0.80 of copy. The shm file is removed afterwards,
+also on error.
 
 Run: python tests/bench/bench_gather.py [--quick] [--threads 2] [--reps 15] [--json out.json]
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -34,16 +38,18 @@ from graphtier.service.native_ops import native_available, unavailable_reason
 
 
 def interleaved_rounds(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, tuple[float, float]]:
-    """(min, median) seconds per case, running every case once per round.
+    """(min, median) seconds per case, running every case once per round, in a shuffled order.
 
     Interleaving keeps the copy baseline and the gathers under the same conditions when the
-    machine is shared.
+    machine is shared; shuffling spreads what a case leaves behind (torch's spinning OpenMP
+    threads, dirty cache lines) over all the others.
     """
     for fn in cases.values():
         fn()  # warm-up: page faults, allocator
     times: dict[str, list[float]] = {name: [] for name in cases}
+    order = random.Random(0)
     for _ in range(rounds):
-        for name, fn in cases.items():
+        for name, fn in order.sample(list(cases.items()), len(cases)):
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)

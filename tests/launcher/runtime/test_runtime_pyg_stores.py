@@ -34,6 +34,27 @@ def test_feature_store_serves_features_and_labels_through_the_tiered_gather(smal
         store.put_tensor(torch.zeros(2, 16), TensorAttr(None, "x", torch.tensor([0, 1])))
 
 
+def test_feature_buffers_are_reused_only_once_released(small_rmat):
+    store, features = GraphtierFeatureStore(small_rmat), small_rmat.features
+    ids = [torch.randint(0, 4096, (1000,), generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    first = store.get_tensor(None, "x", ids[0])
+    address = first.data_ptr()
+    assert address % 64 == 0  # rows on cache lines, for the gather's streaming stores
+    view = first[:10]
+    del first
+    held = store.get_tensor(None, "x", ids[1])  # the first buffer is still viewed: a new one
+    assert held.data_ptr() != address
+    del view
+    reused = store.get_tensor(None, "x", ids[2])
+    assert reused.data_ptr() == address
+    as_numpy = reused.numpy()
+    del reused
+    other = store.get_tensor(None, "x", ids[3])  # numpy's view keeps its buffer too
+    assert other.data_ptr() not in (address, held.data_ptr())
+    for x, i in [(held, ids[1]), (as_numpy, ids[2]), (other, ids[3])]:
+        assert torch.equal(torch.as_tensor(x), features[i])
+
+
 def test_graph_store_exposes_the_csc_without_copying(small_rmat):
     store = GraphtierGraphStore(small_rmat)
     (attr,) = store.get_all_edge_attrs()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +45,13 @@ def make_table(dtype: torch.dtype, rows: int = 200) -> torch.Tensor:
     return torch.randint(-(2**40), 2**40, (rows, 7), generator=g, dtype=dtype)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS, ids=[str(b) for b in LAYOUTS])
+# Each layout with one dtype in turn: the op copies bytes, so a dtype only sets the row width.
+DTYPES = [torch.float16, torch.int64, torch.float32]
+LAYOUT_DTYPES = [(layout, DTYPES[i % len(DTYPES)]) for i, layout in enumerate(LAYOUTS)]
+
+
+@pytest.mark.parametrize(("layout", "dtype"), LAYOUT_DTYPES, ids=[f"{b}-{d}" for b, d in LAYOUT_DTYPES])
 @pytest.mark.parametrize(("num_devices", "device_index"), [(1, 0), (4, 0), (4, 3)])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.int64, torch.float32])
 def test_backends_agree_with_reference(
     layout: tuple[int, int, int], num_devices: int, device_index: int, dtype: torch.dtype
 ) -> None:
@@ -120,25 +125,84 @@ def test_bad_ids_and_outputs(backend: str) -> None:
 
 @pytest.mark.skipif(not native_available(), reason="native ops not built")
 def test_native_large_parallel_gather_counts_merge() -> None:
-    table = torch.randn(50000, 32)
+    # 64 MiB of 256 B rows, beyond the caches; batches of 32,768 ids or more are read region by region.
+    rows, dim = 262144, 64
+    table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
     tiers = FeatureTiers.from_table(
-        table, replicated_end=5000, interleaved_end=20000, host_end=40000, num_devices=3, device_index=2
+        table, replicated_end=5000, interleaved_end=20000, host_end=200000, num_devices=3, device_index=2
     )
-    random_ids = torch.randint(0, 50000, (200000,), generator=torch.Generator().manual_seed(1))
+    random_ids = torch.randint(0, rows, (100000,), generator=torch.Generator().manual_seed(1))
     # Random ids are read grouped by table region, sorted ones in batch order without grouping:
-    # the bytes are the same either way, also when a single descent triggers the grouping.
+    # the bytes are the same either way, also when one descent (inside a chunk of the passes
+    # over the ids, or between two of them: 16,384 ids each) triggers it.
     sorted_ids = random_ids.sort().values
     one_descent = sorted_ids.clone()
-    one_descent[65535], one_descent[65536] = sorted_ids[65536] + 1, sorted_ids[65536]
-    out = torch.empty(200000, 32)
+    one_descent[39999], one_descent[40000] = sorted_ids[40000] + 1, sorted_ids[40000]
+    descent_between_chunks = sorted_ids.clone()
+    descent_between_chunks[16384] = sorted_ids[16383] - 1
+    repeated = torch.cat([random_ids[:50000], random_ids[:50000].flip(0)])
+    edges = torch.tensor([0, rows - 1, 4999, 5000, 19999, 20000, 199999, 200000] * 12500)
+    out = torch.empty(100000, dim)
     before = torch.get_num_threads()
     try:
-        for threads, ids in [(1, random_ids), (2, random_ids), (3, random_ids), (2, sorted_ids), (2, one_descent)]:
+        for threads, ids in [
+            (1, random_ids),
+            (2, random_ids),
+            (3, random_ids),
+            (2, sorted_ids),
+            (2, one_descent),
+            (2, descent_between_chunks),
+            (2, repeated),
+            (2, edges),
+        ]:
             torch.set_num_threads(threads)
             out.zero_()
             counts = tiered_gather(ids, tiers, out, backend="native")
-            want = numpy_counts(ids.numpy(), (5000, 20000, 40000), 3, 2)
+            want = numpy_counts(ids.numpy(), (5000, 20000, 200000), 3, 2)
             assert [t.rows for t in counts.by_source().values()] == [*want, 0]
             assert torch.equal(out, table[ids])
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not native_available(), reason="native ops not built")
+def test_native_gather_into_unaligned_output() -> None:
+    """An output that is not 64-byte aligned (a view one row of 16 B in) takes the cached copy."""
+    table = torch.randn(70000, 128)
+    tiers = FeatureTiers.from_table(table, replicated_end=0, interleaved_end=0, host_end=70000)
+    ids = torch.randint(0, 70000, (40000,), generator=torch.Generator().manual_seed(2))
+    flat = torch.zeros(40001 * 128 + 4)
+    out = flat[4 : 4 + 40000 * 128].view(40000, 128)  # 16 bytes past an aligned start
+    tiered_gather(ids, tiers, out, backend="native")
+    assert torch.equal(out, table[ids]) and (flat[:4] == 0).all() and (flat[4 + 40000 * 128 :] == 0).all()
+
+
+@pytest.mark.skipif(not native_available(), reason="native ops not built")
+def test_native_gathers_on_two_threads_at_once() -> None:
+    """Two gathers at once share one pool of helpers: whichever finds it busy runs a pass on its
+    own thread, also when the pass before ran in chunks on the pool, and its bytes stay right
+    (grouping keys written into slots another split had counted once overran their buffer)."""
+    rows, dim = 262144, 64  # batches of 32,768 ids or more are grouped
+    table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
+    tiers = FeatureTiers.from_table(table, replicated_end=0, interleaved_end=0, host_end=rows)
+    batches = [torch.randint(0, rows, (33000,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    wrong: list[int] = []
+
+    def gather_repeatedly(ids: torch.Tensor) -> None:
+        out, want = torch.empty(ids.numel(), dim), table[ids]
+        for attempt in range(200):
+            tiered_gather(ids, tiers, out, backend="native")
+            if not torch.equal(out, want):
+                wrong.append(attempt)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        threads = [threading.Thread(target=gather_repeatedly, args=(ids,)) for ids in batches]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        torch.set_num_threads(before)
+    assert not wrong
