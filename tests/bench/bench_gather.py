@@ -12,7 +12,9 @@ torch.from_file(shared=True)), where graphtier keeps features (the probe measure
 within a few percent of RAM); every case runs once per round, in an order shuffled anew each
 round (seeded), so that all share the machine's load and none always runs right after the same
 other: after a torch op its OpenMP threads keep spinning on the cores for a while, which cost
-the next case 1.5-2.7 ms (the native gather at idle, 9-12 ms otherwise); the figure is the
+the next case 1.5-2.7 ms (the native gather at idle, 9-12 ms otherwise). So every case runs as
+the gather runs in a job: with OMP_WAIT_POLICY=PASSIVE, which the daemon sets for its producers
+and ranks (an OMP_WAIT_POLICY already in the environment is kept, and printed). The figure is the
 ratio of medians (the ratio of minimum times, the probe's, is printed beside it). Target
 (issue 27): native gather of random ids >= 0.80 of copy. The shm file is removed afterwards,
 also on error.
@@ -30,11 +32,15 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-import torch
-from machine import cpu_model, write_figures
+# as in the daemon's producers and ranks (service/daemon/jobs/runner.py, pipeline/forkserver.py); read
+# by OpenMP once, when torch loads it
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from graphtier.service.gather import FeatureTiers, tiered_gather
-from graphtier.service.native_ops import native_available, unavailable_reason
+import torch  # noqa: E402
+from machine import cpu_model, write_figures  # noqa: E402
+
+from graphtier.service.gather import FeatureTiers, tiered_gather  # noqa: E402
+from graphtier.service.native_ops import native_available, unavailable_reason  # noqa: E402
 
 
 def interleaved_rounds(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, tuple[float, float]]:
@@ -118,7 +124,10 @@ def main() -> None:
     copy_bytes = n_copy * 4 / 1e9
     copy_gbs = copy_bytes / timings[copy_name][1]  # the figures are of medians
     copy_gbs_min = copy_bytes / timings[copy_name][0]  # the probe's ratios were of minimum times
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cpus); threads {a.threads}; torch {torch.__version__}")
+    print(
+        f"cpu: {cpu_model()} ({os.cpu_count()} logical cpus); threads {a.threads}; torch {torch.__version__}; "
+        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
+    )
     print(
         f"table {a.rows:,} x {a.dim} float32 in {path} ({a.rows * a.dim * 4 / 2**30:.2f} GiB); "
         f"gather {a.gather:,} rows of {a.dim * 4} B ({gathered_gb:.3f} GB); rounds {a.reps}; "
