@@ -128,3 +128,27 @@ def test_mismatched_inputs_and_widths_are_refused():
         build_model("gin", 4, 8, 3, 2)  # type: ignore[arg-type]
     with pytest.raises(GraphtierError, match="hidden must be an int >= 1"):
         build_model("gcn", 4, 0, 3, 2)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_mask_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_mask(p):
+    from graphtier.launcher.runtime.models.dropout import MaskDropout
+
+    drop = MaskDropout(p)
+    x = torch.rand(400, 500) + 0.5  # no zeros of its own
+    torch.manual_seed(0)
+    y = drop(x.requires_grad_())
+    kept = y != 0
+    n = kept.numel()
+    assert abs(kept.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5  # 5 standard errors
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))  # kept ones scaled as nn.Dropout scales them
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    torch.manual_seed(0)
+    assert torch.equal(drop(x.detach()), y.detach())  # the mask comes from torch's generator: seeded runs repeat
+    drop.eval()
+    assert drop(x) is x  # evaluation: the identity, as nn.Dropout
+    inplace = MaskDropout(p, inplace=True).train()
+    z = x.detach().clone()
+    torch.manual_seed(0)
+    assert inplace(z) is z and torch.equal(z, y.detach())

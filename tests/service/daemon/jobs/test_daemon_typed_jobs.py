@@ -57,7 +57,8 @@ def test_typed_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm
         final = _run(client, spec)
         assert final.spec.fanouts == [5, 5] and final.spec.relation_fanouts == ["5", "5"]
         assert any("learned 32-wide embedding per node" in note and "author (7,167)" in note for note in final.notes)
-        assert final.result.test_accuracy > 0.55, final.result  # 3 classes: chance is about 0.33
+        # 3 classes: chance is about 0.33; at its best validation epoch (a few steps of lr 0.05 swing the last)
+        assert final.result.best.test_accuracy > 0.55, final.result
         check_best_epoch(final)  # R-GCN's figures at its best validation epoch, as the log printed them
         traffic = final.progress.traffic  # the hottest tenth of the papers serve far more than a tenth of the reads
         assert traffic.simulated and traffic.total_rows > 0 and traffic.hit_ratio > 0.2, traffic
