@@ -63,6 +63,13 @@ class ProducerConfig(BaseModel):
     connect_timeout_s: float = Field(default=120.0, gt=0, description="Exit if no consumer connects in this time.")
     heartbeat_interval_s: float = Field(default=0.2, gt=0, le=60, description="Heartbeat period while waiting.")
     num_threads: int | None = Field(default=None, ge=1, description="torch/OpenMP threads for sample and gather.")
+    demote: bool = Field(
+        default=True,
+        description=(
+            "Run as job work (more nice, SCHED_BATCH), as the daemon's own ranks run; False for ranks another "
+            "launcher started at their own priority, whose producer would otherwise starve beside them."
+        ),
+    )
     sampler_backend: Literal["auto", "native", "torch"] = "auto"
     sampler: Literal["cpu", "gpu"] = Field(
         default="cpu",

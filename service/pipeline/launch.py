@@ -78,14 +78,16 @@ def _forked_producer(config_json: str, ready: Connection, log_path: str, env: di
     from graphtier.service.pipeline.producer import run_producer  # preloaded by the forkserver: no import cost
 
     redirect_output(log_path)
-    demote_job_process()  # job work yields to the daemon's control plane when cores are short
+    config = ProducerConfig.model_validate_json(config_json)
+    if config.demote:
+        demote_job_process()  # job work yields to the daemon's control plane when cores are short
     os.environ.update(env)
 
     def announce(layout_path: Path) -> None:
         ready.send(str(layout_path))
         ready.close()
 
-    sys.exit(run_producer(ProducerConfig.model_validate_json(config_json), announce))
+    sys.exit(run_producer(config, announce))
 
 
 def spawn_producer(

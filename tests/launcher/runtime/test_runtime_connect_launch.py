@@ -163,6 +163,16 @@ def test_a_rank_killed_mid_job_fails_the_job_instead_of_leaving_it_running(daemo
             assert launch.poll() is None and time.monotonic() < deadline, launch.stdout.read().decode()[-3000:]
             time.sleep(0.1)
         time.sleep(1.0)
+        with DaemonClient(runtime_dir=daemon) as client:
+            (running,) = [j for j in client.list_jobs() if j.job_id not in before]
+        # the producers run at their ranks' priority: the daemon demotes only the ranks it starts itself,
+        # and a demoted producer beside its launcher's rank would be starved by it
+        served = [r for r in running.ranks if r.producer_pid and r.trainer_pid]
+        assert served, running.ranks
+        for rank in served:
+            assert os.getpriority(os.PRIO_PROCESS, rank.producer_pid) == os.getpriority(
+                os.PRIO_PROCESS, rank.trainer_pid
+            ), rank
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
         assert launch.wait(120) != 0
     finally:
