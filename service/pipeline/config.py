@@ -66,8 +66,8 @@ class ProducerConfig(BaseModel):
     demote: bool = Field(
         default=True,
         description=(
-            "Run as job work (more nice, SCHED_BATCH), as the daemon's own ranks run; False for ranks another "
-            "launcher started at their own priority, whose producer would otherwise starve beside them."
+            "Run as job work (more nice, SCHED_BATCH), as the daemon's own ranks run; False (the daemon's "
+            "priority) for ranks another launcher started undemoted, beside which a demoted producer starves."
         ),
     )
     sampler_backend: Literal["auto", "native", "torch"] = "auto"

@@ -269,8 +269,8 @@ class JobRunner:
             channel_dir=self._channel_dir(rank, attempt),
             channel=f"j{self.job_id}r{rank}",
             num_threads=self.threads,
-            # ranks another launcher started run at its priority, not demoted as the daemon's torchrun is:
-            # their producers run at it too, or a rank beside its demoted producer starves it (0.91x)
+            # ranks another launcher started are not demoted as the daemon's torchrun is: their producers
+            # stay at the daemon's priority, or a rank beside its demoted producer starves it (0.91x)
             demote=self.external is None,
             storage_reads=self.spec.storage_reads,
             window=self.spec.window,
