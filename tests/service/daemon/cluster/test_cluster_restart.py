@@ -169,7 +169,7 @@ class _FailsAtOnce(JobRunner):
     """A runner without processes whose placement fails as soon as it is supervised."""
 
     def _start(self) -> None:
-        pass
+        """Nothing to start: the placement's failure is what `_supervise` reports."""
 
     def _supervise(self, tick):
         return "failed", "rank 1 died", 1
@@ -178,7 +178,7 @@ class _FailsAtOnce(JobRunner):
         return 1
 
     def pump_logs(self) -> None:
-        pass
+        """No processes, so no logs to pump."""
 
 
 def test_a_cancel_that_comes_while_the_restart_is_decided_ends_the_job_cancelled(tmp_path):
