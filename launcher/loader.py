@@ -39,12 +39,13 @@ rank's producer waits for its rank's channel to be opened (120 s), then fails th
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -58,6 +59,7 @@ from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS
+from graphtier.contract.processes import run_as_job_work
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.attach import attach_spec, launch_identity, sized_for_launch
 from graphtier.launcher.runtime.batch import DeviceBatch, on_device, seed_logits
@@ -477,8 +479,23 @@ def _spec_values(dataset: str, fields: dict[str, Any]) -> dict[str, Any]:
     return {"dataset": dataset, **values}
 
 
+def _run_as_the_daemons_ranks(runtime_dir: Path) -> None:
+    """Demote this rank as the daemon demotes the ranks it starts (relative to the daemon's niceness)."""
+    endpoints = read_endpoints(runtime_dir)
+    daemon_niceness = None
+    if endpoints is not None:
+        with contextlib.suppress(OSError):  # the daemon just answered; gone now, its job fails on its own
+            daemon_niceness = os.getpriority(os.PRIO_PROCESS, endpoints.pid)
+    run_as_job_work(daemon_niceness if daemon_niceness is not None else 0)
+
+
 def connect(
-    dataset: str | None = None, *, job_id: str | None = None, runtime_dir: Path | None = None, **spec: Any
+    dataset: str | None = None,
+    *,
+    job_id: str | None = None,
+    runtime_dir: Path | None = None,
+    priority: Literal["job", "inherit"] = "job",
+    **spec: Any,
 ) -> Job:
     """This rank's side of its job.
 
@@ -488,7 +505,15 @@ def connect(
     `python train.py` -- `dataset` and the JobSpec fields in `spec` (`fanout="15,10,5"`, `batch_size`,
     `epochs`, `lr`, ...) register a job with this machine's daemon: the node's first rank makes it, the
     launch's other ranks join it (by torchrun's run id, master address and agent), the daemon starts
-    one producer per rank, and the job ends when the ranks close it -- or fails when they die."""
+    one producer per rank, and the job ends when the ranks close it -- or fails when they die.
+
+    `priority` (a job this script registers): "job" runs this rank as the daemon runs the ranks it
+    starts -- 5 more nice than the daemon, SCHED_BATCH -- so the daemon's control plane answers first
+    when cores are short, and the rank's producer runs at the same priority; "inherit" keeps the
+    launch's priority, and the producer then runs at the daemon's. Niceness only ever rises: a
+    process cannot lower it back unprivileged."""
+    if priority not in ("job", "inherit"):
+        raise GraphtierError(f"graphtier.connect(priority={priority!r}): give 'job' or 'inherit'")
     job_id = job_id or os.environ.get(JOB_ID_ENV)
     attached = False
     if not job_id:
@@ -504,6 +529,8 @@ def connect(
         asked = sized_for_launch(_spec_values(dataset, spec), "graphtier.connect()")
         job_id, runtime_dir = attach_spec(asked, launch_id, node_rank, agent_pid)
         attached = True
+        if priority == "job":  # before the first batch: the producer starts then, at this rank's priority
+            _run_as_the_daemons_ranks(runtime_dir)
     where = runtime_dir or os.environ.get(RUNTIME_DIR_ENV)
     client = DataPlaneClient(runtime_dir=Path(where) if where else None)
     try:

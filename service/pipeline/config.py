@@ -67,7 +67,8 @@ class ProducerConfig(BaseModel):
         default=True,
         description=(
             "Run as job work (more nice, SCHED_BATCH), as the daemon's own ranks run; False (the daemon's "
-            "priority) for ranks another launcher started undemoted, beside which a demoted producer starves."
+            "priority) for a rank another launcher started at normal priority, beside which a demoted "
+            "producer starves."
         ),
     )
     sampler_backend: Literal["auto", "native", "torch"] = "auto"

@@ -41,18 +41,6 @@ SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 _lock = threading.Lock()
 
 
-JOB_NICENESS = 5  # added to producers' and torchrun's (so ranks') niceness: the daemon stays responsive
-
-
-def demote_job_process() -> None:
-    """Run this process (a producer, or torchrun and so its ranks, which inherit it) as job work:
-    `JOB_NICENESS` more nice, and SCHED_BATCH, so that when cores are short the daemon's control
-    plane runs first and a job process that wakes up never preempts it mid-request."""
-    os.nice(JOB_NICENESS)
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or a seccomp profile that forbids it
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-
-
 def forkserver_context() -> ForkServerContext:
     """The forkserver context children are started from; starts the server on first use."""
     context = multiprocessing.get_context("forkserver")

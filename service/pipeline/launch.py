@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from graphtier.contract.processes import run_as_job_work
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.control import ChannelStats, ControlBlock
 from graphtier.service.pipeline.errors import ChannelError
-from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
+from graphtier.service.pipeline.forkserver import ForkedProcess, redirect_output
 from graphtier.service.pipeline.layout import ChannelLayout
 from graphtier.service.pipeline.slots import attach_control
 
@@ -80,7 +81,7 @@ def _forked_producer(config_json: str, ready: Connection, log_path: str, env: di
     redirect_output(log_path)
     config = ProducerConfig.model_validate_json(config_json)
     if config.demote:
-        demote_job_process()  # job work yields to the daemon's control plane when cores are short
+        run_as_job_work()  # job work yields to the daemon's control plane when cores are short
     os.environ.update(env)
 
     def announce(layout_path: Path) -> None:

@@ -54,6 +54,7 @@ from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, j
 from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
+from graphtier.contract.processes import run_as_job_work, runs_below
 from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.service.daemon.jobs.mps import GpuShare
@@ -67,7 +68,7 @@ from graphtier.service.pipeline import (
     spawn_producer,
 )
 from graphtier.service.pipeline.config import LinkBatches
-from graphtier.service.pipeline.forkserver import ForkedProcess, demote_job_process, redirect_output
+from graphtier.service.pipeline.forkserver import ForkedProcess, redirect_output
 from graphtier.service.pipeline.peer_rows import PartitionedFeatures
 from graphtier.service.shm import reclaim_stale_segments
 from graphtier.service.shm.naming import process_start_time
@@ -184,7 +185,7 @@ def _forked_torchrun(argv: list[str], log_path: str, cwd: str, env: dict[str, st
     from torch.distributed.run import main  # preloaded by the forkserver: no import cost
 
     os.setsid()  # the runner signals the agent and its ranks as one group
-    demote_job_process()  # ranks inherit it: the daemon answers its callers first when cores are short
+    run_as_job_work()  # ranks inherit it: the daemon answers its callers first when cores are short
     redirect_output(log_path)
     os.chdir(cwd)
     os.environ.clear()
@@ -255,7 +256,8 @@ class JobRunner:
             self._scratch.append(directory)
         return directory
 
-    def _spawn(self, rank: int, attempt: int) -> ProducerProcess:
+    def _spawn(self, rank: int, attempt: int, trainer_pid: int = 0) -> ProducerProcess:
+        """Start rank `rank`'s producer; `trainer_pid` (0: not known yet) is the rank it serves."""
         config = ProducerConfig(
             dataset=self.handle,
             rank=rank,
@@ -269,9 +271,10 @@ class JobRunner:
             channel_dir=self._channel_dir(rank, attempt),
             channel=f"j{self.job_id}r{rank}",
             num_threads=self.threads,
-            # ranks another launcher started are not demoted as the daemon's torchrun is: their producers
-            # stay at the daemon's priority, or a rank beside its demoted producer starves it (0.91x)
-            demote=self.external is None,
+            # a producer runs at its rank's priority: the daemon's ranks run as job work, and so do ranks
+            # another launcher started that demoted themselves (graphtier.connect does); a demoted producer
+            # beside an undemoted rank is starved by it (0.91x)
+            demote=self.external is None or bool(trainer_pid and runs_below(trainer_pid)),
             storage_reads=self.spec.storage_reads,
             window=self.spec.window,
             storage_buffer_bytes=self.storage_buffer_bytes,
@@ -348,7 +351,7 @@ class JobRunner:
                 channel.producer.stop()
                 channel.respawns += 1
                 self._tails.pop(rank, None)
-                channel.producer = self._spawn(rank, channel.respawns)
+                channel.producer = self._spawn(rank, channel.respawns, trainer_pid or channel.trainer_pid)
             channel.trainer_pid = trainer_pid
             channel.trainer_start = process_start_time(trainer_pid) if trainer_pid else None
             return channel.producer
@@ -366,7 +369,7 @@ class JobRunner:
             self.external.opened.add(rank)
         channel = RankChannel(
             rank,
-            self._spawn(rank, 0),
+            self._spawn(rank, 0, trainer_pid),
             trainer_pid=trainer_pid,
             trainer_start=process_start_time(trainer_pid) if trainer_pid else None,
         )

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from graphtier.contract.endpoints import read_endpoints
+from graphtier.contract.errors import GraphtierError
 from graphtier.contract.jobs.state import JobState
+from graphtier.contract.processes import JOB_NICENESS
 from graphtier.launcher.client import DaemonClient
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -123,8 +126,8 @@ def test_plain_python_is_one_rank_maps_ids_back_and_its_exception_fails_the_job(
     script, before = tmp_path / "train.py", _job_ids(daemon)
     script.write_text(
         "import json, os, graphtier\n"
-        "job = graphtier.connect(dataset='cora', fanout=[5], batch_size=32)\n"  # no `with`: closed at exit
-        "print('rank', job.rank, 'of', job.world_size, 'job', job.job_id, flush=True)\n"
+        "job = graphtier.connect(dataset='cora', fanout=[5], batch_size=32, priority='inherit')\n"  # closed at exit
+        "print('rank', job.rank, 'of', job.world_size, 'job', job.job_id, 'nice', os.nice(0), flush=True)\n"
         "test = job.source_ids(job.split_ids('test'))\n"  # graphtier's ids are hotness ranks
         "open(os.environ['OUT'] + '/test_ids.json', 'w').write(json.dumps(sorted(test.tolist())))\n"
         "raise ValueError('bad learning rate')\n"
@@ -134,6 +137,7 @@ def test_plain_python_is_one_rank_maps_ids_back_and_its_exception_fails_the_job(
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
     )
     assert done.returncode == 1 and "rank 0 of 1 job" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.split("nice ")[1].split()[0] == str(os.nice(0))  # priority='inherit': the launch's
     assert "ValueError: bad learning rate" in done.stderr
     job = _final_job(daemon, before)
     assert job.state == JobState.FAILED and job.spec.nproc_per_node == 1
@@ -165,14 +169,15 @@ def test_a_rank_killed_mid_job_fails_the_job_instead_of_leaving_it_running(daemo
         time.sleep(1.0)
         with DaemonClient(runtime_dir=daemon) as client:
             (running,) = [j for j in client.list_jobs() if j.job_id not in before]
-        # the producers run at their ranks' priority: the daemon demotes only the ranks it starts itself,
-        # and a demoted producer beside its launcher's rank would be starved by it
+        # connect() runs the ranks as the daemon runs its own (5 more nice than it, SCHED_BATCH), and their
+        # producers at the same priority: a demoted producer beside an undemoted rank is starved by it
         served = [r for r in running.ranks if r.producer_pid and r.trainer_pid]
         assert served, running.ranks
+        daemon_niceness = os.getpriority(os.PRIO_PROCESS, read_endpoints(daemon).pid)
         for rank in served:
-            assert os.getpriority(os.PRIO_PROCESS, rank.producer_pid) == os.getpriority(
-                os.PRIO_PROCESS, rank.trainer_pid
-            ), rank
+            for pid in (rank.trainer_pid, rank.producer_pid):
+                assert os.getpriority(os.PRIO_PROCESS, pid) == daemon_niceness + JOB_NICENESS, rank
+                assert os.sched_getscheduler(pid) == os.SCHED_BATCH, rank
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
         assert launch.wait(120) != 0
     finally:
@@ -183,3 +188,10 @@ def test_a_rank_killed_mid_job_fails_the_job_instead_of_leaving_it_running(daemo
     job = _final_job(daemon, before)
     assert job.state == JobState.FAILED
     assert "exited before this node's ranks finished" in job.message, job.message
+
+
+def test_an_unknown_priority_is_refused_before_anything_is_registered(tmp_path):
+    import graphtier
+
+    with pytest.raises(GraphtierError, match=r"priority='low'.*'job' or 'inherit'"):
+        graphtier.connect(dataset="cora", runtime_dir=tmp_path, priority="low")
