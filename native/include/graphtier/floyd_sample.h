@@ -33,7 +33,16 @@ inline void floyd_offsets(uint64_t key, int64_t d, int64_t k, int64_t* chosen, s
   if (!scan) {
     for (int64_t i = 0; i < k; ++i) marks[chosen[i]] = 0;
   }
-  std::sort(chosen, chosen + k);
+  if (scan) {  // a few offsets: insertion sort, without std::sort's set-up
+    for (int64_t i = 1; i < k; ++i) {
+      const int64_t v = chosen[i];
+      int64_t q = i - 1;
+      for (; q >= 0 && chosen[q] > v; --q) chosen[q + 1] = chosen[q];
+      chosen[q + 1] = v;
+    }
+  } else {
+    std::sort(chosen, chosen + k);
+  }
 }
 
 }  // namespace graphtier
