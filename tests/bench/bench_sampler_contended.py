@@ -14,6 +14,11 @@ and in each phase, batch by batch in turn (so load falls on every sampler alike)
   - DGL 2.1 `NeighborSampler.sample_blocks`, in a worker process running DGL's own venv
     (baselines/dgl_sampler_worker.py; it times each batch itself).
 
+Every process of the bench runs with OMP_WAIT_POLICY=PASSIVE, as the daemon runs its producers and
+ranks (an OMP_WAIT_POLICY already in the environment is kept, and printed): with OpenMP's default,
+the threads of the torch op that ran last spin on the cores the next sampler needs. It is the
+faster setting for the baselines too (PyG's median batch: 208 ms passive, 303-335 ms active).
+
 DGL's blocks re-expand the destination nodes at every layer and so sample more edges than
 graphtier or PyG for the same seeds: the ratios are of sampled edges per second, equal work.
 3 warm-up batches per phase are dropped. Baselines: `--ts-ops` / BASELINE_TS_OPS (PyG's
@@ -35,8 +40,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-from bench_sampler import (
+# as in the daemon's producers and ranks (service/pipeline/forkserver.py, service/daemon/jobs/runner.py);
+# read by OpenMP once, when torch loads it, and inherited by the trainer and the DGL worker
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+from bench_sampler import (  # noqa: E402
     WARMUP,
     Result,
     Sampler,
@@ -46,10 +55,10 @@ from bench_sampler import (
     seed_batches,
     time_interleaved,
 )
-from machine import machine_summary, write_figures
-from rmat_fixture import DEFAULT_CACHE_DIR, RMatParams, load_or_build_rmat
+from machine import machine_summary, write_figures  # noqa: E402
+from rmat_fixture import DEFAULT_CACHE_DIR, RMatParams, load_or_build_rmat  # noqa: E402
 
-from graphtier.contract.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError  # noqa: E402
 
 TARGETS = {
     ("busy", "PyG NeighborLoader"): 15.0,
@@ -204,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         f"machine: {machine['cpu']}, {machine['logical_cores']} cores, torch {torch.__version__}; "
         f"graph: R-MAT scale {args.scale}, N={graph.num_nodes:,}, E={graph.num_edges:,}; fanout={args.fanouts} "
         f"batch={args.batch_size}; sampler threads={args.threads}, trainer threads={args.trainer_threads}; "
-        f"{args.batches} timed batches per phase ({WARMUP} warm-up dropped)"
+        f"{args.batches} timed batches per phase ({WARMUP} warm-up dropped); "
+        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
     )
     native = graphtier_step(graph, args.fanouts, "native")
     if isinstance(native, str):
