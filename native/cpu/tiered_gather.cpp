@@ -14,9 +14,9 @@
 //    8 bits of the id), a stable grouping with batch order kept within a region. Reads within
 //    a region share DRAM pages and TLB entries that random order wastes; each row is still
 //    written to its own position. Ids that arrive sorted (no descent) skip it.
-// 3. One copy per row, the row a few iterations ahead prefetched (every cache line of it, up to
-//    kPrefetchLines) so several misses are in flight per thread. Works on bytes, so any dtype
-//    and row width is supported.
+// 3. One copy per row, the row a few iterations ahead prefetched so several misses are in
+//    flight per thread. Works on bytes, so any dtype and row width is supported; rows of 256,
+//    512 or 1024 bytes into a large output take a kernel compiled for their width (below).
 //
 // The first two passes once ran on the calling thread (a helper's wake-up per pass looked too
 // dear on a busy machine); each cost 5-10% of a 500,000-row gather while the other core idled.
@@ -93,9 +93,85 @@ RowCopy row_copy_for(const char* dst, int64_t row_bytes, bool large_output) {
 }
 
 void store_fence() { _mm_sfence(); }
+
+// Where row r of the table starts: the resident part below host_end, the storage part above.
+struct RowSource {
+  uintptr_t resident, storage;  // storage: its base less host_end rows, so both add r * bytes
+  int64_t host_end, bytes;
+  const char* operator()(int64_t r) const {
+    return reinterpret_cast<const char*>((r < host_end ? resident : storage) +
+                                         static_cast<uintptr_t>(r) * static_cast<uintptr_t>(bytes));
+  }
+};
+
+// The copy pass for rows of exactly kBytes (a multiple of 64) into a large, 64-byte aligned
+// output: `row_at(j)` and `position_at(j)` give the j-th row to read and where it goes. Its
+// copy is unrolled at compile time, so the loads of a row issue back to back, and only the first
+// half of each row kRowAhead rows ahead is prefetched: the demand loads and the hardware's
+// stream prefetcher bring the rest. Against the generic loop (a call per row, every line
+// prefetched), on random 512 B rows from a 1 GiB table, 2 threads, interleaved in one process:
+// 27.4 GB/s against 23.0; prefetching every line inlined reached 23.8, half through the call 24.2.
+template <int64_t kBytes, typename RowAt, typename PositionAt>
+__attribute__((target("avx512f"))) void stream_rows(int64_t begin, int64_t end, const RowSource& source,
+                                                     char* dst, RowAt row_at, PositionAt position_at) {
+  constexpr int64_t kRowAhead = 16;
+  constexpr int64_t kPrefetched = kBytes / 2;
+  for (int64_t j = begin; j < end; ++j) {
+    if (j + kRowAhead < end) {
+      const char* ahead = source(row_at(j + kRowAhead));
+      for (int64_t b = 0; b < kPrefetched; b += 64) __builtin_prefetch(ahead + b);
+    }
+    const char* src = source(row_at(j));
+    char* out = dst + position_at(j) * kBytes;
+    __m512i lines[kBytes / 64];
+    for (int64_t l = 0; l < kBytes / 64; ++l) lines[l] = _mm512_loadu_si512(src + 64 * l);
+    for (int64_t l = 0; l < kBytes / 64; ++l) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + 64 * l), lines[l]);
+    }
+  }
+  _mm_sfence();  // order this run's streamed rows before the loop returns
+}
+
+// Runs the fixed-width copy pass over [begin, end) when the width has one; false otherwise.
+template <typename RowAt, typename PositionAt>
+bool stream_rows_fixed(int64_t bytes, int64_t begin, int64_t end, const RowSource& source, char* dst,
+                       RowAt row_at, PositionAt position_at) {
+  switch (bytes) {
+    case 256:
+      stream_rows<256>(begin, end, source, dst, row_at, position_at);
+      return true;
+    case 512:
+      stream_rows<512>(begin, end, source, dst, row_at, position_at);
+      return true;
+    case 1024:
+      stream_rows<1024>(begin, end, source, dst, row_at, position_at);
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool fixed_width_kernel(const char* dst, int64_t row_bytes, bool large_output) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool width = row_bytes == 256 || row_bytes == 512 || row_bytes == 1024;
+  return large_output && avx512 && width && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
+}
 #else
 RowCopy row_copy_for(const char*, int64_t, bool) { return copy_row_cached; }
 void store_fence() {}
+struct RowSource {
+  uintptr_t resident, storage;
+  int64_t host_end, bytes;
+  const char* operator()(int64_t r) const {
+    return reinterpret_cast<const char*>((r < host_end ? resident : storage) +
+                                         static_cast<uintptr_t>(r) * static_cast<uintptr_t>(bytes));
+  }
+};
+template <typename RowAt, typename PositionAt>
+bool stream_rows_fixed(int64_t, int64_t, int64_t, const RowSource&, char*, RowAt, PositionAt) {
+  return false;
+}
+bool fixed_width_kernel(const char*, int64_t, bool) { return false; }
 #endif
 
 // What one pass over a run of ids finds: rows per tier boundary, bad ids, descents.
@@ -197,14 +273,13 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   const int64_t* id = ids.data_ptr<int64_t>();
   auto* dst = static_cast<char*>(out.data_ptr());
   // Branch-free source address: base of the part holding row r, plus r * rb.
-  const auto res_base = reinterpret_cast<uintptr_t>(resident.data_ptr());
-  const auto sto_base = reinterpret_cast<uintptr_t>(storage.data_ptr()) -
-                        static_cast<uintptr_t>(host_end) * static_cast<uintptr_t>(rb);
-  auto src_of = [=](int64_t r) -> const char* {
-    return reinterpret_cast<const char*>((r < host_end ? res_base : sto_base) +
-                                         static_cast<uintptr_t>(r) * static_cast<uintptr_t>(rb));
-  };
-  const RowCopy copy_row = row_copy_for(dst, rb, n * rb >= kStreamMinBytes);
+  const RowSource src_of{reinterpret_cast<uintptr_t>(resident.data_ptr()),
+                         reinterpret_cast<uintptr_t>(storage.data_ptr()) -
+                             static_cast<uintptr_t>(host_end) * static_cast<uintptr_t>(rb),
+                         host_end, rb};
+  const bool large_output = n * rb >= kStreamMinBytes;
+  const RowCopy copy_row = row_copy_for(dst, rb, large_output);
+  const bool fixed_width = fixed_width_kernel(dst, rb, large_output);
   const int nthreads = std::max(1, at::get_num_threads());
   const bool may_group = n >= kSortMinRows && rb <= kSortMaxRowBytes &&
                          n < (int64_t{1} << 32) && num_rows <= (int64_t{1} << 32);
@@ -281,7 +356,10 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
         }
       });
     });
+    auto row_at = [key](int64_t j) { return static_cast<int64_t>(key[j] >> 32); };
+    auto position_at = [key](int64_t j) { return static_cast<int64_t>(key[j] & 0xffffffffu); };
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
+      if (fixed_width && stream_rows_fixed(rb, begin, end, src_of, dst, row_at, position_at)) return;
       for (int64_t j = begin; j < end; ++j) {
         if (j + row_prefetch < end) {
           prefetch_row(src_of(static_cast<int64_t>(key[j + row_prefetch] >> 32)));
@@ -292,7 +370,10 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
       store_fence();  // order this chunk's streamed rows before the loop returns
     });
   } else {
+    auto row_at = [id](int64_t i) { return id[i]; };
+    auto position_at = [](int64_t i) { return i; };
     parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
+      if (fixed_width && stream_rows_fixed(rb, begin, end, src_of, dst, row_at, position_at)) return;
       for (int64_t i = begin; i < end; ++i) {
         if (i + row_prefetch < end) prefetch_row(src_of(id[i + row_prefetch]));
         copy_row(dst + i * rb, src_of(id[i]), rb);

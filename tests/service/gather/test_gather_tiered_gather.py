@@ -166,6 +166,29 @@ def test_native_large_parallel_gather_counts_merge() -> None:
 
 
 @pytest.mark.skipif(not native_available(), reason="native ops not built")
+@pytest.mark.parametrize("dim", [128, 256, 96])
+def test_native_large_gather_of_each_row_width(dim: int) -> None:
+    """Rows of 512 B and 1 KiB into an output beyond the caches take the kernels compiled for their
+    width (256 B: the test above), 384 B the generic copy: the same bytes, grouped or in batch
+    order, from both parts of the table."""
+    rows = 20000
+    table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
+    tiers = FeatureTiers.from_table(table, replicated_end=100, interleaved_end=1000, host_end=15000)
+    random_ids = torch.randint(0, rows, (40000,), generator=torch.Generator().manual_seed(dim))
+    out = torch.empty(40000, dim)
+    before = torch.get_num_threads()
+    try:
+        for threads, ids in [(2, random_ids), (1, random_ids), (2, random_ids.sort().values)]:
+            torch.set_num_threads(threads)
+            out.zero_()
+            counts = tiered_gather(ids, tiers, out, backend="native")
+            assert torch.equal(out, table[ids])
+            assert counts.by_source()["storage"].rows == int((ids >= 15000).sum())
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not native_available(), reason="native ops not built")
 def test_native_gather_into_unaligned_output() -> None:
     """An output that is not 64-byte aligned (a view one row of 16 B in) takes the cached copy."""
     table = torch.randn(70000, 128)
