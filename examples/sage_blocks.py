@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphtier
+from graphtier.nn import Dropout  # torch.nn.Dropout's result, faster on the CPU
 
 JOB_DEFAULTS = {"fanouts": [25, 10], "batch_size": 64, "epochs": 30, "lr": 0.003, "weight_decay": 5e-4}
 
@@ -45,7 +46,7 @@ class GraphSAGE(nn.Module):
         super().__init__()
         widths = [in_dim] + [hidden] * (layers - 1) + [classes]
         self.layers = nn.ModuleList(SAGELayer(i, o) for i, o in zip(widths[:-1], widths[1:], strict=True))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
         h = x

@@ -4,7 +4,8 @@ This package names the distribution, its version and the user API's stable paths
 in its subpackages (`graphtier.service`, `graphtier.launcher`, `graphtier.contract`, `graphtier.v1`),
 which `setup.py` maps onto the repository's top-level folders. The user API re-exports them:
 `graphtier.loader` (a training script's job: `connect`, `Job`, `DeviceBatch`, `Block`),
-`graphtier.pyg` (PyG's loaders on graphtier's stores and sampler) and `graphtier.dgl` (DGL blocks).
+`graphtier.pyg` (PyG's loaders on graphtier's stores and sampler), `graphtier.dgl` (DGL blocks) and
+`graphtier.nn` (layers for a script's own model).
 Importing this package imports none of the others: `graphtier.connect` is
 `graphtier.loader.connect`, imported on first use, and `__version__` is read from the installed
 metadata when first asked for (every `graphtier` command imports this package, and reading the

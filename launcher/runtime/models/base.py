@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.launcher.runtime.models.dropout import MaskDropout
+from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.service.sampling import Block
 
 
@@ -40,7 +40,7 @@ class BlockGNN(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise GraphtierError(f"dropout must be in [0, 1), got {dropout}")
         self.convs = nn.ModuleList(convs)
-        self.dropout = MaskDropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = activation
 
     @property

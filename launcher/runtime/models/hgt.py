@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import destination_index, segment_softmax
-from graphtier.launcher.runtime.models.dropout import MaskDropout
+from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.launcher.runtime.models.rgcn import TypedInput
 from graphtier.service.sampling import Block
 
@@ -89,7 +89,7 @@ class HGT(nn.Module):
             HGTConv(hidden, len(schema.node_types), len(schema.relations), heads) for _ in range(num_layers)
         )
         self.classify = nn.Linear(hidden, out_dim)
-        self.dropout = MaskDropout(dropout)
+        self.dropout = Dropout(dropout)
 
     @property
     def num_layers(self) -> int:

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import destination_index
-from graphtier.launcher.runtime.models.dropout import MaskDropout
+from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.service.sampling import Block
 
 
@@ -109,7 +109,7 @@ class RGCN(nn.Module):
         num_relations = len(schema.relations)
         widths = [hidden] * num_layers + [out_dim]
         self.convs = nn.ModuleList(RGCNConv(i, o, num_relations) for i, o in zip(widths[:-1], widths[1:], strict=True))
-        self.dropout = MaskDropout(dropout)
+        self.dropout = Dropout(dropout)
 
     @property
     def num_layers(self) -> int:

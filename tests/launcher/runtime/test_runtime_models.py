@@ -131,10 +131,12 @@ def test_mismatched_inputs_and_widths_are_refused():
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
-def test_mask_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_mask(p):
-    from graphtier.launcher.runtime.models.dropout import MaskDropout
+def test_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_mask(p):
+    from graphtier.launcher.runtime.models.base import Dropout as BuiltinsDropout
+    from graphtier.nn import Dropout  # the public path scripts use
 
-    drop = MaskDropout(p)
+    assert Dropout is BuiltinsDropout
+    drop = Dropout(p)
     x = torch.rand(400, 500) + 0.5  # no zeros of its own
     torch.manual_seed(0)
     y = drop(x.requires_grad_())
@@ -148,7 +150,7 @@ def test_mask_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_
     assert torch.equal(drop(x.detach()), y.detach())  # the mask comes from torch's generator: seeded runs repeat
     drop.eval()
     assert drop(x) is x  # evaluation: the identity, as nn.Dropout
-    inplace = MaskDropout(p, inplace=True).train()
+    inplace = Dropout(p, inplace=True).train()
     z = x.detach().clone()
     torch.manual_seed(0)
     assert inplace(z) is z and torch.equal(z, y.detach())

@@ -18,7 +18,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
-# no dropout: the built-in model draws its masks its own way (MaskDropout), the script with nn.Dropout, and
+# no dropout: the built-in model draws its masks its own way (graphtier.nn.Dropout), the script with nn.Dropout, and
 # the comparison is of the two models' maths and data paths, not of two random streams
 SPEC = dict(
     dataset="rmat12",
