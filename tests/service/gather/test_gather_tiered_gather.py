@@ -124,9 +124,11 @@ def test_bad_ids_and_outputs(backend: str) -> None:
 
 
 @pytest.mark.skipif(not native_available(), reason="native ops not built")
-def test_native_large_parallel_gather_counts_merge() -> None:
-    # 64 MiB of 256 B rows, beyond the caches; batches of 32,768 ids or more are read region by region.
-    rows, dim = 262144, 64
+@pytest.mark.parametrize("dim", [48, 64])
+def test_native_large_parallel_gather_counts_merge(dim: int) -> None:
+    # 48 or 64 MiB of rows, beyond the caches. Rows of 192 B take the generic loop, whose batches of
+    # 32,768 ids or more are read region by region; rows of 256 B the kernel for their width, in batch order.
+    rows = 262144
     table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
     tiers = FeatureTiers.from_table(
         table, replicated_end=5000, interleaved_end=20000, host_end=200000, num_devices=3, device_index=2
@@ -205,7 +207,7 @@ def test_native_gathers_on_two_threads_at_once() -> None:
     """Two gathers at once share one pool of helpers: whichever finds it busy runs a pass on its
     own thread, also when the pass before ran in chunks on the pool, and its bytes stay right
     (grouping keys written into slots another split had counted once overran their buffer)."""
-    rows, dim = 262144, 64  # batches of 32,768 ids or more are grouped
+    rows, dim = 262144, 48  # rows of 192 B: batches of 32,768 ids or more are grouped
     table = torch.arange(rows * dim, dtype=torch.float32).view(rows, dim)
     tiers = FeatureTiers.from_table(table, replicated_end=0, interleaved_end=0, host_end=rows)
     batches = [torch.randint(0, rows, (33000,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
