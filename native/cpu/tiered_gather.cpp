@@ -190,6 +190,33 @@ struct IdTally {
   }
 };
 
+// tally()'s common case, no regions and a power-of-two device count, in a form the compiler
+// vectorises, compiled for the widest vectors the CPU has: the pass over the ids must finish
+// before any row is copied, so its time is the gather's.
+__attribute__((target_clones("avx512f", "avx2", "default"))) IdTally tally_plain(
+    const int64_t* id, int64_t begin, int64_t end, uint64_t limit, int64_t rep_end,
+    int64_t inter_end, int64_t host_end, int64_t device_mask, int64_t device_index) {
+  int64_t bad = 0, descents = 0, at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t r = id[i];
+    const int64_t previous = i > begin ? id[i - 1] : r;
+    bad += static_cast<uint64_t>(r) >= limit;
+    descents += r < previous;
+    at_least_rep += r >= rep_end;
+    at_least_inter += r >= inter_end;
+    at_least_host += r >= host_end;
+    local += (r >= rep_end) & (r < inter_end) & (((r - rep_end) & device_mask) == device_index);
+  }
+  IdTally t;
+  t.bad = bad;
+  t.descents = descents;
+  t.at_least_rep = at_least_rep;
+  t.at_least_inter = at_least_inter;
+  t.at_least_host = at_least_host;
+  t.local = local;
+  return t;
+}
+
 // The tiers' boundaries, to tally ids against them.
 struct IdScan {
   int64_t rep_end, inter_end, host_end, num_devices, device_index;
@@ -198,9 +225,12 @@ struct IdScan {
   // (id >> region_shift) there.
   IdTally tally(const int64_t* id, int64_t begin, int64_t end, uint64_t limit, int64_t* regions,
                 int region_shift) const {
-    IdTally t;
     const bool pow2_devices = (num_devices & (num_devices - 1)) == 0;
     const int64_t device_mask = num_devices - 1;
+    if (regions == nullptr && pow2_devices && end > begin) {
+      return tally_plain(id, begin, end, limit, rep_end, inter_end, host_end, device_mask, device_index);
+    }
+    IdTally t;
     int64_t previous = id[begin];
     for (int64_t i = begin; i < end; ++i) {
       const int64_t r = id[i];

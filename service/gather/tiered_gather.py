@@ -92,16 +92,22 @@ def tiered_gather(
     ids = _check_ids(ids)
     n = ids.numel()
     _check_out(out, tiers, n)
-    if n:  # here, not in the op: see native_ops (no error messages are formatted in native code)
+    native = resolve_backend(backend, "tiered_gather") == "native"
+    if n and (tiers.storage_reader is not None or not native):
         lo, hi = _id_range(ids)
         if lo < 0 or hi >= tiers.num_rows:
             raise _out_of_range(ids, tiers.num_rows)
-    if tiers.storage_reader is not None and n and hi >= tiers.host_end:
-        return _gather_with_reader(ids, tiers, out, backend)
-    if resolve_backend(backend, "tiered_gather") == "native":
-        counts = torch.ops.graphtier.tiered_gather(
-            ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
-        )
+        if tiers.storage_reader is not None and hi >= tiers.host_end:
+            return _gather_with_reader(ids, tiers, out, backend)
+    if native:
+        try:
+            counts = torch.ops.graphtier.tiered_gather(
+                ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
+            )
+        except IndexError:
+            # The op checks every id in its first pass, before it copies a row (`out` is untouched), so
+            # the batch is not scanned twice here; the message is formatted here (see native_ops).
+            raise _out_of_range(ids, tiers.num_rows) from None
         rows = counts.tolist()
     else:
         if n:

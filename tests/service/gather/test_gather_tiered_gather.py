@@ -112,6 +112,13 @@ def test_bad_ids_and_outputs(backend: str) -> None:
         tiered_gather(torch.tensor([1, 49, 50, 3]), tiers, out, backend=backend)
     with pytest.raises(GraphtierError, match="id -3 at position 0"):
         tiered_gather(torch.tensor([-3]), tiers, out, backend=backend)
+    # a bad id at the end of a batch large enough to be gathered in parallel: no row was written
+    many = torch.randint(0, 50, (40000,), generator=torch.Generator().manual_seed(3))
+    many[-1] = 50
+    untouched = torch.full((40000, 4), 7.0)
+    with pytest.raises(GraphtierError, match="id 50 at position 39999 is out of range"):
+        tiered_gather(many, tiers, untouched, backend=backend)
+    assert (untouched == 7.0).all()
     with pytest.raises(GraphtierError, match="fewer than the 11 ids"):
         tiered_gather(torch.zeros(11, dtype=torch.int64), tiers, out, backend=backend)
     with pytest.raises(GraphtierError, match="float64"):
