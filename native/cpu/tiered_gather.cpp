@@ -62,6 +62,16 @@ using RowCopy = void (*)(char* dst, const char* src, int64_t bytes);
 
 void copy_row_cached(char* dst, const char* src, int64_t bytes) { std::memcpy(dst, src, bytes); }
 
+// Where row r of the table starts: the resident part below host_end, the storage part above.
+struct RowSource {
+  uintptr_t resident, storage;  // storage: its base less host_end rows, so both add r * bytes
+  int64_t host_end, bytes;
+  const char* operator()(int64_t r) const {
+    return reinterpret_cast<const char*>((r < host_end ? resident : storage) +
+                                         static_cast<uintptr_t>(r) * static_cast<uintptr_t>(bytes));
+  }
+};
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // Whole cache lines with 64-byte non-temporal stores; `dst` 64-byte aligned, `bytes` % 64 == 0.
 // One store per line fills its write-combining buffer at once.
@@ -95,15 +105,6 @@ RowCopy row_copy_for(const char* dst, int64_t row_bytes, bool large_output) {
 
 void store_fence() { _mm_sfence(); }
 
-// Where row r of the table starts: the resident part below host_end, the storage part above.
-struct RowSource {
-  uintptr_t resident, storage;  // storage: its base less host_end rows, so both add r * bytes
-  int64_t host_end, bytes;
-  const char* operator()(int64_t r) const {
-    return reinterpret_cast<const char*>((r < host_end ? resident : storage) +
-                                         static_cast<uintptr_t>(r) * static_cast<uintptr_t>(bytes));
-  }
-};
 
 // The copy pass for rows of exactly kBytes (a multiple of 64) into a large, 64-byte aligned
 // output: `row_at(j)` and `position_at(j)` give the j-th row to read and where it goes. Its
@@ -160,14 +161,6 @@ bool fixed_width_kernel(const char* dst, int64_t row_bytes, bool large_output) {
 #else
 RowCopy row_copy_for(const char*, int64_t, bool) { return copy_row_cached; }
 void store_fence() {}
-struct RowSource {
-  uintptr_t resident, storage;
-  int64_t host_end, bytes;
-  const char* operator()(int64_t r) const {
-    return reinterpret_cast<const char*>((r < host_end ? resident : storage) +
-                                         static_cast<uintptr_t>(r) * static_cast<uintptr_t>(bytes));
-  }
-};
 template <typename RowAt, typename PositionAt>
 bool stream_rows_fixed(int64_t, int64_t, int64_t, const RowSource&, char*, RowAt, PositionAt) {
   return false;
@@ -193,7 +186,12 @@ struct IdTally {
 // tally()'s common case, no regions and a power-of-two device count, in a form the compiler
 // vectorises, compiled for the widest vectors the CPU has: the pass over the ids must finish
 // before any row is copied, so its time is the gather's.
-__attribute__((target_clones("avx512f", "avx2", "default"))) IdTally tally_plain(
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GRAPHTIER_WIDEST_VECTORS __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GRAPHTIER_WIDEST_VECTORS
+#endif
+GRAPHTIER_WIDEST_VECTORS IdTally tally_plain(
     const int64_t* id, int64_t begin, int64_t end, uint64_t limit, int64_t rep_end,
     int64_t inter_end, int64_t host_end, int64_t device_mask, int64_t device_index) {
   int64_t bad = 0, descents = 0, at_least_rep = 0, at_least_inter = 0, at_least_host = 0, local = 0;
