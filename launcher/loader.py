@@ -268,6 +268,7 @@ class Job:
             finally:
                 self._current = None
                 batch.release()
+        self.session.end_batches()  # an evaluation in the epoch's body is not counted as training
 
     def step(self, loss: Tensor | float, logits: Tensor | None = None) -> None:
         """Count one optimizer step on the current batch: its loss and, given the model's `logits`

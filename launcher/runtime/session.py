@@ -69,6 +69,12 @@ class Window:
     def reset(self) -> None:
         self.loss_sum, self.correct, self.labelled, self.batches = 0.0, 0, 0, 0
         self.started = time.perf_counter()
+        self.stopped: float | None = None
+
+    def stop(self) -> None:
+        """The training it measures is over: time after this (an evaluation) is not in its rate."""
+        if self.stopped is None:
+            self.stopped = time.perf_counter()
 
     def add(self, loss: float, correct: int, labelled: int) -> None:
         self.loss_sum += loss
@@ -77,7 +83,7 @@ class Window:
         self.batches += 1
 
     def summary(self) -> dict[str, float | None]:
-        took = time.perf_counter() - self.started
+        took = (self.stopped if self.stopped is not None else time.perf_counter()) - self.started
         return {
             "loss": self.loss_sum / self.batches if self.batches else None,
             "accuracy": self.correct / self.labelled if self.labelled else None,
@@ -218,6 +224,12 @@ class TrainSession:
     def start_epoch(self) -> None:
         self.window.reset()
         self.epoch_window.reset()
+
+    def end_batches(self) -> None:
+        """The epoch's batches are done. A script's loop may evaluate before the epoch ends (`end_epoch`):
+        the epoch's batches/s stops counting here, as the built-in loop's does."""
+        self.window.stop()
+        self.epoch_window.stop()
 
     def emit(self, kind: str, epoch: int, batches: int, **values) -> None:
         event = TrainProgress(

@@ -3,6 +3,8 @@ resume exactly, progress is reported, and bad configurations are refused."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from conftest import train_mlp_on_features
@@ -156,3 +158,25 @@ def test_the_best_epoch_is_the_first_highest_validation_and_survives_a_resume(tm
     assert events[-1].best is None and link.best_epoch is None
     link.record_evaluation(0, 1, {"val_hits@50": 0.3, "test_hits@50": 0.2})
     assert events[-1].best == BestEvaluation(0, "val_hits@50", metrics={"val_hits@50": 0.3, "test_hits@50": 0.2})
+
+
+def test_an_epochs_rate_stops_when_its_batches_end_not_after_an_evaluation():
+    """A script's own loop evaluates inside the epoch's body, before the epoch ends: its batches/s
+    counts up to its last batch (Session.end_batches), as the built-in loop's does."""
+    from graphtier.launcher.runtime.session import Window
+
+    window = Window()
+    for _ in range(4):
+        window.add(1.0, 1, 2)
+    window.stop()
+    trained = window.summary()["batches_per_second"]
+    time.sleep(0.2)  # an evaluation
+    assert window.summary()["batches_per_second"] == trained
+    window.stop()  # a second stop keeps the first
+    assert window.summary()["batches_per_second"] == trained
+    window.reset()
+    window.add(1.0, 1, 2)
+    time.sleep(0.05)
+    running = window.summary()["batches_per_second"]
+    time.sleep(0.05)
+    assert window.summary()["batches_per_second"] < running  # not stopped: the rate keeps falling
