@@ -76,10 +76,7 @@ class NeighborSampler:
             raise SamplingError(f"seeds must be a 1-D int64 tensor, got {type(seeds).__name__}")
         if seeds.dim() != 1 or seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
             raise SamplingError(f"seeds must be a 1-D integer tensor, got {seeds.dtype} of shape {tuple(seeds.shape)}")
-        return seeds.to(device="cpu", dtype=torch.int64).contiguous()
-
-    def _check_values(self, seeds: torch.Tensor) -> None:
-        """SamplingError naming the first seed out of range, else a repeated one."""
+        seeds = seeds.to(device="cpu", dtype=torch.int64).contiguous()
         if seeds.numel():
             lo, hi = torch.aminmax(seeds)
             if int(lo) < 0 or int(hi) >= self._graph.num_nodes:
@@ -87,6 +84,10 @@ class NeighborSampler:
                 raise SamplingError(
                     f"seed {int(seeds[pos])} at position {pos} is out of range [0, {self._graph.num_nodes})"
                 )
+        return seeds
+
+    @staticmethod
+    def _check_unique(seeds: torch.Tensor) -> None:
         ordered = seeds.sort().values
         repeated = ordered[1:][ordered[1:] == ordered[:-1]]
         if repeated.numel():
@@ -102,22 +103,12 @@ class NeighborSampler:
         word &= (1 << 64) - 1
         signed = word - (1 << 64) if word >= 1 << 63 else word
         g = self._graph
+        self._check_unique(
+            seeds
+        )  # here, not in the op: see native_ops (no error messages are formatted in native code)
         if self._backend == "native":
-            try:
-                out = torch.ops.graphtier.sample_neighbors(
-                    g.colptr, g.row, seeds, self._fanouts, signed, self._node_map
-                )
-            except (IndexError, ValueError):
-                # The op checks each seed's range and uniqueness as it enters it (and leaves its node
-                # map clean), so the batch is not scanned and sorted here first; the message is
-                # formatted here (see native_ops).
-                try:
-                    self._check_values(seeds)
-                except SamplingError as error:
-                    raise error from None
-                raise
+            out = torch.ops.graphtier.sample_neighbors(g.colptr, g.row, seeds, self._fanouts, signed, self._node_map)
         else:
-            self._check_values(seeds)
             out = sample_neighbors_torch(g.colptr, g.row, seeds, self._fanouts, word, self._node_map)
         node_ids, indptr, indices, nodes_per_hop, edges_per_hop = out
         return SampledSubgraph(
