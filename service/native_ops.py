@@ -6,7 +6,9 @@ and a missing build degrades to the pure-torch fallbacks with one warning per pr
 Set GRAPHTIER_NO_NATIVE=1 to force the fallbacks.
 
 Bad input is refused in Python before an op is called (ids and seeds in range, seeds
-unique): the ops' own checks are last-line asserts, never the user's error message. Formatting
+unique), or, for the gather's ids, reported by the op as a position in its result, which
+Python words (that spares a second pass over every batch): the ops' own checks are last-line
+asserts, never the user's error message. Formatting
 a c10 error message inside the extension crashed the process (SIGSEGV in the ostream code the
 extension carries) when built on the CUDA image with torch 2.11, so that path is never relied on.
 """

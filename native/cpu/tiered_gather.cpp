@@ -56,6 +56,10 @@ constexpr int kRegionBits = 8;                  // ... grouped into 2^8 regions 
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;  // outputs above this bypass the caches
 
 enum Source : int { kReplicated = 0, kInterleavedLocal, kInterleavedPeer, kHost, kStorage };
+// The result's last entry: the position of the first id out of range, or -1. Bad ids are reported
+// there rather than by a c10 error, whose message formatting crashed the extension on one build
+// (service/native_ops.py); nothing is copied then.
+constexpr int kFirstBadId = 5;
 
 // Copies one row of `bytes` from `src` to `dst`.
 using RowCopy = void (*)(char* dst, const char* src, int64_t bytes);
@@ -348,12 +352,14 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     // A descent between chunks counts too: only ids sorted across the batch skip the grouping.
     if (c > 0 && id[c * scan_grain] < id[c * scan_grain - 1]) ++total.descents;
   }
-  if (total.bad > 0) {
-    const int64_t pos = std::find_if(id, id + n, [&](int64_t r) {
-                          return static_cast<uint64_t>(r) >= static_cast<uint64_t>(num_rows);
-                        }) - id;
-    TORCH_CHECK_INDEX(false, "id ", id[pos], " at position ", pos, " is out of range [0, ",
-                      num_rows, ")");
+  auto counts = at::empty({6}, at::TensorOptions().dtype(at::kLong));
+  int64_t* c = counts.data_ptr<int64_t>();
+  c[kFirstBadId] = -1;
+  if (total.bad > 0) {  // nothing copied: the caller words the error from the position
+    c[kFirstBadId] = std::find_if(id, id + n, [&](int64_t r) {
+                       return static_cast<uint64_t>(r) >= static_cast<uint64_t>(num_rows);
+                     }) - id;
+    return counts;
   }
 
   // One copy per row (pass 3), the lines of the row `row_prefetch` iterations ahead prefetched:
@@ -414,8 +420,6 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     });
   }
 
-  auto counts = at::empty({5}, at::TensorOptions().dtype(at::kLong));
-  int64_t* c = counts.data_ptr<int64_t>();
   c[kReplicated] = n - total.at_least_rep;
   c[kInterleavedLocal] = total.local;
   c[kInterleavedPeer] = total.at_least_rep - total.at_least_inter - total.local;

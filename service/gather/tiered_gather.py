@@ -51,8 +51,10 @@ def _id_range(ids: torch.Tensor) -> tuple[int, int]:
     return int(flat.min()), int(flat.max())
 
 
-def _out_of_range(ids: torch.Tensor, num_rows: int) -> GraphtierError:
-    pos = int(((ids < 0) | (ids >= num_rows)).nonzero()[0])
+def _out_of_range(ids: torch.Tensor, num_rows: int, pos: int | None = None) -> GraphtierError:
+    """The error naming the first id out of range (at `pos` when known)."""
+    if pos is None:
+        pos = int(((ids < 0) | (ids >= num_rows)).nonzero()[0])
     return GraphtierError(f"id {int(ids[pos])} at position {pos} is out of range [0, {num_rows})")
 
 
@@ -100,15 +102,14 @@ def tiered_gather(
         if tiers.storage_reader is not None and hi >= tiers.host_end:
             return _gather_with_reader(ids, tiers, out, backend)
     if native:
-        try:
-            counts = torch.ops.graphtier.tiered_gather(
-                ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
-            )
-        except IndexError:
-            # The op checks every id in its first pass, before it copies a row (`out` is untouched), so
-            # the batch is not scanned twice here; the message is formatted here (see native_ops).
-            raise _out_of_range(ids, tiers.num_rows) from None
-        rows = counts.tolist()
+        # The op checks every id in its first pass, before it copies a row, and returns the position of
+        # the first bad one (`out` untouched) without raising (see native_ops), so the batch is not
+        # scanned twice here.
+        *rows, first_bad = torch.ops.graphtier.tiered_gather(
+            ids, tiers.resident, tiers.storage, list(tiers.boundaries), tiers.num_devices, tiers.device_index, out
+        ).tolist()
+        if first_bad >= 0:
+            raise _out_of_range(ids, tiers.num_rows, first_bad)
     else:
         if n:
             gather_rows_torch(ids, tiers, out[:n])

@@ -28,8 +28,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     at::IntArrayRef fanouts, int64_t seed, const at::Tensor& node_map);
 
 // Copies rows `ids` of the tiered table (resident rows [0, host_end), storage rows
-// [host_end, num_rows)) into out[:len(ids)] and returns int64 row counts per source:
-// [replicated, interleaved_local, interleaved_peer, host, storage].
+// [host_end, num_rows)) into out[:len(ids)] and returns int64 row counts per source and the
+// position of the first id out of range (-1: none; otherwise nothing was copied):
+// [replicated, interleaved_local, interleaved_peer, host, storage, first_bad_position].
 // boundaries = [replicated_end, interleaved_end, host_end, num_rows].
 at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
                          const at::Tensor& storage, at::IntArrayRef boundaries,
