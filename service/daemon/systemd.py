@@ -27,13 +27,16 @@ class SystemdNotifier:
         self._last_ping = 0.0
 
     def send(self, state: str) -> None:
+        """One datagram, never blocking: a Unix datagram socket whose reader lags holds only
+        net.unix.max_dgram_qlen of them (10 by default), and a blocking send then waits for the
+        reader, which would stop the daemon's main loop (and its shutdown) behind a listener."""
         if self.address is None:
             return
         target = "\0" + self.address[1:] if self.address.startswith("@") else self.address
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK) as sock:
                 sock.sendto(state.encode(), target)
-        except OSError as exc:  # systemd gone or the socket unreachable: never fatal
+        except OSError as exc:  # systemd gone, the socket unreachable or its queue full: never fatal
             log.warning("sd_notify %r to %s failed: %s", state.split("\n", 1)[0], self.address, exc)
 
     def ready(self, status: str) -> None:

@@ -52,6 +52,25 @@ def test_ready_is_sent_once_serving_then_watchdog_pings_and_stopping(
     listener.close()
 
 
+def test_a_notify_socket_nobody_reads_never_stops_the_daemon(tmp_path, small_rmat, monkeypatch, daemon_processes):
+    """A Unix datagram socket queues 10 datagrams (net.unix.max_dgram_qlen) for a reader that lags;
+    the watchdog pings (every 0.05 s here) fill it within a second, and the daemon must still answer
+    and stop: its notifications never block."""
+    address = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(address)  # never read
+    monkeypatch.setenv("NOTIFY_SOCKET", address)
+    monkeypatch.setenv("WATCHDOG_USEC", "100000")
+    daemon = daemon_processes(small_rmat.directory.parent)
+    daemon.start()
+    time.sleep(2.0)  # some 40 pings: the queue is full
+    with DataPlaneClient(runtime_dir=daemon.runtime_dir) as client:
+        assert client.health() == "SERVING"
+    assert daemon.terminate(timeout=30) == 0, daemon.log()
+    assert "sd_notify 'WATCHDOG=1'" in daemon.log()  # the dropped pings are logged, not waited for
+    listener.close()
+
+
 def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rmat, daemon_processes):
     first = daemon_processes(small_rmat.directory.parent)
     first.start()
