@@ -37,6 +37,18 @@ def wait_for(predicate, timeout: float, what: str):
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+FINAL_TIMEOUT_S = 180.0  # a small job on two or three daemons, started to ended
+
+
+def final_job(client, job_id: str, timeout: float = FINAL_TIMEOUT_S, what: str = ""):
+    """Job `job_id` as `client` reports it once it has ended (failing the test after `timeout`)."""
+    return wait_for(
+        lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)),
+        timeout,
+        what or f"job {job_id} to end",
+    )
+
+
 def free_port(host: str) -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))

@@ -13,15 +13,13 @@ import time
 
 import psutil
 import pytest
-from cluster_nodes import PEER_TIMEOUT_S, wait_for
+from cluster_nodes import PEER_TIMEOUT_S, final_job, wait_for
 
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.shm.naming import process_start_time
-
-FINAL_TIMEOUT_S = 180.0
 
 
 def _alive(pid: int) -> bool:
@@ -53,12 +51,6 @@ def _live_segment_owners() -> set[int]:
     return owners
 
 
-def _final(client, job_id: str, timeout: float = FINAL_TIMEOUT_S):
-    return wait_for(
-        lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)), timeout, f"job {job_id} to end"
-    )
-
-
 def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     test_cluster.start()
@@ -76,7 +68,7 @@ def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, s
     )
     with b.client() as client:  # submitted on the second node: it coordinates
         job = client.submit_job(spec)
-        final = _final(client, job.job_id)
+        final = final_job(client, job.job_id)
     assert final.state == JobState.SUCCEEDED, final.message
     assert final.spec.nnodes == 2 and final.placement is not None and final.placement.node_rank == 0
     assert [(n.node_rank, n.address, n.state) for n in final.nodes] == [
@@ -152,7 +144,7 @@ def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_c
         )
         b.process.kill9()
         killed = time.monotonic()
-        final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
+        final = final_job(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
         took = time.monotonic() - killed
     print(f"peer killed -9: the job ended {took:.1f} s later (peer timeout {PEER_TIMEOUT_S:g} s): {final.message}")
     assert final.state == JobState.FAILED and final.message.startswith(f"node {b.address} was lost"), final.message
@@ -207,7 +199,7 @@ def test_a_lost_coordinator_ends_the_members_part_within_the_timeout(test_cluste
     a.process.kill9()
     killed = time.monotonic()
     with b.client() as client:
-        final = _final(client, part_id, timeout=PEER_TIMEOUT_S + 60)
+        final = final_job(client, part_id, timeout=PEER_TIMEOUT_S + 60)
     assert final.state == JobState.FAILED and a.address in final.message, final.message
     took = time.monotonic() - killed
     print(f"coordinator killed -9: the member's part ended {took:.1f} s later (peer timeout {PEER_TIMEOUT_S:g} s)")
@@ -229,7 +221,7 @@ def test_a_lost_node_of_three_is_the_cause_not_the_healthy_nodes_gloo_errors(tes
             "the three nodes to train",
         )
         c.process.kill9()
-        final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
+        final = final_job(client, job.job_id, timeout=PEER_TIMEOUT_S + 60)
     print(f"node 3 of 3 killed -9: {final.message}")
     assert final.state == JobState.FAILED
     # found by its silence: before the timeout when a healthy node's part fails first, else at it (a loaded machine)

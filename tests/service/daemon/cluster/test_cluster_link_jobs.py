@@ -5,7 +5,7 @@ gloo ranks on each node, the rows a node does not hold fetched from the other (s
 from __future__ import annotations
 
 import pytest
-from cluster_nodes import wait_for
+from cluster_nodes import final_job
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -22,9 +22,7 @@ def test_two_node_link_job_trains_and_evaluates_on_both_daemons(test_cluster, co
     )  # fmt: skip
     with a.client() as client:
         job = client.submit_job(spec)
-        final = wait_for(
-            lambda: (lambda j: j if j.state.final else None)(client.get_job(job.job_id)), 240, "the link job to end"
-        )
+        final = final_job(client, job.job_id, 240, "the link job to end")
     assert final.state == JobState.SUCCEEDED, final.message
     assert [n.state for n in final.nodes] == [JobState.SUCCEEDED, JobState.SUCCEEDED]
     steps = 4488 // 2 // 512 + 1  # the train edges sharded over the 2 ranks of both nodes

@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from cluster_nodes import PEER_TIMEOUT_S, wait_for
-from test_cluster_jobs import _final, _job_processes, _live_segment_owners
+from cluster_nodes import PEER_TIMEOUT_S, final_job, wait_for
+from test_cluster_jobs import _job_processes, _live_segment_owners
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -50,7 +50,7 @@ def test_a_job_with_max_restarts_goes_on_from_its_checkpoint_on_the_nodes_that_r
         )
         old_b_part = running.nodes[1].job_id
         c.process.kill9()
-        final = _final(client, job.job_id, timeout=PEER_TIMEOUT_S + 180)
+        final = final_job(client, job.job_id, timeout=PEER_TIMEOUT_S + 180)
         changes = [e.state_change for e in client.job_events(job.job_id) if e.state_change is not None]
     assert final.state == JobState.SUCCEEDED, final.message
     assert final.restarts == 1 and final.spec.nnodes == 2

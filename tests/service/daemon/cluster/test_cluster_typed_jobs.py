@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_nodes import wait_for
+from cluster_nodes import final_job
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
-FINAL_TIMEOUT_S = 180.0
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +63,7 @@ def test_two_node_typed_jobs_train_rgcn_on_both_daemons(test_cluster, typed_toy)
     )  # fmt: skip
     with b.client() as client:
         job = client.submit_job(spec)
-        final = wait_for(
-            lambda: (lambda j: j if j.state.final else None)(client.get_job(job.job_id)),
-            FINAL_TIMEOUT_S,
-            f"job {job.job_id} to end",
-        )
+        final = final_job(client, job.job_id)
     assert final.state == JobState.SUCCEEDED, final.message
     assert [(n.node_rank, n.address, n.state) for n in final.nodes] == [
         (0, b.address, JobState.SUCCEEDED),
@@ -88,11 +83,7 @@ def test_two_node_typed_jobs_train_rgcn_on_both_daemons(test_cluster, typed_toy)
     )  # fmt: skip
     with a.client() as client:
         job = client.submit_job(link)
-        final = wait_for(
-            lambda: (lambda j: j if j.state.final else None)(client.get_job(job.job_id)),
-            FINAL_TIMEOUT_S,
-            f"link job {job.job_id} to end",
-        )
+        final = final_job(client, job.job_id, what=f"link job {job.job_id} to end")
     assert final.state == JobState.SUCCEEDED, final.message
     assert [n.state for n in final.nodes] == [JobState.SUCCEEDED, JobState.SUCCEEDED]
     p = final.progress  # the relation's train edges sharded over the ranks of both nodes

@@ -17,14 +17,12 @@ import grpc
 import numpy as np
 import pytest
 import torch
-from cluster_nodes import wait_for
+from cluster_nodes import final_job, wait_for
 
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.partition import MAX_FETCH_ROWS, FeaturePartition, replicated_rows
 from graphtier.v1 import features_pb2, features_pb2_grpc
-
-FINAL_TIMEOUT_S = 180.0
 
 # Each batch's node ids and a digest of its feature rows, one JSON line per batch, per rank; with
 # a file named `hold` beside the output, the rank waits (up to 90 s) for it to go before training.
@@ -46,14 +44,6 @@ with loader.connect() as job:
                                     "x": hashlib.sha256(x.numpy().tobytes()).hexdigest()}) + "\\n")
                 job.step(0.0)
 """
-
-
-def _final(client, job_id: str):
-    return wait_for(
-        lambda: (lambda j: j if j.state.final else None)(client.get_job(job_id)),
-        FINAL_TIMEOUT_S,
-        f"job {job_id} to end",
-    )
 
 
 def _records(directory: Path) -> dict[int, list[dict]]:
@@ -111,7 +101,7 @@ def test_partitioned_batches_equal_the_replicated_ones_and_only_cold_remote_rows
         extra = {"features": features, "replicate": 0.1} if features == "partitioned" else {}
         with a.client() as client:
             job = client.submit_job(_spec(script, out, **extra))
-            final = _final(client, job.job_id)
+            final = final_job(client, job.job_id)
         assert final.state == JobState.SUCCEEDED, final.message
         runs[features] = (final, _records(out))
     (replicated, seen), (partitioned, fetched) = runs["replicated"], runs["partitioned"]
@@ -310,7 +300,7 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
     finally:
         with a.client() as client:
             client.cancel_job(job.job_id, "test done")
-            _final(client, job.job_id)
+            final_job(client, job.job_id)
 
 
 def test_typed_rows_are_partitioned_per_node_type(prepared_acm):
