@@ -483,11 +483,11 @@ def _spec_values(dataset: str, fields: dict[str, Any]) -> dict[str, Any]:
 def _run_as_the_daemons_ranks(runtime_dir: Path) -> None:
     """Demote this rank as the daemon demotes the ranks it starts (relative to the daemon's niceness)."""
     endpoints = read_endpoints(runtime_dir)
-    daemon_niceness = None
+    daemon_niceness = 0  # the usual, when the daemon cannot be asked
     if endpoints is not None:
         with contextlib.suppress(OSError):  # the daemon just answered; gone now, its job fails on its own
             daemon_niceness = os.getpriority(os.PRIO_PROCESS, endpoints.pid)
-    run_as_job_work(daemon_niceness if daemon_niceness is not None else 0)
+    run_as_job_work(daemon_niceness)
 
 
 def connect(
