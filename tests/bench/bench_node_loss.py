@@ -121,7 +121,9 @@ def main() -> int:
                         loads.append(os.getloadavg()[0])
                         if kill is not None:
                             if job.restarts != 1 or job.spec.nnodes != 2 or step is None:
-                                raise SystemExit(f"the job did not restart on 2 nodes once: {job.notes}")
+                                raise SystemExit(
+                                    f"the job did not restart on 2 nodes once: {job.message!r}, notes {job.notes}"
+                                )
                             steps.append(step)
                         print(
                             f"seed {seed} {name}: test {test:.4f}, submit to end {took:.1f} s, "

@@ -393,16 +393,18 @@ class JobTable:
             return sorted(self._jobs.values(), key=lambda r: r.created_at, reverse=True)
 
     def set_state(self, job_id: str, state: JobState, message: str = "") -> JobRecord:
-        """Move a job to `state`; a final state is never left (DaemonError)."""
+        """Move a job to `state` with `message`, why it is there; a final state is never left (DaemonError).
+        A new state without a message clears the old one (a restart's announcement is not a success's
+        message); the same state, or a job whose cancel is pending, keeps it."""
         with self._lock:
             record = self.get(job_id)
             if record.state.final and state != record.state:
                 raise DaemonError(f"job {job_id!r} has ended ({record.state.value}); it cannot become {state.value}")
+            if not message and (state == record.state or record.cancel_requested):
+                message = record.message
             finished = _now() if state.final and record.finished_at is None else record.finished_at
             started = _now() if state == JobState.STARTING and record.started_at is None else record.started_at
-            updated = replace(
-                record, state=state, message=message or record.message, started_at=started, finished_at=finished
-            )
+            updated = replace(record, state=state, message=message, started_at=started, finished_at=finished)
             self._jobs[job_id] = updated
             self._write(updated)
             return updated

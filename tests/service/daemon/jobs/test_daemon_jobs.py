@@ -30,6 +30,19 @@ def test_states_cancellation_and_dataset_users():
     assert table.counts_by_state()[JobState.PENDING] == 1
 
 
+def test_a_new_state_without_a_message_clears_the_old_one():
+    """A message says why the job is in its state now: a queue's reason or a restart's announcement is not
+    what a success says."""
+    table = JobTable()
+    table.add(JobRecord(job_id="a", dataset="d", world_size=2))
+    assert table.set_state("a", JobState.PENDING, "queued: 2 cores held").message == "queued: 2 cores held"
+    assert table.set_state("a", JobState.PENDING).message == "queued: 2 cores held"  # same state: kept
+    assert table.set_state("a", JobState.STARTING).message == ""
+    assert table.set_state("a", JobState.STARTING, "node lost; restart 1 of 1").message == "node lost; restart 1 of 1"
+    assert table.set_state("a", JobState.RUNNING).message == ""
+    assert table.set_state("a", JobState.SUCCEEDED).message == ""
+
+
 def test_unknown_jobs_ranks_and_duplicates_are_refused():
     table = JobTable()
     table.add(JobRecord(job_id="a", dataset="d", world_size=2))
