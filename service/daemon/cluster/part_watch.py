@@ -56,6 +56,10 @@ class PartHooks(Protocol):
     def watch(self) -> str | None:
         """Called every supervision tick: a reason to fail the job now, or None."""
 
+    def settle(self) -> str | None:
+        """The job's part succeeded here: why the whole job did not succeed after all (another node's
+        part failed, or its node was lost before its part was seen to end), else None."""
+
     def finish(self, outcome: str, message: str) -> tuple[str, str]:
         """The job's part ended locally with (outcome, message): stop the other nodes' parts as
         needed and return the outcome and message the whole job ends with."""
@@ -208,19 +212,27 @@ class CoordinatedParts:
     def watch(self) -> str | None:
         return self._problem(self._poll())
 
+    def settle(self) -> str | None:
+        """The other nodes' ranks finish with ours: they get the peer timeout to say so. A node lost
+        meanwhile fails the job even though ours finished: what its ranks still had to do (their
+        outputs, a script's own work after the last collective) went with it; a job with restarts left
+        starts again from its newest checkpoint instead."""
+        remotes = self._poll(force=True)
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if all(r.last is not None and r.last.state.final for r in remotes) or self._problem(remotes):
+                break
+            time.sleep(0.5)
+            remotes = self._poll(force=True)
+        return self._problem(remotes)
+
     def finish(self, outcome: str, message: str) -> tuple[str, str]:
-        remotes = self._poll(force=True, skip_lost=outcome != "succeeded")
-        if outcome == "succeeded":  # the other nodes' ranks finish with ours; give them the timeout to say so
-            deadline = time.monotonic() + self.timeout_s
-            while time.monotonic() < deadline:
-                if all(r.last is not None and r.last.state.final for r in remotes) or self._problem(remotes):
-                    break
-                time.sleep(0.5)
-                remotes = self._poll(force=True)
-            problem = self._problem(remotes)
+        if outcome == "succeeded":
+            problem = self.settle()  # at once when the job's runner settled it already
             if problem:
                 outcome, message = "failed", problem
-        elif outcome == "failed":
+        remotes = self._poll(force=True, skip_lost=outcome != "succeeded")
+        if outcome == "failed":
             lost = self._unreachable(remotes)
             problem = self._problem(remotes) or (self._lost(lost) if lost is not None else None)
             named = lost is not None and message.startswith(f"node {lost.where} was lost")  # by the watch, seconds ago
@@ -385,6 +397,9 @@ class MemberPart:
             if problem and problem not in message and f"coordinating node {self.remote.where} was lost" not in message:
                 message = f"{problem}; here: {message}"
         return outcome, message
+
+    def settle(self) -> str | None:
+        return None  # the coordinating daemon settles the whole job
 
     def decorate(self, info: JobInfo) -> JobInfo:
         return replace(info, placement=self.placement)

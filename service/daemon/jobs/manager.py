@@ -357,7 +357,8 @@ class JobManager:
             if job.gpu_share is not None:
                 self.mps.acquire(job_id, job.gpu_share)  # a managed MPS control daemon runs while jobs need it
             restart = (lambda why: self._restart(job_id, job, why)) if job.part is not None else None
-            outcome, message, _ = job.runner.run(lambda: self._tick(job_id, job), restart)
+            settle = job.part.settle if job.part is not None else None
+            outcome, message, _ = job.runner.run(lambda: self._tick(job_id, job), restart, settle)
         except Exception as exc:  # a bug: the job must still end, and say why
             log.exception("job %s: supervisor failed", job_id)
             message = f"the job's supervisor failed: {exc!r}"

@@ -565,15 +565,22 @@ class JobRunner:
                     self.on_log(LogLine(text=text, rank=rank, from_producer=True, stream="stderr"))
 
     def run(
-        self, tick: Callable[[], None], restart: Callable[[str], Relaunch | None] | None = None
+        self,
+        tick: Callable[[], None],
+        restart: Callable[[str], Relaunch | None] | None = None,
+        settle: Callable[[], str | None] | None = None,
     ) -> tuple[str, str, int | None]:
-        """Start, supervise and clean up; `tick()` is called every TICK_S while the job runs. A failure
-        is offered to `restart` (a multi-node job's coordinating daemon): given the next placement,
-        every process is stopped and the job starts again on it; given None, the job ends FAILED."""
+        """Start, supervise and clean up; `tick()` is called every TICK_S while the job runs. A success
+        here is confirmed by `settle` (a multi-node job's coordinating daemon: the other nodes' parts
+        ended well too), which may name a failure instead. A failure is offered to `restart`: given the
+        next placement, every process is stopped and the job starts again on it; given None, the job
+        ends FAILED."""
         try:
             self._start()
             while True:
                 outcome = self._supervise(tick)
+                if outcome[0] == "succeeded" and settle is not None and (problem := settle()):
+                    outcome = ("failed", problem, outcome[2])
                 if outcome[0] != "failed" or restart is None:
                     return outcome
                 self._stop_all()  # nothing of this placement may be left when the next one starts
