@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -201,11 +202,10 @@ def _run(
                     batch.release()
                 done = index + 1
                 session.record_step(epoch, done, loss, correct, pairs)
-        if session.end_epoch(epoch, done):
-            run_evaluation(epoch, done)
+        session.end_epoch(epoch, done, partial(run_evaluation, epoch, done))
 
     if evaluate is not None and session.evaluated_epoch != config.epochs - 1:
-        run_evaluation(config.epochs - 1, 0)  # resumed after the last checkpoint, before its evaluation
+        run_evaluation(config.epochs - 1, 0)  # resumed from the last epoch's checkpoint: not evaluated here
     result = session.finish()
     ctx.barrier()
     return result

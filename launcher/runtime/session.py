@@ -10,7 +10,7 @@ The best epoch is the one whose evaluation has the highest `config.best_split` f
 validation accuracy, or a link job's val_hits@50), ties going to the earlier epoch: the
 figures papers report. Evaluations without that figure (no validation split) pick none. It is
 kept in the checkpoints, so a job resumed after a restart still reports the best of all its
-epochs.
+epochs; an epoch's end is checkpointed after its evaluation, which the checkpoint then holds.
 
 Throughput is one figure everywhere: optimizer steps per second of wall time over a window
 (`batches_per_second`; one step = one mini-batch of one rank).
@@ -108,7 +108,7 @@ class TrainSession:
     """One rank's training bookkeeping for `config.epochs` epochs; see the module docstring.
 
     Call `resume(module, optimizer)` once (before wrapping the module in DDP), then per batch
-    `record_step`, per epoch `end_epoch` (and `evaluate` when it says so), and `finish` last.
+    `record_step`, per epoch `end_epoch` (given the epoch's evaluation, run when one is due), and `finish` last.
     """
 
     def __init__(
@@ -283,12 +283,15 @@ class TrainSession:
         if self.config.checkpoint_every_steps and self.step % self.config.checkpoint_every_steps == 0:
             self.checkpoint(TrainPosition(epoch, done, self.step))
 
-    def end_epoch(self, epoch: int, done: int) -> bool:
-        """Checkpoint and report the end of `epoch`; True when it is to be evaluated."""
-        self.checkpoint(TrainPosition(epoch + 1, 0, self.step))
+    def end_epoch(self, epoch: int, done: int, evaluate: Callable[[], object] | None = None) -> None:
+        """Report the end of `epoch`, run `evaluate()` when the epoch is due for one, then checkpoint:
+        the checkpoint comes after the evaluation, so a job resumed from it has that epoch's figures in
+        its best (a checkpoint taken before, then a restart, lost the epoch's evaluation for good)."""
         self.emit("epoch", epoch, done, **self.epoch_window.summary())
         every = self.config.eval_every_epochs
-        return epoch == self.config.epochs - 1 or bool(every and (epoch + 1) % every == 0)
+        if evaluate is not None and (epoch == self.config.epochs - 1 or bool(every and (epoch + 1) % every == 0)):
+            evaluate()
+        self.checkpoint(TrainPosition(epoch + 1, 0, self.step))
 
     def evaluate(
         self,

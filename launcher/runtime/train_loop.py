@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -136,11 +137,13 @@ def _run(
                     batch.release()
                 done = index + 1
                 session.record_step(epoch, done, loss, correct, labelled)
-        if session.end_epoch(epoch, done) and eval_batches is not None:
-            session.evaluate(epoch, done, eval_batches, forward=forward)
+        evaluate = None
+        if eval_batches is not None:
+            evaluate = partial(session.evaluate, epoch, done, eval_batches, forward=forward)
+        session.end_epoch(epoch, done, evaluate)
 
     if eval_batches is not None and session.evaluated_epoch != config.epochs - 1:
-        # Resumed after the last epoch's checkpoint but before its evaluation finished.
+        # Resumed from the last epoch's checkpoint: this process has not evaluated the model it reports.
         session.evaluate(config.epochs - 1, 0, eval_batches, forward=forward)
     result = session.finish()
     # Every rank is done with the group before any rank destroys it: a gloo group torn down while a

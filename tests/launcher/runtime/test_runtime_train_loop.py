@@ -153,6 +153,15 @@ def test_the_best_epoch_is_the_first_highest_validation_and_survives_a_resume(tm
     assert (result.best_epoch, result.best_eval) == (1, {"val": 0.7, "test": 0.6})
     assert result.history[-1].kind == "done" and result.history[-1].best == BestEvaluation(1, "val_accuracy", 0.7, 0.6)
 
+    # an epoch's end is checkpointed after its evaluation: a restart right after it keeps that epoch's figures
+    ended = TrainConfig(in_dim=2, num_classes=2, epochs=2, eval_every_epochs=0, checkpoint_dir=tmp_path / "ended")
+    first = session(ended, events := [])
+    first.end_epoch(0, 1, lambda: pytest.fail("only the last epoch is due for an evaluation"))
+    first.end_epoch(1, 1, lambda: first.record_evaluation(1, 1, {"val": 0.8, "test": 0.7}))
+    assert [e.kind for e in events] == ["epoch", "epoch", "eval"]
+    again = session(ended, [])
+    assert again.position.epoch == 2 and again.best == BestEvaluation(1, "val_accuracy", 0.8, 0.7)
+
     link = session(TrainConfig(in_dim=2, num_classes=2, task="link", best_split="val_hits@50"), events := [])
     link.record_evaluation(0, 1, {"test_auc": 0.9})  # no validation edges: no best epoch
     assert events[-1].best is None and link.best_epoch is None
