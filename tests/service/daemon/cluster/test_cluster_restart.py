@@ -226,25 +226,10 @@ def test_a_success_the_coordinator_cannot_settle_is_offered_to_the_restart(tmp_p
     assert runner.run(lambda: None, lambda message: None, lambda: "node lost") == ("failed", "node lost", 0)
 
 
-class _FailsAtOnce(JobRunner):
-    """A runner without processes whose placement fails as soon as it is supervised."""
-
-    def _start(self) -> None:
-        """Nothing to start: the placement's failure is what `_supervise` reports."""
-
-    def _supervise(self, tick):
-        return "failed", "rank 1 died", 1
-
-    def _stop_all(self) -> int | None:
-        return 1
-
-    def pump_logs(self) -> None:
-        """No processes, so no logs to pump."""
-
-
 def test_a_cancel_that_comes_while_the_restart_is_decided_ends_the_job_cancelled(tmp_path):
     spec = JobSpec(dataset="rmat12", fanouts=[5], nnodes=3, max_restarts=1)
-    runner = _FailsAtOnce("7", spec, None, tmp_path, tmp_path, lambda line: None)
+    runner = _Supervised("7", spec, None, tmp_path, tmp_path, lambda line: None)
+    runner.outcomes = [("failed", "rank 1 died", 1)]
     started: list = []
 
     def restart(message: str) -> Relaunch:
