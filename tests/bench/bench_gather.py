@@ -6,7 +6,7 @@ its GB/s = bytes copied / time; a gather's GB/s = gathered bytes / time; M = 500
 uniformly with torch.randint from an N = 2,000,000 x 128 float32 table (512 B rows, 0.95 GiB)
 into a preallocated output (out=). The probe's 0.96 is torch.index_select(out=) of the ids
 *sorted*, from a plain-RAM table, as a ratio of minimum times with the cases run one after
-another on an idle machine; it is the row "torch index_select out=, ids sorted" here. Three
+another on an idle machine; it is the row "torch index_select out=, ids sorted" here. Four
 differences, on purpose: the table lives in a POSIX shm file (/dev/shm,
 torch.from_file(shared=True)), where graphtier keeps features (the probe measured that too,
 within a few percent of RAM); every case runs once per round, in an order shuffled anew each
@@ -14,7 +14,8 @@ round (seeded), so that all share the machine's load and none always runs right 
 other: after a torch op its OpenMP threads keep spinning on the cores for a while, which cost
 the next case 1.5-2.7 ms (the native gather at idle, 9-12 ms otherwise). So every case runs as
 the gather runs in a job: with OMP_WAIT_POLICY=PASSIVE, which the daemon sets for its producers
-and ranks (an OMP_WAIT_POLICY already in the environment is kept, and printed). The figure is the
+and ranks (an OMP_WAIT_POLICY already in the environment is kept, and printed). And every case
+starts from caches that hold none of the rows the case before read (`interleaved_rounds`). The figure is the
 ratio of medians (the ratio of minimum times, the probe's, is printed beside it). Target
 (issue 27): native gather of random ids >= 0.80 of copy. The shm file is removed afterwards,
 also on error.
@@ -42,20 +43,28 @@ from machine import cpu_model, write_figures  # noqa: E402
 from graphtier.service.gather import FeatureTiers, tiered_gather  # noqa: E402
 from graphtier.service.native_ops import native_available, unavailable_reason  # noqa: E402
 
+CLEAN_BYTES = 128 << 20  # read before every case: 4x this VM's 32 MiB L3
+
 
 def interleaved_rounds(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, tuple[float, float]]:
     """(min, median) seconds per case, running every case once per round, in a shuffled order.
 
     Interleaving keeps the copy baseline and the gathers under the same conditions when the
     machine is shared; shuffling spreads what a case leaves behind (torch's spinning OpenMP
-    threads, dirty cache lines) over all the others.
+    threads) over all the others. Every case starts from caches holding none of its data: an
+    untimed read of CLEAN_BYTES first. The cases gather the same ids from the same table, so
+    without it a case found in the L3 the rows the case before had just read (and wrote back
+    what that case left dirty): the native gather measured 1.10-1.15 of the copy that way, and
+    1.06-1.10 from clean caches, in the same hour on this VM.
     """
+    scratch = torch.ones(CLEAN_BYTES // 4)
     for fn in cases.values():
         fn()  # warm-up: page faults, allocator
     times: dict[str, list[float]] = {name: [] for name in cases}
     order = random.Random(0)
     for _ in range(rounds):
         for name, fn in order.sample(list(cases.items()), len(cases)):
+            scratch.sum()  # untimed: the caches hold clean lines only
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
