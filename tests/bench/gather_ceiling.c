@@ -9,7 +9,8 @@
 // in what is prefetched; the grouped and sorted orders are computed before the clock starts, so
 // they show what a free grouping would give (each row still goes to its position in the batch).
 // The baseline is memcpy of 2 GiB split over the threads. Every round runs every case once, in a
-// shuffled order; the figures are medians.
+// shuffled order, each after an untimed read that leaves none of the others' rows in the caches
+// (they gather the same ids); the figures are medians.
 //
 // Output: one line per case, "name<TAB>GB/s", the copy first.
 #define _GNU_SOURCE
@@ -45,7 +46,8 @@ static const struct Case kCases[] = {
 };
 enum { kNumCases = sizeof kCases / sizeof kCases[0] };
 
-static char *table, *out, *copy_src, *copy_dst;
+static char *table, *out, *copy_src, *copy_dst, *scratch;
+enum { kScratchBytes = 128 << 20 };  // read before every case: 4x a 32 MiB L3
 static int64_t *order_ids[3], *order_pos[3];
 static int64_t num_ids, row_bytes, copy_bytes;
 static int num_threads;
@@ -159,6 +161,14 @@ static double run_copy(void) {
   return now() - start;
 }
 
+// Reads the scratch buffer, untimed, so a case finds in the caches none of the rows the case
+// before read: the cases gather the same ids, and would otherwise hit each other's rows.
+static void clean_caches(void) {
+  uint64_t sum = 0;
+  for (int64_t at = 0; at < kScratchBytes; at += 64) sum += *(const volatile uint64_t*)(scratch + at);
+  if (sum == 42) fputc(' ', stderr);  // keeps the reads
+}
+
 static int by_value(const void* a, const void* b) {
   const double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -225,7 +235,8 @@ int main(int argc, char** argv) {
   out = aligned_alloc(64, (size_t)num_ids * row_bytes);
   copy_src = aligned_alloc(64, copy_bytes);
   copy_dst = aligned_alloc(64, copy_bytes);
-  if (table == MAP_FAILED || !out || !copy_src || !copy_dst) {
+  scratch = aligned_alloc(64, kScratchBytes);
+  if (table == MAP_FAILED || !out || !copy_src || !copy_dst || !scratch) {
     fprintf(stderr, "cannot allocate the table, the output or the copy buffers\n");
     return 1;
   }
@@ -234,6 +245,7 @@ int main(int argc, char** argv) {
   memset(out, 0, (size_t)num_ids * row_bytes);
   memset(copy_src, 1, copy_bytes);
   memset(copy_dst, 0, copy_bytes);
+  memset(scratch, 1, kScratchBytes);
   for (int o = 0; o < 3; ++o) {
     order_ids[o] = malloc(num_ids * sizeof(int64_t));
     order_pos[o] = malloc(num_ids * sizeof(int64_t));
@@ -262,6 +274,7 @@ int main(int argc, char** argv) {
     }
     for (int s = 0; s <= kNumCases; ++s) {
       const int c = shuffled[s];
+      clean_caches();
       times[c][r] = c == kNumCases ? run_copy() : run_gather(&kCases[c]);
     }
   }
