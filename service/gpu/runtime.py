@@ -49,6 +49,48 @@ def check(result: Any, what: str) -> Any:
     return values[0] if len(values) == 1 else tuple(values)
 
 
+def driver() -> Any:
+    """The `cuda.bindings.driver` module, imported (not initialised: `cuInit` is the caller's);
+    CudaError when cuda-python is not installed."""
+    if "driver" not in _state:
+        try:
+            _state["driver"] = importlib.import_module("cuda.bindings.driver")
+        except ImportError as exc:
+            raise CudaError(
+                f"cuda-python is not installed ({exc}); install `cuda-bindings` to use the GPU tiers"
+            ) from None
+    return _state["driver"]
+
+
+def driver_error_name(err: Any) -> str:
+    """A driver result's own name and text ("CUDA_ERROR_INVALID_VALUE (invalid argument)"): the name
+    from the `CUresult` enum, which needs no driver, the text from the driver where it can be asked."""
+    d = driver()
+    try:
+        name = d.CUresult(int(err)).name
+    except ValueError:
+        name = f"CUresult {int(err)}"
+    try:
+        found, text = d.cuGetErrorString(err)
+        if found != d.CUresult.CUDA_SUCCESS:
+            return name
+    except RuntimeError:  # no driver library to ask: the name alone
+        return name
+    return f"{name} ({text.decode() if isinstance(text, bytes) else text})"
+
+
+def check_driver(result: Any, what: str) -> Any:
+    """Unpack a driver API result `(CUresult, *values)`: the value(s), or CudaError naming `what` and
+    the driver's error by its driver name (`check` names runtime errors by theirs)."""
+    d = driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise CudaError(f"{what}: {driver_error_name(err)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
 def device_count() -> tuple[int, str]:
     """(CUDA devices visible to this process, why none when 0). Initialises the driver only."""
     try:
@@ -69,27 +111,26 @@ def set_device(device: int) -> None:
 def _initialised_driver() -> Any:
     """`cuda.bindings.driver` after cuInit; CudaError when the driver library cannot be loaded (no
     NVIDIA driver: cuda-python raises its own RuntimeError) or initialised."""
+    d = driver()
     try:
-        from cuda.bindings import driver
-
-        result = driver.cuInit(0)
-    except (ImportError, RuntimeError) as exc:
+        result = d.cuInit(0)
+    except RuntimeError as exc:
         raise CudaError(f"the CUDA driver cannot be used ({type(exc).__name__}: {exc})") from None
-    check(result, "cuInit")
-    return driver
+    check_driver(result, "cuInit")
+    return d
 
 
 @contextlib.contextmanager
 def on_device(device: int) -> Iterator[None]:
     """Make `device` current for the block, then restore the thread's previous context (maybe none):
     torch reads the current device from the same runtime state, so it must not change behind its back."""
-    driver = _initialised_driver()
-    previous = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    d = _initialised_driver()
+    previous = check_driver(d.cuCtxGetCurrent(), "cuCtxGetCurrent")
     set_device(device)
     try:
         yield
     finally:
-        driver.cuCtxSetCurrent(previous)
+        d.cuCtxSetCurrent(previous)
 
 
 def read_only_registration_supported(device: int) -> bool:

@@ -26,8 +26,24 @@ class _RawDeviceBytes:
 
 def cuda_view(ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: int, owner: Any = None) -> torch.Tensor:
     """A CUDA tensor over `shape`/`dtype` elements at device address `ptr` (read-only by contract:
-    torch's `__cuda_array_interface__` import takes no read-only flag)."""
+    torch's `__cuda_array_interface__` import takes no read-only flag). CudaError when torch would
+    give a copy instead (`require_view`)."""
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     with torch.cuda.device(device):
         raw = torch.as_tensor(_RawDeviceBytes(ptr, nbytes, owner), device=f"cuda:{device}")
-    return raw.view(dtype).view(shape)
+    return require_view(raw, ptr, device).view(dtype).view(shape)
+
+
+def require_view(tensor: torch.Tensor, ptr: int, device: int) -> torch.Tensor:
+    """`tensor` itself when it is the bytes at `ptr` on GPU `device`; else CudaError. torch places an
+    imported pointer on the device the driver reports for it (where the memory was registered, or
+    where it lives) and, asked for another device, silently copies it there: a gather would then
+    read, or a producer write, a private copy instead of the shared memory."""
+    if tensor.data_ptr() != ptr or tensor.device != torch.device("cuda", device):
+        from graphtier.service.gpu.runtime import CudaError
+
+        raise CudaError(
+            f"the memory at {ptr:#x} is not viewable in place on GPU {device}: torch made a copy on "
+            f"{tensor.device} at {tensor.data_ptr():#x} (the memory was registered for, or lives on, another GPU)"
+        )
+    return tensor

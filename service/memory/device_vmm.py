@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from graphtier.service.gpu.runtime import CudaError, on_device, pci_bus_id
+from graphtier.contract.errors import SharedMemoryError
+from graphtier.service.gpu.runtime import CudaError, check_driver, driver, on_device, pci_bus_id
 from graphtier.service.memory.fd_passing import FdExporter, fetch_fds
 from graphtier.service.memory.handle import MemoryHandle
 
@@ -26,33 +27,14 @@ def _driver() -> Any:
     """`cuda.bindings.driver` after cuInit; CudaError when cuda-python or the NVIDIA driver is missing
     (cuda-python raises its own RuntimeError for the latter) or the driver cannot initialise."""
     if not _initialised:
+        d = driver()
         try:
-            from cuda.bindings import driver
-
-            err, *_ = driver.cuInit(0)
-        except ImportError as exc:
-            raise CudaError(f"cuda-python is not installed ({exc}); install `cuda-bindings` for VMM memory") from None
+            result = d.cuInit(0)
         except RuntimeError as exc:
             raise CudaError(f"the CUDA driver cannot be used ({type(exc).__name__}: {exc})") from None
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise CudaError(f"cuInit failed ({err!r}): no usable NVIDIA driver or device")
-        _initialised.append(driver)
+        check_driver(result, "cuInit (no usable NVIDIA driver or device?)")
+        _initialised.append(d)
     return _initialised[0]
-
-
-def check_driver(result: Any, what: str) -> Any:
-    """Unpack a driver API result `(CUresult, *values)`: the value(s), or CudaError naming `what`."""
-    d = _driver()
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != d.CUresult.CUDA_SUCCESS:
-        _, name = d.cuGetErrorName(err)
-        _, text = d.cuGetErrorString(err)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        text = text.decode() if isinstance(text, bytes) else str(text)
-        raise CudaError(f"{what}: {name} ({text})")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
 
 
 def _properties(device: int) -> Any:
@@ -115,6 +97,8 @@ class VmmAllocation:
     def __init__(self, device: int, nbytes: int, label: str, *, exporter: FdExporter, export_id: str) -> None:
         if nbytes <= 0:
             raise CudaError(f"{label}: cannot allocate {nbytes} bytes of device memory")
+        if export_id in exporter.exported():  # before any CUDA call: the other allocation's fd stays
+            raise SharedMemoryError(f"cannot export fd {export_id!r} for {label}: it is exported already")
         d = _driver()
         self.device, self.label, self.nbytes = device, label, nbytes
         self.pci_bus_id = pci_bus_id(device)
@@ -127,6 +111,7 @@ class VmmAllocation:
                 d.cuMemCreate(self.padded_bytes, _properties(device), 0),
                 f"cuMemCreate of {self.padded_bytes} B for {label}",
             )
+            added = False  # whether this object exported `export_id` (the error path removes only its own)
             try:
                 fd = int(
                     check_driver(
@@ -138,11 +123,13 @@ class VmmAllocation:
                 )
                 try:
                     exporter.add(export_id, fd)
+                    added = True
                 finally:
                     os.close(fd)
                 self._mapping = _Mapping(generic, self.padded_bytes, device, label)
             except BaseException:
-                exporter.remove(export_id)
+                if added:
+                    exporter.remove(export_id)
                 d.cuMemRelease(generic)
                 raise
         self.ptr = self._mapping.ptr

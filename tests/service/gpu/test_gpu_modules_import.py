@@ -213,3 +213,58 @@ def test_without_a_gpu_the_gpu_sampler_says_why_it_cannot_run():
     structure = StructureTiers.host_only(CSCGraph(colptr=torch.tensor([0, 1, 1]), row=torch.tensor([1])))
     with pytest.raises(CudaError, match="torch sees no CUDA device"):
         CudaNeighborSampler(structure, [2])
+
+
+def test_driver_errors_are_named_by_their_driver_names_and_values_unpacked():
+    """`check_driver` reads a driver result (CUresult), which `check` (runtime codes) would misname:
+    driver error 101 is CUDA_ERROR_INVALID_DEVICE, runtime error 101 cudaErrorInvalidDevice's twin by
+    number only. The name needs no driver; the text is added where a driver can be asked."""
+    from cuda.bindings import driver
+
+    from graphtier.service.gpu.runtime import CudaError, check_driver
+
+    assert check_driver((driver.CUresult.CUDA_SUCCESS, 7), "cuX") == 7
+    assert check_driver((driver.CUresult.CUDA_SUCCESS, 1, 2), "cuX") == (1, 2)
+    assert check_driver((driver.CUresult.CUDA_SUCCESS,), "cuX") is None
+    with pytest.raises(CudaError, match=r"^cuCtxGetCurrent: CUDA_ERROR_NOT_INITIALIZED") as info:
+        check_driver((driver.CUresult.CUDA_ERROR_NOT_INITIALIZED, None), "cuCtxGetCurrent")
+    assert "cuda" + "Error" not in str(info.value)  # no runtime name
+
+
+def test_a_view_that_is_not_the_memory_asked_for_is_refused():
+    """torch's `__cuda_array_interface__` import copies when the pointer's device is not the one asked
+    for; `require_view` refuses anything but the very bytes on the very GPU (checked here with a tensor
+    that cannot be them: it lives on the CPU)."""
+    from graphtier.service.gpu.runtime import CudaError
+    from graphtier.service.gpu.views import require_view
+
+    elsewhere = torch.zeros(4)
+    with pytest.raises(CudaError, match="not viewable in place on GPU 0: torch made a copy on cpu"):
+        require_view(elsewhere, elsewhere.data_ptr(), 0)
+    with pytest.raises(CudaError, match="not viewable in place on GPU 1"):
+        require_view(elsewhere, elsewhere.data_ptr() + 64, 1)
+
+
+def test_a_vmm_export_id_already_exported_is_refused_and_the_other_fd_stays():
+    """The error path of a VMM allocation whose export id is taken must not withdraw the other
+    allocation's fd: the id is checked before any CUDA call, so this runs without a GPU too."""
+    import os
+
+    from graphtier.contract.errors import SharedMemoryError
+    from graphtier.service.memory import FdExporter, fetch_fds
+    from graphtier.service.memory.device_vmm import VmmAllocation
+
+    with tempfile.TemporaryDirectory(prefix="gtvmm-", dir="/tmp") as where, FdExporter(f"{where}/m.sock") as exporter:
+        read, write = os.pipe()
+        try:
+            exporter.add("tier-0", read)
+            with pytest.raises(SharedMemoryError, match="'tier-0' for a second tier: it is exported already"):
+                VmmAllocation(0, 4096, "a second tier", exporter=exporter, export_id="tier-0")
+            assert exporter.exported() == ["tier-0"]
+            (fd,) = fetch_fds(exporter.path, ["tier-0"])  # still the pipe: the first owner's fd is open
+            os.write(write, b"x")
+            assert os.read(fd, 1) == b"x"
+            os.close(fd)
+        finally:
+            os.close(read)
+            os.close(write)
