@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -46,7 +48,9 @@ class SharedDatasetStore:
         manifest's BLAKE3 (else sha256) while copying (PreparedDatasetError).
         `device_memory`: how the device tiers are shared (ipc handles, or vmm fds). `fd_exporter`:
         the owner's fd socket; given, it passes the read-write fds of this store's segments (for GPUs
-        that cannot register read-only host memory) and the fds of vmm device tiers."""
+        that cannot register read-only host memory) and the fds of vmm device tiers. A store given
+        `devices` and no exporter serves its own (on a socket in a private temporary directory, closed
+        with the store), so its consumers can always fall back to a writable registration."""
         if plan.num_nodes != dataset.manifest.num_nodes:
             from graphtier.contract.errors import PlacementError
 
@@ -73,7 +77,11 @@ class SharedDatasetStore:
         self.device_memory = device_memory
         self.fd_exporter = fd_exporter
         self._exported: list[str] = []
+        self._own_exporter_dir: str | None = None
         try:
+            if self.fd_exporter is None and self.devices:
+                self._own_exporter_dir = tempfile.mkdtemp(prefix="graphtier-fds-")
+                self.fd_exporter = FdExporter(os.path.join(self._own_exporter_dir, "memory.sock"))
             self.handle = self._load()
             for segment in self.owner.segments.values():
                 self._export_read_write(segment)
@@ -227,6 +235,11 @@ class SharedDatasetStore:
         if self.device_tiers is not None:
             self.device_tiers.close()
             self.device_tiers = None
+        if self._own_exporter_dir is not None:
+            assert self.fd_exporter is not None
+            self.fd_exporter.close()
+            shutil.rmtree(self._own_exporter_dir, ignore_errors=True)
+            self.fd_exporter, self._own_exporter_dir = None, None
         if self._own_owner:
             self.owner.close()
 

@@ -402,7 +402,7 @@ class DatasetRegistry:
             devices,
             handle.dataset,
             mode=self.gpus.device_memory,
-            exporter=self.gpus.fd_exporter(),
+            exporter=store.fd_exporter,  # the daemon's, or the one a store placed on GPUs serves itself
         )
 
     def get(self, name: str) -> LoadedDataset:

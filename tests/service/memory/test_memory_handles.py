@@ -270,3 +270,30 @@ def test_the_store_exports_its_segments_read_write_fds_and_withdraws_them_on_clo
             assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR
             os.close(fd)
         assert exporter.exported() == []
+
+
+def test_a_store_given_gpus_and_no_exporter_serves_read_write_fds_itself_until_closed(small_rmat):
+    """The stores that tests and tools make in process (no daemon, so no daemon fd socket) still let a
+    GPU without read-only host registration fall back to a writable registration of their segments.
+    (No device tier here: the plan puts none on the GPU, so this runs on the CPU.)"""
+    from graphtier.service.placement import PlacementPlan, TierBudgets
+    from graphtier.service.store import SharedDatasetStore
+
+    n, row_bytes = small_rmat.manifest.num_nodes, small_rmat.manifest.feature_row_bytes
+    budgets = TierBudgets(
+        device_replicated_bytes=0,
+        device_interleaved_bytes=0,
+        num_devices=0,
+        host_bytes=n * row_bytes // 2,
+        structure_device_bytes=0,
+    )
+    plan = PlacementPlan.from_budgets(budgets, num_nodes=n, row_bytes=row_bytes)
+    with SharedDatasetStore(small_rmat, plan) as plain:
+        assert plain.handle.fd_socket is None  # no GPUs: nobody is handed a writable fd
+    with SharedDatasetStore(small_rmat, plan, devices=[0]) as store:
+        socket_path = store.handle.fd_socket
+        assert socket_path is not None and os.stat(socket_path).st_mode & 0o777 == 0o600
+        (fd,) = fetch_fds(socket_path, [store.handle.resident_features.name])
+        assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR
+        os.close(fd)
+    assert not os.path.exists(socket_path) and not os.path.exists(os.path.dirname(socket_path))
