@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 from graphtier.service.pipeline.control import ControlBlock, ProducerStatus, SlotState
 from graphtier.service.pipeline.errors import ChannelError
@@ -19,7 +20,17 @@ from graphtier.service.pipeline.notify import ConnectionClosed, Listener, Messag
 class ConsumerLink:
     """Accepts the consumer, tracks free slots, and relays messages (see module docstring)."""
 
-    def __init__(self, listener: Listener, control: ControlBlock, *, channel: str, heartbeat_s: float) -> None:
+    def __init__(
+        self,
+        listener: Listener,
+        control: ControlBlock,
+        *,
+        channel: str,
+        heartbeat_s: float,
+        on_release: Callable[[int], None] | None = None,
+    ) -> None:
+        """`on_release(k)`: called when the consumer gives slot k back, before k is free again."""
+        self._on_release = on_release
         self._listener = listener
         self._control = control
         self._channel = channel
@@ -84,6 +95,8 @@ class ConsumerLink:
                 raise ChannelError(
                     f"the consumer of channel {self._channel!r} released slot {k!r}, which it does not hold"
                 )
+            if self._on_release is not None:
+                self._on_release(k)
             self._control.slots[k]["state"] = SlotState.FREE
             self._free.append(k)
             message = self._conn.recv(0)

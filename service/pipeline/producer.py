@@ -41,7 +41,7 @@ from types import FrameType
 import torch
 
 from graphtier.contract.traffic import TrafficCounts
-from graphtier.service.memory import FdExporter
+from graphtier.service.memory import FdExporter, SharedMemory
 from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.consumer_link import ConsumerLink
@@ -86,6 +86,7 @@ class Producer:
         self.source: FeatureSource | None = None  # None when the dataset has no features
         self.ordering: SlotOrdering = HostOrdering()
         self._exporter: FdExporter | None = None  # passes the fds of VMM device slots
+        self._retired: dict[int, list[SharedMemory]] = {}  # slot k's grown-out allocations, freed at its release
         try:
             self._setup()
         except BaseException:
@@ -203,7 +204,13 @@ class Producer:
             self._record_capacity(k)
         cfg.channel_dir.mkdir(parents=True, exist_ok=True)
         listener = Listener(str(cfg.channel_dir / SOCKET_FILE))
-        self._link = ConsumerLink(listener, self.control, channel=self.channel, heartbeat_s=cfg.heartbeat_interval_s)
+        self._link = ConsumerLink(
+            listener,
+            self.control,
+            channel=self.channel,
+            heartbeat_s=cfg.heartbeat_interval_s,
+            on_release=self._free_retired,
+        )
         self.layout = ChannelLayout(
             channel=self.channel,
             dataset=cfg.dataset.dataset,
@@ -487,15 +494,18 @@ class Producer:
         return self._link
 
     def _fit(self, k: int, sub: SampledSubgraph) -> tuple[SlotViews, bool]:
-        """Slot k's views, re-created larger (new segment, next generation) when `sub` does not fit."""
+        """Slot k's views, re-created larger (new allocation, next generation) when `sub` does not fit.
+
+        The old allocation is retired, not freed: the rank still maps it until the batch announcing
+        the new generation reaches it (it then maps the new one and unmaps the old), and freeing
+        device memory another process has open over IPC is undefined behaviour in CUDA. The rank's
+        release of that batch proves the old mapping gone: `_free_retired` frees it then."""
         views, need = self.slots[k], caps.needed(sub)
         if views.layout.capacity.fits(need):
             return views, False
         capacity = caps.grow(views.layout.capacity, need, self.config.capacity_margin, self._limit)
         generation = views.layout.generation + 1
-        if views.device.type == "cuda":  # the rank's reads may still run: free the memory after them
-            torch.cuda.current_stream(views.device).synchronize()
-        views.memory.close()  # the consumer released it; its mapping goes when it attaches the new one
+        self._retired.setdefault(k, []).append(views.memory)
         views = self._create_slot(k, generation, capacity)
         self.slots[k] = views
         self._record_capacity(k)
@@ -504,6 +514,11 @@ class Producer:
         self._write_layout()
         self._log(f"slot {k} grown to {capacity.model_dump()} (generation {generation}) for {need.model_dump()}")
         return views, True
+
+    def _free_retired(self, k: int) -> None:
+        """The consumer released slot k: the allocations slot k grew out of are mapped by nobody now."""
+        for memory in self._retired.pop(k, []):
+            memory.close()
 
     def _sample(self, seeds: torch.Tensor, seed: int) -> SampledSubgraph:
         sub = self.sampler.sample(seeds, seed=seed)
@@ -666,6 +681,8 @@ class Producer:
         for views in getattr(self, "slots", []):
             views.memory.close()
         self.slots = []
+        for k in list(getattr(self, "_retired", {})):
+            self._free_retired(k)
         if self._exporter is not None:
             self._exporter.close()
             self._exporter = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -82,3 +83,29 @@ def test_a_batch_larger_than_its_slot_grows_the_slot(make_config, small_rmat, se
         assert "grown to" in producer.log()
     assert not any(os.path.exists(f"/dev/shm/{name}") for name in old_segments)
     assert segments_of(producer.pid) == []
+
+
+def test_a_grown_slots_old_memory_is_freed_only_after_the_rank_releases_the_batch_announcing_it(
+    make_config, small_rmat
+):
+    """The rank maps slot k's old allocation until the batch announcing the new generation reaches it,
+    so the producer frees the old one at the release of that batch, not when it grows the slot (for
+    device slots, freeing memory another process has open over IPC is undefined behaviour)."""
+    tiny = SlotCapacity(nodes=70, edges=16, expanded=64)
+    config = make_config(epochs=1, batch_size=64, initial_capacity=tiny, capacity_margin=1.2)
+    with spawn_producer(config) as producer:
+        first = {slot.index: slot.memory.shm_name for slot in producer.layout.slots}
+        with ChannelReader(producer.layout, timeout=20, auto_release=False) as reader:
+            batch = reader.next_batch()
+            assert batch is not None and reader._slots[batch.slot].layout.generation == 1  # grown
+            old = f"/dev/shm/{first[batch.slot]}"
+            time.sleep(0.3)  # the producer fills the other slot meanwhile; the old memory stays
+            assert os.path.exists(old), "the producer freed a slot the rank could still map"
+            batch.release()
+            deadline = time.monotonic() + 10
+            while os.path.exists(old) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not os.path.exists(old), "the old allocation outlived the release of the grown batch"
+            for rest in reader:
+                rest.release()
+        assert producer.wait(20) == 0
