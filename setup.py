@@ -6,7 +6,10 @@ The C++ ops in `native/` are compiled through torch's extension machinery into
 `graphtier.service._native`; every op has a pure-torch fallback, so an install without a
 compiler still works (slower), and the fallback is what the native results are tested against.
 Where torch has CUDA and nvcc is found, the GPU ops in `native/cuda/` are built too, into
-`graphtier.service._native_cuda` (the GPU gather has the CPU gather as its reference).
+`graphtier.service._native_cuda` (the GPU gather has the CPU gather as its reference), unless that
+nvcc's CUDA major version is not torch's: torch refuses such a build, so the GPU ops are then
+skipped with one line saying why and the CPU ops still build. The extensions compile at once,
+each in its own ninja folder; cuda-bindings is pinned to torch's CUDA major version.
 The package `graphtier` itself (`graphtier/`: `__version__`, `python -m graphtier`) holds no code.
 
 The ops link against torch's C++ ABI, which changes between torch minor releases: a wheel with
@@ -64,8 +67,9 @@ DEPENDENCIES = [
     # without initialising CUDA; pure Python, loads libnvidia-ml lazily, installs anywhere.
     "nvidia-ml-py>=12",
     "cryptography>=42",  # the daemon's self-signed TLS certificate for its TCP listener (X.509 + ECDSA)
-    # NVIDIA's runtime/driver bindings: IPC handles, host registration, PCI ids (GPU tiers);
-    # loads the driver lazily, installs on CPU machines.
+    # NVIDIA's runtime/driver bindings: IPC handles, host registration, PCI ids (GPU tiers); load the
+    # driver lazily, install on CPU machines. An install pins them to its torch's CUDA major version
+    # (`cuda_bindings_requirement`).
     "cuda-bindings>=12.8",
 ]
 
@@ -84,11 +88,62 @@ def _torch_requirement(with_ops: bool) -> str:
     return f"torch>={major}.{minor}.{patch},<{major}.{minor + 1}"
 
 
+def cuda_bindings_requirement(torch_cuda: str | None) -> str:
+    """cuda-bindings for a torch built for CUDA `torch_cuda` ("13.0"; None: a CPU torch, or none known).
+    A cuda-bindings release links its CUDA major's runtime statically: 13.x on a CUDA 12 driver fails
+    every call (cudaErrorInsufficientDriver), so it is pinned to torch's CUDA major, which the driver
+    already runs."""
+    if not torch_cuda:
+        return "cuda-bindings>=12.8"
+    major = int(torch_cuda.split(".")[0])
+    return f"cuda-bindings>={'12.8' if major == 12 else major},<{major + 1}"
+
+
+def _cuda_bindings_requirement(with_ops: bool) -> str:
+    if not with_ops:
+        return cuda_bindings_requirement(None)
+    import torch
+
+    return cuda_bindings_requirement(torch.version.cuda)
+
+
+def nvcc_release(cuda_home: str) -> str | None:
+    """The CUDA release of `cuda_home`'s nvcc ("13.0"), None when it cannot be run or read."""
+    import subprocess
+
+    try:
+        text = subprocess.run(
+            [os.path.join(cuda_home, "bin", "nvcc"), "--version"], capture_output=True, text=True, check=False
+        ).stdout
+    except OSError:
+        return None
+    found = re.search(r"release (\d+\.\d+)", text)
+    return found.group(1) if found else None
+
+
+def cuda_toolkit_mismatch(torch_cuda: str, nvcc: str | None, cuda_home: str) -> str | None:
+    """Why the GPU ops cannot be built with the toolkit at `cuda_home`, or None: torch refuses to build
+    an extension whose nvcc has another CUDA major version than its own (and that error would fail the
+    whole install, CPU ops included)."""
+    if nvcc is None:
+        return f"nvcc under {cuda_home} cannot be run or read: the GPU ops are not built; the CPU ops are"
+    if nvcc.split(".")[0] != torch_cuda.split(".")[0]:
+        return (
+            f"torch is built for CUDA {torch_cuda} but the nvcc under {cuda_home} is CUDA {nvcc}: the GPU ops "
+            f"are not built (set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x toolkit); the CPU ops are"
+        )
+    return None
+
+
 def _cuda_extension(cpp_extension):
-    """The GPU ops (`native/cuda/`), built only where torch has CUDA and nvcc is found."""
+    """The GPU ops (`native/cuda/`), built only where torch has CUDA and an nvcc of its CUDA major."""
     import torch
 
     if torch.version.cuda is None or cpp_extension.CUDA_HOME is None:
+        return None
+    why_not = cuda_toolkit_mismatch(torch.version.cuda, nvcc_release(cpp_extension.CUDA_HOME), cpp_extension.CUDA_HOME)
+    if why_not is not None:
+        print(f"setup.py: {why_not}", file=sys.stderr, flush=True)
         return None
     # Hopper by default (the machines this targets); TORCH_CUDA_ARCH_LIST overrides it.
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
@@ -106,15 +161,43 @@ def _cached_build_ext(cpp_extension):
     reinstall recompiled all the ops (76-159 s on 2 cores); here ninja finds the objects of unchanged
     sources up to date (it tracks each object's headers and command line) and only relinks. A torch
     or Python upgrade gets its own directory, so objects are never mixed across ABIs."""
+    import threading
+
     import torch
+    from setuptools.command.build_ext import build_ext
 
     base = cpp_extension.BuildExtension.with_options(use_ninja=True)
 
-    class CachedBuildExtension(base):
+    class OwnNinjaFolders(build_ext):
+        """Below torch's BuildExtension, which swaps in its ninja compile and then calls this: each
+        extension after the first compiles in a folder of its own under build_temp (the first keeps
+        build_temp, and so its cached objects), so no two share a build.ninja and the extensions
+        build at once (GRAPHTIER_BUILD_PARALLEL, default all: the CPU and GPU ops together)."""
+
+        _building = threading.local()  # the folder of the extension this thread builds
+
+        def build_extensions(self) -> None:
+            ninja_compile = self.compiler.compile
+
+            def compile_in_own_folder(sources, output_dir=None, **kwargs):
+                folder = getattr(self._building, "folder", "")
+                return ninja_compile(sources, os.path.join(output_dir or self.build_temp, folder), **kwargs)
+
+            self.compiler.compile = compile_in_own_folder
+            super().build_extensions()
+
+        def build_extension(self, ext) -> None:
+            first = ext is self.extensions[0]
+            self._building.folder = "" if first else ext.name.rsplit(".", 1)[-1]
+            super().build_extension(ext)
+
+    class CachedBuildExtension(base, OwnNinjaFolders):
         def finalize_options(self) -> None:
             super().finalize_options()
             key = f"{sys.implementation.cache_tag}-torch{torch.__version__}"
             self.build_temp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build", "native", key)
+            if not self.parallel:
+                self.parallel = int(os.environ.get("GRAPHTIER_BUILD_PARALLEL", max(len(self.extensions or ()), 1)))
 
     return CachedBuildExtension
 
@@ -146,5 +229,11 @@ setup(
     package_dir=package_dir,
     ext_modules=ext_modules,
     cmdclass=cmdclass,
-    install_requires=[_torch_requirement(bool(ext_modules)), *DEPENDENCIES],
+    install_requires=[
+        _torch_requirement(bool(ext_modules)),
+        *(
+            _cuda_bindings_requirement(bool(ext_modules)) if requirement.startswith("cuda-bindings") else requirement
+            for requirement in DEPENDENCIES
+        ),
+    ],
 )
