@@ -1,6 +1,11 @@
 """`--mps manage` on a GPU machine with NVIDIA's MPS tools: the daemon's own control daemon, in its
 runtime directory, serves processes that connect with a job's producer and rank environments,
-and is gone after the last job."""
+and is gone after the last job.
+
+Run alone, in a fresh process (`python -m pytest tests/service/gpu/test_gpu_mps.py`, as
+tests/bench/gpu_check.sh does): an MPS server may not start, and its clients may hang, beside a
+non-MPS CUDA context that earlier tests of the same process keep open on the GPU until it exits.
+Where this process already holds one, the test skips and says so."""
 
 from __future__ import annotations
 
@@ -28,7 +33,22 @@ print(float(x.sum()))
 """
 
 
+def _cuda_context_here() -> str:
+    """Why this process may hold a CUDA context already ("" when it holds none)."""
+    import torch
+
+    from graphtier.service.gpu import runtime
+
+    if torch.cuda.is_initialized():
+        return "torch initialised CUDA"
+    if runtime._state:
+        return "graphtier's CUDA runtime binding was used"
+    return ""
+
+
 def test_a_managed_control_daemon_serves_a_producer_at_its_share_and_stops_after_the_job(tmp_path):
+    if why := _cuda_context_here():
+        pytest.skip(f"{why} in this process: run this test alone, in a fresh one (see the module docstring)")
     mps = MpsControl(tmp_path / "run")
     share = mps.decide(JobSpec(dataset="d", device="cuda", mps="manage", producer_sm_share=20))
     mps.acquire("1", share)
