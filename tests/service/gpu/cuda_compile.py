@@ -8,9 +8,12 @@ flags), against the torch this Python imports. Used by test_gpu_kernels_compile.
 tests/bench/gpu_check.sh:
 
     python3 tests/service/gpu/cuda_compile.py [--arch sm_90] [--out DIR] [--json FILE]
+    python3 tests/service/gpu/cuda_compile.py --from-log build.log [--json FILE]
 
 prints each source's result and one line per kernel; exits 1 when a source does not compile or
-any kernel spills, 2 when no nvcc is found.
+any kernel spills, 2 when no nvcc is found. `--from-log` compiles nothing: it reads the ptxas
+report that a build (`pip install -v`, whose nvcc runs with -Xptxas=-v) left in its log, so a
+machine that has just built the ops does not compile them again to see their registers.
 """
 
 from __future__ import annotations
@@ -256,12 +259,37 @@ def compile_sources(out_dir: Path, arch: str = DEFAULT_ARCH, nvcc: str | None = 
     return CompileReport(arch, nvcc, torch.__version__, results)
 
 
+def report_from_log(log: Path, json_path: Path | None) -> int:
+    """Every kernel of the ptxas report in a build's log; 1 when one spills or the log holds none."""
+    kernels = parse_ptxas(log.read_text(errors="replace"))
+    readable = demangle([k.name for k in kernels])
+    for k in kernels:
+        print(
+            f"{k.arch} {k.registers if k.registers is not None else '-':>3} registers, stack {k.stack_bytes} B, "
+            f"spill stores {k.spill_store_bytes} B, loads {k.spill_load_bytes} B  {readable.get(k.name, k.name)}"
+        )
+    problems = [f"{k.name} ({k.arch}) spills" for k in kernels if k.spills]
+    if not kernels:
+        problems.append(f"no ptxas report in {log} (were the GPU ops built, with -Xptxas=-v?)")
+    for problem in problems:
+        print(f"FAIL {problem}")
+    if json_path:
+        json_path.write_text(
+            json.dumps({"log": str(log), "kernels": [asdict(k) for k in kernels], "failures": problems})
+        )
+    print(f"{len(kernels)} kernel(s), {sum(k.spills for k in kernels)} spilling (from {log.name})")
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default=DEFAULT_ARCH, help=f"GPU architecture (default {DEFAULT_ARCH})")
     parser.add_argument("--out", type=Path, help="where the object files go (default: a temporary directory)")
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--from-log", type=Path, help="read a build log's ptxas report instead of compiling")
     args = parser.parse_args(argv)
+    if args.from_log:
+        return report_from_log(args.from_log, args.json)
     nvcc = find_nvcc()
     if nvcc is None:
         print("cuda_compile: nvcc is not on PATH nor under /usr/local/cuda*/bin", file=sys.stderr)

@@ -14,6 +14,7 @@ from cuda_compile import (
     compile_sources,
     find_nvcc,
     parse_ptxas,
+    report_from_log,
     setup_compile_args,
 )
 
@@ -84,6 +85,20 @@ def test_one_spilling_kernel_fails_the_report_even_beside_a_clean_one():
     assert CompileReport("sm_90", "nvcc", "torch", [quiet]).failures() == [
         "native/cuda/quiet.cu: ptxas reported no kernel"
     ]
+
+
+def test_a_build_log_is_read_for_the_ptxas_report_without_compiling(tmp_path, capsys):
+    """gpu_check.sh reads the registers and spills from the build's own log (nothing compiled twice)."""
+    import json
+
+    log = tmp_path / "build.log"
+    log.write_text("  [1/3] nvcc -c native/cuda/x.cu\n" + PTXAS_REPORT + "  [2/3] c++ -c native/cuda/bindings.cpp\n")
+    assert report_from_log(log, tmp_path / "k.json") == 1  # `spills` spills
+    said = capsys.readouterr().out
+    assert "24 registers, stack 576 B, spill stores 1316 B" in said and "FAIL spills (sm_90) spills" in said
+    assert [k["name"] for k in json.loads((tmp_path / "k.json").read_text())["kernels"]] == ["clean", "spills"]
+    log.write_text("no GPU ops were built\n")
+    assert report_from_log(log, None) == 1 and "no ptxas report in" in capsys.readouterr().out
 
 
 @needs_nvcc
