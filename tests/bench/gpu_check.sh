@@ -27,7 +27,7 @@
 #
 #   --out DIR        where the tarball goes (default: $OUT if set, else /tmp)
 #   --deadline S     overall limit in seconds (default 420)
-#   --skip-build     use the graphtier already installed (no wheels, no build)
+#   --skip-build     use the graphtier already built and installed (a rerun on a machine still warm)
 #   --skip-bench     no gpu_probe.py, no bench_gpu_gather.py
 #   --jobs           then the R-MAT jobs of gpu_jobs.sh (cuda vs cpu; 600 s more)
 #   --suite          then the default test suite (-m "not slow"; 600 s more)
@@ -73,6 +73,7 @@ ARCHIVE=$(cd "$ARCHIVE_DIR" && pwd)/$NAME.tar.gz
 export DIR GRAPHTIER_HOME=/tmp/$NAME-home  # the job's daemon and dataset: outside the archive
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-$(nproc)}
 PY=${PYTHON:-python3}
+export PYTHON=$PY  # tests/bench/gpu_wheels.sh --check asks the same interpreter
 SITE=/tmp/$NAME-site  # the wheels of .whl/, first on the path, beside the image's packages
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 RESERVE=10  # seconds kept for the archive
@@ -155,12 +156,12 @@ $PY tests/bench/gpu_smoke.py --only versions --json \"\$DIR/versions.json\"" \
     "$PY -V; nproc; $PY tests/bench/gpu_smoke.py --only versions --dry-run --json \"\$DIR/versions.json\"" \
     || stop "torch sees no usable GPU here (environment.log)"
 
+install="$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl"
+compgen -G ".whl/*.whl" >/dev/null || install="echo 'no .whl/ carried: the image must have every requirement'"
+step wheels 8 60 "$install && bash tests/bench/gpu_wheels.sh --check" \
+    "ls .whl 2>/dev/null | wc -l; bash tests/bench/gpu_wheels.sh --check" \
+    || stop "graphtier's requirements are not met (wheels.log; carry them: bash tests/bench/gpu_wheels.sh)"
 if [ "$SKIP_BUILD" != 1 ]; then
-    install="$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl"
-    compgen -G ".whl/*.whl" >/dev/null || install="echo 'no .whl/ carried: the image must have every requirement'"
-    step wheels 8 60 "$install && bash tests/bench/gpu_wheels.sh --check" \
-        "ls .whl 2>/dev/null | wc -l; PYTHONPATH= bash tests/bench/gpu_wheels.sh --check" \
-        || stop "graphtier's requirements are not met (wheels.log; carry them: bash tests/bench/gpu_wheels.sh)"
     # -v: nvcc's ptxas report stays in build.log; the ops are checked to load (the GPU ops' reason if not)
     ops_check="$PY -c 'from graphtier.service import native_ops; print(\"CPU ops\", native_ops.native_available())'
 $PY -c 'from graphtier.service.gpu.gather import load_cuda_ops; load_cuda_ops(); print(\"GPU ops loaded\")' \

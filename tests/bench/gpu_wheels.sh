@@ -12,7 +12,8 @@
 #
 # Extra NAME==VERSION arguments are fetched too (e.g. cuda-bindings==13.0.3 for an image without it).
 # The versions are the ones the test suite runs with; one version of each (two stop the install).
-# Environment: WHEEL_PYTHON (default 3.12), WHEEL_DIR (default .whl), WHEEL_MAX_MIB (default 40).
+# Environment: WHEEL_PYTHON (default 3.12), WHEEL_DIR (default .whl), WHEEL_MAX_MIB (default 40);
+# PYTHON, the interpreter --check asks (default python3).
 set -euo pipefail
 
 WHEELS=(
@@ -28,8 +29,8 @@ WHEEL_DIR=${WHEEL_DIR:-.whl}
 MAX_MIB=${WHEEL_MAX_MIB:-40}
 [ -f setup.py ] || { echo "gpu_wheels.sh: run it from the repository root" >&2; exit 2; }
 
-if [ "${1:-}" = --check ]; then  # on the GPU machine, after the install: what python3 sees
-    exec python3 - <<'PY'
+if [ "${1:-}" = --check ]; then  # on the GPU machine, after the install: what python3 (or $PYTHON) sees
+    exec "${PYTHON:-python3}" - <<'PY'
 import ast, importlib.metadata as md, sys
 from packaging.requirements import Requirement
 tree = ast.parse(open("setup.py").read())
