@@ -133,9 +133,9 @@ def test_a_short_deadline_skips_the_steps_that_would_start_too_late_and_still_ar
     assert "== gpu-core: skipped" in done.stdout
 
 
-def _kill_session(leader: int) -> None:
-    """SIGKILL every process of the session `leader` started (timeout(1) gives its command a process
-    group of its own, so killing the leader's group would leave them)."""
+def _session(leader: int) -> list[int]:
+    """The processes of the session `leader` started (field 6 of /proc/PID/stat)."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -143,11 +143,24 @@ def _kill_session(leader: int) -> None:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == leader:  # field 6 of stat: the session id
+        if int(fields[3]) == leader and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _kill_session(leader: int) -> None:
+    """SIGKILL every process of the session `leader` started (timeout(1) gives its command a process
+    group of its own, so killing the leader's group would leave them), again until none is left: a
+    process forked while the first pass ran is caught by the next."""
+    deadline = time.monotonic() + 10
+    while (alive := _session(leader)) and time.monotonic() < deadline:
+        for pid in alive:
             try:
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        time.sleep(0.05)
+    assert not _session(leader), f"processes of session {leader} outlived SIGKILL"
 
 
 def test_a_run_killed_in_a_step_leaves_the_archive_of_the_steps_before_it(tmp_path):
