@@ -67,14 +67,14 @@ from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
 from graphtier.launcher.runtime.link_eval import evaluate_links
-from graphtier.launcher.runtime.link_loop import run_link_training
 from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.models import build_typed_model
+from graphtier.launcher.runtime.objectives import LinkPrediction, NodeClassification, Objective
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
-from graphtier.launcher.runtime.train_loop import run_training
+from graphtier.launcher.runtime.train_loop import train
 from graphtier.launcher.runtime.typed_batches import TypedBatch, TypedLocalBatches, typed_forward
 from graphtier.launcher.runtime.typed_link import (
     TypedLinkBatches,
@@ -328,73 +328,47 @@ class Job:
     def fit(self, model: nn.Module | None = None) -> TrainResult:
         """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
         resume. `model` takes `(blocks, x)` (on a typed job `(blocks, edge_types, node_ids, node_types,
-        x_dict)`, as R-GCN and HGT do); None builds the spec's built-in `model`."""
-        if self._typed_links is not None:
-            if model is not None:
-                raise GraphtierError("job.fit(model) trains node classification; a link job builds its own model")
-            result = self._fit_typed_links()
-        elif self._eval is None:
-            if model is not None:
-                raise GraphtierError("job.fit(model) trains node classification; a link job builds its own LinkModel")
-            result = run_link_training(
-                self.channel.batches_for_epoch,
-                self._evaluate_links,
-                self.config,
-                self.reporter,
-                structure=self._pair_structure,
-            )
-        elif self.typed:
-            schema = self.data.handle.hetero
-            assert schema is not None
-            spec = self.spec
-            if model is None:
-                model = build_typed_model(
-                    spec.model,
-                    schema,
-                    spec.hidden,
-                    self.dataset.num_classes,
-                    len(spec.fanouts),
-                    spec.dropout,
-                    spec.heads,
-                )
-            result = run_training(
-                self.channel.batches_for_epoch,
-                self._eval.eval_batches,
-                self.config,
-                self.reporter,
-                model=model,
-                forward=typed_forward,
-            )
-        else:
-            result = run_training(
-                self.channel.batches_for_epoch, self._eval.eval_batches, self.config, self.reporter, model=model
-            )
+        x_dict)`, as R-GCN and HGT do); None builds the spec's built-in `model`. A link job builds its own."""
+        if model is not None and self.spec.task == "link":
+            raise GraphtierError("job.fit(model) trains node classification; a link job builds its own model")
+        result = train(
+            self.channel.batches_for_epoch, self._objective(model), self.config, self.reporter, even_batches=True
+        )
         self._finished = True
         return result
 
-    def _fit_typed_links(self) -> TrainResult:
-        """The built-in link loop over a typed job's target relation: a `TypedLinkModel` (the spec's rgcn or
-        hgt encoder, its decoder) trained on the producers' typed pair batches, evaluated by
-        `evaluate_typed_links` (every node of the head and tail types embedded over its whole neighbourhood)."""
-        loader, spec = self._typed_links, self.spec
-        assert loader is not None
-        model = TypedLinkModel(
-            loader.schema,
-            spec.hidden,
-            len(spec.fanouts),
-            model=spec.model,
-            decoder=spec.decoder,
-            dropout=spec.dropout,
-            heads=spec.heads,
-        )
-        return run_link_training(
-            self.channel.batches_for_epoch,
-            lambda module, _ctx, _embeddings: evaluate_typed_links(module, loader),
-            self.config,
-            self.reporter,
-            model=model,
-            forward=typed_pair_forward,
-        )
+    def _objective(self, model: nn.Module | None) -> Objective:
+        """What `fit` optimises: the job's task, over its typed or untyped model."""
+        spec = self.spec
+        if self._typed_links is not None:
+            # the spec's rgcn or hgt encoder and its decoder on the target relation's pairs, evaluated with every
+            # node of the head and tail types embedded over its whole neighbourhood
+            loader = self._typed_links
+            encoder = TypedLinkModel(
+                loader.schema,
+                spec.hidden,
+                len(spec.fanouts),
+                model=spec.model,
+                decoder=spec.decoder,
+                dropout=spec.dropout,
+                heads=spec.heads,
+            )
+            return LinkPrediction(
+                lambda module, _ctx, _embeddings: evaluate_typed_links(module, loader),
+                model=encoder,
+                forward=typed_pair_forward,
+            )
+        if self._eval is None:
+            return LinkPrediction(self._evaluate_links, structure=self._pair_structure)
+        if not self.typed:
+            return NodeClassification(self._eval.eval_batches, model)
+        schema = self.data.handle.hetero
+        assert schema is not None
+        if model is None:
+            model = build_typed_model(
+                spec.model, schema, spec.hidden, self.dataset.num_classes, len(spec.fanouts), spec.dropout, spec.heads
+            )
+        return NodeClassification(self._eval.eval_batches, model, typed_forward)
 
     def _evaluate_links(
         self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None

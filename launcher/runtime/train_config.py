@@ -54,7 +54,7 @@ class TrainConfig(BaseModel):
     )
     log_every_steps: int = Field(10, ge=1, description="steps between 'step' progress reports")
     dist_timeout_s: float = Field(600.0, gt=0, description="timeout of torch.distributed collectives")
-    task: TaskKind = Field("node", description="node classification, or link prediction (see link_loop.py)")
+    task: TaskKind = Field("node", description="node classification, or link prediction (see objectives.py)")
     decoder: DecoderKind = Field("dot", description="link: how a pair is scored (dot, mlp, mlp+cn or mlp+cn+aa)")
     learned_embeddings: int = Field(
         0, ge=0, description="link: rows of a learned input embedding per node (a featureless graph); 0 = features"

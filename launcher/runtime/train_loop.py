@@ -1,64 +1,69 @@
 """The DDP training loop a torchrun rank runs: train, checkpoint, resume, evaluate, report.
 
-`run_training` joins torchrun's process group (gloo on CPU) or trains alone, builds the
-model (or takes the caller's), resumes from the newest checkpoint in `checkpoint_dir` --
-which is what lets `torchrun --max-restarts` recover a killed rank -- and trains with Adam
-and cross-entropy on the seed nodes. Ranks may hold different numbers of batches: DDP's
-join context shadows the collectives of ranks that finish early, so nothing hangs.
-Rank 0 writes checkpoints; every rank reports progress through `progress_cb`.
+One loop for every job (`job.fit()` and the built-in models): `train` joins torchrun's process
+group (gloo on CPU, NCCL on cuda) or trains alone, builds the objective's model, resumes from the
+newest checkpoint in `config.checkpoint_dir` -- which is what lets `torchrun --max-restarts`
+recover a killed rank -- and trains with Adam. What it optimises (node classification or link
+prediction: the model, the loss of a batch, the evaluation) is the `Objective`'s
+(`objectives.py`). Rank 0 of each node writes checkpoints; every rank reports progress through
+`progress_cb`.
+
+Ranks may hold different numbers of batches (`even_batches=False`, the default for batches from
+anywhere): DDP's join context then shadows the collectives of ranks that finish early, so nothing
+hangs. A job's producers and in-process sources give every rank the same number of steps (the
+epoch plan), so a job trains with `even_batches=True`, without join's one extra collective per step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterable
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.contract.errors import GraphtierError
-from graphtier.launcher.runtime.batch import Batch, on_device
+from graphtier.launcher.runtime.batch import Batch
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward
-from graphtier.launcher.runtime.models import build_model
-from graphtier.launcher.runtime.models.rgcn import TypedInput, typed_param_groups
+from graphtier.launcher.runtime.objectives import NodeClassification, Objective, parameter_groups
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
 
+BatchesForEpoch = Callable[[int], Iterable[Batch]]
+# DDP's switch for syncing buffers before each forward: `forward_sync_buffers` since torch 2.13
+# (`broadcast_buffers` is deprecated there), `broadcast_buffers` before (torch 2.11 has no other)
+_SYNC_BUFFERS = (
+    "forward_sync_buffers"
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else "broadcast_buffers"
+)
 
-def _train_step(
-    ddp: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: Batch,
-    device: torch.device,
-    session: TrainSession,
-    forward: Forward | None = None,
-) -> tuple[float, int, int]:
-    """One optimizer step on `batch`; returns (loss, correct seeds, labelled seeds). The session's
-    non-finite guard checks the loss before backward and the gradients before the optimizer step.
-    `forward(model, batch)` computes the logits (default `model(blocks, x)`)."""
-    batch = on_device(batch, device)
-    y = batch.y
-    logits = forward(ddp, batch) if forward is not None else ddp(batch.blocks, batch.x)
-    if logits.shape[0] != y.shape[0]:
-        raise GraphtierError(f"the model returned {logits.shape[0]} rows for a batch of {y.shape[0]} seeds")
-    labelled = y >= 0
-    count = int(labelled.sum())
-    loss = F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / max(count, 1)
-    value = float(loss.detach())
-    session.check_loss_before_backward(value)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    correct = int((logits.detach().argmax(dim=1) == y)[labelled].sum())
-    return value, correct, count
+
+def train(
+    batches_for_epoch: BatchesForEpoch,
+    objective: Objective,
+    config: TrainConfig,
+    progress_cb: Callable[[TrainProgress], None] | None = None,
+    *,
+    even_batches: bool = False,
+) -> TrainResult:
+    """Train `config.epochs` epochs of `objective` on this rank's batches; see the module docstring.
+
+    `batches_for_epoch(e)` yields this rank's batches of epoch e, the same sequence every time it is
+    called for e (resuming skips the batches a checkpoint already covers, releasing them).
+    `even_batches`: every rank gets the same number of batches per epoch (no DDP join needed)."""
+    ctx = DistContext.from_env(config.device, timeout_s=config.dist_timeout_s)
+    try:
+        return _run(ctx, batches_for_epoch, objective, config, progress_cb or (lambda _: None), even_batches)
+    finally:
+        ctx.shutdown()
 
 
 def run_training(
-    batches_for_epoch: Callable[[int], Iterable[Batch]],
+    batches_for_epoch: BatchesForEpoch,
     eval_batches: EvalBatches | None,
     config: TrainConfig,
     progress_cb: Callable[[TrainProgress], None] | None = None,
@@ -66,43 +71,40 @@ def run_training(
     model: nn.Module | None = None,
     forward: Forward | None = None,
 ) -> TrainResult:
-    """Train `config.epochs` epochs on this rank's batches; see the module docstring.
+    """Node classification in the one loop (`train` with `NodeClassification`): `eval_batches(split)`
+    yields this rank's batches of a split (None skips evaluation); `model` replaces the built-in
+    `config.model` (same forward signature); `forward(model, batch)` computes a batch's logits when
+    the model is not called `(blocks, x)` (a typed model: `typed_forward`)."""
+    return train(batches_for_epoch, NodeClassification(eval_batches, model, forward), config, progress_cb)
 
-    `batches_for_epoch(e)` yields this rank's batches of epoch e, the same sequence every time
-    it is called for e (resuming skips the batches a checkpoint already covers, releasing
-    them). `eval_batches(split)` yields this rank's batches of a split; None skips evaluation.
-    `model`, when given, replaces the built-in `config.model` (same forward signature);
-    `forward(model, batch)` computes a batch's logits when the model is not called `(blocks, x)` (a
-    typed model: `typed_forward`). A typed model's learned embeddings learn at a tenth of the rate,
-    and DDP allows parameters a batch leaves unused (relations or types it does not sample).
-    """
-    ctx = DistContext.from_env(config.device, timeout_s=config.dist_timeout_s)
-    try:
-        return _run(ctx, batches_for_epoch, eval_batches, config, progress_cb or (lambda _: None), model, forward)
-    finally:
-        ctx.shutdown()
+
+def _wrap(module: nn.Module, objective: Objective, ctx: DistContext) -> nn.Module:
+    """`module` in DDP with the objective's options when there are several ranks; itself otherwise."""
+    if not ctx.distributed:
+        return module
+    options = objective.ddp_options(module)
+    if options.ignored:
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, list(options.ignored))
+    return DistributedDataParallel(
+        module,
+        device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+        find_unused_parameters=options.find_unused_parameters,
+        **({} if options.sync_buffers else {_SYNC_BUFFERS: False}),
+    )
 
 
 def _run(
     ctx: DistContext,
-    batches_for_epoch: Callable[[int], Iterable[Batch]],
-    eval_batches: EvalBatches | None,
+    batches_for_epoch: BatchesForEpoch,
+    objective: Objective,
     config: TrainConfig,
     report: Callable[[TrainProgress], None],
-    model: nn.Module | None,
-    forward: Forward | None,
+    even_batches: bool,
 ) -> TrainResult:
-    torch.manual_seed(config.seed)  # identical initial parameters on every rank
-    module = (
-        model
-        if model is not None
-        else build_model(
-            config.model, config.in_dim, config.hidden, config.num_classes, config.layers, config.dropout, config.heads
-        )
-    )
+    torch.manual_seed(config.seed)  # identical initial parameters (and learned embeddings) on every rank
+    module = objective.build_model(config)
     module.to(ctx.device)
-    typed = any(isinstance(m, TypedInput) for m in module.modules())
-    optimizer = torch.optim.Adam(typed_param_groups(module, config.lr), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.Adam(parameter_groups(module, config.lr), lr=config.lr, weight_decay=config.weight_decay)
     session = TrainSession(ctx, config, report)
     position = session.resume(module, optimizer)
     if session.resumed_from is not None and ctx.rank == 0:
@@ -111,18 +113,14 @@ def _run(
             f"step {position.step}, {ctx.world_size} rank(s)",
             flush=True,
         )
-
-    ddp: nn.Module = module
-    if ctx.distributed:
-        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        ddp = DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=typed)
+    ddp = _wrap(module, objective, ctx)
+    joins = isinstance(ddp, DistributedDataParallel) and not even_batches and objective.ddp_options(module).joins
     for epoch in range(position.epoch, config.epochs):
         skip = session.skip(epoch)
         session.start_epoch()
         done = 0
         ddp.train()
-        joined = ddp.join() if isinstance(ddp, DistributedDataParallel) else contextlib.nullcontext()
-        with joined:
+        with ddp.join() if joins else contextlib.nullcontext():  # type: ignore[operator]  # joins implies DDP
             for index, batch in enumerate(batches_for_epoch(epoch)):
                 if index < skip:  # covered by the checkpoint we resumed from
                     batch.release()
@@ -132,19 +130,24 @@ def _run(
                     break
                 session.begin_step(epoch, index + 1)
                 try:
-                    loss, correct, labelled = _train_step(ddp, optimizer, batch, ctx.device, session, forward)
+                    step = objective.loss(ddp, module, batch, ctx.device)
+                    loss = float(step.loss.detach())
+                    session.check_loss_before_backward(loss)
+                    optimizer.zero_grad(set_to_none=True)
+                    step.loss.backward()
+                    optimizer.step()
+                    if step.after_step is not None:
+                        step.after_step()
                 finally:
                     batch.release()
                 done = index + 1
-                session.record_step(epoch, done, loss, correct, labelled)
-        evaluate = None
-        if eval_batches is not None:
-            evaluate = partial(session.evaluate, epoch, done, eval_batches, forward=forward)
+                session.record_step(epoch, done, loss, step.correct, step.counted)
+        evaluate = partial(objective.evaluate, session, module, epoch, done) if objective.evaluates else None
         session.end_epoch(epoch, done, evaluate)
 
-    if eval_batches is not None and session.evaluated_epoch != config.epochs - 1:
+    if objective.evaluates and session.evaluated_epoch != config.epochs - 1:
         # Resumed from the last epoch's checkpoint: this process has not evaluated the model it reports.
-        session.evaluate(config.epochs - 1, 0, eval_batches, forward=forward)
+        objective.evaluate(session, module, config.epochs - 1, 0)
     result = session.finish()
     # Every rank is done with the group before any rank destroys it: a gloo group torn down while a
     # peer still has work in it aborted a rank now and then ('terminate called without an active exception').

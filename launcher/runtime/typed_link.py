@@ -8,7 +8,7 @@ encoder (R-GCN or HGT; featureless types learn embeddings) and a pair decoder fr
 whole neighbourhood and scores the splits by `link_eval`'s AUC, Hits@K and MRR, the MRR tails
 drawn from the tail type.
 
-`job submit --task link --model rgcn|hgt` trains it in the built-in link loop (`link_loop.py`,
+`job submit --task link --model rgcn|hgt` trains it in the built-in loop (`objectives.LinkPrediction`,
 with `typed_pair_forward`) on batches its producers sample (`LinkSampler`); `TypedLinkBatches`
 samples the same kind of batch in the trainer's own process (a rank's shard of the train pairs
 each epoch, each positive with `negatives` corrupted tails of the tail type, the union of all
