@@ -10,7 +10,7 @@ Under torchrun alone each rank samples its shard of the train ids with the typed
 each featured type's input rows from the dataset. Submitted with `job submit --script`, the job's
 spec decides data and optimisation (fanouts, batch size, epochs, lr, hidden, dropout, weight decay)
 and the batches come from the daemon's producers through `graphtier.connect()`: typed batches with
-`x_dict` per node type. Either way it trains `RGCN` (or `HGT`) under DistributedDataParallel
+`x` per node type. Either way it trains `RGCN` (or `HGT`) under DistributedDataParallel
 (gloo); featureless types (ACM's authors and subjects) get learned embeddings. Prints one JSON
 line: the test accuracy at the epoch of best validation accuracy, over all ranks.
 """
@@ -40,9 +40,9 @@ def accuracy(model, batches) -> tuple[int, int]:
     with torch.no_grad():
         for batch in batches:
             ids, types = batch.input_nodes
-            out = model(batch.blocks, batch.edge_types, ids, types, batch.features)
-            correct += int((out.argmax(1) == batch.labels).sum())
-            total += batch.labels.numel()
+            out = model(batch.blocks, batch.edge_types, ids, types, batch.x)
+            correct += int((out.argmax(1) == batch.y).sum())
+            total += batch.y.numel()
     return correct, total
 
 
@@ -60,9 +60,9 @@ def train_in_job(args: argparse.Namespace) -> None:
         ddp = job.prepare(model, optimizer)
         best = {"val_acc": -1.0}
         for epoch in job.epochs():
-            for batch in job.batches(epoch):  # TypedBatch: blocks, edge_types, x_dict, y
+            for batch in job.batches(epoch):  # blocks, edge_types, x per node type, y
                 ids, types = batch.input_nodes
-                logits = ddp(batch.blocks, batch.edge_types, ids, types, batch.x_dict)
+                logits = ddp(batch.blocks, batch.edge_types, ids, types, batch.x)
                 loss = F.cross_entropy(logits, batch.y)
                 optimizer.zero_grad()
                 loss.backward()
@@ -125,7 +125,7 @@ def main() -> None:
         ddp.train()
         for batch in loader.epoch(epoch):
             ids, types = batch.input_nodes
-            loss = F.cross_entropy(ddp(batch.blocks, batch.edge_types, ids, types, batch.features), batch.labels)
+            loss = F.cross_entropy(ddp(batch.blocks, batch.edge_types, ids, types, batch.x), batch.y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -3,7 +3,7 @@
 This package names the distribution, its version and the user API's stable paths; the code lives
 in its subpackages (`graphtier.service`, `graphtier.launcher`, `graphtier.contract`, `graphtier.v1`),
 which `setup.py` maps onto the repository's top-level folders. The user API re-exports them:
-`graphtier.loader` (a training script's job: `connect`, `Job`, `DeviceBatch`, `Block`),
+`graphtier.loader` (a training script's job: `connect`, `Job`, `Batch`, `Block`),
 `graphtier.pyg` (PyG's loaders on graphtier's stores and sampler), `graphtier.dgl` (DGL blocks) and
 `graphtier.nn` (layers for a script's own model).
 Importing this package imports none of the others: `graphtier.connect` is

@@ -6,8 +6,8 @@
 
 `connect` attaches the script to this machine's daemon, whether the daemon started it
 (`graphtier job submit --script train.py`) or the user did (`torchrun --nproc-per-node 2 train.py`,
-`python train.py`). `Job`, `DatasetInfo`, `DeviceBatch` (a `TypedBatch` on a typed dataset: `x_dict`
-per node type, `edge_types`, `relation_blocks(layer)`) and `Block` are what it hands out; the
+`python train.py`). `Job`, `DatasetInfo`, `Batch` (on a heterogeneous dataset: `x` per
+node type, `edge_types`, `relation_blocks(layer)`) and `Block` are what it hands out; the
 implementation and its full documentation are `graphtier.launcher.loader`. Outside any job,
 `PreparedDataset.open("cora")` opens a prepared dataset (under $GRAPHTIER_HOME/datasets) for
 reading: its graph, features, labels, splits and `new_to_old`.
@@ -15,7 +15,7 @@ reading: its graph, features, labels, splits and `new_to_old`.
 
 from __future__ import annotations
 
-from graphtier.launcher.loader import Block, DatasetInfo, DeviceBatch, Job, TypedBatch, connect
+from graphtier.launcher.loader import Batch, Block, DatasetInfo, Job, connect
 from graphtier.service.prepared import PreparedDataset
 
-__all__ = ["Block", "DatasetInfo", "DeviceBatch", "Job", "PreparedDataset", "TypedBatch", "connect"]
+__all__ = ["Batch", "Block", "DatasetInfo", "Job", "PreparedDataset", "connect"]

@@ -12,7 +12,7 @@ no pyg-lib or torch-sparse).
 `GraphtierNeighborLoader(data, num_neighbors, ...)` is the same loader in one call. A typed
 dataset gives `HeteroData` batches: `hetero_stores(dataset)`, `num_neighbors` per edge type,
 `input_nodes=typed_input_nodes(dataset, "train")`; `to_hetero_data` turns graphtier's own typed
-sample (`TypedBatch.subgraph`) into the same `HeteroData`. The
+sample (a heterogeneous `Batch.subgraph`) into the same `HeteroData`. The
 implementation and its documentation are `graphtier.launcher.runtime.pyg_sampler` and
 `graphtier.launcher.runtime.pyg_stores` and `graphtier.launcher.runtime.pyg_hetero`.
 """

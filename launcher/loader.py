@@ -62,7 +62,7 @@ from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS
 from graphtier.contract.processes import run_as_job_work
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.attach import attach_spec, launch_identity, sized_for_launch
-from graphtier.launcher.runtime.batch import DeviceBatch, on_device, seed_logits
+from graphtier.launcher.runtime.batch import Batch, on_device, seed_logits
 from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
@@ -75,7 +75,7 @@ from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import train
-from graphtier.launcher.runtime.typed_batches import TypedBatch, TypedLocalBatches, typed_forward
+from graphtier.launcher.runtime.typed_batches import TypedLocalBatches, typed_forward
 from graphtier.launcher.runtime.typed_link import (
     TypedLinkBatches,
     TypedLinkModel,
@@ -89,7 +89,7 @@ from graphtier.service.store import AttachedDataset, attach_dataset
 
 TYPED_EVAL_BATCH_SIZE = 1024  # the fewest seeds per evaluation batch of a typed job (few passes, same figures)
 
-__all__ = ["Block", "DatasetInfo", "DeviceBatch", "Job", "TypedBatch", "connect"]
+__all__ = ["Batch", "Block", "DatasetInfo", "Job", "connect"]
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class Job:
             hetero=self.data.handle.hetero,
         )
         link = spec.task == "link"
-        self.typed = self.data.typed  # typed batches (TypedBatch): per-type x_dict, per-relation blocks
+        self.typed = self.data.typed  # heterogeneous batches: per-type x, relations and node types
         self.config = TrainConfig(
             model=spec.model,
             # a link job's encoder outputs `hidden`-wide embeddings; a featureless graph's input is a learned row
@@ -251,7 +251,7 @@ class Job:
             yield epoch
             self.session.end_epoch(epoch, self._index)
 
-    def batches(self, epoch: int | None = None) -> Iterator[DeviceBatch]:
+    def batches(self, epoch: int | None = None) -> Iterator[Batch]:
         """This rank's batches of `epoch` (default: the current one of `epochs()`) on `device`,
         skipping those the resumed checkpoint covers. Each is handed back to the producer when
         the next is asked for."""
@@ -327,8 +327,9 @@ class Job:
 
     def fit(self, model: nn.Module | None = None) -> TrainResult:
         """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
-        resume. `model` takes `(blocks, x)` (on a typed job `(blocks, edge_types, node_ids, node_types,
-        x_dict)`, as R-GCN and HGT do); None builds the spec's built-in `model`. A link job builds its own."""
+        resume. `model` takes `(blocks, x)` (on a heterogeneous job `(blocks, edge_types, node_ids,
+        node_types, x)` with `x` per node type, as R-GCN and HGT do); None builds the spec's built-in
+        `model`. A link job builds its own."""
         if model is not None and self.spec.task == "link":
             raise GraphtierError("job.fit(model) trains node classification; a link job builds its own model")
         result = train(

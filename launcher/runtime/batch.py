@@ -1,6 +1,6 @@
 """The train loop's view of a mini-batch: `Batch` (graphtier.service.pipeline.batch), read out of
 the producer channel or sampled in-process by `LocalBatchSource`; `on_device(batch, device)` has
-it on the rank's device (the loader API calls that a `DeviceBatch`): a channel batch already is,
+it on the rank's device: a channel batch already is,
 in its slot, and is never copied. `release()` is called once the optimizer step no longer needs
 the batch's memory, so a producer may refill that slot.
 """
@@ -13,9 +13,7 @@ from torch import Tensor
 from graphtier.contract.errors import GraphtierError
 from graphtier.service.pipeline.batch import Batch, blocks_to
 
-DeviceBatch = Batch  # a batch on the rank's device, as `on_device` returns it
-
-__all__ = ["Batch", "DeviceBatch", "blocks_to", "on_device", "seed_logits"]
+__all__ = ["Batch", "blocks_to", "on_device", "seed_logits"]
 
 
 def on_device(batch: Batch, device: torch.device) -> Batch:
@@ -25,7 +23,7 @@ def on_device(batch: Batch, device: torch.device) -> Batch:
     error, not a silent copy per step. A batch sampled in-process is moved."""
     if batch.slot is None:
         return batch.to(device)
-    where = batch.labels.device  # every region of a slot is on its device; labels always exist
+    where = batch.y.device  # every region of a slot is on its device; labels always exist
     if where.type != device.type or (device.index is not None and where.index != device.index):
         raise GraphtierError(
             f"batch {batch.batch} lies in a slot on {where} but this rank trains on {device}: the producer must "

@@ -67,7 +67,7 @@ class ChannelLoader:
             for batch in self.reader.epoch():
                 batch.release()
         for batch in self.reader.epoch():
-            if batch.features is None and batch.pairs is None:  # a link batch may learn its inputs instead
+            if batch.x is None and batch.pairs is None:  # a link batch may learn its inputs instead
                 raise GraphtierError(f"batch {batch.batch} carries no features; the dataset has none to train on")
             self.batches_taken += 1
             yield batch

@@ -153,8 +153,8 @@ class LocalBatchSource:
         self.traffic = self.traffic + traffic
         return Batch(
             subgraph=sample,
-            features=x,
-            labels=self._labels.index_select(0, seeds),
+            x=x,
+            y=self._labels.index_select(0, seeds),
             traffic=traffic,
             batch=batch,
             epoch=epoch,

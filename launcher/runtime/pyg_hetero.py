@@ -1,5 +1,5 @@
 """PyG's `HeteroData` over a prepared typed dataset: typed stores, graphtier's typed sampler for
-PyG's loaders, and a `TypedSampledSubgraph` as a `HeteroData`.
+PyG's loaders, and a heterogeneous `SampledSubgraph` as a `HeteroData`.
 
     from torch_geometric.loader import NeighborLoader
     from graphtier.pyg import GraphtierSampler, hetero_stores, typed_input_nodes
@@ -44,7 +44,8 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema, RelationInfo
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.prepared import PreparedDataset
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph
+from graphtier.service.sampling.subgraph import SampledSubgraph
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 
 FEATURES, LABELS = "x", "y"
 EdgeType = tuple[str, str, str]
@@ -234,7 +235,7 @@ def relation_fanouts(schema: HeteroSchema, num_neighbors: NumNeighbors) -> list[
     ]
 
 
-def hetero_parts(sub: TypedSampledSubgraph, schema: HeteroSchema) -> dict[str, Any]:
+def hetero_parts(sub: SampledSubgraph, schema: HeteroSchema) -> dict[str, Any]:
     """A typed sample in PyG's hetero terms: `node` (type-local ids per type, in the sample's order,
     so seeds first), `row`/`col` (per edge type, indices into its head's and tail's `node`),
     `num_sampled_nodes` (per type and hop) and `num_sampled_edges` (per edge type and hop)."""
@@ -299,14 +300,14 @@ class TypedPyGSampling:
 
 
 def to_hetero_data(
-    sub: TypedSampledSubgraph,
+    sub: SampledSubgraph,
     schema: HeteroSchema,
     features: Mapping[str, Tensor] | None = None,
     labels: Tensor | None = None,
 ) -> HeteroData:
     """A typed sample as the `HeteroData` PyG's hetero `NeighborLoader` yields: per type `n_id`
     (type-local ids, seeds first) and `x` where `features[type]` gives that type's rows (in the
-    sample's order, as `TypedBatch.features` holds them), per relation `edge_index`, the seeds'
+    sample's order, as a heterogeneous `Batch.x` holds them), per relation `edge_index`, the seeds'
     type's `batch_size` and `y` (`labels`, one per seed) and the per-hop counts."""
     parts = hetero_parts(sub, schema)
     unknown = sorted(set(features or {}) - set(parts["node"]))

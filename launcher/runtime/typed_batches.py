@@ -18,18 +18,18 @@ from torch import Tensor, nn
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.launcher.runtime.local_batches import _EVAL_STREAM, _ceil_div, batch_seed
-from graphtier.service.pipeline.batch import TypedBatch
+from graphtier.service.pipeline.batch import Batch
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 from graphtier.service.store import AttachedDataset
 
-__all__ = ["TypedBatch", "TypedLocalBatches", "typed_forward"]
+__all__ = ["TypedLocalBatches", "typed_forward"]
 
 
-def typed_forward(model: nn.Module, batch: TypedBatch) -> Tensor:
+def typed_forward(model: nn.Module, batch: Batch) -> Tensor:
     """The built-in typed models' call: `model(blocks, edge_types, node_ids, node_types, features)`."""
     ids, types = batch.input_nodes
-    return model(batch.blocks, batch.edge_types, ids, types, batch.features)
+    return model(batch.blocks, batch.edge_types, ids, types, batch.x)
 
 
 class TypedLocalBatches:
@@ -88,7 +88,7 @@ class TypedLocalBatches:
     def steps_per_epoch(self) -> int:
         return _ceil_div(_ceil_div(self._splits["train"].numel(), self.world_size), self.batch_size)
 
-    def _batch(self, sampler: TypedNeighborSampler, seeds: torch.Tensor, seed: int) -> TypedBatch:
+    def _batch(self, sampler: TypedNeighborSampler, seeds: torch.Tensor, seed: int) -> Batch:
         sub = sampler.sample(seeds, seed=seed)
         n = sub.block(0).num_src if sub.num_layers else sub.num_seeds
         ids, types = sub.node_ids[:n], sub.node_types[:n]
@@ -96,14 +96,14 @@ class TypedLocalBatches:
         for index, info in enumerate(self.schema.node_types):
             if info.name in self._featured:
                 features[info.name] = self._rows_of(info.name, ids[types == index] - info.offset)
-        return TypedBatch(subgraph=sub, features=features, labels=self.labels[seeds], traffic=TrafficCounts())
+        return Batch(subgraph=sub, x=features, y=self.labels[seeds], traffic=TrafficCounts())
 
-    def batch_for(self, seeds: torch.Tensor, seed: int) -> TypedBatch:
+    def batch_for(self, seeds: torch.Tensor, seed: int) -> Batch:
         """The training sampler's batch of `seeds` (unique) drawn with sample seed `seed`: what a typed
-        producer's slot holds for the same seeds and seed (`TypedBatch.seeds`, `.sample_seed`)."""
+        producer's slot holds for the same seeds and seed (`Batch.seeds`, `.sample_seed`)."""
         return self._batch(self.sampler, seeds, seed)
 
-    def epoch(self, epoch: int) -> Iterator[TypedBatch]:
+    def epoch(self, epoch: int) -> Iterator[Batch]:
         """This rank's training batches of `epoch`."""
         train = self._splits["train"]
         order = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))]
@@ -115,7 +115,7 @@ class TypedLocalBatches:
         for index, seeds in enumerate(mine.split(self.batch_size)):
             yield self._batch(self.sampler, seeds.unique(), batch_seed(self.seed, epoch, self.rank, index))
 
-    def evaluate(self, split: str) -> Iterator[TypedBatch]:
+    def evaluate(self, split: str) -> Iterator[Batch]:
         """This rank's exact shard of `split` ("val" or "test"), in batches."""
         if split not in self._splits:
             raise GraphtierError(f"dataset {self.name!r} has no split {split!r}; it has {sorted(self._splits)}")

@@ -33,7 +33,8 @@ from graphtier.launcher.runtime.link_eval import auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
 from graphtier.launcher.runtime.local_batches import _ceil_div, batch_seed
 from graphtier.launcher.runtime.models.factory import ModelName, build_typed_model
-from graphtier.launcher.runtime.typed_batches import TypedBatch, TypedLocalBatches
+from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
+from graphtier.service.pipeline.batch import Batch
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX, link_array
 from graphtier.service.sampling.link import pair_end_types
@@ -48,7 +49,7 @@ _SEED_MASK = (1 << 63) - 1
 class TypedLinkBatch:
     """Train pairs and their negatives over a typed sample of all their endpoints."""
 
-    batch: TypedBatch  # the sample; its seeds are the distinct endpoints
+    batch: Batch  # the sample; its seeds are the distinct endpoints
     pairs: Tensor  # int64 [P, 2]: seed positions (head, tail), positives first
     num_positive: int
 
@@ -116,7 +117,7 @@ class TypedLinkBatches(TypedLocalBatches):
             seeds, local = torch.unique(pairs.reshape(-1), return_inverse=True)
             yield TypedLinkBatch(self._batch(self.sampler, seeds, word), local.view(-1, 2), positive.shape[0])
 
-    def embedding_batches(self, ids: Tensor) -> Iterator[tuple[Tensor, TypedBatch]]:
+    def embedding_batches(self, ids: Tensor) -> Iterator[tuple[Tensor, Batch]]:
         """This rank's share of `ids` (unique global ids), sampled by the evaluation sampler in batches."""
         mine = ids[self.rank :: self.world_size]
         for index, seeds in enumerate(mine.split(self.eval_batch_size)):
@@ -150,20 +151,20 @@ class TypedLinkModel(nn.Module):
         self.encoder = build_typed_model(model, schema, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)
 
-    def embed(self, batch: TypedBatch) -> Tensor:
+    def embed(self, batch: Batch) -> Tensor:
         """[num_seeds, hidden] embeddings of the batch's seeds; input rows scaled to unit length (as
         `LinkModel` scales them: bag-of-words rows would saturate the first dot products)."""
         ids, types = batch.input_nodes
-        features = {name: F.normalize(rows, dim=-1) for name, rows in batch.features.items()}
+        features = {name: F.normalize(rows, dim=-1) for name, rows in batch.x.items()}
         return self.encoder(batch.blocks, batch.edge_types, ids, types, features)
 
-    def forward(self, batch: TypedBatch, pairs: Tensor) -> Tensor:
+    def forward(self, batch: Batch, pairs: Tensor) -> Tensor:
         """[P] logits of `pairs` (seed positions)."""
         h = self.embed(batch)
         return self.decoder(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))
 
 
-def typed_pair_forward(model: nn.Module, batch: TypedBatch, pairs: Tensor) -> Tensor:
+def typed_pair_forward(model: nn.Module, batch: Batch, pairs: Tensor) -> Tensor:
     """The link loop's call of a `TypedLinkModel` (or its DDP wrapper): [P] logits of a batch's pairs."""
     return model(batch, pairs)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from graphtier.service.pipeline.batch import Batch, TypedBatch
+from graphtier.service.pipeline.batch import Batch
 from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.control import ChannelStats, ControlBlock, ProducerStatus, SlotState
 from graphtier.service.pipeline.errors import (
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Batch",
-    "TypedBatch",
     "ChannelError",
     "ChannelLayout",
     "ChannelReader",

@@ -1,7 +1,7 @@
 """`Batch`: one mini-batch as a trainer rank reads it, whoever sampled it.
 
 The producer side writes a batch into a slot (`SlotViews`, slots.py); the rank side reads it
-as a `Batch` (a `TypedBatch` for a typed dataset): out of a slot (`ChannelReader`, zero-copy views), sampled in-process
+as a `Batch`, whatever the graph: out of a slot (`ChannelReader`, zero-copy views), sampled in-process
 (`LocalBatchSource`, tensors of its own), or moved onto the rank's device (`to`).
 """
 
@@ -35,8 +35,16 @@ def blocks_to(blocks: list[Block], device: torch.device) -> list[Block]:
 
 @dataclass
 class Batch:
-    """A sampled batch: blocks (input layer first), input features `x` [blocks[0].num_src, F]
-    and the seeds' labels `y` [num_seeds] (-1 = unlabelled).
+    """A sampled batch, of a graph with one node type or a heterogeneous one: `blocks` (input layer
+    first), the input rows `x` and the seeds' labels `y` [num_seeds] (-1 = unlabelled).
+
+    `x` holds the rows of the first block's sources: one tensor [blocks[0].num_src, F] for a graph
+    with one node type; for a heterogeneous graph (`hetero`) a dict from each featured node type to
+    its rows [that type's nodes among those sources, F_t], in their order there (featureless types
+    have no entry: a model learns their rows); None when the dataset has no features at all.
+    A heterogeneous batch also gives each edge's relation (`edge_types`), each node's type
+    (`node_types`) and one block per relation (`relation_blocks`). A link-prediction batch carries
+    the pairs to score over its seeds (`pairs`, the first `num_positive` of them edges).
 
     Read out of a slot (`slot` is its index), every tensor is a read-only view of the slot
     (nothing was copied), valid until `release()` (explicit, at the end of a `with` block, or
@@ -45,9 +53,9 @@ class Batch:
     into the mapping faults. A batch sampled in-process (`slot` None) owns its tensors.
     """
 
-    subgraph: SampledSubgraph  # node_ids, indptr, indices and hop sizes
-    features: torch.Tensor | None  # [num_nodes, *row_shape], rows of subgraph.node_ids; None: no features
-    labels: torch.Tensor  # int64 [num_seeds]; -1 for unlabelled seeds
+    subgraph: SampledSubgraph  # node ids, CSC, hop sizes; relations and node types; pairs
+    x: torch.Tensor | dict[str, torch.Tensor] | None  # input rows (see the class docstring)
+    y: torch.Tensor  # int64 [num_seeds]; -1 for unlabelled seeds
     traffic: TrafficCounts
     batch: int = 0  # running number over all epochs, from 0
     epoch: int = 0
@@ -59,8 +67,6 @@ class Batch:
     gather_s: float = 0.0
     wait_s: float = 0.0  # how long the consumer waited for this batch
     blocks: list[Block] = field(default_factory=list)  # per layer, input layer first; from `subgraph` when empty
-    pairs: torch.Tensor | None = None  # link prediction: int64 [P, 2] seed local ids, positives first; else None
-    num_positive: int = 0  # link prediction: the first num_positive rows of `pairs` are edges, the rest negatives
     _release: Callable[[Batch], None] | None = field(default=None, repr=False)
     released: bool = False
 
@@ -69,15 +75,9 @@ class Batch:
             self.blocks = self.subgraph.blocks()
 
     @property
-    def x(self) -> torch.Tensor:
-        """The input features; a batch of a dataset without features has none to train on."""
-        if self.features is None:
-            raise GraphtierError(f"batch {self.batch} carries no features; the dataset has none to train on")
-        return self.features
-
-    @property
-    def y(self) -> torch.Tensor:
-        return self.labels
+    def hetero(self) -> bool:
+        """Whether the batch is of a heterogeneous graph (per-type `x`, relations, node types)."""
+        return self.subgraph.hetero
 
     @property
     def node_ids(self) -> torch.Tensor:
@@ -85,12 +85,22 @@ class Batch:
 
     @property
     def num_seeds(self) -> int:
-        return self.labels.numel()
+        return self.y.numel()
 
     @property
     def seeds(self) -> torch.Tensor:
         """Global ids of the seeds (the first `num_seeds` node ids)."""
         return self.subgraph.node_ids[: self.num_seeds]
+
+    @property
+    def pairs(self) -> torch.Tensor | None:
+        """Link prediction: int64 [P, 2] seeds' local ids of the pairs to score, positives first; else None."""
+        return self.subgraph.pairs
+
+    @property
+    def num_positive(self) -> int:
+        """Link prediction: the first `num_positive` rows of `pairs` are edges, the rest negatives."""
+        return self.subgraph.num_positive
 
     @property
     def is_last_in_epoch(self) -> bool:
@@ -101,22 +111,51 @@ class Batch:
         """[2, E] int64 of every sampled edge: row 0 source, row 1 destination local ids (PyG convention)."""
         return self.blocks[0].edge_index()
 
+    def _hetero_part(self, name: str) -> torch.Tensor:
+        part = getattr(self.subgraph, name)
+        if part is None:
+            raise GraphtierError(f"batch {self.batch} is of a graph with one node type: it has no {name}")
+        return part
+
+    @property
+    def edge_types(self) -> list[torch.Tensor]:
+        """Heterogeneous: per layer (input first), the relation id of each of its block's edges."""
+        relations = self._hetero_part("edge_types")
+        return [relations[: b.num_edges] for b in self.blocks]
+
+    @property
+    def node_types(self) -> torch.Tensor:
+        """Heterogeneous: int64 [num_nodes], the type index (schema order) of every local node."""
+        return self._hetero_part("node_types")
+
+    @property
+    def input_nodes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Heterogeneous: (global ids, type indices) of the first block's sources."""
+        n = self.blocks[0].num_src
+        return self.subgraph.node_ids[:n], self.node_types[:n]
+
+    def relation_blocks(self, layer: int) -> list[Block]:
+        """Heterogeneous: one block per relation (relation-id order) of layer `layer`, over its local ids."""
+        self._hetero_part("edge_types")
+        return self.subgraph.relation_blocks(layer)
+
     def to(self, device: torch.device) -> Batch:
-        """This batch with its blocks, features and labels on `device` (itself when already there);
+        """This batch with its sample, input rows and labels on `device` (itself when already there);
         releasing the copy releases this batch."""
-        x = self.x if self.pairs is None else self.features  # a link batch may have none: learned embeddings
-        if (
-            (x is None or x.device == device)
-            and self.labels.device == device
-            and self.blocks[0].indptr.device == device
-        ):
+        if self.y.device == device and self.blocks[0].indptr.device == device and _rows_on(self.x, device):
             return self
+        subgraph = self.subgraph.to(device)
+        x = self.x
+        if isinstance(x, dict):
+            x = {name: rows.to(device, non_blocking=True) for name, rows in x.items()}
+        elif x is not None:
+            x = x.to(device, non_blocking=True)
         return dataclasses.replace(
             self,
-            blocks=blocks_to(self.blocks, device),
-            features=x.to(device, non_blocking=True) if x is not None else None,
-            labels=self.labels.to(device, non_blocking=True),
-            pairs=self.pairs.to(device, non_blocking=True) if self.pairs is not None else None,
+            subgraph=subgraph,
+            blocks=subgraph.blocks() if subgraph is not self.subgraph else blocks_to(self.blocks, device),
+            x=x,
+            y=self.y.to(device, non_blocking=True),
             _release=lambda _: self.release(),
         )
 
@@ -135,68 +174,8 @@ class Batch:
         self.release()
 
 
-@dataclass
-class TypedBatch(Batch):
-    """A typed (heterogeneous) batch: `subgraph` is a `TypedSampledSubgraph` (one id space, every
-    sampled edge's relation, every node's type) and `features` maps each featured node type to its
-    input rows [nodes of that type among the first block's sources, F_t], in their order there.
-
-    Out of a slot every tensor is a read-only view, as for `Batch`. `relation_blocks(layer)` gives
-    one block per relation; the built-in R-GCN and HGT take `(blocks, edge_types, *input_nodes,
-    features)`. Featureless types have no entry: the model learns their rows.
-    """
-
-    features: dict[str, torch.Tensor]  # type: ignore[assignment]  # node type -> input rows of that type
-
-    @property
-    def x(self) -> torch.Tensor:
-        raise GraphtierError(
-            f"batch {self.batch} is typed: its input rows are per node type, in `x_dict` ({sorted(self.features)})"
-        )
-
-    @property
-    def x_dict(self) -> dict[str, torch.Tensor]:
-        """Node type -> input rows of that type (featured types only)."""
-        return self.features
-
-    @property
-    def edge_types(self) -> list[torch.Tensor]:
-        """Per layer (input first), the relation id of each of its block's edges."""
-        return [self.subgraph.edge_types[: b.num_edges] for b in self.blocks]  # type: ignore[attr-defined]
-
-    @property
-    def node_types(self) -> torch.Tensor:
-        """int64 [num_nodes]: the type index (schema order) of every local node."""
-        return self.subgraph.node_types  # type: ignore[attr-defined]
-
-    @property
-    def input_nodes(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(global ids, type indices) of the first block's sources."""
-        n = self.blocks[0].num_src
-        return self.subgraph.node_ids[:n], self.node_types[:n]
-
-    def relation_blocks(self, layer: int) -> list[Block]:
-        """One block per relation (relation-id order) of layer `layer`, over the layer's local ids."""
-        return self.subgraph.relation_blocks(layer)  # type: ignore[attr-defined]
-
-    def to(self, device: torch.device) -> TypedBatch:
-        """This batch with its blocks, per-type rows and labels on `device`; releasing the copy releases this one."""
-        if self.labels.device == device and self.blocks[0].indptr.device == device:
-            return self
-        sub = self.subgraph
-        moved = dataclasses.replace(
-            sub,
-            node_ids=sub.node_ids.to(device),
-            indptr=sub.indptr.to(device),
-            indices=sub.indices.to(device),
-            edge_types=sub.edge_types.to(device),  # type: ignore[attr-defined]
-            node_types=sub.node_types.to(device),  # type: ignore[attr-defined]
-        )
-        return dataclasses.replace(
-            self,
-            subgraph=moved,
-            blocks=moved.blocks(),
-            features={name: rows.to(device, non_blocking=True) for name, rows in self.features.items()},
-            labels=self.labels.to(device, non_blocking=True),
-            _release=lambda _: self.release(),
-        )
+def _rows_on(x: torch.Tensor | dict[str, torch.Tensor] | None, device: torch.device) -> bool:
+    if x is None:
+        return True
+    rows = x.values() if isinstance(x, dict) else (x,)
+    return all(r.device == device for r in rows)

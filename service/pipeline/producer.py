@@ -64,8 +64,8 @@ from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_see
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
-from graphtier.service.sampling.link import LinkSampler, LinkSubgraph, max_link_pairs, max_link_seeds
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph
+from graphtier.service.sampling.link import LinkSampler, max_link_pairs, max_link_seeds
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.storage import StorageCounters, Ticket
@@ -283,7 +283,7 @@ class Producer:
         h["network_fetch_ns"] = sum(rows.fetch_ns for rows in peers)
         h["network_wait_ns"] = sum(rows.wait_ns for rows in peers)
 
-    def _type_local_ids(self, sub: TypedSampledSubgraph) -> dict[str, torch.Tensor]:
+    def _type_local_ids(self, sub: SampledSubgraph) -> dict[str, torch.Tensor]:
         """The batch's input nodes of each featured type, in type-local ids, in their order among the inputs."""
         assert self.schema is not None
         featured = self.dataset.handle.typed_features
@@ -296,7 +296,7 @@ class Producer:
     def _admit_typed(self, sub: SampledSubgraph) -> dict[str, Ticket | RemoteTicket]:
         """Start the window's reads of each type's storage rows of a typed batch just sampled (or, for a
         partitioned job, the fetches of each type's rows this node does not hold)."""
-        assert isinstance(sub, TypedSampledSubgraph)
+        assert sub.hetero
         local = self._type_local_ids(sub)
         tickets: dict[str, Ticket | RemoteTicket] = {
             name: window.admit(local[name]) for name, window in self.typed_windows.items()
@@ -307,7 +307,7 @@ class Producer:
     def _fill_typed(
         self,
         views: SlotViews,
-        sub: TypedSampledSubgraph,
+        sub: SampledSubgraph,
         tickets: dict[str, Ticket | RemoteTicket] | None,
         sampled_ahead: int,
     ) -> tuple[TrafficCounts, dict[str, int]]:
@@ -550,13 +550,13 @@ class Producer:
             self.ordering.before_fill(k)  # this process's writes into slot k follow the rank's reads of it
             views, grown = self._fit(k, sub)
             num_seeds = seeds.numel()
-            if isinstance(sub, LinkSubgraph) and views.pairs is not None:
+            if sub.pairs is not None and views.pairs is not None:
                 num_seeds = sub.num_seeds  # the endpoints of the batch's pairs: they have no labels to learn
                 write_structure(views, sub, None, num_seeds)
                 views.pairs[: sub.num_pairs].copy_(sub.pairs)
             else:
                 write_structure(views, sub, self.dataset.labels, num_seeds)
-            if isinstance(sub, TypedSampledSubgraph):
+            if sub.hetero:
                 tickets = planned.ticket if isinstance(planned.ticket, dict) else None
                 traffic, type_rows = self._fill_typed(views, sub, tickets, sampled_ahead)
                 rec.set_traffic(traffic)
@@ -602,9 +602,9 @@ class Producer:
             "batch": batch,
             "generation": views.layout.generation,
         }
-        if isinstance(sub, LinkSubgraph):
+        if sub.pairs is not None:
             message["pairs"], message["positives"] = sub.num_pairs, sub.num_positive
-        if isinstance(sub, TypedSampledSubgraph):
+        if sub.hetero:
             message["type_rows"], message["num_relations"] = type_rows, sub.num_relations
         if grown:
             message["layout"] = views.layout.model_dump(mode="json")

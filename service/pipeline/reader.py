@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from graphtier.contract.errors import SharedMemoryError
-from graphtier.service.pipeline.batch import Batch, TypedBatch
+from graphtier.service.pipeline.batch import Batch
 from graphtier.service.pipeline.control import ChannelStats, ControlBlock, ProducerStatus, SlotState
 from graphtier.service.pipeline.errors import (
     ChannelError,
@@ -30,8 +30,10 @@ from graphtier.service.pipeline.notify import ConnectionClosed, MessageSocket, c
 from graphtier.service.pipeline.ordering import HostOrdering, SlotOrdering, slot_ordering
 from graphtier.service.pipeline.slots import SlotViews, attach_control, attach_slot
 from graphtier.service.sampling import SampledSubgraph
-from graphtier.service.sampling.typed_sampler import TypedSampledSubgraph
 from graphtier.service.shm.naming import process_start_time
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ChannelReader:
@@ -217,22 +219,20 @@ class ChannelReader:
         too_big = too_big or pairs > pair_room or positives > pairs
         if too_big or rec["num_seeds"] > views.labels.numel():
             raise ChannelError(f"slot {k} of channel {self.layout.channel!r} claims more than its capacity {cap}")
-        structure = {
-            "node_ids": views.node_ids[:nodes],
-            "indptr": views.indptr[: expanded + 1],
-            "indices": views.indices[:edges],
-            "num_nodes_per_hop": rec.array("nodes_per_hop")[: hops + 1].tolist(),
-            "num_edges_per_hop": rec.array("edges_per_hop")[:hops].tolist(),
-        }
-        typed = views.edge_types is not None and views.node_types is not None
-        if typed:
-            assert views.edge_types is not None and views.node_types is not None
-            subgraph: SampledSubgraph = TypedSampledSubgraph(
-                **structure,
-                edge_types=views.edge_types[:edges],
-                node_types=views.node_types[:nodes],
-                num_relations=int(message.get("num_relations", 0)),
-            )
+        hetero = views.edge_types is not None and views.node_types is not None
+        subgraph = SampledSubgraph(
+            node_ids=views.node_ids[:nodes],
+            indptr=views.indptr[: expanded + 1],
+            indices=views.indices[:edges],
+            num_nodes_per_hop=rec.array("nodes_per_hop")[: hops + 1].tolist(),
+            num_edges_per_hop=rec.array("edges_per_hop")[:hops].tolist(),
+            edge_types=views.edge_types[:edges] if hetero and views.edge_types is not None else None,
+            node_types=views.node_types[:nodes] if hetero and views.node_types is not None else None,
+            num_relations=int(message.get("num_relations", 0)) if hetero else 0,
+            pairs=views.pairs[:pairs] if views.pairs is not None else None,
+            num_positive=positives,
+        )
+        if hetero:
             type_rows = dict(message.get("type_rows", {}))  # type: ignore[call-overload]
             if set(type_rows) != set(views.type_features) or any(
                 not 0 <= int(n) <= views.type_features[name].shape[0] for name, n in type_rows.items()
@@ -241,28 +241,26 @@ class ChannelReader:
                     f"slot {k} of channel {self.layout.channel!r}: rows per type {type_rows} do not fit its regions "
                     f"{ {name: rows.shape[0] for name, rows in views.type_features.items()} }"
                 )
-        else:
-            subgraph = SampledSubgraph(**structure)
         self._ordering.before_read(k)  # this process's reads of the slot follow the producer's writes
         rec["state"] = SlotState.HELD
         header = self.control.header
         header["batches_consumed"] += 1
         header["consumer_wait_ns"] += self._wait_ns
         header["consumer_last_wait_ns"] = self._wait_ns
-        features: object = views.features[:nodes] if views.features is not None else None
-        if typed:  # each featured type's rows, as many as the producer filled
-            features = {name: views.type_features[name][: int(n)] for name, n in type_rows.items()}
-        batch = (TypedBatch if typed else Batch)(
+        x: torch.Tensor | dict[str, torch.Tensor] | None = (
+            views.features[:nodes] if views.features is not None else None
+        )
+        if hetero:  # each featured type's rows, as many as the producer filled
+            x = {name: views.type_features[name][: int(n)] for name, n in type_rows.items()}
+        batch = Batch(
             slot=k,
             batch=rec["batch"],
             epoch=rec["epoch"],
             step=rec["step"],
             steps_per_epoch=self.layout.steps_per_epoch,
             subgraph=subgraph,
-            features=features,  # type: ignore[arg-type]
-            labels=views.labels[: rec["num_seeds"]],
-            pairs=views.pairs[:pairs] if views.pairs is not None else None,
-            num_positive=positives,
+            x=x,
+            y=views.labels[: rec["num_seeds"]],
             sample_seed=rec["sample_seed"],
             sample_s=rec["sample_ns"] / 1e9,
             gather_s=rec["gather_ns"] / 1e9,

@@ -4,8 +4,7 @@ A batch starts from B train edges (positives). K negatives per positive are draw
 `uniform` (random node pairs) or `corrupt-tail` (the positive's source with a random tail),
 seeded by the batch's sample seed, so a batch is the same whoever draws it. On a typed graph
 the train edges are one target relation's, and negatives keep its types: heads of the head
-type, tails of the tail type (`pair_end_types`); the sample is the typed sampler's, and the
-batch a `TypedLinkSubgraph`. The endpoints of
+type, tails of the tail type (`pair_end_types`); the sample is the typed sampler's. The endpoints of
 every pair, deduplicated, are the seeds of one `NeighborSampler.sample` call (the native
 sampler, over the union of endpoints), so the GNN computes each endpoint's embedding once;
 `pairs` names each pair's endpoints by their local ids (< num_seeds), positives first.
@@ -13,7 +12,7 @@ sampler, over the union of endpoints), so the GNN computes each endpoint's embed
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import dataclasses
 
 import torch
 
@@ -22,27 +21,10 @@ from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo
 from graphtier.contract.link import NegativeSampling
 from graphtier.service.sampling.neighbor_sampler import NeighborSampler
 from graphtier.service.sampling.subgraph import Block, SampledSubgraph
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, TypedSampledSubgraph, node_types_of
+from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, node_types_of
 
 _MASK63 = (1 << 63) - 1
 _NEGATIVE_STREAM = 0x4E47  # keeps the negatives' generator apart from the neighbour sampler's
-
-
-@dataclass(frozen=True)
-class LinkSubgraph(SampledSubgraph):
-    """A sample around a batch's endpoints, with the pairs to score over its seeds' local ids."""
-
-    pairs: torch.Tensor  # int64 [P, 2]: local ids of each pair's endpoints; rows [0, num_positive) are positives
-    num_positive: int
-
-    @property
-    def num_pairs(self) -> int:
-        return int(self.pairs.shape[0])
-
-
-@dataclass(frozen=True)
-class TypedLinkSubgraph(TypedSampledSubgraph, LinkSubgraph):
-    """A typed sample around a batch's endpoints (relations and node types), with its pairs."""
 
 
 def pair_end_types(schema: HeteroSchema, pairs: torch.Tensor) -> tuple[NodeTypeInfo, NodeTypeInfo]:
@@ -73,10 +55,10 @@ def max_link_pairs(batch_size: int, negatives: int) -> int:
 
 
 class LinkSampler:
-    """`sample(edge_ids, seed)` -> a `LinkSubgraph` of those train edges; see the module docstring.
+    """`sample(edge_ids, seed)` -> the sample of those train edges, with its pairs; see the module docstring.
 
     Given a `TypedNeighborSampler` the train pairs are a target relation's: negative heads are drawn
-    from the head type's ids and tails from the tail type's, and the batches are `TypedLinkSubgraph`s.
+    from the head type's ids and tails from the tail type's, and the samples are heterogeneous.
     """
 
     def __init__(
@@ -112,15 +94,13 @@ class LinkSampler:
             heads = torch.randint(*self.head_ids, (count,), generator=generator)
         return torch.stack([heads, tails], dim=1)
 
-    def sample(self, edge_ids: torch.Tensor, *, seed: int) -> LinkSubgraph:
+    def sample(self, edge_ids: torch.Tensor, *, seed: int) -> SampledSubgraph:
         """The batch of train edges `edge_ids`, its negatives and the sample around all their endpoints."""
         positives = self.train_pairs.index_select(0, edge_ids)
         pairs = torch.cat([positives, self.negatives_for(positives, seed)])
         endpoints, local = torch.unique(pairs.reshape(-1), return_inverse=True)
         sub = self.sampler.sample(endpoints, seed=seed)
-        kind = TypedLinkSubgraph if isinstance(sub, TypedSampledSubgraph) else LinkSubgraph
-        parts = {f.name: getattr(sub, f.name) for f in fields(sub)}
-        return kind(**parts, pairs=local.view(-1, 2), num_positive=int(positives.shape[0]))
+        return dataclasses.replace(sub, pairs=local.view(-1, 2), num_positive=int(positives.shape[0]))
 
 
 def drop_target_edges(blocks: list[Block], pairs: torch.Tensor, num_positive: int) -> list[Block]:

@@ -5,16 +5,15 @@ whose columns group their entries by relation, `edge_type` naming each entry's r
 semantics are the homogeneous sampler's (PyG's NeighborLoader, disjoint=False); expanding a
 node of type t draws, for each relation r into t, min(k_r, d) of its d relation-r neighbours
 (Floyd's algorithm under the counter-based key of (local id) * R + r), so both backends give
-the same sample for the same seed. The result is a `TypedSampledSubgraph`: the homogeneous
-sample (one CSC over local ids, layer blocks as prefixes) plus the relation of every sampled
-edge, from which `block(layer, relation)` gives one block per relation per hop.
+the same sample for the same seed. The result is a `SampledSubgraph` with its heterogeneous
+parts: one CSC over local ids (layer blocks as prefixes) plus the relation of every sampled
+edge, from which `relation_block(layer, relation)` gives one block per relation per hop.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -23,33 +22,8 @@ from graphtier.contract.hetero import HeteroSchema
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling.counter_rng import node_keys
-from graphtier.service.sampling.subgraph import Block, SampledSubgraph
+from graphtier.service.sampling.subgraph import SampledSubgraph
 from graphtier.service.sampling.torch_sampler import _relabel, floyd_offsets
-
-
-@dataclass(frozen=True)
-class TypedSampledSubgraph(SampledSubgraph):
-    """A k-hop typed sample: `SampledSubgraph` plus `edge_types` (relation id of each sampled edge)
-    and the node type of each local node (`node_types`)."""
-
-    edge_types: torch.Tensor = None  # type: ignore[assignment]  # int64 [num_edges]
-    node_types: torch.Tensor = None  # type: ignore[assignment]  # int64 [num_nodes]
-    num_relations: int = 0
-
-    def relation_block(self, layer: int, relation: int) -> Block:
-        """Layer `layer`'s edges of one relation, as a block over the layer's local ids."""
-        block = self.block(layer)
-        keep = self.edge_types[: block.num_edges] == relation
-        dst = torch.repeat_interleave(
-            torch.arange(block.num_dst), block.indptr[1:] - block.indptr[:-1], output_size=block.num_edges
-        )[keep]
-        indptr = torch.zeros(block.num_dst + 1, dtype=torch.int64)
-        torch.cumsum(torch.bincount(dst, minlength=block.num_dst), 0, out=indptr[1:])
-        return Block(indptr=indptr, indices=block.indices[keep], num_src=block.num_src, num_dst=block.num_dst)
-
-    def relation_blocks(self, layer: int) -> list[Block]:
-        """One block per relation (relation-id order) of layer `layer`."""
-        return [self.relation_block(layer, r) for r in range(self.num_relations)]
 
 
 def node_types_of(ids: torch.Tensor, type_offsets: torch.Tensor) -> torch.Tensor:
@@ -181,7 +155,7 @@ class TypedNeighborSampler:
         """Per hop, the fanout of each relation (relation-id order)."""
         return self._fanouts.tolist()
 
-    def sample(self, seeds: torch.Tensor, *, seed: int) -> TypedSampledSubgraph:
+    def sample(self, seeds: torch.Tensor, *, seed: int) -> SampledSubgraph:
         """Sample around `seeds` (unique global ids, any types) with randomness fixed by `seed`."""
         if not isinstance(seeds, torch.Tensor) or seeds.dim() != 1 or seeds.dtype.is_floating_point:
             raise SamplingError(f"seeds must be a 1-D integer tensor, got {seeds!r:.80}")
@@ -219,7 +193,7 @@ class TypedNeighborSampler:
                 self._rel_colptr, g.row, self._type_offsets, self._dst_type, seeds, self._fanouts, word, self._node_map
             )
         node_ids, indptr, indices, edge_types, nodes_per_hop, edges_per_hop = out
-        return TypedSampledSubgraph(
+        return SampledSubgraph(
             node_ids=node_ids,
             indptr=indptr,
             indices=indices,

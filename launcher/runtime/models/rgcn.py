@@ -124,7 +124,7 @@ class RGCN(nn.Module):
         features: dict[str, Tensor],
     ) -> Tensor:
         """Logits [num_seeds, out_dim]. `blocks`/`edge_types`: per layer, input layer first
-        (`TypedSampledSubgraph.blocks()` and the matching prefixes of its `edge_types`);
+        (`SampledSubgraph.blocks()` and the matching prefixes of its `edge_types`);
         `node_ids`/`node_types`: the first block's sources."""
         if len(blocks) != self.num_layers or len(edge_types) != self.num_layers:
             raise GraphtierError(f"the model has {self.num_layers} layers but got {len(blocks)} blocks")

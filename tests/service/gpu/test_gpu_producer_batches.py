@@ -231,8 +231,8 @@ def _read_channel(producer) -> tuple[list[dict[str, torch.Tensor]], TrafficCount
                     "node_ids": sub.node_ids.clone(),
                     "indptr": sub.indptr.clone(),
                     "indices": sub.indices.clone(),
-                    "labels": batch.labels.clone(),
-                    "features": batch.features.clone(),
+                    "labels": batch.y.clone(),
+                    "features": batch.x.clone(),
                     "sizes": torch.tensor(sub.num_nodes_per_hop + sub.num_edges_per_hop),
                 }
             )
@@ -341,15 +341,15 @@ def test_a_gpu_sampled_job_trains_on_the_batches_of_the_cpu_sampled_one(small_rm
                 seen = batches.setdefault(sampler, [])
                 with spawn_producer(config) as producer, ChannelReader(producer.layout, timeout=60, device=0) as r:
                     for batch in r:
-                        assert batch.features.device.type == "cuda"
+                        assert batch.x.device.type == "cuda"
                         sub = batch.subgraph
                         seen.append(
                             {
                                 "node_ids": sub.node_ids.cpu(),
                                 "indptr": sub.indptr.cpu(),
                                 "indices": sub.indices.cpu(),
-                                "labels": batch.labels.cpu(),
-                                "features": batch.features.cpu(),
+                                "labels": batch.y.cpu(),
+                                "features": batch.x.cpu(),
                             }
                         )
                         batch.release()

@@ -84,14 +84,14 @@ def test_stock_loader_yields_hetero_batches_of_the_graph(prepared_acm, shared_da
 
     # graphtier's own typed batch as the same kind of HeteroData
     typed = next(TypedLocalBatches(acm, ["4", "3"], batch_size=16).epoch(0))
-    own = to_hetero_data(typed.subgraph, schema, typed.features, typed.labels)
-    assert own["paper"].batch_size == typed.subgraph.num_seeds and torch.equal(own["paper"].y, typed.labels)
+    own = to_hetero_data(typed.subgraph, schema, typed.x, typed.y)
+    assert own["paper"].batch_size == typed.subgraph.num_seeds and torch.equal(own["paper"].y, typed.y)
     torch.testing.assert_close(own["paper"].x, features[own["paper"].n_id])
     assert sum(own[key].edge_index.shape[1] for key in own.edge_types) == typed.subgraph.indices.numel()
     with pytest.raises(GraphtierError, match="got 3 labels for 16 seeds of 1 type"):  # not a short y
-        to_hetero_data(typed.subgraph, schema, typed.features, typed.labels[:3])
+        to_hetero_data(typed.subgraph, schema, typed.x, typed.y[:3])
     with pytest.raises(GraphtierError, match=r"features name node types \['venue'\]"):  # not silently dropped
-        to_hetero_data(typed.subgraph, schema, {"venue": typed.features["paper"]})
+        to_hetero_data(typed.subgraph, schema, {"venue": typed.x["paper"]})
 
 
 def test_refuses_what_the_typed_sampler_cannot_do(prepared_acm):

@@ -37,11 +37,11 @@ def test_batches_carry_rows_of_each_featured_type(typed_dataset):
     schema = typed_dataset.manifest.hetero
     batch = next(batches.epoch(0))
     ids, types = batch.input_nodes
-    for name, rows in batch.features.items():
+    for name, rows in batch.x.items():
         info = schema.type_named(name)
         local = ids[types == schema.type_index(name)] - info.offset
         assert torch.equal(rows, typed_dataset.array(info.feature_array)[local])
-    assert set(batch.features) == {"paper", "venue"} and batch.labels.numel() == batch.subgraph.num_seeds
+    assert set(batch.x) == {"paper", "venue"} and batch.y.numel() == batch.subgraph.num_seeds
 
 
 def test_rgcn_fits_the_train_labels_and_learns_embeddings(typed_dataset):
@@ -54,7 +54,7 @@ def test_rgcn_fits_the_train_labels_and_learns_embeddings(typed_dataset):
     for epoch in range(15):
         for batch in batches.epoch(epoch):
             ids, types = batch.input_nodes
-            loss = F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, batch.features), batch.labels)
+            loss = F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, batch.x), batch.y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -67,7 +67,7 @@ def test_missing_type_rows_are_named(typed_dataset):
     model = RGCN(typed_dataset.manifest.hetero, 8, 2, 1)
     ids, types = batch.input_nodes
     with pytest.raises(GraphtierError, match="features of node type 'paper' must be"):
-        model(batch.blocks, batch.edge_types, ids, types, {"venue": batch.features["venue"]})
+        model(batch.blocks, batch.edge_types, ids, types, {"venue": batch.x["venue"]})
 
 
 def test_hgt_fits_the_train_labels(typed_dataset):
@@ -80,7 +80,7 @@ def test_hgt_fits_the_train_labels(typed_dataset):
     for epoch in range(10):
         for batch in batches.epoch(epoch):
             ids, types = batch.input_nodes
-            loss = F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, batch.features), batch.labels)
+            loss = F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, batch.x), batch.y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
-from graphtier.service.pipeline import ChannelReader, ProducerConfig, TypedBatch, spawn_producer
+from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.store import SharedDatasetStore
 from graphtier.service.tiering.hetero import featured_bytes, split_budget, typed_plans
@@ -60,20 +60,18 @@ def test_typed_channel_batches_equal_in_process_batches(prepared_acm, channel_di
         with spawn_producer(config) as producer, ChannelReader(producer.layout, timeout=20) as reader:
             batches = 0
             for batch in reader.epoch():
-                assert isinstance(batch, TypedBatch) and batch.slot is not None
+                assert batch.hetero and batch.slot is not None
                 expected = local.batch_for(batch.seeds, batch.sample_seed)
                 got, want = batch.subgraph, expected.subgraph
                 for name in ("node_ids", "indptr", "indices", "edge_types", "node_types"):
                     assert torch.equal(getattr(got, name), getattr(want, name)), name
                 assert got.num_nodes_per_hop == want.num_nodes_per_hop and got.num_relations == len(schema.relations)
-                assert sorted(batch.x_dict) == ["paper"]  # authors and subjects are learned
-                assert torch.equal(batch.x_dict["paper"], expected.x_dict["paper"])
+                assert sorted(batch.x) == ["paper"]  # authors and subjects are learned
+                assert torch.equal(batch.x["paper"], expected.x["paper"])
                 assert torch.equal(batch.y, prepared_acm.labels[batch.seeds])
-                assert batch.traffic.total_rows == batch.x_dict["paper"].shape[0]
+                assert batch.traffic.total_rows == batch.x["paper"].shape[0]
                 blocks = batch.relation_blocks(0)
                 assert sum(b.num_edges for b in blocks) == batch.blocks[0].num_edges
-                with pytest.raises(Exception, match="x_dict"):
-                    batch.x  # noqa: B018  (a typed batch's rows are per type)
                 batches += 1
             stats = reader.stats()
         assert batches == reader.layout.steps_per_epoch == 2  # 60 train papers over 2 ranks, 16 per batch

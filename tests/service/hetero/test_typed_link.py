@@ -16,7 +16,7 @@ from graphtier.contract.errors import DatasetSourceError, PreparedDatasetError, 
 from graphtier.launcher.runtime.typed_link import TypedLinkBatches, TypedLinkModel, evaluate_typed_links, link_loss
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.prepared.edge_split import EdgeSplitSpec, link_array
-from graphtier.service.sampling.link import LinkSampler, TypedLinkSubgraph, pair_end_types
+from graphtier.service.sampling.link import LinkSampler, pair_end_types
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 
 TARGET = "paper-has_subject-subject"  # tests/conftest.py's acm_link
@@ -81,7 +81,7 @@ def test_link_sampler_draws_negatives_of_the_relation_types(acm_link):
     typed = TypedNeighborSampler(acm_link.graph, acm_link.array("edge_type"), schema, ["5", "5"])
     sampler = LinkSampler(typed, train, schema.num_nodes, negatives=3, negative_sampling="uniform")
     sub = sampler.sample(torch.arange(64), seed=7)
-    assert isinstance(sub, TypedLinkSubgraph) and sub.num_positive == 64 and sub.num_pairs == 4 * 64
+    assert sub.hetero and sub.pairs is not None and sub.num_positive == 64 and sub.num_pairs == 4 * 64
     pairs = sub.node_ids[sub.pairs]
     assert torch.equal(pairs[:64], train[:64])
     paper, subject = schema.type_named("paper"), schema.type_named("subject")

@@ -26,10 +26,10 @@ def check_batch(batch, dataset, config, sampler) -> None:
     for got, want in zip(batch.blocks, direct.blocks(), strict=True):
         assert (got.num_src, got.num_dst) == (want.num_src, want.num_dst)
         assert torch.equal(got.indptr, want.indptr) and torch.equal(got.indices, want.indices)
-    assert torch.equal(batch.features, dataset.features[batch.node_ids])
-    assert torch.equal(batch.labels, dataset.labels[seeds])
+    assert torch.equal(batch.x, dataset.features[batch.node_ids])
+    assert torch.equal(batch.y, dataset.labels[seeds])
     assert batch.traffic.total_rows == batch.node_ids.numel()
-    assert batch.traffic.total_bytes == batch.features.numel() * 4
+    assert batch.traffic.total_bytes == batch.x.numel() * 4
 
 
 def test_batches_arrive_in_order_with_the_right_content(make_config, small_rmat, segments_of, channel_dir):
@@ -45,7 +45,7 @@ def test_batches_arrive_in_order_with_the_right_content(make_config, small_rmat,
             for epoch in range(config.epochs):
                 for batch in reader.epoch():
                     assert batch.epoch == epoch and reader.epochs_completed == epoch
-                    assert batch.features.data_ptr() != 0 and not batch.released
+                    assert batch.x.data_ptr() != 0 and not batch.released
                     check_batch(batch, small_rmat, config, sampler)
                     seen.append((batch.batch, batch.epoch, batch.step, batch.is_last_in_epoch))
                 assert reader.epochs_completed == epoch + 1

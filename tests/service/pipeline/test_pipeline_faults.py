@@ -36,21 +36,21 @@ def test_held_slots_are_never_overwritten_and_an_early_close_stops_the_producer(
         reader = ChannelReader(producer.layout, timeout=20, auto_release=False)
         first, second = reader.next_batch(), reader.next_batch()
         assert {first.slot, second.slot} == {0, 1}
-        kept = [(b.node_ids.clone(), b.features.clone(), b.labels.clone()) for b in (first, second)]
+        kept = [(b.node_ids.clone(), b.x.clone(), b.y.clone()) for b in (first, second)]
         # Both slots are held: the producer must wait, not overwrite.
         assert wait_for(lambda: reader.stats().status == "waiting_for_slot")
         time.sleep(0.5)
         stats = reader.stats()
         assert stats.status == "waiting_for_slot" and stats.batches_produced == 2 and stats.held_slots == 2
         for batch, (ids, feats, labels) in zip((first, second), kept, strict=True):
-            assert torch.equal(batch.node_ids, ids) and torch.equal(batch.features, feats)
-            assert torch.equal(batch.labels, labels)
+            assert torch.equal(batch.node_ids, ids) and torch.equal(batch.x, feats)
+            assert torch.equal(batch.y, labels)
         with pytest.raises(ChannelError, match="all 2 slots .* are held"):
             reader.next_batch()
         first.release()
         third = reader.next_batch()
         assert (third.batch, third.slot) == (2, first.slot)
-        assert torch.equal(second.features, kept[1][1])  # still held, still intact
+        assert torch.equal(second.x, kept[1][1])  # still held, still intact
         assert reader.stats().producer_wait_s > 0.4
         reader.close()  # mid-epoch: the producer notices and exits cleanly
         assert producer.wait(10) == 0

@@ -19,9 +19,7 @@ def _run(config):
         with ChannelReader(producer.layout, timeout=30) as reader:
             while (batch := reader.next_batch()) is not None:
                 with batch:
-                    batches.append(
-                        (batch.node_ids.clone(), batch.features.clone(), batch.labels.clone(), batch.traffic)
-                    )
+                    batches.append((batch.node_ids.clone(), batch.x.clone(), batch.y.clone(), batch.traffic))
         assert producer.wait(20) == 0
         return batches, producer.stats()
 
