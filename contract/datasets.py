@@ -6,7 +6,11 @@ boundary (`conversions.py`); nothing else sees a `_pb2` type.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from graphtier.contract.options import Flag
 
 TIER_NAMES: tuple[str, ...] = (
     "device_replicated",
@@ -26,11 +30,21 @@ class BudgetSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    num_devices: int = Field(default=0, ge=0, le=1024, description="Devices the device tiers span (may be accounted).")
-    device_replicated: str = Field(default="", description="Feature bytes on every device.")
+    num_devices: int = Field(
+        default=0, ge=0, le=1024, description="Devices the device tiers span (may be accounted); 0 = every row on host."
+    )
+    device_replicated: str = Field(
+        default="", description="Feature bytes on every device: a share of the rows' bytes (5%) or a size (512MiB)."
+    )
     device_interleaved: str = Field(default="", description="Feature bytes interleaved over the devices, in total.")
-    host: str | None = Field(default=None, description="Feature bytes in host memory; unset = all the rest.")
-    structure_device: str = Field(default="", description="Structure bytes on every device.")
+    host: Annotated[str | None, Flag("--host-budget")] = Field(
+        default=None, description="Feature bytes in host memory; unset = all the rest."
+    )
+    structure_device: str = Field(
+        default="",
+        description="Structure bytes (CSC lists of the hottest nodes) on every device: a share (10%) or a size "
+        "(256MiB).",
+    )
 
 
 class TierBytes(BaseModel):

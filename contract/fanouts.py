@@ -31,6 +31,15 @@ def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
     return checked
 
 
+def parse_fanouts(text: str) -> list[int]:
+    """`15,10,5` -> [15, 10, 5], validated by the sampler's own rules (a command line's --fanout)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise SamplingError(f"--fanout {text!r}: expected comma-separated integers like 15,10,5 (-1 = all)") from None
+    return validate_fanouts(values)
+
+
 def check_channel_fanouts(fanouts: list[int]) -> list[int]:
     """Fanouts a channel can carry: valid for the sampler and at most MAX_HOPS hops (ValueError otherwise)."""
     try:

@@ -3,23 +3,31 @@
 Unknown fields are refused and every impossible value is named with the reason, so a bad
 spec fails at submission, not minutes later inside a rank. The daemon fills the defaults
 the contract documents (`jobs.proto`: JobSpec).
+
+The model is the one description of a job: each field's section and, where it is not
+`--field-name VALUE`, its command-line form are field metadata (`graphtier.contract.options`),
+and `job submit`'s options, the wire conversion (`conversions.py`, field by field, under the
+same names as `jobs.proto`), the `--json` document and `graphtier.connect()`'s keywords are
+derived from it. A new field is this model's field plus `jobs.proto`'s.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.datasets import BudgetSpec
-from graphtier.contract.errors import InvalidRequestError
-from graphtier.contract.fanouts import check_channel_fanouts
-from graphtier.contract.hetero import hop_fanout_bound
+from graphtier.contract.errors import GraphtierError, InvalidRequestError
+from graphtier.contract.fanouts import check_channel_fanouts, parse_fanouts
+from graphtier.contract.hetero import hop_fanout_bound, split_fanout_hops
 from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind, NegativeSampling, TaskKind
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.network import MAX_PEERS
+from graphtier.contract.options import Flag, Section
 from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
@@ -35,122 +43,205 @@ MAX_NEGATIVES = 100  # negative pairs per positive edge in a link-prediction bat
 MpsMode = Literal["auto", "off", "use", "manage"]
 DEFAULT_PRODUCER_SM_SHARE = 10.0  # percent of a GPU's SMs a producer may use (DESIGN: about 10%)
 
+JOB = Section("Job")
+MODEL = Section("Model")
+SAMPLING = Section("Sampling")
+OPTIMISATION = Section("Optimisation")
+RANKS = Section("Ranks")
+NODES = Section("Nodes")
+TIERS = Section("Tier budgets")
+PIPELINE = Section("Pipeline")
+GPU = Section("GPU sharing")
+LINK = Section("Link prediction")
+
+
+def _fanout_flag(text: str) -> dict[str, Any]:
+    """--fanout: `15,10,5` sets `fanouts`; hops naming relations (`head-rel-tail:k,...;5`) set `relation_fanouts`."""
+    if ":" in text or ";" in text:
+        return {"relation_fanouts": split_fanout_hops(text)}
+    return {"fanouts": parse_fanouts(text)}
+
+
+def _nodes_flag(text: str) -> dict[str, Any]:
+    """--nodes a,b,c; GraphtierError naming the value when a name is empty."""
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not part for part in parts):
+        raise GraphtierError(f"--nodes {text!r}: give node names or HOST:PORT addresses separated by commas")
+    return {"nodes": parts}
+
+
+def _script_flag(text: str) -> dict[str, Any]:
+    """--script: a path from the current directory."""
+    return {"script": os.path.abspath(os.path.expanduser(text))}
+
+
+def _script_args_flag(text: str) -> dict[str, Any]:
+    """--script-args as a shell would split it."""
+    try:
+        return {"args": shlex.split(text)}
+    except ValueError as exc:
+        raise GraphtierError(f"--script-args {text!r}: {exc}") from None
+
 
 class JobSpec(BaseModel):
     """One training job: the dataset, the model, sampling, optimisation and how many ranks."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    dataset: str = Field(min_length=1, description="Prepared dataset to train on (loaded with `budgets` if needed).")
-    model: ModelKind = Field(
+    dataset: Annotated[str, JOB] = Field(
+        min_length=1, description="Prepared dataset to train on (loaded with `budgets` if needed)."
+    )
+    model: Annotated[ModelKind, MODEL] = Field(
         "sage",
         description="sage (GraphSAGE mean), gcn or gat on a homogeneous dataset; rgcn (R-GCN) or hgt (HGT-style "
         "attention) on a typed one.",
     )
-    fanouts: list[int] = Field(default_factory=lambda: [10, 5], description="Neighbours per hop; -1 = all.")
-    relation_fanouts: list[str] = Field(
+    fanouts: Annotated[
+        list[int],
+        SAMPLING,
+        Flag(
+            "--fanout",
+            metavar="HOPS",
+            help="Neighbours per hop, e.g. 15,10,5 (-1 = all); on a typed dataset per relation, hops split by "
+            "';': 'paper-written_by-author:10,...;5' (relation_fanouts).",
+            parse=_fanout_flag,
+            sets=("relation_fanouts",),
+        ),
+    ] = Field(default_factory=lambda: [10, 5], description="Neighbours per hop; -1 = all.")
+    relation_fanouts: Annotated[list[str], SAMPLING] = Field(
         default_factory=list,
         max_length=8,
         description="Typed datasets: per hop, `head-rel-tail:k,...` (relations not named are not expanded at that "
         "hop) or one int for every relation; empty = `fanouts` for every relation. Sets `fanouts` to each hop's "
         "largest fanout; checked against the dataset's relations at submit.",
     )
-    batch_size: int = Field(1024, ge=1, le=1 << 20, description="Seed nodes per batch per rank.")
-    hidden: int = Field(256, ge=1, le=1 << 16, description="Hidden width of the model.")
-    heads: int = Field(4, ge=1, le=64, description="Attention heads (gat and hgt only).")
-    epochs: int = Field(1, ge=1, le=100_000, description="Passes over the train ids.")
-    lr: float = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
-    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Adam L2 weight decay.")
-    dropout: float = Field(0.5, ge=0.0, lt=1.0, description="Dropout probability in [0, 1).")
-    nproc_per_node: int = Field(1, ge=1, le=64, description="Trainer ranks on each node.")
-    nnodes: int = Field(1, ge=1, le=1024, description="Nodes (daemons) the job spans; > 1 = a multi-node job.")
-    nodes: list[str] = Field(
+    batch_size: Annotated[int, SAMPLING] = Field(1024, ge=1, le=1 << 20, description="Seed nodes per batch per rank.")
+    hidden: Annotated[int, MODEL] = Field(256, ge=1, le=1 << 16, description="Hidden width of the model.")
+    heads: Annotated[int, MODEL] = Field(4, ge=1, le=64, description="Attention heads (gat and hgt only).")
+    epochs: Annotated[int, OPTIMISATION] = Field(1, ge=1, le=100_000, description="Passes over the train ids.")
+    lr: Annotated[float, OPTIMISATION] = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
+    weight_decay: Annotated[float, OPTIMISATION] = Field(0.0, ge=0.0, le=1.0, description="Adam L2 weight decay.")
+    dropout: Annotated[float, MODEL] = Field(0.5, ge=0.0, lt=1.0, description="Dropout probability in [0, 1).")
+    nproc_per_node: Annotated[int, RANKS] = Field(
+        1, ge=1, le=64, description="Trainer ranks on each node (torchrun --nproc-per-node)."
+    )
+    nnodes: Annotated[int, NODES] = Field(
+        1, ge=1, le=1024, description="Nodes (daemons) the job spans; > 1 = a multi-node job."
+    )
+    nodes: Annotated[list[str], NODES, Flag(metavar="A,B,...", parse=_nodes_flag)] = Field(
         default_factory=list,
         max_length=1024,
         description="The nodes by name or HOST:PORT (the submitting daemon among them); empty = the submitting daemon "
         "and its first nnodes - 1 serving peers.",
     )
-    device: DeviceKind = Field("cpu", description="Where ranks compute: cpu (gloo) or cuda (cuda:LOCAL_RANK, NCCL).")
-    checkpoint_every_steps: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = at epoch ends only.")
-    seed: int = Field(0, ge=0, lt=2**63, description="Seed of shuffles, samplers and initialisation.")
-    budgets: BudgetSpec | None = Field(None, description="Tier budgets if the dataset must be loaded.")
-    max_restarts: int = Field(
+    device: Annotated[DeviceKind, RANKS] = Field(
+        "cpu", description="Where ranks compute: cpu (gloo) or cuda (cuda:LOCAL_RANK, NCCL)."
+    )
+    checkpoint_every_steps: Annotated[int, RANKS] = Field(
+        0, ge=0, description="Checkpoint every N steps; 0 = at epoch ends only."
+    )
+    seed: Annotated[int, OPTIMISATION] = Field(
+        0, ge=0, lt=2**63, description="Seed of shuffles, samplers and initialisation."
+    )
+    budgets: Annotated[BudgetSpec | None, TIERS] = Field(
+        None, description="Tier budgets if the dataset must be loaded."
+    )
+    max_restarts: Annotated[int, RANKS] = Field(
         0,
         ge=0,
         le=100,
         description="Restarts from the newest checkpoint: of the ranks (torchrun --max-restarts), or of a "
         "multi-node job on the nodes that remain after a lost node.",
     )
-    num_slots: int = Field(2, ge=2, le=16, description="Ping-pong slots per rank's producer channel.")
-    storage_reads: StorageReads = Field(
+    num_slots: Annotated[int, PIPELINE] = Field(
+        2, ge=2, le=16, description="Ping-pong slots per rank's producer channel."
+    )
+    storage_reads: Annotated[StorageReads, PIPELINE] = Field(
         "mmap",
         description="How producers read storage-tier rows: mmap (the file "
         "mapping), direct (O_DIRECT, many requests in flight) or page-cache.",
     )
-    window: int = Field(
+    window: Annotated[int, PIPELINE] = Field(
         0,
         ge=0,
         le=MAX_WINDOW,
         description="Look-ahead window: batches each producer samples ahead, "
         "reading their storage rows early and once; 0 = off.",
     )
-    on_nonfinite: OnNonFinite = Field(
+    on_nonfinite: Annotated[OnNonFinite, OPTIMISATION] = Field(
         "fail",
         description="A NaN/inf loss or gradient: fail (the job, naming rank and "
         "step), skip-step (skip that optimizer step) or off (not checked).",
     )
-    features: FeaturesKind = Field(
+    features: Annotated[FeaturesKind, NODES] = Field(
         "replicated",
         description="Feature rows of a multi-node job: replicated (every "
         "node holds every row) or partitioned (the hottest `replicate` share on every "
         "node, each other row on one node, fetched by the others per batch).",
     )
-    replicate: str = Field(
+    replicate: Annotated[str, NODES] = Field(
         DEFAULT_REPLICATE,
         description="With partitioned features: the rows, hottest first, every "
         "node holds: a share of the rows (10%; 0.1) or a size of feature bytes per node (512MiB).",
     )
-    sampler: SamplerKind = Field(
+    sampler: Annotated[SamplerKind, SAMPLING] = Field(
         "auto",
         description="Where producers sample: cpu, gpu (on the rank's GPU over the "
         "tiered structure; device cuda only) or auto (gpu on a cuda job whose placement puts "
         "structure on the device and whose daemon has the GPU ops, else cpu); recorded "
         "resolved at submit.",
     )
-    mps: MpsMode = Field(
+    mps: Annotated[MpsMode, GPU] = Field(
         "auto",
         description="How cuda producers keep to their SM share: use (a running MPS control "
         "daemon), manage (the daemon runs its own while jobs need it), off (a capped grid) or auto "
         "(use where a control daemon answers, else off); recorded resolved at submit.",
     )
-    producer_sm_share: float = Field(
+    producer_sm_share: Annotated[float, GPU] = Field(
         DEFAULT_PRODUCER_SM_SHARE,
         gt=0,
         le=100,
         description="Percent of each GPU's SMs "
         "a producer may use: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else its grid.",
     )
-    task: TaskKind = Field(
+    task: Annotated[TaskKind, LINK] = Field(
         "node",
         description="node (classify the seed nodes) or link (link prediction over the dataset's edge split, "
         "made by `dataset prepare --edge-split`).",
     )
-    negatives: int = Field(1, ge=1, le=MAX_NEGATIVES, description="Link: negative pairs per positive in training.")
-    negative_sampling: NegativeSampling = Field(
+    negatives: Annotated[int, LINK] = Field(
+        1, ge=1, le=MAX_NEGATIVES, description="Link: negative pairs per positive in training."
+    )
+    negative_sampling: Annotated[NegativeSampling, LINK] = Field(
         "uniform",
         description="Link: uniform (random node pairs) or corrupt-tail (the positive's source, random tails).",
     )
-    decoder: DecoderKind = Field(
+    decoder: Annotated[DecoderKind, LINK] = Field(
         "dot",
-        description="Link: score a pair by the dot product of its embeddings, by an MLP (mlp), by an MLP also "
-        "fed the pair's common-neighbour features over the training graph (mlp+cn), or by that plus a "
-        "non-negative weight of the pair's Adamic-Adar, calibrated on validation Hits@50 (mlp+cn+aa).",
+        description="Link: how a pair is scored: dot (the dot product of its embeddings), mlp (an MLP), mlp+cn (an "
+        "MLP also fed the pair's common-neighbour features over the training graph) or mlp+cn+aa (that plus a "
+        "non-negative weight of the pair's Adamic-Adar, calibrated on validation Hits@50).",
     )
-    name: str = Field("", max_length=100, description="Human-readable name shown by `job list`.")
-    script: str = Field(
-        "", max_length=4096, description="Absolute path of the user's training script; empty = `model`."
-    )
-    args: list[str] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
+    name: Annotated[str, JOB] = Field("", max_length=100, description="Human-readable name shown by `job list`.")
+    script: Annotated[
+        str,
+        JOB,
+        Flag(
+            metavar="PATH",
+            help="Your own training script, run under torchrun (see examples/); empty = the built-in `model`.",
+            parse=_script_flag,
+        ),
+    ] = Field("", max_length=4096, description="Absolute path of the user's training script; empty = `model`.")
+    args: Annotated[
+        list[str],
+        JOB,
+        Flag(
+            "--script-args",
+            metavar="TEXT",
+            help="The script's arguments, one string split as a shell would: '--layers 3 --tag x'.",
+            parse=_script_args_flag,
+        ),
+    ] = Field(default_factory=list, max_length=256, description="The script's arguments (sys.argv[1:]).")
 
     @field_validator(
         "batch_size",

@@ -20,18 +20,6 @@ OutOption = Annotated[
 ]
 
 
-def parse_fanouts(text: str) -> list[int]:
-    """`15,10,5` -> [15, 10, 5], validated by the sampler's own rules."""
-    from graphtier.contract.errors import SamplingError
-    from graphtier.contract.fanouts import validate_fanouts
-
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise SamplingError(f"--fanout {text!r}: expected comma-separated integers like 15,10,5 (-1 = all)") from None
-    return validate_fanouts(values)
-
-
 def _source_options(**options: object) -> dict[str, object]:
     return {key: value for key, value in options.items() if value is not None}
 
@@ -381,6 +369,7 @@ def tiering_report(
     and with --host-budget the storage tier's reads per batch and epoch, without and with a window."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+    from graphtier.contract.fanouts import parse_fanouts
     from graphtier.service.prepared import PreparedDataset
     from graphtier.service.tiering import build_tiering_report
     from graphtier.service.tiering.plot import write_cumulative_access_png

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from graphtier.contract.command_line import FlagCommand, GivenOptions, with_model_options
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.cli import job_report
 from graphtier.launcher.cli.job_report import wrapped as _wrapped
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption, runtime_directory
@@ -91,216 +93,37 @@ def script_path(script: Path, what: str = "--script") -> str:
     return str(resolved)
 
 
-def split_nodes(text: str) -> list[str]:
-    """--nodes a,b,c as a list; GraphtierError naming the value when a name is empty."""
-    from graphtier.contract.errors import GraphtierError
-
-    parts = [part.strip() for part in text.split(",")]
-    if not text.strip() or any(not part for part in parts):
-        raise GraphtierError(f"--nodes {text!r}: give node names or HOST:PORT addresses separated by commas")
-    return parts
-
-
-def split_args(text: str) -> list[str]:
-    """--script-args as a shell would split it."""
-    import shlex
-
-    from graphtier.contract.errors import GraphtierError
-
-    try:
-        return shlex.split(text)
-    except ValueError as exc:
-        raise GraphtierError(f"--script-args {text!r}: {exc}") from None
-
-
-@app.command()
+@app.command(cls=FlagCommand)
+@with_model_options(JobSpec)
 def submit(
-    dataset: Annotated[str | None, typer.Option(help="prepared dataset to train on")] = None,
-    model: Annotated[str | None, typer.Option(help="sage, gcn or gat; rgcn or hgt on a typed dataset")] = None,
-    fanout: Annotated[
-        str | None,
-        typer.Option(
-            help="neighbours per hop, e.g. 15,10,5 (-1 = all); on a typed dataset per relation, hops split by ';': "
-            "'paper-written_by-author:10,...;5'"
-        ),
-    ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="seed nodes per batch per rank")] = None,
-    hidden: Annotated[int | None, typer.Option(help="hidden width")] = None,
-    heads: Annotated[int | None, typer.Option(help="attention heads (gat)")] = None,
-    epochs: Annotated[int | None, typer.Option(help="passes over the train ids")] = None,
-    lr: Annotated[float | None, typer.Option(help="Adam learning rate")] = None,
-    dropout: Annotated[float | None, typer.Option(help="dropout in [0, 1)")] = None,
-    weight_decay: Annotated[float | None, typer.Option(help="Adam L2 weight decay")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, or cuda (one GPU per rank)")] = None,
-    nproc_per_node: Annotated[int | None, typer.Option(help="trainer ranks (torchrun --nproc-per-node)")] = None,
-    nnodes: Annotated[
-        int | None, typer.Option(help="nodes (daemons) the job spans: this one and its first peers")
-    ] = None,
-    nodes: Annotated[
-        str | None, typer.Option(help="the nodes by name or HOST:PORT, this one among them: a,b,c")
-    ] = None,
-    checkpoint_every_steps: Annotated[int | None, typer.Option(help="0 = at epoch ends only")] = None,
-    seed: Annotated[int | None, typer.Option(help="seed of shuffles, samplers and init")] = None,
-    max_restarts: Annotated[
-        int | None,
-        typer.Option(
-            help="restarts from the newest checkpoint: of failed ranks (torchrun --max-restarts), or of a "
-            "multi-node job on the nodes that remain after a lost node"
-        ),
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="a name shown by `job list`")] = None,
-    script: Annotated[
-        Path | None, typer.Option(help="your own training script, run under torchrun (see examples/)")
-    ] = None,
-    script_args: Annotated[
-        str | None, typer.Option(help="the script's arguments, one string: '--layers 3 --tag x'")
-    ] = None,
-    num_devices: Annotated[
-        int | None, typer.Option(help="devices the device tiers span (0: every row on host)")
-    ] = None,
-    device_replicated: Annotated[str | None, typer.Option(help="feature bytes on every device: 5% or 512MiB")] = None,
-    device_interleaved: Annotated[str | None, typer.Option(help="feature bytes spread over the devices")] = None,
-    host_budget: Annotated[str | None, typer.Option(help="feature bytes in host memory (default: the rest)")] = None,
-    structure_device: Annotated[
-        str | None,
-        typer.Option(help="structure bytes (CSC lists of the hottest nodes) on every device: 10% or 256MiB"),
-    ] = None,
-    storage_reads: Annotated[
-        str | None, typer.Option(help="storage-tier rows: mmap (default), direct (O_DIRECT) or page-cache")
-    ] = None,
-    window: Annotated[
-        int | None,
-        typer.Option(help="look-ahead window: batches sampled ahead, storage rows read early and once; 0 = off"),
-    ] = None,
-    on_nonfinite: Annotated[
-        str | None,
-        typer.Option(help="a NaN/inf loss or gradient: fail (default, naming rank and step), skip-step or off"),
-    ] = None,
-    features: Annotated[
-        str | None,
-        typer.Option(
-            help="multi-node feature rows: replicated (default: every node holds all) or partitioned "
-            "(split across nodes, the hottest --replicate on every node, the rest fetched per batch)"
-        ),
-    ] = None,
-    sampler: Annotated[
-        str | None,
-        typer.Option(
-            help="where producers sample: cpu, gpu (device cuda only) or auto "
-            "(default: gpu on a cuda job with structure on the device, else cpu)"
-        ),
-    ] = None,
-    mps: Annotated[
-        str | None,
-        typer.Option(
-            help="how cuda producers keep to --producer-sm-share: use (a running MPS control daemon), manage "
-            "(the daemon runs its own while jobs need it), off (a capped grid) or auto (default: use where a "
-            "control daemon answers, else off)"
-        ),
-    ] = None,
-    producer_sm_share: Annotated[
-        float | None,
-        typer.Option(
-            help="percent of each GPU's SMs a producer may use, in (0, 100] (default 10): "
-            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE under MPS, else the grid of its kernels"
-        ),
-    ] = None,
-    replicate: Annotated[
-        str | None,
-        typer.Option(
-            help="with --features partitioned: the rows, hottest first, on every node: "
-            "a share (10%, 0.1; default 10%) or feature bytes per node (512MiB)"
-        ),
-    ] = None,
-    task: Annotated[
-        str | None,
-        typer.Option(
-            help="node (default: node classification) or link (link prediction over the dataset's "
-            "--edge-split: batches of train edges and sampled negatives; AUC, MRR and Hits@50)"
-        ),
-    ] = None,
-    negatives: Annotated[int | None, typer.Option(help="link: negative pairs per positive edge (default 1)")] = None,
-    negative_sampling: Annotated[
-        str | None,
-        typer.Option(help="link: uniform (default: random pairs) or corrupt-tail (the source, random tails)"),
-    ] = None,
-    decoder: Annotated[
-        str | None,
-        typer.Option(
-            help="link: dot (default: dot product of the embeddings), mlp, mlp+cn (an MLP also fed the "
-            "pair's common neighbours, Adamic-Adar and resource allocation over the training graph), or "
-            "mlp+cn+aa (mlp+cn plus the pair's Adamic-Adar, weighted by validation Hits@50)",
-        ),
-    ] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
     runtime_dir: RuntimeDirOption = None,
     json_out: JsonOption = False,
+    *,
+    given: GivenOptions,
 ) -> None:
     """Submit a job (flags or --spec job.yaml) and print its id."""
-    from graphtier.contract.hetero import split_fanout_hops
     from graphtier.contract.jobs.script_defaults import DEFAULTS_NAME, script_defaults
-    from graphtier.contract.jobs.spec import JobSpec
-    from graphtier.launcher.cli.dataset import parse_fanouts
 
     with error_boundary():
-        typed_fanout = fanout is not None and (":" in fanout or ";" in fanout)
-        budgets = {
-            "num_devices": num_devices,
-            "device_replicated": device_replicated,
-            "device_interleaved": device_interleaved,
-            "host": host_budget,
-            "structure_device": structure_device,
-        }
-        flags = {
-            "dataset": dataset,
-            "model": model,
-            "fanouts": parse_fanouts(fanout) if fanout and not typed_fanout else None,
-            "relation_fanouts": split_fanout_hops(fanout) if fanout and typed_fanout else None,
-            "batch_size": batch_size,
-            "hidden": hidden,
-            "heads": heads,
-            "epochs": epochs,
-            "lr": lr,
-            "dropout": dropout,
-            "weight_decay": weight_decay,
-            "device": device,
-            "nproc_per_node": nproc_per_node,
-            "checkpoint_every_steps": checkpoint_every_steps,
-            "seed": seed,
-            "max_restarts": max_restarts,
-            "name": name,
-            "script": script_path(script) if script else None,
-            "nnodes": nnodes,
-            "nodes": split_nodes(nodes) if nodes is not None else None,
-            "args": split_args(script_args) if script_args is not None else None,
-            "storage_reads": storage_reads,
-            "window": window,
-            "on_nonfinite": on_nonfinite,
-            "features": features,
-            "replicate": replicate,
-            "sampler": sampler,
-            "mps": mps,
-            "producer_sm_share": producer_sm_share,
-            "task": task,
-            "negatives": negatives,
-            "negative_sampling": negative_sampling,
-            "decoder": decoder,
-        }
+        values = given.values()
+        # a nested model's flags (the tier budgets) refine what the spec file and the script's defaults give
+        nested = {name: values.pop(name) for name in list(values) if isinstance(values[name], dict)}
         if spec is not None:
-            job_spec = JobSpec.from_yaml(spec, **flags)
+            job_spec = JobSpec.from_yaml(spec, **values)
         else:
-            job_spec = JobSpec.build({k: v for k, v in flags.items() if v is not None}, source="command line")
-        if job_spec.script:
-            script_path(Path(job_spec.script), f"{spec}: script")  # a spec file's script too, before anything runs
+            job_spec = JobSpec.build(values, source="command line")
+        if job_spec.script:  # a spec file's script too, before anything runs
+            script_path(Path(job_spec.script), "--script" if "script" in values else f"{spec}: script")
             defaults = script_defaults(Path(job_spec.script))  # the script's JOB_DEFAULTS under what was given
             if defaults:
-                given = job_spec.model_dump(include=job_spec.model_fields_set)
-                job_spec = JobSpec.build({**defaults, **given}, source=f"{job_spec.script}: {DEFAULTS_NAME}")
-        if any(v is not None for v in budgets.values()):
-            given = job_spec.budgets.model_dump() if job_spec.budgets else {}
-            merged = {**given, **{k: v for k, v in budgets.items() if v is not None}}
-            job_spec = JobSpec.build({**job_spec.model_dump(), "budgets": merged}, source="command line")
+                given_fields = job_spec.model_dump(include=job_spec.model_fields_set)
+                job_spec = JobSpec.build({**defaults, **given_fields}, source=f"{job_spec.script}: {DEFAULTS_NAME}")
+        if nested:
+            current = {name: getattr(job_spec, name) for name in nested}
+            refined = {name: {**(now.model_dump() if now else {}), **nested[name]} for name, now in current.items()}
+            job_spec = JobSpec.build({**job_spec.model_dump(), **refined}, source="command line")
         with _client(runtime_dir) as client:
             job = client.submit_job(job_spec)
             if not json_out:
