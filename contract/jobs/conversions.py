@@ -8,11 +8,13 @@ mean "the default" as `jobs.proto` documents; the domain `JobSpec` then validate
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, get_args
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from pydantic import BaseModel
 
 from graphtier.contract.conversions import (
-    budgets_from_proto,
-    budgets_to_proto,
     from_timestamp,
     storage_from_proto,
     storage_to_proto,
@@ -23,7 +25,7 @@ from graphtier.contract.conversions import (
 from graphtier.contract.errors import InvalidReportError, InvalidRequestError
 from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
-from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.spec import JobSpec, ModelKind
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import (
     JobEvent,
@@ -36,16 +38,8 @@ from graphtier.contract.jobs.view import (
     RankInfo,
     StateChange,
 )
+from graphtier.contract.options import nested_model
 from graphtier.v1 import common_pb2, jobs_pb2, progress_pb2
-
-_MODELS = {
-    "sage": jobs_pb2.MODEL_SAGE,
-    "gcn": jobs_pb2.MODEL_GCN,
-    "gat": jobs_pb2.MODEL_GAT,
-    "rgcn": jobs_pb2.MODEL_RGCN,
-    "hgt": jobs_pb2.MODEL_HGT,
-}
-_DEVICES = {"cpu": jobs_pb2.DEVICE_CPU, "cuda": jobs_pb2.DEVICE_CUDA}
 
 
 def state_to_proto(state: JobState) -> int:
@@ -61,111 +55,87 @@ def state_from_proto(value: int) -> JobState:
         raise InvalidRequestError(f"unknown job state {value} (known: {known})") from None
 
 
-# Specs
+# Specs: every field of the domain JobSpec travels under its own name (jobs.proto declares them in its
+# order); an enum-coded one as the value named like its choice (model "sage": MODEL_SAGE), a nested
+# model as its message. A wire field the domain model lacks is deprecated and refused when set.
 
 
 def spec_to_proto(spec: JobSpec) -> jobs_pb2.JobSpec:
-    message = jobs_pb2.JobSpec(
-        dataset=spec.dataset,
-        model=_MODELS[spec.model],
-        fanouts=spec.fanouts,
-        relation_fanouts=spec.relation_fanouts,
-        batch_size=spec.batch_size,
-        hidden=spec.hidden,
-        epochs=spec.epochs,
-        lr=spec.lr,
-        dropout=spec.dropout,
-        nproc_per_node=spec.nproc_per_node,
-        nnodes=spec.nnodes,
-        nodes=spec.nodes,
-        checkpoint_every_steps=spec.checkpoint_every_steps,
-        seed=spec.seed,
-        name=spec.name,
-        heads=spec.heads,
-        num_slots=spec.num_slots,
-        max_restarts=spec.max_restarts,
-        weight_decay=spec.weight_decay,
-        device=_DEVICES[spec.device],
-        script=spec.script,
-        args=spec.args,
-        storage_reads=spec.storage_reads,
-        window=spec.window,
-        on_nonfinite=spec.on_nonfinite,
-        features=spec.features,
-        replicate=spec.replicate,
-        sampler=spec.sampler,
-        mps=spec.mps,
-        producer_sm_share=spec.producer_sm_share,
-        task=spec.task,
-        negatives=spec.negatives,
-        negative_sampling=spec.negative_sampling,
-        decoder=spec.decoder,
-    )
-    if spec.budgets is not None:
-        message.budgets.CopyFrom(budgets_to_proto(spec.budgets))
+    message = jobs_pb2.JobSpec()
+    model_to_message(spec, message)
     return message
+
+
+def model_to_message(model: BaseModel, message: Message) -> None:
+    """Set `message`'s fields from `model`'s of the same names; a None value leaves its field unset."""
+    for name in type(model).model_fields:
+        value, field = getattr(model, name), message.DESCRIPTOR.fields_by_name[name]
+        if value is None:
+            continue
+        if field.message_type is not None:
+            nested = getattr(message, name)
+            nested.SetInParent()
+            model_to_message(value, nested)
+        elif field.enum_type is not None:
+            setattr(message, name, field.enum_type.values_by_name[_enum_prefix(field) + value.upper()].number)
+        elif field.is_repeated:
+            getattr(message, name).extend(value)
+        else:
+            setattr(message, name, value)
 
 
 def spec_values_from_proto(message: jobs_pb2.JobSpec) -> dict[str, Any]:
     """The fields the request set (zero = default left out), for `JobSpec.build` to validate."""
-    values: dict[str, Any] = {"dataset": message.dataset}
-    if message.model != jobs_pb2.MODEL_UNSPECIFIED:
-        names = {v: k for k, v in _MODELS.items()}
-        values["model"] = names.get(message.model, f"unknown model {message.model}")
-    elif not message.script:
-        values["model"] = "model not set (choose sage, gcn, gat, rgcn or hgt, or name a script)"
-    if message.fanouts:
-        values["fanouts"] = list(message.fanouts)
-    if message.relation_fanouts:
-        values["relation_fanouts"] = list(message.relation_fanouts)
-    for name in (
-        "batch_size",
-        "hidden",
-        "epochs",
-        "lr",
-        "nproc_per_node",
-        "checkpoint_every_steps",
-        "heads",
-        "num_slots",
-        "storage_reads",
-        "window",
-        "on_nonfinite",
-        "features",
-        "replicate",
-        "sampler",
-        "mps",
-        "producer_sm_share",
-        "task",
-        "negatives",
-        "negative_sampling",
-        "decoder",
-    ):
-        if getattr(message, name):
-            values[name] = getattr(message, name)
-    if message.device != jobs_pb2.DEVICE_UNSPECIFIED:
-        devices = {v: k for k, v in _DEVICES.items()}
-        values["device"] = devices.get(message.device, f"unknown device {message.device}")
-    for name in ("dropout", "seed", "max_restarts", "weight_decay"):
-        if message.HasField(name):
-            values[name] = getattr(message, name)
-    if message.HasField("budgets"):
-        values["budgets"] = budgets_from_proto(message.budgets)
-    if message.name:
-        values["name"] = message.name
-    if message.script:
-        values["script"] = message.script
-    if message.args:
-        values["args"] = list(message.args)
-    if message.nnodes:
-        values["nnodes"] = message.nnodes
-    if message.nodes:
-        values["nodes"] = list(message.nodes)
-    if message.rdzv_endpoint or message.rdzv_id:
+    values = message_values(message, JobSpec)
+    if "model" not in values and not message.script:
+        choices = ", ".join(get_args(ModelKind))
+        values["model"] = f"model not set (choose {choices}, or name a script)"
+    deprecated = [field for field in message.DESCRIPTOR.fields if _deprecated_set(message, field)]
+    refused = [f"{field.name} {getattr(message, field.name)!r}" for field in deprecated]
+    if refused:
         raise InvalidRequestError(
-            f"SubmitJob: rdzv_endpoint {message.rdzv_endpoint!r} / rdzv_id {message.rdzv_id!r} are chosen by the "
-            "coordinating daemon; submit with nnodes or nodes and leave them empty"
+            f"SubmitJob: {' / '.join(refused)} are chosen by the coordinating daemon; submit with nnodes or nodes "
+            "and leave them empty"
         )
     return values
+
+
+def message_values(message: Message, model: type[BaseModel]) -> dict[str, Any]:
+    """The values of `model`'s fields that `message` sets (a required one always), a nested model's as a
+    mapping, for the model to validate."""
+    values: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        field = message.DESCRIPTOR.fields_by_name[name]
+        if not (info.is_required() or _is_set(message, field)):
+            continue
+        value = getattr(message, name)
+        if field.message_type is not None:
+            nested = nested_model(info.annotation)
+            assert nested is not None, f"{model.__name__}.{name}: a message on the wire is a model here"
+            value = message_values(value, nested)
+        elif field.enum_type is not None:
+            named = field.enum_type.values_by_number.get(value)
+            value = named.name.removeprefix(_enum_prefix(field)).lower() if named else f"unknown {name} {value}"
+        elif field.is_repeated:
+            value = list(value)
+        values[name] = value
+    return values
+
+
+def _is_set(message: Message, field: FieldDescriptor) -> bool:
+    """Whether `message` gives `field`: present (a field that tracks presence), else not zero or empty."""
+    if field.is_repeated:
+        return len(getattr(message, field.name)) > 0
+    return message.HasField(field.name) if field.has_presence else bool(getattr(message, field.name))
+
+
+def _deprecated_set(message: Message, field: FieldDescriptor) -> bool:
+    return field.GetOptions().deprecated and _is_set(message, field)
+
+
+def _enum_prefix(field: FieldDescriptor) -> str:
+    """The prefix of an enum's value names, its zero value's name less UNSPECIFIED (MODEL_UNSPECIFIED: MODEL_)."""
+    return field.enum_type.values_by_number[0].name.removesuffix("UNSPECIFIED")
 
 
 def spec_from_proto(message: jobs_pb2.JobSpec) -> JobSpec:

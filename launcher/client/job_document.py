@@ -5,7 +5,8 @@ nor the contract's models: only the generated jobs messages. The document has ex
 order and values of the job's contract form (`contract.jobs.view.JobInfo`, its spec and
 placement dumped by pydantic in JSON mode; times as `str(datetime)`), which
 `document_of(job)` gives for a `JobInfo` in hand: the wire message is the one form both
-come from. `tests/launcher/client/test_job_document.py` holds the two together.
+come from. The spec is read field by field from the message's descriptor (jobs.proto declares
+`JobSpec`'s fields in its order). `tests/launcher/cli/test_job_document.py` holds the two together.
 """
 
 from __future__ import annotations
@@ -22,45 +23,6 @@ if TYPE_CHECKING:
 
 JobDocument = dict[str, Any]
 
-# `JobSpec`'s fields in its order (model_dump's keys); the wire message names them alike.
-SPEC_FIELDS = (
-    "dataset",
-    "model",
-    "fanouts",
-    "relation_fanouts",
-    "batch_size",
-    "hidden",
-    "heads",
-    "epochs",
-    "lr",
-    "weight_decay",
-    "dropout",
-    "nproc_per_node",
-    "nnodes",
-    "nodes",
-    "device",
-    "checkpoint_every_steps",
-    "seed",
-    "budgets",
-    "max_restarts",
-    "num_slots",
-    "storage_reads",
-    "window",
-    "on_nonfinite",
-    "features",
-    "replicate",
-    "sampler",
-    "mps",
-    "producer_sm_share",
-    "task",
-    "negatives",
-    "negative_sampling",
-    "decoder",
-    "name",
-    "script",
-    "args",
-)
-BUDGET_FIELDS = ("num_devices", "device_replicated", "device_interleaved", "host", "structure_device")
 PROGRESS_FIELDS = (
     "epoch",
     "step_in_epoch",
@@ -93,7 +55,7 @@ def job_document(message: jobs_pb2.Job) -> JobDocument:
     """The document of one job the daemon sent (GetJob, ListJobs, SubmitJob, CancelJob)."""
     return {
         "job_id": message.job_id,
-        "spec": _spec(message.spec),
+        "spec": spec_document(message.spec),
         "state": _state(message.state),
         "message": message.message,
         "created_at": _time(message.created_at),
@@ -129,29 +91,38 @@ def _state(value: int) -> str:
     return jobs_pb2.JobState.Name(value).removeprefix("JOB_STATE_").lower()
 
 
-def _spec(message: jobs_pb2.JobSpec) -> dict[str, Any]:
-    """The spec as the daemon validated it: every field is on the wire, the enums by their names."""
-    from graphtier.v1 import jobs_pb2
+def spec_fields(descriptor: Any = None) -> tuple[str, ...]:
+    """The keys of a spec's document: the message's fields in their order (jobs.proto declares `JobSpec`'s
+    in its order), deprecated ones left out; `descriptor` defaults to JobSpec's."""
+    if descriptor is None:
+        from graphtier.v1 import jobs_pb2
 
+        descriptor = jobs_pb2.JobSpec.DESCRIPTOR
+    return tuple(field.name for field in _fields(descriptor))
+
+
+def _fields(descriptor: Any) -> list[Any]:
+    return [field for field in descriptor.fields if not field.GetOptions().deprecated]
+
+
+def spec_document(message: Any) -> dict[str, Any]:
+    """The spec as the daemon validated it, field by field as the contract dumps it: an enum by the name of
+    its value (MODEL_SAGE: "sage"), a nested message as a mapping, an unset field that tracks presence as None."""
     spec: dict[str, Any] = {}
-    for name in SPEC_FIELDS:
-        value = getattr(message, name)
-        if name == "model":
-            value = jobs_pb2.Model.Name(value).removeprefix("MODEL_").lower()
-        elif name == "device":
-            value = jobs_pb2.Device.Name(value).removeprefix("DEVICE_").lower()
-        elif name == "budgets":
-            value = _budgets(value) if message.HasField("budgets") else None
-        elif name in ("fanouts", "relation_fanouts", "nodes", "args"):
+    for field in _fields(message.DESCRIPTOR):
+        value = getattr(message, field.name)
+        if field.is_repeated:
             value = list(value)
-        spec[name] = value
+        elif field.has_presence and not message.HasField(field.name):
+            value = None
+        elif field.message_type is not None:
+            value = spec_document(value)
+        elif field.enum_type is not None:
+            unspecified = field.enum_type.values_by_number[0].name  # MODEL_UNSPECIFIED: the prefix of every value
+            value = field.enum_type.values_by_number[value].name.removeprefix(unspecified[: -len("UNSPECIFIED")])
+            value = value.lower()
+        spec[field.name] = value
     return spec
-
-
-def _budgets(message: Any) -> dict[str, Any]:
-    budgets = {name: getattr(message, name) for name in BUDGET_FIELDS}
-    budgets["host"] = message.host if message.HasField("host") else None
-    return budgets
 
 
 def _progress(message: jobs_pb2.JobProgress) -> dict[str, Any]:

@@ -62,31 +62,27 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "batch_size", "hidden", "epochs", "lr", "dropout", "nproc_per_node", "nnodes", "checkpoint_every_steps", "seed", "budgets", "name", "heads", "num_slots", "max_restarts", "rdzv_endpoint", "rdzv_id", "weight_decay", "device", "script", "args", "nodes", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "relation_fanouts")
+    __slots__ = ("dataset", "model", "fanouts", "relation_fanouts", "batch_size", "hidden", "heads", "epochs", "lr", "weight_decay", "dropout", "nproc_per_node", "nnodes", "nodes", "device", "checkpoint_every_steps", "seed", "budgets", "max_restarts", "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "name", "script", "args", "rdzv_endpoint", "rdzv_id")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    RELATION_FANOUTS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     LR_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     DROPOUT_FIELD_NUMBER: _ClassVar[int]
     NPROC_PER_NODE_FIELD_NUMBER: _ClassVar[int]
     NNODES_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    HEADS_FIELD_NUMBER: _ClassVar[int]
-    NUM_SLOTS_FIELD_NUMBER: _ClassVar[int]
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
-    RDZV_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
-    RDZV_ID_FIELD_NUMBER: _ClassVar[int]
-    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
-    DEVICE_FIELD_NUMBER: _ClassVar[int]
-    SCRIPT_FIELD_NUMBER: _ClassVar[int]
-    ARGS_FIELD_NUMBER: _ClassVar[int]
-    NODES_FIELD_NUMBER: _ClassVar[int]
+    NUM_SLOTS_FIELD_NUMBER: _ClassVar[int]
     STORAGE_READS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     ON_NONFINITE_FIELD_NUMBER: _ClassVar[int]
@@ -99,31 +95,31 @@ class JobSpec(_message.Message):
     NEGATIVES_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_SAMPLING_FIELD_NUMBER: _ClassVar[int]
     DECODER_FIELD_NUMBER: _ClassVar[int]
-    RELATION_FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCRIPT_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    RDZV_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    RDZV_ID_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
+    relation_fanouts: _containers.RepeatedScalarFieldContainer[str]
     batch_size: int
     hidden: int
+    heads: int
     epochs: int
     lr: float
+    weight_decay: float
     dropout: float
     nproc_per_node: int
     nnodes: int
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    device: Device
     checkpoint_every_steps: int
     seed: int
     budgets: _common_pb2.TierBudgetSpec
-    name: str
-    heads: int
-    num_slots: int
     max_restarts: int
-    rdzv_endpoint: str
-    rdzv_id: str
-    weight_decay: float
-    device: Device
-    script: str
-    args: _containers.RepeatedScalarFieldContainer[str]
-    nodes: _containers.RepeatedScalarFieldContainer[str]
+    num_slots: int
     storage_reads: str
     window: int
     on_nonfinite: str
@@ -136,8 +132,12 @@ class JobSpec(_message.Message):
     negatives: int
     negative_sampling: str
     decoder: str
-    relation_fanouts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., name: _Optional[str] = ..., heads: _Optional[int] = ..., num_slots: _Optional[int] = ..., max_restarts: _Optional[int] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ..., weight_decay: _Optional[float] = ..., device: _Optional[_Union[Device, str]] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., relation_fanouts: _Optional[_Iterable[str]] = ...) -> None: ...
+    name: str
+    script: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    rdzv_endpoint: str
+    rdzv_id: str
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., relation_fanouts: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., device: _Optional[_Union[Device, str]] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., max_restarts: _Optional[int] = ..., num_slots: _Optional[int] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., name: _Optional[str] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
     __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")
