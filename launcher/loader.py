@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import difflib
 import os
 import sys
 from collections.abc import Iterator
@@ -144,29 +145,17 @@ class Job:
         )
         link = spec.task == "link"
         self.typed = self.data.typed  # heterogeneous batches: per-type x, relations and node types
-        self.config = TrainConfig(
-            model=spec.model,
+        self.config = TrainConfig.for_job(  # the spec's model, optimisation, checkpoints; the data's sizes
+            spec,
             # a link job's encoder outputs `hidden`-wide embeddings; a featureless graph's input is a learned row
             in_dim=grant.feature_dim or spec.hidden if link or self.typed else grant.feature_dim,
             num_classes=spec.hidden if link else grant.num_classes,
-            task=spec.task,
-            decoder=spec.decoder,
             # a typed graph's featureless types have their embeddings in the typed model instead
             learned_embeddings=self.data.graph.num_nodes if link and not grant.feature_dim and not self.typed else 0,
             best_split=f"val_hits@{DEFAULT_HITS_K}" if link else "val",
-            hidden=spec.hidden,
             layers=len(spec.fanouts),
-            heads=spec.heads,
-            dropout=spec.dropout,
-            lr=spec.lr,
-            epochs=spec.epochs,
-            weight_decay=spec.weight_decay,
-            device=spec.device,
-            seed=spec.seed,
             checkpoint_dir=checkpoint_dir(self.job_dir),
-            checkpoint_every_steps=spec.checkpoint_every_steps,
             log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)),
-            on_nonfinite=spec.on_nonfinite,
         )
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
         self.session = TrainSession(self.ctx, self.config, self.reporter)
@@ -434,6 +423,25 @@ class Job:
         self.close(exc)
 
 
+def spec_keywords(model: type[JobSpec] = JobSpec) -> tuple[str, ...]:
+    """The keywords `connect()` takes for the job it registers: the job model's fields (but `dataset`, its
+    first argument) and `fanout`, the command line's --fanout."""
+    return (*(name for name in model.model_fields if name != "dataset"), "fanout")
+
+
+def check_keywords(fields: dict[str, Any], model: type[JobSpec] = JobSpec) -> None:
+    """GraphtierError naming a `connect()` keyword that is not a job's (`spec_keywords()`), and the ones there are."""
+    known = spec_keywords(model)
+    unknown = [name for name in fields if name not in known]
+    if unknown:
+        close = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        hints = [f"{name!r}" + (f" (did you mean {match[0]!r}?)" if match else "") for name, match in close.items()]
+        raise GraphtierError(
+            f"graphtier.connect(): unknown keyword {', '.join(hints)}; a job takes {', '.join(known)} "
+            "(JobSpec's fields), besides job_id, runtime_dir and priority"
+        )
+
+
 def _spec_values(dataset: str, fields: dict[str, Any]) -> dict[str, Any]:
     """JobSpec values from `connect()`'s keywords: the spec's field names, `fanout` as the CLI's
     --fanout ("15,10,5" or a list); the running script and its arguments recorded as the job's."""
@@ -478,10 +486,14 @@ def connect(
     Inside a job the daemon started (`job submit --script`: GRAPHTIER_JOB_ID is set) that job, whose
     submitted spec decides; `dataset`, when given, must be its dataset. Otherwise -- a script launched
     by `torchrun --nproc-per-node N train.py`, by torchrun on several machines, or by plain
-    `python train.py` -- `dataset` and the JobSpec fields in `spec` (`fanout="15,10,5"`, `batch_size`,
-    `epochs`, `lr`, ...) register a job with this machine's daemon: the node's first rank makes it, the
-    launch's other ranks join it (by torchrun's run id, master address and agent), the daemon starts
-    one producer per rank, and the job ends when the ranks close it -- or fails when they die.
+    `python train.py` -- `dataset` and the job's other fields in `spec` register a job with this
+    machine's daemon: the node's first rank makes it, the launch's other ranks join it (by torchrun's
+    run id, master address and agent), the daemon starts one producer per rank, and the job ends when
+    the ranks close it -- or fails when they die.
+
+    `spec` takes `JobSpec`'s fields by name (`batch_size`, `epochs`, `lr`, ...; `spec_keywords()` lists
+    them) and `fanout` as the command line's --fanout ("15,10,5"); a keyword that is none of them is
+    refused naming the ones there are.
 
     `priority` (a job this script registers): "job" runs this rank as the daemon runs the ranks it
     starts -- 5 more nice than the daemon, SCHED_BATCH -- so the daemon's control plane answers first
@@ -490,6 +502,7 @@ def connect(
     process cannot lower it back unprivileged."""
     if priority not in ("job", "inherit"):
         raise GraphtierError(f"graphtier.connect(priority={priority!r}): give 'job' or 'inherit'")
+    check_keywords(spec)
     job_id = job_id or os.environ.get(JOB_ID_ENV)
     attached = False
     if not job_id:

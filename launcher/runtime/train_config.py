@@ -1,19 +1,21 @@
 """The train loop's contract: `TrainConfig` in, `TrainProgress` reports out, `TrainResult` back.
 
-`TrainConfig` is a validated pydantic model (extra fields refused) so a job spec can carry
-it across the daemon boundary as JSON; the other two are plain dataclasses.
+`TrainConfig` is a validated pydantic model (extra fields refused): the loop's own settings
+beside those of a job it shares with `JobSpec` by name (model, hidden, lr, epochs, ...), which
+`TrainConfig.for_job` takes from the spec; the other two are plain dataclasses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.jobs.spec import DeviceKind, JobSpec
 from graphtier.contract.link import DecoderKind, TaskKind
 from graphtier.launcher.runtime.checkpoint import TrainPosition
 from graphtier.launcher.runtime.models import ModelName
@@ -41,7 +43,7 @@ class TrainConfig(BaseModel):
     epochs: int = Field(1, ge=1, description="passes over the train ids")
     max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch after this many steps")
     seed: int = Field(0, description="seeds the model init (same on every rank) and dropout (per rank)")
-    device: Literal["cpu", "cuda"] = Field("cpu", description="cpu (gloo) or cuda:LOCAL_RANK (NCCL)")
+    device: DeviceKind = Field("cpu", description="cpu (gloo) or cuda:LOCAL_RANK (NCCL)")
     checkpoint_dir: Path | None = Field(None, description="where rank 0 writes checkpoints; resume from the newest")
     checkpoint_every_steps: int = Field(0, ge=0, description="checkpoint every N optimizer steps (0: epoch ends only)")
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
@@ -63,6 +65,13 @@ class TrainConfig(BaseModel):
         "fail",
         description="a NaN/inf loss or gradient: fail the job naming rank and step, skip-step, or off (unchecked)",
     )
+
+    @classmethod
+    def for_job(cls, spec: JobSpec, **loop: Any) -> TrainConfig:
+        """The config of `spec`'s built-in loop: the spec's fields this config has too (model, hidden, lr,
+        epochs, ...), then `loop`'s values (what the data and the rank decide: in_dim, layers, ...)."""
+        shared = {name: getattr(spec, name) for name in cls.model_fields if name in JobSpec.model_fields}
+        return cls(**{**shared, **loop})
 
     @model_validator(mode="after")
     def _check_heads(self) -> TrainConfig:

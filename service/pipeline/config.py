@@ -8,9 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphtier.contract.fanouts import MAX_HOPS, check_channel_fanouts
-from graphtier.contract.jobs.spec import MAX_NEGATIVES
+from graphtier.contract.jobs.spec import MAX_NEGATIVES, DeviceKind
 from graphtier.contract.link import NegativeSampling
 from graphtier.contract.messages import describe_validation_error
+from graphtier.contract.storage import StorageReads
 from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.layout import SlotCapacity, check_channel_name
@@ -88,7 +89,7 @@ class ProducerConfig(BaseModel):
         le=1,
         description="Without MPS: the share of the SMs its GPU kernels cap their grid to; None = not capped by share.",
     )
-    storage_reads: Literal["mmap", "direct", "page-cache"] = Field(
+    storage_reads: StorageReads = Field(
         default="mmap", description="How storage-tier rows are read: the file mapping, O_DIRECT, or the page cache."
     )
     window: int = Field(
@@ -107,7 +108,7 @@ class ProducerConfig(BaseModel):
         default=None,
         description="Link prediction: batches of `batch_size` train edges with negatives; None = node seeds.",
     )
-    device: Literal["cpu", "cuda"] = Field(
+    device: DeviceKind = Field(
         default="cpu",
         description="Where the slots live: host shared memory, or GPU `device_index` (a `--device cuda` job: the "
         "producer gathers straight into device slots and the rank trains on them without a copy).",
