@@ -2,8 +2,9 @@
 
 Loaded from a YAML or JSON file (`graphtierd --config FILE`) and/or command-line flags;
 flags win over the file. Validated up front, so a typo is a clear error before anything
-starts. This module stays light (no torch, no grpc) so that a second `graphtierd` is
-refused quickly.
+starts. Each field's section and, where it is not `--field-name`, its flag are field metadata
+(`graphtier.contract.options`): graphtierd's command line and help are derived from this model.
+This module stays light (no torch, no grpc) so that a second `graphtierd` is refused quickly.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,7 +29,16 @@ from graphtier.contract.endpoints import (
 from graphtier.contract.environment import GPU_TIERS_ENV
 from graphtier.contract.errors import DaemonConfigError
 from graphtier.contract.messages import describe_validation_error
+from graphtier.contract.options import FILE_ONLY, Flag, Section
 from graphtier.service.daemon.cluster.settings import ClusterConfig
+
+FILES = Section("Files")
+SERVING = Section("Serving")
+ACCESS = Section("Access")
+DATASETS = Section("Datasets")
+JOBS = Section("Jobs")
+GPU = Section("GPU")
+CLUSTER = Section("Cluster")
 
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
 MIN_NVML_INTERVAL_S = 0.1
@@ -48,43 +58,53 @@ class DaemonConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: Literal[1] = Field(default=1, description="Config format version; only 1 exists.")
-    runtime_dir: Path = Field(
+    version: Annotated[Literal[1], FILE_ONLY] = Field(default=1, description="Config format version; only 1 exists.")
+    runtime_dir: Annotated[Path, FILES] = Field(
         default_factory=default_runtime_dir,
-        description="Directory of the lock, Unix socket, endpoints.json and log; one daemon per directory.",
+        description="Directory of the lock, Unix socket, endpoints.json and log; one daemon per directory. Default "
+        "$GRAPHTIER_HOME/run.",
     )
-    socket_path: Path | None = Field(
+    socket_path: Annotated[Path | None, FILES, Flag("--socket")] = Field(
         default=None, description="gRPC Unix socket; default <runtime_dir>/daemon.sock (at most 107 bytes)."
     )
-    tcp: str | None = Field(
+    tcp: Annotated[str | None, SERVING, Flag(metavar="HOST:PORT")] = Field(
         default=None, description="Also serve gRPC on TCP HOST:PORT (port 0 = pick a free one); unset = Unix only."
     )
-    http_host: str = Field(default="127.0.0.1", min_length=1, description="Address of the status app.")
-    http_port: int = Field(
+    http_host: Annotated[str, SERVING] = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="Address of the status app (127.0.0.1: this machine only). The page, /v1/status and /metrics "
+        "have no authentication and show dataset paths, job names and specs to whoever reaches them: bind another "
+        "address only where just your monitoring does.",
+    )
+    http_port: Annotated[int, SERVING] = Field(
         default=0, ge=0, le=65535, description="Port of the status app; 0 = pick a free one (endpoints.json has it)."
     )
-    dataset_root: Path = Field(
-        default_factory=default_dataset_root, description="Where prepared datasets are looked up by name."
+    dataset_root: Annotated[Path, DATASETS] = Field(
+        default_factory=default_dataset_root,
+        description="Where prepared datasets are looked up by name; default $GRAPHTIER_HOME/datasets.",
     )
-    log_file: Path | None = Field(default=None, description="Log file; default <runtime_dir>/daemon.log.")
-    nvml_interval_s: float = Field(
+    log_file: Annotated[Path | None, FILES] = Field(
+        default=None, description="Log file; default <runtime_dir>/daemon.log."
+    )
+    nvml_interval_s: Annotated[float, GPU] = Field(
         default=1.0,
         ge=0,
         le=60,
         description="Seconds between NVML samples of the GPUs' PCIe and NVLink byte counters; 0 turns the collector "
         "off.",
     )
-    cuda_probe_timeout_s: float = Field(
+    cuda_probe_timeout_s: Annotated[float, GPU] = Field(
         default=120.0,
         ge=0,
         le=600,
         description="Seconds the CUDA probe subprocess (host registration, peer access) may run after start; 0 skips "
         "it (`graphtier doctor` runs the same checks).",
     )
-    grpc_workers: int = Field(
+    grpc_workers: Annotated[int, SERVING] = Field(
         default=16, ge=2, le=256, description="Threads serving gRPC calls other than the followed event streams."
     )
-    max_event_streams: int = Field(
+    max_event_streams: Annotated[int, SERVING] = Field(
         default=256,
         ge=1,
         le=4096,
@@ -92,42 +112,42 @@ class DaemonConfig(BaseModel):
         "of its own beside the grpc_workers, so open streams never starve other calls; one more is refused "
         "(RESOURCE_EXHAUSTED) naming this limit.",
     )
-    shutdown_grace_s: float = Field(
+    shutdown_grace_s: Annotated[float, SERVING] = Field(
         default=5.0, ge=0, le=600, description="Seconds in-flight calls get to finish on SIGTERM."
     )
-    producer_stall_timeout_s: float = Field(
+    producer_stall_timeout_s: Annotated[float, JOBS] = Field(
         default=60.0,
         gt=0,
         le=3600,
         description="A producer alive but without a heartbeat this long is stalled: its rank stops waiting and the "
         "job fails naming it.",
     )
-    max_running_jobs: int = Field(
+    max_running_jobs: Annotated[int, JOBS] = Field(
         default=0,
         ge=0,
         le=10_000,
         description="Jobs running at once; 0 = as many as fit the machine's cores, memory and GPUs. The rest wait "
         "in order of submission.",
     )
-    core_oversubscription: float = Field(
+    core_oversubscription: Annotated[float, JOBS] = Field(
         default=2.0,
         ge=0.25,
         le=64,
         allow_inf_nan=False,
         description="Ranks the running jobs may have per CPU core together before a new job waits.",
     )
-    memory_limit: str = Field(
+    memory_limit: Annotated[str, JOBS] = Field(
         default="auto",
         min_length=1,
         description="Memory the daemon and everything it starts may use: 'auto' = the limit of the memory cgroup "
         "it runs in (none outside one), 'none', or a size ('8GiB'). A job whose fixed need does not fit is refused "
         "at submit naming the least that works; what the limit leaves sizes the producers' storage buffers.",
     )
-    keep_checkpoints: bool = Field(
+    keep_checkpoints: Annotated[bool, JOBS] = Field(
         default=False,
         description="Keep every job's checkpoints; otherwise a succeeded job's are removed and others keep the newest.",
     )
-    job_retire_s: float = Field(
+    job_retire_s: Annotated[float, JOBS] = Field(
         default=600.0,
         ge=0,
         le=30 * 86400,
@@ -135,66 +155,66 @@ class DaemonConfig(BaseModel):
         description="Seconds after a job ends before its per-job metric series are folded away and it is answered "
         "from the job store.",
     )
-    state_dir: Path | None = Field(
+    state_dir: Annotated[Path | None, FILES] = Field(
         default=None,
         description="Where the job history (SQLite) lives, across restarts; one daemon at a time. Default: "
         "<runtime_dir>/../state, or <runtime_dir>/../state-<name> when the runtime directory is not named run.",
     )
-    idle_unload_s: float = Field(
+    idle_unload_s: Annotated[float, DATASETS] = Field(
         default=0.0,
         ge=0,
         le=30 * 86400,
         allow_inf_nan=False,
         description="Unload a dataset no unfinished job has used for this many seconds; 0 = keep it loaded.",
     )
-    shm_budget: str = Field(
+    shm_budget: Annotated[str, DATASETS] = Field(
         default="90%",
         min_length=1,
         description="Shared memory all loaded datasets may hold ('40GiB', or a % of /dev/shm); idle ones are "
         "unloaded least recently used first to make room.",
     )
-    socket_group: str | None = Field(
+    socket_group: Annotated[str | None, ACCESS] = Field(
         default=None,
         min_length=1,
         description="Unix group whose members may call the daemon: socket 0660 and runtime directory 0750 "
         "owned by it; unset = the daemon's user only (0600 / 0700).",
     )
-    insecure: bool = Field(
+    insecure: Annotated[bool, ACCESS] = Field(
         default=False,
         description="Serve the TCP listener in plaintext (still token-checked); otherwise TCP is TLS only.",
     )
-    tls_cert: Path | None = Field(
+    tls_cert: Annotated[Path | None, ACCESS] = Field(
         default=None,
         description="TLS certificate (PEM) of the TCP listener; default a self-signed one in <runtime_dir>/tls.",
     )
-    tls_key: Path | None = Field(
+    tls_key: Annotated[Path | None, ACCESS] = Field(
         default=None, description="Private key (PEM) of tls_cert; given with it or not at all."
     )
-    token_file: Path | None = Field(
+    token_file: Annotated[Path | None, ACCESS] = Field(
         default=None,
         description="The bearer token TCP callers must present; default <runtime_dir>/token, made if missing.",
     )
-    gpu_tiers: Literal["auto", "off"] = Field(
+    gpu_tiers: Annotated[Literal["auto", "off"], GPU] = Field(
         default_factory=lambda: os.environ.get(GPU_TIERS_ENV, "auto"),  # type: ignore[arg-type,return-value]
         validate_default=True,
         description=f"auto: device tiers in GPU memory when CUDA devices are visible; off: always accounted only "
         f"(default ${GPU_TIERS_ENV}, else auto).",
     )
-    device_budget: str = Field(
+    device_budget: Annotated[str, GPU] = Field(
         default="auto",
         min_length=1,
         description="Device-tier bytes per GPU ('24GiB', '50%' of its memory); auto = free memory less device_reserve.",
     )
-    device_reserve: str = Field(
+    device_reserve: Annotated[str, GPU] = Field(
         default="25%", min_length=1, description="With device_budget auto: GPU memory left free for training."
     )
-    device_memory: Literal["ipc", "vmm"] = Field(
+    device_memory: Annotated[Literal["ipc", "vmm"], GPU] = Field(
         default="ipc",
         description="How device tiers and device slots are shared with producers and ranks: ipc (legacy CUDA IPC "
         "handles; needs a shared PID namespace, e.g. hostPID pods) or vmm (cuMemCreate allocations whose POSIX fds "
         "pass over the daemon's Unix socket; works across PID namespaces).",
     )
-    cluster: ClusterConfig = Field(
+    cluster: Annotated[ClusterConfig, CLUSTER] = Field(
         default_factory=ClusterConfig,
         description="Peers (other daemons' TCP HOST:PORT, or a hosts file), this node's name and the peer timeout; "
         "empty = a one-node daemon.",
@@ -347,7 +367,8 @@ class DaemonConfig(BaseModel):
     @classmethod
     def build(cls, source: str | Path | None = None, **overrides: Any) -> DaemonConfig:
         """Config from file `source` (YAML or JSON; relative paths are relative to the file), then
-        `overrides` whose value is not None (command-line flags). DaemonConfigError says what is wrong."""
+        `overrides` whose value is not None (command-line flags; a mapping for a nested section, such as
+        `cluster`, refines the file's). DaemonConfigError says what is wrong."""
         data: dict[str, Any] = {}
         where = "daemon config"
         if source is not None:
@@ -371,13 +392,11 @@ class DaemonConfig(BaseModel):
                     value = data["cluster"].get(key)
                     if isinstance(value, str) and not Path(value).expanduser().is_absolute():
                         data["cluster"][key] = str(path.parent / value)
-        cluster = {
-            key.removeprefix("cluster_"): overrides.pop(key) for key in list(overrides) if key.startswith("cluster_")
-        }
-        cluster = {key: value for key, value in cluster.items() if value not in (None, [])}
-        if cluster:
-            data["cluster"] = {**(data.get("cluster") or {}), **cluster}
-        data.update({key: value for key, value in overrides.items() if value is not None})
+        for key, value in overrides.items():  # a nested section's flags refine the file's section
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                value = {**data[key], **value}
+            if value is not None:
+                data[key] = value
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

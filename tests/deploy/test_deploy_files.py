@@ -19,7 +19,7 @@ import yaml
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.cli.app import app
 from graphtier.service.daemon.config import DaemonConfig
-from graphtier.service.daemon.main import build_parser
+from graphtier.service.daemon.main import command_line
 from graphtier.service.daemon.metrics.registry import MetricsRegistry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,8 +36,8 @@ def _console_scripts() -> dict[str, str]:
 
 
 def _graphtierd_args(argv: list[str]) -> None:
-    """Parse like graphtierd does; argparse exits on an unknown flag."""
-    build_parser().parse_args(argv)
+    """Parse like graphtierd does; an unknown flag raises a usage error."""
+    command_line().make_context("graphtierd", list(argv))
 
 
 def test_daemon_configs_validate_and_agree(tmp_path):

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from graphtier.contract.options import Flag
 
 DEFAULT_PEER_TIMEOUT_S = 15.0
 
@@ -63,10 +66,18 @@ class ClusterConfig(BaseModel):
         max_length=128,
         description="This node's name in the cluster (`job submit --nodes`, `cluster status`); default its address.",
     )
-    advertise: str | None = Field(
+    advertise: Annotated[str | None, Flag(metavar="HOST:PORT")] = Field(
         default=None, description="HOST:PORT peers reach this daemon at; default the TCP listen address."
     )
-    peers: list[str] = Field(default_factory=list, max_length=1024, description="Other daemons' TCP HOST:PORT.")
+    peers: Annotated[
+        list[str],
+        Flag(
+            "--peer",
+            metavar="HOST:PORT",
+            help="Another daemon of the cluster (its TCP address); repeat for each.",
+            repeat=True,
+        ),
+    ] = Field(default_factory=list, max_length=1024, description="Other daemons' TCP HOST:PORT addresses.")
     peers_file: Path | None = Field(
         default=None, description="A hosts file: one HOST:PORT per line, '#' comments; this node's own line is skipped."
     )

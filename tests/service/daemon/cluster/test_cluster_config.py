@@ -19,7 +19,7 @@ def test_peers_from_flags_file_and_config_merge_in_order_without_this_node(tmp_p
     hosts.write_text("# the cluster\n10.0.0.1:7070\n10.0.0.2:7070  # this node\n\n10.0.0.3:7070\n")
     config_file = tmp_path / "graphtierd.yaml"
     config_file.write_text("version: 1\ntcp: 10.0.0.2:7070\ncluster:\n  peers_file: hosts\n  peer_timeout_s: 5\n")
-    config = DaemonConfig.build(config_file, cluster_peers=["10.0.0.9:7070"], cluster_node_name="b")
+    config = DaemonConfig.build(config_file, cluster={"peers": ["10.0.0.9:7070"], "node_name": "b"})
     assert config.cluster.peers_file == hosts and config.cluster.node_name == "b" and config.cluster.peer_timeout_s == 5
     assert config.cluster.peer_addresses(own="10.0.0.2:7070") == ["10.0.0.9:7070", "10.0.0.1:7070", "10.0.0.3:7070"]
     assert ClusterConfig().enabled is False
