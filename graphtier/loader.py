@@ -1,16 +1,31 @@
-"""The training script's API, at its stable path: `graphtier.loader`.
+"""A training script's API: its job's batches, dataset facts, progress, checkpoints and evaluation.
 
+    import torch, torch.nn.functional as F
     import graphtier
+
     with graphtier.connect(dataset="cora", fanout="25,10", batch_size=64, epochs=30) as job:
-        ...                                  # job.batches(epoch): blocks, x, y on job.device
+        model = MyGNN(job.dataset.feature_dim, job.spec.hidden, job.dataset.num_classes)
+        optimizer = torch.optim.Adam(model.parameters(), lr=job.spec.lr)
+        model = job.prepare(model, optimizer)        # to job.device, resumed from a checkpoint, DDP
+        for epoch in job.epochs():                   # from the resumed epoch; checkpoints at each end
+            for batch in job.batches(epoch):         # blocks, x, y, edge_index on job.device
+                logits = model(batch.blocks, batch.x)    # or model(batch.x, batch.edge_index)
+                loss = F.cross_entropy(logits[: batch.num_seeds], batch.y)
+                optimizer.zero_grad(); loss.backward(); optimizer.step()
+                job.step(loss, logits)               # progress to the daemon; checkpoints when due
+        print(job.evaluate(model))                   # accuracy per split, over all ranks
 
 `connect` attaches the script to this machine's daemon, whether the daemon started it
 (`graphtier job submit --script train.py`) or the user did (`torchrun --nproc-per-node 2 train.py`,
-`python train.py`). `Job`, `DatasetInfo`, `Batch` (on a heterogeneous dataset: `x` per
-node type, `edge_types`, `relation_blocks(layer)`) and `Block` are what it hands out; the
-implementation and its full documentation are `graphtier.launcher.loader`. Outside any job,
-`PreparedDataset.open("cora")` opens a prepared dataset (under $GRAPHTIER_HOME/datasets) for
-reading: its graph, features, labels, splits and `new_to_old`.
+`python train.py`); either way the job's producers sample and gather into shared memory as for a
+built-in model, and progress, the status page, `job status` and restarts work the same.
+`job.fit(model)` runs the built-in loop instead of the script's own.
+
+A `Batch` holds one `Block` per layer, the input rows `x` and the seeds' labels `y`; on a
+heterogeneous dataset `x` is per node type, with each edge's relation and each node's type. On
+the CPU its tensors are views of the producer's slot, handed back when the next batch is asked
+for. `DatasetInfo` (`job.dataset`) sizes the model. Outside any job, `PreparedDataset.open(name)`
+reads a prepared dataset: its graph, features, labels, splits and ids.
 """
 
 from __future__ import annotations
@@ -18,4 +33,5 @@ from __future__ import annotations
 from graphtier.launcher.loader import Batch, Block, DatasetInfo, Job, connect
 from graphtier.service.prepared import PreparedDataset
 
-__all__ = ["Batch", "Block", "DatasetInfo", "Job", "PreparedDataset", "connect"]
+# in reading order: the API reference lists them so
+__all__ = ["connect", "Job", "DatasetInfo", "Batch", "Block", "PreparedDataset"]

@@ -1,39 +1,8 @@
-"""The public API of a training script, imported as `graphtier.loader` (or `graphtier.connect`).
-
-A script gets its job one of two ways. Submitted -- `graphtier job submit --dataset cora --script
-train.py [--script-args ...]` (or `script:`/`args:` in a YAML job spec) -- the daemon runs it under
-torchrun, one process per rank. Launched by you -- `torchrun --nproc-per-node 2 train.py`, torchrun
-on several machines, or `python train.py` for one rank -- `connect(dataset=..., fanout=..., ...)`
-registers the job with this machine's daemon from inside the ranks. Either way the job's producers
-sample and gather into shared memory exactly as for a built-in model, and `connect()` gives this
-rank its side of the job:
-
-    import torch, torch.nn.functional as F
-    import graphtier
-
-    with graphtier.connect(dataset="cora", fanout="25,10", batch_size=64, epochs=30) as job:
-        model = MyGNN(job.dataset.feature_dim, job.spec.hidden, job.dataset.num_classes)
-        optimizer = torch.optim.Adam(model.parameters(), lr=job.spec.lr)
-        model = job.prepare(model, optimizer)        # to job.device, resume from a checkpoint, DDP
-        for epoch in job.epochs():                   # from the resumed epoch; checkpoints at each end
-            for batch in job.batches(epoch):         # blocks, x, y, edge_index on job.device
-                logits = model(batch.blocks, batch.x)    # or model(batch.x, batch.edge_index)
-                loss = F.cross_entropy(logits[: batch.num_seeds], batch.y)
-                optimizer.zero_grad(); loss.backward(); optimizer.step()
-                job.step(loss, logits)               # progress to the daemon; checkpoints every N steps
-        print(job.evaluate(model))                   # {'val': 0.80, 'test': 0.79}, over all ranks
-
-`batch.blocks` are `Block`s, one bipartite CSC graph per layer (input layer first): `indptr`
-[num_dst + 1] and `indices` (source local ids) with the destinations also the first sources, as
-DGL's message-flow graphs; `graphtier.dgl.to_dgl_blocks` turns them into `dgl.create_block` blocks.
-
-`job.fit(model)` runs the built-in loop (Adam, cross-entropy, evaluation every epoch) on any
-module taking `(blocks, x)`: the built-in models are trained exactly so. Progress, metrics,
-the status page, `job status` and restarts (`max_restarts`, from the job's checkpoints) work
-the same for either. An exception ends the job FAILED with its last line as the cause. Batches
-are zero-copy views of the producer's slot on CPU: a batch is handed back when the next one is
-asked for, so keep no reference to its tensors beyond its step. Call `connect()` early: each
-rank's producer waits for its rank's channel to be opened (120 s), then fails the job.
+"""The implementation of a training script's API, public as `graphtier.loader` (whose docstring
+and the API reference describe it): `connect()` attaches the script to this machine's daemon, as a
+job the daemon started (`job submit --script`) or one its ranks register (`torchrun`, `python`),
+and hands each rank its `Job`: batches read out of the producers' slots, progress, checkpoints,
+evaluation and the built-in loop (`fit`).
 """
 
 from __future__ import annotations
@@ -95,22 +64,42 @@ __all__ = ["Batch", "Block", "DatasetInfo", "Job", "connect"]
 
 @dataclass(frozen=True)
 class DatasetInfo:
-    """What a script needs to size its model and read its data."""
+    """What a script needs to size its model and read its data: `job.dataset`.
+
+    Attributes:
+        name: The dataset's name.
+        num_nodes: Nodes of the graph, of every type.
+        num_edges: Edges of the graph messages pass over (a link-prediction dataset's training edges).
+        feature_dim: Width of a node's input features; 0 when the dataset has none.
+        num_classes: Label classes of node classification.
+        split_sizes: Ids in each split (`train`, `val`, `test`).
+        fanouts: Neighbours per hop of the job's sampler; as many hops as model layers.
+        batch_size: Seed nodes per batch per rank.
+        steps_per_epoch: Batches per epoch, the same on every rank.
+        hetero: A heterogeneous dataset's node types, relations and target type; None for a graph of
+            one type.
+    """
 
     name: str
     num_nodes: int
     num_edges: int
     feature_dim: int
     num_classes: int
-    split_sizes: dict[str, int]  # train/val/test -> number of ids
-    fanouts: list[int]  # neighbours per hop of this job's sampler (hops = model layers)
-    batch_size: int  # seed nodes per batch per rank
-    steps_per_epoch: int  # batches per epoch on every rank
-    hetero: HeteroSchema | None = None  # a typed dataset's node types, relations and target type; None: one type
+    split_sizes: dict[str, int]
+    fanouts: list[int]
+    batch_size: int
+    steps_per_epoch: int
+    hetero: HeteroSchema | None = None
 
 
 class Job:
-    """One torchrun rank's side of a job; made by `connect()`, closed by `with` or `close()`."""
+    """One rank's side of a job: made by `connect()`, ended by `with` or `close()`.
+
+    Attributes:
+        job_id (str): The daemon's id of the job.
+        spec (JobSpec): The job as submitted or registered: `job.spec.hidden`, `job.spec.lr`, ...
+        dataset (DatasetInfo): The dataset's and the batches' sizes.
+    """
 
     def __init__(self, client: DataPlaneClient, job_id: str, runtime_dir: Path, spec: JobSpec) -> None:
         self.client, self.job_id, self.spec = client, job_id, spec
@@ -189,10 +178,12 @@ class Job:
 
     @property
     def rank(self) -> int:
+        """This rank's number among all of the job's ranks, from 0."""
         return self.ctx.rank
 
     @property
     def world_size(self) -> int:
+        """The job's ranks on all of its nodes."""
         return self.ctx.world_size
 
     @property
@@ -213,8 +204,18 @@ class Job:
     # The loop
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
-        """Move `model` to `device`, resume it and `optimizer` from the job's newest checkpoint
-        (a restarted rank), and wrap it in DDP when there are several ranks; train what it returns."""
+        """Ready `model` to train: on `device`, resumed, wrapped in DDP when there are several ranks.
+
+        A restarted rank resumes `model` and `optimizer` from the job's newest checkpoint, so
+        training goes on where it stopped.
+
+        Args:
+            model: The script's model.
+            optimizer: The optimizer of `model`'s parameters; its state is resumed with them.
+
+        Returns:
+            The module to train: `model` itself on one rank, its `DistributedDataParallel` on several.
+        """
         model.to(self.device)
         at = self.session.resume(model, optimizer)
         if self.session.resumed_from is not None:
@@ -232,8 +233,14 @@ class Job:
         )
 
     def epochs(self) -> Iterator[int]:
-        """The epochs left to train (all of them, or from the checkpoint resumed from); at the end of
-        each, rank 0 checkpoints the prepared model and the epoch's figures are reported."""
+        """The epochs left to train: all of them, or those after the checkpoint resumed from.
+
+        At the end of each, rank 0 checkpoints the prepared model and the epoch's figures are
+        reported to the daemon.
+
+        Yields:
+            Each epoch's number, from 0.
+        """
         for epoch in range(self.session.position.epoch, self.spec.epochs):
             self.session.start_epoch()
             self._epoch, self._index = epoch, 0
@@ -241,9 +248,17 @@ class Job:
             self.session.end_epoch(epoch, self._index)
 
     def batches(self, epoch: int | None = None) -> Iterator[Batch]:
-        """This rank's batches of `epoch` (default: the current one of `epochs()`) on `device`,
-        skipping those the resumed checkpoint covers. Each is handed back to the producer when
-        the next is asked for."""
+        """This rank's batches of one epoch, on `device`, skipping those a resumed checkpoint covers.
+
+        A batch is a view of the producer's slot: it is handed back when the next one is asked
+        for, so keep no reference to its tensors beyond its step.
+
+        Args:
+            epoch: The epoch to read; None: the current one of `epochs()`.
+
+        Yields:
+            The epoch's batches in order.
+        """
         epoch = self._epoch if epoch is None else epoch
         self._epoch, skip = epoch, self.session.skip(epoch)
         for index, batch in enumerate(self.channel.batches_for_epoch(epoch)):
@@ -260,8 +275,17 @@ class Job:
         self.session.end_batches()  # an evaluation in the epoch's body is not counted as training
 
     def step(self, loss: Tensor | float, logits: Tensor | None = None) -> None:
-        """Count one optimizer step on the current batch: its loss and, given the model's `logits`
-        (the seeds' rows first), its training accuracy. Reports progress and checkpoints when due."""
+        """Count one optimizer step on the current batch; report progress and checkpoint when due.
+
+        Args:
+            loss: The step's loss.
+            logits: The model's output for the batch, the seeds' rows first; given, the step's
+                training accuracy is counted too.
+
+        Raises:
+            GraphtierError: Called outside `for batch in job.batches()`, or `logits` with fewer
+                rows than the batch has seeds.
+        """
         if self._current is None:
             raise GraphtierError(
                 "job.step() counts a step on the current batch: call it inside `for batch in job.batches()`"
@@ -276,8 +300,20 @@ class Job:
         self.session.record_step(self._epoch, self._index, value, correct, labelled)
 
     def source_ids(self, ids: Tensor) -> Tensor:
-        """The source's ids of this job's node ids `ids` (a batch's `node_ids`, a split's ids; graphtier's are
-        hotness ranks): predictions and embeddings written with them line up with the source's files."""
+        """The source's ids of this job's nodes, so that predictions line up with the source's files.
+
+        graphtier numbers nodes by hotness rank: a batch's `node_ids` and a split's ids are in that
+        numbering.
+
+        Args:
+            ids: Node ids of this job's dataset.
+
+        Returns:
+            The same nodes' ids in the source the dataset was prepared from.
+
+        Raises:
+            GraphtierError: No daemon answers to say where the dataset lives.
+        """
         if self._prepared is None:
             endpoints = read_endpoints(self.client.runtime_dir)
             if endpoints is None:
@@ -286,7 +322,17 @@ class Job:
         return self._prepared.source_ids(ids)
 
     def split_ids(self, split: str) -> Tensor:
-        """The node ids of `split` (train/val/test) in graphtier's ids; `source_ids` maps them to the source's."""
+        """The node ids of a split, in graphtier's numbering (`source_ids` maps them to the source's).
+
+        Args:
+            split: `train`, `val` or `test`.
+
+        Returns:
+            The split's node ids (int64).
+
+        Raises:
+            GraphtierError: The dataset has no such split.
+        """
         if split not in self.data.splits:
             raise GraphtierError(
                 f"dataset {self.spec.dataset!r} has no split {split!r}; it has {sorted(self.data.splits)}"
@@ -296,10 +342,27 @@ class Job:
     def evaluate(
         self, model: nn.Module, splits: tuple[str, ...] = ("val", "test"), forward: Forward | None = None
     ) -> dict[str, float]:
-        """Accuracy on each split over all ranks (every rank must call it), on `device`, reported
-        to the daemon as the job's latest val/test accuracy, and as its best (`result.best`) when the
-        val accuracy is the highest so far. `forward(model, batch)` computes the
-        logits (default `model(batch.blocks, batch.x)`; e.g. `lambda m, b: m(b.x, b.edge_index)`)."""
+        """Accuracy of `model` on each split, over all ranks: every rank must call it.
+
+        Each split's nodes are sampled with the job's fanouts (a typed job's with every neighbour)
+        and evaluated on `device`. The figures are reported to the daemon as the job's latest, and
+        as its best (`result.best` of `job status`) when the validation accuracy is the highest so
+        far.
+
+        Args:
+            model: The model to evaluate, as `prepare` returned it.
+            splits: The splits to measure.
+            forward: `forward(model, batch)` returns the logits, e.g.
+                `lambda m, b: m(b.x, b.edge_index)`; None: `model(batch.blocks, batch.x)` (on a
+                typed dataset, the call of the built-in typed models).
+
+        Returns:
+            Accuracy per split, such as `{"val": ..., "test": ...}`.
+
+        Raises:
+            GraphtierError: On a link-prediction job (its metrics come from `fit`), or for a split
+                the dataset lacks.
+        """
         if self._eval is None:
             raise GraphtierError(
                 "job.evaluate() measures node classification; a link-prediction job's model is evaluated by "
@@ -315,10 +378,24 @@ class Job:
         return self.session.evaluate(self._epoch, self._index, self._eval.eval_batches, model, forward, tuple(splits))
 
     def fit(self, model: nn.Module | None = None) -> TrainResult:
-        """The built-in loop over this job: Adam, cross-entropy, evaluation every epoch, checkpoints,
-        resume. `model` takes `(blocks, x)` (on a heterogeneous job `(blocks, edge_types, node_ids,
-        node_types, x)` with `x` per node type, as R-GCN and HGT do); None builds the spec's built-in
-        `model`. A link job builds its own."""
+        """Train with the built-in loop: Adam, evaluation every epoch, checkpoints, resume.
+
+        Node classification minimises cross-entropy over the seeds; a link-prediction job builds
+        its own model (the spec's encoder and decoder) and minimises binary cross-entropy over its
+        pairs.
+
+        Args:
+            model: A module taking `(blocks, x)` (on a heterogeneous job `(blocks, edge_types,
+                node_ids, node_types, x)` with `x` per node type, as the built-in R-GCN and HGT
+                do); None builds the spec's built-in `model`.
+
+        Returns:
+            How training went (`TrainResult`): the trained model, the last and the best
+                evaluation, the steps and epochs done.
+
+        Raises:
+            GraphtierError: A model given to a link-prediction job.
+        """
         if model is not None and self.spec.task == "link":
             raise GraphtierError("job.fit(model) trains node classification; a link job builds its own model")
         result = train(
@@ -388,7 +465,13 @@ class Job:
     # The end
 
     def close(self, error: BaseException | None = None) -> None:
-        """Report the end (when the script did not fail), give the channel back, leave the group."""
+        """End this rank's side: report the end, give the channel back, leave the process group.
+
+        Idempotent; leaving a `with connect(...)` block calls it.
+
+        Args:
+            error: The exception the script failed with; None: it finished, and the end is reported.
+        """
         if self._closed:
             return
         self._closed = True
@@ -404,8 +487,11 @@ class Job:
             self.client.close()
 
     def close_at_exit(self) -> None:
-        """For a job this script registered: close it when the interpreter exits, failed by an exception
-        that ends the script, so a script without `with` still ends its job."""
+        """Close the job when the interpreter exits, so a script without `with` still ends its job.
+
+        `connect()` calls it for a job the script registered; an exception that ends the script
+        fails the job with it.
+        """
         self._own_launch = True
         previous_hook = sys.excepthook
 
@@ -481,25 +567,40 @@ def connect(
     priority: Literal["job", "inherit"] = "job",
     **spec: Any,
 ) -> Job:
-    """This rank's side of its job.
+    """This rank's side of its job: the one the daemon started, or one registered from here.
 
-    Inside a job the daemon started (`job submit --script`: GRAPHTIER_JOB_ID is set) that job, whose
-    submitted spec decides; `dataset`, when given, must be its dataset. Otherwise -- a script launched
-    by `torchrun --nproc-per-node N train.py`, by torchrun on several machines, or by plain
-    `python train.py` -- `dataset` and the job's other fields in `spec` register a job with this
-    machine's daemon: the node's first rank makes it, the launch's other ranks join it (by torchrun's
-    run id, master address and agent), the daemon starts one producer per rank, and the job ends when
-    the ranks close it -- or fails when they die.
+    Inside a job the daemon started (`job submit --script`, which sets GRAPHTIER_JOB_ID), that job,
+    whose submitted spec decides. Otherwise -- a script launched by `torchrun --nproc-per-node N
+    train.py`, by torchrun on several machines, or by plain `python train.py` -- `dataset` and
+    `spec` register a job with this machine's daemon: the node's first rank makes it, the launch's
+    other ranks join it (by torchrun's run id, master address and agent), the daemon starts one
+    producer per rank, and the job ends when the ranks close it, or fails when they die. Call it
+    early: each rank's producer waits a limited time (120 s) for its rank to open its channel.
 
-    `spec` takes `JobSpec`'s fields by name (`batch_size`, `epochs`, `lr`, ...; `spec_keywords()` lists
-    them) and `fanout` as the command line's --fanout ("15,10,5"); a keyword that is none of them is
-    refused naming the ones there are.
+    Args:
+        dataset: The prepared dataset to train on. Inside a job the daemon started, when given, it
+            must be that job's dataset.
+        job_id: The job to attach to; None: GRAPHTIER_JOB_ID, else a job registered from `spec`.
+        runtime_dir: The daemon's runtime directory; None: GRAPHTIER_RUNTIME_DIR, else the default.
+        priority: For a job this script registers: "job" runs this rank as the daemon runs the
+            ranks it starts (5 more nice than the daemon, SCHED_BATCH), so that the daemon's
+            control plane answers first when cores are short, and its producer at the same
+            priority; "inherit" keeps the launch's priority, and the producer runs at the
+            daemon's. Niceness only ever rises: an unprivileged process cannot lower it back.
+        **spec: The fields of a job this script registers: `JobSpec`'s by name (`batch_size`,
+            `epochs`, `lr`, ...; `spec_keywords()` lists them) and `fanout` as the command
+            line's `--fanout` ("15,10,5" or a list).
 
-    `priority` (a job this script registers): "job" runs this rank as the daemon runs the ranks it
-    starts -- 5 more nice than the daemon, SCHED_BATCH -- so the daemon's control plane answers first
-    when cores are short, and the rank's producer runs at the same priority; "inherit" keeps the
-    launch's priority, and the producer then runs at the daemon's. Niceness only ever rises: a
-    process cannot lower it back unprivileged."""
+    Returns:
+        The rank's `Job`, to use in a `with` block (a job this script registered is also closed
+            when the interpreter exits).
+
+    Raises:
+        GraphtierError: No job to attach to and no `dataset`, a `dataset` other than the job's, a
+            bad `priority` or `fanout`, a keyword that is not a job's (naming the ones there
+            are), or values a job cannot have (`InvalidRequestError`, naming each);
+            `DaemonNotRunningError` when no daemon runs for the runtime directory.
+    """
     if priority not in ("job", "inherit"):
         raise GraphtierError(f"graphtier.connect(priority={priority!r}): give 'job' or 'inherit'")
     check_keywords(spec)

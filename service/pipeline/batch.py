@@ -51,22 +51,41 @@ class Batch:
     when the reader is asked for the next batch with auto-release on): after that the producer
     may overwrite the slot, so clone anything that must outlive the step; an in-place write
     into the mapping faults. A batch sampled in-process (`slot` None) owns its tensors.
+
+    Attributes:
+        subgraph: The sample: global ids of its nodes (seeds first, then each hop's new nodes), its
+            edges over local ids, the sizes of each hop; a heterogeneous graph's relations and
+            node types; a link-prediction batch's pairs.
+        x: The input rows (above); None when the dataset has no features.
+        y: int64 [num_seeds], the seeds' labels; -1 for unlabelled seeds.
+        traffic: Rows and bytes the gather of its input rows read from each tier.
+        batch: Running number over all epochs, from 0.
+        epoch: The epoch it belongs to, from 0.
+        step: Its index within the epoch, from 0.
+        steps_per_epoch: Batches in its epoch.
+        sample_seed: The seed its sample was drawn with.
+        slot: The producer's slot it views; None: sampled in-process.
+        sample_s: Seconds the producer spent sampling it.
+        gather_s: Seconds the producer spent gathering its rows.
+        wait_s: Seconds the reader waited for it.
+        blocks: One `Block` per layer, input layer first.
+        released: Whether the batch was handed back.
     """
 
-    subgraph: SampledSubgraph  # node ids, CSC, hop sizes; relations and node types; pairs
-    x: torch.Tensor | dict[str, torch.Tensor] | None  # input rows (see the class docstring)
-    y: torch.Tensor  # int64 [num_seeds]; -1 for unlabelled seeds
+    subgraph: SampledSubgraph
+    x: torch.Tensor | dict[str, torch.Tensor] | None
+    y: torch.Tensor
     traffic: TrafficCounts
-    batch: int = 0  # running number over all epochs, from 0
+    batch: int = 0
     epoch: int = 0
-    step: int = 0  # index within the epoch, from 0
+    step: int = 0
     steps_per_epoch: int = 0
     sample_seed: int = 0
-    slot: int | None = None  # the producer's slot it views; None: sampled in-process
+    slot: int | None = None
     sample_s: float = 0.0
     gather_s: float = 0.0
-    wait_s: float = 0.0  # how long the consumer waited for this batch
-    blocks: list[Block] = field(default_factory=list)  # per layer, input layer first; from `subgraph` when empty
+    wait_s: float = 0.0
+    blocks: list[Block] = field(default_factory=list)  # from `subgraph` when empty
     _release: Callable[[Batch], None] | None = field(default=None, repr=False)
     released: bool = False
 
@@ -81,10 +100,12 @@ class Batch:
 
     @property
     def node_ids(self) -> torch.Tensor:
+        """Global ids of the sampled nodes, in local-id order: seeds first, then each hop's new nodes."""
         return self.subgraph.node_ids
 
     @property
     def num_seeds(self) -> int:
+        """Seed nodes in the batch: the first rows of a model's output are theirs."""
         return self.y.numel()
 
     @property
@@ -104,6 +125,7 @@ class Batch:
 
     @property
     def is_last_in_epoch(self) -> bool:
+        """Whether it is its epoch's last batch."""
         return self.step == self.steps_per_epoch - 1
 
     @property
@@ -135,13 +157,29 @@ class Batch:
         return self.subgraph.node_ids[:n], self.node_types[:n]
 
     def relation_blocks(self, layer: int) -> list[Block]:
-        """Heterogeneous: one block per relation (relation-id order) of layer `layer`, over its local ids."""
+        """Heterogeneous: one block per relation of a layer, over the layer's local ids.
+
+        Args:
+            layer: The GNN layer, 0 = the input layer.
+
+        Returns:
+            The layer's blocks in relation-id order (the schema's).
+
+        Raises:
+            GraphtierError: The batch is of a graph with one node type.
+        """
         self._hetero_part("edge_types")
         return self.subgraph.relation_blocks(layer)
 
     def to(self, device: torch.device) -> Batch:
-        """This batch with its sample, input rows and labels on `device` (itself when already there);
-        releasing the copy releases this batch."""
+        """This batch with its sample, input rows and labels on `device`.
+
+        Args:
+            device: Where the tensors go.
+
+        Returns:
+            The batch itself when it is already there; else a copy, whose release releases this batch.
+        """
         if self.y.device == device and self.blocks[0].indptr.device == device and _rows_on(self.x, device):
             return self
         subgraph = self.subgraph.to(device)

@@ -19,7 +19,22 @@ from graphtier.service.prepared.npy_io import open_npy
 
 
 class PreparedDataset:
-    """Arrays of one prepared dataset, mapped on first use; nothing is copied into memory."""
+    """A prepared dataset, read-only: its arrays are mapped on first use, nothing is copied into memory.
+
+    Node ids are graphtier's: nodes renumbered by hotness rank at prepare (`new_to_old` and
+    `source_ids` map them back to the source's).
+
+    Args:
+        directory: The dataset's folder (its `manifest.json` and arrays); `open` finds it by name.
+
+    Raises:
+        PreparedDatasetError: An array the manifest lists is missing, truncated or of another
+            shape or dtype.
+
+    Attributes:
+        directory: The dataset's folder.
+        manifest: What `dataset prepare` recorded: sizes, arrays and their checksums, splits, schema.
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
@@ -28,6 +43,18 @@ class PreparedDataset:
 
     @classmethod
     def open(cls, name: str, root: Path | None = None) -> PreparedDataset:
+        """Open a prepared dataset by name.
+
+        Args:
+            name: The name it was prepared under (`graphtier dataset list`).
+            root: The folder of prepared datasets; None: $GRAPHTIER_HOME/datasets.
+
+        Returns:
+            The dataset.
+
+        Raises:
+            PreparedDatasetError: No dataset of that name under `root`, or a damaged one.
+        """
         root = Path(root) if root else default_dataset_root()
         directory = root / validate_name(name)
         if not directory.is_dir():
@@ -38,6 +65,7 @@ class PreparedDataset:
 
     @property
     def name(self) -> str:
+        """The dataset's name."""
         return self.manifest.name
 
     def _check_files(self) -> None:
@@ -70,8 +98,14 @@ class PreparedDataset:
             )
 
     def verify(self) -> None:
-        """Recompute every file's checksums (sha256, and BLAKE3 where recorded) and compare with the manifest,
-        then check the graph structure itself (`check_structure`: checksums can be recomputed over damage)."""
+        """Check every file against the manifest's checksums, then the graph's structure itself.
+
+        The structure is checked too because checksums can be recomputed over damage.
+
+        Raises:
+            PreparedDatasetError: A file whose checksum (sha256, and BLAKE3 where recorded) differs,
+                or a graph that is not a valid CSC of the dataset's nodes.
+        """
         for key, info in self.manifest.arrays.items():
             path = self.directory / info.file
             for algorithm, expected in (("sha256", info.sha256), ("blake3", info.blake3)):
@@ -87,14 +121,28 @@ class PreparedDataset:
         check_structure(self.array("colptr"), self.array("row"), self.manifest.num_nodes, dataset=self.name)
 
     def has(self, key: str) -> bool:
+        """Whether the dataset has the array `key` (see `array`)."""
         return key in self.manifest.arrays
 
     def array(self, key: str) -> torch.Tensor:
+        """One of the dataset's arrays, memory-mapped and read-only.
+
+        Args:
+            key: The array's name in the manifest: `colptr`, `row`, `features`, `labels`,
+                `train_ids`, `new_to_old`, ...
+
+        Returns:
+            The array as a tensor over the file's mapping.
+
+        Raises:
+            PreparedDatasetError: The dataset has no such array, or its file cannot be read.
+        """
         if key not in self.manifest.arrays:
             raise PreparedDatasetError(f"dataset {self.name!r} has no {key!r} array")
         return self._arrays[key]
 
     def array_path(self, key: str) -> Path:
+        """The file of the array `key`."""
         return self.directory / self.manifest.arrays[key].file
 
     @cached_property
@@ -126,34 +174,57 @@ class PreparedDataset:
 
     @property
     def graph(self) -> CSCGraph:
+        """The graph as a CSC: in-edges grouped by destination (`colptr`, `row`)."""
         return CSCGraph(colptr=self.array("colptr"), row=self.array("row"))
 
     @property
     def features(self) -> torch.Tensor | None:
+        """Node features [num_nodes, F]; None when the dataset has none."""
         return self.array("features") if self.has("features") else None
 
     @property
     def labels(self) -> torch.Tensor | None:
+        """Node labels [num_nodes], -1 for unlabelled nodes; None when the dataset has none."""
         return self.array("labels") if self.has("labels") else None
 
     def split(self, name: str) -> torch.Tensor:
+        """The node ids of a split.
+
+        Args:
+            name: `train`, `val` or `test`.
+
+        Returns:
+            The split's node ids (int64).
+
+        Raises:
+            PreparedDatasetError: The dataset has no such split.
+        """
         return self.array(f"{name}_ids")
 
     @property
     def scores(self) -> torch.Tensor:
+        """Each node's hotness score, by which the nodes were numbered and the tiers are filled."""
         return self.array("scores")
 
     @property
     def new_to_old(self) -> torch.Tensor:
+        """For each graphtier id, the node's index in the source as read at prepare."""
         return self.array("new_to_old")
 
     @property
     def old_to_new(self) -> torch.Tensor:
+        """For each node's index in the source, its graphtier id (`new_to_old` inverted)."""
         return self.array("old_to_new")
 
     def source_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """The source's ids of nodes `ids` (graphtier's ids are hotness ranks): `new_to_old`, then the ids
-        the source file spelled when it had its own (an edge list's). For predictions, embeddings and
-        evaluation ids a user compares with the source's files."""
+        """The source's ids of nodes, for predictions, embeddings and ids compared with the source's files.
+
+        Args:
+            ids: graphtier ids of nodes.
+
+        Returns:
+            Their ids in the source: `new_to_old`, then the ids the source file spelled where it had
+                its own (an edge list's).
+        """
         old = self.new_to_old[ids.to(torch.int64).cpu()]
         return self.array("original_ids")[old] if self.has("original_ids") else old

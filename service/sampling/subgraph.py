@@ -31,19 +31,26 @@ class Block:
 
     Destination nodes are local ids [0, num_dst), source nodes [0, num_src); the destination
     nodes are also the first sources, as layer-wise GNNs expect.
+
+    Attributes:
+        indptr: int64 [num_dst + 1]: destination d's edges are `indices[indptr[d]:indptr[d + 1]]`.
+        indices: int64 [num_edges], the source local id of each edge.
+        num_src: Source nodes of the layer.
+        num_dst: Destination nodes of the layer: the first `num_dst` sources.
     """
 
-    indptr: torch.Tensor  # int64 [num_dst + 1]
-    indices: torch.Tensor  # int64 [num_edges], source local ids
+    indptr: torch.Tensor
+    indices: torch.Tensor
     num_src: int
     num_dst: int
 
     @property
     def num_edges(self) -> int:
+        """Edges of the layer."""
         return self.indices.numel()
 
     def edge_index(self) -> torch.Tensor:
-        """[2, num_edges] int64: row 0 source local ids, row 1 destination (PyG convention)."""
+        """The layer's edges as PyG's `edge_index`: int64 [2, num_edges], row 0 source, row 1 destination."""
         return _csc_edge_index(self.indptr, self.indices, self.num_dst)
 
 
