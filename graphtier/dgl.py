@@ -1,6 +1,9 @@
-"""DGL at its stable path: `graphtier.dgl.to_dgl_blocks(batch.blocks)` gives `dgl.create_block`
-blocks for `dgl.nn` layers (needs dgl installed; the implementation and its documentation are
-`graphtier.launcher.runtime.dgl_blocks`)."""
+"""DGL blocks from graphtier's: `to_dgl_blocks(batch.blocks)` gives `dgl.create_block` blocks for
+`dgl.nn` layers (SAGEConv, GATConv, GraphConv, ...), unchanged.
+
+A graphtier `Block` is DGL's message-flow graph in CSC form already, so the conversion hands DGL
+the same arrays, without reordering. Needs dgl installed (it is imported on the first conversion).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""PyG at its stable path: graphtier's stores and sampler for PyG's loaders (needs torch_geometric;
-no pyg-lib or torch-sparse).
+"""PyG's loaders on graphtier's stores and sampler (needs torch_geometric; no pyg-lib or torch-sparse).
 
     from torch_geometric.loader import NeighborLoader
     from graphtier.loader import PreparedDataset
@@ -12,9 +11,13 @@ no pyg-lib or torch-sparse).
 `GraphtierNeighborLoader(data, num_neighbors, ...)` is the same loader in one call. A typed
 dataset gives `HeteroData` batches: `hetero_stores(dataset)`, `num_neighbors` per edge type,
 `input_nodes=typed_input_nodes(dataset, "train")`; `to_hetero_data` turns graphtier's own typed
-sample (a heterogeneous `Batch.subgraph`) into the same `HeteroData`. The
-implementation and its documentation are `graphtier.launcher.runtime.pyg_sampler` and
-`graphtier.launcher.runtime.pyg_stores` and `graphtier.launcher.runtime.pyg_hetero`.
+sample (a heterogeneous `Batch.subgraph`) into the same `HeteroData`.
+
+The stores are read-only and their node ids graphtier's (`PreparedDataset.source_ids` maps them
+to the source's); on a typed dataset each node type numbers its own nodes from 0 (`source_ids`
+here maps them). Sampling is graphtier's uniform k-hop sampling without replacement, with
+`NeighborLoader`'s hop semantics: seeds first in `n_id`, then each hop's new nodes. Sample seeds
+come from torch's global RNG, so `torch.manual_seed` makes runs repeatable.
 """
 
 from __future__ import annotations
@@ -30,16 +33,17 @@ from graphtier.launcher.runtime.pyg_hetero import (
 from graphtier.launcher.runtime.pyg_sampler import GraphtierNeighborLoader, GraphtierSampler
 from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore, stores
 
+# in reading order: the API reference lists them so
 __all__ = [
-    "GraphtierFeatureStore",
-    "GraphtierGraphStore",
-    "GraphtierHeteroFeatureStore",
-    "GraphtierHeteroGraphStore",
     "GraphtierNeighborLoader",
     "GraphtierSampler",
-    "hetero_stores",
-    "source_ids",
     "stores",
-    "to_hetero_data",
+    "GraphtierFeatureStore",
+    "GraphtierGraphStore",
+    "hetero_stores",
     "typed_input_nodes",
+    "source_ids",
+    "to_hetero_data",
+    "GraphtierHeteroFeatureStore",
+    "GraphtierHeteroGraphStore",
 ]

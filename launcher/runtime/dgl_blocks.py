@@ -40,8 +40,20 @@ def _dgl() -> Any:
 
 
 def to_dgl_block(block: CSCBlock, device: torch.device | str | None = None) -> Any:
-    """One graphtier block as a `dgl.create_block` block (num_src_nodes = block.num_src, num_dst_nodes
-    = block.num_dst), on `device` (default: the block's)."""
+    """One graphtier block as a DGL block.
+
+    Args:
+        block: A graphtier `Block` (or anything with its `indptr`, `indices`, `num_src`, `num_dst`).
+        device: Where the DGL block lives; None: the block's device.
+
+    Returns:
+        A `dgl.create_block` block with `block.num_src` source and `block.num_dst` destination
+            nodes; its edge ids are the CSC positions.
+
+    Raises:
+        ImportError: dgl is not installed.
+        ValueError: An `indptr` that does not fit `num_dst` and the edges.
+    """
     dgl = _dgl()
     where = block.indptr.device if device is None else torch.device(device)
     indptr = block.indptr.to(where, torch.int64)
@@ -61,6 +73,17 @@ def to_dgl_block(block: CSCBlock, device: torch.device | str | None = None) -> A
 
 
 def to_dgl_blocks(blocks: Sequence[CSCBlock], device: torch.device | str | None = None) -> list[Any]:
-    """A batch's blocks (input layer first, as `batch.blocks`) as DGL blocks, in the same order:
-    `model(to_dgl_blocks(batch.blocks), batch.x)` for a DGL model written for DGL's DataLoader."""
+    """A batch's blocks as DGL blocks: `model(to_dgl_blocks(batch.blocks), batch.x)` for a DGL model
+    written for DGL's DataLoader.
+
+    Args:
+        blocks: The blocks, input layer first, as `batch.blocks`.
+        device: Where the DGL blocks live; None: each block's device.
+
+    Returns:
+        The DGL blocks in the same order.
+
+    Raises:
+        ImportError: dgl is not installed.
+    """
     return [to_dgl_block(block, device) for block in blocks]

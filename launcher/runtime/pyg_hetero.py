@@ -68,13 +68,36 @@ def edge_type_of(relation: RelationInfo) -> EdgeType:
 
 
 def typed_input_nodes(dataset: PreparedDataset, split: str) -> tuple[str, Tensor]:
-    """`(target type, its local ids)` of a split, as PyG's `input_nodes` takes them."""
+    """A split's seeds as PyG's `input_nodes` takes them on a typed dataset.
+
+    Args:
+        dataset: A typed `PreparedDataset`.
+        split: `train`, `val` or `test`.
+
+    Returns:
+        `(target type, the split's ids local to that type)`.
+
+    Raises:
+        GraphtierError: The dataset is not typed.
+    """
     schema = typed_schema(dataset)
     return schema.target_type, dataset.split(split) - schema.type_named(schema.target_type).offset
 
 
 def source_ids(dataset: PreparedDataset, node_type: str, ids: Tensor) -> Tensor:
-    """The source's type-local ids of `node_type`'s nodes `ids` (type-local, prepared order)."""
+    """The source's ids of one type's nodes, for predictions compared with the source's files.
+
+    Args:
+        dataset: A typed `PreparedDataset`.
+        node_type: The nodes' type.
+        ids: Their ids local to that type, in the prepared order (as a `HeteroData` batch's `n_id`).
+
+    Returns:
+        Their ids local to that type in the source.
+
+    Raises:
+        GraphtierError: The dataset is not typed or has no such node type.
+    """
     info = typed_schema(dataset).type_named(node_type)
     return dataset.new_to_old.index_select(0, ids.to(torch.int64) + info.offset) - info.offset
 
@@ -99,8 +122,20 @@ def _local_ids(index: Any, count: int, node_type: str) -> Tensor:
 
 
 class GraphtierHeteroFeatureStore(FeatureStore):
-    """Read-only `x` per featured node type and `y` of the target type (see the module docstring);
-    `traffic[type]` counts each type's feature reads."""
+    """PyG's `FeatureStore` over a typed dataset, read-only: `x` of each featured node type (read
+    through the tiered gather) and `y` of the target type, in type-local ids. Featureless types
+    have no tensors: a model embeds them by `batch[type].n_id`.
+
+    Args:
+        dataset: A typed `PreparedDataset`.
+
+    Raises:
+        GraphtierError: The dataset is not typed.
+
+    Attributes:
+        schema: The dataset's node types, relations and target type.
+        traffic: Per node type, rows and bytes its feature reads took from each tier.
+    """
 
     def __init__(self, dataset: PreparedDataset) -> None:
         super().__init__()
@@ -140,6 +175,7 @@ class GraphtierHeteroFeatureStore(FeatureStore):
         return (rows, info.feature_dim) if attr.attr_name == FEATURES else (rows,)
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        """The store's tensors: `x` of each featured type, `y` of the target type when labelled."""
         attrs = [TensorAttr(group_name=name, attr_name=FEATURES) for name in self._tiers]
         if self._labels is not None:
             attrs.append(TensorAttr(group_name=self.schema.target_type, attr_name=LABELS))
@@ -153,8 +189,17 @@ class GraphtierHeteroFeatureStore(FeatureStore):
 
 
 class GraphtierHeteroGraphStore(GraphStore):
-    """Read-only CSC of each relation `(head, rel, tail)` in type-local ids (see the module docstring).
-    `dataset` is kept so that `GraphtierSampler` can sample the typed CSC it came from."""
+    """PyG's `GraphStore` over a typed dataset, read-only: one CSC per relation `(head, rel, tail)`,
+    rows local to the head type and columns to the tail type, cut from the dataset's typed CSC on
+    first use.
+
+    Args:
+        dataset: A typed `PreparedDataset`; kept, so that `GraphtierSampler` samples the typed CSC
+            it came from.
+
+    Raises:
+        GraphtierError: The dataset is not typed.
+    """
 
     def __init__(self, dataset: PreparedDataset) -> None:
         super().__init__()
@@ -190,6 +235,7 @@ class GraphtierHeteroGraphStore(GraphStore):
         return None
 
     def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        """The store's edge types, one per relation, in CSC layout."""
         attrs = []
         for relation in self.schema.relations:
             size = (self.schema.type_named(relation.head).count, self.schema.type_named(relation.tail).count)
@@ -204,7 +250,17 @@ class GraphtierHeteroGraphStore(GraphStore):
 
 
 def hetero_stores(dataset: PreparedDataset) -> tuple[GraphtierHeteroFeatureStore, GraphtierHeteroGraphStore]:
-    """The `(feature_store, graph_store)` pair PyG's loaders take as their `data`, over a typed dataset."""
+    """The stores of a typed dataset, as PyG's loaders take them for `data` (batches of `HeteroData`).
+
+    Args:
+        dataset: A typed `PreparedDataset`.
+
+    Returns:
+        `(GraphtierHeteroFeatureStore(dataset), GraphtierHeteroGraphStore(dataset))`.
+
+    Raises:
+        GraphtierError: The dataset is not typed.
+    """
     return GraphtierHeteroFeatureStore(dataset), GraphtierHeteroGraphStore(dataset)
 
 
@@ -305,10 +361,23 @@ def to_hetero_data(
     features: Mapping[str, Tensor] | None = None,
     labels: Tensor | None = None,
 ) -> HeteroData:
-    """A typed sample as the `HeteroData` PyG's hetero `NeighborLoader` yields: per type `n_id`
-    (type-local ids, seeds first) and `x` where `features[type]` gives that type's rows (in the
-    sample's order, as a heterogeneous `Batch.x` holds them), per relation `edge_index`, the seeds'
-    type's `batch_size` and `y` (`labels`, one per seed) and the per-hop counts."""
+    """A typed sample as the `HeteroData` PyG's hetero `NeighborLoader` yields, for a PyG model
+    trained on graphtier's typed batches.
+
+    Args:
+        sub: A heterogeneous sample, such as a heterogeneous `Batch`'s `subgraph`.
+        schema: The dataset's node types and relations (`job.dataset.hetero`).
+        features: Node type -> its rows in the sample's order, as a heterogeneous `Batch.x` holds them.
+        labels: The seeds' labels, one per seed (`batch.y`).
+
+    Returns:
+        Per node type `n_id` (type-local ids, seeds first), `x` where `features` gives it and the
+            per-hop counts; per relation `edge_index`; the seeds' type's `batch_size` and `y`.
+
+    Raises:
+        GraphtierError: `features` of a type the graph lacks or with the wrong number of rows,
+            or `labels` that are not one per seed of one type.
+    """
     parts = hetero_parts(sub, schema)
     unknown = sorted(set(features or {}) - set(parts["node"]))
     if unknown:

@@ -101,13 +101,24 @@ def graph_of(data: Any) -> CSCGraph:
 
 
 class GraphtierSampler(BaseSampler):
-    """PyG's `BaseSampler` over graphtier's samplers: `sample_from_nodes` only.
+    """PyG's `BaseSampler` over graphtier's samplers, for `NeighborLoader(neighbor_sampler=...)`
+    and `NodeLoader(node_sampler=...)`: it samples from seed nodes only.
 
-    `data` is what `graph_of` takes (a PyG Data, a graphtier dataset, a store pair, a CSCGraph),
-    sampled by `NeighborSampler` into a `SamplerOutput`; or a typed graph (a typed
-    `PreparedDataset` or its `hetero_stores` pair), sampled by `TypedNeighborSampler` into a
-    `HeteroSamplerOutput`, `num_neighbors` then per edge type (`{(head, rel, tail): [k1, k2]}`)
-    or one list for every relation (see `pyg_hetero`)."""
+    A graph of one type is sampled into a `SamplerOutput`; a typed dataset into a
+    `HeteroSamplerOutput`, as PyG's hetero `NeighborLoader` does. Sample seeds come from torch's
+    global RNG, so `torch.manual_seed` makes runs repeatable.
+
+    Args:
+        data: What to sample: a PyG `Data` (its `edge_index` turned into a CSC once), a
+            `PreparedDataset`, a `(FeatureStore, GraphStore)` pair such as `stores(dataset)`, or a
+            typed `PreparedDataset` or its `hetero_stores` pair.
+        num_neighbors: Neighbours per hop (-1 = all); on a typed dataset one list for every
+            relation, or per edge type `{(head, rel, tail): [k1, k2]}` (an edge type left out is
+            not expanded).
+
+    Raises:
+        GraphtierError: A `data` it cannot sample, or edge types the dataset does not have.
+    """
 
     def __init__(self, data: Any, num_neighbors: list[int] | dict[tuple[str, str, str], list[int]]) -> None:
         typed = typed_dataset_of(data)
@@ -122,6 +133,20 @@ class GraphtierSampler(BaseSampler):
         self.num_nodes = graph.num_nodes
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
+        """Sample the k-hop neighbourhood of a batch of seed nodes (PyG's loaders call it).
+
+        Args:
+            index: The seeds (on a typed dataset, of one node type, `index.input_type`).
+            **kwargs: Unused; PyG's interface.
+
+        Returns:
+            The sample with `NeighborLoader`'s hop semantics: seeds first in `node`, then each
+                hop's new nodes; sampled nodes and edges counted per hop.
+
+        Raises:
+            GraphtierError: Temporal sampling, seeds that are not integer ids, or (typed) of an
+                unknown type, out of range or repeated.
+        """
         if index.time is not None:
             raise GraphtierError("graphtier's sampler is not temporal; sample without input_time/time_attr")
         if index.node.dtype.is_floating_point or index.node.dtype.is_complex or index.node.dtype == torch.bool:
@@ -143,12 +168,29 @@ class GraphtierSampler(BaseSampler):
         )
 
     def sample_from_edges(self, index: Any, neg_sampling: Any = None) -> SamplerOutput:
+        """Not supported: graphtier's sampler starts from nodes (a link job samples in its producers).
+
+        Raises:
+            GraphtierError: Always.
+        """
         raise GraphtierError("graphtier's sampler starts from nodes only; link prediction loaders are not supported")
 
 
 class GraphtierNeighborLoader(NodeLoader):
-    """`NeighborLoader(data, num_neighbors, input_nodes, batch_size, shuffle, ...)` on graphtier's sampler
-    (a typed dataset: `HeteroData` batches, `input_nodes` as `(node type, ids)`)."""
+    """PyG's `NeighborLoader` on graphtier's sampler, in one call: batches of `Data` (a typed
+    dataset: `HeteroData`), as `NeighborLoader` yields them.
+
+    Args:
+        data: A PyG `Data`, a `PreparedDataset` (read through `stores`), a `(FeatureStore,
+            GraphStore)` pair, or a typed `PreparedDataset` or its `hetero_stores` pair.
+        num_neighbors: As `GraphtierSampler` takes it.
+        input_nodes: The seeds: ids or a mask; on a typed dataset `(node type, ids)`, such as
+            `typed_input_nodes(dataset, "train")`. None: every node (required on a typed dataset).
+        **kwargs: `NodeLoader`'s and `torch.utils.data.DataLoader`'s: `batch_size`, `shuffle`, ...
+
+    Raises:
+        GraphtierError: A typed dataset without `input_nodes`, or what `GraphtierSampler` refuses.
+    """
 
     def __init__(self, data: Any, num_neighbors: Any, input_nodes: Any = None, **kwargs: Any) -> None:
         typed = typed_dataset_of(data)

@@ -64,7 +64,7 @@ class _RowBuffers:
     """Buffers for batches' feature rows (`batch.x`), each reused once nothing refers to it.
 
     A fresh buffer per batch cost more than the gather into it: the kernel faults in and zeroes
-    every page of it (44 MiB a batch at R-MAT scale 20). A buffer is handed out again only when the
+    every page of it, tens of MiB a batch on a large graph. A buffer is handed out again only when the
     array given to the last tensor over it is gone, which is when that tensor, every view of it
     and every tensor sharing its storage are gone: while the user keeps `batch.x` (or a view of
     it), its buffer is not touched. Up to `keep` buffers are kept; they are numpy's, so arrays of
@@ -106,7 +106,19 @@ class _RowBuffers:
 
 
 class GraphtierFeatureStore(FeatureStore):
-    """Read-only `x` and `y` of one dataset; every `x` read is a tiered gather, counted in `traffic`."""
+    """PyG's `FeatureStore` over a dataset's features `x` and labels `y`, read-only: every read of
+    `x` is a tiered gather, counted in `traffic`.
+
+    Args:
+        dataset: A `PreparedDataset`, or inside a job its attached dataset.
+        device_index: The device whose tiers the gather reads, inside a job.
+
+    Raises:
+        GraphtierError: A dataset without features.
+
+    Attributes:
+        traffic: Rows and bytes read from each tier so far.
+    """
 
     def __init__(self, dataset: PreparedDataset | AttachedDataset, *, device_index: int = 0) -> None:
         super().__init__()
@@ -116,6 +128,7 @@ class GraphtierFeatureStore(FeatureStore):
 
     @property
     def num_nodes(self) -> int:
+        """Rows of the dataset's features."""
         return self._tiers.num_rows
 
     def _ids(self, index: Any) -> Tensor:
@@ -167,6 +180,7 @@ class GraphtierFeatureStore(FeatureStore):
         return (rows, *self._tiers.row_shape) if attr.attr_name == FEATURES else (rows,)
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        """The store's tensors: `x`, and `y` when the dataset has labels (group None)."""
         names = [FEATURES] + ([LABELS] if self._labels is not None else [])
         return [TensorAttr(group_name=None, attr_name=name) for name in names]
 
@@ -178,7 +192,12 @@ class GraphtierFeatureStore(FeatureStore):
 
 
 class GraphtierGraphStore(GraphStore):
-    """Read-only CSC of one dataset: (row, colptr) for layout 'csc', (row, col) for 'coo'."""
+    """PyG's `GraphStore` over a dataset's graph, read-only: its one edge type (`edge_type=None`) as
+    `(row, colptr)` for layout 'csc', taken as it is, or `(row, col)` for 'coo'.
+
+    Args:
+        dataset: A `PreparedDataset`, or inside a job its attached dataset.
+    """
 
     def __init__(self, dataset: PreparedDataset | AttachedDataset) -> None:
         super().__init__()
@@ -200,6 +219,7 @@ class GraphtierGraphStore(GraphStore):
         return None
 
     def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        """The store's one edge type, in CSC layout."""
         return [self._attr]
 
     def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
@@ -210,5 +230,12 @@ class GraphtierGraphStore(GraphStore):
 
 
 def stores(dataset: PreparedDataset | AttachedDataset) -> tuple[GraphtierFeatureStore, GraphtierGraphStore]:
-    """The `(feature_store, graph_store)` pair PyG's loaders take as their `data`, over `dataset`."""
+    """The stores of a dataset, as PyG's loaders take them for `data`.
+
+    Args:
+        dataset: A `PreparedDataset` of one node type, or inside a job its attached dataset.
+
+    Returns:
+        `(GraphtierFeatureStore(dataset), GraphtierGraphStore(dataset))`.
+    """
     return GraphtierFeatureStore(dataset), GraphtierGraphStore(dataset)
