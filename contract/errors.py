@@ -16,7 +16,18 @@ class GraphtierError(Exception):
 
 
 class DatasetSourceError(GraphtierError):
-    """A raw dataset file is missing, malformed or inconsistent with its siblings."""
+    """A raw dataset file is missing, malformed or inconsistent with its siblings.
+
+    Args:
+        path: The file at fault; None when the problem is not one file's.
+        problem: What is wrong, with the line or field where it helps.
+        fix: How to fix it, when there is something to say.
+
+    Attributes:
+        path (str | None): The file at fault.
+        problem (str): What is wrong.
+        fix (str | None): How to fix it.
+    """
 
     def __init__(self, path: str | Path | None, problem: str, *, fix: str | None = None) -> None:
         self.path = str(path) if path is not None else None
@@ -64,7 +75,16 @@ class DaemonNotAnsweringError(DaemonError):
 
 
 class DaemonRequestError(DaemonError):
-    """The daemon refused or failed a request; `code` is the gRPC status code name."""
+    """The daemon refused or failed a request.
+
+    Args:
+        code: The gRPC status code's name, such as `INVALID_ARGUMENT` or `NOT_FOUND`.
+        message: The daemon's own message.
+
+    Attributes:
+        code (str): The gRPC status code's name.
+        message (str): The daemon's own message.
+    """
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code

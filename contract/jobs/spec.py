@@ -390,7 +390,19 @@ class JobSpec(BaseModel):
 
     @classmethod
     def build(cls, values: dict[str, Any], *, source: str = "job spec") -> JobSpec:
-        """Validate `values`; InvalidRequestError naming `source`, each bad field and why."""
+        """A spec from a mapping of field values, validated.
+
+        Args:
+            values: Field name -> value, as a YAML spec or the wire gives them.
+            source: Where the values came from, named in the error.
+
+        Returns:
+            The spec, with its defaults filled in.
+
+        Raises:
+            InvalidRequestError: Unknown fields or impossible values, naming `source`, each bad
+                field and why.
+        """
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
@@ -399,8 +411,20 @@ class JobSpec(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: Path, **overrides: Any) -> JobSpec:
-        """A spec from a YAML (or JSON) mapping in `path`; `overrides` (non-None) win over the file.
-        A relative `script:` is taken relative to the spec file's folder."""
+        """A spec from a YAML (or JSON) file, as `graphtier job submit --spec FILE` reads it.
+
+        Args:
+            path: The file: a mapping of field names to values. A relative `script:` is taken
+                relative to the file's folder.
+            **overrides: Field values that win over the file's; None values are ignored.
+
+        Returns:
+            The spec, validated as `build` does.
+
+        Raises:
+            InvalidRequestError: An unreadable file, one that is not a YAML mapping, or a spec
+                `build` refuses, naming the file.
+        """
         import yaml  # only here: `job status` and the wire conversions never read YAML
 
         try:
