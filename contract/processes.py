@@ -66,8 +66,8 @@ def exit_without_teardown(code: int) -> NoReturn:
     """End this process as interpreter exit would, less collecting its modules.
 
     For a process that has released all it owns (a stopped daemon, a rank whose built-in loop has
-    ended): with torch, grpc and fastapi loaded, that collection took 0.3-2 s at idle and several
-    seconds under load, all of it waited for by whoever waits for the process. The exit steps that
+    ended): with torch, grpc and fastapi loaded, that collection is slow, slower still under load,
+    and all of it is waited for by whoever waits for the process. The exit steps that
     matter still run: other threads are joined, the atexit handlers run (multiprocessing's,
     logging's flush, the rank's output streams) and the standard streams are flushed.
     """

@@ -4,7 +4,7 @@
     graphtier job submit --dataset cora --script examples/pyg_sage.py --wait
     torchrun --standalone --nproc-per-node 2 examples/pyg_sage.py --dataset cora   # or python ...
 
-`JOB_DEFAULTS` are this script's hyper-parameters (about 0.79-0.80 test accuracy on Cora), taken
+`JOB_DEFAULTS` are this script's hyper-parameters (GraphSAGE's usual ones on Cora), taken
 by `job submit --script` for every field its flags leave unset, and by `graphtier.connect` for a
 launch of your own.
 

@@ -3,7 +3,7 @@
     graphtier job submit --dataset cora --script examples/sage_blocks.py --wait
     torchrun --standalone --nproc-per-node 2 examples/sage_blocks.py --dataset cora   # or python ...
 
-`JOB_DEFAULTS` are this script's hyper-parameters (about 0.79-0.80 test accuracy on Cora): `job
+`JOB_DEFAULTS` are this script's hyper-parameters (GraphSAGE's usual ones on Cora): `job
 submit --script` takes them for every field its flags leave unset, and a launch of your own
 (torchrun or python) registers its job with them through `graphtier.connect` (`--fanout`,
 `--batch-size`, `--epochs` here override them). Either way the job's producers sample and gather

@@ -9,8 +9,8 @@
   With `fanout=k` (our extension) a node v passes score to each in-neighbour with the
   probability that a k-neighbour sample of v picks it, min(1, k/d_v), instead of 1/d_v
   (Algorithm 1 models a fanout of one); scores are renormalised each iteration. On the
-  shared SNAP graphs this lifts the 10% hit ratio from 89-98% to 96-99% of the oracle
-  (tests/bench/bench_tiering.py).
+  SNAP graphs this brings the hit ratio closer to the oracle's (`tests/bench/bench_tiering.py`
+  compares them).
 - `user`: a score array supplied by the user (`.npy`, one float per node, original ids).
 - `none`: keep the source order (every node scores by its negated id).
 

@@ -81,11 +81,11 @@ def limit_allocator_retention(work_bytes: int) -> bool:
     """Bound what glibc keeps of freed memory, in proportion to the working memory.
 
     By default glibc raises its mmap threshold (up to 32 MiB) and trim threshold (twice that)
-    as large blocks are freed, so when that happens depends on the order of allocations:
-    measured here, 50-200 MiB of peak RSS that varied from run to run under a 500 MiB budget.
+    as large blocks are freed, so when that happens depends on the order of allocations, and the
+    peak RSS under a small budget varied from run to run by a large share of the budget.
     Fixing both at work/32 and twice that (within [128 KiB, 32 MiB]) makes the slack bounded
-    and repeatable, while chunk-sized temporaries are still reused from the heap (a threshold
-    of 128 KiB, which maps and faults in every chunk afresh, cost 13 s of 33 at scale 22).
+    and repeatable, while chunk-sized temporaries are still reused from the heap (a fixed
+    threshold of 128 KiB maps and faults in every chunk afresh, a large share of the time).
     Process-wide; a no-op off glibc.
     """
     libc = _libc()

@@ -2,12 +2,11 @@
 
 Rows placed by a permutation touch a fresh buffer's pages in random order, which costs several
 times what faulting them in order does; on a VM whose host hands memory back lazily, the first
-touch of each page is itself slow (0.4-0.7 GiB/s measured on the CI VM). `PrefaultedBuffer`
-asks the kernel to populate the pages (`MADV_POPULATE_WRITE`, Linux 5.14: the faults without
-the writes, the contents untouched) a piece at a time from a thread, while the caller already
-computes and places rows: 2 GiB of features drawn and placed took 3.5 s that way against 6.5 to
-8.0 s with the buffer filled first (CI VM, fresh process). Where the kernel lacks the call the
-buffer is filled front to back before it is returned, as it was before.
+touch of each page is itself slow. `PrefaultedBuffer` asks the kernel to populate the pages
+(`MADV_POPULATE_WRITE`, Linux 5.14: the faults without the writes, the contents untouched) a
+piece at a time from a thread, while the caller already computes and places rows, so the faults
+overlap the work instead of preceding it. Where the kernel lacks the call the buffer is filled
+front to back before it is returned.
 """
 
 from __future__ import annotations

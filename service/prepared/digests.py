@@ -1,5 +1,5 @@
 """The two checksums a prepared file carries: sha256 (the dataset's identity, `inspect --verify`) and
-BLAKE3 (what the daemon checks while loading: a quarter of sha256's CPU per byte, so verifying a
+BLAKE3 (what the daemon checks while loading: much less CPU per byte than sha256, so verifying a
 load costs little even when the machine is busy; cryptographic like sha256, so a file cannot be
 changed to match it)."""
 

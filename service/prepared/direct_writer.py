@@ -2,8 +2,8 @@
 
 Why: a dataset's files (GiBs) written through the page cache leave that many dirty pages, which
 the kernel throttles in bursts once past its dirty threshold and which count against the memory
-the preparation may use (a cgroup charges them). Writing 2 GiB and fsyncing it took 1.0 to 6.6 s
-through the page cache on the CI VM, and 0.8 to 1.0 s with O_DIRECT from one reused buffer. The
+the preparation may use (a cgroup charges them): written and fsynced that way, the time varies
+widely from run to run, while O_DIRECT from one reused buffer is steady and faster. The
 caller copies its bytes into one buffer while a thread writes the one before: the disk works
 while the next rows are computed.
 

@@ -4,10 +4,8 @@ numpy asks the kernel for huge pages (`madvise(MADV_HUGEPAGE)`) for every array 
 more. On bare metal that is a win: one fault per 2 MiB and fewer TLB misses. On a VM whose
 balloon reports free memory to the host (virtio-balloon free page reporting), memory the
 process frees goes back to the host in large blocks, so the huge pages of the next array are
-faulted in from the host. On the CI VM (Firecracker, free page reporting on) the first touch
-of a fresh 400 MiB array ran at 0.4 GiB/s with huge pages and 2.1-2.5 GiB/s with 4 KiB pages,
-and preparing R-MAT scale 20/21/22 under 1/2/3 GiB took 5.0-5.2/9.6-10.4/21.7-22.3 s with
-huge pages and 4.5-4.6/9.2-9.5/18.5-19.1 s without (same run, alternating).
+faulted in from the host: there the first touch of a fresh array is several times slower with
+huge pages than with 4 KiB pages, and a whole preparation is slower with them.
 
 So the preparation turns numpy's huge pages off while it runs when the host reclaims free
 pages, unless the user chose for numpy with `NUMPY_MADVISE_HUGEPAGE`; the choice and why

@@ -29,8 +29,8 @@ from graphtier.service.sampling.torch_sampler import _relabel, floyd_offsets
 def node_types_of(ids: torch.Tensor, type_offsets: torch.Tensor) -> torch.Tensor:
     """int64 type index of each global id: how many type starts after the first it reaches.
 
-    A comparison against the few type boundaries; `torch.searchsorted` took about 20 ms for
-    600 ids here (threaded, on a loaded machine), 500x the sampling itself."""
+    A comparison against the few type boundaries: `torch.searchsorted` is threaded, and on a
+    loaded machine waking its threads cost many times the sampling itself."""
     return (ids.unsqueeze(1) >= type_offsets[1:-1].unsqueeze(0)).sum(dim=1)
 
 

@@ -119,7 +119,7 @@ def rmat_feature_chunks(
 
     Every chunk is drawn into the same buffer (the same numbers `randn` gives into a new tensor):
     use each before asking for the next. Fresh chunk-sized tensors (64 MiB at most) would each be
-    mapped and faulted in afresh, which cost 1.6 s of 4 drawing 2 GiB (CI VM)."""
+    mapped and faulted in afresh, a large share of the drawing's time."""
     num_nodes, feature_dim = labels.numel(), centroids.shape[1]
     size = min(rows, num_nodes)
     drawn, placed = torch.empty(size, feature_dim), torch.empty(size, feature_dim)

@@ -118,8 +118,7 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
     feature_rows: FileRows | DrawnRows
     # Drawn again when they are placed whenever they can be (a multiple of 16 rows, see
     # `skip_uniforms`), even when they would fit: N x F floats held through every later step
-    # cost more than the draws. Scale 22 under the default budget (CI VM): 23.7 s and a 4.34 GiB
-    # peak with them held, 17.7 s and 2.46 GiB drawn again; scale 21: 8.5 s against 8.6 s.
+    # cost more than the draws, in time and in peak memory.
     if num_nodes % 16:
         features = array("features.f32", np.float32, (feature_dim,), rows=num_nodes)
         rows = rmat.feature_chunk_rows(

@@ -9,10 +9,8 @@ buffer: what is hashed is exactly what is served, and the hash reads cached byte
 faulting the segment's pages in through a mapping (which cost about as much again as the hash).
 It all stays on the calling thread: a second thread hashing one chunk while the next is copied
 overlaps the two where a core is often idle, but where the cores are busy (where a load competes
-with jobs) it costs more CPU and more time. Same-run medians at R-MAT scale 21 against the
-unverified load, 2 cores: at load 3 the second thread took 1.06x the wall time against 1.27x; at
-load 7-8, 1.28-1.30x against 1.10-1.17x; CPU 1.32-1.43x against 1.19-1.25x.
-The checksum is the file's BLAKE3 where the manifest has one (a quarter of sha256's CPU per
+with jobs) it costs more CPU and more time than hashing on the calling thread.
+The checksum is the file's BLAKE3 where the manifest has one (much cheaper than sha256 per
 byte), else its sha256. The bytes of the file that are not copied (the storage tier's rows) are
 hashed through the same buffer. A mismatch raises `PreparedDatasetError` naming the file (and,
 for a feature array, its first row that differs from the per-row checksums prepare recorded); the

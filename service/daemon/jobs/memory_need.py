@@ -15,10 +15,9 @@ is sized from the limit, so it is never the reason a process is killed.
 The refusal names the limit, the need and the least that works: the smallest limit, and where
 they exist the largest batch size, number of ranks and host tier that fit under this one.
 
-The per-process figures were measured once (a 1-rank GraphSAGE job on R-MAT scale 19 with 4 KiB
-rows, batch 64-512, fanout 10,5: each process's unique set size at its peak): a rank 405-471
-MiB, the torchrun agent and producer (forked from the warm forkserver) about 100-220 MiB with
-their buffers; the figures below round them up.
+The per-process figures below are the unique set sizes at their peak of a 1-rank GraphSAGE job's
+processes (the rank, and the torchrun agent and producer forked from the warm forkserver, with
+their buffers), rounded up.
 """
 
 from __future__ import annotations

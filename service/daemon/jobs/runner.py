@@ -243,7 +243,7 @@ class JobRunner:
         self.threads = 1 if cpus <= 4 else max(1, cpus // (2 * spec.nproc_per_node))  # each producer's
         # Each rank's torch threads: the cores shared by the ranks. A producer works in bursts (a batch's
         # sampling and gather take a few percent of a training step) and waits passively in between, so
-        # leaving it its own cores idled them: one rank on 2 cores trained 1.4x faster with both.
+        # leaving it its own cores idled them: a rank trains faster with every core.
         self.rank_threads = max(1, cpus // spec.nproc_per_node)
 
     # Producers
@@ -273,7 +273,7 @@ class JobRunner:
             num_threads=self.threads,
             # a producer runs at its rank's priority: the daemon's ranks run as job work, and so do ranks
             # another launcher started that demoted themselves (graphtier.connect does); a demoted producer
-            # beside an undemoted rank is starved by it (0.91x)
+            # beside an undemoted rank is starved by it
             demote=self.external is None or bool(trainer_pid and runs_below(trainer_pid)),
             storage_reads=self.spec.storage_reads,
             window=self.spec.window,

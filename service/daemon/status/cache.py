@@ -1,7 +1,7 @@
 """`/v1/status` served from a serialized snapshot rebuilt off the request path.
 
-Building the snapshot walks every job, rank and counter and validates a large pydantic model:
-tens of milliseconds with twenty jobs on a busy 2-core machine, paid inside each request. The
+Building the snapshot walks every job, rank and counter and validates a large pydantic model,
+which with many jobs on a busy machine is too slow to pay inside each request. The
 cache keeps the JSON bytes of the latest snapshot; while someone polls, a refresher thread
 rebuilds them every `max_age_s / 2`, so a request only copies bytes. The first request after a quiet
 spell (no refresher running) rebuilds a snapshot older than `max_age_s` itself; every snapshot's
