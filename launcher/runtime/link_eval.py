@@ -12,7 +12,8 @@ split's positive pairs are scored against
   the mean reciprocal rank of each positive among its tails (ties counted half).
 
 Every rank computes the same figures from the same embeddings, so no rank waits on another
-past the one all-reduce.
+past the one all-reduce. A rank's share of the nodes and the sample seed of each of its
+batches are the epoch plan's evaluation batches (graphtier.service.pipeline.epoch_plan).
 """
 
 from __future__ import annotations
@@ -33,13 +34,12 @@ from graphtier.launcher.runtime.link_model import (
 from graphtier.service.gather import tiered_gather
 from graphtier.service.graph.common_neighbours import PairStructure
 from graphtier.service.pipeline.batch import blocks_to
-from graphtier.service.pipeline.shard import mix_seed
+from graphtier.service.pipeline.epoch_plan import eval_batches, mix_seed
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler
 from graphtier.service.store import AttachedDataset
 
 _MRR_STREAM = 0x4D5252  # seeds the corrupted tails of the MRR protocol
-_EMBED_STREAM = 0xE3BE  # seeds the neighbour samples of the node embeddings
 
 
 def auc(positive: Tensor, negative: Tensor) -> float:
@@ -87,9 +87,9 @@ def node_embeddings(
     sampler = NeighborSampler(data.graph, fanouts)
     tiers = data.feature_tiers() if embeddings is None else None
     out = torch.zeros(num_nodes, model.hidden, device=ctx.device)
-    mine = torch.arange(ctx.rank, num_nodes, ctx.world_size)
-    for index, seeds in enumerate(mine.split(batch_size)):
-        sub = sampler.sample(seeds, seed=mix_seed(seed, _EMBED_STREAM, ctx.rank, index))
+    planned = eval_batches(torch.arange(num_nodes), batch_size, seed=seed, rank=ctx.rank, world_size=ctx.world_size)
+    for _, seeds, sample_seed in planned:
+        sub = sampler.sample(seeds, seed=sample_seed)
         if embeddings is not None:
             x = embeddings.weight.index_select(0, sub.node_ids.to(embeddings.weight.device))
         else:

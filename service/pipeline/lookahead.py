@@ -1,13 +1,13 @@
 """The producer's batches in order, sampled `depth` batches ahead of the one being gathered.
 
-Each batch is sampled exactly as without look-ahead (its seeds and sample seed depend only on
-the job seed, epoch, rank and step), so the batches are the same; sampling ahead only lets the
-storage reads of a batch start early (`admit`, the look-ahead window) and lets rows that recur
-within the window be read once (and a partitioned job's fetches of other nodes' rows start
-early). A batch the window had no room for (a deferred ticket) is the last sampled ahead until
-it is handed out: the window is as deep as its memory allows. `depth` 0 samples each batch when
-it is due. Without `sample` (a `--sampler gpu` producer, which samples each batch on its GPU
-when it makes it) the batches come unsampled.
+Each batch is sampled exactly as without look-ahead (its seeds and sample seed come from the
+`EpochPlan`: they depend only on the job seed, epoch, rank and step), so the batches are the
+same; sampling ahead only lets the storage reads of a batch start early (`admit`, the look-ahead
+window) and lets rows that recur within the window be read once (and a partitioned job's
+fetches of other nodes' rows start early). A batch the window had no room for (a deferred
+ticket) is the last sampled ahead until it is handed out: the window is as deep as its memory
+allows. `depth` 0 samples each batch when it is due. Without `sample` (a `--sampler gpu`
+producer, which samples each batch on its GPU when it makes it) the batches come unsampled.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.pipeline.peer_rows import RemoteTicket
-from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed
 from graphtier.service.sampling import SampledSubgraph
 from graphtier.service.storage import Ticket
 
@@ -51,31 +51,26 @@ class Lookahead:
     def __init__(
         self,
         *,
+        plan: EpochPlan,
         train_ids: torch.Tensor,
-        seed: int,
-        rank: int,
-        world_size: int,
-        batch_size: int,
         epochs: int,
-        steps: int,
         depth: int,
         sample: Callable[[torch.Tensor, int], SampledSubgraph] | None,
         admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | dict[str, Ticket] | None] | None = None,
     ) -> None:
         self.depth = depth
         self._sample, self._admit = sample, admit
-        self._plan = self._batches(train_ids, seed, rank, world_size, batch_size, epochs, steps)
+        self._plan = self._batches(plan, train_ids, epochs)
         self._ahead: deque[Planned] = deque()
 
     @staticmethod
     def _batches(
-        train_ids: torch.Tensor, seed: int, rank: int, world_size: int, batch_size: int, epochs: int, steps: int
+        plan: EpochPlan, train_ids: torch.Tensor, epochs: int
     ) -> Iterator[tuple[int, int, int, torch.Tensor, int]]:
         batch = 0
         for epoch in range(epochs):
-            shard = rank_shard(train_ids, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
-            for step in range(steps):
-                yield epoch, step, batch, batch_seeds(shard, step, batch_size), sample_seed(seed, epoch, rank, step)
+            for step, seeds, sample_seed in plan.batches(train_ids, epoch):
+                yield epoch, step, batch, seeds, sample_seed
                 batch += 1
 
     @property

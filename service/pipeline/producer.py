@@ -1,11 +1,12 @@
 """The producer: samples one rank's batches and gathers their features into ping-pong slots.
 
-Per epoch it shuffles the train ids with the job seed (the same permutation on every
-rank), takes this rank's shard (see shard.py), and for each batch: samples it (with a
-look-ahead window, `window` batches ahead, their storage reads started at once: see
-lookahead.py and graphtier.service.storage.window), waits for a FREE slot, copies the
-sampled structure and the seed labels into the slot, gathers the input features from the
-tiers straight into the slot, marks it READY and tells the consumer. A link job's batches are
+Per epoch it takes this rank's shard of the train ids, in batches, as the job's `EpochPlan`
+says (epoch_plan.py: the rule every source of a job's batches follows), and for each batch:
+samples it with the plan's sample seed (with a look-ahead window, `window` batches ahead,
+their storage reads started at once: see lookahead.py and graphtier.service.storage.window),
+waits for a FREE slot, copies the sampled structure and the seed labels into the slot,
+gathers the input features from the tiers straight into the slot, marks it READY and tells
+the consumer. A link job's batches are
 seeded by train edges instead (`LinkSampler`: the pairs and their negatives, the endpoints
 sampled; on a typed dataset its target relation's edges, each type's rows gathered as for a
 typed node batch). A partitioned job's producer gathers instead from its node's copy and
@@ -40,6 +41,7 @@ from types import FrameType
 
 import torch
 
+from graphtier.contract.errors import SamplingError
 from graphtier.contract.traffic import TrafficCounts
 from graphtier.service.memory import FdExporter, SharedMemory
 from graphtier.service.pipeline import capacity as caps
@@ -47,6 +49,7 @@ from graphtier.service.pipeline.config import ProducerConfig
 from graphtier.service.pipeline.consumer_link import ConsumerLink
 from graphtier.service.pipeline.control import ProducerStatus, SlotState
 from graphtier.service.pipeline.device_batches import DeviceSlotBatches, write_structure
+from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.feature_sources import (
     PARTITION_LOOKAHEAD,
@@ -60,7 +63,6 @@ from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.ordering import CudaEventOrdering, HostOrdering, SlotOrdering
 from graphtier.service.pipeline.peer_rows import PeerRows, RemoteTicket
-from graphtier.service.pipeline.shard import batch_seeds, rank_shard, sample_seed, steps_per_epoch
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
@@ -108,12 +110,12 @@ class Producer:
         # a link job's "train ids" are the indices of its train edges: shuffled and sharded as node ids are
         train = self.dataset.splits.get("train") if train_pairs is None else torch.arange(train_pairs.shape[0])
         num_train = 0 if train is None else train.numel()
-        self.steps = steps_per_epoch(num_train, cfg.world_size, cfg.batch_size)
-        if self.steps == 0:
-            what = "train ids" if train_pairs is None else "train edges"
-            raise ChannelError(
-                f"dataset {cfg.dataset.dataset!r} has {num_train} {what}, fewer than world_size {cfg.world_size}"
-            )
+        what = "train ids" if train_pairs is None else "train edges"
+        try:
+            self.plan = EpochPlan(num_train, cfg.batch_size, cfg.seed, cfg.rank, cfg.world_size, unit=what)
+        except SamplingError as exc:
+            raise ChannelError(f"dataset {cfg.dataset.dataset!r}: {exc}") from None
+        self.steps = self.plan.steps_per_epoch
         self.train_ids = train
         self.slot_device = cfg.device_index if cfg.device == "cuda" else None
         if self.slot_device is not None:
@@ -407,11 +409,11 @@ class Producer:
     def _probe(self) -> SlotCapacity:
         """Largest sizes over the first `probe_batches` batches of epoch 0, plus the margin."""
         cfg = self.config
-        shard = rank_shard(self.train_ids, seed=cfg.seed, epoch=0, rank=cfg.rank, world_size=cfg.world_size)
         seen = []
-        for step in range(min(cfg.probe_batches, self.steps)):
-            seeds = batch_seeds(shard, step, cfg.batch_size)
-            seen.append(caps.needed(self.sampler.sample(seeds, seed=sample_seed(cfg.seed, 0, cfg.rank, step))))
+        for step, seeds, sample_seed in self.plan.batches(self.train_ids, epoch=0):
+            if step == cfg.probe_batches:
+                break
+            seen.append(caps.needed(self.sampler.sample(seeds, seed=sample_seed)))
         return caps.with_margin(caps.largest(seen), cfg.capacity_margin, self._limit)
 
     def _create_slot(self, k: int, generation: int, capacity: SlotCapacity) -> SlotViews:
@@ -445,13 +447,9 @@ class Producer:
             link.accept(cfg.connect_timeout_s)
             ctl.status = ProducerStatus.RUNNING
             ahead = Lookahead(
+                plan=self.plan,
                 train_ids=self.train_ids,
-                seed=cfg.seed,
-                rank=cfg.rank,
-                world_size=cfg.world_size,
-                batch_size=cfg.batch_size,
                 epochs=cfg.epochs,
-                steps=self.steps,
                 depth=source.depth
                 if source is not None
                 else max(cfg.window, PARTITION_LOOKAHEAD)

@@ -8,17 +8,16 @@ import time
 import torch
 
 from graphtier.service.pipeline import ChannelReader, SlotCapacity, spawn_producer
-from graphtier.service.pipeline.shard import batch_seeds, rank_shard
+from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.sampling import NeighborSampler
 
 
 def check_batch(batch, dataset, config, sampler) -> None:
-    """The batch equals the dataset's rows and a direct sample of the same seeds with the same seed."""
-    shard = rank_shard(
-        dataset.split("train"), seed=config.seed, epoch=batch.epoch, rank=config.rank, world_size=config.world_size
-    )
-    seeds = batch_seeds(shard, batch.step, config.batch_size)
-    assert torch.equal(batch.seeds, seeds)
+    """The batch equals the dataset's rows and a direct sample of the epoch plan's seeds with its seed."""
+    train = dataset.split("train")
+    plan = EpochPlan(train.numel(), config.batch_size, config.seed, config.rank, config.world_size)
+    seeds = plan.batch_seeds(plan.shard(train, batch.epoch), batch.step)
+    assert torch.equal(batch.seeds, seeds) and batch.sample_seed == plan.sample_seed(batch.epoch, batch.step)
     direct = sampler.sample(seeds, seed=batch.sample_seed)
     assert torch.equal(batch.node_ids, direct.node_ids)
     assert batch.subgraph.num_nodes_per_hop == direct.num_nodes_per_hop

@@ -1,4 +1,5 @@
-"""The channel's building blocks without a producer process: shards, capacities, control block, socket, config."""
+"""The channel's building blocks without a producer process: capacities, control block, socket, config
+(the epoch plan's shards: test_epoch_plan.py)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,6 @@ from graphtier.service.pipeline import capacity as caps
 from graphtier.service.pipeline.control import control_words
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener, connect
 from graphtier.service.pipeline.producer import main as producer_main
-from graphtier.service.pipeline.shard import rank_shard, steps_per_epoch
-
-
-def test_shards_are_equal_disjoint_and_the_same_permutation_on_every_rank():
-    train = torch.arange(1000, 1103)  # 103 ids over 4 ranks: 25 each, 3 dropped
-    shards = [rank_shard(train, seed=5, epoch=2, rank=r, world_size=4) for r in range(4)]
-    assert [s.numel() for s in shards] == [25] * 4
-    together = torch.cat(shards)
-    assert together.unique().numel() == 100 and bool(torch.isin(together, train).all())
-    again = rank_shard(train, seed=5, epoch=2, rank=1, world_size=4)
-    assert torch.equal(again, shards[1])  # any process computes the same shard
-    assert not torch.equal(rank_shard(train, seed=5, epoch=3, rank=1, world_size=4), shards[1])
-    assert steps_per_epoch(103, 4, 10) == 3  # 25 seeds -> batches of 10, 10, 5
 
 
 def test_capacity_bounds_margin_and_growth():
