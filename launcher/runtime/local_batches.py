@@ -2,40 +2,37 @@
 
 For tests and for users without the daemon: the same `NeighborSampler` and `tiered_gather`
 the producers run, over a `PreparedDataset` (features memory-mapped, accounted as host
-rows) or an `AttachedDataset` (the daemon's shared tiers). Each epoch shuffles the train ids
-identically on every rank (seeded by `seed` and the epoch) and gives rank r every
-world_size-th id, padded by wrapping so all ranks run the same number of steps (as torch's
-DistributedSampler does); evaluation shards are exact (no padding).
+rows) or an `AttachedDataset` (the daemon's shared tiers). Its epochs follow the job's
+`EpochPlan` (graphtier.service.pipeline.epoch_plan), the rule the producers follow: for the
+same seed, epoch, rank and step it draws the batch a producer draws. Evaluation shards are
+exact (every world_size-th id of a split).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from functools import cached_property
 
 import torch
 from torch import Tensor
 
-from graphtier.contract.errors import GraphtierError, PreparedDatasetError
+from graphtier.contract.errors import GraphtierError, PreparedDatasetError, SamplingError
+from graphtier.contract.fanouts import validate_fanouts
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.pipeline.batch import Batch
+from graphtier.service.pipeline.epoch_plan import (
+    EpochPlan,
+    SeedBatch,
+    check_batch_size,
+    check_rank,
+    eval_batches,
+    eval_shard,
+)
 from graphtier.service.prepared import PreparedDataset
-from graphtier.service.sampling import NeighborSampler, validate_fanouts
+from graphtier.service.sampling import NeighborSampler
 from graphtier.service.store import AttachedDataset
-
-_MASK64 = (1 << 64) - 1
-_EVAL_STREAM = 0x5EED_E7A1
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def batch_seed(seed: int, stream: int, rank: int, index: int) -> int:
-    """A 64-bit sampling seed unique to (seed, epoch or eval stream, rank, batch index)."""
-    word = (seed * 0x9E3779B97F4A7C15) ^ (stream * 0xBF58476D1CE4E5B9) ^ (rank * 0x94D049BB133111EB) ^ index
-    return word & _MASK64
 
 
 class LocalBatchSource:
@@ -53,12 +50,8 @@ class LocalBatchSource:
         eval_fanouts: Sequence[int] | None = None,
         device_index: int = 0,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise GraphtierError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
-            raise GraphtierError(
-                f"need world_size >= 1 and 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}"
-            )
+        check_batch_size(batch_size)
+        check_rank(rank, world_size)
         self.fanouts = validate_fanouts(fanouts)
         self.eval_fanouts = validate_fanouts(eval_fanouts) if eval_fanouts is not None else list(self.fanouts)
         if len(self.eval_fanouts) != len(self.fanouts):
@@ -83,68 +76,42 @@ class LocalBatchSource:
             raise GraphtierError(f"dataset {self.name!r} has no {split!r} split; it has {sorted(self._splits)}")
         return self._splits[split]
 
+    @cached_property
+    def plan(self) -> EpochPlan:
+        """This rank's epoch plan over the train ids (made when first needed: evaluation needs none)."""
+        train = self.split_ids("train").numel()
+        try:
+            return EpochPlan(train, self.batch_size, self.seed, self.rank, self.world_size, unit="train ids")
+        except SamplingError as exc:
+            raise SamplingError(f"dataset {self.name!r}: {exc}") from None
+
     def train_shard(self, epoch: int) -> Tensor:
         """This rank's train ids for `epoch`, in batch order (equal length on every rank)."""
-        ids = self.split_ids("train")
-        n = ids.numel()
-        if n == 0:
-            raise GraphtierError(f"dataset {self.name!r} has no train ids to train on")
-        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) & (_MASK64 >> 1))
-        perm = ids[torch.randperm(n, generator=gen)]
-        per_rank = _ceil_div(n, self.world_size)
-        positions = torch.arange(self.rank, per_rank * self.world_size, self.world_size) % n
-        return perm[positions]
+        return self.plan.shard(self.split_ids("train"), epoch)
 
     def eval_shard(self, split: str) -> Tensor:
         """This rank's ids of `split`: every world_size-th id, so the shards partition the split."""
-        return self.split_ids(split)[self.rank :: self.world_size]
+        return eval_shard(self.split_ids(split), rank=self.rank, world_size=self.world_size)
 
     def num_train_batches(self) -> int:
         """Batches per epoch on this rank (the same on every rank)."""
-        return _ceil_div(_ceil_div(self.split_ids("train").numel(), self.world_size), self.batch_size)
+        return self.plan.steps_per_epoch
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
         """The mini-batches of `epoch` for this rank (pass `epoch_batches` to `run_training`)."""
-        shard, steps = self.train_shard(epoch), self.num_train_batches()
-        for index, start in enumerate(range(0, shard.numel(), self.batch_size)):
-            seeds = shard[start : start + self.batch_size]
-            yield self._batch(
-                self._sampler,
-                seeds,
-                batch_seed(self.seed, epoch, self.rank, index),
-                batch=epoch * steps + index,
-                epoch=epoch,
-                step=index,
-                steps=steps,
-            )
+        steps = self.plan.steps_per_epoch
+        for planned in self.plan.batches(self.split_ids("train"), epoch):
+            yield self._batch(self._sampler, planned, batch=epoch * steps + planned.step, epoch=epoch, steps=steps)
 
     def eval_batches(self, split: str) -> Iterator[Batch]:
         """Mini-batches over this rank's shard of `split`, sampled with `eval_fanouts`."""
-        shard = self.eval_shard(split)
-        steps = _ceil_div(shard.numel(), self.batch_size)
-        for index, start in enumerate(range(0, shard.numel(), self.batch_size)):
-            seeds = shard[start : start + self.batch_size]
-            yield self._batch(
-                self._eval_sampler,
-                seeds,
-                batch_seed(self.seed, _EVAL_STREAM, self.rank, index),
-                batch=index,
-                epoch=0,
-                step=index,
-                steps=steps,
-            )
+        ids = self.split_ids(split)
+        planned = list(eval_batches(ids, self.batch_size, seed=self.seed, rank=self.rank, world_size=self.world_size))
+        for one in planned:
+            yield self._batch(self._eval_sampler, one, batch=one.step, epoch=0, steps=len(planned))
 
-    def _batch(
-        self,
-        sampler: NeighborSampler,
-        seeds: Tensor,
-        sample_seed: int,
-        *,
-        batch: int,
-        epoch: int,
-        step: int,
-        steps: int,
-    ) -> Batch:
+    def _batch(self, sampler: NeighborSampler, planned: SeedBatch, *, batch: int, epoch: int, steps: int) -> Batch:
+        seeds, sample_seed = planned.seeds, planned.sample_seed
         t0 = time.perf_counter()
         sample = sampler.sample(seeds, seed=sample_seed)
         t1 = time.perf_counter()
@@ -158,7 +125,7 @@ class LocalBatchSource:
             traffic=traffic,
             batch=batch,
             epoch=epoch,
-            step=step,
+            step=planned.step,
             steps_per_epoch=steps,
             sample_seed=sample_seed,
             sample_s=t1 - t0,

@@ -48,6 +48,7 @@ from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
 from graphtier.launcher.runtime.nonfinite import NonFiniteGuard
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
+from graphtier.service.pipeline.epoch_plan import dropout_seed
 
 
 def _rescaled(position: TrainPosition, payload: dict[str, Any], world_size: int) -> TrainPosition:
@@ -171,9 +172,7 @@ class TrainSession:
                 self._restore_best(payload)
             self.ctx.barrier()  # every rank has read the checkpoint before rank 0 may write (and prune) again
         self.step, self.last_checkpoint = self.position.step, self.resumed_from
-        torch.manual_seed(
-            self.config.seed + 7919 * (self.ctx.rank + 1) + self.position.step
-        )  # dropout differs per rank
+        torch.manual_seed(dropout_seed(self.config.seed, self.ctx.rank, self.position.step))  # differs per rank
         return self.position
 
     def _restore_best(self, payload: dict[str, Any]) -> None:

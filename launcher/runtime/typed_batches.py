@@ -3,23 +3,26 @@
 The typed counterpart of `LocalBatchSource` for a typed dataset, prepared on disk or attached
 from the daemon's tiers: the `TypedNeighborSampler` over its typed CSC, and each featured type's
 input rows read by type-local id (from its `features.<type>` array, or gathered from that
-type's tiers). A typed job's ranks evaluate with it, every neighbour taken. Epochs shuffle the train ids the same
-way on every rank (seeded by `seed` and the epoch) and give rank r every world_size-th id,
-wrapped so every rank runs the same number of steps; evaluation shards are exact.
+type's tiers). A typed job's ranks evaluate with it, every neighbour taken. Its epochs follow
+the job's `EpochPlan` (graphtier.service.pipeline.epoch_plan), the rule a typed producer
+follows: for the same seed, epoch, rank and step it draws the producer's batch. Evaluation
+shards are exact (every world_size-th id of a split).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import cached_property
 
 import torch
 from torch import Tensor, nn
 
-from graphtier.contract.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.contract.traffic import TrafficCounts
-from graphtier.launcher.runtime.local_batches import _EVAL_STREAM, _ceil_div, batch_seed
 from graphtier.service.pipeline.batch import Batch
+from graphtier.service.pipeline.epoch_plan import EpochPlan, check_batch_size, check_rank, eval_batches
 from graphtier.service.prepared import PreparedDataset
+from graphtier.service.sampling.subgraph import SampledSubgraph
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 from graphtier.service.store import AttachedDataset
 
@@ -54,10 +57,8 @@ class TypedLocalBatches:
         self.name = dataset.handle.dataset if attached else dataset.name
         if schema is None:
             raise GraphtierError(f"dataset {self.name!r} is not a typed graph; use LocalBatchSource")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise GraphtierError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if not (world_size >= 1 and 0 <= rank < world_size):
-            raise GraphtierError(f"need world_size >= 1 and 0 <= rank < world_size, got {rank}, {world_size}")
+        check_batch_size(batch_size)
+        check_rank(rank, world_size)
         self.dataset, self.schema = dataset, schema
         self.batch_size, self.rank, self.world_size, self.seed = batch_size, rank, world_size, seed
         self.eval_batch_size = eval_batch_size or batch_size
@@ -85,42 +86,45 @@ class TypedLocalBatches:
             return out
         return torch.index_select(self._rows[node_type], 0, local)
 
+    @cached_property
+    def plan(self) -> EpochPlan:
+        """This rank's epoch plan over the train ids (made when first needed: evaluation needs none)."""
+        train = self._splits["train"].numel()
+        try:
+            return EpochPlan(train, self.batch_size, self.seed, self.rank, self.world_size, unit="train ids")
+        except SamplingError as exc:
+            raise SamplingError(f"dataset {self.name!r}: {exc}") from None
+
     def steps_per_epoch(self) -> int:
-        return _ceil_div(_ceil_div(self._splits["train"].numel(), self.world_size), self.batch_size)
+        """Batches per epoch on this rank (the same on every rank)."""
+        return self.plan.steps_per_epoch
 
     def _batch(self, sampler: TypedNeighborSampler, seeds: torch.Tensor, seed: int) -> Batch:
-        sub = sampler.sample(seeds, seed=seed)
+        return self._gathered(sampler.sample(seeds, seed=seed), seeds, seed)
+
+    def _gathered(self, sub: SampledSubgraph, seeds: torch.Tensor, sample_seed: int) -> Batch:
+        """The batch of a typed sample of `seeds` drawn with `sample_seed`: each featured type's input rows read."""
         n = sub.block(0).num_src if sub.num_layers else sub.num_seeds
         ids, types = sub.node_ids[:n], sub.node_types[:n]
         features = {}
         for index, info in enumerate(self.schema.node_types):
             if info.name in self._featured:
                 features[info.name] = self._rows_of(info.name, ids[types == index] - info.offset)
-        return Batch(subgraph=sub, x=features, y=self.labels[seeds], traffic=TrafficCounts())
-
-    def batch_for(self, seeds: torch.Tensor, seed: int) -> Batch:
-        """The training sampler's batch of `seeds` (unique) drawn with sample seed `seed`: what a typed
-        producer's slot holds for the same seeds and seed (`Batch.seeds`, `.sample_seed`)."""
-        return self._batch(self.sampler, seeds, seed)
+        return Batch(subgraph=sub, x=features, y=self.labels[seeds], traffic=TrafficCounts(), sample_seed=sample_seed)
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         """This rank's training batches of `epoch`."""
-        train = self._splits["train"]
-        order = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))]
-        per_rank = _ceil_div(order.numel(), self.world_size)
-        padded = order.repeat(_ceil_div(per_rank * self.world_size, max(order.numel(), 1)))[
-            : per_rank * self.world_size
-        ]
-        mine = padded[self.rank :: self.world_size]
-        for index, seeds in enumerate(mine.split(self.batch_size)):
-            yield self._batch(self.sampler, seeds.unique(), batch_seed(self.seed, epoch, self.rank, index))
+        for _, seeds, sample_seed in self.plan.batches(self._splits["train"], epoch):
+            yield self._batch(self.sampler, seeds, sample_seed)
 
     def evaluate(self, split: str) -> Iterator[Batch]:
         """This rank's exact shard of `split` ("val" or "test"), in batches."""
         if split not in self._splits:
             raise GraphtierError(f"dataset {self.name!r} has no split {split!r}; it has {sorted(self._splits)}")
-        ids = self._splits[split][self.rank :: self.world_size]
-        for index, seeds in enumerate(ids.split(self.eval_batch_size)):
-            yield self._batch(self.eval_sampler, seeds, batch_seed(self.seed, _EVAL_STREAM, self.rank, index))
+        planned = eval_batches(
+            self._splits[split], self.eval_batch_size, seed=self.seed, rank=self.rank, world_size=self.world_size
+        )
+        for _, seeds, sample_seed in planned:
+            yield self._batch(self.eval_sampler, seeds, sample_seed)
 
     eval_batches = evaluate  # the name the train loop's evaluation calls

@@ -10,39 +10,37 @@ drawn from the tail type.
 
 `job submit --task link --model rgcn|hgt` trains it in the built-in loop (`objectives.LinkPrediction`,
 with `typed_pair_forward`) on batches its producers sample (`LinkSampler`); `TypedLinkBatches`
-samples the same kind of batch in the trainer's own process (a rank's shard of the train pairs
-each epoch, each positive with `negatives` corrupted tails of the tail type, the union of all
-endpoints sampled once with the typed sampler) and gives the evaluation its embedding batches,
-from a prepared dataset on disk or one attached from the daemon's tiers.
+samples the same batches in the trainer's own process (a rank's shard of the train pairs each
+epoch as the job's `EpochPlan` says, each positive with `negatives` negatives of the relation's
+types, the union of all endpoints sampled once with the typed sampler: a producer's batch for
+the same seed, epoch, rank and step) and gives the evaluation its embedding batches, from a
+prepared dataset on disk or one attached from the daemon's tiers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphtier.contract.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.contract.hetero import HeteroSchema
-from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS, DecoderKind
+from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS, DecoderKind, NegativeSampling
 from graphtier.launcher.runtime.link_eval import auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
-from graphtier.launcher.runtime.local_batches import _ceil_div, batch_seed
 from graphtier.launcher.runtime.models.factory import ModelName, build_typed_model
 from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
 from graphtier.service.pipeline.batch import Batch
+from graphtier.service.pipeline.epoch_plan import EpochPlan, eval_batches
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX, link_array
-from graphtier.service.sampling.link import pair_end_types
+from graphtier.service.sampling.link import LinkSampler, pair_end_types
 from graphtier.service.store import AttachedDataset
-
-_NEGATIVE_STREAM = 0x4E4547  # seeds the corrupted tails of training batches
-_EMBED_STREAM = 0xE3BE  # seeds the samples of the evaluation embeddings
-_SEED_MASK = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -67,9 +65,12 @@ class TypedLinkBatches(TypedLocalBatches):
         seed: int = 0,
         *,
         negatives: int = 1,
+        negative_sampling: NegativeSampling = "corrupt-tail",
         eval_fanouts: Sequence[str | int] | None = None,
         eval_batch_size: int | None = None,
     ) -> None:
+        """`negative_sampling`: corrupt-tail (the positive's head, a random tail of the tail type) or
+        uniform (a random head and tail of the relation's types), as a link job's producers draw them."""
         super().__init__(
             dataset, fanouts, batch_size, rank, world_size, seed, eval_fanouts=eval_fanouts,
             eval_batch_size=eval_batch_size,
@@ -90,38 +91,45 @@ class TypedLinkBatches(TypedLocalBatches):
         self.train_pairs = pairs[link_array("train")]
         self.head, self.tail = pair_end_types(self.schema, self.train_pairs)
         self.negatives = negatives
+        self.link_sampler = LinkSampler(
+            self.sampler,
+            self.train_pairs,
+            self.schema.num_nodes,
+            negatives=negatives,
+            negative_sampling=negative_sampling,
+        )
 
     def split_pairs(self, split: str, *, negative: bool = False) -> Tensor:
         """int64 [n, 2] pairs (head first, global ids) of `split`, or its pool of negatives."""
         return self._pairs[link_array(split, negative=negative)]
 
+    @cached_property
+    def link_plan(self) -> EpochPlan:
+        """This rank's epoch plan over the train pairs (their indices, as a link job's producers plan them)."""
+        count = self.train_pairs.shape[0]
+        try:
+            return EpochPlan(count, self.batch_size, self.seed, self.rank, self.world_size, unit="train edges")
+        except SamplingError as exc:
+            raise SamplingError(f"dataset {self.name!r}: {exc}") from None
+
     def link_steps_per_epoch(self) -> int:
-        return _ceil_div(_ceil_div(self.train_pairs.shape[0], self.world_size), self.batch_size)
+        """Batches of train pairs per epoch on this rank (the same on every rank)."""
+        return self.link_plan.steps_per_epoch
 
     def pairs_epoch(self, epoch: int) -> Iterator[TypedLinkBatch]:
         """This rank's batches of train pairs of `epoch` (every rank the same number of steps)."""
-        count = self.train_pairs.shape[0]
-        order = torch.randperm(count, generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
-        per_rank = _ceil_div(count, self.world_size)
-        padded = order.repeat(_ceil_div(per_rank * self.world_size, count))[: per_rank * self.world_size]
-        for index, chosen in enumerate(padded[self.rank :: self.world_size].split(self.batch_size)):
-            word = batch_seed(self.seed, epoch, self.rank, index)
-            positive = self.train_pairs[chosen]
-            generator = torch.Generator().manual_seed((word ^ _NEGATIVE_STREAM) & _SEED_MASK)
-            tails = torch.randint(
-                self.tail.offset, self.tail.offset + self.tail.count, (positive.shape[0] * self.negatives,),
-                generator=generator,
-            )  # fmt: skip
-            negative = torch.stack([positive[:, 0].repeat(self.negatives), tails], dim=1)
-            pairs = torch.cat([positive, negative])
-            seeds, local = torch.unique(pairs.reshape(-1), return_inverse=True)
-            yield TypedLinkBatch(self._batch(self.sampler, seeds, word), local.view(-1, 2), positive.shape[0])
+        edges = torch.arange(self.train_pairs.shape[0])
+        for _, chosen, sample_seed in self.link_plan.batches(edges, epoch):
+            sub = self.link_sampler.sample(chosen, seed=sample_seed)
+            assert sub.pairs is not None  # a link sample's
+            batch = self._gathered(sub, sub.node_ids[: sub.num_seeds], sample_seed)
+            yield TypedLinkBatch(batch, sub.pairs, sub.num_positive)
 
     def embedding_batches(self, ids: Tensor) -> Iterator[tuple[Tensor, Batch]]:
         """This rank's share of `ids` (unique global ids), sampled by the evaluation sampler in batches."""
-        mine = ids[self.rank :: self.world_size]
-        for index, seeds in enumerate(mine.split(self.eval_batch_size)):
-            yield seeds, self._batch(self.eval_sampler, seeds, batch_seed(self.seed, _EMBED_STREAM, self.rank, index))
+        planned = eval_batches(ids, self.eval_batch_size, seed=self.seed, rank=self.rank, world_size=self.world_size)
+        for _, seeds, sample_seed in planned:
+            yield seeds, self._batch(self.eval_sampler, seeds, sample_seed)
 
 
 class TypedLinkModel(nn.Module):

@@ -1,4 +1,5 @@
-"""LocalBatchSource: shards that partition the train ids with equal step counts, batches whose
+"""LocalBatchSource: disjoint shards of the train ids with equal step counts (the epoch plan's; that
+they are a producer's batches: tests/service/pipeline/test_pipeline_channel.py), batches whose
 features, labels and blocks are the dataset's own, deterministic epochs."""
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.launcher.runtime import Batch, LocalBatchSource
 
 
-def test_train_shards_cover_the_split_with_equal_lengths(small_rmat):
+def test_train_shards_split_the_train_ids_with_equal_lengths(small_rmat):
     train = small_rmat.split("train")
     for world in (1, 3, 4):
         shards = [LocalBatchSource(small_rmat, [5], 64, r, world, seed=1).train_shard(epoch=2) for r in range(world)]
-        assert len({s.numel() for s in shards}) == 1
-        assert set(torch.cat(shards).tolist()) == set(train.tolist())
-        assert all(s.unique().numel() == s.numel() for s in shards)  # padding never repeats an id within a rank
-        assert sum(s.numel() for s in shards) - train.numel() < world
+        assert {s.numel() for s in shards} == {train.numel() // world}  # the epoch plan drops T mod W ids
+        together = torch.cat(shards)
+        assert together.unique().numel() == together.numel() and bool(torch.isin(together, train).all())
     a = LocalBatchSource(small_rmat, [5], 64, 0, 2, seed=1)
     assert torch.equal(a.train_shard(0), LocalBatchSource(small_rmat, [5], 64, 0, 2, seed=1).train_shard(0))
     assert not torch.equal(a.train_shard(0), a.train_shard(1))
@@ -32,7 +32,7 @@ def test_eval_shards_partition_the_split(small_rmat):
 def test_batches_carry_the_datasets_features_labels_and_blocks(small_rmat):
     source = LocalBatchSource(small_rmat, [6, 3], 100, seed=4)
     batches = list(source.epoch_batches(0))
-    assert len(batches) == source.num_train_batches() == -(-small_rmat.split("train").numel() // 100)
+    assert len(batches) == source.num_train_batches() == -(-small_rmat.split("train").numel() // 100)  # 1 rank
     features, labels = small_rmat.features, small_rmat.labels
     for batch in batches:
         assert isinstance(batch, Batch)
@@ -62,3 +62,8 @@ def test_eval_fanouts_and_bad_arguments(small_rmat):
         LocalBatchSource(small_rmat, [0], 8)
     with pytest.raises(GraphtierError, match="no 'holdout' split"):
         source.split_ids("holdout")
+    train = small_rmat.split("train").numel()
+    crowded = LocalBatchSource(small_rmat, [2], 8, rank=0, world_size=train + 1)
+    with pytest.raises(SamplingError, match=rf"rmat12': {train} train ids cannot be shared by {train + 1} ranks"):
+        crowded.num_train_batches()
+    assert next(crowded.eval_batches("test")).seeds.numel() >= 1  # evaluation needs no train seed

@@ -66,7 +66,7 @@ def test_batches_pair_train_edges_with_corrupted_tails(acm_link):
     train = acm_link.array("link_train") @ torch.tensor([n, 1])
     assert first.num_positive == 256 and global_pairs.shape == (3 * 256, 2)
     assert torch.isin(global_pairs[:256] @ torch.tensor([n, 1]), train).all()  # positives first
-    assert torch.equal(global_pairs[256:, 0], global_pairs[:256, 0].repeat(2))  # each positive's head, new tails
+    assert torch.equal(global_pairs[256:, 0], global_pairs[:256, 0].repeat_interleave(2))  # its head, new tails
     subject = acm_link.manifest.hetero.type_named("subject")
     tails = global_pairs[:, 1]
     assert bool(((tails >= subject.offset) & (tails < subject.offset + subject.count)).all())

@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from graphtier.launcher.runtime import LocalBatchSource
 from graphtier.service.pipeline import ChannelReader, SlotCapacity, spawn_producer
 from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.sampling import NeighborSampler
@@ -107,4 +108,26 @@ def test_a_grown_slots_old_memory_is_freed_only_after_the_rank_releases_the_batc
             assert not os.path.exists(old), "the old allocation outlived the release of the grown batch"
             for rest in reader:
                 rest.release()
+        assert producer.wait(20) == 0
+
+
+def test_an_in_process_source_draws_the_producers_batches(make_config, small_rmat):
+    """`LocalBatchSource` follows the producers' epoch plan: for the same seed, epoch, rank and step it
+    draws the same seeds, sample and rows (here rank 1 of 3: each epoch drops a different tail)."""
+    config = make_config(rank=1, world_size=3, epochs=2, batch_size=48)
+    local = LocalBatchSource(small_rmat, config.fanouts, 48, rank=1, world_size=3, seed=config.seed)
+    with spawn_producer(config) as producer, ChannelReader(producer.layout, timeout=20) as reader:
+        assert producer.layout.steps_per_epoch == local.num_train_batches()
+        for epoch in range(2):
+            mine = list(local.epoch_batches(epoch))
+            assert len(mine) == local.num_train_batches()
+            for got, want in zip(reader.epoch(), mine, strict=True):  # a slot is read before the next is asked for
+                assert (got.epoch, got.step, got.batch, got.steps_per_epoch) == (
+                    want.epoch, want.step, want.batch, want.steps_per_epoch,
+                )  # fmt: skip
+                assert torch.equal(got.seeds, want.seeds) and got.sample_seed == want.sample_seed
+                assert torch.equal(got.node_ids, want.node_ids)
+                for a, b in zip(got.blocks, want.blocks, strict=True):
+                    assert torch.equal(a.indptr, b.indptr) and torch.equal(a.indices, b.indices)
+                assert torch.equal(got.x, want.x) and torch.equal(got.y, want.y)
         assert producer.wait(20) == 0
