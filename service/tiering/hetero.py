@@ -8,10 +8,10 @@ follows from its id. Ranking by score (the expected reads of a row) rather than 
 byte is what maximises the *byte* hit ratio: a row of width w costs w bytes and serves
 reads x w bytes, so its value per budget byte is its read count whatever its width.
 
-`build_typed_tiering_report` replays sampled epochs with the typed sampler and compares each
-score's placement with the oracle's (placed by the very reads it is scored on), per type and
-over all bytes. Featureless types have no feature rows; their learned embeddings live in the
-model and take no part in the budget.
+`build_typed_tiering_report` replays sampled epochs with the typed sampler (a one-rank job's
+batches: `replay.one_rank_plan`) and compares each score's placement with the oracle's (placed
+by the very reads it is scored on), per type and over all bytes. Featureless types have no
+feature rows; their learned embeddings live in the model and take no part in the budget.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from collections.abc import Sequence
 import torch
 from pydantic import BaseModel, Field
 
-from graphtier.contract.errors import PlacementError, SamplingError
+from graphtier.contract.errors import PlacementError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import PlacementPlan, TierBudgets, parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
+from graphtier.service.tiering.replay import one_rank_plan
 
 
 class TypedSplit(BaseModel):
@@ -141,21 +142,17 @@ class TypedTieringReport(BaseModel):
 def replay_typed_reads(
     dataset: PreparedDataset, *, fanouts: Sequence[str | int], batch_size: int, epochs: int, seed: int
 ) -> tuple[torch.Tensor, int]:
-    """Reads of each node's row over `epochs` shuffled epochs of the train ids; (counts, batches)."""
+    """Reads of each node's row over `epochs` epochs of a one-rank job; (counts, batches)."""
     schema = dataset.manifest.hetero
     assert schema is not None
     train = dataset.split("train")
-    if train.numel() == 0:
-        raise SamplingError("the dataset has no training ids to start sampling from")
-    if batch_size < 1 or epochs < 1:
-        raise SamplingError(f"batch size and epochs must be >= 1, got {batch_size} and {epochs}")
+    plan = one_rank_plan(train, batch_size, epochs, seed)
     sampler = TypedNeighborSampler(dataset.graph, dataset.array("edge_type"), schema, fanouts)
     counts = torch.zeros(schema.num_nodes, dtype=torch.int64)
-    generator = torch.Generator().manual_seed(seed)
     batches = 0
-    for _ in range(epochs):
-        for batch in train[torch.randperm(train.numel(), generator=generator)].split(batch_size):
-            sub = sampler.sample(batch, seed=seed * 1_000_003 + batches)
+    for epoch in range(epochs):
+        for _, seeds, sample_seed in plan.batches(train, epoch):
+            sub = sampler.sample(seeds, seed=sample_seed)
             counts.index_add_(0, sub.node_ids, torch.ones_like(sub.node_ids))
             batches += 1
     return counts, batches
