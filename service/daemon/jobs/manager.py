@@ -51,6 +51,7 @@ from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
 from graphtier.service.daemon.jobs.notes import (
     check_link_dataset,
     check_typed_job,
+    epoch_plan,
     spec_notes,
 )
 from graphtier.service.daemon.jobs.progress import ProgressTracker
@@ -239,6 +240,7 @@ class JobManager:
                 f"dataset {spec.dataset!r} cannot be trained on: it needs features and at least 2 label classes "
                 f"(feature_dim {loaded.feature_dim}, num_classes {loaded.num_classes})"
             )
+        epoch_plan(spec, loaded.handle)  # refused here, not by its producers, when a rank would get no seed
         spec = resolve_sampler(spec, loaded.handle.plan)
         need = self._memory_need(spec, sizing_plan(loaded.handle))
         job_id = self._new_id()

@@ -1,10 +1,12 @@
 """Advice about a job spec, noticed at submit and shown with the job (`Job.notes` in jobs.proto).
 
-The job runs as submitted; the notes say why its figures may surprise: a batch that covers the
-whole train split trains one step per epoch (the README's first Cora job trained 3 steps and
-looked broken at 51%), and a dataset placed without device budgets serves every row from the
+The job runs as submitted; the notes say why its figures may surprise: a batch that covers a
+rank's whole shard of the train split trains one step per epoch (the README's first Cora job
+trained 3 steps and looked broken at 51%; the steps are the producers' own count, from the
+job's `EpochPlan`), and a dataset placed without device budgets serves every row from the
 host tier, so the device hit ratio is 0 by construction rather than by a fault; and a dataset
-whose labels prepare remapped to dense classes is trained and scored over those classes.
+whose labels prepare remapped to dense classes is trained and scored over those classes. A job
+whose train split cannot give every rank a seed is refused instead (`epoch_plan`).
 """
 
 from __future__ import annotations
@@ -12,19 +14,30 @@ from __future__ import annotations
 from graphtier.contract.errors import DaemonError, InvalidRequestError, SamplingError
 from graphtier.contract.jobs.spec import TYPED_MODELS, JobSpec
 from graphtier.contract.link import CALIBRATED_DECODERS, DEFAULT_HITS_K
+from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.store import SharedDatasetHandle
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+def _num_train(spec: JobSpec, handle: SharedDatasetHandle) -> int:
+    """The seeds the job's epochs shuffle and shard: its train edges (a link job) or train ids."""
+    train = handle.link_pairs.get(link_array("train")) if spec.task == "link" else handle.splits.get("train")
+    return train.shape[0] if train is not None and train.shape else 0
+
+
+def epoch_plan(spec: JobSpec, handle: SharedDatasetHandle) -> EpochPlan:
+    """Rank 0's epoch plan of `spec` on the dataset (every rank runs its steps); InvalidRequestError, before
+    anything runs, when the train split cannot give every rank a seed."""
+    what = "train edges" if spec.task == "link" else "train ids"
+    try:
+        return EpochPlan(_num_train(spec, handle), spec.batch_size, spec.seed, 0, spec.world_size, unit=what)
+    except SamplingError as exc:
+        raise InvalidRequestError(f"dataset {spec.dataset!r}: {exc}") from None
 
 
 def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     """The notes for `spec` on the dataset `handle` describes (as placed for this job)."""
     notes = []
-    train = handle.link_pairs.get(link_array("train")) if spec.task == "link" else handle.splits.get("train")
-    num_train = train.shape[0] if train is not None and train.shape else 0
     what = "train edges" if spec.task == "link" else "ids"
     featureless = handle.resident_features is None and handle.storage_features is None and handle.hetero is None
     if spec.task == "link" and featureless:  # a typed dataset's rows are per type (its featureless types: below)
@@ -32,15 +45,14 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
             f"dataset {handle.dataset!r} has no node features: the job learns a {spec.hidden}-wide embedding per "
             f"node ({handle.plan.num_nodes:,} rows), gathered per batch and updated sparsely"
         )
-    if num_train:
-        per_rank = _ceil_div(num_train, spec.world_size)
-        if _ceil_div(per_rank, spec.batch_size) == 1:
-            suggest = 1 << (max(per_rank // 2, 1).bit_length() - 1)  # a power of two giving 2+ steps
-            notes.append(
-                f"batch {spec.batch_size} x {spec.world_size} rank(s) covers the whole train split "
-                f"({num_train:,} {what}): 1 step per epoch, {spec.epochs} in all; on a small graph try "
-                f"--batch-size {suggest} and more --epochs"
-            )
+    plan = epoch_plan(spec, handle)
+    if plan.steps_per_epoch == 1:
+        suggest = 1 << (max(plan.shard_size // 2, 1).bit_length() - 1)  # a power of two giving 2+ steps
+        notes.append(
+            f"batch {spec.batch_size} x {spec.world_size} rank(s) covers the whole train split "
+            f"({plan.num_train:,} {what}): 1 step per epoch, {spec.epochs} in all; on a small graph try "
+            f"--batch-size {suggest} and more --epochs"
+        )
     if handle.class_labels is not None:
         k = len(handle.class_labels)
         notes.append(
