@@ -1,7 +1,10 @@
 """Fanouts (neighbours per hop) as the sampler, a channel and a job spec all accept them.
 
-One check shared by `JobSpec` (validated where the client builds it), the producer's channel
-and the sampler, so a bad fanout reads the same wherever it is caught.
+One parser (`parse_fanouts`: the command line's `--fanout 15,10,5` and `graphtier.connect`'s
+`fanout=`) and one check (`validate_fanouts`) shared by `JobSpec` (validated where the client
+builds it), the producer's channel and the samplers, so a bad fanout reads the same wherever
+it is caught. They live in the contract, beside the rest of the epoch plan's inputs
+(graphtier.service.pipeline.epoch_plan), because the command line reads them without torch.
 """
 
 from __future__ import annotations
@@ -31,13 +34,20 @@ def validate_fanouts(fanouts: Sequence[int]) -> list[int]:
     return checked
 
 
-def parse_fanouts(text: str) -> list[int]:
-    """`15,10,5` -> [15, 10, 5], validated by the sampler's own rules (a command line's --fanout)."""
+def parse_fanouts(value: str | Sequence[int], *, given_as: str = "--fanout") -> list[int]:
+    """`"15,10,5"` (or a sequence of ints) as [15, 10, 5], checked by `validate_fanouts`; SamplingError
+    naming `given_as` (the flag or argument it came from) otherwise."""
+    if isinstance(value, str):
+        try:
+            value = [int(part) for part in value.split(",")]
+        except ValueError:
+            raise SamplingError(
+                f"{given_as} {value!r}: expected comma-separated integers like 15,10,5 (-1 = all neighbours)"
+            ) from None
     try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise SamplingError(f"--fanout {text!r}: expected comma-separated integers like 15,10,5 (-1 = all)") from None
-    return validate_fanouts(values)
+        return validate_fanouts(value)
+    except SamplingError as exc:
+        raise SamplingError(f"{given_as}: {exc}") from None
 
 
 def check_channel_fanouts(fanouts: list[int]) -> list[int]:

@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from graphtier.contract.endpoints import read_endpoints
 from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.fanouts import parse_fanouts
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
@@ -535,13 +536,7 @@ def _spec_values(dataset: str, fields: dict[str, Any]) -> dict[str, Any]:
     if "fanout" in values:
         if "fanouts" in values:
             raise GraphtierError("graphtier.connect(): give fanout or fanouts, not both")
-        fanout = values.pop("fanout")
-        if isinstance(fanout, str):
-            try:
-                fanout = [int(part) for part in fanout.split(",")]
-            except ValueError:
-                raise GraphtierError(f"graphtier.connect(): fanout {fanout!r} is not a list such as 15,10,5") from None
-        values["fanouts"] = fanout
+        values["fanouts"] = parse_fanouts(values.pop("fanout"), given_as="graphtier.connect(): fanout")
     script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     if script is not None and script.is_file() and "script" not in values:
         values["script"] = str(script)

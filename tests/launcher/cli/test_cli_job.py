@@ -106,6 +106,9 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     gpu = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
     assert gpu.exit_code == 2 and f"{spec}: invalid job spec" in gpu.output and "it needs device cuda" in gpu.output
     assert cli("job", "submit", "--spec", spec, "--sampler", "tpu", "--runtime-dir", run).exit_code == 2
+    words = "--fanout '15,x': expected comma-separated integers like 15,10,5 (-1 = all neighbours)"
+    bad = cli("job", "submit", "--dataset", "rmat12", "--fanout", "15,x", "--runtime-dir", run)
+    assert bad.exit_code == 2 and words in bad.output  # as `dataset tiering-report` and `connect()` say it
     fanout = "paper-cites-paper:x;5"
     typed = cli("job", "submit", "--dataset", "acm", "--model", "rgcn", "--fanout", fanout, "--runtime-dir", run)
     assert typed.exit_code == 2 and "relation_fanouts: Value error, hop 1: 'paper-cites-paper:x' is not" in typed.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from graphtier.contract.endpoints import read_endpoints
-from graphtier.contract.errors import GraphtierError
+from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.processes import JOB_NICENESS
 from graphtier.launcher.client import DaemonClient
@@ -195,3 +196,13 @@ def test_an_unknown_priority_is_refused_before_anything_is_registered(tmp_path):
 
     with pytest.raises(GraphtierError, match=r"priority='low'.*'job' or 'inherit'"):
         graphtier.connect(dataset="cora", runtime_dir=tmp_path, priority="low")
+
+
+def test_a_bad_fanout_is_refused_in_the_command_lines_words(tmp_path):
+    import graphtier
+
+    words = "graphtier.connect(): fanout '15,x': expected comma-separated integers like 15,10,5 (-1 = all neighbours)"
+    with pytest.raises(SamplingError, match=re.escape(words)):
+        graphtier.connect(dataset="cora", runtime_dir=tmp_path, fanout="15,x")
+    with pytest.raises(SamplingError, match=r"connect\(\): fanout: fanout 0 for hop 2 in \[5, 0\] is invalid"):
+        graphtier.connect(dataset="cora", runtime_dir=tmp_path, fanout=[5, 0])
