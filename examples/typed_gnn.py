@@ -52,6 +52,8 @@ def train_in_job(args: argparse.Namespace) -> None:
 
     with graphtier.connect() as job:
         spec, info = job.spec, job.dataset
+        if info.hetero is None:
+            raise SystemExit(f"{Path(__file__).name} trains a heterogeneous graph; {spec.dataset!r} has one node type")
         build = HGT if args.model == "hgt" else RGCN
         model = build(info.hetero, spec.hidden, info.num_classes, len(info.fanouts), dropout=spec.dropout)
         optimizer = torch.optim.Adam(
@@ -110,6 +112,8 @@ def main() -> None:
     torch.set_num_threads(1)
     dataset = PreparedDataset.open(args.dataset, args.root)
     schema = dataset.manifest.hetero
+    if schema is None:
+        parser.error(f"--dataset {args.dataset}: a graph with one node type; this example trains a heterogeneous one")
     loader = TypedLocalBatches(
         dataset, split_fanout_hops(args.fanout), args.batch_size, rank, world, args.seed, eval_fanouts=["-1"] * 2
     )
