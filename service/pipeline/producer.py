@@ -11,10 +11,11 @@ seeded by train edges instead (`LinkSampler`: the pairs and their negatives, the
 sampled; on a typed dataset its target relation's edges, each type's rows gathered as for a
 typed node batch). A partitioned job's producer gathers instead from its node's copy and
 fetches the other nodes' rows (peer_rows.py), the fetches started when the batch is sampled,
-`PARTITION_LOOKAHEAD` batches (or `window`) ahead; a typed dataset's producer does so per
-featured node type (`typed_partitions`).
+`PARTITION_LOOKAHEAD` batches (or `window`) ahead.
 Where the rows come from (the tiers, the look-ahead window or the other nodes) is one
-`FeatureSource` (feature_sources.py), chosen when the producer starts. It never touches a
+`FeatureSource` (feature_sources.py), chosen when the producer starts; a heterogeneous
+dataset's rows come per featured node type from `HeteroRows` (hetero_rows.py), which does the
+same per type. It never touches a
 slot the consumer holds; it exits cleanly, unlinking its segments, when the consumer goes
 away. The daemon forks it from a warm server (`spawn_producer`, see forkserver.py); it also
 runs as a process of its own:
@@ -52,17 +53,15 @@ from graphtier.service.pipeline.device_batches import DeviceSlotBatches, write_s
 from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.pipeline.feature_sources import (
-    PARTITION_LOOKAHEAD,
     CudaTiers,
     FeatureSource,
-    WindowedTiers,
     feature_source,
 )
+from graphtier.service.pipeline.hetero_rows import HeteroRows
 from graphtier.service.pipeline.layout import LAYOUT_FILE, MEMORY_SOCKET_FILE, SOCKET_FILE, ChannelLayout, SlotCapacity
 from graphtier.service.pipeline.lookahead import Lookahead, Planned
 from graphtier.service.pipeline.notify import ConnectionClosed, Listener
 from graphtier.service.pipeline.ordering import CudaEventOrdering, HostOrdering, SlotOrdering
-from graphtier.service.pipeline.peer_rows import PeerRows, RemoteTicket
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
@@ -70,7 +69,7 @@ from graphtier.service.sampling.link import LinkSampler, max_link_pairs, max_lin
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
-from graphtier.service.storage import StorageCounters, Ticket
+from graphtier.service.storage import StorageCounters
 from graphtier.service.storage.buffers import StorageBuffers
 from graphtier.service.store import attach_dataset
 
@@ -138,10 +137,8 @@ class Producer:
                 sm_share=cfg.grid_share,
             )
         self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
-        self.schema = self.dataset.handle.hetero  # a typed dataset's: typed samples, rows gathered per type
-        self._typed_mapped_bytes = 0  # typed, mmap mode: the storage rows' bytes copied from the mappings
-        self.typed_windows: dict[str, WindowedTiers] = {}  # typed, --window: one per type with storage rows
-        self.typed_peers: dict[str, PeerRows] = {}  # typed, partitioned: each featured type's rows on the nodes
+        self.schema = self.dataset.handle.hetero  # a heterogeneous dataset's: typed samples, rows gathered per type
+        self.hetero_rows: HeteroRows | None = None  # its input rows per featured node type
         hop_bounds = list(cfg.fanouts)
         if self.schema is not None:
             if cfg.sampler == "gpu" or cfg.partition is not None or cfg.device != "cpu":
@@ -158,10 +155,13 @@ class Producer:
                 backend=cfg.sampler_backend,
             )
             relations = len(self.schema.relations)  # a node may expand every relation into its type
-            if cfg.typed_partitions:
-                self.typed_peers = self._typed_peers()
-            elif cfg.window > 0:
-                self.typed_windows = self._typed_windows()
+            self.hetero_rows = HeteroRows(
+                self.dataset,
+                storage_reads=cfg.storage_reads,
+                window=cfg.window,
+                window_bytes=buffers.window_bytes,
+                partitions=cfg.typed_partitions,
+            )
             hop_bounds = [k * relations if k > 0 else -1 for k in cfg.fanouts]
         elif cfg.sampler == "gpu":
             self._setup_gpu_sampler()
@@ -193,7 +193,7 @@ class Producer:
             "channel": self.channel,
             "batch_size": seed_capacity,
             "pair_capacity": pair_capacity,
-            "typed_rows": self._typed_rows(),
+            "typed_rows": self.hetero_rows.row_types if self.hetero_rows is not None else None,
             "feature_shape": tiers.row_shape if tiers is not None else None,
             "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
             "device": self.slot_device,
@@ -231,150 +231,6 @@ class Producer:
             slots=[s.layout for s in self.slots],
         )
         self._write_layout()
-
-    def _typed_rows(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]] | None:
-        """A typed dataset's featured node types with their (row shape, dtype); None for a homogeneous one."""
-        if self.schema is None:
-            return None
-        rows = {}
-        for name in self.dataset.handle.typed_features:
-            tiers = self.dataset.typed_tiers(name)
-            rows[name] = (tiers.row_shape, tiers.dtype)
-        return rows
-
-    def _typed_windows(self) -> dict[str, WindowedTiers]:
-        """A look-ahead window per featured node type with storage rows, reading through that type's reader;
-        the producer's window bytes (sized from the memory limit) are shared evenly between them."""
-        cfg, windows = self.config, {}
-        readers = {name: self.dataset.typed_row_reader(name) for name in self.dataset.handle.typed_features}
-        readers = {name: reader for name, reader in readers.items() if reader is not None}
-        budget = self.storage_buffers.window_bytes
-        share = None if budget is None or not readers else budget // len(readers)
-        for name, reader in readers.items():
-            tiers = self.dataset.typed_tiers(name)
-            windows[name] = WindowedTiers(
-                tiers, reader, storage_reads=cfg.storage_reads, window=cfg.window, window_bytes=share
-            )
-        return windows
-
-    def _typed_peers(self) -> dict[str, PeerRows]:
-        """A partitioned typed job's rows: per featured node type, this node's copy and the other nodes'."""
-        cfg, featured = self.config, self.dataset.handle.typed_features
-        if set(cfg.typed_partitions) != set(featured):
-            raise ChannelError(
-                f"dataset {cfg.dataset.dataset!r}: partitioned rows of types {sorted(cfg.typed_partitions)}, "
-                f"but its featured node types are {sorted(featured)}"
-            )
-        peers: dict[str, PeerRows] = {}
-        try:
-            for name, partition in cfg.typed_partitions.items():
-                tiers = self.dataset.typed_tiers(name)
-                peers[name] = PeerRows(partition, row_shape=tiers.row_shape, dtype=tiers.dtype)
-        except BaseException:
-            for rows in peers.values():
-                rows.close()
-            raise
-        return peers
-
-    def _count_typed_network(self) -> None:
-        """A partitioned typed job's network counters so far (per peer by node rank), summed over types."""
-        h, peers = self.control.header, list(self.typed_peers.values())
-        for name in ("peer_rows", "peer_bytes", "peer_requests"):
-            total = sum(getattr(rows, name) for rows in peers)
-            h.array(name)[: total.size] = total
-        h["network_fetch_ns"] = sum(rows.fetch_ns for rows in peers)
-        h["network_wait_ns"] = sum(rows.wait_ns for rows in peers)
-
-    def _type_local_ids(self, sub: SampledSubgraph) -> dict[str, torch.Tensor]:
-        """The batch's input nodes of each featured type, in type-local ids, in their order among the inputs."""
-        assert self.schema is not None
-        featured = self.dataset.handle.typed_features
-        return {
-            info.name: sub.node_ids[sub.node_types == index] - info.offset
-            for index, info in enumerate(self.schema.node_types)
-            if info.name in featured
-        }
-
-    def _admit_typed(self, sub: SampledSubgraph) -> dict[str, Ticket | RemoteTicket]:
-        """Start the window's reads of each type's storage rows of a typed batch just sampled (or, for a
-        partitioned job, the fetches of each type's rows this node does not hold)."""
-        assert sub.hetero
-        local = self._type_local_ids(sub)
-        tickets: dict[str, Ticket | RemoteTicket] = {
-            name: window.admit(local[name]) for name, window in self.typed_windows.items()
-        }
-        tickets.update({name: rows.admit(local[name]) for name, rows in self.typed_peers.items()})
-        return tickets
-
-    def _fill_typed(
-        self,
-        views: SlotViews,
-        sub: SampledSubgraph,
-        tickets: dict[str, Ticket | RemoteTicket] | None,
-        sampled_ahead: int,
-    ) -> tuple[TrafficCounts, dict[str, int]]:
-        """A typed batch's relations and node types into slot `views`, and each featured type's input
-        rows gathered from that type's tiers (its storage rows through its window, if any, with the
-        batch's `tickets`) or, for a partitioned job, from this node's copy and the fetches the tickets
-        started; returns the traffic and the rows of each type."""
-        assert self.schema is not None and views.edge_types is not None and views.node_types is not None
-        views.edge_types[: sub.num_edges].copy_(sub.edge_types)
-        views.node_types[: sub.num_nodes].copy_(sub.node_types)
-        traffic, counts = TrafficCounts(simulated=True), {}
-        storage_rows, hits, hit_bytes = 0, 0, 0
-        for name, local in self._type_local_ids(sub).items():
-            out, window, peers = views.type_features[name], self.typed_windows.get(name), self.typed_peers.get(name)
-            if peers is not None:
-                assert tickets is not None  # every batch of a partitioned job is admitted when it is sampled
-                ticket = tickets[name]
-                assert isinstance(ticket, RemoteTicket)
-                type_traffic = peers.fill(ticket, local, out)
-            elif window is not None and tickets is not None:
-                ticket = tickets[name]
-                assert isinstance(ticket, Ticket)
-                type_traffic = window.fill(local, ticket, out)
-                hits += ticket.hits
-                hit_bytes += ticket.hits * window.tiers.row_bytes
-            else:
-                type_traffic = self.dataset.gather_typed(name, local, out)
-                self._typed_mapped_bytes += type_traffic.storage.bytes if self.config.storage_reads == "mmap" else 0
-            traffic += type_traffic
-            storage_rows += type_traffic.storage.rows
-            counts[name] = local.numel()
-        self._count_typed_storage(storage_rows, hits, hit_bytes, sampled_ahead)
-        if self.typed_peers:
-            self._count_typed_network()
-        return traffic, counts
-
-    def _count_typed_storage(self, rows: int, hits: int, hit_bytes: int, sampled_ahead: int) -> None:
-        """A typed batch's `rows` storage rows (all types; `hits` of them served by the windows, `hit_bytes`
-        long) added to the control block's storage counters, with the costs so far of every type's reader
-        (direct, page-cache, or the window's mapping) or the bytes copied from the mappings (mmap)."""
-        header, windows = self.control.header, self.typed_windows
-        readers = [
-            (windows[name].window.reader if windows[name].window is not None else None)
-            if name in windows
-            else self.dataset.typed_tiers(name).storage_reader
-            for name in self.dataset.handle.typed_features
-        ]
-        stats = [r.stats for r in readers if r is not None]
-        before = header.storage()
-        header.set_storage(
-            StorageCounters(
-                mode=self.config.storage_reads,
-                window=self.config.window,
-                read_rows=before.read_rows + rows - hits,
-                read_bytes=self._typed_mapped_bytes + sum(r.bytes_read for r in stats),
-                requests=sum(r.requests for r in stats),
-                window_rows=before.window_rows + hits,
-                window_bytes=before.window_bytes + hit_bytes,
-                io_seconds=sum(r.io_seconds for r in stats),
-                request_seconds=sum(r.request_seconds for r in stats),
-                read_seconds=sum(r.seconds for r in stats),
-                lookahead_batches=sampled_ahead,
-                window_cached_rows=sum(w.window.cached_rows for w in windows.values() if w.window is not None),
-            )
-        )
 
     def _train_pairs(self) -> torch.Tensor:
         """A link job's train edges ([n, 2] in shared memory); ChannelError when the dataset has no edge split."""
@@ -452,13 +308,13 @@ class Producer:
                 epochs=cfg.epochs,
                 depth=source.depth
                 if source is not None
-                else max(cfg.window, PARTITION_LOOKAHEAD)
-                if self.typed_peers
+                else self.hetero_rows.lookahead()
+                if self.hetero_rows is not None
                 else cfg.window,
                 sample=self._sample if self.device_batches is None else None,
                 admit=(lambda sub: source.admit(sub.node_ids))
                 if source is not None
-                else (self._admit_typed if self.typed_windows or self.typed_peers else None),
+                else (self.hetero_rows.admit if self.hetero_rows is not None and self.hetero_rows.admits else None),
             )
             ctl.header.set_storage(StorageCounters(mode=cfg.storage_reads, window=cfg.window))
             for epoch in range(cfg.epochs):
@@ -554,9 +410,9 @@ class Producer:
                 views.pairs[: sub.num_pairs].copy_(sub.pairs)
             else:
                 write_structure(views, sub, self.dataset.labels, num_seeds)
-            if sub.hetero:
+            if self.hetero_rows is not None:
                 tickets = planned.ticket if isinstance(planned.ticket, dict) else None
-                traffic, type_rows = self._fill_typed(views, sub, tickets, sampled_ahead)
+                traffic, type_rows = self.hetero_rows.fill(views, sub, tickets, ctl, sampled_ahead)
                 rec.set_traffic(traffic)
                 ctl.header.set_traffic(traffic, add=True)
             if views.features is not None and self.source is not None:
@@ -664,12 +520,9 @@ class Producer:
         if self.source is not None:
             self.source.close()
             self.source = None
-        windows, self.typed_windows = getattr(self, "typed_windows", {}), {}
-        for window in windows.values():
-            window.close()
-        peers, self.typed_peers = getattr(self, "typed_peers", {}), {}
-        for rows in peers.values():
-            rows.close()
+        hetero_rows = getattr(self, "hetero_rows", None)
+        if hetero_rows is not None:
+            hetero_rows.close()
         dataset = getattr(self, "dataset", None)
         if dataset is not None:
             dataset.detach()  # the device tier mappings and host registrations of device slots' gathers
