@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from graphtier.launcher.cli.rendering import console, error_boundary
+from graphtier.launcher.cli.rendering import EXIT_JOB_FAILED, console, error_boundary
 
 if TYPE_CHECKING:
     from graphtier.launcher.client import DaemonClient
@@ -167,4 +167,4 @@ def demo(
                 _stop_daemon(popen)
                 console.print(f"stopped graphtierd (pid {popen.pid})")
     if final.state.value != "succeeded":
-        raise SystemExit(job_cli.EXIT_JOB_FAILED)
+        raise SystemExit(EXIT_JOB_FAILED)
