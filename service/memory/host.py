@@ -57,7 +57,8 @@ class HostMapping:
         if handle.location != "host" or handle.shm_name is None:
             raise SharedMemoryError(f"{handle.label} is not host shared memory")
         self.handle, self.writable, self.device = handle, writable, CPU
-        self._mapping, self._size = map_segment(handle.shm_name, writable=writable)
+        mapping, self._size = map_segment(handle.shm_name, writable=writable)
+        self._mapping: mmap.mmap | None = mapping  # None once closed
         if self._size < handle.nbytes:
             raise SharedMemoryError(
                 f"segment {handle.shm_name!r} holds {self._size} bytes, the handle says {handle.nbytes}"
@@ -66,10 +67,12 @@ class HostMapping:
     @property
     def address(self) -> int:
         """The host address of the mapping's first byte (for registration with CUDA)."""
-        return torch.frombuffer(self._mapping, dtype=torch.uint8, count=1).data_ptr()
+        return torch.frombuffer(self.mapping, dtype=torch.uint8, count=1).data_ptr()
 
     @property
     def mapping(self) -> mmap.mmap:
+        if self._mapping is None:
+            raise SharedMemoryError(f"{self.handle.label}: this mapping of it is closed")
         return self._mapping
 
     def view(self, region: Region) -> torch.Tensor:
@@ -79,8 +82,8 @@ class HostMapping:
         dtype = torch_dtype(region.dtype)
         if region.nbytes == 0:
             return torch.empty(region.shape, dtype=dtype)
-        return view_of_mapping(self._mapping, region.shape, dtype, region.offset, read_only=not self.writable)
+        return view_of_mapping(self.mapping, region.shape, dtype, region.offset, read_only=not self.writable)
 
     def close(self) -> None:
         """Drop this object's reference; views made from it keep the mapping until they go."""
-        self._mapping = None  # type: ignore[assignment]
+        self._mapping = None

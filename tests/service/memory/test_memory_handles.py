@@ -124,6 +124,9 @@ def test_host_memory_views_check_their_bounds_and_close_unlinks_the_segment():
         assert here.view(region).tolist() == [3, 1, 4, 1]
         with pytest.raises(SharedMemoryError, match="needs bytes"):
             here.view(Region(offset=248, shape=(2,), dtype="int64"))
+        here.close()
+        with pytest.raises(SharedMemoryError, match="this mapping of it is closed"):  # not a TypeError of None
+            here.view(region)
         memory.close()
         assert not os.path.exists(segment_path(handle.shm_name))
         with pytest.raises(SharedMemoryError, match="does not exist"):
