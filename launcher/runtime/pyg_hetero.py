@@ -291,10 +291,18 @@ def relation_fanouts(schema: HeteroSchema, num_neighbors: NumNeighbors) -> list[
     ]
 
 
+def _node_types(sub: SampledSubgraph) -> Tensor:
+    """The type index of every node of a heterogeneous sample; GraphtierError for a sample of any other."""
+    if sub.node_types is None:
+        raise GraphtierError("the sample is of a graph with one node type: it has no node types to split it by")
+    return sub.node_types
+
+
 def hetero_parts(sub: SampledSubgraph, schema: HeteroSchema) -> dict[str, Any]:
     """A typed sample in PyG's hetero terms: `node` (type-local ids per type, in the sample's order,
     so seeds first), `row`/`col` (per edge type, indices into its head's and tail's `node`),
     `num_sampled_nodes` (per type and hop) and `num_sampled_edges` (per edge type and hop)."""
+    node_types = _node_types(sub)
     position = torch.empty_like(sub.node_ids)
     node: dict[str, Tensor] = {}
     hop_of_node = torch.repeat_interleave(
@@ -302,7 +310,7 @@ def hetero_parts(sub: SampledSubgraph, schema: HeteroSchema) -> dict[str, Any]:
     )
     num_sampled_nodes: dict[str, list[int]] = {}
     for index, info in enumerate(schema.node_types):
-        where = (sub.node_types == index).nonzero().squeeze(1)
+        where = (node_types == index).nonzero().squeeze(1)
         position[where] = torch.arange(where.numel())
         node[info.name] = sub.node_ids[where] - info.offset
         num_sampled_nodes[info.name] = torch.bincount(hop_of_node[where], minlength=len(sub.num_nodes_per_hop)).tolist()
@@ -383,7 +391,7 @@ def to_hetero_data(
     if unknown:
         have = list(parts["node"])
         raise GraphtierError(f"features name node types {unknown} the graph does not have; it has {have}")
-    seed_types = sub.node_types[: sub.num_seeds].unique()
+    seed_types = _node_types(sub)[: sub.num_seeds].unique()
     if labels is not None and (seed_types.numel() != 1 or labels.shape[0] != sub.num_seeds):
         raise GraphtierError(
             f"labels must hold one label per seed of one node type: got {labels.shape[0]} labels for "

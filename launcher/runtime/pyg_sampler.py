@@ -122,12 +122,18 @@ class GraphtierSampler(BaseSampler):
 
     def __init__(self, data: Any, num_neighbors: list[int] | dict[tuple[str, str, str], list[int]]) -> None:
         typed = typed_dataset_of(data)
-        self._typed = None if typed is None else TypedPyGSampling(typed, num_neighbors)
-        if self._typed is not None:
-            self.num_neighbors = num_neighbors
+        self._typed: TypedPyGSampling | None = None
+        self.num_neighbors: list[int] | dict[tuple[str, str, str], list[int]] = num_neighbors
+        if typed is not None:
+            self._typed = TypedPyGSampling(typed, num_neighbors)
             self.num_nodes = typed.graph.num_nodes
             return
         graph = graph_of(data)
+        if isinstance(num_neighbors, dict):
+            raise GraphtierError(
+                f"num_neighbors per edge type ({list(num_neighbors)}) needs a typed dataset; this graph has one "
+                "node type and edge type: give one list, the neighbours per hop"
+            )
         self.num_neighbors = list(num_neighbors)
         self._sampler = NeighborSampler(graph, self.num_neighbors)
         self.num_nodes = graph.num_nodes

@@ -3,6 +3,7 @@ checked against ACM's source files, and PyG's to_hetero(GraphSAGE) learning ACM 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 
 import numpy as np
@@ -92,6 +93,9 @@ def test_stock_loader_yields_hetero_batches_of_the_graph(prepared_acm, shared_da
         to_hetero_data(typed.subgraph, schema, typed.x, typed.y[:3])
     with pytest.raises(GraphtierError, match=r"features name node types \['venue'\]"):  # not silently dropped
         to_hetero_data(typed.subgraph, schema, {"venue": typed.x["paper"]})
+    one_type = dataclasses.replace(typed.subgraph, edge_types=None, node_types=None)  # a sample of one node type
+    with pytest.raises(GraphtierError, match="one node type: it has no node types"):  # not an AttributeError
+        to_hetero_data(one_type, schema)
 
 
 def test_refuses_what_the_typed_sampler_cannot_do(prepared_acm):
