@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             train_builtin(args.job_id, args.runtime_dir)
         return 0
-    except BaseException as exc:  # noqa: BLE001 -- whatever ends the rank is the job's cause
+    except BaseException as exc:  # whatever ends the rank is the job's cause
         if isinstance(exc, GraphtierError):
             print(f"error: {exc}", file=sys.stderr, flush=True)
         else:

@@ -255,7 +255,7 @@ class Daemon:
             try:
                 self.datasets.sweep()
                 self.job_manager.retire_finished()
-            except Exception:  # noqa: BLE001  (a bug here must not take the daemon down)
+            except Exception:  # a bug here must not take the daemon down
                 log.exception("sweep of datasets and ended jobs failed")
 
     def _tcp_security(self) -> tuple[list[grpc.ServerInterceptor], grpc.ServerCredentials | None]:

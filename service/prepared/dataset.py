@@ -87,7 +87,7 @@ class PreparedDataset:
                 version = np.lib.format.read_magic(f)
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, _, dtype = read(f)
-        except Exception:  # noqa: BLE001  (an unreadable header: the size check's message stands)
+        except Exception:  # an unreadable header: the size check's message stands
             return
         info = self.manifest.arrays[key]
         if list(shape) != info.shape or str(dtype) != info.dtype:
@@ -152,7 +152,7 @@ class PreparedDataset:
             path = self.directory / info.file
             try:
                 tensor, _ = open_npy(path)
-            except Exception as exc:  # noqa: BLE001  numpy raises ValueError, SyntaxError, TokenError, ...
+            except Exception as exc:  # numpy raises ValueError, SyntaxError, TokenError, ...
                 raise PreparedDatasetError(
                     f"{path}: cannot read array {key!r} ({exc}); the dataset is damaged: prepare it again"
                 ) from None

@@ -193,7 +193,7 @@ class DirectFileWriter:
             try:
                 if self._error is None:
                     stage(buffer, offset, length)
-            except BaseException as e:  # noqa: BLE001  (raised in the caller's thread)
+            except BaseException as e:  # raised in the caller's thread
                 self._error = self._error or e
             finally:
                 with self._lock:

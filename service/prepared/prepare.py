@@ -50,7 +50,7 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     started = time.perf_counter()
     # Import both paths before the temporary directory exists: an interrupt that lands inside an
     # import can make the interpreter exit by SIGINT instead of through our clean-up and status.
-    import graphtier.service.sources  # noqa: F401
+    import graphtier.service.sources  # noqa: F401  (imported for the reason above)
     from graphtier.service.prepared.hetero import is_hetero_source, prepare_hetero
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 

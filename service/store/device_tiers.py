@@ -84,7 +84,7 @@ def _close_all(allocations: Sequence[SharedMemory]) -> None:
     for memory in allocations:
         try:
             memory.close()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
     if errors:
         raise errors[0]
@@ -271,17 +271,17 @@ class CudaTiersLease:
         if memory or registrations:
             try:
                 torch.cuda.synchronize(self.device)
-            except Exception as exc:  # noqa: BLE001  (a sticky error must not stop the releases)
+            except Exception as exc:  # a sticky error must not stop the releases
                 errors.append(exc)
         for opened in memory:
             try:
                 opened.close()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 errors.append(exc)
         for reg in registrations:
             try:
                 host_registry().release(reg)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 errors.append(exc)
         for mapping in writable:
             with contextlib.suppress(BufferError):  # a view still exported: the mapping goes with it

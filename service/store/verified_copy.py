@@ -63,7 +63,7 @@ def copy_array(
         raise
     except OSError as exc:
         raise PreparedDatasetError(f"{path}: cannot read {key!r} ({exc.strerror or exc})") from None
-    except Exception as exc:  # noqa: BLE001  numpy's reading of a damaged header raises many kinds
+    except Exception as exc:  # numpy's reading of a damaged header raises many kinds
         raise PreparedDatasetError(f"{path}: the .npy header of {key!r} is damaged ({exc})") from None
     if actual != checksum:
         where = _first_changed_row(path, offset, row_checksums_file) if row_checksums_file is not None else ""
@@ -92,7 +92,7 @@ def _first_changed_row(path: Path, offset: int, row_checksums_file: Path) -> str
                 row = start + int(changed[0])
                 first = offset + row * row_bytes
                 return f", first at row {row} (bytes {first}-{first + row_bytes - 1})"
-    except Exception:  # noqa: BLE001  a clause of an error already being raised: it must not replace it
+    except Exception:  # a clause of an error already being raised: it must not replace it
         return ""
     return ", in no row (every row matches the recorded row checksums: the .npy header, or those, changed)"
 

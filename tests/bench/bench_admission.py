@@ -25,12 +25,12 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model  # noqa: E402
+from machine import cpu_model
 
-from graphtier.contract.endpoints import read_endpoints  # noqa: E402
-from graphtier.contract.jobs.spec import JobSpec  # noqa: E402
-from graphtier.contract.jobs.state import JobState  # noqa: E402
-from graphtier.launcher.client import DaemonClient  # noqa: E402
+from graphtier.contract.endpoints import read_endpoints
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
 
 
 def main() -> int:

@@ -90,7 +90,7 @@ def main() -> int:
                 source_options={"scale": a.scale, "feature_dim": 64},
             )
         )
-        out = open(Path(tmp) / "daemon.out", "w")  # noqa: SIM115  (closed below)
+        out = open(Path(tmp) / "daemon.out", "w")  # closed below
         daemon = subprocess.Popen(
             [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(run), "--dataset-root", str(root)],
             stdout=out,

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch  # noqa: F401  # imported for machine_summary's torch version
+import torch  # noqa: F401  (imported for machine_summary's torch version)
 from machine import bench_cache, machine_summary, write_figures
 
 LITERATURE = (0.34, 0.36)  # GraphSAGE on film, Geom-GCN splits (H2GCN's table: 34.2 +- 1.0)

@@ -37,11 +37,11 @@ from functools import partial
 # by OpenMP once, when torch loads it
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
-from machine import cpu_model, write_figures  # noqa: E402
+import torch
+from machine import cpu_model, write_figures
 
-from graphtier.service.gather import FeatureTiers, tiered_gather  # noqa: E402
-from graphtier.service.native_ops import native_available, unavailable_reason  # noqa: E402
+from graphtier.service.gather import FeatureTiers, tiered_gather
+from graphtier.service.native_ops import native_available, unavailable_reason
 
 CLEAN_BYTES = 128 << 20  # read before every case: 4x this VM's 32 MiB L3
 

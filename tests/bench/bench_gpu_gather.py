@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model  # noqa: E402
+from machine import cpu_model
 
 GiB = 1 << 30
 
@@ -83,7 +83,7 @@ class PcieCounter:
             # NVML orders GPUs by PCI bus, CUDA fastest first: find CUDA device 0 by its bus id
             self.nv, self.handle = nv, nv.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id(0))
             self.read()
-        except Exception as exc:  # noqa: BLE001  (any failure is reported, never fatal)
+        except Exception as exc:  # any failure is reported, never fatal
             self.reason = repr(exc)[:200]
 
     def read(self) -> tuple[int, int] | None:
@@ -312,7 +312,7 @@ def tiering_section(res: dict, scale: int, batches: int, pcie: PcieCounter) -> N
         owner.close()
 
 
-def sampling_section(res: dict, graph, perm: torch.Tensor, batches: int, host: torch.Tensor) -> None:  # noqa: ANN001
+def sampling_section(res: dict, graph, perm: torch.Tensor, batches: int, host: torch.Tensor) -> None:
     """Section 5 (see the module docstring), over the tiering section's graph, seeds and host features."""
     from graphtier.service.gpu.batch_stream import DeviceBatchMaker
     from graphtier.service.gpu.gather import CudaFeatureTiers, CudaGather
@@ -421,7 +421,7 @@ def main() -> int:
             continue
         try:
             section()
-        except Exception as exc:  # noqa: BLE001  (print what was measured, then the failure)
+        except Exception as exc:  # print what was measured, then the failure
             res[f"error_{len(res)}"] = f"{type(exc).__name__}: {exc}"[:400]
         print(json.dumps(res), flush=True)
     if args.json:

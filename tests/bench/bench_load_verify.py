@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_pipeline_overhead import ensure_dataset  # noqa: E402
-from machine import bench_cache, cpu_model, write_figures  # noqa: E402
+from bench_pipeline_overhead import ensure_dataset
+from machine import bench_cache, cpu_model, write_figures
 
-from graphtier.service.placement import PlacementPlan, TierBudgets  # noqa: E402
-from graphtier.service.prepared import PreparedDataset  # noqa: E402
-from graphtier.service.store import SharedDatasetStore  # noqa: E402
+from graphtier.service.placement import PlacementPlan, TierBudgets
+from graphtier.service.prepared import PreparedDataset
+from graphtier.service.store import SharedDatasetStore
 
 TARGET_RATIO = 1.3  # issue 27: a load with verification at most 1.3x one without
 

@@ -34,7 +34,7 @@ from machine import cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "service" / "daemon" / "cluster"))
-from cluster_nodes import start_daemon_processes  # noqa: E402
+from cluster_nodes import start_daemon_processes  # noqa: E402  (found through the sys.path entry above)
 
 SHARED = REPO_ROOT.parent / "shared" / "datasets"
 SOURCES = {"cora": f"planetoid:{SHARED / 'planetoid_cora'}", "citeseer": f"planetoid:{SHARED / 'planetoid_citeseer'}"}

@@ -58,19 +58,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import bench_cache, cpu_model, write_figures  # noqa: E402
-from memory_limit import MemoryLimit, unavailable  # noqa: E402
+from machine import bench_cache, cpu_model, write_figures
+from memory_limit import MemoryLimit, unavailable
 
-from graphtier.contract.datasets import BudgetSpec  # noqa: E402
-from graphtier.contract.endpoints import read_endpoints  # noqa: E402
-from graphtier.contract.errors import DaemonRequestError  # noqa: E402
-from graphtier.contract.jobs.spec import JobSpec  # noqa: E402
-from graphtier.launcher.client import DaemonClient  # noqa: E402
-from graphtier.service.daemon.jobs.memory_need import memory_need  # noqa: E402
-from graphtier.service.placement import PlacementPlan, parse_budget  # noqa: E402
-from graphtier.service.prepared import PreparedDataset  # noqa: E402
-from graphtier.service.prepared.manifest import MANIFEST_FILE  # noqa: E402
-from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY  # noqa: E402
+from graphtier.contract.datasets import BudgetSpec
+from graphtier.contract.endpoints import read_endpoints
+from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.launcher.client import DaemonClient
+from graphtier.service.daemon.jobs.memory_need import memory_need
+from graphtier.service.placement import PlacementPlan, parse_budget
+from graphtier.service.prepared import PreparedDataset
+from graphtier.service.prepared.manifest import MANIFEST_FILE
+from graphtier.service.storage.row_checksums import CHECKSUM_ARRAY
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GiB, MiB = 2**30, 2**20
@@ -106,7 +106,7 @@ def ensure_dataset(root: Path, scale: int, dim: int) -> PreparedDataset:
     name = f"ooc{scale}" + ("" if dim == 1024 else f"-d{dim}")
     try:
         return PreparedDataset.open(name, root)
-    except Exception:  # noqa: BLE001  (not prepared yet, or damaged: prepare it again)
+    except Exception:  # not prepared yet, or damaged: prepare it again
         pass
     print(f"preparing {name} under {root} (once) ...", flush=True)
     subprocess.run(
@@ -167,7 +167,7 @@ def run_job(label: str, dataset: PreparedDataset, spec: JobSpec, root: Path, lim
     """Start a daemon (inside `limit` when given), run `spec` to its end, read its figures, stop the daemon."""
     drop_cache(dataset.array_path("features"))
     run_dir = Path(tempfile.mkdtemp(prefix=f"gt-ooc-{label}-"))
-    log = open(run_dir / "daemon.out", "w")  # noqa: SIM115  (closed below)
+    log = open(run_dir / "daemon.out", "w")  # closed below
     daemon = subprocess.Popen(
         [
             sys.executable,

@@ -42,7 +42,7 @@ from machine import bench_cache, cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "service" / "daemon" / "cluster"))
-from cluster_nodes import start_daemon_processes  # noqa: E402
+from cluster_nodes import start_daemon_processes  # noqa: E402  (found through the sys.path entry above)
 
 CACHE = bench_cache("prepared")
 STAND_IN_S = 0.2
@@ -199,7 +199,7 @@ def main() -> int:
                             f"(fetch calls' latencies {fetch:.2f} s)",
                             flush=True,
                         )
-                    except Exception as exc:  # noqa: BLE001  (a figure beside the target ones: report, go on)
+                    except Exception as exc:  # a figure beside the target ones: report, go on
                         print(f"{'':>10}  the network wait was not read: {exc!r}", flush=True)
                 wait_released([popen.pid for popen, _, _ in nodes])
         ten, zero, replicated = runs["10%"], runs["0%"], runs["replicated"]

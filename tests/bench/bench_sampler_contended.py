@@ -44,8 +44,8 @@ from pathlib import Path
 # read by OpenMP once, when torch loads it, and inherited by the trainer and the DGL worker
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
-from bench_sampler import (  # noqa: E402
+import torch
+from bench_sampler import (
     WARMUP,
     Result,
     Sampler,
@@ -55,10 +55,10 @@ from bench_sampler import (  # noqa: E402
     seed_batches,
     time_interleaved,
 )
-from machine import machine_summary, write_figures  # noqa: E402
-from rmat_fixture import DEFAULT_CACHE_DIR, RMatParams, load_or_build_rmat  # noqa: E402
+from machine import machine_summary, write_figures
+from rmat_fixture import DEFAULT_CACHE_DIR, RMatParams, load_or_build_rmat
 
-from graphtier.contract.errors import GraphtierError  # noqa: E402
+from graphtier.contract.errors import GraphtierError
 
 TARGETS = {
     ("busy", "PyG NeighborLoader"): 15.0,
@@ -102,7 +102,7 @@ class DglWorker:
             stdout=subprocess.PIPE,
             text=True,
         )
-        ready = self.proc.stdout.readline().split()  # type: ignore[union-attr]
+        ready = self.proc.stdout.readline().split()  # type: ignore[union-attr]  # stdout=PIPE
         if not ready or ready[0] != "ready":
             self.close()
             raise RuntimeError(f"the DGL worker did not start (exit {self.proc.poll()})")
@@ -110,9 +110,9 @@ class DglWorker:
         self.last_elapsed = 0.0
 
     def step(self, i: int) -> tuple[float, int, int]:
-        self.proc.stdin.write(f"{i}\n")  # type: ignore[union-attr]
-        self.proc.stdin.flush()  # type: ignore[union-attr]
-        elapsed, nodes, edges = self.proc.stdout.readline().split()  # type: ignore[union-attr]
+        self.proc.stdin.write(f"{i}\n")  # type: ignore[union-attr]  # stdin=PIPE
+        self.proc.stdin.flush()  # type: ignore[union-attr]  # stdin=PIPE
+        elapsed, nodes, edges = self.proc.stdout.readline().split()  # type: ignore[union-attr]  # stdout=PIPE
         return float(elapsed), int(nodes), int(edges)
 
     def close(self) -> None:
@@ -135,7 +135,7 @@ def dgl_sampler(worker: DglWorker, num_batches: int) -> tuple[Sampler, dict[int,
 
 def start_trainer(threads: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-c", TRAINER, str(threads)], stdout=subprocess.PIPE, text=True)
-    if proc.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
+    if proc.stdout.readline().strip() != "ready":  # type: ignore[union-attr]  # stdout=PIPE
         raise SystemExit(f"the busy trainer did not start (exit {proc.poll()})")
     time.sleep(1.0)  # let it reach its steady state
     return proc

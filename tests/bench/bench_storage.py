@@ -94,7 +94,7 @@ def run_reader(path: Path, rows: int, batches: list[np.ndarray], mode: str, infl
         num_rows=rows,
         mode=mode,
         inflight=inflight,
-    )  # type: ignore[arg-type]
+    )  # type: ignore[arg-type]  # the mode as the command line gives it
     out = reader.empty_rows(max(b.size for b in batches)).numpy()  # the rows a producer reads into
     try:
         before, started = device_bytes_read(), time.perf_counter()

@@ -171,7 +171,7 @@ def _device_memory(mode: str) -> str:
 
     values = torch.arange(1 << 16, dtype=torch.float32)
     with tempfile.TemporaryDirectory(prefix="gtsmoke-", dir="/tmp") as where, FdExporter(f"{where}/m.sock") as fds:
-        memory = allocate(f"gpu-smoke-{mode}", values.nbytes, device=0, mode=mode, exporter=fds)  # type: ignore[arg-type]
+        memory = allocate(f"gpu-smoke-{mode}", values.nbytes, device=0, mode=mode, exporter=fds)  # type: ignore[arg-type]  # the mode as the loop names it
         try:
             copy_host_to_device(memory, 0, values)
             torch.cuda.synchronize()
@@ -376,7 +376,7 @@ def check_device_slot() -> str:
                 batch_size=64,
                 feature_shape=(128,),
                 device=0,
-                device_memory=mode,  # type: ignore[arg-type]
+                device_memory=mode,  # type: ignore[arg-type]  # the mode as the loop names it
                 exporter=fds,
             )
             try:
@@ -422,7 +422,7 @@ def run_check(name: str, dry_run: bool) -> int:
     try:
         detail = "dry run: not run" if dry_run else CHECKS[name]()
         result = {"status": "works", "detail": detail}
-    except Exception as exc:  # noqa: BLE001  (any failure is this primitive's refusal, and is shown)
+    except Exception as exc:  # any failure is this primitive's refusal, and is shown
         result = {"status": "refused", "error": f"{type(exc).__name__}: {str(exc).strip()}"[:600]}
     result["seconds"] = round(time.perf_counter() - t0, 2)
     print(RESULT_PREFIX + json.dumps(result), flush=True)

@@ -487,7 +487,7 @@ def _get(url: str) -> tuple[int, str]:
             return exc.code, exc.read(4096).decode(errors="replace")
         except OSError:  # the server answered, then reset the connection: the status is the answer
             return exc.code, ""
-    except Exception as exc:  # noqa: BLE001  (a reset connection is an answer too: record it)
+    except Exception as exc:  # a reset connection is an answer too: record it
         return 0, f"{type(exc).__name__}: {exc}"
 
 

@@ -136,7 +136,7 @@ def dataset_verifies(root: Path, name: str) -> str | None:
 
     try:
         PreparedDataset.open(name, root).verify()
-    except Exception as exc:  # noqa: BLE001  (any failure is data lost)
+    except Exception as exc:  # any failure is data lost
         return f"{type(exc).__name__}: {exc}"
     return None
 

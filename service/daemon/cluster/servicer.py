@@ -23,7 +23,7 @@ def _unbroken(
     """The stream's messages; a sender that went away becomes a DatasetTransferError, not a bug."""
     try:
         yield from chunks
-    except Exception as exc:  # noqa: BLE001  (grpc raises its own kinds when the call is cancelled)
+    except Exception as exc:  # grpc raises its own kinds when the call is cancelled
         raise DatasetTransferError(f"the dataset stream from {context.peer()} broke off: {exc!r}") from None
 
 

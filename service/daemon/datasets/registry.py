@@ -272,7 +272,10 @@ class DatasetRegistry:
         budget = self.policy.shm_budget_bytes
         if budget is None:
             return
-        held = lambda: sum(d.resident_bytes for d in (*self._loaded.values(), *self._retired))  # noqa: E731
+
+        def held() -> int:
+            return sum(d.resident_bytes for d in (*self._loaded.values(), *self._retired))
+
         self.sweep()
         idle = sorted((d for d in self._loaded.values() if not self._users(d.name)), key=lambda d: d.last_used)
         while held() + need > budget and idle:

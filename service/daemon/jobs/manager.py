@@ -384,7 +384,7 @@ class JobManager:
         checkpoints = job.runner.checkpoints()
         try:
             relaunch = job.part.restart(message, checkpoint_step(checkpoints[-1]) if checkpoints else None)
-        except Exception:  # noqa: BLE001  (the job must still end, with its own cause)
+        except Exception:  # the job must still end, with its own cause
             log.exception("job %s: deciding its restart failed", job_id)
             return None
         if relaunch is None:
@@ -404,7 +404,7 @@ class JobManager:
             return outcome, message
         try:
             return job.part.finish(outcome, message)
-        except Exception:  # noqa: BLE001  (the job must still end)
+        except Exception:  # the job must still end
             log.exception("job %s: ending its parts on the other nodes failed", job_id)
             return outcome, message
 
@@ -412,7 +412,7 @@ class JobManager:
         """Write the ended job, as GetJob shows it, to the job store (for `job status` after a restart)."""
         try:
             self.table.keep_ended(job_id, job_to_proto(self.get(job_id)).SerializeToString())
-        except Exception:  # noqa: BLE001  (the history is worth a log line, not the job's outcome)
+        except Exception:  # the history is worth a log line, not the job's outcome
             log.exception("job %s: cannot save it to the job store", job_id)
 
     def _prune_checkpoints(self, job: _Job, outcome: JobState) -> None:

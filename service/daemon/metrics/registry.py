@@ -344,7 +344,7 @@ class MetricsRegistry:
         number of series dropped."""
         dropped = 0
         for metric in self._job_metrics():
-            names = metric._labelnames  # noqa: SLF001  (prometheus_client keeps no public accessor)
+            names = metric._labelnames  # prometheus_client keeps no public accessor
             for family in metric.collect():
                 for sample in family.samples:
                     if sample.labels.get(JOB_LABEL) != job or sample.name.endswith("_created"):

@@ -63,6 +63,6 @@ class StatusCache:
             started = time.monotonic()
             try:
                 self._rebuild()
-            except Exception:  # noqa: BLE001  (a request rebuilds and reports it; the refresher must live on)
+            except Exception:  # a request rebuilds and reports it; the refresher must live on
                 log.exception("rebuilding the status snapshot failed")
             time.sleep(max(0.0, self.max_age_s / 2 - (time.monotonic() - started)))

@@ -125,7 +125,7 @@ def test_mismatched_inputs_and_widths_are_refused():
     with pytest.raises(GraphtierError, match="divisible by heads"):
         build_model("gat", 4, 10, 3, 2, heads=4)
     with pytest.raises(GraphtierError, match="unknown model 'gin'"):
-        build_model("gin", 4, 8, 3, 2)  # type: ignore[arg-type]
+        build_model("gin", 4, 8, 3, 2)  # type: ignore[arg-type]  # a name it refuses, on purpose
     with pytest.raises(GraphtierError, match="hidden must be an int >= 1"):
         build_model("gcn", 4, 0, 3, 2)
 

@@ -7,21 +7,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-torch_geometric = pytest.importorskip(
-    "torch_geometric", reason="torch_geometric is in the test extra: pip install -e '.[test]'"
-)
+pytest.importorskip("torch_geometric", reason="torch_geometric is in the test extra: pip install -e '.[test]'")
 
-from torch_geometric.data import Data  # noqa: E402
-from torch_geometric.io import read_planetoid_data  # noqa: E402
-from torch_geometric.nn import GraphSAGE  # noqa: E402
+from torch_geometric.data import Data
+from torch_geometric.io import read_planetoid_data
+from torch_geometric.nn import GraphSAGE
 
-from graphtier.contract.errors import GraphtierError  # noqa: E402
-from graphtier.launcher.runtime.pyg_sampler import (  # noqa: E402
+from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.runtime.pyg_sampler import (
     GraphtierNeighborLoader,
     GraphtierSampler,
     csc_from_edge_index,
 )
-from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset  # noqa: E402
+from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 
 
 def test_batches_follow_neighborloader_conventions(small_rmat):

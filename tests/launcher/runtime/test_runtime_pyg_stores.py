@@ -9,11 +9,11 @@ import torch
 
 pytest.importorskip("torch_geometric", reason="torch_geometric is not installed (the PyG baseline installs it)")
 
-from torch_geometric.data import EdgeAttr, TensorAttr  # noqa: E402
-from torch_geometric.loader.utils import filter_custom_store  # noqa: E402
+from torch_geometric.data import EdgeAttr, TensorAttr
+from torch_geometric.loader.utils import filter_custom_store
 
-from graphtier.contract.errors import GraphtierError  # noqa: E402
-from graphtier.pyg import GraphtierFeatureStore, GraphtierGraphStore, GraphtierSampler, stores  # noqa: E402
+from graphtier.contract.errors import GraphtierError
+from graphtier.pyg import GraphtierFeatureStore, GraphtierGraphStore, GraphtierSampler, stores
 
 
 def test_feature_store_serves_features_and_labels_through_the_tiered_gather(small_rmat):

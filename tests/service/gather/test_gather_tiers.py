@@ -21,7 +21,7 @@ def tiers(**kw: object) -> FeatureTiers:
         storage=torch.zeros(2, 4),
     )
     args.update(kw)
-    return FeatureTiers(**args)  # type: ignore[arg-type]
+    return FeatureTiers(**args)  # type: ignore[arg-type]  # the fields by name, some wrong on purpose
 
 
 def test_valid_layout_properties() -> None:

@@ -154,7 +154,7 @@ class EmulatedTable:
     in its own padded buffer (the host tier starting mid-line), storage rows in a tensor; `gather`
     makes a `CudaGather` over it with the emulated kernel, `expected` is the CPU gather's answer."""
 
-    def __init__(self, table, host_end, rep, inter, nd, device_index, *, drop_share=None):  # noqa: ANN001
+    def __init__(self, table, host_end, rep, inter, nd, device_index, *, drop_share=None):
         from graphtier.service.gpu.gather import CudaFeatureTiers
 
         self.table = table
@@ -190,7 +190,7 @@ class EmulatedTable:
         self.readable.append((base, round_up(base + part.numel(), LINE)))
         return base
 
-    def gather(self, **options):  # noqa: ANN003, ANN201
+    def gather(self, **options):
         """(CudaGather over the table with the emulated kernel, that kernel)."""
         from graphtier.service.gpu.gather import CudaGather
 
@@ -198,7 +198,7 @@ class EmulatedTable:
         kernel = EmulatedGatherKernel(self.readable, order_seed=order_seed)
         return CudaGather(self.tiers, kernel=kernel, **options), kernel
 
-    def expected(self, ids: torch.Tensor):  # noqa: ANN201
+    def expected(self, ids: torch.Tensor):
         """(rows, TrafficCounts) of the CPU gather of `ids` over the same layout."""
         from graphtier.service.gather import FeatureTiers, tiered_gather
 

@@ -14,7 +14,7 @@ def cuda_skip_reason() -> str:
         from graphtier.service.gpu.gather import load_cuda_ops
 
         load_cuda_ops()
-    except Exception as exc:  # noqa: BLE001  (any reason is a reason to skip, and is shown)
+    except Exception as exc:  # any reason is a reason to skip, and is shown
         return str(exc)
     return ""
 

@@ -66,7 +66,7 @@ class EmulatedKernels:
     def _row_of(self, v: int) -> list[int]:
         return self.device_row if v < self.device_end else self.host_row
 
-    def degrees(self, frontier, fanout, starts, degrees, counts) -> None:  # noqa: ANN001
+    def degrees(self, frontier, fanout, starts, degrees, counts) -> None:
         f, k = frontier.tolist(), fanout
         n = len(f)
         st, dg, ct = [None] * n, [None] * n, [None] * n
@@ -81,7 +81,7 @@ class EmulatedKernels:
         for out, values in ((starts, st), (degrees, dg), (counts, ct)):
             out.copy_(torch.tensor(values, dtype=torch.int64))
 
-    def pick(self, frontier, fanout, seed, first_local, starts, degrees, ends, out) -> None:  # noqa: ANN001
+    def pick(self, frontier, fanout, seed, first_local, starts, degrees, ends, out) -> None:
         f, k, st, dg, en = frontier.tolist(), fanout, starts.tolist(), degrees.tolist(), ends.tolist()
         o = [None] * out.numel()
         useed = seed & MASK64  # static_cast<uint64_t>(seed)
@@ -116,7 +116,7 @@ class EmulatedKernels:
         assert None not in o, "an output slot no thread wrote"
         out.copy_(torch.tensor(o, dtype=torch.int64))
 
-    def mark(self, nbrs, node_map) -> None:  # noqa: ANN001
+    def mark(self, nbrs, node_map) -> None:
         nb, nm = nbrs.tolist(), node_map.tolist()
         for e in self._grid(len(nb)):
             slot = nb[e]
@@ -124,14 +124,14 @@ class EmulatedKernels:
                 nm[slot] = min(nm[slot], FIRST_SEEN_BASE + e)  # atomicMin
         node_map.copy_(torch.tensor(nm, dtype=torch.int64))
 
-    def flag(self, nbrs, node_map, flags) -> None:  # noqa: ANN001
+    def flag(self, nbrs, node_map, flags) -> None:
         nb, nm = nbrs.tolist(), node_map.tolist()
         fl = [None] * len(nb)
         for e in self._grid(len(nb)):
             fl[e] = 1 if nm[nb[e]] == FIRST_SEEN_BASE + e else 0
         flags.copy_(torch.tensor(fl, dtype=torch.int64))
 
-    def assign(self, nbrs, flags, ranks, next_local, node_map, new_nodes) -> None:  # noqa: ANN001
+    def assign(self, nbrs, flags, ranks, next_local, node_map, new_nodes) -> None:
         nb, fl, rk, nm = nbrs.tolist(), flags.tolist(), ranks.tolist(), node_map.tolist()
         nn = [None] * new_nodes.numel()
         for e in self._grid(len(nb)):
@@ -144,7 +144,7 @@ class EmulatedKernels:
         node_map.copy_(torch.tensor(nm, dtype=torch.int64))
         new_nodes.copy_(torch.tensor(nn, dtype=torch.int64))
 
-    def apply(self, nbrs, node_map, local) -> None:  # noqa: ANN001
+    def apply(self, nbrs, node_map, local) -> None:
         nb, nm = nbrs.tolist(), node_map.tolist()
         lo = [None] * len(nb)
         for e in self._grid(len(nb)):

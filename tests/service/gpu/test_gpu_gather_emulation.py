@@ -17,7 +17,7 @@ ROWS = 600
 class Table(EmulatedTable):
     """A ROWS-row random feature table laid out as the GPU sees it, on the CPU."""
 
-    def __init__(self, dtype, row_shape, host_end, rep, inter, nd, device_index, *, drop_share=None):  # noqa: ANN001
+    def __init__(self, dtype, row_shape, host_end, rep, inter, nd, device_index, *, drop_share=None):
         gen = torch.Generator().manual_seed(7)
         table = (torch.randn((ROWS, *row_shape), generator=gen) * 100).to(dtype)
         super().__init__(table, host_end, rep, inter, nd, device_index, drop_share=drop_share)

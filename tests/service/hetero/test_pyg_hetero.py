@@ -14,12 +14,12 @@ from torch import nn
 
 pytest.importorskip("torch_geometric", reason="torch_geometric is in the test extra: pip install -e '.[test]'")
 
-from torch_geometric.loader import NeighborLoader  # noqa: E402
-from torch_geometric.nn import SAGEConv, to_hetero  # noqa: E402
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import SAGEConv, to_hetero
 
-from graphtier.contract.errors import GraphtierError  # noqa: E402
-from graphtier.launcher.runtime.typed_batches import TypedLocalBatches  # noqa: E402
-from graphtier.pyg import (  # noqa: E402
+from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
+from graphtier.pyg import (
     GraphtierNeighborLoader,
     GraphtierSampler,
     hetero_stores,

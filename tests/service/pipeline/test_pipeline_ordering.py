@@ -124,13 +124,13 @@ def test_a_rank_trains_on_a_slot_where_it_lies_and_refuses_a_copy_per_step():
         num_nodes_per_hop=[1, 2],
         num_edges_per_hop=[2],
     )
-    empty = Batch(subgraph=sub, x=torch.ones(3, 2), y=torch.zeros(1, dtype=torch.int64), traffic=None)  # type: ignore[arg-type]
+    empty = Batch(subgraph=sub, x=torch.ones(3, 2), y=torch.zeros(1, dtype=torch.int64), traffic=None)  # type: ignore[arg-type]  # no traffic: not read here
     in_slot = Batch(
         subgraph=sub,
         x=torch.ones(3, 2),
         y=torch.zeros(1, dtype=torch.int64),
         traffic=None,
-        slot=0,  # type: ignore[arg-type]
+        slot=0,  # type: ignore[arg-type]  # no traffic: not read here
     )
     assert on_device(in_slot, torch.device("cpu")) is in_slot  # used where it lies: no copy
     assert on_device(empty, torch.device("cpu")) is empty

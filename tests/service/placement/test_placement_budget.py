@@ -58,7 +58,7 @@ def test_percent_of_the_right_total_rounds_down() -> None:
 )
 def test_parse_budget_errors_name_what_and_text(text: object, message: str) -> None:
     with pytest.raises(PlacementError, match=message) as info:
-        parse_budget(text, total_bytes=10_000, what="host budget")  # type: ignore[arg-type]
+        parse_budget(text, total_bytes=10_000, what="host budget")  # type: ignore[arg-type]  # wrong types on purpose
     assert isinstance(info.value, GraphtierError)
     assert str(info.value).startswith("host budget: ")
 
@@ -89,7 +89,7 @@ def test_tier_budgets_validation() -> None:
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         TierBudgets(host_bytes=-1)
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
-        TierBudgets(gpu_bytes=1)  # type: ignore[call-arg]
+        TierBudgets(gpu_bytes=1)  # type: ignore[call-arg]  # a field it refuses, on purpose
     with pytest.raises(PlacementError, match="tier budgets: .*num_devices is 0 but device budgets"):
         TierBudgets.parse(feature_bytes=100, structure_bytes=100, structure_device="10%")
     with pytest.raises(PlacementError, match="device replicated budget: budget '3 parsecs'"):

@@ -28,7 +28,7 @@ def small() -> CSCGraph:
 )
 def test_bad_fanouts(small: CSCGraph, fanouts: object, shown: str) -> None:
     with pytest.raises(SamplingError, match=shown.replace("[", r"\[").replace("]", r"\]")):
-        NeighborSampler(small, fanouts)  # type: ignore[arg-type]
+        NeighborSampler(small, fanouts)  # type: ignore[arg-type]  # wrong types on purpose
 
 
 @pytest.mark.parametrize("backend", ["torch", "auto"])
@@ -45,7 +45,7 @@ def test_bad_seeds(small: CSCGraph, backend: str) -> None:
     with pytest.raises(SamplingError, match="1-D"):
         sampler.sample(torch.tensor([[0]]), seed=0)
     with pytest.raises(SamplingError, match="seed must be an int"):
-        sampler.sample(torch.tensor([0]), seed="x")  # type: ignore[arg-type]
+        sampler.sample(torch.tensor([0]), seed="x")  # type: ignore[arg-type]  # a wrong type on purpose
     # the node map is clean after the failures: a valid call gives the reference result
     after = sampler.sample(torch.tensor([3, 1]), seed=0)
     assert after.node_ids.tolist() == [3, 1, 2, 0] and after.indices.tolist() == [2, 3]
@@ -64,4 +64,4 @@ def test_bad_graphs() -> None:
 
 def test_bad_backend(small: CSCGraph) -> None:
     with pytest.raises(GraphtierError, match="'cuda' is not one of"):
-        NeighborSampler(small, [1], backend="cuda")  # type: ignore[arg-type]
+        NeighborSampler(small, [1], backend="cuda")  # type: ignore[arg-type]  # a backend it refuses, on purpose

@@ -139,9 +139,9 @@ class NodeCluster:
         for dataset in datasets:
             shutil.copytree(dataset, home / "datasets" / dataset.name)
         node = Node(index, host, free_port(host), home, None)
-        node.peers = peers  # type: ignore[attr-defined]
-        node.token = token or self.token  # type: ignore[attr-defined]
-        node.extra = extra  # type: ignore[attr-defined]
+        node.peers = peers  # type: ignore[attr-defined]  # the harness's own fields
+        node.token = token or self.token  # type: ignore[attr-defined]  # the harness's own fields
+        node.extra = extra  # type: ignore[attr-defined]  # the harness's own fields
         self.nodes.append(node)
         return node
 

@@ -27,7 +27,7 @@ from graphtier.service.daemon.jobs.mps import (
 FAKE = Path(__file__).with_name("fake_mps_control.py")
 
 
-def _spec(**fields) -> JobSpec:  # noqa: ANN003
+def _spec(**fields) -> JobSpec:
     return JobSpec.build({"dataset": "d", **fields})
 
 

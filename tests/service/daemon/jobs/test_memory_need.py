@@ -27,7 +27,10 @@ def test_the_least_that_works_fits_and_a_little_less_does_not():
     found = re.search(r"or --batch-size (\d+) or --nproc-per-node (\d+)$", line)
     assert not need.fits and found, line
     batch, ranks = int(found[1]), int(found[2])
-    fits = lambda **change: memory_need(SPEC.model_copy(update=change), PLAN, limit=2 * GiB, held=held).fits  # noqa: E731
+
+    def fits(**change: object) -> bool:
+        return memory_need(SPEC.model_copy(update=change), PLAN, limit=2 * GiB, held=held).fits
+
     assert fits(batch_size=batch) and not fits(batch_size=batch + 1)
     assert fits(nproc_per_node=ranks) and not fits(nproc_per_node=ranks + 1)
 
