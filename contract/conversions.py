@@ -57,7 +57,7 @@ def budgets_from_proto(message: common_pb2.TierBudgetSpec) -> BudgetSpec:
     )
 
 
-def tier_to_proto(name: str) -> int:
+def tier_to_proto(name: str) -> common_pb2.Tier:
     return common_pb2.Tier.Value(f"TIER_{name.upper()}")
 
 

@@ -8,6 +8,7 @@ mean "the default" as `jobs.proto` documents; the domain `JobSpec` then validate
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, get_args
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -42,7 +43,7 @@ from graphtier.contract.options import nested_model
 from graphtier.v1 import common_pb2, jobs_pb2, progress_pb2
 
 
-def state_to_proto(state: JobState) -> int:
+def state_to_proto(state: JobState) -> jobs_pb2.JobState:
     return jobs_pb2.JobState.Value(f"JOB_STATE_{state.name}")
 
 
@@ -346,7 +347,7 @@ def event_to_proto(event: JobEvent) -> jobs_pb2.JobEvent:
 
 def event_from_proto(m: jobs_pb2.JobEvent) -> JobEvent:
     kind = m.WhichOneof("event")
-    base = {"sequence": m.sequence, "time": from_timestamp(m.time), "job_id": m.job_id}
+    event = partial(JobEvent, sequence=m.sequence, time=from_timestamp(m.time), job_id=m.job_id)
     if kind == "state_change":
         c = m.state_change
         change = StateChange(
@@ -355,12 +356,12 @@ def event_from_proto(m: jobs_pb2.JobEvent) -> JobEvent:
             c.message,
             result_from_proto(c.result) if c.HasField("result") else None,
         )
-        return JobEvent(**base, state_change=change)
+        return event(state_change=change)
     if kind == "progress":
-        return JobEvent(**base, progress=progress_from_proto(m.progress))
+        return event(progress=progress_from_proto(m.progress))
     stream = "stderr" if m.log.stream == jobs_pb2.LOG_STREAM_STDERR else "stdout"
     line = LogLine(m.log.text, m.log.rank if m.log.HasField("rank") else None, m.log.from_producer, stream)
-    return JobEvent(**base, log=line)
+    return event(log=line)
 
 
 # Progress reports

@@ -32,14 +32,18 @@ def script_defaults(script: Path) -> dict[str, Any]:
     except (OSError, SyntaxError, ValueError):
         return {}  # the script's own problem; it surfaces when the script runs
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(node, ast.AnnAssign):
-            target = node.target
-        if not isinstance(target, ast.Name) or target.id != DEFAULTS_NAME or node.value is None:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target: ast.expr = node.targets[0]
+            value: ast.expr | None = node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        else:
+            continue
+        if not isinstance(target, ast.Name) or target.id != DEFAULTS_NAME or value is None:
             continue
         where = f"{script}:{node.lineno}: {DEFAULTS_NAME}"
         try:
-            values = ast.literal_eval(node.value)
+            values = ast.literal_eval(value)
         except ValueError:
             raise InvalidRequestError(f"{where} must be a literal dict (numbers, strings, lists)") from None
         if not isinstance(values, dict) or not all(isinstance(key, str) for key in values):
