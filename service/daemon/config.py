@@ -195,7 +195,7 @@ class DaemonConfig(BaseModel):
         description="The bearer token TCP callers must present; default <runtime_dir>/token, made if missing.",
     )
     gpu_tiers: Annotated[Literal["auto", "off"], GPU] = Field(
-        default_factory=lambda: os.environ.get(GPU_TIERS_ENV, "auto"),  # type: ignore[arg-type,return-value]
+        default_factory=lambda: os.environ.get(GPU_TIERS_ENV, "auto"),
         validate_default=True,
         description=f"auto: device tiers in GPU memory when CUDA devices are visible; off: always accounted only "
         f"(default ${GPU_TIERS_ENV}, else auto).",

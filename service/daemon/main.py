@@ -19,7 +19,7 @@ import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, NoReturn, cast
+from typing import Annotated, Any, NoReturn, TextIO, cast
 
 import typer
 from typer.core import TyperCommand
@@ -67,9 +67,9 @@ def command_line() -> TyperCommand:
     return cast(TyperCommand, typer.main.get_command(app))
 
 
-def _same_file(stream: object, path: Path) -> bool:
+def _same_file(stream: TextIO, path: Path) -> bool:
     try:
-        a, b = os.fstat(stream.fileno()), os.stat(path)  # type: ignore[attr-defined]
+        a, b = os.fstat(stream.fileno()), os.stat(path)
     except (OSError, AttributeError, ValueError):
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

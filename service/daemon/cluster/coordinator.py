@@ -18,6 +18,7 @@ import secrets
 import socket
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 from graphtier.contract.cluster.models import NodeInfo
 from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
@@ -75,7 +76,7 @@ class JobCoordinator:
         cluster: Cluster,
         submit_part: SubmitPart,
         cancel_local: CancelLocal,
-        dataset_root: Callable[[str], object],
+        dataset_root: Callable[[str], Path],
     ) -> None:
         self.cluster = cluster
         self._submit_part, self._cancel_local = submit_part, cancel_local
@@ -182,7 +183,7 @@ class JobCoordinator:
             raise InvalidRequestError(
                 f"node rank {placement.node_rank} is not a member's rank in a job of {placement.nnodes} nodes"
             )
-        version = dataset_version(self._dataset_dir(spec.dataset))  # type: ignore[arg-type]
+        version = dataset_version(self._dataset_dir(spec.dataset))
         if version is None:
             raise UnknownDatasetError(f"node {self.cluster.name} has no prepared dataset {spec.dataset!r}")
         if placement.dataset_version and version != placement.dataset_version:

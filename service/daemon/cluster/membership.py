@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from graphtier.contract.cluster.models import ClusterView, NodeInfo
@@ -31,7 +31,7 @@ class Cluster:
         token: str,
         trusted_pem: bytes | None,
         describe_self: Callable[[], NodeInfo],
-        joined: list[str] = (),
+        joined: Sequence[str] = (),
     ) -> None:
         self.config = config
         self.address = address
@@ -83,7 +83,7 @@ class Cluster:
         try:
             node = peer.get_node()
         except PeerError as exc:
-            return NodeInfo(name=peer.name, address=peer.address, health=exc.health, message=str(exc))  # type: ignore[arg-type]
+            return NodeInfo(name=peer.name, address=peer.address, health=exc.health, message=str(exc))
         node = node.model_copy(update={"address": peer.address, "is_self": False})
         with self._lock:
             self._names[node.name] = peer.address

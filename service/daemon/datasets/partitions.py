@@ -286,10 +286,10 @@ def _feature_table(prepared: PreparedDataset, node_type: str) -> torch.Tensor:
         if prepared.features is None:
             raise DaemonError(f"dataset {prepared.name!r} has no features to partition")
         return prepared.features
-    featured = [t.name for t in schema.node_types if t.feature_array] if schema is not None else []
+    featured = {t.name: t.feature_array for t in schema.node_types if t.feature_array} if schema is not None else {}
     if node_type not in featured:
         raise DaemonError(
             f"dataset {prepared.name!r} has no feature rows of node type {node_type!r} to partition "
             f"(featured types: {', '.join(featured) or 'none'})"
         )
-    return prepared.array(schema.type_named(node_type).feature_array)
+    return prepared.array(featured[node_type])

@@ -31,13 +31,21 @@ class JobEventLog:
         self._closed = False
         self._cond = threading.Condition()
 
-    def _append(self, **payload: object) -> JobEvent:
+    def _append(
+        self,
+        *,
+        state_change: StateChange | None = None,
+        progress: JobProgressInfo | None = None,
+        log: LogLine | None = None,
+    ) -> JobEvent:
         with self._cond:
             event = JobEvent(
                 sequence=self._next,
                 time=datetime.now(timezone.utc),
                 job_id=self.job_id,
-                **payload,  # type: ignore[arg-type]
+                state_change=state_change,
+                progress=progress,
+                log=log,
             )
             self._next += 1
             self._events.append(event)

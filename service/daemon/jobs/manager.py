@@ -193,7 +193,10 @@ class JobManager:
 
     def _ranks_done(self, job_id: str, ranks: set[int]) -> bool:
         views = {v.rank: v for v in self.tracker.ranks(job_id)}
-        return all(r in views and views[r].trainer is not None and views[r].trainer.phase == Phase.DONE for r in ranks)
+        return all(
+            (view := views.get(r)) is not None and view.trainer is not None and view.trainer.phase == Phase.DONE
+            for r in ranks
+        )
 
     def _submit(
         self, spec: JobSpec, hooks: Callable[[str], PartHooks] | None, launch: ExternalLaunch | None = None

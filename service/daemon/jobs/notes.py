@@ -69,14 +69,13 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
                 f"node type(s) without features get a learned {spec.hidden}-wide embedding per node in the model, "
                 f"learning at a tenth of the learning rate: {described}"
             )
-    plan = handle.plan
     if schema is not None:
         if all(ref.plan.interleaved_end == 0 for ref in handle.typed_features.values()):
             notes.append(
                 "no device budget: every feature row of every type is on the host tier, so the device hit ratio is 0; "
                 "give --num-devices with --device-replicated or --device-interleaved"
             )
-    elif plan.interleaved_end == 0:
+    elif handle.plan.interleaved_end == 0:
         notes.append(
             "no device budget: every feature row is on the host tier, so the device hit ratio is 0 and all bytes "
             "count as PCIe; give --num-devices with --device-replicated or --device-interleaved"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -122,7 +123,12 @@ class ProgressTracker:
     """Checks reports against the job table, feeds the metrics, and keeps every rank's latest."""
 
     def __init__(
-        self, metrics: MetricsRegistry, jobs: JobTable, *, window_s: float = 10.0, clock=time.monotonic
+        self,
+        metrics: MetricsRegistry,
+        jobs: JobTable,
+        *,
+        window_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.metrics = metrics
         self.jobs = jobs
@@ -208,8 +214,8 @@ class ProgressTracker:
         with self._lock:
             for key in [k for k in self._last if k[0] == job_id]:
                 del self._last[key]
-            for key in [k for k in self._ranks if k[0] == job_id]:
-                del self._ranks[key]
+            for rank in [k for k in self._ranks if k[0] == job_id]:
+                del self._ranks[rank]
             self._rates.pop(job_id, None)
         self.metrics.retire_job(job_id)
 

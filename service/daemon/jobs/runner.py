@@ -203,7 +203,7 @@ class JobRunner:
         handle: SharedDatasetHandle,
         job_dir: Path,
         runtime_dir: Path,
-        on_log: Callable[[LogLine], None],
+        on_log: Callable[[LogLine], object],
         *,
         stall_timeout_s: float = 60.0,
         placement: JobPlacementInfo | None = None,

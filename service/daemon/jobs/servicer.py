@@ -25,6 +25,7 @@ from graphtier.v1 import channels_pb2, channels_pb2_grpc, jobs_pb2, jobs_pb2_grp
 
 if TYPE_CHECKING:
     from graphtier.service.daemon.cluster.node import ClusterNode
+    from graphtier.service.daemon.cluster.peer_client import PeerClient
 
 
 def _job_token(context: grpc.ServicerContext) -> str:
@@ -152,7 +153,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     @grpc_method
-    def _part(self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext):
+    def _part(
+        self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
+    ) -> tuple[PeerClient, str] | None:
         """(client, job id there) of the node `request.node` names in the job, None for this daemon."""
         job = self.manager.get(request.job_id)
         for node in job.nodes:

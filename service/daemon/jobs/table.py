@@ -22,6 +22,7 @@ Retention: an ended job is answered in full (progress, ranks, live metric series
 
 from __future__ import annotations
 
+import builtins
 import hmac
 import os
 import secrets
@@ -428,7 +429,7 @@ class JobTable:
             listener(updated, reason)
         return updated
 
-    def jobs_using(self, dataset: str) -> list[str]:
+    def jobs_using(self, dataset: str) -> builtins.list[str]:  # `list` is a method here
         """Ids of the jobs on `dataset` that have not ended."""
         with self._lock:
             return sorted(

@@ -270,7 +270,7 @@ class MetricsRegistry:
     ) -> None:
         """Export live gauges: `dataset_tiers()` yields (dataset, tier, bytes), `job_states()` (state, count)."""
 
-        def describe() -> list[Metric]:
+        def describe() -> list[GaugeMetricFamily]:
             return [
                 GaugeMetricFamily(
                     "graphtier_dataset_bytes",
@@ -281,7 +281,7 @@ class MetricsRegistry:
                 GaugeMetricFamily("graphtier_jobs", "Jobs by state.", labels=("state",)),
             ]
 
-        def families() -> list[Metric]:
+        def families() -> list[GaugeMetricFamily]:
             datasets, jobs = describe()
             for dataset, tier, nbytes in dataset_tiers():
                 datasets.add_metric((dataset, tier), nbytes)

@@ -93,4 +93,4 @@ def grpc_method(method: Method) -> Method:
                 shorten(f"{method.__name__} failed inside the daemon: {error!r}", MESSAGE_LIMIT),
             )
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps: called as `method` is, (self, request, context)

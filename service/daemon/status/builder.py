@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
+from typing import Any
 
 from graphtier.contract.machine import MachineReport, MeasuredTraffic
 from graphtier.contract.network import NetworkCounters
@@ -130,7 +131,8 @@ class StatusBuilder:
             field: sum(v for (job,), v in sums[f"storage_{field}"].items() if job_id is None or job == job_id)
             for field in STORAGE_COUNTERS
         }
-        return StorageCounters(**{k: v if k.endswith("seconds") else int(v) for k, v in values.items()})
+        fields: dict[str, Any] = {k: v if k.endswith("seconds") else int(v) for k, v in values.items()}  # by name
+        return StorageCounters(**fields)
 
     def _dataset(self, loaded: LoadedDataset) -> DatasetStatus:
         layout = loaded.layout()
