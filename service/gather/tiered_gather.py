@@ -119,6 +119,7 @@ def tiered_gather(
 
 def _gather_with_reader(ids: torch.Tensor, tiers: FeatureTiers, out: torch.Tensor, backend: Backend) -> TrafficCounts:
     """The resident rows as usual, then the batch's storage rows in one `StorageReader.read`."""
+    assert tiers.storage_reader is not None  # the caller's condition
     return gather_split(ids, tiers, out, tiers.storage_reader.read, backend=backend)
 
 

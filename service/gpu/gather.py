@@ -18,6 +18,7 @@ is capped at `GATHER_MAX_THREADS` threads in flight by default (see `gather_grid
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -50,7 +51,7 @@ def load_cuda_ops() -> None:
     if not torch.cuda.is_available():
         raise CudaError("torch sees no CUDA device (a CPU build of torch, no driver, or no visible GPU)")
     try:
-        import graphtier.service._native_cuda  # noqa: F401  (registers the ops)
+        importlib.import_module("graphtier.service._native_cuda")  # registers the ops
     except ImportError as exc:
         raise CudaError(
             f"the GPU ops are not built ({exc}); reinstall with torch built for CUDA and nvcc on PATH "

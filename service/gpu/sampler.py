@@ -248,7 +248,9 @@ class CudaSamplerKernels:
         if err:
             raise CudaError(f"{what} kernel launch failed: {_ERR_NAMES.get(err, 'cudaError')} ({err})")
 
-    def degrees(self, frontier, fanout, starts, degrees, counts) -> None:  # noqa: ANN001
+    def degrees(
+        self, frontier: torch.Tensor, fanout: int, starts: torch.Tensor, degrees: torch.Tensor, counts: torch.Tensor
+    ) -> None:
         ops = torch.ops.graphtier_cuda
         self._check(
             ops.sample_degrees(
@@ -257,7 +259,17 @@ class CudaSamplerKernels:
             "sample_degrees",
         )
 
-    def pick(self, frontier, fanout, seed, first_local, starts, degrees, ends, out) -> None:  # noqa: ANN001
+    def pick(
+        self,
+        frontier: torch.Tensor,
+        fanout: int,
+        seed: int,
+        first_local: int,
+        starts: torch.Tensor,
+        degrees: torch.Tensor,
+        ends: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None:
         ops = torch.ops.graphtier_cuda
         self._check(
             ops.sample_pick(
@@ -277,24 +289,32 @@ class CudaSamplerKernels:
             "sample_pick",
         )
 
-    def mark(self, nbrs, node_map) -> None:  # noqa: ANN001
+    def mark(self, nbrs: torch.Tensor, node_map: torch.Tensor) -> None:
         self._check(
             torch.ops.graphtier_cuda.relabel_mark(nbrs, node_map, self.max_blocks, self.threads), "relabel_mark"
         )
 
-    def flag(self, nbrs, node_map, flags) -> None:  # noqa: ANN001
+    def flag(self, nbrs: torch.Tensor, node_map: torch.Tensor, flags: torch.Tensor) -> None:
         self._check(
             torch.ops.graphtier_cuda.relabel_flag(nbrs, node_map, flags, self.max_blocks, self.threads), "relabel_flag"
         )
 
-    def assign(self, nbrs, flags, ranks, next_local, node_map, new_nodes) -> None:  # noqa: ANN001
+    def assign(
+        self,
+        nbrs: torch.Tensor,
+        flags: torch.Tensor,
+        ranks: torch.Tensor,
+        next_local: int,
+        node_map: torch.Tensor,
+        new_nodes: torch.Tensor,
+    ) -> None:
         ops = torch.ops.graphtier_cuda
         self._check(
             ops.relabel_assign(nbrs, flags, ranks, next_local, node_map, new_nodes, self.max_blocks, self.threads),
             "relabel_assign",
         )
 
-    def apply(self, nbrs, node_map, local) -> None:  # noqa: ANN001
+    def apply(self, nbrs: torch.Tensor, node_map: torch.Tensor, local: torch.Tensor) -> None:
         self._check(
             torch.ops.graphtier_cuda.relabel_apply(nbrs, node_map, local, self.max_blocks, self.threads),
             "relabel_apply",

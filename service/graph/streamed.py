@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 
 from graphtier.service.graph.graph_data import GraphData
 
@@ -83,6 +84,23 @@ class FileEdges:
         self.dst.delete()
 
 
+class FeatureRows(Protocol):
+    """Node rows (features) walked chunk by chunk: `TensorRows`, `FileRows`, or rows drawn as they are walked."""
+
+    @property
+    def num_rows(self) -> int: ...
+
+    @property
+    def row_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def chunks(self, max_rows: int) -> Iterator[tuple[int, torch.Tensor]]: ...
+
+    def release(self) -> None: ...
+
+
 class TensorRows:
     """Node rows (features) held in memory."""
 
@@ -101,7 +119,7 @@ class TensorRows:
 class FileRows:
     """Node rows in a spill file, in source order."""
 
-    def __init__(self, file: ChunkFile, row_shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(self, file: ChunkFile, row_shape: tuple[int, ...], dtype: DTypeLike) -> None:
         self.file, self.row_shape, self.dtype = file, tuple(row_shape), np.dtype(dtype)
 
     @property
@@ -122,7 +140,7 @@ class StreamedGraph:
 
     num_nodes: int
     edges: TensorEdges | FileEdges
-    features: TensorRows | FileRows | None = None
+    features: FeatureRows | None = None
     labels: torch.Tensor | None = None
     splits: dict[str, torch.Tensor] = field(default_factory=dict)
     original_ids: torch.Tensor | None = None

@@ -11,7 +11,8 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Literal
+from types import ModuleType
+from typing import Literal, TypedDict
 
 from graphtier.contract.machine import CHECK_NAMES, CheckResult, GpuDevice, MachineReport
 from graphtier.service.hardware import nvml
@@ -54,8 +55,26 @@ def _nvml_part() -> _NvmlPart:
     return part
 
 
-def _counter_checks(nv, found: list[nvml.Gpu]) -> list[CheckResult]:
-    links, pcie, counted = {}, {}, {}
+class _Links(TypedDict):
+    active_links: list[int]
+    remote_pci: dict[str, str | None]
+    reason: str | None
+
+
+class _Pcie(TypedDict):
+    method: str | None
+    nvml: str
+
+
+class _Counted(TypedDict):
+    links: list[int]
+    reason: str | None
+
+
+def _counter_checks(nv: ModuleType, found: list[nvml.Gpu]) -> list[CheckResult]:
+    links: dict[str, _Links] = {}
+    pcie: dict[str, _Pcie] = {}
+    counted: dict[str, _Counted] = {}
     for gpu in found:
         active, why_none = nvml.active_nvlinks(nv, gpu.handle)
         remote = {str(link): nvml.nvlink_remote(nv, gpu.handle, link) for link in active}
@@ -78,7 +97,7 @@ def _counter_checks(nv, found: list[nvml.Gpu]) -> list[CheckResult]:
         reason=f"{active_total} active NVLink links: "
         + ", ".join(f"GPU {g}: {len(v['active_links'])}" for g, v in links.items())
         if active_total
-        else _grouped({g: v["reason"] for g, v in links.items()}),
+        else _grouped({g: v["reason"] for g, v in links.items() if v["reason"]}),  # each GPU says why none
     )
     methods = {v["method"] for v in pcie.values()}
     status = "ok" if methods == {"field_values"} else "unavailable"

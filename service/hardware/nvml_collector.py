@@ -144,6 +144,7 @@ class NvmlCollector(Collector):
         if gpu.method == "field_values":
             (c1, tx), (c2, rx) = nvml.read_fields(nv, gpu.handle, [nvml.FIELD_PCIE_TX_BYTES, nvml.FIELD_PCIE_RX_BYTES])
             if c1 == 0 and c2 == 0 and tx is not None and rx is not None:
+                tx, rx = int(tx), int(rx)  # byte counts: NVML gives these fields as integers
                 gpu.tx = _grow(gpu.tx, gpu.last and gpu.last[0], tx)
                 gpu.rx = _grow(gpu.rx, gpu.last and gpu.last[1], rx)
                 gpu.last = (tx, rx)
@@ -158,6 +159,7 @@ class NvmlCollector(Collector):
             (c1, tx), (c2, rx) = got[2 * k], got[2 * k + 1]
             if c1 or c2 or tx is None or rx is None:
                 continue
+            tx, rx = int(tx), int(rx)  # KiB counts: NVML gives these fields as integers
             previous = gpu.link_last.get(link)
             gpu.link_tx[link] = _grow(gpu.link_tx.get(link, 0), previous and previous[0] * KIB, tx * KIB)
             gpu.link_rx[link] = _grow(gpu.link_rx.get(link, 0), previous and previous[1] * KIB, rx * KIB)
@@ -187,7 +189,7 @@ class NvmlCollector(Collector):
                 GpuTraffic(
                     gpu=g.index,
                     name=g.name,
-                    method=g.method,  # type: ignore[arg-type]
+                    method=g.method,
                     pcie_tx_bytes=g.tx if g.method else None,
                     pcie_rx_bytes=g.rx if g.method else None,
                     unavailable_reason=g.reason if g.method is None else g.error,

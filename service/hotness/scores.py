@@ -80,7 +80,7 @@ class ScoreSpec(BaseModel):
             return cls(kind="user", path=text[len("user:") :], iterations=iterations, damping=damping)
         if text not in SCORE_KINDS or text == "user":
             raise GraphtierError(f"unknown score {text!r}: expected one of wrpr, rpr, degree, none, or user:PATH.npy")
-        return cls(kind=text, iterations=iterations, damping=damping, fanout=fanout)  # type: ignore[arg-type]
+        return cls(kind=text, iterations=iterations, damping=damping, fanout=fanout)
 
     def label(self) -> str:
         if self.kind in ("wrpr", "rpr"):

@@ -35,10 +35,18 @@ class SharedMemory(Protocol):
     def close(self) -> None: ...
 
 
+class _DeviceBytes(Protocol):
+    """An allocation of ours or a mapping of another's (IPC or VMM) at device address `ptr`."""
+
+    ptr: int
+
+    def close(self) -> None: ...
+
+
 class _DeviceMemory:
     """Device memory at `ptr` on GPU `index`: an allocation of ours or a mapping of another's."""
 
-    def __init__(self, inner: object, handle: MemoryHandle, index: int) -> None:
+    def __init__(self, inner: _DeviceBytes, handle: MemoryHandle, index: int) -> None:
         self._inner, self._handle = inner, handle
         self.device = torch.device("cuda", index)
 
@@ -48,7 +56,7 @@ class _DeviceMemory:
 
     @property
     def ptr(self) -> int:
-        return int(self._inner.ptr)  # type: ignore[attr-defined]
+        return int(self._inner.ptr)
 
     def view(self, region: Region) -> torch.Tensor:
         """A CUDA tensor of `region` (no copy); valid until `close()`."""
@@ -64,7 +72,7 @@ class _DeviceMemory:
         return cuda_view(self.ptr + region.offset, region.shape, dtype, self.device.index, owner=self)
 
     def close(self) -> None:
-        self._inner.close()  # type: ignore[attr-defined]
+        self._inner.close()
 
 
 def allocate(

@@ -14,6 +14,7 @@ import ctypes
 import os
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from graphtier.service.gpu.runtime import CudaError, check, cudart, device_of_pci_bus_id, on_device, pci_bus_id
 from graphtier.service.memory.handle import MemoryHandle
@@ -22,8 +23,9 @@ ALLOCATION_ALIGN = 2 << 20
 IPC_HANDLE_BYTES = 64
 
 
-def _handle_bytes(handle: object) -> bytes:
-    return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)  # type: ignore[attr-defined]
+def _handle_bytes(handle: Any) -> bytes:
+    """The bytes of a `cudaIpcMemHandle_t` (cuda-bindings, reached untyped through `cudart()`)."""
+    return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)
 
 
 def _handle_from_bytes(raw: bytes) -> object:

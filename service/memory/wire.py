@@ -18,8 +18,8 @@ def handle_to_proto(handle: MemoryHandle) -> common_pb2.MemoryHandle:
 def handle_from_proto(message: common_pb2.MemoryHandle) -> MemoryHandle:
     """The handle a message describes; pydantic's ValidationError names what is inconsistent."""
     return MemoryHandle(
-        location=message.location,  # type: ignore[arg-type]
-        mechanism=message.mechanism,  # type: ignore[arg-type]
+        location=message.location,
+        mechanism=message.mechanism,
         nbytes=message.nbytes,
         owner_pid=message.owner_pid,
         **{name: getattr(message, name) or None for name in _OPTIONAL},

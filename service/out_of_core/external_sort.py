@@ -92,7 +92,11 @@ def _count_entries(edges: TensorEdges | FileEdges, num_nodes: int, undirected: b
     """Entries per destination. Relabelled edges are counted by their stored ids and the counts
     relabelled once, instead of relabelling every edge."""
     relabel = edges.relabel if isinstance(edges, FileEdges) else None
-    ends = edges.raw_chunks(chunk) if relabel is not None else ((s.numpy(), d.numpy()) for s, d in edges.chunks(chunk))
+    ends: Iterator[tuple[np.ndarray, np.ndarray]]
+    if isinstance(edges, FileEdges) and relabel is not None:
+        ends = edges.raw_chunks(chunk)
+    else:
+        ends = ((s.numpy(), d.numpy()) for s, d in edges.chunks(chunk))
     counts = np.zeros(num_nodes, dtype=np.int64)
     for src, dst in ends:
         count_entries(counts, dst)
@@ -121,6 +125,7 @@ def _scatter_in_memory(
     relabel = edges.relabel if isinstance(edges, FileEdges) else None
     if relabel is not None and num_nodes <= np.iinfo(np.int32).max:
         relabel = relabel.to(torch.int32)  # looked up edge by edge: int32 halves the table the lookups miss in
+    pairs: Iterator[tuple[torch.Tensor, torch.Tensor]]
     if isinstance(edges, FileEdges):  # the stored ids (any integer width), relabelled as they are scattered
         pairs = ((torch.from_numpy(src), torch.from_numpy(dst)) for src, dst in edges.raw_chunks(chunk))
     else:
@@ -208,7 +213,7 @@ def build_csc_external(
             del keys
     colptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(torch.from_numpy(degree), 0, out=colptr[1:])
-    stats = {
+    stats: dict[str, object] = {
         "entries": total,
         "buckets": len(buckets),
         "spilled_bytes": spilled_bytes,

@@ -14,14 +14,16 @@ from __future__ import annotations
 import ctypes
 import mmap
 import threading
+from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>, since Linux 5.14
 STEP_BYTES = 32 << 20  # populated per call: the thread can be stopped between two
 
 
-def _load_madvise():
+def _load_madvise() -> Callable[[int, int, int], int] | None:
     try:
         function = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
@@ -42,7 +44,7 @@ class PrefaultedBuffer:
     returns. Either way the contents are what the caller writes; unwritten bytes are zeros.
     """
 
-    def __init__(self, shape: tuple[int, ...], dtype, *, background: bool = False) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: DTypeLike, *, background: bool = False) -> None:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         self._map = mmap.mmap(-1, nbytes) if nbytes else None

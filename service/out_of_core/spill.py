@@ -11,11 +11,12 @@ buffer costs exactly that buffer.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 
 
 def as_numpy(array: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -23,7 +24,7 @@ def as_numpy(array: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:
-    return memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+    return array.reshape(-1).view(np.uint8).data if array.size else memoryview(b"")
 
 
 def pread_into(fd: int, out: np.ndarray, offset: int, *, what: str) -> np.ndarray:
@@ -45,7 +46,7 @@ def pwrite_all(fd: int, data: np.ndarray, offset: int) -> None:
 class SpillArray:
     """A headerless array file of rows of `row_shape` x `dtype`: appended, written at a row, read by range."""
 
-    def __init__(self, path: Path, dtype: np.dtype | str, row_shape: tuple[int, ...] = ()) -> None:
+    def __init__(self, path: Path, dtype: DTypeLike, row_shape: tuple[int, ...] = ()) -> None:
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.row_shape = tuple(row_shape)
@@ -72,7 +73,7 @@ class SpillArray:
     def nbytes(self) -> int:
         return self.num_rows * self.row_bytes
 
-    def _check(self, data: np.ndarray) -> np.ndarray:
+    def _check(self, data: torch.Tensor | np.ndarray) -> np.ndarray:
         data = as_numpy(data)
         if data.dtype != self.dtype:
             data = data.astype(self.dtype)
@@ -119,7 +120,7 @@ class MemoryArray:
     above what is finally appended costs address space, not memory. `read` returns views.
     """
 
-    def __init__(self, dtype: np.dtype | str, row_shape: tuple[int, ...] = (), *, capacity: int) -> None:
+    def __init__(self, dtype: DTypeLike, row_shape: tuple[int, ...] = (), *, capacity: int) -> None:
         self.dtype, self.row_shape = np.dtype(dtype), tuple(row_shape)
         self.data = np.empty((capacity, *self.row_shape), self.dtype)
         self.num_rows = 0
@@ -154,7 +155,7 @@ class MemoryArray:
 
 
 def new_array(
-    path: Path, dtype, row_shape: tuple[int, ...] = (), *, capacity: int, in_memory: bool
+    path: Path, dtype: DTypeLike, row_shape: tuple[int, ...] = (), *, capacity: int, in_memory: bool
 ) -> SpillArray | MemoryArray:
     """An array to append to: in memory when the caller's budget allows it, else a spill file at `path`."""
     return MemoryArray(dtype, row_shape, capacity=capacity) if in_memory else SpillArray(path, dtype, row_shape)
@@ -174,7 +175,7 @@ class BucketSpill:
     MAX_OPEN = 128  # descriptors held open at once; beyond that each append reopens its file
 
     def __init__(
-        self, directory: Path, name: str, num_buckets: int, fields: dict[str, tuple[np.dtype, tuple[int, ...]]]
+        self, directory: Path, name: str, num_buckets: int, fields: Mapping[str, tuple[DTypeLike, tuple[int, ...]]]
     ):
         self.num_buckets = num_buckets
         self.fields = fields
@@ -195,7 +196,7 @@ class BucketSpill:
         order, bounds = group_by_bucket(as_numpy(bucket), self.num_buckets)
         for field, data in values.items():
             grouped = np.take(as_numpy(data), order, axis=0)
-            for b in np.flatnonzero(np.diff(bounds)):
+            for b in np.flatnonzero(np.diff(bounds)).tolist():
                 self._append(b, field, grouped[bounds[b] : bounds[b + 1]])
 
     def _append(self, b: int, field: str, records: np.ndarray) -> None:

@@ -43,6 +43,7 @@ class FeatureSource(ABC):
     def __init__(self, tiers: FeatureTiers, *, storage_reads: StorageReads, window: int, depth: int) -> None:
         self.tiers = tiers
         self.depth = depth  # batches to sample ahead of the one being gathered
+        self.storage_reads = storage_reads
         self.storage = StorageCounters(mode=storage_reads, window=window)
 
     @property
@@ -259,7 +260,7 @@ class StagedToDevice(FeatureSource):
     the CPU, copied on the producer's current stream (the next fill waits for that copy)."""
 
     def __init__(self, host: FeatureSource) -> None:
-        super().__init__(host.tiers, storage_reads=host.storage.mode, window=host.storage.window, depth=host.depth)  # type: ignore[arg-type]
+        super().__init__(host.tiers, storage_reads=host.storage_reads, window=host.storage.window, depth=host.depth)
         self.host = host
         self._staging: torch.Tensor | None = None
         self._copied: torch.cuda.Event | None = None

@@ -56,7 +56,7 @@ def forkserver_context() -> ForkServerContext:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-    return context  # type: ignore[return-value]
+    return context
 
 
 def _die_with_the_owner(owner: tuple[int, int | None], target: Callable[..., Any], args: tuple[Any, ...]) -> None:

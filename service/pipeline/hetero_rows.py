@@ -25,6 +25,7 @@ from graphtier.service.pipeline.peer_rows import PeerRows, RemoteTicket
 from graphtier.service.pipeline.slots import SlotViews
 from graphtier.service.sampling import SampledSubgraph
 from graphtier.service.storage import StorageCounters, Ticket
+from graphtier.service.storage.window import RowReader
 from graphtier.service.store import AttachedDataset
 
 Tickets = dict[str, Ticket | RemoteTicket]  # per featured type: its window's or its fetches' ticket
@@ -76,8 +77,9 @@ class HeteroRows:
         return max(self.window, PARTITION_LOOKAHEAD) if self.peers else self.window
 
     def _windows(self, window_bytes: int | None) -> dict[str, WindowedTiers]:
-        readers = {name: self.dataset.typed_row_reader(name) for name in self.featured}
-        readers = {name: reader for name, reader in readers.items() if reader is not None}
+        readers = {
+            name: reader for name in self.featured if (reader := self.dataset.typed_row_reader(name)) is not None
+        }
         share = None if window_bytes is None or not readers else window_bytes // len(readers)
         return {
             name: WindowedTiers(
@@ -165,12 +167,13 @@ class HeteroRows:
         """A batch's `rows` storage rows (all types; `hits` of them served by the windows, `hit_bytes` long)
         added to the storage counters, with the costs so far of every type's reader (direct, page-cache, or
         the window's mapping) or the bytes copied from the mappings (mmap)."""
-        readers = [
-            (self.windows[name].window.reader if self.windows[name].window is not None else None)
-            if name in self.windows
-            else self.dataset.typed_tiers(name).storage_reader
-            for name in self.featured
-        ]
+        readers: list[RowReader | None] = []
+        for name in self.featured:
+            window = self.windows[name].window if name in self.windows else None
+            if window is not None:
+                readers.append(window.reader)
+            else:
+                readers.append(None if name in self.windows else self.dataset.typed_tiers(name).storage_reader)
         stats = [r.stats for r in readers if r is not None]
         header = control.header
         before = header.storage()

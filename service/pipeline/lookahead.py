@@ -24,6 +24,10 @@ from graphtier.service.pipeline.peer_rows import RemoteTicket
 from graphtier.service.sampling import SampledSubgraph
 from graphtier.service.storage import Ticket
 
+# What `admit` started for one batch: None without a window (or with no storage rows), a window's
+# ticket, a partitioned job's fetches, or a typed job's of each node type
+BatchTicket = Ticket | RemoteTicket | dict[str, Ticket | RemoteTicket] | None
+
 
 @dataclass
 class Planned:
@@ -36,11 +40,10 @@ class Planned:
     sample_seed: int
     subgraph: SampledSubgraph | None  # None: sampled when the batch is made (no `sample` given)
     sample_ns: int
-    # None without a window (or with no storage rows); a partitioned job's fetches; a typed job's per node type
-    ticket: Ticket | RemoteTicket | dict[str, Ticket] | None
+    ticket: BatchTicket
 
 
-def _deferred(ticket: Ticket | RemoteTicket | None) -> bool:
+def _deferred(ticket: BatchTicket) -> bool:
     """A window ticket admitted without room: nothing is sampled past it until it is handed out."""
     return isinstance(ticket, Ticket) and ticket.deferred
 
@@ -56,7 +59,7 @@ class Lookahead:
         epochs: int,
         depth: int,
         sample: Callable[[torch.Tensor, int], SampledSubgraph] | None,
-        admit: Callable[[SampledSubgraph], Ticket | RemoteTicket | dict[str, Ticket] | None] | None = None,
+        admit: Callable[[SampledSubgraph], BatchTicket] | None = None,
     ) -> None:
         self.depth = depth
         self._sample, self._admit = sample, admit

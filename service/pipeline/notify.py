@@ -18,12 +18,14 @@ import json
 import os
 import socket
 import stat
+from typing import Any
 
 from graphtier.service.pipeline.errors import ChannelError
 
 MAX_MESSAGE_BYTES = 64 * 1024
 _CLOSED_ERRNOS = (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.EBADF)
 _MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
+Received = dict[str, Any]  # a message as decoded: a JSON object, its values of whatever JSON type was sent
 
 
 class ConnectionClosed(Exception):
@@ -59,7 +61,7 @@ class MessageSocket:
                 raise
             raise ConnectionClosed(str(exc)) from None
 
-    def recv(self, timeout: float | None) -> dict[str, object] | None:
+    def recv(self, timeout: float | None) -> Received | None:
         """The next message; None when `timeout` seconds pass first; ConnectionClosed on EOF."""
         self._sock.settimeout(timeout)
         try:

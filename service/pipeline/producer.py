@@ -37,6 +37,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -66,6 +67,7 @@ from graphtier.service.pipeline.slots import SlotViews, create_control, create_s
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
 from graphtier.service.sampling.link import LinkSampler, max_link_pairs, max_link_seeds
+from graphtier.service.sampling.subgraph import Sampler
 from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
@@ -114,6 +116,7 @@ class Producer:
             self.plan = EpochPlan(num_train, cfg.batch_size, cfg.seed, cfg.rank, cfg.world_size, unit=what)
         except SamplingError as exc:
             raise ChannelError(f"dataset {cfg.dataset.dataset!r}: {exc}") from None
+        assert train is not None  # the plan refuses no train ids
         self.steps = self.plan.steps_per_epoch
         self.train_ids = train
         self.slot_device = cfg.device_index if cfg.device == "cuda" else None
@@ -139,6 +142,7 @@ class Producer:
         self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
         self.schema = self.dataset.handle.hetero  # a heterogeneous dataset's: typed samples, rows gathered per type
         self.hetero_rows: HeteroRows | None = None  # its input rows per featured node type
+        self.sampler: Sampler  # the neighbour sampler below, or a link sampler over it
         hop_bounds = list(cfg.fanouts)
         if self.schema is not None:
             if cfg.sampler == "gpu" or cfg.partition is not None or cfg.device != "cpu":
@@ -170,8 +174,10 @@ class Producer:
         seed_capacity, pair_capacity = cfg.batch_size, None
         if cfg.link is not None and train_pairs is not None:
             link = cfg.link
+            nodes = self.sampler
+            assert isinstance(nodes, NeighborSampler | TypedNeighborSampler)  # ProducerConfig: a link job's is cpu
             self.sampler = LinkSampler(
-                self.sampler,
+                nodes,
                 train_pairs,
                 graph.num_nodes,
                 negatives=link.negatives,
@@ -189,17 +195,18 @@ class Producer:
         self.control.initialise(num_slots=cfg.num_slots, producer_pid=pid, producer_start_time=start_time)
         simulated = self.source.simulated if self.source is not None else self.schema is not None  # typed: accounted
         self.control.header["simulated"] = int(simulated)
-        self._slot_args = {
-            "channel": self.channel,
-            "batch_size": seed_capacity,
-            "pair_capacity": pair_capacity,
-            "typed_rows": self.hetero_rows.row_types if self.hetero_rows is not None else None,
-            "feature_shape": tiers.row_shape if tiers is not None else None,
-            "feature_dtype": tiers.dtype if tiers is not None else torch.float32,
-            "device": self.slot_device,
-            "device_memory": cfg.device_memory,
-            "exporter": self._exporter,
-        }
+        self._new_slot = partial(
+            create_slot,
+            channel=self.channel,
+            batch_size=seed_capacity,
+            pair_capacity=pair_capacity,
+            typed_rows=self.hetero_rows.row_types if self.hetero_rows is not None else None,
+            feature_shape=tiers.row_shape if tiers is not None else None,
+            feature_dtype=tiers.dtype if tiers is not None else torch.float32,
+            device=self.slot_device,
+            device_memory=cfg.device_memory,
+            exporter=self._exporter,
+        )
         self.slots: list[SlotViews] = []
         for k in range(cfg.num_slots):
             self.slots.append(self._create_slot(k, 0, capacity))
@@ -274,9 +281,7 @@ class Producer:
 
     def _create_slot(self, k: int, generation: int, capacity: SlotCapacity) -> SlotViews:
         events = self.ordering.event_handles(k)
-        return create_slot(
-            self.owner, index=k, generation=generation, capacity=capacity, events=events, **self._slot_args
-        )
+        return self._new_slot(self.owner, index=k, generation=generation, capacity=capacity, events=events)
 
     def _write_layout(self) -> None:
         path = self.config.channel_dir / LAYOUT_FILE
@@ -416,10 +421,12 @@ class Producer:
                 rec.set_traffic(traffic)
                 ctl.header.set_traffic(traffic, add=True)
             if views.features is not None and self.source is not None:
-                traffic = self.source.fill(sub.node_ids, planned.ticket, views.features)
+                admitted = planned.ticket
+                assert not isinstance(admitted, dict)  # per-type tickets are a typed batch's, which has no source
+                traffic = self.source.fill(sub.node_ids, admitted, views.features)
                 rec.set_traffic(traffic)
                 ctl.header.set_traffic(traffic, add=True)
-                self.source.count(ctl, traffic, planned.ticket, sampled_ahead)
+                self.source.count(ctl, traffic, admitted, sampled_ahead)
         nodes, edges, expanded = sub.num_nodes, sub.num_edges, sub.indptr.numel() - 1
         t2 = time.perf_counter_ns()
         for name, value in (

@@ -26,7 +26,7 @@ from graphtier.service.pipeline.errors import (
     ProducerStalledError,
 )
 from graphtier.service.pipeline.layout import ChannelLayout, SlotLayout
-from graphtier.service.pipeline.notify import ConnectionClosed, MessageSocket, connect
+from graphtier.service.pipeline.notify import ConnectionClosed, MessageSocket, Received, connect
 from graphtier.service.pipeline.ordering import HostOrdering, SlotOrdering, slot_ordering
 from graphtier.service.pipeline.slots import SlotViews, attach_control, attach_slot
 from graphtier.service.sampling import SampledSubgraph
@@ -145,7 +145,7 @@ class ChannelReader:
             channel=channel,
         )
 
-    def _wait_message(self) -> dict[str, object]:
+    def _wait_message(self) -> Received:
         assert self._conn is not None
         start = time.monotonic_ns()
         try:
@@ -191,7 +191,7 @@ class ChannelReader:
             )
         raise ChannelError(f"unexpected message {message!r} from {self._describe()}")
 
-    def _take(self, message: dict[str, object]) -> Batch:
+    def _take(self, message: Received) -> Batch:
         k, generation = int(message["slot"]), int(message["generation"])
         if not 0 <= k < len(self._slots):
             raise ChannelError(f"{self._describe()} announced slot {k}; the channel has {len(self._slots)}")
@@ -233,7 +233,7 @@ class ChannelReader:
             num_positive=positives,
         )
         if hetero:
-            type_rows = dict(message.get("type_rows", {}))  # type: ignore[call-overload]
+            type_rows = dict(message.get("type_rows", {}))
             if set(type_rows) != set(views.type_features) or any(
                 not 0 <= int(n) <= views.type_features[name].shape[0] for name, n in type_rows.items()
             ):
@@ -274,14 +274,16 @@ class ChannelReader:
         return batch
 
     def _release(self, batch: Batch) -> None:
+        slot = batch.slot
+        assert slot is not None  # only this reader's batches, each read out of a slot, come back here
         batch.released = True
-        if self._held.get(batch.slot) is batch:
-            del self._held[batch.slot]
+        if self._held.get(slot) is batch:
+            del self._held[slot]
         if self._closed or self._conn is None:
             return
-        self._ordering.after_read(batch.slot)  # the producer's next writes follow this process's reads
+        self._ordering.after_read(slot)  # the producer's next writes follow this process's reads
         try:
-            self._conn.send({"kind": "release", "slot": batch.slot})
+            self._conn.send({"kind": "release", "slot": slot})
         except ConnectionClosed:
             pass  # the producer is gone; the next wait says how
 

@@ -6,6 +6,7 @@ must not pay for torch and numpy, which the reader, the writers and the pipeline
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,19 +25,22 @@ __all__ = [
     "remove_dataset",
 ]
 
+_HOMES = {  # each exported name's module
+    "list_datasets": "catalog",
+    "remove_dataset": "catalog",
+    "PreparedDataset": "dataset",
+    "FORMAT_VERSION": "manifest",
+    "DatasetManifest": "manifest",
+    "PrepareConfig": "prepare",
+    "prepare_dataset": "prepare",
+}
+
 
 def __getattr__(name: str) -> Any:
     """Each exported name from its module, imported when first asked for."""
-    if name in ("list_datasets", "remove_dataset"):
-        from graphtier.service.prepared import catalog as module
-    elif name == "PreparedDataset":
-        from graphtier.service.prepared import dataset as module
-    elif name in ("FORMAT_VERSION", "DatasetManifest"):
-        from graphtier.service.prepared import manifest as module
-    elif name in ("PrepareConfig", "prepare_dataset"):
-        from graphtier.service.prepared import prepare as module
-    else:
+    module = _HOMES.get(name)
+    if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(module, name)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

@@ -17,6 +17,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 import psutil
@@ -27,6 +28,10 @@ from graphtier.contract.errors import PreparedDatasetError
 from graphtier.service.prepared.manifest import FORMAT_VERSION, MANIFEST_FILE, ArrayInfo, DatasetManifest
 
 if TYPE_CHECKING:  # the writers need torch and numpy; listing and removing datasets do not
+    import numpy as np
+    import torch
+    from numpy.typing import DTypeLike
+
     from graphtier.service.prepared.npy_io import NpyStreamWriter
 
 ROWS_PER_CHUNK = 1 << 16  # rows gathered and written at a time by `write_rows`
@@ -152,7 +157,9 @@ class DatasetWriter:
             self.tmp = None
             raise
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.tmp is not None and self.tmp.exists():
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -161,7 +168,7 @@ class DatasetWriter:
             raise RuntimeError("DatasetWriter used outside its `with` block")
         return self.tmp / f"{array_name}.npy"
 
-    def write(self, array_name: str, array) -> ArrayInfo:
+    def write(self, array_name: str, array: torch.Tensor | np.ndarray) -> ArrayInfo:
         import numpy as np
         import torch
 
@@ -175,7 +182,7 @@ class DatasetWriter:
         self.arrays[array_name] = write_npy(self._path(array_name), array)
         return self.arrays[array_name]
 
-    def write_rows(self, array_name: str, source, order) -> ArrayInfo:
+    def write_rows(self, array_name: str, source: torch.Tensor, order: torch.Tensor) -> ArrayInfo:
         """`source[order]` written without materialising it: gathered and written chunk by chunk."""
         with self.stream(array_name, (order.numel(), *source.shape[1:]), source.numpy().dtype) as out:
             for start in range(0, order.numel(), ROWS_PER_CHUNK):
@@ -183,7 +190,7 @@ class DatasetWriter:
         return self.arrays[array_name]
 
     @contextlib.contextmanager
-    def stream(self, array_name: str, shape: tuple[int, ...], dtype) -> Iterator[NpyStreamWriter]:
+    def stream(self, array_name: str, shape: tuple[int, ...], dtype: DTypeLike) -> Iterator[NpyStreamWriter]:
         """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends.
         Feature arrays (a typed dataset's per type too) also get their per-row checksums
         (`feature_checksums[.<type>].npy`), which the storage tier's reads are checked against."""

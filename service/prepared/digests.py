@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Protocol
 
 import blake3
 
 from graphtier.service.prepared.manifest import MANIFEST_FILE, DatasetManifest, content_version
 
 CHUNK_BYTES = 64 << 20
+
+
+class Digest(Protocol):
+    """A running hash: sha256's (hashlib) or BLAKE3's."""
+
+    def update(self, data: memoryview | bytes, /) -> object: ...
+
+    def hexdigest(self) -> str: ...
 
 
 class FileDigests:
@@ -37,7 +46,7 @@ class FileDigests:
         return self._blake3.hexdigest()
 
 
-def new_digest(algorithm: str):
+def new_digest(algorithm: str) -> Digest:
     """A fresh hasher for `algorithm` ('sha256' or 'blake3'), with `update` and `hexdigest`."""
     return blake3.blake3() if algorithm == "blake3" else hashlib.sha256()
 

@@ -116,11 +116,13 @@ class DirectFileWriter:
         done = 0
         try:
             while done < source.size:
-                n = min(len(self._current) - self._filled, source.size - done)
-                np.frombuffer(self._current, np.uint8)[self._filled : self._filled + n] = source[done : done + n]
+                current = self._current
+                assert current is not None  # a buffer to fill until the last one is submitted, at close
+                n = min(len(current) - self._filled, source.size - done)
+                np.frombuffer(current, np.uint8)[self._filled : self._filled + n] = source[done : done + n]
                 self._filled += n
                 done += n
-                if self._filled == len(self._current):
+                if self._filled == len(current):
                     self._submit()
         except BaseException:
             self._failed = True  # some of `data` may be queued, some not: `close` refuses, `abort` cleans up
@@ -152,6 +154,7 @@ class DirectFileWriter:
             self._release()
 
     def _submit(self, last: bool = False) -> None:
+        assert self._current is not None  # submitted once: the last submit leaves None
         item = (self._current, self._offset, self._filled)
         self._offset += self._filled
         self._current, self._filled = None, 0  # handed over: never queued twice

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from graphtier.contract.errors import DatasetSourceError
 from graphtier.contract.link import DEFAULT_EVAL_NEGATIVES
+
+if TYPE_CHECKING:
+    from graphtier.service.prepared.catalog import DatasetWriter
 
 LINK_SPLITS = ("train", "val", "test")
 LINK_NEGATIVE_SPLITS = ("val", "test")
@@ -105,7 +109,7 @@ class EdgeSplitSpec(BaseModel):
         if len(values) != 3:
             raise ValueError(f"--edge-split {text!r}: expected three shares (train,val,test), got {len(values)}")
         return cls(
-            fractions=values,  # type: ignore[arg-type]
+            fractions=values,
             seed=seed,
             eval_negatives=eval_negatives,
             target_relation=target_relation,
@@ -134,7 +138,7 @@ class LinkSplit:
             return torch.cat([src, dst]), torch.cat([dst, src])
         return src.clone(), dst.clone()
 
-    def write(self, writer, old_to_new: torch.Tensor) -> None:
+    def write(self, writer: DatasetWriter, old_to_new: torch.Tensor) -> None:
         """Every pair array, mapped into the reordered id space."""
         for split, pairs in self.pairs.items():
             writer.write(link_array(split), old_to_new[pairs])

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 
-from graphtier.service.graph.streamed import FileRows, TensorRows
+from graphtier.service.graph.streamed import FeatureRows
 from graphtier.service.hotness.reorder import gather_new_rows
 from graphtier.service.out_of_core.external_sort import DiskCSC, column_ranges
 from graphtier.service.out_of_core.memory_budget import MemoryPlan
@@ -39,7 +40,9 @@ GATHER_CHUNK = 1 << 21  # entries per gathered range: 16 MiB arrays, reused from
 class ExternalScatter:
     """`out[positions] = values` for a permutation of `num_rows` rows, written in order to an `NpyStreamWriter`."""
 
-    def __init__(self, spill_dir: Path, name: str, num_rows: int, row_shape: tuple[int, ...], dtype, work_bytes: int):
+    def __init__(
+        self, spill_dir: Path, name: str, num_rows: int, row_shape: tuple[int, ...], dtype: DTypeLike, work_bytes: int
+    ) -> None:
         self.num_rows, self.row_shape, self.dtype = num_rows, tuple(row_shape), np.dtype(dtype)
         row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
         # a bucket is loaded (values + 4-byte positions) and placed into a buffer of its rows
@@ -66,16 +69,18 @@ class ExternalScatter:
         if self.buffer is not None:
             self.buffer[as_numpy(positions)] = as_numpy(values)
             return
+        assert self.spill is not None  # no buffer: the rows are spilled
         bucket = positions // self.rows_per_bucket
         local = (positions - bucket * self.rows_per_bucket).to(torch.int32)
         self.spill.add(bucket.numpy(), pos=local, value=values)
 
-    def finish(self, out: NpyStreamWriter) -> dict[str, int]:
+    def finish(self, out: NpyStreamWriter) -> dict[str, int | str]:
         if self.buffer is not None:
             self.close()
             out.write(self.buffer)
             self.buffer = self._target = None
             return {"buckets": 1, "spilled_bytes": 0}
+        assert self.spill is not None  # no buffer: the rows were spilled
         for b in range(self.num_buckets):
             records = self.spill.take(b)
             count = min(self.rows_per_bucket, self.num_rows - b * self.rows_per_bucket)
@@ -141,8 +146,8 @@ def _gather_structure(
 
 
 def permute_rows(
-    rows: TensorRows | FileRows, old_to_new: torch.Tensor, out: NpyStreamWriter, spill_dir: Path, plan: MemoryPlan
-) -> dict[str, int]:
+    rows: FeatureRows, old_to_new: torch.Tensor, out: NpyStreamWriter, spill_dir: Path, plan: MemoryPlan
+) -> dict[str, int | str]:
     """Write `rows[new_to_old]` (row i of the output is source row new_to_old[i]) to `out`."""
     row_bytes = np.dtype(rows.dtype).itemsize * int(np.prod(rows.row_shape, dtype=np.int64))
     plan.refresh(transient_per_node=8)  # only slices of old_to_new

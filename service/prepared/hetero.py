@@ -62,7 +62,7 @@ def load_hetero(config: PrepareConfig) -> HeteroGraphData:
             None, "--undirected does not apply to a typed graph", fix="reverse relations are added by default"
         )
     target = Path(config.source.partition(":")[2]).expanduser()
-    return load_ogb_hetero(target, **config.source_options)  # type: ignore[arg-type]
+    return load_ogb_hetero(target, **config.source_options)  # type: ignore[arg-type]  # names checked above
 
 
 def type_blocked_permutation(scores: torch.Tensor, offsets: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 VIRTIO_BALLOON_DEVICE = 0x0005  # virtio device id of the memory balloon
@@ -42,7 +42,7 @@ def host_reclaims_free_pages(sys_root: Path = Path("/sys")) -> bool:
     return False
 
 
-def _numpy_switch():
+def _numpy_switch() -> Callable[[bool], bool] | None:
     """numpy's setter for its huge-page advice (returns the previous value), or None if it has none."""
     for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
         with contextlib.suppress(ImportError, AttributeError):
@@ -50,7 +50,7 @@ def _numpy_switch():
     return None
 
 
-def _in_force(switch) -> bool:
+def _in_force(switch: Callable[[bool], bool]) -> bool:
     previous = switch(True)
     switch(previous)
     return bool(previous)

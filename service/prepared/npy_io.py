@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 
 from graphtier.service.prepared.digests import FileDigests, file_digest
 from graphtier.service.prepared.direct_writer import DirectFileWriter
@@ -76,9 +77,7 @@ class NpyStreamWriter:
     With `checksum_rows`, each row's checksum (`row_checksums`) is kept too: `checksums` after `close`.
     """
 
-    def __init__(
-        self, path: Path, shape: tuple[int, ...], dtype: np.dtype | str, *, checksum_rows: bool = False
-    ) -> None:
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: DTypeLike, *, checksum_rows: bool = False) -> None:
         self.path = Path(path)
         self.shape = tuple(int(s) for s in shape)
         if not self.shape:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -157,3 +158,11 @@ class SampledSubgraph:
     def edge_index(self) -> torch.Tensor:
         """[2, num_edges] int64 of all sampled edges: row 0 source, row 1 destination local ids."""
         return _csc_edge_index(self.indptr, self.indices, self.indptr.numel() - 1)
+
+
+class Sampler(Protocol):
+    """What draws samples: a neighbour sampler (cpu, typed or gpu), or a link sampler over one."""
+
+    def sample(self, seeds: torch.Tensor, /, *, seed: int) -> SampledSubgraph:
+        """The sample around `seeds`, its randomness fixed by `seed`."""
+        ...

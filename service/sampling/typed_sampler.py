@@ -189,6 +189,7 @@ class TypedNeighborSampler:
                 self._node_map,
             )
         else:
+            assert self._rel_colptr is not None  # made for the torch backend
             out = sample_typed_neighbors_torch(
                 self._rel_colptr, g.row, self._type_offsets, self._dst_type, seeds, self._fanouts, word, self._node_map
             )

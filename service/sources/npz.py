@@ -75,22 +75,23 @@ def load_npz(path: str | Path) -> GraphData:
         src = torch.from_numpy(coo.row[keep].astype(np.int64))
         dst = torch.from_numpy(coo.col[keep].astype(np.int64))
 
-        features = None
+        attributes: np.ndarray | None = None
+        features: torch.Tensor | None = None
         if "attr_matrix" in archive:
             dense = archive.get("attr_matrix")
             if dense.ndim != 2:
                 raise DatasetSourceError(path, f"key 'attr_matrix' has shape {dense.shape}, expected [N, F]")
-            features = dense
+            attributes = dense
         elif "attr_data" in archive:
-            features = archive.csr("attr").toarray()
-        if features is not None:
-            if features.shape[0] != num_nodes:
+            attributes = archive.csr("attr").toarray()
+        if attributes is not None:
+            if attributes.shape[0] != num_nodes:
                 raise DatasetSourceError(
-                    path, f"attributes have {features.shape[0]} rows, adjacency has {num_nodes} nodes"
+                    path, f"attributes have {attributes.shape[0]} rows, adjacency has {num_nodes} nodes"
                 )
-            if features.dtype.kind not in "biuf":
-                raise DatasetSourceError(path, f"attributes must be numeric, got dtype {features.dtype}")
-            features = torch.from_numpy(features.astype(np.float32))
+            if attributes.dtype.kind not in "biuf":
+                raise DatasetSourceError(path, f"attributes must be numeric, got dtype {attributes.dtype}")
+            features = torch.from_numpy(attributes.astype(np.float32))
 
         labels = None
         if "labels" in archive:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -217,18 +218,18 @@ class NumericText:
             self._raise_first_non_float()
         return values.reshape(self.num_rows, width)
 
-    def _raise_first_non_float(self) -> None:
+    def _raise_first_non_float(self) -> NoReturn:
         """Find and report the first field that is not a number (error path only)."""
         odd = np.flatnonzero(~(_byte_table(_FLOAT_CHARS) | _byte_table(_SEPARATORS))[self._raw])
         token = np.searchsorted(self._starts, odd, side="right") - 1
         inside = (token >= 0) & (odd < self._ends[token.clip(min=0)])
         candidates = token[inside][:1].tolist() or range(self._starts.size)
-        for token in candidates:
-            text = self._token_text(token)
+        for first in candidates:
+            text = self._token_text(first)
             try:
                 float(text)
             except ValueError:
-                row = int(np.searchsorted(self._row_first, token, side="right")) - 1
+                row = int(np.searchsorted(self._row_first, first, side="right")) - 1
                 raise DatasetSourceError(self.path, f"line {self.line_of(row)}: {text!r} is not a number") from None
         raise DatasetSourceError(self.path, "contains fields that are not numbers")
 

@@ -109,7 +109,7 @@ def _relation(raw: Path, head: str, name: str, tail: str, counts: dict[str, int]
 
 def _relations(raw: Path, counts: dict[str, int]) -> list[Relation]:
     path = _require(raw, "triplet-type-list")
-    relations = []
+    relations: list[Relation] = []
     for line, row in enumerate(_text_rows(path), start=1):
         if len(row) != 3:
             raise DatasetSourceError(path, f"line {line}: expected head,relation,tail, got {','.join(row)!r}")

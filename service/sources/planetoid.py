@@ -11,6 +11,7 @@ The standard split is train = `range(len(y))`, val = the next 500 ids, test = te
 from __future__ import annotations
 
 import collections
+import importlib
 import pickle
 from pathlib import Path
 from typing import Any, Literal
@@ -29,10 +30,10 @@ _VAL_SIZE = 500  # tkipf/gcn's validation split: the 500 ids after the training 
 
 def _reconstruct() -> Any:
     try:
-        from numpy._core.multiarray import _reconstruct as fn  # numpy >= 2
+        multiarray = importlib.import_module("numpy._core.multiarray")  # numpy >= 2
     except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import _reconstruct as fn
-    return fn
+        multiarray = importlib.import_module("numpy.core.multiarray")
+    return multiarray._reconstruct
 
 
 class _PlanetoidUnpickler(pickle.Unpickler):

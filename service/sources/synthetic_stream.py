@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 
 from graphtier.service.graph.streamed import FileEdges, FileRows, StreamedGraph
 from graphtier.service.out_of_core.memory_budget import MemoryPlan
-from graphtier.service.out_of_core.spill import new_array
+from graphtier.service.out_of_core.spill import MemoryArray, SpillArray, new_array
 from graphtier.service.sources import rmat_bits
 from graphtier.service.sources import synthetic as rmat
 
@@ -85,7 +86,7 @@ def stream_rmat(spill_dir: Path, plan: MemoryPlan, **options: object) -> Streame
     spill_dir = Path(spill_dir)
     kept: list[str] = []  # what the budget let stay in memory instead of a spill file
 
-    def array(name: str, dtype, row_shape=(), *, rows: int):
+    def array(name: str, dtype: DTypeLike, row_shape: tuple[int, ...] = (), *, rows: int) -> SpillArray | MemoryArray:
         nbytes = rows * np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64))
         in_memory = plan.fits(nbytes, share=KEEP_SHARE)
         kept.extend([name] if in_memory else [])

@@ -286,7 +286,7 @@ class StorageReader:
 
     def _issue(self, plan: ReadPlan, copies: RunCopies, direct: DirectReads, target: np.ndarray) -> tuple[int, float]:
         """Every request, `inflight` at a time; the staged ones' whole-run rows copied by their threads."""
-        staging, output = memoryview(self.staging.view), memoryview(target.reshape(-1))
+        staging, output = self.staging.view.data, target.reshape(-1).data
         rb = self.row_bytes
 
         def staged(i: int, offset: int, length: int, at: int) -> tuple[int, float]:

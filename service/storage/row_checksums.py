@@ -41,7 +41,11 @@ _hash = xxhash.xxh3_64_intdigest
 def row_checksums(rows: np.ndarray) -> np.ndarray:
     """XXH3-64 of each row of `rows` (C-contiguous, any dtype, rows along axis 0), as int64 [n]."""
     data = np.ascontiguousarray(rows).reshape(rows.shape[0], -1).view(np.uint8)
-    out = np.fromiter(map(_hash, data), dtype=np.uint64, count=data.shape[0])
+    out = np.fromiter(
+        map(_hash, data),  # type: ignore[arg-type]  # an ndarray row is a buffer; numpy's stubs say so for 3.12+ only
+        dtype=np.uint64,
+        count=data.shape[0],
+    )
     return out.view(np.int64)
 
 

@@ -45,7 +45,9 @@ def _check_admitted(ticket: Ticket, rows: np.ndarray) -> np.ndarray:
 class RowReader(Protocol):
     """What the window reads with: `StorageReader` or `MappedReader`."""
 
-    mode: str
+    @property
+    def mode(self) -> str: ...
+
     stats: ReaderStats
 
     def empty_rows(self, count: int) -> torch.Tensor: ...

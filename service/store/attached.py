@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +20,7 @@ from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef
 
 if TYPE_CHECKING:
     from graphtier.service.storage import RowReader, StorageReader, StorageReads
+    from graphtier.service.storage.direct_reader import StorageMode
     from graphtier.service.store.device_tiers import CudaTiersLease
 
 
@@ -237,23 +240,24 @@ def _verify_mapped_rows(
 
 
 def _new_storage_reader(
-    ref: StorageTierRef, mode: StorageReads, checksums: RowChecksums | None, staging_bytes: int | None
+    ref: StorageTierRef, mode: StorageMode, checksums: RowChecksums | None, staging_bytes: int | None
 ) -> StorageReader:
     """A reader of the storage rows `ref` names, whole, in `mode` (direct or page-cache), its staging
     buffer capped at `staging_bytes` (None: the reader's default)."""
     from graphtier.service.storage import StorageReader
 
     row_bytes = int(np.prod(ref.row_shape, dtype=np.int64)) * np.dtype(ref.dtype).itemsize
-    return StorageReader(
-        ref.path,
+    reader = partial(
+        StorageReader,
+        Path(ref.path),
         data_offset=ref.offset_bytes,
         row_bytes=row_bytes,
         first_row=0,
         num_rows=ref.rows,
         mode=mode,
         checksums=checksums,
-        **({} if staging_bytes is None else {"staging_bytes": staging_bytes}),
-    )  # type: ignore[arg-type]
+    )
+    return reader() if staging_bytes is None else reader(staging_bytes=staging_bytes)
 
 
 def attach_dataset(

@@ -136,7 +136,7 @@ class DeviceTierSet:
         memory = _allocate_filled(name, rows, device, self.mode, self.exporter)
         self.allocations.append(memory)
         handle = memory.handle.model_copy(update={"nbytes": rows.numel()})
-        self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=rows.shape[0], memory=handle))  # type: ignore[arg-type]
+        self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=rows.shape[0], memory=handle))
 
     def close(self) -> None:
         allocations, self.allocations, self.refs = self.allocations, [], []
@@ -199,7 +199,7 @@ class DeviceStructureSet:
         memory = _allocate_filled(name, values.view(torch.uint8).view(1, -1), device, self.mode, self.exporter)
         self.allocations.append(memory)
         handle = memory.handle.model_copy(update={"nbytes": values.numel() * values.element_size()})
-        self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=values.numel(), memory=handle))  # type: ignore[arg-type]
+        self.refs.append(DeviceTierRef(tier=tier, slot=slot, rows=values.numel(), memory=handle))
 
     def close(self) -> None:
         allocations, self.allocations, self.refs = self.allocations, [], []
@@ -224,7 +224,7 @@ class CudaTiersLease:
         """Map the device tier allocation `ref` on GPU `device`; its device address."""
         memory = open_memory(ref.memory, device=device)
         self._memory.append(memory)
-        return memory.ptr  # type: ignore[attr-defined]
+        return memory.ptr  # type: ignore[attr-defined]  # a device handle's memory has one; host memory none
 
     def register(self, tensor: torch.Tensor, label: str, ref: SegmentRef | None = None) -> int:
         """Register the host pages of `tensor` (a read-only mapping of segment `ref`) for this GPU;

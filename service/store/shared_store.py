@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +24,9 @@ from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
 from graphtier.service.storage.row_checksums import checksum_array_for
 from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
 from graphtier.service.store.verified_copy import copy_array
+
+if TYPE_CHECKING:
+    from graphtier.service.store.device_tiers import DeviceTierSet
 
 
 class SharedDatasetStore:
@@ -70,7 +74,7 @@ class SharedDatasetStore:
         self.owner = owner or SegmentOwner()
         self.devices = tuple(devices)
         self.placement_notes = tuple(placement_notes)
-        self.device_tiers = None
+        self.device_tiers: DeviceTierSet | None = None
         self._copies: dict[str, torch.Tensor] = {}
         self.verify = verify
         self.verify_seconds = 0.0

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from graphtier.contract.errors import PreparedDatasetError
-from graphtier.service.prepared.digests import new_digest
+from graphtier.service.prepared.digests import Digest, new_digest
 from graphtier.service.prepared.manifest import ArrayInfo
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.storage.row_checksums import row_checksums
@@ -115,7 +115,7 @@ def _send(source: int, offset: int, nbytes: int, segment: tuple[str, int], path:
 
 
 def _copy_hashed(
-    source: int, offset: int, nbytes: int, segment: tuple[str, int] | None, digest, path: Path, key: str
+    source: int, offset: int, nbytes: int, segment: tuple[str, int] | None, digest: Digest, path: Path, key: str
 ) -> str:
     """Hash the whole file `source` with `digest` (header included), and write its `nbytes` data bytes
     at file offset `offset` into `segment` from the buffer each chunk was hashed in; the hex digest."""

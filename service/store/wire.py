@@ -184,7 +184,7 @@ def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
             storage_ref_from_proto(message.storage_features) if message.HasField("storage_features") else None
         ),
         device_tiers=tuple(
-            DeviceTierRef(tier=ref.tier, slot=ref.slot, rows=ref.rows, memory=handle_from_proto(ref.memory))  # type: ignore[arg-type]
+            DeviceTierRef(tier=ref.tier, slot=ref.slot, rows=ref.rows, memory=handle_from_proto(ref.memory))
             for ref in message.device_tiers
         ),
         fd_socket=message.fd_socket or None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from graphtier.service.tiering.report import TieringReport
 
@@ -17,7 +18,7 @@ def write_cumulative_access_png(report: TieringReport, path: Path) -> Path:
     for outcome in report.outcomes:
         share = outcome.cumulative_share
         xs = [i / (len(share) - 1) for i in range(len(share))]
-        style = {"color": "black", "linestyle": "--"} if outcome.score == "oracle" else {}
+        style: dict[str, Any] = {"color": "black", "linestyle": "--"} if outcome.score == "oracle" else {}
         ax.plot(xs, share, label=f"{outcome.score} ({outcome.hit_ratio:.1%} at budget)", **style)
     budget_fraction = report.budget_rows / report.num_nodes
     ax.axvline(budget_fraction, color="grey", linewidth=0.8)
