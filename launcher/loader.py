@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Literal
 
 import torch
@@ -152,21 +153,21 @@ class Job:
         self._eval: LocalBatchSource | TypedLocalBatches | None = None
         self._typed_links: TypedLinkBatches | None = None  # a typed link job's evaluation: its embedding batches
         if self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
-            shard = (self.data, spec.relation_fanouts or spec.fanouts, spec.batch_size)
-            shard += (self.ctx.rank, self.ctx.world_size, spec.seed)
-            every = {
-                "eval_fanouts": [-1] * len(spec.fanouts),
-                "eval_batch_size": max(spec.batch_size, TYPED_EVAL_BATCH_SIZE),
-            }
+            fanouts = spec.relation_fanouts or spec.fanouts
+            shard = (self.data, fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed)
+            eval_fanouts, eval_batch_size = [-1] * len(spec.fanouts), max(spec.batch_size, TYPED_EVAL_BATCH_SIZE)
             if link:  # a typed link job evaluates from its embedding batches
-                self._typed_links = TypedLinkBatches(*shard, negatives=spec.negatives, **every)
+                self._typed_links = TypedLinkBatches(
+                    *shard, negatives=spec.negatives, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size
+                )
             else:
-                self._eval = TypedLocalBatches(*shard, **every)
+                self._eval = TypedLocalBatches(*shard, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
         elif not link:
             self._eval = LocalBatchSource(
                 self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed
             )
-        self._epoch, self._index, self._current = 0, 0, None
+        self._epoch, self._index = 0, 0
+        self._current: Batch | None = None  # the batch `batches()` yielded last, until its step ends
         self._finished = self._closed = self._own_launch = False
         self._prepared: PreparedDataset | None = None
         # a decoder reading common-neighbour features: over the training graph, built once for training and evaluation
@@ -266,10 +267,11 @@ class Job:
             if index < skip:
                 batch.release()
                 continue
-            self._index, self._current = index + 1, on_device(batch, self.device)
+            current = on_device(batch, self.device)
+            self._index, self._current = index + 1, current
             self.session.begin_step(epoch, index + 1)  # names the step if its gradients turn out non-finite
             try:
-                yield self._current
+                yield current
             finally:
                 self._current = None
                 batch.release()
@@ -422,7 +424,7 @@ class Job:
                 heads=spec.heads,
             )
             return LinkPrediction(
-                lambda module, _ctx, _embeddings: evaluate_typed_links(module, loader),
+                lambda _module, _ctx, _embeddings: evaluate_typed_links(encoder, loader),  # the module is `encoder`
                 model=encoder,
                 forward=typed_pair_forward,
             )
@@ -496,7 +498,7 @@ class Job:
         self._own_launch = True
         previous_hook = sys.excepthook
 
-        def record(exc_type: type[BaseException], exc: BaseException, tb: object) -> None:
+        def record(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
             self.close(exc)
             previous_hook(exc_type, exc, tb)
 

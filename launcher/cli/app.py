@@ -15,18 +15,21 @@ ORDER_OF_USE = ("demo", "dataset", "cluster", "job", "metrics", "doctor")
 
 class _InOrderOfUse(TyperGroup):
     """`graphtier --help` lists the commands in the order a user meets them (Typer's own order is
-    plain commands first, then groups: metrics before dataset)."""
+    plain commands first, then groups: metrics before dataset).
 
-    def list_commands(self, ctx) -> list[str]:  # type: ignore[no-untyped-def]
+    The overrides leave their parameters unannotated: their type is the click that typer carries, a
+    private module in the typer releases that vendor click (`typer._click`) and `click` before."""
+
+    def list_commands(self, ctx) -> list[str]:
         names = super().list_commands(ctx)
         return sorted(names, key=lambda n: ORDER_OF_USE.index(n) if n in ORDER_OF_USE else len(ORDER_OF_USE))
 
     # A closed stdout is caught here, before click's own handling turns it into exit 1.
-    def make_context(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def make_context(self, *args, **kwargs):
         with broken_pipe_is_quiet():  # `--help` prints while parsing
             return super().make_context(*args, **kwargs)
 
-    def invoke(self, ctx):  # type: ignore[no-untyped-def]
+    def invoke(self, ctx):
         with broken_pipe_is_quiet():
             return super().invoke(ctx)
 

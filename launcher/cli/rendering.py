@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeGuard
 
 from rich import box
 from rich.console import Console
@@ -37,10 +37,13 @@ from graphtier.launcher.cli.plain import (  # noqa: F401 (re-exported: every com
     stdout_closed_is_quiet,
 )
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 console = Console(stderr=True)
 
 
-def _is_validation_error(exc: BaseException) -> bool:
+def _is_validation_error(exc: BaseException) -> TypeGuard[ValidationError]:
     pydantic = sys.modules.get("pydantic")
     return pydantic is not None and isinstance(exc, pydantic.ValidationError)
 
@@ -70,7 +73,7 @@ def broken_pipe_is_quiet() -> Iterator[None]:
 
     Rich's consoles (ours and the help's) would exit 1 instead: their documented hook is replaced.
     """
-    Console.on_broken_pipe = _quiet_console_broken_pipe  # type: ignore[method-assign]
+    Console.on_broken_pipe = _quiet_console_broken_pipe  # type: ignore[method-assign]  # rich's documented hook
     with stdout_closed_is_quiet():
         yield
 
@@ -111,10 +114,10 @@ def error_boundary() -> Iterator[None]:
 
 def step_observer() -> tuple[Callable[[str, str], None], Callable[[], None]]:
     """A progress display for pipeline steps: a spinner with elapsed time per running step."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
     progress.start()
 
     def observe(name: str, state: str) -> None:

@@ -41,8 +41,8 @@ def list_checkpoints(directory: Path) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = [p for p in directory.iterdir() if _NAME.match(p.name)]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
+    found = [(int(named.group(1)), p) for p in directory.iterdir() if (named := _NAME.match(p.name))]
+    return [p for _, p in sorted(found, key=lambda step_and_path: step_and_path[0])]
 
 
 def latest_checkpoint(directory: Path) -> Path | None:

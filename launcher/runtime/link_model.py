@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -96,6 +97,8 @@ class ResidualAdamicAdarDecoder(StructuralMLPDecoder):
     weights at which the heuristic orders pairs and the learned score only breaks its ties, where
     Hits@K is at least about the heuristic's own; `calibration` keeps what was measured.
     """
+
+    calibrated_weight: Tensor  # a buffer: w, saved with the model
 
     def __init__(self, width: int) -> None:
         super().__init__(width)
@@ -187,6 +190,11 @@ class NodeEmbeddings(nn.Module):
     checkpoints with the model and a restore writes into the shared table.
     """
 
+    weight: Tensor  # the buffers of TABLE_BUFFERS: the rows and their Adam state
+    exp_avg: Tensor
+    exp_avg_sq: Tensor
+    steps: Tensor
+
     def __init__(self, num_nodes: int, width: int, *, lr: float, seed: int | None = None) -> None:
         super().__init__()
         self.lr = lr
@@ -206,7 +214,7 @@ class NodeEmbeddings(nn.Module):
     def num_nodes(self) -> int:
         return int(self.weight.shape[0])
 
-    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> NodeEmbeddings:
         # a shared table stays in host shared memory whatever device the model moves to: rows() moves rows
         return self if self.shared else super()._apply(fn, recurse)
 

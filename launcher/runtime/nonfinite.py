@@ -58,7 +58,7 @@ class NonFiniteGuard:
         self.skipped_this_step = False
         if not params:
             return
-        norms = torch.stack(torch._foreach_norm([p.grad.detach() for p in params]))  # type: ignore[union-attr]
+        norms = torch.stack(torch._foreach_norm([p.grad.detach() for p in params]))
         finite = torch.isfinite(norms)
         if bool(finite.all()):
             self.in_a_row = 0

@@ -198,7 +198,11 @@ class LinkPrediction:
             return StepLoss(loss, int(((logits.detach() > 0) == target.bool()).sum()), int(pairs.shape[0]))
         assert isinstance(module, LinkModel)
         embeddings = self._embeddings(module)
-        x = embeddings.rows(batch.node_ids, device) if embeddings is not None else batch.x.to(device, non_blocking=True)
+        if embeddings is not None:
+            x = embeddings.rows(batch.node_ids, device)
+        else:
+            assert isinstance(batch.x, Tensor)  # one node type, featured: a featureless graph's rows are embeddings
+            x = batch.x.to(device, non_blocking=True)
         pair_features, blocks = None, batch.blocks
         if module.reads_pair_features:
             assert self.structure is not None

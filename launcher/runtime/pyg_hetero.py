@@ -162,7 +162,8 @@ class GraphtierHeteroFeatureStore(FeatureStore):
         count = self.schema.type_named(attr.group_name).count
         ids = _local_ids(attr.index, count, attr.group_name)
         if attr.attr_name == LABELS:
-            return self._labels.index_select(0, ids)  # type: ignore[union-attr]
+            assert self._labels is not None  # _check_attr refuses labels where there are none
+            return self._labels.index_select(0, ids)
         tiers = self._tiers[attr.group_name]
         out = torch.empty((ids.numel(), *tiers.row_shape), dtype=tiers.dtype)
         self.traffic[attr.group_name] = self.traffic[attr.group_name] + tiered_gather(ids, tiers, out)
@@ -278,7 +279,7 @@ def relation_fanouts(schema: HeteroSchema, num_neighbors: NumNeighbors) -> list[
     sampler's hops (`head-rel-tail:k,...`); relations a dict leaves out are not expanded."""
     if not isinstance(num_neighbors, Mapping):
         return [str(int(k)) for k in num_neighbors]
-    keys = {edge_type_of(r): r.key for r in schema.relations}
+    keys: dict[tuple[str, ...], str] = {edge_type_of(r): r.key for r in schema.relations}
     unknown = [key for key in num_neighbors if tuple(key) not in keys]
     if unknown:
         raise GraphtierError(f"num_neighbors names edge types {unknown} the dataset does not have; it has {list(keys)}")

@@ -169,7 +169,8 @@ class GraphtierFeatureStore(FeatureStore):
         self._check_attr(attr)
         ids = self._ids(attr.index)
         if attr.attr_name == LABELS:
-            return self._labels.index_select(0, ids)  # type: ignore[union-attr]
+            assert self._labels is not None  # _check_attr refuses labels where there are none
+            return self._labels.index_select(0, ids)
         out = self._buffers.take(ids.numel(), self._tiers.row_shape, self._tiers.dtype)
         self.traffic = self.traffic + tiered_gather(ids, self._tiers, out)
         return out

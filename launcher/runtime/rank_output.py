@@ -26,11 +26,11 @@ class RankStream(io.TextIOBase):
         self._lock = threading.Lock()
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # read-only: typeshed has an attribute
         return "utf-8"
 
     @property
-    def errors(self) -> str:  # type: ignore[override]
+    def errors(self) -> str:  # type: ignore[override]  # read-only: typeshed has an attribute
         return "replace"
 
     def writable(self) -> bool:

@@ -47,7 +47,7 @@ from graphtier.launcher.runtime.checkpoint import (
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
 from graphtier.launcher.runtime.nonfinite import NonFiniteGuard
-from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
+from graphtier.launcher.runtime.train_config import ProgressKind, TrainConfig, TrainProgress, TrainResult
 from graphtier.service.pipeline.epoch_plan import dropout_seed
 
 
@@ -120,9 +120,10 @@ class TrainSession:
         self.started = time.perf_counter()
         self.module: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self.position, self.resumed_from = TrainPosition(), None
+        self.position = TrainPosition()
+        self.resumed_from: Path | None = None
         self.step = 0
-        self.last_checkpoint = None
+        self.last_checkpoint: Path | None = None
         self.history: list[TrainProgress] = []
         self.final_eval: dict[str, float] = {}
         self.best_eval: dict[str, float] = {}
@@ -204,7 +205,8 @@ class TrainSession:
         if highest < 0:
             return None, None
         if highest == lowest:  # every node holds it (one node, or the nodes checkpointed alike)
-            return newest, load_checkpoint(newest)  # type: ignore[arg-type]
+            assert newest is not None  # this node's newest is that checkpoint
+            return newest, load_checkpoint(newest)
         holder = torch.tensor(
             [self.ctx.rank if mine == highest else self.ctx.world_size], dtype=torch.int64, device=self.ctx.device
         )
@@ -230,13 +232,13 @@ class TrainSession:
         self.window.stop()
         self.epoch_window.stop()
 
-    def emit(self, kind: str, epoch: int, batches: int, **values) -> None:
+    def emit(self, kind: ProgressKind, epoch: int, batches: int, **values: Any) -> None:
         event = TrainProgress(
             kind=kind,
             rank=self.ctx.rank,
             world_size=self.ctx.world_size,
             epoch=epoch,
-            step=self.step,  # type: ignore[arg-type]
+            step=self.step,
             epochs=self.config.epochs,
             batches_in_epoch=batches,
             elapsed_s=time.perf_counter() - self.started,

@@ -80,11 +80,14 @@ class TrainConfig(BaseModel):
         return self
 
 
+ProgressKind = Literal["step", "epoch", "eval", "done"]
+
+
 @dataclass(frozen=True)
 class TrainProgress:
     """One progress report. kind: 'step' (every log_every_steps), 'epoch', 'eval' or 'done'."""
 
-    kind: Literal["step", "epoch", "eval", "done"]
+    kind: ProgressKind
     rank: int
     world_size: int
     epoch: int

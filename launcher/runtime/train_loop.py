@@ -20,6 +20,7 @@ import contextlib
 import inspect
 from collections.abc import Callable, Iterable
 from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
@@ -85,11 +86,12 @@ def _wrap(module: nn.Module, objective: Objective, ctx: DistContext) -> nn.Modul
     options = objective.ddp_options(module)
     if options.ignored:
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, list(options.ignored))
+    sync_buffers: dict[str, Any] = {} if options.sync_buffers else {_SYNC_BUFFERS: False}  # named by torch's version
     return DistributedDataParallel(
         module,
         device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
         find_unused_parameters=options.find_unused_parameters,
-        **({} if options.sync_buffers else {_SYNC_BUFFERS: False}),
+        **sync_buffers,
     )
 
 

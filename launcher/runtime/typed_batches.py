@@ -52,9 +52,10 @@ class TypedLocalBatches:
     ) -> None:
         """`eval_batch_size`: seeds per evaluation batch (default `batch_size`); with every neighbour
         taken (`eval_fanouts` -1) an evaluation's figures do not depend on it, only its time does."""
-        attached = isinstance(dataset, AttachedDataset)
-        schema = dataset.handle.hetero if attached else dataset.manifest.hetero
-        self.name = dataset.handle.dataset if attached else dataset.name
+        if isinstance(dataset, AttachedDataset):
+            schema, self.name = dataset.handle.hetero, dataset.handle.dataset
+        else:
+            schema, self.name = dataset.manifest.hetero, dataset.name
         if schema is None:
             raise GraphtierError(f"dataset {self.name!r} is not a typed graph; use LocalBatchSource")
         check_batch_size(batch_size)
@@ -62,19 +63,21 @@ class TypedLocalBatches:
         self.dataset, self.schema = dataset, schema
         self.batch_size, self.rank, self.world_size, self.seed = batch_size, rank, world_size, seed
         self.eval_batch_size = eval_batch_size or batch_size
-        edge_type = dataset.edge_type if attached else dataset.array("edge_type")
+        edge_type = dataset.edge_type if isinstance(dataset, AttachedDataset) else dataset.array("edge_type")
         assert edge_type is not None  # a typed handle carries it
         self.sampler = TypedNeighborSampler(dataset.graph, edge_type, schema, fanouts)
         self.eval_sampler = (
             TypedNeighborSampler(dataset.graph, edge_type, schema, eval_fanouts) if eval_fanouts else self.sampler
         )
-        if attached:
+        if isinstance(dataset, AttachedDataset):
             self._splits = dataset.splits
             self._featured = set(dataset.handle.typed_features)
         else:
             self._splits = {name: dataset.split(name) for name in ("train", "val", "test")}
             self._rows = {t.name: dataset.array(t.feature_array) for t in schema.node_types if t.feature_array}
             self._featured = set(self._rows)
+        if dataset.labels is None:  # a typed source labels its target node type
+            raise GraphtierError(f"dataset {self.name!r} has no node labels: a batch carries its seeds' labels")
         self.labels = dataset.labels
 
     def _rows_of(self, node_type: str, local: Tensor) -> Tensor:
@@ -105,6 +108,7 @@ class TypedLocalBatches:
     def _gathered(self, sub: SampledSubgraph, seeds: torch.Tensor, sample_seed: int) -> Batch:
         """The batch of a typed sample of `seeds` drawn with `sample_seed`: each featured type's input rows read."""
         n = sub.block(0).num_src if sub.num_layers else sub.num_seeds
+        assert sub.node_types is not None  # a typed sampler's sample
         ids, types = sub.node_ids[:n], sub.node_types[:n]
         features = {}
         for index, info in enumerate(self.schema.node_types):

@@ -163,6 +163,7 @@ class TypedLinkModel(nn.Module):
         """[num_seeds, hidden] embeddings of the batch's seeds; input rows scaled to unit length (as
         `LinkModel` scales them: bag-of-words rows would saturate the first dot products)."""
         ids, types = batch.input_nodes
+        assert isinstance(batch.x, dict)  # a heterogeneous batch's rows, per type (input_nodes refuses any other)
         features = {name: F.normalize(rows, dim=-1) for name, rows in batch.x.items()}
         return self.encoder(batch.blocks, batch.edge_types, ids, types, features)
 

@@ -49,7 +49,7 @@ class _WeightedSum(torch.autograd.Function):
     """out[v] = sum_e w[e] * x[indices[e]] over v's in-edges; gradient flows to x only."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, indptr: Tensor, indices: Tensor, weight: Tensor, num_dst: int) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, indptr: Tensor, indices: Tensor, weight: Tensor, num_dst: int) -> Tensor:
         block = Block(indptr=indptr, indices=indices, num_src=x.shape[0], num_dst=num_dst)
         ctx.save_for_backward(indptr, indices, weight)
         ctx.num_src = x.shape[0]
@@ -58,7 +58,7 @@ class _WeightedSum(torch.autograd.Function):
         return _csr(block, weight.to(x.dtype)) @ x
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+    def backward(ctx, grad_out: Tensor):
         indptr, indices, weight = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:

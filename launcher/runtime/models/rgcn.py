@@ -62,6 +62,8 @@ def typed_param_groups(module: nn.Module, lr: float) -> list[dict[str, object]]:
 class TypedInput(nn.Module):
     """Input rows of every node type in one width: Linear(features) or a learned per-node embedding."""
 
+    offsets: Tensor  # a buffer: the first global id of each node type
+
     def __init__(self, schema: HeteroSchema, hidden: int) -> None:
         super().__init__()
         self.schema = schema
@@ -70,8 +72,9 @@ class TypedInput(nn.Module):
         self.embed = nn.ModuleDict()
         for info in schema.node_types:
             if info.featureless:
-                self.embed[info.name] = nn.Embedding(info.count, hidden)
-                nn.init.zeros_(self.embed[info.name].weight)  # starts neutral, learns from the labels it reaches
+                embedding = nn.Embedding(info.count, hidden)
+                nn.init.zeros_(embedding.weight)  # starts neutral, learns from the labels it reaches
+                self.embed[info.name] = embedding
             else:
                 self.project[info.name] = nn.Linear(info.feature_dim, hidden)
         self.register_buffer("offsets", torch.tensor(schema.offsets(), dtype=torch.int64), persistent=False)
