@@ -25,10 +25,12 @@ from graphtier.contract.conversions import (
 )
 from graphtier.contract.errors import InvalidReportError, InvalidRequestError
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.jobs.spec import JobSpec, ModelKind
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import (
+    JobArtifactInfo,
     JobEvent,
     JobInfo,
     JobNodeInfo,
@@ -186,6 +188,30 @@ def best_from_proto(m: common_pb2.BestEvaluation) -> BestEvaluation:
     return BestEvaluation(**values)
 
 
+_EPOCH_FIGURES = ("train_loss", "train_accuracy", "batches_per_second", "epoch_seconds")  # unset = None
+
+
+def epoch_to_proto(r: EpochRecord) -> common_pb2.EpochRecord:
+    message = common_pb2.EpochRecord(epoch=r.epoch, step=r.step, metrics=r.metrics)
+    for name in _EPOCH_FIGURES:
+        if getattr(r, name) is not None:
+            setattr(message, name, getattr(r, name))
+    return message
+
+
+def epoch_from_proto(m: common_pb2.EpochRecord) -> EpochRecord:
+    figures = {name: getattr(m, name) if m.HasField(name) else None for name in _EPOCH_FIGURES}
+    return EpochRecord(epoch=m.epoch, step=m.step, metrics=dict(m.metrics), **figures)
+
+
+def artifact_to_proto(a: JobArtifactInfo) -> jobs_pb2.JobArtifact:
+    return jobs_pb2.JobArtifact(**a.__dict__)
+
+
+def artifact_from_proto(m: jobs_pb2.JobArtifact) -> JobArtifactInfo:
+    return JobArtifactInfo(**{name: getattr(m, name) for name in JobArtifactInfo.__dataclass_fields__})
+
+
 def result_to_proto(r: JobResultInfo) -> jobs_pb2.JobResult:
     values = {**r.__dict__, "best": best_to_proto(r.best) if r.best is not None else None}
     return jobs_pb2.JobResult(**values)
@@ -209,7 +235,11 @@ def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
         log_path=job.log_path,
         notes=job.notes,
         gpu_share=job.gpu_share,
+        history=[epoch_to_proto(r) for r in job.history],
+        dataset_version=job.dataset_version,
     )
+    if job.artifact is not None:
+        message.artifact.CopyFrom(artifact_to_proto(job.artifact))
     if job.placement is not None:
         message.placement.CopyFrom(jobs_pb2.JobPlacement(**job.placement.model_dump()))
     for node in job.nodes:
@@ -314,6 +344,9 @@ def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
         gpu_share=m.gpu_share,
         placement=placement_from_proto(m.placement) if m.HasField("placement") else None,
         nodes=[_node_from_proto(n) for n in m.nodes],
+        history=[epoch_from_proto(r) for r in m.history],
+        artifact=artifact_from_proto(m.artifact) if m.HasField("artifact") else None,
+        dataset_version=m.dataset_version,
     )
 
 
@@ -411,6 +444,8 @@ def report_to_proto(report: ProgressReport) -> progress_pb2.ProgressReport:
         trainer.eval_metrics.update(figures.eval_metrics)
         if figures.best is not None:
             trainer.best.CopyFrom(best_to_proto(figures.best))
+        if figures.last_epoch is not None:
+            trainer.last_epoch.CopyFrom(epoch_to_proto(figures.last_epoch))
     else:
         message.reporter = progress_pb2.REPORTER_PRODUCER
         producer = message.producer
@@ -440,6 +475,7 @@ def report_from_proto(message: progress_pb2.ProgressReport) -> ProgressReport:
             test_accuracy=trainer.test_accuracy if trainer.HasField("test_accuracy") else None,
             eval_metrics=dict(trainer.eval_metrics),
             best=best_from_proto(trainer.best) if trainer.HasField("best") else None,
+            last_epoch=epoch_from_proto(trainer.last_epoch) if trainer.HasField("last_epoch") else None,
             **{name: getattr(trainer, name) for name in _TRAINER_SCALARS},
         )
     else:

@@ -3,6 +3,9 @@
 The daemon creates it and writes the job's spec and log there; the ranks write their
 checkpoints into `checkpoints/` (one file per step, `ckpt-000000120.pt`) and, when one dies
 of an exception, its cause into `failures/` (see `rank_failures`), which the daemon reads.
+Each node's first rank writes the job's curves there -- `history.csv` and TensorBoard's event
+files under `tensorboard/` (`contract.jobs.history`) -- and, when the job succeeds, its exported
+model under `artifact/` (`contract.jobs.artifact`), which the daemon keeps under its retention.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ SPEC_FILE = "spec.json"
 LOG_FILE = "job.log"
 CHECKPOINTS_DIR = "checkpoints"
 FAILURES_DIR = "failures"
+HISTORY_CSV = "history.csv"
+TENSORBOARD_DIR = "tensorboard"
 CHECKPOINT_GLOB = "ckpt-*.pt"  # names carry the zero-padded step: sorted by name is oldest first
 
 
@@ -35,6 +40,16 @@ def job_log_path(directory: Path) -> Path:
 def checkpoint_dir(directory: Path) -> Path:
     """Where the job's ranks write their checkpoints."""
     return Path(directory) / CHECKPOINTS_DIR
+
+
+def history_csv_path(directory: Path) -> Path:
+    """The job's per-epoch history as CSV (one row per epoch)."""
+    return Path(directory) / HISTORY_CSV
+
+
+def tensorboard_dir(directory: Path) -> Path:
+    """Where the job's TensorBoard event files are (`tensorboard --logdir` it)."""
+    return Path(directory) / TENSORBOARD_DIR
 
 
 def checkpoint_file(checkpoints: Path, step: int) -> Path:

@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import Enum
 
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.network import NetworkCounters
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import TrafficCounts
@@ -40,6 +41,7 @@ class TrainerFigures:
     model_bytes: int = 0
     eval_metrics: dict[str, float] = field(default_factory=dict)  # a link job's latest val_auc, test_mrr, ...
     best: BestEvaluation | None = None  # the evaluation at the best validation figure so far
+    last_epoch: EpochRecord | None = None  # the latest epoch's record (job-wide figures), repeated until the next
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,11 @@ def _fanout_flag(text: str) -> dict[str, Any]:
     return {"fanouts": parse_fanouts(text)}
 
 
+def _eval_fanout_flag(text: str) -> dict[str, Any]:
+    """--eval-fanout: `-1,-1` sets `eval_fanouts`."""
+    return {"eval_fanouts": parse_fanouts(text)}
+
+
 def _nodes_flag(text: str) -> dict[str, Any]:
     """--nodes a,b,c; GraphtierError naming the value when a name is empty."""
     parts = [part.strip() for part in text.split(",")]
@@ -114,6 +119,22 @@ class JobSpec(BaseModel):
         description="Typed datasets: per hop, `head-rel-tail:k,...` (relations not named are not expanded at that "
         "hop) or one int for every relation; empty = `fanouts` for every relation. Sets `fanouts` to each hop's "
         "largest fanout; checked against the dataset's relations at submit.",
+    )
+    eval_fanouts: Annotated[
+        list[int],
+        SAMPLING,
+        Flag(
+            "--eval-fanout",
+            metavar="HOPS",
+            help="Neighbours per hop when evaluating, e.g. -1,-1 (every neighbour: full neighbourhoods); "
+            "default: --fanout. Node classification on one node type; typed and link jobs evaluate with every "
+            "neighbour.",
+            parse=_eval_fanout_flag,
+        ),
+    ] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Neighbours per hop when evaluating a node job on one node type (-1 = all); empty = `fanouts`.",
     )
     batch_size: Annotated[int, SAMPLING] = Field(1024, ge=1, le=1 << 20, description="Seed nodes per batch per rank.")
     hidden: Annotated[int, MODEL] = Field(256, ge=1, le=1 << 16, description="Hidden width of the model.")
@@ -277,6 +298,11 @@ class JobSpec(BaseModel):
     def _check_fanouts(cls, fanouts: list[int]) -> list[int]:
         return check_channel_fanouts(fanouts)
 
+    @field_validator("eval_fanouts")
+    @classmethod
+    def _check_eval_fanouts(cls, fanouts: list[int]) -> list[int]:
+        return check_channel_fanouts(fanouts) if fanouts else fanouts
+
     @field_validator("script")
     @classmethod
     def _check_script(cls, script: str) -> str:
@@ -329,6 +355,8 @@ class JobSpec(BaseModel):
             for field, default in link_only.items():
                 if getattr(self, field) != default:
                     raise ValueError(f"{field}={getattr(self, field)!r} applies to task 'link' only")
+        if self.eval_fanouts and len(self.eval_fanouts) != len(self.fanouts):
+            raise ValueError(f"eval_fanouts {self.eval_fanouts} must have one entry per hop of fanouts {self.fanouts}")
         if self.features == "partitioned" and self.nnodes == 1:
             raise ValueError(
                 "features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "

@@ -13,6 +13,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.storage import StorageCounters
@@ -47,6 +48,16 @@ class JobResultInfo:
     checkpoint_path: str = ""
     metrics: dict[str, float] = field(default_factory=dict)  # a link job's val_auc, test_mrr, test_hits@50, ...
     best: BestEvaluation | None = None
+
+
+@dataclass(frozen=True)
+class JobArtifactInfo:
+    """A job's exported model as the daemon keeps it (`contract.jobs.artifact` is its format)."""
+
+    state: str  # "kept" (export it), "expired" (removed by the artifact retention) or "none" (nothing to keep)
+    message: str = ""  # what was kept, or why there is none
+    bytes: int = 0
+    path: str = ""  # its directory on the daemon's machine
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,9 @@ class JobInfo:
     placement: JobPlacementInfo | None = None  # a part of a multi-node job: where it stands in the job
     nodes: list[JobNodeInfo] = field(default_factory=list)  # on the coordinating daemon: every node's part
     gpu_share: str = ""  # how the producers share the GPUs and why (jobs.proto Job.gpu_share)
+    history: list[EpochRecord] = field(default_factory=list)  # every epoch's record so far, in order
+    artifact: JobArtifactInfo | None = None  # its exported model, once the job has ended
+    dataset_version: str = ""  # the version of the dataset copy it trains on
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ PROGRESS_FIELDS = (
 )
 RESULT_FIELDS = ("val_accuracy", "test_accuracy", "final_loss", "train_seconds", "checkpoint_path")
 BEST_FIELDS = ("epoch", "selected_by", "val_accuracy", "test_accuracy")  # `BestEvaluation`'s, before its metrics
+EPOCH_FIGURES = ("train_loss", "train_accuracy", "batches_per_second", "epoch_seconds")  # EpochRecord's, None if unset
+ARTIFACT_FIELDS = ("state", "message", "bytes", "path")  # JobArtifactInfo's
 RANK_FIELDS = ("rank", "trainer_pid", "producer_pid", "global_step", "batches_per_second", "ready_slots")
 PLACEMENT_FIELDS = (
     "nnodes",
@@ -71,6 +73,9 @@ def job_document(message: jobs_pb2.Job) -> JobDocument:
         "placement": _placement(message.placement) if message.HasField("placement") else None,
         "nodes": [_node(node) for node in message.nodes],
         "gpu_share": message.gpu_share,
+        "history": [epoch_record(record) for record in message.history],
+        "artifact": _artifact(message.artifact) if message.HasField("artifact") else None,
+        "dataset_version": message.dataset_version,
     }
 
 
@@ -150,6 +155,19 @@ def _result(message: jobs_pb2.JobResult) -> dict[str, Any]:
 
 def _best(message: Any) -> dict[str, Any]:
     return {**{name: getattr(message, name) for name in BEST_FIELDS}, "metrics": dict(message.metrics)}
+
+
+def epoch_record(message: Any) -> dict[str, Any]:
+    """One epoch's record (`contract.jobs.history.EpochRecord`); an unset figure as None."""
+    record: dict[str, Any] = {"epoch": message.epoch, "step": message.step}
+    for name in EPOCH_FIGURES:
+        record[name] = getattr(message, name) if message.HasField(name) else None
+    record["metrics"] = dict(message.metrics)
+    return record
+
+
+def _artifact(message: jobs_pb2.JobArtifact) -> dict[str, Any]:
+    return {name: getattr(message, name) for name in ARTIFACT_FIELDS}
 
 
 def _rank(message: jobs_pb2.RankStatus) -> dict[str, Any]:

@@ -50,6 +50,7 @@ class DatasetLayoutInfo(BaseModel):
     owner_pid: int
     loaded_at: datetime
     budgets: BudgetSpec
+    version: str = Field("", description="the prepared dataset's content version (sha256) this copy was loaded from")
 
     @property
     def dataset(self) -> str:
@@ -132,6 +133,7 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         owner_pid=layout.owner_pid,
         loaded_at=timestamp(layout.loaded_at),
         budgets=budgets_to_proto(layout.budgets),
+        version=layout.version,
     )
     message.device_tiers.extend(
         common_pb2.DeviceTierRef(tier=ref.tier, slot=ref.slot, rows=ref.rows, memory=handle_to_proto(ref.memory))
@@ -206,4 +208,5 @@ def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
         owner_pid=message.owner_pid,
         loaded_at=from_timestamp(message.loaded_at),
         budgets=budgets_from_proto(message.budgets),
+        version=message.version,
     )

@@ -56,8 +56,9 @@ def test_every_place_names_the_models_fields_in_its_order():
 
 def test_every_field_survives_the_wire_and_reads_back_in_the_document():
     spec = JobSpec(
-        dataset="d", model="gat", relation_fanouts=["paper-cites-paper:3", "2"], batch_size=64, hidden=32, heads=2,
-        epochs=3, lr=0.01, weight_decay=0.001, dropout=0.1, nproc_per_node=2, nodes=["a:1", "b:2"], device="cuda",
+        dataset="d", model="gat", relation_fanouts=["paper-cites-paper:3", "2"], eval_fanouts=[-1, -1],
+        batch_size=64, hidden=32, heads=2, epochs=3, lr=0.01, weight_decay=0.001, dropout=0.1, nproc_per_node=2,
+        nodes=["a:1", "b:2"], device="cuda",
         checkpoint_every_steps=5, seed=7, budgets=BudgetSpec(num_devices=1, device_replicated="5%", host="50%"),
         max_restarts=1, num_slots=3, storage_reads="direct", window=4, on_nonfinite="skip-step",
         features="partitioned", replicate="5%", sampler="cpu", mps="use", producer_sm_share=20.0, task="link",
@@ -92,7 +93,7 @@ def _grown_message(proto_copy, compile_contract, tmp_path) -> Any:
     text = jobs.read_text()
     end = text.index("}", text.index("message JobSpec {"))
     jobs.write_text(
-        text[:end] + "  // Epochs of linear learning-rate warm-up.\n  uint32 warmup_epochs = 38;\n" + text[end:]
+        text[:end] + "  // Epochs of linear learning-rate warm-up.\n  uint32 warmup_epochs = 39;\n" + text[end:]
     )
     files = {file.name: file for file in compile_contract(proto_copy, tmp_path / "grown.pb").file}
     pool = descriptor_pool.DescriptorPool()

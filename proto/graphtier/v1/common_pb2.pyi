@@ -218,3 +218,28 @@ class BestEvaluation(_message.Message):
     test_accuracy: float
     metrics: _containers.ScalarMap[str, float]
     def __init__(self, epoch: _Optional[int] = ..., selected_by: _Optional[str] = ..., val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class EpochRecord(_message.Message):
+    __slots__ = ("epoch", "step", "train_loss", "train_accuracy", "batches_per_second", "epoch_seconds", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    step: int
+    train_loss: float
+    train_accuracy: float
+    batches_per_second: float
+    epoch_seconds: float
+    metrics: _containers.ScalarMap[str, float]
+    def __init__(self, epoch: _Optional[int] = ..., step: _Optional[int] = ..., train_loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., epoch_seconds: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...

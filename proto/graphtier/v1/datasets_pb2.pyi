@@ -89,7 +89,7 @@ class GetDatasetLayoutRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class DatasetLayout(_message.Message):
-    __slots__ = ("dataset", "boundaries", "colptr", "row", "labels", "splits", "resident_features", "storage_features", "tier_sizes", "num_edges", "feature_dim", "num_classes", "feature_bytes", "structure_bytes", "device_bytes_per_device", "simulated_devices", "owner_pid", "loaded_at", "budgets", "device_tiers", "placement_notes", "fd_socket", "link_pairs", "hetero_schema", "edge_type", "typed_features")
+    __slots__ = ("dataset", "boundaries", "colptr", "row", "labels", "splits", "resident_features", "storage_features", "tier_sizes", "num_edges", "feature_dim", "num_classes", "feature_bytes", "structure_bytes", "device_bytes_per_device", "simulated_devices", "owner_pid", "loaded_at", "budgets", "device_tiers", "placement_notes", "fd_socket", "link_pairs", "hetero_schema", "edge_type", "typed_features", "version")
     class SplitsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +137,7 @@ class DatasetLayout(_message.Message):
     HETERO_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     EDGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     TYPED_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     boundaries: _common_pb2.PlacementBoundaries
     colptr: _common_pb2.SegmentRef
@@ -163,7 +164,8 @@ class DatasetLayout(_message.Message):
     hetero_schema: str
     edge_type: _common_pb2.SegmentRef
     typed_features: _containers.MessageMap[str, TypedFeatureTiers]
-    def __init__(self, dataset: _Optional[str] = ..., boundaries: _Optional[_Union[_common_pb2.PlacementBoundaries, _Mapping]] = ..., colptr: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., row: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., splits: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., resident_features: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., storage_features: _Optional[_Union[_common_pb2.StorageTierRef, _Mapping]] = ..., tier_sizes: _Optional[_Iterable[_Union[_common_pb2.TierSize, _Mapping]]] = ..., num_edges: _Optional[int] = ..., feature_dim: _Optional[int] = ..., num_classes: _Optional[int] = ..., feature_bytes: _Optional[int] = ..., structure_bytes: _Optional[int] = ..., device_bytes_per_device: _Optional[int] = ..., simulated_devices: _Optional[bool] = ..., owner_pid: _Optional[int] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., device_tiers: _Optional[_Iterable[_Union[_common_pb2.DeviceTierRef, _Mapping]]] = ..., placement_notes: _Optional[_Iterable[str]] = ..., fd_socket: _Optional[str] = ..., link_pairs: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., hetero_schema: _Optional[str] = ..., edge_type: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., typed_features: _Optional[_Mapping[str, TypedFeatureTiers]] = ...) -> None: ...
+    version: str
+    def __init__(self, dataset: _Optional[str] = ..., boundaries: _Optional[_Union[_common_pb2.PlacementBoundaries, _Mapping]] = ..., colptr: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., row: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., splits: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., resident_features: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., storage_features: _Optional[_Union[_common_pb2.StorageTierRef, _Mapping]] = ..., tier_sizes: _Optional[_Iterable[_Union[_common_pb2.TierSize, _Mapping]]] = ..., num_edges: _Optional[int] = ..., feature_dim: _Optional[int] = ..., num_classes: _Optional[int] = ..., feature_bytes: _Optional[int] = ..., structure_bytes: _Optional[int] = ..., device_bytes_per_device: _Optional[int] = ..., simulated_devices: _Optional[bool] = ..., owner_pid: _Optional[int] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., device_tiers: _Optional[_Iterable[_Union[_common_pb2.DeviceTierRef, _Mapping]]] = ..., placement_notes: _Optional[_Iterable[str]] = ..., fd_socket: _Optional[str] = ..., link_pairs: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., hetero_schema: _Optional[str] = ..., edge_type: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., typed_features: _Optional[_Mapping[str, TypedFeatureTiers]] = ..., version: _Optional[str] = ...) -> None: ...
 
 class TypedFeatureTiers(_message.Message):
     __slots__ = ("boundaries", "resident_features", "storage_features")

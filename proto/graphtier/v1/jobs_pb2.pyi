@@ -62,11 +62,12 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "relation_fanouts", "batch_size", "hidden", "heads", "epochs", "lr", "weight_decay", "dropout", "nproc_per_node", "nnodes", "nodes", "device", "checkpoint_every_steps", "seed", "budgets", "max_restarts", "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "name", "script", "args", "rdzv_endpoint", "rdzv_id")
+    __slots__ = ("dataset", "model", "fanouts", "relation_fanouts", "eval_fanouts", "batch_size", "hidden", "heads", "epochs", "lr", "weight_decay", "dropout", "nproc_per_node", "nnodes", "nodes", "device", "checkpoint_every_steps", "seed", "budgets", "max_restarts", "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "name", "script", "args", "rdzv_endpoint", "rdzv_id")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
     RELATION_FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    EVAL_FANOUTS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_FIELD_NUMBER: _ClassVar[int]
     HEADS_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +105,7 @@ class JobSpec(_message.Message):
     model: Model
     fanouts: _containers.RepeatedScalarFieldContainer[int]
     relation_fanouts: _containers.RepeatedScalarFieldContainer[str]
+    eval_fanouts: _containers.RepeatedScalarFieldContainer[int]
     batch_size: int
     hidden: int
     heads: int
@@ -137,7 +139,7 @@ class JobSpec(_message.Message):
     args: _containers.RepeatedScalarFieldContainer[str]
     rdzv_endpoint: str
     rdzv_id: str
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., relation_fanouts: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., device: _Optional[_Union[Device, str]] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., max_restarts: _Optional[int] = ..., num_slots: _Optional[int] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., name: _Optional[str] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., relation_fanouts: _Optional[_Iterable[str]] = ..., eval_fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., device: _Optional[_Union[Device, str]] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., max_restarts: _Optional[int] = ..., num_slots: _Optional[int] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., name: _Optional[str] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
     __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")
@@ -321,7 +323,7 @@ class JobResult(_message.Message):
     def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., best: _Optional[_Union[_common_pb2.BestEvaluation, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes", "placement", "nodes", "gpu_share")
+    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes", "placement", "nodes", "gpu_share", "history", "artifact", "dataset_version")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +341,9 @@ class Job(_message.Message):
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     GPU_SHARE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     state: JobState
@@ -356,7 +361,40 @@ class Job(_message.Message):
     placement: JobPlacement
     nodes: _containers.RepeatedCompositeFieldContainer[JobNode]
     gpu_share: str
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[JobPlacement, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[JobNode, _Mapping]]] = ..., gpu_share: _Optional[str] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[_common_pb2.EpochRecord]
+    artifact: JobArtifact
+    dataset_version: str
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[JobPlacement, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[JobNode, _Mapping]]] = ..., gpu_share: _Optional[str] = ..., history: _Optional[_Iterable[_Union[_common_pb2.EpochRecord, _Mapping]]] = ..., artifact: _Optional[_Union[JobArtifact, _Mapping]] = ..., dataset_version: _Optional[str] = ...) -> None: ...
+
+class JobArtifact(_message.Message):
+    __slots__ = ("state", "message", "bytes", "path")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    message: str
+    bytes: int
+    path: str
+    def __init__(self, state: _Optional[str] = ..., message: _Optional[str] = ..., bytes: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ExportJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ArtifactChunk(_message.Message):
+    __slots__ = ("path", "offset", "data", "size")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    offset: int
+    data: bytes
+    size: int
+    def __init__(self, path: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
 
 class JobStateChange(_message.Message):
     __slots__ = ("previous", "current", "message", "result")

@@ -69,6 +69,11 @@ class JobServiceStub:
                 request_serializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobRequest.SerializeToString,
                 response_deserializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobResponse.FromString,
                 _registered_method=True)
+        self.ExportJob = channel.unary_stream(
+                '/graphtier.v1.JobService/ExportJob',
+                request_serializer=graphtier_dot_v1_dot_jobs__pb2.ExportJobRequest.SerializeToString,
+                response_deserializer=graphtier_dot_v1_dot_jobs__pb2.ArtifactChunk.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -125,6 +130,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportJob(self, request, context):
+        """Sends a SUCCEEDED job's exported model (its artifact: the manifest and the weights of the
+        best epoch), file by file in chunks. FAILED_PRECONDITION names why there is none: the job
+        did not succeed, its artifact was removed by the daemon's retention, or it never left one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +171,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.AttachJob,
                     request_deserializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobRequest.FromString,
                     response_serializer=graphtier_dot_v1_dot_jobs__pb2.AttachJobResponse.SerializeToString,
+            ),
+            'ExportJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportJob,
+                    request_deserializer=graphtier_dot_v1_dot_jobs__pb2.ExportJobRequest.FromString,
+                    response_serializer=graphtier_dot_v1_dot_jobs__pb2.ArtifactChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -326,6 +345,33 @@ class JobService:
             '/graphtier.v1.JobService/AttachJob',
             graphtier_dot_v1_dot_jobs__pb2.AttachJobRequest.SerializeToString,
             graphtier_dot_v1_dot_jobs__pb2.AttachJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/graphtier.v1.JobService/ExportJob',
+            graphtier_dot_v1_dot_jobs__pb2.ExportJobRequest.SerializeToString,
+            graphtier_dot_v1_dot_jobs__pb2.ArtifactChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,6 +38,7 @@ from graphtier.service.daemon.datasets.lifetime import (
 from graphtier.service.placement import PlacementPlan, TierBudgets, TierSize
 from graphtier.service.prepared import DatasetManifest, PreparedDataset, list_datasets
 from graphtier.service.prepared.catalog import validate_name
+from graphtier.service.prepared.manifest import content_version
 from graphtier.service.shm.naming import validate_label
 from graphtier.service.store import SharedDatasetStore
 from graphtier.service.store.handle import SharedDatasetHandle
@@ -130,6 +131,7 @@ class LoadedDataset:
             owner_pid=os.getpid(),
             loaded_at=self.loaded_at,
             budgets=self.budgets,
+            version=content_version(self.manifest),
         )
 
 

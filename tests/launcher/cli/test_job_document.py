@@ -13,9 +13,11 @@ import pytest
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.evaluation import BestEvaluation
 from graphtier.contract.jobs.conversions import job_from_proto, job_to_proto
+from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.jobs.view import (
+    JobArtifactInfo,
     JobInfo,
     JobNodeInfo,
     JobPlacementInfo,
@@ -41,6 +43,8 @@ def contract_dump(job: JobInfo) -> dict[str, Any]:
     out["ranks"] = [dataclasses.asdict(rank) for rank in job.ranks]
     out["placement"] = job.placement.model_dump(mode="json") if job.placement is not None else None
     out["nodes"] = [{**dataclasses.asdict(n), "state": n.state.value} for n in job.nodes]
+    out["history"] = [dataclasses.asdict(record) for record in job.history]
+    out["artifact"] = dataclasses.asdict(job.artifact) if job.artifact is not None else None
     return out
 
 
@@ -74,6 +78,12 @@ JOBS = {
         log_path="/run/jobs/7/job.log",
         notes=["a note"],
         gpu_share="producers use no GPU: a CPU job",
+        history=[
+            EpochRecord(0, 10, 1.5, 0.25, 20.0, 0.5, {"val_accuracy": 0.5, "test_accuracy": 0.4}),
+            EpochRecord(1, 20, 0.75, None, 21.5, 0.45),
+        ],
+        artifact=JobArtifactInfo("kept", "sage (node), weights of epoch 0", 4096, "/run/jobs/7/artifact"),
+        dataset_version="ab" * 32,
     ),
     "link prediction, failed": JobInfo(
         job_id="8",
