@@ -63,6 +63,7 @@ DEPENDENCIES = [
     "uvicorn>=0.29",
     "prometheus-client>=0.20",  # /metrics in the Prometheus exposition format
     "pyyaml>=6",  # YAML job specs
+    "tensorboard>=2.20",  # a job's curves as TensorBoard events (torch.utils.tensorboard); works with protobuf 7
     # NVML: the only supported way to read the GPUs' PCIe/NVLink byte counters and device facts
     # without initialising CUDA; pure Python, loads libnvidia-ml lazily, installs anywhere.
     "nvidia-ml-py>=12",

@@ -25,13 +25,16 @@ A `Batch` holds one `Block` per layer, the input rows `x` and the seeds' labels 
 heterogeneous dataset `x` is per node type, with each edge's relation and each node's type. On
 the CPU its tensors are views of the producer's slot, handed back when the next batch is asked
 for. `DatasetInfo` (`job.dataset`) sizes the model. Outside any job, `PreparedDataset.open(name)`
-reads a prepared dataset: its graph, features, labels, splits and ids.
+reads a prepared dataset: its graph, features, labels, splits and ids. `load_model(DIR)` rebuilds
+the built-in model a job exported (`graphtier job export ID --out DIR`) with its best epoch's
+weights, and `read_manifest(DIR)` says what it is (format: `graphtier.contract.jobs.artifact`).
 """
 
 from __future__ import annotations
 
-from graphtier.launcher.loader import Batch, Block, DatasetInfo, Job, connect
+from graphtier.contract.jobs.artifact import read_manifest
+from graphtier.launcher.loader import Batch, Block, DatasetInfo, Job, connect, load_model
 from graphtier.service.prepared import PreparedDataset
 
 # in reading order: the API reference lists them so
-__all__ = ["connect", "Job", "DatasetInfo", "Batch", "Block", "PreparedDataset"]
+__all__ = ["connect", "Job", "DatasetInfo", "Batch", "Block", "PreparedDataset", "load_model", "read_manifest"]

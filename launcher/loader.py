@@ -13,7 +13,7 @@ import difflib
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -27,6 +27,7 @@ from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.fanouts import parse_fanouts
 from graphtier.contract.hetero import HeteroSchema
+from graphtier.contract.jobs.artifact import DatasetVersion, ModelConfig
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
 from graphtier.contract.jobs.rank_failures import write_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
@@ -38,6 +39,7 @@ from graphtier.launcher.runtime.batch import Batch, on_device, seed_logits
 from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
+from graphtier.launcher.runtime.exported_model import JobOutputs, load_model
 from graphtier.launcher.runtime.link_eval import evaluate_links
 from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
@@ -61,7 +63,7 @@ from graphtier.service.store import AttachedDataset, attach_dataset
 
 TYPED_EVAL_BATCH_SIZE = 1024  # the fewest seeds per evaluation batch of a typed job (few passes, same figures)
 
-__all__ = ["Batch", "Block", "DatasetInfo", "Job", "connect"]
+__all__ = ["Batch", "Block", "DatasetInfo", "Job", "connect", "load_model"]
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,8 @@ class Job:
         try:
             # the version this job started with, even if the dataset was prepared again since; its storage
             # rows (the rank's own evaluation batches) read as the job's producers read them
-            handle = client.dataset_layout(spec.dataset, job_id=job_id).handle
-            self.data: AttachedDataset = attach_dataset(handle, storage_reads=spec.storage_reads)
+            layout = client.dataset_layout(spec.dataset, job_id=job_id)
+            self.data: AttachedDataset = attach_dataset(layout.handle, storage_reads=spec.storage_reads)
         except BaseException as exc:
             self.channel.close(f"{type(exc).__name__}: {exc}")
             self.ctx.shutdown()
@@ -149,7 +151,13 @@ class Job:
             log_every_steps=max(1, min(10, self.channel.steps_per_epoch // 10)),
         )
         self.reporter = ProgressReporter(client, job_id, self.ctx.rank, self.channel)
-        self.session = TrainSession(self.ctx, self.config, self.reporter)
+        # the job's curves and, when it succeeds, its exported model: into its directory, by each node's first rank
+        self.outputs = JobOutputs(
+            self.job_dir,
+            job_id,
+            DatasetVersion(name=spec.dataset, version=layout.version, num_nodes=self.data.graph.num_nodes),
+        )
+        self.session = TrainSession(self.ctx, self.config, self.reporter, self.outputs)
         self._eval: LocalBatchSource | TypedLocalBatches | None = None
         self._typed_links: TypedLinkBatches | None = None  # a typed link job's evaluation: its embedding batches
         if self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
@@ -164,7 +172,13 @@ class Job:
                 self._eval = TypedLocalBatches(*shard, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
         elif not link:
             self._eval = LocalBatchSource(
-                self.data, spec.fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed
+                self.data,
+                spec.fanouts,
+                spec.batch_size,
+                self.ctx.rank,
+                self.ctx.world_size,
+                spec.seed,
+                eval_fanouts=spec.eval_fanouts or None,  # -1: every neighbour, figures independent of the sample
             )
         self._epoch, self._index = 0, 0
         self._current: Batch | None = None  # the batch `batches()` yielded last, until its step ends
@@ -401,11 +415,36 @@ class Job:
         """
         if model is not None and self.spec.task == "link":
             raise GraphtierError("job.fit(model) trains node classification; a link job builds its own model")
+        outputs = self.outputs if model is not None else replace(self.outputs, model=self.builtin_model_config())
         result = train(
-            self.channel.batches_for_epoch, self._objective(model), self.config, self.reporter, even_batches=True
+            self.channel.batches_for_epoch,
+            self._objective(model),
+            self.config,
+            self.reporter,
+            even_batches=True,
+            outputs=outputs,
         )
         self._finished = True
         return result
+
+    def builtin_model_config(self) -> ModelConfig:
+        """The configuration of the built-in model `fit()` trains on this job (what its exported model records)."""
+        spec, config, link = self.spec, self.config, self.spec.task == "link"
+        schema = self.data.handle.hetero if self.typed else None
+        return ModelConfig(
+            builtin=True,
+            kind=spec.model,
+            task=spec.task,
+            in_dim=0 if schema is not None else config.in_dim,
+            hidden=spec.hidden,
+            out_dim=spec.hidden if link else self.dataset.num_classes,
+            layers=len(spec.fanouts),
+            heads=spec.heads,
+            dropout=spec.dropout,
+            decoder=spec.decoder if link else None,
+            learned_embeddings=config.learned_embeddings,
+            hetero=schema,
+        )
 
     def _objective(self, model: nn.Module | None) -> Objective:
         """What `fit` optimises: the job's task, over its typed or untyped model."""

@@ -62,6 +62,7 @@ class ProgressReporter:
             model_bytes=event.model_bytes,
             eval_metrics=metrics,
             best=event.best if event.best is not None else f.best,
+            last_epoch=event.record if event.record is not None else f.last_epoch,
         )
         if event.kind in ("epoch", "eval", "done"):
             print(describe_event(event, self.figures.loss), flush=True)

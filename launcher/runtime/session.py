@@ -12,6 +12,14 @@ figures papers report. Evaluations without that figure (no validation split) pic
 kept in the checkpoints, so a job resumed after a restart still reports the best of all its
 epochs; an epoch's end is checkpointed after its evaluation, which the checkpoint then holds.
 
+Every epoch closes with its record (`EpochRecord`): the epoch's training figures over all ranks (one
+small all-reduce: every rank must end the epoch) and, once evaluated, its evaluation. The records are
+the job's curves: reported to the daemon (`job status --json`'s history, the status page), kept in the
+checkpoints (a resumed job keeps its history) and, given the job's `JobOutputs`, written by each node's
+first rank as `history.csv` and TensorBoard events (`curves.py`). With `JobOutputs` that rank also keeps
+a CPU copy of the weights at each new best epoch (in the checkpoints too) and, when training finishes,
+writes the job's exported model from it (`exported_model.py`, format `contract.jobs.artifact`).
+
 Throughput is one figure everywhere: optimizer steps per second of wall time over a window
 (`batches_per_second`; one step = one mini-batch of one rank).
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +45,9 @@ from torch import nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.jobs.artifact import ArtifactFigures
 from graphtier.contract.jobs.directory import checkpoint_step
+from graphtier.contract.jobs.history import EpochRecord, figure_names
 from graphtier.launcher.runtime.checkpoint import (
     TrainPosition,
     latest_checkpoint,
@@ -44,8 +55,10 @@ from graphtier.launcher.runtime.checkpoint import (
     remove_partial_writes,
     save_checkpoint,
 )
+from graphtier.launcher.runtime.curves import CurvesWriter
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward, evaluate_splits
+from graphtier.launcher.runtime.exported_model import JobOutputs, script_model, snapshot, write_artifact
 from graphtier.launcher.runtime.nonfinite import NonFiniteGuard
 from graphtier.launcher.runtime.train_config import ProgressKind, TrainConfig, TrainProgress, TrainResult
 from graphtier.service.pipeline.epoch_plan import dropout_seed
@@ -113,9 +126,14 @@ class TrainSession:
     """
 
     def __init__(
-        self, ctx: DistContext, config: TrainConfig, report: Callable[[TrainProgress], None] | None = None
+        self,
+        ctx: DistContext,
+        config: TrainConfig,
+        report: Callable[[TrainProgress], None] | None = None,
+        outputs: JobOutputs | None = None,
     ) -> None:
-        self.ctx, self.config = ctx, config
+        """`outputs`: the job's directory and what its exported model is (None: no curves files, no artifact)."""
+        self.ctx, self.config, self.outputs = ctx, config, outputs
         self.report = report or (lambda _: None)
         self.started = time.perf_counter()
         self.module: nn.Module | None = None
@@ -133,6 +151,13 @@ class TrainSession:
         self.guard = NonFiniteGuard(config.on_nonfinite, ctx.rank, self._where)
         self._at: tuple[int, int] | None = None  # (epoch, batch) of the step under way, for messages
         self._steps_here = 0  # steps this process took (after a resume: since it)
+        self.curves: dict[int, EpochRecord] = {}  # every epoch's record, by epoch
+        self._closed: set[int] = set()  # epochs whose end was recorded (end_epoch ran, or restored)
+        self._pending: dict[int, dict[str, float]] = {}  # evaluations of epochs not yet ended
+        self._writes = outputs is not None and ctx.local_rank == 0  # each node's first rank: curves, artifact
+        self._curves_writer: CurvesWriter | None = None
+        self.best_state: dict[str, torch.Tensor] | None = None  # CPU weights at best_epoch (with outputs)
+        self._best_state_epoch: int | None = None
 
     def _where(self) -> str:
         at = f" (epoch {self._at[0]}, batch {self._at[1]})" if self._at is not None else ""
@@ -177,10 +202,19 @@ class TrainSession:
         return self.position
 
     def _restore_best(self, payload: dict[str, Any]) -> None:
-        """The best evaluation a checkpoint recorded (see `checkpoint`), if it has one."""
-        best = payload.get("extra", {}).get("best")
+        """The best evaluation a checkpoint recorded (see `checkpoint`), if it has one, its weights and the
+        records of the epochs it covers."""
+        extra = payload.get("extra", {})
+        best = extra.get("best")
         if isinstance(best, dict) and isinstance(best.get("epoch"), int) and isinstance(best.get("eval"), dict):
             self.best_epoch, self.best_eval = best["epoch"], {str(k): float(v) for k, v in best["eval"].items()}
+            weights = best.get("weights")
+            if self._writes and isinstance(weights, dict) and best.get("weights_epoch") == self.best_epoch:
+                self.best_state, self._best_state_epoch = weights, self.best_epoch
+        for data in extra.get("curves") or []:
+            record = EpochRecord.from_json(data)
+            self.curves[record.epoch] = record
+            self._closed.add(record.epoch)
 
     @property
     def best(self) -> BestEvaluation | None:
@@ -260,10 +294,19 @@ class TrainSession:
                 extra={
                     "config": self.config.model_dump(mode="json"),
                     "world_size": self.ctx.world_size,
-                    "best": {"epoch": self.best_epoch, "eval": self.best_eval} if self.best_epoch is not None else None,
+                    "best": self._best_payload(),
+                    "curves": [self.curves[e].to_json() for e in sorted(self.curves)],
                 },
                 keep=self.config.keep_checkpoints,
             )
+
+    def _best_payload(self) -> dict[str, Any] | None:
+        if self.best_epoch is None:
+            return None
+        payload: dict[str, Any] = {"epoch": self.best_epoch, "eval": self.best_eval}
+        if self.best_state is not None:
+            payload.update(weights=self.best_state, weights_epoch=self._best_state_epoch)
+        return payload
 
     def record_step(self, epoch: int, done: int, loss: float, correct: int, labelled: int) -> None:
         """One optimizer step: batch `done` (1-based) of `epoch`; reports and checkpoints when due.
@@ -288,11 +331,49 @@ class TrainSession:
         """Report the end of `epoch`, run `evaluate()` when the epoch is due for one, then checkpoint:
         the checkpoint comes after the evaluation, so a job resumed from it has that epoch's figures in
         its best (a checkpoint taken before, then a restart, lost the epoch's evaluation for good)."""
-        self.emit("epoch", epoch, done, **self.epoch_window.summary())
+        self.epoch_window.stop()
+        record = self._epoch_record(epoch)
+        self.emit("epoch", epoch, done, record=record, **self.epoch_window.summary())
         every = self.config.eval_every_epochs
         if evaluate is not None and (epoch == self.config.epochs - 1 or bool(every and (epoch + 1) % every == 0)):
             evaluate()
+        self._closed.add(epoch)
+        self._publish()
         self.checkpoint(TrainPosition(epoch + 1, 0, self.step))
+
+    def _epoch_record(self, epoch: int) -> EpochRecord:
+        """The epoch's training figures over all ranks (every rank must call it: it all-reduces), with the
+        evaluation a loop recorded before the epoch's end."""
+        w = self.epoch_window
+        took = (w.stopped if w.stopped is not None else time.perf_counter()) - w.started
+        rate = w.batches / took if w.batches and took > 0 else 0.0
+        sums = torch.tensor([w.loss_sum, w.correct, w.labelled, w.batches, rate], dtype=torch.float64)
+        longest = torch.tensor([took], dtype=torch.float64)
+        if self.ctx.distributed:
+            sums, longest = sums.to(self.ctx.device), longest.to(self.ctx.device)  # NCCL reduces on the GPU
+            dist.all_reduce(sums)
+            dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+        loss_sum, correct, labelled, batches, rate = sums.tolist()
+        record = EpochRecord(
+            epoch=epoch,
+            step=self.step,
+            train_loss=loss_sum / batches if batches else None,
+            train_accuracy=correct / labelled if labelled else None,
+            batches_per_second=rate if batches else None,
+            epoch_seconds=float(longest.item()),
+            metrics=self._pending.pop(epoch, {}),
+        )
+        self.curves[epoch] = self.curves[epoch].merged(record) if epoch in self.curves else record
+        return self.curves[epoch]
+
+    def _publish(self) -> None:
+        """history.csv and the TensorBoard events from the records of the ended epochs (the writing rank)."""
+        if not self._writes:
+            return
+        assert self.outputs is not None
+        if self._curves_writer is None:
+            self._curves_writer = CurvesWriter(self.outputs.directory, resumed_at=self.position.epoch)
+        self._curves_writer.write([self.curves[e] for e in sorted(self.curves) if e in self._closed])
 
     def evaluate(
         self,
@@ -320,13 +401,26 @@ class TrainSession:
         best_so_far = self.best_eval.get(self.config.best_split, -math.inf)
         if score is not None and (self.best_epoch is None or score > best_so_far):
             self.best_eval, self.best_epoch = dict(self.final_eval), epoch
-        self.emit("eval", epoch, batches, eval_accuracy=dict(self.final_eval), best=self.best)
+            if self._writes and self.module is not None:  # the weights the job will export, unless a later epoch wins
+                self.best_state, self._best_state_epoch = snapshot(self.module), epoch
+        figures = figure_names(results)
+        record = None
+        if epoch in self.curves:
+            record = self.curves[epoch] = replace(self.curves[epoch], metrics={**self.curves[epoch].metrics, **figures})
+        else:  # a loop that evaluates inside the epoch: the epoch's record takes it at its end
+            self._pending[epoch] = {**self._pending.get(epoch, {}), **figures}
+        self.emit("eval", epoch, batches, eval_accuracy=dict(self.final_eval), best=self.best, record=record)
+        if epoch in self._closed:  # evaluated after its end (a script's loop, a resumed last epoch)
+            self._publish()
         return self.final_eval
 
     def finish(self, epochs_completed: int | None = None) -> TrainResult:
         """Report 'done' with the latest evaluation and return how training went."""
         self.guard.finish(self._steps_here)
         epochs = self.config.epochs if epochs_completed is None else epochs_completed
+        self._export(epochs)
+        if self._curves_writer is not None:
+            self._curves_writer.close()
         self.emit("done", max(epochs - 1, 0), 0, eval_accuracy=dict(self.final_eval), best=self.best)
         return TrainResult(
             model=self.module,  # type: ignore[arg-type]  # None only for a loop that never resumed
@@ -340,3 +434,24 @@ class TrainSession:
             history=self.history,
             last_checkpoint=self.last_checkpoint,
         )
+
+    def _export(self, epochs: int) -> None:
+        """Write the job's exported model (the writing rank, with outputs): the best epoch's weights, or the
+        last epoch's when no evaluation had the `best_split` figure."""
+        if not self._writes or self.module is None:
+            return
+        assert self.outputs is not None
+        last = max(epochs - 1, 0)
+        weights, weights_epoch = self.best_state, self._best_state_epoch
+        if weights is None or weights_epoch != self.best_epoch:
+            weights, weights_epoch = snapshot(self.module), last
+        figures = ArtifactFigures(
+            weights_epoch=weights_epoch if weights_epoch is not None else last,
+            best_epoch=self.best_epoch,
+            selected_by=BestEvaluation.of(0, {}, self.config.best_split).selected_by,
+            best=figure_names(self.best_eval),
+            final=figure_names(self.final_eval),
+            epochs=epochs,
+            steps=self.step,
+        )
+        write_artifact(self.outputs, weights, self.outputs.model or script_model(self.module), figures)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.spec import DeviceKind, JobSpec
 from graphtier.contract.link import DecoderKind, TaskKind
 from graphtier.launcher.runtime.checkpoint import TrainPosition
@@ -101,6 +102,7 @@ class TrainProgress:
     elapsed_s: float = 0.0
     model_bytes: int = 0  # parameters + gradients + optimizer state on this rank
     best: BestEvaluation | None = None  # the evaluation at the best validation figure so far ('eval', 'done')
+    record: EpochRecord | None = None  # the epoch's record, job-wide ('epoch'; 'eval' once the epoch has one)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from graphtier.launcher.runtime.batch import Batch
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward
+from graphtier.launcher.runtime.exported_model import JobOutputs
 from graphtier.launcher.runtime.objectives import NodeClassification, Objective, parameter_groups
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
@@ -50,15 +51,17 @@ def train(
     progress_cb: Callable[[TrainProgress], None] | None = None,
     *,
     even_batches: bool = False,
+    outputs: JobOutputs | None = None,
 ) -> TrainResult:
     """Train `config.epochs` epochs of `objective` on this rank's batches; see the module docstring.
 
     `batches_for_epoch(e)` yields this rank's batches of epoch e, the same sequence every time it is
     called for e (resuming skips the batches a checkpoint already covers, releasing them).
-    `even_batches`: every rank gets the same number of batches per epoch (no DDP join needed)."""
+    `even_batches`: every rank gets the same number of batches per epoch (no DDP join needed).
+    `outputs`: a job's directory and model configuration, where its curves and exported model are written."""
     ctx = DistContext.from_env(config.device, timeout_s=config.dist_timeout_s)
     try:
-        return _run(ctx, batches_for_epoch, objective, config, progress_cb or (lambda _: None), even_batches)
+        return _run(ctx, batches_for_epoch, objective, config, progress_cb or (lambda _: None), even_batches, outputs)
     finally:
         ctx.shutdown()
 
@@ -102,12 +105,13 @@ def _run(
     config: TrainConfig,
     report: Callable[[TrainProgress], None],
     even_batches: bool,
+    outputs: JobOutputs | None = None,
 ) -> TrainResult:
     torch.manual_seed(config.seed)  # identical initial parameters (and learned embeddings) on every rank
     module = objective.build_model(config)
     module.to(ctx.device)
     optimizer = torch.optim.Adam(parameter_groups(module, config.lr), lr=config.lr, weight_decay=config.weight_decay)
-    session = TrainSession(ctx, config, report)
+    session = TrainSession(ctx, config, report, outputs)
     position = session.resume(module, optimizer)
     if session.resumed_from is not None and ctx.rank == 0:
         print(
