@@ -53,6 +53,19 @@ def parse_host_port(text: str, *, what: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def artifact_budget_bytes(text: str) -> int | None:
+    """`--artifact-budget` in bytes: a size ('10GiB', '500MB'), or None for 'none'; ValueError otherwise."""
+    from graphtier.contract.sizes import SIZE_UNITS, split_size
+
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    parsed = split_size(text)
+    if parsed is None or parsed[1].lower() not in (*SIZE_UNITS, ""):
+        raise ValueError(f"artifact budget {text!r} must be a size such as 10GiB or 500MB, or 'none'")
+    number, unit = parsed
+    return int(number * SIZE_UNITS.get(unit.lower(), 1))
+
+
 class DaemonConfig(BaseModel):
     """Everything `graphtierd` needs to start; every path is made absolute on validation."""
 
@@ -146,6 +159,19 @@ class DaemonConfig(BaseModel):
     keep_checkpoints: Annotated[bool, JOBS] = Field(
         default=False,
         description="Keep every job's checkpoints; otherwise a succeeded job's are removed and others keep the newest.",
+    )
+    artifact_keep: Annotated[int, JOBS] = Field(
+        default=20,
+        ge=0,
+        le=1_000_000,
+        description="Exported models (artifacts) kept: those of the newest N succeeded jobs; older ones are removed "
+        "when a job succeeds or the daemon starts. 0 = keep none.",
+    )
+    artifact_budget: Annotated[str, JOBS] = Field(
+        default="10GiB",
+        min_length=1,
+        description="Bytes the kept exported models may hold together ('10GiB'); the newest that fit are kept. "
+        "'none' = no byte limit.",
     )
     job_retire_s: Annotated[float, JOBS] = Field(
         default=600.0,
@@ -242,6 +268,17 @@ class DaemonConfig(BaseModel):
         if info.field_name == "shm_budget" and size == 0:
             raise ValueError("a shared-memory budget of 0 lets no dataset load; give a size or a percentage")
         return text
+
+    @field_validator("artifact_budget")
+    @classmethod
+    def _check_artifact_budget(cls, text: str) -> str:
+        artifact_budget_bytes(text)
+        return text
+
+    @property
+    def artifact_budget_bytes(self) -> int | None:
+        """The artifact budget in bytes; None = no byte limit."""
+        return artifact_budget_bytes(self.artifact_budget)
 
     @field_validator("memory_limit")
     @classmethod

@@ -37,6 +37,7 @@ from graphtier.service.daemon.datasets.partitions import FetchAccess
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.service.daemon.instance import InstanceLock
 from graphtier.service.daemon.jobs.admission import Admission, machine_capacity
+from graphtier.service.daemon.jobs.artifacts import ArtifactPolicy, ArtifactStore
 from graphtier.service.daemon.jobs.manager import JobManager
 from graphtier.service.daemon.jobs.memory_need import parse_memory_limit
 from graphtier.service.daemon.jobs.mps import MpsControl
@@ -111,6 +112,11 @@ class Daemon:
             keep_checkpoints=config.keep_checkpoints,
             mps=MpsControl(config.runtime_dir),
             memory_limit=parse_memory_limit(config.memory_limit),
+            artifacts=ArtifactStore(
+                config.runtime_dir,
+                self.jobs,
+                ArtifactPolicy(keep_jobs=config.artifact_keep, budget_bytes=config.artifact_budget_bytes),
+            ),
         )
         self.health = health.HealthServicer()
         self.machine = MachineFacts(probe_timeout_s=config.cuda_probe_timeout_s)
@@ -182,6 +188,8 @@ class Daemon:
                 log.info("removed stale %s left by a daemon that died", path)
         for name in reclaim_stale_segments():
             log.info("reclaimed stale shared-memory segment %s", name)
+        for job_id in self.job_manager.artifacts.enforce():  # the policy may have changed since the last daemon
+            log.info("job %s: its exported model is past the artifact retention: removed", job_id)
         forkserver_context()  # producers and torchrun agents fork from it: warm before the first job
         self.job_manager.mps.recover()  # an MPS control daemon an earlier, killed daemon left running
         self.machine.start()  # NVML and host checks here (fork-safe); CUDA ones in a subprocess
@@ -208,6 +216,7 @@ class Daemon:
             started_at=self.started_at,
             machine=lambda: self.machine.report,
             measured=self.nvml.status,
+            artifacts=self.job_manager.artifacts,
         )
         self._start_http(builder, http_socket)
         self._serving = True
@@ -330,7 +339,11 @@ class Daemon:
 
     def _start_http(self, builder: StatusBuilder, sock: socket.socket) -> None:
         app = create_status_app(
-            status=builder.snapshot, metrics=self.metrics, serving=lambda: self._serving, pid=os.getpid()
+            status=builder.snapshot,
+            metrics=self.metrics,
+            serving=lambda: self._serving,
+            pid=os.getpid(),
+            history=self.jobs.history,
         )
         config = uvicorn.Config(
             app,

@@ -35,6 +35,7 @@ from graphtier.contract.jobs.view import JobInfo, JobProgressInfo, StateChange
 from graphtier.service.daemon.datasets.partitions import FetchAccess, PartitionCopies
 from graphtier.service.daemon.datasets.registry import DatasetRegistry
 from graphtier.service.daemon.jobs.admission import Admission, Demand, machine_capacity
+from graphtier.service.daemon.jobs.artifacts import ArtifactPolicy, ArtifactStore
 from graphtier.service.daemon.jobs.events import JobEventLog, ended_job_log
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
 from graphtier.service.daemon.jobs.job_view import (
@@ -129,8 +130,10 @@ class JobManager:
         keep_checkpoints: bool = False,
         mps: MpsControl | None = None,
         memory_limit: int | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
-        """`memory_limit`: bytes the daemon and its jobs may use (memory_need.py); None = no limit."""
+        """`memory_limit`: bytes the daemon and its jobs may use (memory_need.py); None = no limit.
+        `artifacts`: the jobs' exported models under the daemon's retention (default: its default policy)."""
         self.runtime_dir = Path(runtime_dir)
         self.mps = mps or MpsControl(self.runtime_dir)  # how CUDA jobs' producers share the GPUs
         self.stall_timeout_s = stall_timeout_s
@@ -142,6 +145,7 @@ class JobManager:
         self._next_id = jobs.next_numeric_id()  # after every job in the store: ids are never reused
         self.admission = admission or Admission(machine_capacity(0, 2.0, torch.cuda.device_count()))
         self.keep_checkpoints = keep_checkpoints
+        self.artifacts = artifacts or ArtifactStore(self.runtime_dir, jobs, ArtifactPolicy())
         self.memory_limit = memory_limit
         if memory_limit is not None:  # running jobs and a new one must fit what the limit leaves them
             self.admission.capacity = replace(self.admission.capacity, limit_room=lambda: memory_limit - self._held())
@@ -344,6 +348,7 @@ class JobManager:
         if not self.admission.wait(
             job_id, self._demand(job), job.runner.cancelled, lambda why: self._queued(job_id, job, why)
         ):
+            self._artifact_of(job_id, JobState.CANCELLED)
             self._move(job_id, job, JobState.CANCELLED, job.runner.cancel_reason or "cancelled while queued")
             self._keep(job_id)
             job.events.close()
@@ -372,6 +377,7 @@ class JobManager:
             self._tick(job_id, job)
             outcome, message = self._end_part(job_id, job, outcome, message)
             self._prune_checkpoints(job, JobState(outcome))  # before the end is visible: no path that then vanishes
+            self._artifact_of(job_id, JobState(outcome))  # before the end is visible: export works once it is
             self._move(job_id, job, JobState(outcome), message)
             self._keep(job_id)
             job.events.close()
@@ -422,6 +428,13 @@ class JobManager:
         """None after a success (unless --keep-checkpoints), the newest after anything else."""
         if not self.keep_checkpoints:
             job.runner.prune_checkpoints(keep_newest=outcome != JobState.SUCCEEDED)
+
+    def _artifact_of(self, job_id: str, outcome: JobState) -> None:
+        """What the ended job exported, recorded and kept under the retention policy."""
+        try:
+            self.artifacts.job_ended(job_id, outcome)
+        except Exception:  # noqa: BLE001  (the job's outcome stands; its model's fate is worth a log line)
+            log.exception("job %s: recording its exported model failed", job_id)
 
     def retire_finished(self, now: datetime | None = None) -> list[str]:
         """The jobs the job table finds due (ended more than its `retire_after_s` ago) whose supervision
@@ -485,6 +498,9 @@ class JobManager:
             log_path=str(job.runner.log_path),
             notes=list(job.notes),
             gpu_share=record.gpu_share,
+            history=self.table.history(job_id),
+            artifact=self.table.artifact(job_id),
+            dataset_version=job.layout.version,
         )
         return info if job.part is None else job.part.decorate(info)
 

@@ -1,6 +1,7 @@
 """Progress reports from a job's processes, and the tracker that turns them into metrics.
 
-Reports carry cumulative counters, so a lost report loses nothing. The tracker keeps each
+Reports carry cumulative counters, so a lost report loses nothing; a trainer's report also carries
+its latest epoch's record, which the job table keeps as the job's history. The tracker keeps each
 reporter's previous report and feeds the metrics the difference; when a counter goes back
 or the pid changes, the reporter restarted and its whole report counts as new (as
 Prometheus treats a counter reset). It also keeps the latest figures of every rank, and
@@ -199,6 +200,8 @@ class ProgressTracker:
                 )
             self._ranks[(report.job_id, report.rank)] = view
             self.metrics.count_report(kind, job=report.job_id, rank=report.rank, restarted=restarted)
+        if isinstance(figures, TrainerFigures) and figures.last_epoch is not None:
+            self.jobs.record_epoch(report.job_id, figures.last_epoch)  # the job's curves, kept in its table
         return self.jobs.get(report.job_id).cancel_requested
 
     def new_placement(self, job_id: str) -> None:

@@ -6,6 +6,7 @@ Conversions live in `graphtier.contract.jobs.conversions`; errors become status 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -26,6 +27,8 @@ from graphtier.v1 import channels_pb2, channels_pb2_grpc, jobs_pb2, jobs_pb2_grp
 if TYPE_CHECKING:
     from graphtier.service.daemon.cluster.node import ClusterNode
     from graphtier.service.daemon.cluster.peer_client import PeerClient
+
+EXPORT_CHUNK_BYTES = 1 << 20  # an exported model is sent in pieces of this size (gRPC's default limit is 4 MiB)
 
 
 def _job_token(context: grpc.ServicerContext) -> str:
@@ -63,7 +66,7 @@ class EventStreamSlots:
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    """SubmitJob, AttachJob, GetJob, ListJobs, CancelJob, StreamJobEvents."""
+    """SubmitJob, AttachJob, GetJob, ListJobs, CancelJob, StreamJobEvents, ExportJob."""
 
     def __init__(self, manager: JobManager, streams: EventStreamSlots, cluster: ClusterNode | None = None) -> None:
         self.manager, self.cluster, self.streams = manager, cluster, streams
@@ -107,6 +110,30 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     @grpc_method
     def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
         return convert.job_to_proto(self.manager.cancel(request.job_id, request.reason))
+
+    def ExportJob(
+        self, request: jobs_pb2.ExportJobRequest, context: grpc.ServicerContext
+    ) -> Iterator[jobs_pb2.ArtifactChunk]:
+        for name, path in self._export_files(request, context):
+            try:
+                with open(path, "rb") as f:
+                    size, offset = os.fstat(f.fileno()).st_size, 0
+                    while True:
+                        data = f.read(min(EXPORT_CHUNK_BYTES, size - offset))
+                        yield jobs_pb2.ArtifactChunk(path=name, offset=offset, data=data, size=size)
+                        offset += len(data)
+                        if offset >= size or not data:
+                            break
+            except OSError as exc:
+                context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"job {request.job_id}'s exported model went away while it was sent ({path}: {exc.strerror})",
+                )
+
+    @grpc_method
+    def _export_files(self, request: jobs_pb2.ExportJobRequest, context: grpc.ServicerContext) -> list:
+        """(name, path) of the files of the job's exported model, or the call aborts naming why there are none."""
+        return self.manager.artifacts.export_files(request.job_id)
 
     def StreamJobEvents(
         self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext

@@ -15,6 +15,11 @@ and is marked failed with that cause. The schema is versioned (`meta.schema_vers
 of a newer version is refused rather than misread. Standard-library sqlite3, WAL journal:
 readers never wait for the writer, and a crash mid-write loses at most the last change.
 
+Besides the record, each job's curves (one `EpochRecord` per epoch, as its ranks report them:
+`record_epoch`, `history`) and its exported model's state (`set_artifact`, `artifact`: kept,
+expired by the artifact retention, or none) live here, written through as well (schema 2 added
+them; a version-1 file is upgraded in place when opened).
+
 Retention: an ended job is answered in full (progress, ranks, live metric series) for
 `retire_after_s` (`graphtierd --job-retire`); after that `due_for_retirement` names it and
 `retire` makes the table answer for it from its saved `Job` message alone.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import hmac
+import json
 import os
 import secrets
 import sqlite3
@@ -35,14 +41,16 @@ from pathlib import Path
 
 from graphtier.contract.environment import JOB_TOKEN_ENV
 from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
+from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.state import JobState, job_id_order
+from graphtier.contract.jobs.view import JobArtifactInfo
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STORE_FILE = "jobs.sqlite3"
 
 _SCHEMA = """
@@ -62,6 +70,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_proto   BLOB
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
+CREATE TABLE IF NOT EXISTS job_epochs (
+    job_id      TEXT NOT NULL,
+    epoch       INTEGER NOT NULL,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY (job_id, epoch)
+);
+CREATE TABLE IF NOT EXISTS job_artifacts (
+    job_id      TEXT PRIMARY KEY,
+    state       TEXT NOT NULL,
+    message     TEXT NOT NULL,
+    bytes       INTEGER NOT NULL,
+    path        TEXT NOT NULL
+);
 """
 
 
@@ -96,18 +117,51 @@ class _JobStoreFile:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
+            row = (
+                self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                if self._has_meta()
+                else None
+            )
+            if row is not None and int(row[0]) > SCHEMA_VERSION:
                 raise DaemonError(
                     f"{self.path}: job store schema {row[0]} is newer than this graphtier's ({SCHEMA_VERSION}); "
                     "upgrade graphtier, or move the file away to start a new history"
                 )
+            self._db.executescript(_SCHEMA)  # a version-1 file gains the tables of version 2
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
             raise DaemonError(f"{self.path}: cannot open the job store ({exc}); move it away to start anew") from None
         self._lock = threading.Lock()
+
+    def _has_meta(self) -> bool:
+        return (
+            self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+            is not None
+        )
+
+    def save_epoch(self, job_id: str, epoch: int, record_json: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO job_epochs (job_id, epoch, record_json) VALUES (?, ?, ?)",
+                (job_id, epoch, record_json),
+            )
+
+    def epochs(self) -> list[tuple[str, int, str]]:
+        with self._lock:
+            return self._db.execute(
+                "SELECT job_id, epoch, record_json FROM job_epochs ORDER BY job_id, epoch"
+            ).fetchall()
+
+    def save_artifact(self, job_id: str, state: str, message: str, nbytes: int, path: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO job_artifacts (job_id, state, message, bytes, path) VALUES (?, ?, ?, ?, ?)",
+                (job_id, state, message, nbytes, path),
+            )
+
+    def artifacts(self) -> list[tuple[str, str, str, int, str]]:
+        with self._lock:
+            return self._db.execute("SELECT job_id, state, message, bytes, path FROM job_artifacts").fetchall()
 
     def insert(
         self,
@@ -229,6 +283,8 @@ class JobTable:
         self._specs: dict[str, str] = {}  # this daemon's jobs' specs, as JSON
         self._ended: dict[str, bytes] = {}  # this daemon's ended jobs' Job messages, as kept
         self._stored: dict[str, StoredJob] = {}  # jobs answered from their saved Job message alone
+        self._history: dict[str, dict[int, EpochRecord]] = {}  # each job's epoch records, by epoch
+        self._artifacts: dict[str, JobArtifactInfo] = {}  # each ended job's exported model
 
     @property
     def path(self) -> Path | None:
@@ -248,6 +304,10 @@ class JobTable:
         final = tuple(s.value for s in JobState if s.final)
         orphans = self._file.mark_orphans(daemon_pid, final, JobState.FAILED.value)
         with self._lock:
+            for job_id, epoch, record_json in self._file.epochs():
+                self._history.setdefault(job_id, {})[epoch] = EpochRecord.from_json(json.loads(record_json))
+            for job_id, state, message, nbytes, path in self._file.artifacts():
+                self._artifacts[job_id] = JobArtifactInfo(state, message, nbytes, path)
             for row in self._file.jobs():
                 self._stored[row.job_id] = row
                 self._jobs[row.job_id] = JobRecord(
@@ -316,6 +376,47 @@ class JobTable:
                 job_proto=job_proto,
             )
             self._ended.pop(job_id, None)
+
+    def record_epoch(self, job_id: str, record: EpochRecord) -> bool:
+        """Keep an epoch's record of job `job_id`, merged into what is kept of that epoch (its ranks report
+        the same record; an evaluation arrives after the training figures); True when it changed anything."""
+        with self._lock:
+            self.get(job_id)  # UnknownJobError naming the id
+            epochs = self._history.setdefault(job_id, {})
+            kept = epochs.get(record.epoch)
+            merged = kept.merged(record) if kept is not None else record
+            if merged == kept:
+                return False
+            epochs[record.epoch] = merged
+            if self._file is not None:
+                self._file.save_epoch(job_id, record.epoch, json.dumps(merged.to_json()))
+            return True
+
+    def history(self, job_id: str) -> list[EpochRecord]:
+        """Job `job_id`'s epoch records, in order (empty before its first epoch ends); UnknownJobError for a job
+        it does not know."""
+        with self._lock:
+            self.get(job_id)
+            epochs = self._history.get(job_id, {})
+            return [epochs[e] for e in sorted(epochs)]
+
+    def set_artifact(self, job_id: str, artifact: JobArtifactInfo) -> None:
+        """Record the state of job `job_id`'s exported model (kept, expired or none)."""
+        with self._lock:
+            self.get(job_id)
+            self._artifacts[job_id] = artifact
+            if self._file is not None:
+                self._file.save_artifact(job_id, artifact.state, artifact.message, artifact.bytes, artifact.path)
+
+    def artifact(self, job_id: str) -> JobArtifactInfo | None:
+        """The state of job `job_id`'s exported model; None before the job has ended."""
+        with self._lock:
+            return self._artifacts.get(job_id)
+
+    def artifacts(self) -> dict[str, JobArtifactInfo]:
+        """Every ended job's exported model state, by job id."""
+        with self._lock:
+            return dict(self._artifacts)
 
     def add(self, record: JobRecord, spec_json: str = "{}") -> JobRecord:
         """Register a new job; DaemonError if its id is taken or its world size is not positive."""

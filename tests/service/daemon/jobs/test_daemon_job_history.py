@@ -78,4 +78,4 @@ def test_a_job_store_from_a_newer_graphtier_is_refused(tmp_path):
         timeout=120,
     )
     assert result.returncode == 1
-    assert "job store schema 99 is newer than this graphtier's (1)" in result.stderr
+    assert "job store schema 99 is newer than this graphtier's (2)" in result.stderr
