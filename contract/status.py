@@ -173,6 +173,27 @@ class JobStatus(_Model):
         default_factory=NetworkStatus, description="Rows fetched from other nodes, per peer."
     )
     ranks: list[RankStatus]
+    epochs_recorded: int = Field(
+        default=0, description="Epochs in the job's history (its curves: /v1/jobs/{job_id}/history)."
+    )
+    artifact: str = Field(
+        default="",
+        description="Its exported model: 'kept', 'expired' (removed by the retention) or 'none'; '' before it ends.",
+    )
+    artifact_bytes: int = Field(default=0, description="Bytes of its kept exported model.")
+
+
+class ArtifactsStatus(_Model):
+    """The exported models the daemon keeps, and its retention policy for them."""
+
+    keep_jobs: int = Field(default=0, description="The newest succeeded jobs whose models are kept (--artifact-keep).")
+    budget_bytes: int | None = Field(
+        default=None, description="Bytes the kept models may hold together (--artifact-budget); None = no limit."
+    )
+    policy: str = Field(default="", description="The policy in words.")
+    kept_jobs: int = 0
+    kept_bytes: int = 0
+    expired_jobs: int = Field(default=0, description="Jobs whose models the retention removed.")
 
 
 class EndpointsStatus(_Model):
@@ -211,3 +232,6 @@ class DaemonStatus(_Model):
     train_seconds_total: float
     machine: MachineReport = Field(description="What this machine offers the data path (`graphtier doctor`).")
     measured: MeasuredTraffic = Field(description="PCIe/NVLink bytes NVML measured, beside the accounted traffic.")
+    artifacts: ArtifactsStatus = Field(
+        default_factory=ArtifactsStatus, description="Exported models kept, and the retention policy."
+    )

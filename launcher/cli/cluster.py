@@ -241,6 +241,7 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
                     "datasets": [d.model_dump(mode="json") for d in datasets],
                     "jobs": [{"job_id": j.job_id, "state": j.state, "dataset": j.dataset} for j in snapshot.jobs],
                     "cluster": [n.model_dump(mode="json") for n in nodes],
+                    "artifacts": snapshot.artifacts.model_dump(mode="json"),
                 }
             )
             return
@@ -257,6 +258,12 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
             resident = human_bytes(d.resident_bytes)
             table.add_row(d.name, str(d.num_nodes), str(d.num_edges), resident, ", ".join(d.job_ids))
         console.print(table if datasets else "  no datasets loaded")
+        kept = snapshot.artifacts
+        console.print(
+            f"  exported models: {kept.kept_jobs} kept ({human_bytes(kept.kept_bytes)}), {kept.expired_jobs} removed "
+            f"by the retention: {kept.policy}",
+            highlight=False,
+        )
         if len(nodes) > 1:
             console.print(_cluster_table(nodes))
 

@@ -204,6 +204,28 @@ def logs(
 
 
 @app.command()
+def export(
+    job_id: Annotated[str, typer.Argument(help="id of a succeeded job")],
+    out: Annotated[
+        Path, typer.Option("--out", help="directory to create with the model (must not exist, or be empty)")
+    ],
+    runtime_dir: RuntimeDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Copy a succeeded job's exported model (the best epoch's weights, the model's configuration, the dataset
+    version) from the daemon into --out; load it with graphtier.loader.load_model(DIR)."""
+    with error_boundary():
+        with _client(runtime_dir) as client:
+            manifest = client.export_job(job_id, out)
+    if json_out:
+        emit_json({"job_id": job_id, "out": str(out), "manifest": manifest.model_dump(mode="json")})
+        return
+    console.print(f"job {job_id}: {manifest.describe()}", highlight=False, markup=False, soft_wrap=True)
+    how = f"exported to {out}; load it with graphtier.loader.load_model({str(out)!r})"
+    console.print(how, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
 def cancel(
     job_id: Annotated[str, typer.Argument(help="job id")],
     reason: Annotated[str, typer.Option(help="recorded in the job's message")] = "cancelled from the command line",

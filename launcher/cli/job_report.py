@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphtier.contract.jobs.directory import HISTORY_CSV, TENSORBOARD_DIR
 from graphtier.contract.jobs.state import JobState
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
@@ -174,6 +175,35 @@ def _traffic(progress: dict[str, Any]) -> TrafficCounts:
     )
 
 
+def tensorboard_command(job: JobDocument) -> str:
+    """The command that opens the job's TensorBoard events (in its directory, beside its log)."""
+    return f"tensorboard --logdir {Path(job['log_path']).parent / TENSORBOARD_DIR}"
+
+
+def _curves_lines(job: JobDocument) -> list[str]:
+    """The latest epoch's figures, where the curves are, and the state of the job's exported model."""
+    lines: list[str] = []
+    history = job["history"]
+    if history:
+        last = history[-1]
+        figures = [f"loss {last['train_loss']:.4f}"] if last["train_loss"] is not None else []
+        figures += [f"{name} {value:.4f}" for name, value in sorted(last["metrics"].items())]
+        lines += wrapped(f"epoch {last['epoch'] + 1}: " + "  ".join(figures), first="  curves: ", rest="    ")
+        if job["log_path"]:  # one line each, whole (a terminal folds a long path): to copy and paste
+            lines.append(f"    {Path(job['log_path']).parent / HISTORY_CSV}")
+            lines.append(f"    {tensorboard_command(job)}")
+    artifact = job["artifact"]
+    if artifact is not None and artifact["state"] == "kept":
+        lines += wrapped(
+            f"{artifact['message']} ({human_bytes(artifact['bytes'])}): graphtier job export {job['job_id']} --out DIR",
+            first="  model: ",
+            rest="    ",
+        )
+    elif artifact is not None and artifact["state"] == "expired":
+        lines += wrapped(artifact["message"], first="  model: ", rest="    ")
+    return lines
+
+
 def describe(job: JobDocument) -> str:
     """One paragraph, each line within 80 columns: state, progress, result, message and notes."""
     spec = job["spec"]
@@ -225,6 +255,7 @@ def describe(job: JobDocument) -> str:
             first="  ",
             rest="      ",
         )
+    lines += _curves_lines(job)
     if job["message"]:
         lines += wrapped(job["message"])
     if job["gpu_share"] and spec["device"] == "cuda":

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from graphtier.contract.cluster.models import ClusterView, PushResult
     from graphtier.contract.datasets import DatasetSummary, UnloadResult
     from graphtier.contract.endpoints import Endpoints
+    from graphtier.contract.jobs.artifact import ArtifactManifest
     from graphtier.contract.jobs.progress import ProgressReport
     from graphtier.contract.jobs.spec import JobSpec
     from graphtier.contract.jobs.state import JobState
@@ -359,6 +360,58 @@ class DaemonClient:
             raise DaemonRequestError(error.code().name, error.details() or "") from None
         finally:
             stream.cancel()
+
+    def export_job(self, job_id: str, out: Path, *, timeout_s: float = 3600.0) -> ArtifactManifest:
+        """Copy a succeeded job's exported model from the daemon into the directory `out` (made; it must
+        not exist, or be empty), checked against its manifest; the manifest. DaemonRequestError naming why
+        the daemon has none to send (the job did not succeed, its model expired, ...)."""
+        import shutil
+
+        from graphtier.contract.jobs.artifact import ArtifactError, read_manifest, weights_path
+        from graphtier.v1 import jobs_pb2
+
+        out = Path(out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise DaemonError(f"--out {out}: exists and is not an empty directory; give a new one")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        self._check_answering()
+        stream = self._jobs.ExportJob(
+            jobs_pb2.ExportJobRequest(job_id=job_id), timeout=timeout_s, metadata=self._metadata
+        )
+        files: dict[str, Any] = {}
+        try:
+            for chunk in stream:
+                name = Path(chunk.path).name
+                if not name or name != chunk.path or name.startswith("."):
+                    raise DaemonError(f"the daemon sent a file named {chunk.path!r}: not a plain file name")
+                handle = files.get(name)
+                if handle is None:
+                    handle = files[name] = open(partial / name, "wb")  # noqa: SIM115 -- closed below
+                if handle.tell() != chunk.offset:
+                    raise DaemonError(f"{name}: a piece at {chunk.offset} where {handle.tell()} was expected")
+                handle.write(chunk.data)
+            for handle in files.values():
+                handle.close()
+            manifest = read_manifest(partial)
+            weights_path(partial, manifest)  # its size and sha256, as the manifest records them
+            if out.exists():
+                out.rmdir()  # empty, as checked first
+            os.replace(partial, out)
+            return manifest
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNAVAILABLE:
+                raise self._unanswered(error.details() or "") from None
+            raise DaemonRequestError(error.code().name, error.details() or "") from None
+        except ArtifactError as exc:
+            raise DaemonError(f"the exported model of job {job_id} arrived damaged: {exc}") from None
+        finally:
+            for handle in files.values():
+                handle.close()
+            stream.cancel()
+            shutil.rmtree(partial, ignore_errors=True)
 
     # Cluster
 

@@ -1,4 +1,4 @@
-"""The status app (FastAPI): `/healthz`, `/v1/status`, `/metrics` and the dashboard at `/`.
+"""The status app (FastAPI): `/healthz`, `/v1/status`, `/v1/jobs/{id}/history`, `/metrics` and the dashboard at `/`.
 
 It only reads: the status snapshot comes from `StatusBuilder` through `StatusCache` (its
 JSON, rebuilt off the request path: a request copies bytes, it does not walk every job),
@@ -8,14 +8,17 @@ are off because they load scripts from a CDN.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
+from graphtier.contract.errors import UnknownJobError
+from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.status import DaemonStatus
 from graphtier.service.daemon.metrics.registry import MetricsRegistry
 from graphtier.service.daemon.status.cache import StatusCache
@@ -29,11 +32,26 @@ class Health(BaseModel):
     pid: int
 
 
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinite figures (a diverged epoch's loss) as null: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
+
+
 def create_status_app(
-    *, status: Callable[[], DaemonStatus], metrics: MetricsRegistry, serving: Callable[[], bool], pid: int
+    *,
+    status: Callable[[], DaemonStatus],
+    metrics: MetricsRegistry,
+    serving: Callable[[], bool],
+    pid: int,
+    history: Callable[[str], list[EpochRecord]] | None = None,
 ) -> FastAPI:
     """The app; `status()` builds the snapshot (served through a `StatusCache`); `serving()` says
-    whether the daemon is ready (503 on /healthz otherwise)."""
+    whether the daemon is ready (503 on /healthz otherwise); `history(job_id)` is a job's epoch records
+    (`/v1/jobs/{job_id}/history`: the curves the dashboard charts)."""
     app = FastAPI(title="graphtier daemon", docs_url=None, redoc_url=None)
     cache = StatusCache(status)
 
@@ -46,6 +64,14 @@ def create_status_app(
     @app.get("/v1/status", response_model=DaemonStatus)
     async def v1_status() -> Response:  # on the event loop: the cached bytes need no worker thread
         return Response(cache.json(), media_type="application/json")
+
+    @app.get("/v1/jobs/{job_id}/history")
+    def job_history(job_id: str) -> JSONResponse:
+        try:
+            records = history(job_id) if history is not None else []
+        except UnknownJobError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=404)
+        return JSONResponse({"job_id": job_id, "epochs": [_finite(record.to_json()) for record in records]})
 
     @app.get("/metrics")
     def prometheus_metrics() -> Response:

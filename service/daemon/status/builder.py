@@ -11,6 +11,7 @@ from typing import Any
 from graphtier.contract.machine import MachineReport, MeasuredTraffic
 from graphtier.contract.network import NetworkCounters
 from graphtier.contract.status import (
+    ArtifactsStatus,
     DaemonStatus,
     DatasetStatus,
     EndpointsStatus,
@@ -26,6 +27,7 @@ from graphtier.contract.status import (
 from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.service.daemon.datasets.registry import DatasetRegistry, LoadedDataset
+from graphtier.service.daemon.jobs.artifacts import ArtifactStore
 from graphtier.service.daemon.jobs.progress import ProgressTracker, RankView
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.daemon.metrics.registry import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
@@ -53,6 +55,7 @@ class StatusBuilder:
         started_at: datetime,
         machine: Callable[[], MachineReport],
         measured: Callable[[], MeasuredTraffic],
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.dataset_root = dataset_root
@@ -63,6 +66,7 @@ class StatusBuilder:
         self.started_at = started_at
         self.machine = machine
         self.measured = measured
+        self.artifacts = artifacts
         self.version = package_version()
 
     def traffic(self, counts: TrafficCounts | None = None, **match: str) -> TrafficStatus:
@@ -209,6 +213,7 @@ class StatusBuilder:
         trained, produced = self.tracker.rates(record.job_id, ended=record.state.final)
         evaluated = [v.trainer for v in views if v.trainer is not None and v.trainer.val_accuracy is not None]
         linked = [v.trainer for v in views if v.trainer is not None and v.trainer.eval_metrics]
+        artifact = self.jobs.artifact(record.job_id)
         return JobStatus(
             job_id=record.job_id,
             name=record.name,
@@ -235,6 +240,9 @@ class StatusBuilder:
             ),
             network=self.network(self.metrics.network(job_id=record.job_id)),
             ranks=ranks,
+            epochs_recorded=len(self.jobs.history(record.job_id)),
+            artifact=artifact.state if artifact is not None else "",
+            artifact_bytes=artifact.bytes if artifact is not None else 0,
         )
 
     def snapshot(self) -> DaemonStatus:
@@ -275,4 +283,18 @@ class StatusBuilder:
             train_seconds_total=m.total(m.train_seconds),
             machine=self.machine(),
             measured=self.measured(),
+            artifacts=self._artifacts(),
+        )
+
+    def _artifacts(self) -> ArtifactsStatus:
+        if self.artifacts is None:
+            return ArtifactsStatus()
+        summary = self.artifacts.summary()
+        return ArtifactsStatus(
+            keep_jobs=summary.policy.keep_jobs,
+            budget_bytes=summary.policy.budget_bytes,
+            policy=summary.policy.describe(),
+            kept_jobs=summary.kept_jobs,
+            kept_bytes=summary.kept_bytes,
+            expired_jobs=summary.expired_jobs,
         )

@@ -5,7 +5,10 @@ last ten minutes in the browser, and charts throughput, hit ratio and traffic by
 (rates are differences of the cumulative counters between polls), and per job how its
 storage-tier rows were read (mode and look-ahead window, bytes read, window hits, queue
 depth, bandwidth) and a partitioned job's network tier (rows and bytes fetched from each peer
-node, and the time gathers waited for them). Where NVML measures PCIe,
+node, and the time gathers waited for them). Its curves section charts one job's history per epoch
+(training loss; training accuracy and every evaluation figure), fetched from
+`/v1/jobs/{id}/history`: the newest job with one, or the job chosen in its list; the jobs table
+says which jobs keep an exported model. Where NVML measures PCIe,
 the host-to-device bytes it counted are drawn beside the accounted pcie bytes ("pcie
 measured"), and the machine report (`graphtier doctor`) is shown below the jobs.
 """
@@ -35,8 +38,15 @@ DASHBOARD_HTML = """<!doctype html>
  <div class="chart"><div>Feature traffic by link (bytes/s)</div><canvas id="c_link"></canvas>
   <div class="legend" id="l_link"></div></div>
 </div>
+<h2>Curves <select id="curve_job"></select> <span id="curve_note" class="muted"></span></h2>
+<div class="charts">
+ <div class="chart"><div>Training loss by epoch</div><canvas id="c_loss"></canvas>
+  <div class="legend" id="l_loss"></div></div>
+ <div class="chart"><div>Accuracy and evaluation by epoch</div><canvas id="c_eval"></canvas>
+  <div class="legend" id="l_eval"></div></div>
+</div>
 <h2>Datasets</h2><table id="datasets"></table>
-<h2>Jobs</h2><table id="jobs"></table>
+<h2>Jobs</h2><div id="artifacts_policy" class="muted"></div><table id="jobs"></table>
 <h2>PCIe and NVLink measured by NVML</h2><div id="measured_note" class="muted"></div><table id="measured"></table>
 <h2>Machine</h2><div id="machine_summary"></div><table id="machine"></table>
 <script>
@@ -44,6 +54,8 @@ DASHBOARD_HTML = """<!doctype html>
 const COLORS = {trained:"#1f77b4", produced:"#ff7f0e", hit:"#2ca02c", local:"#2ca02c", nvlink:"#9467bd",
                 pcie:"#d62728", pcie_measured:"#ff9896", storage:"#8c564b",network:"#17becf"};
 const KEEP_S = 600, history = [];
+const CURVE_COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#17becf","#e377c2","#7f7f7f"];
+let curveJob = null, curveChosen = false;
 let previous = null;
 function human(n){const u=["B","KiB","MiB","GiB","TiB"];let i=0;while(Math.abs(n)>=1024&&i<u.length-1){n/=1024;i++}
   return (i?n.toFixed(1):n.toFixed(0))+" "+u[i]}
@@ -69,6 +81,59 @@ function draw(id, names, fmt){
   }
   if(canvas.dataset){canvas.dataset.points=String(history.length); canvas.dataset.lines=names.join(",")}  // for tests
 }
+function figure(e, n){return e[n]!==undefined?e[n]:e.metrics[n]}
+function drawEpochs(id, epochs, names){
+  const canvas=document.getElementById(id), ctx=canvas.getContext("2d");
+  const w=canvas.width=canvas.clientWidth*devicePixelRatio, h=canvas.height=canvas.clientHeight*devicePixelRatio;
+  ctx.clearRect(0,0,w,h); ctx.font=(11*devicePixelRatio)+"px sans-serif"; ctx.fillStyle="#777";
+  canvas.dataset.points=String(epochs.length); canvas.dataset.lines=names.join(",");  // for tests
+  if(!epochs.length){ctx.fillText("no epoch recorded yet",10,20);return}
+  const pad=40*devicePixelRatio, e0=epochs[0].epoch, e1=epochs[epochs.length-1].epoch;
+  let ymax=0;
+  for(const e of epochs) for(const n of names){const v=figure(e,n); if(v!==null&&v!==undefined) ymax=Math.max(ymax,v)}
+  if(ymax<=0) ymax=1;
+  ctx.strokeStyle="#eee"; ctx.beginPath();
+  for(let k=0;k<=4;k++){
+    const y=h-10-(h-20)*k/4; ctx.moveTo(pad,y); ctx.lineTo(w,y); ctx.fillText((ymax*k/4).toFixed(3),2,y)}
+  ctx.stroke();
+  names.forEach((n,i)=>{
+    ctx.strokeStyle=CURVE_COLORS[i%CURVE_COLORS.length]; ctx.lineWidth=2*devicePixelRatio; ctx.beginPath();
+    let first=true;
+    for(const e of epochs){ const v=figure(e,n); if(v===null||v===undefined) continue;
+      const x=pad+(w-pad)*(e1>e0?(e.epoch-e0)/(e1-e0):1), y=h-10-(h-20)*v/ymax;
+      if(first){ctx.moveTo(x,y);first=false}else ctx.lineTo(x,y)}
+    ctx.stroke();
+  });
+}
+function curveLegend(id, epochs, names){
+  const last=epochs.length?epochs[epochs.length-1]:null;
+  document.getElementById(id).innerHTML=names.map((n,i)=>`<span style="color:${CURVE_COLORS[i%CURVE_COLORS.length]}">`+
+    `&#9632; ${esc(n)}`+(last&&figure(last,n)!==null&&figure(last,n)!==undefined?` ${figure(last,n).toFixed(4)}`:"")+
+    "</span>").join("");
+}
+async function curves(s){
+  const select=document.getElementById("curve_job"), withHistory=s.jobs.filter(j=>j.epochs_recorded>0);
+  const ids=withHistory.map(j=>j.job_id);
+  if(select.dataset.ids!==ids.join(",")){
+    select.innerHTML=withHistory.map(j=>`<option value="${esc(j.job_id)}">job ${esc(j.job_id)} ${esc(j.name)} `+
+      `(${esc(j.state)})</option>`).join("");
+    select.dataset.ids=ids.join(",");
+  }
+  if(!curveChosen||!ids.includes(curveJob)) curveJob=ids.length?ids[0]:null;  // the newest job with a history
+  let epochs=[];
+  if(curveJob!==null){
+    select.value=curveJob;
+    const r=await fetch(`/v1/jobs/${encodeURIComponent(curveJob)}/history`,{cache:"no-store"});
+    if(!r.ok) throw new Error("HTTP "+r.status+" for job "+curveJob+"'s history");
+    epochs=(await r.json()).epochs;
+  }
+  document.getElementById("curve_note").textContent=curveJob===null?"no job has finished an epoch yet":
+    `job ${curveJob}: ${epochs.length} epoch(s); tensorboard --logdir <its job directory>/tensorboard`;
+  const metrics=[...new Set(epochs.flatMap(e=>Object.keys(e.metrics)))].sort();
+  drawEpochs("c_loss",epochs,["train_loss"]); curveLegend("l_loss",epochs,["train_loss"]);
+  drawEpochs("c_eval",epochs,["train_accuracy",...metrics]); curveLegend("l_eval",epochs,["train_accuracy",...metrics]);
+}
+document.getElementById("curve_job").addEventListener("change",e=>{curveJob=e.target.value; curveChosen=true});
 function legend(id, names, last, fmt){
   document.getElementById(id).innerHTML=names.map(n=>`<span style="color:${COLORS[n]}">&#9632; ${n}`+
     (last&&last[n]!==undefined?` ${fmt(last[n])}`:"")+"</span>").join("");
@@ -93,7 +158,8 @@ function render(s){
     ["producer lag",s.producer_lag_batches+" batches"],["device tiers",s.simulated_devices?"simulated":"real"],
     ["PCIe accounted",human(tr.links.pcie)],["PCIe measured (H2D)",measuredGpus.length?human(mrx):"not measured"],
     ["storage read",human(s.storage.read_bytes)],["window hit ratio",pct(s.storage.window_hit_ratio)],
-    ["network fetched",human(s.network.bytes)]];
+    ["network fetched",human(s.network.bytes)],
+    ["models kept",`${s.artifacts.kept_jobs} (${human(s.artifacts.kept_bytes)})`]];
   document.getElementById("tiles").innerHTML=
     tiles.map(([k,v])=>`<div class="tile">${k}<b>${esc(v)}</b></div>`).join("");
   draw("c_tp",["trained","produced"],x=>x.toFixed(1)); legend("l_tp",["trained","produced"],point,x=>x.toFixed(2));
@@ -110,7 +176,8 @@ function render(s){
   document.getElementById("jobs").innerHTML="<tr><th>job</th><th>state</th><th>dataset</th><th>ranks</th>"+
     "<th>batches</th><th>batches/s</th><th>lag</th><th>hit ratio</th><th>gathered</th><th>storage reads</th>"+
     "<th>storage read</th><th>window hits</th><th>queue depth</th><th>storage bandwidth</th>"+
-    "<th>network (per peer: rows, bytes)</th><th>network wait</th><th>message</th></tr>"+
+    "<th>network (per peer: rows, bytes)</th><th>network wait</th><th>epochs</th><th>model</th>"+
+    "<th>message</th></tr>"+
     s.jobs.map(j=>`<tr><td>${esc(j.job_id)} ${esc(j.name)}</td><td>${j.state}</td><td>${esc(j.dataset)}</td>`+
       `<td>${j.world_size}</td><td>${j.batches_total}</td><td>${j.batches_per_second.toFixed(2)}</td>`+
       `<td>${j.producer_lag_batches}</td><td>${pct(j.traffic.hit_ratio)}</td><td>${human(j.traffic.total_bytes)}</td>`+
@@ -120,7 +187,11 @@ function render(s){
       `<td>${j.network.peers.length?
         j.network.peers.map(p=>esc(p.peer)+": "+p.rows+", "+human(p.bytes)).join("<br>"):"-"}</td>`+
       `<td>${j.network.peers.length?j.network.wait_seconds.toFixed(2)+" s":"-"}</td>`+
+      `<td>${j.epochs_recorded}</td>`+
+      `<td>${j.artifact==="kept"?"kept, "+human(j.artifact_bytes):esc(j.artifact||"-")}</td>`+
       `<td>${esc(j.message)}</td></tr>`).join("");
+  document.getElementById("artifacts_policy").textContent=`exported models: ${s.artifacts.policy}; `+
+    `${s.artifacts.kept_jobs} kept (${human(s.artifacts.kept_bytes)}), ${s.artifacts.expired_jobs} removed by it`;
   document.getElementById("measured_note").textContent=ms.reason?`not measured: ${ms.reason}`:
     `NVML sampled every ${ms.interval_s} s (${ms.samples} samples); `+
     "it counts all of a GPU's traffic, not only graphtier's";
@@ -139,7 +210,7 @@ function render(s){
 }
 async function poll(){
   try{const r=await fetch("/v1/status",{cache:"no-store"}); if(!r.ok) throw new Error("HTTP "+r.status);
-    render(await r.json()); document.getElementById("error").textContent="";}
+    const s=await r.json(); render(s); await curves(s); document.getElementById("error").textContent="";}
   catch(e){document.getElementById("error").textContent="cannot reach the daemon: "+e.message}
   setTimeout(poll,2000);
 }
