@@ -201,7 +201,7 @@ def epoch_to_proto(r: EpochRecord) -> common_pb2.EpochRecord:
 
 def epoch_from_proto(m: common_pb2.EpochRecord) -> EpochRecord:
     figures = {name: getattr(m, name) if m.HasField(name) else None for name in _EPOCH_FIGURES}
-    return EpochRecord(epoch=m.epoch, step=m.step, metrics=dict(m.metrics), **figures)
+    return EpochRecord(epoch=m.epoch, step=m.step, metrics=dict(sorted(m.metrics.items())), **figures)
 
 
 def artifact_to_proto(a: JobArtifactInfo) -> jobs_pb2.JobArtifact:

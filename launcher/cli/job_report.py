@@ -175,13 +175,9 @@ def _traffic(progress: dict[str, Any]) -> TrafficCounts:
     )
 
 
-def tensorboard_command(job: JobDocument) -> str:
-    """The command that opens the job's TensorBoard events (in its directory, beside its log)."""
-    return f"tensorboard --logdir {Path(job['log_path']).parent / TENSORBOARD_DIR}"
-
-
 def _curves_lines(job: JobDocument) -> list[str]:
-    """The latest epoch's figures, where the curves are, and the state of the job's exported model."""
+    """The latest epoch's figures, where the curves are (history.csv, and the command that opens the
+    TensorBoard events), and the state of the job's exported model."""
     lines: list[str] = []
     history = job["history"]
     if history:
@@ -189,9 +185,13 @@ def _curves_lines(job: JobDocument) -> list[str]:
         figures = [f"loss {last['train_loss']:.4f}"] if last["train_loss"] is not None else []
         figures += [f"{name} {value:.4f}" for name, value in sorted(last["metrics"].items())]
         lines += wrapped(f"epoch {last['epoch'] + 1}: " + "  ".join(figures), first="  curves: ", rest="    ")
-        if job["log_path"]:  # one line each, whole (a terminal folds a long path): to copy and paste
-            lines.append(f"    {Path(job['log_path']).parent / HISTORY_CSV}")
-            lines.append(f"    {tensorboard_command(job)}")
+        if job["log_path"]:  # a path alone on its line (a terminal folds it, never wraps it): to copy and paste
+            directory = Path(job["log_path"]).parent
+            lines += [
+                f"    {directory / HISTORY_CSV}",
+                "    tensorboard --logdir \\",
+                f"      {directory / TENSORBOARD_DIR}",
+            ]
     artifact = job["artifact"]
     if artifact is not None and artifact["state"] == "kept":
         lines += wrapped(

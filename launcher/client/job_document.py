@@ -162,7 +162,7 @@ def epoch_record(message: Any) -> dict[str, Any]:
     record: dict[str, Any] = {"epoch": message.epoch, "step": message.step}
     for name in EPOCH_FIGURES:
         record[name] = getattr(message, name) if message.HasField(name) else None
-    record["metrics"] = dict(message.metrics)
+    record["metrics"] = dict(sorted(message.metrics.items()))  # by name: a wire map has no order
     return record
 
 

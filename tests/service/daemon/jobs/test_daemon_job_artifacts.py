@@ -133,7 +133,7 @@ def test_a_cora_jobs_exported_model_reproduces_its_test_accuracy(daemon_processe
 
     shown = _graphtier(daemon.runtime_dir, "job", "status", job.job_id)
     assert f"graphtier job export {job.job_id} --out DIR" in shown.stdout + shown.stderr
-    assert f"tensorboard --logdir {tensorboard_dir(Path(job.log_path).parent)}" in shown.stdout + shown.stderr
+    assert f"tensorboard --logdir \\\n      {tensorboard_dir(Path(job.log_path).parent)}\n" in shown.stderr
 
 
 def test_export_is_refused_naming_why_for_a_failed_or_unknown_job(daemon_processes, cora, tmp_path):
