@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.jobs.artifact import read_manifest
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
@@ -67,6 +68,17 @@ def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
     states = [e.state_change.current for e in events if e.state_change]
     assert states == [JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED]
     assert inproc_daemon.tracker.ranks(custom.job_id)[0].trainer.model_bytes > 0
+    # The script's loop drives the same session: the same curves, its evaluations in their epochs' records,
+    # and its own model exported (named by its class), as the built-in one is (rebuilt by load_model).
+    for job in (builtin, custom):
+        assert [r.epoch for r in job.history] == list(range(6))
+        assert all(r.train_loss is not None and r.train_accuracy is not None for r in job.history)
+        assert job.artifact is not None and job.artifact.state == "kept"
+    assert [sorted(r.metrics) for r in custom.history] == [[], [], ["test_accuracy", "val_accuracy"], [], []] + [
+        ["test_accuracy", "val_accuracy"]
+    ]
+    assert not read_manifest(Path(custom.artifact.path)).model.builtin
+    assert read_manifest(Path(builtin.artifact.path)).model.kind == "sage"
     # torchrun's own files live in the job's directory, not in a /tmp/torchelastic_* left behind.
     assert list((Path(custom.log_path).parent / "torchelastic").glob(f"job-{custom.job_id}_*"))
 
@@ -151,3 +163,7 @@ def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
         sorted(r[0] for r in resumed) == ["0", "1"] and int(resumed[0][1]) >= 10
     )  # both ranks, from a late checkpoint
     assert final.result.test_accuracy > 0.2
+    # the epochs before the restart keep their records (in the checkpoints): a whole history, each epoch once
+    assert [r.epoch for r in final.history] == list(range(10))
+    with open(Path(final.log_path).parent / "history.csv") as f:
+        assert [line.split(",")[0] for line in f.read().splitlines()[1:]] == [str(e) for e in range(10)]
