@@ -66,3 +66,29 @@ def test_charts_draw_and_the_console_is_clean_with_a_job_running(daemon_processe
     assert error is not None and error.group(1) == "", error and error.group(1)
     console = [line for line in page.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
     assert console == [], console  # the page logs nothing when all is well: any message is an error
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no headless Chromium installed (apt-get install chromium-headless-shell)")
+def test_the_curves_chart_a_jobs_epochs_and_the_jobs_table_shows_its_model(daemon_processes, small_rmat):
+    daemon = daemon_processes(small_rmat.directory.parent)
+    endpoints = daemon.start()
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=3, nproc_per_node=1, name="cv")
+    with DaemonClient(endpoints.grpc_target) as client:
+        job = client.submit_job(spec)
+        deadline = time.monotonic() + 180
+        while not client.get_job(job.job_id).state.final and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert client.get_job(job.job_id).state == JobState.SUCCEEDED
+    page = render(BROWSER, endpoints.http_url + "/", budget_ms=5000)
+    assert page.returncode == 0, page.stderr[-2000:]
+    dom = page.stdout
+    loss = re.search(r'<canvas id="c_loss"[^>]*data-points="(\d+)"[^>]*data-lines="([^"]*)"', dom)
+    evaluation = re.search(r'<canvas id="c_eval"[^>]*data-points="(\d+)"[^>]*data-lines="([^"]*)"', dom)
+    assert loss and (loss.group(1), loss.group(2)) == ("3", "train_loss"), dom[:400]
+    assert evaluation and evaluation.group(1) == "3"
+    assert evaluation.group(2) == "train_accuracy,test_accuracy,val_accuracy"
+    assert re.search(rf'<option value="{job.job_id}"[^>]*>job {job.job_id} cv \(succeeded\)</option>', dom)
+    assert re.search(r"<td>3</td><td>kept, [\d.]+ KiB</td>", dom)  # the jobs table: epochs, its model
+    assert "the newest 20 succeeded jobs' models" in dom
+    console = [line for line in page.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
