@@ -69,6 +69,11 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
                 f"node type(s) without features get a learned {spec.hidden}-wide embedding per node in the model, "
                 f"learning at a tenth of the learning rate: {described}"
             )
+    if spec.eval_fanouts and (spec.task == "link" or schema is not None):
+        notes.append(
+            f"eval_fanouts {spec.eval_fanouts} is not used: a {'link' if spec.task == 'link' else 'typed'} job "
+            "evaluates with every neighbour"
+        )
     if schema is not None:
         if all(ref.plan.interleaved_end == 0 for ref in handle.typed_features.values()):
             notes.append(
