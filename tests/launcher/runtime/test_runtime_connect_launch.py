@@ -167,12 +167,18 @@ def test_a_rank_killed_mid_job_fails_the_job_instead_of_leaving_it_running(daemo
         while not pid_file.exists() or not pid_file.read_text():
             assert launch.poll() is None and time.monotonic() < deadline, launch.stdout.read().decode()[-3000:]
             time.sleep(0.1)
-        time.sleep(1.0)
-        with DaemonClient(runtime_dir=daemon) as client:
-            (running,) = [j for j in client.list_jobs() if j.job_id not in before]
-        # connect() runs the ranks as the daemon runs its own (5 more nice than it, SCHED_BATCH), and their
-        # producers at the same priority: a demoted producer beside an undemoted rank is starved by it
-        served = [r for r in running.ranks if r.producer_pid and r.trainer_pid]
+        # the ranks report at their first epoch's end (this script counts no steps), which ends on both ranks
+        # together (its figures are summed over them): wait for it, not for a fixed time
+        deadline = time.monotonic() + 60
+        while True:
+            with DaemonClient(runtime_dir=daemon) as client:
+                (running,) = [j for j in client.list_jobs() if j.job_id not in before]
+            # connect() runs the ranks as the daemon runs its own (5 more nice than it, SCHED_BATCH), and their
+            # producers at the same priority: a demoted producer beside an undemoted rank is starved by it
+            served = [r for r in running.ranks if r.producer_pid and r.trainer_pid]
+            if served or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert served, running.ranks
         daemon_niceness = os.getpriority(os.PRIO_PROCESS, read_endpoints(daemon).pid)
         for rank in served:
