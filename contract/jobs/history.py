@@ -17,6 +17,7 @@ import csv
 import io
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from graphtier.contract.evaluation import NODE_SPLIT_FIGURES
 
@@ -62,19 +63,19 @@ class EpochRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> EpochRecord:
+    def from_json(cls, data: dict[str, Any]) -> EpochRecord:
         def number(name: str) -> float | None:
             value = data.get(name)
-            return None if value is None else float(value)  # type: ignore[arg-type]
+            return None if value is None else float(value)
 
         return cls(
-            epoch=int(data["epoch"]),  # type: ignore[call-overload]
-            step=int(data.get("step") or 0),  # type: ignore[call-overload]
+            epoch=int(data["epoch"]),
+            step=int(data.get("step") or 0),
             train_loss=number("train_loss"),
             train_accuracy=number("train_accuracy"),
             batches_per_second=number("batches_per_second"),
             epoch_seconds=number("epoch_seconds"),
-            metrics={str(k): float(v) for k, v in dict(data.get("metrics") or {}).items()},  # type: ignore[call-overload]
+            metrics={str(k): float(v) for k, v in dict(data.get("metrics") or {}).items()},
         )
 
 

@@ -389,7 +389,7 @@ class DaemonClient:
                     raise DaemonError(f"the daemon sent a file named {chunk.path!r}: not a plain file name")
                 handle = files.get(name)
                 if handle is None:
-                    handle = files[name] = open(partial / name, "wb")  # noqa: SIM115 -- closed below
+                    handle = files[name] = open(partial / name, "wb")  # closed below, whatever happens
                 if handle.tell() != chunk.offset:
                     raise DaemonError(f"{name}: a piece at {chunk.offset} where {handle.tell()} was expected")
                 handle.write(chunk.data)

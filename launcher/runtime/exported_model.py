@@ -152,7 +152,7 @@ def read_weights(path: Path, manifest: ArtifactManifest | None = None) -> dict[s
     file = weights_path(directory, manifest)
     try:
         state: Any = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 -- torch raises many kinds for a file it cannot read
+    except Exception as exc:  # torch raises many kinds for a file it cannot read
         raise ArtifactError(f"{file}: cannot read the weights ({exc})") from None
     if not isinstance(state, dict):
         raise ArtifactError(f"{file}: expected a state dict, found {type(state).__name__}")

@@ -140,12 +140,19 @@ def stored_job(table: JobTable, job_id: str) -> JobInfo:
     record, stored = table.get(job_id), table.stored(job_id)
     if stored is None:
         raise DaemonError(f"job {job_id!r} is not managed by this daemon")
-    # the curves and the exported model's state are the table's (retention may have removed the model since)
-    kept = {"history": table.history(job_id), "artifact": table.artifact(job_id)}
+    # the curves and the exported model's state are the table's (retention may have removed the model since);
+    # a job the table has none of keeps what its saved message holds
+    history, artifact = table.history(job_id), table.artifact(job_id)
     if stored.job_proto:
         info = job_from_proto(jobs_pb2.Job.FromString(stored.job_proto))
-        kept = {name: value for name, value in kept.items() if value}  # else: as the saved message has them
-        return replace(info, state=record.state, message=record.message, finished_at=record.finished_at, **kept)
+        return replace(
+            info,
+            state=record.state,
+            message=record.message,
+            finished_at=record.finished_at,
+            history=history or info.history,
+            artifact=artifact or info.artifact,
+        )
     return JobInfo(
         job_id=job_id,
         spec=JobSpec.model_validate_json(stored.spec_json),
@@ -153,5 +160,6 @@ def stored_job(table: JobTable, job_id: str) -> JobInfo:
         message=record.message,
         created_at=record.created_at,
         finished_at=record.finished_at,
-        **kept,  # type: ignore[arg-type]
+        history=history,
+        artifact=artifact,
     )

@@ -433,7 +433,7 @@ class JobManager:
         """What the ended job exported, recorded and kept under the retention policy."""
         try:
             self.artifacts.job_ended(job_id, outcome)
-        except Exception:  # noqa: BLE001  (the job's outcome stands; its model's fate is worth a log line)
+        except Exception:  # the job's outcome stands; its model's fate is worth a log line
             log.exception("job %s: recording its exported model failed", job_id)
 
     def retire_finished(self, now: datetime | None = None) -> list[str]:
