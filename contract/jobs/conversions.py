@@ -411,6 +411,8 @@ _TRAINER_SCALARS = (
     "train_seconds_total",
     "steps_total",
     "model_bytes",
+    "steps_per_epoch",
+    "total_steps",
 )
 _PRODUCER_SCALARS = (
     "epoch",

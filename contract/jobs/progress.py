@@ -20,6 +20,7 @@ class Phase(str, Enum):
     TRAIN = "train"
     EVAL = "eval"
     DONE = "done"
+    INFER = "infer"  # layer-wise inference: the epoch is the layer, a step a chunk of its destinations
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class TrainerFigures:
     eval_metrics: dict[str, float] = field(default_factory=dict)  # a link job's latest val_auc, test_mrr, ...
     best: BestEvaluation | None = None  # the evaluation at the best validation figure so far
     last_epoch: EpochRecord | None = None  # the latest epoch's record (job-wide figures), repeated until the next
+    steps_per_epoch: int = 0  # the current epoch's steps when the rank decides them (inference); 0: the producer's
+    total_steps: int = 0  # the whole job's steps when the rank decides them (inference); 0: from the producer's
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ TIERS = Section("Tier budgets")
 PIPELINE = Section("Pipeline")
 GPU = Section("GPU sharing")
 LINK = Section("Link prediction")
+INFERENCE = Section("Inference")
 
 
 def _fanout_flag(text: str) -> dict[str, Any]:
@@ -78,6 +79,11 @@ def _nodes_flag(text: str) -> dict[str, Any]:
 def _script_flag(text: str) -> dict[str, Any]:
     """--script: a path from the current directory."""
     return {"script": os.path.abspath(os.path.expanduser(text))}
+
+
+def _ids_flag(text: str) -> dict[str, Any]:
+    """--ids: a path from the current directory."""
+    return {"ids": os.path.abspath(os.path.expanduser(text))}
 
 
 def _script_args_flag(text: str) -> dict[str, Any]:
@@ -243,6 +249,33 @@ class JobSpec(BaseModel):
         "MLP also fed the pair's common-neighbour features over the training graph) or mlp+cn+aa (that plus a "
         "non-negative weight of the pair's Adamic-Adar, calibrated on validation Hits@50).",
     )
+    link_scores: Annotated[bool, LINK] = Field(
+        False,
+        description="Link: keep the test split's pair scores at the best validation epoch (positives, the negative "
+        "pool, each positive's MRR tails) with the pairs' source ids in the job's directory (`link-scores/`), to "
+        "recompute its Hits@K and MRR (e.g. with OGB's Evaluator).",
+    )
+    from_job: Annotated[str, INFERENCE] = Field(
+        "",
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]*$",
+        description="Inference: the succeeded job whose trained model this job applies, layer by layer over every "
+        "neighbour, to every node (or to `ids`); the model's fields are that job's. Empty = a training job.",
+    )
+    ids: Annotated[
+        str,
+        INFERENCE,
+        Flag(
+            metavar="PATH",
+            help="Inference: a file of the source's node ids to compute (.npy or one a line).",
+            parse=_ids_flag,
+        ),
+    ] = Field(
+        "",
+        max_length=4096,
+        description="Inference: absolute path of a file of node ids in the source's ids (.npy, or text with one id "
+        "a line; typed: of the target type) whose rows to compute; empty = every node.",
+    )
     name: Annotated[str, JOB] = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: Annotated[
         str,
@@ -312,6 +345,13 @@ class JobSpec(BaseModel):
             )
         return script
 
+    @field_validator("ids")
+    @classmethod
+    def _check_ids(cls, ids: str) -> str:
+        if ids and not Path(ids).is_absolute():
+            raise ValueError(f"ids {ids!r} must be an absolute path (the job's ranks read it from the job's directory)")
+        return ids
+
     @field_validator("relation_fanouts")
     @classmethod
     def _check_relation_fanouts(cls, hops: list[str]) -> list[str]:
@@ -357,6 +397,7 @@ class JobSpec(BaseModel):
                     raise ValueError(f"{field}={getattr(self, field)!r} applies to task 'link' only")
         if self.eval_fanouts and len(self.eval_fanouts) != len(self.fanouts):
             raise ValueError(f"eval_fanouts {self.eval_fanouts} must have one entry per hop of fanouts {self.fanouts}")
+        self._check_inference()
         if self.features == "partitioned" and self.nnodes == 1:
             raise ValueError(
                 "features 'partitioned' splits the rows across nodes: it needs nnodes >= 2 (or nodes); "
@@ -371,6 +412,14 @@ class JobSpec(BaseModel):
             )
         self._check_typed()
         return self
+
+    def _check_inference(self) -> None:
+        """`ids` and `link_scores` belong to the kind of job they describe. What an inference job takes from
+        the job it applies (its model, the machine it runs on) is checked by the daemon at submit."""
+        if self.ids and not self.from_job:
+            raise ValueError(f"ids {self.ids!r} choose the nodes of an inference job: give from_job too")
+        if self.link_scores and self.task != "link":
+            raise ValueError("link_scores keeps a link job's test scores: it needs task 'link'")
 
     def _check_typed(self) -> None:
         """A typed model's job: per-relation fanouts set `fanouts`; what typed batches do not serve is refused."""
@@ -403,8 +452,16 @@ class JobSpec(BaseModel):
         return self.model in TYPED_MODELS
 
     @property
+    def infers(self) -> bool:
+        """Whether the job applies a trained job's model to the graph (`from_job`) rather than trains one."""
+        return bool(self.from_job)
+
+    @property
     def trains(self) -> str:
-        """What the job trains, for people: the built-in model's name or the script's file name."""
+        """What the job trains, for people: the built-in model's name or the script's file name; an inference
+        job's model and the job that trained it."""
+        if self.from_job:
+            return f"{self.model} of job {self.from_job} (inference)"
         return f"script {Path(self.script).name}" if self.script else self.model
 
     @property

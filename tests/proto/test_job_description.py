@@ -62,8 +62,8 @@ def test_every_field_survives_the_wire_and_reads_back_in_the_document():
         checkpoint_every_steps=5, seed=7, budgets=BudgetSpec(num_devices=1, device_replicated="5%", host="50%"),
         max_restarts=1, num_slots=3, storage_reads="direct", window=4, on_nonfinite="skip-step",
         features="partitioned", replicate="5%", sampler="cpu", mps="use", producer_sm_share=20.0, task="link",
-        negatives=3, negative_sampling="corrupt-tail", decoder="mlp", name="every field", script="/x/train.py",
-        args=["--layers", "3"],
+        negatives=3, negative_sampling="corrupt-tail", decoder="mlp", link_scores=True, from_job="7", ids="/x/ids.npy",
+        name="every field", script="/x/train.py", args=["--layers", "3"],
     )  # fmt: skip
     defaults = {name: field.get_default(call_default_factory=True) for name, field in JobSpec.model_fields.items()}
     assert [name for name, default in defaults.items() if getattr(spec, name) == default] == []
@@ -92,8 +92,9 @@ def _grown_message(proto_copy, compile_contract, tmp_path) -> Any:
     jobs = proto_copy / "graphtier" / "v1" / "jobs.proto"
     text = jobs.read_text()
     end = text.index("}", text.index("message JobSpec {"))
+    number = max(field.number for field in jobs_pb2.JobSpec.DESCRIPTOR.fields) + 1  # the next free one
     jobs.write_text(
-        text[:end] + "  // Epochs of linear learning-rate warm-up.\n  uint32 warmup_epochs = 39;\n" + text[end:]
+        text[:end] + f"  // Epochs of linear learning-rate warm-up.\n  uint32 warmup_epochs = {number};\n" + text[end:]
     )
     files = {file.name: file for file in compile_contract(proto_copy, tmp_path / "grown.pb").file}
     pool = descriptor_pool.DescriptorPool()

@@ -62,7 +62,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "relation_fanouts", "eval_fanouts", "batch_size", "hidden", "heads", "epochs", "lr", "weight_decay", "dropout", "nproc_per_node", "nnodes", "nodes", "device", "checkpoint_every_steps", "seed", "budgets", "max_restarts", "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "name", "script", "args", "rdzv_endpoint", "rdzv_id")
+    __slots__ = ("dataset", "model", "fanouts", "relation_fanouts", "eval_fanouts", "batch_size", "hidden", "heads", "epochs", "lr", "weight_decay", "dropout", "nproc_per_node", "nnodes", "nodes", "device", "checkpoint_every_steps", "seed", "budgets", "max_restarts", "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "link_scores", "from_job", "ids", "name", "script", "args", "rdzv_endpoint", "rdzv_id")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,9 @@ class JobSpec(_message.Message):
     NEGATIVES_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_SAMPLING_FIELD_NUMBER: _ClassVar[int]
     DECODER_FIELD_NUMBER: _ClassVar[int]
+    LINK_SCORES_FIELD_NUMBER: _ClassVar[int]
+    FROM_JOB_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCRIPT_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
@@ -134,12 +137,15 @@ class JobSpec(_message.Message):
     negatives: int
     negative_sampling: str
     decoder: str
+    link_scores: bool
+    from_job: str
+    ids: str
     name: str
     script: str
     args: _containers.RepeatedScalarFieldContainer[str]
     rdzv_endpoint: str
     rdzv_id: str
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., relation_fanouts: _Optional[_Iterable[str]] = ..., eval_fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., device: _Optional[_Union[Device, str]] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., max_restarts: _Optional[int] = ..., num_slots: _Optional[int] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., name: _Optional[str] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., relation_fanouts: _Optional[_Iterable[str]] = ..., eval_fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dropout: _Optional[float] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., device: _Optional[_Union[Device, str]] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., max_restarts: _Optional[int] = ..., num_slots: _Optional[int] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., link_scores: _Optional[bool] = ..., from_job: _Optional[str] = ..., ids: _Optional[str] = ..., name: _Optional[str] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
     __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")

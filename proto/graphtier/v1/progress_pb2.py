@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from graphtier.v1 import common_pb2 as graphtier_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgraphtier/v1/progress.proto\x12\x0cgraphtier.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19graphtier/v1/common.proto\"\xc3\x04\n\x0fTrainerProgress\x12\"\n\x05phase\x18\x01 \x01(\x0e\x32\x13.graphtier.v1.Phase\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x15\n\rstep_in_epoch\x18\x03 \x01(\x04\x12\x13\n\x0bglobal_step\x18\x04 \x01(\x04\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x10\n\x08\x61\x63\x63uracy\x18\x06 \x01(\x01\x12\x1a\n\x12\x62\x61tches_per_second\x18\x07 \x01(\x01\x12\x1f\n\x17\x64\x61ta_wait_seconds_total\x18\x08 \x01(\x01\x12\x1b\n\x13train_seconds_total\x18\t \x01(\x01\x12\x13\n\x0bsteps_total\x18\n \x01(\x04\x12\x19\n\x0cval_accuracy\x18\x0b \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\rtest_accuracy\x18\x0c \x01(\x01H\x01\x88\x01\x01\x12\x13\n\x0bmodel_bytes\x18\r \x01(\x04\x12\x44\n\x0c\x65val_metrics\x18\x0e \x03(\x0b\x32..graphtier.v1.TrainerProgress.EvalMetricsEntry\x12*\n\x04\x62\x65st\x18\x0f \x01(\x0b\x32\x1c.graphtier.v1.BestEvaluation\x12-\n\nlast_epoch\x18\x10 \x01(\x0b\x32\x19.graphtier.v1.EpochRecord\x1a\x32\n\x10\x45valMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x0f\n\r_val_accuracyB\x10\n\x0e_test_accuracy\"\xd0\x02\n\x10ProducerProgress\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x15\n\rbatches_total\x18\x02 \x01(\x04\x12\x13\n\x0bseeds_total\x18\x03 \x01(\x04\x12\x1b\n\x13sampled_nodes_total\x18\x04 \x01(\x04\x12\x1b\n\x13sampled_edges_total\x18\x05 \x01(\x04\x12\x1c\n\x14sample_seconds_total\x18\x06 \x01(\x01\x12\x1c\n\x14gather_seconds_total\x18\x07 \x01(\x01\x12\x1a\n\x12wait_seconds_total\x18\x08 \x01(\x01\x12+\n\x07traffic\x18\t \x01(\x0b\x32\x1a.graphtier.v1.TierCounters\x12\x13\n\x0bready_slots\x18\n \x01(\r\x12\x13\n\x0blag_batches\x18\x0b \x01(\x03\x12\x18\n\x10slot_grows_total\x18\x0c \x01(\x04\"\x80\x02\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12(\n\x08reporter\x18\x03 \x01(\x0e\x32\x16.graphtier.v1.Reporter\x12\x0b\n\x03pid\x18\x04 \x01(\x03\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x07trainer\x18\x06 \x01(\x0b\x32\x1d.graphtier.v1.TrainerProgressH\x00\x12\x32\n\x08producer\x18\x07 \x01(\x0b\x32\x1e.graphtier.v1.ProducerProgressH\x00\x42\t\n\x07\x66igures\"\'\n\x0bProgressAck\x12\x18\n\x10\x63\x61ncel_requested\x18\x01 \x01(\x08*Q\n\x08Reporter\x12\x18\n\x14REPORTER_UNSPECIFIED\x10\x00\x12\x14\n\x10REPORTER_TRAINER\x10\x01\x12\x15\n\x11REPORTER_PRODUCER\x10\x02*O\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPHASE_TRAIN\x10\x01\x12\x0e\n\nPHASE_EVAL\x10\x02\x12\x0e\n\nPHASE_DONE\x10\x03\x32\\\n\x0fProgressService\x12I\n\x0eReportProgress\x12\x1c.graphtier.v1.ProgressReport\x1a\x19.graphtier.v1.ProgressAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgraphtier/v1/progress.proto\x12\x0cgraphtier.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19graphtier/v1/common.proto\"\xf1\x04\n\x0fTrainerProgress\x12\"\n\x05phase\x18\x01 \x01(\x0e\x32\x13.graphtier.v1.Phase\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x15\n\rstep_in_epoch\x18\x03 \x01(\x04\x12\x13\n\x0bglobal_step\x18\x04 \x01(\x04\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x10\n\x08\x61\x63\x63uracy\x18\x06 \x01(\x01\x12\x1a\n\x12\x62\x61tches_per_second\x18\x07 \x01(\x01\x12\x1f\n\x17\x64\x61ta_wait_seconds_total\x18\x08 \x01(\x01\x12\x1b\n\x13train_seconds_total\x18\t \x01(\x01\x12\x13\n\x0bsteps_total\x18\n \x01(\x04\x12\x19\n\x0cval_accuracy\x18\x0b \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\rtest_accuracy\x18\x0c \x01(\x01H\x01\x88\x01\x01\x12\x13\n\x0bmodel_bytes\x18\r \x01(\x04\x12\x44\n\x0c\x65val_metrics\x18\x0e \x03(\x0b\x32..graphtier.v1.TrainerProgress.EvalMetricsEntry\x12*\n\x04\x62\x65st\x18\x0f \x01(\x0b\x32\x1c.graphtier.v1.BestEvaluation\x12-\n\nlast_epoch\x18\x10 \x01(\x0b\x32\x19.graphtier.v1.EpochRecord\x12\x17\n\x0fsteps_per_epoch\x18\x14 \x01(\x04\x12\x13\n\x0btotal_steps\x18\x15 \x01(\x04\x1a\x32\n\x10\x45valMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x0f\n\r_val_accuracyB\x10\n\x0e_test_accuracy\"\xd0\x02\n\x10ProducerProgress\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x15\n\rbatches_total\x18\x02 \x01(\x04\x12\x13\n\x0bseeds_total\x18\x03 \x01(\x04\x12\x1b\n\x13sampled_nodes_total\x18\x04 \x01(\x04\x12\x1b\n\x13sampled_edges_total\x18\x05 \x01(\x04\x12\x1c\n\x14sample_seconds_total\x18\x06 \x01(\x01\x12\x1c\n\x14gather_seconds_total\x18\x07 \x01(\x01\x12\x1a\n\x12wait_seconds_total\x18\x08 \x01(\x01\x12+\n\x07traffic\x18\t \x01(\x0b\x32\x1a.graphtier.v1.TierCounters\x12\x13\n\x0bready_slots\x18\n \x01(\r\x12\x13\n\x0blag_batches\x18\x0b \x01(\x03\x12\x18\n\x10slot_grows_total\x18\x0c \x01(\x04\"\x80\x02\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12(\n\x08reporter\x18\x03 \x01(\x0e\x32\x16.graphtier.v1.Reporter\x12\x0b\n\x03pid\x18\x04 \x01(\x03\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x07trainer\x18\x06 \x01(\x0b\x32\x1d.graphtier.v1.TrainerProgressH\x00\x12\x32\n\x08producer\x18\x07 \x01(\x0b\x32\x1e.graphtier.v1.ProducerProgressH\x00\x42\t\n\x07\x66igures\"\'\n\x0bProgressAck\x12\x18\n\x10\x63\x61ncel_requested\x18\x01 \x01(\x08*Q\n\x08Reporter\x12\x18\n\x14REPORTER_UNSPECIFIED\x10\x00\x12\x14\n\x10REPORTER_TRAINER\x10\x01\x12\x15\n\x11REPORTER_PRODUCER\x10\x02*`\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPHASE_TRAIN\x10\x01\x12\x0e\n\nPHASE_EVAL\x10\x02\x12\x0e\n\nPHASE_DONE\x10\x03\x12\x0f\n\x0bPHASE_INFER\x10\x04\x32\\\n\x0fProgressService\x12I\n\x0eReportProgress\x12\x1c.graphtier.v1.ProgressReport\x1a\x19.graphtier.v1.ProgressAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,20 +35,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TRAINERPROGRESS_EVALMETRICSENTRY']._loaded_options = None
   _globals['_TRAINERPROGRESS_EVALMETRICSENTRY']._serialized_options = b'8\001'
-  _globals['_REPORTER']._serialized_start=1326
-  _globals['_REPORTER']._serialized_end=1407
-  _globals['_PHASE']._serialized_start=1409
-  _globals['_PHASE']._serialized_end=1488
+  _globals['_REPORTER']._serialized_start=1372
+  _globals['_REPORTER']._serialized_end=1453
+  _globals['_PHASE']._serialized_start=1455
+  _globals['_PHASE']._serialized_end=1551
   _globals['_TRAINERPROGRESS']._serialized_start=106
-  _globals['_TRAINERPROGRESS']._serialized_end=685
-  _globals['_TRAINERPROGRESS_EVALMETRICSENTRY']._serialized_start=600
-  _globals['_TRAINERPROGRESS_EVALMETRICSENTRY']._serialized_end=650
-  _globals['_PRODUCERPROGRESS']._serialized_start=688
-  _globals['_PRODUCERPROGRESS']._serialized_end=1024
-  _globals['_PROGRESSREPORT']._serialized_start=1027
-  _globals['_PROGRESSREPORT']._serialized_end=1283
-  _globals['_PROGRESSACK']._serialized_start=1285
-  _globals['_PROGRESSACK']._serialized_end=1324
-  _globals['_PROGRESSSERVICE']._serialized_start=1490
-  _globals['_PROGRESSSERVICE']._serialized_end=1582
+  _globals['_TRAINERPROGRESS']._serialized_end=731
+  _globals['_TRAINERPROGRESS_EVALMETRICSENTRY']._serialized_start=646
+  _globals['_TRAINERPROGRESS_EVALMETRICSENTRY']._serialized_end=696
+  _globals['_PRODUCERPROGRESS']._serialized_start=734
+  _globals['_PRODUCERPROGRESS']._serialized_end=1070
+  _globals['_PROGRESSREPORT']._serialized_start=1073
+  _globals['_PROGRESSREPORT']._serialized_end=1329
+  _globals['_PROGRESSACK']._serialized_start=1331
+  _globals['_PROGRESSACK']._serialized_end=1370
+  _globals['_PROGRESSSERVICE']._serialized_start=1553
+  _globals['_PROGRESSSERVICE']._serialized_end=1645
 # @@protoc_insertion_point(module_scope)

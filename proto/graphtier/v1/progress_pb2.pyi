@@ -23,6 +23,7 @@ class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PHASE_TRAIN: _ClassVar[Phase]
     PHASE_EVAL: _ClassVar[Phase]
     PHASE_DONE: _ClassVar[Phase]
+    PHASE_INFER: _ClassVar[Phase]
 REPORTER_UNSPECIFIED: Reporter
 REPORTER_TRAINER: Reporter
 REPORTER_PRODUCER: Reporter
@@ -30,9 +31,10 @@ PHASE_UNSPECIFIED: Phase
 PHASE_TRAIN: Phase
 PHASE_EVAL: Phase
 PHASE_DONE: Phase
+PHASE_INFER: Phase
 
 class TrainerProgress(_message.Message):
-    __slots__ = ("phase", "epoch", "step_in_epoch", "global_step", "loss", "accuracy", "batches_per_second", "data_wait_seconds_total", "train_seconds_total", "steps_total", "val_accuracy", "test_accuracy", "model_bytes", "eval_metrics", "best", "last_epoch")
+    __slots__ = ("phase", "epoch", "step_in_epoch", "global_step", "loss", "accuracy", "batches_per_second", "data_wait_seconds_total", "train_seconds_total", "steps_total", "val_accuracy", "test_accuracy", "model_bytes", "eval_metrics", "best", "last_epoch", "steps_per_epoch", "total_steps")
     class EvalMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +58,8 @@ class TrainerProgress(_message.Message):
     EVAL_METRICS_FIELD_NUMBER: _ClassVar[int]
     BEST_FIELD_NUMBER: _ClassVar[int]
     LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     epoch: int
     step_in_epoch: int
@@ -72,7 +76,9 @@ class TrainerProgress(_message.Message):
     eval_metrics: _containers.ScalarMap[str, float]
     best: _common_pb2.BestEvaluation
     last_epoch: _common_pb2.EpochRecord
-    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., epoch: _Optional[int] = ..., step_in_epoch: _Optional[int] = ..., global_step: _Optional[int] = ..., loss: _Optional[float] = ..., accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., data_wait_seconds_total: _Optional[float] = ..., train_seconds_total: _Optional[float] = ..., steps_total: _Optional[int] = ..., val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., model_bytes: _Optional[int] = ..., eval_metrics: _Optional[_Mapping[str, float]] = ..., best: _Optional[_Union[_common_pb2.BestEvaluation, _Mapping]] = ..., last_epoch: _Optional[_Union[_common_pb2.EpochRecord, _Mapping]] = ...) -> None: ...
+    steps_per_epoch: int
+    total_steps: int
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., epoch: _Optional[int] = ..., step_in_epoch: _Optional[int] = ..., global_step: _Optional[int] = ..., loss: _Optional[float] = ..., accuracy: _Optional[float] = ..., batches_per_second: _Optional[float] = ..., data_wait_seconds_total: _Optional[float] = ..., train_seconds_total: _Optional[float] = ..., steps_total: _Optional[int] = ..., val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., model_bytes: _Optional[int] = ..., eval_metrics: _Optional[_Mapping[str, float]] = ..., best: _Optional[_Union[_common_pb2.BestEvaluation, _Mapping]] = ..., last_epoch: _Optional[_Union[_common_pb2.EpochRecord, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., total_steps: _Optional[int] = ...) -> None: ...
 
 class ProducerProgress(_message.Message):
     __slots__ = ("epoch", "batches_total", "seeds_total", "sampled_nodes_total", "sampled_edges_total", "sample_seconds_total", "gather_seconds_total", "wait_seconds_total", "traffic", "ready_slots", "lag_batches", "slot_grows_total")
