@@ -6,7 +6,9 @@
 torchrun; it attaches to its node's daemon first, see `attach.py`.)
 
 The daemon's job manager launches this under torchrun. Without `--script` the rank trains the
-job's built-in model through the public API (`graphtier.launcher.loader`: connect, then `fit`).
+job's built-in model through the public API (`graphtier.launcher.loader`: connect, then `fit`),
+or, for an inference job (`from_job`), applies a trained job's model layer by layer
+(`runtime/inference.py`).
 With `--script` it runs the user's file as `__main__` (sys.argv = [FILE, *ARGS], the file's
 folder first on sys.path, as `python FILE ARGS` would), and the script connects through the same
 API. Either way every line the rank prints is prefixed `[rank N] ` and written whole (see
@@ -33,6 +35,20 @@ from graphtier.contract.processes import exit_without_teardown
 from graphtier.launcher.runtime.attach import attach
 from graphtier.launcher.runtime.channel_loader import env_rank
 from graphtier.launcher.runtime.rank_output import install_rank_output
+
+
+def run_builtin(job_id: str, runtime_dir: Path) -> None:
+    """The job's built-in work: layer-wise inference of a trained job's model (`from_job`), or training."""
+    from graphtier.launcher.client import DaemonClient
+
+    with DaemonClient(runtime_dir=runtime_dir) as client:
+        infers = client.get_job(job_id).spec.infers
+    if infers:
+        from graphtier.launcher.runtime.inference import run_inference
+
+        run_inference(job_id, runtime_dir)
+    else:
+        train_builtin(job_id, runtime_dir)
 
 
 def train_builtin(job_id: str, runtime_dir: Path) -> None:
@@ -110,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.script is not None:
             run_script(args.script, script_args)
         else:
-            train_builtin(args.job_id, args.runtime_dir)
+            run_builtin(args.job_id, args.runtime_dir)
         return 0
     except BaseException as exc:  # whatever ends the rank is the job's cause
         if isinstance(exc, GraphtierError):

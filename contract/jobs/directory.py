@@ -6,6 +6,9 @@ of an exception, its cause into `failures/` (see `rank_failures`), which the dae
 Each node's first rank writes the job's curves there -- `history.csv` and TensorBoard's event
 files under `tensorboard/` (`contract.jobs.history`) -- and, when the job succeeds, its exported
 model under `artifact/` (`contract.jobs.artifact`), which the daemon keeps under its retention.
+An inference job's rank 0 writes its embeddings and predictions into `predictions/` (its
+ranks keep each layer's rows in `layers/` while it runs); a link job that keeps its test
+scores writes them into `link-scores/`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ FAILURES_DIR = "failures"
 HISTORY_CSV = "history.csv"
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINT_GLOB = "ckpt-*.pt"  # names carry the zero-padded step: sorted by name is oldest first
+PREDICTIONS_DIR = "predictions"
+LINK_SCORES_DIR = "link-scores"
+LAYERS_DIR = "layers"
 
 
 def job_directory(runtime_dir: Path, job_id: str) -> Path:
@@ -69,3 +75,24 @@ def checkpoint_step(path: Path) -> int | None:
 def rank_failure_dir(directory: Path) -> Path:
     """Where a dying rank records why (see `rank_failures`)."""
     return Path(directory) / FAILURES_DIR
+
+
+def predictions_dir(directory: Path) -> Path:
+    """An inference job's output: npy shards and their manifest (`graphtier.contract.inference`)."""
+    return Path(directory) / PREDICTIONS_DIR
+
+
+def link_scores_dir(directory: Path) -> Path:
+    """A link job's test pair scores and pairs (`graphtier.contract.inference.LinkScores`)."""
+    return Path(directory) / LINK_SCORES_DIR
+
+
+def layer_rows_dir(directory: Path) -> Path:
+    """An inference job's layer rows while it runs (see `launcher/runtime/layerwise.py`)."""
+    return Path(directory) / LAYERS_DIR
+
+
+def trained_model_file(directory: Path) -> Path | None:
+    """The file holding the weights job `directory` trained -- its newest checkpoint -- or None."""
+    found = sorted(checkpoint_dir(directory).glob(CHECKPOINT_GLOB))
+    return found[-1] if found else None

@@ -1,0 +1,149 @@
+"""The built-in models as layer-wise steps: what layer l of a trained model computes for a chunk.
+
+`layer_steps(trained)` turns a `TrainedModel` into `LayerSteps`: the width of every layer's rows,
+the function computing a chunk's rows of layer l (`LayerChunk` in, [num_dst, width] out), which
+layer's rows are the node embeddings (the last hidden layer; a link model's encoder output), and
+the head turning the last layer's rows into logits where the model has one:
+
+- `BlockGNN` (sage, gcn, gat): layer l is `convs[l]`, ReLU after all but the last; the last layer's
+  rows are the logits, the embeddings the layer before (none for a one-layer model).
+- `LinkModel`: its encoder's convs over input rows scaled to unit length (or over the learned rows
+  of a featureless graph); the last layer's rows are the embeddings its decoder scores.
+- R-GCN and HGT: layer 0 first turns every source into `hidden` columns (`TypedInput`: a type's
+  features through its linear map, or its learned embedding). R-GCN's last layer gives the logits;
+  HGT's convs keep `hidden` columns and its classifier (the head) maps them to logits. A typed link
+  model's encoder output is its embeddings.
+
+Evaluation mode throughout: dropout is off, as it is when the train loop evaluates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.runtime.layerwise import LayerChunk
+from graphtier.launcher.runtime.link_model import LinkModel
+from graphtier.launcher.runtime.models.base import BlockGNN
+from graphtier.launcher.runtime.models.hgt import HGT
+from graphtier.launcher.runtime.models.rgcn import RGCN
+from graphtier.launcher.runtime.trained_model import TrainedModel
+from graphtier.launcher.runtime.typed_link import TypedLinkModel
+
+
+@dataclass(frozen=True)
+class LayerSteps:
+    """A model split into its layers (module docstring)."""
+
+    widths: list[int]
+    layer: Callable[[LayerChunk], Tensor]
+    embedding_layer: int | None  # whose rows are the embeddings; None: the model has no hidden layer
+    logits: Callable[[Tensor], Tensor] | None  # the last layer's rows -> logits; None: a link model (no classes)
+    embedding_head: Callable[[Tensor], Tensor] | None = None  # embedding_layer's rows -> embeddings; None: as they are
+    input_rows: Callable[[Tensor], Tensor] | None = None  # layer 0's rows of given nodes, replacing the features
+
+
+def _identity(rows: Tensor) -> Tensor:
+    return rows
+
+
+def _width(conv: nn.Module, name: str) -> int:
+    """A built-in conv's width attribute `name` (a plain int it keeps beside its parameters)."""
+    value = getattr(conv, name)
+    assert isinstance(value, int), f"{type(conv).__name__}.{name} is {value!r}"
+    return value
+
+
+def _out_width(conv: nn.Module) -> int:
+    """The columns a built-in conv writes: GAT's hidden layers concatenate their heads."""
+    heads = _width(conv, "heads") if getattr(conv, "concat", False) else 1
+    return _width(conv, "out_dim") * heads
+
+
+def _block_gnn(model: BlockGNN, transform: Callable[[Tensor], Tensor] | None) -> tuple[list[int], Callable]:
+    last = model.num_layers - 1
+
+    def layer(chunk: LayerChunk) -> Tensor:
+        x = chunk.x
+        assert isinstance(x, Tensor)
+        if chunk.layer == 0 and transform is not None:
+            x = transform(x)
+        h = model.convs[chunk.layer](chunk.block, x)
+        return model.activation(h) if chunk.layer < last else h
+
+    return [_out_width(conv) for conv in model.convs], layer
+
+
+def _typed(encoder: RGCN | HGT, normalise: bool) -> tuple[list[int], Callable]:
+    last = encoder.num_layers - 1
+
+    def layer(chunk: LayerChunk) -> Tensor:
+        assert chunk.edge_types is not None and chunk.node_types is not None
+        if chunk.layer == 0:
+            features = chunk.x
+            assert isinstance(features, dict)
+            if normalise:  # as a typed link model scales its input rows
+                features = {name: F.normalize(rows, dim=-1) for name, rows in features.items()}
+            h = encoder.input(chunk.nodes, chunk.node_types, features)
+        else:
+            h = chunk.x
+            assert isinstance(h, Tensor)
+        conv = encoder.convs[chunk.layer]
+        if isinstance(encoder, HGT):
+            return conv(chunk.block, chunk.edge_types, chunk.node_types, h)
+        h = conv(chunk.block, chunk.edge_types, h)
+        return F.relu(h) if chunk.layer < last else h
+
+    widths = [_width(conv, "dim" if isinstance(encoder, HGT) else "out_dim") for conv in encoder.convs]
+    return widths, layer
+
+
+def _unit_rows(x: Tensor) -> Tensor:
+    return F.normalize(x, dim=-1)
+
+
+def layer_steps(trained: TrainedModel) -> LayerSteps:
+    """`trained`'s model as layer-wise steps (module docstring)."""
+    module = trained.module
+    if isinstance(module, LinkModel):
+        encoder = module.encoder
+        assert isinstance(encoder, BlockGNN)
+        widths, layer = _block_gnn(encoder, _unit_rows)
+        table = trained.embeddings
+        learned = None
+        if table is not None:  # a featureless graph: layer 0 reads its learned rows (scaled as training did)
+
+            def learned(nodes: Tensor) -> Tensor:
+                return table.index_select(0, nodes.cpu())
+
+        return LayerSteps(widths, layer, len(widths) - 1, None, input_rows=learned)
+    if isinstance(module, TypedLinkModel):
+        encoder = module.encoder
+        assert isinstance(encoder, RGCN | HGT)
+        widths, layer = _typed(encoder, normalise=True)
+        head = encoder.classify if isinstance(encoder, HGT) else None  # HGT's classifier ends its encoder
+        return LayerSteps(widths, layer, len(widths) - 1, None, embedding_head=head)
+    if isinstance(module, BlockGNN):
+        widths, layer = _block_gnn(module, None)
+        return LayerSteps(widths, layer, len(widths) - 2 if len(widths) > 1 else None, _identity)
+    if isinstance(module, HGT):
+        widths, layer = _typed(module, normalise=False)
+        return LayerSteps(widths, layer, len(widths) - 1, module.classify)
+    if isinstance(module, RGCN):
+        widths, layer = _typed(module, normalise=False)
+        return LayerSteps(widths, layer, len(widths) - 2 if len(widths) > 1 else None, _identity)
+    raise GraphtierError(f"layer-wise inference does not know the layers of {type(module).__name__}")
+
+
+@torch.no_grad()
+def in_row_chunks(head: Callable[[Tensor], Tensor], rows: Tensor, device: torch.device, chunk: int = 65536) -> Tensor:
+    """head(rows) on `device`, `chunk` rows at a time, back on the CPU as float32."""
+    if head is _identity:
+        return rows
+    parts = [head(part.to(device)).to("cpu", torch.float32) for part in rows.split(chunk)]
+    return torch.cat(parts) if parts else rows
