@@ -68,13 +68,17 @@ def job_progress(tracker: ProgressTracker, job_id: str, spec: JobSpec, runner: J
     if not trainers and not channels:
         return None
     steps = channels[0].steps_per_epoch if channels else 0
+    total = steps * spec.epochs
+    if not channels:  # ranks that decide their own steps (an inference job's chunks of each layer)
+        steps = max((t.steps_per_epoch for t in trainers), default=0)
+        total = max((t.total_steps for t in trainers), default=0)
     count = max(len(trainers), 1)
     return JobProgressInfo(
         epoch=min((t.epoch for t in trainers), default=0),
         step_in_epoch=min((t.step_in_epoch for t in trainers), default=0),
         steps_per_epoch=steps,
         global_step=min((t.global_step for t in trainers), default=0),
-        total_steps=steps * spec.epochs,
+        total_steps=total,
         loss=sum(t.loss for t in trainers) / count,
         train_accuracy=sum(t.accuracy for t in trainers) / count,
         batches_per_second=tracker.rates(job_id)[0],

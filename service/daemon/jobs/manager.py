@@ -38,6 +38,7 @@ from graphtier.service.daemon.jobs.admission import Admission, Demand, machine_c
 from graphtier.service.daemon.jobs.artifacts import ArtifactPolicy, ArtifactStore
 from graphtier.service.daemon.jobs.events import JobEventLog, ended_job_log
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent, ExternalLaunch
+from graphtier.service.daemon.jobs.inference import resolve_inference
 from graphtier.service.daemon.jobs.job_view import (
     final_rate,
     job_progress,
@@ -217,10 +218,14 @@ class JobManager:
             raise InvalidRequestError(
                 f"job spec: sampler 'gpu' cannot run on this daemon: {why}; submit with sampler cpu or auto"
             )
+        if spec.infers:  # the model's fields are the trained job's
+            spec = resolve_inference(spec, self.table, self.runtime_dir)
         if spec.script:
             check_script(Path(spec.script))
-        # a link job trains and evaluates on the edge split (chosen by --edge-split), not the node split
-        unchosen = _split_rule(self.datasets.root / spec.dataset) if spec.task == "node" else None
+        # a link job trains and evaluates on the edge split (chosen by --edge-split), not the node split;
+        # inference applies a model trained on whatever split
+        training_nodes = spec.task == "node" and not spec.infers
+        unchosen = _split_rule(self.datasets.root / spec.dataset) if training_nodes else None
         if isinstance(unchosen, dict) and unchosen.get("asked") is False:
             raise InvalidRequestError(
                 f"dataset {spec.dataset!r} has no split of its own, and nobody chose the random one it was "

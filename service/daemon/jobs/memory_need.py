@@ -124,8 +124,32 @@ class MemoryNeed:
         return self.agent + self.ranks * (self.per_rank - MIN_BUDGET_BYTES + self.storage_budget)
 
 
+INFERENCE_CHUNK_FANIN = 64  # sources per destination a chunk of layer-wise inference is sized for (mean in-degree)
+
+
+def inference_need(spec: JobSpec, plan: PlacementPlan, *, limit: int, held: int) -> MemoryNeed:
+    """An inference job's need (`from_job`): no producers or slots; per rank its process and a chunk's
+    rows (its sources' input, the layer's output, the aggregation between: `batch_size` destinations
+    with `INFERENCE_CHUNK_FANIN` sources each, at most every node), and the job's layer rows -- the
+    previous and the current layer, `hidden` float32 columns per node, in files every rank maps."""
+    width = max(plan.row_bytes, spec.hidden * 4)
+    sources = min(plan.num_nodes, spec.batch_size * INFERENCE_CHUNK_FANIN)
+    layer_rows = 2 * plan.num_nodes * spec.hidden * 4
+    return MemoryNeed(
+        limit=limit,
+        held=held,
+        agent=AGENT_BYTES + layer_rows,
+        ranks=spec.nproc_per_node,
+        per_rank=RANK_BYTES + 3 * sources * width,
+        keep_free=int(limit * KEEP_FREE_SHARE),
+        full_storage=0,
+    )
+
+
 def memory_need(spec: JobSpec, plan: PlacementPlan, *, limit: int, held: int) -> MemoryNeed:
     """The need of `spec` on a dataset placed by `plan`, under `limit`, the daemon holding `held` now."""
+    if spec.infers:
+        return inference_need(spec, plan, limit=limit, held=held)
     nodes = upper_bound(
         batch_size=spec.batch_size, fanouts=spec.fanouts, num_nodes=plan.num_nodes, num_edges=1 << 62
     ).nodes

@@ -457,7 +457,9 @@ class JobRunner:
     def _start(self) -> None:
         if self.external is not None:
             return  # the launcher's torchrun runs the ranks; producers start as they open their channels
-        for rank in range(self.spec.nproc_per_node) if not self.lazy_producers else ():
+        # an inference job's ranks read the tiers themselves, layer by layer: no producers, no channels
+        producers = () if self.lazy_producers or self.spec.infers else range(self.spec.nproc_per_node)
+        for rank in producers:
             if self._cancelled.is_set():
                 return
             producer = self._spawn(rank, 0)

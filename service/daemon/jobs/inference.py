@@ -1,0 +1,75 @@
+"""An inference job at submit: the job whose model it applies, checked, and that job's model fields.
+
+An inference job (`JobSpec.from_job`) runs the built-in layer-wise inference of a succeeded job's
+trained model on the same dataset. Its spec is recorded with the model's fields of that job --
+model, layers (fanouts), hidden, heads, task, decoder, ... -- whatever it was submitted with, so
+`job status` shows what it applies; the rest (ranks, device, chunk size as `batch_size`, the id
+file) is its own. Refused, naming why: an unknown or unfinished job, one that trained a script's
+model or was itself an inference job, another dataset, several nodes, a script.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphtier.contract.errors import InvalidRequestError, UnknownJobError
+from graphtier.contract.jobs.directory import job_directory, job_spec_path, trained_model_file
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
+from graphtier.service.daemon.jobs.table import JobTable
+
+# the fields that describe the trained model: an inference job's are its source job's
+MODEL_FIELDS = (
+    "model",
+    "fanouts",
+    "relation_fanouts",
+    "hidden",
+    "heads",
+    "dropout",
+    "task",
+    "negatives",
+    "negative_sampling",
+    "decoder",
+)
+
+
+def resolve_inference(spec: JobSpec, table: JobTable, runtime_dir: Path) -> JobSpec:
+    """`spec` with its source job's model fields (module docstring); InvalidRequestError naming what is wrong."""
+    source_id = spec.from_job
+    what = f"job spec: from_job {source_id!r}"
+    if spec.script:
+        raise InvalidRequestError(
+            f"{what} runs the built-in layer-wise inference; a script infers with its own model through "
+            "job.layerwise() (see the own-script guide): give one or the other"
+        )
+    if spec.multi_node:
+        raise InvalidRequestError(f"{what}: inference runs on one node (its ranks share the layer rows); nnodes 1")
+    try:
+        record = table.get(source_id)
+    except UnknownJobError:
+        raise InvalidRequestError(f"{what}: no such job on this daemon") from None
+    if record.state != JobState.SUCCEEDED:
+        raise InvalidRequestError(f"{what}: that job is {record.state.value}; only a succeeded job's model is applied")
+    source_dir = job_directory(runtime_dir, source_id)
+    try:
+        source = JobSpec.model_validate_json(job_spec_path(source_dir).read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidRequestError(f"{what}: its spec cannot be read from {source_dir} ({exc})") from None
+    if source.infers:
+        raise InvalidRequestError(f"{what} is itself an inference job; give the job that trained the model")
+    if source.script:
+        raise InvalidRequestError(
+            f"{what} trained its script's own model, which only the script can rebuild: infer in the script with "
+            "job.layerwise() (see the own-script guide)"
+        )
+    if source.dataset != spec.dataset:
+        raise InvalidRequestError(
+            f"{what} trained on dataset {source.dataset!r}, not {spec.dataset!r}: its model is applied to the "
+            "dataset it was trained on"
+        )
+    if trained_model_file(source_dir) is None:
+        raise InvalidRequestError(
+            f"{what} left no trained model in {source_dir} (a daemon without --keep-checkpoints removes a "
+            "succeeded job's checkpoints)"
+        )
+    return spec.model_copy(update={name: getattr(source, name) for name in MODEL_FIELDS} | {"link_scores": False})
