@@ -28,7 +28,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.fanouts import parse_fanouts
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.jobs.artifact import DatasetVersion, ModelConfig
-from graphtier.contract.jobs.directory import checkpoint_dir, job_directory
+from graphtier.contract.jobs.directory import checkpoint_dir, job_directory, link_scores_dir
 from graphtier.contract.jobs.rank_failures import write_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS
@@ -40,8 +40,9 @@ from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
 from graphtier.launcher.runtime.exported_model import JobOutputs, load_model
-from graphtier.launcher.runtime.link_eval import evaluate_links
+from graphtier.launcher.runtime.link_eval import SplitScores, evaluate_links
 from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
+from graphtier.launcher.runtime.link_scores import write_link_scores
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.models import build_typed_model
 from graphtier.launcher.runtime.objectives import LinkPrediction, NodeClassification, Objective
@@ -59,6 +60,7 @@ from graphtier.launcher.runtime.typed_link import (
 from graphtier.service.graph.common_neighbours import PairStructure
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.subgraph import Block
+from graphtier.service.sampling.typed_sampler import node_types_of
 from graphtier.service.store import AttachedDataset, attach_dataset
 
 TYPED_EVAL_BATCH_SIZE = 1024  # the fewest seeds per evaluation batch of a typed job (few passes, same figures)
@@ -188,6 +190,8 @@ class Job:
         self._pair_structure = (
             PairStructure(self.data.graph) if link and spec.decoder in PAIR_FEATURE_DECODERS else None
         )
+        # a link job keeping its test scores: each evaluation's, written when it is the best so far
+        self._kept: dict[str, SplitScores] | None = {} if link and spec.link_scores else None
         torch.manual_seed(spec.seed)  # the model a script builds next starts alike on every rank
 
     # Who and where
@@ -463,12 +467,19 @@ class Job:
                 heads=spec.heads,
             )
             return LinkPrediction(
-                lambda _module, _ctx, _embeddings: evaluate_typed_links(encoder, loader),  # the module is `encoder`
+                lambda _module, _ctx, _embeddings: evaluate_typed_links(  # the module is `encoder`
+                    encoder, loader, kept=self._kept
+                ),
                 model=encoder,
                 forward=typed_pair_forward,
+                on_best=self._keep_link_scores if self._kept is not None else None,
             )
         if self._eval is None:
-            return LinkPrediction(self._evaluate_links, structure=self._pair_structure)
+            return LinkPrediction(
+                self._evaluate_links,
+                structure=self._pair_structure,
+                on_best=self._keep_link_scores if self._kept is not None else None,
+            )
         if not self.typed:
             return NodeClassification(self._eval.eval_batches, model)
         schema = self.data.handle.hetero
@@ -492,6 +503,7 @@ class Job:
             embeddings,
             self.spec.seed,
             structure=self._pair_structure,
+            kept=self._kept,
         )
         decoder = getattr(getattr(model, "module", model), "decoder", None)
         if isinstance(decoder, ResidualAdamicAdarDecoder) and ctx.rank == 0:
@@ -503,6 +515,30 @@ class Job:
                 flush=True,
             )
         return metrics
+
+    def _keep_link_scores(self, epoch: int, best: dict[str, float]) -> None:
+        """Rank 0 writes the test scores of epoch `epoch`'s evaluation (figures `best`), the best so far, to
+        `link-scores/` in the job's directory, its pairs in the source's ids (typed: each end in its type's own)."""
+        if self.rank != 0 or not self._kept or "test" not in self._kept:
+            return
+        figures = {name: value for name, value in best.items() if name.startswith("test_")}
+        path = write_link_scores(
+            link_scores_dir(self.job_dir),
+            self._kept["test"],
+            epoch=epoch,
+            hits_k=DEFAULT_HITS_K,
+            metrics=figures,
+            source_ids=self._source_ids_by_type if self.typed else self.source_ids,
+        )
+        print(f"kept the test scores of epoch {epoch} in {path.parent}", flush=True)
+
+    def _source_ids_by_type(self, ids: Tensor) -> Tensor:
+        """The source's ids of typed global ids `ids`, each in its own node type's ids."""
+        schema = self.data.handle.hetero
+        assert schema is not None
+        offsets = torch.tensor(schema.offsets(), dtype=torch.int64)
+        old = self.source_ids(ids)
+        return old - offsets[node_types_of(old, offsets)]
 
     # The end
 

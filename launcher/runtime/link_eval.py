@@ -13,12 +13,16 @@ split's positive pairs are scored against
 
 Every rank computes the same figures from the same embeddings, so no rank waits on another
 past the one all-reduce. A rank's share of the nodes and the sample seed of each of its
-batches are the epoch plan's evaluation batches (graphtier.service.pipeline.epoch_plan).
+batches are the epoch plan's evaluation batches (graphtier.service.pipeline.epoch_plan). The
+scores a split's figures come from can be kept (`SplitScores`), so that they can be recomputed
+elsewhere (OGB's `Evaluator` gives the same Hits@K and MRR: a positive above the K-th best
+negative, ties against it counted as misses; a rank among its own tails with ties counted half).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -40,6 +44,20 @@ from graphtier.service.sampling import NeighborSampler
 from graphtier.service.store import AttachedDataset
 
 _MRR_STREAM = 0x4D5252  # seeds the corrupted tails of the MRR protocol
+
+
+@dataclass(frozen=True)
+class SplitScores:
+    """The scores one split's figures are computed from: its positive pairs, its pool of negative
+    pairs (AUC, Hits@K) and each positive's corrupted tails (MRR; the pair is the positive's head and
+    the tail), in graphtier's ids."""
+
+    positive_pairs: Tensor  # int64 [P, 2]
+    positive: Tensor  # float32 [P]
+    negative_pairs: Tensor  # int64 [N, 2]
+    negative: Tensor  # float32 [N]
+    tails: Tensor  # int64 [P, T]
+    tail_scores: Tensor  # float32 [P, T]
 
 
 def auc(positive: Tensor, negative: Tensor) -> float:
@@ -141,9 +159,11 @@ def link_metrics(
     splits: tuple[str, ...],
     hits_k: int = DEFAULT_HITS_K,
     structure: PairStructure | None = None,
+    kept: dict[str, SplitScores] | None = None,
 ) -> dict[str, float]:
     """split_auc, split_mrr and split_hits@K of each split, from the node embeddings `z` (and, for a
-    decoder that reads pair features, `structure`, built from `data.graph` when not given)."""
+    decoder that reads pair features, `structure`, built from `data.graph` when not given); `kept`,
+    when given, receives each split's `SplitScores`."""
     if model.reads_pair_features and structure is None:
         structure = PairStructure(data.graph)
 
@@ -173,6 +193,9 @@ def link_metrics(
         results[f"{split}_auc"] = auc(pos, neg)
         results[f"{split}_mrr"] = mrr(pos, tail_scores)
         results[f"{split}_hits@{hits_k}"] = hits_at_k(pos, neg, hits_k)
+        if kept is not None:
+            negatives = data.link_pairs[link_array(split, negative=True)]
+            kept[split] = SplitScores(positives, pos, negatives, neg, tails, tail_scores)
     return results
 
 
@@ -186,14 +209,16 @@ def evaluate_links(
     seed: int,
     splits: tuple[str, ...] = ("val", "test"),
     structure: PairStructure | None = None,
+    kept: dict[str, SplitScores] | None = None,
 ) -> dict[str, float]:
-    """Every split's metrics over all ranks (every rank must call it); the model back in training mode after."""
+    """Every split's metrics over all ranks (every rank must call it); the model back in training mode after.
+    `kept` receives each split's scores (`link_metrics`)."""
     module = getattr(model, "module", model)  # a DDP wrapper is looked through
     assert isinstance(module, LinkModel)
     was_training = module.training
     module.eval()
     try:
         z = node_embeddings(module, data, fanouts, batch_size, ctx, embeddings, seed)
-        return link_metrics(module, z, data, splits, structure=structure)
+        return link_metrics(module, z, data, splits, structure=structure, kept=kept)
     finally:
         module.train(was_training)

@@ -155,12 +155,14 @@ class LinkPrediction:
 
     `structure` (the training graph's) gives the pair features a decoder such as mlp+cn reads. `model`
     replaces the built-in `LinkModel` and `forward(model, batch, pairs)` scores a batch's pairs with it
-    (a typed job's `TypedLinkModel`)."""
+    (a typed job's `TypedLinkModel`). `on_best(epoch, figures)` is called on every rank after an evaluation
+    that is the best so far, with its figures (a job keeping its test scores writes that evaluation's)."""
 
     evaluator: LinkEvaluate | None
     structure: PairStructure | None = None
     model: nn.Module | None = None
     forward: PairForward | None = None
+    on_best: Callable[[int, dict[str, float]], None] | None = None
     _module: nn.Module | None = field(default=None, repr=False)
 
     def build_model(self, config: TrainConfig) -> nn.Module:
@@ -233,3 +235,5 @@ class LinkPrediction:
     def evaluate(self, session: TrainSession, module: nn.Module, epoch: int, batches: int) -> None:
         if self.evaluator is not None:
             session.record_evaluation(epoch, batches, self.evaluator(module, session.ctx, self._embeddings(module)))
+            if self.on_best is not None and session.best_epoch == epoch:
+                self.on_best(epoch, dict(session.best_eval))

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS, DecoderKind, NegativeSampling
-from graphtier.launcher.runtime.link_eval import auc, hits_at_k, mrr, mrr_tails
+from graphtier.launcher.runtime.link_eval import SplitScores, auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
 from graphtier.launcher.runtime.models.factory import ModelName, build_typed_model
 from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
@@ -192,8 +192,10 @@ def evaluate_typed_links(
     loader: TypedLinkBatches,
     splits: tuple[str, ...] = ("val", "test"),
     hits_k: int = DEFAULT_HITS_K,
+    kept: dict[str, SplitScores] | None = None,
 ) -> dict[str, float]:
-    """`<split>_auc`, `<split>_mrr` and `<split>_hits@K` over all ranks (every rank must call it).
+    """`<split>_auc`, `<split>_mrr` and `<split>_hits@K` over all ranks (every rank must call it); `kept`,
+    when given, receives each split's scores.
 
     Each rank embeds its share of the head and tail types' nodes, the shares are summed, and every
     rank scores the same pairs: the split's positives against its pool (AUC, Hits@K) and against
@@ -225,6 +227,9 @@ def evaluate_typed_links(
             results[f"{split}_auc"] = auc(pos, neg)
             results[f"{split}_mrr"] = mrr(pos, tail_scores)
             results[f"{split}_hits@{hits_k}"] = hits_at_k(pos, neg, hits_k)
+            if kept is not None:
+                negatives = loader.split_pairs(split, negative=True)
+                kept[split] = SplitScores(positives, pos, negatives, neg, tails, tail_scores)
         return results
     finally:
         model.train(was_training)
