@@ -1,4 +1,5 @@
-"""`graphtier job submit|status|list|logs|cancel`: run training jobs on the local daemon."""
+"""`graphtier job submit|status|list|logs|cancel|predict|score`: run training and inference jobs on the local
+daemon, and score pairs with a link model's inference output."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from graphtier.contract.command_line import FlagCommand, GivenOptions, with_model_options
+from graphtier.contract.inference import DEFAULT_CHUNK
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.cli import job_report
 from graphtier.launcher.cli.job_report import wrapped as _wrapped
@@ -240,3 +242,95 @@ def cancel(
         emit_json(job_dict(job))
     else:
         console.print(f"job {job.job_id} {job.state.value}: {job.message}")
+
+
+@app.command()
+def predict(
+    job_id: Annotated[str, typer.Argument(help="the succeeded job whose trained model to apply")],
+    ids: Annotated[
+        Path | None,
+        typer.Option("--ids", help="a file of the source's node ids (.npy, or one a line); default: every node"),
+    ] = None,
+    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="ranks, each a shard of every layer")] = 1,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="destination nodes per chunk of a layer")
+    ] = DEFAULT_CHUNK,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda")] = "cpu",
+    max_restarts: Annotated[int, typer.Option("--max-restarts", help="restarts of failed ranks, per layer")] = 0,
+    name: Annotated[str, typer.Option("--name", help="shown by `job list`")] = "",
+    wait: Annotated[bool, typer.Option("--wait", help="follow the job to its end; exit with its status")] = False,
+    runtime_dir: RuntimeDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Submit an inference job: JOB_ID's model applied layer by layer, over every neighbour, to every node
+    (or --ids), writing embeddings and predictions in the source's ids to the new job's predictions/."""
+    from graphtier.contract.jobs.spec import JobSpec
+
+    with error_boundary():
+        with _client(runtime_dir) as client:
+            source = client.get_job(job_id).spec
+            values = {
+                "dataset": source.dataset,
+                "from_job": job_id,
+                "nproc_per_node": nproc_per_node,
+                "batch_size": batch_size,
+                "device": device,
+                "max_restarts": max_restarts,
+                "name": name or f"predict {job_id}",
+            }
+            if ids is not None:
+                values["ids"] = script_path(ids, "--ids")
+            job = client.submit_job(JobSpec.build(values, source="command line"))
+            if not wait:
+                if json_out:
+                    emit_json(job_dict(job))
+                else:
+                    out = job.log_path.removesuffix("job.log") + "predictions"
+                    console.print(
+                        f"submitted inference job [bold]{job.job_id}[/] ({job.spec.trains}); its output: {out}; "
+                        f"follow it with `graphtier job status {job.job_id} --watch`"
+                    )
+                    typer.echo(job.job_id)
+                return
+            console.print(f"submitted inference job [bold]{job.job_id}[/]")
+            job = follow(client, job.job_id, quiet=json_out)
+        _finish(job, json_out)
+
+
+@app.command()
+def score(
+    job_id: Annotated[str, typer.Argument(help="an inference job of a link model (`job predict LINK_JOB`)")],
+    pairs: Annotated[
+        Path, typer.Option("--pairs", help="candidate pairs in the source's ids: two a line, or an [P, 2] .npy")
+    ],
+    out: Annotated[Path | None, typer.Option("--out", help="write the scores here (.npy); default: print them")] = None,
+    runtime_dir: RuntimeDirOption = None,
+) -> None:
+    """Score candidate pairs with an inference job's node embeddings and its link model's decoder."""
+    import numpy as np
+
+    from graphtier.contract.endpoints import read_endpoints
+    from graphtier.contract.errors import GraphtierError
+    from graphtier.launcher.runtime.pair_scores import read_pairs_file, score_pairs
+
+    with error_boundary():
+        where = runtime_directory(runtime_dir)
+        endpoints = read_endpoints(where)
+        if endpoints is None:
+            raise GraphtierError(f"no daemon at {where} to say where the job's dataset lives")
+        with _client(runtime_dir) as client:
+            job = client.get_job(job_id)
+            if not job.spec.infers or job.state.value != "succeeded":
+                raise GraphtierError(
+                    f"job {job_id} is a {'succeeded' if job.state.value == 'succeeded' else job.state.value} "
+                    f"{'inference' if job.spec.infers else 'training'} job: score pairs with a succeeded inference "
+                    f"job of a link model (`graphtier job predict LINK_JOB`)"
+                )
+        candidates = read_pairs_file(pairs)
+        scores = score_pairs(where, Path(endpoints.dataset_root), job_id, candidates).numpy()
+        if out is not None:
+            np.save(out, scores)
+            console.print(f"scored {len(scores):,} pairs into {out}")
+        else:
+            for (u, v), value in zip(candidates.tolist(), scores.tolist(), strict=True):
+                typer.echo(f"{u}\t{v}\t{value:.6g}")

@@ -76,7 +76,7 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
             *([spec["name"]] if named else []),
             document["state"],
             spec["dataset"],
-            Path(spec["script"]).name if spec["script"] else spec["model"],
+            Path(spec["script"]).name if spec["script"] else _model_column(spec),
             str(spec["nproc_per_node"]),
             f"{progress['global_step']}/{progress['total_steps']}" if progress else "-",
             *result_columns(document["result"]),
@@ -141,8 +141,15 @@ def wrapped(text: str, first: str = "  ", rest: str = "    ") -> list[str]:
     ) or [first.rstrip()]
 
 
+def _model_column(spec: dict[str, Any]) -> str:
+    """`job list`'s model cell: the model, and the job whose model an inference job applies."""
+    return f"{spec['model']} of {spec['from_job']}" if spec["from_job"] else spec["model"]
+
+
 def trains(spec: dict[str, Any]) -> str:
     """What the job trains, for people: the built-in model's name or the script's file name (`JobSpec.trains`)."""
+    if spec["from_job"]:
+        return f"{spec['model']} of job {spec['from_job']} (inference)"
     return f"script {Path(spec['script']).name}" if spec["script"] else spec["model"]
 
 
@@ -210,22 +217,26 @@ def describe(job: JobDocument) -> str:
     where = f" x {spec['nnodes']} nodes" if spec["nnodes"] > 1 else ""
     if spec["features"] == "partitioned":
         where += f", features partitioned ({spec['replicate']} on every node)"
-    lines = wrapped(
-        f"job {job['job_id']} [{job['state']}] {trains(spec)} on {spec['dataset']}, "
-        f"{spec['nproc_per_node']} rank(s){where}, {spec['epochs']} epoch(s), "
-        f"sampling on {spec['sampler']}" + (_link_task(spec) if spec["task"] == "link" else ""),
-        first="",
-    )
+    infers = bool(spec["from_job"])
+    if infers:  # layer by layer over every neighbour: its epochs are the model's layers
+        nodes = f"the nodes of {spec['ids']}" if spec["ids"] else "every node"
+        what = f"{spec['nproc_per_node']} rank(s), {len(spec['fanouts'])} layer(s) over {nodes}"
+    else:
+        what = f"{spec['nproc_per_node']} rank(s){where}, {spec['epochs']} epoch(s), sampling on {spec['sampler']}" + (
+            _link_task(spec) if spec["task"] == "link" else ""
+        )
+    lines = wrapped(f"job {job['job_id']} [{job['state']}] {trains(spec)} on {spec['dataset']}, {what}", first="")
     p = job["progress"]
     if p is not None and p["total_steps"]:
         done = min(p["global_step"], p["total_steps"])
         bar = "#" * int(30 * done / p["total_steps"])
         traffic, storage = _traffic(p), StorageCounters(**p["storage"])
-        lines.append(f"  [{bar:<30}] step {done}/{p['total_steps']}, epoch {p['epoch'] + 1}/{spec['epochs']}")
-        lines.append(
-            f"  loss {p['loss']:.4f}  train acc {p['train_accuracy']:.3f}  {p['batches_per_second']:.1f} batches/s"
-            f"  gathered {human_bytes(traffic.total_bytes)}"
-        )
+        stage = f"epoch {p['epoch'] + 1}/{spec['epochs']}"
+        if infers:
+            stage = f"layer {p['epoch'] + 1}/{len(spec['fanouts'])}"
+        lines.append(f"  [{bar:<30}] step {done}/{p['total_steps']}, {stage}")
+        figures = "" if infers else f"loss {p['loss']:.4f}  train acc {p['train_accuracy']:.3f}  "
+        lines.append(f"  {figures}{p['batches_per_second']:.1f} batches/s  gathered {human_bytes(traffic.total_bytes)}")
         if traffic.network.rows:
             lines.append(
                 f"  network tier: {traffic.network.rows:,} rows, {human_bytes(traffic.network.bytes)} "
@@ -234,6 +245,18 @@ def describe(job: JobDocument) -> str:
         if storage.rows:
             lines += wrapped(_storage_line(storage), first="  ", rest="    ")
     r = job["result"]
+    if infers:
+        if r is not None:
+            measured = dict(r["metrics"])
+            for split in ("val", "test"):
+                if r[f"{split}_accuracy"]:
+                    measured[f"{split} accuracy"] = r[f"{split}_accuracy"]
+            shown = "  ".join(f"{name} {value:.4f}" for name, value in sorted(measured.items()))
+            lines += wrapped(f"  predictions' {shown}" if shown else "  no split to measure", first="", rest="  ")
+            lines.append(f"  computed in {r['train_seconds']:.1f} s")
+        if job["state"] == "succeeded":
+            lines += wrapped(f"output {str(Path(job['log_path']).parent / 'predictions')}")
+        r = None
     if r is not None and r["metrics"]:
         lines += wrapped(
             "  " + "  ".join(f"{name} {value:.4f}" for name, value in sorted(r["metrics"].items())), first="", rest="  "
