@@ -1,0 +1,151 @@
+"""Inference jobs end to end: a real daemon, a trained job's model applied layer by layer by 2 gloo
+ranks over every node (or an id file's), read through the tiers, written in the source's ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphtier.contract.inference import UNTYPED_GROUP
+from graphtier.contract.jobs.directory import job_directory, layer_rows_dir, predictions_dir
+from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.runtime.inference_output import read_manifest, read_output
+from graphtier.launcher.runtime.trained_model import load_trained_model
+from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
+from graphtier.service.sampling import Block
+
+
+@pytest.fixture(scope="module")
+def cora_nodes(shared_datasets, prepared_root) -> PreparedDataset:
+    """Cora (its Planetoid split), undirected, for node classification."""
+    if not (prepared_root / "cora-nodes").exists():
+        source = f"planetoid:{shared_datasets / 'planetoid_cora'}"
+        prepare_dataset(PrepareConfig(source=source, name="cora-nodes", undirected=True, root=prepared_root))
+    return PreparedDataset.open("cora-nodes", prepared_root)
+
+
+@pytest.fixture
+def daemon(make_inproc_daemon):
+    """A daemon that keeps a succeeded job's checkpoints: the trained model inference applies."""
+    return make_inproc_daemon(keep_checkpoints=True)
+
+
+def run(client: DaemonClient, spec: JobSpec, state: JobState = JobState.SUCCEEDED):
+    job = client.submit_job(spec)
+    list(client.job_events(job.job_id, follow=True))
+    final = client.get_job(job.job_id)
+    assert final.state == state, f"{final.message}\n{Path(final.log_path).read_text()[-3000:]}"
+    return final
+
+
+def full_graph_forward(module, prepared: PreparedDataset, layers: int) -> torch.Tensor:
+    """The model over the whole graph at once (every layer's block the whole CSC): the reference."""
+    graph = prepared.graph
+    n = graph.num_nodes
+    block = Block(indptr=graph.colptr, indices=graph.row, num_src=n, num_dst=n)
+    with torch.no_grad():
+        return module([block] * layers, prepared.features.float())
+
+
+def test_inference_writes_every_nodes_embeddings_and_predictions_in_the_source_ids(daemon, cora_nodes):
+    runtime = daemon.config.runtime_dir
+    with DaemonClient(runtime_dir=runtime) as client:
+        trained = run(
+            client,
+            JobSpec(dataset="cora-nodes", fanouts=[10, 5], batch_size=64, hidden=32, epochs=2, nproc_per_node=2),
+        )
+        final = run(client, JobSpec(dataset="cora-nodes", from_job=trained.job_id, batch_size=500, nproc_per_node=2))
+    # the model's fields are the trained job's, whatever the inference job was submitted with
+    assert (final.spec.model, final.spec.hidden, final.spec.fanouts) == ("sage", 32, [10, 5])
+    assert final.spec.trains == f"sage of job {trained.job_id} (inference)"
+    n = cora_nodes.manifest.num_nodes
+    chunks = 2 * (-(-(n // 2) // 500))  # 2 layers of each rank's half of the nodes, 500 a chunk
+    assert final.progress.total_steps == chunks and final.progress.global_step == chunks
+    # layer 0 read every chunk's sources through the tiers, counted as a producer's gathers are
+    assert final.progress.traffic.total_rows >= n
+    out = predictions_dir(job_directory(runtime, final.job_id))
+    manifest = read_manifest(out)
+    assert manifest.trained.job_id == trained.job_id and manifest.rows == "every node"
+    arrays = read_output(out)
+    assert arrays["embeddings"].shape == (n, 32) and arrays["logits"].shape == (n, 7)
+    assert np.array_equal(arrays["ids"], np.arange(n))  # row i is the source's node i
+    assert len(manifest.groups[UNTYPED_GROUP].arrays["embeddings"].shards) == 2  # one shard per rank
+
+    model = load_trained_model(job_directory(runtime, trained.job_id), None, torch.device("cpu"))
+    reference = full_graph_forward(model.module, cora_nodes, 2)  # graphtier's ids: hotness order
+    order = cora_nodes.old_to_new
+    assert torch.allclose(torch.from_numpy(arrays["logits"]), reference[order], atol=1e-4)
+    assert np.array_equal(arrays["predictions"], reference[order].argmax(dim=1).numpy())
+    labels = cora_nodes.labels
+    test = cora_nodes.split("test")
+    accuracy = float((reference[test].argmax(dim=1) == labels[test]).double().mean())
+    assert final.result.test_accuracy == pytest.approx(accuracy)  # the job's result: its own predictions'
+    assert not layer_rows_dir(job_directory(runtime, final.job_id)).exists()  # the layer rows are gone
+
+
+def test_link_job_keeps_test_scores_that_ogbs_evaluator_recomputes(daemon, cora_link):
+    """A link job's kept test scores give OGB's own Hits@50 and MRR; its inference job's embeddings give the
+    job's metrics again, and `job score` scores its test pairs as the job did."""
+    evaluator = pytest.importorskip("ogb.linkproppred").Evaluator
+    from graphtier.launcher.runtime.link_scores import read_link_scores
+    from graphtier.launcher.runtime.pair_scores import score_pairs
+
+    runtime = daemon.config.runtime_dir
+    spec = JobSpec(
+        dataset="cora-link", task="link", fanouts=[5, 5], batch_size=512, hidden=32, epochs=1, lr=0.01,
+        dropout=0.0, nproc_per_node=2, decoder="mlp", link_scores=True,
+    )  # fmt: skip
+    with DaemonClient(runtime_dir=runtime) as client:
+        trained = run(client, spec)
+        manifest, arrays = read_link_scores(job_directory(runtime, trained.job_id) / "link-scores")
+        best = trained.result.best
+        assert manifest.epoch == best.epoch and manifest.metrics == {
+            k: v for k, v in best.metrics.items() if k.startswith("test_")
+        }
+        positive, negative = torch.from_numpy(arrays["positive_scores"]), torch.from_numpy(arrays["negative_scores"])
+        hits = evaluator("ogbl-collab").eval({"y_pred_pos": positive, "y_pred_neg": negative})["hits@50"]
+        tails = torch.from_numpy(arrays["tail_scores"])
+        mrr = evaluator("ogbl-citation2").eval({"y_pred_pos": positive, "y_pred_neg": tails})["mrr_list"].mean()
+        assert abs(hits - best.metrics["test_hits@50"]) <= 1e-6
+        assert abs(float(mrr) - best.metrics["test_mrr"]) <= 1e-6
+        # the pairs in the source's ids: the test edges of the split made at prepare
+        test_edges = cora_link.source_ids(cora_link.array("link_test").reshape(-1)).view(-1, 2)
+        assert np.array_equal(arrays["positive_pairs"], test_edges.numpy())
+        assert arrays["tails"].shape == arrays["tail_scores"].shape == (positive.numel(), 100)
+
+        inferred = run(client, JobSpec(dataset="cora-link", from_job=trained.job_id, nproc_per_node=2))
+    assert (inferred.spec.task, inferred.spec.decoder) == ("link", "mlp")
+    embeddings = read_output(predictions_dir(job_directory(runtime, inferred.job_id)))["embeddings"]
+    assert embeddings.shape == (cora_link.manifest.num_nodes, 32)
+    for name, value in trained.result.metrics.items():  # the same weights, every neighbour: the same figures
+        assert inferred.result.metrics[name] == pytest.approx(value, abs=2e-3), name
+    root = cora_link.directory.parent
+    scored = score_pairs(runtime, root, inferred.job_id, torch.from_numpy(arrays["positive_pairs"]))
+    assert torch.allclose(scored, positive, atol=1e-4)
+
+
+def test_typed_inference_writes_each_node_types_rows(daemon, prepared_acm):
+    runtime = daemon.config.runtime_dir
+    spec = JobSpec(
+        dataset="acm", model="rgcn", relation_fanouts=["5", "5"], batch_size=64, hidden=16, epochs=2, lr=0.05,
+        dropout=0.2, nproc_per_node=2,
+    )  # fmt: skip
+    with DaemonClient(runtime_dir=runtime) as client:
+        trained = run(client, spec)
+        inferred = run(client, JobSpec(dataset="acm", from_job=trained.job_id, batch_size=1024, nproc_per_node=2))
+    schema = prepared_acm.manifest.hetero
+    out = predictions_dir(job_directory(runtime, inferred.job_id))
+    assert sorted(read_manifest(out).groups) == sorted(t.name for t in schema.node_types)
+    for info in schema.node_types:
+        arrays = read_output(out, info.name)
+        assert arrays["embeddings"].shape == (info.count, 16)
+        assert np.array_equal(arrays["ids"], np.arange(info.count))  # each type's own ids, in its order
+        assert ("logits" in arrays) == (info.name == schema.target_type)
+    # the exact evaluation of the same (last epoch's) weights: every neighbour, as training evaluates a typed job
+    test = prepared_acm.manifest.split_sizes["test"]
+    assert inferred.result.test_accuracy == pytest.approx(trained.result.test_accuracy, abs=2 / test)
