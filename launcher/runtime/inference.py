@@ -241,6 +241,9 @@ def _infer(
             f"over {where}: {len(steps.widths)} layer(s) of widths {steps.widths}, {ctx.world_size} rank(s)",
             flush=True,
         )
+    first = rows.first_incomplete(steps.widths)
+    if first and ctx.rank == 0:
+        print(f"layers 0..{first - 1} were computed by an earlier attempt: resuming at layer {first}", flush=True)
     last_progress = LayerwiseProgress()
 
     def on_chunk(progress: LayerwiseProgress) -> None:
@@ -264,8 +267,6 @@ def _infer(
     with torch.no_grad():
         for chunk in chunks:
             chunk.write(steps.layer(chunk))
-    if last_progress.steps_done == 0 and ctx.rank == 0 and last_progress.total_steps:
-        print("every layer was computed by an earlier attempt: writing the output", flush=True)
     out = predictions_dir(job_dir)
     labels = torch.tensor(data.handle.class_labels, dtype=torch.int64) if data.handle.class_labels else None
     target_type = schema.target_type if schema is not None else None

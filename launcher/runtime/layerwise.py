@@ -132,6 +132,10 @@ class LayerRows:
             and rows.stat().st_size == expected
         )
 
+    def first_incomplete(self, widths: Sequence[int]) -> int:
+        """The first layer without a marker of this run: where a run starts (len(widths): every layer is done)."""
+        return next((layer for layer, width in enumerate(widths) if not self.done(layer, width)), len(widths))
+
     def rows(self, layer: int, width: int, *, create: bool = False) -> Tensor:
         """[num_nodes, width] float32 rows of layer `layer`, mapped shared; `create` (every rank at once)
         makes a new zero file first (sparse on disk until written) and forgets an old marker."""
@@ -297,7 +301,7 @@ def layerwise(
     neighbourhoods = _Neighbourhoods(data)
     counts = [len(plan.chunks(layer, ctx.rank, ctx.world_size, chunk_size)) for layer in range(plan.num_layers)]
     progress = LayerwiseProgress(total_steps=sum(counts))
-    first = next((layer for layer in range(plan.num_layers) if not rows.done(layer, widths[layer])), plan.num_layers)
+    first = rows.first_incomplete(widths)
     progress.steps_done = sum(counts[:first])
     progress.layer = first
     for layer in range(first, plan.num_layers):

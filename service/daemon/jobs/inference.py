@@ -10,6 +10,7 @@ model or was itself an inference job, another dataset, several nodes, a script.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from graphtier.contract.errors import InvalidRequestError, UnknownJobError
@@ -67,6 +68,8 @@ def resolve_inference(spec: JobSpec, table: JobTable, runtime_dir: Path) -> JobS
             f"{what} trained on dataset {source.dataset!r}, not {spec.dataset!r}: its model is applied to the "
             "dataset it was trained on"
         )
+    if spec.ids and not os.access(spec.ids, os.R_OK):
+        raise InvalidRequestError(f"job spec: ids {spec.ids}: no such file, or not readable by the daemon")
     if trained_model_file(source_dir) is None:
         raise InvalidRequestError(
             f"{what} left no trained model in {source_dir} (a daemon without --keep-checkpoints removes a "

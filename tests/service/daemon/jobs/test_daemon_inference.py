@@ -3,12 +3,16 @@ ranks over every node (or an id file's), read through the tiers, written in the 
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.inference import UNTYPED_GROUP
 from graphtier.contract.jobs.directory import job_directory, layer_rows_dir, predictions_dir
 from graphtier.contract.jobs.spec import JobSpec
@@ -149,3 +153,101 @@ def test_typed_inference_writes_each_node_types_rows(daemon, prepared_acm):
     # the exact evaluation of the same (last epoch's) weights: every neighbour, as training evaluates a typed job
     test = prepared_acm.manifest.split_sizes["test"]
     assert inferred.result.test_accuracy == pytest.approx(trained.result.test_accuracy, abs=2 / test)
+
+
+def wait_for(predicate, what: str, timeout_s: float = 300.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.01)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def rmat_sage(daemon, small_rmat):
+    """A succeeded 3-layer GraphSAGE job on rmat12 (its id)."""
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5, 5], batch_size=256, hidden=16, epochs=1, nproc_per_node=1)
+    with DaemonClient(runtime_dir=daemon.config.runtime_dir) as client:
+        return run(client, spec).job_id
+
+
+def test_a_killed_rank_resumes_at_the_first_layer_not_completed(daemon, small_rmat, rmat_sage):
+    runtime = daemon.config.runtime_dir
+    spec = JobSpec(dataset="rmat12", from_job=rmat_sage, batch_size=4, nproc_per_node=2, max_restarts=1)
+    with DaemonClient(runtime_dir=runtime) as client:
+        job = client.submit_job(spec)
+        layers = layer_rows_dir(job_directory(runtime, job.job_id))
+        wait_for(lambda: (layers / "layer-0.done.json").exists(), "layer 0 to complete")
+        rows0 = (layers / "layer-0.rows").stat()
+        rank1 = wait_for(lambda: next((r for r in client.get_job(job.job_id).ranks if r.rank == 1), None), "rank 1")
+        os.kill(rank1.trainer_pid, signal.SIGKILL)
+        list(client.job_events(job.job_id, follow=True))
+        final = client.get_job(job.job_id)
+    log = Path(final.log_path).read_text()
+    assert final.state == JobState.SUCCEEDED, f"{final.message}\n{log[-3000:]}"
+    resumed = [line for line in log.splitlines() if "computed by an earlier attempt: resuming at layer" in line]
+    assert len(resumed) == 1 and "layers 0.." in resumed[0], log[-3000:]
+    assert (layers / "layer-0.rows").exists() is False  # removed once the output was written
+    assert rows0.st_size == small_rmat.manifest.num_nodes * 16 * 4
+    model = load_trained_model(job_directory(runtime, rmat_sage), None, torch.device("cpu"))
+    reference = full_graph_forward(model.module, small_rmat, 3)[small_rmat.old_to_new]
+    logits = read_output(predictions_dir(job_directory(runtime, final.job_id)))["logits"]
+    assert torch.allclose(torch.from_numpy(logits), reference, atol=1e-4)
+
+
+def test_an_inference_job_is_cancelled_with_its_ranks(daemon, rmat_sage):
+    spec = JobSpec(dataset="rmat12", from_job=rmat_sage, batch_size=1, nproc_per_node=2)
+    with DaemonClient(runtime_dir=daemon.config.runtime_dir) as client:
+        job = client.submit_job(spec)
+        running = wait_for(
+            lambda: (j := client.get_job(job.job_id)).state == JobState.RUNNING and len(j.ranks) == 2 and j, "running"
+        )
+        assert running.progress.total_steps == 3 * 4096 // 2  # per rank: chunks of one node, half of each layer
+        cancelled = client.cancel_job(job.job_id, "enough")
+    assert cancelled.state == JobState.CANCELLED and cancelled.message == "enough"
+    for rank in running.ranks:
+        with pytest.raises(ProcessLookupError):
+            os.kill(rank.trainer_pid, 0)
+
+
+def test_an_id_file_computes_its_nodes_rows_in_its_order(daemon, cora_nodes, tmp_path):
+    runtime = daemon.config.runtime_dir
+    ids = torch.randperm(cora_nodes.manifest.num_nodes, generator=torch.Generator().manual_seed(3))[:50]
+    listed = tmp_path / "ids.txt"
+    listed.write_text("".join(f"{i}\n" for i in ids.tolist()))
+    with DaemonClient(runtime_dir=runtime) as client:
+        trained = run(client, JobSpec(dataset="cora-nodes", fanouts=[10, 5], batch_size=64, hidden=32, epochs=1))
+        final = run(
+            client,
+            JobSpec(dataset="cora-nodes", from_job=trained.job_id, ids=str(listed), batch_size=16, nproc_per_node=2),
+        )
+        listed.write_text("5\n99999\n")
+        failed = run(client, JobSpec(dataset="cora-nodes", from_job=trained.job_id, ids=str(listed)), JobState.FAILED)
+    assert f"ids file {listed}: ids [99999] are not nodes of dataset 'cora-nodes'" in failed.message
+    out = predictions_dir(job_directory(runtime, final.job_id))
+    arrays = read_output(out)
+    assert read_manifest(out).rows == str(listed) and np.array_equal(arrays["ids"], ids.numpy())
+    model = load_trained_model(job_directory(runtime, trained.job_id), None, torch.device("cpu"))
+    reference = full_graph_forward(model.module, cora_nodes, 2)[cora_nodes.old_to_new[ids]]
+    assert torch.allclose(torch.from_numpy(arrays["logits"]), reference, atol=1e-4)
+    # only the ids' receptive field was computed: fewer chunks than 2 layers of every node's
+    assert final.progress.total_steps < 2 * (cora_nodes.manifest.num_nodes // 2 // 16)
+
+
+def test_inference_refuses_what_it_cannot_apply(daemon, cora_nodes, rmat_sage, tmp_path):
+    with DaemonClient(runtime_dir=daemon.config.runtime_dir) as client:
+        for spec, why in (
+            (JobSpec(dataset="rmat12", from_job="404"), "from_job '404': no such job on this daemon"),
+            (JobSpec(dataset="cora-nodes", from_job=rmat_sage), "trained on dataset 'rmat12', not 'cora-nodes'"),
+            (
+                JobSpec(dataset="rmat12", from_job=rmat_sage, script=str(tmp_path / "x.py")),
+                "runs the built-in layer-wise inference; a script infers with its own model through job.layerwise",
+            ),
+            (JobSpec(dataset="rmat12", from_job=rmat_sage, ids=str(tmp_path / "none")), "ids .*none: no such file"),
+        ):
+            with pytest.raises(DaemonRequestError, match=why):
+                client.submit_job(spec)
+    with pytest.raises(ValueError, match="ids .* choose the nodes of an inference job: give from_job too"):
+        JobSpec(dataset="rmat12", ids=str(tmp_path / "ids.npy"))
