@@ -76,7 +76,7 @@ class PredictionManifest(BaseModel):
     job_id: str
     dataset: str
     dataset_version: str = Field(description="the prepared dataset's content version (`dataset_version`)")
-    trained: TrainedModelInfo
+    trained: TrainedModelInfo | None = Field(description="the built-in model applied; None: a script's own")
     rows: str = Field(description="'every node' (in the source's order) or the id file's path (in its order)")
     groups: dict[str, OutputGroup] = Field(description="by node type; `node` on a graph with one type")
     class_labels: list[int] | None = Field(

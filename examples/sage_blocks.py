@@ -10,6 +10,10 @@ submit --script` takes them for every field its flags leave unset, and a launch 
 into shared memory, one per rank. Each batch brings `blocks` (one bipartite CSC graph per layer, input layer first) and
 the input features `x`, already on the rank's device. `--script-args '--eval-every 5'` reaches this
 script's own argparse under `job submit`.
+
+`--predict` ends with layer-wise inference of the trained model (`job.layerwise`): every layer for
+every node over its full neighbourhood, each rank a shard, written as npy shards in the source's ids
+(the last hidden layer as `embeddings`, the last as `logits`) to `predictions/` in the job's directory.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ def main() -> None:
     parser.add_argument("--fanout", help="neighbours per hop, e.g. 10,5 (a launch of your own)")
     parser.add_argument("--batch-size", type=int, help="seed nodes per batch per rank (a launch of your own)")
     parser.add_argument("--epochs", type=int, help="passes over the train ids (a launch of your own)")
+    parser.add_argument("--predict", action="store_true", help="end with layer-wise inference of every node")
     args = parser.parse_args()
 
     spec = dict(JOB_DEFAULTS)
@@ -89,6 +94,26 @@ def main() -> None:
         accuracy = job.evaluate(model)
         if job.rank == 0:
             print(f"final accuracy: {accuracy}")
+        if args.predict:
+            predict(job, getattr(model, "module", model))
+
+
+@torch.no_grad()
+def predict(job: graphtier.loader.Job, model: GraphSAGE) -> None:
+    """Every node's embeddings (the last hidden layer) and logits, layer by layer over full neighbourhoods."""
+    model.eval()
+    run = job.layerwise([layer.lin_neigh.out_features for layer in model.layers])
+    for chunk in run:  # this rank's destinations of one layer, their whole in-neighbourhood, the layer's input
+        h = model.layers[chunk.layer](chunk.block, chunk.x)
+        chunk.write(F.relu(h) if chunk.layer < len(model.layers) - 1 else h)
+    last = len(model.layers) - 1
+    out = run.save({"embeddings": last - 1, "logits": last} if last else {"logits": last})
+    test = job.split_ids("test")
+    predicted = run.rows(last).index_select(0, test).argmax(dim=1)
+    labels = job.data.labels.index_select(0, test)
+    if job.rank == 0:
+        print(f"layer-wise predictions: test accuracy {float((predicted == labels).double().mean()):.4f}; in {out}")
+    run.close()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import contextlib
 import difflib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +27,7 @@ from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.fanouts import parse_fanouts
 from graphtier.contract.hetero import HeteroSchema
+from graphtier.contract.inference import DEFAULT_CHUNK
 from graphtier.contract.jobs.artifact import DatasetVersion, ModelConfig
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory, link_scores_dir
 from graphtier.contract.jobs.rank_failures import write_rank_failure
@@ -40,6 +41,7 @@ from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
 from graphtier.launcher.runtime.exported_model import JobOutputs, load_model
+from graphtier.launcher.runtime.layerwise_run import LayerwiseRun
 from graphtier.launcher.runtime.link_eval import SplitScores, evaluate_links
 from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
 from graphtier.launcher.runtime.link_scores import write_link_scores
@@ -320,6 +322,15 @@ class Job:
             correct, labelled = int((predicted == y)[mask].sum()), int(mask.sum())
         self.session.record_step(self._epoch, self._index, value, correct, labelled)
 
+    def _prepared_dataset(self) -> PreparedDataset:
+        """The prepared dataset behind the job's copy (its id maps), opened once."""
+        if self._prepared is None:
+            endpoints = read_endpoints(self.client.runtime_dir)
+            if endpoints is None:
+                raise GraphtierError(f"no daemon at {self.client.runtime_dir} to say where {self.spec.dataset!r} lives")
+            self._prepared = PreparedDataset.open(self.spec.dataset, Path(endpoints.dataset_root))
+        return self._prepared
+
     def source_ids(self, ids: Tensor) -> Tensor:
         """The source's ids of this job's nodes, so that predictions line up with the source's files.
 
@@ -335,12 +346,63 @@ class Job:
         Raises:
             GraphtierError: No daemon answers to say where the dataset lives.
         """
-        if self._prepared is None:
-            endpoints = read_endpoints(self.client.runtime_dir)
-            if endpoints is None:
-                raise GraphtierError(f"no daemon at {self.client.runtime_dir} to say where {self.spec.dataset!r} lives")
-            self._prepared = PreparedDataset.open(self.spec.dataset, Path(endpoints.dataset_root))
-        return self._prepared.source_ids(ids)
+        return self._prepared_dataset().source_ids(ids)
+
+    def layerwise(
+        self,
+        widths: Sequence[int],
+        *,
+        ids: str | Path | None = None,
+        chunk_size: int = DEFAULT_CHUNK,
+        key: str | None = None,
+        input_rows: Callable[[Tensor], Tensor] | None = None,
+    ) -> LayerwiseRun:
+        """Layer-wise inference of your own model over this job's graph, as `graphtier job predict` runs it.
+
+        Every layer is computed for every node (or for the receptive field of the nodes `ids` names) over
+        its full neighbourhood, one layer after the other, this rank a contiguous shard of each layer.
+        Every rank iterates the run and writes each chunk's rows, then saves or reads them:
+
+            run = job.layerwise([hidden, num_classes])
+            for chunk in run:   # chunk.layer, chunk.block (full neighbourhood), chunk.x (its input rows)
+                chunk.write(my_layer(chunk.layer, chunk.block, chunk.x))
+            run.save({"embeddings": 0, "logits": 1})   # npy shards in the source's ids
+            run.close()
+
+        Layer 0's `chunk.x` are the features read through the tiers (on a typed graph a dict by node
+        type); later layers' are the previous layer's rows.
+
+        Args:
+            widths: The width of each layer's output rows, input layer first.
+            ids: A file of the source's node ids (a 1-D integer .npy, or one id a line) whose rows to
+                compute; None computes every node.
+            chunk_size: Destination nodes per chunk.
+            key: Names the run, so that a rank restarted by torchrun resumes it after its last complete
+                layer; default: the job's step count, the widths and `ids`.
+            input_rows: Replaces layer 0's features: `input_rows(nodes)` gives the rows of graphtier ids
+                `nodes` (e.g. a model's learned embeddings).
+
+        Returns:
+            The run: iterate it, then `save`, `rows` and `close`.
+
+        Raises:
+            GraphtierError: A width is not a positive int, or the ids file names nodes the dataset lacks.
+        """
+        if key is None:
+            key = f"step {self.session.step}:{list(widths)}:{ids or ''}"
+        ids_file = Path(ids) if ids is not None else None
+        return LayerwiseRun(
+            self.data,
+            self._prepared_dataset,
+            self.ctx,
+            self.job_id,
+            self.job_dir,
+            widths,
+            ids_file=ids_file,
+            chunk_size=chunk_size,
+            key=f"script:{key}",
+            input_rows=input_rows,
+        )
 
     def split_ids(self, split: str) -> Tensor:
         """The node ids of a split, in graphtier's numbering (`source_ids` maps them to the source's).

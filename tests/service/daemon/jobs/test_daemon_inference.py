@@ -251,3 +251,29 @@ def test_inference_refuses_what_it_cannot_apply(daemon, cora_nodes, rmat_sage, t
                 client.submit_job(spec)
     with pytest.raises(ValueError, match="ids .* choose the nodes of an inference job: give from_job too"):
         JobSpec(dataset="rmat12", ids=str(tmp_path / "ids.npy"))
+
+
+def test_a_script_infers_layer_by_layer_with_its_own_model(daemon, cora_nodes):
+    """examples/sage_blocks.py --predict: `job.layerwise` over the script's own GraphSAGE, saved in source ids."""
+    runtime = daemon.config.runtime_dir
+    script = Path(__file__).resolve().parents[4] / "examples" / "sage_blocks.py"
+    spec = JobSpec(
+        dataset="cora-nodes", script=str(script), args=["--predict"], fanouts=[10, 5], batch_size=64, hidden=32,
+        epochs=4, lr=0.01, nproc_per_node=2,
+    )  # fmt: skip
+    with DaemonClient(runtime_dir=runtime) as client:
+        final = run(client, spec)
+    out = predictions_dir(job_directory(runtime, final.job_id))
+    manifest, arrays = read_manifest(out), read_output(out)
+    n = cora_nodes.manifest.num_nodes
+    assert manifest.trained is None and manifest.rows == "every node"
+    assert arrays["embeddings"].shape == (n, 32) and arrays["logits"].shape == (n, 7)
+    assert np.array_equal(arrays["ids"], np.arange(n))
+    test = cora_nodes.split("test")  # graphtier's ids; the output's rows are the source's
+    source_test = cora_nodes.source_ids(test).numpy()
+    accuracy = float((arrays["logits"][source_test].argmax(axis=1) == cora_nodes.labels[test].numpy()).mean())
+    logged = Path(final.log_path).read_text()
+    assert f"layer-wise predictions: test accuracy {accuracy:.4f}" in logged
+    # every neighbour rather than the job's sampled evaluation: about the same accuracy
+    assert abs(accuracy - final.result.test_accuracy) <= 0.05, (accuracy, final.result.test_accuracy)
+    assert not layer_rows_dir(job_directory(runtime, final.job_id)).exists()
