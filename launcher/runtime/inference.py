@@ -243,7 +243,7 @@ def _infer(
         )
     first = rows.first_incomplete(steps.widths)
     if first and ctx.rank == 0:
-        print(f"layers 0..{first - 1} were computed by an earlier attempt: resuming at layer {first}", flush=True)
+        print(f"layer {first - 1} was completed by an earlier attempt: resuming at layer {first}", flush=True)
     last_progress = LayerwiseProgress()
 
     def on_chunk(progress: LayerwiseProgress) -> None:
@@ -263,6 +263,7 @@ def _infer(
         chunk_size=spec.batch_size,
         input_rows=steps.input_rows,
         on_chunk=on_chunk,
+        keep={len(steps.widths) - 1, *([steps.embedding_layer] if steps.embedding_layer is not None else [])},
     )
     with torch.no_grad():
         for chunk in chunks:

@@ -17,8 +17,9 @@ L x (nodes + edges). Per layer:
 A layer's rows live in one file per layer in the job's directory (`LayerRows`), mapped shared by
 every rank of the machine: a rank reads its neighbours' rows where another rank wrote them, no
 rows travel through the process group. Once every rank has written (and flushed) its shard, a
-marker records the layer complete; a rank restarted by torchrun reads the markers and resumes at
-the first layer without one (`key` tells a marker of this run from one of another model).
+marker records the layer complete, and the layer below is dropped unless its rows are wanted after
+the run; a rank restarted by torchrun reads the markers and resumes after the last complete layer
+(`key` tells a marker of this run from one of another model).
 
 `layerwise()` yields the chunks; the built-in inference (`inference.py`) and a user's script
 (`Job.layerwise`) both iterate it and `write` each chunk's output rows.
@@ -29,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,8 +134,17 @@ class LayerRows:
         )
 
     def first_incomplete(self, widths: Sequence[int]) -> int:
-        """The first layer without a marker of this run: where a run starts (len(widths): every layer is done)."""
-        return next((layer for layer, width in enumerate(widths) if not self.done(layer, width)), len(widths))
+        """Where a run starts: after the last layer complete with this run's key (its rows are all the next
+        layer reads; the layers below may have been dropped), 0 without one; len(widths): every layer is done."""
+        return next((layer + 1 for layer in reversed(range(len(widths))) if self.done(layer, widths[layer])), 0)
+
+    def drop(self, layer: int) -> None:
+        """Layer `layer`'s rows are no longer read (every rank at once): unmapped, its file and marker removed."""
+        self._maps.pop(layer, None)
+        self.ctx.barrier()
+        if self.ctx.rank == 0:
+            self._path(layer, _MARK_SUFFIX).unlink(missing_ok=True)
+            self._path(layer, _ROWS_SUFFIX).unlink(missing_ok=True)
 
     def rows(self, layer: int, width: int, *, create: bool = False) -> Tensor:
         """[num_nodes, width] float32 rows of layer `layer`, mapped shared; `create` (every rank at once)
@@ -288,11 +298,14 @@ def layerwise(
     device: torch.device | None = None,
     input_rows: Callable[[Tensor], Tensor] | None = None,
     on_chunk: Callable[[LayerwiseProgress], None] | None = None,
+    keep: Collection[int] | None = None,
 ) -> Iterator[LayerChunk]:
     """This rank's chunks of every layer not yet complete (module docstring); `widths[l]` is layer l's
     output width. Every chunk must be `write`n before the next is asked for. `input_rows(nodes)`
     replaces layer 0's features (a model's learned embeddings); `device` (default: the context's)
-    is where chunks' blocks and rows are put; `on_chunk(progress)` is called after each chunk."""
+    is where chunks' blocks and rows are put; `on_chunk(progress)` is called after each chunk.
+    `keep`: the layers whose rows are wanted after the run (None: all); a layer not in it is dropped
+    as soon as the next one is complete, so at most two layers' rows are held besides those."""
     if len(widths) != plan.num_layers:
         raise GraphtierError(f"{len(widths)} layer widths for a plan of {plan.num_layers} layers")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
@@ -360,6 +373,8 @@ def layerwise(
             if on_chunk is not None:
                 on_chunk(progress)
         rows.complete(layer, widths[layer], plan.count(layer))
+        if layer and keep is not None and layer - 1 not in keep:
+            rows.drop(layer - 1)
 
 
 def _block_to(block: Block, device: torch.device) -> Block:

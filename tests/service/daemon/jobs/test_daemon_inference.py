@@ -180,17 +180,15 @@ def test_a_killed_rank_resumes_at_the_first_layer_not_completed(daemon, small_rm
         job = client.submit_job(spec)
         layers = layer_rows_dir(job_directory(runtime, job.job_id))
         wait_for(lambda: (layers / "layer-0.done.json").exists(), "layer 0 to complete")
-        rows0 = (layers / "layer-0.rows").stat()
         rank1 = wait_for(lambda: next((r for r in client.get_job(job.job_id).ranks if r.rank == 1), None), "rank 1")
         os.kill(rank1.trainer_pid, signal.SIGKILL)
         list(client.job_events(job.job_id, follow=True))
         final = client.get_job(job.job_id)
     log = Path(final.log_path).read_text()
     assert final.state == JobState.SUCCEEDED, f"{final.message}\n{log[-3000:]}"
-    resumed = [line for line in log.splitlines() if "computed by an earlier attempt: resuming at layer" in line]
-    assert len(resumed) == 1 and "layers 0.." in resumed[0], log[-3000:]
-    assert (layers / "layer-0.rows").exists() is False  # removed once the output was written
-    assert rows0.st_size == small_rmat.manifest.num_nodes * 16 * 4
+    resumed = [line for line in log.splitlines() if "completed by an earlier attempt: resuming at layer" in line]
+    assert len(resumed) == 1, log[-3000:]
+    assert not layers.exists()  # the layer rows are removed once the output is written
     model = load_trained_model(job_directory(runtime, rmat_sage), None, torch.device("cpu"))
     reference = full_graph_forward(model.module, small_rmat, 3)[small_rmat.old_to_new]
     logits = read_output(predictions_dir(job_directory(runtime, final.job_id)))["logits"]
