@@ -28,13 +28,25 @@ for. `DatasetInfo` (`job.dataset`) sizes the model. Outside any job, `PreparedDa
 reads a prepared dataset: its graph, features, labels, splits and ids. `load_model(DIR)` rebuilds
 the built-in model a job exported (`graphtier job export ID --out DIR`) with its best epoch's
 weights, and `read_manifest(DIR)` says what it is (format: `graphtier.contract.jobs.artifact`).
+`read_predictions(DIR)` reads an inference job's output (`graphtier job predict`) as whole arrays.
 """
 
 from __future__ import annotations
 
 from graphtier.contract.jobs.artifact import read_manifest
 from graphtier.launcher.loader import Batch, Block, DatasetInfo, Job, connect, load_model
+from graphtier.launcher.runtime.inference_output import read_output as read_predictions
 from graphtier.service.prepared import PreparedDataset
 
 # in reading order: the API reference lists them so
-__all__ = ["connect", "Job", "DatasetInfo", "Batch", "Block", "PreparedDataset", "load_model", "read_manifest"]
+__all__ = [
+    "connect",
+    "Job",
+    "DatasetInfo",
+    "Batch",
+    "Block",
+    "PreparedDataset",
+    "load_model",
+    "read_manifest",
+    "read_predictions",
+]

@@ -309,16 +309,14 @@ def score(
     """Score candidate pairs with an inference job's node embeddings and its link model's decoder."""
     import numpy as np
 
-    from graphtier.contract.endpoints import read_endpoints
     from graphtier.contract.errors import GraphtierError
     from graphtier.launcher.runtime.pair_scores import read_pairs_file, score_pairs
 
     with error_boundary():
-        where = runtime_directory(runtime_dir)
-        endpoints = read_endpoints(where)
-        if endpoints is None:
-            raise GraphtierError(f"no daemon at {where} to say where the job's dataset lives")
         with _client(runtime_dir) as client:
+            where, endpoints = client.runtime_dir, client.endpoints
+            if endpoints is None:
+                raise GraphtierError(f"no daemon at {where} to say where the job's dataset lives")
             job = client.get_job(job_id)
             if not job.spec.infers or job.state.value != "succeeded":
                 raise GraphtierError(
