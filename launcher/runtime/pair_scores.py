@@ -63,7 +63,7 @@ def _rows_of(ids: np.ndarray, wanted: Tensor, what: str) -> Tensor:
     """Positions in the output's `ids` of source ids `wanted`; GraphtierError naming ids it does not hold."""
     known = torch.from_numpy(np.asarray(ids, dtype=np.int64))
     order = torch.argsort(known)
-    position = torch.searchsorted(known[order], wanted).clamp(max=max(known.numel() - 1, 0))
+    position = torch.searchsorted(known[order], wanted.contiguous()).clamp(max=max(known.numel() - 1, 0))
     found = known[order][position] == wanted
     if not bool(found.all()):
         raise GraphtierError(f"{what}: ids {wanted[~found][:MAX_LISTED].tolist()} have no row in the inference output")

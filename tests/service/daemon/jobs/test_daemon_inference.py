@@ -275,3 +275,28 @@ def test_a_script_infers_layer_by_layer_with_its_own_model(daemon, cora_nodes):
     # every neighbour rather than the job's sampled evaluation: about the same accuracy
     assert abs(accuracy - final.result.test_accuracy) <= 0.05, (accuracy, final.result.test_accuracy)
     assert not layer_rows_dir(job_directory(runtime, final.job_id)).exists()
+
+
+def test_typed_link_job_keeps_scores_and_its_inference_scores_pairs_alike(daemon, acm_link):
+    """R-GCN on ACM's paper-has_subject-subject: the kept test pairs, in each end type's own ids, scored again
+    from its inference job's per-type embeddings give the kept scores."""
+    from graphtier.launcher.runtime.link_scores import read_link_scores
+    from graphtier.launcher.runtime.pair_scores import score_pairs
+
+    runtime = daemon.config.runtime_dir
+    spec = JobSpec(
+        dataset="acm-link", task="link", model="rgcn", relation_fanouts=["5", "5"], batch_size=256, hidden=16,
+        epochs=1, lr=0.01, dropout=0.0, nproc_per_node=2, decoder="mlp", link_scores=True,
+    )  # fmt: skip
+    with DaemonClient(runtime_dir=runtime) as client:
+        trained = run(client, spec)
+        inferred = run(client, JobSpec(dataset="acm-link", from_job=trained.job_id, nproc_per_node=2))
+    _, arrays = read_link_scores(job_directory(runtime, trained.job_id) / "link-scores")
+    schema = acm_link.manifest.hetero
+    subjects = schema.type_named("subject").count
+    assert (arrays["positive_pairs"][:, 1] < subjects).all()  # a subject's own id, not a global one
+    out = predictions_dir(job_directory(runtime, inferred.job_id))
+    assert sorted(read_manifest(out).groups) == sorted(t.name for t in schema.node_types)
+    pairs = torch.from_numpy(arrays["positive_pairs"])
+    scored = score_pairs(runtime, acm_link.directory.parent, inferred.job_id, pairs)
+    assert torch.allclose(scored, torch.from_numpy(arrays["positive_scores"]), atol=1e-4)
