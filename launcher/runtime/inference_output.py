@@ -179,7 +179,19 @@ def read_manifest(directory: Path) -> PredictionManifest:
 
 
 def read_output(directory: Path, group: str | None = None) -> dict[str, np.ndarray]:
-    """Every array of `group` (default: the only one, or `node`) whole, shards concatenated."""
+    """An inference job's output (`graphtier job predict`, or a script's `LayerwiseRun.save`) as whole arrays.
+
+    Args:
+        directory: The output's folder: `predictions/` in the job's directory.
+        group: The node type to read; None reads the only one (`node` on a graph with one type).
+
+    Returns:
+        Each array of the group by name -- `ids` (the source's id of each row), `embeddings`, and a
+        classifier's `logits` and `predictions` -- its shards concatenated.
+
+    Raises:
+        GraphtierError: The folder holds no readable manifest, or no such group.
+    """
     manifest = read_manifest(directory)
     if group is None:
         group = UNTYPED_GROUP if UNTYPED_GROUP in manifest.groups else next(iter(manifest.groups))

@@ -17,6 +17,7 @@ from graphtier.contract.inference import UNTYPED_GROUP
 from graphtier.contract.jobs.directory import job_directory, layer_rows_dir, predictions_dir
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
+from graphtier.launcher.cli.job import describe
 from graphtier.launcher.client import DaemonClient
 from graphtier.launcher.runtime.inference_output import read_manifest, read_output
 from graphtier.launcher.runtime.trained_model import load_trained_model
@@ -90,6 +91,9 @@ def test_inference_writes_every_nodes_embeddings_and_predictions_in_the_source_i
     accuracy = float((reference[test].argmax(dim=1) == labels[test]).double().mean())
     assert final.result.test_accuracy == pytest.approx(accuracy)  # the job's result: its own predictions'
     assert not layer_rows_dir(job_directory(runtime, final.job_id)).exists()  # the layer rows are gone
+    shown = describe(final)  # `graphtier job status`
+    assert f"step {chunks}/{chunks}, layer 2/2" in shown and f"test accuracy {accuracy:.4f}" in shown
+    assert f"output {out}" in shown.replace("\n    ", " ")
 
 
 def test_link_job_keeps_test_scores_that_ogbs_evaluator_recomputes(daemon, cora_link):
