@@ -304,3 +304,31 @@ def test_typed_link_job_keeps_scores_and_its_inference_scores_pairs_alike(daemon
     pairs = torch.from_numpy(arrays["positive_pairs"])
     scored = score_pairs(runtime, acm_link.directory.parent, inferred.job_id, pairs)
     assert torch.allclose(scored, torch.from_numpy(arrays["positive_scores"]), atol=1e-4)
+
+
+def test_a_featureless_link_models_embeddings_start_from_its_learned_rows(daemon, prepared_root, tmp_path):
+    """An edge list alone: the link job learned an input row per node; inference reads those rows at layer 0
+    (nothing through the tiers), and its embeddings give the job's metrics again."""
+    from graphtier.service.prepared.edge_split import EdgeSplitSpec
+
+    generator = torch.Generator().manual_seed(0)
+    edges = tmp_path / "edges.txt"
+    src, dst = torch.randint(300, (1200,), generator=generator), torch.randint(300, (1200,), generator=generator)
+    edges.write_text("".join(f"{u}\t{v}\n" for u, v in zip(src.tolist(), dst.tolist(), strict=True) if u != v))
+    split = EdgeSplitSpec(fractions=(0.8, 0.1, 0.1), eval_negatives=2000)
+    prepare_dataset(
+        PrepareConfig(source=f"edges:{edges}", name="toy-edges", undirected=True, edge_split=split, root=prepared_root)
+    )
+    runtime = daemon.config.runtime_dir
+    spec = JobSpec(
+        dataset="toy-edges", task="link", fanouts=[5, 5], batch_size=256, hidden=16, epochs=1, lr=0.05,
+        dropout=0.0, nproc_per_node=2, decoder="mlp",
+    )  # fmt: skip
+    with DaemonClient(runtime_dir=runtime) as client:
+        trained = run(client, spec)
+        inferred = run(client, JobSpec(dataset="toy-edges", from_job=trained.job_id, nproc_per_node=2))
+    assert inferred.progress.traffic.total_rows == 0  # its inputs are the learned rows, not features
+    embeddings = read_output(predictions_dir(job_directory(runtime, inferred.job_id)))["embeddings"]
+    assert embeddings.shape[1] == 16
+    for name, value in trained.result.metrics.items():
+        assert inferred.result.metrics[name] == pytest.approx(value, abs=2e-3), name
