@@ -56,6 +56,7 @@ BENCHES = (
     Bench("out_of_core_job", "bench_out_of_core_job.py", timeout_s=1500),
     Bench("load_verify", "bench_load_verify.py"),
     Bench("memory", "bench_memory.py"),
+    Bench("inference", "bench_inference.py"),
 )
 
 
