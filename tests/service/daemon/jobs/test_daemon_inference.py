@@ -137,10 +137,11 @@ def test_link_job_keeps_test_scores_that_ogbs_evaluator_recomputes(daemon, cora_
     assert torch.allclose(scored, positive, atol=1e-4)
 
 
-def test_typed_inference_writes_each_node_types_rows(daemon, prepared_acm):
+@pytest.mark.parametrize("model", ["rgcn", "hgt"])
+def test_typed_inference_writes_each_node_types_rows(daemon, prepared_acm, model):
     runtime = daemon.config.runtime_dir
     spec = JobSpec(
-        dataset="acm", model="rgcn", relation_fanouts=["5", "5"], batch_size=64, hidden=16, epochs=2, lr=0.05,
+        dataset="acm", model=model, relation_fanouts=["5", "5"], batch_size=64, hidden=16, epochs=2, lr=0.05,
         dropout=0.2, nproc_per_node=2,
     )  # fmt: skip
     with DaemonClient(runtime_dir=runtime) as client:
