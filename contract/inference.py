@@ -63,8 +63,8 @@ class TrainedModelInfo(BaseModel):
     task: str = Field(description="node or link")
     layers: int
     hidden: int
-    epoch: int | None = Field(None, description="the epoch (from 0) the weights are of; None: not recorded")
-    file: str = Field(description="the file the weights were read from")
+    epoch: int = Field(description="the epoch (from 0) the weights are of: its best validation epoch, else its last")
+    file: str = Field(description="the file the weights were read from (its exported model's)")
     sha256: str = Field(description="of that file")
 
 

@@ -90,9 +90,3 @@ def link_scores_dir(directory: Path) -> Path:
 def layer_rows_dir(directory: Path) -> Path:
     """An inference job's layer rows while it runs (see `launcher/runtime/layerwise.py`)."""
     return Path(directory) / LAYERS_DIR
-
-
-def trained_model_file(directory: Path) -> Path | None:
-    """The file holding the weights job `directory` trained -- its newest checkpoint -- or None."""
-    found = sorted(checkpoint_dir(directory).glob(CHECKPOINT_GLOB))
-    return found[-1] if found else None

@@ -224,9 +224,15 @@ def _infer(
     started = time.perf_counter()
     job_dir = job_directory(runtime_dir, job_id)
     schema = data.handle.hetero
-    trained = load_trained_model(job_directory(runtime_dir, spec.from_job), schema, ctx.device)
+    trained = load_trained_model(job_directory(runtime_dir, spec.from_job), ctx.device)
     steps = layer_steps(trained)
     prepared = _prepared(client, spec, data)
+    version = dataset_version(prepared.directory) or ""
+    if trained.dataset_version is not None and trained.dataset_version != version:
+        raise GraphtierError(
+            f"job {spec.from_job} trained on version {trained.dataset_version[:16]} of dataset {spec.dataset!r}, "
+            f"which was prepared again since (now {version[:16]}): its ids no longer line up"
+        )
     ids_file = Path(spec.ids) if spec.ids else None
     groups = output_groups(prepared, schema, ids_file)
     every_node = ids_file is None
@@ -237,7 +243,7 @@ def _infer(
     if ctx.rank == 0:
         where = "every node" if every_node else f"{sum(g.nodes.numel() for g in groups)} node(s) of {ids_file}"
         print(
-            f"inference of job {spec.from_job}'s {trained.spec.model} (epoch {trained.epoch}, {trained.file.name}) "
+            f"inference of job {spec.from_job}'s {trained.spec.model} (weights of epoch {trained.epoch}) "
             f"over {where}: {len(steps.widths)} layer(s) of widths {steps.widths}, {ctx.world_size} rank(s)",
             flush=True,
         )
@@ -281,7 +287,7 @@ def _infer(
         manifest = PredictionManifest(
             job_id=job_id,
             dataset=spec.dataset,
-            dataset_version=dataset_version(prepared.directory) or "",
+            dataset_version=version,
             trained=TrainedModelInfo(
                 job_id=spec.from_job,
                 model=trained.spec.model,

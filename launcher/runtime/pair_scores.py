@@ -85,7 +85,7 @@ def score_pairs(runtime_dir: Path, dataset_root: Path, job_id: str, pairs: Tenso
             f"dataset {manifest.dataset!r} was prepared again since job {job_id} ran: its ids no longer line up"
         )
     schema = prepared.manifest.hetero
-    trained = load_trained_model(job_directory(runtime_dir, trained_info.job_id), schema, torch.device("cpu"))
+    trained = load_trained_model(job_directory(runtime_dir, trained_info.job_id), torch.device("cpu"))
     decoder = trained.module.decoder
     assert isinstance(decoder, nn.Module)  # a link model's
     if schema is None:

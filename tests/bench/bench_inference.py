@@ -1,6 +1,6 @@
 """Layer-wise inference of every node against 3 training epochs of the same job (issue 36's figure).
 
-One daemon (in this process, keeping checkpoints), one prepared R-MAT dataset (`--scale`, edge
+One daemon (in this process), one prepared R-MAT dataset (`--scale`, edge
 factor 12, 128 float32 features, its synthetic labels and 10/5/5 split), 2 ranks:
 
 (a) training: GraphSAGE 3 x 256 (fanout 15,10,5, batch 1024, Adam lr 0.003, dropout 0.5), 3 epochs;
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dataset = prepare(a.root, a.scale)
     with tempfile.TemporaryDirectory(prefix="bench-inference-") as work:
-        daemon = Daemon(DaemonConfig(runtime_dir=Path(work) / "run", dataset_root=a.root, keep_checkpoints=True))
+        daemon = Daemon(DaemonConfig(runtime_dir=Path(work) / "run", dataset_root=a.root))
         daemon.start()
         try:
             with DaemonClient(runtime_dir=daemon.config.runtime_dir) as client:

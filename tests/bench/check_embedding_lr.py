@@ -1,6 +1,6 @@
 """Embeddings of a node-classification job through scikit-learn's logistic regression (issue 36's check).
 
-A daemon (in this process, keeping checkpoints) trains GraphSAGE on Cora (its Planetoid split: 140
+A daemon (in this process) trains GraphSAGE on Cora (its Planetoid split: 140
 train, 500 val, 1000 test nodes; fanout 25,10, batch 64, hidden 256, 30 epochs, Adam 0.003, weight
 decay 5e-4, dropout 0.5, 2 ranks), then `job predict` writes every node's embeddings (the last
 hidden layer, over full neighbourhoods) in the source's ids. A logistic regression fitted on the
@@ -51,7 +51,7 @@ def measure(cora: Path, root: Path, runtime: Path, *, epochs: int = 30, seed: in
     if not (root / "cora-lr").exists():
         prepare_dataset(PrepareConfig(source=f"planetoid:{cora}", name="cora-lr", undirected=True, root=root))
     prepared = PreparedDataset.open("cora-lr", root)
-    daemon = Daemon(DaemonConfig(runtime_dir=runtime, dataset_root=root, keep_checkpoints=True))
+    daemon = Daemon(DaemonConfig(runtime_dir=runtime, dataset_root=root))
     daemon.start()
     try:
         with DaemonClient(runtime_dir=runtime) as client:

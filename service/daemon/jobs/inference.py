@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 
 from graphtier.contract.errors import InvalidRequestError, UnknownJobError
-from graphtier.contract.jobs.directory import job_directory, job_spec_path, trained_model_file
+from graphtier.contract.jobs.artifact import ArtifactError, artifact_dir, read_manifest
+from graphtier.contract.jobs.directory import job_directory, job_spec_path
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.daemon.jobs.table import JobTable
@@ -70,9 +71,8 @@ def resolve_inference(spec: JobSpec, table: JobTable, runtime_dir: Path) -> JobS
         )
     if spec.ids and not os.access(spec.ids, os.R_OK):
         raise InvalidRequestError(f"job spec: ids {spec.ids}: no such file, or not readable by the daemon")
-    if trained_model_file(source_dir) is None:
-        raise InvalidRequestError(
-            f"{what} left no trained model in {source_dir} (a daemon without --keep-checkpoints removes a "
-            "succeeded job's checkpoints)"
-        )
+    try:
+        read_manifest(artifact_dir(source_dir))  # its exported model: the weights inference applies
+    except ArtifactError as exc:
+        raise InvalidRequestError(f"{what} has no exported model to apply: {exc}") from None
     return spec.model_copy(update={name: getattr(source, name) for name in MODEL_FIELDS} | {"link_scores": False})

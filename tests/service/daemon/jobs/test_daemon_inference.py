@@ -36,8 +36,8 @@ def cora_nodes(shared_datasets, prepared_root) -> PreparedDataset:
 
 @pytest.fixture
 def daemon(make_inproc_daemon):
-    """A daemon that keeps a succeeded job's checkpoints: the trained model inference applies."""
-    return make_inproc_daemon(keep_checkpoints=True)
+    """A daemon serving the suite's prepared datasets; a succeeded job leaves its exported model."""
+    return make_inproc_daemon()
 
 
 def run(client: DaemonClient, spec: JobSpec, state: JobState = JobState.SUCCEEDED):
@@ -62,7 +62,15 @@ def test_inference_writes_every_nodes_embeddings_and_predictions_in_the_source_i
     with DaemonClient(runtime_dir=runtime) as client:
         trained = run(
             client,
-            JobSpec(dataset="cora-nodes", fanouts=[10, 5], batch_size=64, hidden=32, epochs=2, nproc_per_node=2),
+            JobSpec(
+                dataset="cora-nodes",
+                fanouts=[10, 5],
+                eval_fanouts=[-1, -1],
+                batch_size=64,
+                hidden=32,
+                epochs=2,
+                nproc_per_node=2,
+            ),  # fmt: skip
         )
         final = run(client, JobSpec(dataset="cora-nodes", from_job=trained.job_id, batch_size=500, nproc_per_node=2))
     # the model's fields are the trained job's, whatever the inference job was submitted with
@@ -81,7 +89,7 @@ def test_inference_writes_every_nodes_embeddings_and_predictions_in_the_source_i
     assert np.array_equal(arrays["ids"], np.arange(n))  # row i is the source's node i
     assert len(manifest.groups[UNTYPED_GROUP].arrays["embeddings"].shards) == 2  # one shard per rank
 
-    model = load_trained_model(job_directory(runtime, trained.job_id), None, torch.device("cpu"))
+    model = load_trained_model(job_directory(runtime, trained.job_id), torch.device("cpu"))
     reference = full_graph_forward(model.module, cora_nodes, 2)  # graphtier's ids: hotness order
     order = cora_nodes.old_to_new
     assert torch.allclose(torch.from_numpy(arrays["logits"]), reference[order], atol=1e-4)
@@ -90,6 +98,9 @@ def test_inference_writes_every_nodes_embeddings_and_predictions_in_the_source_i
     test = cora_nodes.split("test")
     accuracy = float((reference[test].argmax(dim=1) == labels[test]).double().mean())
     assert final.result.test_accuracy == pytest.approx(accuracy)  # the job's result: its own predictions'
+    # the best epoch's weights, evaluated over every neighbour by training too: the same test accuracy
+    assert manifest.trained.epoch == trained.result.best.epoch
+    assert accuracy == pytest.approx(trained.result.best.test_accuracy, abs=1e-3)
     assert not layer_rows_dir(job_directory(runtime, final.job_id)).exists()  # the layer rows are gone
     shown = describe(final)  # `graphtier job status`
     assert f"step {chunks}/{chunks}, layer 2/2" in shown and f"test accuracy {accuracy:.4f}" in shown
@@ -155,9 +166,9 @@ def test_typed_inference_writes_each_node_types_rows(daemon, prepared_acm, model
         assert arrays["embeddings"].shape == (info.count, 16)
         assert np.array_equal(arrays["ids"], np.arange(info.count))  # each type's own ids, in its order
         assert ("logits" in arrays) == (info.name == schema.target_type)
-    # the exact evaluation of the same (last epoch's) weights: every neighbour, as training evaluates a typed job
+    # the best epoch's weights evaluated over every neighbour, as training evaluates a typed job
     test = prepared_acm.manifest.split_sizes["test"]
-    assert inferred.result.test_accuracy == pytest.approx(trained.result.test_accuracy, abs=2 / test)
+    assert inferred.result.test_accuracy == pytest.approx(trained.result.best.test_accuracy, abs=2 / test)
 
 
 def wait_for(predicate, what: str, timeout_s: float = 300.0):
@@ -194,7 +205,7 @@ def test_a_killed_rank_resumes_at_the_first_layer_not_completed(daemon, small_rm
     resumed = [line for line in log.splitlines() if "completed by an earlier attempt: resuming at layer" in line]
     assert len(resumed) == 1, log[-3000:]
     assert not layers.exists()  # the layer rows are removed once the output is written
-    model = load_trained_model(job_directory(runtime, rmat_sage), None, torch.device("cpu"))
+    model = load_trained_model(job_directory(runtime, rmat_sage), torch.device("cpu"))
     reference = full_graph_forward(model.module, small_rmat, 3)[small_rmat.old_to_new]
     logits = read_output(predictions_dir(job_directory(runtime, final.job_id)))["logits"]
     assert torch.allclose(torch.from_numpy(logits), reference, atol=1e-4)
@@ -232,7 +243,7 @@ def test_an_id_file_computes_its_nodes_rows_in_its_order(daemon, cora_nodes, tmp
     out = predictions_dir(job_directory(runtime, final.job_id))
     arrays = read_output(out)
     assert read_manifest(out).rows == str(listed) and np.array_equal(arrays["ids"], ids.numpy())
-    model = load_trained_model(job_directory(runtime, trained.job_id), None, torch.device("cpu"))
+    model = load_trained_model(job_directory(runtime, trained.job_id), torch.device("cpu"))
     reference = full_graph_forward(model.module, cora_nodes, 2)[cora_nodes.old_to_new[ids]]
     assert torch.allclose(torch.from_numpy(arrays["logits"]), reference, atol=1e-4)
     # only the ids' receptive field was computed: fewer chunks than 2 layers of every node's
