@@ -10,7 +10,8 @@ from test_proto_contract import undocumented  # tests/proto is on sys.path (root
 from graphtier.v1 import cluster_pb2, jobs_pb2
 
 CLUSTER_FILE = "graphtier/v1/cluster.proto"
-BYTES_FIELDS = {"FileData.chunk", "FetchRowsResponse.data"}
+# bytes by value: a dataset file pushed to a peer, feature rows fetched from one, an exported model's files
+BYTES_FIELDS = {"FileData.chunk", "FetchRowsResponse.data", "ArtifactChunk.data"}
 
 
 def test_cluster_contract_is_documented(contract_descriptors):
@@ -18,7 +19,7 @@ def test_cluster_contract_is_documented(contract_descriptors):
     assert undocumented(contract_descriptors, {CLUSTER_FILE, "graphtier/v1/jobs.proto"}) == []
 
 
-def test_only_dataset_file_bytes_travel_by_value(contract_descriptors):
+def test_only_files_and_feature_rows_travel_by_value(contract_descriptors):
     found = set()
     for file in contract_descriptors.file:
         if not file.name.startswith("graphtier/v1/"):
