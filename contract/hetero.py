@@ -1,6 +1,6 @@
-"""The schema of a heterogeneous (typed) graph, shared by the data plane and the launcher.
+"""The schema of a heterogeneous graph, shared by the data plane and the launcher.
 
-A typed graph lives in one global node id space: node type t owns the contiguous ids
+A heterogeneous graph lives in one global node id space: node type t owns the contiguous ids
 `[offset_t, offset_t + count_t)`, types in `node_types` order. Every relation
 `head-name-tail` (edges head -> tail, messages flow head to tail) is a slice of one CSC over the
 global ids: a column's entries are grouped by relation id, ascending, and `edge_type[e]` holds
@@ -75,7 +75,7 @@ class RelationInfo(BaseModel):
 
 
 class HeteroSchema(BaseModel):
-    """Node types, relations and the target type of a typed dataset (in its manifest)."""
+    """Node types, relations and the target type of a heterogeneous dataset (in its manifest)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -113,7 +113,7 @@ class HeteroSchema(BaseModel):
 
 
 def split_fanout_hops(text: str) -> list[str]:
-    """A command line's typed fanout as one entry per hop (see the module docstring)."""
+    """A command line's heterogeneous fanout as one entry per hop (see the module docstring)."""
     text = text.strip()
     if not text:
         raise SamplingError("--fanout is empty; give e.g. 10,5 or 'head-rel-tail:10,...;...'")

@@ -4,7 +4,7 @@
 An inference job's output is one group of arrays per node type (`node` on a graph with one type),
 each array split into one shard per rank (`<group>/<array>.<shard>.npy`, shard k holding rows
 [first_row, first_row + rows) of the whole array). Every group has `ids`: the source's id of
-each row (on a typed graph the type's own ids). Rows are in the source's order -- row i of
+each row (on a heterogeneous graph the type's own ids). Rows are in the source's order -- row i of
 every node of a Cora-like source is node i -- or in the order of the id file the job was given.
 Arrays: `embeddings` (the last hidden layer), `logits` and `predictions` (node classification:
 the class of each row, in the source's labels), a link model's `embeddings` (the encoder's
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MANIFEST_FILE = "manifest.json"
 DEFAULT_CHUNK = 4096  # destination nodes per chunk of a layer: large enough for dense kernels, small enough for memory
-UNTYPED_GROUP = "node"  # the one group of a graph with one node type
+UNHETERO_GROUP = "node"  # the one group of a graph with one node type
 
 
 class ShardInfo(BaseModel):

@@ -36,14 +36,14 @@ def _parse(value: str) -> tuple[Decimal, str]:
             f"replicate {value!r} is neither a share of the rows (10% or 0.1) nor a size of feature "
             "bytes per node (512MiB)"
         )
-    number, typed = parsed
-    unit = typed.lower()
+    number, spelled = parsed
+    unit = spelled.lower()
     if unit == "%" and number > 100:
         raise ValueError(f"replicate {value!r} is more than 100% of the rows")
     if unit == "" and number > 1:
         raise ValueError(f"replicate {value!r}: a share of the rows is at most 1 (or 100%); a size needs a unit (MiB)")
     if unit not in ("", "%") and unit not in SIZE_UNITS:
-        raise ValueError(f"replicate {value!r} has unknown unit {typed!r}; use % or {UNIT_HELP}")
+        raise ValueError(f"replicate {value!r} has unknown unit {spelled!r}; use % or {UNIT_HELP}")
     return number, unit
 
 

@@ -30,7 +30,7 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z%]*)\s*")
 
 
 def split_size(text: str) -> tuple[Decimal, str] | None:
-    """The number (exact: '1.1GB' is not a float's rounding) and the unit as typed ('' for none, '%'
+    """The number (exact: '1.1GB' is not a float's rounding) and the unit as heterogeneous ('' for none, '%'
     for a percentage; `SIZE_UNITS` is keyed lower-case) of `text`; None when it is not a
     non-negative number with a unit."""
     match = _SIZE.fullmatch(text)

@@ -1,4 +1,4 @@
-"""The typed body of `GET /v1/status`: datasets and tiers, jobs and ranks, traffic, throughput.
+"""The heterogeneous body of `GET /v1/status`: datasets and tiers, jobs and ranks, traffic, throughput.
 
 Every figure is read from the daemon's metrics registry (the numbers /metrics exports) or
 from its dataset registry and job table (the machine report and NVML's measured bytes come

@@ -41,31 +41,31 @@ from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import Forward
 from graphtier.launcher.runtime.exported_model import JobOutputs, load_model
+from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches, hetero_forward
+from graphtier.launcher.runtime.hetero_link import (
+    HeteroLinkBatches,
+    HeteroLinkModel,
+    evaluate_hetero_links,
+    hetero_pair_forward,
+)
 from graphtier.launcher.runtime.layerwise_run import LayerwiseRun
 from graphtier.launcher.runtime.link_eval import SplitScores, evaluate_links
 from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
 from graphtier.launcher.runtime.link_scores import write_link_scores
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
-from graphtier.launcher.runtime.models import build_typed_model
+from graphtier.launcher.runtime.models import build_hetero_model
 from graphtier.launcher.runtime.objectives import LinkPrediction, NodeClassification, Objective
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import train
-from graphtier.launcher.runtime.typed_batches import TypedLocalBatches, typed_forward
-from graphtier.launcher.runtime.typed_link import (
-    TypedLinkBatches,
-    TypedLinkModel,
-    evaluate_typed_links,
-    typed_pair_forward,
-)
 from graphtier.service.graph.common_neighbours import PairStructure
 from graphtier.service.prepared import PreparedDataset
+from graphtier.service.sampling.hetero_sampler import node_types_of
 from graphtier.service.sampling.subgraph import Block
-from graphtier.service.sampling.typed_sampler import node_types_of
 from graphtier.service.store import AttachedDataset, attach_dataset
 
-TYPED_EVAL_BATCH_SIZE = 1024  # the fewest seeds per evaluation batch of a typed job (few passes, same figures)
+HETERO_EVAL_BATCH_SIZE = 1024  # the fewest seeds per evaluation batch of a heterogeneous job (few passes, same figures)
 
 __all__ = ["Batch", "Block", "DatasetInfo", "Job", "connect", "load_model"]
 
@@ -141,14 +141,16 @@ class Job:
             hetero=self.data.handle.hetero,
         )
         link = spec.task == "link"
-        self.typed = self.data.typed  # heterogeneous batches: per-type x, relations and node types
+        self.is_hetero = self.data.is_hetero  # heterogeneous batches: per-type x, relations and node types
         self.config = TrainConfig.for_job(  # the spec's model, optimisation, checkpoints; the data's sizes
             spec,
             # a link job's encoder outputs `hidden`-wide embeddings; a featureless graph's input is a learned row
-            in_dim=grant.feature_dim or spec.hidden if link or self.typed else grant.feature_dim,
+            in_dim=grant.feature_dim or spec.hidden if link or self.is_hetero else grant.feature_dim,
             num_classes=spec.hidden if link else grant.num_classes,
-            # a typed graph's featureless types have their embeddings in the typed model instead
-            learned_embeddings=self.data.graph.num_nodes if link and not grant.feature_dim and not self.typed else 0,
+            # a heterogeneous graph's featureless types have their embeddings in the heterogeneous model instead
+            learned_embeddings=self.data.graph.num_nodes
+            if link and not grant.feature_dim and not self.is_hetero
+            else 0,
             best_split=f"val_hits@{DEFAULT_HITS_K}" if link else "val",
             layers=len(spec.fanouts),
             checkpoint_dir=checkpoint_dir(self.job_dir),
@@ -162,18 +164,22 @@ class Job:
             DatasetVersion(name=spec.dataset, version=layout.version, num_nodes=self.data.graph.num_nodes),
         )
         self.session = TrainSession(self.ctx, self.config, self.reporter, self.outputs)
-        self._eval: LocalBatchSource | TypedLocalBatches | None = None
-        self._typed_links: TypedLinkBatches | None = None  # a typed link job's evaluation: its embedding batches
-        if self.typed:  # every neighbour, as the model would see the whole typed graph: exact at any batch size
+        self._eval: LocalBatchSource | HeteroLocalBatches | None = None
+        self._hetero_links: HeteroLinkBatches | None = (
+            None  # a heterogeneous link job's evaluation: its embedding batches
+        )
+        if (
+            self.is_hetero
+        ):  # every neighbour, as the model would see the whole heterogeneous graph: exact at any batch size
             fanouts = spec.relation_fanouts or spec.fanouts
             shard = (self.data, fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed)
-            eval_fanouts, eval_batch_size = [-1] * len(spec.fanouts), max(spec.batch_size, TYPED_EVAL_BATCH_SIZE)
-            if link:  # a typed link job evaluates from its embedding batches
-                self._typed_links = TypedLinkBatches(
+            eval_fanouts, eval_batch_size = [-1] * len(spec.fanouts), max(spec.batch_size, HETERO_EVAL_BATCH_SIZE)
+            if link:  # a heterogeneous link job evaluates from its embedding batches
+                self._hetero_links = HeteroLinkBatches(
                     *shard, negatives=spec.negatives, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size
                 )
             else:
-                self._eval = TypedLocalBatches(*shard, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
+                self._eval = HeteroLocalBatches(*shard, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
         elif not link:
             self._eval = LocalBatchSource(
                 self.data,
@@ -251,7 +257,8 @@ class Job:
         return DistributedDataParallel(
             model,
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
-            find_unused_parameters=self.typed,  # a typed batch may leave some relations' or types' weights unused
+            # a heterogeneous batch may leave some relations' or types' weights unused
+            find_unused_parameters=self.is_hetero,
         )
 
     def epochs(self) -> Iterator[int]:
@@ -369,7 +376,7 @@ class Job:
             run.save({"embeddings": 0, "logits": 1})   # npy shards in the source's ids
             run.close()
 
-        Layer 0's `chunk.x` are the features read through the tiers (on a typed graph a dict by node
+        Layer 0's `chunk.x` are the features read through the tiers (on a heterogeneous graph a dict by node
         type); later layers' are the previous layer's rows.
 
         Args:
@@ -427,7 +434,7 @@ class Job:
     ) -> dict[str, float]:
         """Accuracy of `model` on each split, over all ranks: every rank must call it.
 
-        Each split's nodes are sampled with the job's fanouts (a typed job's with every neighbour)
+        Each split's nodes are sampled with the job's fanouts (a heterogeneous job's with every neighbour)
         and evaluated on `device`. The figures are reported to the daemon as the job's latest, and
         as its best (`result.best` of `job status`) when the validation accuracy is the highest so
         far.
@@ -437,7 +444,7 @@ class Job:
             splits: The splits to measure.
             forward: `forward(model, batch)` returns the logits, e.g.
                 `lambda m, b: m(b.x, b.edge_index)`; None: `model(batch.blocks, batch.x)` (on a
-                typed dataset, the call of the built-in typed models).
+                heterogeneous dataset, the call of the built-in heterogeneous models).
 
         Returns:
             Accuracy per split, such as `{"val": ..., "test": ...}`.
@@ -456,8 +463,8 @@ class Job:
             raise GraphtierError(
                 f"dataset {self.spec.dataset!r} has no split {missing[0]!r}; it has {sorted(self.data.splits)}"
             )
-        if forward is None and self.typed:
-            forward = typed_forward
+        if forward is None and self.is_hetero:
+            forward = hetero_forward
         return self.session.evaluate(self._epoch, self._index, self._eval.eval_batches, model, forward, tuple(splits))
 
     def fit(self, model: nn.Module | None = None) -> TrainResult:
@@ -496,7 +503,7 @@ class Job:
     def builtin_model_config(self) -> ModelConfig:
         """The configuration of the built-in model `fit()` trains on this job (what its exported model records)."""
         spec, config, link = self.spec, self.config, self.spec.task == "link"
-        schema = self.data.handle.hetero if self.typed else None
+        schema = self.data.handle.hetero if self.is_hetero else None
         return ModelConfig(
             builtin=True,
             kind=spec.model,
@@ -513,13 +520,13 @@ class Job:
         )
 
     def _objective(self, model: nn.Module | None) -> Objective:
-        """What `fit` optimises: the job's task, over its typed or untyped model."""
+        """What `fit` optimises: the job's task, over its heterogeneous or homogeneous model."""
         spec = self.spec
-        if self._typed_links is not None:
+        if self._hetero_links is not None:
             # the spec's rgcn or hgt encoder and its decoder on the target relation's pairs, evaluated with every
             # node of the head and tail types embedded over its whole neighbourhood
-            loader = self._typed_links
-            encoder = TypedLinkModel(
+            loader = self._hetero_links
+            encoder = HeteroLinkModel(
                 loader.schema,
                 spec.hidden,
                 len(spec.fanouts),
@@ -529,11 +536,11 @@ class Job:
                 heads=spec.heads,
             )
             return LinkPrediction(
-                lambda _module, _ctx, _embeddings: evaluate_typed_links(  # the module is `encoder`
+                lambda _module, _ctx, _embeddings: evaluate_hetero_links(  # the module is `encoder`
                     encoder, loader, kept=self._kept
                 ),
                 model=encoder,
-                forward=typed_pair_forward,
+                forward=hetero_pair_forward,
                 on_best=self._keep_link_scores if self._kept is not None else None,
             )
         if self._eval is None:
@@ -542,15 +549,15 @@ class Job:
                 structure=self._pair_structure,
                 on_best=self._keep_link_scores if self._kept is not None else None,
             )
-        if not self.typed:
+        if not self.is_hetero:
             return NodeClassification(self._eval.eval_batches, model)
         schema = self.data.handle.hetero
         assert schema is not None
         if model is None:
-            model = build_typed_model(
+            model = build_hetero_model(
                 spec.model, schema, spec.hidden, self.dataset.num_classes, len(spec.fanouts), spec.dropout, spec.heads
             )
-        return NodeClassification(self._eval.eval_batches, model, typed_forward)
+        return NodeClassification(self._eval.eval_batches, model, hetero_forward)
 
     def _evaluate_links(
         self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None
@@ -580,7 +587,8 @@ class Job:
 
     def _keep_link_scores(self, epoch: int, best: dict[str, float]) -> None:
         """Rank 0 writes the test scores of epoch `epoch`'s evaluation (figures `best`), the best so far, to
-        `link-scores/` in the job's directory, its pairs in the source's ids (typed: each end in its type's own)."""
+        `link-scores/` in the job's directory, its pairs in the source's ids (heterogeneous: each end in its
+        type's own)."""
         if self.rank != 0 or not self._kept or "test" not in self._kept:
             return
         figures = {name: value for name, value in best.items() if name.startswith("test_")}
@@ -590,12 +598,12 @@ class Job:
             epoch=epoch,
             hits_k=DEFAULT_HITS_K,
             metrics=figures,
-            source_ids=self._source_ids_by_type if self.typed else self.source_ids,
+            source_ids=self._source_ids_by_type if self.is_hetero else self.source_ids,
         )
         print(f"kept the test scores of epoch {epoch} in {path.parent}", flush=True)
 
     def _source_ids_by_type(self, ids: Tensor) -> Tensor:
-        """The source's ids of typed global ids `ids`, each in its own node type's ids."""
+        """The source's ids of heterogeneous global ids `ids`, each in its own node type's ids."""
         schema = self.data.handle.hetero
         assert schema is not None
         offsets = torch.tensor(schema.offsets(), dtype=torch.int64)

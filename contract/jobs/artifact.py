@@ -16,7 +16,7 @@ figure, of the last epoch (`figures.weights_epoch` says which). A featureless li
 input rows are in the weights; their row-wise Adam state is not (it only matters to training on).
 
 `model.builtin` says whether `load_model` can rebuild the module: the built-in models (`kind`
-sage, gcn, gat on one node type, rgcn or hgt on a typed graph, for `task` node or link) from the
+sage, gcn, gat on one node type, rgcn or hgt on a heterogeneous graph, for `task` node or link) from the
 configuration alone; a script's own module (`builtin` false) is named by `module` and its
 weights load into that class (`torch.load(weights)` then `load_state_dict`).
 
@@ -52,8 +52,8 @@ class ArtifactError(GraphtierError):
 
 
 class ModelConfig(BaseModel):
-    """Enough to rebuild a built-in model: what `build_model`, `build_typed_model`, `LinkModel` and
-    `TypedLinkModel` are given when the job trains it."""
+    """Enough to rebuild a built-in model: what `build_model`, `build_hetero_model`, `LinkModel` and
+    `HeteroLinkModel` are given when the job trains it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -69,7 +69,7 @@ class ModelConfig(BaseModel):
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout while training (off in eval mode)")
     decoder: DecoderKind | None = Field(None, description="link: how a pair is scored")
     learned_embeddings: int = Field(0, ge=0, description="link on a featureless graph: rows of learned input")
-    hetero: HeteroSchema | None = Field(None, description="a typed graph's schema; None: one node type")
+    hetero: HeteroSchema | None = Field(None, description="a heterogeneous graph's schema; None: one node type")
 
 
 class DatasetVersion(BaseModel):

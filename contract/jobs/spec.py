@@ -32,7 +32,7 @@ from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
 ModelKind = Literal["sage", "gcn", "gat", "rgcn", "hgt"]
-TYPED_MODELS = ("rgcn", "hgt")  # models of typed (heterogeneous) datasets; the others take homogeneous ones
+HETERO_MODELS = ("rgcn", "hgt")  # models of heterogeneous datasets; the others take homogeneous ones
 DeviceKind = Literal["cpu", "cuda"]
 
 
@@ -105,7 +105,7 @@ class JobSpec(BaseModel):
     model: Annotated[ModelKind, MODEL] = Field(
         "sage",
         description="sage (GraphSAGE mean), gcn or gat on a homogeneous dataset; rgcn (R-GCN) or hgt (HGT-style "
-        "attention) on a typed one.",
+        "attention) on a heterogeneous one.",
     )
     fanouts: Annotated[
         list[int],
@@ -113,7 +113,7 @@ class JobSpec(BaseModel):
         Flag(
             "--fanout",
             metavar="HOPS",
-            help="Neighbours per hop, e.g. 15,10,5 (-1 = all); on a typed dataset per relation, hops split by "
+            help="Neighbours per hop, e.g. 15,10,5 (-1 = all); on a heterogeneous dataset per relation, hops split by "
             "';': 'paper-written_by-author:10,...;5' (relation_fanouts).",
             parse=_fanout_flag,
             sets=("relation_fanouts",),
@@ -122,7 +122,7 @@ class JobSpec(BaseModel):
     relation_fanouts: Annotated[list[str], SAMPLING] = Field(
         default_factory=list,
         max_length=8,
-        description="Typed datasets: per hop, `head-rel-tail:k,...` (relations not named are not expanded at that "
+        description="Heterogeneous: per hop, `head-rel-tail:k,...` (relations not named are not expanded at that "
         "hop) or one int for every relation; empty = `fanouts` for every relation. Sets `fanouts` to each hop's "
         "largest fanout; checked against the dataset's relations at submit.",
     )
@@ -133,7 +133,7 @@ class JobSpec(BaseModel):
             "--eval-fanout",
             metavar="HOPS",
             help="Neighbours per hop when evaluating, e.g. -1,-1 (every neighbour: full neighbourhoods); "
-            "default: --fanout. Node classification on one node type; typed and link jobs evaluate with every "
+            "default: --fanout. Node classification on one node type; heterogeneous and link jobs evaluate with every "
             "neighbour.",
             parse=_eval_fanout_flag,
         ),
@@ -274,7 +274,7 @@ class JobSpec(BaseModel):
         "",
         max_length=4096,
         description="Inference: absolute path of a file of node ids in the source's ids (.npy, or text with one id "
-        "a line; typed: of the target type) whose rows to compute; empty = every node.",
+        "a line; heterogeneous: of the target type) whose rows to compute; empty = every node.",
     )
     name: Annotated[str, JOB] = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: Annotated[
@@ -410,7 +410,7 @@ class JobSpec(BaseModel):
                 f"replicate={self.replicate} applies to features 'partitioned' only (every row is on "
                 "every node with 'replicated')"
             )
-        self._check_typed()
+        self._check_hetero()
         return self
 
     def _check_inference(self) -> None:
@@ -421,21 +421,21 @@ class JobSpec(BaseModel):
         if self.link_scores and self.task != "link":
             raise ValueError("link_scores keeps a link job's test scores: it needs task 'link'")
 
-    def _check_typed(self) -> None:
-        """A typed model's job: per-relation fanouts set `fanouts`; what typed batches do not serve is refused."""
+    def _check_hetero(self) -> None:
+        """A heterogeneous model's job: per-relation fanouts set `fanouts`; what its batches do not serve is refused."""
         if self.relation_fanouts:
-            if self.model not in TYPED_MODELS and not self.script:
+            if self.model not in HETERO_MODELS and not self.script:
                 raise ValueError(
-                    f"relation fanouts {self.relation_fanouts} sample a typed dataset: they need model rgcn or hgt "
-                    f"(or a script), not {self.model}"
+                    f"relation fanouts {self.relation_fanouts} sample a heterogeneous graph: they need model rgcn or "
+                    f"hgt (or a script), not {self.model}"
                 )
             bounds = [hop_fanout_bound(hop, hop_number=i + 1) for i, hop in enumerate(self.relation_fanouts)]
             object.__setattr__(self, "fanouts", bounds)  # frozen: the hops' bounds size slots and model layers
-        if self.model not in TYPED_MODELS:
+        if self.model not in HETERO_MODELS:
             return
         unserved = {
-            "device": ("cpu", "typed batches are gathered into host slots only"),
-            "sampler": ("cpu", "the typed sampler runs on the cpu"),
+            "device": ("cpu", "heterogeneous batches are gathered into host slots only"),
+            "sampler": ("cpu", "the heterogeneous sampler runs on the cpu"),
         }
         for field, (served, why) in unserved.items():
             if getattr(self, field) != served:
@@ -443,13 +443,13 @@ class JobSpec(BaseModel):
         if self.task == "link" and self.decoder in PAIR_FEATURE_DECODERS:
             raise ValueError(
                 f"model {self.model}: decoder {self.decoder!r} is not supported (its common-neighbour features "
-                "count shared neighbours of one type; a typed relation's head and tail types differ); use dot or mlp"
+                "count shared neighbours of one type; a relation's head and tail types differ here); use dot or mlp"
             )
 
     @property
-    def typed(self) -> bool:
-        """Whether the job trains a typed model (rgcn, hgt) on a typed dataset."""
-        return self.model in TYPED_MODELS
+    def is_hetero(self) -> bool:
+        """Whether the job trains a heterogeneous model (rgcn, hgt) on a heterogeneous dataset."""
+        return self.model in HETERO_MODELS
 
     @property
     def infers(self) -> bool:

@@ -133,7 +133,7 @@ def prepare(
         bool | None,
         typer.Option(
             "--reverse-relations/--no-reverse-relations",
-            help="\\[typed ogb] add tail-rev_<rel>-head for every relation (default: on)",
+            help="\\[heterogeneous ogb] add tail-rev_<rel>-head for every relation (default: on)",
         ),
     ] = None,
     split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
@@ -151,8 +151,9 @@ def prepare(
     target_relation: Annotated[
         str | None,
         typer.Option(
-            help="\\[typed ogb] link prediction on a typed graph: the relation HEAD-REL-TAIL whose edges "
-            "--edge-split splits (paper-written_by-author); its val and test edges leave the graph both ways"
+            help="\\[heterogeneous ogb] link prediction on a heterogeneous graph: the relation HEAD-REL-TAIL, "
+            "whose edges --edge-split splits (paper-written_by-author); its val and test edges leave the graph both "
+            "ways"
         ),
     ] = None,
     edge_split_seed: Annotated[int, typer.Option(help="seed of the edge split and its negative pools")] = 0,
@@ -231,7 +232,7 @@ def prepare(
 
 
 def feature_summary(manifest) -> str:
-    """A prepared dataset's feature width: one number, or for a typed dataset each node type's width
+    """A prepared dataset's feature width: one number, or for a heterogeneous dataset each node type's width
     ("paper:1870, author:learned"), since its rows are stored per type and `feature_dim` is 0."""
     if manifest.hetero is None:
         return str(manifest.feature_dim)
@@ -377,7 +378,7 @@ def tiering_report(
     with error_boundary():
         dataset = PreparedDataset.open(name, out)
         if dataset.manifest.hetero is not None:
-            _typed_tiering_report(dataset, budget, fanout, batch_size, epochs, seed, json_out)
+            _hetero_tiering_report(dataset, budget, fanout, batch_size, epochs, seed, json_out)
             return
         fanouts = parse_fanouts(fanout)
         with Progress(
@@ -428,12 +429,12 @@ def tiering_report(
     stdout.print(f"figure: {report.png}")
 
 
-def _typed_tiering_report(dataset, budget: str, fanout: str, batch_size: int, epochs: int, seed: int, json_out: bool):
-    """The tiering report of a typed dataset: one byte budget over all types, hit ratios per type."""
+def _hetero_tiering_report(dataset, budget: str, fanout: str, batch_size: int, epochs: int, seed: int, json_out: bool):
+    """The tiering report of a heterogeneous dataset: one byte budget over all types, hit ratios per type."""
     from graphtier.contract.hetero import split_fanout_hops
-    from graphtier.service.tiering.hetero import build_typed_tiering_report, split_budget
+    from graphtier.service.tiering.hetero import build_hetero_tiering_report, split_budget
 
-    report = build_typed_tiering_report(
+    report = build_hetero_tiering_report(
         dataset, budget=budget, fanouts=split_fanout_hops(fanout), batch_size=batch_size, epochs=epochs, seed=seed
     )
     if json_out:

@@ -2,9 +2,9 @@
 
 The format is `graphtier.contract.jobs.artifact`'s (the manifest, its version, the file names);
 this module writes and reads the weights with torch and rebuilds the built-in models from a
-`ModelConfig`, the way a job builds them: `build_model` (sage, gcn, gat), `build_typed_model`
+`ModelConfig`, the way a job builds them: `build_model` (sage, gcn, gat), `build_hetero_model`
 (rgcn, hgt), `LinkModel` with its decoder (and `NodeEmbeddings` for a featureless graph) or
-`TypedLinkModel`. `load_model` is `graphtier.loader.load_model`.
+`HeteroLinkModel`. `load_model` is `graphtier.loader.load_model`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from graphtier.contract.jobs.artifact import (
     write_manifest,
 )
 from graphtier.launcher.runtime.link_model import TABLE_BUFFERS, LinkModel, NodeEmbeddings
-from graphtier.launcher.runtime.models import build_model, build_typed_model
+from graphtier.launcher.runtime.models import build_hetero_model, build_model
 
 # a featureless graph's learned rows keep their row-wise Adam state beside them: training state, not the model's
 OPTIMIZER_BUFFERS = tuple(f"embeddings.{name}" for name in TABLE_BUFFERS if name != "weight")
@@ -113,9 +113,9 @@ def build_from_config(config: ModelConfig) -> nn.Module:
         )
     if config.task == "link":
         if config.hetero is not None:
-            from graphtier.launcher.runtime.typed_link import TypedLinkModel
+            from graphtier.launcher.runtime.hetero_link import HeteroLinkModel
 
-            return TypedLinkModel(
+            return HeteroLinkModel(
                 config.hetero,
                 config.hidden,
                 config.layers,
@@ -137,7 +137,7 @@ def build_from_config(config: ModelConfig) -> nn.Module:
             model.embeddings = NodeEmbeddings(config.learned_embeddings, config.hidden, lr=0.0)
         return model
     if config.hetero is not None:
-        return build_typed_model(
+        return build_hetero_model(
             config.kind, config.hetero, config.hidden, config.out_dim, config.layers, config.dropout, config.heads
         )
     return build_model(
@@ -162,7 +162,7 @@ def read_weights(path: Path, manifest: ArtifactManifest | None = None) -> dict[s
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
     """The built-in model a job exported (`graphtier job export ID --out DIR`), rebuilt from the artifact's
     configuration with its weights (the best epoch's: see `read_manifest(DIR).figures`), on `device`
-    ("cpu", "cuda", "cuda:1"), in eval mode. Node and link models, one node type or typed graphs.
+    ("cpu", "cuda", "cuda:1"), in eval mode. Node and link models, one node type or heterogeneous graphs.
     ArtifactError naming the path when the artifact is missing, damaged or of a newer format."""
     directory = Path(path)
     if directory.is_file():

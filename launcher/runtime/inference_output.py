@@ -22,7 +22,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.inference import (
     MANIFEST_FILE,
-    UNTYPED_GROUP,
+    UNHETERO_GROUP,
     ArrayInfo,
     OutputGroup,
     PredictionManifest,
@@ -39,7 +39,7 @@ class OutputRows:
 
     group: str
     nodes: Tensor  # int64 graphtier (global) ids
-    source_ids: Tensor  # int64 the source's ids (a typed graph's: the type's own)
+    source_ids: Tensor  # int64 the source's ids (a heterogeneous graph's: the type's own)
 
 
 def read_ids_file(path: Path) -> Tensor:
@@ -86,10 +86,10 @@ def _old_ids_of(prepared: PreparedDataset, source: Tensor, count: int, where: st
 
 
 def output_groups(
-    prepared: PreparedDataset, schema: HeteroSchema | None, ids_file: Path | None, *, typed_ids_only: bool = True
+    prepared: PreparedDataset, schema: HeteroSchema | None, ids_file: Path | None, *, hetero_ids_only: bool = True
 ) -> list[OutputRows]:
     """The groups an inference job writes (module docstring): every node of every type, or the id file's
-    nodes (of the target type on a typed graph)."""
+    nodes (of the target type on a heterogeneous graph)."""
     old_to_new = prepared.old_to_new
     requested = read_ids_file(ids_file) if ids_file is not None else None
     where = f"ids file {ids_file}"
@@ -100,7 +100,7 @@ def output_groups(
             source = prepared.array("original_ids").to(torch.int64) if prepared.has("original_ids") else old
         else:
             old, source = _old_ids_of(prepared, requested, n, where), requested
-        return [OutputRows(UNTYPED_GROUP, old_to_new[old], source)]
+        return [OutputRows(UNHETERO_GROUP, old_to_new[old], source)]
     groups = []
     for info in schema.node_types:
         if requested is not None and info.name != schema.target_type:
@@ -194,7 +194,7 @@ def read_output(directory: Path, group: str | None = None) -> dict[str, np.ndarr
     """
     manifest = read_manifest(directory)
     if group is None:
-        group = UNTYPED_GROUP if UNTYPED_GROUP in manifest.groups else next(iter(manifest.groups))
+        group = UNHETERO_GROUP if UNHETERO_GROUP in manifest.groups else next(iter(manifest.groups))
     if group not in manifest.groups:
         raise GraphtierError(f"{directory}: no group {group!r}; it has {sorted(manifest.groups)}")
     out = {}

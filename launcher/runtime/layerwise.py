@@ -44,7 +44,7 @@ from graphtier.contract.traffic import TrafficCounts
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.sampling import Block, NeighborSampler
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
+from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler
 from graphtier.service.store import AttachedDataset
 
 ROWS_DTYPE = torch.float32  # every layer's rows
@@ -197,7 +197,7 @@ class LayerRows:
 class LayerChunk:
     """One chunk of one layer: `block` over `nodes` (graphtier ids of its sources, the destinations
     first) and `x`, the layer's input rows of those sources -- layer 0's features through the tiers
-    (on a typed graph a dict of each featured type's rows, in their order among `nodes`), else the
+    (on a heterogeneous graph a dict of each featured type's rows, in their order among `nodes`), else the
     previous layer's rows. Call `write(rows)` with the destinations' [num_dst, width] output."""
 
     layer: int
@@ -205,8 +205,8 @@ class LayerChunk:
     nodes: Tensor
     block: Block
     x: Tensor | dict[str, Tensor]
-    edge_types: Tensor | None = None  # typed: the relation of each block edge
-    node_types: Tensor | None = None  # typed: the type index of each source
+    edge_types: Tensor | None = None  # heterogeneous: the relation of each block edge
+    node_types: Tensor | None = None  # heterogeneous: the type index of each source
     _sink: Callable[[Tensor], None] | None = field(default=None, repr=False)
     written: bool = False
 
@@ -244,14 +244,14 @@ class LayerwiseProgress:
 
 
 class _Neighbourhoods:
-    """The one-hop sample of a chunk with every neighbour taken, typed or not."""
+    """The one-hop sample of a chunk with every neighbour taken, heterogeneous or not."""
 
     def __init__(self, data: AttachedDataset) -> None:
         schema = data.handle.hetero
-        self.typed = schema is not None
+        self.is_hetero = schema is not None
         if schema is not None:
-            assert data.edge_type is not None  # a typed handle carries it
-            self.sampler: NeighborSampler | TypedNeighborSampler = TypedNeighborSampler(
+            assert data.edge_type is not None  # a heterogeneous handle carries it
+            self.sampler: NeighborSampler | HeteroNeighborSampler = HeteroNeighborSampler(
                 data.graph, data.edge_type, schema, [-1]
             )
         else:
@@ -260,7 +260,7 @@ class _Neighbourhoods:
     def __call__(self, destinations: Tensor) -> tuple[Tensor, Block, Tensor | None, Tensor | None]:
         sub = self.sampler.sample(destinations, seed=0)  # every neighbour: no draw, any seed
         block = sub.block(0)
-        if not self.typed:
+        if not self.is_hetero:
             return sub.node_ids, block, None, None
         assert sub.edge_types is not None and sub.node_types is not None
         return sub.node_ids, block, sub.edge_types[: block.num_edges], sub.node_types[: block.num_src]
@@ -277,12 +277,12 @@ def _features(data: AttachedDataset, nodes: Tensor, node_types: Tensor | None) -
     rows: dict[str, Tensor] = {}
     traffic = TrafficCounts(simulated=True)
     for index, info in enumerate(schema.node_types):
-        if info.name not in data.handle.typed_features:
+        if info.name not in data.handle.hetero_features:
             continue
         local = nodes[node_types == index] - info.offset
-        tiers = data.typed_tiers(info.name)
+        tiers = data.hetero_tiers(info.name)
         out = torch.empty((local.numel(), *tiers.row_shape), dtype=tiers.dtype)
-        traffic = traffic + data.gather_typed(info.name, local, out)
+        traffic = traffic + data.gather_hetero(info.name, local, out)
         rows[info.name] = out
     return rows, traffic
 

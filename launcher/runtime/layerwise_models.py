@@ -9,9 +9,9 @@ the head turning the last layer's rows into logits where the model has one:
   rows are the logits, the embeddings the layer before (none for a one-layer model).
 - `LinkModel`: its encoder's convs over input rows scaled to unit length (or over the learned rows
   of a featureless graph); the last layer's rows are the embeddings its decoder scores.
-- R-GCN and HGT: layer 0 first turns every source into `hidden` columns (`TypedInput`: a type's
+- R-GCN and HGT: layer 0 first turns every source into `hidden` columns (`HeteroInput`: a type's
   features through its linear map, or its learned embedding). R-GCN's last layer gives the logits;
-  HGT's convs keep `hidden` columns and its classifier (the head) maps them to logits. A typed link
+  HGT's convs keep `hidden` columns and its classifier (the head) maps them to logits. A heterogeneous link
   model's encoder output is its embeddings.
 
 Evaluation mode throughout: dropout is off, as it is when the train loop evaluates.
@@ -27,13 +27,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.runtime.hetero_link import HeteroLinkModel
 from graphtier.launcher.runtime.layerwise import LayerChunk
 from graphtier.launcher.runtime.link_model import LinkModel
 from graphtier.launcher.runtime.models.base import BlockGNN
 from graphtier.launcher.runtime.models.hgt import HGT
 from graphtier.launcher.runtime.models.rgcn import RGCN
 from graphtier.launcher.runtime.trained_model import TrainedModel
-from graphtier.launcher.runtime.typed_link import TypedLinkModel
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _block_gnn(model: BlockGNN, transform: Callable[[Tensor], Tensor] | None) ->
     return [_out_width(conv) for conv in model.convs], layer
 
 
-def _typed(encoder: RGCN | HGT, normalise: bool) -> tuple[list[int], Callable]:
+def _hetero(encoder: RGCN | HGT, normalise: bool) -> tuple[list[int], Callable]:
     last = encoder.num_layers - 1
 
     def layer(chunk: LayerChunk) -> Tensor:
@@ -87,7 +87,7 @@ def _typed(encoder: RGCN | HGT, normalise: bool) -> tuple[list[int], Callable]:
         if chunk.layer == 0:
             features = chunk.x
             assert isinstance(features, dict)
-            if normalise:  # as a typed link model scales its input rows
+            if normalise:  # as a heterogeneous link model scales its input rows
                 features = {name: F.normalize(rows, dim=-1) for name, rows in features.items()}
             h = encoder.input(chunk.nodes, chunk.node_types, features)
         else:
@@ -122,20 +122,20 @@ def layer_steps(trained: TrainedModel) -> LayerSteps:
                 return table.index_select(0, nodes.cpu())
 
         return LayerSteps(widths, layer, len(widths) - 1, None, input_rows=learned)
-    if isinstance(module, TypedLinkModel):
+    if isinstance(module, HeteroLinkModel):
         encoder = module.encoder
         assert isinstance(encoder, RGCN | HGT)
-        widths, layer = _typed(encoder, normalise=True)
+        widths, layer = _hetero(encoder, normalise=True)
         head = encoder.classify if isinstance(encoder, HGT) else None  # HGT's classifier ends its encoder
         return LayerSteps(widths, layer, len(widths) - 1, None, embedding_head=head)
     if isinstance(module, BlockGNN):
         widths, layer = _block_gnn(module, None)
         return LayerSteps(widths, layer, len(widths) - 2 if len(widths) > 1 else None, _identity)
     if isinstance(module, HGT):
-        widths, layer = _typed(module, normalise=False)
+        widths, layer = _hetero(module, normalise=False)
         return LayerSteps(widths, layer, len(widths) - 1, module.classify)
     if isinstance(module, RGCN):
-        widths, layer = _typed(module, normalise=False)
+        widths, layer = _hetero(module, normalise=False)
         return LayerSteps(widths, layer, len(widths) - 2 if len(widths) > 1 else None, _identity)
     raise GraphtierError(f"layer-wise inference does not know the layers of {type(module).__name__}")
 

@@ -11,8 +11,8 @@ an `Objective`: the model it builds, its parameter groups and DDP options, the l
   for a featureless graph, a sparse row update of the learned node embeddings (`NodeEmbeddings`)
   after each step; AUC, MRR and Hits@K of val and test (`link_eval.py`).
 
-A typed (heterogeneous) model differs only in how it is called on a batch (`forward`); its learned
-embeddings of featureless types learn at their own rate (`typed_param_groups`), and DDP allows the
+A heterogeneous model differs only in how it is called on a batch (`forward`); its learned
+embeddings of featureless types learn at their own rate (`hetero_param_groups`), and DDP allows the
 parameters a batch leaves unused (relations or types it does not sample).
 """
 
@@ -33,7 +33,7 @@ from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward
 from graphtier.launcher.runtime.link_model import TABLE_BUFFERS, LinkModel, NodeEmbeddings
 from graphtier.launcher.runtime.models import build_model
-from graphtier.launcher.runtime.models.rgcn import TypedInput, typed_param_groups
+from graphtier.launcher.runtime.models.rgcn import HeteroInput, hetero_param_groups
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig
 from graphtier.service.graph.common_neighbours import PairStructure
@@ -72,7 +72,7 @@ class Objective(Protocol):
 class DdpOptions:
     """How the loop wraps a model in DistributedDataParallel."""
 
-    find_unused_parameters: bool = False  # a typed batch may leave some relations' or types' weights unused
+    find_unused_parameters: bool = False  # a heterogeneous batch may leave some relations' or types' weights unused
     ignored: tuple[str, ...] = ()  # parameters and buffers DDP must leave alone (kept in step otherwise)
     sync_buffers: bool = True
     joins: bool = True  # may ranks end an epoch at different batches (DDP's join shadows the missing steps)?
@@ -80,11 +80,11 @@ class DdpOptions:
 
 def parameter_groups(module: nn.Module, lr: float) -> list[dict[str, object]]:
     """The optimizer's groups: learned embeddings of featureless types at their own rate, the rest at `lr`."""
-    return typed_param_groups(module, lr)
+    return hetero_param_groups(module, lr)
 
 
-def _typed(module: nn.Module) -> bool:
-    return any(isinstance(m, TypedInput) for m in module.modules())
+def _hetero(module: nn.Module) -> bool:
+    return any(isinstance(m, HeteroInput) for m in module.modules())
 
 
 @dataclass
@@ -92,7 +92,7 @@ class NodeClassification:
     """Cross-entropy on the seeds (label -1 = unlabelled, ignored); accuracy of `config.eval_splits`.
 
     `model` replaces the built-in `config.model`; `forward(model, batch)` computes the seeds' logits
-    when the model is not called `(blocks, x)` (a typed model: `typed_forward`). `eval_batches(split)`
+    when the model is not called `(blocks, x)` (a heterogeneous model: `hetero_forward`). `eval_batches(split)`
     yields this rank's batches of a split; None skips evaluation."""
 
     eval_batches: EvalBatches | None
@@ -107,7 +107,7 @@ class NodeClassification:
         )
 
     def ddp_options(self, module: nn.Module) -> DdpOptions:
-        return DdpOptions(find_unused_parameters=_typed(module))
+        return DdpOptions(find_unused_parameters=_hetero(module))
 
     def loss(self, ddp: nn.Module, module: nn.Module, batch: Batch, device: torch.device) -> StepLoss:
         batch = on_device(batch, device)
@@ -155,7 +155,7 @@ class LinkPrediction:
 
     `structure` (the training graph's) gives the pair features a decoder such as mlp+cn reads. `model`
     replaces the built-in `LinkModel` and `forward(model, batch, pairs)` scores a batch's pairs with it
-    (a typed job's `TypedLinkModel`). `on_best(epoch, figures)` is called on every rank after an evaluation
+    (a heterogeneous job's `HeteroLinkModel`). `on_best(epoch, figures)` is called on every rank after an evaluation
     that is the best so far, with its figures (a job keeping its test scores writes that evaluation's)."""
 
     evaluator: LinkEvaluate | None
@@ -180,7 +180,7 @@ class LinkPrediction:
     def ddp_options(self, module: nn.Module) -> DdpOptions:
         shared_table = self._embeddings(module) is not None
         return DdpOptions(
-            find_unused_parameters=_typed(module),
+            find_unused_parameters=_hetero(module),
             # one shared table per machine, kept in step by its own all-gathered updates
             ignored=tuple(f"embeddings.{name}" for name in TABLE_BUFFERS) if shared_table else (),
             sync_buffers=False,
@@ -194,7 +194,7 @@ class LinkPrediction:
         pairs = batch.pairs.to(device, non_blocking=True)
         target = torch.zeros(pairs.shape[0], device=device)
         target[: batch.num_positive] = 1.0
-        if self.forward is not None:  # a model that reads the batch itself (a typed one)
+        if self.forward is not None:  # a model that reads the batch itself (a heterogeneous one)
             logits = self.forward(ddp, on_device(batch, device), pairs)
             loss = F.binary_cross_entropy_with_logits(logits, target)
             return StepLoss(loss, int(((logits.detach() > 0) == target.bool()).sum()), int(pairs.shape[0]))

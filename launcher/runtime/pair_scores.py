@@ -4,7 +4,7 @@ An inference job of a link model (`job predict` of a link job) leaves every node
 source's ids; a pair is scored by the trained model's decoder from its two ends' embeddings -- and,
 for a decoder that reads them (mlp+cn, mlp+cn+aa), the pair's common-neighbour features over the
 training graph -- exactly as the job's evaluation scores its test pairs. Pairs come in the source's
-ids (on a typed graph: the target relation's head type's and tail type's own ids), one pair a line
+ids (on a heterogeneous graph: the target relation's head type's and tail type's own ids), one pair a line
 (`u v`) or as an [P, 2] integer .npy; the scores are the decoder's logits.
 """
 

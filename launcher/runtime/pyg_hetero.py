@@ -1,13 +1,13 @@
-"""PyG's `HeteroData` over a prepared typed dataset: typed stores, graphtier's typed sampler for
+"""PyG's `HeteroData` over a prepared heterogeneous dataset: heterogeneous stores, graphtier's heterogeneous sampler for
 PyG's loaders, and a heterogeneous `SampledSubgraph` as a `HeteroData`.
 
     from torch_geometric.loader import NeighborLoader
-    from graphtier.pyg import GraphtierSampler, hetero_stores, typed_input_nodes
+    from graphtier.pyg import GraphtierSampler, hetero_stores, hetero_input_nodes
 
     acm = PreparedDataset.open("acm")
     fanouts = {("author", "rev_written_by", "paper"): [10, 0], ("subject", "rev_has_subject", "paper"): [5, 0],
                ("paper", "written_by", "author"): [0, 5]}        # hop 2 expands the authors hop 1 found
-    loader = NeighborLoader(hetero_stores(acm), num_neighbors=fanouts, input_nodes=typed_input_nodes(acm, "train"),
+    loader = NeighborLoader(hetero_stores(acm), num_neighbors=fanouts, input_nodes=hetero_input_nodes(acm, "train"),
                             neighbor_sampler=GraphtierSampler(acm, fanouts), batch_size=32)
     for batch in loader:                                   # a torch_geometric.data.HeteroData
         out = model(batch.x_dict, batch.edge_index_dict)["paper"][: batch["paper"].batch_size]
@@ -18,9 +18,9 @@ order (each type's rows sorted by hotness); type t's node i is graphtier's globa
 feature store holds `x` of every featured type (read through the tiered gather, traffic
 counted per type) and `y` of the target type; featureless types have no tensors (a model
 embeds them by `batch[t].n_id`). The graph store holds one CSC per relation `(head, rel,
-tail)`, rows head-local, columns tail-local, cut once from the dataset's typed CSC.
+tail)`, rows head-local, columns tail-local, cut once from the dataset's heterogeneous CSC.
 
-Sampling is graphtier's typed sampler (`TypedNeighborSampler`, native when built): at every hop
+Sampling is graphtier's heterogeneous sampler (`HeteroNeighborSampler`, native when built): at every hop
 each relation into a frontier node draws up to its fanout of that node's neighbours, as PyG's
 hetero `NeighborLoader` does; a relation `num_neighbors` leaves out is not expanded. Seeds
 come first in their type's `n_id`, then each hop's new nodes; `num_sampled_nodes` and
@@ -44,21 +44,21 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema, RelationInfo
 from graphtier.service.gather import FeatureTiers, TrafficCounts, tiered_gather
 from graphtier.service.prepared import PreparedDataset
+from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler
 from graphtier.service.sampling.subgraph import SampledSubgraph
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 
 FEATURES, LABELS = "x", "y"
 EdgeType = tuple[str, str, str]
 NumNeighbors = Sequence[int] | Mapping[EdgeType, Sequence[int]]  # PyG: one list for every relation, or per edge type
 
 
-def typed_schema(dataset: PreparedDataset) -> HeteroSchema:
-    """The dataset's typed schema; GraphtierError when it is not a typed dataset."""
+def hetero_schema(dataset: PreparedDataset) -> HeteroSchema:
+    """The dataset's heterogeneous schema; GraphtierError when it is not a heterogeneous dataset."""
     if not isinstance(dataset, PreparedDataset):
-        raise GraphtierError(f"expected a typed PreparedDataset, got {type(dataset).__name__}")
+        raise GraphtierError(f"expected a heterogeneous PreparedDataset, got {type(dataset).__name__}")
     schema = dataset.manifest.hetero
     if schema is None:
-        raise GraphtierError(f"dataset {dataset.name!r} is not a typed graph; use graphtier.pyg.stores for it")
+        raise GraphtierError(f"dataset {dataset.name!r} is not a heterogeneous graph; use graphtier.pyg.stores for it")
     return schema
 
 
@@ -67,20 +67,20 @@ def edge_type_of(relation: RelationInfo) -> EdgeType:
     return (relation.head, relation.name, relation.tail)
 
 
-def typed_input_nodes(dataset: PreparedDataset, split: str) -> tuple[str, Tensor]:
-    """A split's seeds as PyG's `input_nodes` takes them on a typed dataset.
+def hetero_input_nodes(dataset: PreparedDataset, split: str) -> tuple[str, Tensor]:
+    """A split's seeds as PyG's `input_nodes` takes them on a heterogeneous dataset.
 
     Args:
-        dataset: A typed `PreparedDataset`.
+        dataset: A heterogeneous `PreparedDataset`.
         split: `train`, `val` or `test`.
 
     Returns:
         `(target type, the split's ids local to that type)`.
 
     Raises:
-        GraphtierError: The dataset is not typed.
+        GraphtierError: The dataset is not heterogeneous.
     """
-    schema = typed_schema(dataset)
+    schema = hetero_schema(dataset)
     return schema.target_type, dataset.split(split) - schema.type_named(schema.target_type).offset
 
 
@@ -88,7 +88,7 @@ def source_ids(dataset: PreparedDataset, node_type: str, ids: Tensor) -> Tensor:
     """The source's ids of one type's nodes, for predictions compared with the source's files.
 
     Args:
-        dataset: A typed `PreparedDataset`.
+        dataset: A heterogeneous `PreparedDataset`.
         node_type: The nodes' type.
         ids: Their ids local to that type, in the prepared order (as a `HeteroData` batch's `n_id`).
 
@@ -96,9 +96,9 @@ def source_ids(dataset: PreparedDataset, node_type: str, ids: Tensor) -> Tensor:
         Their ids local to that type in the source.
 
     Raises:
-        GraphtierError: The dataset is not typed or has no such node type.
+        GraphtierError: The dataset is not heterogeneous or has no such node type.
     """
-    info = typed_schema(dataset).type_named(node_type)
+    info = hetero_schema(dataset).type_named(node_type)
     return dataset.new_to_old.index_select(0, ids.to(torch.int64) + info.offset) - info.offset
 
 
@@ -122,15 +122,15 @@ def _local_ids(index: Any, count: int, node_type: str) -> Tensor:
 
 
 class GraphtierHeteroFeatureStore(FeatureStore):
-    """PyG's `FeatureStore` over a typed dataset, read-only: `x` of each featured node type (read
+    """PyG's `FeatureStore` over a heterogeneous dataset, read-only: `x` of each featured node type (read
     through the tiered gather) and `y` of the target type, in type-local ids. Featureless types
     have no tensors: a model embeds them by `batch[type].n_id`.
 
     Args:
-        dataset: A typed `PreparedDataset`.
+        dataset: A heterogeneous `PreparedDataset`.
 
     Raises:
-        GraphtierError: The dataset is not typed.
+        GraphtierError: The dataset is not heterogeneous.
 
     Attributes:
         schema: The dataset's node types, relations and target type.
@@ -139,7 +139,7 @@ class GraphtierHeteroFeatureStore(FeatureStore):
 
     def __init__(self, dataset: PreparedDataset) -> None:
         super().__init__()
-        self.schema = typed_schema(dataset)
+        self.schema = hetero_schema(dataset)
         self._tiers: dict[str, FeatureTiers] = {}
         for info in self.schema.node_types:
             if info.feature_array is not None:
@@ -190,26 +190,26 @@ class GraphtierHeteroFeatureStore(FeatureStore):
 
 
 class GraphtierHeteroGraphStore(GraphStore):
-    """PyG's `GraphStore` over a typed dataset, read-only: one CSC per relation `(head, rel, tail)`,
-    rows local to the head type and columns to the tail type, cut from the dataset's typed CSC on
+    """PyG's `GraphStore` over a heterogeneous dataset, read-only: one CSC per relation `(head, rel, tail)`,
+    rows local to the head type and columns to the tail type, cut from the dataset's heterogeneous CSC on
     first use.
 
     Args:
-        dataset: A typed `PreparedDataset`; kept, so that `GraphtierSampler` samples the typed CSC
+        dataset: A heterogeneous `PreparedDataset`; kept, so that `GraphtierSampler` samples the heterogeneous CSC
             it came from.
 
     Raises:
-        GraphtierError: The dataset is not typed.
+        GraphtierError: The dataset is not heterogeneous.
     """
 
     def __init__(self, dataset: PreparedDataset) -> None:
         super().__init__()
-        self.schema = typed_schema(dataset)
+        self.schema = hetero_schema(dataset)
         self.dataset = dataset
         self._csc: dict[EdgeType, tuple[Tensor, Tensor]] = {}
 
     def _relation_csc(self, relation_id: int) -> tuple[Tensor, Tensor]:
-        """(row head-local, colptr over tail-local ids) of one relation, in the typed CSC's entry order."""
+        """(row head-local, colptr over tail-local ids) of one relation, in the heterogeneous CSC's entry order."""
         relation = self.schema.relations[relation_id]
         key = edge_type_of(relation)
         if key not in self._csc:
@@ -251,22 +251,22 @@ class GraphtierHeteroGraphStore(GraphStore):
 
 
 def hetero_stores(dataset: PreparedDataset) -> tuple[GraphtierHeteroFeatureStore, GraphtierHeteroGraphStore]:
-    """The stores of a typed dataset, as PyG's loaders take them for `data` (batches of `HeteroData`).
+    """The stores of a heterogeneous dataset, as PyG's loaders take them for `data` (batches of `HeteroData`).
 
     Args:
-        dataset: A typed `PreparedDataset`.
+        dataset: A heterogeneous `PreparedDataset`.
 
     Returns:
         `(GraphtierHeteroFeatureStore(dataset), GraphtierHeteroGraphStore(dataset))`.
 
     Raises:
-        GraphtierError: The dataset is not typed.
+        GraphtierError: The dataset is not heterogeneous.
     """
     return GraphtierHeteroFeatureStore(dataset), GraphtierHeteroGraphStore(dataset)
 
 
-def typed_dataset_of(data: Any) -> PreparedDataset | None:
-    """The typed dataset behind `data` (a typed PreparedDataset or a `hetero_stores` pair), else None."""
+def hetero_dataset_of(data: Any) -> PreparedDataset | None:
+    """The heterogeneous dataset behind `data` (a PreparedDataset or a `hetero_stores` pair), else None."""
     if isinstance(data, PreparedDataset) and data.manifest.hetero is not None:
         return data
     if isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], GraphtierHeteroGraphStore):
@@ -275,7 +275,7 @@ def typed_dataset_of(data: Any) -> PreparedDataset | None:
 
 
 def relation_fanouts(schema: HeteroSchema, num_neighbors: NumNeighbors) -> list[str]:
-    """PyG's `num_neighbors` (a list for every relation, or per edge type a list per hop) as the typed
+    """PyG's `num_neighbors` (a list for every relation, or per edge type a list per hop) as the heterogeneous
     sampler's hops (`head-rel-tail:k,...`); relations a dict leaves out are not expanded."""
     if not isinstance(num_neighbors, Mapping):
         return [str(int(k)) for k in num_neighbors]
@@ -300,7 +300,7 @@ def _node_types(sub: SampledSubgraph) -> Tensor:
 
 
 def hetero_parts(sub: SampledSubgraph, schema: HeteroSchema) -> dict[str, Any]:
-    """A typed sample in PyG's hetero terms: `node` (type-local ids per type, in the sample's order,
+    """A heterogeneous sample in PyG's hetero terms: `node` (type-local ids per type, in the sample's order,
     so seeds first), `row`/`col` (per edge type, indices into its head's and tail's `node`),
     `num_sampled_nodes` (per type and hop) and `num_sampled_edges` (per edge type and hop)."""
     node_types = _node_types(sub)
@@ -334,12 +334,12 @@ def hetero_parts(sub: SampledSubgraph, schema: HeteroSchema) -> dict[str, Any]:
     }
 
 
-class TypedPyGSampling:
-    """The typed half of `GraphtierSampler`: PyG node inputs of one type -> `HeteroSamplerOutput`."""
+class HeteroPyGSampling:
+    """The heterogeneous half of `GraphtierSampler`: PyG node inputs of one type -> `HeteroSamplerOutput`."""
 
     def __init__(self, dataset: PreparedDataset, num_neighbors: NumNeighbors) -> None:
-        self.schema = typed_schema(dataset)
-        self.sampler = TypedNeighborSampler(
+        self.schema = hetero_schema(dataset)
+        self.sampler = HeteroNeighborSampler(
             dataset.graph, dataset.array("edge_type"), self.schema, relation_fanouts(self.schema, num_neighbors)
         )
 
@@ -347,7 +347,8 @@ class TypedPyGSampling:
         names = [t.name for t in self.schema.node_types]
         if index.input_type not in names:
             raise GraphtierError(
-                f"a typed graph's input nodes are (node type, ids), one of {names}; got type {index.input_type!r}"
+                f"a heterogeneous graph's input nodes are (node type, ids), one of {names}; "
+                f"got type {index.input_type!r}"
             )
         info = self.schema.type_named(index.input_type)
         local = index.node.to(torch.int64)
@@ -370,8 +371,8 @@ def to_hetero_data(
     features: Mapping[str, Tensor] | None = None,
     labels: Tensor | None = None,
 ) -> HeteroData:
-    """A typed sample as the `HeteroData` PyG's hetero `NeighborLoader` yields, for a PyG model
-    trained on graphtier's typed batches.
+    """A heterogeneous sample as the `HeteroData` PyG's hetero `NeighborLoader` yields, for a PyG model
+    trained on graphtier's heterogeneous batches.
 
     Args:
         sub: A heterogeneous sample, such as a heterogeneous `Batch`'s `subgraph`.

@@ -19,8 +19,8 @@ runs unchanged but for one argument (PyG's default sampler needs pyg-lib or torc
 counted), or a `(FeatureStore, GraphStore)` pair such as `graphtier.pyg.stores(dataset)`. Sampling is
 graphtier's k-hop uniform sampling without replacement (the native op when built), with
 NeighborLoader's hop semantics: seeds first in `n_id`, then each hop's new nodes;
-`num_sampled_nodes`/`num_sampled_edges` per hop. A typed dataset gives `HeteroData` batches
-(`pyg_hetero`: its stores, per-edge-type `num_neighbors`, graphtier's typed sampler). Sample
+`num_sampled_nodes`/`num_sampled_edges` per hop. A heterogeneous dataset gives `HeteroData` batches
+(`pyg_hetero`: its stores, per-edge-type `num_neighbors`, graphtier's heterogeneous sampler). Sample
 seeds come from torch's global RNG, so `torch.manual_seed` (and DataLoader workers' seeding)
 makes runs repeatable.
 
@@ -39,7 +39,7 @@ from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput, NodeSamplerInput, SamplerOutput
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.launcher.runtime.pyg_hetero import TypedPyGSampling, hetero_stores, typed_dataset_of
+from graphtier.launcher.runtime.pyg_hetero import HeteroPyGSampling, hetero_dataset_of, hetero_stores
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling import NeighborSampler
@@ -104,15 +104,15 @@ class GraphtierSampler(BaseSampler):
     """PyG's `BaseSampler` over graphtier's samplers, for `NeighborLoader(neighbor_sampler=...)`
     and `NodeLoader(node_sampler=...)`: it samples from seed nodes only.
 
-    A graph of one type is sampled into a `SamplerOutput`; a typed dataset into a
+    A graph of one type is sampled into a `SamplerOutput`; a heterogeneous dataset into a
     `HeteroSamplerOutput`, as PyG's hetero `NeighborLoader` does. Sample seeds come from torch's
     global RNG, so `torch.manual_seed` makes runs repeatable.
 
     Args:
         data: What to sample: a PyG `Data` (its `edge_index` turned into a CSC once), a
             `PreparedDataset`, a `(FeatureStore, GraphStore)` pair such as `stores(dataset)`, or a
-            typed `PreparedDataset` or its `hetero_stores` pair.
-        num_neighbors: Neighbours per hop (-1 = all); on a typed dataset one list for every
+            heterogeneous `PreparedDataset` or its `hetero_stores` pair.
+        num_neighbors: Neighbours per hop (-1 = all); on a heterogeneous dataset one list for every
             relation, or per edge type `{(head, rel, tail): [k1, k2]}` (an edge type left out is
             not expanded).
 
@@ -121,18 +121,18 @@ class GraphtierSampler(BaseSampler):
     """
 
     def __init__(self, data: Any, num_neighbors: list[int] | dict[tuple[str, str, str], list[int]]) -> None:
-        typed = typed_dataset_of(data)
-        self._typed: TypedPyGSampling | None = None
+        hetero = hetero_dataset_of(data)
+        self._hetero: HeteroPyGSampling | None = None
         self.num_neighbors: list[int] | dict[tuple[str, str, str], list[int]] = num_neighbors
-        if typed is not None:
-            self._typed = TypedPyGSampling(typed, num_neighbors)
-            self.num_nodes = typed.graph.num_nodes
+        if hetero is not None:
+            self._hetero = HeteroPyGSampling(hetero, num_neighbors)
+            self.num_nodes = hetero.graph.num_nodes
             return
         graph = graph_of(data)
         if isinstance(num_neighbors, dict):
             raise GraphtierError(
-                f"num_neighbors per edge type ({list(num_neighbors)}) needs a typed dataset; this graph has one "
-                "node type and edge type: give one list, the neighbours per hop"
+                f"num_neighbors per edge type ({list(num_neighbors)}) needs a heterogeneous dataset; this one has "
+                "one node type and edge type: give one list, the neighbours per hop"
             )
         self.num_neighbors = list(num_neighbors)
         self._sampler = NeighborSampler(graph, self.num_neighbors)
@@ -142,7 +142,7 @@ class GraphtierSampler(BaseSampler):
         """Sample the k-hop neighbourhood of a batch of seed nodes (PyG's loaders call it).
 
         Args:
-            index: The seeds (on a typed dataset, of one node type, `index.input_type`).
+            index: The seeds (on a heterogeneous dataset, of one node type, `index.input_type`).
             **kwargs: Unused; PyG's interface.
 
         Returns:
@@ -150,7 +150,7 @@ class GraphtierSampler(BaseSampler):
                 hop's new nodes; sampled nodes and edges counted per hop.
 
         Raises:
-            GraphtierError: Temporal sampling, seeds that are not integer ids, or (typed) of an
+            GraphtierError: Temporal sampling, seeds that are not integer ids, or of an
                 unknown type, out of range or repeated.
         """
         if index.time is not None:
@@ -158,8 +158,8 @@ class GraphtierSampler(BaseSampler):
         if index.node.dtype.is_floating_point or index.node.dtype.is_complex or index.node.dtype == torch.bool:
             raise GraphtierError(f"input nodes must be integer ids (or a bool mask), got a {index.node.dtype} tensor")
         seed = int(torch.randint(_SEED_BOUND, ()))
-        if self._typed is not None:
-            return self._typed.sample(index, seed)
+        if self._hetero is not None:
+            return self._hetero.sample(index, seed)
         if index.input_type is not None:
             raise GraphtierError(f"this graph is homogeneous; got input type {index.input_type!r}")
         sample = self._sampler.sample(index.node.to(torch.int64), seed=seed)
@@ -183,31 +183,31 @@ class GraphtierSampler(BaseSampler):
 
 
 class GraphtierNeighborLoader(NodeLoader):
-    """PyG's `NeighborLoader` on graphtier's sampler, in one call: batches of `Data` (a typed
+    """PyG's `NeighborLoader` on graphtier's sampler, in one call: batches of `Data` (a heterogeneous
     dataset: `HeteroData`), as `NeighborLoader` yields them.
 
     Args:
         data: A PyG `Data`, a `PreparedDataset` (read through `stores`), a `(FeatureStore,
-            GraphStore)` pair, or a typed `PreparedDataset` or its `hetero_stores` pair.
+            GraphStore)` pair, or a heterogeneous `PreparedDataset` or its `hetero_stores` pair.
         num_neighbors: As `GraphtierSampler` takes it.
-        input_nodes: The seeds: ids or a mask; on a typed dataset `(node type, ids)`, such as
-            `typed_input_nodes(dataset, "train")`. None: every node (required on a typed dataset).
+        input_nodes: The seeds: ids or a mask; on a heterogeneous dataset `(node type, ids)`, such as
+            `hetero_input_nodes(dataset, "train")`. None: every node (required on a heterogeneous dataset).
         **kwargs: `NodeLoader`'s and `torch.utils.data.DataLoader`'s: `batch_size`, `shuffle`, ...
 
     Raises:
-        GraphtierError: A typed dataset without `input_nodes`, or what `GraphtierSampler` refuses.
+        GraphtierError: A heterogeneous dataset without `input_nodes`, or what `GraphtierSampler` refuses.
     """
 
     def __init__(self, data: Any, num_neighbors: Any, input_nodes: Any = None, **kwargs: Any) -> None:
-        typed = typed_dataset_of(data)
-        if typed is not None:
+        hetero = hetero_dataset_of(data)
+        if hetero is not None:
             if input_nodes is None:
                 raise GraphtierError(
-                    f"a typed dataset's loader needs input_nodes=(node type, ids), e.g. "
-                    f"typed_input_nodes(dataset, 'train') for {typed.name!r}"
+                    f"a heterogeneous dataset's loader needs input_nodes=(node type, ids), e.g. "
+                    f"hetero_input_nodes(dataset, 'train') for {hetero.name!r}"
                 )
-            sampler = GraphtierSampler(typed, num_neighbors)
-            data = data if isinstance(data, tuple) else hetero_stores(typed)
+            sampler = GraphtierSampler(hetero, num_neighbors)
+            data = data if isinstance(data, tuple) else hetero_stores(hetero)
         elif isinstance(data, (PreparedDataset, AttachedDataset)):
             from graphtier.launcher.runtime.pyg_stores import GraphtierFeatureStore, GraphtierGraphStore
 

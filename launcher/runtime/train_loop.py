@@ -78,7 +78,7 @@ def run_training(
     """Node classification in the one loop (`train` with `NodeClassification`): `eval_batches(split)`
     yields this rank's batches of a split (None skips evaluation); `model` replaces the built-in
     `config.model` (same forward signature); `forward(model, batch)` computes a batch's logits when
-    the model is not called `(blocks, x)` (a typed model: `typed_forward`)."""
+    the model is not called `(blocks, x)` (a heterogeneous model: `hetero_forward`)."""
     return train(batches_for_epoch, NodeClassification(eval_batches, model, forward), config, progress_cb)
 
 

@@ -1,8 +1,8 @@
-"""`HeteroGraphData`: a typed graph as a source reads it, in type-local ids, before preparation.
+"""`HeteroGraphData`: a heterogeneous graph as a source reads it, in type-local ids, before preparation.
 
 Node types have their own id spaces `0..count-1`; each relation holds its edges as
 (head-local, tail-local) pairs. `to_global` lays the types out one after another in one id
-space (see `graphtier.contract.hetero`) and builds the typed CSC the prepared form stores.
+space (see `graphtier.contract.hetero`) and builds the heterogeneous CSC the prepared form stores.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class Relation:
 
 
 @dataclass
-class TypedCSC:
-    """The typed graph in global ids: one CSC whose columns group their entries by relation id."""
+class HeteroCSC:
+    """The heterogeneous graph in global ids: one CSC whose columns group their entries by relation id."""
 
     graph: CSCGraph
     edge_type: torch.Tensor  # int16 [E], relation id of each CSC entry (ascending within a column)
@@ -42,7 +42,7 @@ class TypedCSC:
 
 @dataclass
 class HeteroGraphData:
-    """A typed graph with features per type, labels and a split on one target type."""
+    """A heterogeneous graph with features per type, labels and a split on one target type."""
 
     num_nodes: dict[str, int]  # per type, in global-layout order
     relations: list[Relation]
@@ -92,8 +92,8 @@ class HeteroGraphData:
     def global_ids(self, node_type: str, local: torch.Tensor) -> torch.Tensor:
         return local + self.offsets()[node_type]
 
-    def to_global(self) -> TypedCSC:
-        """The typed CSC over global ids, duplicate edges of a relation collapsed to one."""
+    def to_global(self) -> HeteroCSC:
+        """The heterogeneous CSC over global ids, duplicate edges of a relation collapsed to one."""
         offsets, n = self.offsets(), self.total_nodes
         num_relations = len(self.relations)
         if n * n * num_relations >= 2**63:
@@ -112,4 +112,4 @@ class HeteroGraphData:
         edge_type = (column_rel - dst * num_relations).to(torch.int16)
         colptr = torch.zeros(n + 1, dtype=torch.int64)
         colptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
-        return TypedCSC(graph=CSCGraph(colptr=colptr, row=row), edge_type=edge_type)
+        return HeteroCSC(graph=CSCGraph(colptr=colptr, row=row), edge_type=edge_type)

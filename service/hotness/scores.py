@@ -103,7 +103,7 @@ def reverse_pagerank(
 
     `accumulate=True` returns the sum of the scores of every iteration (the start included)
     instead of the last one: the expected reads of a node over all hops of a sample, which a
-    typed graph needs (see `service/prepared/hetero.py`: on a bipartite-like graph the last
+    heterogeneous graph needs (see `service/prepared/hetero.py`: on a bipartite-like graph the last
     iteration's mass sits on one side only).
 
     `fanout=k` passes min(1, k/d) of a node's score to each in-neighbour instead of 1/d and

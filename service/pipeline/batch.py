@@ -39,7 +39,7 @@ class Batch:
     first), the input rows `x` and the seeds' labels `y` [num_seeds] (-1 = unlabelled).
 
     `x` holds the rows of the first block's sources: one tensor [blocks[0].num_src, F] for a graph
-    with one node type; for a heterogeneous graph (`hetero`) a dict from each featured node type to
+    with one node type; for a heterogeneous graph (`is_hetero`) a dict from each featured node type to
     its rows [that type's nodes among those sources, F_t], in their order there (featureless types
     have no entry: a model learns their rows); None when the dataset has no features at all.
     A heterogeneous batch also gives each edge's relation (`edge_types`), each node's type
@@ -94,9 +94,9 @@ class Batch:
             self.blocks = self.subgraph.blocks()
 
     @property
-    def hetero(self) -> bool:
+    def is_hetero(self) -> bool:
         """Whether the batch is of a heterogeneous graph (per-type `x`, relations, node types)."""
-        return self.subgraph.hetero
+        return self.subgraph.is_hetero
 
     @property
     def node_ids(self) -> torch.Tensor:

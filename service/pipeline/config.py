@@ -40,7 +40,8 @@ class ProducerConfig(BaseModel):
     fanouts: list[int] = Field(description=f"Neighbours per hop, seeds' hop first; -1 = all; <= {MAX_HOPS} hops.")
     relation_fanouts: list[str] = Field(
         default_factory=list,
-        description="A typed dataset's fanouts per hop and relation ('head-rel-tail:k,...' or one int for every "
+        description="A heterogeneous dataset's fanouts per hop and relation ('head-rel-tail:k,...' or one int for "
+        "every "
         "relation); empty = `fanouts` for every relation. Ignored by homogeneous datasets.",
     )
     batch_size: int = Field(ge=1, description="Seeds per batch.")
@@ -120,9 +121,9 @@ class ProducerConfig(BaseModel):
         default=None,
         description="A partitioned job's rows: this node's copy and the other nodes' daemons; None = every row here.",
     )
-    typed_partitions: dict[str, PartitionedFeatures] = Field(
+    hetero_partitions: dict[str, PartitionedFeatures] = Field(
         default_factory=dict,
-        description="A partitioned job on a typed dataset: each featured node type's rows, split on their own "
+        description="A partitioned job on a heterogeneous dataset: each featured node type's rows, split on their own "
         "(`partition` is None); empty = every row here.",
     )
 

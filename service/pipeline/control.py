@@ -260,7 +260,7 @@ class ChannelStats:
 
 
 class ControlBlock:
-    """Typed access to a channel's control array and error buffer (either side)."""
+    """Heterogeneous access to a channel's control array and error buffer (either side)."""
 
     def __init__(self, words: torch.Tensor, error: torch.Tensor) -> None:
         self._array = words.numpy()

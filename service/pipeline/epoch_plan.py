@@ -1,8 +1,8 @@
 """The epoch plan: which seeds each rank trains on, in which batches, sampled with which seed.
 
-One rule, followed by everything that draws a job's batches -- the producers (node, typed and
-link batches), the in-process sources (`LocalBatchSource`, `TypedLocalBatches`,
-`TypedLinkBatches`), link evaluation and the tiering replay -- so any of them draws the same
+One rule, followed by everything that draws a job's batches -- the producers (node, heterogeneous and
+link batches), the in-process sources (`LocalBatchSource`, `HeteroLocalBatches`,
+`HeteroLinkBatches`), link evaluation and the tiering replay -- so any of them draws the same
 batch for the same (seed, epoch, rank, step); the daemon's notes count a job's steps by it:
 
 - **Shuffle.** Each epoch every rank draws the same permutation of the T train seeds (node ids,

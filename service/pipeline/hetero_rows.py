@@ -50,7 +50,7 @@ class HeteroRows:
             raise GraphtierError(f"dataset {dataset.handle.dataset!r} has one node type: it has no rows per type")
         self.dataset, self.schema = dataset, schema
         self.storage_reads, self.window = storage_reads, window
-        self.featured = list(dataset.handle.typed_features)
+        self.featured = list(dataset.handle.hetero_features)
         self.mapped_bytes = 0  # mmap mode: the storage rows' bytes copied from the mappings
         self.windows: dict[str, WindowedTiers] = {}
         self.peers: dict[str, PeerRows] = {}
@@ -63,7 +63,7 @@ class HeteroRows:
     def row_types(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Each featured type's (row shape, dtype): the regions of rows a slot holds."""
         return {
-            name: (self.dataset.typed_tiers(name).row_shape, self.dataset.typed_tiers(name).dtype)
+            name: (self.dataset.hetero_tiers(name).row_shape, self.dataset.hetero_tiers(name).dtype)
             for name in self.featured
         }
 
@@ -78,12 +78,12 @@ class HeteroRows:
 
     def _windows(self, window_bytes: int | None) -> dict[str, WindowedTiers]:
         readers = {
-            name: reader for name in self.featured if (reader := self.dataset.typed_row_reader(name)) is not None
+            name: reader for name in self.featured if (reader := self.dataset.hetero_row_reader(name)) is not None
         }
         share = None if window_bytes is None or not readers else window_bytes // len(readers)
         return {
             name: WindowedTiers(
-                self.dataset.typed_tiers(name),
+                self.dataset.hetero_tiers(name),
                 reader,
                 storage_reads=self.storage_reads,
                 window=self.window,
@@ -101,7 +101,7 @@ class HeteroRows:
         peers: dict[str, PeerRows] = {}
         try:
             for name, partition in partitions.items():
-                tiers = self.dataset.typed_tiers(name)
+                tiers = self.dataset.hetero_tiers(name)
                 peers[name] = PeerRows(partition, row_shape=tiers.row_shape, dtype=tiers.dtype)
         except BaseException:
             for rows in peers.values():
@@ -153,7 +153,7 @@ class HeteroRows:
                 hits += ticket.hits
                 hit_bytes += ticket.hits * window.tiers.row_bytes
             else:
-                type_traffic = self.dataset.gather_typed(name, local, out)
+                type_traffic = self.dataset.gather_hetero(name, local, out)
                 self.mapped_bytes += type_traffic.storage.bytes if self.storage_reads == "mmap" else 0
             traffic += type_traffic
             storage_rows += type_traffic.storage.rows
@@ -173,7 +173,7 @@ class HeteroRows:
             if window is not None:
                 readers.append(window.reader)
             else:
-                readers.append(None if name in self.windows else self.dataset.typed_tiers(name).storage_reader)
+                readers.append(None if name in self.windows else self.dataset.hetero_tiers(name).storage_reader)
         stats = [r.stats for r in readers if r is not None]
         header = control.header
         before = header.storage()

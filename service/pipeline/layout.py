@@ -66,14 +66,15 @@ class SlotLayout(BaseModel):
         default=None, description="int64 [pairs, 2]: a link-prediction batch's pairs over seed local ids; else None."
     )
     edge_types: Region | None = Field(
-        default=None, description="Typed batches: int64 [capacity.edges], the relation id of each sampled edge."
+        default=None, description="Heterogeneous batches: int64 [capacity.edges], the relation id of each sampled edge."
     )
     node_types: Region | None = Field(
-        default=None, description="Typed batches: int64 [capacity.nodes], the node type index of each sampled node."
+        default=None,
+        description="Heterogeneous batches: int64 [capacity.nodes], the node type index of each sampled node.",
     )
     type_features: dict[str, Region] = Field(
         default_factory=dict,
-        description="Typed batches: each featured node type's input rows [capacity.nodes, F_t], in their order among "
+        description="Heterogeneous: each featured node type's input rows [capacity.nodes, F_t], in their order among "
         "the sampled nodes; the ready message says how many rows of each a batch fills.",
     )
     ready_event: str | None = Field(

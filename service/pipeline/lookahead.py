@@ -25,7 +25,7 @@ from graphtier.service.sampling import SampledSubgraph
 from graphtier.service.storage import Ticket
 
 # What `admit` started for one batch: None without a window (or with no storage rows), a window's
-# ticket, a partitioned job's fetches, or a typed job's of each node type
+# ticket, a partitioned job's fetches, or a heterogeneous job's of each node type
 BatchTicket = Ticket | RemoteTicket | dict[str, Ticket | RemoteTicket] | None
 
 

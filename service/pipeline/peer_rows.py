@@ -9,7 +9,7 @@ TLS with the cluster's token, exactly as daemons call each other. When the batch
 rows from the replies into the slot, waiting only for replies that have not arrived yet. The
 bytes are the owners' copies of the same prepared rows, so a batch is bit-identical to the
 replicated run's. Counts: rows, bytes and calls per peer, the calls' latencies, and the time
-gathers waited for them (near 0 when the look-ahead hides the network). A typed dataset's featured
+gathers waited for them (near 0 when the look-ahead hides the network). A heterogeneous dataset's featured
 node types are split each on its own (`node_type`, type-local row ids): one `PeerRows` per type.
 """
 
@@ -50,7 +50,8 @@ class PartitionedFeatures(BaseModel):
     )
     timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Deadline of one FetchRows call.")
     node_type: str | None = Field(
-        default=None, description="A typed dataset's node type these rows are of (type-local ids); None: homogeneous."
+        default=None,
+        description="A heterogeneous dataset's node type these rows are of (type-local ids); None: homogeneous.",
     )
 
 

@@ -8,8 +8,8 @@ waits for a FREE slot, copies the sampled structure and the seed labels into the
 gathers the input features from the tiers straight into the slot, marks it READY and tells
 the consumer. A link job's batches are
 seeded by train edges instead (`LinkSampler`: the pairs and their negatives, the endpoints
-sampled; on a typed dataset its target relation's edges, each type's rows gathered as for a
-typed node batch). A partitioned job's producer gathers instead from its node's copy and
+sampled; on a heterogeneous dataset its target relation's edges, each type's rows gathered as for a
+heterogeneous node batch). A partitioned job's producer gathers instead from its node's copy and
 fetches the other nodes' rows (peer_rows.py), the fetches started when the batch is sampled,
 `PARTITION_LOOKAHEAD` batches (or `window`) ahead.
 Where the rows come from (the tiers, the look-ahead window or the other nodes) is one
@@ -66,9 +66,9 @@ from graphtier.service.pipeline.ordering import CudaEventOrdering, HostOrdering,
 from graphtier.service.pipeline.slots import SlotViews, create_control, create_slot
 from graphtier.service.prepared.edge_split import link_array
 from graphtier.service.sampling import NeighborSampler, SampledSubgraph
+from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler
 from graphtier.service.sampling.link import LinkSampler, max_link_pairs, max_link_seeds
 from graphtier.service.sampling.subgraph import Sampler
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import process_start_time
 from graphtier.service.storage import StorageCounters
@@ -140,18 +140,21 @@ class Producer:
                 sm_share=cfg.grid_share,
             )
         self.device_batches: DeviceSlotBatches | None = None  # a --sampler gpu job's one-stream batches
-        self.schema = self.dataset.handle.hetero  # a heterogeneous dataset's: typed samples, rows gathered per type
+        self.schema = (
+            self.dataset.handle.hetero
+        )  # a heterogeneous dataset's: heterogeneous samples, rows gathered per type
         self.hetero_rows: HeteroRows | None = None  # its input rows per featured node type
         self.sampler: Sampler  # the neighbour sampler below, or a link sampler over it
         hop_bounds = list(cfg.fanouts)
         if self.schema is not None:
             if cfg.sampler == "gpu" or cfg.partition is not None or cfg.device != "cpu":
                 raise ChannelError(
-                    f"dataset {cfg.dataset.dataset!r} is typed: its batches are sampled on the cpu into host slots, "
-                    "its rows on this node or partitioned per node type (typed_partitions, not partition)"
+                    f"dataset {cfg.dataset.dataset!r} is heterogeneous: its batches are sampled on the cpu into host "
+                    "slots, "
+                    "its rows on this node or partitioned per node type (hetero_partitions, not partition)"
                 )
-            assert self.dataset.edge_type is not None  # a typed handle carries it
-            self.sampler = TypedNeighborSampler(
+            assert self.dataset.edge_type is not None  # a heterogeneous handle carries it
+            self.sampler = HeteroNeighborSampler(
                 graph,
                 self.dataset.edge_type,
                 self.schema,
@@ -164,7 +167,7 @@ class Producer:
                 storage_reads=cfg.storage_reads,
                 window=cfg.window,
                 window_bytes=buffers.window_bytes,
-                partitions=cfg.typed_partitions,
+                partitions=cfg.hetero_partitions,
             )
             hop_bounds = [k * relations if k > 0 else -1 for k in cfg.fanouts]
         elif cfg.sampler == "gpu":
@@ -175,7 +178,7 @@ class Producer:
         if cfg.link is not None and train_pairs is not None:
             link = cfg.link
             nodes = self.sampler
-            assert isinstance(nodes, NeighborSampler | TypedNeighborSampler)  # ProducerConfig: a link job's is cpu
+            assert isinstance(nodes, NeighborSampler | HeteroNeighborSampler)  # ProducerConfig: a link job's is cpu
             self.sampler = LinkSampler(
                 nodes,
                 train_pairs,
@@ -193,14 +196,16 @@ class Producer:
         self.control, control_ref, error_ref = create_control(self.owner, channel=self.channel, num_slots=cfg.num_slots)
         start_time = process_start_time(pid) or 0
         self.control.initialise(num_slots=cfg.num_slots, producer_pid=pid, producer_start_time=start_time)
-        simulated = self.source.simulated if self.source is not None else self.schema is not None  # typed: accounted
+        simulated = (
+            self.source.simulated if self.source is not None else self.schema is not None
+        )  # heterogeneous: accounted
         self.control.header["simulated"] = int(simulated)
         self._new_slot = partial(
             create_slot,
             channel=self.channel,
             batch_size=seed_capacity,
             pair_capacity=pair_capacity,
-            typed_rows=self.hetero_rows.row_types if self.hetero_rows is not None else None,
+            hetero_rows=self.hetero_rows.row_types if self.hetero_rows is not None else None,
             feature_shape=tiers.row_shape if tiers is not None else None,
             feature_dtype=tiers.dtype if tiers is not None else torch.float32,
             device=self.slot_device,
@@ -393,7 +398,7 @@ class Producer:
             planned.seeds,
             planned.sample_seed,
         )
-        type_rows: dict[str, int] = {}  # a typed batch's input rows of each featured type
+        type_rows: dict[str, int] = {}  # a heterogeneous batch's input rows of each featured type
         if planned.subgraph is None:
             k, views, grown, sub, sample_ns, t1 = self._make_on_device(link, planned)
             rec = ctl.slots[k]
@@ -422,7 +427,9 @@ class Producer:
                 ctl.header.set_traffic(traffic, add=True)
             if views.features is not None and self.source is not None:
                 admitted = planned.ticket
-                assert not isinstance(admitted, dict)  # per-type tickets are a typed batch's, which has no source
+                assert not isinstance(
+                    admitted, dict
+                )  # per-type tickets are a heterogeneous batch's, which has no source
                 traffic = self.source.fill(sub.node_ids, admitted, views.features)
                 rec.set_traffic(traffic)
                 ctl.header.set_traffic(traffic, add=True)
@@ -465,7 +472,7 @@ class Producer:
         }
         if sub.pairs is not None:
             message["pairs"], message["positives"] = sub.num_pairs, sub.num_positive
-        if sub.hetero:
+        if sub.is_hetero:
             message["type_rows"], message["num_relations"] = type_rows, sub.num_relations
         if grown:
             message["layout"] = views.layout.model_dump(mode="json")

@@ -6,7 +6,7 @@ producer's slots are reclaimed by the next owner) that the consumer maps read-on
 that writes into a batch by mistake faults instead of corrupting the next one. For a `--device
 cuda` job it is device memory on the rank's GPU (graphtier.service.memory), and the rank's
 views are CUDA tensors of it. Regions start on 64-byte boundaries (cache lines) in the order
-node_ids, indptr, indices, labels, pairs (link prediction only), features; a typed batch's slot
+node_ids, indptr, indices, labels, pairs (link prediction only), features; a heterogeneous batch's slot
 adds edge_types and node_types and, instead of features, one region of rows per featured node type.
 """
 
@@ -49,9 +49,9 @@ class SlotViews:
     labels: torch.Tensor
     features: torch.Tensor | None
     pairs: torch.Tensor | None = None  # int64 [pair capacity, 2]; link prediction only
-    edge_types: torch.Tensor | None = None  # int64 [capacity.edges]; typed batches only
-    node_types: torch.Tensor | None = None  # int64 [capacity.nodes]; typed batches only
-    type_features: dict[str, torch.Tensor] = field(default_factory=dict)  # typed: type -> [capacity.nodes, F_t]
+    edge_types: torch.Tensor | None = None  # int64 [capacity.edges]; heterogeneous batches only
+    node_types: torch.Tensor | None = None  # int64 [capacity.nodes]; heterogeneous batches only
+    type_features: dict[str, torch.Tensor] = field(default_factory=dict)  # heterogeneous: type -> [capacity.nodes, F_t]
 
     @property
     def device(self) -> torch.device:
@@ -73,7 +73,7 @@ def create_slot(
     feature_shape: tuple[int, ...] | None,
     feature_dtype: torch.dtype = torch.float32,
     pair_capacity: int | None = None,
-    typed_rows: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None,
+    hetero_rows: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None,
     device: int | None = None,
     device_memory: DeviceMemoryMode = "ipc",
     exporter: FdExporter | None = None,
@@ -83,7 +83,7 @@ def create_slot(
     `owner`, or memory of GPU `device` shared as `device_memory` (vmm passes fds through `exporter`),
     ordered by the (ready, released) IPC `events` (`SlotOrdering.event_handles`). `batch_size` is
     the seeds a batch may have; `pair_capacity` the pairs of a link-prediction batch (None: none);
-    `typed_rows` (typed batches) each featured node type's (row shape, dtype)."""
+    `hetero_rows` (heterogeneous batches) each featured node type's (row shape, dtype)."""
     regions: list[tuple[str, tuple[int, ...], torch.dtype]] = [
         ("node_ids", (capacity.nodes,), torch.int64),
         ("indptr", (capacity.expanded + 1,), torch.int64),
@@ -94,10 +94,12 @@ def create_slot(
         regions.append(("pairs", (pair_capacity, 2), torch.int64))
     if feature_shape is not None:
         regions.append(("features", (capacity.nodes, *feature_shape), feature_dtype))
-    if typed_rows is not None:
+    if hetero_rows is not None:
         regions.append(("edge_types", (capacity.edges,), torch.int64))
         regions.append(("node_types", (capacity.nodes,), torch.int64))
-        regions.extend((f"type:{name}", (capacity.nodes, *shape), dtype) for name, (shape, dtype) in typed_rows.items())
+        regions.extend(
+            (f"type:{name}", (capacity.nodes, *shape), dtype) for name, (shape, dtype) in hetero_rows.items()
+        )
     placed: dict[str, Region | None] = {"features": None, "pairs": None}
     type_features: dict[str, Region] = {}
     end = 0

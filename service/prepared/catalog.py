@@ -192,7 +192,7 @@ class DatasetWriter:
     @contextlib.contextmanager
     def stream(self, array_name: str, shape: tuple[int, ...], dtype: DTypeLike) -> Iterator[NpyStreamWriter]:
         """An array written front to back in chunks (see `NpyStreamWriter`), recorded when the block ends.
-        Feature arrays (a typed dataset's per type too) also get their per-row checksums
+        Feature arrays (a heterogeneous dataset's per type too) also get their per-row checksums
         (`feature_checksums[.<type>].npy`), which the storage tier's reads are checked against."""
         from graphtier.service.prepared.npy_io import NpyStreamWriter
         from graphtier.service.storage.row_checksums import checksum_array_for
@@ -213,7 +213,7 @@ class DatasetWriter:
         if self.tmp is None:
             raise RuntimeError("DatasetWriter.commit called outside its `with` block")
         path = self.tmp / MANIFEST_FILE
-        # a homogeneous manifest is written without the `hetero` key, as before typed graphs existed
+        # a homogeneous manifest is written without the `hetero` key, as before heterogeneous graphs existed
         path.write_text(manifest.model_dump_json(indent=2, exclude={"hetero"} if manifest.hetero is None else None))
         with open(path, "rb") as f:
             os.fsync(f.fileno())

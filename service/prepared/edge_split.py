@@ -63,7 +63,8 @@ class EdgeSplitSpec(BaseModel):
         DEFAULT_EVAL_NEGATIVES, ge=1, le=1 << 26, description="random negative pairs per evaluation split"
     )
     target_relation: str | None = Field(
-        None, description="a typed graph: the relation `head-rel-tail` whose edges are split (see relation_split.py)"
+        None,
+        description="a heterogeneous graph: the relation `head-rel-tail` whose edges are split (see relation_split.py)",
     )
 
     @field_validator("fractions")
@@ -180,7 +181,7 @@ def split_edges(
 ) -> LinkSplit:
     """Shuffle the distinct edges (pairs when undirected) with `spec.seed` and cut them, or take the
     val and test pairs from `spec.files` (module docstring). `endpoint_ranges`: the id ranges
-    `[lo, hi)` the negative pairs' sources and destinations are drawn from (a typed relation's
+    `[lo, hi)` the negative pairs' sources and destinations are drawn from (a heterogeneous relation's
     head and tail types; default every node)."""
     if spec.files is not None:
         return _split_from_files(num_nodes, src, dst, spec, undirected=undirected, original_ids=original_ids)

@@ -1,13 +1,13 @@
-"""Preparing a typed (heterogeneous) graph: one global id space, scored as a whole, reordered per type.
+"""Preparing a heterogeneous graph: one global id space, scored as a whole, reordered per type.
 
-On disk a typed dataset is a homogeneous one plus types: `colptr`/`row` are the CSC of every
+On disk a heterogeneous dataset is a homogeneous one plus types: `colptr`/`row` are the CSC of every
 relation's edges over global ids (type t owns `[offset_t, offset_t + count_t)`), each column's
 entries grouped by relation id, and `edge_type` names the relation of each entry. One id space
 (rather than a CSC per relation over per-type ids) keeps the sampler's node map, the slots,
 labels, splits and scores single arrays; per-relation neighbour lists are the sub-ranges of a
 column, found by a binary search over its `edge_type` slice.
 
-Hotness: the score (wrpr: train nodes of the target type weighted) runs over the whole typed
+Hotness: the score (wrpr: train nodes of the target type weighted) runs over the whole heterogeneous
 graph; then each type's rows are reordered by score *within its own id range*, so a type's
 hottest rows are a prefix of its range and of its `features.<type>` array, and a tier's share
 of a type is a row count (`service/tiering/hetero.py` splits one byte budget across types).
@@ -22,7 +22,7 @@ import torch
 from graphtier.contract.errors import DatasetSourceError
 from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo, RelationInfo
 from graphtier.service.graph.csc import CSCGraph
-from graphtier.service.graph.hetero_data import HeteroGraphData, TypedCSC
+from graphtier.service.graph.hetero_data import HeteroCSC, HeteroGraphData
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.hotness.scores import reverse_pagerank
 from graphtier.service.prepared.catalog import DatasetWriter
@@ -32,10 +32,10 @@ from graphtier.service.prepared.steps import PrepareConfig, PreparedContent, Ste
 from graphtier.service.sources.ogb_hetero import is_hetero_ogb, load_ogb_hetero
 
 HETERO_OPTIONS = ("split_scheme", "reverse_relations", "num_classes")
-# wrpr/rpr on a typed graph, unless the user sets them: the hops of a typical typed model (R-GCN and
+# wrpr/rpr on a heterogeneous graph, unless the user sets them: the hops of a typical heterogeneous model (R-GCN and
 # HGT run 2 layers on ogbn-mag) and a fanout of 10 per relation.
-TYPED_SCORE_ITERATIONS = 2
-TYPED_SCORE_FANOUT = 10
+HETERO_SCORE_ITERATIONS = 2
+HETERO_SCORE_FANOUT = 10
 
 
 def feature_array_name(node_type: str) -> str:
@@ -44,7 +44,7 @@ def feature_array_name(node_type: str) -> str:
 
 
 def is_hetero_source(spec: str) -> bool:
-    """Whether a dataset spec names a typed source (`ogb:DIR` in OGB's heterogeneous layout)."""
+    """Whether a dataset spec names a heterogeneous source (`ogb:DIR` in OGB's heterogeneous layout)."""
     scheme, _, target = spec.partition(":")
     return scheme == "ogb" and bool(target) and is_hetero_ogb(Path(target).expanduser())
 
@@ -59,7 +59,7 @@ def load_hetero(config: PrepareConfig) -> HeteroGraphData:
         )
     if config.undirected:
         raise DatasetSourceError(
-            None, "--undirected does not apply to a typed graph", fix="reverse relations are added by default"
+            None, "--undirected does not apply to a heterogeneous graph", fix="reverse relations are added by default"
         )
     target = Path(config.source.partition(":")[2]).expanduser()
     return load_ogb_hetero(target, **config.source_options)  # type: ignore[arg-type]  # names checked above
@@ -77,18 +77,18 @@ def type_blocked_permutation(scores: torch.Tensor, offsets: list[int]) -> tuple[
     return new_to_old, old_to_new
 
 
-def permute_typed_csc(typed: TypedCSC, new_to_old: torch.Tensor, old_to_new: torch.Tensor) -> TypedCSC:
-    """The typed CSC relabelled by the permutation; entries keep their order within a column, so
+def permute_hetero_csc(hetero: HeteroCSC, new_to_old: torch.Tensor, old_to_new: torch.Tensor) -> HeteroCSC:
+    """The heterogeneous CSC relabelled by the permutation; entries keep their order within a column, so
     the relation groups stay grouped and `edge_type` moves with them."""
-    graph = typed.graph
+    graph = hetero.graph
     new_degree = graph.in_degree()[new_to_old]
     colptr = torch.zeros_like(graph.colptr)
     torch.cumsum(new_degree, 0, out=colptr[1:])
     shift = graph.colptr[:-1][new_to_old] - colptr[:-1]
     positions = shift.repeat_interleave(new_degree, output_size=graph.num_edges) + torch.arange(graph.num_edges)
     row = torch.index_select(old_to_new, 0, torch.index_select(graph.row, 0, positions))
-    edge_type = torch.index_select(typed.edge_type, 0, positions)
-    return TypedCSC(graph=CSCGraph(colptr=colptr, row=row), edge_type=edge_type)
+    edge_type = torch.index_select(hetero.edge_type, 0, positions)
+    return HeteroCSC(graph=CSCGraph(colptr=colptr, row=row), edge_type=edge_type)
 
 
 def schema_of(data: HeteroGraphData, edge_type: torch.Tensor) -> HeteroSchema:
@@ -113,13 +113,13 @@ def schema_of(data: HeteroGraphData, edge_type: torch.Tensor) -> HeteroSchema:
     )
 
 
-def typed_scores(
+def hetero_scores(
     graph: CSCGraph, spec: ScoreSpec, train: torch.Tensor | None
 ) -> tuple[torch.Tensor, dict[str, object]]:
-    """Scores over the typed graph and the record of how they were made (for the manifest).
+    """Scores over the heterogeneous graph and the record of how they were made (for the manifest).
 
     wrpr and rpr sum every iteration's scores (`accumulate`): the reads of a node over all hops
-    of a sample. The last iteration alone misses them on a typed graph, whose relations
+    of a sample. The last iteration alone misses them on a heterogeneous graph, whose relations
     alternate between types (paper -> author -> paper): after an odd number of iterations the
     train papers' mass sits on the authors. On ACM the last iteration alone places a small
     fraction of the oracle's hits, the sum over the sample's hops nearly all of them.
@@ -127,7 +127,7 @@ def typed_scores(
     if spec.kind not in ("wrpr", "rpr"):
         return compute_scores(graph, spec, train_ids=train), {**spec.model_dump(), "label": spec.label()}
     effective = spec.model_copy(
-        update={"iterations": spec.iterations or TYPED_SCORE_ITERATIONS, "fanout": spec.fanout or TYPED_SCORE_FANOUT}
+        update={"iterations": spec.iterations or HETERO_SCORE_ITERATIONS, "fanout": spec.fanout or HETERO_SCORE_FANOUT}
     )
     if spec.kind == "wrpr" and (train is None or train.numel() == 0):
         compute_scores(graph, effective, train_ids=train)  # raises: wrpr needs train ids
@@ -145,7 +145,7 @@ def typed_scores(
 def prepare_hetero(
     config: PrepareConfig, writer: DatasetWriter, clock: StepClock
 ) -> tuple[PreparedContent, HeteroSchema, dict[str, object]]:
-    """Read, build the typed CSC, score, reorder per type and write (in memory: typed sources
+    """Read, build the heterogeneous CSC, score, reorder per type and write (in memory: heterogeneous sources
     are read whole). Returns what was written, the schema and the score record."""
     with clock.step("read source"):
         data = load_hetero(config)
@@ -153,26 +153,26 @@ def prepare_hetero(
     if config.edge_split is not None:
         with clock.step("split edges"):
             link = split_relation(data, config.edge_split)  # val and test edges leave message passing
-    with clock.step("build typed CSC"):
-        typed = data.to_global()
+    with clock.step("build heterogeneous CSC"):
+        hetero = data.to_global()
         for rel in data.relations:
             rel.src = rel.dst = torch.empty(0, dtype=torch.int64)  # free the edge lists
     offset = data.offsets()[data.target_type]
     splits = {name: ids + offset for name, ids in data.splits.items()}
     with clock.step(f"score ({config.score.kind})"):
-        scores, score_record = typed_scores(typed.graph, config.score, splits.get("train"))
-    schema = schema_of(data, typed.edge_type)
+        scores, score_record = hetero_scores(hetero.graph, config.score, splits.get("train"))
+    schema = schema_of(data, hetero.edge_type)
     with clock.step("reorder per type"):
         new_to_old, old_to_new = type_blocked_permutation(scores, schema.offsets())
-        typed = permute_typed_csc(typed, new_to_old, old_to_new)
+        hetero = permute_hetero_csc(hetero, new_to_old, old_to_new)
     labels = None
     if data.labels is not None:
         labels = torch.full((schema.num_nodes,), -1, dtype=torch.int64)
         labels[offset : offset + data.labels.numel()] = data.labels
     with clock.step("write arrays"):
-        writer.write("colptr", typed.graph.colptr)
-        writer.write("row", typed.graph.row)
-        writer.write("edge_type", typed.edge_type)
+        writer.write("colptr", hetero.graph.colptr)
+        writer.write("row", hetero.graph.row)
+        writer.write("edge_type", hetero.edge_type)
         for info in schema.node_types:
             if info.feature_array is not None:
                 local_order = new_to_old[info.offset : info.offset + info.count] - info.offset
@@ -190,12 +190,12 @@ def prepare_hetero(
         notes.append(f"{config.edge_split.target_relation}: " + edge_split_note(link_split, budgeted=False))
     content = PreparedContent(
         num_nodes=schema.num_nodes,
-        num_edges=typed.graph.num_edges,
+        num_edges=hetero.graph.num_edges,
         feature_dim=0,
         num_classes=data.num_classes,
         split_sizes=split_sizes(splits),
         description=data.description,
-        details={"typed": True},
+        details={"heterogeneous": True},
         class_labels=data.class_labels,
         notes=notes,
         link_split=link_split,

@@ -29,7 +29,7 @@ ARRAY_NAMES = (
     "old_to_new",  # int64 [N]: reordered id of source node j
     "scores",  # float64 [N], in reordered order (non-increasing)
 )
-# A typed dataset (manifest `hetero` set) adds `edge_type` (int16 [E], relation of each CSC entry)
+# A heterogeneous dataset (manifest `hetero` set) adds `edge_type` (int16 [E], relation of each CSC entry)
 # and `features.<type>` (float32 [count, F_t], type-local reordered rows) per featured type;
 # it has no global `features` array (types differ in width).
 HETERO_ARRAYS = ("edge_type",)
@@ -90,7 +90,7 @@ class DatasetManifest(BaseModel):
         default_factory=list, description="what prepare noticed about the source (printed by the CLI)"
     )
     hetero: HeteroSchema | None = Field(
-        None, description="node types, relations and target type of a typed graph; None: a homogeneous graph"
+        None, description="node types, relations and target type of a heterogeneous graph; None: a homogeneous graph"
     )
     link_split: dict[str, object] | None = Field(
         None,

@@ -54,18 +54,18 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
     from graphtier.service.prepared.hetero import is_hetero_source, prepare_hetero
     from graphtier.service.prepared.out_of_core import prepare_out_of_core
 
-    typed = is_hetero_source(config.source)
-    if not typed and config.edge_split is not None and config.edge_split.target_relation is not None:
+    hetero = is_hetero_source(config.source)
+    if not hetero and config.edge_split is not None and config.edge_split.target_relation is not None:
         raise PreparedDatasetError(
-            f"{config.source}: --target-relation names a relation of a typed graph; this graph has one edge type, "
-            "split it with --edge-split alone"
+            f"{config.source}: --target-relation names a relation of a heterogeneous graph; this one has one edge "
+            "type, split it with --edge-split alone"
         )
     writer = DatasetWriter(
         root, config.name, overwrite=config.overwrite, group=config.group
     )  # fails early on an existing name
     schema, score_record = None, None
     with writer, numpy_huge_pages_for_preparation() as huge_pages:
-        if typed:  # typed sources are read whole: the in-memory path whatever the budget
+        if hetero:  # heterogeneous sources are read whole: the in-memory path whatever the budget
             content, schema, score_record = prepare_hetero(config, writer, clock)
         elif budget is None or config.edge_split is not None:
             content = _prepare_in_memory(config, writer, clock)
@@ -89,10 +89,10 @@ def prepare_dataset(config: PrepareConfig, *, observer: StepCallback | None = No
             arrays=dict(writer.arrays),
             timings_s=dict(clock.timings),
             peak_rss_bytes=peak_rss_bytes(),
-            memory_budget_bytes=None if typed or config.edge_split is not None else budget,
+            memory_budget_bytes=None if hetero or config.edge_split is not None else budget,
             link_split=content.link_split,
             preparation={
-                "path": "in-memory" if budget is None or typed or config.edge_split is not None else "out-of-core",
+                "path": "in-memory" if budget is None or hetero or config.edge_split is not None else "out-of-core",
                 "peak_rss_after_step_bytes": dict(clock.peaks),
                 "cpu_s_by_step": dict(clock.cpu),
                 "huge_pages": huge_pages,

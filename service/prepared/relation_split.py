@@ -1,8 +1,8 @@
-"""Link prediction on a typed graph: the edge split of one target relation, made at prepare.
+"""Link prediction on a heterogeneous graph: the edge split of one target relation, made at prepare.
 
     graphtier dataset prepare ogb:DIR --edge-split 0.85,0.05,0.10 --target-relation paper-written_by-author
 
-The target relation's edges (`head-rel-tail`, spelled as typed fanouts spell relations) are
+The target relation's edges (`head-rel-tail`, spelled as heterogeneous fanouts spell relations) are
 split as `edge_split.split_edges` splits a homogeneous graph's, in the global id space; the
 validation and test edges leave the graph messages pass over, in both directions: the relation
 keeps its train edges and its reverse (`tail-rev_rel-head`, added by default) their reverses.
@@ -27,13 +27,13 @@ def target_relation(data: HeteroGraphData, spec: EdgeSplitSpec) -> Relation:
     if spec.target_relation is None:
         raise DatasetSourceError(
             data.origin or None,
-            f"--edge-split on a typed graph splits one relation's edges: name it with {TARGET_RELATION_FLAG} "
+            f"--edge-split on a heterogeneous graph splits one relation's edges: name it with {TARGET_RELATION_FLAG} "
             f"HEAD-REL-TAIL, one of {', '.join(forward)}",
         )
     if spec.files is not None:
         raise DatasetSourceError(
             data.origin or None,
-            "--edge-split files:DIR is for homogeneous graphs; split a typed graph's relation by shares "
+            "--edge-split files:DIR is for homogeneous graphs; split a heterogeneous graph's relation by shares "
             "(--edge-split 0.85,0.05,0.10)",
         )
     for relation in data.relations:

@@ -2,9 +2,9 @@
 
 A batch starts from B train edges (positives). K negatives per positive are drawn either
 `uniform` (random node pairs) or `corrupt-tail` (the positive's source with a random tail),
-seeded by the batch's sample seed, so a batch is the same whoever draws it. On a typed graph
+seeded by the batch's sample seed, so a batch is the same whoever draws it. On a heterogeneous graph
 the train edges are one target relation's, and negatives keep its types: heads of the head
-type, tails of the tail type (`pair_end_types`); the sample is the typed sampler's. The endpoints of
+type, tails of the tail type (`pair_end_types`); the sample is the heterogeneous sampler's. The endpoints of
 every pair, deduplicated, are the seeds of one `NeighborSampler.sample` call (the native
 sampler, over the union of endpoints), so the GNN computes each endpoint's embedding once;
 `pairs` names each pair's endpoints by their local ids (< num_seeds), positives first.
@@ -19,16 +19,16 @@ import torch
 from graphtier.contract.errors import SamplingError
 from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo
 from graphtier.contract.link import NegativeSampling
+from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler, node_types_of
 from graphtier.service.sampling.neighbor_sampler import NeighborSampler
 from graphtier.service.sampling.subgraph import Block, SampledSubgraph
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler, node_types_of
 
 _MASK63 = (1 << 63) - 1
 _NEGATIVE_STREAM = 0x4E47  # keeps the negatives' generator apart from the neighbour sampler's
 
 
 def pair_end_types(schema: HeteroSchema, pairs: torch.Tensor) -> tuple[NodeTypeInfo, NodeTypeInfo]:
-    """The node types of a typed graph's target-relation pairs (head first, global ids): every head
+    """The node types of a heterogeneous graph's target-relation pairs (head first, global ids): every head
     of one type and every tail of one type, or SamplingError naming the types found."""
     if pairs.dim() != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
         raise SamplingError(f"pairs must be a non-empty [n, 2] tensor, got {tuple(pairs.shape)}")
@@ -38,7 +38,9 @@ def pair_end_types(schema: HeteroSchema, pairs: torch.Tensor) -> tuple[NodeTypeI
         found = torch.unique(node_types_of(pairs[:, column].to(torch.int64), offsets)).tolist()
         if len(found) != 1:
             names = [schema.node_types[t].name for t in found]
-            raise SamplingError(f"the pairs' {end} are of types {names}: a typed edge split's are of one relation's")
+            raise SamplingError(
+                f"the pairs' {end} are of types {names}: a heterogeneous edge split's are of one relation's"
+            )
         ends.append(schema.node_types[found[0]])
     return ends[0], ends[1]
 
@@ -57,13 +59,13 @@ def max_link_pairs(batch_size: int, negatives: int) -> int:
 class LinkSampler:
     """`sample(edge_ids, seed)` -> the sample of those train edges, with its pairs; see the module docstring.
 
-    Given a `TypedNeighborSampler` the train pairs are a target relation's: negative heads are drawn
+    Given a `HeteroNeighborSampler` the train pairs are a target relation's: negative heads are drawn
     from the head type's ids and tails from the tail type's, and the samples are heterogeneous.
     """
 
     def __init__(
         self,
-        sampler: NeighborSampler | TypedNeighborSampler,
+        sampler: NeighborSampler | HeteroNeighborSampler,
         train_pairs: torch.Tensor,
         num_nodes: int,
         *,
@@ -78,7 +80,7 @@ class LinkSampler:
         self.negatives, self.negative_sampling = negatives, negative_sampling
         # [first, end) of the ids negative heads and tails are drawn from: every node, or the relation's types
         self.head_ids, self.tail_ids = (0, num_nodes), (0, num_nodes)
-        if isinstance(sampler, TypedNeighborSampler):
+        if isinstance(sampler, HeteroNeighborSampler):
             head, tail = pair_end_types(sampler.schema, train_pairs)
             self.head_ids = (head.offset, head.offset + head.count)
             self.tail_ids = (tail.offset, tail.offset + tail.count)

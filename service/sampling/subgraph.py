@@ -63,7 +63,7 @@ class SampledSubgraph:
     per expanded node plus one; `num_nodes_per_hop` is [B, new at hop 1, ...] (length L + 1)
     and `num_edges_per_hop` the sampled edges of each hop (length L).
 
-    Of a heterogeneous graph (`hetero`): `edge_types` holds the relation id of every edge and
+    Of a heterogeneous graph (`is_hetero`): `edge_types` holds the relation id of every edge and
     `node_types` the type index of every local node. Of a link-prediction batch: `pairs` holds
     the local ids of the pairs to score, its first `num_positive` rows the positive edges.
     """
@@ -80,7 +80,7 @@ class SampledSubgraph:
     num_positive: int = 0  # link prediction: rows of `pairs` that are edges (the rest are negatives)
 
     @property
-    def hetero(self) -> bool:
+    def is_hetero(self) -> bool:
         """Whether the sample is of a heterogeneous graph (relations and node types)."""
         return self.edge_types is not None
 
@@ -161,7 +161,7 @@ class SampledSubgraph:
 
 
 class Sampler(Protocol):
-    """What draws samples: a neighbour sampler (cpu, typed or gpu), or a link sampler over one."""
+    """What draws samples: a neighbour sampler (cpu, heterogeneous or gpu), or a link sampler over one."""
 
     def sample(self, seeds: torch.Tensor, /, *, seed: int) -> SampledSubgraph:
         """The sample around `seeds`, its randomness fixed by `seed`."""

@@ -155,7 +155,7 @@ def load_ogb(
         raise DatasetSourceError(
             raw,
             "is a heterogeneous OGB graph (num-node-dict.csv.gz); this reader takes homogeneous graphs",
-            fix="`graphtier dataset prepare ogb:DIR` reads it as a typed graph (sources/ogb_hetero.py)",
+            fix="`graphtier dataset prepare ogb:DIR` reads it as a heterogeneous graph (sources/ogb_hetero.py)",
         )
     if _find(raw, "edge") is None and (raw / "data.npz").is_file():
         raise DatasetSourceError(raw / "data.npz", "binary OGB raw format is not supported; expected edge.csv.gz")

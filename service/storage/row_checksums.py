@@ -27,7 +27,7 @@ CHECKSUM_ARRAY = "feature_checksums"  # the manifest key (and file stem) of the 
 
 def checksum_array_for(feature_array: str) -> str | None:
     """The array of per-row checksums of the feature array `feature_array`: `feature_checksums` for
-    `features`, `feature_checksums.<type>` for a typed dataset's `features.<type>`; None for others."""
+    `features`, `feature_checksums.<type>` for a heterogeneous dataset's `features.<type>`; None for others."""
     if feature_array == "features":
         return CHECKSUM_ARRAY
     if feature_array.startswith("features."):

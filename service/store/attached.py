@@ -48,35 +48,35 @@ class AttachedDataset:
     storage: torch.Tensor | None
     link_pairs: dict[str, torch.Tensor] = field(default_factory=dict)  # int64 [n, 2] by array name; see edge_split.py
     _tiers: dict[int, FeatureTiers] = field(default_factory=dict, repr=False)
-    _typed_tiers: dict[str, FeatureTiers] = field(default_factory=dict, repr=False)
+    _hetero_tiers: dict[str, FeatureTiers] = field(default_factory=dict, repr=False)
     storage_reads: StorageReads = "mmap"  # how the storage rows are read: see graphtier.service.storage
     _leases: dict[int, CudaTiersLease] = field(default_factory=dict, repr=False)
     _reader: StorageReader | None = field(default=None, repr=False)
-    _typed_readers: dict[str, StorageReader] = field(default_factory=dict, repr=False)
-    _typed_checksums: dict[str, RowChecksums | None] = field(default_factory=dict, repr=False)
+    _hetero_readers: dict[str, StorageReader] = field(default_factory=dict, repr=False)
+    _hetero_checksums: dict[str, RowChecksums | None] = field(default_factory=dict, repr=False)
     checksums: RowChecksums | None = None  # the storage rows' recorded checksums: every read of them is checked
-    edge_type: torch.Tensor | None = None  # typed: int16 [num_edges], the relation of each CSC entry
-    typed_rows: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = field(default_factory=dict)
-    # typed: node type -> (resident rows, storage rows) in type-local ids
+    edge_type: torch.Tensor | None = None  # heterogeneous: int16 [num_edges], the relation of each CSC entry
+    hetero_rows: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = field(default_factory=dict)
+    # heterogeneous: node type -> (resident rows, storage rows) in type-local ids
     staging_bytes: int | None = None  # the storage reader's staging buffer cap; None = the reader's default
 
     @property
-    def typed(self) -> bool:
+    def is_hetero(self) -> bool:
         return self.handle.hetero is not None
 
-    def typed_tiers(self, node_type: str) -> FeatureTiers:
+    def hetero_tiers(self, node_type: str) -> FeatureTiers:
         """Node type `node_type`'s tier table over its type-local rows (device tiers accounted)."""
         key = f"type:{node_type}"
-        if key not in self._typed_tiers:
-            ref = self.handle.typed_features.get(node_type)
+        if key not in self._hetero_tiers:
+            ref = self.handle.hetero_features.get(node_type)
             if ref is None:
                 raise GraphtierError(f"dataset {self.handle.dataset!r} has no feature rows of node type {node_type!r}")
-            resident, storage = self.typed_rows[node_type]
+            resident, storage = self.hetero_rows[node_type]
             some = resident if resident is not None else storage
             assert some is not None  # a type with a plan has rows in one place or the other
             empty = some.new_empty((0, *some.shape[1:]))
             plan = ref.plan
-            self._typed_tiers[key] = FeatureTiers(
+            self._hetero_tiers[key] = FeatureTiers(
                 replicated_end=plan.replicated_end,
                 interleaved_end=plan.interleaved_end,
                 host_end=plan.host_end,
@@ -86,23 +86,23 @@ class AttachedDataset:
                 resident=resident if resident is not None else empty,
                 storage=storage if storage is not None else empty,
                 simulated=True,
-                storage_reader=self._typed_storage_reader(node_type, ref.storage),
+                storage_reader=self._hetero_storage_reader(node_type, ref.storage),
             )
-        return self._typed_tiers[key]
+        return self._hetero_tiers[key]
 
-    def gather_typed(self, node_type: str, local_ids: torch.Tensor, out: torch.Tensor) -> TrafficCounts:
+    def gather_hetero(self, node_type: str, local_ids: torch.Tensor, out: torch.Tensor) -> TrafficCounts:
         """Rows `local_ids` (type-local) of node type `node_type` into out[:len(local_ids)], counted per
         tier; storage rows copied from the mapping are checked against the type's checksums here."""
-        tiers = self.typed_tiers(node_type)
+        tiers = self.hetero_tiers(node_type)
         traffic = tiered_gather(local_ids, tiers, out)
-        _verify_mapped_rows(local_ids, tiers, out, traffic, self.typed_checksums(node_type))
+        _verify_mapped_rows(local_ids, tiers, out, traffic, self.hetero_checksums(node_type))
         return traffic
 
-    def typed_checksums(self, node_type: str) -> RowChecksums | None:
+    def hetero_checksums(self, node_type: str) -> RowChecksums | None:
         """Node type `node_type`'s storage rows' recorded checksums (mapped once); None without them."""
-        if node_type not in self._typed_checksums:
-            self._typed_checksums[node_type] = _storage_checksums(self.handle.typed_features[node_type].storage)
-        return self._typed_checksums[node_type]
+        if node_type not in self._hetero_checksums:
+            self._hetero_checksums[node_type] = _storage_checksums(self.handle.hetero_features[node_type].storage)
+        return self._hetero_checksums[node_type]
 
     @property
     def has_features(self) -> bool:
@@ -140,29 +140,29 @@ class AttachedDataset:
             self._reader = _new_storage_reader(ref, self.storage_reads, self.checksums, self.staging_bytes)
         return self._reader
 
-    def _typed_storage_reader(self, node_type: str, ref: StorageTierRef | None) -> StorageReader | None:
+    def _hetero_storage_reader(self, node_type: str, ref: StorageTierRef | None) -> StorageReader | None:
         """Per-batch reads of node type `node_type`'s storage rows (`ref`) in the `direct` and
         `page-cache` modes, checked against the type's recorded checksums; None in `mmap` mode."""
         if self.storage_reads == "mmap" or ref is None or ref.rows == 0:
             return None
-        if node_type not in self._typed_readers:
-            self._typed_readers[node_type] = _new_storage_reader(
-                ref, self.storage_reads, self.typed_checksums(node_type), self.staging_bytes
+        if node_type not in self._hetero_readers:
+            self._hetero_readers[node_type] = _new_storage_reader(
+                ref, self.storage_reads, self.hetero_checksums(node_type), self.staging_bytes
             )
-        return self._typed_readers[node_type]
+        return self._hetero_readers[node_type]
 
-    def typed_row_reader(self, node_type: str) -> RowReader | None:
+    def hetero_row_reader(self, node_type: str) -> RowReader | None:
         """What reads node type `node_type`'s storage rows outside the gather (its look-ahead window):
         its storage reader, or its mapping in `mmap` mode; None without storage rows of the type."""
-        ref = self.handle.typed_features[node_type].storage
-        _, storage = self.typed_rows[node_type]
+        ref = self.handle.hetero_features[node_type].storage
+        _, storage = self.hetero_rows[node_type]
         if ref is None or storage is None or storage.shape[0] == 0:
             return None
         if self.storage_reads == "mmap":
             from graphtier.service.storage import MappedReader
 
-            return MappedReader(storage, self.typed_checksums(node_type))
-        return self._typed_storage_reader(node_type, ref)
+            return MappedReader(storage, self.hetero_checksums(node_type))
+        return self._hetero_storage_reader(node_type, ref)
 
     def row_reader(self) -> RowReader | None:
         """What reads storage rows outside the gather (the look-ahead window): the storage reader of
@@ -219,11 +219,11 @@ class AttachedDataset:
         if self._reader is not None:
             self._reader.close()
             self._reader, self._tiers = None, {}
-        readers, self._typed_readers = self._typed_readers, {}
+        readers, self._hetero_readers = self._hetero_readers, {}
         for reader in readers.values():
             reader.close()
         if readers:
-            self._typed_tiers = {}
+            self._hetero_tiers = {}
 
 
 def _verify_mapped_rows(
@@ -281,12 +281,12 @@ def attach_dataset(
         storage_reads=storage_reads,
         checksums=_storage_checksums(handle.storage_features),
         edge_type=attach_tensor(handle.edge_type) if handle.edge_type else None,
-        typed_rows={
+        hetero_rows={
             name: (
                 attach_tensor(ref.resident) if ref.resident else None,
                 _open_storage(ref.storage) if ref.storage else None,
             )
-            for name, ref in handle.typed_features.items()
+            for name, ref in handle.hetero_features.items()
         },
         staging_bytes=staging_bytes,
     )

@@ -28,7 +28,7 @@ class StorageTierRef(BaseModel):
     )
 
 
-class TypedFeatureRef(BaseModel):
+class HeteroFeatureRef(BaseModel):
     """One node type's feature rows: its own plan over its type-local rows, resident rows and storage rows."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,10 +67,12 @@ class SharedDatasetHandle(BaseModel):
     placement_notes: tuple[str, ...] = Field(
         default=(), description="Why the placement differs from the budgets asked for (e.g. no peer access)."
     )
-    hetero: HeteroSchema | None = Field(default=None, description="a typed dataset's schema; None: homogeneous")
-    edge_type: SegmentRef | None = Field(default=None, description="typed: int16 [num_edges], each entry's relation")
-    typed_features: dict[str, TypedFeatureRef] = Field(
-        default_factory=dict, description="typed: each featured node type's feature tiers, by type name"
+    hetero: HeteroSchema | None = Field(default=None, description="a heterogeneous dataset's schema; None: homogeneous")
+    edge_type: SegmentRef | None = Field(
+        default=None, description="heterogeneous: int16 [num_edges], each entry's relation"
+    )
+    hetero_features: dict[str, HeteroFeatureRef] = Field(
+        default_factory=dict, description="heterogeneous: each featured node type's feature tiers, by type name"
     )
     class_labels: tuple[int, ...] | None = Field(
         default=None,

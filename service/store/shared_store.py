@@ -22,7 +22,7 @@ from graphtier.service.prepared.edge_split import LINK_ARRAY_PREFIX
 from graphtier.service.prepared.npy_io import npy_data_offset
 from graphtier.service.shm import SegmentOwner, SegmentRef, SharedSegment
 from graphtier.service.storage.row_checksums import checksum_array_for
-from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
+from graphtier.service.store.handle import HeteroFeatureRef, SharedDatasetHandle, StorageTierRef
 from graphtier.service.store.verified_copy import copy_array
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class SharedDatasetStore:
         dataset: PreparedDataset,
         plan: PlacementPlan,
         *,
-        typed_plans: dict[str, PlacementPlan] | None = None,
+        hetero_plans: dict[str, PlacementPlan] | None = None,
         owner: SegmentOwner | None = None,
         devices: Sequence[int] = (),
         placement_notes: Sequence[str] = (),
@@ -45,7 +45,7 @@ class SharedDatasetStore:
         device_memory: DeviceMemoryMode = "ipc",
         fd_exporter: FdExporter | None = None,
     ) -> None:
-        """`typed_plans`: a typed dataset's plan per featured node type (over its type-local rows);
+        """`hetero_plans`: a heterogeneous dataset's plan per featured node type (over its type-local rows);
         their device tiers are accounted, not placed on GPUs. `devices`: the CUDA ordinals
         (plan.num_devices of them) whose memory holds the device tiers; empty = the device tiers
         stay in host memory, accounted only. `verify`: check every array it serves against the
@@ -63,12 +63,12 @@ class SharedDatasetStore:
             )
         self.dataset = dataset
         self.plan = plan
-        self.typed_plans = typed_plans
-        if (dataset.manifest.hetero is None) != (typed_plans is None):
+        self.hetero_plans = hetero_plans
+        if (dataset.manifest.hetero is None) != (hetero_plans is None):
             from graphtier.contract.errors import PlacementError
 
             raise PlacementError(
-                f"dataset {dataset.name!r}: typed plans are for typed datasets, and a typed one needs them"
+                f"dataset {dataset.name!r}: per-type plans are for heterogeneous datasets, which need them"
             )
         self._own_owner = owner is None
         self.owner = owner or SegmentOwner()
@@ -161,9 +161,9 @@ class SharedDatasetStore:
             )
             device_refs = tuple(self.device_tiers.refs)
         edge_type = self._copy("edge-type", ds.array("edge_type"), "edge_type") if ds.has("edge_type") else None
-        typed = {
-            name: self._typed_rows(index, name, typed_plan)
-            for index, (name, typed_plan) in enumerate((self.typed_plans or {}).items())
+        hetero = {
+            name: self._hetero_rows(index, name, hetero_plan)
+            for index, (name, hetero_plan) in enumerate((self.hetero_plans or {}).items())
         }
         colptr, row = self._copy("colptr", ds.array("colptr"), "colptr"), self._copy("row", ds.array("row"), "row")
         check_structure(self._copies["colptr"], self._copies["row"], plan.num_nodes, dataset=ds.name)  # as served
@@ -186,10 +186,10 @@ class SharedDatasetStore:
             class_labels=tuple(ds.manifest.class_labels) if ds.manifest.class_labels is not None else None,
             hetero=ds.manifest.hetero,
             edge_type=edge_type,
-            typed_features=typed,
+            hetero_features=hetero,
         )
 
-    def _typed_rows(self, index: int, name: str, plan: PlacementPlan) -> TypedFeatureRef:
+    def _hetero_rows(self, index: int, name: str, plan: PlacementPlan) -> HeteroFeatureRef:
         """Node type `name`'s rows [0, plan.host_end) copied into a segment, the rest left in its file."""
         ds = self.dataset
         assert ds.manifest.hetero is not None
@@ -203,7 +203,7 @@ class SharedDatasetStore:
             storage = self._storage_tier(f"type{index}-checksums", key, rows, plan)
             if self.verify and resident is None:  # every row is on storage: check the file
                 self._copy_file(key, rows.new_empty((0, *rows.shape[1:])), None)
-        return TypedFeatureRef(plan=plan, resident=resident, storage=storage)
+        return HeteroFeatureRef(plan=plan, resident=resident, storage=storage)
 
     def _storage_tier(self, label: str, key: str, rows: torch.Tensor, plan: PlacementPlan) -> StorageTierRef:
         """Rows [plan.host_end, plan.num_nodes) of feature array `key` (`rows`), left in its file, with

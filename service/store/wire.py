@@ -26,7 +26,7 @@ from graphtier.contract.hetero import HeteroSchema
 from graphtier.service.memory.wire import handle_from_proto, handle_to_proto
 from graphtier.service.placement import PlacementPlan
 from graphtier.service.shm import SegmentRef
-from graphtier.service.store.handle import SharedDatasetHandle, StorageTierRef, TypedFeatureRef
+from graphtier.service.store.handle import HeteroFeatureRef, SharedDatasetHandle, StorageTierRef
 from graphtier.service.store.tier_ref import DeviceTierRef
 from graphtier.v1 import common_pb2, datasets_pb2
 
@@ -152,18 +152,18 @@ def layout_to_proto(layout: DatasetLayoutInfo) -> datasets_pb2.DatasetLayout:
         message.hetero_schema = handle.hetero.model_dump_json()
     if handle.edge_type is not None:
         message.edge_type.CopyFrom(segment_ref_to_proto(handle.edge_type))
-    for name, typed in handle.typed_features.items():
-        tiers = message.typed_features[name]
-        tiers.boundaries.CopyFrom(plan_to_proto(typed.plan))
-        if typed.resident is not None:
-            tiers.resident_features.CopyFrom(segment_ref_to_proto(typed.resident))
-        if typed.storage is not None:
-            tiers.storage_features.CopyFrom(storage_ref_to_proto(typed.storage))
+    for name, hetero in handle.hetero_features.items():
+        tiers = message.hetero_features[name]
+        tiers.boundaries.CopyFrom(plan_to_proto(hetero.plan))
+        if hetero.resident is not None:
+            tiers.resident_features.CopyFrom(segment_ref_to_proto(hetero.resident))
+        if hetero.storage is not None:
+            tiers.storage_features.CopyFrom(storage_ref_to_proto(hetero.storage))
     return message
 
 
-def _typed_from_proto(message: datasets_pb2.TypedFeatureTiers) -> TypedFeatureRef:
-    return TypedFeatureRef(
+def _hetero_from_proto(message: datasets_pb2.HeteroFeatureTiers) -> HeteroFeatureRef:
+    return HeteroFeatureRef(
         plan=plan_from_proto(message.boundaries),
         resident=segment_ref_from_proto(message.resident_features) if message.HasField("resident_features") else None,
         storage=storage_ref_from_proto(message.storage_features) if message.HasField("storage_features") else None,
@@ -193,7 +193,7 @@ def layout_from_proto(message: datasets_pb2.DatasetLayout) -> DatasetLayoutInfo:
         placement_notes=tuple(message.placement_notes),
         hetero=HeteroSchema.model_validate_json(message.hetero_schema) if message.hetero_schema else None,
         edge_type=segment_ref_from_proto(message.edge_type) if message.HasField("edge_type") else None,
-        typed_features={name: _typed_from_proto(tiers) for name, tiers in message.typed_features.items()},
+        hetero_features={name: _hetero_from_proto(tiers) for name, tiers in message.hetero_features.items()},
     )
     return DatasetLayoutInfo(
         handle=handle,

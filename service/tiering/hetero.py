@@ -1,14 +1,14 @@
-"""Tiering a typed graph: one byte budget across node types of different widths, hit ratios per type.
+"""Tiering a heterogeneous graph: one byte budget across node types of different widths, hit ratios per type.
 
 A tier's byte budget is split across types by score: every featured row of every type is
-ranked by its score (the whole typed graph's), and the hottest rows are taken until the
+ranked by its score (the whole heterogeneous graph's), and the hottest rows are taken until the
 budget is full. Because prepare reorders each type's rows by score within the type's id range,
-the rows a type gets are a prefix of its range (`TypedSplit.rows`), so a row's tier still
+the rows a type gets are a prefix of its range (`HeteroSplit.rows`), so a row's tier still
 follows from its id. Ranking by score (the expected reads of a row) rather than score per
 byte is what maximises the *byte* hit ratio: a row of width w costs w bytes and serves
 reads x w bytes, so its value per budget byte is its read count whatever its width.
 
-`build_typed_tiering_report` replays sampled epochs with the typed sampler (a one-rank job's
+`build_hetero_tiering_report` replays sampled epochs with the heterogeneous sampler (a one-rank job's
 batches: `replay.one_rank_plan`) and compares each score's placement with the oracle's (placed
 by the very reads it is scored on), per type and over all bytes. Featureless types have no
 feature rows; their learned embeddings live in the model and take no part in the budget.
@@ -26,11 +26,11 @@ from graphtier.contract.hetero import HeteroSchema
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import PlacementPlan, TierBudgets, parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
+from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler
 from graphtier.service.tiering.replay import one_rank_plan
 
 
-class TypedSplit(BaseModel):
+class HeteroSplit(BaseModel):
     """Rows (a prefix of each featured type's range, in the ranking's order) a byte budget holds."""
 
     budget_bytes: int
@@ -42,7 +42,7 @@ def featured_bytes(schema: HeteroSchema) -> int:
     return sum(t.count * t.row_bytes for t in schema.node_types)
 
 
-def split_budget(schema: HeteroSchema, scores: torch.Tensor, budget_bytes: int) -> TypedSplit:
+def split_budget(schema: HeteroSchema, scores: torch.Tensor, budget_bytes: int) -> HeteroSplit:
     """The hottest featured rows of all types by `scores` (global ids) that fit in `budget_bytes`.
 
     Rows are taken in descending score across types (ties: lower global id first) until the
@@ -51,7 +51,7 @@ def split_budget(schema: HeteroSchema, scores: torch.Tensor, budget_bytes: int) 
     """
     featured = [t for t in schema.node_types if not t.featureless]
     if not featured:
-        return TypedSplit(budget_bytes=budget_bytes, rows={}, used_bytes=0)
+        return HeteroSplit(budget_bytes=budget_bytes, rows={}, used_bytes=0)
     ids = torch.cat([torch.arange(t.offset, t.offset + t.count) for t in featured])
     widths = torch.cat([torch.full((t.count,), t.row_bytes, dtype=torch.int64) for t in featured])
     order = torch.sort(scores[ids], descending=True, stable=True).indices
@@ -61,13 +61,13 @@ def split_budget(schema: HeteroSchema, scores: torch.Tensor, budget_bytes: int) 
     rows = {}
     for info in featured:
         rows[info.name] = int(((chosen >= info.offset) & (chosen < info.offset + info.count)).sum())
-    return TypedSplit(budget_bytes=budget_bytes, rows=rows, used_bytes=int(widths[taken].sum()))
+    return HeteroSplit(budget_bytes=budget_bytes, rows=rows, used_bytes=int(widths[taken].sum()))
 
 
-def typed_plans(schema: HeteroSchema, scores: torch.Tensor, budgets: TierBudgets) -> dict[str, PlacementPlan]:
+def hetero_plans(schema: HeteroSchema, scores: torch.Tensor, budgets: TierBudgets) -> dict[str, PlacementPlan]:
     """Each featured type's `PlacementPlan` over its own (type-local) rows, the tiers' byte budgets
     split across types as `split_budget` splits them: a tier's budget, added to the hotter tiers',
-    takes the hottest rows of all types. The daemon loads a typed dataset with these plans, so
+    takes the hottest rows of all types. The daemon loads a heterogeneous dataset with these plans, so
     it serves the placement `dataset tiering-report` scores. Interleaved rows round down to a
     multiple of the devices per type; `host_bytes` None puts every other row on the host tier."""
     devices = budgets.num_devices
@@ -115,14 +115,14 @@ class TypeOutcome(BaseModel):
     hit_ratio: float = Field(description="share of this type's read bytes served by the budget")
 
 
-class TypedScoreOutcome(BaseModel):
+class HeteroScoreOutcome(BaseModel):
     score: str
     hit_ratio: float = Field(description="bytes served by the budget / all feature bytes read")
     ratio_to_oracle: float
     per_type: list[TypeOutcome]
 
 
-class TypedTieringReport(BaseModel):
+class HeteroTieringReport(BaseModel):
     dataset: str
     budget: str
     budget_bytes: int
@@ -133,13 +133,13 @@ class TypedTieringReport(BaseModel):
     batches: int
     read_bytes_per_epoch: float
     featureless_types: list[str] = Field(description="types whose rows are learned embeddings, not tiered")
-    outcomes: list[TypedScoreOutcome]
+    outcomes: list[HeteroScoreOutcome]
 
-    def outcome(self, score: str) -> TypedScoreOutcome:
+    def outcome(self, score: str) -> HeteroScoreOutcome:
         return next(o for o in self.outcomes if o.score == score)
 
 
-def replay_typed_reads(
+def replay_hetero_reads(
     dataset: PreparedDataset, *, fanouts: Sequence[str | int], batch_size: int, epochs: int, seed: int
 ) -> tuple[torch.Tensor, int]:
     """Reads of each node's row over `epochs` epochs of a one-rank job; (counts, batches)."""
@@ -147,7 +147,7 @@ def replay_typed_reads(
     assert schema is not None
     train = dataset.split("train")
     plan = one_rank_plan(train, batch_size, epochs, seed)
-    sampler = TypedNeighborSampler(dataset.graph, dataset.array("edge_type"), schema, fanouts)
+    sampler = HeteroNeighborSampler(dataset.graph, dataset.array("edge_type"), schema, fanouts)
     counts = torch.zeros(schema.num_nodes, dtype=torch.int64)
     batches = 0
     for epoch in range(epochs):
@@ -158,7 +158,7 @@ def replay_typed_reads(
     return counts, batches
 
 
-def build_typed_tiering_report(
+def build_hetero_tiering_report(
     dataset: PreparedDataset,
     *,
     budget: str,
@@ -166,18 +166,20 @@ def build_typed_tiering_report(
     batch_size: int = 1024,
     epochs: int = 3,
     seed: int = 0,
-) -> TypedTieringReport:
+) -> HeteroTieringReport:
     """Replay epochs once, then score each placement (as prepared, rpr, degree, oracle) at one byte budget."""
     schema = dataset.manifest.hetero
     if schema is None:
-        raise PlacementError(f"dataset {dataset.name!r} is not a typed graph; use the homogeneous tiering report")
+        raise PlacementError(
+            f"dataset {dataset.name!r} is not a heterogeneous graph; use the homogeneous tiering report"
+        )
     total = featured_bytes(schema)
     if total == 0:
         raise PlacementError(f"dataset {dataset.name!r} has no node type with features: nothing to tier")
     budget_bytes = parse_budget(budget, total_bytes=total, what="--budget")
     if budget_bytes > total:
         raise PlacementError(f"--budget {budget} is {budget_bytes:,} bytes, more than the {total:,} feature bytes")
-    reads, batches = replay_typed_reads(dataset, fanouts=fanouts, batch_size=batch_size, epochs=epochs, seed=seed)
+    reads, batches = replay_hetero_reads(dataset, fanouts=fanouts, batch_size=batch_size, epochs=epochs, seed=seed)
     featured = [t for t in schema.node_types if not t.featureless]
     read_bytes = {t.name: int(reads[t.offset : t.offset + t.count].sum()) * t.row_bytes for t in featured}
     all_read = max(sum(read_bytes.values()), 1)
@@ -195,7 +197,7 @@ def build_typed_tiering_report(
     for name, scores in candidates.items():
         hits = _hit_bytes(schema, reads, scores, budget_bytes)
         outcomes.append(
-            TypedScoreOutcome(
+            HeteroScoreOutcome(
                 score=name,
                 hit_ratio=sum(hits.values()) / all_read,
                 ratio_to_oracle=sum(hits.values()) / oracle_hits if oracle_hits else 1.0,
@@ -210,7 +212,7 @@ def build_typed_tiering_report(
                 ],
             )
         )
-    return TypedTieringReport(
+    return HeteroTieringReport(
         dataset=dataset.name,
         budget=str(budget),
         budget_bytes=budget_bytes,

@@ -1,10 +1,10 @@
-"""Typed neighbour-sampling throughput: graphtier's `TypedNeighborSampler` against PyG on `HeteroData`.
+"""Heterogeneous neighbour-sampling throughput: graphtier's `HeteroNeighborSampler` against PyG on `HeteroData`.
 
 On ACM (OGB's heterogeneous layout, reverse relations added: 4 relations over papers, authors
 and subjects), with the same seed batches of papers, the same fanout for every relation at each
 hop (default 10,5), batch 64, sampling without replacement, 2 torch threads, 3 warm-up batches
 dropped, it times batch by batch in turn (interleaved, so other load falls on both alike):
-  - graphtier TypedNeighborSampler, native backend (and the torch twin),
+  - graphtier HeteroNeighborSampler, native backend (and the torch twin),
   - PyG NeighborLoader on HeteroData (replace=False; sampling + PyG's HeteroData assembly),
 and prints the ratio of graphtier to PyG's loader (target >= 3x).
 
@@ -37,7 +37,7 @@ from bench_sampler import (
 )
 
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
+from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler
 
 TARGET_RATIO = 3.0
 DEFAULT_SOURCE = Path(os.environ.get("GRAPHTIER_SHARED_DATASETS", "/work/shared/datasets")) / "ogb_hetero_acm"
@@ -55,7 +55,7 @@ def seed_batches(dataset: PreparedDataset, num_batches: int, batch_size: int) ->
 
 
 def graphtier_sampler(dataset: PreparedDataset, fanouts: list[str], backend: str) -> Sampler:
-    sampler = TypedNeighborSampler(
+    sampler = HeteroNeighborSampler(
         dataset.graph, dataset.array("edge_type"), dataset.manifest.hetero, fanouts, backend=backend
     )
 
@@ -63,11 +63,11 @@ def graphtier_sampler(dataset: PreparedDataset, fanouts: list[str], backend: str
         out = sampler.sample(seeds, seed=i)
         return out.num_nodes, out.num_edges
 
-    return Sampler(f"graphtier TypedNeighborSampler ({backend})", step, 10**9 if backend == "native" else 15)
+    return Sampler(f"graphtier HeteroNeighborSampler ({backend})", step, 10**9 if backend == "native" else 15)
 
 
 def pyg_sampler(dataset: PreparedDataset, fanouts: list[int], batches: list[torch.Tensor]) -> Sampler:
-    """PyG's NeighborLoader on the same typed graph as HeteroData, the same seeds (type-local)."""
+    """PyG's NeighborLoader on the same heterogeneous graph as HeteroData, the same seeds (type-local)."""
     from torch_geometric.data import HeteroData
     from torch_geometric.loader import NeighborLoader
 
@@ -103,7 +103,7 @@ def pyg_sampler(dataset: PreparedDataset, fanouts: list[int], batches: list[torc
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="typed OGB dataset root (ACM)")
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="heterogeneous OGB dataset root (ACM)")
     parser.add_argument("--fanout", default="10,5", help="one fanout per hop, for every relation")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--batches", type=int, default=60)
@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     fanouts = [int(k) for k in args.fanout.split(",")]
     with tempfile.TemporaryDirectory() as root:
-        prepare_dataset(PrepareConfig(source=f"ogb:{args.source}", name="typed", root=Path(root)))
-        dataset = PreparedDataset(Path(root) / "typed")
+        prepare_dataset(PrepareConfig(source=f"ogb:{args.source}", name="heterogeneous", root=Path(root)))
+        dataset = PreparedDataset(Path(root) / "heterogeneous")
         batches = seed_batches(dataset, args.batches, args.batch_size)
         samplers = [graphtier_sampler(dataset, [str(k) for k in fanouts], b) for b in ("native", "torch")]
         why_not = load_pyg(args.ts_ops)

@@ -397,7 +397,7 @@ def _fuzz(kind: str) -> Callable[[Any], Outcome]:
                     payloads = [bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 300))) for _ in range(5)]
                 elif kind == "oversized":
                     payloads = [b"\x0a\x80\x80\x80\x03" + b"a" * (6 << 20)]  # 6 MiB: over gRPC's 4 MiB limit
-                elif kind == "wrong-typed":
+                elif kind == "wrong-heterogeneous":
                     payloads = [_wrong_types(request_type)]
                 else:  # huge strings, under the transport limit
                     payloads = [_huge_strings(request_type, 3 << 20)]
@@ -948,7 +948,7 @@ CASES: list[Case | Covered] = [
         "grpc-wrong-types",
         "fuzz",
         "every field with the wrong wire type, to every RPC",
-        _fuzz("wrong-typed"),
+        _fuzz("wrong-heterogeneous"),
         ("INVALID_ARGUMENT",),
         expect_exit=None,
     ),

@@ -6,7 +6,7 @@ first block's sources. Layer l computes only block l's destination rows.
 """
 
 from graphtier.launcher.runtime.models.base import BlockGNN, check_blocks
-from graphtier.launcher.runtime.models.factory import MODEL_NAMES, ModelName, build_model, build_typed_model
+from graphtier.launcher.runtime.models.factory import MODEL_NAMES, ModelName, build_hetero_model, build_model
 from graphtier.launcher.runtime.models.gat import GAT, GATConv
 from graphtier.launcher.runtime.models.gcn import GCN, GCNConv
 from graphtier.launcher.runtime.models.sage import GraphSAGE, SAGEConv
@@ -22,6 +22,6 @@ __all__ = [
     "ModelName",
     "SAGEConv",
     "build_model",
-    "build_typed_model",
+    "build_hetero_model",
     "check_blocks",
 ]

@@ -14,7 +14,7 @@ from graphtier.launcher.runtime.models.sage import GraphSAGE
 
 ModelName = Literal["sage", "gcn", "gat", "rgcn", "hgt"]
 MODEL_NAMES: tuple[str, ...] = get_args(ModelName)
-TYPED_MODEL_NAMES = ("rgcn", "hgt")  # built from a typed dataset's schema by `build_typed_model`
+HETERO_MODEL_NAMES = ("rgcn", "hgt")  # built from a heterogeneous dataset's schema by `build_hetero_model`
 
 
 def build_model(
@@ -36,12 +36,12 @@ def build_model(
         return GCN(in_dim, hidden, out_dim, num_layers, dropout=dropout)
     if name == "gat":
         return GAT(in_dim, hidden, out_dim, num_layers, heads=heads, dropout=dropout)
-    if name in TYPED_MODEL_NAMES:
-        raise GraphtierError(f"model {name!r} is built from a typed dataset's schema: use build_typed_model")
+    if name in HETERO_MODEL_NAMES:
+        raise GraphtierError(f"model {name!r} is built from a heterogeneous dataset's schema: use build_hetero_model")
     raise GraphtierError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)}")
 
 
-def build_typed_model(
+def build_hetero_model(
     name: ModelName,
     schema: HeteroSchema,
     hidden: int,
@@ -50,7 +50,7 @@ def build_typed_model(
     dropout: float = 0.5,
     heads: int = 4,
 ) -> nn.Module:
-    """A built-in typed GNN (rgcn or hgt) whose forward is `(blocks, edge_types, node_ids, node_types,
+    """A built-in heterogeneous GNN (rgcn or hgt) whose forward is `(blocks, edge_types, node_ids, node_types,
     features) -> [num_seeds, out_dim]`; featureless types get a learned embedding per node."""
     from graphtier.launcher.runtime.models.hgt import HGT
     from graphtier.launcher.runtime.models.rgcn import RGCN
@@ -59,4 +59,4 @@ def build_typed_model(
         return RGCN(schema, hidden, out_dim, num_layers, dropout=dropout)
     if name == "hgt":
         return HGT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout)
-    raise GraphtierError(f"model {name!r} is not a typed model; choose one of {', '.join(TYPED_MODEL_NAMES)}")
+    raise GraphtierError(f"model {name!r} is not a heterogeneous model; choose one of {', '.join(HETERO_MODEL_NAMES)}")

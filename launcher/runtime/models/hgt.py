@@ -1,11 +1,11 @@
-"""An HGT-style model (Hu et al., WWW 2020) over typed sampled blocks.
+"""An HGT-style model (Hu et al., WWW 2020) over heterogeneous sampled blocks.
 
 Per node type: key, query and value maps and an output map; per relation: an attention matrix,
 a message matrix and a prior per head. An edge s -> t of relation r scores
 (K_type(s) h_s W_att_r) . (Q_type(t) h_t) * prior_r / sqrt(d); the scores are soft-maxed over all
 of t's sampled in-edges (every relation together), the messages V_type(s) h_s W_msg_r summed
 with those weights, and the result mapped by t's output map and mixed with h_t by a learned
-gate (the skip connection). Node types without features enter through `TypedInput`'s learned
+gate (the skip connection). Node types without features enter through `HeteroInput`'s learned
 embeddings, as in `RGCN`.
 """
 
@@ -22,7 +22,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import destination_index, segment_softmax
 from graphtier.launcher.runtime.models.dropout import Dropout
-from graphtier.launcher.runtime.models.rgcn import TypedInput
+from graphtier.launcher.runtime.models.rgcn import HeteroInput
 from graphtier.service.sampling import Block
 
 
@@ -84,7 +84,7 @@ class HGT(nn.Module):
         self, schema: HeteroSchema, hidden: int, out_dim: int, num_layers: int, *, heads: int = 4, dropout: float = 0.5
     ) -> None:
         super().__init__()
-        self.input = TypedInput(schema, hidden)
+        self.input = HeteroInput(schema, hidden)
         self.convs = nn.ModuleList(
             HGTConv(hidden, len(schema.node_types), len(schema.relations), heads) for _ in range(num_layers)
         )

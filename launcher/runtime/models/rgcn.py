@@ -1,4 +1,4 @@
-"""R-GCN (Schlichtkrull et al. 2018) over typed sampled blocks, with learned embeddings for featureless types.
+"""R-GCN (Schlichtkrull et al. 2018) over heterogeneous sampled blocks, with learned embeddings for featureless types.
 
 h_v' = W_0 h_v + b + sum_r mean_{u in N_r(v)} W_r h_u: one weight per relation, the mean taken
 over v's sampled neighbours of that relation. All relations run in one pass: the sources are
@@ -47,11 +47,11 @@ class RGCNConv(nn.Module):
 EMBEDDING_LR_SCALE = 0.1  # featureless types' embeddings learn at this share of the learning rate
 
 
-def typed_param_groups(module: nn.Module, lr: float) -> list[dict[str, object]]:
+def hetero_param_groups(module: nn.Module, lr: float) -> list[dict[str, object]]:
     """Adam parameter groups of a model: the learned embeddings of featureless types (inside a
-    `TypedInput`) at `EMBEDDING_LR_SCALE` x `lr`, everything else at `lr`. With few labels (ACM's
+    `HeteroInput`) at `EMBEDDING_LR_SCALE` x `lr`, everything else at `lr`. With few labels (ACM's
     60 train papers) embeddings learning at the full rate overfit: 0.815 test accuracy against 0.885."""
-    embeddings = [p for m in module.modules() if isinstance(m, TypedInput) for p in m.embed.parameters()]
+    embeddings = [p for m in module.modules() if isinstance(m, HeteroInput) for p in m.embed.parameters()]
     others = [p for p in module.parameters() if all(p is not e for e in embeddings)]
     groups: list[dict[str, object]] = [{"params": others}]
     if embeddings:
@@ -59,7 +59,7 @@ def typed_param_groups(module: nn.Module, lr: float) -> list[dict[str, object]]:
     return groups
 
 
-class TypedInput(nn.Module):
+class HeteroInput(nn.Module):
     """Input rows of every node type in one width: Linear(features) or a learned per-node embedding."""
 
     offsets: Tensor  # a buffer: the first global id of each node type
@@ -100,7 +100,7 @@ class TypedInput(nn.Module):
 
 
 class RGCN(nn.Module):
-    """`num_layers` R-GCN layers over a typed sample, ReLU and dropout between them."""
+    """`num_layers` R-GCN layers over a heterogeneous sample, ReLU and dropout between them."""
 
     def __init__(
         self, schema: HeteroSchema, hidden: int, out_dim: int, num_layers: int, *, dropout: float = 0.5
@@ -108,7 +108,7 @@ class RGCN(nn.Module):
         super().__init__()
         if num_layers < 1:
             raise GraphtierError(f"an R-GCN needs at least one layer, got {num_layers}")
-        self.input = TypedInput(schema, hidden)
+        self.input = HeteroInput(schema, hidden)
         num_relations = len(schema.relations)
         widths = [hidden] * num_layers + [out_dim]
         self.convs = nn.ModuleList(RGCNConv(i, o, num_relations) for i, o in zip(widths[:-1], widths[1:], strict=True))

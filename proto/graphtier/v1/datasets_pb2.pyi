@@ -89,7 +89,7 @@ class GetDatasetLayoutRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class DatasetLayout(_message.Message):
-    __slots__ = ("dataset", "boundaries", "colptr", "row", "labels", "splits", "resident_features", "storage_features", "tier_sizes", "num_edges", "feature_dim", "num_classes", "feature_bytes", "structure_bytes", "device_bytes_per_device", "simulated_devices", "owner_pid", "loaded_at", "budgets", "device_tiers", "placement_notes", "fd_socket", "link_pairs", "hetero_schema", "edge_type", "typed_features", "version")
+    __slots__ = ("dataset", "boundaries", "colptr", "row", "labels", "splits", "resident_features", "storage_features", "tier_sizes", "num_edges", "feature_dim", "num_classes", "feature_bytes", "structure_bytes", "device_bytes_per_device", "simulated_devices", "owner_pid", "loaded_at", "budgets", "device_tiers", "placement_notes", "fd_socket", "link_pairs", "hetero_schema", "edge_type", "hetero_features", "version")
     class SplitsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -104,13 +104,13 @@ class DatasetLayout(_message.Message):
         key: str
         value: _common_pb2.SegmentRef
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ...) -> None: ...
-    class TypedFeaturesEntry(_message.Message):
+    class HeteroFeaturesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
-        value: TypedFeatureTiers
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TypedFeatureTiers, _Mapping]] = ...) -> None: ...
+        value: HeteroFeatureTiers
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[HeteroFeatureTiers, _Mapping]] = ...) -> None: ...
     DATASET_FIELD_NUMBER: _ClassVar[int]
     BOUNDARIES_FIELD_NUMBER: _ClassVar[int]
     COLPTR_FIELD_NUMBER: _ClassVar[int]
@@ -136,7 +136,7 @@ class DatasetLayout(_message.Message):
     LINK_PAIRS_FIELD_NUMBER: _ClassVar[int]
     HETERO_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     EDGE_TYPE_FIELD_NUMBER: _ClassVar[int]
-    TYPED_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    HETERO_FEATURES_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     boundaries: _common_pb2.PlacementBoundaries
@@ -163,11 +163,11 @@ class DatasetLayout(_message.Message):
     link_pairs: _containers.MessageMap[str, _common_pb2.SegmentRef]
     hetero_schema: str
     edge_type: _common_pb2.SegmentRef
-    typed_features: _containers.MessageMap[str, TypedFeatureTiers]
+    hetero_features: _containers.MessageMap[str, HeteroFeatureTiers]
     version: str
-    def __init__(self, dataset: _Optional[str] = ..., boundaries: _Optional[_Union[_common_pb2.PlacementBoundaries, _Mapping]] = ..., colptr: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., row: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., splits: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., resident_features: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., storage_features: _Optional[_Union[_common_pb2.StorageTierRef, _Mapping]] = ..., tier_sizes: _Optional[_Iterable[_Union[_common_pb2.TierSize, _Mapping]]] = ..., num_edges: _Optional[int] = ..., feature_dim: _Optional[int] = ..., num_classes: _Optional[int] = ..., feature_bytes: _Optional[int] = ..., structure_bytes: _Optional[int] = ..., device_bytes_per_device: _Optional[int] = ..., simulated_devices: _Optional[bool] = ..., owner_pid: _Optional[int] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., device_tiers: _Optional[_Iterable[_Union[_common_pb2.DeviceTierRef, _Mapping]]] = ..., placement_notes: _Optional[_Iterable[str]] = ..., fd_socket: _Optional[str] = ..., link_pairs: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., hetero_schema: _Optional[str] = ..., edge_type: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., typed_features: _Optional[_Mapping[str, TypedFeatureTiers]] = ..., version: _Optional[str] = ...) -> None: ...
+    def __init__(self, dataset: _Optional[str] = ..., boundaries: _Optional[_Union[_common_pb2.PlacementBoundaries, _Mapping]] = ..., colptr: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., row: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., splits: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., resident_features: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., storage_features: _Optional[_Union[_common_pb2.StorageTierRef, _Mapping]] = ..., tier_sizes: _Optional[_Iterable[_Union[_common_pb2.TierSize, _Mapping]]] = ..., num_edges: _Optional[int] = ..., feature_dim: _Optional[int] = ..., num_classes: _Optional[int] = ..., feature_bytes: _Optional[int] = ..., structure_bytes: _Optional[int] = ..., device_bytes_per_device: _Optional[int] = ..., simulated_devices: _Optional[bool] = ..., owner_pid: _Optional[int] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., device_tiers: _Optional[_Iterable[_Union[_common_pb2.DeviceTierRef, _Mapping]]] = ..., placement_notes: _Optional[_Iterable[str]] = ..., fd_socket: _Optional[str] = ..., link_pairs: _Optional[_Mapping[str, _common_pb2.SegmentRef]] = ..., hetero_schema: _Optional[str] = ..., edge_type: _Optional[_Union[_common_pb2.SegmentRef, _Mapping]] = ..., hetero_features: _Optional[_Mapping[str, HeteroFeatureTiers]] = ..., version: _Optional[str] = ...) -> None: ...
 
-class TypedFeatureTiers(_message.Message):
+class HeteroFeatureTiers(_message.Message):
     __slots__ = ("boundaries", "resident_features", "storage_features")
     BOUNDARIES_FIELD_NUMBER: _ClassVar[int]
     RESIDENT_FEATURES_FIELD_NUMBER: _ClassVar[int]

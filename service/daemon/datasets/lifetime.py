@@ -42,18 +42,18 @@ def file_identity(path: Path) -> tuple[int, ...] | None:
 
 
 def resident_estimate(
-    manifest: DatasetManifest, plan: PlacementPlan, typed_plans: dict[str, PlacementPlan] | None = None
+    manifest: DatasetManifest, plan: PlacementPlan, hetero_plans: dict[str, PlacementPlan] | None = None
 ) -> int:
     """Shared-memory bytes a load with `plan` takes: structure, labels, splits and the host rows (of
-    every featured node type by its own plan, for a typed dataset, with its edge types)."""
+    every featured node type by its own plan, for a heterogeneous dataset, with its edge types)."""
     arrays = manifest.arrays
     fixed = sum(
         arrays[k].nbytes
         for k in ("colptr", "row", "edge_type", "labels", "train_ids", "val_ids", "test_ids")
         if k in arrays
     )
-    typed = sum(p.host_end * p.row_bytes for p in (typed_plans or {}).values())
-    return fixed + plan.host_end * plan.row_bytes + typed
+    hetero = sum(p.host_end * p.row_bytes for p in (hetero_plans or {}).values())
+    return fixed + plan.host_end * plan.row_bytes + hetero
 
 
 @dataclass(frozen=True)

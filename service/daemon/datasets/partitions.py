@@ -8,7 +8,7 @@ of the same dataset version share one copy; it is unlinked when the last of them
 The copy is what the node's producers gather from and what `FetchRows` serves to the job's
 other nodes: read-only, only rows this node owns (a replicated row is never fetched: every
 node holds it), only partitions a running part holds, and never a reply over the message limit.
-A typed dataset's featured node types are split each on its own, from their `features.<type>.npy`
+A heterogeneous dataset's featured node types are split each on its own, from their `features.<type>.npy`
 in type-local ids: one copy per type (`replicate` applies to each type's rows), fetched by naming
 the type.
 """
@@ -54,7 +54,7 @@ class PartitionKey:
     nnodes: int
     node_rank: int
     replicated_rows: int
-    node_type: str = ""  # a typed dataset's node type; "": its one feature table
+    node_type: str = ""  # a heterogeneous dataset's node type; "": its one feature table
 
     def describe(self) -> str:
         of = f" {self.node_type} rows" if self.node_type else ""
@@ -99,7 +99,7 @@ class PartitionCopies:
         node_type: str = "",
     ) -> PartitionCopy:
         """This node's copy for job `job_id` (made now unless another part holds the same one); of
-        `node_type`'s rows for a typed dataset."""
+        `node_type`'s rows for a heterogeneous dataset."""
         directory = self.dataset_root / dataset
         found = dataset_version(directory)
         if found is None:
@@ -129,7 +129,7 @@ class PartitionCopies:
         node_types: Sequence[str] = (),
     ) -> PartitionedFeatures | dict[str, PartitionedFeatures] | None:
         """A partitioned job's part: this node's copy (made now, before any rank of any node can ask for
-        it), as the part's producers find every row; for a typed dataset (`node_types`: its featured
+        it), as the part's producers find every row; for a heterogeneous dataset (`node_types`: its featured
         types) one copy per type, by type; None for replicated features."""
         if spec.features != "partitioned":
             return None
@@ -140,7 +140,7 @@ class PartitionCopies:
                 f"job spec: features 'partitioned' needs a multi-node job whose placement lists "
                 f"every node's address (got {placement!r:.200})"
             )
-        typed = {}
+        hetero = {}
         for node_type in node_types or [""]:
             try:
                 copy = self.acquire(
@@ -155,7 +155,7 @@ class PartitionCopies:
             except BaseException:
                 self.release(job_id)  # the types' copies made so far: the job does not start
                 raise
-            typed[node_type] = PartitionedFeatures(
+            hetero[node_type] = PartitionedFeatures(
                 partition=copy.partition,
                 local=copy.ref,
                 peers=list(placement.node_addresses),
@@ -166,7 +166,7 @@ class PartitionCopies:
                 timeout_s=max(60.0, placement.peer_timeout_s),
                 node_type=node_type or None,
             )
-        return typed if node_types else typed[""]
+        return hetero if node_types else hetero[""]
 
     def _make(self, key: PartitionKey, prepared: PreparedDataset, features: torch.Tensor) -> PartitionCopy:
         t0 = time.perf_counter()
@@ -277,12 +277,12 @@ class PartitionCopies:
 
 
 def _feature_table(prepared: PreparedDataset, node_type: str) -> torch.Tensor:
-    """The rows to partition: the dataset's feature table, or a typed dataset's rows of `node_type`;
+    """The rows to partition: the dataset's feature table, or a heterogeneous dataset's rows of `node_type`;
     DaemonError naming what is missing."""
     schema = prepared.manifest.hetero
     if not node_type:
         if schema is not None:
-            raise DaemonError(f"dataset {prepared.name!r} is typed: its rows are partitioned per node type")
+            raise DaemonError(f"dataset {prepared.name!r} is heterogeneous: its rows are partitioned per node type")
         if prepared.features is None:
             raise DaemonError(f"dataset {prepared.name!r} has no features to partition")
         return prepared.features

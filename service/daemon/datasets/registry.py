@@ -43,7 +43,7 @@ from graphtier.service.shm.naming import validate_label
 from graphtier.service.store import SharedDatasetStore
 from graphtier.service.store.handle import SharedDatasetHandle
 from graphtier.service.store.wire import DatasetLayoutInfo, LoadResult
-from graphtier.service.tiering.hetero import featured_bytes, typed_plans
+from graphtier.service.tiering.hetero import featured_bytes, hetero_plans
 
 if TYPE_CHECKING:
     from graphtier.service.store.device_tiers import DeviceStructureSet
@@ -54,7 +54,7 @@ _LONGEST_LABEL_SUFFIX = "-train-ids"  # the store labels segments "<dataset>-<wh
 
 
 def feature_bytes(manifest: DatasetManifest) -> int:
-    """Bytes of the feature rows: the features array, or a typed dataset's rows of every featured type."""
+    """Bytes of the feature rows: the features array, or a heterogeneous dataset's rows of every featured type."""
     if manifest.hetero is not None:
         return featured_bytes(manifest.hetero)
     info = manifest.arrays.get("features")
@@ -112,12 +112,14 @@ class LoadedDataset:
         plan = self.plan
         sizes = plan.tier_sizes(num_edges=self.manifest.num_edges)
         device_bytes = plan.device_bytes_per_device()
-        typed = list((self.store.typed_plans or {}).values())
-        if typed:  # a typed dataset's feature rows are placed per type (its plan holds structure): summed over types
-            per_type = [p.tier_sizes() for p in typed]
+        hetero = list((self.store.hetero_plans or {}).values())
+        if (
+            hetero
+        ):  # a heterogeneous dataset's feature rows are placed per type (its plan holds structure): summed over types
+            per_type = [p.tier_sizes() for p in hetero]
             for name in ("device_replicated", "device_interleaved", "host", "storage"):
                 sizes[name] = TierSize(sum(t[name].rows for t in per_type), sum(t[name].bytes for t in per_type))
-            device_bytes += sum(p.device_bytes_per_device() for p in typed)
+            device_bytes += sum(p.device_bytes_per_device() for p in hetero)
         return DatasetLayoutInfo(
             handle=self.handle,
             tier_sizes=[TierBytes(tier=name, rows=size.rows, bytes=size.bytes) for name, size in sizes.items()],
@@ -205,7 +207,7 @@ class DatasetRegistry:
 
     @staticmethod
     def _tier_budgets(budgets: BudgetSpec, dataset: PreparedDataset) -> TierBudgets:
-        manifest = dataset.manifest  # percentages are of all feature bytes, a typed dataset's over every type
+        manifest = dataset.manifest  # percentages are of all feature bytes, a heterogeneous dataset's over every type
         return TierBudgets.parse(
             feature_bytes=feature_bytes(manifest),
             structure_bytes=structure_bytes(manifest),
@@ -221,7 +223,7 @@ class DatasetRegistry:
         manifest = dataset.manifest
         tier_budgets = cls._tier_budgets(budgets, dataset)
         colptr = dataset.array("colptr") if tier_budgets.structure_device_bytes else None
-        if manifest.hetero is not None:  # feature rows are placed per type (_typed_plans); this plan holds structure
+        if manifest.hetero is not None:  # feature rows are placed per type (_hetero_plans); this plan holds structure
             structure_only = tier_budgets.model_copy(
                 update={"device_replicated_bytes": 0, "device_interleaved_bytes": 0, "host_bytes": None}
             )
@@ -232,13 +234,13 @@ class DatasetRegistry:
         )
 
     @classmethod
-    def _typed_plans(cls, budgets: BudgetSpec, dataset: PreparedDataset) -> dict[str, PlacementPlan] | None:
-        """A typed dataset's plan per featured node type: the one byte budget of each tier split across
+    def _hetero_plans(cls, budgets: BudgetSpec, dataset: PreparedDataset) -> dict[str, PlacementPlan] | None:
+        """A heterogeneous dataset's plan per featured node type: the one byte budget of each tier split across
         types by score, as `dataset tiering-report` splits it; None for a homogeneous dataset."""
         schema = dataset.manifest.hetero
         if schema is None:
             return None
-        return typed_plans(schema, dataset.scores, cls._tier_budgets(budgets, dataset))
+        return hetero_plans(schema, dataset.scores, cls._tier_budgets(budgets, dataset))
 
     def _current(self, name: str) -> LoadedDataset | None:
         """The loaded copy of `name` if it is still the version on disk; a stale copy is retired
@@ -322,7 +324,7 @@ class DatasetRegistry:
             loaded = self._current(name)
             if loaded is not None and (
                 self._plan(budgets, loaded.store.dataset) != loaded.asked_plan
-                or self._typed_plans(budgets, loaded.store.dataset) != loaded.store.typed_plans
+                or self._hetero_plans(budgets, loaded.store.dataset) != loaded.store.hetero_plans
             ):
                 users = self._users(name)
                 if users:
@@ -351,14 +353,14 @@ class DatasetRegistry:
             features = dataset.array_path("features") if dataset.has("features") else None
             storage_identity = file_identity(features) if features else None  # before the check: a later write shows
             asked = self._plan(budgets, dataset)
-            typed = self._typed_plans(budgets, dataset)
+            hetero = self._hetero_plans(budgets, dataset)
             decision = self.gpus.decide(asked, name)
-            self._make_room(name, resident_estimate(dataset.manifest, decision.plan, typed))
+            self._make_room(name, resident_estimate(dataset.manifest, decision.plan, hetero))
             t0 = time.perf_counter()
             store = SharedDatasetStore(
                 dataset,
                 decision.plan,
-                typed_plans=typed,
+                hetero_plans=hetero,
                 devices=decision.devices,
                 placement_notes=decision.notes,
                 device_memory=self.gpus.device_memory,

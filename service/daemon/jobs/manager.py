@@ -51,8 +51,8 @@ from graphtier.service.daemon.jobs.job_view import (
 from graphtier.service.daemon.jobs.memory_need import MemoryNeed, daemon_held_bytes, memory_need, refusal
 from graphtier.service.daemon.jobs.mps import GpuShare, MpsControl
 from graphtier.service.daemon.jobs.notes import (
+    check_hetero_job,
     check_link_dataset,
-    check_typed_job,
     epoch_plan,
     spec_notes,
 )
@@ -110,9 +110,9 @@ def _split_rule(directory: Path) -> object:
 
 
 def sizing_plan(handle: SharedDatasetHandle) -> PlacementPlan:
-    """The plan a job's memory is sized from: a typed dataset keeps its rows per type, so the widest
+    """The plan a job's memory is sized from: a heterogeneous dataset keeps its rows per type, so the widest
     type's row bounds a slot's row (its own plan's row_bytes counts none)."""
-    widest = max([handle.plan.row_bytes, *(ref.plan.row_bytes for ref in handle.typed_features.values())])
+    widest = max([handle.plan.row_bytes, *(ref.plan.row_bytes for ref in handle.hetero_features.values())])
     return handle.plan if widest == handle.plan.row_bytes else handle.plan.model_copy(update={"row_bytes": widest})
 
 
@@ -241,7 +241,7 @@ class JobManager:
             loaded = self.datasets.load(spec.dataset, BudgetSpec(host="0")).layout
         else:
             loaded = self.datasets.load(spec.dataset, spec.budgets).layout
-        check_typed_job(spec, loaded.handle)
+        check_hetero_job(spec, loaded.handle)
         if spec.task == "link":
             check_link_dataset(spec, loaded.handle)
         elif loaded.handle.hetero is not None:
@@ -266,7 +266,7 @@ class JobManager:
             else ExternalAgent(launch, job_dir, spec.nproc_per_node, lambda ranks: self._ranks_done(job_id, ranks))
         )
         partition = self.partitions.for_part(
-            job_id, spec, part.placement if part else None, self.fetch_access, list(loaded.handle.typed_features)
+            job_id, spec, part.placement if part else None, self.fetch_access, list(loaded.handle.hetero_features)
         )
         runner = JobRunner(
             job_id,

@@ -12,7 +12,7 @@ whose train split cannot give every rank a seed is refused instead (`epoch_plan`
 from __future__ import annotations
 
 from graphtier.contract.errors import DaemonError, InvalidRequestError, SamplingError
-from graphtier.contract.jobs.spec import TYPED_MODELS, JobSpec
+from graphtier.contract.jobs.spec import HETERO_MODELS, JobSpec
 from graphtier.contract.link import CALIBRATED_DECODERS, DEFAULT_HITS_K
 from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.prepared.edge_split import link_array
@@ -40,7 +40,9 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     notes = []
     what = "train edges" if spec.task == "link" else "ids"
     featureless = handle.resident_features is None and handle.storage_features is None and handle.hetero is None
-    if spec.task == "link" and featureless:  # a typed dataset's rows are per type (its featureless types: below)
+    if (
+        spec.task == "link" and featureless
+    ):  # a heterogeneous dataset's rows are per type (its featureless types: below)
         notes.append(
             f"dataset {handle.dataset!r} has no node features: the job learns a {spec.hidden}-wide embedding per "
             f"node ({handle.plan.num_nodes:,} rows), gathered per batch and updated sparsely"
@@ -71,11 +73,11 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
             )
     if spec.eval_fanouts and (spec.task == "link" or schema is not None):
         notes.append(
-            f"eval_fanouts {spec.eval_fanouts} is not used: a {'link' if spec.task == 'link' else 'typed'} job "
+            f"eval_fanouts {spec.eval_fanouts} is not used: a {'link' if spec.task == 'link' else 'heterogeneous'} job "
             "evaluates with every neighbour"
         )
     if schema is not None:
-        if all(ref.plan.interleaved_end == 0 for ref in handle.typed_features.values()):
+        if all(ref.plan.interleaved_end == 0 for ref in handle.hetero_features.values()):
             notes.append(
                 "no device budget: every feature row of every type is on the host tier, so the device hit ratio is 0; "
                 "give --num-devices with --device-replicated or --device-interleaved"
@@ -106,30 +108,31 @@ def check_link_dataset(spec: JobSpec, handle: SharedDatasetHandle) -> None:
         )
 
 
-def check_typed_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
-    """A typed model needs a typed dataset and a typed dataset a typed model (or a script); per-relation
+def check_hetero_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
+    """A heterogeneous model needs a heterogeneous dataset and such a dataset such a model (or a script); per-relation
     fanouts must name the dataset's relations. InvalidRequestError in one line naming dataset and model."""
     schema = handle.hetero
     if schema is None:
-        if spec.model in TYPED_MODELS and not spec.script:
+        if spec.model in HETERO_MODELS and not spec.script:
             raise InvalidRequestError(
-                f"model {spec.model} trains typed graphs but dataset {spec.dataset!r} has one node and edge type; "
-                "use model sage, gcn or gat"
+                f"model {spec.model} trains heterogeneous graphs but dataset {spec.dataset!r} has one node and edge "
+                "type; use model sage, gcn or gat"
             )
         if spec.relation_fanouts:
             raise InvalidRequestError(
-                f"dataset {spec.dataset!r} has one edge type: relation fanouts {spec.relation_fanouts} need a typed "
+                f"dataset {spec.dataset!r} has one edge type: relation fanouts {spec.relation_fanouts} need a "
+                "heterogeneous "
                 "dataset; give --fanout as ints per hop (15,10,5)"
             )
         return
-    if spec.model not in TYPED_MODELS and not spec.script:
+    if spec.model not in HETERO_MODELS and not spec.script:
         raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed ({len(schema.node_types)} node types, {len(schema.relations)} "
+            f"dataset {spec.dataset!r} is heterogeneous ({len(schema.node_types)} node types, {len(schema.relations)} "
             f"relations): model {spec.model} takes one node type; use model rgcn or hgt"
         )
     if spec.device != "cpu" or spec.sampler != "cpu":
         raise InvalidRequestError(
-            f"dataset {spec.dataset!r} is typed: its batches are sampled and gathered on the cpu "
+            f"dataset {spec.dataset!r} is heterogeneous: its batches are sampled and gathered on the cpu "
             f"(got device {spec.device}, sampler {spec.sampler})"
         )
     try:

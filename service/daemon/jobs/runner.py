@@ -219,7 +219,9 @@ class JobRunner:
         self.device_memory = device_memory  # how a cuda job's device slots are shared with its ranks
         self.gpu_share = gpu_share  # MPS or a grid cap for the producers (service/daemon/jobs/mps.py)
         self.placement, self.external = placement, external
-        self.partition = partition  # a partitioned job: this node's rows and the other nodes' daemons (by type: typed)
+        self.partition = (
+            partition  # a partitioned job: this node's rows and the other nodes' daemons (by type: heterogeneous)
+        )
         self.lazy_producers = placement is not None or external is not None
         self.failure = ""  # set by fail(): the job ends FAILED with it
         self.job_token = secrets.token_hex(16)  # its ranks' proof that they are this job's (JOB_TOKEN_ENV)
@@ -279,7 +281,7 @@ class JobRunner:
             window=self.spec.window,
             storage_buffer_bytes=self.storage_buffer_bytes,
             partition=self.partition if not isinstance(self.partition, dict) else None,
-            typed_partitions=self.partition if isinstance(self.partition, dict) else {},
+            hetero_partitions=self.partition if isinstance(self.partition, dict) else {},
             link=(
                 LinkBatches(negatives=self.spec.negatives, negative_sampling=self.spec.negative_sampling)
                 if self.spec.task == "link"

@@ -15,8 +15,8 @@ from graphtier.contract.jobs.script_defaults import script_defaults
 from graphtier.launcher.cli.app import app
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.py"))
-# the examples of graphs with one node type; the heterogeneous ones (typed_*) train ACM in tests/docs
-HOMOGENEOUS_EXAMPLES = [path for path in EXAMPLES if not path.name.startswith("typed_")]
+# the examples of graphs with one node type; the heterogeneous ones (hetero_*) train ACM in tests/docs
+HOMOGENEOUS_EXAMPLES = [path for path in EXAMPLES if not path.name.startswith("hetero_")]
 
 
 @pytest.fixture(scope="module")

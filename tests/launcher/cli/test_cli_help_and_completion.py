@@ -68,7 +68,7 @@ def _complete(words: str, env: dict[str, str]) -> list[str]:
 
 
 def _from_bash(argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run `argv` as typed in bash: typer finds the shell to complete for among its parents (a second
+    """Run `argv` as heterogeneous in bash: typer finds the shell to complete for among its parents (a second
     command keeps bash from exec-ing the first in its own place)."""
     return subprocess.run(["bash", "-c", f"{argv}; exit $?"], capture_output=True, text=True, env=env, timeout=60)
 

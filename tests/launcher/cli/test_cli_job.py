@@ -110,8 +110,10 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     bad = cli("job", "submit", "--dataset", "rmat12", "--fanout", "15,x", "--runtime-dir", run)
     assert bad.exit_code == 2 and words in bad.output  # as `dataset tiering-report` and `connect()` say it
     fanout = "paper-cites-paper:x;5"
-    typed = cli("job", "submit", "--dataset", "acm", "--model", "rgcn", "--fanout", fanout, "--runtime-dir", run)
-    assert typed.exit_code == 2 and "relation_fanouts: Value error, hop 1: 'paper-cites-paper:x' is not" in typed.output
+    hetero = cli("job", "submit", "--dataset", "acm", "--model", "rgcn", "--fanout", fanout, "--runtime-dir", run)
+    assert (
+        hetero.exit_code == 2 and "relation_fanouts: Value error, hop 1: 'paper-cites-paper:x' is not" in hetero.output
+    )
     bad_hops = {
         "99999999999,5": "from 1 to 2147483647",  # past int32: refused, not a traceback
         "paper-cites-paper:99999999999;5": "from 1 to 2147483647",
@@ -120,8 +122,8 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     for fanout, problem in bad_hops.items():
         bad = cli("job", "submit", "--dataset", "acm", "--model", "rgcn", "--fanout", fanout, "--runtime-dir", run)
         assert bad.exit_code == 2 and problem in bad.output, bad.output
-    typed = cli("job", "submit", "--dataset", "acm", "--model", "hgt", "--device", "cuda", "--runtime-dir", run)
-    assert typed.exit_code == 2 and "model hgt: device='cuda' is not supported" in typed.output
+    hetero = cli("job", "submit", "--dataset", "acm", "--model", "hgt", "--device", "cuda", "--runtime-dir", run)
+    assert hetero.exit_code == 2 and "model hgt: device='cuda' is not supported" in hetero.output
     nothing = cli("job", "list", "--runtime-dir", run, "--json")
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 

@@ -117,7 +117,7 @@ JOBS = {
             JobNodeInfo("b", "b:2", 1, message="starting"),
         ],
     ),
-    "typed, pending": JobInfo(
+    "heterogeneous, pending": JobInfo(
         job_id="10",
         spec=JobSpec(dataset="acm", model="rgcn", relation_fanouts=["paper-cites-paper:5,paper-writes-author:3", "2"]),
         state=JobState.PENDING,

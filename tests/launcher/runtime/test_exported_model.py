@@ -1,4 +1,4 @@
-"""`load_model` rebuilds every built-in model as a job builds it -- node and link, one node type or typed --
+"""`load_model` rebuilds every built-in model as a job builds it -- node and link, one node type or heterogeneous --
 with the exported weights; a damaged, newer or script-own artifact is refused naming why."""
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from graphtier.launcher.runtime.exported_model import (
     snapshot,
     write_artifact,
 )
-from graphtier.launcher.runtime.models import build_typed_model
+from graphtier.launcher.runtime.hetero_link import HeteroLinkModel
+from graphtier.launcher.runtime.models import build_hetero_model
 from graphtier.launcher.runtime.objectives import NodeClassification, build_link_model
 from graphtier.launcher.runtime.train_config import TrainConfig
-from graphtier.launcher.runtime.typed_link import TypedLinkModel
 
 SCHEMA = HeteroSchema(
     node_types=[
@@ -59,7 +59,7 @@ def _trained(config: ModelConfig) -> torch.nn.Module:
         )  # fmt: skip
         model = NodeClassification(None).build_model(train)
     elif config.task == "node":
-        model = build_typed_model(
+        model = build_hetero_model(
             config.kind, SCHEMA, config.hidden, config.out_dim, config.layers, config.dropout, config.heads
         )
     elif config.hetero is None:
@@ -70,7 +70,7 @@ def _trained(config: ModelConfig) -> torch.nn.Module:
         )  # fmt: skip
         model = build_link_model(train)
     else:
-        model = TypedLinkModel(
+        model = HeteroLinkModel(
             SCHEMA, config.hidden, config.layers, model=config.kind, decoder=config.decoder, dropout=config.dropout,
             heads=config.heads,
         )  # fmt: skip
@@ -84,8 +84,10 @@ def _trained(config: ModelConfig) -> torch.nn.Module:
 CONFIGS = {
     "sage node": ModelConfig(builtin=True, kind="sage", in_dim=8, hidden=16, out_dim=4, layers=2, dropout=0.5),
     "gat node": ModelConfig(builtin=True, kind="gat", in_dim=8, hidden=16, out_dim=4, layers=2, heads=4),
-    "rgcn typed node": ModelConfig(builtin=True, kind="rgcn", hidden=16, out_dim=3, layers=2, hetero=SCHEMA),
-    "hgt typed node": ModelConfig(builtin=True, kind="hgt", hidden=16, out_dim=3, layers=2, heads=2, hetero=SCHEMA),
+    "rgcn heterogeneous node": ModelConfig(builtin=True, kind="rgcn", hidden=16, out_dim=3, layers=2, hetero=SCHEMA),
+    "hgt heterogeneous node": ModelConfig(
+        builtin=True, kind="hgt", hidden=16, out_dim=3, layers=2, heads=2, hetero=SCHEMA
+    ),
     "gcn link mlp": ModelConfig(
         builtin=True, kind="gcn", task="link", in_dim=8, hidden=16, out_dim=16, layers=2, decoder="mlp"
     ),
@@ -100,7 +102,7 @@ CONFIGS = {
         decoder="mlp+cn+aa",
         learned_embeddings=40,
     ),  # fmt: skip
-    "rgcn typed link": ModelConfig(
+    "rgcn heterogeneous link": ModelConfig(
         builtin=True, kind="rgcn", task="link", hidden=16, out_dim=16, layers=2, decoder="dot", hetero=SCHEMA
     ),
 }

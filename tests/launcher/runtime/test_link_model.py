@@ -83,16 +83,16 @@ def test_the_adamic_adar_residual_is_calibrated_on_validation_hits():
     assert "decoder.calibrated_weight" in model.state_dict()  # a checkpoint keeps it
 
 
-def test_a_typed_link_model_refuses_the_common_neighbour_decoders():
+def test_a_hetero_link_model_refuses_the_common_neighbour_decoders():
     from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo, RelationInfo
-    from graphtier.launcher.runtime.typed_link import TypedLinkModel
+    from graphtier.launcher.runtime.hetero_link import HeteroLinkModel
 
     schema = HeteroSchema(
         node_types=[NodeTypeInfo(name="paper", count=4, offset=0, feature_dim=8)],
         relations=[RelationInfo(head="paper", name="cites", tail="paper", num_edges=3)],
         target_type="paper",
     )
-    TypedLinkModel(schema, 8, decoder="mlp")  # the pair decoders that need no graph are built
+    HeteroLinkModel(schema, 8, decoder="mlp")  # the pair decoders that need no graph are built
     for decoder in ("mlp+cn", "mlp+cn+aa"):
         with pytest.raises(ValueError, match=f"the {decoder.replace('+', '.')} decoder reads common-neighbour .* dot"):
-            TypedLinkModel(schema, 8, decoder=decoder)
+            HeteroLinkModel(schema, 8, decoder=decoder)

@@ -52,7 +52,7 @@ def test_csc_from_edge_index_and_refusals():
     with pytest.raises(GraphtierError, match=r"outside \[0, num_nodes=2\)"):
         csc_from_edge_index(edge_index, 2)
     sampler = GraphtierSampler(csc, [2])
-    with pytest.raises(GraphtierError, match=r"per edge type \(\[\('a', 'to', 'b'\)\]\) needs a typed dataset"):
+    with pytest.raises(GraphtierError, match=r"per edge type \(\[\('a', 'to', 'b'\)\]\) needs a heterogeneous dataset"):
         GraphtierSampler(csc, {("a", "to", "b"): [2]})
     with pytest.raises(GraphtierError, match="starts from nodes only"):
         sampler.sample_from_edges(None)

@@ -1,4 +1,4 @@
-"""PyG's stock NeighborLoader over graphtier's typed stores and typed sampler: HeteroData batches
+"""PyG's stock NeighborLoader over graphtier's heterogeneous stores and heterogeneous sampler: HeteroData batches
 checked against ACM's source files, and PyG's to_hetero(GraphSAGE) learning ACM from them."""
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import SAGEConv, to_hetero
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
+from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches
 from graphtier.pyg import (
     GraphtierNeighborLoader,
     GraphtierSampler,
+    hetero_input_nodes,
     hetero_stores,
     source_ids,
     to_hetero_data,
-    typed_input_nodes,
 )
 
 WRITTEN_BY, REV_WRITTEN_BY = ("paper", "written_by", "author"), ("author", "rev_written_by", "paper")
@@ -47,7 +47,7 @@ def test_stock_loader_yields_hetero_batches_of_the_graph(prepared_acm, shared_da
     loader = NeighborLoader(
         data,
         num_neighbors=fanouts,
-        input_nodes=typed_input_nodes(acm, "train"),
+        input_nodes=hetero_input_nodes(acm, "train"),
         neighbor_sampler=GraphtierSampler(acm, fanouts),
         batch_size=40,
     )
@@ -83,22 +83,22 @@ def test_stock_loader_yields_hetero_batches_of_the_graph(prepared_acm, shared_da
     assert batch[WRITTEN_BY].num_sampled_edges[1] > 0
     assert batch[("paper", "has_subject", "subject")].edge_index.shape == (2, 0)
 
-    # graphtier's own typed batch as the same kind of HeteroData
-    typed = next(TypedLocalBatches(acm, ["4", "3"], batch_size=16).epoch(0))
-    own = to_hetero_data(typed.subgraph, schema, typed.x, typed.y)
-    assert own["paper"].batch_size == typed.subgraph.num_seeds and torch.equal(own["paper"].y, typed.y)
+    # graphtier's own heterogeneous batch as the same kind of HeteroData
+    hetero = next(HeteroLocalBatches(acm, ["4", "3"], batch_size=16).epoch(0))
+    own = to_hetero_data(hetero.subgraph, schema, hetero.x, hetero.y)
+    assert own["paper"].batch_size == hetero.subgraph.num_seeds and torch.equal(own["paper"].y, hetero.y)
     torch.testing.assert_close(own["paper"].x, features[own["paper"].n_id])
-    assert sum(own[key].edge_index.shape[1] for key in own.edge_types) == typed.subgraph.indices.numel()
+    assert sum(own[key].edge_index.shape[1] for key in own.edge_types) == hetero.subgraph.indices.numel()
     with pytest.raises(GraphtierError, match="got 3 labels for 16 seeds of 1 type"):  # not a short y
-        to_hetero_data(typed.subgraph, schema, typed.x, typed.y[:3])
+        to_hetero_data(hetero.subgraph, schema, hetero.x, hetero.y[:3])
     with pytest.raises(GraphtierError, match=r"features name node types \['venue'\]"):  # not silently dropped
-        to_hetero_data(typed.subgraph, schema, {"venue": typed.x["paper"]})
-    one_type = dataclasses.replace(typed.subgraph, edge_types=None, node_types=None)  # a sample of one node type
+        to_hetero_data(hetero.subgraph, schema, {"venue": hetero.x["paper"]})
+    one_type = dataclasses.replace(hetero.subgraph, edge_types=None, node_types=None)  # a sample of one node type
     with pytest.raises(GraphtierError, match="one node type: it has no node types"):  # not an AttributeError
         to_hetero_data(one_type, schema)
 
 
-def test_refuses_what_the_typed_sampler_cannot_do(prepared_acm):
+def test_refuses_what_the_hetero_sampler_cannot_do(prepared_acm):
     with pytest.raises(GraphtierError, match="edge types .*'cites'.* the dataset does not have"):
         GraphtierSampler(prepared_acm, {("paper", "cites", "paper"): [5]})
     with pytest.raises(GraphtierError, match="same number"):
@@ -136,7 +136,7 @@ def test_pyg_to_hetero_sage_learns_acm_from_the_stock_loader(prepared_acm):
         return NeighborLoader(
             data,
             num_neighbors=[10, 5],
-            input_nodes=typed_input_nodes(acm, split),
+            input_nodes=hetero_input_nodes(acm, split),
             neighbor_sampler=GraphtierSampler(acm, [10, 5]),
             batch_size=batch_size,
             shuffle=split == "train",

@@ -1,4 +1,4 @@
-"""R-GCN and HGT over typed local batches: learned embeddings for featureless types, weights per relation."""
+"""R-GCN and HGT over heterogeneous local batches: learned embeddings for featureless types, weights per relation."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches
 from graphtier.launcher.runtime.models.rgcn import RGCN, RGCNConv
-from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.sampling import Block
 
 
 @pytest.fixture
-def typed_dataset(typed_root, tmp_path) -> PreparedDataset:
-    prepare_dataset(PrepareConfig(source=f"ogb:{typed_root}", name="typed", root=tmp_path / "ds"))
-    return PreparedDataset(tmp_path / "ds" / "typed")
+def hetero_dataset(hetero_root, tmp_path) -> PreparedDataset:
+    prepare_dataset(PrepareConfig(source=f"ogb:{hetero_root}", name="heterogeneous", root=tmp_path / "ds"))
+    return PreparedDataset(tmp_path / "ds" / "heterogeneous")
 
 
 def test_conv_uses_each_relations_weight_and_mean():
@@ -32,22 +32,22 @@ def test_conv_uses_each_relations_weight_and_mean():
     assert out.item() == pytest.approx(2.0 * (1.0 + 3.0) / 2 + 10.0 * 5.0)
 
 
-def test_batches_carry_rows_of_each_featured_type(typed_dataset):
-    batches = TypedLocalBatches(typed_dataset, ["-1", "-1"], batch_size=2)
-    schema = typed_dataset.manifest.hetero
+def test_batches_carry_rows_of_each_featured_type(hetero_dataset):
+    batches = HeteroLocalBatches(hetero_dataset, ["-1", "-1"], batch_size=2)
+    schema = hetero_dataset.manifest.hetero
     batch = next(batches.epoch(0))
     ids, types = batch.input_nodes
     for name, rows in batch.x.items():
         info = schema.type_named(name)
         local = ids[types == schema.type_index(name)] - info.offset
-        assert torch.equal(rows, typed_dataset.array(info.feature_array)[local])
+        assert torch.equal(rows, hetero_dataset.array(info.feature_array)[local])
     assert set(batch.x) == {"paper", "venue"} and batch.y.numel() == batch.subgraph.num_seeds
 
 
-def test_rgcn_fits_the_train_labels_and_learns_embeddings(typed_dataset):
+def test_rgcn_fits_the_train_labels_and_learns_embeddings(hetero_dataset):
     torch.manual_seed(0)
-    schema = typed_dataset.manifest.hetero
-    batches = TypedLocalBatches(typed_dataset, ["-1", "-1"], batch_size=8)
+    schema = hetero_dataset.manifest.hetero
+    batches = HeteroLocalBatches(hetero_dataset, ["-1", "-1"], batch_size=8)
     model = RGCN(schema, 16, 2, 2, dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     embedding_before = model.input.embed["author"].weight.detach().clone()
@@ -62,20 +62,20 @@ def test_rgcn_fits_the_train_labels_and_learns_embeddings(typed_dataset):
     assert not torch.equal(model.input.embed["author"].weight, embedding_before)
 
 
-def test_missing_type_rows_are_named(typed_dataset):
-    batch = next(TypedLocalBatches(typed_dataset, ["-1"], batch_size=8).epoch(0))
-    model = RGCN(typed_dataset.manifest.hetero, 8, 2, 1)
+def test_missing_type_rows_are_named(hetero_dataset):
+    batch = next(HeteroLocalBatches(hetero_dataset, ["-1"], batch_size=8).epoch(0))
+    model = RGCN(hetero_dataset.manifest.hetero, 8, 2, 1)
     ids, types = batch.input_nodes
     with pytest.raises(GraphtierError, match="features of node type 'paper' must be"):
         model(batch.blocks, batch.edge_types, ids, types, {"venue": batch.x["venue"]})
 
 
-def test_hgt_fits_the_train_labels(typed_dataset):
+def test_hgt_fits_the_train_labels(hetero_dataset):
     from graphtier.launcher.runtime.models.hgt import HGT
 
     torch.manual_seed(0)
-    batches = TypedLocalBatches(typed_dataset, ["-1", "-1"], batch_size=8)
-    model = HGT(typed_dataset.manifest.hetero, 16, 2, 2, heads=2, dropout=0.0)
+    batches = HeteroLocalBatches(hetero_dataset, ["-1", "-1"], batch_size=8)
+    model = HGT(hetero_dataset.manifest.hetero, 16, 2, 2, heads=2, dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     for epoch in range(10):
         for batch in batches.epoch(epoch):

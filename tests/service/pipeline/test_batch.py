@@ -30,7 +30,7 @@ def _sample(hetero: bool, pairs: bool = False) -> SampledSubgraph:
 def test_a_heterogeneous_batch_is_a_batch_with_per_type_rows_and_relation_blocks():
     x = {"paper": torch.ones(1, 4), "author": torch.zeros(2, 3)}
     batch = Batch(subgraph=_sample(True), x=x, y=torch.tensor([1]), traffic=TrafficCounts())
-    assert batch.hetero and batch.x is x and batch.num_seeds == 1
+    assert batch.is_hetero and batch.x is x and batch.num_seeds == 1
     assert [t.tolist() for t in batch.edge_types] == [[0, 1]]
     ids, types = batch.input_nodes
     assert ids.tolist() == [10, 11, 12] and types.tolist() == [0, 1, 1]
@@ -40,7 +40,7 @@ def test_a_heterogeneous_batch_is_a_batch_with_per_type_rows_and_relation_blocks
 
 def test_a_batch_of_one_node_type_says_it_has_no_relations():
     batch = Batch(subgraph=_sample(False), x=torch.ones(3, 4), y=torch.tensor([1]), traffic=TrafficCounts())
-    assert not batch.hetero and batch.pairs is None
+    assert not batch.is_hetero and batch.pairs is None
     for part in ("edge_types", "node_types"):
         with pytest.raises(GraphtierError, match=f"one node type: it has no {part}"):
             getattr(batch, part)

@@ -303,8 +303,8 @@ def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, s
             final_job(client, job.job_id)
 
 
-def test_typed_rows_are_partitioned_per_node_type(prepared_acm):
-    """A typed dataset's partition copies: one per featured node type, of its type-local rows, served by
+def test_hetero_rows_are_partitioned_per_node_type(prepared_acm):
+    """A heterogeneous dataset's partition copies: one per featured node type, of its type-local rows, served by
     naming the type; a type without features, or no type at all, is refused naming why."""
     from graphtier.contract.errors import DaemonError, UnknownDatasetError
     from graphtier.service.daemon.datasets.partitions import PartitionCopies, PartitionKey
@@ -321,12 +321,12 @@ def test_typed_rows_are_partitioned_per_node_type(prepared_acm):
         own = part.owned_ids()[:3]
         row_bytes, data = copies.fetch(copy.key, own)
         assert row_bytes == copy.row_bytes and data == papers[torch.from_numpy(own)].contiguous().numpy().tobytes()
-        untyped = PartitionKey("acm", version, 2, 1, part.replicated_rows)
+        homogeneous = PartitionKey("acm", version, 2, 1, part.replicated_rows)
         with pytest.raises(UnknownDatasetError, match="holds no partition acm@"):
-            copies.fetch(untyped, own)
+            copies.fetch(homogeneous, own)
         for node_type, problem in (
             ("author", r"no feature rows of node type 'author' to partition \(featured types: paper\)"),
-            ("", "is typed: its rows are partitioned per node type"),
+            ("", "is heterogeneous: its rows are partitioned per node type"),
         ):
             with pytest.raises(DaemonError, match=problem):
                 copies.acquire("j1", "acm", version, nnodes=2, node_rank=1, replicate="10%", node_type=node_type)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.contract.inference import UNTYPED_GROUP
+from graphtier.contract.inference import UNHETERO_GROUP
 from graphtier.contract.jobs.directory import job_directory, layer_rows_dir, predictions_dir
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -87,7 +87,7 @@ def test_inference_writes_every_nodes_embeddings_and_predictions_in_the_source_i
     arrays = read_output(out)
     assert arrays["embeddings"].shape == (n, 32) and arrays["logits"].shape == (n, 7)
     assert np.array_equal(arrays["ids"], np.arange(n))  # row i is the source's node i
-    assert len(manifest.groups[UNTYPED_GROUP].arrays["embeddings"].shards) == 2  # one shard per rank
+    assert len(manifest.groups[UNHETERO_GROUP].arrays["embeddings"].shards) == 2  # one shard per rank
 
     model = load_trained_model(job_directory(runtime, trained.job_id), torch.device("cpu"))
     reference = full_graph_forward(model.module, cora_nodes, 2)  # graphtier's ids: hotness order
@@ -149,7 +149,7 @@ def test_link_job_keeps_test_scores_that_ogbs_evaluator_recomputes(daemon, cora_
 
 
 @pytest.mark.parametrize("model", ["rgcn", "hgt"])
-def test_typed_inference_writes_each_node_types_rows(daemon, prepared_acm, model):
+def test_hetero_inference_writes_each_node_types_rows(daemon, prepared_acm, model):
     runtime = daemon.config.runtime_dir
     spec = JobSpec(
         dataset="acm", model=model, relation_fanouts=["5", "5"], batch_size=64, hidden=16, epochs=2, lr=0.05,
@@ -166,7 +166,7 @@ def test_typed_inference_writes_each_node_types_rows(daemon, prepared_acm, model
         assert arrays["embeddings"].shape == (info.count, 16)
         assert np.array_equal(arrays["ids"], np.arange(info.count))  # each type's own ids, in its order
         assert ("logits" in arrays) == (info.name == schema.target_type)
-    # the best epoch's weights evaluated over every neighbour, as training evaluates a typed job
+    # the best epoch's weights evaluated over every neighbour, as training evaluates a heterogeneous job
     test = prepared_acm.manifest.split_sizes["test"]
     assert inferred.result.test_accuracy == pytest.approx(trained.result.best.test_accuracy, abs=2 / test)
 
@@ -293,7 +293,7 @@ def test_a_script_infers_layer_by_layer_with_its_own_model(daemon, cora_nodes):
     assert not layer_rows_dir(job_directory(runtime, final.job_id)).exists()
 
 
-def test_typed_link_job_keeps_scores_and_its_inference_scores_pairs_alike(daemon, acm_link):
+def test_hetero_link_job_keeps_scores_and_its_inference_scores_pairs_alike(daemon, acm_link):
     """R-GCN on ACM's paper-has_subject-subject: the kept test pairs, in each end type's own ids, scored again
     from its inference job's per-type embeddings give the kept scores."""
     from graphtier.launcher.runtime.link_scores import read_link_scores

@@ -96,8 +96,8 @@ def test_featureless_link_job_learns_embeddings(inproc_daemon, featureless_link)
     assert final.result.metrics["test_hits@50"] > 0.2
 
 
-def test_typed_link_job_trains_rgcn_on_the_target_relation(inproc_daemon, acm_link):
-    """ACM's paper-has_subject-subject by 2 ranks: typed producers seed batches with the relation's
+def test_hetero_link_job_trains_rgcn_on_the_target_relation(inproc_daemon, acm_link):
+    """ACM's paper-has_subject-subject by 2 ranks: heterogeneous producers seed batches with the relation's
     train edges and subject negatives, R-GCN and an MLP decoder score them."""
     spec = JobSpec(
         dataset="acm-link", task="link", model="rgcn", relation_fanouts=["5", "5"], batch_size=256, hidden=32,
@@ -135,7 +135,7 @@ def test_link_jobs_the_dataset_cannot_train_are_refused(inproc_daemon, prepared_
             client.submit_job(JobSpec(dataset="ring-no-val", task="link", decoder="mlp+cn+aa"))
 
 
-def test_typed_link_job_refuses_the_common_neighbour_decoder():
+def test_hetero_link_job_refuses_the_common_neighbour_decoder():
     with pytest.raises(ValueError, match=r"model rgcn: decoder 'mlp\+cn' is not supported .* use dot or mlp"):
         JobSpec(dataset="x", task="link", model="rgcn", decoder="mlp+cn")
 

@@ -1,4 +1,4 @@
-"""Typed batches through a producer channel: per-type tiers of ACM, slots read in place, equal to in-process
+"""Heterogeneous batches through a producer channel: per-type tiers of ACM, slots read in place, equal to in-process
 batches (node batches and a target relation's link batches)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
-from graphtier.launcher.runtime.typed_link import TypedLinkBatches
+from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches
+from graphtier.launcher.runtime.hetero_link import HeteroLinkBatches
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
 from graphtier.service.pipeline.config import LinkBatches
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.store import SharedDatasetStore
-from graphtier.service.tiering.hetero import featured_bytes, split_budget, typed_plans
+from graphtier.service.tiering.hetero import featured_bytes, hetero_plans, split_budget
 
 FANOUTS = ["author-rev_written_by-paper:5,subject-rev_has_subject-paper:3", "4"]
 
@@ -28,11 +28,11 @@ def channel_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_typed_plans_split_one_budget_per_tier_by_score(prepared_acm):
+def test_hetero_plans_split_one_budget_per_tier_by_score(prepared_acm):
     schema = prepared_acm.manifest.hetero
     total = featured_bytes(schema)
     budgets = TierBudgets(device_replicated_bytes=total // 20, num_devices=1, host_bytes=total // 2)
-    plans = typed_plans(schema, prepared_acm.scores, budgets)
+    plans = hetero_plans(schema, prepared_acm.scores, budgets)
     assert sorted(plans) == [t.name for t in schema.node_types if not t.featureless]  # featureless: no rows to tier
     replicated = split_budget(schema, prepared_acm.scores, total // 20)
     for name, plan in plans.items():
@@ -43,20 +43,20 @@ def test_typed_plans_split_one_budget_per_tier_by_score(prepared_acm):
     assert sum(p.replicated_end * p.row_bytes for p in plans.values()) <= total // 20
 
 
-def test_typed_channel_batches_equal_in_process_batches(prepared_acm, channel_dir):
-    """A typed producer's slots hold the batches `TypedLocalBatches` draws for the same seed, epoch,
+def test_hetero_channel_batches_equal_in_process_batches(prepared_acm, channel_dir):
+    """A heterogeneous producer's slots hold the batches `HeteroLocalBatches` draws for the same seed, epoch,
     rank and step (both follow the epoch plan); rows come from replicated, host and storage tiers of
     the paper type."""
     schema = prepared_acm.manifest.hetero
     total = featured_bytes(schema)
     budgets = TierBudgets(device_replicated_bytes=total // 20, num_devices=1, host_bytes=total // 2)
-    plans = typed_plans(schema, prepared_acm.scores, budgets)
+    plans = hetero_plans(schema, prepared_acm.scores, budgets)
     structure = PlacementPlan(
         num_nodes=schema.num_nodes, row_bytes=0, num_devices=1, replicated_end=0, interleaved_end=0,
         host_end=schema.num_nodes,
     )  # fmt: skip
-    local = TypedLocalBatches(prepared_acm, FANOUTS, 16, rank=1, world_size=2, seed=3)
-    with SharedDatasetStore(prepared_acm, structure, typed_plans=plans) as store:
+    local = HeteroLocalBatches(prepared_acm, FANOUTS, 16, rank=1, world_size=2, seed=3)
+    with SharedDatasetStore(prepared_acm, structure, hetero_plans=plans) as store:
         config = ProducerConfig(
             dataset=store.handle, rank=1, world_size=2, fanouts=[5, 4], relation_fanouts=FANOUTS, batch_size=16,
             epochs=1, seed=3, channel_dir=channel_dir, num_threads=1, heartbeat_interval_s=0.05,
@@ -64,7 +64,7 @@ def test_typed_channel_batches_equal_in_process_batches(prepared_acm, channel_di
         with spawn_producer(config) as producer, ChannelReader(producer.layout, timeout=20) as reader:
             batches = 0
             for batch, expected in zip(reader.epoch(), local.epoch(0), strict=True):
-                assert batch.hetero and batch.slot is not None
+                assert batch.is_hetero and batch.slot is not None
                 assert torch.equal(batch.seeds, expected.seeds) and batch.sample_seed == expected.sample_seed
                 got, want = batch.subgraph, expected.subgraph
                 for name in ("node_ids", "indptr", "indices", "edge_types", "node_types"):
@@ -84,23 +84,23 @@ def test_typed_channel_batches_equal_in_process_batches(prepared_acm, channel_di
 
 
 def _whole_graph_on_the_host(dataset):
-    """(structure plan, typed plans) placing every row of `dataset` on the host tier."""
+    """(structure plan, heterogeneous plans) placing every row of `dataset` on the host tier."""
     schema = dataset.manifest.hetero
     budgets = TierBudgets(device_replicated_bytes=0, num_devices=1, host_bytes=featured_bytes(schema))
     structure = PlacementPlan(
         num_nodes=schema.num_nodes, row_bytes=0, num_devices=1, replicated_end=0, interleaved_end=0,
         host_end=schema.num_nodes,
     )  # fmt: skip
-    return structure, typed_plans(schema, dataset.scores, budgets)
+    return structure, hetero_plans(schema, dataset.scores, budgets)
 
 
-def test_typed_link_channel_batches_equal_in_process_batches(acm_link, channel_dir):
-    """A typed link job's producer and `TypedLinkBatches` draw the same batches for the same seed,
+def test_hetero_link_channel_batches_equal_in_process_batches(acm_link, channel_dir):
+    """A heterogeneous link job's producer and `HeteroLinkBatches` draw the same batches for the same seed,
     epoch, rank and step: the epoch plan's train edges, the same negatives, the same sample."""
     fanouts = ["4", "3"]
-    local = TypedLinkBatches(acm_link, fanouts, 512, rank=0, world_size=3, seed=9, negatives=2)
+    local = HeteroLinkBatches(acm_link, fanouts, 512, rank=0, world_size=3, seed=9, negatives=2)
     structure, plans = _whole_graph_on_the_host(acm_link)
-    with SharedDatasetStore(acm_link, structure, typed_plans=plans) as store:
+    with SharedDatasetStore(acm_link, structure, hetero_plans=plans) as store:
         config = ProducerConfig(
             dataset=store.handle, rank=0, world_size=3, fanouts=[4, 3], relation_fanouts=fanouts, batch_size=512,
             epochs=2, seed=9, channel_dir=channel_dir, num_threads=1, heartbeat_interval_s=0.05,

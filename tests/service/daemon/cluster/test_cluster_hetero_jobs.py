@@ -1,5 +1,5 @@
-"""Typed (heterogeneous) jobs on two real daemons: R-GCN ranks on both nodes in one c10d
-rendezvous, a typed producer per rank on each node, train ids (or a link job's train edges of the
+"""Heterogeneous (heterogeneous) jobs on two real daemons: R-GCN ranks on both nodes in one c10d
+rendezvous, a heterogeneous producer per rank on each node, train ids (or a link job's train edges of the
 target relation) sharded by global rank and the evaluation gathered over both nodes, each node
 holding every row (replicated) or its share of each featured type's rows (partitioned)."""
 
@@ -19,16 +19,16 @@ EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 
 @pytest.fixture(scope="module")
-def typed_toy(tmp_path_factory):
-    """The toy typed graph (`examples/typed_toy_ogb.py`, 400 papers, 120 authors) prepared as "toy", and
+def hetero_toy(tmp_path_factory):
+    """The toy heterogeneous graph (`examples/hetero_toy_ogb.py`, 400 papers, 120 authors) prepared as "toy", and
     as "toy-link" beside it with its paper-written_by-author edges split for link prediction."""
     from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
     from graphtier.service.prepared.edge_split import EdgeSplitSpec
 
-    base = tmp_path_factory.mktemp("typed-toy")
+    base = tmp_path_factory.mktemp("heterogeneous-toy")
     raw, root = base / "raw", base / "prepared"
     subprocess.run(
-        [sys.executable, str(EXAMPLES / "typed_toy_ogb.py"), str(raw), "--papers", "400", "--authors", "120"],
+        [sys.executable, str(EXAMPLES / "hetero_toy_ogb.py"), str(raw), "--papers", "400", "--authors", "120"],
         check=True,
     )
     prepare_dataset(PrepareConfig(source=f"ogb:{raw}", name="toy", root=root))
@@ -37,14 +37,17 @@ def typed_toy(tmp_path_factory):
     return PreparedDataset(root / "toy")
 
 
-def test_typed_specs_take_several_nodes_and_refuse_what_typed_batches_do_not_serve():
+def test_hetero_specs_take_several_nodes_and_refuse_what_hetero_batches_do_not_serve():
     spec = JobSpec(dataset="toy", model="hgt", relation_fanouts=["5", "5"], nproc_per_node=2, nnodes=3)
     assert spec.world_size == 6 and spec.multi_node
     values = spec.model_dump(exclude={"fanouts"})
     partitioned = JobSpec.model_validate({**values, "features": "partitioned", "task": "link"})
     assert partitioned.features == "partitioned" and partitioned.replicate == "10%"
     for change, why in (
-        ({"device": "cuda"}, r"device='cuda' is not supported \(typed batches are gathered into host slots only"),
+        (
+            {"device": "cuda"},
+            r"device='cuda' is not supported \(heterogeneous batches are gathered into host slots only",
+        ),
         ({"task": "link", "decoder": "mlp+cn"}, r"decoder 'mlp\+cn' is not supported"),
     ):
         with pytest.raises(ValueError, match=why):
@@ -52,9 +55,9 @@ def test_typed_specs_take_several_nodes_and_refuse_what_typed_batches_do_not_ser
 
 
 @pytest.mark.slow  # two daemons, a rendezvous and a job: more than the default run affords; the spec test runs
-def test_two_node_typed_jobs_train_rgcn_on_both_daemons(test_cluster, typed_toy):
+def test_two_node_hetero_jobs_train_rgcn_on_both_daemons(test_cluster, hetero_toy):
     """A node job with every row on both nodes, then a link job with each type's rows partitioned."""
-    datasets = [typed_toy.directory, typed_toy.directory.parent / "toy-link"]
+    datasets = [hetero_toy.directory, hetero_toy.directory.parent / "toy-link"]
     a, b = test_cluster.add(datasets), test_cluster.add(datasets)
     test_cluster.start()
     spec = JobSpec(
@@ -73,7 +76,7 @@ def test_two_node_typed_jobs_train_rgcn_on_both_daemons(test_cluster, typed_toy)
     p = final.progress  # 240 train papers over 2 ranks of 32: 4 steps an epoch, each node's rank its half
     assert p is not None and p.global_step == p.total_steps == 2 * p.steps_per_epoch
     assert final.result is not None and final.result.test_accuracy > 0.5, final.result  # 3 classes
-    with a.client() as client:  # the member's part ran typed producers of its own daemon's copy
+    with a.client() as client:  # the member's part ran heterogeneous producers of its own daemon's copy
         part = client.get_job(final.nodes[1].job_id)
     assert part.state == JobState.SUCCEEDED and part.spec.model == "rgcn" and part.placement.node_rank == 1
 

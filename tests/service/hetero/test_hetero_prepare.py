@@ -1,4 +1,4 @@
-"""Typed graphs from OGB's heterogeneous raw layout: reading, reverse relations, the prepared form."""
+"""Heterogeneous graphs from OGB's heterogeneous raw layout: reading, reverse relations, the prepared form."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from typed_graphs import CITES, COUNTS, PAPER_FEATURES, PAPER_LABELS, PUBLISHED_IN, SPLIT, VENUE_FEATURES, WRITTEN_BY
+from hetero_graphs import CITES, COUNTS, PAPER_FEATURES, PAPER_LABELS, PUBLISHED_IN, SPLIT, VENUE_FEATURES, WRITTEN_BY
 from typer.testing import CliRunner
 
 from graphtier.contract.errors import DatasetSourceError
@@ -19,8 +19,8 @@ from graphtier.service.sources.ogb import load_ogb
 from graphtier.service.sources.ogb_hetero import load_ogb_hetero
 
 
-def test_reads_types_relations_features_labels_split(typed_root):
-    g = load_ogb_hetero(typed_root)
+def test_reads_types_relations_features_labels_split(hetero_root):
+    g = load_ogb_hetero(hetero_root)
     assert g.num_nodes == COUNTS and g.target_type == "paper"
     keys = [r.key for r in g.relations]
     assert keys == [
@@ -40,18 +40,18 @@ def test_reads_types_relations_features_labels_split(typed_root):
     assert {k: v.tolist() for k, v in g.splits.items()} == {"train": [0, 1, 2], "val": [3], "test": [4, 5]}
 
 
-def test_reverse_relations_can_be_left_out(typed_root):
-    g = load_ogb_hetero(typed_root, reverse_relations=False)
+def test_reverse_relations_can_be_left_out(hetero_root):
+    g = load_ogb_hetero(hetero_root, reverse_relations=False)
     assert [r.name for r in g.relations] == ["written_by", "published_in", "cites"]
 
 
-def test_typed_csc_groups_each_column_by_relation(typed_root):
-    g = load_ogb_hetero(typed_root)
-    typed = g.to_global()
+def test_hetero_csc_groups_each_column_by_relation(hetero_root):
+    g = load_ogb_hetero(hetero_root)
+    hetero = g.to_global()
     off = g.offsets()
-    assert typed.graph.num_edges == 2 * (len(WRITTEN_BY) + len(PUBLISHED_IN) + len(CITES))
-    colptr, etype = typed.graph.colptr, typed.edge_type
-    for v in range(typed.graph.num_nodes):
+    assert hetero.graph.num_edges == 2 * (len(WRITTEN_BY) + len(PUBLISHED_IN) + len(CITES))
+    colptr, etype = hetero.graph.colptr, hetero.edge_type
+    for v in range(hetero.graph.num_nodes):
         types = etype[colptr[v] : colptr[v + 1]]
         assert bool((types[1:] >= types[:-1]).all())
     # paper 5's in-neighbours: its authors 0, 4 (rev_written_by), venue 1 (rev_published_in),
@@ -60,7 +60,7 @@ def test_typed_csc_groups_each_column_by_relation(typed_root):
     got = sorted(
         zip(
             etype[colptr[p5] : colptr[p5 + 1]].tolist(),
-            typed.graph.row[colptr[p5] : colptr[p5 + 1]].tolist(),
+            hetero.graph.row[colptr[p5] : colptr[p5 + 1]].tolist(),
             strict=True,
         )
     )
@@ -92,20 +92,20 @@ def test_typed_csc_groups_each_column_by_relation(typed_root):
         ("split/scheme/paper/test.csv.gz", "4\n1\n", "shares 1 node id(s) with train"),  # a train paper tested
     ],
 )
-def test_bad_input_names_file_and_problem(typed_root, path, text, message):
-    (typed_root / path).write_bytes(gzip.compress(text.encode()))
+def test_bad_input_names_file_and_problem(hetero_root, path, text, message):
+    (hetero_root / path).write_bytes(gzip.compress(text.encode()))
     with pytest.raises(DatasetSourceError) as info:
-        load_ogb_hetero(typed_root)
+        load_ogb_hetero(hetero_root)
     assert path.split("/")[-1].split(".")[0] in str(info.value) and message in str(info.value)
 
 
-def test_homogeneous_reader_points_to_the_typed_one(typed_root):
-    with pytest.raises(DatasetSourceError, match="as a typed graph"):
-        load_ogb(typed_root)
+def test_homogeneous_reader_points_to_the_hetero_one(hetero_root):
+    with pytest.raises(DatasetSourceError, match="as a heterogeneous graph"):
+        load_ogb(hetero_root)
 
 
-def test_prepare_writes_typed_dataset_reordered_per_type(typed_root, tmp_path):
-    manifest = prepare_dataset(PrepareConfig(source=f"ogb:{typed_root}", name="typed", root=tmp_path / "ds"))
+def test_prepare_writes_hetero_dataset_reordered_per_type(hetero_root, tmp_path):
+    manifest = prepare_dataset(PrepareConfig(source=f"ogb:{hetero_root}", name="heterogeneous", root=tmp_path / "ds"))
     schema = manifest.hetero
     assert schema is not None and schema.target_type == "paper"
     assert [(t.name, t.count, t.offset, t.feature_dim) for t in schema.node_types] == [
@@ -114,7 +114,7 @@ def test_prepare_writes_typed_dataset_reordered_per_type(typed_root, tmp_path):
         ("venue", 2, 11, 2),
     ]
     assert [r.num_edges for r in schema.relations] == [8, 6, 6, 8, 6, 6]
-    ds = PreparedDataset(tmp_path / "ds" / "typed")
+    ds = PreparedDataset(tmp_path / "ds" / "heterogeneous")
     new_to_old, scores = ds.new_to_old, ds.scores
     for lo, hi in zip(schema.offsets()[:-1], schema.offsets()[1:], strict=True):
         assert sorted(new_to_old[lo:hi].tolist()) == list(range(lo, hi))  # types keep their id ranges
@@ -128,7 +128,7 @@ def test_prepare_writes_typed_dataset_reordered_per_type(typed_root, tmp_path):
     assert labels[paper.offset : paper.offset + paper.count].tolist() == [PAPER_LABELS[i] for i in local.tolist()]
     train = ds.split("train")
     assert sorted(new_to_old[train].tolist()) == [paper.offset + i for i in SPLIT["train"]]
-    # the reordered typed CSC is the same edge set with the same relations
+    # the reordered heterogeneous CSC is the same edge set with the same relations
     graph, etype = ds.graph, ds.array("edge_type")
     dst = graph.dst_of_edges()
     edges = {(int(new_to_old[s]), int(new_to_old[d]), int(t)) for s, d, t in zip(graph.row, dst, etype, strict=True)}
@@ -136,24 +136,33 @@ def test_prepare_writes_typed_dataset_reordered_per_type(typed_root, tmp_path):
     assert {(s - paper.offset, d - paper.offset) for s, d, t in edges if t == cites} == set(CITES)
 
 
-def test_cli_prepares_and_says_types(typed_root, graphtier_home):
+def test_cli_prepares_and_says_types(hetero_root, graphtier_home):
     cli = [sys.executable, "-m", "graphtier.launcher.cli"]
     done = subprocess.run(
-        [*cli, "dataset", "prepare", f"ogb:{typed_root}", "--name", "typed", "--no-reverse-relations", "--json"],
+        [
+            *cli,
+            "dataset",
+            "prepare",
+            f"ogb:{hetero_root}",
+            "--name",
+            "heterogeneous",
+            "--no-reverse-relations",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         check=True,
     )
     manifest = json.loads(done.stdout)
     assert [r["name"] for r in manifest["hetero"]["relations"]] == ["written_by", "published_in", "cites"]
-    # a typed dataset's rows are per type (feature_dim 0): list and inspect give each type's width
+    # a heterogeneous dataset's rows are per type (feature_dim 0): list and inspect give each type's width
     widths = f"author:learned, paper:{len(PAPER_FEATURES[0])}, venue:{len(VENUE_FEATURES[0])}"
     runner = CliRunner(env={"COLUMNS": "240"})
-    for args in (["dataset", "list"], ["dataset", "inspect", "typed"]):
+    for args in (["dataset", "list"], ["dataset", "inspect", "heterogeneous"]):
         shown = runner.invoke(app, args, catch_exceptions=False)
         assert shown.exit_code == 0 and widths in shown.output, shown.output
     bad = subprocess.run(
-        [*cli, "dataset", "prepare", f"ogb:{typed_root}", "--name", "t2", "--scale", "3"],
+        [*cli, "dataset", "prepare", f"ogb:{hetero_root}", "--name", "t2", "--scale", "3"],
         capture_output=True,
         text=True,
     )

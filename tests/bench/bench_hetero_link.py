@@ -1,4 +1,4 @@
-"""Link prediction on a typed graph's target relation: graphtier's typed link job against a path heuristic.
+"""Link prediction on a heterogeneous graph's target relation: graphtier's link job against a path heuristic.
 
 ACM (`ogb_hetero_acm`) is prepared once with `--edge-split 0.85,0.05,0.10 --target-relation
 REL` (seed 0; val and test edges leave the graph both ways) and 100k negative pairs of the
@@ -6,7 +6,7 @@ relation's head and tail types per evaluation split. Then, on exactly that split
 
 (a) graphtier: `graphtier job submit --task link --model rgcn` on a daemon started for the run
     (`--via job`, the default: producers sample the relation's edges from the tiers), or
-    `torchrun --nproc-per-node 2 examples/typed_link.py` (`--via example`: the same model in the
+    `torchrun --nproc-per-node 2 examples/hetero_link.py` (`--via example`: the same model in the
     ranks' own processes). R-GCN encoder, MLP decoder, one corrupted tail per edge, OGB's
     protocol from link_eval: test AUC, MRR, Hits@50 (the example's at its epoch of best
     validation AUC, the job's at its last epoch, as its result reports them).
@@ -16,7 +16,7 @@ relation's head and tail types per evaluation split. Then, on exactly that split
     vote of the head's Adamic-Adar neighbours (a paper's co-authored papers) for the tail. Scored
     on the same positives, pool and MRR tails.
 
-Run: python tests/bench/bench_typed_link.py [--via job|example] [--relation paper-has_subject-subject] [--epochs N]
+Run: python tests/bench/bench_hetero_link.py [--via job|example] [--relation paper-has_subject-subject] [--epochs N]
 """
 
 from __future__ import annotations
@@ -58,11 +58,11 @@ def prepare(relation: str, root: Path) -> PreparedDataset:
     return PreparedDataset(root / "acm-link")
 
 
-def typed_link_job(root: Path, epochs: int, ranks: int, flags: list[str]) -> tuple[dict, float, str]:
+def hetero_link_job(root: Path, epochs: int, ranks: int, flags: list[str]) -> tuple[dict, float, str]:
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
         "--log-dir", str(root / "torchelastic"),  # not a /tmp/torchelastic_* left behind per run
-        str(REPO / "examples" / "typed_link.py"), "--dataset", "acm-link", "--root", str(root),
+        str(REPO / "examples" / "hetero_link.py"), "--dataset", "acm-link", "--root", str(root),
         "--epochs", str(epochs), *flags,
     ]  # fmt: skip
     started = time.perf_counter()
@@ -70,7 +70,7 @@ def typed_link_job(root: Path, epochs: int, ranks: int, flags: list[str]) -> tup
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    shown = f"torchrun --nproc-per-node {ranks} examples/typed_link.py --dataset acm-link --epochs {epochs}"
+    shown = f"torchrun --nproc-per-node {ranks} examples/hetero_link.py --dataset acm-link --epochs {epochs}"
     return result, time.perf_counter() - started, " ".join([shown, *flags])
 
 
@@ -107,18 +107,18 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--via", choices=("job", "example"), default="job", help="the built-in job or the example")
-    parser.add_argument("--flags", default="", help="more flags of examples/typed_link.py (--via example)")
+    parser.add_argument("--flags", default="", help="more flags of examples/hetero_link.py (--via example)")
     parser.add_argument("--root", type=Path, help="where to prepare (default: a temporary directory)")
     args = parser.parse_args()
     print(machine_info(torch.get_num_threads()))
-    root = args.root or Path(tempfile.mkdtemp(prefix="gt-typedlink-"))
+    root = args.root or Path(tempfile.mkdtemp(prefix="gt-heterolink-"))
     ds = prepare(args.relation, root)
     split = ds.manifest.link_split
     print(f"ACM, target {args.relation}: split {split['sizes']}, negatives {split['eval_negatives']}")
     if args.via == "job":
         metrics, took, command = graphtier_job("acm-link", root, args.epochs, args.ranks, JOB_FLAGS)
     else:
-        metrics, took, command = typed_link_job(root, args.epochs, args.ranks, args.flags.split())
+        metrics, took, command = hetero_link_job(root, args.epochs, args.ranks, args.flags.split())
     heuristic = path_adamic_adar(ds)
     print(f"{'method':60s} {'test AUC':>9s} {'MRR':>7s} {'Hits@50':>8s}")
     print(f"{'graphtier R-GCN (' + command + ')':60s} {metrics['test_auc']:9.4f} {metrics['test_mrr']:7.4f} "

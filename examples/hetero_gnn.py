@@ -1,15 +1,15 @@
-"""R-GCN or HGT (--model hgt) on a prepared typed dataset, trained by torchrun ranks with typed batches.
+"""R-GCN or HGT (--model hgt) on a prepared heterogeneous dataset, trained by torchrun ranks with heterogeneous batches.
 
-    graphtier dataset prepare ogb:/data/ogb_hetero_acm --name acm   # ACM (HAN, HeCo) in OGB's typed layout
-    torchrun --nproc-per-node 2 examples/typed_gnn.py --dataset acm --epochs 60
-    graphtier job submit --dataset acm --script examples/typed_gnn.py --fanout '10;10' --batch-size 32 \
+    graphtier dataset prepare ogb:/data/ogb_hetero_acm --name acm   # ACM (HAN, HeCo) in OGB's heterogeneous layout
+    torchrun --nproc-per-node 2 examples/hetero_gnn.py --dataset acm --epochs 60
+    graphtier job submit --dataset acm --script examples/hetero_gnn.py --fanout '10;10' --batch-size 32 \
         --epochs 60 --nproc-per-node 2 --wait                        # the daemon's producers and tiers
 
-Under torchrun alone each rank samples its shard of the train ids with the typed sampler
+Under torchrun alone each rank samples its shard of the train ids with the heterogeneous sampler
 (per-relation fanouts, `--fanout '10;10'` or `'author-rev_written_by-paper:10,...;...'`) and reads
 each featured type's input rows from the dataset. Submitted with `job submit --script`, the job's
 spec decides data and optimisation (fanouts, batch size, epochs, lr, hidden, dropout, weight decay)
-and the batches come from the daemon's producers through `graphtier.connect()`: typed batches with
+and the batches come from the daemon's producers through `graphtier.connect()`: heterogeneous batches with
 `x` per node type. Either way it trains `RGCN` (or `HGT`) under DistributedDataParallel
 (gloo); featureless types (ACM's authors and subjects) get learned embeddings. Prints one JSON
 line: the test accuracy at the epoch of best validation accuracy, over all ranks.
@@ -29,9 +29,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.environment import JOB_ID_ENV
 from graphtier.contract.hetero import split_fanout_hops
+from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches
 from graphtier.launcher.runtime.models.hgt import HGT
-from graphtier.launcher.runtime.models.rgcn import RGCN, typed_param_groups
-from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
+from graphtier.launcher.runtime.models.rgcn import RGCN, hetero_param_groups
 from graphtier.service.prepared import PreparedDataset
 
 
@@ -47,7 +47,7 @@ def accuracy(model, batches) -> tuple[int, int]:
 
 
 def train_in_job(args: argparse.Namespace) -> None:
-    """Inside `job submit --script`: the daemon's typed batches through the public loader API."""
+    """Inside `job submit --script`: the daemon's heterogeneous batches through the public loader API."""
     import graphtier
 
     with graphtier.connect() as job:
@@ -57,7 +57,7 @@ def train_in_job(args: argparse.Namespace) -> None:
         build = HGT if args.model == "hgt" else RGCN
         model = build(info.hetero, spec.hidden, info.num_classes, len(info.fanouts), dropout=spec.dropout)
         optimizer = torch.optim.Adam(
-            typed_param_groups(model, spec.lr), lr=spec.lr, weight_decay=spec.weight_decay
+            hetero_param_groups(model, spec.lr), lr=spec.lr, weight_decay=spec.weight_decay
         )  # the featureless types' embeddings at a tenth of the rate
         ddp = job.prepare(model, optimizer)
         best = {"val_acc": -1.0}
@@ -79,7 +79,7 @@ def train_in_job(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", help="prepared typed dataset (the job's, under job submit --script)")
+    parser.add_argument("--dataset", help="prepared heterogeneous dataset (the job's, under job submit --script)")
     parser.add_argument("--root", type=Path, default=None, help="dataset root (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--fanout", default="10;10")
     parser.add_argument("--model", choices=("rgcn", "hgt"), default="rgcn")
@@ -114,13 +114,13 @@ def main() -> None:
     schema = dataset.manifest.hetero
     if schema is None:
         parser.error(f"--dataset {args.dataset}: a graph with one node type; this example trains a heterogeneous one")
-    loader = TypedLocalBatches(
+    loader = HeteroLocalBatches(
         dataset, split_fanout_hops(args.fanout), args.batch_size, rank, world, args.seed, eval_fanouts=["-1"] * 2
     )
     build = HGT if args.model == "hgt" else RGCN
     model = build(schema, args.hidden, dataset.manifest.num_classes, 2, dropout=args.dropout)
     ddp = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
-    groups = typed_param_groups(model, args.lr)
+    groups = hetero_param_groups(model, args.lr)
     if args.embedding_lr is not None and len(groups) > 1:
         groups[1]["lr"] = args.embedding_lr
     optimizer = torch.optim.Adam(groups, lr=args.lr, weight_decay=args.weight_decay)

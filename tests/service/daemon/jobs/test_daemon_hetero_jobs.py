@@ -1,6 +1,6 @@
-"""Typed (heterogeneous) jobs end to end: a real daemon serving ACM, typed producers, gloo ranks.
+"""Heterogeneous (heterogeneous) jobs end to end: a real daemon serving ACM, heterogeneous producers, gloo ranks.
 
-(`examples/typed_gnn.py` submitted with `--script` runs in docs/guides/typed-graphs.md.)"""
+(`examples/hetero_gnn.py` submitted with `--script` runs in docs/guides/hetero-graphs.md.)"""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ def _run(client: DataPlaneClient, spec: JobSpec):
     return final
 
 
-def test_typed_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm):
+def test_hetero_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm):
     with DataPlaneClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         for spec, why in (
-            (JobSpec(dataset="rmat12", model="rgcn"), "model rgcn trains typed graphs but dataset 'rmat12'"),
-            (JobSpec(dataset="acm", model="sage"), "dataset 'acm' is typed .* model sage takes one node type"),
+            (JobSpec(dataset="rmat12", model="rgcn"), "model rgcn trains heterogeneous graphs but dataset 'rmat12'"),
+            (JobSpec(dataset="acm", model="sage"), "dataset 'acm' is heterogeneous .* model sage takes one node type"),
             (
                 JobSpec(dataset="acm", model="hgt", relation_fanouts=["paper-cites-paper:5", "5"]),
                 "dataset 'acm', --fanout: hop 1: unknown relation 'paper-cites-paper'; the dataset's relations are",
@@ -41,8 +41,8 @@ def test_typed_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm
         loaded = client.load_dataset("acm", BudgetSpec(num_devices=1, device_replicated="10%", host="0")).layout
         schema = loaded.handle.hetero
         assert schema is not None and loaded.handle.edge_type is not None
-        assert sorted(loaded.handle.typed_features) == ["paper"]  # authors and subjects: learned embeddings
-        paper = loaded.handle.typed_features["paper"]
+        assert sorted(loaded.handle.hetero_features) == ["paper"]  # authors and subjects: learned embeddings
+        paper = loaded.handle.hetero_features["paper"]
         assert paper.plan.replicated_end == schema.type_named("paper").count // 10  # the hottest tenth of the rows
         assert paper.storage is not None and paper.storage.rows == paper.plan.num_nodes - paper.plan.host_end > 0
         sizes = {t.tier: t for t in loaded.tier_sizes}  # what `dataset load` and the status page show

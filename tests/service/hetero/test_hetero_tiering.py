@@ -13,17 +13,17 @@ from graphtier.contract.errors import PlacementError
 from graphtier.service.graph.csc import build_csc
 from graphtier.service.hotness.scores import reverse_pagerank
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
-from graphtier.service.tiering.hetero import build_typed_tiering_report, split_budget
+from graphtier.service.tiering.hetero import build_hetero_tiering_report, split_budget
 
 
 @pytest.fixture
-def typed_dataset(typed_root, tmp_path) -> PreparedDataset:
-    prepare_dataset(PrepareConfig(source=f"ogb:{typed_root}", name="typed", root=tmp_path / "ds"))
-    return PreparedDataset(tmp_path / "ds" / "typed")
+def hetero_dataset(hetero_root, tmp_path) -> PreparedDataset:
+    prepare_dataset(PrepareConfig(source=f"ogb:{hetero_root}", name="heterogeneous", root=tmp_path / "ds"))
+    return PreparedDataset(tmp_path / "ds" / "heterogeneous")
 
 
-def test_one_byte_budget_takes_the_hottest_rows_of_all_types(typed_dataset):
-    schema = typed_dataset.manifest.hetero
+def test_one_byte_budget_takes_the_hottest_rows_of_all_types(hetero_dataset):
+    schema = hetero_dataset.manifest.hetero
     paper, venue = schema.type_named("paper"), schema.type_named("venue")  # 16 and 8 bytes a row
     scores = torch.zeros(schema.num_nodes, dtype=torch.float64)
     scores[paper.offset : paper.offset + 6] = torch.tensor([9.0, 7.0, 5.0, 3.0, 2.0, 1.0])
@@ -36,9 +36,9 @@ def test_one_byte_budget_takes_the_hottest_rows_of_all_types(typed_dataset):
     assert split_budget(schema, scores, 0).rows == {"paper": 0, "venue": 0}
 
 
-def test_prepared_rows_of_each_type_are_a_prefix_of_its_range(typed_dataset):
-    schema = typed_dataset.manifest.hetero
-    scores = typed_dataset.scores
+def test_prepared_rows_of_each_type_are_a_prefix_of_its_range(hetero_dataset):
+    schema = hetero_dataset.manifest.hetero
+    scores = hetero_dataset.scores
     for budget in (16, 40, 72, 200):
         split = split_budget(schema, scores, budget)
         assert split.used_bytes <= budget
@@ -61,7 +61,7 @@ def test_accumulated_pagerank_is_the_sum_of_its_iterations():
 
 
 def test_acm_wrpr_reaches_nine_tenths_of_the_oracle_at_ten_percent(prepared_acm):
-    report = build_typed_tiering_report(prepared_acm, budget="10%", fanouts=["10", "5"], batch_size=1024, epochs=3)
+    report = build_hetero_tiering_report(prepared_acm, budget="10%", fanouts=["10", "5"], batch_size=1024, epochs=3)
     wrpr = next(o for o in report.outcomes if o.score.startswith("as prepared"))
     assert "summed over hops" in wrpr.score
     assert wrpr.ratio_to_oracle >= 0.9, wrpr
@@ -69,12 +69,12 @@ def test_acm_wrpr_reaches_nine_tenths_of_the_oracle_at_ten_percent(prepared_acm)
     assert report.featureless_types == ["author", "subject"] and [t.node_type for t in wrpr.per_type] == ["paper"]
 
 
-def test_budget_beyond_the_feature_bytes_is_refused(typed_dataset):
+def test_budget_beyond_the_feature_bytes_is_refused(hetero_dataset):
     with pytest.raises(PlacementError, match="more than the 112 feature bytes"):
-        build_typed_tiering_report(typed_dataset, budget="113", fanouts=["2"])
+        build_hetero_tiering_report(hetero_dataset, budget="113", fanouts=["2"])
 
 
-def test_cli_reports_per_type(typed_dataset, tmp_path):
+def test_cli_reports_per_type(hetero_dataset, tmp_path):
     done = subprocess.run(
         [
             sys.executable,
@@ -82,7 +82,7 @@ def test_cli_reports_per_type(typed_dataset, tmp_path):
             "graphtier.launcher.cli",
             "dataset",
             "tiering-report",
-            "typed",
+            "heterogeneous",
             "--out",
             str(tmp_path / "ds"),
         ]

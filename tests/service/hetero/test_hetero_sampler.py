@@ -1,4 +1,4 @@
-"""Typed sampling: per-relation fanouts, native and torch giving the same sample, blocks per relation."""
+"""Heterogeneous sampling: per-relation fanouts, native and torch giving the same sample, blocks per relation."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import torch
 from graphtier.contract.errors import SamplingError
 from graphtier.service.native_ops import native_available, unavailable_reason
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
-from graphtier.service.sampling.typed_sampler import TypedNeighborSampler
+from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler
 
 BACKENDS = ["torch", pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="no native ops"))]
 
 
 @pytest.fixture
-def typed_dataset(typed_root, tmp_path) -> PreparedDataset:
-    prepare_dataset(PrepareConfig(source=f"ogb:{typed_root}", name="typed", root=tmp_path / "ds"))
-    return PreparedDataset(tmp_path / "ds" / "typed")
+def hetero_dataset(hetero_root, tmp_path) -> PreparedDataset:
+    prepare_dataset(PrepareConfig(source=f"ogb:{hetero_root}", name="heterogeneous", root=tmp_path / "ds"))
+    return PreparedDataset(tmp_path / "ds" / "heterogeneous")
 
 
-def _sampler(ds: PreparedDataset, fanouts, backend: str) -> TypedNeighborSampler:
-    return TypedNeighborSampler(ds.graph, ds.array("edge_type"), ds.manifest.hetero, fanouts, backend=backend)
+def _sampler(ds: PreparedDataset, fanouts, backend: str) -> HeteroNeighborSampler:
+    return HeteroNeighborSampler(ds.graph, ds.array("edge_type"), ds.manifest.hetero, fanouts, backend=backend)
 
 
 def _relation_neighbours(ds: PreparedDataset, v: int, r: int) -> set[int]:
@@ -30,8 +30,8 @@ def _relation_neighbours(ds: PreparedDataset, v: int, r: int) -> set[int]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_each_relation_gets_its_own_fanout(typed_dataset, backend):
-    ds = typed_dataset
+def test_each_relation_gets_its_own_fanout(hetero_dataset, backend):
+    ds = hetero_dataset
     schema = ds.manifest.hetero
     keys = [r.key for r in schema.relations]
     fanouts = ["author-rev_written_by-paper:1,paper-rev_cites-paper:-1,venue-rev_published_in-paper:1", "2"]
@@ -74,8 +74,8 @@ def test_native_and_torch_give_the_same_sample(prepared_acm):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_relation_blocks_partition_each_layer(typed_dataset, backend):
-    sub = _sampler(typed_dataset, ["-1", "-1"], backend).sample(typed_dataset.split("train"), seed=1)
+def test_relation_blocks_partition_each_layer(hetero_dataset, backend):
+    sub = _sampler(hetero_dataset, ["-1", "-1"], backend).sample(hetero_dataset.split("train"), seed=1)
     for layer in range(sub.num_layers):
         block = sub.block(layer)
         parts = sub.relation_blocks(layer)
@@ -94,13 +94,13 @@ def test_relation_blocks_partition_each_layer(typed_dataset, backend):
         ([], "at least one hop"),
     ],
 )
-def test_bad_fanouts_say_what_and_where(typed_dataset, fanouts, message):
+def test_bad_fanouts_say_what_and_where(hetero_dataset, fanouts, message):
     with pytest.raises(SamplingError, match=message.replace("(", r"\(")):
-        _sampler(typed_dataset, fanouts, "torch")
+        _sampler(hetero_dataset, fanouts, "torch")
 
 
-def test_bad_seeds_are_refused(typed_dataset):
-    sampler = _sampler(typed_dataset, ["2"], "auto")
+def test_bad_seeds_are_refused(hetero_dataset):
+    sampler = _sampler(hetero_dataset, ["2"], "auto")
     with pytest.raises(SamplingError, match="out of range"):
         sampler.sample(torch.tensor([0, 99]), seed=0)
     with pytest.raises(SamplingError, match="more than once"):

@@ -1,8 +1,8 @@
-"""Link prediction on a typed graph's target relation: an R-GCN encoder and a pair decoder, by torchrun ranks.
+"""Link prediction on a heterogeneous graph's target relation: an R-GCN encoder and a pair decoder, by torchrun ranks.
 
     graphtier dataset prepare ogb:/data/ogb_hetero_acm --name acm-link \\
         --edge-split 0.85,0.05,0.10 --target-relation paper-written_by-author
-    torchrun --nproc-per-node 2 examples/typed_link.py --dataset acm-link --epochs 10
+    torchrun --nproc-per-node 2 examples/hetero_link.py --dataset acm-link --epochs 10
 
 The daemon trains the same model as a built-in job, its producers sampling the batches from the
 dataset's tiers (`graphtier job submit --dataset acm-link --task link --model rgcn --decoder mlp`);
@@ -10,8 +10,8 @@ this example does it all in the ranks' own processes, reading the prepared datas
 is the place to start from for a loop of your own.
 
 Each rank takes its shard of the relation's train edges, pairs every edge with `--negatives`
-corrupted tails of the tail type, samples all endpoints with the typed sampler (`--fanout` as
-for examples/typed_gnn.py) and trains `TypedLinkModel` (R-GCN, `--decoder dot|mlp`) under
+corrupted tails of the tail type, samples all endpoints with the heterogeneous sampler (`--fanout` as
+for examples/hetero_gnn.py) and trains `HeteroLinkModel` (R-GCN, `--decoder dot|mlp`) under
 DistributedDataParallel (gloo). Validation and test edges are not in the graph messages pass
 over. Prints one JSON line: the val and test AUC, MRR and Hits@50 at the epoch of best
 validation AUC (the last epoch's when the split has no validation edges), over all ranks (OGB's
@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.hetero import split_fanout_hops
-from graphtier.launcher.runtime.typed_link import TypedLinkBatches, TypedLinkModel, evaluate_typed_links, link_loss
+from graphtier.launcher.runtime.hetero_link import HeteroLinkBatches, HeteroLinkModel, evaluate_hetero_links, link_loss
 from graphtier.service.prepared import PreparedDataset
 
 
@@ -57,7 +57,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dataset = PreparedDataset.open(args.dataset, args.root)
     hops = split_fanout_hops(args.fanout)
-    loader = TypedLinkBatches(
+    loader = HeteroLinkBatches(
         dataset,
         hops,
         args.batch_size,
@@ -67,7 +67,7 @@ def main() -> None:
         negatives=args.negatives,
         eval_fanouts=["-1"] * len(hops),
     )
-    model = TypedLinkModel(dataset.manifest.hetero, args.hidden, len(hops), decoder=args.decoder, dropout=args.dropout)
+    model = HeteroLinkModel(dataset.manifest.hetero, args.hidden, len(hops), decoder=args.decoder, dropout=args.dropout)
     ddp = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     best: dict[str, float] = {}
@@ -78,7 +78,7 @@ def main() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        metrics = evaluate_typed_links(model, loader)
+        metrics = evaluate_hetero_links(model, loader)
         if "val_auc" not in metrics or metrics["val_auc"] > best.get("val_auc", -1.0):
             best = {"epoch": epoch, **metrics}
     if rank == 0:

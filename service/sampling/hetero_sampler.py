@@ -1,6 +1,6 @@
-"""Typed neighbour sampling: per-relation fanouts over a typed graph, native or pure torch.
+"""Heterogeneous neighbour sampling: per-relation fanouts over a heterogeneous graph, native or pure torch.
 
-The typed graph is the prepared form (`graphtier.contract.hetero`): one CSC over global ids
+The heterogeneous graph is the prepared form (`graphtier.contract.hetero`): one CSC over global ids
 whose columns group their entries by relation, `edge_type` naming each entry's relation. Hop
 semantics are the homogeneous sampler's (PyG's NeighborLoader, disjoint=False); expanding a
 node of type t draws, for each relation r into t, min(k_r, d) of its d relation-r neighbours
@@ -42,7 +42,7 @@ def relation_colptr(graph: CSCGraph, edge_type: torch.Tensor, num_relations: int
     return out
 
 
-def sample_typed_neighbors_torch(
+def sample_hetero_neighbors_torch(
     rel_colptr: torch.Tensor,
     row: torch.Tensor,
     type_offsets: torch.Tensor,
@@ -108,8 +108,8 @@ def sample_typed_neighbors_torch(
     )
 
 
-class TypedNeighborSampler:
-    """Samples typed k-hop subgraphs with per-relation fanouts (see module docstring).
+class HeteroNeighborSampler:
+    """Samples heterogeneous k-hop subgraphs with per-relation fanouts (see module docstring).
 
     `fanouts`: one entry per hop, each an int for every relation or `head-rel-tail:k,...`
     (relations it does not name are not expanded at that hop). Like `NeighborSampler` it
@@ -139,7 +139,7 @@ class TypedNeighborSampler:
         self._fanouts = torch.tensor(schema.relation_fanouts(fanouts), dtype=torch.int64)
         self._type_offsets = torch.tensor(schema.offsets(), dtype=torch.int64)
         self._dst_type = torch.tensor(schema.relation_dst_types(), dtype=torch.int64)
-        self._backend = resolve_backend(backend, "TypedNeighborSampler")
+        self._backend = resolve_backend(backend, "HeteroNeighborSampler")
         self._rel_colptr = (
             relation_colptr(self._graph, self._edge_type, len(schema.relations)) if self._backend == "torch" else None
         )
@@ -190,7 +190,7 @@ class TypedNeighborSampler:
             )
         else:
             assert self._rel_colptr is not None  # made for the torch backend
-            out = sample_typed_neighbors_torch(
+            out = sample_hetero_neighbors_torch(
                 self._rel_colptr, g.row, self._type_offsets, self._dst_type, seeds, self._fanouts, word, self._node_map
             )
         node_ids, indptr, indices, edge_types, nodes_per_hop, edges_per_hop = out

@@ -1,4 +1,4 @@
-"""A tiny typed graph written in OGB's heterogeneous raw layout, for the typed-graph tests."""
+"""A tiny heterogeneous graph written in OGB's heterogeneous raw layout, for the heterogeneous-graph tests."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def _gz(path: Path, rows: list) -> None:
     path.write_bytes(gzip.compress(text.encode()))
 
 
-def write_typed_ogb(root: Path) -> Path:
-    """Write the tiny typed graph under `root` (raw/ and split/scheme/); returns `root`."""
+def write_hetero_ogb(root: Path) -> Path:
+    """Write the tiny heterogeneous graph under `root` (raw/ and split/scheme/); returns `root`."""
     raw = root / "raw"
     _gz(raw / "num-node-dict.csv.gz", [list(COUNTS), list(COUNTS.values())])
     relations = {("paper", "written_by", "author"): WRITTEN_BY, ("paper", "published_in", "venue"): PUBLISHED_IN}

@@ -1,18 +1,18 @@
-"""Link prediction on a typed graph's target relation: the batches, the model and its evaluation.
+"""Link prediction on a heterogeneous graph's target relation: the batches, the model and its evaluation.
 
-A typed dataset prepared with `--edge-split ... --target-relation HEAD-REL-TAIL` holds that
+A heterogeneous dataset prepared with `--edge-split ... --target-relation HEAD-REL-TAIL` holds that
 relation's train, val and test pairs (head first, global ids) and negative pools pairing the
-head type with the tail type (`service/prepared/relation_split.py`). `TypedLinkModel` is a typed
+head type with the tail type (`service/prepared/relation_split.py`). `HeteroLinkModel` is a heterogeneous
 encoder (R-GCN or HGT; featureless types learn embeddings) and a pair decoder from `link_model`
-(`dot` or `mlp`). `evaluate_typed_links` embeds every node of the head and tail types over its
+(`dot` or `mlp`). `evaluate_hetero_links` embeds every node of the head and tail types over its
 whole neighbourhood and scores the splits by `link_eval`'s AUC, Hits@K and MRR, the MRR tails
 drawn from the tail type.
 
 `job submit --task link --model rgcn|hgt` trains it in the built-in loop (`objectives.LinkPrediction`,
-with `typed_pair_forward`) on batches its producers sample (`LinkSampler`); `TypedLinkBatches`
+with `hetero_pair_forward`) on batches its producers sample (`LinkSampler`); `HeteroLinkBatches`
 samples the same batches in the trainer's own process (a rank's shard of the train pairs each
 epoch as the job's `EpochPlan` says, each positive with `negatives` negatives of the relation's
-types, the union of all endpoints sampled once with the typed sampler: a producer's batch for
+types, the union of all endpoints sampled once with the heterogeneous sampler: a producer's batch for
 the same seed, epoch, rank and step) and gives the evaluation its embedding batches, from a
 prepared dataset on disk or one attached from the daemon's tiers.
 """
@@ -31,10 +31,10 @@ from torch import Tensor, nn
 from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS, DecoderKind, NegativeSampling
+from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches
 from graphtier.launcher.runtime.link_eval import SplitScores, auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
-from graphtier.launcher.runtime.models.factory import ModelName, build_typed_model
-from graphtier.launcher.runtime.typed_batches import TypedLocalBatches
+from graphtier.launcher.runtime.models.factory import ModelName, build_hetero_model
 from graphtier.service.pipeline.batch import Batch
 from graphtier.service.pipeline.epoch_plan import EpochPlan, eval_batches
 from graphtier.service.prepared import PreparedDataset
@@ -44,16 +44,16 @@ from graphtier.service.store import AttachedDataset
 
 
 @dataclass(frozen=True)
-class TypedLinkBatch:
-    """Train pairs and their negatives over a typed sample of all their endpoints."""
+class HeteroLinkBatch:
+    """Train pairs and their negatives over a heterogeneous sample of all their endpoints."""
 
     batch: Batch  # the sample; its seeds are the distinct endpoints
     pairs: Tensor  # int64 [P, 2]: seed positions (head, tail), positives first
     num_positive: int
 
 
-class TypedLinkBatches(TypedLocalBatches):
-    """One rank's link-prediction batches of a typed dataset's target relation (module docstring)."""
+class HeteroLinkBatches(HeteroLocalBatches):
+    """One rank's link-prediction batches of a heterogeneous dataset's target relation (module docstring)."""
 
     def __init__(
         self,
@@ -116,14 +116,14 @@ class TypedLinkBatches(TypedLocalBatches):
         """Batches of train pairs per epoch on this rank (the same on every rank)."""
         return self.link_plan.steps_per_epoch
 
-    def pairs_epoch(self, epoch: int) -> Iterator[TypedLinkBatch]:
+    def pairs_epoch(self, epoch: int) -> Iterator[HeteroLinkBatch]:
         """This rank's batches of train pairs of `epoch` (every rank the same number of steps)."""
         edges = torch.arange(self.train_pairs.shape[0])
         for _, chosen, sample_seed in self.link_plan.batches(edges, epoch):
             sub = self.link_sampler.sample(chosen, seed=sample_seed)
             assert sub.pairs is not None  # a link sample's
             batch = self._gathered(sub, sub.node_ids[: sub.num_seeds], sample_seed)
-            yield TypedLinkBatch(batch, sub.pairs, sub.num_positive)
+            yield HeteroLinkBatch(batch, sub.pairs, sub.num_positive)
 
     def embedding_batches(self, ids: Tensor) -> Iterator[tuple[Tensor, Batch]]:
         """This rank's share of `ids` (unique global ids), sampled by the evaluation sampler in batches."""
@@ -132,8 +132,8 @@ class TypedLinkBatches(TypedLocalBatches):
             yield seeds, self._batch(self.eval_sampler, seeds, sample_seed)
 
 
-class TypedLinkModel(nn.Module):
-    """A typed encoder (`model` rgcn or hgt, output `hidden` wide) and a pair decoder (dot or mlp);
+class HeteroLinkModel(nn.Module):
+    """A heterogeneous encoder (`model` rgcn or hgt, output `hidden` wide) and a pair decoder (dot or mlp);
     `forward` scores a batch's pairs."""
 
     reads_pair_features = False  # its decoders score embeddings alone (no common-neighbour features)
@@ -153,10 +153,10 @@ class TypedLinkModel(nn.Module):
         if decoder in PAIR_FEATURE_DECODERS:
             raise ValueError(
                 f"the {decoder} decoder reads common-neighbour features of a graph with one edge type; "
-                "a typed graph's target relation is scored by the dot or mlp decoder"
+                "a heterogeneous graph's target relation is scored by the dot or mlp decoder"
             )
         self.hidden = hidden
-        self.encoder = build_typed_model(model, schema, hidden, hidden, layers, dropout, heads)
+        self.encoder = build_hetero_model(model, schema, hidden, hidden, layers, dropout, heads)
         self.decoder = build_decoder(decoder, hidden)
 
     def embed(self, batch: Batch) -> Tensor:
@@ -173,12 +173,12 @@ class TypedLinkModel(nn.Module):
         return self.decoder(h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1]))
 
 
-def typed_pair_forward(model: nn.Module, batch: Batch, pairs: Tensor) -> Tensor:
-    """The link loop's call of a `TypedLinkModel` (or its DDP wrapper): [P] logits of a batch's pairs."""
+def hetero_pair_forward(model: nn.Module, batch: Batch, pairs: Tensor) -> Tensor:
+    """The link loop's call of a `HeteroLinkModel` (or its DDP wrapper): [P] logits of a batch's pairs."""
     return model(batch, pairs)
 
 
-def link_loss(model: nn.Module, item: TypedLinkBatch) -> Tensor:
+def link_loss(model: nn.Module, item: HeteroLinkBatch) -> Tensor:
     """Binary cross-entropy of a batch's pairs: positives 1, negatives 0."""
     logits = model(item.batch, item.pairs)
     target = torch.zeros_like(logits)
@@ -187,9 +187,9 @@ def link_loss(model: nn.Module, item: TypedLinkBatch) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate_typed_links(
-    model: TypedLinkModel,
-    loader: TypedLinkBatches,
+def evaluate_hetero_links(
+    model: HeteroLinkModel,
+    loader: HeteroLinkBatches,
     splits: tuple[str, ...] = ("val", "test"),
     hits_k: int = DEFAULT_HITS_K,
     kept: dict[str, SplitScores] | None = None,

@@ -1,7 +1,7 @@
-"""Write a small random typed graph in OGB's heterogeneous raw layout, to try typed graphs on.
+"""Write a small random heterogeneous graph in OGB's heterogeneous raw layout, to try heterogeneous graphs on.
 
-    python examples/typed_toy_ogb.py toy_typed
-    graphtier dataset prepare ogb:toy_typed --name toy
+    python examples/hetero_toy_ogb.py toy_hetero
+    graphtier dataset prepare ogb:toy_hetero --name toy
 
 Papers (16 features, 3 classes) are written by authors (no features) and cite papers; a
 paper's features and its authors lean towards its class, so the relations carry signal.
