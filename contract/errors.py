@@ -112,6 +112,16 @@ class UnknownJobError(DaemonError):
     """A job id (or a rank of it) the daemon does not know."""
 
 
+class UnauthenticatedError(DaemonError):
+    """A call whose caller the daemon cannot tell: no session credential (or an expired one) where a
+    user must be known, or a TCP call without a token the daemon knows (UNAUTHENTICATED)."""
+
+
+class PermissionDeniedError(DaemonError):
+    """A known caller asking for what is not theirs: another user's job, or an operator's action
+    (PERMISSION_DENIED; the message names the owner and who may)."""
+
+
 class InvalidReportError(DaemonError):
     """A progress report that is malformed (no reporter, figures of the wrong kind)."""
 

@@ -69,13 +69,17 @@ def running_daemon_pid(runtime_dir: Path) -> int | None:
     """Pid of the daemon holding `runtime_dir`'s lock, or None when no daemon holds it.
 
     Probes with a shared non-blocking lock, which fails exactly while a daemon holds its
-    exclusive one; the probe is released at once.
+    exclusive one; the probe is released at once. The lock file is the daemon's user's alone (a
+    member of its socket group who could hold it could keep a daemon from starting); such a caller
+    is told by the endpoints the daemon published, when their pid is alive.
     """
     path = Path(runtime_dir) / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    except PermissionError:
+        return _published_pid(Path(runtime_dir))
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -85,6 +89,20 @@ def running_daemon_pid(runtime_dir: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def _published_pid(runtime_dir: Path) -> int | None:
+    """The pid endpoints.json names, if that process lives (as another user's: kill answers EPERM)."""
+    address = read_daemon_address(runtime_dir)
+    if address is None or address.pid <= 0:
+        return None
+    try:
+        os.kill(address.pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return address.pid
 
 
 def read_lock_pid(fd: int) -> int | None:

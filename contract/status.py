@@ -140,6 +140,7 @@ class JobStatus(_Model):
 
     job_id: str
     name: str
+    owner: str = Field(default="", description="The user the job belongs to; empty for a job from before owners.")
     dataset: str
     state: str
     message: str

@@ -48,6 +48,7 @@ from graphtier.launcher.runtime.hetero_link import (
     evaluate_hetero_links,
     hetero_pair_forward,
 )
+from graphtier.launcher.runtime.launch_secret import discard_launch_secret
 from graphtier.launcher.runtime.layerwise_run import LayerwiseRun
 from graphtier.launcher.runtime.link_eval import SplitScores, evaluate_links
 from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
@@ -193,6 +194,7 @@ class Job:
         self._epoch, self._index = 0, 0
         self._current: Batch | None = None  # the batch `batches()` yielded last, until its step ends
         self._finished = self._closed = self._own_launch = False
+        self._launch: tuple[str, int] | None = None  # (launch id, agent pid) of a launch this script registered
         self._prepared: PreparedDataset | None = None
         # a decoder reading common-neighbour features: over the training graph, built once for training and evaluation
         self._pair_structure = (
@@ -625,6 +627,8 @@ class Job:
         self._closed = True
         if error is not None and self._own_launch:  # no rank_main around it to tell the daemon why
             write_rank_failure(self.job_dir, self.rank, error)
+        if error is None and self._launch is not None and os.environ.get("LOCAL_RANK") == "0":
+            discard_launch_secret(*self._launch)  # the node's ranks all attached long ago; none will again
         try:
             if error is None and not self._finished:
                 self.session.finish(self._epoch + 1)
@@ -776,5 +780,6 @@ def connect(
         client.close()
         raise
     if attached:
+        job._launch = (launch_id, agent_pid)
         job.close_at_exit()
     return job

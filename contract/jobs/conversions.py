@@ -25,6 +25,7 @@ from graphtier.contract.conversions import (
 )
 from graphtier.contract.errors import InvalidReportError, InvalidRequestError
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.jobs.spec import JobSpec, ModelKind
@@ -265,8 +266,21 @@ def job_to_proto(job: JobInfo) -> jobs_pb2.Job:
         message.result.CopyFrom(result_to_proto(job.result))
     if job.exit_code is not None:
         message.exit_code = job.exit_code
+    if job.owner is not None:
+        message.owner.CopyFrom(owner_to_proto(job.owner))
     message.ranks.extend(_rank_to_proto(r) for r in job.ranks)
     return message
+
+
+def owner_to_proto(owner: JobOwner) -> jobs_pb2.JobOwner:
+    return jobs_pb2.JobOwner(name=owner.name, uid=owner.uid)
+
+
+def owner_from_proto(m: jobs_pb2.JobOwner) -> JobOwner | None:
+    """The owner `m` names; None for an unset one (a job kept from before owners were recorded)."""
+    if not m.name:
+        return None
+    return JobOwner(m.name, m.uid if m.HasField("uid") else None)
 
 
 def _rank_to_proto(r: RankInfo) -> jobs_pb2.RankStatus:
@@ -347,6 +361,7 @@ def job_from_proto(m: jobs_pb2.Job) -> JobInfo:
         history=[epoch_from_proto(r) for r in m.history],
         artifact=artifact_from_proto(m.artifact) if m.HasField("artifact") else None,
         dataset_version=m.dataset_version,
+        owner=owner_from_proto(m.owner) if m.HasField("owner") else None,
     )
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -140,6 +141,7 @@ class JobInfo:
     history: list[EpochRecord] = field(default_factory=list)  # every epoch's record so far, in order
     artifact: JobArtifactInfo | None = None  # its exported model, once the job has ended
     dataset_version: str = ""  # the version of the dataset copy it trains on
+    owner: JobOwner | None = None  # the user the job belongs to; None for a job kept from before owners
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
     from graphtier.launcher.cli.rendering import compact_table, console
 
     named = any(document["spec"]["name"] for document in documents)
-    columns = ["job", *(["name"] if named else []), "state", "dataset", "trains", "ranks", "step", "val", "test"]
+    columns = ["job", *(["name"] if named else []), "owner", "state", "dataset", "trains", "ranks", "step", "val"]
+    columns.append("test")
     columns.append("best")
     table = compact_table(*columns, title=LIST_TITLE)
     for document in documents:
@@ -74,6 +75,7 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
         table.add_row(
             document["job_id"],
             *([spec["name"]] if named else []),
+            document["owner"]["name"] if document["owner"] else "-",
             document["state"],
             spec["dataset"],
             Path(spec["script"]).name if spec["script"] else _model_column(spec),
@@ -281,6 +283,9 @@ def describe(job: JobDocument) -> str:
     lines += _curves_lines(job)
     if job["message"]:
         lines += wrapped(job["message"])
+    if job["owner"] is not None:
+        owner = job["owner"]
+        lines += wrapped(f"owner {owner['name']}" + (f" (uid {owner['uid']})" if owner["uid"] is not None else ""))
     if job["gpu_share"] and spec["device"] == "cuda":
         lines += wrapped(job["gpu_share"], first="  GPU share: ", rest="    ")
     for note in job["notes"]:

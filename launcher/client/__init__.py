@@ -29,8 +29,10 @@ from graphtier.contract.errors import (
     DaemonNotRunningError,
     DaemonRequestError,
 )
+from graphtier.contract.identity import AUTH_HEADER, identity_socket_path
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
 from graphtier.contract.runtime_dir import DaemonAddress, default_runtime_dir, read_daemon_address, running_daemon_pid
+from graphtier.launcher.client.session import SessionSource
 
 if TYPE_CHECKING:
     from graphtier.contract.cluster.models import ClusterView, PushResult
@@ -104,7 +106,10 @@ class DaemonClient:
         self.target = target
         self.http_url = http_url
         self.timeout_s = timeout_s
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = ((AUTH_HEADER, f"Bearer {token}"),) if token else ()
+        # on the Unix socket, who this process is: a credential from the daemon's identity socket
+        unix = target.startswith("unix:")
+        self._session = SessionSource(identity_socket_path(target[len("unix:") :])) if unix else None
         self._tls = tls_cert is not None
         if tls_cert is not None:
             try:
@@ -199,6 +204,11 @@ class DaemonClient:
             )
         return DaemonNotRunningError(f"no graphtier daemon at {self._where()} ({details}); {START_HINT}")
 
+    def _call_metadata(self, extra: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[str, str], ...]:
+        """What every call carries: the token (TCP), the session credential (Unix socket), then `extra`."""
+        session = self._session.metadata() if self._session is not None else ()
+        return (*self._metadata, *session, *extra)
+
     def _call(
         self,
         method: Callable[..., Reply],
@@ -207,21 +217,36 @@ class DaemonClient:
         extra_metadata: tuple[tuple[str, str], ...] = (),
     ) -> Reply:
         self._check_answering()
+
+        def invoke() -> Reply:
+            return method(request, timeout=timeout_s or self.timeout_s, metadata=self._call_metadata(extra_metadata))
+
         try:
-            return method(request, timeout=timeout_s or self.timeout_s, metadata=(*self._metadata, *extra_metadata))
+            return invoke()
         except grpc.RpcError as error:
             code, details = error.code(), error.details() or ""
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED and self.address is not None:
-                raise self._unanswered(details) from None
-            if code == grpc.StatusCode.UNAVAILABLE:
-                where = self._where()
-                if not self._tls and not self.target.startswith("unix:"):
-                    raise DaemonNotRunningError(
-                        f"no answer from {where} over plaintext TCP ({details}); a graphtier daemon's TCP listener is "
-                        "TLS unless started with --insecure: pass tls_cert (its tls/server.crt) and its token"
-                    ) from None
-                raise self._unanswered(details) from None
-            raise DaemonRequestError(code.name, details) from None
+            stale = code == grpc.StatusCode.UNAUTHENTICATED and "session credential sent" in details
+            if not stale or self._session is None:
+                raise self._failure(code, details) from None
+        self._session.forget()  # a restarted daemon honours no earlier credential: ask for a new one, once
+        try:
+            return invoke()
+        except grpc.RpcError as error:
+            raise self._failure(error.code(), error.details() or "") from None
+
+    def _failure(self, code: grpc.StatusCode, details: str) -> DaemonError:
+        """The DaemonError a failed call with `code` and `details` is."""
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and self.address is not None:
+            return self._unanswered(details)
+        if code == grpc.StatusCode.UNAVAILABLE:
+            where = self._where()
+            if not self._tls and not self.target.startswith("unix:"):
+                return DaemonNotRunningError(
+                    f"no answer from {where} over plaintext TCP ({details}); a graphtier daemon's TCP listener is "
+                    "TLS unless started with --insecure: pass tls_cert (its tls/server.crt) and its token"
+                )
+            return self._unanswered(details)
+        return DaemonRequestError(code.name, details)
 
     # Health
 
@@ -286,13 +311,20 @@ class DaemonClient:
         request = jobs_pb2.SubmitJobRequest(spec=job_conversions.spec_to_proto(spec))
         return job_conversions.job_from_proto(self._call(self._jobs.SubmitJob, request, 600.0))
 
-    def attach_job(self, spec: JobSpec, launch_id: str, node_rank: int, agent_pid: int) -> tuple[JobInfo, str]:
-        """This node's part of a launch another launcher started (a TrainJob's torchrun): (job, job token)."""
+    def attach_job(
+        self, spec: JobSpec, launch_id: str, node_rank: int, agent_pid: int, launch_secret: str
+    ) -> tuple[JobInfo, str]:
+        """This node's part of a launch another launcher started (a TrainJob's torchrun), found by the secret its
+        ranks share: (job, job token)."""
         from graphtier.contract.jobs import conversions as job_conversions
         from graphtier.v1 import jobs_pb2
 
         request = jobs_pb2.AttachJobRequest(
-            spec=job_conversions.spec_to_proto(spec), launch_id=launch_id, node_rank=node_rank, agent_pid=agent_pid
+            spec=job_conversions.spec_to_proto(spec),
+            launch_id=launch_id,
+            node_rank=node_rank,
+            agent_pid=agent_pid,
+            launch_secret=launch_secret,
         )
         reply = self._call(self._jobs.AttachJob, request, 600.0)
         return job_conversions.job_from_proto(reply.job), reply.job_token
@@ -347,7 +379,7 @@ class DaemonClient:
         )
         self._check_answering()
         stream = self._jobs.StreamJobEvents(
-            request, timeout=None if follow else self.timeout_s, metadata=self._metadata
+            request, timeout=None if follow else self.timeout_s, metadata=self._call_metadata()
         )
         try:
             for message in stream:
@@ -379,7 +411,7 @@ class DaemonClient:
         partial.mkdir()
         self._check_answering()
         stream = self._jobs.ExportJob(
-            jobs_pb2.ExportJobRequest(job_id=job_id), timeout=timeout_s, metadata=self._metadata
+            jobs_pb2.ExportJobRequest(job_id=job_id), timeout=timeout_s, metadata=self._call_metadata()
         )
         files: dict[str, Any] = {}
         try:

@@ -76,7 +76,12 @@ def job_document(message: jobs_pb2.Job) -> JobDocument:
         "history": [epoch_record(record) for record in message.history],
         "artifact": _artifact(message.artifact) if message.HasField("artifact") else None,
         "dataset_version": message.dataset_version,
+        "owner": _owner(message.owner) if message.HasField("owner") and message.owner.name else None,
     }
+
+
+def _owner(message: jobs_pb2.JobOwner) -> dict[str, Any]:
+    return {"name": message.name, "uid": message.uid if message.HasField("uid") else None}
 
 
 def document_of(job: JobInfo) -> JobDocument:

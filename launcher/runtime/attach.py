@@ -8,7 +8,9 @@ The daemon is the one of `$GRAPHTIER_RUNTIME_DIR`, else `$GRAPHTIER_HOME/run`, e
 `/var/run/graphtier` (the DaemonSet's hostPath). The rank sends the job spec and its launch's
 identity (AttachJob); the first rank of the launch on the node makes the node's part of the job
 (producers and slots for this node's ranks), the others join it. The rank then proceeds exactly
-as one the daemon started: GRAPHTIER_JOB_ID and the job token are set in its environment.
+as one the daemon started: GRAPHTIER_JOB_ID and the job token are set in its environment. The
+ranks of a launch find their job through a secret the first of them made (launch_secret.py), and
+the job is its user's: the daemon refuses anyone else's rank.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV, RUNTIME_DI
 from graphtier.contract.errors import DaemonNotRunningError, GraphtierError
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.runtime.launch_secret import launch_secret
 
 NODE_DAEMON_DIR = Path("/var/run/graphtier")  # where the DaemonSet mounts the daemon's runtime directory
 
@@ -91,12 +94,13 @@ def launch_spec(path: Path) -> tuple[JobSpec, str, int]:
 
 
 def attach_spec(spec: JobSpec, launch_id: str, node_rank: int, agent_pid: int) -> tuple[str, Path]:
-    """Join this node's part of the launch's job (rank 0 of the node makes it, the others find it by
-    `launch_id`); sets GRAPHTIER_JOB_ID, GRAPHTIER_RUNTIME_DIR and the job token in the environment;
-    returns (job id, runtime dir)."""
+    """Join this node's part of the launch's job (the node's first rank makes it, the others find it by
+    the launch's secret, `launch_secret.py`); sets GRAPHTIER_JOB_ID, GRAPHTIER_RUNTIME_DIR and the job
+    token in the environment; returns (job id, runtime dir)."""
     runtime_dir = node_runtime_dir()
+    secret = launch_secret(launch_id, agent_pid, alone="WORLD_SIZE" not in os.environ)
     with DaemonClient(runtime_dir=runtime_dir) as client:
-        job, token = client.attach_job(spec, launch_id, node_rank, agent_pid)
+        job, token = client.attach_job(spec, launch_id, node_rank, agent_pid, secret)
     os.environ[JOB_ID_ENV], os.environ[RUNTIME_DIR_ENV], os.environ[JOB_TOKEN_ENV] = job.job_id, str(runtime_dir), token
     return job.job_id, runtime_dir
 

@@ -205,6 +205,18 @@ class DaemonConfig(BaseModel):
         description="Unix group whose members may call the daemon: socket 0660 and runtime directory 0750 "
         "owned by it; unset = the daemon's user only (0600 / 0700).",
     )
+    admin_group: Annotated[str | None, ACCESS] = Field(
+        default=None,
+        min_length=1,
+        description="Unix group whose members act on every user's jobs (cancel, logs, attach) and run the "
+        "daemon's own business (scripts as the daemon's user, peers, force unloads); root and the daemon's "
+        "user always do. Anyone else acts on their own jobs only.",
+    )
+    user_tokens: Annotated[Path | None, ACCESS, Flag(metavar="FILE")] = Field(
+        default=None,
+        description="File of `USER TOKEN` lines (0600): a TCP caller presenting one acts as that user, on its own "
+        "jobs only (the daemon's token stays the admin's). Re-read when it changes.",
+    )
     insecure: Annotated[bool, ACCESS] = Field(
         default=False,
         description="Serve the TCP listener in plaintext (still token-checked); otherwise TCP is TLS only.",
@@ -326,7 +338,7 @@ class DaemonConfig(BaseModel):
             )
         return self
 
-    @field_validator("socket_group")
+    @field_validator("socket_group", "admin_group")
     @classmethod
     def _check_group(cls, group: str | None) -> str | None:
         if group is not None:
@@ -345,12 +357,36 @@ class DaemonConfig(BaseModel):
 
         return None if self.socket_group is None else grp.getgrnam(self.socket_group).gr_gid
 
+    @property
+    def admin_gid(self) -> int | None:
+        """The gid of admin_group, None when unset."""
+        import grp
+
+        return None if self.admin_group is None else grp.getgrnam(self.admin_group).gr_gid
+
+    @field_validator("user_tokens")
+    @classmethod
+    def _check_user_tokens(cls, path: Path | None) -> Path | None:
+        if path is None:
+            return None
+        from graphtier.contract.errors import DaemonConfigError
+        from graphtier.service.daemon.rpc.user_tokens import UserTokens
+
+        path = Path(os.path.abspath(path.expanduser()))
+        try:
+            UserTokens(path)
+        except DaemonConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return path
+
     @model_validator(mode="after")
     def _check_tls_pair(self) -> DaemonConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both, or neither for a self-signed certificate")
         if self.tcp is None and (self.insecure or self.tls_cert is not None):
             raise ValueError("insecure, tls_cert and tls_key apply to the TCP listener: give tcp too")
+        if self.tcp is None and self.user_tokens is not None:
+            raise ValueError("user_tokens are presented over TCP: give tcp too")
         return self
 
     @model_validator(mode="after")
@@ -421,6 +457,7 @@ class DaemonConfig(BaseModel):
                 "tls_key",
                 "token_file",
                 "state_dir",
+                "user_tokens",
             ):
                 if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
                     data[key] = str(path.parent / data[key])

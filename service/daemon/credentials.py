@@ -1,12 +1,15 @@
 """Who may call the daemon over TCP: TLS for the channel, a bearer token for the caller.
 
-The Unix socket is guarded by its file mode (0600 in a 0700 directory): only the daemon's user
-reaches it. A TCP listener reaches the network, so every TCP call must present the daemon's
-token (`authorization: Bearer <token>`, compared in constant time) over TLS; plaintext is
-allowed only with `insecure: true`, and the daemon warns about it at start and in its status.
-The token is generated once into a 0600 file; without a configured certificate the daemon
-makes a self-signed one (ECDSA P-256, names: localhost, the loopback addresses, this host's
-name and the listen address) whose file clients use as their trust root.
+The Unix socket is guarded by its file mode (0600 in a 0700 directory, or 0660/0750 for the
+socket group): only the daemon's user, or the group's members, reach it; which of them calls is
+told by the identity socket (identity.py). A TCP listener reaches the network, so every TCP call
+must present a token (`authorization: Bearer <token>`, compared in constant time) over TLS:
+the daemon's own token (its operator's: every job is theirs to act on) or a user's from the
+operator's `user_tokens` file (that user's jobs only). Plaintext is allowed only with
+`insecure: true`, and the daemon warns about it at start and in its status. The daemon's token
+is generated once into a 0600 file; without a configured certificate the daemon makes a
+self-signed one (ECDSA P-256, names: localhost, the loopback addresses, this host's name and the
+listen address) whose file clients use as their trust root.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from typing import Any
 import grpc
 
 from graphtier.contract.errors import DaemonError
+from graphtier.contract.identity import AUTH_HEADER
+from graphtier.service.daemon.rpc.user_tokens import UserTokens
 
 TOKEN_FILE = "token"
 TLS_DIR = "tls"
-AUTH_HEADER = "authorization"
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -141,10 +145,11 @@ def _is_unix_peer(peer: str) -> bool:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses every call that arrived over TCP without the daemon's token (UNAUTHENTICATED)."""
+    """Refuses every call that arrived over TCP without the daemon's token or a user's (UNAUTHENTICATED)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, user_tokens: UserTokens | None = None) -> None:
         self._expected = f"Bearer {token}".encode()
+        self._users = user_tokens
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
@@ -154,14 +159,17 @@ class TokenInterceptor(grpc.ServerInterceptor):
         presented = str(metadata.get(AUTH_HEADER, "")).encode()
         if hmac.compare_digest(presented, self._expected):
             return handler
+        if self._users is not None and presented.startswith(b"Bearer "):
+            if self._users.user_of(presented[len(b"Bearer ") :].decode(errors="replace")) is not None:
+                return handler
         return _guarded(handler, presented != b"")
 
 
 def _guarded(handler: grpc.RpcMethodHandler, presented: bool) -> grpc.RpcMethodHandler:
     """`handler`, answering UNAUTHENTICATED to any peer that is not on the Unix socket."""
     why = (
-        "the token presented is not this daemon's" if presented else "no token was presented"
-    ) + "; TCP callers must send `authorization: Bearer <token>` (the daemon's token file)"
+        "the token presented is not this daemon's (nor a user's)" if presented else "no token was presented"
+    ) + "; TCP callers must send `authorization: Bearer <token>` (the daemon's token file, or a user's token)"
 
     def wrap(behaviour: Callable[..., Any]) -> Callable[..., Any]:
         def call(request: Any, context: grpc.ServicerContext) -> Any:

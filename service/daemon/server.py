@@ -26,6 +26,7 @@ from grpc_reflection.v1alpha import reflection
 
 from graphtier.contract.endpoints import Endpoints, daemon_file_dir
 from graphtier.contract.errors import DaemonError
+from graphtier.contract.identity import identity_socket_path
 from graphtier.contract.status import EndpointsStatus
 from graphtier.service.daemon.cluster.node import ClusterNode
 from graphtier.service.daemon.cluster.node_info import SelfDescription
@@ -44,6 +45,9 @@ from graphtier.service.daemon.jobs.mps import MpsControl
 from graphtier.service.daemon.jobs.progress import ProgressTracker
 from graphtier.service.daemon.jobs.table import JobTable
 from graphtier.service.daemon.metrics.registry import MetricsRegistry
+from graphtier.service.daemon.rpc.access import Access
+from graphtier.service.daemon.rpc.identity import Callers, IdentityListener, SessionSigner
+from graphtier.service.daemon.rpc.user_tokens import UserTokens
 from graphtier.service.daemon.servicers import SERVICE_NAMES, add_servicers
 from graphtier.service.daemon.status.app import create_status_app
 from graphtier.service.daemon.status.builder import StatusBuilder
@@ -130,6 +134,9 @@ class Daemon:
         self._stopped = False
         self.tls_cert: Path | None = None
         self._token: str | None = None
+        self._signer = SessionSigner()
+        self.identity = IdentityListener(identity_socket_path(config.socket), self._signer, gid=config.socket_gid)
+        self.access: Access | None = None  # who may do what; made once the daemon's token is known
         self.cluster = ClusterNode(
             config.cluster,
             dataset_root=config.dataset_root,
@@ -268,25 +275,36 @@ class Daemon:
                 log.exception("sweep of datasets and ended jobs failed")
 
     def _tcp_security(self) -> tuple[list[grpc.ServerInterceptor], grpc.ServerCredentials | None]:
-        """The token check for TCP callers and the TLS credentials of the TCP listener (None: plaintext)."""
-        if self.config.tcp_address is None:
+        """The token check for TCP callers and the TLS credentials of the TCP listener (None: plaintext);
+        makes `access`, which knows the daemon's token and the users' (the Unix socket's callers are
+        told by the identity socket)."""
+        users: UserTokens | None = None
+        address = self.config.tcp_address
+        if address is not None:
+            self._token = ensure_token(self.config.token_path)
+            if self.config.user_tokens is not None:
+                users = UserTokens(self.config.user_tokens, daemon_token=self._token)
+        callers = Callers(self._signer, admin_gid=self.config.admin_gid, daemon_token=self._token, user_tokens=users)
+        self.access = Access(callers, lambda job_id: self.jobs.get(job_id).owner, socket_path=str(self.config.socket))
+        if address is None or self._token is None:
             return [], None
-        token = self._token = ensure_token(self.config.token_path)
+        token = self._token
         if self.config.insecure:
             log.warning(
                 "SECURITY: gRPC on tcp %s is PLAINTEXT (--insecure): the token and every reply cross the "
                 "network unencrypted",
                 self.config.tcp,
             )
-            return [TokenInterceptor(token)], None
+            return [TokenInterceptor(token, users)], None
         cert, key = self.config.tls_cert, self.config.tls_key
         if cert is None or key is None:
-            cert, key = ensure_self_signed(self.config.runtime_dir / "tls", self.config.tcp_address[0])
+            cert, key = ensure_self_signed(self.config.runtime_dir / "tls", address[0])
         self.tls_cert = cert
-        return [TokenInterceptor(token)], server_credentials(cert, key)
+        return [TokenInterceptor(token, users)], server_credentials(cert, key)
 
     def _start_grpc(self) -> str | None:
         interceptors, tls = self._tcp_security()
+        assert self.access is not None
         interceptors.append(WireGuardInterceptor())  # after the token check: strangers get UNAUTHENTICATED first
         server = grpc.server(
             # grpc_workers threads for every call but the followed event streams, which hold theirs while they
@@ -304,6 +322,7 @@ class Daemon:
             server,
             self.datasets,
             self.tracker,
+            self.access,
             self.job_manager,
             self.cluster,
             max_event_streams=self.config.max_event_streams,
@@ -318,6 +337,7 @@ class Daemon:
             if self.config.socket_gid is not None:
                 os.chown(self.config.socket, -1, self.config.socket_gid)
             os.chmod(self.config.socket, 0o600 if self.config.socket_gid is None else 0o660)
+        self.identity.start()  # beside the socket: who calls on it
         tcp = None
         if self.config.tcp_address is not None:
             host, port = self.config.tcp_address
@@ -386,6 +406,7 @@ class Daemon:
         self.job_manager.shutdown()  # every job's processes end before the tiers they read go
         if self._grpc is not None:
             self._grpc.stop(self.config.shutdown_grace_s).wait()
+        self.identity.stop()
         self.cluster.close()
         if self._http is not None and self._http_thread is not None:
             self._http.should_exit = True

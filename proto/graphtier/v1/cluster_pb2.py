@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from graphtier.v1 import jobs_pb2 as graphtier_dot_v1_dot_jobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1agraphtier/v1/cluster.proto\x12\x0cgraphtier.v1\x1a\x17graphtier/v1/jobs.proto\"\x10\n\x0eGetNodeRequest\"\x13\n\x11GetClusterRequest\"c\n\x0bNodeDataset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06loaded\x18\x03 \x01(\x08\x12\x11\n\tnum_nodes\x18\x04 \x01(\x04\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\"\x97\x01\n\x08NodeLoad\x12\r\n\x05load1\x18\x01 \x01(\x01\x12\r\n\x05load5\x18\x02 \x01(\x01\x12\x0e\n\x06load15\x18\x03 \x01(\x01\x12\x0c\n\x04\x63pus\x18\x04 \x01(\r\x12\x1a\n\x12memory_total_bytes\x18\x05 \x01(\x04\x12\x1e\n\x16memory_available_bytes\x18\x06 \x01(\x04\x12\x13\n\x0b\x61\x63tive_jobs\x18\x07 \x01(\r\"\xde\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06health\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\x03\x12\x0c\n\x04gpus\x18\x06 \x01(\r\x12+\n\x08\x64\x61tasets\x18\x07 \x03(\x0b\x32\x19.graphtier.v1.NodeDataset\x12$\n\x04load\x18\x08 \x01(\x0b\x32\x16.graphtier.v1.NodeLoad\x12\x0c\n\x04self\x18\t \x01(\x08\x12\x16\n\x0euptime_seconds\x18\n \x01(\x01\"4\n\x0b\x43lusterView\x12%\n\x05nodes\x18\x01 \x03(\x0b\x32\x16.graphtier.v1.NodeInfo\"%\n\x12JoinClusterRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"#\n\x10\x41\x64mitPeerRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"i\n\x13StartJobPartRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.graphtier.v1.JobSpec\x12-\n\tplacement\x18\x02 \x01(\x0b\x32\x1a.graphtier.v1.JobPlacement\"m\n\x0c\x44\x61tasetChunk\x12-\n\x06header\x18\x01 \x01(\x0b\x32\x1b.graphtier.v1.DatasetHeaderH\x00\x12&\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x16.graphtier.v1.FileDataH\x00\x42\x06\n\x04part\"i\n\rDatasetHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05\x66iles\x18\x03 \x03(\x0b\x32\x19.graphtier.v1.DatasetFile\x12\x0f\n\x07replace\x18\x04 \x01(\x08\"?\n\x0b\x44\x61tasetFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\x19\n\x08\x46ileData\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\"Y\n\x16ReceiveDatasetResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\x11\n\tunchanged\x18\x04 \x01(\x08\"A\n\x12PushDatasetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0f\n\x07replace\x18\x03 \x01(\x08\"u\n\x13PushDatasetResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x11\n\tunchanged\x18\x06 \x01(\x08\x32\x9f\x04\n\x0e\x43lusterService\x12?\n\x07GetNode\x12\x1c.graphtier.v1.GetNodeRequest\x1a\x16.graphtier.v1.NodeInfo\x12H\n\nGetCluster\x12\x1f.graphtier.v1.GetClusterRequest\x1a\x19.graphtier.v1.ClusterView\x12\x44\n\x0cStartJobPart\x12!.graphtier.v1.StartJobPartRequest\x1a\x11.graphtier.v1.Job\x12T\n\x0eReceiveDataset\x12\x1a.graphtier.v1.DatasetChunk\x1a$.graphtier.v1.ReceiveDatasetResponse(\x01\x12R\n\x0bPushDataset\x12 .graphtier.v1.PushDatasetRequest\x1a!.graphtier.v1.PushDatasetResponse\x12J\n\x0bJoinCluster\x12 .graphtier.v1.JoinClusterRequest\x1a\x19.graphtier.v1.ClusterView\x12\x46\n\tAdmitPeer\x12\x1e.graphtier.v1.AdmitPeerRequest\x1a\x19.graphtier.v1.ClusterViewb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1agraphtier/v1/cluster.proto\x12\x0cgraphtier.v1\x1a\x17graphtier/v1/jobs.proto\"\x10\n\x0eGetNodeRequest\"\x13\n\x11GetClusterRequest\"c\n\x0bNodeDataset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06loaded\x18\x03 \x01(\x08\x12\x11\n\tnum_nodes\x18\x04 \x01(\x04\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\"\x97\x01\n\x08NodeLoad\x12\r\n\x05load1\x18\x01 \x01(\x01\x12\r\n\x05load5\x18\x02 \x01(\x01\x12\x0e\n\x06load15\x18\x03 \x01(\x01\x12\x0c\n\x04\x63pus\x18\x04 \x01(\r\x12\x1a\n\x12memory_total_bytes\x18\x05 \x01(\x04\x12\x1e\n\x16memory_available_bytes\x18\x06 \x01(\x04\x12\x13\n\x0b\x61\x63tive_jobs\x18\x07 \x01(\r\"\xde\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06health\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\x03\x12\x0c\n\x04gpus\x18\x06 \x01(\r\x12+\n\x08\x64\x61tasets\x18\x07 \x03(\x0b\x32\x19.graphtier.v1.NodeDataset\x12$\n\x04load\x18\x08 \x01(\x0b\x32\x16.graphtier.v1.NodeLoad\x12\x0c\n\x04self\x18\t \x01(\x08\x12\x16\n\x0euptime_seconds\x18\n \x01(\x01\"4\n\x0b\x43lusterView\x12%\n\x05nodes\x18\x01 \x03(\x0b\x32\x16.graphtier.v1.NodeInfo\"%\n\x12JoinClusterRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"#\n\x10\x41\x64mitPeerRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"\x90\x01\n\x13StartJobPartRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.graphtier.v1.JobSpec\x12-\n\tplacement\x18\x02 \x01(\x0b\x32\x1a.graphtier.v1.JobPlacement\x12%\n\x05owner\x18\x03 \x01(\x0b\x32\x16.graphtier.v1.JobOwner\"m\n\x0c\x44\x61tasetChunk\x12-\n\x06header\x18\x01 \x01(\x0b\x32\x1b.graphtier.v1.DatasetHeaderH\x00\x12&\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x16.graphtier.v1.FileDataH\x00\x42\x06\n\x04part\"i\n\rDatasetHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05\x66iles\x18\x03 \x03(\x0b\x32\x19.graphtier.v1.DatasetFile\x12\x0f\n\x07replace\x18\x04 \x01(\x08\"?\n\x0b\x44\x61tasetFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\x19\n\x08\x46ileData\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\"Y\n\x16ReceiveDatasetResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\x11\n\tunchanged\x18\x04 \x01(\x08\"A\n\x12PushDatasetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0f\n\x07replace\x18\x03 \x01(\x08\"u\n\x13PushDatasetResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x11\n\tunchanged\x18\x06 \x01(\x08\x32\x9f\x04\n\x0e\x43lusterService\x12?\n\x07GetNode\x12\x1c.graphtier.v1.GetNodeRequest\x1a\x16.graphtier.v1.NodeInfo\x12H\n\nGetCluster\x12\x1f.graphtier.v1.GetClusterRequest\x1a\x19.graphtier.v1.ClusterView\x12\x44\n\x0cStartJobPart\x12!.graphtier.v1.StartJobPartRequest\x1a\x11.graphtier.v1.Job\x12T\n\x0eReceiveDataset\x12\x1a.graphtier.v1.DatasetChunk\x1a$.graphtier.v1.ReceiveDatasetResponse(\x01\x12R\n\x0bPushDataset\x12 .graphtier.v1.PushDatasetRequest\x1a!.graphtier.v1.PushDatasetResponse\x12J\n\x0bJoinCluster\x12 .graphtier.v1.JoinClusterRequest\x1a\x19.graphtier.v1.ClusterView\x12\x46\n\tAdmitPeer\x12\x1e.graphtier.v1.AdmitPeerRequest\x1a\x19.graphtier.v1.ClusterViewb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,22 +48,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOINCLUSTERREQUEST']._serialized_end=679
   _globals['_ADMITPEERREQUEST']._serialized_start=681
   _globals['_ADMITPEERREQUEST']._serialized_end=716
-  _globals['_STARTJOBPARTREQUEST']._serialized_start=718
-  _globals['_STARTJOBPARTREQUEST']._serialized_end=823
-  _globals['_DATASETCHUNK']._serialized_start=825
-  _globals['_DATASETCHUNK']._serialized_end=934
-  _globals['_DATASETHEADER']._serialized_start=936
-  _globals['_DATASETHEADER']._serialized_end=1041
-  _globals['_DATASETFILE']._serialized_start=1043
-  _globals['_DATASETFILE']._serialized_end=1106
-  _globals['_FILEDATA']._serialized_start=1108
-  _globals['_FILEDATA']._serialized_end=1133
-  _globals['_RECEIVEDATASETRESPONSE']._serialized_start=1135
-  _globals['_RECEIVEDATASETRESPONSE']._serialized_end=1224
-  _globals['_PUSHDATASETREQUEST']._serialized_start=1226
-  _globals['_PUSHDATASETREQUEST']._serialized_end=1291
-  _globals['_PUSHDATASETRESPONSE']._serialized_start=1293
-  _globals['_PUSHDATASETRESPONSE']._serialized_end=1410
-  _globals['_CLUSTERSERVICE']._serialized_start=1413
-  _globals['_CLUSTERSERVICE']._serialized_end=1956
+  _globals['_STARTJOBPARTREQUEST']._serialized_start=719
+  _globals['_STARTJOBPARTREQUEST']._serialized_end=863
+  _globals['_DATASETCHUNK']._serialized_start=865
+  _globals['_DATASETCHUNK']._serialized_end=974
+  _globals['_DATASETHEADER']._serialized_start=976
+  _globals['_DATASETHEADER']._serialized_end=1081
+  _globals['_DATASETFILE']._serialized_start=1083
+  _globals['_DATASETFILE']._serialized_end=1146
+  _globals['_FILEDATA']._serialized_start=1148
+  _globals['_FILEDATA']._serialized_end=1173
+  _globals['_RECEIVEDATASETRESPONSE']._serialized_start=1175
+  _globals['_RECEIVEDATASETRESPONSE']._serialized_end=1264
+  _globals['_PUSHDATASETREQUEST']._serialized_start=1266
+  _globals['_PUSHDATASETREQUEST']._serialized_end=1331
+  _globals['_PUSHDATASETRESPONSE']._serialized_start=1333
+  _globals['_PUSHDATASETRESPONSE']._serialized_end=1450
+  _globals['_CLUSTERSERVICE']._serialized_start=1453
+  _globals['_CLUSTERSERVICE']._serialized_end=1996
 # @@protoc_insertion_point(module_scope)

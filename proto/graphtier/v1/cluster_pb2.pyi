@@ -90,12 +90,14 @@ class AdmitPeerRequest(_message.Message):
     def __init__(self, address: _Optional[str] = ...) -> None: ...
 
 class StartJobPartRequest(_message.Message):
-    __slots__ = ("spec", "placement")
+    __slots__ = ("spec", "placement", "owner")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     spec: _jobs_pb2.JobSpec
     placement: _jobs_pb2.JobPlacement
-    def __init__(self, spec: _Optional[_Union[_jobs_pb2.JobSpec, _Mapping]] = ..., placement: _Optional[_Union[_jobs_pb2.JobPlacement, _Mapping]] = ...) -> None: ...
+    owner: _jobs_pb2.JobOwner
+    def __init__(self, spec: _Optional[_Union[_jobs_pb2.JobSpec, _Mapping]] = ..., placement: _Optional[_Union[_jobs_pb2.JobPlacement, _Mapping]] = ..., owner: _Optional[_Union[_jobs_pb2.JobOwner, _Mapping]] = ...) -> None: ...
 
 class DatasetChunk(_message.Message):
     __slots__ = ("header", "data")

@@ -200,16 +200,18 @@ class SubmitJobRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
 
 class AttachJobRequest(_message.Message):
-    __slots__ = ("spec", "launch_id", "node_rank", "agent_pid")
+    __slots__ = ("spec", "launch_id", "node_rank", "agent_pid", "launch_secret")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     AGENT_PID_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_SECRET_FIELD_NUMBER: _ClassVar[int]
     spec: JobSpec
     launch_id: str
     node_rank: int
     agent_pid: int
-    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ..., launch_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., agent_pid: _Optional[int] = ...) -> None: ...
+    launch_secret: str
+    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ..., launch_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., agent_pid: _Optional[int] = ..., launch_secret: _Optional[str] = ...) -> None: ...
 
 class AttachJobResponse(_message.Message):
     __slots__ = ("job", "job_token")
@@ -329,7 +331,7 @@ class JobResult(_message.Message):
     def __init__(self, val_accuracy: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., final_loss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., best: _Optional[_Union[_common_pb2.BestEvaluation, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes", "placement", "nodes", "gpu_share", "history", "artifact", "dataset_version")
+    __slots__ = ("job_id", "spec", "state", "message", "created_at", "started_at", "finished_at", "progress", "result", "ranks", "exit_code", "restarts", "log_path", "notes", "placement", "nodes", "gpu_share", "history", "artifact", "dataset_version", "owner")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -350,6 +352,7 @@ class Job(_message.Message):
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     state: JobState
@@ -370,7 +373,8 @@ class Job(_message.Message):
     history: _containers.RepeatedCompositeFieldContainer[_common_pb2.EpochRecord]
     artifact: JobArtifact
     dataset_version: str
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[JobPlacement, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[JobNode, _Mapping]]] = ..., gpu_share: _Optional[str] = ..., history: _Optional[_Iterable[_Union[_common_pb2.EpochRecord, _Mapping]]] = ..., artifact: _Optional[_Union[JobArtifact, _Mapping]] = ..., dataset_version: _Optional[str] = ...) -> None: ...
+    owner: JobOwner
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., exit_code: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[JobPlacement, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[JobNode, _Mapping]]] = ..., gpu_share: _Optional[str] = ..., history: _Optional[_Iterable[_Union[_common_pb2.EpochRecord, _Mapping]]] = ..., artifact: _Optional[_Union[JobArtifact, _Mapping]] = ..., dataset_version: _Optional[str] = ..., owner: _Optional[_Union[JobOwner, _Mapping]] = ...) -> None: ...
 
 class JobArtifact(_message.Message):
     __slots__ = ("state", "message", "bytes", "path")
@@ -401,6 +405,14 @@ class ArtifactChunk(_message.Message):
     data: bytes
     size: int
     def __init__(self, path: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
+
+class JobOwner(_message.Message):
+    __slots__ = ("name", "uid")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    uid: int
+    def __init__(self, name: _Optional[str] = ..., uid: _Optional[int] = ...) -> None: ...
 
 class JobStateChange(_message.Message):
     __slots__ = ("previous", "current", "message", "result")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from graphtier.contract.cluster.models import NodeInfo
 from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownDatasetError
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.membership import Cluster
@@ -33,7 +34,7 @@ from graphtier.service.prepared.digests import dataset_version
 log = logging.getLogger("graphtierd")
 
 # (spec, hooks) -> the local job; the job manager's submit with the part's supervision hooks
-SubmitPart = Callable[[JobSpec, Callable[[str], PartHooks]], JobInfo]
+SubmitPart = Callable[[JobSpec, Callable[[str], PartHooks], JobOwner], JobInfo]
 CancelLocal = Callable[[str, str], object]
 
 
@@ -115,12 +116,14 @@ class JobCoordinator:
         members: list[tuple[str, PeerClient]],
         placement: Callable[[int, str], JobPlacementInfo],
         watch: CoordinatedParts,
+        owner: JobOwner,
     ) -> None:
-        """Ask each member node (node ranks 1...) to start its part; DaemonError naming the first that cannot."""
+        """Ask each member node (node ranks 1...) to start its part, owned by the job's `owner`; DaemonError
+        naming the first that cannot."""
         coordinator_job_id = watch.placement.coordinator_job_id
         for node_rank, (name, peer) in enumerate(members, 1):
             try:
-                part = peer.start_job_part(spec, placement(node_rank, coordinator_job_id))
+                part = peer.start_job_part(spec, placement(node_rank, coordinator_job_id), owner)
             except PeerError as exc:
                 raise DaemonError(f"node {peer.where} could not start its part: {exc}") from None
             watch.add(node_rank, name, peer, part.job_id)
@@ -133,7 +136,12 @@ class JobCoordinator:
             )
 
     def _replace_nodes(
-        self, version: str, spec: JobSpec, members: list[tuple[str, PeerClient]], coordinator_job_id: str
+        self,
+        version: str,
+        owner: JobOwner,
+        spec: JobSpec,
+        members: list[tuple[str, PeerClient]],
+        coordinator_job_id: str,
     ) -> tuple[JobSpec, JobPlacementInfo, Callable[[CoordinatedParts], None]]:
         """A failed job's next placement: this daemon and `members` (see CoordinatedParts.restart)."""
         names = [self.cluster.name, *(name for name, _ in members)]
@@ -141,12 +149,12 @@ class JobCoordinator:
         placement = self._placements([self.cluster.address, *(peer.address for _, peer in members)], version)
 
         def start(watch: CoordinatedParts) -> None:
-            self._start_members(spec, members, placement, watch)
+            self._start_members(spec, members, placement, watch, owner)
 
         return spec, placement(0, coordinator_job_id), start
 
-    def submit(self, spec: JobSpec) -> JobInfo:
-        """Start a job spanning several nodes; returns the coordinator's view of it."""
+    def submit(self, spec: JobSpec, owner: JobOwner) -> JobInfo:
+        """Start a job spanning several nodes, owned by `owner` on each; returns the coordinator's view of it."""
         nodes = self.cluster.choose(spec.nnodes, list(spec.nodes))
         if len(nodes) < 2:
             raise InvalidRequestError(f"a multi-node job needs at least 2 nodes, got {len(nodes)}")
@@ -163,22 +171,22 @@ class JobCoordinator:
                     self.cluster.address,
                     self.cluster.timeout_s,
                     spec=spec,
-                    replace_nodes=partial(self._replace_nodes, version),
+                    replace_nodes=partial(self._replace_nodes, version, owner),
                 )
             )
             return parts[0]
 
-        local = self._submit_part(spec, hooks)
+        local = self._submit_part(spec, hooks, owner)
         members = [(node.name, self.cluster.client(node.address)) for node in nodes[1:]]
         try:
-            self._start_members(spec, members, placement, parts[0])
+            self._start_members(spec, members, placement, parts[0], owner)
         except DaemonError as exc:
             self._cancel_local(local.job_id, str(exc))  # its finish hook cancels the parts started so far
             raise DaemonError(f"multi-node job refused: {exc}") from None
         return local
 
-    def start_part(self, spec: JobSpec, placement: JobPlacementInfo) -> JobInfo:
-        """This node's part of a job another daemon coordinates."""
+    def start_part(self, spec: JobSpec, placement: JobPlacementInfo, owner: JobOwner) -> JobInfo:
+        """This node's part of a job another daemon coordinates, owned by the job's `owner`."""
         if placement.node_rank == 0 or placement.node_rank >= placement.nnodes:
             raise InvalidRequestError(
                 f"node rank {placement.node_rank} is not a member's rank in a job of {placement.nnodes} nodes"
@@ -192,4 +200,6 @@ class JobCoordinator:
                 f"trains on version {placement.dataset_version[:16]}"
             )
         coordinator = self.cluster.client(placement.coordinator)
-        return self._submit_part(spec, lambda job_id: MemberPart(placement, coordinator, placement.peer_timeout_s))
+        return self._submit_part(
+            spec, lambda job_id: MemberPart(placement, coordinator, placement.peer_timeout_s), owner
+        )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from graphtier.contract.cluster.models import ClusterView, NodeInfo, PushResult
 from graphtier.contract.errors import InvalidRequestError
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
 from graphtier.service.daemon.cluster.coordinator import CancelLocal, JobCoordinator, SubmitPart
@@ -101,14 +102,14 @@ class ClusterNode:
         """Admits the daemon at `address`, which is joining this one's cluster, as a peer."""
         return admit(self._listening(f"admit {address!r}"), self.joined, address)
 
-    def submit(self, spec: JobSpec) -> JobInfo:
-        """A multi-node job coordinated by this daemon."""
+    def submit(self, spec: JobSpec, owner: JobOwner) -> JobInfo:
+        """A multi-node job coordinated by this daemon, owned by `owner`."""
         _, coordinator = self._joined(f"a job on {spec.nnodes} nodes")
-        return coordinator.submit(spec)
+        return coordinator.submit(spec, owner)
 
-    def start_part(self, spec: JobSpec, placement: JobPlacementInfo) -> JobInfo:
+    def start_part(self, spec: JobSpec, placement: JobPlacementInfo, owner: JobOwner) -> JobInfo:
         _, coordinator = self._joined("part")
-        return coordinator.start_part(spec, placement)
+        return coordinator.start_part(spec, placement, owner)
 
     def push(self, name: str, node: str, *, replace: bool) -> PushResult:
         cluster, _ = self._joined(f"push {name!r} to {node!r}")

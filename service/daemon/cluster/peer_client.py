@@ -19,6 +19,7 @@ import grpc
 from graphtier.contract.cluster import conversions as cconv
 from graphtier.contract.cluster.models import ClusterView, NodeInfo
 from graphtier.contract.errors import DaemonError
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs import conversions as jconv
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobInfo, JobPlacementInfo
@@ -123,9 +124,13 @@ class PeerClient:
         request = cluster_pb2.AdmitPeerRequest(address=address)
         return cconv.view_from_proto(self._call(self._cluster.AdmitPeer, request, 2 * self.timeout_s))
 
-    def start_job_part(self, spec: JobSpec, placement: JobPlacementInfo, *, timeout_s: float = 600.0) -> JobInfo:
+    def start_job_part(
+        self, spec: JobSpec, placement: JobPlacementInfo, owner: JobOwner, *, timeout_s: float = 600.0
+    ) -> JobInfo:
         request = cluster_pb2.StartJobPartRequest(
-            spec=jconv.spec_to_proto(spec), placement=cconv.placement_to_proto(placement)
+            spec=jconv.spec_to_proto(spec),
+            placement=cconv.placement_to_proto(placement),
+            owner=jconv.owner_to_proto(owner),
         )
         return jconv.job_from_proto(self._call(self._cluster.StartJobPart, request, timeout_s))
 

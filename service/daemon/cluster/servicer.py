@@ -15,6 +15,7 @@ from graphtier.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2
 
 if TYPE_CHECKING:
     from graphtier.service.daemon.cluster.node import ClusterNode
+    from graphtier.service.daemon.rpc.access import Access
 
 
 def _unbroken(
@@ -30,8 +31,8 @@ def _unbroken(
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     """GetNode, GetCluster, StartJobPart, ReceiveDataset, PushDataset, JoinCluster, AdmitPeer."""
 
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
+    def __init__(self, node: ClusterNode, access: Access) -> None:
+        self.node, self.access = node, access
 
     @grpc_method
     def GetNode(self, request: cluster_pb2.GetNodeRequest, context: grpc.ServicerContext) -> cluster_pb2.NodeInfo:
@@ -45,32 +46,39 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
 
     @grpc_method
     def StartJobPart(self, request: cluster_pb2.StartJobPartRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        caller = self.access.admin(context, "StartJobPart (a coordinating peer's call)")
         if not request.HasField("placement"):
             raise InvalidRequestError("StartJobPart needs the part's placement")
         spec = jconv.spec_from_proto(request.spec)
         placement = cconv.placement_from_proto(request.placement)
-        return jconv.job_to_proto(self.node.start_part(spec, placement))
+        owner = jconv.owner_from_proto(request.owner) if request.HasField("owner") else None
+        assert caller.user is not None
+        return jconv.job_to_proto(self.node.start_part(spec, placement, owner or caller.user))
 
     @grpc_method
     def ReceiveDataset(
         self, request_iterator: Iterator[cluster_pb2.DatasetChunk], context: grpc.ServicerContext
     ) -> cluster_pb2.ReceiveDatasetResponse:
+        self.access.admin(context, "ReceiveDataset (a peer's dataset stream)")
         return self.node.receiver.receive(_unbroken(request_iterator, context))
 
     @grpc_method
     def PushDataset(
         self, request: cluster_pb2.PushDatasetRequest, context: grpc.ServicerContext
     ) -> cluster_pb2.PushDatasetResponse:
+        self.access.admin(context, f"pushing dataset {request.name[:100]!r} to a peer")
         return cconv.push_to_proto(self.node.push(request.name, request.node, replace=request.replace))
 
     @grpc_method
     def JoinCluster(
         self, request: cluster_pb2.JoinClusterRequest, context: grpc.ServicerContext
     ) -> cluster_pb2.ClusterView:
+        self.access.admin(context, "joining a cluster")
         return cconv.view_to_proto(self.node.join(request.address))
 
     @grpc_method
     def AdmitPeer(
         self, request: cluster_pb2.AdmitPeerRequest, context: grpc.ServicerContext
     ) -> cluster_pb2.ClusterView:
+        self.access.admin(context, "admitting a peer")
         return cconv.view_to_proto(self.node.admit(request.address))

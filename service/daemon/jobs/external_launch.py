@@ -26,6 +26,7 @@ class ExternalLaunch:
     node_rank: int
     agent_pid: int = 0  # 0: the launcher's agent is not visible from the daemon
     agent_start: int | None = None  # its start time: the pid may be reused
+    secret_digest: str = ""  # SHA-256 of the secret the launch's ranks share: how a later rank finds the job
 
 
 @dataclass

@@ -26,6 +26,7 @@ import torch
 
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import DaemonError, InvalidRequestError, PreparedDatasetError
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs.conversions import job_to_proto
 from graphtier.contract.jobs.directory import checkpoint_step, job_directory, job_log_path, job_spec_path
 from graphtier.contract.jobs.progress import Phase
@@ -151,10 +152,14 @@ class JobManager:
         if memory_limit is not None:  # running jobs and a new one must fit what the limit leaves them
             self.admission.capacity = replace(self.admission.capacity, limit_room=lambda: memory_limit - self._held())
         self._attach_lock = threading.Lock()
-        self._launches: dict[str, str] = {}  # launch id of ranks another launcher started -> job id
+        self._launches: dict[str, str] = {}  # digest of a launch's secret (ranks another launcher started) -> job id
         jobs.on_cancel(self._on_cancel)
 
     def _new_id(self) -> str:
+        jobs_root = job_directory(self.runtime_dir, "0").parent  # every job's spec, log and checkpoints
+        if not jobs_root.is_dir() or jobs_root.stat().st_mode & 0o077:
+            jobs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            jobs_root.chmod(0o700)  # the daemon's user's alone: a socket-group member reads no other user's job log
         with self._lock:
             while job_directory(self.runtime_dir, str(self._next_id)).exists():
                 self._next_id += 1
@@ -173,27 +178,37 @@ class JobManager:
 
     # Submission and life cycle
 
-    def submit(self, spec: JobSpec) -> JobInfo:
-        """Validate, load the dataset, and start the job on its own thread."""
+    def submit(self, spec: JobSpec, owner: JobOwner) -> JobInfo:
+        """Validate, load the dataset, and start the job, owned by `owner`, on its own thread."""
         if spec.multi_node:
             raise InvalidRequestError(
                 f"job spec: nnodes {spec.nnodes} needs a daemon with peers (see `graphtierd --peer`)"
             )
-        return self._submit(spec, None)
+        return self._submit(spec, None, owner)
 
-    def submit_part(self, spec: JobSpec, hooks: Callable[[str], PartHooks]) -> JobInfo:
+    def submit_part(self, spec: JobSpec, hooks: Callable[[str], PartHooks], owner: JobOwner) -> JobInfo:
         """This node's part of a multi-node job; `hooks(job_id)` makes its watch over the other nodes."""
-        return self._submit(spec, hooks)
+        return self._submit(spec, hooks, owner)
 
-    def attach(self, spec: JobSpec, launch: ExternalLaunch) -> tuple[JobInfo, str]:
+    def attach(
+        self,
+        spec: JobSpec,
+        launch: ExternalLaunch,
+        owner: JobOwner,
+        may_join: Callable[[JobRecord], None],
+    ) -> tuple[JobInfo, str]:
         """This node's part of a launch another launcher started (AttachJob): the job, made by the
-        launch's first rank here, and its token."""
+        launch's first rank here and owned by `owner`, and its token. A later rank finds it by the
+        launch's secret (never by its id, which anyone may guess) and joins it when `may_join` lets
+        it (it raises otherwise: the caller is not the job's owner)."""
         with self._attach_lock:
-            job_id = self._launches.get(launch.launch_id)
+            job_id = self._launches.get(launch.secret_digest)
             if job_id is not None and not self.table.get(job_id).state.final:
-                return self.get(job_id), self.table.get(job_id).token
-            info = self._submit(spec, None, launch=launch)
-            self._launches[launch.launch_id] = info.job_id
+                record = self.table.get(job_id)
+                may_join(record)
+                return self.get(job_id), record.token
+            info = self._submit(spec, None, owner, launch=launch)
+            self._launches[launch.secret_digest] = info.job_id
             return info, self.table.get(info.job_id).token
 
     def _ranks_done(self, job_id: str, ranks: set[int]) -> bool:
@@ -204,7 +219,11 @@ class JobManager:
         )
 
     def _submit(
-        self, spec: JobSpec, hooks: Callable[[str], PartHooks] | None, launch: ExternalLaunch | None = None
+        self,
+        spec: JobSpec,
+        hooks: Callable[[str], PartHooks] | None,
+        owner: JobOwner,
+        launch: ExternalLaunch | None = None,
     ) -> JobInfo:
         gpu_share = self.mps.decide(spec)  # a mode this machine cannot give is refused before anything runs
         spec = spec.model_copy(update={"mps": gpu_share.mode})  # recorded resolved
@@ -220,7 +239,7 @@ class JobManager:
             )
         if spec.infers:  # the model's fields are the trained job's
             spec = resolve_inference(spec, self.table, self.runtime_dir)
-        if spec.script:
+        if spec.script and launch is None:  # an attached launch's ranks run their script themselves
             check_script(Path(spec.script))
         # a link job trains and evaluates on the edge split (chosen by --edge-split), not the node split;
         # inference applies a model trained on whatever split
@@ -303,6 +322,7 @@ class JobManager:
                 name=spec.name,
                 token=runner.job_token,
                 gpu_share=gpu_share.describe(),
+                owner=owner,
             ),
             spec_json=spec.model_dump_json(),
         )
@@ -506,6 +526,7 @@ class JobManager:
             history=self.table.history(job_id),
             artifact=self.table.artifact(job_id),
             dataset_version=job.layout.version,
+            owner=record.owner,
         )
         return info if job.part is None else job.part.decorate(info)
 

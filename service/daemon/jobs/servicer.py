@@ -6,9 +6,11 @@ Conversions live in `graphtier.contract.jobs.conversions`; errors become status 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
@@ -19,6 +21,8 @@ from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
 from graphtier.service.daemon.jobs.events import JobEventLog
 from graphtier.service.daemon.jobs.external_launch import ExternalLaunch
 from graphtier.service.daemon.jobs.manager import JobManager
+from graphtier.service.daemon.jobs.table import JobRecord
+from graphtier.service.daemon.rpc.access import Access
 from graphtier.service.daemon.rpc.grpc_status import grpc_method
 from graphtier.service.pipeline.wire import grant_to_proto
 from graphtier.service.shm.naming import process_start_time
@@ -29,6 +33,9 @@ if TYPE_CHECKING:
     from graphtier.service.daemon.cluster.peer_client import PeerClient
 
 EXPORT_CHUNK_BYTES = 1 << 20  # an exported model is sent in pieces of this size (gRPC's default limit is 4 MiB)
+
+
+MIN_SECRET_CHARS = 32  # a launch's secret: 128 bits and more, hex
 
 
 def _job_token(context: grpc.ServicerContext) -> str:
@@ -68,15 +75,29 @@ class EventStreamSlots:
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     """SubmitJob, AttachJob, GetJob, ListJobs, CancelJob, StreamJobEvents, ExportJob."""
 
-    def __init__(self, manager: JobManager, streams: EventStreamSlots, cluster: ClusterNode | None = None) -> None:
-        self.manager, self.cluster, self.streams = manager, cluster, streams
+    def __init__(
+        self, manager: JobManager, streams: EventStreamSlots, access: Access, cluster: ClusterNode | None = None
+    ) -> None:
+        self.manager, self.cluster, self.streams, self.access = manager, cluster, streams, access
 
     @grpc_method
     def SubmitJob(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
         spec = convert.spec_from_proto(request.spec)
+        caller = self.access.user(context, "SubmitJob")
+        if spec.script:  # the daemon's ranks run it as the daemon's user
+            self.access.admin(
+                context,
+                f"a job running script {spec.script} as the daemon's user "
+                "(run it under your own torchrun or python with graphtier.connect() instead)",
+            )
+        assert caller.user is not None
+        if spec.from_job:  # an inference job applies that job's exported model: the model is its owner's
+            self.access.job(context, spec.from_job, "applying the model of")
+        if spec.ids:  # the daemon reads it for the caller: only a file the caller could read itself
+            self.access.check_readable(caller, Path(spec.ids), "job spec: ids")
         if spec.multi_node and self.cluster is not None:
-            return convert.job_to_proto(self.cluster.submit(spec))
-        return convert.job_to_proto(self.manager.submit(spec))
+            return convert.job_to_proto(self.cluster.submit(spec, caller.user))
+        return convert.job_to_proto(self.manager.submit(spec, caller.user))
 
     @grpc_method
     def AttachJob(
@@ -85,16 +106,29 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         spec = convert.spec_from_proto(request.spec)
         if not request.launch_id or len(request.launch_id) > 512:
             raise InvalidRequestError(f"AttachJob: launch_id {request.launch_id[:100]!r} must be 1-512 characters")
+        if not MIN_SECRET_CHARS <= len(request.launch_secret) <= 512:
+            raise InvalidRequestError(
+                f"AttachJob: launch_secret must be {MIN_SECRET_CHARS}-512 characters (the secret the launch's ranks "
+                f"share), got {len(request.launch_secret)}; a launch id alone joins no job"
+            )
+        caller = self.access.user(context, "AttachJob")
+        assert caller.user is not None
         agent = int(request.agent_pid)
+        start = process_start_time(agent) if agent > 0 else None
+        if start is None:  # not visible here (another PID namespace): not watched
+            agent = 0
         launch = ExternalLaunch(
             launch_id=request.launch_id,
             node_rank=request.node_rank,
             agent_pid=agent,
-            agent_start=process_start_time(agent) if agent > 0 else None,
+            agent_start=start,
+            secret_digest=hashlib.sha256(request.launch_secret.encode()).hexdigest(),
         )
-        if agent > 0 and launch.agent_start is None:  # not visible here (another PID namespace): not watched
-            launch = ExternalLaunch(launch_id=request.launch_id, node_rank=request.node_rank)
-        job, token = self.manager.attach(spec, launch)
+
+        def may_join(record: JobRecord) -> None:
+            self.access.check_owner(caller, record.job_id, record.owner, "attaching to")
+
+        job, token = self.manager.attach(spec, launch, caller.user, may_join)
         return jobs_pb2.AttachJobResponse(job=convert.job_to_proto(job), job_token=token)
 
     @grpc_method
@@ -109,6 +143,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @grpc_method
     def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        self.access.job(context, request.job_id, "cancelling")
         return convert.job_to_proto(self.manager.cancel(request.job_id, request.reason))
 
     def ExportJob(
@@ -132,7 +167,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @grpc_method
     def _export_files(self, request: jobs_pb2.ExportJobRequest, context: grpc.ServicerContext) -> list:
-        """(name, path) of the files of the job's exported model, or the call aborts naming why there are none."""
+        """(name, path) of the files of the job's exported model, or the call aborts naming why there are none
+        (PERMISSION_DENIED for another user's job)."""
+        self.access.job(context, request.job_id, "exporting the model of")
         return self.manager.artifacts.export_files(request.job_id)
 
     def StreamJobEvents(
@@ -184,6 +221,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext
     ) -> tuple[PeerClient, str] | None:
         """(client, job id there) of the node `request.node` names in the job, None for this daemon."""
+        self.access.job(context, request.job_id, "reading the events and logs of")
         job = self.manager.get(request.job_id)
         for node in job.nodes:
             if request.node in (node.node, node.address):
@@ -196,20 +234,23 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @grpc_method
     def _event_log(self, request: jobs_pb2.StreamJobEventsRequest, context: grpc.ServicerContext) -> JobEventLog:
-        """The job's event log, or the stream aborts with NOT_FOUND for an unknown job."""
+        """The job's event log, or the stream aborts: NOT_FOUND for an unknown job, PERMISSION_DENIED for
+        another user's."""
+        self.access.job(context, request.job_id, "reading the events and logs of")
         return self.manager.events(request.job_id)
 
 
 class ChannelServicer(channels_pb2_grpc.ChannelServiceServicer):
     """OpenChannel, ReleaseChannel."""
 
-    def __init__(self, manager: JobManager) -> None:
-        self.manager = manager
+    def __init__(self, manager: JobManager, access: Access) -> None:
+        self.manager, self.access = manager, access
 
     @grpc_method
     def OpenChannel(
         self, request: channels_pb2.OpenChannelRequest, context: grpc.ServicerContext
     ) -> channels_pb2.ChannelLayout:
+        self.access.job(context, request.job_id, "opening a channel of")
         self.manager.table.check_token(request.job_id, _job_token(context), "opening a channel")
         grant = self.manager.open_channel(request.job_id, request.rank, request.trainer_pid)
         return grant_to_proto(grant)
@@ -218,6 +259,7 @@ class ChannelServicer(channels_pb2_grpc.ChannelServiceServicer):
     def ReleaseChannel(
         self, request: channels_pb2.ReleaseChannelRequest, context: grpc.ServicerContext
     ) -> channels_pb2.ReleaseChannelResponse:
+        self.access.job(context, request.job_id, "releasing a channel of")
         self.manager.table.check_token(request.job_id, _job_token(context), "releasing a channel")
         consumed = self.manager.release_channel(request.job_id, request.rank)
         return channels_pb2.ReleaseChannelResponse(batches_consumed=consumed)

@@ -9,7 +9,8 @@ Thread-safe: gRPC calls arrive on many threads.
 Given a directory, the table writes through to the job store there, a SQLite file
 (`jobs.sqlite3`), so jobs outlive the daemon: one row per job, its record (state, message,
 times), its spec as JSON and, once it has ended, the whole `Job` message as the contract
-serialises it. `restore()`
+serialises it, and its owner (a table of its own, `job_owners`: a file of an earlier graphtier
+gains it when opened, and its jobs have no recorded owner). `restore()`
 reads the history back; a job that was not final in the file belonged to a daemon that died
 and is marked failed with that cause. The schema is versioned (`meta.schema_version`); a file
 of a newer version is refused rather than misread. Standard-library sqlite3, WAL journal:
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from graphtier.contract.environment import JOB_TOKEN_ENV
 from graphtier.contract.errors import DaemonError, InvalidReportError, UnknownJobError
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.state import JobState, job_id_order
 from graphtier.contract.jobs.view import JobArtifactInfo
@@ -82,6 +84,11 @@ CREATE TABLE IF NOT EXISTS job_artifacts (
     message     TEXT NOT NULL,
     bytes       INTEGER NOT NULL,
     path        TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_owners (
+    job_id      TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    uid         INTEGER
 );
 """
 
@@ -184,6 +191,18 @@ class _JobStoreFile:
                 (job_id, seq, name, dataset, world_size, state, message, created_at.isoformat(), daemon_pid, spec_json),
             )
 
+    def insert_owner(self, job_id: str, owner: JobOwner) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO job_owners (job_id, name, uid) VALUES (?, ?, ?)",
+                (job_id, owner.name, owner.uid),
+            )
+
+    def owners(self) -> dict[str, JobOwner]:
+        with self._lock:
+            rows = self._db.execute("SELECT job_id, name, uid FROM job_owners").fetchall()
+        return {job_id: JobOwner(name, uid) for job_id, name, uid in rows}
+
     def update(self, job_id: str, *, state: str, message: str, finished_at: datetime | None) -> None:
         with self._lock:
             self._db.execute(
@@ -263,6 +282,7 @@ class JobRecord:
     finished_at: datetime | None = None
     cancel_requested: bool = False
     gpu_share: str = ""  # how the producers share the GPUs and why (GpuShare.describe); not kept past a restart
+    owner: JobOwner | None = None  # the user the job belongs to (access.py); None: kept from before owners
     # Handed to the job's own processes only (JOB_TOKEN_ENV); progress reports must carry it.
     token: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
@@ -303,6 +323,7 @@ class JobTable:
             return []
         final = tuple(s.value for s in JobState if s.final)
         orphans = self._file.mark_orphans(daemon_pid, final, JobState.FAILED.value)
+        owners = self._file.owners()
         with self._lock:
             for job_id, epoch, record_json in self._file.epochs():
                 self._history.setdefault(job_id, {})[epoch] = EpochRecord.from_json(json.loads(record_json))
@@ -320,6 +341,7 @@ class JobTable:
                     created_at=row.created_at,
                     finished_at=row.finished_at,
                     token="",
+                    owner=owners.get(row.job_id),
                 )
         return orphans
 
@@ -441,6 +463,8 @@ class JobTable:
                     daemon_pid=os.getpid(),
                     spec_json=spec_json,
                 )
+                if record.owner is not None:
+                    self._file.insert_owner(record.job_id, record.owner)
         return record
 
     def _write(self, record: JobRecord) -> None:

@@ -217,6 +217,7 @@ class StatusBuilder:
         return JobStatus(
             job_id=record.job_id,
             name=record.name,
+            owner=str(record.owner) if record.owner is not None else "",
             dataset=record.dataset,
             state=record.state.value,
             message=record.message,

@@ -178,7 +178,8 @@ function render(s){
     "<th>storage read</th><th>window hits</th><th>queue depth</th><th>storage bandwidth</th>"+
     "<th>network (per peer: rows, bytes)</th><th>network wait</th><th>epochs</th><th>model</th>"+
     "<th>message</th></tr>"+
-    s.jobs.map(j=>`<tr><td>${esc(j.job_id)} ${esc(j.name)}</td><td>${j.state}</td><td>${esc(j.dataset)}</td>`+
+    s.jobs.map(j=>`<tr><td>${esc(j.job_id)} ${esc(j.name)}${j.owner?" ("+esc(j.owner)+")":""}</td><td>${j.state}</td>`+
+      `<td>${esc(j.dataset)}</td>`+
       `<td>${j.world_size}</td><td>${j.batches_total}</td><td>${j.batches_per_second.toFixed(2)}</td>`+
       `<td>${j.producer_lag_batches}</td><td>${pct(j.traffic.hit_ratio)}</td><td>${human(j.traffic.total_bytes)}</td>`+
       `<td>${esc(j.storage.mode||"-")}${j.storage.window?", window "+j.storage.window:""}</td>`+

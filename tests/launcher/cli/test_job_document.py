@@ -12,6 +12,7 @@ import pytest
 
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.evaluation import BestEvaluation
+from graphtier.contract.identity import JobOwner
 from graphtier.contract.jobs.conversions import job_from_proto, job_to_proto
 from graphtier.contract.jobs.history import EpochRecord
 from graphtier.contract.jobs.spec import JobSpec
@@ -45,6 +46,7 @@ def contract_dump(job: JobInfo) -> dict[str, Any]:
     out["nodes"] = [{**dataclasses.asdict(n), "state": n.state.value} for n in job.nodes]
     out["history"] = [dataclasses.asdict(record) for record in job.history]
     out["artifact"] = dataclasses.asdict(job.artifact) if job.artifact is not None else None
+    out["owner"] = dataclasses.asdict(job.owner) if job.owner is not None else None
     return out
 
 
@@ -84,6 +86,7 @@ JOBS = {
         ],
         artifact=JobArtifactInfo("kept", "sage (node), weights of epoch 0", 4096, "/run/jobs/7/artifact"),
         dataset_version="ab" * 32,
+        owner=JobOwner("alice", 1000),
     ),
     "link prediction, failed": JobInfo(
         job_id="8",

@@ -133,3 +133,42 @@ def test_a_certificate_and_key_that_do_not_match_are_named(tmp_path):
     )
     assert result.returncode == 1
     assert f"TLS certificate {cert_a} and key {key_b} are not a usable pair" in result.stderr
+
+
+def test_a_user_token_acts_as_its_user_on_its_own_jobs_only(daemon_processes, small_rmat, tmp_path):
+    """--user-tokens: a TCP caller presenting alice's token is alice (owner of the jobs she makes, refused
+    bob's); the daemon's token stays the admin's. A file others may read, or a short token, is refused at
+    start naming its line."""
+    from graphtier.contract.jobs.spec import JobSpec
+
+    tokens = tmp_path / "user-tokens"
+    alice, bob = "a1" * 32, "b2" * 32
+    tokens.write_text(f"# who may call over TCP\nalice {alice}\n\nbob {bob}\n")
+    tokens.chmod(0o644)
+    argv = [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(tmp_path / "r")]
+    loose = subprocess.run(
+        [*argv, "--tcp", "127.0.0.1:0", "--user-tokens", str(tokens)], capture_output=True, text=True
+    )
+    assert loose.returncode == 2 and f"chmod 600 {tokens}" in loose.stderr, loose.stderr
+    tokens.chmod(0o600)
+    daemon = daemon_processes(small_rmat.directory.parent, "--tcp", "127.0.0.1:0", "--user-tokens", str(tokens))
+    endpoints = daemon.start()
+    cert = Path(endpoints.tcp_tls_cert)
+    spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=64, hidden=16, epochs=1, nproc_per_node=1)
+    with DaemonClient(endpoints.grpc_tcp, token=alice, tls_cert=cert) as as_alice:
+        job, _ = as_alice.attach_job(spec, "single@elsewhere/pid7", 0, 0, "s" * 64)
+        assert job.owner is not None and job.owner.name == "alice"
+    with DaemonClient(endpoints.grpc_tcp, token=bob, tls_cert=cert) as as_bob:
+        with pytest.raises(DaemonRequestError) as info:
+            as_bob.cancel_job(job.job_id)
+        assert info.value.code == "PERMISSION_DENIED" and "the job is alice's, and you are bob" in info.value.message
+    admin = Path(endpoints.token_file).read_text().strip()
+    with DaemonClient(endpoints.grpc_tcp, token=admin, tls_cert=cert) as operator:
+        assert operator.cancel_job(job.job_id, "test done").state.value == "cancelled"
+    short = tmp_path / "short-tokens"
+    short.write_text("carol 1234\n")
+    short.chmod(0o600)
+    refused = subprocess.run(
+        [*argv, "--tcp", "127.0.0.1:0", "--user-tokens", str(short)], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and f"{short}:1: the token of carol is 4 characters" in refused.stderr

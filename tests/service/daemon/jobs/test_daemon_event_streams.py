@@ -8,9 +8,11 @@ import time
 
 import grpc
 
+from graphtier.contract.identity import identity_socket_path
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
+from graphtier.launcher.client.session import SessionSource
 from graphtier.v1 import jobs_pb2, jobs_pb2_grpc
 
 STREAMS = 12  # six times the daemon's two workers: before streams had their own threads, two starved it
@@ -21,13 +23,14 @@ def test_many_followed_streams_leave_unary_calls_answering(daemon_processes, sma
     endpoints = daemon.start()
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=256, hidden=16, epochs=200, nproc_per_node=1)
     channels = [grpc.insecure_channel(endpoints.grpc_target) for _ in range(STREAMS + 1)]
+    session = SessionSource(identity_socket_path(endpoints.grpc_unix)).metadata()  # the job's owner, as its client
     first_events = [threading.Event() for _ in range(STREAMS)]
     ended: list[str] = []
 
     def follow(i: int, job_id: str) -> None:
         request = jobs_pb2.StreamJobEventsRequest(job_id=job_id, follow=True, include_logs=True)
         try:
-            for _ in jobs_pb2_grpc.JobServiceStub(channels[i]).StreamJobEvents(request):
+            for _ in jobs_pb2_grpc.JobServiceStub(channels[i]).StreamJobEvents(request, metadata=session):
                 first_events[i].set()
         except grpc.RpcError as exc:
             ended.append(exc.code().name)
@@ -47,7 +50,7 @@ def test_many_followed_streams_leave_unary_calls_answering(daemon_processes, sma
                 assert [j.job_id for j in client.list_jobs()] == [job_id]
                 assert time.monotonic() - started < 2.0
             extra = jobs_pb2_grpc.JobServiceStub(channels[STREAMS]).StreamJobEvents(
-                jobs_pb2.StreamJobEventsRequest(job_id=job_id, follow=True), timeout=30
+                jobs_pb2.StreamJobEventsRequest(job_id=job_id, follow=True), timeout=30, metadata=session
             )
             try:
                 next(iter(extra))
