@@ -29,7 +29,7 @@ from graphtier.service.sources.label_classes import label_classes
 from graphtier.service.sources.npz import load_npz
 from graphtier.service.sources.ogb import load_ogb
 from graphtier.service.sources.planetoid import load_planetoid
-from graphtier.service.sources.split import ensure_split, split_from_file
+from graphtier.service.sources.split import ensure_split, note_missing_parts, split_from_file
 
 if TYPE_CHECKING:
     from graphtier.service.out_of_core.memory_budget import MemoryPlan
@@ -39,6 +39,7 @@ SPLIT_OPTIONS: tuple[str, ...] = ("train_fraction", "val_fraction", "test_fracti
 LABEL_OPTIONS: tuple[str, ...] = ("num_classes",)
 SPLIT_FILE_OPTIONS: tuple[str, ...] = ("split_file", "split_index", "default_split")
 SYNTHETIC_GENERATORS: tuple[str, ...] = ("rmat",)
+FILE_OPTIONS: tuple[str, ...] = ("features", "labels")  # readers' options naming files (edges:'s features, labels)
 # Keyword options of `synthetic.generate_rmat`; its fractions make the split, `seed` drives the generator.
 SYNTHETIC_OPTIONS: tuple[str, ...] = (
     "scale",
@@ -146,18 +147,35 @@ def load_source(spec: str, **options: Any) -> GraphData:
                 None, f"split_index {split_index} chooses among a split file's splits", fix="give --split FILE"
             )
         path = Path(target).expanduser()
-        if not path.exists():
-            raise DatasetSourceError(path, f"does not exist (from dataset spec {spec!r})")
-        if not (path.is_file() or path.is_dir()):  # stat only: opening a FIFO would wait for a writer
-            raise DatasetSourceError(
-                path,
-                f"is {_file_kind(path)}, not a regular file or directory (from dataset spec {spec!r}): a source is "
-                "read to its end, so it must have one; save the data to a file first",
-            )
+        check_input_path(path, f"from dataset spec {spec!r}", directory_too=True)
+        for option in FILE_OPTIONS:  # every file the reader opens besides the source, before any is opened
+            if options.get(option) is not None:
+                check_input_path(Path(options[option]).expanduser(), f"--{option.replace('_', '-')}")
+        if split_file is not None:
+            check_input_path(Path(split_file).expanduser(), "--split")
         graph = _checked_labels(_READERS[scheme](path, **options), num_classes)
         if split_file is not None:
             graph = split_from_file(graph, Path(split_file), split_index)
-    return ensure_split(graph, **split)
+    return note_missing_parts(ensure_split(graph, **split))
+
+
+def check_input_path(path: Path, given: str, *, directory_too: bool = False) -> None:
+    """DatasetSourceError naming `path` (and the flag or spec it was `given` as) unless it exists and is a
+    regular file (or, with `directory_too`, a directory). Looked at with stat alone: opening a FIFO
+    would wait for a writer forever, and a device (/dev/zero) reads without end; an input is read to
+    its end, so it must have one."""
+    if not path.exists():
+        raise DatasetSourceError(path, f"does not exist ({given})")
+    if path.is_file() or (directory_too and path.is_dir()):
+        return
+    if path.is_dir():
+        raise DatasetSourceError(path, f"is a directory, not a file ({given})")
+    wanted = "a regular file or directory" if directory_too else "a regular file"
+    raise DatasetSourceError(
+        path,
+        f"is {_file_kind(path)}, not {wanted} ({given}): an input is read to its end, so it must have one; "
+        "save the data to a file first",
+    )
 
 
 def _file_kind(path: Path) -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -103,8 +105,16 @@ SPLIT_KEYS: dict[str, tuple[str, ...]] = {
 
 
 def _split_part(path: Path, key: str, array: np.ndarray, num_nodes: int, index: int | None) -> torch.Tensor:
-    """One part's node ids from a boolean mask ([N], or [N, K] with `index`) or an index array."""
+    """One part's node ids from a boolean mask ([N], or [N, K] with `index`; an integer one of 0s and 1s)
+    or an index array."""
     where = f"{path}: {key!r}"
+    if key.endswith("mask") and array.dtype.kind == "i" and array.size and int(array.min()) < 0:
+        at = np.unravel_index(int(np.argmin(array)), array.shape)
+        raise DatasetSourceError(
+            path,
+            f"mask {key!r} holds {int(array[at])} at index {at[0] if len(at) == 1 else tuple(int(i) for i in at)}: "
+            "a mask holds 0 (out) and 1 (in), or booleans",
+        )
     if array.dtype == np.bool_ or (key.endswith("mask") and array.dtype.kind in "iu" and array.max(initial=0) <= 1):
         mask = array.astype(bool)
         if mask.ndim == 2:
@@ -142,11 +152,18 @@ def split_from_file(graph: GraphData, path: Path, index: int | None = None) -> G
     wrong with it."""
     path = Path(path).expanduser()
     try:
-        with np.load(path, allow_pickle=False) as loaded:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a plain .npy: one array, no part named
+            raise DatasetSourceError(
+                path,
+                f"holds one array ({loaded.dtype}, shape {loaded.shape}), not the named parts of a split",
+                fix="save them as an .npz: np.savez(f, train_mask=..., val_mask=..., test_mask=...)",
+            )
+        with loaded:
             arrays = {key: loaded[key] for key in loaded.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:  # cut short, damaged
         raise DatasetSourceError(
-            path, f"cannot read a split from it ({exc})", fix="give an .npz of masks or id arrays"
+            path, f"cannot read a split from it ({type(exc).__name__}: {exc})", fix="give an .npz of masks or id arrays"
         ) from None
     splits: dict[str, torch.Tensor] = {}
     used: dict[str, str] = {}
@@ -167,3 +184,17 @@ def split_from_file(graph: GraphData, path: Path, index: int | None = None) -> G
         "counts": {part: int(ids.numel()) for part, ids in splits.items()},
     }
     return dataclasses.replace(graph, splits=splits, description=description).validate()
+
+
+def note_missing_parts(graph: GraphData) -> GraphData:
+    """`graph` with a note for each of the val and test parts its split lacks (or has empty): jobs then
+    train without that evaluation, which should be a choice, not a surprise."""
+    missing = [part for part in ("val", "test") if graph.splits.get(part) is None or graph.splits[part].numel() == 0]
+    if not missing:
+        return graph
+    what = {
+        "val": "validation nodes: jobs choose no best epoch by it",
+        "test": "test nodes: jobs report no test figure",
+    }
+    notes = [*graph.notes, *(f"the split has no {what[part]}" for part in missing)]
+    return dataclasses.replace(graph, notes=notes)

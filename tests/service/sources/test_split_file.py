@@ -82,7 +82,7 @@ def test_prepare_with_id_arrays_says_which_split_and_maps_ids_back(cora_npz, tmp
     refused = CliRunner().invoke(
         app, ["dataset", "prepare", cora_npz, "--name", "d", "--split", str(tmp_path / "none.npz"), "--out", str(root)]
     )
-    assert refused.exit_code == 2 and "none.npz: cannot read a split from it" in refused.output
+    assert refused.exit_code == 2 and "none.npz: does not exist (--split)" in refused.output
 
 
 def test_a_source_with_its_own_split_or_a_random_one_says_so(shared_datasets, cora_npz, tmp_path):
