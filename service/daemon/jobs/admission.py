@@ -110,6 +110,13 @@ class Admission:
                 self._why.pop(job_id, None)
                 self._cond.notify_all()
 
+    def admit(self, job_id: str, demand: Demand) -> None:
+        """Count a job as running now, queue or not: one whose ranks another launcher already started
+        (they run whatever the queue says); later jobs wait for what it holds."""
+        with self._cond:
+            self._running[job_id] = demand
+            self._cond.notify_all()
+
     def done(self, job_id: str) -> None:
         with self._cond:
             self._running.pop(job_id, None)

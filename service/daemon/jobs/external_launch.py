@@ -1,7 +1,11 @@
 """Ranks started by a launcher other than the daemon (a Kubeflow TrainJob's torchrun): what the
 daemon knows of that launch and how it tells when the node's part of it has ended.
 
-The daemon runs no torchrun for such a job and never signals its ranks: it starts a producer
+The launch's ranks on a node find their job by a secret the first of them made (`launch_secret`:
+the launch id, which anyone who sees `ps` may guess, finds nothing), and only as the job's owner.
+Their ranks already run when the job is made, so the job is admitted at once (admission.py cannot
+hold them back; it counts what they hold). The daemon runs no torchrun for such a job and never
+signals its ranks: it starts a producer
 when a rank first opens its channel (for the global rank the rank names) and watches. The part
 ends when every rank of the node has given its channel back (succeeded if each reported its
 end, failed otherwise), when a rank recorded a failure, or when the launcher's agent -- the

@@ -370,7 +370,9 @@ class JobManager:
         job.events.state(StateChange(JobState.PENDING, JobState.PENDING, message))
 
     def _run(self, job_id: str, job: _Job) -> None:
-        if not self.admission.wait(
+        if job.runner.external is not None:  # its ranks run already: the queue cannot hold them back
+            self.admission.admit(job_id, self._demand(job))
+        elif not self.admission.wait(
             job_id, self._demand(job), job.runner.cancelled, lambda why: self._queued(job_id, job, why)
         ):
             self._artifact_of(job_id, JobState.CANCELLED)
