@@ -41,6 +41,7 @@ GPU = Section("GPU")
 CLUSTER = Section("Cluster")
 
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
+FORKSERVER_SOCKET_TAIL = len("/tmp/pymp-12345678/listener-12345678")  # multiprocessing's, in the scratch directory
 MIN_NVML_INTERVAL_S = 0.1
 
 
@@ -401,6 +402,20 @@ class DaemonConfig(BaseModel):
                     "(or a concrete tcp host and port)"
                 )
         return self
+
+    def forkserver_room(self) -> str:
+        """Why this runtime directory cannot hold the socket of the forkserver the daemon forks its jobs'
+        processes from (<runtime_dir>/tmp/pymp-*/listener-*; a Unix socket path has at most 107 bytes);
+        '' when it can. Checked when the daemon starts, before anything is created."""
+        length = len(os.fsencode(self.runtime_dir)) + FORKSERVER_SOCKET_TAIL
+        if length <= MAX_SOCKET_PATH_BYTES:
+            return ""
+        return (
+            f"runtime_dir {str(self.runtime_dir)!r} is too long: the forkserver the daemon starts its jobs' processes "
+            f"from listens on a socket inside it (<runtime_dir>/tmp/pymp-*/listener-*, {length} bytes here) and Unix "
+            f"sockets allow at most {MAX_SOCKET_PATH_BYTES}: choose a runtime_dir of at most "
+            f"{MAX_SOCKET_PATH_BYTES - FORKSERVER_SOCKET_TAIL} bytes"
+        )
 
     @property
     def state_path(self) -> Path:

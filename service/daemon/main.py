@@ -27,13 +27,14 @@ from typer.core import TyperCommand
 from graphtier.contract.command_line import FlagCommand, GivenOptions, with_model_options
 from graphtier.contract.endpoints import daemon_file_dir
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
+from graphtier.contract.identity import identity_socket_path
 from graphtier.contract.processes import exit_without_teardown
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.instance import InstanceLock
+from graphtier.service.daemon.reaper import SCRATCH_MARK, mark_scratch, stand_down, start_reaper
 from graphtier.service.daemon.systemd import SystemdNotifier
 
 SCRATCH_DIR = "tmp"  # the daemon's temporary directory, inside its runtime directory
-SCRATCH_MARK = ".graphtierd-scratch"  # in a scratch directory the daemon made: only such a one is ever removed
 
 EXIT_CONFIG = 2
 EXIT_RUNNING = 3
@@ -107,6 +108,9 @@ def serve(source: Path | None, flags: dict[str, Any], *, print_files: bool = Fal
     if print_files:
         print(config.files().model_dump_json(indent=2))
         return 0
+    if problem := config.forkserver_room():
+        print(f"graphtierd: error: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -128,11 +132,13 @@ def serve(source: Path | None, flags: dict[str, Any], *, print_files: bool = Fal
     for path in stale:
         log.info("removed stale %s left by a daemon that died", path)
     try:
-        private_scratch_dir(config.runtime_dir, log)
+        scratch = private_scratch_dir(config.runtime_dir, log)
     except DaemonError as exc:
         lock.release()
         print(f"graphtierd: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    # before torch and any thread: what a kill -9 leaves is removed by the process this forks
+    reaper = start_reaper(config.runtime_dir, scratch, (config.socket, identity_socket_path(config.socket)))
     try:
         from graphtier.service.daemon.server import Daemon  # heavy: torch, grpc, fastapi
 
@@ -140,6 +146,8 @@ def serve(source: Path | None, flags: dict[str, Any], *, print_files: bool = Fal
         endpoints = daemon.start()
     except BaseException as exc:
         lock.release()
+        stop_forkserver()
+        stand_down(reaper)
         if isinstance(exc, DaemonError):
             log.error("cannot start: %s", exc)
             return EXIT_FAILED
@@ -162,7 +170,18 @@ def serve(source: Path | None, flags: dict[str, Any], *, print_files: bool = Fal
         notifier.stopping()
     finally:
         daemon.stop()
+        stop_forkserver()  # waited for: nothing of the daemon outlives it
+        stand_down(reaper)  # everything is removed (the scratch directory at exit, below)
     return 0
+
+
+def stop_forkserver() -> None:
+    """Stop the forkserver the daemon's children were forked from, and wait for it to exit (nothing of a
+    stopped daemon outlives it); a daemon that never started one has nothing to stop."""
+    if "graphtier.service.pipeline.forkserver" in sys.modules:
+        from graphtier.service.pipeline.forkserver import stop_forkserver as stop
+
+        stop()
 
 
 def run() -> NoReturn:
@@ -173,8 +192,9 @@ def run() -> NoReturn:
 
 def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
     """`<runtime_dir>/tmp`, emptied, as this process's and its children's temporary directory:
-    multiprocessing's pymp-* and torchrun's files then live (and die) with the daemon, and what a
-    daemon killed with -9 left there is removed by the next one instead of staying in /tmp forever.
+    multiprocessing's pymp-* and torchrun's files then live (and die) with the daemon; what a daemon
+    killed with -9 left there is removed by its reaper (reaper.py), or else by the next daemon, instead
+    of staying in /tmp forever.
     A `tmp` the daemon did not make (no SCRATCH_MARK inside: a user's, in a runtime directory given
     as a home) is never removed: DaemonError naming it."""
     scratch = runtime_dir / SCRATCH_DIR
@@ -187,7 +207,7 @@ def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
         log.info("removed stale %s left by a daemon that died", scratch)
         shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(mode=0o700)
-    (scratch / SCRATCH_MARK).touch()
+    mark_scratch(scratch)
     os.environ["TMPDIR"] = str(scratch)
     tempfile.tempdir = str(scratch)
     # Removed at exit, after multiprocessing's own clean-up of its pymp-* there: atexit runs last

@@ -59,6 +59,22 @@ def forkserver_context() -> ForkServerContext:
     return context
 
 
+def stop_forkserver() -> None:
+    """Stop this process's forkserver, then multiprocessing's resource tracker (the server held it open),
+    and wait for each to exit. Their children are not waited for: the caller has ended them (the daemon
+    stops its jobs first)."""
+    import multiprocessing.resource_tracker
+
+    for module, name in (
+        (multiprocessing.forkserver, "_forkserver"),
+        (multiprocessing.resource_tracker, "_resource_tracker"),
+    ):
+        stop = getattr(getattr(module, name, None), "_stop", None)  # CPython's own (3.8 and later)
+        if stop is not None:
+            with _lock, contextlib.suppress(OSError, ChildProcessError):
+                stop()
+
+
 def _die_with_the_owner(owner: tuple[int, int | None], target: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """In the child: SIGTERM itself when the process that asked for it (the daemon) exits, also by SIGKILL.
 

@@ -1,5 +1,5 @@
 """systemd readiness (READY only once serving, a watchdog, STOPPING), a scratch directory that dies
-with the daemon, and a socket group."""
+with the daemon (even by kill -9: its reaper removes it), and a socket group."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import stat
 import subprocess
 import sys
 import time
+
+import psutil
 
 from graphtier.launcher.client.data_plane import DataPlaneClient
 
@@ -71,18 +73,51 @@ def test_a_notify_socket_nobody_reads_never_stops_the_daemon(tmp_path, small_rma
     listener.close()
 
 
+def _using(scratch) -> list[int]:
+    """Processes whose environment names `scratch` as TMPDIR: a daemon's forkserver and what it forked."""
+    marker = f"TMPDIR={scratch}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _wait(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
 def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rmat, daemon_processes):
     first = daemon_processes(small_rmat.directory.parent)
     first.start()
-    scratch = first.runtime_dir / "tmp"
+    scratch, run = first.runtime_dir / "tmp", first.runtime_dir
     assert any(p.name.startswith("pymp-") for p in scratch.iterdir())  # multiprocessing's, here not in /tmp
-    first.kill9()
-    assert scratch.exists()  # what a crash leaves ...
+    first.kill9()  # what a crash leaves, its reaper removes: scratch, sockets, endpoints, lock; its forkserver ends
+    assert _wait(lambda: not scratch.exists() and not (run / "daemon.lock").exists()), sorted(os.listdir(run))
+    assert not _using(scratch) and sorted(os.listdir(run)) == ["daemon.log"]
+    said = f"graphtierd pid {first.pid} ended without stopping (killed?); its reaper removed {scratch}"
+    assert _wait(lambda: said in first.log()), first.log()[-2000:]
+
     second = daemon_processes(small_rmat.directory.parent)
     second.start()
-    assert f"removed stale {scratch}" in second.log()  # ... the next daemon removes
-    assert second.terminate() == 0
-    assert not scratch.exists()
+    reaper = next(
+        c for c in psutil.Process(second.pid).children() if c.cmdline() == psutil.Process(second.pid).cmdline()
+    )
+    reaper.kill()  # the reaper killed with its daemon (a whole process group at once) ...
+    second.kill9()
+    assert scratch.exists()
+    third = daemon_processes(small_rmat.directory.parent)
+    third.start()
+    assert f"removed stale {scratch}" in third.log()  # ... the next daemon removes what they left
+    assert third.terminate() == 0
+    assert not scratch.exists() and not _using(scratch)  # the forkserver ended before the daemon did
 
 
 def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
