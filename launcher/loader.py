@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.contract.endpoints import read_endpoints
 from graphtier.contract.environment import JOB_ID_ENV, RUNTIME_DIR_ENV
-from graphtier.contract.errors import GraphtierError
+from graphtier.contract.errors import DaemonError, GraphtierError
 from graphtier.contract.fanouts import parse_fanouts
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.inference import DEFAULT_CHUNK
@@ -61,6 +61,7 @@ from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import train
 from graphtier.service.graph.common_neighbours import PairStructure
+from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.hetero_sampler import node_types_of
 from graphtier.service.sampling.subgraph import Block
@@ -648,7 +649,11 @@ class Job:
         previous_hook = sys.excepthook
 
         def record(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-            self.close(exc)
+            with contextlib.suppress(GraphtierError):  # the daemon may be gone: what the script died of matters
+                self.close(exc)
+            if isinstance(exc, DaemonError | ChannelError):  # the daemon or its producer, not the script's code
+                print(f"graphtier: rank {self.rank} of job {self.job_id}: {exc}", file=sys.stderr, flush=True)
+                return  # the interpreter exits with status 1, as after any uncaught exception
             previous_hook(exc_type, exc, tb)
 
         sys.excepthook = record

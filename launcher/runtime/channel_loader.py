@@ -16,10 +16,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from graphtier.contract.errors import GraphtierError
+from graphtier.contract.errors import DaemonNotRunningError, GraphtierError
+from graphtier.contract.runtime_dir import LOG_FILE
+from graphtier.launcher.client import process_state
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.pipeline import Batch, ChannelReader, ChannelStats
+from graphtier.service.pipeline.errors import ProducerError
 from graphtier.service.pipeline.wire import ChannelGrant
+from graphtier.service.shm.naming import process_start_time
 
 
 def env_rank() -> int:
@@ -40,6 +44,8 @@ class ChannelLoader:
         self.reader = ChannelReader(grant.layout, timeout=grant.stall_timeout_s)
         self.batches_taken = 0
         self._released = False
+        daemon = client.address.pid if client.address is not None else 0
+        self._daemon = (daemon, process_start_time(daemon)) if daemon > 0 else None  # to tell when it is gone
 
     @classmethod
     def open(cls, client: DataPlaneClient, job_id: str, rank: int | None = None) -> ChannelLoader:
@@ -63,14 +69,32 @@ class ChannelLoader:
                 f"epoch {epoch} of channel {self.grant.layout.channel!r} has passed "
                 f"({self.reader.epochs_completed} epochs done); epochs are read in order"
             )
-        while self.reader.epochs_completed < epoch and not self.reader.finished:
+        try:
+            while self.reader.epochs_completed < epoch and not self.reader.finished:
+                for batch in self.reader.epoch():
+                    batch.release()
             for batch in self.reader.epoch():
-                batch.release()
-        for batch in self.reader.epoch():
-            if batch.x is None and batch.pairs is None:  # a link batch may learn its inputs instead
-                raise GraphtierError(f"batch {batch.batch} carries no features; the dataset has none to train on")
-            self.batches_taken += 1
-            yield batch
+                if batch.x is None and batch.pairs is None:  # a link batch may learn its inputs instead
+                    raise GraphtierError(f"batch {batch.batch} carries no features; the dataset has none to train on")
+                self.batches_taken += 1
+                yield batch
+        except ProducerError as exc:
+            raise self._daemon_gone(exc) or exc from None
+
+    def _daemon_gone(self, exc: ProducerError) -> DaemonNotRunningError | None:
+        """What a producer's end means when the daemon that started it has ended (killed, crashed): that the
+        daemon is gone, which took its producers with it; None while the daemon runs."""
+        if self._daemon is None:
+            return None
+        pid, started = self._daemon
+        if process_start_time(pid) == started and process_state(pid) not in (None, "Z"):
+            return None
+        where = self.client.runtime_dir
+        return DaemonNotRunningError(
+            f"the graphtier daemon (pid {pid}) at {where} ended while rank {self.grant.layout.rank} of job "
+            f"{self.grant.job_id} trained (killed or crashed; its log: {where / LOG_FILE}), and its producers "
+            f"went with it ({exc}): the job cannot go on; start the daemon again and relaunch"
+        )
 
     def stats(self) -> ChannelStats:
         return self.reader.stats()
