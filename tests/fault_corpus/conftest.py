@@ -1,4 +1,15 @@
-"""The corpus's fixtures (one good dataset, one real graphtierd, the CLI) and its summary table."""
+"""The corpus's fixtures (one good dataset, one real graphtierd, the CLI), the time a case may take,
+and its summary table.
+
+Run alone (`pytest tests/fault_corpus`), the corpus also collects the tests its `Covered` rows name,
+so every row runs and has a verdict; in the whole suite those tests run where they are.
+
+Time is judged against the machine's load, never a fixed wall time: the corpus measures one unit,
+the start of the `graphtier` command (`graphtier --version`, which every CLI case pays at least
+once), when it begins, and scales it by how much busier the machine is since (the load average
+per core). Each case gets `deadline_units` of them; a command still running at its case's
+deadline is killed and counted as a hang, and so is a case that returns after it.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +17,47 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from fault_cases import CASES, STALL_TIMEOUT_S, Covered, endpoints, wait_for
 from fault_checks import COVERED_OUTCOMES, VERDICTS, Outcome, run_processes, run_segments
 
+REPO = Path(__file__).resolve().parents[2]
+MIN_DEADLINE_S = 30.0  # a case's deadline, however fast the unit: process start-up varies by more
+
+
+def _load_per_core() -> float:
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class TimeUnit:
+    """The start of the `graphtier` command when the corpus began, and the load then."""
+
+    seconds: float
+    load: float
+
+    @classmethod
+    def measure(cls) -> TimeUnit:
+        load = _load_per_core()
+        started = time.monotonic()
+        subprocess.run(
+            [sys.executable, "-m", "graphtier.launcher.cli", "--version"], capture_output=True, timeout=300, check=True
+        )
+        return cls(time.monotonic() - started, load)
+
+    def now(self) -> float:
+        """The unit now: as measured, longer when the machine has become busier since."""
+        return self.seconds * max(1.0, (1.0 + _load_per_core()) / (1.0 + self.load))
+
 
 class CorpusDaemon:
-    """`python -m graphtier.service.daemon` serving the corpus's dataset root."""
+    """`python -m graphtier.service.daemon` serving the corpus's dataset root (with `flags`)."""
 
-    def __init__(self, runtime_dir: Path, dataset_root: Path, output: Path) -> None:
+    def __init__(self, runtime_dir: Path, dataset_root: Path, output: Path, *flags: str) -> None:
         self.runtime_dir, self.dataset_root = runtime_dir, dataset_root
         with open(output, "wb") as out:
             self.popen = subprocess.Popen(
@@ -31,6 +71,7 @@ class CorpusDaemon:
                     str(dataset_root),
                     "--producer-stall-timeout",
                     str(STALL_TIMEOUT_S),
+                    *flags,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -58,6 +99,13 @@ class CorpusDaemon:
         with open(self.log_file, "rb") as f:
             f.seek(mark)
             return f.read().decode(errors="replace")
+
+    def session(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata of this process's session credential (what the graphtier client sends)."""
+        from graphtier.contract.identity import identity_socket_path
+        from graphtier.launcher.client.session import SessionSource
+
+        return SessionSource(identity_socket_path(self.socket)).metadata()
 
     def health(self) -> str:
         import grpc
@@ -95,34 +143,68 @@ class CorpusDaemon:
 
 @dataclass
 class Corpus:
-    """What a case works with: the dataset root (holding `good`), the daemon, a scratch directory."""
+    """What a case works with: the dataset root (holding `good`), the daemon, a scratch directory, and
+    its deadline (`begin`)."""
 
     root: Path
     shared: Path
     daemon: CorpusDaemon
     home: Path
+    unit: TimeUnit
     work: Path = Path()
+    deadline: float = 0.0  # time.monotonic() by which the current case must be done
+    hung: list[str] = field(default_factory=list)  # what of the current case outlived its deadline
 
-    def cli(self, *args: str, timeout: float = 180) -> Outcome:
-        """`graphtier ARGS` as a user runs it; refused when the exit status is not 0."""
-        env = {**os.environ, "GRAPHTIER_HOME": str(self.home), "COLUMNS": "200"}
+    def begin(self, units: float) -> float:
+        """Start a case that may take `units` time units (at least MIN_DEADLINE_S); its deadline in seconds."""
+        budget = max(MIN_DEADLINE_S, units * self.unit.now())
+        self.deadline, self.hung = time.monotonic() + budget, []
+        return budget
+
+    def left(self, cap: float | None = None) -> float:
+        """Seconds the current case has left (at most `cap`), never less than a moment."""
+        left = max(0.5, self.deadline - time.monotonic())
+        return left if cap is None else min(cap, left)
+
+    def run(self, argv: list[str], *, env: dict[str, str] | None = None, what: str = "") -> Outcome:
+        """`argv` as a user runs it, killed at the case's deadline (a hang); refused when its exit status is not 0."""
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "graphtier.launcher.cli", *args],
+                argv,
                 capture_output=True,
                 text=True,
-                timeout=timeout,
+                timeout=self.left(),
                 env=env,
                 cwd=self.work,
+                stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:
+            said = what or " ".join(argv)[:100]
+            self.hung.append(f"{said} still ran at the case's deadline")
             return Outcome(
                 refused=True,
-                output=str(exc.stdout or "") + str(exc.stderr or ""),
+                output=_text(exc.stdout) + _text(exc.stderr),
                 exit_code=None,
-                facts=[f"graphtier {' '.join(args)[:80]} hung for {timeout} s"],
+                facts=[f"{said} hung (killed at the case's deadline)"],
+                hung=True,
             )
         return Outcome(refused=done.returncode != 0, output=done.stdout + done.stderr, exit_code=done.returncode)
+
+    def cli(self, *args: str) -> Outcome:
+        """`graphtier ARGS` as a user runs it (see `run`)."""
+        env = {**os.environ, "GRAPHTIER_HOME": str(self.home), "COLUMNS": "200"}
+        argv = [sys.executable, "-m", "graphtier.launcher.cli", *args]
+        return self.run(argv, env=env, what=f"graphtier {' '.join(args)[:80]}")
+
+    def tidy(self, *args: str) -> None:
+        """`graphtier ARGS` to clean up after a case (a cancel): not held to the case's deadline, not judged."""
+        env = {**os.environ, "GRAPHTIER_HOME": str(self.home)}
+        argv = [sys.executable, "-m", "graphtier.launcher.cli", *args]
+        subprocess.run(argv, capture_output=True, timeout=120, env=env, cwd=self.work, stdin=subprocess.DEVNULL)
+
+    def start_daemon(self, runtime_dir: Path, *flags: str) -> CorpusDaemon:
+        """Another graphtierd of the corpus's dataset root, for a case that must kill or fill one."""
+        return CorpusDaemon(runtime_dir, self.root, runtime_dir.parent / f"{runtime_dir.name}.out", *flags)
 
     def unload(self, name: str) -> None:
         """UnloadDataset `name` with force (a no-op when it is not loaded)."""
@@ -135,7 +217,7 @@ class Corpus:
                 channel.unary_unary(
                     "/graphtier.v1.DatasetService/UnloadDataset",
                     request_serializer=datasets_pb2.UnloadDatasetRequest.SerializeToString,
-                )(datasets_pb2.UnloadDatasetRequest(name=name, force=True), timeout=60)
+                )(datasets_pb2.UnloadDatasetRequest(name=name, force=True), timeout=60, metadata=self.daemon.session())
             except grpc.RpcError:
                 pass
 
@@ -153,7 +235,7 @@ class Corpus:
                 response_deserializer=datasets_pb2.LoadDatasetResponse.FromString,
             )
             try:
-                call(datasets_pb2.LoadDatasetRequest(name=name), timeout=120)
+                call(datasets_pb2.LoadDatasetRequest(name=name), timeout=self.left(), metadata=self.daemon.session())
             except grpc.RpcError as exc:
                 return Outcome(
                     refused=True,
@@ -181,9 +263,10 @@ def corpus(tmp_path_factory, shared_datasets):
         )
     )
     segments_before, processes_before = run_segments(), run_processes()
+    unit = TimeUnit.measure()
     daemon = CorpusDaemon(base / "run", root, base / "graphtierd.out")
     try:
-        yield Corpus(root=root, shared=shared_datasets, daemon=daemon, home=base / "home")
+        yield Corpus(root=root, shared=shared_datasets, daemon=daemon, home=base / "home", unit=unit)
     finally:
         code = daemon.stop()
         assert code == 0, f"the corpus daemon exited {code} on SIGTERM"
@@ -209,6 +292,10 @@ class _CoveredObserver:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("fault-corpus-covered"):
         config.pluginmanager.register(_CoveredObserver(), "fault-corpus-covered")
+    corpus = Path(__file__).resolve().parent
+    given = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
+    if given and all(path == corpus or corpus in path.parents for path in given):  # the corpus run alone
+        config.args.extend(sorted({str(REPO / row.test) for row in CASES if isinstance(row, Covered)}))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -228,10 +315,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
                 f"  {COVERED_OUTCOMES.get(row.test, 'not run in this test run'):<8} {row.id} "
                 f"(by {row.test.split('::')[-1]})"
             )
-    covered_failed = sum(1 for outcome in COVERED_OUTCOMES.values() if outcome == "failed")
+    covered = [row for row in CASES if isinstance(row, Covered)]
+    covered_run = sum(1 for row in covered if row.test in COVERED_OUTCOMES)
+    covered_failed = sum(1 for row in covered if COVERED_OUTCOMES.get(row.test) == "failed")
+    not_run = len(CASES) - len(run) - covered_run
     write(
-        f"  cases {len(CASES)} ({len(run)} run here, {len(COVERED_OUTCOMES)} covered by the tests this run ran, "
-        f"{covered_failed} of them failed); silent successes {sum(v.silent_success for v in run)}, "
+        f"  cases {len(CASES)}: {len(run)} run here, {covered_run} by the tests they name ({covered_failed} of "
+        f"those failed), {not_run} not run; silent successes {sum(v.silent_success for v in run)}, "
         f"unnamed refusals {sum(v.unnamed for v in run)}, tracebacks {sum(v.traceback for v in run)}, "
-        f"data lost {sum(v.data_lost for v in run)}, leaks {sum(bool(v.leaks) for v in run)}"
+        f"hangs {sum(v.hang for v in run)}, data lost {sum(v.data_lost for v in run)}, "
+        f"leaks {sum(bool(v.leaks) for v in run)}"
     )
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""

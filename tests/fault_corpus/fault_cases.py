@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -32,7 +33,12 @@ from fault_checks import Outcome  # tests/fault_corpus is on sys.path (rootdir c
 
 @dataclass(frozen=True)
 class Case:
-    """A row run by the corpus: `run(corpus) -> Outcome`; `names` must appear in what it said."""
+    """A row run by the corpus: `run(corpus) -> Outcome`; `names` must appear in what it said.
+
+    `deadline_units`: how long it may take, in time units (the start of the `graphtier` command under the
+    load of the moment, conftest.py); past it, what it runs is killed and it counts as a hang. `handled`:
+    its right answer is not a refusal (a note given, a state shown); its Outcome's `refused` says it was.
+    """
 
     id: str
     group: str
@@ -40,7 +46,8 @@ class Case:
     run: Callable[[Any], Outcome]
     names: tuple[str, ...] = ()
     expect_exit: int | None = 2
-    slow: bool = False
+    deadline_units: float = 20.0
+    handled: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,7 +242,7 @@ def _damaged_job(damage: Callable[[Path], None], name: str) -> Callable[[Any], O
             output, facts = submitted.output, []
             if not submitted.refused:  # taken: it must fail, and say why in its status
                 job_id = json.loads(submitted.output[submitted.output.index("{") :])["job_id"]
-                wait_for(lambda: "failed" in corpus.cli("job", "status", job_id, *runtime).output, 60, 0.5)
+                wait_for(lambda: _get_job(corpus, job_id).state == 5, corpus.left(60), 0.5)  # JOB_STATE_FAILED
                 status = corpus.cli("job", "status", job_id, *runtime)
                 output += status.output
                 if "failed" not in status.output:
@@ -390,6 +397,7 @@ def _fuzz(kind: str) -> Callable[[Any], Outcome]:
         rng = random.Random(9)
         mark = corpus.daemon.log_size()
         lines, refused, facts = [], True, []
+        session = corpus.daemon.session()  # as a user of the socket calls: known, so garbage reaches each servicer
         channel = grpc.insecure_channel(f"unix:{corpus.daemon.socket}")
         try:
             for path, request_type, client_streaming, server_streaming in _methods():
@@ -402,7 +410,7 @@ def _fuzz(kind: str) -> Callable[[Any], Outcome]:
                 else:  # huge strings, under the transport limit
                     payloads = [_huge_strings(request_type, 3 << 20)]
                 for payload in payloads:
-                    code, details = _call(channel, path, payload, client_streaming, server_streaming)
+                    code, details = _call(channel, path, payload, client_streaming, server_streaming, session)
                     lines.append(f"{path} {code}: {details[:160]}")
                     if len(details) > 1200:
                         facts.append(f"{path}: a {len(details)}-character reply echoes the input")
@@ -424,17 +432,19 @@ def _fuzz(kind: str) -> Callable[[Any], Outcome]:
     return run
 
 
-def _call(channel, path: str, payload: bytes, client_streaming: bool, server_streaming: bool) -> tuple[str, str]:
+def _call(
+    channel, path: str, payload: bytes, client_streaming: bool, server_streaming: bool, metadata=()
+) -> tuple[str, str]:
     import grpc
 
     try:
         if client_streaming:
-            channel.stream_unary(path)(iter([payload]), timeout=10)
+            channel.stream_unary(path)(iter([payload]), timeout=10, metadata=metadata)
         elif server_streaming:
-            for _ in channel.unary_stream(path)(payload, timeout=3):
+            for _ in channel.unary_stream(path)(payload, timeout=3, metadata=metadata):
                 break
         else:
-            channel.unary_unary(path)(payload, timeout=10)
+            channel.unary_unary(path)(payload, timeout=10, metadata=metadata)
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and server_streaming:
             return "OK", "stream open"
@@ -500,33 +510,27 @@ def _daemon_config(text: str) -> Callable[[Any], Outcome]:
     def run(corpus) -> Outcome:
         runtime, config = corpus.work / "run", corpus.work / "graphtierd.yaml"
         config.write_text(text)
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "graphtier.service.daemon",
-                "--runtime-dir",
-                str(runtime),
-                "--dataset-root",
-                str(corpus.root),
-                "--config",
-                str(config),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        facts = [f"the refused daemon left {runtime}"] if runtime.exists() and any(runtime.iterdir()) else []
-        return Outcome(
-            refused=done.returncode != 0, output=done.stdout + done.stderr, exit_code=done.returncode, facts=facts
-        )
+        argv = [sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(runtime)]
+        done = corpus.run([*argv, "--dataset-root", str(corpus.root), "--config", str(config)])
+        if runtime.exists() and any(runtime.iterdir()):
+            done.facts.append(f"the refused daemon left {runtime}")
+        return done
 
     return run
 
 
+def _long_runtime_dir(corpus) -> Outcome:
+    """graphtierd with a runtime directory too long for its forkserver's socket: refused before anything is made."""
+    runtime = Path("/tmp") / f"gt-corpus-{os.getpid()}-{'r' * 64}"  # its socket path fits, its forkserver's not
+    done = corpus.run([sys.executable, "-m", "graphtier.service.daemon", "--runtime-dir", str(runtime)])
+    if runtime.exists():
+        done.facts.append(f"the refused daemon made {runtime}")
+    return done
+
+
 # ---------------------------------------------------------------- stopped processes
 
-STALL_TIMEOUT_S = 15  # the corpus daemon's --producer-stall-timeout (also how long a stopped rank is tolerated)
+STALL_TIMEOUT_S = 10  # the corpus daemon's --producer-stall-timeout (also how long a stopped rank is tolerated)
 
 
 def _get_job(corpus, job_id: str):
@@ -548,13 +552,13 @@ def _parent_pid(pid: int) -> int:
 
 
 def _sigstop_rank(corpus) -> Outcome:
-    """A 2-rank job whose rank 1 is stopped (SIGSTOP) mid-run must fail within the stall timeout, naming it."""
+    """A job whose rank is stopped (SIGSTOP) mid-run must fail within the stall timeout, naming it."""
     return _sigstop(corpus, agent=False)
 
 
 def _sigstop_agent(corpus) -> Outcome:
-    """A 2-rank job whose torchrun agent (the ranks' parent) is stopped mid-run must fail within the stall
-    timeout, naming it: its ranks train on, but nothing would ever reap them or end the job."""
+    """A job whose torchrun agent (the rank's parent) is stopped mid-run must fail within the stall timeout,
+    naming it: its rank trains on, but nothing would ever reap it or end the job."""
     return _sigstop(corpus, agent=True)
 
 
@@ -578,14 +582,15 @@ def _kill9_rank_without_restarts(corpus) -> Outcome:
             job = _get_job(corpus, job_id)
             return any(r.trainer_pid and r.global_step > 0 for r in job.ranks) or job.state in final
 
-        if not wait_for(rank_running, 180, 0.5):
-            return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["the rank never ran"])
+        if not wait_for(rank_running, corpus.left(), 0.5):
+            return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["the rank never ran"], hung=True)
         os.kill(next(r.trainer_pid for r in _get_job(corpus, job_id).ranks), signal.SIGKILL)
-        facts = [] if wait_for(lambda: _get_job(corpus, job_id).state in final, 60, 0.5) else ["no end in 60 s"]
+        if not wait_for(lambda: _get_job(corpus, job_id).state in final, corpus.left(), 0.5):
+            return Outcome(refused=False, output="", facts=["the job did not end after its rank was killed"], hung=True)
         status = corpus.cli("job", "status", job_id, *runtime)
-        return Outcome(refused=status.exit_code == 3, output=status.output, exit_code=status.exit_code, facts=facts)
+        return Outcome(refused=status.exit_code == 3, output=status.output, exit_code=status.exit_code)
     finally:
-        corpus.cli("job", "cancel", job_id, *runtime)
+        corpus.tidy("job", "cancel", job_id, *runtime)
         wait_for(lambda: _get_job(corpus, job_id).state in final, 60, 0.5)
         corpus.unload("good")
 
@@ -598,13 +603,16 @@ def _stopped_daemon(corpus) -> Outcome:
     runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
     os.kill(corpus.daemon.pid, signal.SIGSTOP)
     try:
-        started = time.monotonic()
-        listed = corpus.cli("job", "list", *runtime, timeout=60)
-        metrics = corpus.cli("metrics", *runtime, timeout=60)
+        started, unit = time.monotonic(), corpus.unit.now()
+        listed = corpus.cli("job", "list", *runtime)
+        metrics = corpus.cli("metrics", *runtime)
         took = time.monotonic() - started
     finally:
         os.kill(corpus.daemon.pid, signal.SIGCONT)
-    facts = [f"two commands took {took:.0f} s against a stopped daemon"] if took > 20 else []
+    # each answers at its start (the daemon's process state), not at a call's deadline: judged against
+    # the start of the command itself, the unit, which the load of the moment lengthens alike
+    facts = [f"two commands took {took:.0f} s against a stopped daemon ({took / unit:.1f} time units)"]
+    facts = facts if took > 4 * unit + 5 else []
     if metrics.exit_code != listed.exit_code:
         facts.append(f"`metrics` exited {metrics.exit_code}, `job list` {listed.exit_code}")
     return Outcome(
@@ -621,54 +629,40 @@ def _sigstop(corpus, *, agent: bool) -> Outcome:
 
     from graphtier.v1 import jobs_pb2
 
-    submitted = corpus.cli(
-        "job",
-        "submit",
-        "--runtime-dir",
-        str(corpus.daemon.runtime_dir),
-        "--dataset",
-        "good",
-        "--fanout",
-        "5,5",
-        "--batch-size",
-        "16",
-        "--hidden",
-        "16",
-        "--epochs",
-        "100000",
-        "--nproc-per-node",
-        "2",
-        "--json",
-    )
+    runtime = ("--runtime-dir", str(corpus.daemon.runtime_dir))
+    job = ("--dataset", "good", "--fanout", "5,5", "--batch-size", "16", "--hidden", "16", "--epochs", "100000")
+    submitted = corpus.cli("job", "submit", *runtime, *job, "--nproc-per-node", "1", "--json")
     if submitted.refused:
         return Outcome(refused=False, output=submitted.output, facts=["the job to stop was not accepted"])
     job_id = json.loads(submitted.output[submitted.output.index("{") :])["job_id"]
-    stopped, facts = 0, []
+    stopped = 0
     final = {jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_FAILED, jobs_pb2.JOB_STATE_CANCELLED}
     try:
 
-        def rank1_running() -> bool:
+        def rank_running() -> bool:
             job = _get_job(corpus, job_id)
-            return any(r.rank == 1 and r.trainer_pid and r.global_step > 0 for r in job.ranks) or job.state in final
+            return any(r.trainer_pid and r.global_step > 0 for r in job.ranks) or job.state in final
 
-        if not wait_for(rank1_running, 180, 0.5):
-            return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["rank 1 never ran"])
-        stopped = next(r.trainer_pid for r in _get_job(corpus, job_id).ranks if r.rank == 1)
+        if not wait_for(rank_running, corpus.left(), 0.5):
+            return Outcome(refused=False, output=str(_get_job(corpus, job_id)), facts=["the rank never ran"], hung=True)
+        stopped = next(r.trainer_pid for r in _get_job(corpus, job_id).ranks)
         if agent:
             stopped = _parent_pid(stopped)  # torchrun's agent started the rank
         os.kill(stopped, signal.SIGSTOP)
         started = time.monotonic()
-        ended = wait_for(lambda: _get_job(corpus, job_id).state in final, STALL_TIMEOUT_S + 60, 0.5)
+        ended = wait_for(lambda: _get_job(corpus, job_id).state in final, corpus.left(), 0.5)
         job = _get_job(corpus, job_id)
+        facts = []
         if not ended:
             facts.append(
                 f"the job still {jobs_pb2.JobState.Name(job.state)} {time.monotonic() - started:.0f} s after "
-                f"its rank was stopped (stall timeout {STALL_TIMEOUT_S} s): a hang"
+                f"its process was stopped (stall timeout {STALL_TIMEOUT_S} s): a hang"
             )
         return Outcome(
             refused=job.state == jobs_pb2.JOB_STATE_FAILED,
             output=f"{jobs_pb2.JobState.Name(job.state)}: {job.message}",
             facts=facts,
+            hung=not ended,
         )
     finally:
         if stopped:
@@ -676,9 +670,274 @@ def _sigstop(corpus, *, agent: bool) -> Outcome:
                 os.kill(stopped, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        corpus.cli("job", "cancel", job_id, "--runtime-dir", str(corpus.daemon.runtime_dir))
+        corpus.tidy("job", "cancel", job_id, *runtime)
         wait_for(lambda: _get_job(corpus, job_id).state in final, 60, 0.5)
         corpus.unload("good")
+
+
+# ---------------------------------------------------------------- split files and other inputs
+
+
+def _edges_source(work: Path) -> str:
+    (work / "g.txt").write_text(_EDGES)
+    return f"edges:{work / 'g.txt'}"
+
+
+def _split(make: Callable[[Path], Path], *extra: str) -> Callable[[Any], Outcome]:
+    """`dataset prepare` of a 50-node edge list with `--split` the file `make(work)` writes."""
+
+    def run(corpus) -> Outcome:
+        return _prepare(corpus, _edges_source(corpus.work), "--split", str(make(corpus.work)), *extra)
+
+    return run
+
+
+def _plain_npy_split(work: Path) -> Path:
+    np.save(work / "plain.npy", np.arange(50) < 30)
+    return work / "plain.npy"
+
+
+def _truncated_split(work: Path) -> Path:
+    np.savez(work / "split.npz", train_mask=np.arange(50) < 30, val_mask=np.arange(50) >= 40)
+    _truncate(work / "split.npz", 0.5)
+    return work / "split.npz"
+
+
+def _fifo_split(work: Path) -> Path:
+    import os
+
+    os.mkfifo(work / "split.fifo")
+    return work / "split.fifo"
+
+
+def _negative_mask_split(work: Path) -> Path:
+    mask = (np.arange(50) < 30).astype(np.int64)
+    mask[17] = -1
+    np.savez(work / "neg.npz", train_mask=mask)
+    return work / "neg.npz"
+
+
+def _fifo_features(corpus) -> Outcome:
+    import os
+
+    os.mkfifo(corpus.work / "features.fifo")
+    return _prepare(corpus, _edges_source(corpus.work), "--features", str(corpus.work / "features.fifo"))
+
+
+def _split_without_val_and_test(corpus) -> Outcome:
+    """A split of train nodes alone is taken, with a note for each part it lacks; the dataset is removed after."""
+    np.savez(corpus.work / "train-only.npz", train_mask=np.arange(50) < 30)
+    try:
+        done = corpus.cli(
+            "dataset",
+            "prepare",
+            _edges_source(corpus.work),
+            "--name",
+            "train-only",
+            "--out",
+            str(corpus.root),
+            "--split",
+            str(corpus.work / "train-only.npz"),
+        )
+        return Outcome(refused=done.exit_code == 0, output=done.output, exit_code=done.exit_code, hung=done.hung)
+    finally:
+        shutil.rmtree(corpus.root / "train-only", ignore_errors=True)
+
+
+# ---------------------------------------------------------------- a script's JOB_DEFAULTS
+
+
+def _script(text: str) -> Callable[[Any], Outcome]:
+    """`job submit --script train.py` whose train.py holds `text`: refused before anything is submitted."""
+
+    def run(corpus) -> Outcome:
+        (corpus.work / "train.py").write_text(text)
+        return _submit("--dataset", "good", "--script", str(corpus.work / "train.py"))(corpus)
+
+    return run
+
+
+_HUGE_DEFAULTS = "JOB_DEFAULTS = {'fanouts': [" + "5, " * 5_000_000 + "]}\n"
+
+
+# ---------------------------------------------------------------- who calls
+
+
+def _raw(corpus, method: str, request, metadata=()) -> tuple[str, str]:
+    """One gRPC call as a program of the socket's group makes it: (status name, details)."""
+    import grpc
+
+    with grpc.insecure_channel(f"unix:{corpus.daemon.socket}") as channel:
+        try:
+            channel.unary_unary(method, request_serializer=type(request).SerializeToString)(
+                request, timeout=corpus.left(30), metadata=metadata
+            )
+        except grpc.RpcError as exc:
+            return exc.code().name, exc.details() or ""
+    return "OK", ""
+
+
+def _who(kind: str) -> Callable[[Any], Outcome]:
+    def run(corpus) -> Outcome:
+        from graphtier.contract.identity import SESSION_HEADER
+        from graphtier.contract.jobs import conversions
+        from graphtier.contract.jobs.spec import JobSpec
+        from graphtier.v1 import jobs_pb2
+
+        spec = conversions.spec_to_proto(JobSpec(dataset="good", fanouts=[5, 5]))
+        if kind == "no-secret":  # a launch id anyone reads in `ps`, and nothing else
+            request = jobs_pb2.AttachJobRequest(spec=spec, launch_id=f"single@{os.uname().nodename}/pid1")
+            code, details = _raw(corpus, "/graphtier.v1.JobService/AttachJob", request, corpus.daemon.session())
+        elif kind == "unidentified":
+            request = jobs_pb2.SubmitJobRequest(spec=spec)
+            code, details = _raw(corpus, "/graphtier.v1.JobService/SubmitJob", request)
+        else:  # a credential for root's uid, signed by nobody
+            forged = ((SESSION_HEADER, f"v1.0.{int(time.time()) + 600}.{'0' * 64}"),)
+            code, details = _raw(
+                corpus, "/graphtier.v1.JobService/SubmitJob", jobs_pb2.SubmitJobRequest(spec=spec), forged
+            )
+        return Outcome(
+            refused=code != "OK", output=f"{code}: {details}", facts=corpus.daemon.jobs_created_since_start()
+        )
+
+    return run
+
+
+# ---------------------------------------------------------------- a rank of the user's own launch, its daemon killed
+
+_RANK = """import time, graphtier
+job = graphtier.connect(dataset="good", fanout=[5, 5], batch_size=16, hidden=16, epochs=100000, priority="inherit")
+for epoch in job.epochs():
+    for batch in job.batches():
+        job.step(0.0)
+        print("step", job.global_step, flush=True)
+        time.sleep(0.02)
+"""
+_ATTACHED: dict[str, Outcome] = {}  # the scenario's outcome per row, run once for the three rows it answers
+
+
+def _attached_rank(row: str) -> Callable[[Any], Outcome]:
+    def run(corpus) -> Outcome:
+        if not _ATTACHED:
+            _ATTACHED.update(_attached_rank_scenario(corpus))
+        return _ATTACHED[row]
+
+    return run
+
+
+def _attached_rank_scenario(corpus) -> dict[str, Outcome]:
+    """A second daemon that runs one job at a time, busy with a job of its own; `python train.py` (a rank that
+    registers a job with graphtier.connect()) while it is. Its job shows running, with its progress: its
+    ranks run whatever the queue says. Then kill -9 of that daemon: the rank ends at once with one line
+    saying the daemon died, and what the daemon had is gone with it (its reaper's work: its scratch
+    directory and pymp-*, sockets, endpoints, lock, segments; its forkserver and producers)."""
+    import os
+    import signal
+    import tempfile
+
+    from graphtier.v1 import jobs_pb2
+
+    base = Path(tempfile.mkdtemp(prefix="gt-corpus-"))  # short: the forkserver's socket lives under it
+    run = base / "run"
+    daemon = corpus.start_daemon(run, "--max-running-jobs", "1")
+    runtime = ("--runtime-dir", str(run))
+    out: dict[str, Outcome] = {}
+    rank = None
+    try:
+        job = ("--dataset", "good", "--fanout", "5,5", "--batch-size", "16", "--hidden", "16", "--epochs", "100000")
+        busy = corpus.cli("job", "submit", *runtime, *job, "--json")
+        (base / "train.py").write_text(_RANK)
+        env = {**os.environ, "GRAPHTIER_RUNTIME_DIR": str(run), "OMP_NUM_THREADS": "1"}
+        with open(base / "rank.out", "w") as output:
+            rank = subprocess.Popen(
+                [sys.executable, str(base / "train.py")], stdout=output, stderr=subprocess.STDOUT, env=env, cwd=base
+            )
+        stepping = wait_for(
+            lambda: (base / "rank.out").read_text().count("step") >= 3 or rank.poll() is not None, corpus.left()
+        )
+        jobs = daemon_jobs(daemon)
+        attached = next((j for j in jobs if j.spec.script.endswith("train.py")), None)
+        shown = "no job"
+        if attached is not None:
+            state, step = jobs_pb2.JobState.Name(attached.state), attached.progress.global_step
+            shown = f"job {attached.job_id} {state}, step {step}: {attached.message}"
+        out["attached-job-shows-running"] = Outcome(
+            refused=attached is not None
+            and attached.state == jobs_pb2.JOB_STATE_RUNNING
+            and attached.progress.global_step > 0,
+            output=f"{shown} (the daemon's other job: {busy.output.strip()[-200:]})",
+            hung=not stepping,
+        )
+        daemon.popen.kill()
+        daemon.popen.wait()
+        killed = time.monotonic()
+        try:
+            code = rank.wait(corpus.left())
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - killed
+        said = (base / "rank.out").read_text(errors="replace")
+        ending = "\n".join(line for line in said.splitlines() if not line.startswith("step"))
+        facts = [] if took <= 3 * STALL_TIMEOUT_S else [f"the rank took {took:.0f} s to end after its daemon"]
+        out["kill9-daemon-under-attached-rank"] = Outcome(
+            refused=code == 1, output=ending, exit_code=code, facts=facts, hung=code is None
+        )
+
+        def left_over() -> list[str]:
+            return sorted(p.name for p in run.iterdir() if p.name not in ("daemon.log", "jobs"))
+
+        def reaped() -> str:
+            log = daemon.log_file.read_text(errors="replace") if daemon.log_file.exists() else ""
+            return next((line for line in log.splitlines() if "its reaper removed" in line), "")
+
+        gone = wait_for(lambda: not left_over() and not _using(run / "tmp") and bool(reaped()), corpus.left())
+        out["kill9-daemon-leaves-nothing"] = Outcome(
+            refused=gone,
+            output=f"{reaped() or 'no reaper line in the log'} (left in {run}: {left_over() or 'nothing else'}; "
+            f"processes using its tmp: {_using(run / 'tmp')})",
+            hung=not gone,
+        )
+    finally:
+        if rank is not None and rank.poll() is None:
+            rank.kill()
+            rank.wait()
+        if daemon.popen.poll() is None:
+            daemon.popen.send_signal(signal.SIGTERM)
+            daemon.popen.wait(60)
+        shutil.copytree(base, corpus.work / "second", dirs_exist_ok=True, ignore_dangling_symlinks=True)  # to read
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def daemon_jobs(daemon) -> list:
+    import grpc
+
+    from graphtier.v1 import jobs_pb2
+
+    with grpc.insecure_channel(f"unix:{daemon.socket}") as channel:
+        return list(
+            channel.unary_unary(
+                "/graphtier.v1.JobService/ListJobs",
+                request_serializer=jobs_pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=jobs_pb2.ListJobsResponse.FromString,
+            )(jobs_pb2.ListJobsRequest(), timeout=10).jobs
+        )
+
+
+def _using(scratch: Path) -> list[int]:
+    """Processes whose environment names `scratch` as TMPDIR: a daemon's forkserver and what it forked."""
+    import os
+
+    marker = f"TMPDIR={scratch}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 # ---------------------------------------------------------------- the table
@@ -788,6 +1047,50 @@ CASES: list[Case | Covered] = [
         "a dataset name with a path in it",
         lambda c: c.cli("dataset", "prepare", _edges(_EDGES)(c.work), "--name", "../escape", "--out", str(c.root)),
         ("../escape",),
+    ),
+    Case(
+        "prepare-split-plain-npy",
+        "files",
+        "--split naming a plain .npy (one array, no named parts)",
+        _split(_plain_npy_split),
+        ("plain.npy", "one array", "np.savez"),
+    ),
+    Case(
+        "prepare-split-truncated-npz",
+        "files",
+        "--split naming an .npz cut in half",
+        _split(_truncated_split),
+        ("split.npz", "BadZipFile"),
+    ),
+    Case(
+        "prepare-split-fifo",
+        "files",
+        "--split naming a FIFO no one writes to (refused before it is opened: no wait, nothing half-written)",
+        _split(_fifo_split),
+        ("split.fifo", "FIFO", "--split"),
+    ),
+    Case(
+        "prepare-features-fifo",
+        "files",
+        "--features naming a FIFO",
+        _fifo_features,
+        ("features.fifo", "FIFO", "--features"),
+    ),
+    Case(
+        "prepare-split-negative-mask",
+        "values",
+        "an integer train_mask holding -1",
+        _split(_negative_mask_split),
+        ("neg.npz", "train_mask", "-1 at index 17"),
+    ),
+    Case(
+        "prepare-split-without-val-test",
+        "values",
+        "a split of train nodes alone: taken, with a note for each missing part",
+        _split_without_val_and_test,
+        ("has no validation nodes", "has no test nodes"),
+        expect_exit=0,
+        handled=True,
     ),
     # prepared datasets damaged after prepare: `inspect --verify` and the daemon's load both refuse, naming the file
     Case(
@@ -908,6 +1211,73 @@ CASES: list[Case | Covered] = [
         ("absent.yaml",),
     ),
     Case(
+        "script-defaults-unhashable",
+        "specs",
+        "a script's JOB_DEFAULTS = {[1]: 2}",
+        _script("JOB_DEFAULTS = {[1]: 2}\n"),
+        ("train.py:1", "JOB_DEFAULTS", "literal dict"),
+    ),
+    Case(
+        "script-defaults-deep",
+        "specs",
+        "a script's JOB_DEFAULTS with 100,000 nested unary minus signs",
+        _script("JOB_DEFAULTS = {'lr': " + "-" * 100_000 + "1}\n"),
+        ("train.py", "nested too deeply"),
+    ),
+    Case(
+        "script-defaults-huge",
+        "specs",
+        "a script whose JOB_DEFAULTS holds a 5-million-item list (15 MB): refused at once, not parsed for minutes",
+        _script(_HUGE_DEFAULTS),
+        ("train.py", "MiB", "JOB_DEFAULTS"),
+    ),
+    Case(
+        "script-defaults-long-list",
+        "specs",
+        "a script whose JOB_DEFAULTS holds a 50,000-item list",
+        _script("JOB_DEFAULTS = {'fanouts': [" + "5, " * 50_000 + "]}\n"),
+        ("train.py:1", "10,000 values"),
+    ),
+    Case(
+        "script-does-not-parse",
+        "specs",
+        "a script that does not parse: its JOB_DEFAULTS cannot be read (refused, not silently dropped)",
+        _script("import os\ndef broken(:\nJOB_DEFAULTS = {'epochs': 3}\n"),
+        ("train.py:2", "does not parse", "JOB_DEFAULTS"),
+    ),
+    Case(
+        "attach-without-secret",
+        "access",
+        "AttachJob with a launch id anyone reads in `ps` and no launch secret",
+        _who("no-secret"),
+        ("INVALID_ARGUMENT", "launch_secret", "joins no job"),
+        expect_exit=None,
+    ),
+    Case(
+        "unidentified-submit",
+        "access",
+        "SubmitJob from a caller that did not identify itself (no session credential)",
+        _who("unidentified"),
+        ("UNAUTHENTICATED", "no session credential", ".identity"),
+        expect_exit=None,
+    ),
+    Case(
+        "forged-session",
+        "access",
+        "SubmitJob with a session credential for root's uid that the daemon never issued",
+        _who("forged"),
+        ("UNAUTHENTICATED", "not issued by this daemon"),
+        expect_exit=None,
+    ),
+    Covered(
+        "cross-user-access",
+        "access",
+        "two users of one daemon: each one's attach (even with the launch's secret), cancel, events and logs, "
+        "progress reports and channels (even with the job's token), the job's dataset copy and log file, a force "
+        "unload that would cancel it: refused to the other, naming the owner",
+        "tests/service/daemon/test_daemon_tenants.py::test_each_users_jobs_are_refused_to_the_other",
+    ),
+    Case(
         "daemon-config-not-mapping",
         "specs",
         "graphtierd --config with a YAML list",
@@ -920,6 +1290,13 @@ CASES: list[Case | Covered] = [
         "graphtierd --config with max_running_jobs: lots",
         _daemon_config("max_running_jobs: lots\n"),
         ("max_running_jobs",),
+    ),
+    Case(
+        "daemon-long-runtime-dir",
+        "flags",
+        "graphtierd --runtime-dir of 85 bytes (its socket fits a Unix socket path, its forkserver's would not)",
+        _long_runtime_dir,
+        ("runtime_dir", "too long", "at most 71 bytes"),
     ),
     Covered(
         "daemon-bad-flags",
@@ -1006,9 +1383,9 @@ CASES: list[Case | Covered] = [
         "processes",
         "SIGSTOP of a trainer rank mid-job: the job fails within the stall timeout, naming the rank",
         _sigstop_rank,
-        ("rank 1", "stopped"),
+        ("rank 0", "stopped"),
         expect_exit=None,
-        slow=True,
+        deadline_units=40,
     ),
     Case(
         "sigstop-agent",
@@ -1017,7 +1394,7 @@ CASES: list[Case | Covered] = [
         _sigstop_agent,
         ("torchrun agent", "stopped"),
         expect_exit=None,
-        slow=True,
+        deadline_units=40,
     ),
     Case(
         "kill9-rank-no-restarts",
@@ -1026,6 +1403,7 @@ CASES: list[Case | Covered] = [
         _kill9_rank_without_restarts,
         ("rank 0", "SIGKILL"),
         expect_exit=3,
+        deadline_units=40,
     ),
     Case(
         "sigstop-daemon",
@@ -1034,6 +1412,44 @@ CASES: list[Case | Covered] = [
         _stopped_daemon,
         ("not answering", "kill -CONT"),
         expect_exit=1,
+    ),
+    Case(
+        "attached-job-shows-running",
+        "processes",
+        "a job a user's `python train.py` registers while the daemon's one job slot is taken: running, with its "
+        "progress (its ranks run whatever the queue says), not pending behind the other job",
+        _attached_rank("attached-job-shows-running"),
+        ("RUNNING", "step"),
+        expect_exit=None,
+        handled=True,
+        deadline_units=60,
+    ),
+    Case(
+        "kill9-daemon-under-attached-rank",
+        "processes",
+        "kill -9 of the daemon under a rank that registered its job with graphtier.connect(): the rank ends at "
+        "once, exit status 1, with one line saying the daemon died",
+        _attached_rank("kill9-daemon-under-attached-rank"),
+        ("graphtier daemon (pid", "ended while rank 0", "killed or crashed"),
+        expect_exit=1,
+        deadline_units=60,
+    ),
+    Case(
+        "kill9-daemon-leaves-nothing",
+        "processes",
+        "kill -9 of a daemon: its reaper removes its scratch directory (pymp-*), sockets, endpoints and lock, its "
+        "forkserver ends, its segments are reclaimed, without waiting for the next daemon",
+        _attached_rank("kill9-daemon-leaves-nothing"),
+        ("its reaper removed", "tmp", "daemon.sock"),
+        expect_exit=None,
+        handled=True,
+        deadline_units=60,
+    ),
+    Covered(
+        "forkserver-ends-with-daemon",
+        "processes",
+        "a daemon stopped with SIGTERM (`cluster stop`) waits for its forkserver: nothing of it outlives it",
+        "tests/service/daemon/test_daemon_readiness.py::test_the_scratch_directory_lives_and_dies_with_the_daemon",
     ),
     Covered(
         "sigstop-producer",
@@ -1083,7 +1499,8 @@ CASES: list[Case | Covered] = [
     Covered(
         "leftover-pymp-after-kill9",
         "processes",
-        "<runtime>/tmp/pymp-* left by a daemon killed with -9: removed by the next daemon's start",
+        "<runtime>/tmp/pymp-* left by a daemon killed with -9: removed by its reaper, or by the next daemon's start "
+        "when the reaper was killed too",
         "tests/service/daemon/test_daemon_readiness.py::test_the_scratch_directory_lives_and_dies_with_the_daemon",
     ),
     Covered(

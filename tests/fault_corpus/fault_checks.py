@@ -1,4 +1,5 @@
-"""What every fault-corpus case is judged by: refused naming the thing, no traceback, no data lost, no leaks.
+"""What every fault-corpus case is judged by: refused (or handled, for a case whose right answer is not a
+refusal) naming the thing, no traceback, no hang, no data lost, no leaks.
 
 A case returns an `Outcome` (what the user saw); `judge` adds what the machine shows after it:
 the good dataset still verifies, no shared-memory segment and no process of this run's
@@ -26,7 +27,8 @@ class Outcome:
     output: str  # stdout + stderr, or the replies' details
     exit_code: int | None = None  # for a process: 2 is the bad-input status
     log: str = ""  # what the daemon logged during the case
-    facts: list[str] = field(default_factory=list)  # anything else a check found wrong (hangs, state)
+    facts: list[str] = field(default_factory=list)  # anything else a check found wrong (state, timing)
+    hung: bool = False  # something the case ran was still running at its deadline (and was killed)
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Verdict:
     silent_success: bool = False
     unnamed: bool = False  # refused, but the message does not name the file/value
     traceback: bool = False
+    hang: bool = False  # a command or the case itself outlived the case's deadline
     data_lost: bool = False
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -44,7 +47,13 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return not (
-            self.silent_success or self.unnamed or self.traceback or self.data_lost or self.leaks or self.problems
+            self.silent_success
+            or self.unnamed
+            or self.traceback
+            or self.hang
+            or self.data_lost
+            or self.leaks
+            or self.problems
         )
 
 
@@ -142,16 +151,31 @@ def dataset_verifies(root: Path, name: str) -> str | None:
 
 
 def judge(
-    case: str, outcome: Outcome, names: tuple[str, ...], *, expect_exit: int | None, lost: str | None, leaks: list[str]
+    case: str,
+    outcome: Outcome,
+    names: tuple[str, ...],
+    *,
+    expect_exit: int | None,
+    lost: str | None,
+    leaks: list[str],
+    handled: bool = False,
+    overran_s: float = 0.0,
 ) -> Verdict:
-    """The row's verdict from its outcome and the machine's state after it."""
+    """The row's verdict from its outcome and the machine's state after it. `handled`: the case's right
+    answer is not a refusal (a note, a state shown); `outcome.refused` then says it was given.
+    `overran_s`: how long past its deadline the case returned."""
     verdict = Verdict(case)
-    verdict.silent_success = not outcome.refused
+    verdict.silent_success = not outcome.refused and not handled
+    if handled and not outcome.refused:
+        verdict.problems.append("not handled as documented")
     said = " ".join((outcome.output or "").split())
     missing = [n for n in names if n not in said]
     verdict.unnamed = outcome.refused and bool(missing)
     if verdict.unnamed:
-        verdict.problems.append(f"the refusal does not name {missing}: {said[:400]!r}")
+        verdict.problems.append(f"the {'answer' if handled else 'refusal'} does not name {missing}: {said[:400]!r}")
+    verdict.hang = outcome.hung or overran_s > 0
+    if overran_s > 0:
+        verdict.problems.append(f"the case returned {overran_s:.0f} s after its deadline")
     verdict.traceback = "Traceback (most recent call last)" in outcome.output + outcome.log
     if expect_exit is not None and outcome.exit_code is not None and outcome.exit_code != expect_exit:
         verdict.problems.append(f"exit status {outcome.exit_code}, expected {expect_exit}")

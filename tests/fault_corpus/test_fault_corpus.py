@@ -1,8 +1,10 @@
-"""Every row of the fault corpus (`fault_cases.CASES`): refused naming the thing, no traceback,
-no data lost, no leaks. The counts are printed at the end of the run ("fault corpus")."""
+"""Every row of the fault corpus (`fault_cases.CASES`): refused (or handled) naming the thing, no
+traceback, no hang (each case has a deadline in time units, conftest.py), no data lost, no leaks.
+The counts are printed at the end of the run ("fault corpus")."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,16 +14,13 @@ from fault_checks import VERDICTS, Snapshot, dataset_verifies, judge
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _param(row: Case | Covered):
-    marks = [pytest.mark.slow] if isinstance(row, Case) and row.slow else []
-    return pytest.param(row, id=row.id, marks=marks)
-
-
-@pytest.mark.parametrize("row", [_param(r) for r in CASES if isinstance(r, Case)])
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in CASES if isinstance(r, Case)])
 def test_case(row: Case, corpus, tmp_path):
     corpus.work = tmp_path
     before = Snapshot.take(corpus.root, (corpus.daemon.pid,))
+    budget = corpus.begin(row.deadline_units)
     outcome = row.run(corpus)
+    overran = time.monotonic() - corpus.deadline
     verdict = judge(
         row.id,
         outcome,
@@ -29,10 +28,12 @@ def test_case(row: Case, corpus, tmp_path):
         expect_exit=row.expect_exit,
         lost=dataset_verifies(corpus.root, "good"),
         leaks=before.leaks(corpus.root),
+        handled=row.handled,
+        overran_s=overran if overran > 0 else 0.0,
     )
     VERDICTS[row.id] = verdict
     assert verdict.ok, (
-        f"{row.id} ({row.what}): {verdict}\n--- output ---\n{outcome.output[-3000:]}\n"
+        f"{row.id} ({row.what}, deadline {budget:.0f} s): {verdict}\n--- output ---\n{outcome.output[-3000:]}\n"
         f"--- log ---\n{outcome.log[-3000:]}"
     )
 
@@ -48,3 +49,17 @@ def test_covered_case_names_a_test_that_exists(row: Covered):
 def test_case_ids_are_unique():
     ids = [row.id for row in CASES]
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
+
+
+def test_no_case_is_left_out_of_the_default_run():
+    """Every row runs where the suite runs by default (`-m "not slow"`): a test a row names marked slow would
+    print "not run" in the table of every default run (a `Case` has no such mark)."""
+    slow = []
+    for row in CASES:
+        if isinstance(row, Covered):
+            path, _, name = row.test.partition("::")
+            source = (REPO / path).read_text()
+            head = source[: source.index(f"def {name}(")].rsplit("\n\n", 1)[-1]
+            if "pytest.mark.slow" in head or "pytestmark = pytest.mark.slow" in source:
+                slow.append(row.id)
+    assert not slow, f"rows not run by default: {slow}"
