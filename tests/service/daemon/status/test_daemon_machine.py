@@ -93,7 +93,7 @@ const script = fs.readFileSync(page, "utf8").match(/<script>([\s\S]*)<\/script>/
 const elements = {};
 const ctx = new Proxy({}, {get: (t, k) => (k in t ? t[k] : () => {}), set: (t, k, v) => { t[k] = v; return true; }});
 global.document = {getElementById: id => elements[id] || (elements[id] = {innerHTML: "", textContent: "",
-  clientWidth: 300, clientHeight: 180, getContext: () => ctx})};
+  value: "", dataset: {}, clientWidth: 300, clientHeight: 180, getContext: () => ctx, addEventListener: () => {}})};
 global.devicePixelRatio = 1;
 let n = 0;
 global.fetch = async () => { const body = fs.readFileSync(statuses[Math.min(n++, statuses.length - 1)], "utf8");
