@@ -14,7 +14,8 @@ from graphtier.contract.errors import InvalidRequestError
 from graphtier.contract.jobs.script_defaults import script_defaults
 from graphtier.launcher.cli.app import app
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.py"))
+EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.py"))
 # the examples of graphs with one node type; the heterogeneous ones (hetero_*) train ACM in tests/docs
 HOMOGENEOUS_EXAMPLES = [path for path in EXAMPLES if not path.name.startswith("hetero_")]
 
@@ -49,7 +50,7 @@ def cli(cora_root, tmp_path):
 
 def test_submit_takes_the_scripts_job_defaults_under_its_flags(cli):
     for flags, epochs, batch_size in (((), 30, 64), (("--epochs", "1"), 1, 64)):
-        sent = cli("job", "submit", "--dataset", "cora", "--script", EXAMPLES[0], *flags, "--json")
+        sent = cli("job", "submit", "--dataset", "cora", "--script", EXAMPLES_DIR / "pyg_sage.py", *flags, "--json")
         assert sent.exit_code == 0, sent.output
         spec = json.loads(sent.stdout)["spec"]
         assert (spec["epochs"], spec["batch_size"], spec["fanouts"]) == (epochs, batch_size, [25, 10])
