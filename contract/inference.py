@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MANIFEST_FILE = "manifest.json"
 DEFAULT_CHUNK = 4096  # destination nodes per chunk of a layer: large enough for dense kernels, small enough for memory
-UNHETERO_GROUP = "node"  # the one group of a graph with one node type
+HOMOGENEOUS_GROUP = "node"  # the one group of a graph with one node type
 
 
 class ShardInfo(BaseModel):

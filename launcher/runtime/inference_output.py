@@ -21,8 +21,8 @@ from torch import Tensor
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.contract.inference import (
+    HOMOGENEOUS_GROUP,
     MANIFEST_FILE,
-    UNHETERO_GROUP,
     ArrayInfo,
     OutputGroup,
     PredictionManifest,
@@ -100,7 +100,7 @@ def output_groups(
             source = prepared.array("original_ids").to(torch.int64) if prepared.has("original_ids") else old
         else:
             old, source = _old_ids_of(prepared, requested, n, where), requested
-        return [OutputRows(UNHETERO_GROUP, old_to_new[old], source)]
+        return [OutputRows(HOMOGENEOUS_GROUP, old_to_new[old], source)]
     groups = []
     for info in schema.node_types:
         if requested is not None and info.name != schema.target_type:
@@ -194,7 +194,7 @@ def read_output(directory: Path, group: str | None = None) -> dict[str, np.ndarr
     """
     manifest = read_manifest(directory)
     if group is None:
-        group = UNHETERO_GROUP if UNHETERO_GROUP in manifest.groups else next(iter(manifest.groups))
+        group = HOMOGENEOUS_GROUP if HOMOGENEOUS_GROUP in manifest.groups else next(iter(manifest.groups))
     if group not in manifest.groups:
         raise GraphtierError(f"{directory}: no group {group!r}; it has {sorted(manifest.groups)}")
     out = {}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from graphtier.contract.errors import DaemonRequestError
-from graphtier.contract.inference import UNHETERO_GROUP
+from graphtier.contract.inference import HOMOGENEOUS_GROUP
 from graphtier.contract.jobs.directory import job_directory, layer_rows_dir, predictions_dir
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
@@ -87,7 +87,7 @@ def test_inference_writes_every_nodes_embeddings_and_predictions_in_the_source_i
     arrays = read_output(out)
     assert arrays["embeddings"].shape == (n, 32) and arrays["logits"].shape == (n, 7)
     assert np.array_equal(arrays["ids"], np.arange(n))  # row i is the source's node i
-    assert len(manifest.groups[UNHETERO_GROUP].arrays["embeddings"].shards) == 2  # one shard per rank
+    assert len(manifest.groups[HOMOGENEOUS_GROUP].arrays["embeddings"].shards) == 2  # one shard per rank
 
     model = load_trained_model(job_directory(runtime, trained.job_id), torch.device("cpu"))
     reference = full_graph_forward(model.module, cora_nodes, 2)  # graphtier's ids: hotness order
