@@ -18,6 +18,7 @@ CHECK = Path(__file__).resolve().parent / "check_embedding_lr.py"
 SUITE_GAP = 0.03
 
 
+@pytest.mark.long  # a Cora job to its end, its embeddings for every node, then the classifier
 def test_logistic_regression_on_embeddings_nears_the_jobs_accuracy(tmp_path: Path, shared_datasets: Path) -> None:
     pytest.importorskip("sklearn")
     out = tmp_path / "figures.json"

@@ -169,6 +169,7 @@ def page_dir():
     assert not left, f"the page left daemons running (stopped now): {[str(d) for d in left]}"
 
 
+@pytest.mark.long  # a page is a walk-through: daemons, datasets, training jobs (15-90 s each)
 @pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(DOCS)) for p in RUN_PAGES])
 def test_the_pages_commands_run(page: Path, page_dir: Path):
     script = _script(page)

@@ -66,5 +66,5 @@ def test_the_readme_links_resolve_and_ci_runs_its_test_command():
     missing = [t for t in targets if "://" not in t and not (REPO / t).exists()]
     assert targets and not missing, f"README links to files that do not exist: {missing}"
     setup = [line for line in readme.splitlines() if line.startswith("pip install ")]
-    assert len(setup) == 2 and setup[1].endswith('python -m pytest -m "not slow" -q'), setup
+    assert len(setup) == 2 and setup[1].endswith('python -m pytest -m "not slow and not long" -q'), setup
     assert setup[1] in (REPO / ".ci" / "run").read_text(), ".ci/run no longer runs the README's test command"

@@ -13,6 +13,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from graphtier.launcher.cli.app import ORDER_OF_USE, app
@@ -48,6 +49,7 @@ def _documented_command(prefix: str) -> list[str]:
     return shlex.split(lines[0].split("  #")[0])[1:]  # without the leading `graphtier`
 
 
+@pytest.mark.long  # the getting-started job's full length on Cora
 def test_the_documented_cora_commands_reach_the_literature_accuracy(tmp_path, shared_datasets, monkeypatch):
     monkeypatch.setenv("GRAPHTIER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("COLUMNS", "80")

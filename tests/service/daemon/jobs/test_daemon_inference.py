@@ -24,6 +24,8 @@ from graphtier.launcher.runtime.trained_model import load_trained_model
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.sampling import Block
 
+pytestmark = pytest.mark.long  # each test trains a job, then infers every node layer by layer
+
 
 @pytest.fixture(scope="module")
 def cora_nodes(shared_datasets, prepared_root) -> PreparedDataset:
