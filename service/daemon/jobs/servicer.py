@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from graphtier.contract.errors import DaemonError, InvalidRequestError
+from graphtier.contract.errors import DaemonError, InvalidRequestError, UnknownJobError
 from graphtier.contract.jobs import conversions as convert
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
 from graphtier.service.daemon.jobs.events import JobEventLog
@@ -92,7 +92,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             )
         assert caller.user is not None
         if spec.from_job:  # an inference job applies that job's exported model: the model is its owner's
-            self.access.job(context, spec.from_job, "applying the model of")
+            # an unknown job is the spec's error, which submitting names (job spec: from_job '...': no such job)
+            with contextlib.suppress(UnknownJobError):
+                self.access.job(context, spec.from_job, "applying the model of")
         if spec.ids:  # the daemon reads it for the caller: only a file the caller could read itself
             self.access.check_readable(caller, Path(spec.ids), "job spec: ids")
         if spec.multi_node and self.cluster is not None:
