@@ -61,7 +61,8 @@ def test_charts_draw_and_the_console_is_clean_with_a_job_running(daemon_processe
         drawn = re.search(rf'<canvas id="{chart}"[^>]*data-points="(\d+)"', dom)
         assert drawn and int(drawn.group(1)) >= 2, f"chart {chart} drew no line: {dom[:400]}"
     assert state_after == JobState.RUNNING  # the page was loaded while the job ran ...
-    assert re.search(rf"<td>{job.job_id} browser</td><td>running</td>", dom)  # ... and shows it
+    owner = re.escape(f" ({job.owner})") if job.owner is not None else ""  # the submitting user
+    assert re.search(rf"<td>{job.job_id} browser{owner}</td><td>running</td>", dom)  # ... and shows it
     error = re.search(r'id="error"[^>]*>([^<]*)<', dom)
     assert error is not None and error.group(1) == "", error and error.group(1)
     console = [line for line in page.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
