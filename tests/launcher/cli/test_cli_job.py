@@ -128,6 +128,7 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon, small_rmat):
     run = running_daemon
     spec = tmp_path / "job.yaml"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from graphtier.launcher.client import DaemonClient
 
 EXIT_RUNNING = 3  # graphtierd's status when another daemon holds what it needs
@@ -28,6 +30,7 @@ def _state_dir(runtime_dir: Path) -> Path:
     return Path(json.loads(printed.stdout)["state_dir"])
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_sibling_runtime_dirs_get_their_own_state(tmp_path, daemon_processes, small_rmat):
     assert _state_dir(tmp_path / "run") == tmp_path / "state"  # $GRAPHTIER_HOME/run keeps $GRAPHTIER_HOME/state
     assert _state_dir(tmp_path / "r1") == tmp_path / "state-r1"
@@ -43,6 +46,7 @@ def test_sibling_runtime_dirs_get_their_own_state(tmp_path, daemon_processes, sm
     assert first.terminate() == 0 and second.terminate() == 0
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_a_second_daemon_on_a_running_ones_state_dir_is_refused(tmp_path, daemon_processes, small_rmat):
     state = tmp_path / "shared-state"
     first = daemon_processes(small_rmat.directory.parent, "--state-dir", str(state), runtime_dir=tmp_path / "a")

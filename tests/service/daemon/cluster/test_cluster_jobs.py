@@ -51,6 +51,7 @@ def _live_segment_owners() -> set[int]:
     return owners
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     test_cluster.start()
@@ -100,6 +101,7 @@ def test_two_node_job_trains_on_both_daemons_with_one_rendezvous(test_cluster, s
         assert not _job_processes(node), f"processes left on {node.address}"
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_cancel_on_the_coordinator_stops_every_node(test_cluster, small_rmat):
     nodes = [test_cluster.add([small_rmat.directory]) for _ in range(3)]
     test_cluster.start()
@@ -122,6 +124,7 @@ def test_cancel_on_the_coordinator_stops_every_node(test_cluster, small_rmat):
         assert not _job_processes(node), f"processes left on {node.address}"
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     test_cluster.start()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 
+import pytest
 from cluster_nodes import free_port
 from typer.testing import CliRunner
 
@@ -34,6 +35,7 @@ def _kept(node) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_join_admits_both_ways_is_idempotent_refuses_strangers_and_survives_restart(test_cluster, tmp_path):
     a, b, c = (test_cluster.add(peers=[]) for _ in range(3))
     stranger_token = tmp_path / "other.token"

@@ -22,6 +22,7 @@ def _status(node) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_every_node_sees_every_node_and_outsiders_are_refused(test_cluster, small_rmat, tmp_path):
     good = [test_cluster.add([small_rmat.directory]) for _ in range(2)]
     stranger_token = tmp_path / "other.token"

@@ -6,6 +6,7 @@ import re
 import threading
 import time
 
+import pytest
 from typer.testing import CliRunner
 
 from graphtier.contract.jobs.spec import JobSpec
@@ -59,6 +60,7 @@ def test_jobs_start_in_order_when_they_fit_and_say_why_they_wait():
     )
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_a_daemon_with_a_limit_of_one_runs_three_jobs_one_at_a_time(daemon_processes, small_rmat):
     """Under a memory limit too: a job that cannot fit it is refused at submit (`job submit` exits
     non-zero with one line naming the limit, the need and the least that works); the others run."""

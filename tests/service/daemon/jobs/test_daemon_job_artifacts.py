@@ -155,6 +155,7 @@ def test_export_is_refused_naming_why_for_a_failed_or_unknown_job(daemon_process
     assert unknown.returncode != 0 and "no job '999' in this daemon" in unknown.stderr
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_retention_removes_the_oldest_models_and_nothing_else(daemon_processes, cora, tmp_path):
     daemon = daemon_processes(cora.directory.parent, "--artifact-keep", "2")
     endpoints = daemon.start()

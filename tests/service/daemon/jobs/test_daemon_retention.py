@@ -27,6 +27,7 @@ def _metrics(url: str) -> str:
         return reply.read().decode()
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_checkpoints_go_with_success_and_series_fold_away_after_the_grace(daemon_processes, small_rmat):
     daemon = daemon_processes(small_rmat.directory.parent, "--job-retire", "2")
     endpoints = daemon.start()

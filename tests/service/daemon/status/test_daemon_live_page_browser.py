@@ -40,6 +40,7 @@ def render(
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no headless Chromium installed (apt-get install chromium-headless-shell)")
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_charts_draw_and_the_console_is_clean_with_a_job_running(daemon_processes, small_rmat):
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()
@@ -70,6 +71,7 @@ def test_charts_draw_and_the_console_is_clean_with_a_job_running(daemon_processe
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no headless Chromium installed (apt-get install chromium-headless-shell)")
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_the_curves_chart_a_jobs_epochs_and_the_jobs_table_shows_its_model(daemon_processes, small_rmat):
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()
