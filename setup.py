@@ -152,8 +152,67 @@ def _cuda_extension(cpp_extension):
         name="graphtier.service._native_cuda",
         sources=sorted(glob.glob("native/cuda/*.cu")) + sorted(glob.glob("native/cuda/*.cpp")),
         include_dirs=[os.path.abspath("native/include")],
-        extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "-Xptxas=-v"]},
+        extra_compile_args={"cxx": ["-O3", "-g0"], "nvcc": ["-O3", "-Xptxas=-v"]},
     )
+
+
+class CompileProgress:
+    """One line per compiled file while the ops build, so an install shows it is working: ninja
+    runs silently under torch's BuildExtension, and pip shows a build's output only with -v
+    (without it, each line still turns pip's spinner). A file counts as compiled once its object
+    is newer than the build's start; objects ninja found up to date are counted at the end."""
+
+    def __init__(self, name: str, sources: list[str], objects: list[str]) -> None:
+        import threading
+
+        self._name, self._pairs = name, list(zip(sources, objects, strict=True))
+        self._reported: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._start = 0.0
+
+    def __enter__(self):  # no annotation: tests exec this class alone, where its name is not yet bound
+        import time
+
+        self._start = time.time()
+        _say(
+            f"compiling {len(self._pairs)} C++ file{'s' if len(self._pairs) != 1 else ''} into {self._name} "
+            "(GRAPHTIER_NO_NATIVE=1 skips this: the pure-torch fallbacks run instead)"
+        )
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        for source, obj in self._pairs:
+            if obj in self._reported:
+                continue
+            try:
+                fresh = os.stat(obj).st_mtime >= self._start
+            except OSError:
+                continue
+            if fresh:
+                self._reported.add(obj)
+                _say(f"  [{len(self._reported)}/{len(self._pairs)}] {os.path.relpath(source)}")
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            self._poll()
+
+    def __exit__(self, kind, value, traceback) -> None:
+        import time
+
+        self._stop.set()
+        self._thread.join()
+        if kind is not None:
+            return
+        self._poll()
+        cached = len(self._pairs) - len(self._reported)
+        note = f" ({cached} up to date)" if cached else ""
+        _say(f"compiled {self._name} in {time.time() - self._start:.0f} s{note}")
+
+
+def _say(line: str) -> None:
+    print(f"setup.py: {line}", flush=True)
 
 
 def _cached_build_ext(cpp_extension):
@@ -181,8 +240,10 @@ def _cached_build_ext(cpp_extension):
             ninja_compile = self.compiler.compile
 
             def compile_in_own_folder(sources, output_dir=None, **kwargs):
-                folder = getattr(self._building, "folder", "")
-                return ninja_compile(sources, os.path.join(output_dir or self.build_temp, folder), **kwargs)
+                folder = os.path.join(output_dir or self.build_temp, getattr(self._building, "folder", ""))
+                objects = self.compiler.object_filenames(sources, output_dir=folder)
+                with CompileProgress(getattr(self._building, "name", "native ops"), sources, objects):
+                    return ninja_compile(sources, folder, **kwargs)
 
             self.compiler.compile = compile_in_own_folder
             super().build_extensions()
@@ -190,6 +251,7 @@ def _cached_build_ext(cpp_extension):
         def build_extension(self, ext) -> None:
             first = ext is self.extensions[0]
             self._building.folder = "" if first else ext.name.rsplit(".", 1)[-1]
+            self._building.name = ext.name
             super().build_extension(ext)
 
     class CachedBuildExtension(base, OwnNinjaFolders):
@@ -215,7 +277,9 @@ def _extensions():
         include_dirs=[os.path.abspath("native/include")],
         # No -std here: torch picks the standard its own headers were built with (C++20 for
         # torch >= 2.10); forcing C++17 over it crashed the ops' error path under torch 2.11.
-        extra_compile_args=["-O3", "-fopenmp"],
+        # -g0: Python's build flags ask for debug info, which doubled the compile time of every file
+        # (torch's headers are mostly templates) and changes no instruction of the ops.
+        extra_compile_args=["-O3", "-g0", "-fopenmp"],
         extra_link_args=["-fopenmp"],
     )
     cuda_ext = _cuda_extension(cpp_extension)

@@ -91,9 +91,10 @@ def test_the_extensions_build_at_once_each_in_its_own_ninja_folder(tmp_path):
             from setuptools import setup
             from torch.utils import cpp_extension
             tree = ast.parse(open({str(REPO / "setup.py")!r}).read())
-            node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_cached_build_ext")
+            wanted = ("_cached_build_ext", "CompileProgress", "_say")
+            nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in wanted]
             namespace = {{"os": os, "sys": sys, "__file__": os.path.abspath("setup.py")}}
-            exec(compile(ast.Module([node], []), "setup.py", "exec"), namespace)
+            exec(compile(ast.Module(nodes, []), "setup.py", "exec"), namespace)
 
             class Logged(namespace["_cached_build_ext"](cpp_extension)):
                 def build_extension(self, ext):
@@ -125,3 +126,8 @@ def test_the_extensions_build_at_once_each_in_its_own_ninja_folder(tmp_path):
     cache = next((tmp_path / "build" / "native").iterdir())
     assert (cache / "build.ninja").exists() and (cache / "second" / "build.ninja").exists()
     assert sorted(p.name.split(".")[0] for p in (tmp_path / "out").glob("*.so")) == ["first", "second"]
+    # a line per compiled file while the build runs, so an install shows it is working
+    for name in ("first", "second"):
+        assert f"setup.py: compiling 1 C++ file into {name}" in done.stdout, done.stdout
+        assert f"setup.py:   [1/1] {name}/{name}.cpp" in done.stdout, done.stdout
+        assert f"setup.py: compiled {name} in " in done.stdout, done.stdout

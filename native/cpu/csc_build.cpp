@@ -6,7 +6,8 @@
 // doubles, and on a VM freshly mapped memory is slow to fault in, so the numpy chain grew
 // faster than the graph. Here every pass reads its inputs once and writes its output once,
 // with no temporaries; the results are exactly the numpy path's (tested against it).
-#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

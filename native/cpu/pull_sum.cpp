@@ -6,8 +6,8 @@
 // the larger part of the memory traffic once the graph outgrows the caches. Each column is
 // summed in order from 0.0, as segment_reduce does, so the bits are the same and do not
 // depend on the number of threads.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

@@ -12,8 +12,9 @@
 // The parallel steps run through parallel_chunks (graphtier/work_split.h), not OpenMP: the
 // sampler shares its cores with trainer processes, and OpenMP's spinning, all-threads
 // regions made a batch 10-20x slower there.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

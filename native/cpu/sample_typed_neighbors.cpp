@@ -12,8 +12,9 @@
 // first-occurrence relabel, so the result is identical to the pure-torch twin
 // (service/sampling/typed_sampler.py) whatever the thread count. The parallel passes run through
 // parallel_chunks (graphtier/work_split.h), not OpenMP, for the reason sample_neighbors.cpp gives.
-#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -33,7 +34,7 @@ constexpr int64_t kSampleGrain = 256;
 constexpr int64_t kRowGrain = 16384;
 
 at::Tensor to_long(const std::vector<int64_t>& values) {
-  auto out = at::empty({static_cast<int64_t>(values.size())}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor out = at::detail::empty_cpu({static_cast<int64_t>(values.size())}, at::kLong);
   std::copy(values.begin(), values.end(), out.data_ptr<int64_t>());
   return out;
 }

@@ -26,8 +26,9 @@
 // with non-temporal stores, a whole 64-byte line per store where the CPU has them: this op
 // never re-reads them, and skipping the read-for-ownership of every destination line saves a
 // third of the memory traffic.
-#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -354,7 +355,7 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     // A descent between chunks counts too: only ids sorted across the batch skip the grouping.
     if (c > 0 && id[c * scan_grain] < id[c * scan_grain - 1]) ++total.descents;
   }
-  auto counts = at::empty({6}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor counts = at::detail::empty_cpu({6}, at::kLong);
   int64_t* c = counts.data_ptr<int64_t>();
   c[kFirstBadId] = -1;
   if (total.bad > 0) {  // nothing copied: the caller words the error from the position

@@ -1,7 +1,7 @@
 // Declarations of graphtier's native CPU ops, registered as torch.ops.graphtier.* in bindings.cpp.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <tuple>
