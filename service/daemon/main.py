@@ -9,8 +9,8 @@ daemon in order (see `server.Daemon.stop`).
 
 from __future__ import annotations
 
-import atexit
 import logging
+import multiprocessing.util
 import os
 import shutil
 import signal
@@ -210,7 +210,10 @@ def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
     mark_scratch(scratch)
     os.environ["TMPDIR"] = str(scratch)
     tempfile.tempdir = str(scratch)
-    # Removed at exit, after multiprocessing's own clean-up of its pymp-* there: atexit runs last
-    # what was registered first, and multiprocessing registers its handler when first imported, later.
-    atexit.register(shutil.rmtree, scratch, True)
+    # Removed at exit, after multiprocessing's own clean-up of its pymp-* there, whatever the order the
+    # modules were imported in: a finalizer of lower priority than that clean-up's (-100) runs after it
+    # (an atexit handler ran before it whenever multiprocessing had been imported first, as torch does,
+    # and every exit logged a FileNotFoundError for the pymp-* directory already removed). A forked
+    # child runs no finalizer of its parent's.
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(str(scratch), True), exitpriority=-200)
     return scratch

@@ -118,6 +118,22 @@ def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rm
     assert f"removed stale {scratch}" in third.log()  # ... the next daemon removes what they left
     assert third.terminate() == 0
     assert not scratch.exists() and not _using(scratch)  # the forkserver ended before the daemon did
+    assert "Traceback" not in third.log(), third.log()[-3000:]
+
+
+def test_the_scratch_directory_is_removed_after_multiprocessings_own_clean_up(tmp_path):
+    # multiprocessing.util imported first (torch's imports may do that), then the scratch directory made
+    # and multiprocessing's pymp-* in it: the exit removes both, the pymp-* first, without the
+    # FileNotFoundError traceback of a scratch directory removed under multiprocessing's feet
+    code = (
+        "import logging, multiprocessing.util, sys; from pathlib import Path; "
+        "from graphtier.service.daemon.main import private_scratch_dir; "
+        "scratch = private_scratch_dir(Path(sys.argv[1]), logging.getLogger()); "
+        "assert Path(multiprocessing.util.get_temp_dir()).parent == scratch"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert not (tmp_path / "tmp").exists()
 
 
 def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
