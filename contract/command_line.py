@@ -21,7 +21,7 @@ import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from graphtier.contract.options import Flag, Section, metadata_of, nested_model, without_none
 
@@ -193,12 +193,34 @@ def _from_command_line(ctx: typer.Context, param: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
+def flags_without_metavar(params: list[Any]) -> list[Any]:
+    """`params` with no `<bool>` shown beside a flag in the help: a flag takes no value."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
 class FlagCommand(TyperCommand):
     """A typer command whose help shows no `<bool>` beside a flag: a flag takes no value."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:
-            if getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = ""
-        return params
+        return flags_without_metavar(super().get_params(ctx))
+
+
+class FlagGroup(TyperGroup):
+    """A typer group whose own options (`--version`, `--install-completion`) show no `<bool>` either."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return flags_without_metavar(super().get_params(ctx))
+
+
+class FlagTyper(typer.Typer):
+    """A typer application whose commands are FlagCommands and whose group is a FlagGroup, unless
+    told otherwise: every command's help shows flags without a metavar."""
+
+    def __init__(self, *args: Any, cls: type[TyperGroup] | None = FlagGroup, **kwargs: Any) -> None:
+        super().__init__(*args, cls=cls, **kwargs)
+
+    def command(self, *args: Any, cls: type[TyperCommand] | None = FlagCommand, **kwargs: Any) -> Any:
+        return super().command(*args, cls=cls, **kwargs)

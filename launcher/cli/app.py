@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
 
+from graphtier.contract.command_line import FlagGroup, FlagTyper
 from graphtier.launcher.cli import cluster, dataset, dataset_push, dataset_serving, demo, doctor, job, metrics
 from graphtier.launcher.cli.rendering import EXIT_STATUSES, broken_pipe_is_quiet
 
 ORDER_OF_USE = ("demo", "dataset", "cluster", "job", "metrics", "doctor")
 
 
-class _InOrderOfUse(TyperGroup):
+class _InOrderOfUse(FlagGroup):
     """`graphtier --help` lists the commands in the order a user meets them (Typer's own order is
     plain commands first, then groups: metrics before dataset).
 
@@ -34,7 +34,7 @@ class _InOrderOfUse(TyperGroup):
             return super().invoke(ctx)
 
 
-app = typer.Typer(
+app = FlagTyper(
     cls=_InOrderOfUse,
     help="graphtier: a training data service for GNNs.",
     epilog=EXIT_STATUSES,

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from graphtier.contract.command_line import FlagTyper
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption
 from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
 
 if TYPE_CHECKING:
     from graphtier.contract.endpoints import DaemonFiles, Endpoints
 
-app = typer.Typer(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
+app = FlagTyper(help="Start, stop and inspect the graphtier daemon on this machine.", no_args_is_help=True)
 DAEMON_MODULE = "graphtier.service.daemon"  # run as a process, never imported here
 
 

@@ -9,11 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from graphtier.contract.command_line import FlagTyper
 from graphtier.contract.link import DEFAULT_EVAL_NEGATIVES
 from graphtier.launcher.cli.options import JsonOption
 from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes, step_observer
 
-app = typer.Typer(help="Prepare and inspect datasets.", no_args_is_help=True)
+app = FlagTyper(help="Prepare and inspect datasets.", no_args_is_help=True)
 
 OutOption = Annotated[
     Path | None, typer.Option("--out", help="dataset root directory (default $GRAPHTIER_HOME/datasets)")
@@ -129,13 +130,13 @@ def prepare(
     split_scheme: Annotated[
         str | None, typer.Option(help="\\[ogb] sub-folder of split/ (inferred when there is one)")
     ] = None,
-    reverse_relations: Annotated[
-        bool | None,
+    no_reverse_relations: Annotated[
+        bool,
         typer.Option(
-            "--reverse-relations/--no-reverse-relations",
-            help="\\[heterogeneous ogb] add tail-rev_<rel>-head for every relation (default: on)",
+            "--no-reverse-relations",
+            help="\\[heterogeneous ogb] leave out tail-rev_<rel>-head, added for every relation by default",
         ),
-    ] = None,
+    ] = False,
     split_seed: Annotated[int | None, typer.Option(help="seed of the random split when the source has none")] = None,
     train_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
     val_fraction: Annotated[float | None, typer.Option(help="random split when the source has none")] = None,
@@ -194,7 +195,7 @@ def prepare(
                 split_index=split_index,
                 default_split=default_split or None,
                 split_scheme=split_scheme,
-                reverse_relations=reverse_relations,
+                reverse_relations=False if no_reverse_relations else None,
                 split_seed=split_seed,
                 train_fraction=train_fraction,
                 val_fraction=val_fraction,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from graphtier.contract.command_line import FlagCommand, GivenOptions, with_model_options
+from graphtier.contract.command_line import FlagTyper, GivenOptions, with_model_options
 from graphtier.contract.inference import DEFAULT_CHUNK
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.cli import job_report
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from graphtier.contract.jobs.view import JobInfo, JobResultInfo
     from graphtier.launcher.client import DaemonClient
 
-app = typer.Typer(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
+app = FlagTyper(help="Submit, follow and cancel training jobs.", no_args_is_help=True)
 
 
 def _client(runtime_dir: Path | None) -> DaemonClient:
@@ -95,7 +95,7 @@ def script_path(script: Path, what: str = "--script") -> str:
     return str(resolved)
 
 
-@app.command(cls=FlagCommand)
+@app.command()
 @with_model_options(JobSpec)
 def submit(
     spec: Annotated[Path | None, typer.Option("--spec", help="YAML job spec; flags override its fields")] = None,

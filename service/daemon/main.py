@@ -24,7 +24,7 @@ from typing import Annotated, Any, NoReturn, TextIO, cast
 import typer
 from typer.core import TyperCommand
 
-from graphtier.contract.command_line import FlagCommand, GivenOptions, with_model_options
+from graphtier.contract.command_line import FlagTyper, GivenOptions, with_model_options
 from graphtier.contract.endpoints import daemon_file_dir
 from graphtier.contract.errors import DaemonAlreadyRunningError, DaemonConfigError, DaemonError
 from graphtier.contract.identity import identity_socket_path
@@ -41,10 +41,10 @@ EXIT_RUNNING = 3
 EXIT_FAILED = 1
 
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app = FlagTyper(add_completion=False, pretty_exceptions_enable=False)
 
 
-@app.command(cls=FlagCommand)
+@app.command()
 @with_model_options(DaemonConfig)
 def graphtierd(
     config: Annotated[

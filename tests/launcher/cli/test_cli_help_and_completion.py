@@ -86,3 +86,26 @@ def test_shell_completion_is_shown_installed_and_answers(tmp_path):
     assert "dataset" in _complete("graphtier da", env)
     assert set(_complete("graphtier job ", env)) >= {"submit", "status", "cancel"}
     assert "--runtime-dir" in _complete("graphtier job status --run", env)
+
+
+def test_every_help_reads_at_80_columns():
+    # Each command's --help at 80 columns: no flag shows a `<bool>` metavar (a flag takes no value),
+    # nothing is cut with an ellipsis, and every help text has at least 32 columns: it starts right
+    # after the longest option name and its type, not folded into a column of a few words beside a
+    # second column of `--no-...` names. graphtierd's help too.
+    commands = [path.split()[1:] for path, _ in _commands(typer.main.get_command(app))]
+    env = {**os.environ, "COLUMNS": "80"}
+    helps = {" ".join(["graphtier", *args]): [*GRAPHTIER, *args, "--help"] for args in commands}
+    helps["graphtierd"] = [sys.executable, "-m", "graphtier.service.daemon", "--help"]
+    for name, argv in helps.items():
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, (name, done.stderr)
+        lines = done.stdout.splitlines()
+        assert max(len(line) for line in lines) <= 80, name
+        assert "<bool>" not in done.stdout and "…" not in done.stdout, (name, done.stdout)
+        for line in lines:
+            # an option row: "│ --flag  <type>  help ...│", the help starting where its column does
+            if line.startswith("│") and " --" in line[:8]:
+                inner = line.strip("│ ").split("  ")
+                text_at = line.index(inner[-1].strip()) if inner[-1].strip() else 0
+                assert len(line) - 2 - text_at >= 32, f"{name}: help text starts at column {text_at}:\n{line}"
