@@ -21,7 +21,14 @@ from rich.table import Table
 
 from graphtier.contract.command_line import FlagTyper
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption
-from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
+from graphtier.launcher.cli.rendering import (
+    compact_table,
+    console,
+    emit_json,
+    error_boundary,
+    human_bytes,
+    report_console,
+)
 
 if TYPE_CHECKING:
     from graphtier.contract.endpoints import DaemonFiles, Endpoints
@@ -168,11 +175,11 @@ def start(
         if json_out:
             emit_json(endpoints)
             return
-        console.print(f"[green]graphtierd is serving[/] (pid {endpoints.pid})")
+        report_console.print(f"[green]graphtierd is serving[/] (pid {endpoints.pid})")
         tcp = f"  tcp {endpoints.grpc_tcp}" if endpoints.grpc_tcp else ""
-        console.print(f"  gRPC  {endpoints.grpc_target}{tcp}")
-        console.print(f"  HTTP  {endpoints.http_url}  (dashboard /, /v1/status, /metrics)")
-        console.print(f"  log   {endpoints.log_file}")
+        report_console.print(f"  gRPC  {endpoints.grpc_target}{tcp}")
+        report_console.print(f"  HTTP  {endpoints.http_url}  (dashboard /, /v1/status, /metrics)")
+        report_console.print(f"  log   {endpoints.log_file}")
 
 
 @app.command()
@@ -247,26 +254,26 @@ def status(runtime_dir: RuntimeDirOption = None, json_out: JsonOption = False) -
             )
             return
         uptime = f"up {snapshot.uptime_seconds:.0f} s"
-        console.print(f"graphtierd pid {snapshot.pid}, {health}, {uptime}, v{snapshot.version}")
+        report_console.print(f"graphtierd pid {snapshot.pid}, {health}, {uptime}, v{snapshot.version}")
         security = snapshot.endpoints.tcp_security
         tcp = f"  tcp {snapshot.endpoints.grpc_tcp} ({security})" if snapshot.endpoints.grpc_tcp else ""
-        console.print(f"  gRPC  unix:{snapshot.endpoints.grpc_unix}{tcp}")
-        console.print(f"  HTTP  {snapshot.endpoints.http_url}")
+        report_console.print(f"  gRPC  unix:{snapshot.endpoints.grpc_unix}{tcp}")
+        report_console.print(f"  HTTP  {snapshot.endpoints.http_url}")
         if endpoints:
-            console.print(f"  log   {endpoints.log_file}")
+            report_console.print(f"  log   {endpoints.log_file}")
         table = Table("dataset", "nodes", "edges", "resident", "jobs", title="loaded datasets")
         for d in datasets:
             resident = human_bytes(d.resident_bytes)
             table.add_row(d.name, str(d.num_nodes), str(d.num_edges), resident, ", ".join(d.job_ids))
-        console.print(table if datasets else "  no datasets loaded")
+        report_console.print(table if datasets else "  no datasets loaded")
         kept = snapshot.artifacts
-        console.print(
+        report_console.print(
             f"  exported models: {kept.kept_jobs} kept ({human_bytes(kept.kept_bytes)}), {kept.expired_jobs} removed "
             f"by the retention: {kept.policy}",
             highlight=False,
         )
         if len(nodes) > 1:
-            console.print(_cluster_table(nodes))
+            report_console.print(_cluster_table(nodes))
 
 
 @app.command()
@@ -287,7 +294,7 @@ def join(
             emit_json({"joined": address, "cluster": [n.model_dump(mode="json") for n in nodes]})
             return
         console.print(f"joined the cluster of {address}: {len(nodes)} nodes")
-        console.print(_cluster_table(nodes))
+        report_console.print(_cluster_table(nodes))
 
 
 def _cluster_table(nodes) -> Table:

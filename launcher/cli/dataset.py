@@ -6,13 +6,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from graphtier.contract.command_line import FlagTyper
 from graphtier.contract.link import DEFAULT_EVAL_NEGATIVES
 from graphtier.launcher.cli.options import JsonOption
-from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes, step_observer
+from graphtier.launcher.cli.rendering import (
+    console,
+    emit_json,
+    error_boundary,
+    human_bytes,
+    report_console,
+    step_observer,
+)
 
 app = FlagTyper(help="Prepare and inspect datasets.", no_args_is_help=True)
 
@@ -210,7 +216,7 @@ def prepare(
     if json_out:
         emit_json(manifest)
         return
-    console.print(
+    report_console.print(
         f"[green]prepared[/] {manifest.name}: {manifest.num_nodes:,} nodes, {manifest.num_edges:,} edges, "
         + (f"{manifest.feature_dim} features" if manifest.hetero is None else f"features {feature_summary(manifest)}")
         + f", {manifest.num_classes} classes, score {manifest.score['label']}; "
@@ -220,14 +226,14 @@ def prepare(
         ),
         highlight=False,
     )
-    console.print(f"split: {split_summary(manifest)}", highlight=False, markup=False)
+    report_console.print(f"split: {split_summary(manifest)}", highlight=False, markup=False)
     if manifest.hetero is not None:
         types = ", ".join(
             f"{t.name} {t.count:,}" + (f" ({t.feature_dim} features)" if t.feature_dim else " (learned embedding)")
             for t in manifest.hetero.node_types
         )
-        console.print(f"node types: {types}; target {manifest.hetero.target_type}", highlight=False)
-        console.print(f"relations: {', '.join(r.key for r in manifest.hetero.relations)}", highlight=False)
+        report_console.print(f"node types: {types}; target {manifest.hetero.target_type}", highlight=False)
+        report_console.print(f"relations: {', '.join(r.key for r in manifest.hetero.relations)}", highlight=False)
     for note in manifest.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
 
@@ -282,7 +288,7 @@ def list_(out: OutOption = None, json_out: JsonOption = False) -> None:
             human_bytes(m.total_bytes),
             m.source,
         )
-    console.print(table)
+    report_console.print(table)
 
 
 @app.command()
@@ -329,7 +335,7 @@ def inspect(
         table.add_row(key, str(value))
     for key, info in m.arrays.items():
         table.add_row(f"  {key}", f"{info.dtype} {info.shape} sha256 {info.sha256[:16]}…")
-    console.print(table)
+    report_console.print(table)
 
 
 @app.command()
@@ -423,11 +429,10 @@ def tiering_report(
         table.add_row(
             o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", human_bytes(o.host_to_device_bytes_per_epoch)
         )
-    stdout = Console()
-    stdout.print(table)
+    report_console.print(table)
     if report.storage is not None:
-        stdout.print(_storage_table(report))
-    stdout.print(f"figure: {report.png}")
+        report_console.print(_storage_table(report))
+    report_console.print(f"figure: {report.png}")
 
 
 def _hetero_tiering_report(dataset, budget: str, fanout: str, batch_size: int, epochs: int, seed: int, json_out: bool):
@@ -464,7 +469,7 @@ def _hetero_tiering_report(dataset, budget: str, fanout: str, batch_size: int, e
         table.add_row(
             o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", *(f"{t.hit_ratio:.1%}" for t in o.per_type)
         )
-    Console().print(table)
+    report_console.print(table)
 
 
 def _storage_table(report) -> Table:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from graphtier.launcher.cli.rendering import EXIT_JOB_FAILED, console, error_boundary
+from graphtier.launcher.cli.rendering import EXIT_JOB_FAILED, console, error_boundary, report_console
 
 if TYPE_CHECKING:
     from graphtier.launcher.client import DaemonClient
@@ -160,7 +160,7 @@ def demo(
                     f"GraphSAGE ({placement.device}) on {name}"
                 )
                 final = job_cli.follow(client, submitted.job_id)
-            console.print(job_cli.describe(final), highlight=False, markup=False)
+            report_console.print(job_cli.describe(final), highlight=False, markup=False)
             metrics(runtime_dir=directory, json_out=False)
         finally:
             if popen is not None:

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphtier.launcher.cli.rendering import console, emit_json, error_boundary, human_bytes
+from graphtier.launcher.cli.rendering import emit_json, error_boundary, human_bytes, report_console
 
 _STYLE = {"ok": "green", "unavailable": "yellow", "failed": "bold red", "pending": "cyan"}
 
@@ -33,10 +33,10 @@ def doctor(
         if report.driver_version
         else ("no NVIDIA driver")
     )
-    console.print(
+    report_console.print(
         f"[bold]{escape(report.hostname)}[/]: torch {report.torch_version} ({torch_cuda}), {driver}", highlight=False
     )
-    console.print(f"[{'green' if report.cuda else 'yellow'}]{escape(report.summary)}[/]", highlight=False)
+    report_console.print(f"[{'green' if report.cuda else 'yellow'}]{escape(report.summary)}[/]", highlight=False)
     if report.devices:
         devices = Table("gpu", "cuda", "name", "memory", "free", "cc", "SMs", title="devices")
         for d in report.devices:
@@ -49,15 +49,15 @@ def doctor(
                 d.compute_capability or "-",
                 "-" if d.sm_count is None else str(d.sm_count),
             )
-        console.print(devices)
+        report_console.print(devices)
     if report.peer_access and len(report.peer_access) > 1:
         n = len(report.peer_access)
         peers = Table("cuda", *(str(j) for j in range(n)), title="peer access (row reads column)")
         for i, row in enumerate(report.peer_access):
             peers.add_row(str(i), *("-" if i == j else ("yes" if ok else "no") for j, ok in enumerate(row)))
-        console.print(peers)
+        report_console.print(peers)
     checks = Table("check", "status", "reason", title="checks")
     for check in report.checks:
         style = _STYLE.get(check.status, "")
         checks.add_row(check.name, f"[{style}]{check.status}[/]", escape(check.reason))
-    console.print(checks)
+    report_console.print(checks)

@@ -21,6 +21,7 @@ from graphtier.launcher.cli.rendering import (
     console,
     emit_json,
     error_boundary,
+    report_console,
 )
 from graphtier.launcher.client.job_document import document_of
 
@@ -222,7 +223,7 @@ def export(
     if json_out:
         emit_json({"job_id": job_id, "out": str(out), "manifest": manifest.model_dump(mode="json")})
         return
-    console.print(f"job {job_id}: {manifest.describe()}", highlight=False, markup=False, soft_wrap=True)
+    report_console.print(f"job {job_id}: {manifest.describe()}", highlight=False, markup=False, soft_wrap=True)
     how = f"exported to {out}; load it with graphtier.loader.load_model({str(out)!r})"
     console.print(how, highlight=False, markup=False, soft_wrap=True)
 

@@ -21,7 +21,7 @@ from graphtier.launcher.cli.plain import (
     emit_json,
     human_bytes,
     plain_errors,
-    print_text,
+    print_report,
     runtime_directory,
 )
 
@@ -61,9 +61,9 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
         emit_json(documents)
         return
     if not documents:
-        print_text("no jobs")
+        print_report("no jobs")
         return
-    from graphtier.launcher.cli.rendering import compact_table, console
+    from graphtier.launcher.cli.rendering import compact_table, report_console
 
     named = any(document["spec"]["name"] for document in documents)
     columns = ["job", *(["name"] if named else []), "owner", "state", "dataset", "trains", "ranks", "step", "val"]
@@ -84,15 +84,15 @@ def show_list(runtime_dir: Path | None = None, json_out: bool = False) -> None:
             *result_columns(document["result"]),
             best_column(document["result"]),
         )
-    console.print(table)
+    report_console.print(table)
 
 
 def finish(document: JobDocument, json_out: bool) -> None:
-    """Print a job (JSON on stdout, or its description on stderr); EXIT_JOB_FAILED when it ended unsuccessful."""
+    """Print a job on stdout (JSON, or its description); EXIT_JOB_FAILED when it ended unsuccessful."""
     if json_out:
         emit_json(document)
     else:
-        print_text(describe(document))
+        print_report(describe(document))
     if document["state"] in UNSUCCESSFUL:
         raise SystemExit(EXIT_JOB_FAILED)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from graphtier.launcher.cli.options import RuntimeDirOption, runtime_directory
-from graphtier.launcher.cli.rendering import compact_table, console, emit_json, error_boundary, human_bytes
+from graphtier.launcher.cli.rendering import compact_table, emit_json, error_boundary, human_bytes, report_console
 
 
 def _pct(x: float) -> str:
@@ -38,7 +38,7 @@ def metrics(
         return
     traffic = snapshot.traffic
     where = "accounted (no GPU)" if snapshot.simulated_devices else "placed on GPUs"
-    console.print(
+    report_console.print(
         f"graphtierd pid {snapshot.pid}, up {snapshot.uptime_seconds:.0f} s; device tiers {where}\n"
         f"batches trained {snapshot.batches_total}; now {snapshot.batches_per_second:.2f} trained/s, "
         f"{snapshot.produced_batches_per_second:.2f} produced/s; producer lag {snapshot.producer_lag_batches}\n"
@@ -50,28 +50,28 @@ def metrics(
         sources.add_row(name, f"{source.rows:,}", human_bytes(source.bytes), _pct(source.share))
     everything = _pct(1.0 if traffic.total_bytes else 0.0)
     sources.add_row("total", f"{traffic.total_rows:,}", human_bytes(traffic.total_bytes), everything)
-    console.print(sources)
+    report_console.print(sources)
     links = compact_table("link", "bytes", title="bytes by link")
     for link, nbytes in traffic.links.items():
         links.add_row(link, human_bytes(nbytes))
-    console.print(links)
+    report_console.print(links)
     measured = snapshot.measured
     if measured.pcie_rx_bytes is not None:
         methods = ", ".join(sorted({g.method for g in measured.gpus if g.method}))
-        console.print(
+        report_console.print(
             f"PCIe measured by NVML ({methods}): {human_bytes(measured.pcie_rx_bytes)} host to device, "
             f"beside {human_bytes(traffic.links.get('pcie', 0))} accounted",
             highlight=False,
         )
     else:
         reasons = measured.reason or "; ".join(f"GPU {g.gpu}: {g.unavailable_reason}" for g in measured.gpus)
-        console.print(f"PCIe not measured: {reasons}", highlight=False)
-    console.print(f"machine: {snapshot.machine.summary}", highlight=False)
+        report_console.print(f"PCIe not measured: {reasons}", highlight=False)
+    report_console.print(f"machine: {snapshot.machine.summary}", highlight=False)
     datasets = compact_table("dataset", "tier", "rows", "bytes", title="loaded datasets")
     for dataset in snapshot.datasets:
         for tier in dataset.tiers:
             datasets.add_row(dataset.name, tier.tier, f"{tier.rows:,}", human_bytes(tier.bytes))
-    console.print(datasets if snapshot.datasets else "no datasets loaded")
+    report_console.print(datasets if snapshot.datasets else "no datasets loaded")
     jobs = compact_table(
         "job",
         "state",
@@ -104,12 +104,12 @@ def metrics(
                 for name in ("sample_seconds", "gather_seconds", "train_seconds", "data_wait_seconds")
             ),
         )
-    console.print(jobs if snapshot.jobs else "no jobs")
+    report_console.print(jobs if snapshot.jobs else "no jobs")
     if snapshot.jobs:
-        console.print(times)
-        console.print(_storage_table(snapshot))
+        report_console.print(times)
+        report_console.print(_storage_table(snapshot))
         if any(job.network.peers for job in snapshot.jobs):
-            console.print(_network_table(snapshot))
+            report_console.print(_network_table(snapshot))
 
 
 def _storage_table(snapshot):

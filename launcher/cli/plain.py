@@ -1,4 +1,4 @@
-"""The CLI's plain-text side: exit statuses, errors as one line, JSON on stdout, sizes for people.
+"""The CLI's plain-text side: exit statuses, errors as one line, reports and JSON on stdout, sizes for people.
 
 Nothing here loads rich, typer or pydantic: `graphtier job status` and `job list` (see
 `entry.py`) print through this module alone. `rendering.py` re-exports these names and adds
@@ -101,26 +101,41 @@ def stdout_closed_is_quiet() -> Iterator[None]:
             exit_quietly_on_broken_pipe()
 
 
+MIN_WIDTH = 20  # narrower than this nothing reads anyway: text is laid out for 20 columns and the terminal wraps it
+
+
+def columns_given() -> int | None:
+    """$COLUMNS when it is a positive number (COLUMNS=0, as some shells leave it, says nothing)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
 def terminal_width() -> int:
-    """Columns of the terminal as rich measures them: $COLUMNS, else the size of the first of
-    stdin, stdout and stderr that is a terminal, else 80."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit():
-        return int(columns)
+    """Columns to lay text out in: $COLUMNS when it is a positive number, else the size of the first
+    of stdin, stdout and stderr that is a terminal with a size (a pty made without one, as CI runners
+    and `docker exec -t` make, says 0 columns), else 80; never below MIN_WIDTH."""
+    columns = columns_given()
+    if columns is not None:
+        return max(columns, MIN_WIDTH)
     for descriptor in (0, 1, 2):
         try:
-            return os.get_terminal_size(descriptor).columns
+            found = os.get_terminal_size(descriptor).columns
         except OSError:
             continue
+        if found > 0:
+            return max(found, MIN_WIDTH)
     return 80
 
 
-def print_text(text: str) -> None:
-    """`text` on stderr as rich's console prints it (no markup): a line wider than the terminal,
-    one long word after its indent (a path), folded at the terminal's width."""
-    width = terminal_width()
-    lines = [line[i : i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width)]
-    sys.stderr.write("\n".join(lines) + "\n")
+def print_report(text: str) -> None:
+    """A report (what the command was asked for) on stdout. On a terminal, or wherever $COLUMNS asks
+    for a width, a line wider than that, one long word after its indent (a path), is folded at it, as
+    rich prints; into a pipe or a file every line is written whole, so `grep` finds it."""
+    lines = text.splitlines() or [""]
+    if sys.stdout.isatty() or columns_given() is not None:
+        width = terminal_width()
+        lines = [line[i : i + width] for line in lines for i in range(0, max(len(line), 1), width)]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def print_error(text: str) -> None:

@@ -1,5 +1,6 @@
 """Output for humans (rich) and machines (`--json`), and the CLI's error boundary.
 
+`report_console` prints reports on stdout, `console` notes, progress and errors on stderr.
 Every command but `job status` and `job list` (plain.py alone) imports this module, so it loads
 no pydantic: a model is rendered by its `model_dump`, and a pydantic ValidationError can only
 reach the boundary once pydantic is loaded. The plain-text pieces (exit statuses, JSON output,
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn, TypeGuard
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.table import Table
 
@@ -35,12 +36,30 @@ from graphtier.launcher.cli.plain import (  # noqa: F401 (re-exported: every com
     human_bytes,
     os_error_text,
     stdout_closed_is_quiet,
+    terminal_width,
 )
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-console = Console(stderr=True)
+
+class _FittedConsole(Console):
+    """rich's console laid out for `plain.terminal_width()`, read at every print: rich alone takes
+    COLUMNS=0 for a width of 0 (a character a line) and a sizeless pty for 80."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        return ConsoleDimensions(terminal_width(), super().size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+# Reports (what a command was asked for: a table, a status) go to stdout, so they pipe into grep and
+# redirect into files; notes, progress and errors go to stderr.
+report_console = _FittedConsole()
+console = _FittedConsole(stderr=True)
 
 
 def _is_validation_error(exc: BaseException) -> TypeGuard[ValidationError]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -142,19 +144,33 @@ def test_the_documents_spec_fields_are_the_job_specs_in_its_order():
     assert spec_fields() == tuple(JobSpec.model_fields)
 
 
-def test_a_description_is_printed_as_richs_console_prints_it(capsys, monkeypatch):
-    """A path longer than the terminal (the job's log) is folded at its width, as `job status` always printed."""
+def test_a_description_is_printed_on_stdout_as_richs_console_prints_it(capsys, monkeypatch):
+    """On a terminal, or where $COLUMNS gives a width, a path longer than it (the job's log) is folded at
+    it, as rich prints; into a pipe or a file every line is written whole, so `grep` finds it."""
     import io
 
     from rich.console import Console
 
-    from graphtier.launcher.cli.plain import print_text
+    from graphtier.launcher.cli.plain import print_report
 
     long_log = dataclasses.replace(JOBS["node classification, done"], log_path="/home/" + "x" * 100 + "/job.log")
     text = describe(job_document(job_to_proto(long_log)))
-    for width in (80, 200):
-        monkeypatch.setenv("COLUMNS", str(width))
-        print_text(text)
+    for columns in ("", "0"):  # no width asked for: into the capture, a pipe, whole lines
+        monkeypatch.setenv("COLUMNS", columns)
+        print_report(text)
+        captured = capsys.readouterr()
+        assert captured.out == text + "\n" and captured.err == ""
+
+    def folded_as_rich_at(width: int) -> None:
+        print_report(text)
         rich = Console(file=io.StringIO(), width=width)
         rich.print(text, highlight=False, markup=False)
-        assert capsys.readouterr().err == rich.file.getvalue()
+        assert capsys.readouterr().out == rich.file.getvalue()
+
+    for width in (80, 200):
+        monkeypatch.setenv("COLUMNS", str(width))
+        folded_as_rich_at(width)
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(os, "get_terminal_size", lambda descriptor=1: os.terminal_size((120, 40)))
+    folded_as_rich_at(120)
