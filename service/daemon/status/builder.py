@@ -28,6 +28,7 @@ from graphtier.contract.storage import StorageCounters
 from graphtier.contract.traffic import SOURCES, SourceTraffic, TrafficCounts
 from graphtier.service.daemon.datasets.registry import DatasetRegistry, LoadedDataset
 from graphtier.service.daemon.jobs.artifacts import ArtifactStore
+from graphtier.service.daemon.jobs.job_view import stored_job
 from graphtier.service.daemon.jobs.progress import ProgressTracker, RankView
 from graphtier.service.daemon.jobs.table import JobRecord, JobTable
 from graphtier.service.daemon.metrics.registry import LINK_OF_SOURCE, LINKS, STORAGE_COUNTERS, MetricsRegistry
@@ -214,7 +215,7 @@ class StatusBuilder:
         evaluated = [v.trainer for v in views if v.trainer is not None and v.trainer.val_accuracy is not None]
         linked = [v.trainer for v in views if v.trainer is not None and v.trainer.eval_metrics]
         artifact = self.jobs.artifact(record.job_id)
-        return JobStatus(
+        status = JobStatus(
             job_id=record.job_id,
             name=record.name,
             owner=str(record.owner) if record.owner is not None else "",
@@ -245,6 +246,35 @@ class StatusBuilder:
             artifact=artifact.state if artifact is not None else "",
             artifact_bytes=artifact.bytes if artifact is not None else 0,
         )
+        return status if self.jobs.stored(record.job_id) is None else self._with_recorded_figures(status)
+
+    def _with_recorded_figures(self, status: JobStatus) -> JobStatus:
+        """An ended job answered from its saved Job message (an earlier daemon's, or one retired after
+        job_retire_s), with the figures that message recorded where this daemon holds none: its counters
+        start at zero and its tracker forgets a retired job's trainers, so batches, traffic and accuracy
+        would read 0 or null for a job that trained."""
+        info = stored_job(self.jobs, status.job_id)
+        update: dict[str, Any] = {}
+        recorded_batches = sum(rank.global_step for rank in info.ranks)
+        if info.progress is not None:
+            recorded_batches = recorded_batches or info.progress.global_step
+            if status.traffic.total_rows == 0 and info.progress.traffic.total_rows:
+                update["traffic"] = self.traffic(info.progress.traffic, job_id=status.job_id)
+            if status.storage.read_rows == 0 and status.storage.window_rows == 0:
+                update["storage"] = self.storage(info.progress.storage, [])
+            if status.batches_per_second == 0:
+                update["batches_per_second"] = info.progress.batches_per_second
+        if recorded_batches > status.batches_total:
+            update["batches_total"] = recorded_batches
+        result = info.result
+        if result is not None:
+            if status.val_accuracy is None and not result.metrics:
+                update["val_accuracy"], update["test_accuracy"] = result.val_accuracy, result.test_accuracy
+            if not status.link_metrics and result.metrics:
+                update["link_metrics"] = dict(result.metrics)
+            if status.best is None and result.best is not None:
+                update["best"] = result.best
+        return status.model_copy(update=update)
 
     def snapshot(self) -> DaemonStatus:
         now = datetime.now(timezone.utc)

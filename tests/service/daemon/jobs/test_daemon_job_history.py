@@ -57,6 +57,38 @@ def test_history_survives_restart_and_kill9_and_ids_are_not_reused(daemon_proces
     assert third.terminate() == 0
 
 
+def _figures(client, job_id):
+    """The status's figures of one job, and whether the daemon still tracks its ranks."""
+    (job,) = [j for j in client.status().jobs if j.job_id == job_id]
+    figures = (job.batches_total, job.traffic.total_rows, job.traffic.total_bytes, job.val_accuracy, job.test_accuracy)
+    return figures, bool(job.ranks)
+
+
+def test_an_ended_job_keeps_its_figures_once_retired_and_under_the_next_daemon(daemon_processes, small_rmat):
+    # --job-retire 0: the job is retired (answered from its saved message, its trainers forgotten) at the
+    # first sweep after it ends; the status must show what it trained, not zeros, then and after a restart
+    first = daemon_processes(small_rmat.directory.parent, "--job-retire", "0")
+    endpoints = first.start()
+    with DaemonClient(endpoints.grpc_target, http_url=endpoints.http_url) as client:
+        done = _wait(client, client.submit_job(JobSpec(**SHORT)).job_id, {JobState.SUCCEEDED})
+        live, tracked = _figures(client, done.job_id)
+        deadline = time.monotonic() + 30
+        while tracked and time.monotonic() < deadline:
+            time.sleep(0.5)
+            retired, tracked = _figures(client, done.job_id)
+        assert not tracked, "the job was not retired within 30 s"
+    batches, rows, nbytes, val, test = live
+    assert batches > 0 and rows > 0 and nbytes > 0 and val is not None and test is not None, live
+    assert retired == live
+    assert first.terminate() == 0
+
+    second = daemon_processes(small_rmat.directory.parent)
+    endpoints = second.start()
+    with DaemonClient(endpoints.grpc_target, http_url=endpoints.http_url) as client:
+        assert _figures(client, done.job_id) == (live, False)
+    assert second.terminate() == 0
+
+
 def test_a_job_store_from_a_newer_graphtier_is_refused(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
