@@ -44,7 +44,8 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     return packages, package_dir
 
 
-# The runtime requirements but torch (`_torch_requirement`); pyproject.toml declares them dynamic.
+# The runtime requirements but torch (`_torch_requirement`) and the GPU tiers' (GPU_DEPENDENCIES, below);
+# pyproject.toml declares them dynamic.
 DEPENDENCIES = [
     "numpy>=1.24",
     "scipy>=1.10",  # Planetoid / npz sources ship scipy.sparse matrices
@@ -64,10 +65,15 @@ DEPENDENCIES = [
     "prometheus-client>=0.20",  # /metrics in the Prometheus exposition format
     "pyyaml>=6",  # YAML job specs
     "tensorboard>=2.20",  # a job's curves as TensorBoard events (torch.utils.tensorboard); works with protobuf 7
+    "cryptography>=42",  # the daemon's self-signed TLS certificate for its TCP listener (X.509 + ECDSA)
+]
+# What only the GPU tiers use; a pip install takes them everywhere (they load the driver lazily and
+# install on CPU machines), the CPU container image leaves them out (deploy/container/requirements.py):
+# without them the GPU tiers and the PCIe counters say so and the rest runs.
+GPU_DEPENDENCIES = [
     # NVML: the only supported way to read the GPUs' PCIe/NVLink byte counters and device facts
     # without initialising CUDA; pure Python, loads libnvidia-ml lazily, installs anywhere.
     "nvidia-ml-py>=12",
-    "cryptography>=42",  # the daemon's self-signed TLS certificate for its TCP listener (X.509 + ECDSA)
     # NVIDIA's runtime/driver bindings: IPC handles, host registration, PCI ids (GPU tiers); load the
     # driver lazily, install on CPU machines. An install pins them to its torch's CUDA major version
     # (`cuda_bindings_requirement`).
@@ -298,7 +304,7 @@ setup(
         _torch_requirement(bool(ext_modules)),
         *(
             _cuda_bindings_requirement(bool(ext_modules)) if requirement.startswith("cuda-bindings") else requirement
-            for requirement in DEPENDENCIES
+            for requirement in DEPENDENCIES + GPU_DEPENDENCIES
         ),
     ],
 )

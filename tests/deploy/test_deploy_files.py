@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,18 @@ def test_per_job_rules_and_alerts_keep_jobs_apart(tmp_path):
     tests.write_text(RULE_TESTS.format(rules=json.dumps(str(DEPLOY / "prometheus" / "rules.yaml"))))
     ran = _promtool("test", "rules", str(tests))
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+@pytest.mark.skipif(bool(__import__("torch").version.cuda), reason="a CUDA torch: the GPU image's requirements")
+def test_the_cpu_image_takes_setups_requirements_but_the_gpu_tiers_packages():
+    # deploy/container/requirements.py beside a CPU torch, as the CPU image's build runs it
+    done = subprocess.run(
+        [sys.executable, str(DEPLOY / "container" / "requirements.py"), str(REPO / "setup.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.split()
+    assert {"numpy>=1.24", "grpcio>=1.85.1", "cryptography>=42"} <= set(listed), listed
+    assert not [r for r in listed if r.startswith(("nvidia-ml-py", "cuda-bindings", "torch"))], listed
