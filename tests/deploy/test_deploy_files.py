@@ -112,8 +112,9 @@ def test_rules_are_well_formed():
             assert ("record" in rule) != ("alert" in rule) and rule["expr"].strip()
             if "record" in rule:
                 assert re.fullmatch(r"graphtier:[a-z_]+:[a-z0-9]+", rule["record"])  # level:metric:operations
-    scrape = yaml.safe_load((DEPLOY / "prometheus" / "scrape.yaml").read_text())
-    assert {job["metrics_path"] for job in scrape["scrape_configs"] if "metrics_path" in job} == {"/metrics"}
+    for name in ("scrape.yaml", "scrape-kubernetes.yaml"):
+        scrape = yaml.safe_load((DEPLOY / "prometheus" / name).read_text())
+        assert {job["metrics_path"] for job in scrape["scrape_configs"]} == {"/metrics"}, name
 
 
 PROMTOOL = shutil.which("promtool")
@@ -165,6 +166,14 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_accepts_the_rules():
     checked = _promtool("check", "rules", str(DEPLOY / "prometheus" / "rules.yaml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@needs_promtool
+def test_the_scrape_config_is_a_whole_configuration_debians_prometheus_accepts():
+    # Debian's Prometheus is built without Kubernetes discovery: scrape.yaml must not need it, and loads
+    # rules.yaml beside it (promtool checks those too)
+    checked = _promtool("check", "config", str(DEPLOY / "prometheus" / "scrape.yaml"))
+    assert checked.returncode == 0 and "1 rule files found" in checked.stdout, checked.stdout + checked.stderr
 
 
 @needs_promtool
