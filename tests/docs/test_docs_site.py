@@ -10,19 +10,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 120
 
 
-def test_the_site_builds_strict_without_warnings(tmp_path):
+# mkdocs run where graphtier is not installed: the editable install's finder taken away, as in a
+# checkout whose package was never installed (an install compiles the ops).
+_WITHOUT_THE_PACKAGE = (
+    "import importlib.util, runpy, sys; "
+    "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]; "
+    "assert importlib.util.find_spec('graphtier') is None, 'graphtier is still importable'; "
+    "sys.argv[0] = 'mkdocs'; runpy.run_module('mkdocs', run_name='__main__', alter_sys=True)"
+)
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["installed", "checkout-only"])
+def test_the_site_builds_strict_without_warnings(tmp_path, installed):
     """`mkdocs build --strict` fails on a broken link, a page left out of the nav, or an API
-    page whose module cannot be collected; any WARNING it prints is a failure here too."""
+    page whose module cannot be collected; any WARNING it prints is a failure here too. It builds
+    from a checkout whose package is not installed as well."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     built = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "mkdocs",
+            *(["-m", "mkdocs"] if installed else ["-c", _WITHOUT_THE_PACKAGE]),
             "build",
             "--strict",
             "-f",
