@@ -85,7 +85,8 @@ def cell(value: object) -> str:
 
 
 def markdown(records: list[dict[str, object]], when: str) -> str:
-    """One table of every figure: what, value, baseline, target, load, command."""
+    """Every figure, a section per bench: its command and load once, then a table of what, value,
+    baseline and target (one wide table with the command on every row was cut at a page's edge)."""
     machines = {
         (m.get("cpu"), m.get("logical_cores"), m.get("usable_cores"), m.get("python"))
         for m in (r.get("machine") for r in records)
@@ -96,16 +97,14 @@ def markdown(records: list[dict[str, object]], when: str) -> str:
     for cpu, cores, usable, python in sorted(machines, key=str):
         lines.append(
             f"Machine: {cpu}, {cores} cores ({usable} usable), Python {python}, torch {', '.join(torches) or '-'}; "
-            "shared with other work, so every row gives the load average when it was measured."
+            "shared with other work, so every bench gives the load average when it was measured."
         )
-    lines += [
-        "",
-        "| bench | figure | value | baseline (same run) | target | load | command |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows: list[Row] = []
     for r in records:
         if "error" in r:
-            lines.append(f"| {cell(r['bench'])} | did not run: {cell(r['error'])} | - | - | - | - | `{r['command']}` |")
+            rows.append(
+                Row(cell(r["bench"]), f"did not run: {cell(r['error'])}", "-", "-", "-", "-", str(r["command"]))
+            )
             continue
         load = (r.get("machine") or {}).get("load_average")
         for f in r["figures"]:
@@ -119,11 +118,47 @@ def markdown(records: list[dict[str, object]], when: str) -> str:
             baseline = f.get("baseline")
             if baseline is not None and f.get("baseline_value") is not None:
                 baseline = f"{baseline} ({f['baseline_value']} {f['unit']})".replace(" )", ")")
-            lines.append(
-                f"| {cell(r['bench'])} | {cell(f['name'])} | {cell(value)} | {cell(baseline)} | "
-                f"{cell(met)} | {cell(row_load)} | `{r['command']}` |"
+            rows.append(
+                Row(
+                    cell(r["bench"]),
+                    cell(f["name"]),
+                    cell(value),
+                    cell(baseline),
+                    cell(met),
+                    cell(row_load),
+                    str(r["command"]),
+                )
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + sections(rows)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure's cells, as the page shows them."""
+
+    bench: str
+    figure: str
+    value: str
+    baseline: str
+    target: str
+    load: str
+    command: str
+
+
+def sections(rows: list[Row]) -> str:
+    """`rows` grouped by bench, in order: a heading, the command and load, and a four-column table (a
+    figure measured at another load than its bench's says so beside its value)."""
+    out: list[str] = []
+    benches = list(dict.fromkeys(row.bench for row in rows))
+    for bench in benches:
+        own = [row for row in rows if row.bench == bench]
+        loads = list(dict.fromkeys(row.load for row in own))
+        out += ["", f"### {bench}", "", f"`{own[0].command}` (load {loads[0]})", ""]
+        out += ["| figure | value | baseline (same run) | target |", "|---|---|---|---|"]
+        for row in own:
+            value = row.value if row.load == loads[0] else f"{row.value} (load {row.load})"
+            out.append(f"| {row.figure} | {value} | {row.baseline} | {row.target} |")
+    return "\n".join(out) + "\n"
 
 
 def update_docs(page: Path, table: str) -> None:

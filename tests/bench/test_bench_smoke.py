@@ -60,7 +60,8 @@ def test_bench_all_writes_one_json_and_table_and_the_docs_part(tmp_path: Path) -
     native = next(f for f in record["figures"] if f["name"].startswith("graphtier native gather"))
     assert native["value"] > 0 and native["target"] == 0.8 and native["baseline"].startswith("copy ")
     table = (out / "results.md").read_text()
-    assert "| tiered gather | graphtier native gather, 512 B rows |" in table
+    assert "### tiered gather\n\n`python tests/bench/bench_gather.py --quick` (load " in table
+    assert "| graphtier native gather, 512 B rows |" in table
     text = page.read_text()
     assert text.startswith("# head\n") and text.endswith("<!-- bench-all:end -->\ntail\n")
     assert "old" not in text and table in text
@@ -88,7 +89,13 @@ def test_the_table_judges_a_most_target_by_better_lower() -> None:
             figure("speed over", 1.4),
         ],
     }
-    rows = {line.split(" | ")[1]: line for line in markdown([record], "now").splitlines() if line.startswith("| b |")}
+    table = markdown([record], "now")
+    assert "### b\n\n`c` (load 1.0)" in table
+    rows = {
+        line.split(" | ")[0].removeprefix("| "): line
+        for line in table.splitlines()
+        if line.startswith("| cost") or line.startswith("| speed")
+    }
     assert "<= 1.3 (met)" in rows["cost under"]
     assert "<= 1.3 (not met)" in rows["cost over"]
     assert ">= 1.3 (met)" in rows["speed over"]

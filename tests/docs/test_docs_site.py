@@ -55,6 +55,10 @@ def test_the_site_builds_strict_without_warnings(tmp_path, installed):
     assert (tmp_path / "site" / "reference" / "loader" / "index.html").is_file()
     loader_page = (tmp_path / "site" / "reference" / "loader" / "index.html").read_text()
     assert "def connect" in loader_page or "connect(" in loader_page, "the API page holds no signatures"
+    # long commands wrap at the page's edge (docs/stylesheets/extra.css), on every page
+    start = (tmp_path / "site" / "getting-started" / "index.html").read_text()
+    assert 'href="../stylesheets/extra.css"' in start
+    assert "white-space: pre-wrap" in (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
 
 
 def test_the_readme_is_short():
