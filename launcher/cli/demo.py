@@ -75,6 +75,18 @@ def _daemon_gpus(client: DaemonClient) -> int:
     return next(node.gpus for node in client.cluster_view().nodes if node.is_self)
 
 
+def reading_guide(num_classes: int) -> str:
+    """What the demo's figures say, printed between the job and the metrics."""
+    return (
+        f"How to read it: the graph's nodes fall into {num_classes} planted communities, the classes, so "
+        f"guessing scores {1 / num_classes:.1%}. Val and test accuracy are the trained model's on nodes it "
+        "never trained on, evaluated with dropout off. Train acc is lower: it is measured on the training "
+        "batches while the model is still learning, with dropout (0.5) dropping half of its hidden units. "
+        "Below, the hit ratio is the share of gathered feature rows the device tiers served: 25% of the "
+        "rows, the hottest, placed there serve most of the reads."
+    )
+
+
 def _stop_daemon(popen: subprocess.Popen[bytes]) -> None:
     popen.send_signal(signal.SIGTERM)
     try:
@@ -86,7 +98,7 @@ def _stop_daemon(popen: subprocess.Popen[bytes]) -> None:
 
 def demo(
     scale: Annotated[int, typer.Option(help="log2 of the synthetic graph's node count")] = 15,
-    epochs: Annotated[int, typer.Option(help="training epochs")] = 2,
+    epochs: Annotated[int, typer.Option(help="training epochs (10: about 80% accuracy on the 8 communities)")] = 10,
     nproc_per_node: Annotated[
         int | None, typer.Option(help="trainer ranks (default: 2 on CPU, min(2, GPUs) on GPUs)")
     ] = None,
@@ -97,8 +109,8 @@ def demo(
         Path | None, typer.Option(help="where to prepare the dataset (a new daemon's root)")
     ] = None,
 ) -> None:
-    """Daemon, dataset, a GraphSAGE job (cuda ranks on the daemon's GPUs, CPU ranks without) with live
-    progress, accuracy and the metrics tables."""
+    """Daemon, dataset, a GraphSAGE job (cuda ranks on the daemon's GPUs, CPU ranks without) with live progress,
+    accuracy and the metrics tables."""
     from graphtier.contract.datasets import BudgetSpec
     from graphtier.contract.endpoints import default_runtime_dir, read_endpoints, running_daemon_pid
     from graphtier.contract.jobs.spec import JobSpec
@@ -122,7 +134,8 @@ def demo(
             assert endpoints is not None  # the daemon is serving: it wrote its endpoints
             root = Path(endpoints.dataset_root)
             name = f"rmat-{scale}"
-            if name in {m.name for m in list_datasets(root)}:
+            prepared = {m.name: m for m in list_datasets(root)}
+            if name in prepared:
                 console.print(f"dataset {name} is already prepared under {root}")
             else:
                 with console.status(f"preparing {name} (synthetic R-MAT, 2^{scale} nodes) under {root}"):
@@ -136,6 +149,7 @@ def demo(
                         )
                     )
                 console.print(f"prepared {name}")
+                prepared = {m.name: m for m in list_datasets(root)}
             with DaemonClient(runtime_dir=directory) as client:
                 placement = demo_placement(_daemon_gpus(client), nproc_per_node)
                 console.print(placement.summary)
@@ -161,6 +175,7 @@ def demo(
                 )
                 final = job_cli.follow(client, submitted.job_id)
             report_console.print(job_cli.describe(final), highlight=False, markup=False)
+            report_console.print(reading_guide(prepared[name].num_classes), highlight=False, markup=False)
             metrics(runtime_dir=directory, json_out=False)
         finally:
             if popen is not None:
