@@ -4,8 +4,10 @@
 #   deploy/container/build-local.sh [TAG] [CONTEXT]      (TAG: graphtier:cpu; CONTEXT: this checkout)
 # Needs root and Debian's podman, runc and mmdebstrap (apt-get install podman runc mmdebstrap).
 #  - The base: Debian (bookworm, its Python 3.11) made by mmdebstrap --variant=minbase, without
-#    docs, man pages and locales, imported once as localhost/graphtier-debian:bookworm; both stages
-#    build on it.
+#    docs, man pages and locales, and with apt keeping no package files or caches after a step, as
+#    Debian's own images do (the Dockerfile's `rm -rf /var/lib/apt/lists/*` assumes it: without it
+#    the runtime stage kept 86 MB of .debs and package caches); imported once as
+#    localhost/graphtier-debian:<suite>-<hash of this recipe>; both stages build on it.
 #  - podman's settings for this run only (CONTAINERS_CONF, unless one is set): runc as the runtime
 #    (crun refuses hosts whose cgroups are hybrid) and default ulimits at this shell's hard limits,
 #    processes at most pid_max (podman's defaults are higher, and root cannot raise them where the
@@ -22,7 +24,18 @@ tag=${1:-graphtier:cpu}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 context=${2:-$repo}
 suite=${GRAPHTIER_DEBIAN_SUITE:-bookworm}
-base=localhost/graphtier-debian:$suite
+# What apt keeps after a step in Debian's own images (/etc/apt/apt.conf.d/docker-clean there): nothing.
+apt_clean='DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";'
+# (the package caches the bootstrap made go too: with docker-clean in place its own clean-up keeps them)
+base_options=(--variant=minbase --format=tar
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*'
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+    --customize-hook='rm -f "$1"/var/cache/apt/*.bin')
+recipe=$(printf '%s\n' "$suite" "${base_options[@]}" "$apt_clean" | sha256sum | cut -c1-8)
+base=localhost/graphtier-debian:$suite-$recipe
 torch_spec=${TORCH_SPEC:-torch==2.13.0}
 
 for tool in podman mmdebstrap; do
@@ -49,9 +62,8 @@ fi
 
 if ! podman image exists "$base"; then
     echo "build-local.sh: making the Debian $suite base with mmdebstrap" >&2
-    mmdebstrap --variant=minbase --format=tar \
-        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-        --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    mkdir "$work/apt" && printf '%s\n' "$apt_clean" > "$work/apt/docker-clean"
+    mmdebstrap "${base_options[@]}" --customize-hook="copy-in $work/apt/docker-clean /etc/apt/apt.conf.d" \
         "$suite" "$work/base.tar"
     podman import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["/bin/bash"]' "$work/base.tar" "$base" >/dev/null
