@@ -51,7 +51,13 @@ def _builder() -> str | None:
 
 
 BUILDER = _builder()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(BUILDER is None, reason="no container builder works here")]
+# A test's time counts the image's build (the module's fixture) for the first test that uses it: about
+# 10 minutes from nothing cached on 2 busy cores, more than the suite's 600 s per test.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(BUILDER is None, reason="no container builder works here"),
+    pytest.mark.timeout(3600),
+]
 
 
 def _env() -> dict[str, str]:
