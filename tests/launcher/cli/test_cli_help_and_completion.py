@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 import typer.main
 from rich.text import Text
 
@@ -88,6 +89,7 @@ def test_shell_completion_is_shown_installed_and_answers(tmp_path):
     assert "--runtime-dir" in _complete("graphtier job status --run", env)
 
 
+@pytest.mark.long  # over 20 s on 2 cores (a process per command): CI's second step
 def test_every_help_reads_at_80_columns():
     # Each command's --help at 80 columns: no flag shows a `<bool>` metavar (a flag takes no value),
     # nothing is cut with an ellipsis, and every help text has at least 32 columns: it starts right

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.long  # a daemon, a job and some 30 commands: about a minute on 2 cores, CI's second step
+
 GRAPHTIER = [sys.executable, "-m", "graphtier.launcher.cli"]
 JOB = ["--dataset", "rmat12", "--fanout", "5,5", "--batch-size", "256", "--hidden", "16", "--epochs", "1"]
 

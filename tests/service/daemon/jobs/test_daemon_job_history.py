@@ -64,6 +64,7 @@ def _figures(client, job_id):
     return figures, bool(job.ranks)
 
 
+@pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_an_ended_job_keeps_its_figures_once_retired_and_under_the_next_daemon(daemon_processes, small_rmat):
     # --job-retire 0: the job is retired (answered from its saved message, its trainers forgotten) at the
     # first sweep after it ends; the status must show what it trained, not zeros, then and after a restart
