@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from fault_checks import Outcome  # tests/fault_corpus is on sys.path (rootdir conftest mode)
+from tmpdir_processes import processes_using  # tests/ is on sys.path
 
 
 @dataclass(frozen=True)
@@ -890,11 +891,11 @@ def _attached_rank_scenario(corpus) -> dict[str, Outcome]:
             log = daemon.log_file.read_text(errors="replace") if daemon.log_file.exists() else ""
             return next((line for line in log.splitlines() if "its reaper removed" in line), "")
 
-        gone = wait_for(lambda: not left_over() and not _using(run / "tmp") and bool(reaped()), corpus.left())
+        gone = wait_for(lambda: not left_over() and not processes_using(run / "tmp") and bool(reaped()), corpus.left())
         out["kill9-daemon-leaves-nothing"] = Outcome(
             refused=gone,
             output=f"{reaped() or 'no reaper line in the log'} (left in {run}: {left_over() or 'nothing else'}; "
-            f"processes using its tmp: {_using(run / 'tmp')})",
+            f"processes using its tmp: {processes_using(run / 'tmp')})",
             hung=not gone,
         )
     finally:
@@ -922,22 +923,6 @@ def daemon_jobs(daemon) -> list:
                 response_deserializer=jobs_pb2.ListJobsResponse.FromString,
             )(jobs_pb2.ListJobsRequest(), timeout=10).jobs
         )
-
-
-def _using(scratch: Path) -> list[int]:
-    """Processes whose environment names `scratch` as TMPDIR: a daemon's forkserver and what it forked."""
-    import os
-
-    marker = f"TMPDIR={scratch}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 # ---------------------------------------------------------------- the table

@@ -12,6 +12,7 @@ import sys
 import time
 
 import psutil
+from tmpdir_processes import processes_using
 
 from graphtier.launcher.client.data_plane import DataPlaneClient
 
@@ -73,20 +74,6 @@ def test_a_notify_socket_nobody_reads_never_stops_the_daemon(tmp_path, small_rma
     listener.close()
 
 
-def _using(scratch) -> list[int]:
-    """Processes whose environment names `scratch` as TMPDIR: a daemon's forkserver and what it forked."""
-    marker = f"TMPDIR={scratch}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def _wait(predicate, timeout_s: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while not predicate() and time.monotonic() < deadline:
@@ -101,7 +88,7 @@ def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rm
     assert any(p.name.startswith("pymp-") for p in scratch.iterdir())  # multiprocessing's, here not in /tmp
     first.kill9()  # what a crash leaves, its reaper removes: scratch, sockets, endpoints, lock; its forkserver ends
     assert _wait(lambda: not scratch.exists() and not (run / "daemon.lock").exists()), sorted(os.listdir(run))
-    assert not _using(scratch) and sorted(os.listdir(run)) == ["daemon.log"]
+    assert not processes_using(scratch) and sorted(os.listdir(run)) == ["daemon.log"]
     said = f"graphtierd pid {first.pid} ended without stopping (killed?); its reaper removed {scratch}"
     assert _wait(lambda: said in first.log()), first.log()[-2000:]
 
@@ -117,7 +104,7 @@ def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rm
     third.start()
     assert f"removed stale {scratch}" in third.log()  # ... the next daemon removes what they left
     assert third.terminate() == 0
-    assert not scratch.exists() and not _using(scratch)  # the forkserver ended before the daemon did
+    assert not scratch.exists() and not processes_using(scratch)  # the forkserver ended before the daemon did
     assert "Traceback" not in third.log(), third.log()[-3000:]
 
 
