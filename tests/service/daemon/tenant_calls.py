@@ -1,14 +1,25 @@
-"""What one user of a shared daemon does, run as that user (test_daemon_tenants.py starts it with another
-uid): `attach RUNTIME_DIR SECRET` registers a job as a torchrun launch would and prints it; `probe
-RUNTIME_DIR JOB TOKEN SECRET OWN_JOB` tries everything that is the owner's on job JOB, which is another
-user's (knowing even its token and its launch's secret), and prints each call's outcome as JSON."""
+"""What one user of a shared daemon does, as that user: `UID GID GROUP attach RUNTIME_DIR SECRET` registers
+a job as a torchrun launch would and prints it; `UID GID GROUP probe RUNTIME_DIR JOB TOKEN SECRET OWN_JOB`
+tries everything that is the owner's on job JOB, which is another user's (knowing even its token and its
+launch's secret), and prints each call's outcome as JSON.
+
+test_daemon_tenants.py starts it as root; it loads every module it uses, then becomes UID (groups GID and
+GROUP, no capabilities left) before its first call. Loading first is what lets it run where the packages
+lie in a directory only root reads (a Python under /root, as on CI); every call, socket and file it opens
+is the user's.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
+import os
+import pkgutil
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import grpc
@@ -42,8 +53,6 @@ def attach(runtime_dir: Path, secret: str) -> None:
 
 
 def probe(runtime_dir: Path, job_id: str, token: str, secret: str, own_job: str) -> None:
-    import os
-
     os.environ[JOB_TOKEN_ENV] = token  # the job's token, as if it had leaked
     found: dict[str, str] = {}
     with DataPlaneClient(runtime_dir=runtime_dir) as client:
@@ -88,15 +97,47 @@ def probe(runtime_dir: Path, job_id: str, token: str, secret: str, own_job: str)
     print(json.dumps(found))
 
 
-def _now():
-    from datetime import datetime, timezone
-
+def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def load_everything() -> None:
+    """Every module of the packages the calls use, loaded now: grpc, protobuf and pydantic load parts of
+    themselves on first use, which the user could not read later."""
+    for package in (
+        "grpc",
+        "google.protobuf",
+        "pydantic",
+        "graphtier.contract",
+        "graphtier.launcher.client",
+        "graphtier.v1",
+    ):
+        root = importlib.import_module(package)
+        for module in pkgutil.walk_packages(root.__path__, f"{package}.", onerror=lambda name: None):
+            with contextlib.suppress(Exception):  # optional parts (pydantic.v1's, protobuf's C++) may not load
+                importlib.import_module(module.name)
+
+
+def become(uid: int, gid: int, group: int) -> None:
+    """This process turns into user `uid` for good: its groups, then its ids (which clears root's
+    capabilities), and the proof that root cannot be taken back."""
+    os.environ.update(HOME="/nonexistent", PYTHONDONTWRITEBYTECODE="1")
+    os.environ.pop("XDG_RUNTIME_DIR", None)
+    os.setgroups([group])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise SystemExit("tenant_calls: became root again after dropping it")
+
+
 if __name__ == "__main__":
-    command, runtime = sys.argv[1], Path(sys.argv[2])
+    load_everything()
+    become(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    command, runtime = sys.argv[4], Path(sys.argv[5])
     if command == "attach":
-        attach(runtime, sys.argv[3])
+        attach(runtime, sys.argv[6])
     else:
-        probe(runtime, *sys.argv[3:7])
+        probe(runtime, *sys.argv[6:10])
