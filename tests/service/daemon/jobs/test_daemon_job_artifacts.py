@@ -85,7 +85,7 @@ def test_a_cora_jobs_exported_model_reproduces_its_test_accuracy(daemon_processe
     out = tmp_path / "model"
     exported = _graphtier(daemon.runtime_dir, "job", "export", job.job_id, "--out", out)
     assert exported.returncode == 0, exported.stderr
-    assert f"weights of epoch {best.epoch}, the best by val_accuracy {best.val_accuracy:.4f}" in exported.stderr
+    assert f"weights of epoch {best.epoch}, the best by val_accuracy {best.val_accuracy:.4f}" in exported.stdout
     manifest = read_manifest(out)
     assert (manifest.job_id, manifest.figures.best_epoch, manifest.figures.weights_epoch) == (
         job.job_id,
@@ -191,8 +191,8 @@ def test_retention_removes_the_oldest_models_and_nothing_else(daemon_processes, 
         assert sorted(p.name for p in (jobs_dir / second).iterdir()) == [n for n in before[second] if n != "artifact"]
     shown = _graphtier(daemon.runtime_dir, "cluster", "status")
     assert shown.returncode == 0, shown.stderr
-    assert "exported models: 2 kept" in shown.stderr and "2 removed by the retention" in shown.stderr
-    assert "the newest 2 succeeded jobs' models" in shown.stderr
+    assert "exported models: 2 kept" in shown.stdout and "2 removed by the retention" in shown.stdout
+    assert "the newest 2 succeeded jobs' models" in shown.stdout
 
 
 def test_history_is_in_status_json_survives_a_restart_and_is_in_csv_and_tensorboard(daemon_processes, cora, tmp_path):
