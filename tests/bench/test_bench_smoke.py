@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent / "bench_sampler.py"
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_bench_sampler_quick_prints_table(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--cache-dir", str(tmp_path)],

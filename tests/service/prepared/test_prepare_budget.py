@@ -122,6 +122,7 @@ def test_ogb_is_byte_identical(tmp_path):
     _check_paths(tmp_path / "root", f"ogb:{ogb}", work=16 << 10)
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_npz_and_planetoid_are_byte_identical(tmp_path, shared_datasets):
     _check_paths(
         tmp_path / "npz",
@@ -181,6 +182,7 @@ def test_a_budget_too_small_for_the_node_count_is_refused_before_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_peak_memory_stays_under_the_budget_in_a_real_process(tmp_path):
     """Scale 16 with 768-dim features needs ~0.9 GiB in memory; under a 450 MiB budget it stays within it."""
     args = ("--scale", "16", "--feature-dim", "768", "--undirected", "--json")
@@ -206,6 +208,7 @@ def test_the_peak_is_the_process_own_not_its_parents(tmp_path):
     del ballast
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_interrupt_while_spilling_leaves_nothing(tmp_path):
     cmd = [
         sys.executable,

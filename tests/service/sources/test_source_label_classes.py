@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 
@@ -74,6 +75,7 @@ def test_sparse_labels_are_remapped_to_dense_classes_with_a_note_and_the_mapping
     assert np.array_equal(prepared, expect)
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_num_classes_keeps_labels_as_given_and_refuses_one_outside_naming_value_and_node(tmp_path):
     labels = np.arange(50, dtype=np.int64) % 5 * 2  # 0, 2, 4, 6, 8: gaps, kept under a declared bound
     done = _prepare(tmp_path, labels, "--num-classes", "9")
@@ -93,6 +95,7 @@ def test_num_classes_keeps_labels_as_given_and_refuses_one_outside_naming_value_
     assert not (tmp_path / "out" / "over").exists()
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_a_negative_label_is_refused_naming_value_and_node(tmp_path):
     labels = np.arange(50, dtype=np.int64) % 3
     labels[17] = -4

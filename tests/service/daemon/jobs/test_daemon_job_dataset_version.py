@@ -8,11 +8,14 @@ import os
 import shutil
 import time
 
+import pytest
+
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client.data_plane import DataPlaneClient
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_ranks_get_the_version_their_job_started_with(daemon_processes, small_rmat, tmp_path):
     root = tmp_path / "datasets"
     shutil.copytree(small_rmat.directory, root / "rmat12")

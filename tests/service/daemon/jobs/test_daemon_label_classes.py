@@ -8,6 +8,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from graphtier.contract.jobs.spec import JobSpec
@@ -15,6 +16,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_a_job_on_remapped_labels_trains_over_the_dense_classes_and_notes_it(daemon_processes, tmp_path):
     n = 600
     rng = np.random.default_rng(0)

@@ -46,6 +46,7 @@ def _epoch_rates(log: str) -> list[float]:
     return [float(r) for epoch, r in re.findall(r"\] epoch (\d+) trained: .* ([\d.]+) batches/s", log) if epoch != "0"]
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
     builtin, _ = _run(inproc_daemon, JobSpec(**SPEC))
     custom, events = _run(
@@ -127,6 +128,7 @@ def test_a_missing_script_is_refused_at_submit(inproc_daemon, tmp_path):
         assert client.list_jobs() == []
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_pyg_example_trains_through_the_loader(inproc_daemon):
     pytest.importorskip("torch_geometric", reason="the PyG example needs torch_geometric (the test extra has it)")
     job, _ = _run(inproc_daemon, JobSpec(**SPEC, script=str(EXAMPLES / "pyg_sage.py")))
@@ -134,6 +136,7 @@ def test_pyg_example_trains_through_the_loader(inproc_daemon):
     assert job.result.test_accuracy > 0.25 and job.progress.global_step == job.progress.total_steps
 
 
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
     spec = JobSpec(
         **{**SPEC, "batch_size": 16, "epochs": 10},  # 130 steps: rank 1 still trains when it is killed
