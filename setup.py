@@ -48,7 +48,6 @@ def _packages() -> tuple[list[str], dict[str, str]]:
 # pyproject.toml declares them dynamic.
 DEPENDENCIES = [
     "numpy>=1.24",
-    "scipy>=1.10",  # Planetoid / npz sources ship scipy.sparse matrices
     "pydantic>=2.5",  # manifests, placement plans, configs: validated at the trust boundary
     "typer>=0.12",  # the graphtier CLI
     "rich>=13",  # progress display and tables
