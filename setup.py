@@ -45,14 +45,14 @@ def _packages() -> tuple[list[str], dict[str, str]]:
 
 
 # The runtime requirements but torch (`_torch_requirement`) and the GPU tiers' (GPU_DEPENDENCIES, below);
-# pyproject.toml declares them dynamic.
+# pyproject.toml declares them dynamic. What only some uses need is an extra there instead: the tiering
+# report's figure (`plots`: matplotlib), PyG interop (`pyg`); the sparse matrices of Planetoid and npz
+# files are read with numpy (service/sources/csr.py), so scipy is no requirement.
 DEPENDENCIES = [
     "numpy>=1.24",
-    "scipy>=1.10",  # Planetoid / npz sources ship scipy.sparse matrices
     "pydantic>=2.5",  # manifests, placement plans, configs: validated at the trust boundary
     "typer>=0.12",  # the graphtier CLI
     "rich>=13",  # progress display and tables
-    "matplotlib>=3.7",  # the tiering report's cumulative-access PNG
     "psutil>=5.9",  # peak-memory reporting and process liveness
     "blake3>=0.4",  # the checksum the daemon verifies while loading: a quarter of sha256's CPU per byte
     "xxhash>=3",  # per-row checksums of the storage tier, checked on every read: about 3 GB/s in one call per row

@@ -380,7 +380,7 @@ def tiering_report(
     from graphtier.contract.fanouts import parse_fanouts
     from graphtier.service.prepared import PreparedDataset
     from graphtier.service.tiering import build_tiering_report
-    from graphtier.service.tiering.plot import write_cumulative_access_png
+    from graphtier.service.tiering.plot import PlotsNotInstalled, write_cumulative_access_png
 
     with error_boundary():
         dataset = PreparedDataset.open(name, out)
@@ -408,7 +408,10 @@ def tiering_report(
                 host_budget=host_budget,
                 window=window,
             )
-        report.png = str(write_cumulative_access_png(report, png or dataset.directory / "tiering-report.png"))
+        try:
+            report.png = str(write_cumulative_access_png(report, png or dataset.directory / "tiering-report.png"))
+        except PlotsNotInstalled as skipped:  # the report stands without its figure
+            console.print(str(skipped), highlight=False, markup=False, soft_wrap=True)
     if json_out:
         emit_json(report)
         return
@@ -432,7 +435,8 @@ def tiering_report(
     report_console.print(table)
     if report.storage is not None:
         report_console.print(_storage_table(report))
-    report_console.print(f"figure: {report.png}")
+    if report.png is not None:
+        report_console.print(f"figure: {report.png}")
 
 
 def _hetero_tiering_report(dataset, budget: str, fanout: str, batch_size: int, epochs: int, seed: int, json_out: bool):

@@ -4,6 +4,7 @@ Keys: the adjacency as CSR `adj_data/adj_indices/adj_indptr/adj_shape` (entry [i
 directed edge i -> j), features as CSR `attr_*` or a dense `attr_matrix`, integer `labels`.
 The archive is opened with `allow_pickle=False` and only the needed keys are read, so
 object-array keys such as `idx_to_node` are never unpickled. These files carry no split.
+The CSR keys are checked and expanded with numpy (`graphtier.service.sources.csr`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import UNLABELLED, GraphData
+from graphtier.service.sources.csr import Csr
 
 _CSR_PARTS = ("data", "indices", "indptr", "shape")
 
@@ -48,14 +49,19 @@ class _Archive:
                 self.path, f"key {key!r} cannot be read without pickle or is corrupt ({exc})"
             ) from None
 
-    def csr(self, prefix: str) -> sp.csr_matrix:
+    def csr(self, prefix: str) -> Csr:
         data, indices, indptr, shape = (self.get(f"{prefix}_{part}") for part in _CSR_PARTS)
-        try:
-            matrix = sp.csr_matrix((data, indices, indptr), shape=tuple(int(s) for s in shape))
-            matrix.check_format(full_check=True)  # out-of-range indices surface here, not deep in a later step
-            return matrix
-        except (ValueError, TypeError, IndexError) as exc:
+        try:  # out-of-range indices surface here, not deep in a later step
+            return Csr.checked(data, indices, indptr, shape)
+        except ValueError as exc:
             raise DatasetSourceError(self.path, f"keys {prefix}_* do not form a valid CSR matrix ({exc})") from None
+
+    def dense(self, prefix: str) -> np.ndarray:
+        matrix = self.csr(prefix)
+        try:
+            return matrix.dense()
+        except ValueError as exc:
+            raise DatasetSourceError(self.path, f"keys {prefix}_* cannot be made a dense matrix ({exc})") from None
 
     def close(self) -> None:
         self._npz.close()
@@ -70,10 +76,9 @@ def load_npz(path: str | Path) -> GraphData:
         num_nodes = adj.shape[0]
         if adj.shape[0] != adj.shape[1]:
             raise DatasetSourceError(path, f"key 'adj_shape' is {adj.shape}, expected a square matrix")
-        coo = adj.tocoo()
-        keep = coo.data != 0
-        src = torch.from_numpy(coo.row[keep].astype(np.int64))
-        dst = torch.from_numpy(coo.col[keep].astype(np.int64))
+        keep = adj.data != 0
+        src = torch.from_numpy(adj.rows()[keep])
+        dst = torch.from_numpy(adj.indices[keep])
 
         attributes: np.ndarray | None = None
         features: torch.Tensor | None = None
@@ -83,7 +88,7 @@ def load_npz(path: str | Path) -> GraphData:
                 raise DatasetSourceError(path, f"key 'attr_matrix' has shape {dense.shape}, expected [N, F]")
             attributes = dense
         elif "attr_data" in archive:
-            attributes = archive.csr("attr").toarray()
+            attributes = archive.dense("attr")
         if attributes is not None:
             if attributes.shape[0] != num_nodes:
                 raise DatasetSourceError(

@@ -2,9 +2,11 @@
 
 The files are Python-2 pickles of scipy/numpy objects plus a text `test.index`. They are
 read with a restricted unpickler that resolves only the handful of classes these files
-use, so a tampered file cannot run code. Assembly follows tkipf/gcn `load_data`: node i's
-features are `allx[i]` for i < len(allx) and `tx[k]` for `i = test.index[k]`; ids in the
-test range without a row (CiteSeer's 15 isolated nodes) get zero features and label -1.
+use, so a tampered file cannot run code; scipy's `csr_matrix` resolves to `_PickledCsr`, which
+keeps the pickled arrays for `Csr` to check and densify, so reading them needs no scipy.
+Assembly follows tkipf/gcn `load_data`: node i's features are `allx[i]` for i < len(allx)
+and `tx[k]` for `i = test.index[k]`; ids in the test range without a row (CiteSeer's 15
+isolated nodes) get zero features and label -1.
 The standard split is train = `range(len(y))`, val = the next 500 ids, test = test.index.
 """
 
@@ -17,11 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from graphtier.contract.errors import DatasetSourceError
 from graphtier.service.graph.graph_data import UNLABELLED, GraphData
+from graphtier.service.sources.csr import Csr
 from graphtier.service.sources.numeric_text import NumericText
 
 _PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
@@ -36,6 +38,28 @@ def _reconstruct() -> Any:
     return multiarray._reconstruct
 
 
+class _PickledCsr:
+    """What a pickled scipy `csr_matrix` becomes here. Its pickle (protocol 2 and later) makes the
+    object with `cls.__new__(cls)` and hands it the scipy instance's `__dict__`: `data`, `indices`,
+    `indptr` and `_shape`, beside bookkeeping such as `maxprint` and `format`, which is ignored.
+    Nothing else of the file's state is kept or run."""
+
+    _state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self._state = state
+
+    def csr(self) -> Csr:
+        """The pickled matrix, checked; ValueError naming what is missing or inconsistent."""
+        state = self._state
+        if not isinstance(state, dict):
+            raise ValueError(f"its state is {type(state).__name__}, expected the matrix's attribute dict")
+        missing = [key for key in ("data", "indices", "indptr", "_shape") if key not in state]
+        if missing:
+            raise ValueError(f"it lacks {', '.join(missing)}")
+        return Csr.checked(state["data"], state["indices"], state["indptr"], state["_shape"])
+
+
 class _PlanetoidUnpickler(pickle.Unpickler):
     """Resolves only the globals Planetoid pickles reference; anything else is refused."""
 
@@ -44,8 +68,8 @@ class _PlanetoidUnpickler(pickle.Unpickler):
         ("numpy", "dtype"): lambda: np.dtype,
         ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
         ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-        ("scipy.sparse.csr", "csr_matrix"): lambda: sp.csr_matrix,
-        ("scipy.sparse._csr", "csr_matrix"): lambda: sp.csr_matrix,
+        ("scipy.sparse.csr", "csr_matrix"): lambda: _PickledCsr,  # scipy < 1.8
+        ("scipy.sparse._csr", "csr_matrix"): lambda: _PickledCsr,
         ("collections", "defaultdict"): lambda: collections.defaultdict,
         ("__builtin__", "list"): lambda: list,
         ("builtins", "list"): lambda: list,
@@ -70,10 +94,10 @@ def _unpickle(path: Path) -> Any:
 
 def _matrix(path: Path, obj: Any, *, sparse: bool) -> np.ndarray:
     """A 2-D dense array from a pickled csr_matrix (features) or ndarray (one-hot labels)."""
-    if isinstance(obj, sp.spmatrix | sp.sparray):
+    if isinstance(obj, _PickledCsr):
         try:
-            obj = sp.csr_matrix((obj.data, obj.indices, obj.indptr), shape=obj.shape).toarray()
-        except Exception as exc:
+            obj = obj.csr().dense()
+        except ValueError as exc:
             raise DatasetSourceError(path, f"holds an inconsistent sparse matrix ({exc})") from None
     if not isinstance(obj, np.ndarray) or obj.ndim != 2 or obj.dtype.kind not in "biuf":
         kind = "a scipy sparse matrix" if sparse else "a 2-D numeric numpy array"

@@ -1,4 +1,8 @@
-"""The tiering report's figure: cumulative read share against fraction of nodes (the seed's Figure 7)."""
+"""The tiering report's figure: cumulative read share against fraction of nodes (the seed's Figure 7).
+
+Drawn with matplotlib, the optional `plots` extra: the report itself needs none of it, so an
+install without it (the container image) writes the report and says how to get the figure.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,21 @@ from typing import Any
 from graphtier.service.tiering.report import TieringReport
 
 
+class PlotsNotInstalled(RuntimeError):
+    """matplotlib (the `plots` extra) is not installed, so the figure cannot be drawn."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"figure skipped ({path}): matplotlib is not installed; pip install 'graphtier[plots]' draws it"
+        )
+
+
 def write_cumulative_access_png(report: TieringReport, path: Path) -> Path:
-    import matplotlib
+    """Draw the figure into `path` (written whole or not at all); PlotsNotInstalled without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotsNotInstalled(path) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

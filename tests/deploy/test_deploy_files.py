@@ -197,3 +197,5 @@ def test_the_cpu_image_takes_setups_requirements_but_the_gpu_tiers_packages():
     listed = done.stdout.split()
     assert {"numpy>=1.24", "grpcio>=1.85.1", "cryptography>=42"} <= set(listed), listed
     assert not [r for r in listed if r.startswith(("nvidia-ml-py", "cuda-bindings", "torch"))], listed
+    # nor what the runtime does without: scipy (numpy reads the sparse sources), matplotlib (the plots extra)
+    assert not [r for r in listed if r.startswith(("scipy", "matplotlib"))], listed

@@ -85,6 +85,35 @@ def test_tiering_report_json_and_png(home, tmp_path):
     assert "oracle" in table.stdout and "accounted" in table.stdout and "storage tier" not in table.stdout
 
 
+def test_tiering_report_without_matplotlib_skips_only_the_figure(home, tmp_path):
+    """An install without the `plots` extra (the container image): the report in full, one line on the figure."""
+    png = tmp_path / "fig.png"
+    args = ["dataset", "tiering-report", "tiny", "--fanout", "5,5", "--batch-size", "64", "--png", str(png)]
+    blocked = (
+        "import sys; sys.modules['matplotlib'] = None; sys.argv = ['graphtier', *sys.argv[1:]]; "
+        "from graphtier.launcher.cli.entry import main; main()"
+    )
+
+    def run(*extra):
+        done = subprocess.run(
+            [sys.executable, "-c", blocked, *args, *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**__import__("os").environ, "GRAPHTIER_HOME": str(home)},
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        return done
+
+    skipped = f"figure skipped ({png}): matplotlib is not installed; pip install 'graphtier[plots]' draws it"
+    table = run()
+    assert "oracle" in table.stdout and "figure:" not in table.stdout
+    assert [line for line in table.stderr.splitlines() if "figure" in line] == [skipped]
+    report = run("--json")
+    assert json.loads(report.stdout)["png"] is None and skipped in report.stderr
+    assert not png.exists() and not list(tmp_path.iterdir())
+
+
 @pytest.mark.long  # 7 s or more on 2 cores: CI's second step
 def test_tiering_report_gives_the_storage_tiers_reads_at_a_host_budget(home):
     args = (

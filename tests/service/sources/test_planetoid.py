@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 from graphtier.contract.errors import DatasetSourceError
@@ -159,6 +160,36 @@ def test_pickle_with_foreign_global_is_refused(cora_copy, tmp_path):
     message = _error(cora_copy)
     assert str(path) in message and "refusing to load global" in message
     assert not marker.exists()
+
+
+def test_pickles_of_todays_scipy_load_the_same(cora_copy):
+    """Matrices pickled by scipy >= 1.8 name `scipy.sparse._csr` (the shared files name `scipy.sparse.csr`)."""
+    before = load_planetoid(cora_copy)
+    for part in ("x", "tx", "allx"):
+        path = cora_copy / f"ind.cora.{part}"
+        matrix = sp.csr_matrix(_reference(cora_copy, "cora", part).toarray())
+        path.write_bytes(pickle.dumps(matrix, protocol=4))
+        assert b"scipy.sparse._csr" in path.read_bytes()
+    after = load_planetoid(cora_copy)
+    assert torch.equal(before.features, after.features) and torch.equal(before.labels, after.labels)
+
+
+@pytest.mark.parametrize(
+    "spoil, problem",
+    [
+        (lambda m: m.indices.__setitem__(7, 5000), "indices must be < 1433"),
+        (lambda m: m.indptr.__setitem__(-1, m.indptr[-1] + 10), "Last value of index pointer"),
+        (lambda m: m.__dict__.pop("indptr"), "it lacks indptr"),
+        (lambda m: m.__dict__.__setitem__("_shape", (1000, -3)), "shape (1000, -3) has a negative dimension"),
+    ],
+)
+def test_inconsistent_sparse_matrix_names_file(cora_copy, spoil, problem):
+    path = cora_copy / "ind.cora.tx"
+    matrix = _reference(cora_copy, "cora", "tx")
+    spoil(matrix)
+    path.write_bytes(pickle.dumps(matrix, protocol=4))
+    message = _error(cora_copy)
+    assert str(path) in message and f"holds an inconsistent sparse matrix ({problem}" in message
 
 
 def test_wrong_object_type(cora_copy):
