@@ -356,7 +356,10 @@ def tiering_report(
     ] = "10%",
     fanout: Annotated[str, typer.Option(help="neighbours per hop, -1 = all")] = "15,10,5",
     batch_size: Annotated[int, typer.Option(help="seeds per mini-batch")] = 1024,
-    epochs: Annotated[int, typer.Option(help="epochs to replay")] = 3,
+    epochs: Annotated[
+        int | None,
+        typer.Option(help="epochs to replay (default: whole epochs until the figures settle)", show_default=False),
+    ] = None,
     seed: Annotated[int, typer.Option(help="shuffle and sampling seed")] = 0,
     png: Annotated[
         Path | None, typer.Option(help="where to write the figure (default <dataset>/tiering-report.png)")
@@ -374,7 +377,8 @@ def tiering_report(
     json_out: JsonOption = False,
 ) -> None:
     """Replay sampled epochs; print each score's device-tier hit ratio at BUDGET against the oracle's,
-    and with --host-budget the storage tier's reads per batch and epoch, without and with a window."""
+    and with --host-budget the storage tier's reads per batch and epoch, without and with a window.
+    Says how many batches and rows it replayed, and when that is too few for the figures to hold."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     from graphtier.contract.fanouts import parse_fanouts
@@ -433,13 +437,16 @@ def tiering_report(
             o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", human_bytes(o.host_to_device_bytes_per_epoch)
         )
     report_console.print(table)
+    _print_coverage(report.coverage)
     if report.storage is not None:
         report_console.print(_storage_table(report))
     if report.png is not None:
         report_console.print(f"figure: {report.png}")
 
 
-def _hetero_tiering_report(dataset, budget: str, fanout: str, batch_size: int, epochs: int, seed: int, json_out: bool):
+def _hetero_tiering_report(
+    dataset, budget: str, fanout: str, batch_size: int, epochs: int | None, seed: int, json_out: bool
+):
     """The tiering report of a heterogeneous dataset: one byte budget over all types, hit ratios per type."""
     from graphtier.contract.hetero import split_fanout_hops
     from graphtier.service.tiering.hetero import build_hetero_tiering_report, split_budget
@@ -474,6 +481,30 @@ def _hetero_tiering_report(dataset, budget: str, fanout: str, batch_size: int, e
             o.score, f"{o.hit_ratio:.1%}", f"{o.ratio_to_oracle:.1%}", *(f"{t.hit_ratio:.1%}" for t in o.per_type)
         )
     report_console.print(table)
+    _print_coverage(report.coverage)
+
+
+def _print_coverage(coverage) -> None:
+    """What the replay covered (always), and plainly when its figures are not reliable."""
+    from graphtier.service.tiering.replay import AUTO_MAX_BATCHES, AUTO_MAX_READS, SETTLED_WITHIN
+
+    epochs = f"{coverage.epochs:,} epoch{'s' if coverage.epochs != 1 else ''}"
+    line = (
+        f"replayed {coverage.batches:,} batch{'es' if coverage.batches != 1 else ''} "
+        f"({epochs}{', as --epochs asked' if coverage.stopped == 'epochs' else ''}), "
+        f"{coverage.distinct_rows:,} distinct rows, {coverage.reads:,} reads"
+    )
+    if coverage.stopped == "settled":
+        line += f"; figures settled (each within {SETTLED_WITHIN * 100:g} point of its value at half the batches)"
+    elif coverage.drift is not None:
+        line += f"; figures moved up to {coverage.drift * 100:.1f} points over the later half"
+    if coverage.stopped == "read cap":
+        line += f"; stopped at the cap of {AUTO_MAX_READS:,} row reads"
+    elif coverage.stopped == "batch cap":
+        line += f"; stopped at the cap of {AUTO_MAX_BATCHES:,} batches"
+    report_console.print(line, highlight=False, markup=False)
+    if not coverage.reliable:
+        report_console.print(f"NOT RELIABLE: {coverage.warning}", style="bold yellow", highlight=False, markup=False)
 
 
 def _storage_table(report) -> Table:

@@ -8,10 +8,11 @@ follows from its id. Ranking by score (the expected reads of a row) rather than 
 byte is what maximises the *byte* hit ratio: a row of width w costs w bytes and serves
 reads x w bytes, so its value per budget byte is its read count whatever its width.
 
-`build_hetero_tiering_report` replays sampled epochs with the heterogeneous sampler (a one-rank job's
-batches: `replay.one_rank_plan`) and compares each score's placement with the oracle's (placed
-by the very reads it is scored on), per type and over all bytes. Featureless types have no
-feature rows; their learned embeddings live in the model and take no part in the budget.
+`build_hetero_tiering_report` replays sampled epochs with the heterogeneous sampler (a one-rank
+job's batches, for as long as `replay.replay_reads` decides) and compares each score's placement
+with the oracle's (placed by the very reads it is scored on), per type and over all bytes.
+Featureless types have no feature rows; their learned embeddings live in the model and take no
+part in the budget.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import PlacementPlan, TierBudgets, parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.sampling.hetero_sampler import HeteroNeighborSampler
-from graphtier.service.tiering.replay import one_rank_plan
+from graphtier.service.tiering.replay import AccessReplay, Estimate, ReplayCoverage, replay_reads
 
 
 class HeteroSplit(BaseModel):
@@ -93,19 +94,49 @@ def hetero_plans(schema: HeteroSchema, scores: torch.Tensor, budgets: TierBudget
     return plans
 
 
-def _hit_bytes(schema: HeteroSchema, reads: torch.Tensor, scores: torch.Tensor, budget_bytes: int) -> dict[str, int]:
-    """Bytes read from inside the budget, per featured type, when `scores` ranks the rows."""
+def _inside_budget(schema: HeteroSchema, scores: torch.Tensor, budget_bytes: int) -> torch.Tensor:
+    """Global ids of the featured rows inside the budget when `scores` ranks the rows."""
     featured = [t for t in schema.node_types if not t.featureless]
     ids = torch.cat([torch.arange(t.offset, t.offset + t.count) for t in featured])
     widths = torch.cat([torch.full((t.count,), t.row_bytes, dtype=torch.int64) for t in featured])
     order = torch.sort(scores[ids], descending=True, stable=True).indices
-    inside = order[torch.cumsum(widths[order], 0) <= budget_bytes]
-    hit_ids = ids[inside]
+    return ids[order[torch.cumsum(widths[order], 0) <= budget_bytes]]
+
+
+def _hit_bytes(schema: HeteroSchema, reads: torch.Tensor, inside: torch.Tensor) -> dict[str, int]:
+    """Bytes read from the rows `inside` the budget, per featured type."""
     out = {}
-    for info in featured:
-        mine = hit_ids[(hit_ids >= info.offset) & (hit_ids < info.offset + info.count)]
-        out[info.name] = int(reads[mine].sum()) * info.row_bytes
+    for info in schema.node_types:
+        if not info.featureless:
+            mine = inside[(inside >= info.offset) & (inside < info.offset + info.count)]
+            out[info.name] = int(reads[mine].sum()) * info.row_bytes
     return out
+
+
+def _read_bytes(schema: HeteroSchema, reads: torch.Tensor) -> dict[str, int]:
+    """Feature bytes read of each featured type."""
+    featured = [t for t in schema.node_types if not t.featureless]
+    return {t.name: int(reads[t.offset : t.offset + t.count].sum()) * t.row_bytes for t in featured}
+
+
+def _distinct_bytes(schema: HeteroSchema, reads: torch.Tensor) -> int:
+    """Feature bytes of the rows read at least once."""
+    featured = [t for t in schema.node_types if not t.featureless]
+    return sum(int((reads[t.offset : t.offset + t.count] > 0).sum()) * t.row_bytes for t in featured)
+
+
+def _settling_figures(schema: HeteroSchema, inside: dict[str, torch.Tensor], budget_bytes: int) -> Estimate:
+    """The replay's estimate: each placement's byte hit ratio (`inside` per score), the oracle's,
+    and how full the rows read so far would fill the budget (at most 1)."""
+
+    def estimate(reads: torch.Tensor) -> torch.Tensor:
+        placed = [*inside.values(), _inside_budget(schema, reads.to(torch.float64), budget_bytes)]
+        total = max(sum(_read_bytes(schema, reads).values()), 1)
+        fill = min(_distinct_bytes(schema, reads) / budget_bytes, 1.0) if budget_bytes else 1.0
+        ratios = [sum(_hit_bytes(schema, reads, ids).values()) / total for ids in placed]
+        return torch.tensor([*ratios, fill], dtype=torch.float64)
+
+    return estimate
 
 
 class TypeOutcome(BaseModel):
@@ -132,6 +163,7 @@ class HeteroTieringReport(BaseModel):
     epochs: int
     batches: int
     read_bytes_per_epoch: float
+    coverage: ReplayCoverage = Field(description="how much the replay covered and whether its figures are reliable")
     featureless_types: list[str] = Field(description="types whose rows are learned embeddings, not tiered")
     outcomes: list[HeteroScoreOutcome]
 
@@ -140,22 +172,28 @@ class HeteroTieringReport(BaseModel):
 
 
 def replay_hetero_reads(
-    dataset: PreparedDataset, *, fanouts: Sequence[str | int], batch_size: int, epochs: int, seed: int
-) -> tuple[torch.Tensor, int]:
-    """Reads of each node's row over `epochs` epochs of a one-rank job; (counts, batches)."""
+    dataset: PreparedDataset,
+    *,
+    fanouts: Sequence[str | int],
+    batch_size: int,
+    epochs: int | None,
+    seed: int,
+    estimate: Estimate | None = None,
+) -> AccessReplay:
+    """Reads of each node's row over a one-rank job's epochs (`replay_reads`: `epochs`, or None
+    until `estimate` settles)."""
     schema = dataset.manifest.hetero
     assert schema is not None
-    train = dataset.split("train")
-    plan = one_rank_plan(train, batch_size, epochs, seed)
     sampler = HeteroNeighborSampler(dataset.graph, dataset.array("edge_type"), schema, fanouts)
-    counts = torch.zeros(schema.num_nodes, dtype=torch.int64)
-    batches = 0
-    for epoch in range(epochs):
-        for _, seeds, sample_seed in plan.batches(train, epoch):
-            sub = sampler.sample(seeds, seed=sample_seed)
-            counts.index_add_(0, sub.node_ids, torch.ones_like(sub.node_ids))
-            batches += 1
-    return counts, batches
+    return replay_reads(
+        sampler,
+        dataset.split("train"),
+        schema.num_nodes,
+        batch_size=batch_size,
+        epochs=epochs,
+        seed=seed,
+        estimate=estimate,
+    )
 
 
 def build_hetero_tiering_report(
@@ -164,10 +202,11 @@ def build_hetero_tiering_report(
     budget: str,
     fanouts: Sequence[str | int] = ("10", "5"),
     batch_size: int = 1024,
-    epochs: int = 3,
+    epochs: int | None = None,
     seed: int = 0,
 ) -> HeteroTieringReport:
-    """Replay epochs once, then score each placement (as prepared, rpr, degree, oracle) at one byte budget."""
+    """Replay epochs once (`epochs` of them, or None: until the hit ratios settle), then score each
+    placement (as prepared, rpr, degree, source order, random, oracle) at one byte budget."""
     schema = dataset.manifest.hetero
     if schema is None:
         raise PlacementError(
@@ -179,10 +218,6 @@ def build_hetero_tiering_report(
     budget_bytes = parse_budget(budget, total_bytes=total, what="--budget")
     if budget_bytes > total:
         raise PlacementError(f"--budget {budget} is {budget_bytes:,} bytes, more than the {total:,} feature bytes")
-    reads, batches = replay_hetero_reads(dataset, fanouts=fanouts, batch_size=batch_size, epochs=epochs, seed=seed)
-    featured = [t for t in schema.node_types if not t.featureless]
-    read_bytes = {t.name: int(reads[t.offset : t.offset + t.count].sum()) * t.row_bytes for t in featured}
-    all_read = max(sum(read_bytes.values()), 1)
     n = schema.num_nodes
     candidates = {
         f"as prepared ({dataset.manifest.score.get('label', '?')})": dataset.scores,
@@ -190,12 +225,25 @@ def build_hetero_tiering_report(
         "degree": compute_scores(dataset.graph, ScoreSpec(kind="degree")),
         "source order": -dataset.new_to_old.to(torch.float64),
         "random": torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64),
-        "oracle": reads.to(torch.float64),
     }
-    oracle_hits = sum(_hit_bytes(schema, reads, candidates["oracle"], budget_bytes).values())
+    inside = {name: _inside_budget(schema, scores, budget_bytes) for name, scores in candidates.items()}
+    replay = replay_hetero_reads(
+        dataset,
+        fanouts=fanouts,
+        batch_size=batch_size,
+        epochs=epochs,
+        seed=seed,
+        estimate=_settling_figures(schema, inside, budget_bytes),
+    )
+    reads = replay.counts
+    inside["oracle"] = _inside_budget(schema, reads.to(torch.float64), budget_bytes)
+    featured = [t for t in schema.node_types if not t.featureless]
+    read_bytes = _read_bytes(schema, reads)
+    all_read = max(sum(read_bytes.values()), 1)
+    oracle_hits = sum(_hit_bytes(schema, reads, inside["oracle"]).values())
     outcomes = []
-    for name, scores in candidates.items():
-        hits = _hit_bytes(schema, reads, scores, budget_bytes)
+    for name, ids in inside.items():
+        hits = _hit_bytes(schema, reads, ids)
         outcomes.append(
             HeteroScoreOutcome(
                 score=name,
@@ -212,6 +260,7 @@ def build_hetero_tiering_report(
                 ],
             )
         )
+    rows_read = sum(int((reads[t.offset : t.offset + t.count] > 0).sum()) for t in featured)
     return HeteroTieringReport(
         dataset=dataset.name,
         budget=str(budget),
@@ -219,9 +268,10 @@ def build_hetero_tiering_report(
         featured_bytes=total,
         fanouts=[str(f) for f in fanouts],
         batch_size=batch_size,
-        epochs=epochs,
-        batches=batches,
-        read_bytes_per_epoch=all_read / epochs,
+        epochs=replay.epochs,
+        batches=replay.batches,
+        read_bytes_per_epoch=all_read / replay.epochs,
+        coverage=replay.coverage(rows_read=rows_read, budget_holds_them=_distinct_bytes(schema, reads) <= budget_bytes),
         featureless_types=[t.name for t in schema.node_types if t.featureless],
         outcomes=outcomes,
     )

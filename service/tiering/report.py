@@ -19,7 +19,7 @@ from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.placement import parse_budget
 from graphtier.service.prepared.dataset import PreparedDataset
 from graphtier.service.storage.dio_alignment import direct_io_alignment
-from graphtier.service.tiering.replay import AccessReplay, replay_access_counts
+from graphtier.service.tiering.replay import AccessReplay, ReplayCoverage, replay_access_counts
 from graphtier.service.tiering.storage_outlook import (
     StorageOutlook,
     WindowReplay,
@@ -54,6 +54,7 @@ class TieringReport(BaseModel):
     epochs: int
     batches: int
     reads_per_epoch: float
+    coverage: ReplayCoverage = Field(description="how much the replay covered and whether its figures are reliable")
     outcomes: list[ScoreOutcome]
     device_tiers_simulated: bool = True
     storage: StorageOutlook | None = Field(
@@ -98,18 +99,19 @@ def build_tiering_report(
     budget: str,
     fanouts: Sequence[int] = (15, 10, 5),
     batch_size: int = 1024,
-    epochs: int = 3,
+    epochs: int | None = None,
     seed: int = 0,
     row_bytes: int | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
+    on_batch: Callable[[int, int | None], None] | None = None,
     replay: AccessReplay | None = None,
     host_budget: str | None = None,
     window: int = 4,
 ) -> TieringReport:
-    """Replay epochs once, then score every placement against the same reads. With `host_budget`
-    (host-tier feature bytes after the device tier: a share or a size), also the storage tier's
-    expected reads, and those with look-ahead windows up to `window` batches deep (the replay is
-    then always run here: it must see every batch)."""
+    """Replay epochs once (`epochs` of them, or None: until the hit ratios settle, the rule of
+    `graphtier.service.tiering.replay`), then score every placement against the same reads. With
+    `host_budget` (host-tier feature bytes after the device tier: a share or a size), also the
+    storage tier's expected reads, and those with look-ahead windows up to `window` batches deep
+    (the replay is then always run here: it must see every batch)."""
     n = dataset.manifest.num_nodes
     assumed = False
     if row_bytes is None:
@@ -132,6 +134,8 @@ def build_tiering_report(
             dataset, host_budget, window, device_rows=budget_rows, row_bytes=row_bytes, assumed=assumed
         )
         replay = None
+    scores = placement_scores(dataset, fanouts)
+    orders = {name: torch.sort(score, descending=True, stable=True).indices for name, score in scores.items()}
     if replay is None:
         replay = replay_access_counts(
             dataset.graph,
@@ -140,6 +144,7 @@ def build_tiering_report(
             batch_size=batch_size,
             epochs=epochs,
             seed=seed,
+            estimate=lambda counts: _settling_figures(counts, orders, budget_rows),
             on_batch=on_batch,
             observe=storage.observe if storage else None,
         )
@@ -148,8 +153,7 @@ def build_tiering_report(
     oracle_order = torch.sort(counts, descending=True, stable=True).indices
     oracle_hits = int(counts[oracle_order[:budget_rows]].sum())
     outcomes = []
-    for name, score in {**placement_scores(dataset, fanouts), "oracle": counts.to(torch.float64)}.items():
-        order = oracle_order if name == "oracle" else torch.sort(score, descending=True, stable=True).indices
+    for name, order in {**orders, "oracle": oracle_order}.items():
         hits = int(counts[order[:budget_rows]].sum())
         outcomes.append(
             ScoreOutcome(
@@ -160,6 +164,7 @@ def build_tiering_report(
                 cumulative_share=cumulative_share(counts, order),
             )
         )
+    rows_read = int((counts > 0).sum())
     return TieringReport(
         dataset=dataset.name,
         num_nodes=n,
@@ -173,9 +178,20 @@ def build_tiering_report(
         epochs=replay.epochs,
         batches=replay.batches,
         reads_per_epoch=replay.total / replay.epochs,
+        coverage=replay.coverage(rows_read=rows_read, budget_holds_them=rows_read <= budget_rows),
         outcomes=outcomes,
         storage=storage.outlook(host_budget=str(host_budget), epochs=replay.epochs, num_nodes=n) if storage else None,
     )
+
+
+def _settling_figures(counts: torch.Tensor, orders: dict[str, torch.Tensor], budget_rows: int) -> torch.Tensor:
+    """The replay's estimate, float64 [len(orders) + 2]: each placement's device-tier hit ratio on
+    `counts`, the oracle's, and how full the rows read so far would fill the budget (at most 1)."""
+    total = max(int(counts.sum()), 1)
+    hits = [int(counts[order[:budget_rows]].sum()) for order in orders.values()]
+    hits.append(int(torch.sort(counts, descending=True).values[:budget_rows].sum()))
+    fill = min(int((counts > 0).sum()) / budget_rows, 1.0) if budget_rows else 1.0
+    return torch.tensor([h / total for h in hits] + [fill], dtype=torch.float64)
 
 
 def _window_replay(

@@ -7,6 +7,10 @@ of t's sampled in-edges (every relation together), the messages V_type(s) h_s W_
 with those weights, and the result mapped by t's output map and mixed with h_t by a learned
 gate (the skip connection). Node types without features enter through `HeteroInput`'s learned
 embeddings, as in `RGCN`.
+
+The layer computes what PyG's `HGTConv` computes, the reference implementation (checked with the
+same weights on the same typed blocks), except that a destination no relation reaches keeps a row:
+the gate's mix of its output bias and its input, where PyG drops the type.
 """
 
 from __future__ import annotations

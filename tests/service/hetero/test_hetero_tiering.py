@@ -14,6 +14,7 @@ from graphtier.service.graph.csc import build_csc
 from graphtier.service.hotness.scores import reverse_pagerank
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.tiering.hetero import build_hetero_tiering_report, split_budget
+from graphtier.service.tiering.replay import MIN_RELIABLE_BATCHES, SETTLED_WITHIN
 
 
 @pytest.fixture
@@ -74,24 +75,51 @@ def test_budget_beyond_the_feature_bytes_is_refused(hetero_dataset):
         build_hetero_tiering_report(hetero_dataset, budget="113", fanouts=["2"])
 
 
+def tiering_report(name: str, root, *args: str) -> subprocess.CompletedProcess:
+    """`graphtier dataset tiering-report NAME --out ROOT ARGS...` as a user runs it (exit status 0)."""
+    command = [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "tiering-report", name, "--out", str(root)]
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=True)
+
+
 def test_cli_reports_per_type(hetero_dataset, tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "graphtier.launcher.cli",
-            "dataset",
-            "tiering-report",
-            "heterogeneous",
-            "--out",
-            str(tmp_path / "ds"),
-        ]
-        + ["--budget", "50%", "--fanout", "paper-rev_cites-paper:2,venue-rev_published_in-paper:1;-1", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    fanout = "paper-rev_cites-paper:2,venue-rev_published_in-paper:1;-1"
+    done = tiering_report("heterogeneous", tmp_path / "ds", "--budget", "50%", "--fanout", fanout, "--json")
     report = json.loads(done.stdout)
     oracle = next(o for o in report["outcomes"] if o["score"] == "oracle")
     assert [t["node_type"] for t in oracle["per_type"]] == ["paper", "venue"] and oracle["ratio_to_oracle"] == 1.0
     assert report["fanouts"] == ["paper-rev_cites-paper:2,venue-rev_published_in-paper:1", "-1"]
+
+
+ACM_SHORT = ("--budget", "30%", "--fanout", "5,2")  # 60 train papers: one batch of 1024 an epoch
+
+
+def test_cli_says_a_short_replay_is_not_reliable(prepared_acm):
+    """Three epochs of ACM are three batches, whose few hundred paper rows a 30% budget holds: the
+    oracle is 100% by construction, and the report says how little it replayed and that."""
+    root = prepared_acm.directory.parent
+    report = json.loads(tiering_report("acm", root, *ACM_SHORT, "--epochs", "3", "--json").stdout)
+    coverage = report["coverage"]
+    assert (report["batches"], coverage["batches"], coverage["epochs"], coverage["stopped"]) == (3, 3, 3, "epochs")
+    assert next(o for o in report["outcomes"] if o["score"] == "oracle")["hit_ratio"] == 1.0
+    assert 60 < coverage["distinct_rows"] < prepared_acm.manifest.hetero.type_named("paper").count * 0.3
+    assert not coverage["reliable"] and "100% by construction" in coverage["warning"]
+    shown = " ".join(tiering_report("acm", root, *ACM_SHORT, "--epochs", "3").stdout.split())
+    assert f"replayed 3 batches (3 epochs, as --epochs asked), {coverage['distinct_rows']:,} distinct rows" in shown
+    assert f"NOT RELIABLE: only 3 batches replayed, fewer than the {MIN_RELIABLE_BATCHES}" in shown
+    assert "100% by construction" in shown and "omit --epochs" in shown
+
+
+def test_cli_replays_until_the_figures_settle_by_default(prepared_acm):
+    """Without --epochs the same report replays whole epochs until its figures settle: past the
+    minimum of batches and past the rows the budget holds, the oracle below 100%."""
+    root = prepared_acm.directory.parent
+    report = json.loads(tiering_report("acm", root, *ACM_SHORT, "--json").stdout)
+    coverage = report["coverage"]
+    assert coverage["reliable"] and coverage["warning"] is None and coverage["stopped"] == "settled"
+    assert coverage["batches"] == report["batches"] == report["epochs"] >= MIN_RELIABLE_BATCHES
+    assert coverage["drift"] <= SETTLED_WITHIN
+    assert coverage["distinct_rows"] > prepared_acm.manifest.hetero.type_named("paper").count * 0.3
+    assert 0.5 < next(o for o in report["outcomes"] if o["score"] == "oracle")["hit_ratio"] < 1.0
+    shown = " ".join(tiering_report("acm", root, *ACM_SHORT).stdout.split())
+    assert f"replayed {coverage['batches']} batches" in shown and "figures settled" in shown
+    assert "NOT RELIABLE" not in shown
