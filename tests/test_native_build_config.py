@@ -74,6 +74,7 @@ def test_a_mismatched_nvcc_skips_the_cuda_extension_with_one_line(tmp_path, monk
     assert len(said) == 1 and said[0].startswith("setup.py: torch is built for CUDA 12.8 but the nvcc under")
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_extensions_build_at_once_each_in_its_own_ninja_folder(tmp_path):
     """Two extensions through setup.py's build command: both compile before either finishes, in
     separate ninja folders (the first keeps build_temp itself, and so its cached objects)."""

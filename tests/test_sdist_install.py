@@ -37,6 +37,7 @@ def _build_sdist(out: Path) -> Path:
     return out / name
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_sdist_carries_every_build_input(tmp_path):
     sdist = _build_sdist(tmp_path)
     with tarfile.open(sdist) as tar:

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SIGINT_TEST = "tests/service/shm/test_shm_owner.py::test_sigint_unlinks_then_raises_keyboard_interrupt"
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_sigint_test_passes_under_an_ignored_sigint():
     result = subprocess.run(
         [sys.executable, "-m", "pytest", SIGINT_TEST, "-q", "-p", "no:cacheprovider", "--timeout", "60"],

@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent / "bench_sampler.py"
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_bench_sampler_quick_prints_table(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--cache-dir", str(tmp_path)],
@@ -39,6 +39,7 @@ def test_bench_sampler_quick_prints_table(tmp_path: Path) -> None:
         assert "setup_pyg.sh" in out  # tells how to get the baseline
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_bench_all_writes_one_json_and_table_and_the_docs_part(tmp_path: Path) -> None:
     # The quickest bench through `python -m tests.bench.all`: its figures land in results.json,
     # results.md and the generated part of a page, with baseline, target, load and command.

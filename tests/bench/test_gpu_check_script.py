@@ -205,6 +205,7 @@ def test_out_defaults_to_the_out_environment_variable(tmp_path):
     assert done.stdout.splitlines()[-1].startswith(f"archive: {tmp_path}/gpu-check-")
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_smoke_harness_refuses_unknown_checks_and_reports_a_refusal_with_its_error(tmp_path):
     smoke = [sys.executable, str(BENCH / "gpu_smoke.py")]
     bad = subprocess.run([*smoke, "--only", "versions,bogus"], capture_output=True, text=True, timeout=60)

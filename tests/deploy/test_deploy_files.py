@@ -185,6 +185,7 @@ def test_per_job_rules_and_alerts_keep_jobs_apart(tmp_path):
 
 
 @pytest.mark.skipif(bool(__import__("torch").version.cuda), reason="a CUDA torch: the GPU image's requirements")
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_cpu_image_takes_setups_requirements_but_the_gpu_tiers_packages():
     # deploy/container/requirements.py beside a CPU torch, as the CPU image's build runs it
     done = subprocess.run(

@@ -72,6 +72,7 @@ def test_trainjob_names_the_trainer_release_whose_crds_it_validates_against():
         )
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_strict_check_refuses_the_fields_older_trainers_had():
     """v2.1's podTemplateOverrides is gone since v2.2: a TrainJob with it must fail validation."""
     _, crds = _trainer_crds()

@@ -27,7 +27,7 @@ _WITHOUT_THE_PACKAGE = (
 
 
 @pytest.mark.parametrize("installed", [True, False], ids=["installed", "checkout-only"])
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_site_builds_strict_without_warnings(tmp_path, installed):
     """`mkdocs build --strict` fails on a broken link, a page left out of the nav, or an API
     page whose module cannot be collected; any WARNING it prints is a failure here too. It builds

@@ -38,7 +38,7 @@ def test_commands_without_a_daemon_say_so_and_fail(cli, tmp_path, command, expec
     assert result.stdout == ""  # nothing half-printed for a --json reader
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_start_status_metrics_stop(cli, tmp_path, small_rmat):
     run = tmp_path / "run"
     busy = socket.socket()

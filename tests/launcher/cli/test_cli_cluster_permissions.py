@@ -16,7 +16,7 @@ def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_runtime_dir_and_socket_are_private_even_under_umask_0(tmp_path, small_rmat):
     run = tmp_path / "run"
     run.mkdir(mode=0o755)

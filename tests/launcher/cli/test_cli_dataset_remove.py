@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 
 def _remove(root, name):
     return subprocess.run(
@@ -36,6 +38,7 @@ def test_remove_refuses_a_directory_graphtier_did_not_prepare(tmp_path):
     assert (root / "important" / "thesis.tex").read_text() == "years of work"
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_remove_refuses_a_borrowed_manifest_or_extra_files(tmp_path, small_rmat):
     root = tmp_path / "datasets"
     (root / "proj").mkdir(parents=True)

@@ -48,6 +48,7 @@ def cli(cora_root, tmp_path):
         reclaim_stale_segments()
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_submit_takes_the_scripts_job_defaults_under_its_flags(cli):
     for flags, epochs, batch_size in (((), 30, 64), (("--epochs", "1"), 1, 64)):
         sent = cli("job", "submit", "--dataset", "cora", "--script", EXAMPLES_DIR / "pyg_sage.py", *flags, "--json")

@@ -37,7 +37,7 @@ def test_a_usage_error_exits_2():
     assert unknown.returncode == 2 and "No such option" in " ".join(unknown.stderr.split())
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_invalid_input_exits_2_and_a_runtime_failure_1(tmp_path):
     bad_name = _run("dataset", "inspect", "../etc", "--out", tmp_path)
     assert bad_name.returncode == 2 and "invalid dataset name '../etc'" in bad_name.stderr
@@ -74,7 +74,7 @@ def daemon(tmp_path, small_rmat):
         reclaim_stale_segments()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_job_exit_statuses_through_a_daemon(tmp_path, daemon):
     script = tmp_path / "fails.py"
     script.write_text(SCRIPT_THAT_FAILS)

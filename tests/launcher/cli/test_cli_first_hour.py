@@ -28,6 +28,7 @@ def _graphtier(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_version_and_help_in_the_order_of_use():
     shown = _graphtier("--version")
     assert shown.returncode == 0 and shown.stdout == f"graphtier {version('graphtier')}\n"

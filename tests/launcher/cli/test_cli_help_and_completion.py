@@ -74,6 +74,7 @@ def _from_bash(argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     return subprocess.run(["bash", "-c", f"{argv}; exit $?"], capture_output=True, text=True, env=env, timeout=60)
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_shell_completion_is_shown_installed_and_answers(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
     shown = _from_bash(f"{SCRIPT} --show-completion", env)

@@ -272,7 +272,7 @@ def test_producer_gpu_share_options_out_of_range_or_without_a_gpu_are_refused_in
     assert bad.exit_code == 2 and "producer_sm_share: Input should be greater than 0" in bad.output
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_daemon_refuses_mps_it_cannot_give_before_anything_runs(cli, tmp_path, small_rmat, monkeypatch):
     """No nvidia-cuda-mps-control on the daemon's PATH and no control daemon at its pipe directory:
     `--mps manage` and `--mps use` are refused at submit, one line each, exit 2."""

@@ -60,6 +60,7 @@ def _one_line_error(done: subprocess.CompletedProcess, text: str, status: int = 
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_out_of_range_npz_indices_name_the_file(tmp_path):
     _npz(tmp_path / "bad.npz", bad_index=True)
     _one_line_error(
@@ -68,7 +69,7 @@ def test_out_of_range_npz_indices_name_the_file(tmp_path):
     )
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_an_unwritable_target_names_the_path(tmp_path):
     _npz(tmp_path / "ok.npz")
     _one_line_error(_prepare(tmp_path / "ok.npz", Path("/proc/graphtier-test")), "/proc/graphtier-test", status=1)

@@ -50,7 +50,7 @@ def _dead_pid() -> int:
     return gone.pid
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_overwrite_replaces_a_prepared_dataset_and_leaves_no_trash(tmp_path):
     root = tmp_path / "datasets"
     assert _prepare(root, "graph").returncode == 0
@@ -62,7 +62,7 @@ def test_overwrite_replaces_a_prepared_dataset_and_leaves_no_trash(tmp_path):
 
 
 @pytest.mark.parametrize("under_out", [False, True], ids=["dataset-root", "out-dir"])
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_overwrite_refuses_a_plain_directory_of_the_users(tmp_path, under_out):
     root = tmp_path / ("some-dir" if under_out else "datasets")
     (root / "mydir").mkdir(parents=True)
@@ -74,7 +74,7 @@ def test_overwrite_refuses_a_plain_directory_of_the_users(tmp_path, under_out):
     assert sorted(p.name for p in root.iterdir()) == ["mydir"]  # no temporary left behind
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_overwrite_refuses_a_link_named_like_the_dataset_and_leaves_its_target(tmp_path):
     root, home = tmp_path / "datasets", tmp_path / "home"
     (home / "papers").mkdir(parents=True)
@@ -87,7 +87,7 @@ def test_overwrite_refuses_a_link_named_like_the_dataset_and_leaves_its_target(t
     assert [p.name for p in root.iterdir()] == ["graph"]
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_overwrite_refuses_a_link_even_to_a_prepared_dataset(tmp_path):
     """A link's target is someone's: even a dataset elsewhere is not replaced through a link in the root."""
     elsewhere, root = tmp_path / "elsewhere", tmp_path / "datasets"
@@ -99,7 +99,7 @@ def test_overwrite_refuses_a_link_even_to_a_prepared_dataset(tmp_path):
     assert (elsewhere / "graph" / "manifest.json").is_file() and (root / "graph").is_symlink()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_overwrite_refuses_a_dataset_directory_holding_a_users_file(tmp_path):
     """A file graphtier did not write makes the directory partly the user's: refused, both kept."""
     root = tmp_path / "datasets"
@@ -113,7 +113,7 @@ def test_overwrite_refuses_a_dataset_directory_holding_a_users_file(tmp_path):
     assert (root / "graph" / "manifest.json").read_bytes() == before
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_overwrite_keeps_a_tiering_report_graphtier_wrote(tmp_path):
     """`tiering-report` writes its figure into the dataset directory: that file is graphtier's."""
     root = tmp_path / "datasets"
@@ -124,7 +124,7 @@ def test_overwrite_keeps_a_tiering_report_graphtier_wrote(tmp_path):
     assert not (root / "graph" / "tiering-report.png").exists()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_overwrite_refuses_a_dataset_of_another_name(tmp_path):
     root = tmp_path / "datasets"
     assert _prepare(root, "graph").returncode == 0
@@ -134,7 +134,7 @@ def test_overwrite_refuses_a_dataset_of_another_name(tmp_path):
     assert (root / "other" / "manifest.json").is_file()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_out_at_the_file_system_root_or_a_home_is_refused(tmp_path):
     """`--out /` and `--out $HOME`: an existing directory there is never the dataset to replace."""
     refused = _prepare(Path("/"), "proc")  # a directory no rename can move, even if the check failed
@@ -164,7 +164,7 @@ def test_leftover_trash_links_are_unlinked_and_their_targets_kept(tmp_path):
     assert (target / "keep.txt").read_text() == "mine"
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_remove_shares_the_check_and_reclaims_nothing_of_the_users(tmp_path):
     root = tmp_path / "datasets"
     assert _prepare(root, "graph").returncode == 0

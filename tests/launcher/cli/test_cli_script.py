@@ -65,7 +65,7 @@ def test_a_yaml_spec_names_its_script_relative_to_itself(tmp_path):
         JobSpec.build({"dataset": "cora", "script": "train.py"})
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_submit_a_script_with_budget_flags_and_follow_it(cli, tmp_path, small_rmat):
     run = tmp_path / "run"
     started = cli("cluster", "start", "--runtime-dir", run, "--dataset-root", small_rmat.directory.parent, "--json")

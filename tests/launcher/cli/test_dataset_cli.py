@@ -39,7 +39,7 @@ def home(tmp_path_factory):
     return home
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_prepare_list_inspect_json(home, shared_datasets):
     done = graphtier(
         "dataset", "prepare", f"planetoid:{shared_datasets}/planetoid_cora", "--name", "cora", "--json", home=home
@@ -55,7 +55,7 @@ def test_prepare_list_inspect_json(home, shared_datasets):
     assert "cora" in human.stderr + human.stdout
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_tiering_report_json_and_png(home, tmp_path):
     png = tmp_path / "fig.png"
     done = graphtier(
@@ -85,6 +85,7 @@ def test_tiering_report_json_and_png(home, tmp_path):
     assert "oracle" in table.stdout and "accounted" in table.stdout and "storage tier" not in table.stdout
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_tiering_report_without_matplotlib_skips_only_the_figure(home, tmp_path):
     """An install without the `plots` extra (the container image): the report in full, one line on the figure."""
     png = tmp_path / "fig.png"
@@ -114,7 +115,7 @@ def test_tiering_report_without_matplotlib_skips_only_the_figure(home, tmp_path)
     assert not png.exists() and not list(tmp_path.iterdir())
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_tiering_report_gives_the_storage_tiers_reads_at_a_host_budget(home):
     args = (
         "dataset",
@@ -157,7 +158,7 @@ def test_tiering_report_gives_the_storage_tiers_reads_at_a_host_budget(home):
         (["inspect", "nope"], "no dataset named 'nope'"),
     ],
 )
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_bad_input_exits_2_with_a_clear_message(home, args, message):
     before = sorted(p.name for p in (home / "datasets").iterdir())
     done = graphtier("dataset", *args, home=home, check=False)

@@ -48,7 +48,7 @@ def test_more_cuda_ranks_than_gpus_is_refused_naming_the_option():
         demo_placement(-1)
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_real_daemon_reports_its_gpus_and_the_demo_fits_them(tmp_path):
     from graphtier.launcher.client import DaemonClient
 

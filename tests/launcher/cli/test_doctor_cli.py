@@ -75,6 +75,7 @@ def test_transparent_hugepages_are_what_the_kernel_says(report):
     assert check.status == ("ok" if huge else "unavailable")
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_table_fits_80_columns_and_names_every_check(report):
     done = _doctor(columns=80)
     assert done.returncode == 0, done.stderr

@@ -96,7 +96,7 @@ def _final_job(run: Path, before: set[str], timeout_s: float = 30.0):
     return job
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_torchrun_of_a_users_script_registers_trains_and_ends_its_job(daemon, tmp_path):
     script, before = EXAMPLES / "sage_blocks.py", _job_ids(daemon)
     done = subprocess.run(
@@ -124,6 +124,7 @@ def test_torchrun_of_a_users_script_registers_trains_and_ends_its_job(daemon, tm
     assert listed_jobs[job.job_id]["state"] == "succeeded", listed.stdout + listed.stderr
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_plain_python_is_one_rank_maps_ids_back_and_its_exception_fails_the_job(daemon, tmp_path, shared_datasets):
     script, before = tmp_path / "train.py", _job_ids(daemon)
     script.write_text(
@@ -148,7 +149,7 @@ def test_plain_python_is_one_rank_maps_ids_back_and_its_exception_fails_the_job(
     assert json.loads((tmp_path / "test_ids.json").read_text()) == sorted(int(i) for i in index)  # the source's
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_rank_killed_mid_job_fails_the_job_instead_of_leaving_it_running(daemon, tmp_path):
     script, before = tmp_path / "train.py", _job_ids(daemon)
     script.write_text(

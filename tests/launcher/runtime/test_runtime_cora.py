@@ -24,6 +24,7 @@ def cora(shared_datasets, prepared_root) -> PreparedDataset:
     return PreparedDataset.open("cora", prepared_root)
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_graphsage_on_cora_matches_the_literature(cora):
     seed = int(os.environ.get("GRAPHTIER_TEST_SEED", "0"))
     source = LocalBatchSource(cora, [25, 10], 64, seed=seed)

@@ -89,7 +89,7 @@ def _train_and_test(train, val, test, in_dim: int, classes: int, epochs: int = 3
     return best_test
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_pyg_graphsage_on_cora_from_a_pyg_data(shared_datasets):
     data: Data = read_planetoid_data(str(shared_datasets / "planetoid_cora"), "cora")  # PyG's own reader, no download
     torch.manual_seed(0)
@@ -102,7 +102,7 @@ def test_pyg_graphsage_on_cora_from_a_pyg_data(shared_datasets):
     assert test >= 0.78
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_pyg_graphsage_on_cora_from_graphtier_stores(shared_datasets, prepared_root):
     if not (prepared_root / "cora").exists():
         prepare_dataset(

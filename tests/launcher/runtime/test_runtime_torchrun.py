@@ -63,7 +63,7 @@ def _assert_identical(states) -> None:
         assert torch.equal(states[0][key], states[1][key]), f"replicas differ in {key}"
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_two_ranks_train_disjoint_shards_into_identical_replicas(small_rmat, tmp_path):
     out = tmp_path / "ddp"
     out.mkdir()
@@ -86,7 +86,7 @@ def test_two_ranks_train_disjoint_shards_into_identical_replicas(small_rmat, tmp
     assert records[0]["final_eval"] == records[1]["final_eval"] and 0.0 < records[0]["final_eval"]["test"] <= 1.0
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_killed_rank_resumes_from_the_last_checkpoint(small_rmat, tmp_path):
     out = tmp_path / "restart"
     out.mkdir()
@@ -114,7 +114,7 @@ def test_killed_rank_resumes_from_the_last_checkpoint(small_rmat, tmp_path):
     assert not (out / "ckpt-rank1").exists()  # rank 1 (local rank 1) never writes one
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_ranks_with_uneven_batch_counts_neither_hang_nor_diverge(small_rmat, tmp_path):
     out = tmp_path / "uneven"
     out.mkdir()

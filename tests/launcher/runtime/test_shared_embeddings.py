@@ -50,7 +50,7 @@ def _run_until_reported(out: Path) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_two_ranks_share_one_table_updated_as_one_process_would(tmp_path):
     records = _run_until_reported(tmp_path)
     assert all(r["shared"] and r["restored"] for r in records)  # a checkpoint restores into the shared table

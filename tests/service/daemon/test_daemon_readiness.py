@@ -33,7 +33,7 @@ def _datagrams(sock: socket.socket, until: str, timeout_s: float = 60.0) -> list
     return got
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_ready_is_sent_once_serving_then_watchdog_pings_and_stopping(
     tmp_path, small_rmat, monkeypatch, daemon_processes
 ):
@@ -57,7 +57,7 @@ def test_ready_is_sent_once_serving_then_watchdog_pings_and_stopping(
     listener.close()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_notify_socket_nobody_reads_never_stops_the_daemon(tmp_path, small_rmat, monkeypatch, daemon_processes):
     """A Unix datagram socket queues 10 datagrams (net.unix.max_dgram_qlen) for a reader that lags;
     the watchdog pings (every 0.05 s here) fill it within a second, and the daemon must still answer
@@ -126,7 +126,7 @@ def test_the_scratch_directory_is_removed_after_multiprocessings_own_clean_up(tm
     assert not (tmp_path / "tmp").exists()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
     group = grp.getgrgid(os.getgid()).gr_name
     run = tmp_path / "run"
@@ -172,7 +172,7 @@ def test_a_socket_group_opens_the_socket_to_its_members(tmp_path):
     assert bad.returncode == 2 and "no Unix group named 'no-such-group-xyz'" in bad.stderr
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_live_socket_is_never_taken_over_and_foreign_directories_keep_their_mode(
     tmp_path, small_rmat, daemon_processes
 ):
@@ -211,7 +211,7 @@ def test_a_live_socket_is_never_taken_over_and_foreign_directories_keep_their_mo
     assert "Traceback" not in first.log()  # a clean stop is quiet
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_daemon_whose_runtime_dir_is_removed_stops_and_unlinks_its_segments(tmp_path, small_rmat):
     """`rm -rf` of the home under a running daemon (a test's tmp dir, a user's cleanup) used to leave
     it running unreachable forever, holding its datasets in /dev/shm."""

@@ -51,6 +51,7 @@ def test_tcp_needs_tls_and_the_token(daemon_processes, small_rmat):
     assert _status(endpoints)["endpoints"]["tcp_security"] == "tls+token"
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_insecure_tcp_is_plaintext_but_still_token_checked_and_warned(daemon_processes, small_rmat):
     daemon = daemon_processes(small_rmat.directory.parent, "--tcp", "127.0.0.1:0", "--insecure")
     endpoints = daemon.start()
@@ -106,7 +107,7 @@ def test_daemon_settings_that_cannot_work_are_refused_with_one_clear_line(tmp_pa
     assert "{" not in result.stderr  # no config dump
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_certificate_and_key_that_do_not_match_are_named(tmp_path):
     from graphtier.service.daemon.credentials import ensure_self_signed
 
@@ -136,7 +137,7 @@ def test_a_certificate_and_key_that_do_not_match_are_named(tmp_path):
     assert f"TLS certificate {cert_a} and key {key_b} are not a usable pair" in result.stderr
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_user_token_acts_as_its_user_on_its_own_jobs_only(daemon_processes, small_rmat, tmp_path):
     """--user-tokens: a TCP caller presenting alice's token is alice (owner of the jobs she makes, refused
     bob's); the daemon's token stays the admin's. A file others may read, or a short token, is refused at

@@ -36,7 +36,7 @@ def test_a_users_tmp_in_the_runtime_dir_is_kept_and_refused(tmp_path, small_rmat
     assert not (home / "daemon.lock").exists() and not (home / "endpoints.json").exists()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_killed_daemons_scratch_is_removed(tmp_path, small_rmat, daemon_processes):
     first = daemon_processes(small_rmat.directory.parent)
     first.start()

@@ -129,7 +129,7 @@ def test_nvcc_reports_a_spilling_kernel_that_the_parser_catches(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_every_cuda_source_compiles_for_hopper_and_no_kernel_spills(tmp_path):
     report = compile_sources(tmp_path, "sm_90", NVCC)
     compiled = {s.source: s for s in report.sources}

@@ -55,6 +55,7 @@ def test_module_imports(module):
     importlib.import_module(module)
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_importing_every_module_touches_no_cuda():
     """In a fresh interpreter: no cuda-python module beyond what torch itself loads, our runtime binding
     never fetched, torch's CUDA uninitialised."""

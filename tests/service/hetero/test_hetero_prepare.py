@@ -136,7 +136,7 @@ def test_prepare_writes_hetero_dataset_reordered_per_type(hetero_root, tmp_path)
     assert {(s - paper.offset, d - paper.offset) for s, d, t in edges if t == cites} == set(CITES)
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_cli_prepares_and_says_types(hetero_root, graphtier_home):
     cli = [sys.executable, "-m", "graphtier.launcher.cli"]
     done = subprocess.run(

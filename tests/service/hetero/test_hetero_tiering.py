@@ -81,6 +81,7 @@ def tiering_report(name: str, root, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*command, *args], capture_output=True, text=True, check=True)
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_cli_reports_per_type(hetero_dataset, tmp_path):
     fanout = "paper-rev_cites-paper:2,venue-rev_published_in-paper:1;-1"
     done = tiering_report("heterogeneous", tmp_path / "ds", "--budget", "50%", "--fanout", fanout, "--json")
@@ -93,6 +94,7 @@ def test_cli_reports_per_type(hetero_dataset, tmp_path):
 ACM_SHORT = ("--budget", "30%", "--fanout", "5,2")  # 60 train papers: one batch of 1024 an epoch
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_cli_says_a_short_replay_is_not_reliable(prepared_acm):
     """Three epochs of ACM are three batches, whose few hundred paper rows a 30% budget holds: the
     oracle is 100% by construction, and the report says how little it replayed and that."""
@@ -109,6 +111,7 @@ def test_cli_says_a_short_replay_is_not_reliable(prepared_acm):
     assert "100% by construction" in shown and "omit --epochs" in shown
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_cli_replays_until_the_figures_settle_by_default(prepared_acm):
     """Without --epochs the same report replays whole epochs until its figures settle: past the
     minimum of batches and past the rows the budget holds, the oracle below 100%."""

@@ -187,6 +187,7 @@ print(json.dumps({"values": values, "reopened": reopened, "size": len(mapping)})
 """
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_another_process_opens_host_memory_and_writes_through_a_passed_read_write_fd(socket_dir):
     """A fresh process (it inherits no fd) opens the handle by name without a copy, and writes into
     the sealed segment through the read-write fd passed to it, where reopening the file would fail."""

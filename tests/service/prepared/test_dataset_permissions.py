@@ -37,6 +37,7 @@ def test_a_dataset_is_readable_by_its_owner_only(tmp_path):
     assert stat.S_IMODE((tmp_path / "datasets").stat().st_mode) == 0o700  # the root it made, too
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_dataset_group_lets_that_group_read_it(tmp_path):
     group = grp.getgrgid(os.getgid()).gr_name  # a group this user belongs to
     done = subprocess.run(

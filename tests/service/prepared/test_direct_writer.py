@@ -121,6 +121,7 @@ def test_a_short_stream_is_refused_and_its_writer_stopped(tmp_path):
         NpyStreamWriter(tmp_path / "d.npy", (), np.int64)
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_write_the_disk_refuses_is_an_error_naming_the_file(tmp_path):
     """A real refusal by the kernel (the file-size limit, EFBIG), in a child whose limit it is."""
     script = textwrap.dedent(f"""

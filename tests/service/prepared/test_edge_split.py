@@ -80,6 +80,7 @@ def test_a_split_too_small_for_its_shares_names_the_graph():
         split_edges(3, src, dst, EdgeSplitSpec(fractions=(0.8, 0.1, 0.1)), undirected=True, origin="tiny")
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_cli_bad_edge_split_exits_2_and_writes_nothing(tmp_path, shared_datasets):
     result = subprocess.run(
         [sys.executable, "-m", "graphtier.launcher.cli", "dataset", "prepare",

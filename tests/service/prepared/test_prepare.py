@@ -113,6 +113,7 @@ def _wait_for_tmp(root, proc, timeout=60):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_interrupt_while_writing_leaves_nothing(tmp_path, sig, code):
     proc = _start_prepare(tmp_path, 17)
     _wait_for_tmp(tmp_path, proc)

@@ -122,7 +122,7 @@ def test_ogb_is_byte_identical(tmp_path):
     _check_paths(tmp_path / "root", f"ogb:{ogb}", work=16 << 10)
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_npz_and_planetoid_are_byte_identical(tmp_path, shared_datasets):
     _check_paths(
         tmp_path / "npz",
@@ -167,6 +167,7 @@ def _cli(*args, root):
     "budget, message",
     [("3XB", "--memory-budget: budget '3XB' has unknown unit"), ("10MiB", "too small to make progress")],
 )
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_bad_budget_exits_2_with_one_line(tmp_path, budget, message):
     done = _cli("--name", "b", "--scale", "8", "--memory-budget", budget, root=tmp_path)
     assert done.returncode == 2, done.stderr
@@ -175,6 +176,7 @@ def test_bad_budget_exits_2_with_one_line(tmp_path, budget, message):
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_budget_too_small_for_the_node_count_is_refused_before_work(tmp_path):
     done = _cli("--name", "b", "--scale", "24", "--memory-budget", "600MiB", root=tmp_path)
     assert done.returncode == 2
@@ -182,7 +184,7 @@ def test_a_budget_too_small_for_the_node_count_is_refused_before_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_peak_memory_stays_under_the_budget_in_a_real_process(tmp_path):
     """Scale 16 with 768-dim features needs ~0.9 GiB in memory; under a 450 MiB budget it stays within it."""
     args = ("--scale", "16", "--feature-dim", "768", "--undirected", "--json")
@@ -199,6 +201,7 @@ def test_peak_memory_stays_under_the_budget_in_a_real_process(tmp_path):
     }
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_peak_is_the_process_own_not_its_parents(tmp_path):
     """ru_maxrss carries a parent's peak across exec (the full suite's pytest reached 600+ MiB): not used."""
     ballast = np.ones(400 << 20, np.uint8)  # this process's peak: above 400 MiB, a small prepare's is ~280 MiB
@@ -208,7 +211,7 @@ def test_the_peak_is_the_process_own_not_its_parents(tmp_path):
     del ballast
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_interrupt_while_spilling_leaves_nothing(tmp_path):
     cmd = [
         sys.executable,

@@ -13,6 +13,7 @@ from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.naming import SegmentName, token_namespace
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_owner_tokens_start_with_the_namespace_which_children_inherit():
     namespace = os.environ["GRAPHTIER_SHM_NAMESPACE"]
     with SegmentOwner() as owner:

@@ -187,6 +187,7 @@ def test_forked_child_never_unlinks_its_parents_segments(children) -> None:
         assert _exists(name)
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_interpreter_exit_unlinks_an_unclosed_owner(children) -> None:
     proc = children.start(
         """

@@ -123,6 +123,7 @@ def test_shared_npz_edges_and_features_are_scipys(shared_datasets, name):
     assert torch.equal(g.features, torch.from_numpy(attr.toarray().astype(np.float32)))
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_readers_load_the_shared_files_with_scipy_unimportable(shared_datasets):
     script = f"""
 import sys

@@ -90,6 +90,7 @@ def test_pubmed_missing_allx(shared_datasets):
     ]
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_prepare_says_how_many_nodes_and_which_splits_have_no_features(shared_datasets, tmp_path):
     done = subprocess.run(
         [

@@ -56,6 +56,7 @@ def _said(done) -> str:
     return " ".join((done.stdout + done.stderr).split())
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_sparse_labels_are_remapped_to_dense_classes_with_a_note_and_the_mapping_kept(tmp_path):
     labels = np.array([0, 5, 1_000_000_000], dtype=np.int64)[np.arange(60) % 3]
     labels[4] = -1  # unlabelled stays unlabelled
@@ -75,7 +76,7 @@ def test_sparse_labels_are_remapped_to_dense_classes_with_a_note_and_the_mapping
     assert np.array_equal(prepared, expect)
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_num_classes_keeps_labels_as_given_and_refuses_one_outside_naming_value_and_node(tmp_path):
     labels = np.arange(50, dtype=np.int64) % 5 * 2  # 0, 2, 4, 6, 8: gaps, kept under a declared bound
     done = _prepare(tmp_path, labels, "--num-classes", "9")
@@ -95,7 +96,7 @@ def test_num_classes_keeps_labels_as_given_and_refuses_one_outside_naming_value_
     assert not (tmp_path / "out" / "over").exists()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_negative_label_is_refused_naming_value_and_node(tmp_path):
     labels = np.arange(50, dtype=np.int64) % 3
     labels[17] = -4
@@ -106,6 +107,7 @@ def test_a_negative_label_is_refused_naming_value_and_node(tmp_path):
         assert not (tmp_path / "out" / "neg").exists()
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_num_classes_for_a_source_without_labels_is_refused(tmp_path):
     path = tmp_path / "e.txt"
     path.write_text("".join(f"{i} {(i * 7 + 1) % 40}\n" for i in range(40)))
@@ -150,6 +152,7 @@ def test_edge_list_labels_name_the_files_own_node_id(tmp_path):
     assert int(graph.labels[11]) == 3
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_graph_of_isolated_nodes_is_called_what_it_is(tmp_path):
     n = 30
     adj = sp.csr_matrix((n, n))

@@ -36,6 +36,7 @@ def _reference_rmat_edges(scale, num_edges, generator, a, b, c):
         (32, 999, (0.57, 0.19, 0.19)),
     ],
 )
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_bit_plane_generator_draws_what_the_reference_draws(scale, num_edges, abc):
     a, b, c = abc
     want = _reference_rmat_edges(scale, num_edges, torch.Generator().manual_seed(5), a, b, c)

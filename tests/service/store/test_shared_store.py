@@ -34,6 +34,7 @@ def _run_child(code: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_attach_in_another_process_sees_the_same_bytes(small_rmat):
     plan = _plan(small_rmat)
     assert 0 < plan.replicated_end < plan.interleaved_end < plan.host_end < plan.num_nodes
@@ -106,6 +107,7 @@ def test_attach_after_owner_closed_names_the_segment(small_rmat):
         attach_dataset(handle)
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_owner_killed_leaves_segments_that_the_next_owner_reclaims(small_rmat):
     child = subprocess.Popen(
         [
@@ -145,6 +147,7 @@ def test_owner_killed_leaves_segments_that_the_next_owner_reclaims(small_rmat):
     assert not os.path.exists(f"/dev/shm/{handle.row.name}")
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_owner_keeps_no_second_copy_mapped(small_rmat):
     """After copying into shm, the owner drops its mappings of the dataset files (a fresh process, so
     no other test's mapping of the same file counts)."""

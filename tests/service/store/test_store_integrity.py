@@ -157,6 +157,7 @@ def test_an_intact_dataset_loads_and_verification_can_be_skipped(dataset_copy):
         assert store.verify_seconds == 0
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_loaded_segments_are_read_only_by_mode_and_mapping(small_rmat):
     import signal
     import stat

@@ -161,7 +161,7 @@ def test_a_node_killed_mid_job_ends_it_naming_the_node_and_leaves_nothing(test_c
     assert _live_segment_owners() <= {a.process.pid}  # the survivor's dataset only: no producer's slots left
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_node_with_another_dataset_version_or_none_is_refused_by_name(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add([small_rmat.directory])
     manifest = b.dataset_root / "rmat12" / "manifest.json"

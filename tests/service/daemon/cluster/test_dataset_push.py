@@ -36,7 +36,7 @@ def _stub(test_cluster, node):
     return channel, cluster_pb2_grpc.ClusterServiceStub(channel), metadata
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_push_copies_a_dataset_exactly_and_refuses_to_overwrite_another_version(test_cluster, small_rmat):
     a, b = test_cluster.add([small_rmat.directory]), test_cluster.add()
     test_cluster.start()
@@ -67,6 +67,7 @@ def test_push_copies_a_dataset_exactly_and_refuses_to_overwrite_another_version(
     assert unknown.exit_code == 2 and "node 'nowhere' is not in this daemon's cluster" in unknown.output
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_cut_or_corrupt_stream_leaves_nothing_on_the_receiver(test_cluster, small_rmat):
     b = test_cluster.add()
     test_cluster.start()

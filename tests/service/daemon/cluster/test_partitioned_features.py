@@ -222,7 +222,7 @@ def test_bad_feature_specs_are_refused_naming_why(values, problem):
     assert replicated_rows(1000, "1GiB", 64) == 1000 and replicated_rows(1000, "0", 64) == 0
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_fetch_rows_serves_owned_rows_only_and_refuses_strangers(test_cluster, small_rmat, tmp_path):
     a, b, script = _two_nodes(test_cluster, small_rmat, tmp_path)
     out = tmp_path / "held"

@@ -115,7 +115,7 @@ def test_the_shm_budget_unloads_idle_datasets_least_recently_used_first(root):
         registry.close()
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_dataset_unload_command_frees_a_loaded_dataset(daemon_processes, small_rmat):
     from graphtier.launcher.client.data_plane import DataPlaneClient
 

@@ -13,6 +13,7 @@ from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.service.prepared.npy_io import npy_data_offset
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_the_daemon_refuses_a_corrupt_dataset_naming_the_file(tmp_path, small_rmat, daemon_processes):
     root = tmp_path / "datasets"
     shutil.copytree(small_rmat.directory, root / "rmat12")

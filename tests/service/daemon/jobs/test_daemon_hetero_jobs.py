@@ -22,7 +22,7 @@ def _run(client: DataPlaneClient, spec: JobSpec):
     return final
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_hetero_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_acm):
     with DataPlaneClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
         for spec, why in (

@@ -73,7 +73,7 @@ def _cora_spec(**overrides) -> JobSpec:
     return JobSpec(**{**values, **overrides})
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_cora_jobs_exported_model_reproduces_its_test_accuracy(daemon_processes, cora, tmp_path):
     daemon = daemon_processes(cora.directory.parent)
     endpoints = daemon.start()
@@ -137,7 +137,7 @@ def test_a_cora_jobs_exported_model_reproduces_its_test_accuracy(daemon_processe
     assert f"tensorboard --logdir \\\n      {tensorboard_dir(Path(job.log_path).parent)}\n" in shown.stderr
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_export_is_refused_naming_why_for_a_failed_or_unknown_job(daemon_processes, cora, tmp_path):
     daemon = daemon_processes(cora.directory.parent)
     endpoints = daemon.start()
@@ -197,7 +197,7 @@ def test_retention_removes_the_oldest_models_and_nothing_else(daemon_processes, 
     assert "the newest 2 succeeded jobs' models" in shown.stdout
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_history_is_in_status_json_survives_a_restart_and_is_in_csv_and_tensorboard(daemon_processes, cora, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

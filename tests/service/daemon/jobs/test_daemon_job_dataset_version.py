@@ -15,7 +15,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client.data_plane import DataPlaneClient
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_ranks_get_the_version_their_job_started_with(daemon_processes, small_rmat, tmp_path):
     root = tmp_path / "datasets"
     shutil.copytree(small_rmat.directory, root / "rmat12")

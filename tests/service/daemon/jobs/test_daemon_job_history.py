@@ -90,6 +90,7 @@ def test_an_ended_job_keeps_its_figures_once_retired_and_under_the_next_daemon(d
     assert second.terminate() == 0
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_job_store_from_a_newer_graphtier_is_refused(tmp_path):
     state = tmp_path / "state"
     state.mkdir()

@@ -38,7 +38,7 @@ def _client(daemon) -> DaemonClient:
     return DaemonClient(runtime_dir=daemon.config.runtime_dir)
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_two_rank_job_succeeds_and_reports_accuracy(inproc_daemon):
     spec = JobSpec(dataset="rmat12", fanouts=[5, 5], batch_size=128, hidden=32, epochs=2, nproc_per_node=2, name="ok")
     with _client(inproc_daemon) as client:

@@ -16,7 +16,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client import DaemonClient
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_job_on_remapped_labels_trains_over_the_dense_classes_and_notes_it(daemon_processes, tmp_path):
     n = 600
     rng = np.random.default_rng(0)

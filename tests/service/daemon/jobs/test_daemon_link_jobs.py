@@ -55,7 +55,7 @@ def _run(daemon, spec: JobSpec):
     return job, final
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_two_rank_link_job_reports_auc_mrr_and_hits(inproc_daemon, cora_link):
     spec = JobSpec(
         dataset="cora-link", task="link", fanouts=[5, 5], batch_size=512, hidden=64, epochs=2, lr=0.01,
@@ -80,7 +80,7 @@ def test_two_rank_link_job_reports_auc_mrr_and_hits(inproc_daemon, cora_link):
     assert _result_columns(final.result) == (f"{metrics['val_auc']:.4f} auc", f"{metrics['test_auc']:.4f} auc")
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_featureless_link_job_learns_embeddings(inproc_daemon, featureless_link):
     assert featureless_link.manifest.link_split["node_inputs"] == "learned embeddings"
     spec = JobSpec(
@@ -98,7 +98,7 @@ def test_featureless_link_job_learns_embeddings(inproc_daemon, featureless_link)
     assert final.result.metrics["test_hits@50"] > 0.2
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_hetero_link_job_trains_rgcn_on_the_target_relation(inproc_daemon, acm_link):
     """ACM's paper-has_subject-subject by 2 ranks: heterogeneous producers seed batches with the relation's
     train edges and subject negatives, R-GCN and an MLP decoder score them."""

@@ -40,7 +40,7 @@ def test_nan_features_fail_the_job_naming_rank_and_step(daemon_processes, small_
     assert "rank 0" in job.message and "the loss is nan at step 1 (epoch 0, batch 1)" in job.message
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_skip_step_skips_the_bad_steps_and_the_job_succeeds_saying_so(daemon_processes, small_rmat, tmp_path):
     root = tmp_path / "datasets"
     shutil.copytree(small_rmat.directory, root / "rmat12")

@@ -46,7 +46,7 @@ def _epoch_rates(log: str) -> list[float]:
     return [float(r) for epoch, r in re.findall(r"\] epoch (\d+) trained: .* ([\d.]+) batches/s", log) if epoch != "0"]
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
     builtin, _ = _run(inproc_daemon, JobSpec(**SPEC))
     custom, events = _run(
@@ -100,6 +100,7 @@ def test_own_graphsage_script_trains_like_the_builtin_one(inproc_daemon):
     assert rates["script"] >= 0.5 * rates["builtin"]  # a loose bound: tests/bench/bench_script_api.py measures
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_script_that_raises_fails_its_job_with_the_exception_line(inproc_daemon, tmp_path):
     script = tmp_path / "boom.py"
     script.write_text(
@@ -128,7 +129,7 @@ def test_a_missing_script_is_refused_at_submit(inproc_daemon, tmp_path):
         assert client.list_jobs() == []
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_pyg_example_trains_through_the_loader(inproc_daemon):
     pytest.importorskip("torch_geometric", reason="the PyG example needs torch_geometric (the test extra has it)")
     job, _ = _run(inproc_daemon, JobSpec(**SPEC, script=str(EXAMPLES / "pyg_sage.py")))
@@ -136,7 +137,7 @@ def test_pyg_example_trains_through_the_loader(inproc_daemon):
     assert job.result.test_accuracy > 0.25 and job.progress.global_step == job.progress.total_steps
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
     spec = JobSpec(
         **{**SPEC, "batch_size": 16, "epochs": 10},  # 130 steps: rank 1 still trains when it is killed

@@ -95,7 +95,7 @@ def _problems(where: str, expr: str, shown: set[str], exported: dict[str, set[st
     return problems
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_every_rule_and_panel_queries_what_a_real_daemon_exports(daemon_processes, small_rmat):
     daemon = daemon_processes(small_rmat.directory.parent)
     endpoints = daemon.start()

@@ -60,7 +60,7 @@ def test_collector_and_probe_threads_stop_with_the_daemon(make_inproc_daemon):
     assert not [t.name for t in threading.enumerate() if t.name in OUR_THREADS]
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_daemon_logs_every_check_at_start(daemon_processes, small_rmat):
     daemon = daemon_processes(small_rmat.directory.parent, "--nvml-interval", "0.5", "--cuda-probe-timeout", "0")
     daemon.start()

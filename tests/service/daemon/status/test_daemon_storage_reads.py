@@ -14,7 +14,7 @@ from graphtier.launcher.cli.app import app
 from graphtier.launcher.client import DaemonClient
 
 
-@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_storage_reads_and_window_reach_the_status_the_metrics_and_the_cli(inproc_daemon):
     spec = JobSpec(
         dataset="rmat12",
