@@ -1,4 +1,4 @@
-"""R-GCN or HGT (--model hgt) on a prepared heterogeneous dataset, trained by torchrun ranks with heterogeneous batches.
+"""R-GCN, R-GAT or HGT (--model) on a heterogeneous dataset, trained by torchrun ranks on heterogeneous batches.
 
     graphtier dataset prepare ogb:/data/ogb_hetero_acm --name acm   # ACM (HAN, HeCo) in OGB's heterogeneous layout
     torchrun --nproc-per-node 2 examples/hetero_gnn.py --dataset acm --epochs 60
@@ -10,7 +10,7 @@ Under torchrun alone each rank samples its shard of the train ids with the heter
 each featured type's input rows from the dataset. Submitted with `job submit --script`, the job's
 spec decides data and optimisation (fanouts, batch size, epochs, lr, hidden, dropout, weight decay)
 and the batches come from the daemon's producers through `graphtier.connect()`: heterogeneous batches with
-`x` per node type. Either way it trains `RGCN` (or `HGT`) under DistributedDataParallel
+`x` per node type. Either way it trains `RGCN` (or `RGAT`, `HGT`) under DistributedDataParallel
 (gloo); featureless types (ACM's authors and subjects) get learned embeddings. Prints one JSON
 line: the test accuracy at the epoch of best validation accuracy, over all ranks.
 """
@@ -31,8 +31,11 @@ from graphtier.contract.environment import JOB_ID_ENV
 from graphtier.contract.hetero import split_fanout_hops
 from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches
 from graphtier.launcher.runtime.models.hgt import HGT
+from graphtier.launcher.runtime.models.rgat import RGAT
 from graphtier.launcher.runtime.models.rgcn import RGCN, hetero_param_groups
 from graphtier.service.prepared import PreparedDataset
+
+MODELS = {"rgcn": RGCN, "rgat": RGAT, "hgt": HGT}
 
 
 def accuracy(model, batches) -> tuple[int, int]:
@@ -54,7 +57,7 @@ def train_in_job(args: argparse.Namespace) -> None:
         spec, info = job.spec, job.dataset
         if info.hetero is None:
             raise SystemExit(f"{Path(__file__).name} trains a heterogeneous graph; {spec.dataset!r} has one node type")
-        build = HGT if args.model == "hgt" else RGCN
+        build = MODELS[args.model]
         model = build(info.hetero, spec.hidden, info.num_classes, len(info.fanouts), dropout=spec.dropout)
         optimizer = torch.optim.Adam(
             hetero_param_groups(model, spec.lr), lr=spec.lr, weight_decay=spec.weight_decay
@@ -82,7 +85,7 @@ def main() -> None:
     parser.add_argument("--dataset", help="prepared heterogeneous dataset (the job's, under job submit --script)")
     parser.add_argument("--root", type=Path, default=None, help="dataset root (default $GRAPHTIER_HOME/datasets)")
     parser.add_argument("--fanout", default="10;10")
-    parser.add_argument("--model", choices=("rgcn", "hgt"), default="rgcn")
+    parser.add_argument("--model", choices=tuple(MODELS), default="rgcn")
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=128)
@@ -117,7 +120,7 @@ def main() -> None:
     loader = HeteroLocalBatches(
         dataset, split_fanout_hops(args.fanout), args.batch_size, rank, world, args.seed, eval_fanouts=["-1"] * 2
     )
-    build = HGT if args.model == "hgt" else RGCN
+    build = MODELS[args.model]
     model = build(schema, args.hidden, dataset.manifest.num_classes, 2, dropout=args.dropout)
     ddp = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
     groups = hetero_param_groups(model, args.lr)

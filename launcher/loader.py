@@ -526,7 +526,7 @@ class Job:
         """What `fit` optimises: the job's task, over its heterogeneous or homogeneous model."""
         spec = self.spec
         if self._hetero_links is not None:
-            # the spec's rgcn or hgt encoder and its decoder on the target relation's pairs, evaluated with every
+            # the spec's rgcn, rgat or hgt encoder and its decoder on the target relation's pairs, evaluated with every
             # node of the head and tail types embedded over its whole neighbourhood
             loader = self._hetero_links
             encoder = HeteroLinkModel(

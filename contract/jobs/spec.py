@@ -31,8 +31,8 @@ from graphtier.contract.options import Flag, Section
 from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
-ModelKind = Literal["sage", "gcn", "gat", "rgcn", "hgt"]
-HETERO_MODELS = ("rgcn", "hgt")  # models of heterogeneous datasets; the others take homogeneous ones
+ModelKind = Literal["sage", "gcn", "gat", "rgcn", "rgat", "hgt"]
+HETERO_MODELS = ("rgcn", "rgat", "hgt")  # models of heterogeneous datasets; the others take homogeneous ones
 DeviceKind = Literal["cpu", "cuda"]
 
 
@@ -104,8 +104,8 @@ class JobSpec(BaseModel):
     )
     model: Annotated[ModelKind, MODEL] = Field(
         "sage",
-        description="sage (GraphSAGE mean), gcn or gat on a homogeneous dataset; rgcn (R-GCN) or hgt (HGT-style "
-        "attention) on a heterogeneous one.",
+        description="sage (GraphSAGE mean), gcn or gat on a homogeneous dataset; rgcn (R-GCN), rgat (R-GAT: "
+        "attention per relation) or hgt (HGT-style attention) on a heterogeneous one.",
     )
     fanouts: Annotated[
         list[int],
@@ -144,7 +144,7 @@ class JobSpec(BaseModel):
     )
     batch_size: Annotated[int, SAMPLING] = Field(1024, ge=1, le=1 << 20, description="Seed nodes per batch per rank.")
     hidden: Annotated[int, MODEL] = Field(256, ge=1, le=1 << 16, description="Hidden width of the model.")
-    heads: Annotated[int, MODEL] = Field(4, ge=1, le=64, description="Attention heads (gat and hgt only).")
+    heads: Annotated[int, MODEL] = Field(4, ge=1, le=64, description="Attention heads (gat, rgat and hgt only).")
     epochs: Annotated[int, OPTIMISATION] = Field(1, ge=1, le=100_000, description="Passes over the train ids.")
     lr: Annotated[float, OPTIMISATION] = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
     weight_decay: Annotated[float, OPTIMISATION] = Field(0.0, ge=0.0, le=1.0, description="Adam L2 weight decay.")
@@ -361,7 +361,7 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_heads(self) -> JobSpec:
-        if self.model in ("gat", "hgt") and self.hidden % self.heads:
+        if self.model in ("gat", "rgat", "hgt") and self.hidden % self.heads:
             raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads} for model {self.model}")
         if self.args and not self.script:
             raise ValueError(f"args {self.args} need a script to pass them to")
@@ -426,8 +426,8 @@ class JobSpec(BaseModel):
         if self.relation_fanouts:
             if self.model not in HETERO_MODELS and not self.script:
                 raise ValueError(
-                    f"relation fanouts {self.relation_fanouts} sample a heterogeneous graph: they need model rgcn or "
-                    f"hgt (or a script), not {self.model}"
+                    f"relation fanouts {self.relation_fanouts} sample a heterogeneous graph: they need model rgcn, "
+                    f"rgat or hgt (or a script), not {self.model}"
                 )
             bounds = [hop_fanout_bound(hop, hop_number=i + 1) for i, hop in enumerate(self.relation_fanouts)]
             object.__setattr__(self, "fanouts", bounds)  # frozen: the hops' bounds size slots and model layers
@@ -448,7 +448,7 @@ class JobSpec(BaseModel):
 
     @property
     def is_hetero(self) -> bool:
-        """Whether the job trains a heterogeneous model (rgcn, hgt) on a heterogeneous dataset."""
+        """Whether the job trains a heterogeneous model (rgcn, rgat, hgt) on a heterogeneous dataset."""
         return self.model in HETERO_MODELS
 
     @property

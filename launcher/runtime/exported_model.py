@@ -3,7 +3,7 @@
 The format is `graphtier.contract.jobs.artifact`'s (the manifest, its version, the file names);
 this module writes and reads the weights with torch and rebuilds the built-in models from a
 `ModelConfig`, the way a job builds them: `build_model` (sage, gcn, gat), `build_hetero_model`
-(rgcn, hgt), `LinkModel` with its decoder (and `NodeEmbeddings` for a featureless graph) or
+(rgcn, rgat, hgt), `LinkModel` with its decoder (and `NodeEmbeddings` for a featureless graph) or
 `HeteroLinkModel`. `load_model` is `graphtier.loader.load_model`.
 """
 

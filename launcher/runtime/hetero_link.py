@@ -3,12 +3,12 @@
 A heterogeneous dataset prepared with `--edge-split ... --target-relation HEAD-REL-TAIL` holds that
 relation's train, val and test pairs (head first, global ids) and negative pools pairing the
 head type with the tail type (`service/prepared/relation_split.py`). `HeteroLinkModel` is a heterogeneous
-encoder (R-GCN or HGT; featureless types learn embeddings) and a pair decoder from `link_model`
+encoder (R-GCN, R-GAT or HGT; featureless types learn embeddings) and a pair decoder from `link_model`
 (`dot` or `mlp`). `evaluate_hetero_links` embeds every node of the head and tail types over its
 whole neighbourhood and scores the splits by `link_eval`'s AUC, Hits@K and MRR, the MRR tails
 drawn from the tail type.
 
-`job submit --task link --model rgcn|hgt` trains it in the built-in loop (`objectives.LinkPrediction`,
+`job submit --task link --model rgcn|rgat|hgt` trains it in the built-in loop (`objectives.LinkPrediction`,
 with `hetero_pair_forward`) on batches its producers sample (`LinkSampler`); `HeteroLinkBatches`
 samples the same batches in the trainer's own process (a rank's shard of the train pairs each
 epoch as the job's `EpochPlan` says, each positive with `negatives` negatives of the relation's
@@ -133,7 +133,7 @@ class HeteroLinkBatches(HeteroLocalBatches):
 
 
 class HeteroLinkModel(nn.Module):
-    """A heterogeneous encoder (`model` rgcn or hgt, output `hidden` wide) and a pair decoder (dot or mlp);
+    """A heterogeneous encoder (`model` rgcn, rgat or hgt, output `hidden` wide) and a pair decoder (dot or mlp);
     `forward` scores a batch's pairs."""
 
     reads_pair_features = False  # its decoders score embeddings alone (no common-neighbour features)

@@ -47,6 +47,7 @@ from graphtier.launcher.runtime.layerwise import LayerRows, LayerwisePlan, Layer
 from graphtier.launcher.runtime.layerwise_models import LayerSteps, in_row_chunks, layer_steps
 from graphtier.launcher.runtime.link_eval import link_metrics
 from graphtier.launcher.runtime.link_model import LinkModel
+from graphtier.launcher.runtime.models.rgat import RGAT
 from graphtier.launcher.runtime.models.rgcn import RGCN
 from graphtier.launcher.runtime.trained_model import TrainedModel, load_trained_model
 from graphtier.service.graph.common_neighbours import PairStructure
@@ -132,13 +133,13 @@ def _prepared(client: DataPlaneClient, spec: JobSpec, data: AttachedDataset) -> 
 def _plan(
     data: AttachedDataset, trained: TrainedModel, steps: LayerSteps, groups: list[OutputRows], every_node: bool
 ) -> LayerwisePlan:
-    """What each layer computes: every node, or the receptive field of the id file's nodes; an R-GCN
-    classifier's last layer only for its target type (its other layers whole, for every type's embeddings)."""
+    """What each layer computes: every node, or the receptive field of the id file's nodes; an R-GCN or
+    R-GAT classifier's last layer only for its target type (its other layers whole, for every type's embeddings)."""
     layers = len(steps.widths)
     if not every_node:
         return LayerwisePlan(data.graph, layers, torch.cat([g.nodes for g in groups]))
     schema = data.handle.hetero
-    if schema is not None and isinstance(trained.module, RGCN):
+    if schema is not None and isinstance(trained.module, RGCN | RGAT):
         target = schema.type_named(schema.target_type)
         return LayerwisePlan(
             data.graph, layers, torch.arange(target.offset, target.offset + target.count), last_only=True

@@ -9,8 +9,8 @@ the head turning the last layer's rows into logits where the model has one:
   rows are the logits, the embeddings the layer before (none for a one-layer model).
 - `LinkModel`: its encoder's convs over input rows scaled to unit length (or over the learned rows
   of a featureless graph); the last layer's rows are the embeddings its decoder scores.
-- R-GCN and HGT: layer 0 first turns every source into `hidden` columns (`HeteroInput`: a type's
-  features through its linear map, or its learned embedding). R-GCN's last layer gives the logits;
+- R-GCN, R-GAT and HGT: layer 0 first turns every source into `hidden` columns (`HeteroInput`: a type's
+  features through its linear map, or its learned embedding). R-GCN's and R-GAT's last layer gives the logits;
   HGT's convs keep `hidden` columns and its classifier (the head) maps them to logits. A heterogeneous link
   model's encoder output is its embeddings.
 
@@ -32,6 +32,7 @@ from graphtier.launcher.runtime.layerwise import LayerChunk
 from graphtier.launcher.runtime.link_model import LinkModel
 from graphtier.launcher.runtime.models.base import BlockGNN
 from graphtier.launcher.runtime.models.hgt import HGT
+from graphtier.launcher.runtime.models.rgat import RGAT
 from graphtier.launcher.runtime.models.rgcn import RGCN
 from graphtier.launcher.runtime.trained_model import TrainedModel
 
@@ -79,7 +80,7 @@ def _block_gnn(model: BlockGNN, transform: Callable[[Tensor], Tensor] | None) ->
     return [_out_width(conv) for conv in model.convs], layer
 
 
-def _hetero(encoder: RGCN | HGT, normalise: bool) -> tuple[list[int], Callable]:
+def _hetero(encoder: RGCN | RGAT | HGT, normalise: bool) -> tuple[list[int], Callable]:
     last = encoder.num_layers - 1
 
     def layer(chunk: LayerChunk) -> Tensor:
@@ -96,10 +97,16 @@ def _hetero(encoder: RGCN | HGT, normalise: bool) -> tuple[list[int], Callable]:
         conv = encoder.convs[chunk.layer]
         if isinstance(encoder, HGT):
             return conv(chunk.block, chunk.edge_types, chunk.node_types, h)
+        if isinstance(encoder, RGAT):
+            h = conv(chunk.block, chunk.edge_types, chunk.node_types, h)
+            return encoder.activation(h) if chunk.layer < last else h
         h = conv(chunk.block, chunk.edge_types, h)
         return F.relu(h) if chunk.layer < last else h
 
-    widths = [_width(conv, "dim" if isinstance(encoder, HGT) else "out_dim") for conv in encoder.convs]
+    if isinstance(encoder, HGT):
+        widths = [_width(conv, "dim") for conv in encoder.convs]
+    else:
+        widths = [_out_width(conv) for conv in encoder.convs]  # R-GAT's hidden layers concatenate their heads
     return widths, layer
 
 
@@ -124,7 +131,7 @@ def layer_steps(trained: TrainedModel) -> LayerSteps:
         return LayerSteps(widths, layer, len(widths) - 1, None, input_rows=learned)
     if isinstance(module, HeteroLinkModel):
         encoder = module.encoder
-        assert isinstance(encoder, RGCN | HGT)
+        assert isinstance(encoder, RGCN | RGAT | HGT)
         widths, layer = _hetero(encoder, normalise=True)
         head = encoder.classify if isinstance(encoder, HGT) else None  # HGT's classifier ends its encoder
         return LayerSteps(widths, layer, len(widths) - 1, None, embedding_head=head)
@@ -134,7 +141,7 @@ def layer_steps(trained: TrainedModel) -> LayerSteps:
     if isinstance(module, HGT):
         widths, layer = _hetero(module, normalise=False)
         return LayerSteps(widths, layer, len(widths) - 1, module.classify)
-    if isinstance(module, RGCN):
+    if isinstance(module, RGCN | RGAT):
         widths, layer = _hetero(module, normalise=False)
         return LayerSteps(widths, layer, len(widths) - 2 if len(widths) > 1 else None, _identity)
     raise GraphtierError(f"layer-wise inference does not know the layers of {type(module).__name__}")

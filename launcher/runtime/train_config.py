@@ -29,7 +29,8 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: ModelName = Field(
-        "sage", description="built-in model: sage (GraphSAGE mean), gcn or gat; rgcn or hgt on a heterogeneous dataset"
+        "sage",
+        description="built-in model: sage (GraphSAGE mean), gcn or gat; rgcn, rgat or hgt on a heterogeneous dataset",
     )
     in_dim: int = Field(ge=1, description="input feature width (the dataset manifest's feature_dim)")
     num_classes: int = Field(

@@ -12,9 +12,9 @@ from graphtier.launcher.runtime.models.gat import GAT
 from graphtier.launcher.runtime.models.gcn import GCN
 from graphtier.launcher.runtime.models.sage import GraphSAGE
 
-ModelName = Literal["sage", "gcn", "gat", "rgcn", "hgt"]
+ModelName = Literal["sage", "gcn", "gat", "rgcn", "rgat", "hgt"]
 MODEL_NAMES: tuple[str, ...] = get_args(ModelName)
-HETERO_MODEL_NAMES = ("rgcn", "hgt")  # built from a heterogeneous dataset's schema by `build_hetero_model`
+HETERO_MODEL_NAMES = ("rgcn", "rgat", "hgt")  # built from a heterogeneous dataset's schema by `build_hetero_model`
 
 
 def build_model(
@@ -50,13 +50,16 @@ def build_hetero_model(
     dropout: float = 0.5,
     heads: int = 4,
 ) -> nn.Module:
-    """A built-in heterogeneous GNN (rgcn or hgt) whose forward is `(blocks, edge_types, node_ids, node_types,
+    """A built-in heterogeneous GNN (rgcn, rgat or hgt) whose forward is `(blocks, edge_types, node_ids, node_types,
     features) -> [num_seeds, out_dim]`; featureless types get a learned embedding per node."""
     from graphtier.launcher.runtime.models.hgt import HGT
+    from graphtier.launcher.runtime.models.rgat import RGAT
     from graphtier.launcher.runtime.models.rgcn import RGCN
 
     if name == "rgcn":
         return RGCN(schema, hidden, out_dim, num_layers, dropout=dropout)
+    if name == "rgat":
+        return RGAT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout)
     if name == "hgt":
         return HGT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout)
     raise GraphtierError(f"model {name!r} is not a heterogeneous model; choose one of {', '.join(HETERO_MODEL_NAMES)}")

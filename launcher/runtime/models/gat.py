@@ -49,11 +49,25 @@ class GATConv(nn.Module):
         src = torch.cat([block.indices, loops])
         dst = torch.cat([destination_index(block), loops])
         h = self.lin(x).view(-1, self.heads, self.out_dim)  # [num_src, H, C]
-        score_src = (h * self.att_src).sum(-1)  # [num_src, H]
-        score_dst = (h[:n] * self.att_dst).sum(-1)  # [num_dst, H]
+        return self.attend(h, h[:n], src, dst)
+
+    def bipartite(self, x_src: Tensor, x_dst: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        """The layer over edges `src[e] -> dst[e]` (rows of `x_src` -> rows of `x_dst`), no self loops:
+        [len(x_dst), heads * out] or [len(x_dst), out]. Both sides go through the same linear map, as
+        PyG's `GATConv((x_src, x_dst), edge_index)` with an int `in_channels` maps them; R-GAT runs
+        one per relation."""
+        h_src = self.lin(x_src).view(-1, self.heads, self.out_dim)
+        h_dst = self.lin(x_dst).view(-1, self.heads, self.out_dim)
+        return self.attend(h_src, h_dst, src, dst)
+
+    def attend(self, h_src: Tensor, h_dst: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        """Attention over the edges of mapped rows `h_src` [S, H, C] -> `h_dst` [D, H, C], plus the bias."""
+        n = h_dst.shape[0]
+        score_src = (h_src * self.att_src).sum(-1)  # [S, H]
+        score_dst = (h_dst * self.att_dst).sum(-1)  # [D, H]
         scores = F.leaky_relu(score_src.index_select(0, src) + score_dst.index_select(0, dst), self.negative_slope)
         alpha = self.attn_dropout(segment_softmax(scores, dst, n))
-        out = attention_sum(h, src, dst, alpha, n)  # [num_dst, H, C]
+        out = attention_sum(h_src, src, dst, alpha, n)  # [D, H, C]
         out = out.reshape(n, -1) if self.concat else out.mean(dim=1)
         return out + self.bias
 

@@ -25,6 +25,7 @@ class Model(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_GAT: _ClassVar[Model]
     MODEL_RGCN: _ClassVar[Model]
     MODEL_HGT: _ClassVar[Model]
+    MODEL_RGAT: _ClassVar[Model]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -50,6 +51,7 @@ MODEL_GCN: Model
 MODEL_GAT: Model
 MODEL_RGCN: Model
 MODEL_HGT: Model
+MODEL_RGAT: Model
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState

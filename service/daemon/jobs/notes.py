@@ -128,7 +128,7 @@ def check_hetero_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
     if spec.model not in HETERO_MODELS and not spec.script:
         raise InvalidRequestError(
             f"dataset {spec.dataset!r} is heterogeneous ({len(schema.node_types)} node types, {len(schema.relations)} "
-            f"relations): model {spec.model} takes one node type; use model rgcn or hgt"
+            f"relations): model {spec.model} takes one node type; use model rgcn, rgat or hgt"
         )
     if spec.device != "cpu" or spec.sampler != "cpu":
         raise InvalidRequestError(

@@ -85,6 +85,9 @@ CONFIGS = {
     "sage node": ModelConfig(builtin=True, kind="sage", in_dim=8, hidden=16, out_dim=4, layers=2, dropout=0.5),
     "gat node": ModelConfig(builtin=True, kind="gat", in_dim=8, hidden=16, out_dim=4, layers=2, heads=4),
     "rgcn heterogeneous node": ModelConfig(builtin=True, kind="rgcn", hidden=16, out_dim=3, layers=2, hetero=SCHEMA),
+    "rgat heterogeneous node": ModelConfig(
+        builtin=True, kind="rgat", hidden=16, out_dim=3, layers=2, heads=2, hetero=SCHEMA
+    ),
     "hgt heterogeneous node": ModelConfig(
         builtin=True, kind="hgt", hidden=16, out_dim=3, layers=2, heads=2, hetero=SCHEMA
     ),

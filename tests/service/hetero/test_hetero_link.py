@@ -93,12 +93,13 @@ def test_link_sampler_draws_negatives_of_the_relation_types(acm_link):
         pair_end_types(schema, torch.tensor([[paper.offset, subject.offset], [paper.offset, paper.offset]]))
 
 
-def test_hgt_link_model_trains_and_evaluates_in_process(acm_link):
-    """`HeteroLinkModel` with the HGT encoder: a few steps lower the loss, and the evaluation reports
-    every split's AUC, MRR and Hits@50."""
+@pytest.mark.parametrize("encoder", ["hgt", "rgat"])
+def test_attention_link_model_trains_and_evaluates_in_process(acm_link, encoder):
+    """`HeteroLinkModel` with the HGT or R-GAT encoder: a few steps lower the loss, and the evaluation
+    reports every split's AUC, MRR and Hits@50."""
     torch.manual_seed(0)
     loader = HeteroLinkBatches(acm_link, ["3", "3"], 256, eval_fanouts=["3", "3"], eval_batch_size=2048)
-    model = HeteroLinkModel(acm_link.manifest.hetero, 16, 2, model="hgt", heads=2, decoder="mlp", dropout=0.0)
+    model = HeteroLinkModel(acm_link.manifest.hetero, 16, 2, model=encoder, heads=2, decoder="mlp", dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []
     for item in loader.pairs_epoch(0):

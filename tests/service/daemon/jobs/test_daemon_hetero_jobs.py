@@ -70,3 +70,19 @@ def test_hetero_jobs_train_rgcn_and_refuse_mismatches(inproc_daemon, prepared_ac
         assert storage.read_rows + storage.window_rows == traffic.storage.rows, (storage, traffic.storage)
         assert storage.read_rows > 0 and storage.window_rows > 0 and storage.requests > 0, storage
         assert storage.read_bytes >= storage.read_rows * paper.plan.row_bytes, storage
+
+
+@pytest.mark.long  # 7 s or more on 2 cores: CI's second step
+def test_rgat_job_trains_on_two_ranks(inproc_daemon, prepared_acm):
+    """R-GAT on the typed sampler's batches by 2 DDP ranks, ACM's authors and subjects as learned embeddings."""
+    with DataPlaneClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+        spec = JobSpec(
+            dataset="acm", model="rgat", relation_fanouts=["5", "5"], batch_size=8, hidden=64, heads=4, epochs=6,
+            lr=0.01, dropout=0.2, weight_decay=5e-4, nproc_per_node=2,
+        )  # fmt: skip
+        final = _run(client, spec)
+    assert final.spec.model == "rgat" and final.result is not None
+    assert any("learned 64-wide embedding per node" in note for note in final.notes)
+    # 3 classes: chance is about 0.33
+    assert final.result.best.test_accuracy > 0.7, final.result
+    check_best_epoch(final)

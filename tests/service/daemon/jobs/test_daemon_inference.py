@@ -150,7 +150,7 @@ def test_link_job_keeps_test_scores_that_ogbs_evaluator_recomputes(daemon, cora_
     assert torch.allclose(scored, positive, atol=1e-4)
 
 
-@pytest.mark.parametrize("model", ["rgcn", "hgt"])
+@pytest.mark.parametrize("model", ["rgcn", "rgat", "hgt"])
 def test_hetero_inference_writes_each_node_types_rows(daemon, prepared_acm, model):
     runtime = daemon.config.runtime_dir
     spec = JobSpec(
