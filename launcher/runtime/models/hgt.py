@@ -26,7 +26,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import destination_index, segment_softmax
 from graphtier.launcher.runtime.models.dropout import Dropout
-from graphtier.launcher.runtime.models.rgcn import HeteroInput
+from graphtier.launcher.runtime.models.rgcn import HeteroInput, check_layer_count
 from graphtier.service.sampling import Block
 
 
@@ -108,8 +108,7 @@ class HGT(nn.Module):
         features: dict[str, Tensor],
     ) -> Tensor:
         """Logits [num_seeds, out_dim]; the arguments as `RGCN.forward` takes them."""
-        if len(blocks) != self.num_layers or len(edge_types) != self.num_layers:
-            raise GraphtierError(f"the model has {self.num_layers} layers but got {len(blocks)} blocks")
+        check_layer_count(self.num_layers, blocks, edge_types)
         h = self.input(node_ids, node_types, features)
         for conv, block, types in zip(self.convs, blocks, edge_types, strict=True):
             h = conv(block, types, node_types[: block.num_src], self.dropout(h))

@@ -23,7 +23,7 @@ from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import destination_index
 from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.launcher.runtime.models.gat import GATConv
-from graphtier.launcher.runtime.models.rgcn import HeteroInput
+from graphtier.launcher.runtime.models.rgcn import HeteroInput, check_layer_count
 from graphtier.service.sampling import Block
 
 
@@ -123,8 +123,7 @@ class RGAT(nn.Module):
         features: dict[str, Tensor],
     ) -> Tensor:
         """Logits [num_seeds, out_dim]; the arguments as `RGCN.forward` takes them."""
-        if len(blocks) != self.num_layers or len(edge_types) != self.num_layers:
-            raise GraphtierError(f"the model has {self.num_layers} layers but got {len(blocks)} blocks")
+        check_layer_count(self.num_layers, blocks, edge_types)
         h = self.input(node_ids, node_types, features)
         for layer, (conv, block, types) in enumerate(zip(self.convs, blocks, edge_types, strict=True)):
             h = conv(block, types, node_types[: block.num_src], h)

@@ -59,6 +59,12 @@ def hetero_param_groups(module: nn.Module, lr: float) -> list[dict[str, object]]
     return groups
 
 
+def check_layer_count(num_layers: int, blocks: Sequence[Block], edge_types: Sequence[Tensor]) -> None:
+    """A heterogeneous model takes one block and one edge-type vector per layer; anything else is refused."""
+    if len(blocks) != num_layers or len(edge_types) != num_layers:
+        raise GraphtierError(f"the model has {num_layers} layers but got {len(blocks)} blocks")
+
+
 class HeteroInput(nn.Module):
     """Input rows of every node type in one width: Linear(features) or a learned per-node embedding."""
 
@@ -129,8 +135,7 @@ class RGCN(nn.Module):
         """Logits [num_seeds, out_dim]. `blocks`/`edge_types`: per layer, input layer first
         (`SampledSubgraph.blocks()` and the matching prefixes of its `edge_types`);
         `node_ids`/`node_types`: the first block's sources."""
-        if len(blocks) != self.num_layers or len(edge_types) != self.num_layers:
-            raise GraphtierError(f"the model has {self.num_layers} layers but got {len(blocks)} blocks")
+        check_layer_count(self.num_layers, blocks, edge_types)
         h = self.input(node_ids, node_types, features)  # no ReLU here: zero embeddings must get gradients
         for layer, (conv, block, types) in enumerate(zip(self.convs, blocks, edge_types, strict=True)):
             h = conv(block, types, self.dropout(h))
