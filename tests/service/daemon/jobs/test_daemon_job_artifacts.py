@@ -134,7 +134,7 @@ def test_a_cora_jobs_exported_model_reproduces_its_test_accuracy(daemon_processe
 
     shown = _graphtier(daemon.runtime_dir, "job", "status", job.job_id)
     assert f"graphtier job export {job.job_id} --out DIR" in shown.stdout + shown.stderr
-    assert f"tensorboard --logdir \\\n      {tensorboard_dir(Path(job.log_path).parent)}\n" in shown.stderr
+    assert f"tensorboard --logdir \\\n      {tensorboard_dir(Path(job.log_path).parent)}\n" in shown.stdout
 
 
 @pytest.mark.long  # 3 s or more on 2 cores: CI's second step
