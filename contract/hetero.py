@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphtier.contract.errors import SamplingError
+from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.contract.fanouts import MAX_FANOUT
 
+FeaturelessInit = Literal["zero", "neighbour-mean"]  # how a featureless type's input starts (see the jobs' option)
 REVERSE_PREFIX = "rev_"  # a reverse relation of `name` is named `rev_<name>`
 _NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 
@@ -38,6 +40,18 @@ def check_type_name(name: str, what: str) -> str:
     return name
 
 
+class NeighbourMean(BaseModel):
+    """A featureless type's mean of its neighbours' features over one relation to a featured type,
+    computed once at prepare: one row per node of the type (type-local, reordered as its ids)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    relation: str = Field(description="key of the relation joining the two types (either direction)")
+    source_type: str = Field(description="the featured type whose rows are averaged")
+    feature_dim: int = Field(ge=1, description="the source type's feature width")
+    array: str = Field(description="array file of the means, [count, feature_dim] float32")
+
+
 class NodeTypeInfo(BaseModel):
     """One node type: its id range in the global space and its features."""
 
@@ -48,6 +62,11 @@ class NodeTypeInfo(BaseModel):
     offset: int = Field(ge=0, description="first global id of this type")
     feature_dim: int = Field(ge=0, description="0: no input features; the model learns an embedding per node")
     feature_array: str | None = Field(None, description="array file of its feature rows (type-local, reordered)")
+    neighbour_means: list[NeighbourMean] = Field(
+        default_factory=list,
+        description="a featureless type: its neighbours' mean features per relation to a "
+        "featured type (empty: none, or prepared before they were computed)",
+    )
 
     @property
     def featureless(self) -> bool:
@@ -110,6 +129,26 @@ class HeteroSchema(BaseModel):
         return [
             parse_relation_fanouts(hop, [r.key for r in self.relations], hop_number=i + 1) for i, hop in enumerate(hops)
         ]
+
+
+def check_neighbour_means(schema: HeteroSchema) -> list[str]:
+    """The featureless types that keep the zero start under neighbour-mean (no featured neighbour type);
+    GraphtierError naming the types when none has means (nothing to initialise from)."""
+    featureless = [t for t in schema.node_types if t.featureless]
+    without = [t.name for t in featureless if not t.neighbour_means]
+    if featureless and len(without) == len(featureless):
+        featured = [t.name for t in schema.node_types if not t.featureless]
+        why = (
+            "no node type has features"
+            if not featured
+            else f"none has a relation to a featured type ({', '.join(featured)}), or the dataset was prepared "
+            "before neighbour means were computed (prepare it again)"
+        )
+        raise GraphtierError(
+            f"featureless_init neighbour-mean: featureless type(s) {', '.join(without)} have no neighbour means: "
+            f"{why}; use featureless_init zero"
+        )
+    return without
 
 
 def split_fanout_hops(text: str) -> list[str]:

@@ -55,6 +55,8 @@ from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamic
 from graphtier.launcher.runtime.link_scores import write_link_scores
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.models import build_hetero_model
+from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
+from graphtier.launcher.runtime.models.rgcn import HeteroInput
 from graphtier.launcher.runtime.objectives import LinkPrediction, NodeClassification, Objective
 from graphtier.launcher.runtime.reporter import ProgressReporter
 from graphtier.launcher.runtime.session import TrainSession
@@ -520,6 +522,8 @@ class Job:
             decoder=spec.decoder if link else None,
             learned_embeddings=config.learned_embeddings,
             hetero=schema,
+            embedding_dropout=spec.embedding_dropout if schema is not None else 0.0,
+            featureless_init=spec.featureless_init if schema is not None else "zero",
         )
 
     def _objective(self, model: nn.Module | None) -> Objective:
@@ -537,7 +541,9 @@ class Job:
                 decoder=spec.decoder,
                 dropout=spec.dropout,
                 heads=spec.heads,
+                featureless=self._featureless,
             )
+            self._load_neighbour_means(encoder)
             return LinkPrediction(
                 lambda _module, _ctx, _embeddings: evaluate_hetero_links(  # the module is `encoder`
                     encoder, loader, kept=self._kept
@@ -558,9 +564,31 @@ class Job:
         assert schema is not None
         if model is None:
             model = build_hetero_model(
-                spec.model, schema, spec.hidden, self.dataset.num_classes, len(spec.fanouts), spec.dropout, spec.heads
+                spec.model,
+                schema,
+                spec.hidden,
+                self.dataset.num_classes,
+                len(spec.fanouts),
+                spec.dropout,
+                spec.heads,
+                self._featureless,
             )
+            self._load_neighbour_means(model)
         return NodeClassification(self._eval.eval_batches, model, hetero_forward)
+
+    @property
+    def _featureless(self) -> FeaturelessOptions:
+        """How the job's built-in heterogeneous model takes its featureless types."""
+        return FeaturelessOptions(init=self.spec.featureless_init, dropout=self.spec.embedding_dropout)
+
+    def _load_neighbour_means(self, model: nn.Module) -> None:
+        """The prepared dataset's neighbour means into `model`'s input (featureless_init neighbour-mean)."""
+        inputs = [m for m in model.modules() if isinstance(m, HeteroInput)]
+        for module in inputs:
+            names = module.neighbour_mean_arrays()
+            if names:
+                prepared = self._prepared_dataset()
+                module.load_neighbour_means({name: prepared.array(name) for name in names})
 
     def _evaluate_links(
         self, model: nn.Module, ctx: DistContext, embeddings: NodeEmbeddings | None

@@ -36,7 +36,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.contract.hetero import HeteroSchema
+from graphtier.contract.hetero import FeaturelessInit, HeteroSchema
 from graphtier.contract.jobs.spec import ModelKind
 from graphtier.contract.link import DecoderKind, TaskKind
 from graphtier.contract.messages import describe_validation_error
@@ -70,6 +70,10 @@ class ModelConfig(BaseModel):
     decoder: DecoderKind | None = Field(None, description="link: how a pair is scored")
     learned_embeddings: int = Field(0, ge=0, description="link on a featureless graph: rows of learned input")
     hetero: HeteroSchema | None = Field(None, description="a heterogeneous graph's schema; None: one node type")
+    embedding_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="heterogeneous: dropout on learned embeddings")
+    featureless_init: FeaturelessInit = Field(
+        "zero", description="heterogeneous: featureless types' input (neighbour-mean: their means are in the weights)"
+    )
 
 
 class DatasetVersion(BaseModel):

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import GraphtierError, InvalidRequestError
 from graphtier.contract.fanouts import check_channel_fanouts, parse_fanouts
-from graphtier.contract.hetero import hop_fanout_bound, split_fanout_hops
+from graphtier.contract.hetero import FeaturelessInit, hop_fanout_bound, split_fanout_hops
 from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind, NegativeSampling, TaskKind
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.network import MAX_PEERS
@@ -149,6 +149,32 @@ class JobSpec(BaseModel):
     lr: Annotated[float, OPTIMISATION] = Field(0.003, gt=0.0, le=10.0, description="Adam learning rate.")
     weight_decay: Annotated[float, OPTIMISATION] = Field(0.0, ge=0.0, le=1.0, description="Adam L2 weight decay.")
     dropout: Annotated[float, MODEL] = Field(0.5, ge=0.0, lt=1.0, description="Dropout probability in [0, 1).")
+    embedding_lr: Annotated[float | None, OPTIMISATION] = Field(
+        None,
+        gt=0.0,
+        le=10.0,
+        description="Heterogeneous: learning rate of the featureless types' learned embeddings (their own row-wise "
+        "Adam, in (0, 10]); unset = a tenth of lr.",
+    )
+    embedding_weight_decay: Annotated[float, OPTIMISATION] = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Heterogeneous: decoupled weight decay of the learned embeddings in [0, 1]: each row a batch "
+        "touches shrinks by embedding_lr x this before its Adam step.",
+    )
+    embedding_dropout: Annotated[float, MODEL] = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Heterogeneous: dropout on the learned embedding rows of featureless types, in [0, 1).",
+    )
+    featureless_init: Annotated[FeaturelessInit, MODEL] = Field(
+        "zero",
+        description="Heterogeneous: a featureless type's input: zero (a learned embedding per node from zero) or "
+        "neighbour-mean (a linear map of its neighbours' mean features, computed at prepare, plus a learned "
+        "residual embedding from zero).",
+    )
     nproc_per_node: Annotated[int, RANKS] = Field(
         1, ge=1, le=64, description="Trainer ranks on each node (torchrun --nproc-per-node)."
     )

@@ -96,3 +96,28 @@ class DistContext:
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
             self.owns_group = False
+
+
+def all_gather_rows(ids: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every rank's (ids, grad) -- row ids and one row each -- concatenated in rank order; this rank's alone
+    when not distributed. A collective: every rank calls it, with however many rows (0 too)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return ids, grad
+    world = dist.get_world_size()
+    count = torch.tensor([ids.numel()], dtype=torch.int64, device=ids.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    sizes = [int(c) for c in counts]
+    longest = max(sizes)
+    padded_ids = torch.zeros(longest, dtype=ids.dtype, device=ids.device)
+    padded_ids[: ids.numel()] = ids
+    padded_grad = torch.zeros(longest, grad.shape[1], dtype=grad.dtype, device=grad.device)
+    padded_grad[: ids.numel()] = grad
+    all_ids = [torch.empty_like(padded_ids) for _ in range(world)]
+    all_grads = [torch.empty_like(padded_grad) for _ in range(world)]
+    dist.all_gather(all_ids, padded_ids)
+    dist.all_gather(all_grads, padded_grad)
+    return (
+        torch.cat([t[:n] for t, n in zip(all_ids, sizes, strict=True)]),
+        torch.cat([t[:n] for t, n in zip(all_grads, sizes, strict=True)]),
+    )

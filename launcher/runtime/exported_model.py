@@ -35,6 +35,7 @@ from graphtier.contract.jobs.artifact import (
 )
 from graphtier.launcher.runtime.link_model import TABLE_BUFFERS, LinkModel, NodeEmbeddings
 from graphtier.launcher.runtime.models import build_hetero_model, build_model
+from graphtier.launcher.runtime.models.featureless import FeaturelessOptions, row_state_names
 
 # a featureless graph's learned rows keep their row-wise Adam state beside them: training state, not the model's
 OPTIMIZER_BUFFERS = tuple(f"embeddings.{name}" for name in TABLE_BUFFERS if name != "weight")
@@ -55,10 +56,9 @@ class JobOutputs:
 def snapshot(module: nn.Module) -> dict[str, Tensor]:
     """A CPU copy of `module`'s state (DDP looked through), without a learned table's optimizer state."""
     module = getattr(module, "module", module) if isinstance(module, nn.parallel.DistributedDataParallel) else module
+    left_out = {*OPTIMIZER_BUFFERS, *row_state_names(module)}
     return {
-        name: value.detach().to("cpu", copy=True)
-        for name, value in module.state_dict().items()
-        if name not in OPTIMIZER_BUFFERS
+        name: value.detach().to("cpu", copy=True) for name, value in module.state_dict().items() if name not in left_out
     }
 
 
@@ -123,6 +123,7 @@ def build_from_config(config: ModelConfig) -> nn.Module:
                 decoder=config.decoder or "dot",
                 dropout=config.dropout,
                 heads=config.heads,
+                featureless=featureless_options(config),
             )
         model = LinkModel(
             config.kind,
@@ -138,11 +139,23 @@ def build_from_config(config: ModelConfig) -> nn.Module:
         return model
     if config.hetero is not None:
         return build_hetero_model(
-            config.kind, config.hetero, config.hidden, config.out_dim, config.layers, config.dropout, config.heads
+            config.kind,
+            config.hetero,
+            config.hidden,
+            config.out_dim,
+            config.layers,
+            config.dropout,
+            config.heads,
+            featureless_options(config),
         )
     return build_model(
         config.kind, config.in_dim, config.hidden, config.out_dim, config.layers, config.dropout, config.heads
     )
+
+
+def featureless_options(config: ModelConfig) -> FeaturelessOptions:
+    """How a heterogeneous model's featureless types enter it, as the job trained it."""
+    return FeaturelessOptions(init=config.featureless_init, dropout=config.embedding_dropout)
 
 
 def read_weights(path: Path, manifest: ArtifactManifest | None = None) -> dict[str, Tensor]:

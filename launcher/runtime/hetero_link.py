@@ -35,6 +35,7 @@ from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches
 from graphtier.launcher.runtime.link_eval import SplitScores, auc, hits_at_k, mrr, mrr_tails
 from graphtier.launcher.runtime.link_model import build_decoder
 from graphtier.launcher.runtime.models.factory import ModelName, build_hetero_model
+from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.service.pipeline.batch import Batch
 from graphtier.service.pipeline.epoch_plan import EpochPlan, eval_batches
 from graphtier.service.prepared import PreparedDataset
@@ -148,6 +149,7 @@ class HeteroLinkModel(nn.Module):
         decoder: DecoderKind = "dot",
         dropout: float = 0.5,
         heads: int = 4,
+        featureless: FeaturelessOptions | None = None,
     ) -> None:
         super().__init__()
         if decoder in PAIR_FEATURE_DECODERS:
@@ -156,7 +158,7 @@ class HeteroLinkModel(nn.Module):
                 "a heterogeneous graph's target relation is scored by the dot or mlp decoder"
             )
         self.hidden = hidden
-        self.encoder = build_hetero_model(model, schema, hidden, hidden, layers, dropout, heads)
+        self.encoder = build_hetero_model(model, schema, hidden, hidden, layers, dropout, heads, featureless)
         self.decoder = build_decoder(decoder, hidden)
 
     def embed(self, batch: Batch) -> Tensor:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind
+from graphtier.launcher.runtime.distributed import all_gather_rows
 from graphtier.launcher.runtime.models import build_model
 from graphtier.launcher.runtime.models.factory import ModelName
 from graphtier.service.graph.common_neighbours import PAIR_FEATURE_NAMES
@@ -229,7 +230,7 @@ class NodeEmbeddings(nn.Module):
         the rows they touch, each machine's rows split among its local ranks (row % local ranks), then
         a barrier so no rank reads a row before it is written. Every rank must call it once per step;
         returns the rows this rank updated."""
-        ids, grad = _all_gather_rows(ids.to(self.weight.device), grad.to(self.weight.device))
+        ids, grad = all_gather_rows(ids.to(self.weight.device), grad.to(self.weight.device))
         if ids.numel():
             rows, inverse = torch.unique(ids, return_inverse=True)
             summed = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device)
@@ -309,27 +310,3 @@ def _shared_table(num_nodes: int, width: int, local_rank: int, generator: torch.
         if owner is not None:
             owner.close()
     return views
-
-
-def _all_gather_rows(ids: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
-    """Every rank's (ids, grad) concatenated in rank order; this rank's alone when not distributed."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return ids, grad
-    world = dist.get_world_size()
-    count = torch.tensor([ids.numel()], dtype=torch.int64, device=ids.device)
-    counts = [torch.zeros_like(count) for _ in range(world)]
-    dist.all_gather(counts, count)
-    sizes = [int(c) for c in counts]
-    longest = max(sizes)
-    padded_ids = torch.zeros(longest, dtype=ids.dtype, device=ids.device)
-    padded_ids[: ids.numel()] = ids
-    padded_grad = torch.zeros(longest, grad.shape[1], dtype=grad.dtype, device=grad.device)
-    padded_grad[: ids.numel()] = grad
-    all_ids = [torch.empty_like(padded_ids) for _ in range(world)]
-    all_grads = [torch.empty_like(padded_grad) for _ in range(world)]
-    dist.all_gather(all_ids, padded_ids)
-    dist.all_gather(all_grads, padded_grad)
-    return (
-        torch.cat([t[:n] for t, n in zip(all_ids, sizes, strict=True)]),
-        torch.cat([t[:n] for t, n in zip(all_grads, sizes, strict=True)]),
-    )

@@ -12,7 +12,7 @@ an `Objective`: the model it builds, its parameter groups and DDP options, the l
   after each step; AUC, MRR and Hits@K of val and test (`link_eval.py`).
 
 A heterogeneous model differs only in how it is called on a batch (`forward`); its learned
-embeddings of featureless types learn at their own rate (`hetero_param_groups`), and DDP allows the
+embeddings of featureless types learn by their own row-wise optimizer (`embedding_optimizer.py`), and DDP allows the
 parameters a batch leaves unused (relations or types it does not sample).
 """
 
@@ -78,9 +78,10 @@ class DdpOptions:
     joins: bool = True  # may ranks end an epoch at different batches (DDP's join shadows the missing steps)?
 
 
-def parameter_groups(module: nn.Module, lr: float) -> list[dict[str, object]]:
-    """The optimizer's groups: learned embeddings of featureless types at their own rate, the rest at `lr`."""
-    return hetero_param_groups(module, lr)
+def parameter_groups(module: nn.Module, lr: float, embedding_lr: float | None = None) -> list[dict[str, object]]:
+    """The optimizer's groups: learned embeddings of featureless types at their own rate (unless their
+    own optimizer trains them), the rest at `lr`."""
+    return hetero_param_groups(module, lr, embedding_lr)
 
 
 def _hetero(module: nn.Module) -> bool:

@@ -42,6 +42,12 @@ class TrainConfig(BaseModel):
     dropout: float = Field(0.5, ge=0.0, lt=1.0, description="dropout before every layer (and on GAT attention)")
     lr: float = Field(0.003, gt=0.0, description="Adam learning rate")
     weight_decay: float = Field(0.0, ge=0.0, description="Adam L2 weight decay")
+    embedding_lr: float | None = Field(
+        None, gt=0.0, description="learning rate of featureless types' embeddings; None: a tenth of lr"
+    )
+    embedding_weight_decay: float = Field(
+        0.0, ge=0.0, le=1.0, description="decoupled weight decay of featureless types' embeddings"
+    )
     epochs: int = Field(1, ge=1, description="passes over the train ids")
     max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch after this many steps")
     seed: int = Field(0, description="seeds the model init (same on every rank) and dropout (per rank)")

@@ -28,8 +28,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from graphtier.launcher.runtime.batch import Batch
 from graphtier.launcher.runtime.distributed import DistContext
+from graphtier.launcher.runtime.embedding_optimizer import EmbeddingOptimizer, embedding_settings
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward
 from graphtier.launcher.runtime.exported_model import JobOutputs
+from graphtier.launcher.runtime.models.featureless import rank_local_state
 from graphtier.launcher.runtime.objectives import NodeClassification, Objective, parameter_groups
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
@@ -83,12 +85,14 @@ def run_training(
 
 
 def _wrap(module: nn.Module, objective: Objective, ctx: DistContext) -> nn.Module:
-    """`module` in DDP with the objective's options when there are several ranks; itself otherwise."""
+    """`module` in DDP with the objective's options when there are several ranks; itself otherwise.
+    Embeddings in row mode and neighbour means stay out of DDP (`rank_local_state`)."""
     if not ctx.distributed:
         return module
     options = objective.ddp_options(module)
-    if options.ignored:
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, list(options.ignored))
+    ignored = [*options.ignored, *rank_local_state(module)]
+    if ignored:
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, ignored)
     sync_buffers: dict[str, Any] = {} if options.sync_buffers else {_SYNC_BUFFERS: False}  # named by torch's version
     return DistributedDataParallel(
         module,
@@ -110,7 +114,13 @@ def _run(
     torch.manual_seed(config.seed)  # identical initial parameters (and learned embeddings) on every rank
     module = objective.build_model(config)
     module.to(ctx.device)
-    optimizer = torch.optim.Adam(parameter_groups(module, config.lr), lr=config.lr, weight_decay=config.weight_decay)
+    may_join = ctx.distributed and not even_batches and objective.ddp_options(module).joins
+    # learned embeddings get their own row-wise optimizer, whose all-gather needs every rank at every step:
+    # where ranks may end an epoch apart (DDP's join), they stay dense parameters of the Adam below
+    embeddings = None if may_join else EmbeddingOptimizer.for_model(module, **embedding_settings(config))
+    optimizer = torch.optim.Adam(
+        parameter_groups(module, config.lr, config.embedding_lr), lr=config.lr, weight_decay=config.weight_decay
+    )
     session = TrainSession(ctx, config, report, outputs)
     position = session.resume(module, optimizer)
     if session.resumed_from is not None and ctx.rank == 0:
@@ -140,8 +150,12 @@ def _run(
                     loss = float(step.loss.detach())
                     session.check_loss_before_backward(loss)
                     optimizer.zero_grad(set_to_none=True)
+                    if embeddings is not None:
+                        embeddings.zero_grad()
                     step.loss.backward()
                     optimizer.step()
+                    if embeddings is not None:
+                        embeddings.step(skip=session.guard.skipped_this_step)
                     if step.after_step is not None:
                         step.after_step()
                 finally:

@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 
 from graphtier.contract.errors import DatasetSourceError
-from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo, RelationInfo
+from graphtier.contract.hetero import HeteroSchema, NeighbourMean, NodeTypeInfo, RelationInfo
 from graphtier.service.graph.csc import CSCGraph
 from graphtier.service.graph.hetero_data import HeteroCSC, HeteroGraphData
 from graphtier.service.hotness import ScoreSpec, compute_scores
 from graphtier.service.hotness.scores import reverse_pagerank
 from graphtier.service.prepared.catalog import DatasetWriter
 from graphtier.service.prepared.edge_split import edge_split_note
+from graphtier.service.prepared.neighbour_means import compute_neighbour_means
 from graphtier.service.prepared.relation_split import split_relation
 from graphtier.service.prepared.steps import PrepareConfig, PreparedContent, StepClock, split_sizes, write_node_arrays
 from graphtier.service.sources.ogb_hetero import is_hetero_ogb, load_ogb_hetero
@@ -91,8 +92,11 @@ def permute_hetero_csc(hetero: HeteroCSC, new_to_old: torch.Tensor, old_to_new: 
     return HeteroCSC(graph=CSCGraph(colptr=colptr, row=row), edge_type=edge_type)
 
 
-def schema_of(data: HeteroGraphData, edge_type: torch.Tensor) -> HeteroSchema:
+def schema_of(
+    data: HeteroGraphData, edge_type: torch.Tensor, neighbour_means: dict[str, list[NeighbourMean]] | None = None
+) -> HeteroSchema:
     offsets = data.offsets()
+    neighbour_means = neighbour_means or {}
     counts = torch.bincount(edge_type.to(torch.int64), minlength=len(data.relations)).tolist()
     return HeteroSchema(
         node_types=[
@@ -102,6 +106,7 @@ def schema_of(data: HeteroGraphData, edge_type: torch.Tensor) -> HeteroSchema:
                 offset=offsets[name],
                 feature_dim=int(data.features[name].shape[1]) if name in data.features else 0,
                 feature_array=feature_array_name(name) if name in data.features else None,
+                neighbour_means=neighbour_means.get(name, []),
             )
             for name, count in data.num_nodes.items()
         ],
@@ -153,6 +158,8 @@ def prepare_hetero(
     if config.edge_split is not None:
         with clock.step("split edges"):
             link = split_relation(data, config.edge_split)  # val and test edges leave message passing
+    with clock.step("neighbour means"):
+        means = compute_neighbour_means(data)  # before the edge lists are freed; after an edge split
     with clock.step("build heterogeneous CSC"):
         hetero = data.to_global()
         for rel in data.relations:
@@ -161,7 +168,7 @@ def prepare_hetero(
     splits = {name: ids + offset for name, ids in data.splits.items()}
     with clock.step(f"score ({config.score.kind})"):
         scores, score_record = hetero_scores(hetero.graph, config.score, splits.get("train"))
-    schema = schema_of(data, hetero.edge_type)
+    schema = schema_of(data, hetero.edge_type, {t: [info for info, _ in found] for t, found in means.items()})
     with clock.step("reorder per type"):
         new_to_old, old_to_new = type_blocked_permutation(scores, schema.offsets())
         hetero = permute_hetero_csc(hetero, new_to_old, old_to_new)
@@ -177,6 +184,9 @@ def prepare_hetero(
             if info.feature_array is not None:
                 local_order = new_to_old[info.offset : info.offset + info.count] - info.offset
                 writer.write_rows(info.feature_array, data.features[info.name], local_order)
+            for mean, rows in means.get(info.name, []):
+                local_order = new_to_old[info.offset : info.offset + info.count] - info.offset
+                writer.write_rows(mean.array, rows, local_order)
         write_node_arrays(writer, labels, splits, new_to_old, old_to_new, scores, None)
         if link is not None:
             link.write(writer, old_to_new)

@@ -57,7 +57,9 @@ def test_every_place_names_the_models_fields_in_its_order():
 def test_every_field_survives_the_wire_and_reads_back_in_the_document():
     spec = JobSpec(
         dataset="d", model="gat", relation_fanouts=["paper-cites-paper:3", "2"], eval_fanouts=[-1, -1],
-        batch_size=64, hidden=32, heads=2, epochs=3, lr=0.01, weight_decay=0.001, dropout=0.1, nproc_per_node=2,
+        batch_size=64, hidden=32, heads=2, epochs=3, lr=0.01, weight_decay=0.001, dropout=0.1,
+        embedding_lr=0.002, embedding_weight_decay=0.05, embedding_dropout=0.3, featureless_init="neighbour-mean",
+        nproc_per_node=2,
         nodes=["a:1", "b:2"], device="cuda",
         checkpoint_every_steps=5, seed=7, budgets=BudgetSpec(num_devices=1, device_replicated="5%", host="50%"),
         max_restarts=1, num_slots=3, storage_reads="direct", window=4, on_nonfinite="skip-step",

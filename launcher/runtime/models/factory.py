@@ -8,6 +8,7 @@ from torch import nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
+from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.launcher.runtime.models.gat import GAT
 from graphtier.launcher.runtime.models.gcn import GCN
 from graphtier.launcher.runtime.models.sage import GraphSAGE
@@ -49,17 +50,18 @@ def build_hetero_model(
     num_layers: int,
     dropout: float = 0.5,
     heads: int = 4,
+    featureless: FeaturelessOptions | None = None,
 ) -> nn.Module:
     """A built-in heterogeneous GNN (rgcn, rgat or hgt) whose forward is `(blocks, edge_types, node_ids, node_types,
-    features) -> [num_seeds, out_dim]`; featureless types get a learned embedding per node."""
+    features) -> [num_seeds, out_dim]`; featureless types get a learned embedding per node (`featureless`: how)."""
     from graphtier.launcher.runtime.models.hgt import HGT
     from graphtier.launcher.runtime.models.rgat import RGAT
     from graphtier.launcher.runtime.models.rgcn import RGCN
 
     if name == "rgcn":
-        return RGCN(schema, hidden, out_dim, num_layers, dropout=dropout)
+        return RGCN(schema, hidden, out_dim, num_layers, dropout=dropout, featureless=featureless)
     if name == "rgat":
-        return RGAT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout)
+        return RGAT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout, featureless=featureless)
     if name == "hgt":
-        return HGT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout)
+        return HGT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout, featureless=featureless)
     raise GraphtierError(f"model {name!r} is not a heterogeneous model; choose one of {', '.join(HETERO_MODEL_NAMES)}")

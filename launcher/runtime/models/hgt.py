@@ -26,6 +26,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import destination_index, segment_softmax
 from graphtier.launcher.runtime.models.dropout import Dropout
+from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.launcher.runtime.models.rgcn import HeteroInput, check_layer_count
 from graphtier.service.sampling import Block
 
@@ -85,10 +86,18 @@ class HGT(nn.Module):
     """`num_layers` HGT layers of width `hidden` and a linear classifier of the seeds."""
 
     def __init__(
-        self, schema: HeteroSchema, hidden: int, out_dim: int, num_layers: int, *, heads: int = 4, dropout: float = 0.5
+        self,
+        schema: HeteroSchema,
+        hidden: int,
+        out_dim: int,
+        num_layers: int,
+        *,
+        heads: int = 4,
+        dropout: float = 0.5,
+        featureless: FeaturelessOptions | None = None,
     ) -> None:
         super().__init__()
-        self.input = HeteroInput(schema, hidden)
+        self.input = HeteroInput(schema, hidden, featureless)
         self.convs = nn.ModuleList(
             HGTConv(hidden, len(schema.node_types), len(schema.relations), heads) for _ in range(num_layers)
         )

@@ -22,6 +22,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import destination_index
 from graphtier.launcher.runtime.models.dropout import Dropout
+from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.launcher.runtime.models.gat import GATConv
 from graphtier.launcher.runtime.models.rgcn import HeteroInput, check_layer_count
 from graphtier.service.sampling import Block
@@ -88,13 +89,14 @@ class RGAT(nn.Module):
         heads: int = 4,
         dropout: float = 0.5,
         negative_slope: float = 0.2,
+        featureless: FeaturelessOptions | None = None,
     ) -> None:
         super().__init__()
         if num_layers < 1:
             raise GraphtierError(f"an R-GAT needs at least one layer, got {num_layers}")
         if hidden % heads:
             raise GraphtierError(f"hidden={hidden} must be divisible by heads={heads} (each head gets hidden // heads)")
-        self.input = HeteroInput(schema, hidden)
+        self.input = HeteroInput(schema, hidden, featureless)
         types = len(schema.node_types)
         relation_types = [(schema.type_index(r.head), schema.type_index(r.tail)) for r in schema.relations]
         self.convs = nn.ModuleList(

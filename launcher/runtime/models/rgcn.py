@@ -4,21 +4,27 @@ h_v' = W_0 h_v + b + sum_r mean_{u in N_r(v)} W_r h_u: one weight per relation, 
 over v's sampled neighbours of that relation. All relations run in one pass: the sources are
 projected by every W_r at once ([num_src, R, out]) and each edge reads its own relation's row.
 The input layer turns each node type into `hidden` columns: a linear map of its features, or
-a learned embedding per node where the type has none (said in the dataset's manifest).
+a learned embedding per node where the type has none (said in the dataset's manifest), optionally
+over its neighbours' mean features (`featureless.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.contract.hetero import HeteroSchema
+from graphtier.contract.hetero import HeteroSchema, check_neighbour_means
 from graphtier.launcher.runtime.models.block_ops import destination_index
 from graphtier.launcher.runtime.models.dropout import Dropout
+from graphtier.launcher.runtime.models.featureless import (
+    FeaturelessOptions,
+    NeighbourMeanInput,
+    SparseEmbedding,
+)
 from graphtier.service.sampling import Block
 
 
@@ -44,18 +50,22 @@ class RGCNConv(nn.Module):
         return out + self.root(x[: block.num_dst])
 
 
-EMBEDDING_LR_SCALE = 0.1  # featureless types' embeddings learn at this share of the learning rate
+EMBEDDING_LR_SCALE = 0.1  # featureless types' embeddings learn at this share of the learning rate unless told
 
 
-def hetero_param_groups(module: nn.Module, lr: float) -> list[dict[str, object]]:
+def hetero_param_groups(module: nn.Module, lr: float, embedding_lr: float | None = None) -> list[dict[str, object]]:
     """Adam parameter groups of a model: the learned embeddings of featureless types (inside a
-    `HeteroInput`) at `EMBEDDING_LR_SCALE` x `lr`, everything else at `lr`. With few labels (ACM's
-    60 train papers) embeddings learning at the full rate overfit: 0.815 test accuracy against 0.885."""
-    embeddings = [p for m in module.modules() if isinstance(m, HeteroInput) for p in m.embed.parameters()]
-    others = [p for p in module.parameters() if all(p is not e for e in embeddings)]
+    `HeteroInput`) at `embedding_lr` (default `EMBEDDING_LR_SCALE` x `lr`), everything else at `lr`.
+    With few labels (ACM's 60 train papers) embeddings learning at the full rate overfit: 0.815 test
+    accuracy against 0.885. Embeddings in row mode are left out: their own row-wise Adam trains them
+    (`launcher/runtime/embedding_optimizer.py`)."""
+    tables = [m for m in module.modules() if isinstance(m, SparseEmbedding)]
+    embeddings = [m.weight for m in tables if not m.row_mode]
+    own = [m.weight for m in tables if m.row_mode]
+    others = [p for p in module.parameters() if all(p is not e for e in embeddings + own)]
     groups: list[dict[str, object]] = [{"params": others}]
     if embeddings:
-        groups.append({"params": embeddings, "lr": lr * EMBEDDING_LR_SCALE})
+        groups.append({"params": embeddings, "lr": embedding_lr or lr * EMBEDDING_LR_SCALE})
     return groups
 
 
@@ -66,24 +76,41 @@ def check_layer_count(num_layers: int, blocks: Sequence[Block], edge_types: Sequ
 
 
 class HeteroInput(nn.Module):
-    """Input rows of every node type in one width: Linear(features) or a learned per-node embedding."""
+    """Input rows of every node type in one width: Linear(features), or for a featureless type a learned
+    per-node embedding (dropout on its rows), plus its neighbours' mean features through a linear map
+    when `featureless.init` is neighbour-mean (`models/featureless.py`)."""
 
     offsets: Tensor  # a buffer: the first global id of each node type
 
-    def __init__(self, schema: HeteroSchema, hidden: int) -> None:
+    def __init__(self, schema: HeteroSchema, hidden: int, featureless: FeaturelessOptions | None = None) -> None:
         super().__init__()
+        featureless = featureless or FeaturelessOptions()
         self.schema = schema
         self.hidden = hidden
         self.project = nn.ModuleDict()
         self.embed = nn.ModuleDict()
+        self.neighbour = nn.ModuleDict()
+        if featureless.init == "neighbour-mean":
+            check_neighbour_means(schema)
         for info in schema.node_types:
             if info.featureless:
-                embedding = nn.Embedding(info.count, hidden)
-                nn.init.zeros_(embedding.weight)  # starts neutral, learns from the labels it reaches
-                self.embed[info.name] = embedding
+                self.embed[info.name] = SparseEmbedding(info.count, hidden)
+                if featureless.init == "neighbour-mean" and info.neighbour_means:
+                    self.neighbour[info.name] = NeighbourMeanInput(info, hidden)
             else:
                 self.project[info.name] = nn.Linear(info.feature_dim, hidden)
+        self.embedding_dropout = Dropout(featureless.dropout)
         self.register_buffer("offsets", torch.tensor(schema.offsets(), dtype=torch.int64), persistent=False)
+
+    def load_neighbour_means(self, arrays: Mapping[str, Tensor]) -> None:
+        """The prepared neighbour means of every type that has them (array name -> rows)."""
+        for module in self.neighbour.values():
+            assert isinstance(module, NeighbourMeanInput)
+            module.load_means(arrays)
+
+    def neighbour_mean_arrays(self) -> list[str]:
+        """The prepared arrays `load_neighbour_means` needs."""
+        return [name for module in self.neighbour.values() for name in getattr(module, "arrays", [])]
 
     def forward(self, node_ids: Tensor, node_types: Tensor, features: dict[str, Tensor]) -> Tensor:
         """[len(node_ids), hidden]. `features[t]` holds the rows of type t's nodes, in their order in node_ids."""
@@ -93,7 +120,11 @@ class HeteroInput(nn.Module):
             if where.numel() == 0:
                 continue
             if info.featureless:
-                out[where] = self.embed[info.name](node_ids[where] - self.offsets[index])
+                local = node_ids[where] - self.offsets[index]
+                rows = self.embedding_dropout(self.embed[info.name](local))
+                if info.name in self.neighbour:
+                    rows = rows + self.neighbour[info.name](local)
+                out[where] = rows
             else:
                 rows = features.get(info.name)
                 if rows is None or rows.shape != (where.numel(), info.feature_dim):
@@ -109,12 +140,19 @@ class RGCN(nn.Module):
     """`num_layers` R-GCN layers over a heterogeneous sample, ReLU and dropout between them."""
 
     def __init__(
-        self, schema: HeteroSchema, hidden: int, out_dim: int, num_layers: int, *, dropout: float = 0.5
+        self,
+        schema: HeteroSchema,
+        hidden: int,
+        out_dim: int,
+        num_layers: int,
+        *,
+        dropout: float = 0.5,
+        featureless: FeaturelessOptions | None = None,
     ) -> None:
         super().__init__()
         if num_layers < 1:
             raise GraphtierError(f"an R-GCN needs at least one layer, got {num_layers}")
-        self.input = HeteroInput(schema, hidden)
+        self.input = HeteroInput(schema, hidden, featureless)
         num_relations = len(schema.relations)
         widths = [hidden] * num_layers + [out_dim]
         self.convs = nn.ModuleList(RGCNConv(i, o, num_relations) for i, o in zip(widths[:-1], widths[1:], strict=True))

@@ -28,6 +28,8 @@ MODEL_FIELDS = (
     "hidden",
     "heads",
     "dropout",
+    "embedding_dropout",
+    "featureless_init",
     "task",
     "negatives",
     "negative_sampling",

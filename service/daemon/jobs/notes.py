@@ -11,7 +11,8 @@ whose train split cannot give every rank a seed is refused instead (`epoch_plan`
 
 from __future__ import annotations
 
-from graphtier.contract.errors import DaemonError, InvalidRequestError, SamplingError
+from graphtier.contract.errors import DaemonError, GraphtierError, InvalidRequestError, SamplingError
+from graphtier.contract.hetero import check_neighbour_means
 from graphtier.contract.jobs.spec import HETERO_MODELS, JobSpec
 from graphtier.contract.link import CALIBRATED_DECODERS, DEFAULT_HITS_K
 from graphtier.service.pipeline.epoch_plan import EpochPlan
@@ -67,10 +68,20 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
         learned = [t for t in schema.node_types if t.featureless]
         if learned:
             described = ", ".join(f"{t.name} ({t.count:,})" for t in learned)
+            rate = f"at lr {spec.embedding_lr:g}" if spec.embedding_lr else "at a tenth of the learning rate"
             notes.append(
                 f"node type(s) without features get a learned {spec.hidden}-wide embedding per node in the model, "
-                f"learning at a tenth of the learning rate: {described}"
+                f"learning {rate} by their own row-wise Adam (decoupled weight decay {spec.embedding_weight_decay:g}, "
+                f"dropout {spec.embedding_dropout:g}): {described}"
             )
+            if spec.featureless_init == "neighbour-mean":
+                zero = [t.name for t in learned if not t.neighbour_means]
+                started = [t.name for t in learned if t.neighbour_means]
+                notes.append(
+                    f"featureless_init neighbour-mean: {', '.join(started)} start from their neighbours' mean "
+                    "features through a linear map"
+                    + (f"; {', '.join(zero)} (no featured neighbour type) start at zero" if zero else "")
+                )
     if spec.eval_fanouts and (spec.task == "link" or schema is not None):
         notes.append(
             f"eval_fanouts {spec.eval_fanouts} is not used: a {'link' if spec.task == 'link' else 'heterogeneous'} job "
@@ -135,6 +146,11 @@ def check_hetero_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
             f"dataset {spec.dataset!r} is heterogeneous: its batches are sampled and gathered on the cpu "
             f"(got device {spec.device}, sampler {spec.sampler})"
         )
+    if spec.featureless_init == "neighbour-mean" and not spec.script:
+        try:
+            check_neighbour_means(schema)
+        except GraphtierError as exc:
+            raise InvalidRequestError(f"dataset {spec.dataset!r}: {exc}") from None
     try:
         schema.relation_fanouts(spec.relation_fanouts or spec.fanouts)
     except SamplingError as exc:
