@@ -97,7 +97,7 @@ class HGT(nn.Module):
         featureless: FeaturelessOptions | None = None,
     ) -> None:
         super().__init__()
-        self.input = HeteroInput(schema, hidden, featureless)
+        self.input = HeteroInput(schema, hidden, featureless, normalise=True)
         self.convs = nn.ModuleList(
             HGTConv(hidden, len(schema.node_types), len(schema.relations), heads) for _ in range(num_layers)
         )

@@ -78,11 +78,23 @@ def check_layer_count(num_layers: int, blocks: Sequence[Block], edge_types: Sequ
 class HeteroInput(nn.Module):
     """Input rows of every node type in one width: Linear(features), or for a featureless type a learned
     per-node embedding (dropout on its rows), plus its neighbours' mean features through a linear map
-    when `featureless.init` is neighbour-mean (`models/featureless.py`)."""
+    when `featureless.init` is neighbour-mean (`models/featureless.py`).
+
+    With `normalise`, every linear map of features is followed by a per-type LayerNorm and a ReLU, so
+    that each type enters at unit scale whatever its features' scale (row-normalised bag-of-words rows
+    are ~1/30 per column): attention over tiny rows is uniform and its gradients vanish. The learned
+    embeddings are left as they are (they start at zero, where a ReLU would stop their gradients)."""
 
     offsets: Tensor  # a buffer: the first global id of each node type
 
-    def __init__(self, schema: HeteroSchema, hidden: int, featureless: FeaturelessOptions | None = None) -> None:
+    def __init__(
+        self,
+        schema: HeteroSchema,
+        hidden: int,
+        featureless: FeaturelessOptions | None = None,
+        *,
+        normalise: bool = False,
+    ) -> None:
         super().__init__()
         featureless = featureless or FeaturelessOptions()
         self.schema = schema
@@ -100,6 +112,10 @@ class HeteroInput(nn.Module):
             else:
                 self.project[info.name] = nn.Linear(info.feature_dim, hidden)
         self.embedding_dropout = Dropout(featureless.dropout)
+        self.norm = nn.ModuleDict()  # per type with a linear map of features, when normalising
+        if normalise:
+            for name in (*self.project.keys(), *self.neighbour.keys()):
+                self.norm[name] = nn.LayerNorm(hidden)
         self.register_buffer("offsets", torch.tensor(schema.offsets(), dtype=torch.int64), persistent=False)
 
     def load_neighbour_means(self, arrays: Mapping[str, Tensor]) -> None:
@@ -123,7 +139,7 @@ class HeteroInput(nn.Module):
                 local = node_ids[where] - self.offsets[index]
                 rows = self.embedding_dropout(self.embed[info.name](local))
                 if info.name in self.neighbour:
-                    rows = rows + self.neighbour[info.name](local)
+                    rows = rows + self._normalised(info.name, self.neighbour[info.name](local))
                 out[where] = rows
             else:
                 rows = features.get(info.name)
@@ -132,8 +148,12 @@ class HeteroInput(nn.Module):
                     raise GraphtierError(
                         f"features of node type {info.name!r} must be [{where.numel()}, {info.feature_dim}], got {got}"
                     )
-                out[where] = self.project[info.name](rows)
+                out[where] = self._normalised(info.name, self.project[info.name](rows))
         return out
+
+    def _normalised(self, name: str, rows: Tensor) -> Tensor:
+        """A type's linear input rows, normalised when the model asked for it (class docstring)."""
+        return F.relu(self.norm[name](rows)) if name in self.norm else rows
 
 
 class RGCN(nn.Module):

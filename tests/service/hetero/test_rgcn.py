@@ -86,3 +86,23 @@ def test_hgt_fits_the_train_labels(hetero_dataset):
             optimizer.step()
     assert loss.item() < 0.05
     assert model.convs[0].prior.grad is not None and bool(model.convs[0].prior.grad.abs().sum() > 0)
+
+
+def test_hgt_input_enters_at_unit_scale_and_embeddings_still_learn(hetero_dataset):
+    """HGT normalises each featured type's projected rows (LayerNorm, ReLU): row-normalised features
+    (~1/dim per column) would otherwise enter at ~1e-2 and its attention would stay uniform."""
+    from graphtier.launcher.runtime.models.hgt import HGT
+
+    torch.manual_seed(0)
+    schema = hetero_dataset.manifest.hetero
+    batch = next(HeteroLocalBatches(hetero_dataset, ["-1", "-1"], batch_size=8).epoch(0))
+    ids, types = batch.input_nodes
+    tiny = {name: rows / rows.shape[1] / 100 for name, rows in batch.x.items()}  # a thousandth of the scale
+    model = HGT(schema, 16, 2, 2, heads=2, dropout=0.0)
+    h = model.input(ids, types, tiny)
+    for name in tiny:
+        rows = h[types == schema.type_index(name)]
+        assert (rows >= 0).all() and rows.pow(2).mean().item() > 0.2, name  # ReLU(LayerNorm): about half of 1
+    F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, tiny), batch.y).backward()
+    assert model.input.embed["author"].weight.grad.abs().sum() > 0  # zero rows: no ReLU stops their gradient
+    assert model.convs[0].attention.grad.abs().max() > 1e-6
