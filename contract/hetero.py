@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graphtier.contract.errors import GraphtierError, SamplingError
 from graphtier.contract.fanouts import MAX_FANOUT
 
-FeaturelessInit = Literal["zero", "neighbour-mean"]  # how a featureless type's input starts (see the jobs' option)
+FeaturelessInit = Literal["auto", "zero", "neighbour-mean"]  # how a featureless type's input starts (the jobs' option)
 REVERSE_PREFIX = "rev_"  # a reverse relation of `name` is named `rev_<name>`
 _NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 
@@ -129,6 +129,12 @@ class HeteroSchema(BaseModel):
         return [
             parse_relation_fanouts(hop, [r.key for r in self.relations], hop_number=i + 1) for i, hop in enumerate(hops)
         ]
+
+
+def starts_from_neighbour_means(init: FeaturelessInit, info: NodeTypeInfo) -> bool:
+    """Whether a featureless type's input starts from its neighbours' means: under neighbour-mean, or
+    auto (the default), wherever the prepared dataset has means for it."""
+    return init != "zero" and info.featureless and bool(info.neighbour_means)
 
 
 def check_neighbour_means(schema: HeteroSchema) -> list[str]:

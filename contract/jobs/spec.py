@@ -170,10 +170,11 @@ class JobSpec(BaseModel):
         description="Heterogeneous: dropout on the learned embedding rows of featureless types, in [0, 1).",
     )
     featureless_init: Annotated[FeaturelessInit, MODEL] = Field(
-        "zero",
-        description="Heterogeneous: a featureless type's input: zero (a learned embedding per node from zero) or "
+        "auto",
+        description="Heterogeneous: a featureless type's input: zero (a learned embedding per node from zero), "
         "neighbour-mean (a linear map of its neighbours' mean features, computed at prepare, plus a learned "
-        "residual embedding from zero).",
+        "residual embedding from zero; refused where no type has means) or auto (neighbour-mean for the types "
+        "that have means, zero for the others).",
     )
     nproc_per_node: Annotated[int, RANKS] = Field(
         1, ge=1, le=64, description="Trainer ranks on each node (torchrun --nproc-per-node)."

@@ -13,15 +13,17 @@
   embedding is a residual from zero that only learns what the means lack. The means are buffers,
   exported with the weights, so a loaded model needs no dataset.
 
-A type with no relation to a featured type has no means: under neighbour-mean it keeps the zero start
-(the job's notes name it); a graph where no featureless type has one (nothing featured, as Freebase)
-is refused, naming its types, since the option would change nothing.
+A type with no relation to a featured type has no means: it keeps the zero start (the job's notes name
+it). `auto`, the default, is neighbour-mean wherever there are means (ACM's authors and subjects) and
+zero elsewhere (Freebase, where nothing has features); an explicit neighbour-mean on a graph where no
+featureless type has means is refused, naming its types, since it would change nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
@@ -37,12 +39,12 @@ ROW_STATE_BUFFERS = ("exp_avg", "exp_avg_sq", "steps")  # a SparseEmbedding's ro
 class FeaturelessOptions:
     """How featureless types enter a heterogeneous model: `init` and dropout on the learned rows."""
 
-    init: FeaturelessInit = "zero"
+    init: FeaturelessInit = "auto"
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.init not in ("zero", "neighbour-mean"):
-            raise GraphtierError(f"featureless_init must be zero or neighbour-mean, got {self.init!r}")
+        if self.init not in get_args(FeaturelessInit):
+            raise GraphtierError(f"featureless_init must be auto, zero or neighbour-mean, got {self.init!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise GraphtierError(f"embedding_dropout must be in [0, 1), got {self.dropout}")
 

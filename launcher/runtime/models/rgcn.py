@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.contract.hetero import HeteroSchema, check_neighbour_means
+from graphtier.contract.hetero import HeteroSchema, check_neighbour_means, starts_from_neighbour_means
 from graphtier.launcher.runtime.models.block_ops import destination_index
 from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.launcher.runtime.models.featureless import (
@@ -107,7 +107,7 @@ class HeteroInput(nn.Module):
         for info in schema.node_types:
             if info.featureless:
                 self.embed[info.name] = SparseEmbedding(info.count, hidden)
-                if featureless.init == "neighbour-mean" and info.neighbour_means:
+                if starts_from_neighbour_means(featureless.init, info):
                     self.neighbour[info.name] = NeighbourMeanInput(info, hidden)
             else:
                 self.project[info.name] = nn.Linear(info.feature_dim, hidden)

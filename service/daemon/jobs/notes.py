@@ -12,7 +12,7 @@ whose train split cannot give every rank a seed is refused instead (`epoch_plan`
 from __future__ import annotations
 
 from graphtier.contract.errors import DaemonError, GraphtierError, InvalidRequestError, SamplingError
-from graphtier.contract.hetero import check_neighbour_means
+from graphtier.contract.hetero import check_neighbour_means, starts_from_neighbour_means
 from graphtier.contract.jobs.spec import HETERO_MODELS, JobSpec
 from graphtier.contract.link import CALIBRATED_DECODERS, DEFAULT_HITS_K
 from graphtier.service.pipeline.epoch_plan import EpochPlan
@@ -74,14 +74,20 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
                 f"learning {rate} by their own row-wise Adam (decoupled weight decay {spec.embedding_weight_decay:g}, "
                 f"dropout {spec.embedding_dropout:g}): {described}"
             )
-            if spec.featureless_init == "neighbour-mean":
-                zero = [t.name for t in learned if not t.neighbour_means]
-                started = [t.name for t in learned if t.neighbour_means]
-                notes.append(
-                    f"featureless_init neighbour-mean: {', '.join(started)} start from their neighbours' mean "
-                    "features through a linear map"
-                    + (f"; {', '.join(zero)} (no featured neighbour type) start at zero" if zero else "")
-                )
+            if spec.featureless_init != "zero":
+                zero = [t.name for t in learned if not starts_from_neighbour_means(spec.featureless_init, t)]
+                started = [t.name for t in learned if starts_from_neighbour_means(spec.featureless_init, t)]
+                if started:
+                    notes.append(
+                        f"featureless_init {spec.featureless_init}: {', '.join(started)} start from their "
+                        "neighbours' mean features through a linear map"
+                        + (f"; {', '.join(zero)} (no neighbour means) start at zero" if zero else "")
+                    )
+                else:  # auto on a graph without means: say why nothing starts from them
+                    notes.append(
+                        "featureless_init auto: every featureless type starts at zero (no neighbour means: no "
+                        "featured neighbour type, or the dataset was prepared before they were computed)"
+                    )
     if spec.eval_fanouts and (spec.task == "link" or schema is not None):
         notes.append(
             f"eval_fanouts {spec.eval_fanouts} is not used: a {'link' if spec.task == 'link' else 'heterogeneous'} job "

@@ -14,7 +14,7 @@ from embedding_optimizer_script import DECAY, LR, NUM_NODES, STEPS, WIDTH, step_
 from test_runtime_torchrun import _free_port
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.contract.hetero import HeteroSchema, NodeTypeInfo, RelationInfo, check_neighbour_means
+from graphtier.contract.hetero import HeteroSchema, NeighbourMean, NodeTypeInfo, RelationInfo, check_neighbour_means
 from graphtier.launcher.runtime.embedding_optimizer import EmbeddingOptimizer
 from graphtier.launcher.runtime.exported_model import snapshot
 from graphtier.launcher.runtime.models import build_hetero_model
@@ -82,7 +82,7 @@ def test_bad_settings_are_refused_by_name():
         EmbeddingOptimizer([("t", table)], lr=0.1, weight_decay=1.5)
     with pytest.raises(GraphtierError, match=r"embedding_dropout must be in \[0, 1\)"):
         FeaturelessOptions(dropout=1.0)
-    with pytest.raises(GraphtierError, match=r"featureless_init must be zero or neighbour-mean"):
+    with pytest.raises(GraphtierError, match=r"featureless_init must be auto, zero or neighbour-mean"):
         FeaturelessOptions(init="mean")  # type: ignore[arg-type]
 
 
@@ -102,6 +102,21 @@ def test_neighbour_mean_is_refused_naming_the_types_where_nothing_has_means():
         check_neighbour_means(_schema(featured=False))
     with pytest.raises(GraphtierError, match=r"featureless type\(s\) film have no neighbour means"):
         build_hetero_model("rgcn", _schema(featured=True), 8, 2, 1, featureless=FeaturelessOptions("neighbour-mean"))
+
+
+def test_auto_starts_from_the_means_where_there_are_means_and_at_zero_elsewhere():
+    nothing_featured = build_hetero_model("rgcn", _schema(featured=False), 8, 2, 1)  # auto, the default: accepted
+    assert not nothing_featured.input.neighbour and set(nothing_featured.input.embed) == {"book", "film"}
+    schema = _schema(featured=True)
+    film = schema.type_named("film").model_copy(
+        update={
+            "neighbour_means": [NeighbourMean(relation="book-about-film", source_type="book", feature_dim=3, array="m")]
+        }
+    )
+    schema = schema.model_copy(update={"node_types": [schema.node_types[0], film]})
+    for init, starts in (("auto", True), ("neighbour-mean", True), ("zero", False)):
+        model = build_hetero_model("rgcn", schema, 8, 2, 1, featureless=FeaturelessOptions(init))
+        assert ("film" in model.input.neighbour) is starts, init
 
 
 def test_row_mode_embeddings_leave_the_dense_optimizer_ddp_and_the_export():
