@@ -12,7 +12,11 @@ Two kinds of block:
 - `features`: `X` is the far end type's own features (metapaths ending at a featureless type have none);
   the empty metapath is the target type's own features.
 - `labels`: `X` is the one-hot training labels of the target type (zero rows for every other node),
-  for every metapath of one hop or more returning to the target type (SeHGNN's label propagation).
+  for every metapath of one hop or more returning to the target type (SeHGNN's label propagation),
+  when the target type has no features of its own (Freebase's movies). A featured target type
+  goes without them: with few labels (ACM's 60 train papers) a training node's labels from the
+  others are nearly all zeros, unlike a test node's, and the MLP on ACM's metapath features falls
+  from 0.84 to 0.82 test accuracy with them.
   Only train labels are read: validation and test labels never enter. A training node's own
   label would reach it along the paths that return to it (the product's diagonal `D[v, v]`); that
   share, `D[v, v] * Y[v]`, is taken out, so no node sees its own label.
@@ -94,14 +98,16 @@ def metapaths(schema: HeteroSchema, hops: int) -> list[Metapath]:
 
 def feature_blocks(schema: HeteroSchema, hops: int, num_classes: int) -> list[tuple[Metapath, FeatureBlock]]:
     """The blocks the features of `hops` hops hold, in matrix order: every metapath ending at a featured type
-    (its features), then every metapath of one hop or more ending at the target type (its labels)."""
+    (its features), then, for a featureless target type, every metapath of one hop or more returning to it
+    (its labels)."""
     paths = metapaths(schema, hops)
     blocks = []
     for path in paths:
         width = schema.type_named(path.types[-1]).feature_dim
         if width:
             blocks.append((path, FeatureBlock(path.name(schema), "features", width)))
-    for path in paths:
+    label_paths = paths if schema.type_named(schema.target_type).featureless else []
+    for path in label_paths:
         if path.relations and path.types[-1] == schema.target_type:
             blocks.append((path, FeatureBlock(f"{path.name(schema)} (labels)", "labels", num_classes)))
     if not blocks:
