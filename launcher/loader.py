@@ -586,6 +586,7 @@ class Job:
                     self.dataset.num_classes,
                     self.ctx,
                 )
+                model.standardise_by(inputs.features.matrix)
                 forward = inputs.forward
             self._load_neighbour_means(model)
         return NodeClassification(self._eval.eval_batches, model, forward)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -93,6 +94,7 @@ class MetapathInputs:
         }
         path = metapath_features_path(job_dir, hops)
         if ctx.local_rank == 0 and _read(path, key) is None:
+            started = time.monotonic()
             features = compute_metapath_features(
                 data.graph,
                 data.edge_type,
@@ -104,6 +106,11 @@ class MetapathInputs:
                 lambda node_type: _tier_rows(data, node_type),
             )
             _write(path, key, features)
+            print(
+                f"metapath features of {hops} hop(s): {len(features.blocks)} blocks, {features.matrix.shape[1]} "
+                f"columns, computed in {time.monotonic() - started:.1f} s into {path}",
+                flush=True,
+            )
         ctx.barrier()  # the node's first rank has written them
         features = _read(path, key)
         if features is None:

@@ -15,8 +15,8 @@ Two kinds of block:
   for every metapath of one hop or more returning to the target type (SeHGNN's label propagation),
   when the target type has no features of its own (Freebase's movies). A featured target type
   goes without them: with few labels (ACM's 60 train papers) a training node's labels from the
-  others are nearly all zeros, unlike a test node's, and the MLP on ACM's metapath features falls
-  from 0.84 to 0.82 test accuracy with them.
+  others are nearly all zeros, unlike a test node's, and the preagg model on ACM's metapath
+  features falls from 0.874 to 0.861 test accuracy with them (seed 0).
   Only train labels are read: validation and test labels never enter. A training node's own
   label would reach it along the paths that return to it (the product's diagonal `D[v, v]`); that
   share, `D[v, v] * Y[v]`, is taken out, so no node sees its own label.

@@ -144,5 +144,7 @@ def test_model_takes_the_blocks_and_refuses_other_widths(hetero_root, tmp_path):
     model = build_hetero_model("preagg", dataset.manifest.hetero, 8, 2, HOPS, dropout=0.0)
     assert model.widths == features.widths
     assert model(features.matrix).shape == (features.matrix.shape[0], 2)
+    model.standardise_by(features.matrix)
+    assert torch.allclose(model.shift, features.matrix.mean(dim=0)) and bool((model.scale > 0).all())
     with pytest.raises(GraphtierError, match="PreAggregated takes .* metapath feature columns"):
         model(features.matrix[:, 1:])
