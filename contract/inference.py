@@ -59,7 +59,7 @@ class TrainedModelInfo(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     job_id: str = Field(description="the job that trained them")
-    model: str = Field(description="sage, gcn, gat, rgcn, rgat or hgt")
+    model: str = Field(description="sage, gcn, gat, rgcn, rgat, hgt or preagg")
     task: str = Field(description="node or link")
     layers: int
     hidden: int

@@ -31,7 +31,7 @@ from graphtier.contract.inference import DEFAULT_CHUNK
 from graphtier.contract.jobs.artifact import DatasetVersion, ModelConfig
 from graphtier.contract.jobs.directory import checkpoint_dir, job_directory, link_scores_dir
 from graphtier.contract.jobs.rank_failures import write_rank_failure
-from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.spec import PREAGGREGATED_MODEL, JobSpec
 from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS
 from graphtier.contract.processes import run_as_job_work
 from graphtier.launcher.client.data_plane import DataPlaneClient
@@ -54,6 +54,7 @@ from graphtier.launcher.runtime.link_eval import SplitScores, evaluate_links
 from graphtier.launcher.runtime.link_model import NodeEmbeddings, ResidualAdamicAdarDecoder
 from graphtier.launcher.runtime.link_scores import write_link_scores
 from graphtier.launcher.runtime.local_batches import LocalBatchSource
+from graphtier.launcher.runtime.metapath_inputs import MetapathInputs
 from graphtier.launcher.runtime.models import build_hetero_model
 from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.launcher.runtime.models.rgcn import HeteroInput
@@ -178,6 +179,8 @@ class Job:
             fanouts = spec.relation_fanouts or spec.fanouts
             shard = (self.data, fanouts, spec.batch_size, self.ctx.rank, self.ctx.world_size, spec.seed)
             eval_fanouts, eval_batch_size = [-1] * len(spec.fanouts), max(spec.batch_size, HETERO_EVAL_BATCH_SIZE)
+            if spec.model == PREAGGREGATED_MODEL and not spec.script:  # it reads its seeds' ids, not their neighbours
+                eval_fanouts = [1] * len(spec.fanouts)
             if link:  # a heterogeneous link job evaluates from its embedding batches
                 self._hetero_links = HeteroLinkBatches(
                     *shard, negatives=spec.negatives, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size
@@ -562,6 +565,7 @@ class Job:
             return NodeClassification(self._eval.eval_batches, model)
         schema = self.data.handle.hetero
         assert schema is not None
+        forward = hetero_forward
         if model is None:
             model = build_hetero_model(
                 spec.model,
@@ -573,8 +577,19 @@ class Job:
                 spec.heads,
                 self._featureless,
             )
+            if spec.model == PREAGGREGATED_MODEL:  # an MLP over its seeds' metapath features, computed once
+                inputs = MetapathInputs.for_job(
+                    self.data,
+                    self.job_dir,
+                    self.outputs.dataset.version if self.outputs.dataset else "",
+                    len(spec.fanouts),
+                    self.dataset.num_classes,
+                    self.ctx,
+                )
+                model.standardise_by(inputs.features.matrix)
+                forward = inputs.forward
             self._load_neighbour_means(model)
-        return NodeClassification(self._eval.eval_batches, model, hetero_forward)
+        return NodeClassification(self._eval.eval_batches, model, forward)
 
     @property
     def _featureless(self) -> FeaturelessOptions:

@@ -16,7 +16,7 @@ figure, of the last epoch (`figures.weights_epoch` says which). A featureless li
 input rows are in the weights; their row-wise Adam state is not (it only matters to training on).
 
 `model.builtin` says whether `load_model` can rebuild the module: the built-in models (`kind`
-sage, gcn, gat on one node type, rgcn, rgat or hgt on a heterogeneous graph, for `task` node or link) from the
+sage, gcn, gat on one node type, rgcn, rgat, hgt or preagg on a heterogeneous graph, for `task` node or link) from the
 configuration alone; a script's own module (`builtin` false) is named by `module` and its
 weights load into that class (`torch.load(weights)` then `load_state_dict`).
 
@@ -59,7 +59,7 @@ class ModelConfig(BaseModel):
 
     builtin: bool = Field(description="a built-in model load_model rebuilds; false: the script's own module")
     module: str = Field("", description="a script's own model: its class (module.qualname); empty for a built-in")
-    kind: ModelKind | None = Field(None, description="built-in: sage, gcn, gat, rgcn, rgat or hgt")
+    kind: ModelKind | None = Field(None, description="built-in: sage, gcn, gat, rgcn, rgat, hgt or preagg")
     task: TaskKind = Field("node", description="node classification, or link prediction (encoder + decoder)")
     in_dim: int = Field(0, ge=0, description="input width (a featureless link graph's: its learned rows' width)")
     hidden: int = Field(0, ge=0, description="hidden width (GAT: all heads together)")

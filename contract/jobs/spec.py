@@ -31,8 +31,9 @@ from graphtier.contract.options import Flag, Section
 from graphtier.contract.partition import DEFAULT_REPLICATE, check_replicate
 from graphtier.contract.storage import MAX_WINDOW, StorageReads
 
-ModelKind = Literal["sage", "gcn", "gat", "rgcn", "rgat", "hgt"]
-HETERO_MODELS = ("rgcn", "rgat", "hgt")  # models of heterogeneous datasets; the others take homogeneous ones
+ModelKind = Literal["sage", "gcn", "gat", "rgcn", "rgat", "hgt", "preagg"]
+HETERO_MODELS = ("rgcn", "rgat", "hgt", "preagg")  # models of heterogeneous datasets; the others take homogeneous ones
+PREAGGREGATED_MODEL = "preagg"  # reads metapath features computed once, not the sampled blocks
 DeviceKind = Literal["cpu", "cuda"]
 
 
@@ -105,7 +106,8 @@ class JobSpec(BaseModel):
     model: Annotated[ModelKind, MODEL] = Field(
         "sage",
         description="sage (GraphSAGE mean), gcn or gat on a homogeneous dataset; rgcn (R-GCN), rgat (R-GAT: "
-        "attention per relation) or hgt (HGT-style attention) on a heterogeneous one.",
+        "attention per relation), hgt (HGT-style attention) or preagg (an MLP over metapath features computed "
+        "once: as many hops as fanouts) on a heterogeneous one.",
     )
     fanouts: Annotated[
         list[int],
@@ -454,7 +456,7 @@ class JobSpec(BaseModel):
             if self.model not in HETERO_MODELS and not self.script:
                 raise ValueError(
                     f"relation fanouts {self.relation_fanouts} sample a heterogeneous graph: they need model rgcn, "
-                    f"rgat or hgt (or a script), not {self.model}"
+                    f"rgat, hgt or preagg (or a script), not {self.model}"
                 )
             bounds = [hop_fanout_bound(hop, hop_number=i + 1) for i, hop in enumerate(self.relation_fanouts)]
             object.__setattr__(self, "fanouts", bounds)  # frozen: the hops' bounds size slots and model layers
@@ -467,6 +469,11 @@ class JobSpec(BaseModel):
         for field, (served, why) in unserved.items():
             if getattr(self, field) != served:
                 raise ValueError(f"model {self.model}: {field}={getattr(self, field)!r} is not supported ({why})")
+        if self.model == PREAGGREGATED_MODEL and self.task == "link":
+            raise ValueError(
+                f"model {self.model}: task 'link' is not supported (its metapath features are computed for the "
+                "target type's node classification); use rgcn, rgat or hgt"
+            )
         if self.task == "link" and self.decoder in PAIR_FEATURE_DECODERS:
             raise ValueError(
                 f"model {self.model}: decoder {self.decoder!r} is not supported (its common-neighbour features "
@@ -475,7 +482,7 @@ class JobSpec(BaseModel):
 
     @property
     def is_hetero(self) -> bool:
-        """Whether the job trains a heterogeneous model (rgcn, rgat, hgt) on a heterogeneous dataset."""
+        """Whether the job trains a heterogeneous model (rgcn, rgat, hgt, preagg) on a heterogeneous dataset."""
         return self.model in HETERO_MODELS
 
     @property

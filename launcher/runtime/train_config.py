@@ -30,7 +30,8 @@ class TrainConfig(BaseModel):
 
     model: ModelName = Field(
         "sage",
-        description="built-in model: sage (GraphSAGE mean), gcn or gat; rgcn, rgat or hgt on a heterogeneous dataset",
+        description="built-in model: sage (GraphSAGE mean), gcn or gat; rgcn, rgat, hgt or preagg on a heterogeneous "
+        "dataset",
     )
     in_dim: int = Field(ge=1, description="input feature width (the dataset manifest's feature_dim)")
     num_classes: int = Field(

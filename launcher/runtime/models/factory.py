@@ -13,9 +13,10 @@ from graphtier.launcher.runtime.models.gat import GAT
 from graphtier.launcher.runtime.models.gcn import GCN
 from graphtier.launcher.runtime.models.sage import GraphSAGE
 
-ModelName = Literal["sage", "gcn", "gat", "rgcn", "rgat", "hgt"]
+ModelName = Literal["sage", "gcn", "gat", "rgcn", "rgat", "hgt", "preagg"]
 MODEL_NAMES: tuple[str, ...] = get_args(ModelName)
-HETERO_MODEL_NAMES = ("rgcn", "rgat", "hgt")  # built from a heterogeneous dataset's schema by `build_hetero_model`
+# built from a heterogeneous dataset's schema by `build_hetero_model`
+HETERO_MODEL_NAMES = ("rgcn", "rgat", "hgt", "preagg")
 
 
 def build_model(
@@ -53,8 +54,10 @@ def build_hetero_model(
     featureless: FeaturelessOptions | None = None,
 ) -> nn.Module:
     """A built-in heterogeneous GNN (rgcn, rgat or hgt) whose forward is `(blocks, edge_types, node_ids, node_types,
-    features) -> [num_seeds, out_dim]`; featureless types get a learned embedding per node (`featureless`: how)."""
+    features) -> [num_seeds, out_dim]`; featureless types get a learned embedding per node (`featureless`: how).
+    `preagg`'s forward is `(metapath features) -> [num_nodes, out_dim]` instead (`models.preagg`)."""
     from graphtier.launcher.runtime.models.hgt import HGT
+    from graphtier.launcher.runtime.models.preagg import build_preaggregated
     from graphtier.launcher.runtime.models.rgat import RGAT
     from graphtier.launcher.runtime.models.rgcn import RGCN
 
@@ -64,4 +67,6 @@ def build_hetero_model(
         return RGAT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout, featureless=featureless)
     if name == "hgt":
         return HGT(schema, hidden, out_dim, num_layers, heads=heads, dropout=dropout, featureless=featureless)
+    if name == "preagg":
+        return build_preaggregated(schema, hidden, out_dim, num_layers, dropout=dropout)
     raise GraphtierError(f"model {name!r} is not a heterogeneous model; choose one of {', '.join(HETERO_MODEL_NAMES)}")

@@ -26,6 +26,7 @@ class Model(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_RGCN: _ClassVar[Model]
     MODEL_HGT: _ClassVar[Model]
     MODEL_RGAT: _ClassVar[Model]
+    MODEL_PREAGG: _ClassVar[Model]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -52,6 +53,7 @@ MODEL_GAT: Model
 MODEL_RGCN: Model
 MODEL_HGT: Model
 MODEL_RGAT: Model
+MODEL_PREAGG: Model
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState

@@ -16,7 +16,7 @@ from pathlib import Path
 from graphtier.contract.errors import InvalidRequestError, UnknownJobError
 from graphtier.contract.jobs.artifact import ArtifactError, artifact_dir, read_manifest
 from graphtier.contract.jobs.directory import job_directory, job_spec_path
-from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.spec import PREAGGREGATED_MODEL, JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.service.daemon.jobs.table import JobTable
 
@@ -65,6 +65,12 @@ def resolve_inference(spec: JobSpec, table: JobTable, runtime_dir: Path) -> JobS
         raise InvalidRequestError(
             f"{what} trained its script's own model, which only the script can rebuild: infer in the script with "
             "job.layerwise() (see the own-script guide)"
+        )
+    if source.model == PREAGGREGATED_MODEL:
+        raise InvalidRequestError(
+            f"{what} trained model {source.model}, an MLP over metapath features rather than layers over "
+            "neighbourhoods: layer-wise inference does not apply to it; load its exported model (graphtier.load_model) "
+            "and give it the rows of graphtier.service.graph.metapath_features.compute_metapath_features"
         )
     if source.dataset != spec.dataset:
         raise InvalidRequestError(

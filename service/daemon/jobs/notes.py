@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from graphtier.contract.errors import DaemonError, GraphtierError, InvalidRequestError, SamplingError
 from graphtier.contract.hetero import check_neighbour_means, starts_from_neighbour_means
-from graphtier.contract.jobs.spec import HETERO_MODELS, JobSpec
+from graphtier.contract.jobs.spec import HETERO_MODELS, PREAGGREGATED_MODEL, JobSpec
 from graphtier.contract.link import CALIBRATED_DECODERS, DEFAULT_HITS_K
 from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.prepared.edge_split import link_array
@@ -66,7 +66,14 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     schema = handle.hetero
     if schema is not None:
         learned = [t for t in schema.node_types if t.featureless]
-        if learned:
+        if spec.model == PREAGGREGATED_MODEL and not spec.script:
+            notes.append(
+                f"model {spec.model}: an MLP over the {schema.target_type} nodes' metapath features of "
+                f"{len(spec.fanouts)} hop(s) (neighbour means of featured types, propagated train labels), computed "
+                "once by the ranks into the job's directory; it reads only the batches' seeds, so --fanout "
+                f"{','.join(['1'] * len(spec.fanouts))} samples least"
+            )
+        elif learned:
             described = ", ".join(f"{t.name} ({t.count:,})" for t in learned)
             rate = f"at lr {spec.embedding_lr:g}" if spec.embedding_lr else "at a tenth of the learning rate"
             notes.append(
@@ -145,7 +152,7 @@ def check_hetero_job(spec: JobSpec, handle: SharedDatasetHandle) -> None:
     if spec.model not in HETERO_MODELS and not spec.script:
         raise InvalidRequestError(
             f"dataset {spec.dataset!r} is heterogeneous ({len(schema.node_types)} node types, {len(schema.relations)} "
-            f"relations): model {spec.model} takes one node type; use model rgcn, rgat or hgt"
+            f"relations): model {spec.model} takes one node type; use model rgcn, rgat, hgt or preagg"
         )
     if spec.device != "cpu" or spec.sampler != "cpu":
         raise InvalidRequestError(

@@ -91,6 +91,9 @@ CONFIGS = {
     "hgt heterogeneous node": ModelConfig(
         builtin=True, kind="hgt", hidden=16, out_dim=3, layers=2, heads=2, hetero=SCHEMA
     ),
+    "preagg heterogeneous node": ModelConfig(
+        builtin=True, kind="preagg", hidden=16, out_dim=3, layers=2, dropout=0.5, hetero=SCHEMA
+    ),
     "gcn link mlp": ModelConfig(
         builtin=True, kind="gcn", task="link", in_dim=8, hidden=16, out_dim=16, layers=2, decoder="mlp"
     ),

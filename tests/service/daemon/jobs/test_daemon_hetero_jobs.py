@@ -5,13 +5,18 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from best_epoch_checks import check_best_epoch
 
 from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import DaemonRequestError
+from graphtier.contract.jobs.artifact import artifact_dir
+from graphtier.contract.jobs.directory import job_directory
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.client.data_plane import DataPlaneClient
+from graphtier.launcher.runtime.exported_model import load_model
+from graphtier.launcher.runtime.metapath_inputs import metapath_features_path
 
 
 def _run(client: DataPlaneClient, spec: JobSpec):
@@ -86,3 +91,44 @@ def test_rgat_job_trains_on_two_ranks(inproc_daemon, prepared_acm):
     # 3 classes: chance is about 0.33
     assert final.result.best.test_accuracy > 0.7, final.result
     check_best_epoch(final)
+
+
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
+def test_preagg_job_trains_exports_and_refuses_what_it_cannot_do(inproc_daemon, prepared_acm, small_rmat):
+    """The pre-aggregated model on 2 DDP ranks: metapath features computed once into the job's directory, an MLP
+    over them; its exported model gives the job's test accuracy from those features; link, a homogeneous dataset
+    and layer-wise inference are refused naming the model."""
+    with pytest.raises(ValueError, match="model preagg: task 'link' is not supported"):
+        JobSpec(dataset="acm", model="preagg", task="link")
+    runtime = inproc_daemon.config.runtime_dir
+    with DataPlaneClient(runtime_dir=runtime) as client:
+        with pytest.raises(DaemonRequestError, match="model preagg trains heterogeneous graphs but dataset 'rmat12'"):
+            client.submit_job(JobSpec(dataset="rmat12", model="preagg"))
+        spec = JobSpec(
+            dataset="acm", model="preagg", fanouts=[1, 1], batch_size=16, hidden=64, epochs=8, lr=0.005,
+            dropout=0.5, weight_decay=5e-4, nproc_per_node=2,
+        )  # fmt: skip
+        final = _run(client, spec)
+        with pytest.raises(DaemonRequestError, match=f"from_job '{final.job_id}' trained model preagg, an MLP over"):
+            client.submit_job(JobSpec(dataset="acm", from_job=final.job_id))
+    assert any("model preagg: an MLP over the paper nodes' metapath features of 2 hop(s)" in n for n in final.notes)
+    assert not any("learned" in note for note in final.notes)  # no embeddings: featureless types carry no rows
+    # 3 classes: chance is about 0.33
+    assert final.result.best.test_accuracy > 0.7, final.result
+    check_best_epoch(final)
+    job_dir = job_directory(runtime, final.job_id)
+    cached = torch.load(metapath_features_path(job_dir, 2), weights_only=True)
+    schema = prepared_acm.manifest.hetero
+    paper = schema.type_named("paper")
+    assert [block["name"] for block in cached["blocks"]] == [
+        "paper",
+        "paper <rev_has_subject- subject <has_subject- paper",
+        "paper <rev_written_by- author <written_by- paper",
+    ]
+    assert cached["matrix"].shape == (paper.count, 3 * paper.feature_dim)
+    model = load_model(artifact_dir(job_dir))  # the best validation epoch's weights
+    test = prepared_acm.split("test")
+    with torch.no_grad():
+        predicted = model(cached["matrix"][test - paper.offset]).argmax(dim=1)
+    accuracy = float((predicted == prepared_acm.labels[test]).float().mean())
+    assert accuracy == pytest.approx(final.result.best.test_accuracy, abs=1e-6)
