@@ -6,8 +6,11 @@ relations ending at its type: PyG's `HeteroConv({relation: GATConv(..., add_self
 aggr="sum")`, computed on the typed sampler's blocks (checked with the same weights against PyG).
 Each relation's attention is soft-maxed over a destination's sampled in-edges of that relation only;
 its linear map applies to the relation's source rows and destination rows alike. Hidden layers
-concatenate the heads, the last averages them into the logits; LeakyReLU and dropout run between
-layers. Node types without features enter through `HeteroInput`'s learned embeddings, as in `RGCN`.
+concatenate the heads, the last averages them into the logits; dropout runs on every layer's input
+and LeakyReLU between layers. Node types without features enter through `HeteroInput`'s learned
+embeddings, as in `RGCN`; featured types enter normalised (LayerNorm, ReLU), as in `HGT`: the
+attention scores are linear in the rows, and rows of row-normalised features (ACM's are ~1/30 per
+column) would leave every score near zero and the attention uniform.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class RGAT(nn.Module):
             raise GraphtierError(f"an R-GAT needs at least one layer, got {num_layers}")
         if hidden % heads:
             raise GraphtierError(f"hidden={hidden} must be divisible by heads={heads} (each head gets hidden // heads)")
-        self.input = HeteroInput(schema, hidden, featureless)
+        self.input = HeteroInput(schema, hidden, featureless, normalise=True)
         types = len(schema.node_types)
         relation_types = [(schema.type_index(r.head), schema.type_index(r.tail)) for r in schema.relations]
         self.convs = nn.ModuleList(
@@ -128,7 +131,7 @@ class RGAT(nn.Module):
         check_layer_count(self.num_layers, blocks, edge_types)
         h = self.input(node_ids, node_types, features)
         for layer, (conv, block, types) in enumerate(zip(self.convs, blocks, edge_types, strict=True)):
-            h = conv(block, types, node_types[: block.num_src], h)
+            h = conv(block, types, node_types[: block.num_src], self.dropout(h))
             if layer < self.num_layers - 1:
-                h = self.dropout(self.activation(h))
+                h = self.activation(h)
         return h
