@@ -116,10 +116,15 @@ class HeteroLocalBatches:
                 features[info.name] = self._rows_of(info.name, ids[types == index] - info.offset)
         return Batch(subgraph=sub, x=features, y=self.labels[seeds], traffic=TrafficCounts(), sample_seed=sample_seed)
 
+    def batch(self, seeds: Tensor, sample_seed: int) -> Batch:
+        """The training batch of `seeds` (global ids of the target type) sampled with `sample_seed`:
+        what `epoch` yields for a planned batch of those seeds."""
+        return self._batch(self.sampler, seeds, sample_seed)
+
     def epoch(self, epoch: int) -> Iterator[Batch]:
         """This rank's training batches of `epoch`."""
         for _, seeds, sample_seed in self.plan.batches(self._splits["train"], epoch):
-            yield self._batch(self.sampler, seeds, sample_seed)
+            yield self.batch(seeds, sample_seed)
 
     def evaluate(self, split: str) -> Iterator[Batch]:
         """This rank's exact shard of `split` ("val" or "test"), in batches."""

@@ -84,6 +84,26 @@ def run_training(
     return train(batches_for_epoch, NodeClassification(eval_batches, model, forward), config, progress_cb)
 
 
+def build_optimizers(
+    module: nn.Module, config: TrainConfig, *, row_wise_embeddings: bool = True
+) -> tuple[torch.optim.Adam, EmbeddingOptimizer | None]:
+    """The loop's optimizers of `module`: Adam over its dense parameters and, when `row_wise_embeddings`
+    and it has learned embeddings, their own row-wise optimizer (None otherwise). That one all-gathers
+    at every step, so it needs every rank at every step: where ranks may end an epoch apart (DDP's
+    join), the embeddings stay dense parameters of the Adam instead."""
+    embeddings = EmbeddingOptimizer.for_model(module, **embedding_settings(config)) if row_wise_embeddings else None
+    groups = parameter_groups(module, config.lr, config.embedding_lr)
+    optimizer = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, fused=_fusable(groups))
+    return optimizer, embeddings
+
+
+def _fusable(groups: list[dict[str, Any]]) -> bool:
+    """Whether Adam's fused kernel can take every parameter (floating point, on the CPU or a GPU): one
+    kernel per step instead of some ten ops per parameter, which dominate small models' steps on a CPU."""
+    params = [p for group in groups for p in group["params"]]
+    return bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+
+
 def _wrap(module: nn.Module, objective: Objective, ctx: DistContext) -> nn.Module:
     """`module` in DDP with the objective's options when there are several ranks; itself otherwise.
     Embeddings in row mode and neighbour means stay out of DDP (`rank_local_state`)."""
@@ -115,12 +135,7 @@ def _run(
     module = objective.build_model(config)
     module.to(ctx.device)
     may_join = ctx.distributed and not even_batches and objective.ddp_options(module).joins
-    # learned embeddings get their own row-wise optimizer, whose all-gather needs every rank at every step:
-    # where ranks may end an epoch apart (DDP's join), they stay dense parameters of the Adam below
-    embeddings = None if may_join else EmbeddingOptimizer.for_model(module, **embedding_settings(config))
-    optimizer = torch.optim.Adam(
-        parameter_groups(module, config.lr, config.embedding_lr), lr=config.lr, weight_decay=config.weight_decay
-    )
+    optimizer, embeddings = build_optimizers(module, config, row_wise_embeddings=not may_join)
     session = TrainSession(ctx, config, report, outputs)
     position = session.resume(module, optimizer)
     if session.resumed_from is not None and ctx.rank == 0:

@@ -103,3 +103,26 @@ def test_the_table_judges_a_most_target_by_better_lower() -> None:
     assert "<= 1.3 (met)" in rows["cost under"]
     assert "<= 1.3 (not met)" in rows["cost over"]
     assert ">= 1.3 (met)" in rows["speed over"]
+
+
+@pytest.mark.long  # prepares ACM: 3 s or more on 2 cores
+def test_bench_rgat_e2e_prints_steps_per_second(shared_datasets: Path) -> None:
+    source = shared_datasets / "ogb_hetero_acm"
+    if not source.is_dir():
+        pytest.skip(f"{source} not found")
+    bench = Path(__file__).resolve().parent / "bench_rgat_e2e.py"
+    proc = subprocess.run(
+        [sys.executable, str(bench), "--source", str(source), "--steps", "5", "--batch-size", "16"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{proc.stderr}"
+    assert "R-GAT 2 layers, hidden 128, 4 heads" in out
+    ours = next(line for line in out.splitlines() if line.startswith("graphtier R-GAT"))
+    assert float(ours.split()[-5]) > 0  # steps/s: the first of the five figures
+    if any(line.startswith("PyG to_hetero") for line in out.splitlines()):
+        assert "steps/s (target >= 3x)" in out
+    else:
+        assert "setup_pyg.sh" in out  # tells how to get the baseline

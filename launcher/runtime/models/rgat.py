@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
-from graphtier.launcher.runtime.models.block_ops import destination_index
+from graphtier.launcher.runtime.models.block_ops import destination_index, segment_softmax
 from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.launcher.runtime.models.gat import GATConv
@@ -32,7 +32,24 @@ from graphtier.service.sampling import Block
 
 
 class RGATConv(nn.Module):
-    """One relational attention layer: [num_src, in] -> [num_dst, heads * out] (concat) or [num_dst, out]."""
+    """One relational attention layer: [num_src, in] -> [num_dst, heads * out] (concat) or [num_dst, out].
+
+    Its parameters are one `GATConv` per relation (`convs[r]`); the forward runs every relation in one
+    pass rather than one relation after another. Each node type's source rows are mapped once by the
+    linear maps of all the relations leaving that type (one matrix product per type, [rows, k * heads *
+    out]), and each edge reads the row of its own relation. The attention logits of both ends fold the
+    attention vectors into the linear maps (`a . W x == (W^T a) . x`), so no destination row is mapped.
+    The softmax runs over a destination's in-edges of one relation (the groups `dst * R + relation`), the
+    weighted messages of all relations are summed into the destination at once, and each destination
+    gets the biases of the relations ending at its type, as `HeteroConv(aggr="sum")` adds them.
+    """
+
+    # buffers, per relation: its head type, its place among the relations leaving that type; per type: how
+    # many relations leave it, and which relations end at it ([T, R], 1.0 where one does)
+    head_of: Tensor
+    slot: Tensor
+    leaving: Tensor
+    ends_at: Tensor
 
     def __init__(
         self,
@@ -50,33 +67,76 @@ class RGATConv(nn.Module):
         self.num_types = num_types
         self.relation_types = [(int(head), int(tail)) for head, tail in relation_types]
         self.convs = nn.ModuleList(GATConv(in_dim, out_dim, heads=heads, concat=concat) for _ in self.relation_types)
+        # the relations leaving each type, in relation order: their maps are one product per type
+        self.outgoing = [[r for r, (head, _) in enumerate(self.relation_types) if head == t] for t in range(num_types)]
+        slot = [0] * len(self.relation_types)
+        for relations in self.outgoing:
+            for place, r in enumerate(relations):
+                slot[r] = place
+        ends_at = torch.zeros(num_types, len(self.relation_types))
+        for r, (_, tail) in enumerate(self.relation_types):
+            ends_at[tail, r] = 1.0
+        head_of = torch.tensor([head for head, _ in self.relation_types], dtype=torch.int64)
+        self.register_buffer("head_of", head_of, persistent=False)
+        leaving = torch.tensor([len(relations) for relations in self.outgoing], dtype=torch.int64)
+        self.register_buffer("leaving", leaving, persistent=False)
+        self.register_buffer("slot", torch.tensor(slot, dtype=torch.int64), persistent=False)
+        self.register_buffer("ends_at", ends_at, persistent=False)
+
+    def _parameters_of(self, name: str) -> Tensor:
+        """The relations' parameter `name` stacked: [R, *shape]."""
+        return torch.stack([conv.get_parameter(name) for conv in self.convs])
 
     def forward(self, block: Block, edge_types: Tensor, node_types: Tensor, x: Tensor) -> Tensor:
         """`node_types`: the type of each of the block's sources (its destinations come first)."""
-        n = block.num_dst
-        # a node's position among the sources of its type; destinations come first, so a destination's
-        # position among its type's destinations is the same
+        n, heads, out_dim = block.num_dst, self.heads, self.out_dim
+        num_relations = len(self.relation_types)
+        width = out_dim * heads if self.concat else out_dim
+        if not num_relations:
+            return x.new_zeros((n, width))
+        first: GATConv = self.convs[0]  # type: ignore[assignment]  # every relation's conv has the same slope
+        weight = self._parameters_of("lin.weight")  # [R, H * C, in]
+        # the sources grouped by type (stable: block order within a type), and each one's place in its group
+        counts = torch.bincount(node_types, minlength=self.num_types)
+        order = torch.argsort(node_types, stable=True)
+        starts = torch.cumsum(counts, 0) - counts
         position = torch.empty_like(node_types)
-        rows = []
-        for t in range(self.num_types):
-            where = (node_types == t).nonzero().squeeze(1)
-            position[where] = torch.arange(where.numel(), device=where.device)
-            rows.append(where)
-        dst_types = node_types[:n]
-        src, dst = block.indices, destination_index(block)
-        width = self.out_dim * self.heads if self.concat else self.out_dim
-        out = x.new_zeros((n, width))
-        for r, ((head, tail), conv) in enumerate(zip(self.relation_types, self.convs, strict=True)):
-            assert isinstance(conv, GATConv)
-            targets = rows[tail][: int((dst_types == tail).sum())]  # the destinations of the tail type
-            if targets.numel() == 0:
-                continue
-            edges = (edge_types == r).nonzero().squeeze(1)
-            found = conv.bipartite(
-                x.index_select(0, rows[head]), x.index_select(0, targets), position[src[edges]], position[dst[edges]]
+        position[order] = torch.arange(node_types.numel(), device=x.device) - starts[node_types[order]]
+        # per type, its rows through the maps of the relations leaving it: one table of mapped rows
+        grouped = x.index_select(0, order)
+        tables, sizes = [], []
+        for t, relations in enumerate(self.outgoing):
+            rows = int(counts[t]) if relations else 0
+            if rows:
+                begin = int(starts[t])
+                maps = weight[relations].reshape(len(relations) * heads * out_dim, self.in_dim)
+                tables.append((grouped[begin : begin + rows] @ maps.t()).view(rows * len(relations), heads, out_dim))
+            sizes.append(rows * len(relations))
+        src, dst, rel = block.indices, destination_index(block), edge_types
+        if not tables or src.numel() == 0:
+            messages = x.new_zeros((n, heads, out_dim))
+        else:
+            table = torch.cat(tables) if len(tables) > 1 else tables[0]
+            sizes_t = torch.tensor(sizes, dtype=torch.int64, device=x.device)
+            base = torch.cumsum(sizes_t, 0) - sizes_t
+            head = self.head_of[rel]
+            row = base[head] + position[src] * self.leaving[head] + self.slot[rel]
+            mapped = table.index_select(0, row)  # [E, H, C]: each edge's source through its relation's map
+            score_src = (mapped * self._parameters_of("att_src").squeeze(1).index_select(0, rel)).sum(-1)
+            # a_dst . (W x_dst) == (W^T a_dst) . x_dst: the destinations' logits without mapping their rows
+            folded = torch.einsum(
+                "rhci,rhc->rhi",
+                weight.view(num_relations, heads, out_dim, self.in_dim),
+                self._parameters_of("att_dst")[:, 0],
             )
-            out.index_add_(0, targets, found)
-        return out
+            score_dst = (x[:n] @ folded.reshape(num_relations * heads, self.in_dim).t()).view(n * num_relations, heads)
+            group = dst * num_relations + rel
+            scores = F.leaky_relu(score_src + score_dst.index_select(0, group), first.negative_slope)
+            alpha = segment_softmax(scores, group, n * num_relations)
+            messages = x.new_zeros((n, heads, out_dim)).index_add_(0, dst, mapped * alpha.unsqueeze(-1))
+        out = messages.reshape(n, -1) if self.concat else messages.mean(dim=1)
+        bias = self.ends_at @ self._parameters_of("bias")  # [T, width]: the biases of the relations ending at a type
+        return out + bias.index_select(0, node_types[:n])
 
 
 class RGAT(nn.Module):
