@@ -39,7 +39,7 @@ ROW_STATE_BUFFERS = ("exp_avg", "exp_avg_sq", "steps")  # a SparseEmbedding's ro
 class FeaturelessOptions:
     """How featureless types enter a heterogeneous model: `init` and dropout on the learned rows."""
 
-    init: FeaturelessInit = "auto"
+    init: FeaturelessInit = "zero"  # a model built directly (a script's own): nothing loads means into it
     dropout: float = 0.0
 
     def __post_init__(self) -> None:

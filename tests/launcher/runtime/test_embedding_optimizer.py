@@ -105,7 +105,8 @@ def test_neighbour_mean_is_refused_naming_the_types_where_nothing_has_means():
 
 
 def test_auto_starts_from_the_means_where_there_are_means_and_at_zero_elsewhere():
-    nothing_featured = build_hetero_model("rgcn", _schema(featured=False), 8, 2, 1)  # auto, the default: accepted
+    auto = FeaturelessOptions("auto")  # the jobs' default
+    nothing_featured = build_hetero_model("rgcn", _schema(featured=False), 8, 2, 1, featureless=auto)  # accepted
     assert not nothing_featured.input.neighbour and set(nothing_featured.input.embed) == {"book", "film"}
     schema = _schema(featured=True)
     film = schema.type_named("film").model_copy(
