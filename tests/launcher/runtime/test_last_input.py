@@ -3,15 +3,22 @@ reproduces the layer's output, for every built-in conv it splits; anything else 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.runtime.last_input import last_input
-from graphtier.launcher.runtime.models import GATConv, GCNConv, SAGEConv
+from graphtier.launcher.runtime.layerwise import LayerChunk
+from graphtier.launcher.runtime.layerwise_models import layer_steps
+from graphtier.launcher.runtime.link_model import LinkModel
+from graphtier.launcher.runtime.models import GATConv, GCNConv, SAGEConv, build_model
 from graphtier.launcher.runtime.models.hgt import HGTConv
 from graphtier.launcher.runtime.models.rgcn import RGCNConv
+from graphtier.launcher.runtime.trained_model import TrainedModel
 from graphtier.service.sampling import Block
 
 
@@ -67,3 +74,28 @@ def test_a_last_layer_without_a_split_is_refused_by_name():
         last_input(HGTConv(8, num_types=2, num_relations=2, heads=2), "hgt")
     with pytest.raises(GraphtierError, match="gat: embeddings 'last-input' reads a GAT last layer that averages"):
         last_input(GATConv(8, 4, heads=2, concat=True), "gat")
+
+
+def _trained(module: nn.Module, model: str) -> TrainedModel:
+    spec = JobSpec(dataset="d", model=model)
+    return TrainedModel(module.eval(), spec, None, 0, Path("w"), "0" * 64, None)  # type: ignore[arg-type]
+
+
+def test_layer_steps_of_last_input_end_in_the_split_and_its_weights():
+    torch.manual_seed(0)
+    trained = _trained(build_model("sage", 12, 16, 5, 2), "sage")
+    steps = layer_steps(trained, "last-input")
+    assert steps.widths == [16, 32] and steps.embedding_layer == 1
+    block = _block()
+    h = torch.randn(block.num_src, 16)
+    chunk = LayerChunk(layer=1, index=0, nodes=torch.arange(block.num_src), block=block, x=h)
+    with torch.no_grad():
+        rows = steps.layer(chunk)
+        assert torch.allclose(steps.logits(rows), trained.module.convs[1](block, h), atol=1e-5)
+    assert layer_steps(trained).widths == [16, 5]  # hidden: the layers as they are
+
+
+def test_a_link_model_is_refused_last_input_by_name():
+    trained = _trained(LinkModel("sage", 12, 16, 2), "sage")
+    with pytest.raises(GraphtierError, match="'last-input' is not supported for model sage: a link model's"):
+        layer_steps(trained, "last-input")
