@@ -6,9 +6,9 @@ each array split into one shard per rank (`<group>/<array>.<shard>.npy`, shard k
 [first_row, first_row + rows) of the whole array). Every group has `ids`: the source's id of
 each row (on a heterogeneous graph the type's own ids). Rows are in the source's order -- row i of
 every node of a Cora-like source is node i -- or in the order of the id file the job was given.
-Arrays: `embeddings` (the last hidden layer), `logits` and `predictions` (node classification:
-the class of each row, in the source's labels), a link model's `embeddings` (the encoder's
-output, what its decoder scores pairs from).
+Arrays: `embeddings` (`EmbeddingKind`: the last hidden layer, or what the last layer's linear maps
+read), `logits` and `predictions` (node classification: the class of each row, in the source's
+labels), a link model's `embeddings` (the encoder's output, what its decoder scores pairs from).
 
 A link job's test scores: the positives' scores with their pairs, the split's negative pool
 (Hits@K) and each positive's corrupted tails (MRR), all pairs in the source's ids, and the
@@ -17,11 +17,24 @@ figures the job reported from them.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 MANIFEST_FILE = "manifest.json"
 DEFAULT_CHUNK = 4096  # destination nodes per chunk of a layer: large enough for dense kernels, small enough for memory
 HOMOGENEOUS_GROUP = "node"  # the one group of a graph with one node type
+
+# Which rows an inference job writes as a node's embeddings: `hidden`, the last hidden layer (post-activation);
+# `last-input`, what the last layer's linear maps read -- the node's last hidden row beside its neighbours'
+# aggregate of it (GraphSAGE [h_v || mean_u h_u], GCN the normalised aggregate, GAT each head's attention-weighted
+# sum of the sources' rows, R-GCN [h_v || each relation's mean]), of which the logits are a linear function,
+# as a CNN's penultimate features are; a model whose last step is a linear head over a hidden layer (HGT) reads
+# that layer, the same rows as `hidden`.
+EmbeddingKind = Literal["hidden", "last-input"]
+DEFAULT_EMBEDDINGS: EmbeddingKind = "hidden"
+# the node classifiers whose last layer `last-input` splits (R-GAT's sums one attention per relation: not split)
+LAST_INPUT_MODELS = ("sage", "gcn", "gat", "rgcn", "hgt")
 
 
 class ShardInfo(BaseModel):
@@ -68,6 +81,15 @@ class TrainedModelInfo(BaseModel):
     sha256: str = Field(description="of that file")
 
 
+class EmbeddingsInfo(BaseModel):
+    """Which rows the output's `embeddings` are (`EmbeddingKind`) and how many columns they have."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: EmbeddingKind
+    width: int = Field(ge=1)
+
+
 class PredictionManifest(BaseModel):
     """`predictions/manifest.json` in the job's directory (module docstring)."""
 
@@ -81,6 +103,9 @@ class PredictionManifest(BaseModel):
     groups: dict[str, OutputGroup] = Field(description="by node type; `node` on a graph with one type")
     class_labels: list[int] | None = Field(
         None, description="the source's label of each logit column when prepare remapped them; None: the same"
+    )
+    embeddings: EmbeddingsInfo | None = Field(
+        None, description="what the `embeddings` arrays hold; None: no embeddings, or a script's own arrays"
     )
     seconds: float = Field(0.0, description="wall time of the layer-wise pass and the writing")
 

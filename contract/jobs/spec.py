@@ -24,6 +24,7 @@ from graphtier.contract.datasets import BudgetSpec
 from graphtier.contract.errors import GraphtierError, InvalidRequestError
 from graphtier.contract.fanouts import check_channel_fanouts, parse_fanouts
 from graphtier.contract.hetero import FeaturelessInit, hop_fanout_bound, split_fanout_hops
+from graphtier.contract.inference import DEFAULT_EMBEDDINGS, EmbeddingKind
 from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind, NegativeSampling, TaskKind
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.network import MAX_PEERS
@@ -305,6 +306,12 @@ class JobSpec(BaseModel):
         description="Inference: absolute path of a file of node ids in the source's ids (.npy, or text with one id "
         "a line; heterogeneous: of the target type) whose rows to compute; empty = every node.",
     )
+    embeddings: Annotated[EmbeddingKind, INFERENCE] = Field(
+        DEFAULT_EMBEDDINGS,
+        description="Inference: which rows are written as embeddings: hidden (the last hidden layer) or last-input "
+        "(what the last layer's linear maps read, of which the logits are a linear function: a linear probe's "
+        "input; GraphSAGE, GCN, GAT, R-GCN and HGT node classifiers).",
+    )
     name: Annotated[str, JOB] = Field("", max_length=100, description="Human-readable name shown by `job list`.")
     script: Annotated[
         str,
@@ -443,10 +450,12 @@ class JobSpec(BaseModel):
         return self
 
     def _check_inference(self) -> None:
-        """`ids` and `link_scores` belong to the kind of job they describe. What an inference job takes from
-        the job it applies (its model, the machine it runs on) is checked by the daemon at submit."""
+        """`ids`, `embeddings` and `link_scores` belong to the kind of job they describe. What an inference job
+        takes from the job it applies (its model, the machine it runs on) is checked by the daemon at submit."""
         if self.ids and not self.from_job:
             raise ValueError(f"ids {self.ids!r} choose the nodes of an inference job: give from_job too")
+        if self.embeddings != DEFAULT_EMBEDDINGS and not self.from_job:
+            raise ValueError(f"embeddings {self.embeddings!r} choose an inference job's output: give from_job too")
         if self.link_scores and self.task != "link":
             raise ValueError("link_scores keeps a link job's test scores: it needs task 'link'")
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from graphtier.contract.command_line import FlagTyper, GivenOptions, with_model_options
-from graphtier.contract.inference import DEFAULT_CHUNK
+from graphtier.contract.inference import DEFAULT_CHUNK, DEFAULT_EMBEDDINGS
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.launcher.cli import job_report
 from graphtier.launcher.cli.job_report import wrapped as _wrapped
@@ -252,6 +252,14 @@ def predict(
         Path | None,
         typer.Option("--ids", help="a file of the source's node ids (.npy, or one a line); default: every node"),
     ] = None,
+    embeddings: Annotated[
+        str,
+        typer.Option(
+            "--embeddings",
+            help="hidden: the last hidden layer; last-input: what the last layer's linear maps read (the logits "
+            "are a linear function of it: a linear probe's input)",
+        ),
+    ] = DEFAULT_EMBEDDINGS,
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="ranks, each a shard of every layer")] = 1,
     batch_size: Annotated[
         int, typer.Option("--batch-size", help="destination nodes per chunk of a layer")
@@ -273,6 +281,7 @@ def predict(
             values = {
                 "dataset": source.dataset,
                 "from_job": job_id,
+                "embeddings": embeddings,
                 "nproc_per_node": nproc_per_node,
                 "batch_size": batch_size,
                 "device": device,

@@ -11,7 +11,8 @@ torchrun, without producers. Each rank
    the first layer a restarted attempt had not completed, reporting its progress per chunk
    (`Phase.INFER`: the epoch is the layer);
 3. writes its shard of the output in the source's ids (`inference_output.py`): embeddings (the
-   last hidden layer) of every node type, logits and predicted classes of a classifier; rank 0
+   last hidden layer, or with `embeddings: last-input` what the last layer's linear maps read:
+   `layerwise_models.py`) of every node type the layer computes, logits and predicted classes of a classifier; rank 0
    then writes the manifest and reports, as the job's result, the accuracy of the predictions on
    the val and test splits (a node classifier) or the link metrics of the embeddings (a link model)
    when every node was computed.
@@ -30,7 +31,7 @@ from torch import Tensor
 
 from graphtier.contract.endpoints import read_endpoints
 from graphtier.contract.errors import DaemonError, GraphtierError
-from graphtier.contract.inference import PredictionManifest, TrainedModelInfo
+from graphtier.contract.inference import EmbeddingsInfo, PredictionManifest, TrainedModelInfo
 from graphtier.contract.jobs.directory import job_directory, layer_rows_dir, predictions_dir
 from graphtier.contract.jobs.progress import Phase, ProducerFigures, ProgressReport, TrainerFigures
 from graphtier.contract.jobs.spec import JobSpec
@@ -148,16 +149,28 @@ def _plan(
 
 
 def _arrays(
-    steps: LayerSteps, rows: LayerRows, group: str, target_type: str | None, class_labels: Tensor | None, device
+    steps: LayerSteps,
+    rows: LayerRows,
+    group: str,
+    target_type: str | None,
+    class_labels: Tensor | None,
+    device,
+    *,
+    last_layer_target_only: bool,
 ) -> Callable[[Tensor], dict[str, Tensor]]:
-    """What a group's shard holds for graphtier ids `nodes`: embeddings and, of a classifier's labelled
-    type, logits and predictions."""
+    """What a group's shard holds for graphtier ids `nodes`: embeddings (where their layer was computed for the
+    group: `last_layer_target_only` says the last layer was for the target type only) and, of a classifier's
+    labelled type, logits and predictions."""
     last = len(steps.widths) - 1
     classifies = steps.logits is not None and (target_type is None or group == target_type)
+    embeds = steps.embedding_layer is not None and (
+        steps.embedding_layer < last or not last_layer_target_only or group == target_type
+    )
 
     def arrays(nodes: Tensor) -> dict[str, Tensor]:
         out = {}
-        if steps.embedding_layer is not None:
+        if embeds:
+            assert steps.embedding_layer is not None
             layer = steps.embedding_layer
             embedded = rows.rows(layer, steps.widths[layer]).index_select(0, nodes)
             head = steps.embedding_head
@@ -226,7 +239,7 @@ def _infer(
     job_dir = job_directory(runtime_dir, job_id)
     schema = data.handle.hetero
     trained = load_trained_model(job_directory(runtime_dir, spec.from_job), ctx.device)
-    steps = layer_steps(trained)
+    steps = layer_steps(trained, spec.embeddings)
     prepared = _prepared(client, spec, data)
     version = dataset_version(prepared.directory) or ""
     if trained.dataset_version is not None and trained.dataset_version != version:
@@ -238,14 +251,16 @@ def _infer(
     groups = output_groups(prepared, schema, ids_file)
     every_node = ids_file is None
     plan = _plan(data, trained, steps, groups, every_node)
-    # a restarted attempt resumes from the layers of the same weights over the same nodes
-    rows = LayerRows(layer_rows_dir(job_dir), data.graph.num_nodes, ctx, key=f"{trained.sha256}:{spec.ids}")
+    # a restarted attempt resumes from the layers of the same weights over the same nodes, the same last layer
+    key = f"{trained.sha256}:{spec.ids}:{spec.embeddings}"
+    rows = LayerRows(layer_rows_dir(job_dir), data.graph.num_nodes, ctx, key=key)
     reporter = InferenceReporter(client, job_id, ctx.rank)
     if ctx.rank == 0:
         where = "every node" if every_node else f"{sum(g.nodes.numel() for g in groups)} node(s) of {ids_file}"
         print(
             f"inference of job {spec.from_job}'s {trained.spec.model} (weights of epoch {trained.epoch}) "
-            f"over {where}: {len(steps.widths)} layer(s) of widths {steps.widths}, {ctx.world_size} rank(s)",
+            f"over {where}: {len(steps.widths)} layer(s) of widths {steps.widths}, {ctx.world_size} rank(s); "
+            f"embeddings: {spec.embeddings}",
             flush=True,
         )
     first = rows.first_incomplete(steps.widths)
@@ -278,12 +293,16 @@ def _infer(
     out = predictions_dir(job_dir)
     labels = torch.tensor(data.handle.class_labels, dtype=torch.int64) if data.handle.class_labels else None
     target_type = schema.target_type if schema is not None else None
+    last_layer_target_only = every_node and plan.destinations(len(steps.widths) - 1) is not None
     columns = {}
     for group in groups:
-        arrays = _arrays(steps, rows, group.group, target_type, labels, ctx.device)
+        arrays = _arrays(
+            steps, rows, group.group, target_type, labels, ctx.device, last_layer_target_only=last_layer_target_only
+        )
         columns[group.group] = write_shard(out, group, arrays, ctx.rank, ctx.world_size)
     ctx.barrier()
     results = _results(data, trained, steps, rows, ctx.device) if every_node and ctx.rank == 0 else {}
+    widths = [c["embeddings"][1][0] for c in columns.values() if "embeddings" in c]  # (dtype, [width])
     if ctx.rank == 0:
         manifest = PredictionManifest(
             job_id=job_id,
@@ -302,6 +321,7 @@ def _infer(
             rows="every node" if every_node else str(ids_file),
             groups={g.group: group_info(g, columns[g.group], ctx.world_size) for g in groups},
             class_labels=list(data.handle.class_labels) if data.handle.class_labels else None,
+            embeddings=EmbeddingsInfo(kind=spec.embeddings, width=widths[0]) if widths else None,
             seconds=time.perf_counter() - started,
         )
         path = write_manifest(out, manifest)

@@ -14,6 +14,11 @@ the head turning the last layer's rows into logits where the model has one:
   HGT's convs keep `hidden` columns and its classifier (the head) maps them to logits. A heterogeneous link
   model's encoder output is its embeddings.
 
+With embeddings `last-input` (`graphtier.contract.inference.EmbeddingKind`), a classifier's last layer
+writes what its linear maps read (`last_input.py`) instead of its output, those rows are the embeddings,
+and the logits are the layer's weights applied to them; HGT's embeddings are its classifier's input either
+way. A link model or an R-GAT is refused: a decoder is no linear map, R-GAT's last layer has no split here.
+
 Evaluation mode throughout: dropout is off, as it is when the train loop evaluates.
 """
 
@@ -27,7 +32,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
+from graphtier.contract.inference import DEFAULT_EMBEDDINGS, EmbeddingKind
 from graphtier.launcher.runtime.hetero_link import HeteroLinkModel
+from graphtier.launcher.runtime.last_input import LastInput, last_input
 from graphtier.launcher.runtime.layerwise import LayerChunk
 from graphtier.launcher.runtime.link_model import LinkModel
 from graphtier.launcher.runtime.models.base import BlockGNN
@@ -66,7 +73,10 @@ def _out_width(conv: nn.Module) -> int:
     return _width(conv, "out_dim") * heads
 
 
-def _block_gnn(model: BlockGNN, transform: Callable[[Tensor], Tensor] | None) -> tuple[list[int], Callable]:
+def _block_gnn(
+    model: BlockGNN, transform: Callable[[Tensor], Tensor] | None, split: LastInput | None = None
+) -> tuple[list[int], Callable]:
+    """Widths and step of a `BlockGNN`; with `split`, the last layer writes what its weights read."""
     last = model.num_layers - 1
 
     def layer(chunk: LayerChunk) -> Tensor:
@@ -74,13 +84,20 @@ def _block_gnn(model: BlockGNN, transform: Callable[[Tensor], Tensor] | None) ->
         assert isinstance(x, Tensor)
         if chunk.layer == 0 and transform is not None:
             x = transform(x)
+        if chunk.layer == last and split is not None:
+            return split.rows(chunk.block, x, None)
         h = model.convs[chunk.layer](chunk.block, x)
         return model.activation(h) if chunk.layer < last else h
 
-    return [_out_width(conv) for conv in model.convs], layer
+    widths = [_out_width(conv) for conv in model.convs]
+    if split is not None:
+        widths[last] = split.width
+    return widths, layer
 
 
-def _hetero(encoder: RGCN | RGAT | HGT, normalise: bool) -> tuple[list[int], Callable]:
+def _hetero(encoder: RGCN | RGAT | HGT, normalise: bool, split: LastInput | None = None) -> tuple[list[int], Callable]:
+    """Widths and step of a heterogeneous model; with `split` (an R-GCN's), the last layer writes what its weights
+    read."""
     last = encoder.num_layers - 1
 
     def layer(chunk: LayerChunk) -> Tensor:
@@ -95,6 +112,8 @@ def _hetero(encoder: RGCN | RGAT | HGT, normalise: bool) -> tuple[list[int], Cal
             h = chunk.x
             assert isinstance(h, Tensor)
         conv = encoder.convs[chunk.layer]
+        if chunk.layer == last and split is not None:
+            return split.rows(chunk.block, h, chunk.edge_types)
         if isinstance(encoder, HGT):
             return conv(chunk.block, chunk.edge_types, chunk.node_types, h)
         if isinstance(encoder, RGAT):
@@ -107,6 +126,8 @@ def _hetero(encoder: RGCN | RGAT | HGT, normalise: bool) -> tuple[list[int], Cal
         widths = [_width(conv, "dim") for conv in encoder.convs]
     else:
         widths = [_out_width(conv) for conv in encoder.convs]  # R-GAT's hidden layers concatenate their heads
+    if split is not None:
+        widths[last] = split.width
     return widths, layer
 
 
@@ -114,9 +135,28 @@ def _unit_rows(x: Tensor) -> Tensor:
     return F.normalize(x, dim=-1)
 
 
-def layer_steps(trained: TrainedModel) -> LayerSteps:
-    """`trained`'s model as layer-wise steps (module docstring)."""
+def _refuse_last_input(model: str, why: str) -> None:
+    raise GraphtierError(f"embeddings 'last-input' is not supported for model {model}: {why}; use embeddings 'hidden'")
+
+
+def layer_steps(trained: TrainedModel, embeddings: EmbeddingKind = DEFAULT_EMBEDDINGS) -> LayerSteps:
+    """`trained`'s model as layer-wise steps, its embeddings of kind `embeddings` (module docstring)."""
     module = trained.module
+    model = trained.spec.model
+    if embeddings == "last-input":
+        if isinstance(module, LinkModel | HeteroLinkModel):
+            _refuse_last_input(model, "a link model's embeddings are already what its decoder (no linear map) reads")
+        if isinstance(module, RGAT) and not isinstance(getattr(module, "classify", None), nn.Linear):
+            _refuse_last_input(model, "its last layer sums one attention per relation, which has no split here")
+        if isinstance(module, BlockGNN):
+            split = last_input(module.convs[-1], model)
+            widths, layer = _block_gnn(module, None, split)
+            return LayerSteps(widths, layer, len(widths) - 1, split.logits)
+        if isinstance(module, RGCN):
+            split = last_input(module.convs[-1], model)
+            widths, layer = _hetero(module, normalise=False, split=split)
+            return LayerSteps(widths, layer, len(widths) - 1, split.logits)
+        # HGT (or a model with a linear head): the head's input is its last layer, whose rows `hidden` writes
     if isinstance(module, LinkModel):
         encoder = module.encoder
         assert isinstance(encoder, BlockGNN)

@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 
 CHECK = Path(__file__).resolve().parent / "check_embedding_lr.py"
-# The last hidden layer alone feeds the logistic regression; the model's last layer also aggregates the
-# neighbours' rows, which a classifier of each node's own row cannot: with the best epoch's weights the gaps
-# measured 0.013, 0.021 and 0.036 (seeds 0, 1, 2; this test runs seed 0) against the issue's 0.02, so the
-# suite holds the figure to 0.03 and the script reports it against 0.02.
-SUITE_GAP = 0.03
+# The logistic regression reads the `last-input` embeddings, what the model's last layer reads ([h_v || mean_u h_u]):
+# the last hidden layer alone lacks the neighbours' rows that layer also aggregates, and fell further behind.
+SUITE_GAP = 0.02
 
 
-@pytest.mark.long  # a Cora job to its end, its embeddings for every node, then the classifier
+@pytest.mark.long  # a Cora job to its end, its embeddings of both kinds for every node, then the classifiers
 def test_logistic_regression_on_embeddings_nears_the_jobs_accuracy(tmp_path: Path, shared_datasets: Path) -> None:
     pytest.importorskip("sklearn")
     out = tmp_path / "figures.json"
@@ -31,7 +29,8 @@ def test_logistic_regression_on_embeddings_nears_the_jobs_accuracy(tmp_path: Pat
     )
     assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     figures = {f["name"]: f["value"] for f in json.loads(out.read_text())["figures"]}
-    gap = figures["logistic regression test accuracy - the job's"]
+    gap = figures["logistic regression test accuracy - the job's"]  # on the last-input embeddings
     assert (proc.returncode == 0) == (gap <= 0.02), proc.stdout  # the script's verdict is the issue's target
     assert figures["job test accuracy"] > 0.75 and figures["logistic regression test accuracy"] > 0.75, figures
+    assert "logistic regression test accuracy - the job's, hidden" in figures, figures  # reported beside it
     assert gap <= SUITE_GAP, proc.stdout

@@ -65,6 +65,7 @@ def test_every_field_survives_the_wire_and_reads_back_in_the_document():
         max_restarts=1, num_slots=3, storage_reads="direct", window=4, on_nonfinite="skip-step",
         features="partitioned", replicate="5%", sampler="cpu", mps="use", producer_sm_share=20.0, task="link",
         negatives=3, negative_sampling="corrupt-tail", decoder="mlp", link_scores=True, from_job="7", ids="/x/ids.npy",
+        embeddings="last-input",
         name="every field", script="/x/train.py", args=["--layers", "3"],
     )  # fmt: skip
     defaults = {name: field.get_default(call_default_factory=True) for name, field in JobSpec.model_fields.items()}

@@ -45,9 +45,7 @@ class GATConv(nn.Module):
 
     def forward(self, block: Block, x: Tensor) -> Tensor:
         n = block.num_dst
-        loops = torch.arange(n, dtype=torch.int64, device=block.indices.device)
-        src = torch.cat([block.indices, loops])
-        dst = torch.cat([destination_index(block), loops])
+        src, dst = self.self_looped(block)
         h = self.lin(x).view(-1, self.heads, self.out_dim)  # [num_src, H, C]
         return self.attend(h, h[:n], src, dst)
 
@@ -60,13 +58,22 @@ class GATConv(nn.Module):
         h_dst = self.lin(x_dst).view(-1, self.heads, self.out_dim)
         return self.attend(h_src, h_dst, src, dst)
 
-    def attend(self, h_src: Tensor, h_dst: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-        """Attention over the edges of mapped rows `h_src` [S, H, C] -> `h_dst` [D, H, C], plus the bias."""
-        n = h_dst.shape[0]
+    def attention(self, h_src: Tensor, h_dst: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        """[E, H]: each edge's attention weight per head, soft-maxed over its destination's edges (no dropout)."""
         score_src = (h_src * self.att_src).sum(-1)  # [S, H]
         score_dst = (h_dst * self.att_dst).sum(-1)  # [D, H]
         scores = F.leaky_relu(score_src.index_select(0, src) + score_dst.index_select(0, dst), self.negative_slope)
-        alpha = self.attn_dropout(segment_softmax(scores, dst, n))
+        return segment_softmax(scores, dst, h_dst.shape[0])
+
+    def self_looped(self, block: Block) -> tuple[Tensor, Tensor]:
+        """(src, dst) of the block's edges and a self loop per destination, as `forward` attends over them."""
+        loops = torch.arange(block.num_dst, dtype=torch.int64, device=block.indices.device)
+        return torch.cat([block.indices, loops]), torch.cat([destination_index(block), loops])
+
+    def attend(self, h_src: Tensor, h_dst: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        """Attention over the edges of mapped rows `h_src` [S, H, C] -> `h_dst` [D, H, C], plus the bias."""
+        n = h_dst.shape[0]
+        alpha = self.attn_dropout(self.attention(h_src, h_dst, src, dst))
         out = attention_sum(h_src, src, dst, alpha, n)  # [D, H, C]
         out = out.reshape(n, -1) if self.concat else out.mean(dim=1)
         return out + self.bias

@@ -66,7 +66,7 @@ LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "model", "fanouts", "relation_fanouts", "eval_fanouts", "batch_size", "hidden", "heads", "epochs", "lr", "weight_decay", "dropout", "embedding_lr", "embedding_weight_decay", "embedding_dropout", "featureless_init", "nproc_per_node", "nnodes", "nodes", "device", "checkpoint_every_steps", "seed", "budgets", "max_restarts", "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "link_scores", "from_job", "ids", "name", "script", "args", "rdzv_endpoint", "rdzv_id")
+    __slots__ = ("dataset", "model", "fanouts", "relation_fanouts", "eval_fanouts", "batch_size", "hidden", "heads", "epochs", "lr", "weight_decay", "dropout", "embedding_lr", "embedding_weight_decay", "embedding_dropout", "featureless_init", "nproc_per_node", "nnodes", "nodes", "device", "checkpoint_every_steps", "seed", "budgets", "max_restarts", "num_slots", "storage_reads", "window", "on_nonfinite", "features", "replicate", "sampler", "mps", "producer_sm_share", "task", "negatives", "negative_sampling", "decoder", "link_scores", "from_job", "ids", "embeddings", "name", "script", "args", "rdzv_endpoint", "rdzv_id")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,7 @@ class JobSpec(_message.Message):
     LINK_SCORES_FIELD_NUMBER: _ClassVar[int]
     FROM_JOB_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCRIPT_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
@@ -152,12 +153,13 @@ class JobSpec(_message.Message):
     link_scores: bool
     from_job: str
     ids: str
+    embeddings: str
     name: str
     script: str
     args: _containers.RepeatedScalarFieldContainer[str]
     rdzv_endpoint: str
     rdzv_id: str
-    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., relation_fanouts: _Optional[_Iterable[str]] = ..., eval_fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dropout: _Optional[float] = ..., embedding_lr: _Optional[float] = ..., embedding_weight_decay: _Optional[float] = ..., embedding_dropout: _Optional[float] = ..., featureless_init: _Optional[str] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., device: _Optional[_Union[Device, str]] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., max_restarts: _Optional[int] = ..., num_slots: _Optional[int] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., link_scores: _Optional[bool] = ..., from_job: _Optional[str] = ..., ids: _Optional[str] = ..., name: _Optional[str] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[_Union[Model, str]] = ..., fanouts: _Optional[_Iterable[int]] = ..., relation_fanouts: _Optional[_Iterable[str]] = ..., eval_fanouts: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ..., hidden: _Optional[int] = ..., heads: _Optional[int] = ..., epochs: _Optional[int] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., dropout: _Optional[float] = ..., embedding_lr: _Optional[float] = ..., embedding_weight_decay: _Optional[float] = ..., embedding_dropout: _Optional[float] = ..., featureless_init: _Optional[str] = ..., nproc_per_node: _Optional[int] = ..., nnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., device: _Optional[_Union[Device, str]] = ..., checkpoint_every_steps: _Optional[int] = ..., seed: _Optional[int] = ..., budgets: _Optional[_Union[_common_pb2.TierBudgetSpec, _Mapping]] = ..., max_restarts: _Optional[int] = ..., num_slots: _Optional[int] = ..., storage_reads: _Optional[str] = ..., window: _Optional[int] = ..., on_nonfinite: _Optional[str] = ..., features: _Optional[str] = ..., replicate: _Optional[str] = ..., sampler: _Optional[str] = ..., mps: _Optional[str] = ..., producer_sm_share: _Optional[float] = ..., task: _Optional[str] = ..., negatives: _Optional[int] = ..., negative_sampling: _Optional[str] = ..., decoder: _Optional[str] = ..., link_scores: _Optional[bool] = ..., from_job: _Optional[str] = ..., ids: _Optional[str] = ..., embeddings: _Optional[str] = ..., name: _Optional[str] = ..., script: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., rdzv_endpoint: _Optional[str] = ..., rdzv_id: _Optional[str] = ...) -> None: ...
 
 class JobPlacement(_message.Message):
     __slots__ = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "coordinator", "coordinator_job_id", "local_addr", "dataset_version", "peer_timeout_s", "node_addresses")

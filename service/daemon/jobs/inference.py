@@ -4,8 +4,9 @@ An inference job (`JobSpec.from_job`) runs the built-in layer-wise inference of 
 trained model on the same dataset. Its spec is recorded with the model's fields of that job --
 model, layers (fanouts), hidden, heads, task, decoder, ... -- whatever it was submitted with, so
 `job status` shows what it applies; the rest (ranks, device, chunk size as `batch_size`, the id
-file) is its own. Refused, naming why: an unknown or unfinished job, one that trained a script's
-model or was itself an inference job, another dataset, several nodes, a script.
+file, which embeddings) is its own. Refused, naming why: an unknown or unfinished job, one that trained
+a script's model or was itself an inference job, another dataset, several nodes, a script, embeddings
+`last-input` of a model whose last layer it does not split.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 
 from graphtier.contract.errors import InvalidRequestError, UnknownJobError
+from graphtier.contract.inference import LAST_INPUT_MODELS
 from graphtier.contract.jobs.artifact import ArtifactError, artifact_dir, read_manifest
 from graphtier.contract.jobs.directory import job_directory, job_spec_path
 from graphtier.contract.jobs.spec import PREAGGREGATED_MODEL, JobSpec
@@ -76,6 +78,12 @@ def resolve_inference(spec: JobSpec, table: JobTable, runtime_dir: Path) -> JobS
         raise InvalidRequestError(
             f"{what} trained on dataset {source.dataset!r}, not {spec.dataset!r}: its model is applied to the "
             "dataset it was trained on"
+        )
+    if spec.embeddings == "last-input" and (source.task == "link" or source.model not in LAST_INPUT_MODELS):
+        trained = f"a {source.model} link model" if source.task == "link" else f"model {source.model}"
+        raise InvalidRequestError(
+            f"job spec: embeddings 'last-input' is not supported for {trained} (job {source_id}); it splits the last "
+            f"layer of the node classifiers {', '.join(LAST_INPUT_MODELS)}: use embeddings 'hidden'"
         )
     if spec.ids and not os.access(spec.ids, os.R_OK):
         raise InvalidRequestError(f"job spec: ids {spec.ids}: no such file, or not readable by the daemon")

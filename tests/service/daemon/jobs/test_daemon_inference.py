@@ -20,6 +20,7 @@ from graphtier.contract.jobs.state import JobState
 from graphtier.launcher.cli.job import describe
 from graphtier.launcher.client import DaemonClient
 from graphtier.launcher.runtime.inference_output import read_manifest, read_output
+from graphtier.launcher.runtime.last_input import last_input
 from graphtier.launcher.runtime.trained_model import load_trained_model
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
 from graphtier.service.sampling import Block
@@ -140,6 +141,8 @@ def test_link_job_keeps_test_scores_that_ogbs_evaluator_recomputes(daemon, cora_
         assert arrays["tails"].shape == arrays["tail_scores"].shape == (positive.numel(), 100)
 
         inferred = run(client, JobSpec(dataset="cora-link", from_job=trained.job_id, nproc_per_node=2))
+        with pytest.raises(DaemonRequestError, match="'last-input' is not supported for a sage link model"):
+            client.submit_job(JobSpec(dataset="cora-link", from_job=trained.job_id, embeddings="last-input"))
     assert (inferred.spec.task, inferred.spec.decoder) == ("link", "mlp")
     embeddings = read_output(predictions_dir(job_directory(runtime, inferred.job_id)))["embeddings"]
     assert embeddings.shape == (cora_link.manifest.num_nodes, 32)
@@ -148,6 +151,40 @@ def test_link_job_keeps_test_scores_that_ogbs_evaluator_recomputes(daemon, cora_
     root = cora_link.directory.parent
     scored = score_pairs(runtime, root, inferred.job_id, torch.from_numpy(arrays["positive_pairs"]))
     assert torch.allclose(scored, positive, atol=1e-4)
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_last_input_embeddings_are_what_the_last_layers_weights_read(daemon, cora_nodes, model):
+    """`embeddings: last-input` writes the rows of which the logits are the last layer's linear map: the
+    manifest names them, the predictions and the job's figures are the model's own."""
+    runtime = daemon.config.runtime_dir
+    spec = JobSpec(
+        dataset="cora-nodes", model=model, fanouts=[10, 5], batch_size=64, hidden=32, heads=4, epochs=2,
+        nproc_per_node=2,
+    )  # fmt: skip
+    with DaemonClient(runtime_dir=runtime) as client:
+        trained = run(client, spec)
+        hidden = run(client, JobSpec(dataset="cora-nodes", from_job=trained.job_id, nproc_per_node=2))
+        final = run(
+            client,
+            JobSpec(dataset="cora-nodes", from_job=trained.job_id, nproc_per_node=2, embeddings="last-input"),
+        )
+    assert final.spec.embeddings == "last-input" and hidden.spec.embeddings == "hidden"
+    out = predictions_dir(job_directory(runtime, final.job_id))
+    width = 32 if model == "gcn" else 4 * 32  # GAT: each of the last layer's 4 heads over the 32 hidden columns
+    manifest = read_manifest(out)
+    assert (manifest.embeddings.kind, manifest.embeddings.width) == ("last-input", width)
+    assert read_manifest(predictions_dir(job_directory(runtime, hidden.job_id))).embeddings.kind == "hidden"
+    arrays = read_output(out)
+    before = read_output(predictions_dir(job_directory(runtime, hidden.job_id)))
+    assert arrays["embeddings"].shape == (cora_nodes.manifest.num_nodes, width)
+    module = load_trained_model(job_directory(runtime, trained.job_id), torch.device("cpu")).module
+    split = last_input(module.convs[-1], model)
+    with torch.no_grad():
+        logits = split.logits(torch.from_numpy(np.asarray(arrays["embeddings"])))
+    assert torch.allclose(logits, torch.from_numpy(np.asarray(arrays["logits"])), atol=1e-4)
+    assert np.allclose(arrays["logits"], before["logits"], atol=1e-4)  # the same model's output either way
+    assert final.result.test_accuracy == pytest.approx(hidden.result.test_accuracy, abs=1e-3)
 
 
 @pytest.mark.parametrize("model", ["rgcn", "rgat", "hgt"])
@@ -160,6 +197,15 @@ def test_hetero_inference_writes_each_node_types_rows(daemon, prepared_acm, mode
     with DaemonClient(runtime_dir=runtime) as client:
         trained = run(client, spec)
         inferred = run(client, JobSpec(dataset="acm", from_job=trained.job_id, batch_size=1024, nproc_per_node=2))
+        probe = JobSpec(
+            dataset="acm", from_job=trained.job_id, batch_size=1024, nproc_per_node=2, embeddings="last-input"
+        )
+        if model == "rgat":
+            with pytest.raises(DaemonRequestError, match="embeddings 'last-input' is not supported for model rgat"):
+                client.submit_job(probe)
+            probed = None
+        else:
+            probed = run(client, probe)
     schema = prepared_acm.manifest.hetero
     out = predictions_dir(job_directory(runtime, inferred.job_id))
     assert sorted(read_manifest(out).groups) == sorted(t.name for t in schema.node_types)
@@ -171,6 +217,23 @@ def test_hetero_inference_writes_each_node_types_rows(daemon, prepared_acm, mode
     # the best epoch's weights evaluated over every neighbour, as training evaluates a heterogeneous job
     test = prepared_acm.manifest.split_sizes["test"]
     assert inferred.result.test_accuracy == pytest.approx(trained.result.best.test_accuracy, abs=2 / test)
+    if probed is None:
+        return
+    # last-input: R-GCN's [h_v, each relation's mean] (its last layer computed for the target type only),
+    # HGT's classifier input (its hidden rows); the logits are the same model's either way
+    out = predictions_dir(job_directory(runtime, probed.job_id))
+    width = (len(schema.relations) + 1) * 16 if model == "rgcn" else 16
+    assert read_manifest(out).embeddings.width == width
+    target = read_output(out, schema.target_type)
+    assert target["embeddings"].shape[1] == width
+    assert np.allclose(
+        target["logits"],
+        read_output(predictions_dir(job_directory(runtime, inferred.job_id)), schema.target_type)["logits"],
+        atol=1e-4,
+    )
+    for info in schema.node_types:
+        assert ("embeddings" in read_output(out, info.name)) == (model == "hgt" or info.name == schema.target_type)
+    assert probed.result.test_accuracy == pytest.approx(inferred.result.test_accuracy, abs=1e-3)
 
 
 def wait_for(predicate, what: str, timeout_s: float = 300.0):
