@@ -57,6 +57,7 @@ from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.metapath_inputs import MetapathInputs
 from graphtier.launcher.runtime.models import build_hetero_model
 from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
+from graphtier.launcher.runtime.models.preagg import PreAggregated
 from graphtier.launcher.runtime.models.rgcn import HeteroInput
 from graphtier.launcher.runtime.objectives import LinkPrediction, NodeClassification, Objective
 from graphtier.launcher.runtime.reporter import ProgressReporter
@@ -586,6 +587,7 @@ class Job:
                     self.dataset.num_classes,
                     self.ctx,
                 )
+                assert isinstance(model, PreAggregated)
                 model.standardise_by(inputs.features.matrix)
                 forward = inputs.forward
             self._load_neighbour_means(model)

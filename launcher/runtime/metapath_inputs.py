@@ -112,10 +112,10 @@ class MetapathInputs:
                 flush=True,
             )
         ctx.barrier()  # the node's first rank has written them
-        features = _read(path, key)
-        if features is None:
+        written = _read(path, key)
+        if written is None:
             raise GraphtierError(f"{path}: the job's metapath features are missing or of another dataset or split")
-        return cls(features, schema.type_named(schema.target_type).offset)
+        return cls(written, schema.type_named(schema.target_type).offset)
 
 
 def _write(path: Path, key: dict, features: MetapathFeatures) -> None:

@@ -29,6 +29,9 @@ from graphtier.service.graph.metapath_features import feature_blocks
 class PreAggregated(nn.Module):
     """[num_nodes, sum(widths)] metapath features -> [num_nodes, out_dim] logits."""
 
+    shift: Tensor  # buffers: each column's mean and deviation over the target type's nodes
+    scale: Tensor
+
     def __init__(self, widths: Sequence[int], hidden: int, out_dim: int, dropout: float = 0.5) -> None:
         super().__init__()
         if not widths or min(widths) < 1:
