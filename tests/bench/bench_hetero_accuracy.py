@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import write_figures
+from machine import run_job_to_end, write_figures
 
 SHARED = Path(os.environ.get("GRAPHTIER_SHARED_DATASETS", "/work/shared/datasets"))
 SOURCES = {"acm": SHARED / "ogb_hetero_acm", "freebase": SHARED / "ogb_hetero_freebase"}
@@ -67,7 +67,7 @@ def run_jobs(datasets: list[str], models: list[str], seeds: list[int], epochs: i
                             dropout=0.7, lr=0.005, weight_decay=5e-4, epochs=epochs, seed=seed, nproc_per_node=2,
                         )  # fmt: skip
                         start = time.monotonic()
-                        final = _run(client, spec)
+                        final = run_job_to_end(client, spec)
                         best = final.result.best
                         assert best is not None, f"job {final.job_id} has no best epoch"
                         runs.append(Run(name, model, seed, best.test_accuracy, best.epoch, time.monotonic() - start))
@@ -79,16 +79,6 @@ def run_jobs(datasets: list[str], models: list[str], seeds: list[int], epochs: i
     finally:
         daemon.stop()
     return runs
-
-
-def _run(client: object, spec: object) -> object:
-    job = client.submit_job(spec)
-    for _ in client.job_events(job.job_id, follow=True):
-        pass
-    final = client.get_job(job.job_id)
-    if final.state.value != "succeeded":
-        raise SystemExit(f"job {job.job_id} {final.state.value}: {final.message}")
-    return final
 
 
 def label_propagation(name: str, work: Path) -> float:

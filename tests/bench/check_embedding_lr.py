@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import write_figures
+from machine import run_job_to_end, write_figures
 
 TARGET_GAP = 0.02
 KINDS = ("hidden", "last-input")  # the embeddings measured
@@ -65,9 +65,9 @@ def measure(cora: Path, root: Path, runtime: Path, *, epochs: int = 30, seed: in
                 dataset="cora-lr", fanouts=[25, 10], batch_size=64, hidden=256, epochs=epochs, lr=0.003,
                 weight_decay=5e-4, dropout=0.5, nproc_per_node=2, seed=seed,
             )  # fmt: skip
-            trained = _run(client, spec)
+            trained = run_job_to_end(client, spec)
             inferred = {
-                kind: _run(
+                kind: run_job_to_end(
                     client, JobSpec(dataset="cora-lr", from_job=trained.job_id, nproc_per_node=2, embeddings=kind)
                 )
                 for kind in KINDS
@@ -106,16 +106,6 @@ def _probe(embeddings: object, rows: dict, labels: dict) -> float:
     # the regularisation chosen on the validation nodes, as a linear evaluation of embeddings does
     classifier = max((fitted(c) for c in REGULARISATION), key=lambda fit: accuracy(fit, "val"))
     return accuracy(classifier, "test")
-
-
-def _run(client: object, spec: object) -> object:
-    job = client.submit_job(spec)
-    for _ in client.job_events(job.job_id, follow=True):
-        pass
-    final = client.get_job(job.job_id)
-    if final.state.value != "succeeded":
-        raise SystemExit(f"job {job.job_id} {final.state.value}: {final.message}")
-    return final
 
 
 def main(argv: list[str] | None = None) -> int:

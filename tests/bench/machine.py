@@ -1,4 +1,4 @@
-"""What machine a benchmark ran on, where benchmarks keep their files, and how they record figures."""
+"""What machine a benchmark ran on, where benchmarks keep their files, how they record figures and run jobs."""
 
 from __future__ import annotations
 
@@ -55,3 +55,15 @@ def write_figures(path: str | None, bench: str, figures: list[dict[str, object]]
     with open(path, "w") as f:
         json.dump(record, f, indent=2)
         f.write("\n")
+
+
+def run_job_to_end(client: object, spec: object) -> object:
+    """Submit `spec` through a `DaemonClient`, follow its events to the end and return the finished job;
+    exits naming the job, its state and its message unless it succeeded (a bench's figure needs it)."""
+    job = client.submit_job(spec)
+    for _ in client.job_events(job.job_id, follow=True):
+        pass
+    final = client.get_job(job.job_id)
+    if final.state.value != "succeeded":
+        raise SystemExit(f"job {job.job_id} {final.state.value}: {final.message}")
+    return final
