@@ -83,7 +83,7 @@ def test_bad_settings_are_refused_by_name():
     with pytest.raises(GraphtierError, match=r"embedding_dropout must be in \[0, 1\)"):
         FeaturelessOptions(dropout=1.0)
     with pytest.raises(GraphtierError, match=r"featureless_init must be auto, zero or neighbour-mean"):
-        FeaturelessOptions(init="mean")  # type: ignore[arg-type]
+        FeaturelessOptions(init="mean")  # type: ignore[arg-type]  # a value it refuses, on purpose
 
 
 def _schema(featured: bool) -> HeteroSchema:

@@ -78,7 +78,7 @@ def test_a_last_layer_without_a_split_is_refused_by_name():
 
 def _trained(module: nn.Module, model: str) -> TrainedModel:
     spec = JobSpec(dataset="d", model=model)
-    return TrainedModel(module.eval(), spec, None, 0, Path("w"), "0" * 64, None)  # type: ignore[arg-type]
+    return TrainedModel(module.eval(), spec, None, 0, Path("w"), "0" * 64, None)  # type: ignore[arg-type]  # no config: layer_steps reads the module only
 
 
 def test_layer_steps_of_last_input_end_in_the_split_and_its_weights():
