@@ -25,8 +25,9 @@ One step, timed from its start to the end of Adam's update:
     checks, checkpoints and progress reports.
   - PyG: `next()` of a `NeighborLoader` on a `HeteroData` (torch-sparse sampling, `filter_data` slicing
     `data["paper"].x` held in memory, `n_id` per type), the input layer (Linear per featured type,
-    `nn.Embedding` per featureless type looked up by `n_id`), `to_hetero(GAT, aggr="sum")` of two
-    `GATConv(add_self_loops=False)` (LeakyReLU and dropout between), cross-entropy over the seeds'
+    `nn.Embedding` per featureless type looked up by `n_id`; the featured types' rows through a
+    LayerNorm and ReLU, as graphtier's R-GAT takes them), `to_hetero(GAT, aggr="sum")` of two
+    `GATConv(add_self_loops=False)` (dropout on each one's input, LeakyReLU between), cross-entropy over the seeds'
     rows, `zero_grad`, `backward`, Adam. As PyG's examples run it: every layer over the whole sampled
     subgraph (no `trim_to_layer`; torch-sparse does not report the per-hop counts it needs).
 
@@ -148,23 +149,27 @@ class _Gat(nn.Module):
         self.conv2 = GATConv(hidden, out_dim, heads=heads, concat=False, add_self_loops=False)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        x = F.dropout(x, p=DROPOUT, training=self.training)  # dropout on every layer's input, as graphtier's
         x = self.conv1(x, edge_index)
         x = F.dropout(F.leaky_relu(x, NEGATIVE_SLOPE), p=DROPOUT, training=self.training)
         return self.conv2(x, edge_index)
 
 
 class PygRGAT(nn.Module):
-    """PyG's R-GAT: Linear per featured type, Embedding per featureless type, `to_hetero(_Gat, aggr="sum")`."""
+    """PyG's R-GAT: Linear, LayerNorm and ReLU per featured type (graphtier's normalised input), Embedding per
+    featureless type, `to_hetero(_Gat, aggr="sum")`."""
 
     def __init__(self, data, hidden: int, out_dim: int, heads: int) -> None:
         super().__init__()
         from torch_geometric.nn import to_hetero
 
         self.project = nn.ModuleDict()
+        self.norm = nn.ModuleDict()
         self.embed = nn.ModuleDict()
         for t in data.node_types:
             if "x" in data[t]:
                 self.project[t] = nn.Linear(data[t].x.size(1), hidden)
+                self.norm[t] = nn.LayerNorm(hidden)
             else:
                 self.embed[t] = nn.Embedding(data[t].num_nodes, hidden)
                 nn.init.zeros_(self.embed[t].weight)
@@ -172,7 +177,7 @@ class PygRGAT(nn.Module):
 
     def forward(self, batch) -> dict[str, torch.Tensor]:
         x = {
-            t: self.project[t](batch[t].x) if t in self.project else self.embed[t](batch[t].n_id)
+            t: F.relu(self.norm[t](self.project[t](batch[t].x))) if t in self.project else self.embed[t](batch[t].n_id)
             for t in batch.node_types
         }
         return self.gnn(x, batch.edge_index_dict)
