@@ -133,7 +133,7 @@ class HeteroSchema(BaseModel):
 
 def starts_from_neighbour_means(init: FeaturelessInit, info: NodeTypeInfo) -> bool:
     """Whether a featureless type's input starts from its neighbours' means: under neighbour-mean, or
-    auto (the default), wherever the prepared dataset has means for it."""
+    auto (the jobs' default), wherever the prepared dataset has means for it."""
     return init != "zero" and info.featureless and bool(info.neighbour_means)
 
 

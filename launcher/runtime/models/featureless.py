@@ -14,7 +14,7 @@
   exported with the weights, so a loaded model needs no dataset.
 
 A type with no relation to a featured type has no means: it keeps the zero start (the job's notes name
-it). `auto`, the default, is neighbour-mean wherever there are means (ACM's authors and subjects) and
+it). `auto`, the jobs' default, is neighbour-mean wherever there are means (ACM's authors and subjects) and
 zero elsewhere (Freebase, where nothing has features); an explicit neighbour-mean on a graph where no
 featureless type has means is refused, naming its types, since it would change nothing.
 """
