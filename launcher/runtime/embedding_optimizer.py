@@ -32,10 +32,8 @@ from graphtier.launcher.runtime.distributed import all_gather_rows
 from graphtier.launcher.runtime.models.featureless import SparseEmbedding
 from graphtier.launcher.runtime.models.rgcn import EMBEDDING_LR_SCALE
 from graphtier.launcher.runtime.nonfinite import NonFiniteError, OnNonFinite
+from graphtier.launcher.runtime.row_adam import row_adam_step
 from graphtier.launcher.runtime.train_config import TrainConfig
-
-ADAM_BETAS = (0.9, 0.999)
-ADAM_EPS = 1e-8
 
 
 def embedding_settings(config: TrainConfig) -> dict[str, Any]:
@@ -106,18 +104,10 @@ class EmbeddingOptimizer:
         return updated
 
     def _adamw(self, table: SparseEmbedding, rows: Tensor, grad: Tensor) -> None:
-        beta1, beta2 = ADAM_BETAS
-        table.steps[rows] += 1
-        step = table.steps[rows].to(grad.dtype).unsqueeze(1)
-        m = table.exp_avg[rows].mul_(beta1).add_(grad, alpha=1 - beta1)
-        v = table.exp_avg_sq[rows].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        table.exp_avg[rows], table.exp_avg_sq[rows] = m, v
-        weight = table.weight.data
-        values = weight[rows]
-        if self.weight_decay:
-            values.mul_(1 - self.lr * self.weight_decay)
-        values -= self.lr * (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + ADAM_EPS)
-        weight[rows] = values
+        row_adam_step(
+            table.weight.data, table.exp_avg, table.exp_avg_sq, table.steps, rows, grad,
+            lr=self.lr, weight_decay=self.weight_decay,
+        )  # fmt: skip
 
 
 def _touched_rows(table: SparseEmbedding) -> tuple[Tensor, Tensor]:

@@ -32,13 +32,11 @@ from graphtier.contract.link import PAIR_FEATURE_DECODERS, DecoderKind
 from graphtier.launcher.runtime.distributed import all_gather_rows
 from graphtier.launcher.runtime.models import build_model
 from graphtier.launcher.runtime.models.factory import ModelName
+from graphtier.launcher.runtime.row_adam import row_adam_step
 from graphtier.service.graph.common_neighbours import PAIR_FEATURE_NAMES
 from graphtier.service.sampling import Block
 from graphtier.service.shm import SegmentOwner
 from graphtier.service.shm.ref import map_segment, view_of_mapping
-
-_ADAM_BETAS = (0.9, 0.999)
-_ADAM_EPS = 1e-8
 
 
 class DotDecoder(nn.Module):
@@ -247,14 +245,7 @@ class NodeEmbeddings(nn.Module):
         return int(rows.numel())
 
     def _adam(self, rows: Tensor, summed: Tensor) -> None:
-        beta1, beta2 = _ADAM_BETAS
-        self.steps[rows] += 1
-        step = self.steps[rows].to(summed.dtype).unsqueeze(1)
-        m = self.exp_avg[rows].mul_(beta1).add_(summed, alpha=1 - beta1)
-        v = self.exp_avg_sq[rows].mul_(beta2).addcmul_(summed, summed, value=1 - beta2)
-        self.exp_avg[rows], self.exp_avg_sq[rows] = m, v
-        update = (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + _ADAM_EPS)
-        self.weight[rows] -= self.lr * update
+        row_adam_step(self.weight, self.exp_avg, self.exp_avg_sq, self.steps, rows, summed, lr=self.lr)
 
 
 TABLE_BUFFERS = ("weight", "exp_avg", "exp_avg_sq", "steps")

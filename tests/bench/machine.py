@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import tempfile
+from collections import deque
 from pathlib import Path
 
 
@@ -61,8 +62,7 @@ def run_job_to_end(client: object, spec: object) -> object:
     """Submit `spec` through a `DaemonClient`, follow its events to the end and return the finished job;
     exits naming the job, its state and its message unless it succeeded (a bench's figure needs it)."""
     job = client.submit_job(spec)
-    for _ in client.job_events(job.job_id, follow=True):
-        pass
+    deque(client.job_events(job.job_id, follow=True), maxlen=0)  # follow the events to the job's end
     final = client.get_job(job.job_id)
     if final.state.value != "succeeded":
         raise SystemExit(f"job {job.job_id} {final.state.value}: {final.message}")
