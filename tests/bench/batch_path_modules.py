@@ -1,19 +1,20 @@
-"""How many of graphtier's modules does a mini-batch pass through, from `job submit` to a training step?
+"""How many of graphtier's modules does a mini-batch pass through, in the daemon, producers and ranks?
 
 Runs the real thing as a user would (CLI processes, a daemon, its producer processes and torchrun
 ranks) on a small synthetic dataset, with a profile hook installed in every Python process
 through a `sitecustomize` on PYTHONPATH. The hook counts the calls of graphtier functions by
-module, per process, and this script reports by role:
+module, per process. The same job (2 epochs) runs twice, each on a fresh daemon, with batches of
+16 and of 8 seeds: the second has twice the batches and the same epochs, evaluations and start-up.
+A module is on the batch path of a role when its calls in that role's processes grow by at least
+one per extra batch -- code called for every batch, not per epoch or at start-up:
 
-  submit     -- the `graphtier job submit --wait` process: every module it ran;
-  producer   -- the producer processes (sample, gather, fill the ping-pong slots) and
-  rank       -- the torchrun trainer ranks (read a slot, build the batch, train a step): the
-                modules called at least once per batch (as often as the job's batches, or more),
-                which leaves out start-up and set-up code;
+  daemon     -- the daemon (its servicers, job manager and progress reports),
+  producer   -- the producer processes (sample, gather, fill the ping-pong slots),
+  rank       -- the torchrun trainer ranks (read a slot, build the batch, train a step);
   batch path -- the union of the three: the modules a batch passes through.
 
-The daemon and the other CLI processes are shown with every module they ran. The generated
-gRPC code (`graphtier.v1`) is left out of every count.
+The CLI's processes are not on the batch path; the `job submit` process is shown with every
+module it ran. The generated gRPC code (`graphtier.v1`) is left out of every count.
 Run: python tests/bench/batch_path_modules.py [--json]
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,54 +75,34 @@ def role(argv: list[str], forked: bool) -> str:
     return "other:" + " ".join(Path(a).name for a in argv[:3])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true", help="print the module lists as JSON")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args()
+ROLES = ("daemon", "producer", "rank")
+BATCH_SIZES = (16, 8)  # the two runs: the second has twice the batches, the same epochs
 
-    work = Path(tempfile.mkdtemp(prefix="graphtier-batch-path-"))
-    trace, hook_dir = work / "trace", work / "hook"
+
+def run_job(work: Path, batch_size: int) -> tuple[int, dict[str, Counter[str]], Counter[str]]:
+    """A 2-epoch job of `batch_size`-seed batches on a fresh daemon: steps per rank, each role's calls by module."""
+    trace = work / f"trace-{batch_size}"
     trace.mkdir()
-    hook_dir.mkdir()
-    (hook_dir / "sitecustomize.py").write_text(HOOK)
     env = {
         **os.environ,
         "GRAPHTIER_HOME": str(work / "home"),
         "GRAPHTIER_MODULE_TRACE": str(trace),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(hook_dir), os.environ.get("PYTHONPATH", "")) if p),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(work / "hook"), os.environ.get("PYTHONPATH", "")) if p),
     }
-    cli = [sys.executable, "-m", "graphtier.launcher.cli"]
 
     def run(*argv: str) -> str:
+        cli = [sys.executable, "-m", "graphtier.launcher.cli"]
         done = subprocess.run([*cli, *argv], env=env, check=True, capture_output=True, text=True, timeout=600)
         return done.stdout
 
-    run("dataset", "prepare", "synthetic:rmat", "--name", "tiny", "--scale", "12", "--undirected")
+    if not (work / "home").exists():
+        run("dataset", "prepare", "synthetic:rmat", "--name", "tiny", "--scale", "12", "--undirected")
     run("cluster", "start")
     try:
-        job = json.loads(
-            run(
-                "job",
-                "submit",
-                "--dataset",
-                "tiny",
-                "--fanout",
-                "5,5",
-                "--batch-size",
-                "16",
-                "--epochs",
-                "2",
-                "--nproc-per-node",
-                str(RANKS),
-                "--wait",
-                "--json",
-            )
-        )
+        flags = ["--dataset", "tiny", "--fanout", "5,5", "--batch-size", str(batch_size), "--epochs", "2"]
+        job = json.loads(run("job", "submit", *flags, "--nproc-per-node", str(RANKS), "--wait", "--json"))
     finally:
         run("cluster", "stop")
-    steps_per_rank = job["progress"]["total_steps"]
-
     calls: dict[str, Counter[str]] = {}
     processes: Counter[str] = Counter()
     for path in trace.glob("*.json"):
@@ -128,20 +110,37 @@ def main() -> int:
         name = role(record["argv"], record["forked"])
         processes[name] += 1
         calls.setdefault(name, Counter()).update(record["calls"])
-    # A module a batch passes through is called at least once per batch in the process that handles it:
-    # in a producer or a rank, at least as often as the steps that process made (all of that role's processes together).
+    return int(job["progress"]["total_steps"]), calls, processes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print the module lists as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="graphtier-batch-path-"))
+    (work / "hook").mkdir()
+    (work / "hook" / "sitecustomize.py").write_text(HOOK)
+    try:
+        (few_steps, few, _), (many_steps, many, processes) = (run_job(work, size) for size in BATCH_SIZES)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    extra_batches = (many_steps - few_steps) * RANKS  # each rank trains its own batches; one producer each
     per_batch = {
-        name: {m for m, n in calls.get(name, Counter()).items() if n >= steps_per_rank * RANKS}
-        for name in ("producer", "rank")
+        name: sorted(
+            m for m, n in many.get(name, Counter()).items() if n - few.get(name, Counter()).get(m, 0) >= extra_batches
+        )
+        for name in ROLES
     }
-    submit = set(calls.get("submit", Counter()))
-    batch_path = submit | per_batch["producer"] | per_batch["rank"]
+    batch_path = set().union(*per_batch.values())
     report = {
-        "steps per rank": steps_per_rank,
+        "steps per rank, by batch size": {str(b): s for b, s in zip(BATCH_SIZES, (few_steps, many_steps), strict=True)},
         "processes": dict(processes),
-        "modules run, by role": {name: len(c) for name, c in sorted(calls.items())},
-        "per-batch modules": {name: sorted(m) for name, m in per_batch.items()},
-        "submit modules": sorted(submit),
+        "modules run, by role": {name: len(c) for name, c in sorted(many.items())},
+        "per-batch modules": per_batch,
+        "submit modules": sorted(many.get("submit", Counter())),
         "batch path": len(batch_path),
     }
     if args.json:
@@ -151,13 +150,9 @@ def main() -> int:
             print(f"{name:>24}: {n} modules run ({processes[name]} process(es))")
         for name, mods in per_batch.items():
             print(f"{name + ', every batch':>24}: {len(mods)} modules")
-        print(f"{'batch path':>24}: {len(batch_path)} modules (submit process | producer and rank every batch)")
+        print(f"{'batch path':>24}: {len(batch_path)} modules (daemon, producers and ranks, every batch)")
     if args.keep:
-        print(f"trace kept in {trace}")
-    else:
-        import shutil
-
-        shutil.rmtree(work, ignore_errors=True)
+        print(f"traces kept in {work}")
     return 0
 
 
