@@ -36,10 +36,9 @@ from graphtier.contract.link import DEFAULT_HITS_K, PAIR_FEATURE_DECODERS
 from graphtier.contract.processes import run_as_job_work
 from graphtier.launcher.client.data_plane import DataPlaneClient
 from graphtier.launcher.runtime.attach import attach_spec, launch_identity, sized_for_launch
-from graphtier.launcher.runtime.batch import Batch, on_device, seed_logits
 from graphtier.launcher.runtime.channel_loader import ChannelLoader
 from graphtier.launcher.runtime.distributed import DistContext
-from graphtier.launcher.runtime.evaluation import Forward
+from graphtier.launcher.runtime.evaluation import Forward, seed_logits
 from graphtier.launcher.runtime.exported_model import JobOutputs, load_model
 from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches, hetero_forward
 from graphtier.launcher.runtime.hetero_link import (
@@ -65,6 +64,7 @@ from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainResult
 from graphtier.launcher.runtime.train_loop import train
 from graphtier.service.graph.common_neighbours import PairStructure
+from graphtier.service.pipeline.batch import Batch
 from graphtier.service.pipeline.errors import ChannelError
 from graphtier.service.prepared import PreparedDataset
 from graphtier.service.sampling.hetero_sampler import node_types_of
@@ -303,7 +303,7 @@ class Job:
             if index < skip:
                 batch.release()
                 continue
-            current = on_device(batch, self.device)
+            current = batch.on_device(self.device)
             self._index, self._current = index + 1, current
             self.session.begin_step(epoch, index + 1)  # names the step if its gradients turn out non-finite
             try:

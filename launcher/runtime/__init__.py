@@ -5,7 +5,6 @@ checkpoints, evaluation, and an in-process batch source.
 torch_geometric.
 """
 
-from graphtier.launcher.runtime.batch import Batch
 from graphtier.launcher.runtime.checkpoint import TrainPosition, latest_checkpoint, load_checkpoint, save_checkpoint
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import evaluate_splits
@@ -13,6 +12,7 @@ from graphtier.launcher.runtime.local_batches import LocalBatchSource
 from graphtier.launcher.runtime.models import MODEL_NAMES, ModelName, build_model
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
 from graphtier.launcher.runtime.train_loop import run_training
+from graphtier.service.pipeline.batch import Batch
 
 __all__ = [
     "MODEL_NAMES",

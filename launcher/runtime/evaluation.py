@@ -13,11 +13,23 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.launcher.runtime.batch import Batch, seed_logits
+from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.distributed import DistContext
+from graphtier.service.pipeline.batch import Batch
 
 EvalBatches = Callable[[str], Iterable[Batch]]
 Forward = Callable[[nn.Module, Batch], Tensor]
+
+
+def seed_logits(logits: Tensor, num_seeds: int) -> Tensor:
+    """The seeds' rows of a model's output: all of it from a block model, the first `num_seeds`
+    rows from a model that computes every sampled node (PyG style)."""
+    if logits.dim() != 2 or logits.shape[0] < num_seeds:
+        raise GraphtierError(
+            f"the model returned logits of shape {tuple(logits.shape)} for a batch of {num_seeds} seeds; "
+            f"it must return [num_seeds or more, num_classes]"
+        )
+    return logits[:num_seeds]
 
 
 def block_forward(model: nn.Module, batch: Batch) -> Tensor:

@@ -25,9 +25,9 @@ import torch
 from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.launcher.runtime.batch import Batch
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.service.graph.metapath_features import FeatureBlock, MetapathFeatures, compute_metapath_features
+from graphtier.service.pipeline.batch import Batch
 from graphtier.service.store import AttachedDataset
 
 METAPATH_FEATURES_DIR = "metapath-features"

@@ -28,7 +28,6 @@ from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.link import PAIR_FEATURE_DECODERS
-from graphtier.launcher.runtime.batch import Batch, blocks_to, on_device
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward
 from graphtier.launcher.runtime.link_model import TABLE_BUFFERS, LinkModel, NodeEmbeddings
@@ -37,6 +36,7 @@ from graphtier.launcher.runtime.models.rgcn import HeteroInput, hetero_param_gro
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig
 from graphtier.service.graph.common_neighbours import PairStructure
+from graphtier.service.pipeline.batch import Batch, blocks_to
 from graphtier.service.sampling.link import drop_target_edges
 
 LinkEvaluate = Callable[[nn.Module, DistContext, "NodeEmbeddings | None"], dict[str, float]]
@@ -111,7 +111,7 @@ class NodeClassification:
         return DdpOptions(find_unused_parameters=_hetero(module))
 
     def loss(self, ddp: nn.Module, module: nn.Module, batch: Batch, device: torch.device) -> StepLoss:
-        batch = on_device(batch, device)
+        batch = batch.on_device(device)
         y = batch.y
         logits = self.forward(ddp, batch) if self.forward is not None else ddp(batch.blocks, batch.x)
         if logits.shape[0] != y.shape[0]:
@@ -196,7 +196,7 @@ class LinkPrediction:
         target = torch.zeros(pairs.shape[0], device=device)
         target[: batch.num_positive] = 1.0
         if self.forward is not None:  # a model that reads the batch itself (a heterogeneous one)
-            logits = self.forward(ddp, on_device(batch, device), pairs)
+            logits = self.forward(ddp, batch.on_device(device), pairs)
             loss = F.binary_cross_entropy_with_logits(logits, target)
             return StepLoss(loss, int(((logits.detach() > 0) == target.bool()).sum()), int(pairs.shape[0]))
         assert isinstance(module, LinkModel)

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from graphtier.launcher.runtime.batch import Batch
 from graphtier.launcher.runtime.distributed import DistContext
 from graphtier.launcher.runtime.embedding_optimizer import EmbeddingOptimizer, embedding_settings
 from graphtier.launcher.runtime.evaluation import EvalBatches, Forward
@@ -35,6 +34,7 @@ from graphtier.launcher.runtime.models.featureless import rank_local_state
 from graphtier.launcher.runtime.objectives import NodeClassification, Objective, parameter_groups
 from graphtier.launcher.runtime.session import TrainSession
 from graphtier.launcher.runtime.train_config import TrainConfig, TrainProgress, TrainResult
+from graphtier.service.pipeline.batch import Batch
 
 BatchesForEpoch = Callable[[int], Iterable[Batch]]
 # DDP's switch for syncing buffers before each forward: `forward_sync_buffers` since torch 2.13

@@ -197,6 +197,21 @@ class Batch:
             _release=lambda _: self.release(),
         )
 
+    def on_device(self, device: torch.device) -> Batch:
+        """This batch ready to train on `device`. A batch read out of a producer's slot is used where it
+        lies, never copied: its slot is on the rank's device (a device slot for a cuda job, a host slot
+        for a cpu job), and a batch elsewhere means the job's producer and rank disagree, which is an
+        error, not a silent copy per step. A batch sampled in-process is moved (`to`)."""
+        if self.slot is None:
+            return self.to(device)
+        where = self.y.device  # every region of a slot is on its device; labels always exist
+        if where.type != device.type or (device.index is not None and where.index != device.index):
+            raise GraphtierError(
+                f"batch {self.batch} lies in a slot on {where} but this rank trains on {device}: the producer must "
+                "fill slots on the rank's device (a --device cuda job gets device slots on cuda:LOCAL_RANK)"
+            )
+        return self
+
     def release(self) -> None:
         """Give the slot back to the producer (nothing to give back in-process); idempotent."""
         if not self.released:

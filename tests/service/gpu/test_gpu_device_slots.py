@@ -12,7 +12,6 @@ import pytest
 import torch
 from gpu_marks import needs_cuda
 
-from graphtier.launcher.runtime.batch import on_device
 from graphtier.launcher.runtime.models.factory import build_model
 from graphtier.service.pipeline import ChannelReader, ProducerConfig, spawn_producer
 from graphtier.service.store import SharedDatasetStore
@@ -56,7 +55,7 @@ def test_device_slots_are_filled_by_the_producer_and_trained_on_in_place(gpu_sto
                 assert batch.traffic.simulated is False  # the device tiers' rows came from device memory
                 slot = reader._slots[batch.slot]
                 assert batch.x.data_ptr() == slot.features.data_ptr()  # a view of the slot itself
-                assert on_device(batch, cuda) is batch
+                assert batch.on_device(cuda) is batch
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                     model(batch.blocks, batch.x)
                     torch.cuda.synchronize()

@@ -114,7 +114,6 @@ def test_a_slot_layout_says_its_location_and_carries_events_only_for_device_memo
 
 
 def test_a_rank_trains_on_a_slot_where_it_lies_and_refuses_a_copy_per_step():
-    from graphtier.launcher.runtime.batch import on_device
     from graphtier.service.sampling import SampledSubgraph
 
     sub = SampledSubgraph(
@@ -132,10 +131,10 @@ def test_a_rank_trains_on_a_slot_where_it_lies_and_refuses_a_copy_per_step():
         traffic=None,
         slot=0,  # type: ignore[arg-type]  # no traffic: not read here
     )
-    assert on_device(in_slot, torch.device("cpu")) is in_slot  # used where it lies: no copy
-    assert on_device(empty, torch.device("cpu")) is empty
+    assert in_slot.on_device(torch.device("cpu")) is in_slot  # used where it lies: no copy
+    assert empty.on_device(torch.device("cpu")) is empty
     with pytest.raises(GraphtierError, match="lies in a slot on cpu but this rank trains on cuda:0"):
-        on_device(in_slot, torch.device("cuda", 0))
+        in_slot.on_device(torch.device("cuda", 0))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible (the GPU tests cover device slots)")
