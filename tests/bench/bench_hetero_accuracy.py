@@ -12,7 +12,7 @@ Targets: on ACM every seed of rgcn, rgat and hgt at 0.88 or more; on Freebase ev
 model above label propagation.
 
 Run: python tests/bench/bench_hetero_accuracy.py [--datasets acm,freebase] [--models rgcn,rgat,hgt,preagg]
-     [--seeds 0,1,2] [--epochs 60] [--json out.json]
+     [--seeds 0,1,2] [--epochs 60] [--json out.json] [--field NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ class Run:
     seconds: float
 
 
-def run_jobs(datasets: list[str], models: list[str], seeds: list[int], epochs: int, work: Path) -> list[Run]:
-    """Every (dataset, model, seed) as a job of one daemon, one at a time."""
+def run_jobs(
+    datasets: list[str], models: list[str], seeds: list[int], epochs: int, work: Path, fields: dict[str, str]
+) -> list[Run]:
+    """Every (dataset, model, seed) as a job of one daemon, one at a time; `fields` set more of each job's spec."""
     from graphtier.contract.jobs.spec import JobSpec
     from graphtier.launcher.client import DaemonClient
     from graphtier.service.daemon.config import DaemonConfig
@@ -65,6 +67,7 @@ def run_jobs(datasets: list[str], models: list[str], seeds: list[int], epochs: i
                         spec = JobSpec(
                             dataset=name, model=model, relation_fanouts=["10", "10"], batch_size=32, hidden=128,
                             dropout=0.7, lr=0.005, weight_decay=5e-4, epochs=epochs, seed=seed, nproc_per_node=2,
+                            **fields,
                         )  # fmt: skip
                         start = time.monotonic()
                         final = run_job_to_end(client, spec)
@@ -99,7 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--json", help="also write the figures as JSON here")
+    p.add_argument(
+        "--field", action="append", default=[], metavar="NAME=VALUE", help="another job spec field, for every job"
+    )
     a = p.parse_args(argv)
+    bad = [f for f in a.field if "=" not in f]
+    if bad:
+        p.error(f"--field: {bad[0]!r} is not NAME=VALUE")
+    fields = dict(f.split("=", 1) for f in a.field)
     datasets, models = a.datasets.split(","), a.models.split(",")
     unknown = sorted(set(datasets) - set(SOURCES))
     if unknown:
@@ -107,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in a.seeds.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-hetero-accuracy-") as tmp:
         work = Path(tmp)
-        runs = run_jobs(datasets, models, seeds, a.epochs, work)
+        runs = run_jobs(datasets, models, seeds, a.epochs, work, fields)
         floors = {name: label_propagation(name, work) for name in datasets}
     figures, met = [], True
     print(f"\n| dataset | model | test accuracy per seed ({', '.join(map(str, seeds))}) | min | target |")
@@ -127,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             figures.append({"name": f"{name} {model} min test accuracy", "value": min(accs), "unit": ""})
         figures.append({"name": f"{name} label propagation test accuracy", "value": floors[name], "unit": ""})
     print(f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    write_figures(a.json, "hetero_accuracy", figures, seeds=seeds, epochs=a.epochs)
+    write_figures(a.json, "hetero_accuracy", figures, seeds=seeds, epochs=a.epochs, fields=fields)
     return 0 if met else 1
 
 

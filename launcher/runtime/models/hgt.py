@@ -5,8 +5,9 @@ a message matrix and a prior per head. An edge s -> t of relation r scores
 (K_type(s) h_s W_att_r) . (Q_type(t) h_t) * prior_r / sqrt(d); the scores are soft-maxed over all
 of t's sampled in-edges (every relation together), the messages V_type(s) h_s W_msg_r summed
 with those weights, and the result mapped by t's output map and mixed with h_t by a learned
-gate (the skip connection). Node types without features enter through `HeteroInput`'s learned
-embeddings, as in `RGCN`.
+gate (the skip connection). Every type enters normalised (`HeteroInput` with `normalise` and
+`normalise_embeddings`): features through a linear map, LayerNorm and ReLU; a featureless type's
+learned embeddings through a LayerNorm (a residual beside neighbour means as it is).
 
 The layer computes what PyG's `HGTConv` computes, the reference implementation (checked with the
 same weights on the same typed blocks), except that a destination no relation reaches keeps a row:
@@ -97,7 +98,7 @@ class HGT(nn.Module):
         featureless: FeaturelessOptions | None = None,
     ) -> None:
         super().__init__()
-        self.input = HeteroInput(schema, hidden, featureless, normalise=True)
+        self.input = HeteroInput(schema, hidden, featureless, normalise=True, normalise_embeddings=True)
         self.convs = nn.ModuleList(
             HGTConv(hidden, len(schema.node_types), len(schema.relations), heads) for _ in range(num_layers)
         )

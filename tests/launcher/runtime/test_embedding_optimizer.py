@@ -118,6 +118,12 @@ def test_auto_starts_from_the_means_where_there_are_means_and_at_zero_elsewhere(
     for init, starts in (("auto", True), ("neighbour-mean", True), ("zero", False)):
         model = build_hetero_model("rgcn", schema, 8, 2, 1, featureless=FeaturelessOptions(init))
         assert ("film" in model.input.neighbour) is starts, init
+        # attention models normalise learned rows that are a type's whole input, not a residual beside means
+        hgt = build_hetero_model("hgt", schema, 8, 2, 1, featureless=FeaturelessOptions(init))
+        assert ("film" in hgt.input.embed_norm) is not starts and "film" in hgt.input.embed, init
+        assert not model.input.embed_norm  # R-GCN: no normalisation
+        rgat = build_hetero_model("rgat", schema, 8, 2, 1, featureless=FeaturelessOptions(init))
+        assert not rgat.input.embed_norm and "book" in rgat.input.norm  # R-GAT: its featured types only
 
 
 def test_row_mode_embeddings_leave_the_dense_optimizer_ddp_and_the_export():

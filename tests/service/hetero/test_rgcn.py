@@ -90,7 +90,10 @@ def test_hgt_fits_the_train_labels(hetero_dataset):
 
 def test_hgt_input_enters_at_unit_scale_and_embeddings_still_learn(hetero_dataset):
     """HGT normalises each featured type's projected rows (LayerNorm, ReLU): row-normalised features
-    (~1/dim per column) would otherwise enter at ~1e-2 and its attention would stay uniform."""
+    (~1/dim per column) would otherwise enter at ~1e-2 and its attention would stay uniform. Its
+    learned embeddings get a LayerNorm too: after one row-wise Adam step they have moved by ~lr, and
+    enter hundreds of times larger (Freebase, every type featureless, stayed under label propagation)."""
+    from graphtier.launcher.runtime.embedding_optimizer import EmbeddingOptimizer
     from graphtier.launcher.runtime.models.hgt import HGT
 
     torch.manual_seed(0)
@@ -99,6 +102,8 @@ def test_hgt_input_enters_at_unit_scale_and_embeddings_still_learn(hetero_datase
     ids, types = batch.input_nodes
     tiny = {name: rows / rows.shape[1] / 100 for name, rows in batch.x.items()}  # a thousandth of the scale
     model = HGT(schema, 16, 2, 2, heads=2, dropout=0.0)
+    embeddings = EmbeddingOptimizer.for_model(model, lr=1e-3)
+    assert embeddings is not None
     h = model.input(ids, types, tiny)
     for name in tiny:
         rows = h[types == schema.type_index(name)]
@@ -106,3 +111,11 @@ def test_hgt_input_enters_at_unit_scale_and_embeddings_still_learn(hetero_datase
     F.cross_entropy(model(batch.blocks, batch.edge_types, ids, types, tiny), batch.y).backward()
     assert model.input.embed["author"].weight.grad.abs().sum() > 0  # zero rows: no ReLU stops their gradient
     assert model.convs[0].attention.grad.abs().max() > 1e-6
+    assert embeddings.step() > 0
+    authors = types == schema.type_index("author")
+    moved = model.input.embed["author"].weight
+    assert 0 < moved.abs().max().item() < 1e-2  # one step of ~lr
+    rows = model.input(ids, types, tiny)[authors]
+    raw = moved[ids[authors] - model.input.offsets[schema.type_index("author")]]
+    # LayerNorm: rows ~1e-3 enter ~300x larger (not 1000x: its eps 1e-5 is still above their variance ~1e-6)
+    assert rows.pow(2).mean().sqrt().item() > 100 * raw.pow(2).mean().sqrt().item()
