@@ -92,7 +92,9 @@ def run_job(work: Path, batch_size: int) -> tuple[int, dict[str, Counter[str]], 
 
     def run(*argv: str) -> str:
         cli = [sys.executable, "-m", "graphtier.launcher.cli"]
-        done = subprocess.run([*cli, *argv], env=env, check=True, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([*cli, *argv], env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise SystemExit(f"graphtier {' '.join(argv)}: exit {done.returncode}\n{done.stdout}{done.stderr}")
         return done.stdout
 
     if not (work / "home").exists():

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,31 @@ def test_bench_rgat_e2e_prints_steps_per_second(shared_datasets: Path) -> None:
         assert "steps/s (target >= 3x)" in out
     else:
         assert "setup_pyg.sh" in out  # tells how to get the baseline
+
+
+@pytest.mark.long  # two jobs on a real daemon, producers and torchrun ranks: about a minute on 2 cores
+def test_batch_path_modules_counts_what_grows_with_the_batches() -> None:
+    bench = Path(__file__).resolve().parent / "batch_path_modules.py"
+    scratch = Path(tempfile.mkdtemp(prefix="gtbp-", dir="/tmp"))  # short: the daemon's socket lives under it
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(bench), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "TMPDIR": str(scratch)},
+        )
+        left = list(scratch.iterdir())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    report = json.loads(proc.stdout)
+    few, many = report["steps per rank, by batch size"].values()
+    assert many >= 1.8 * few  # half the batch size: about twice the batches, the same epochs
+    per_batch = report["per-batch modules"]
+    assert "graphtier.service.sampling.neighbor_sampler" in per_batch["producer"]
+    assert "graphtier.service.pipeline.producer" in per_batch["producer"]
+    assert "graphtier.service.pipeline.reader" in per_batch["rank"]
+    assert not any(m.startswith("graphtier.launcher.cli") for mods in per_batch.values() for m in mods)
+    assert report["batch path"] == len(set().union(*per_batch.values()))
+    assert not left, f"the bench left {left} behind"
