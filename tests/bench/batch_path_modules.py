@@ -13,6 +13,11 @@ one per extra batch -- code called for every batch, not per epoch or at start-up
   rank       -- the torchrun trainer ranks (read a slot, build the batch, train a step);
   batch path -- the union of the three: the modules a batch passes through.
 
+The daemon's pollers (it reads every producer's control block on a timer) are called in
+proportion to the job's running time, which grows with its batches too: they may count or not
+from one run to the next (their calls grow ~1.06x for 2x the batches), so the producers and
+ranks alone, the processes a batch's rows pass through, are reported beside the union.
+
 The CLI's processes are not on the batch path; the `job submit` process is shown with every
 module it ran. The generated gRPC code (`graphtier.v1`) is left out of every count.
 Run: python tests/bench/batch_path_modules.py [--json]
@@ -137,13 +142,19 @@ def main() -> int:
         for name in ROLES
     }
     batch_path = set().union(*per_batch.values())
+    data_path = set(per_batch["producer"]) | set(per_batch["rank"])
     report = {
         "steps per rank, by batch size": {str(b): s for b, s in zip(BATCH_SIZES, (few_steps, many_steps), strict=True)},
         "processes": dict(processes),
         "modules run, by role": {name: len(c) for name, c in sorted(many.items())},
         "per-batch modules": per_batch,
+        "calls, by role (batch 16, batch 8)": {
+            name: {m: [few.get(name, Counter()).get(m, 0), n] for m, n in sorted(many.get(name, Counter()).items())}
+            for name in ROLES
+        },
         "submit modules": sorted(many.get("submit", Counter())),
         "batch path": len(batch_path),
+        "producers and ranks": len(data_path),
     }
     if args.json:
         print(json.dumps(report, indent=1))
@@ -153,6 +164,7 @@ def main() -> int:
         for name, mods in per_batch.items():
             print(f"{name + ', every batch':>24}: {len(mods)} modules")
         print(f"{'batch path':>24}: {len(batch_path)} modules (daemon, producers and ranks, every batch)")
+        print(f"{'producers and ranks':>24}: {len(data_path)} modules (what a batch's rows pass through)")
     if args.keep:
         print(f"traces kept in {work}")
     return 0

@@ -155,4 +155,5 @@ def test_batch_path_modules_counts_what_grows_with_the_batches() -> None:
     assert "graphtier.service.pipeline.reader" in per_batch["rank"]
     assert not any(m.startswith("graphtier.launcher.cli") for mods in per_batch.values() for m in mods)
     assert report["batch path"] == len(set().union(*per_batch.values()))
+    assert report["producers and ranks"] == len(set(per_batch["producer"]) | set(per_batch["rank"]))
     assert not left, f"the bench left {left} behind"
