@@ -125,8 +125,9 @@ class HeteroInput(nn.Module):
             for name in (*self.project.keys(), *self.neighbour.keys()):
                 self.norm[name] = nn.LayerNorm(hidden)
         if normalise_embeddings:
-            for name in self.embed.keys() - self.neighbour.keys():  # with means, those rows bring the scale
-                self.embed_norm[name] = nn.LayerNorm(hidden)
+            for name in self.embed:  # in the schema's order: every rank's parameters in one order
+                if name not in self.neighbour:  # with means, those rows bring the scale
+                    self.embed_norm[name] = nn.LayerNorm(hidden)
         self.register_buffer("offsets", torch.tensor(schema.offsets(), dtype=torch.int64), persistent=False)
 
     def load_neighbour_means(self, arrays: Mapping[str, Tensor]) -> None:

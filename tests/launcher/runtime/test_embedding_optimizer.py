@@ -126,6 +126,31 @@ def test_auto_starts_from_the_means_where_there_are_means_and_at_zero_elsewhere(
         assert not rgat.input.embed_norm and "book" in rgat.input.norm  # R-GAT: its featured types only
 
 
+@pytest.mark.long  # two interpreters importing torch: 3 s or more on 2 cores
+def test_normalised_embeddings_keep_one_parameter_order_in_every_process():
+    """DDP pairs the ranks' gradients by parameter order: it must not follow string hashing, which
+    differs per process (ranks' LayerNorms of the same shape would be averaged across types)."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from test_embedding_optimizer import _schema\n"
+        "from graphtier.launcher.runtime.models import build_hetero_model\n"
+        "model = build_hetero_model('hgt', _schema(featured=False), 8, 2, 1)\n"
+        "print([name for name, _ in model.named_parameters()])\n"
+    )
+    orders = {
+        subprocess.run(
+            [sys.executable, "-c", script, str(Path(__file__).parent)],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2)  # string hashes that ordered book and film differently
+    }
+    assert len(orders) == 1, orders
+    assert "input.embed_norm.book.weight" in orders.pop()
+
+
 def test_row_mode_embeddings_leave_the_dense_optimizer_ddp_and_the_export():
     model = build_hetero_model("rgcn", _schema(featured=True), 8, 2, 2)
     dense = hetero_param_groups(model, 0.01)
