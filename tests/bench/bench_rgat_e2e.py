@@ -240,7 +240,7 @@ def pyg_contender(
     return Sampler("PyG to_hetero(GATConv) + NeighborLoader", step, len(plan)), model
 
 
-def print_results(results: list[Result], reference: Result | None) -> None:
+def print_results(results: list[Result]) -> None:
     head = f"{'step':42s} {'steps/s':>8s} {'median ms':>10s} {'min ms':>8s} {'nodes/step':>11s} {'edges/step':>11s}"
     print(head)
     print("-" * len(head))
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             attached.detach()
             store.close()
         reference = results[1] if len(results) > 1 else None
-        print_results(results, reference)
+        print_results(results)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
         if reference is None:
             print(f"PyG baseline not measured: {why_not}; {SETUP_HINT}")
