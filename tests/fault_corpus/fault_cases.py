@@ -532,6 +532,7 @@ def _long_runtime_dir(corpus) -> Outcome:
 # ---------------------------------------------------------------- stopped processes
 
 STALL_TIMEOUT_S = 10  # the corpus daemon's --producer-stall-timeout (also how long a stopped rank is tolerated)
+STOPPED_JOB_ENDS_S = 8  # after the stall timeout: the stopped process continued, then every process ended
 
 
 def _get_job(corpus, job_id: str):
@@ -652,12 +653,18 @@ def _sigstop(corpus, *, agent: bool) -> Outcome:
         os.kill(stopped, signal.SIGSTOP)
         started = time.monotonic()
         ended = wait_for(lambda: _get_job(corpus, job_id).state in final, corpus.left(), 0.5)
+        took = time.monotonic() - started
         job = _get_job(corpus, job_id)
         facts = []
         if not ended:
             facts.append(
-                f"the job still {jobs_pb2.JobState.Name(job.state)} {time.monotonic() - started:.0f} s after "
+                f"the job still {jobs_pb2.JobState.Name(job.state)} {took:.0f} s after "
                 f"its process was stopped (stall timeout {STALL_TIMEOUT_S} s): a hang"
+            )
+        elif took > STALL_TIMEOUT_S + STOPPED_JOB_ENDS_S:
+            facts.append(
+                f"the job ended {took:.0f} s after its process was stopped: more than the stall timeout "
+                f"({STALL_TIMEOUT_S} s) and {STOPPED_JOB_ENDS_S} s to stop its processes"
             )
         return Outcome(
             refused=job.state == jobs_pb2.JOB_STATE_FAILED,

@@ -167,7 +167,8 @@ class _Tail:
 
 
 def _signal_group(agent: ForkedProcess, signum: int) -> None:
-    """Signal the agent's process group (it and its ranks); the agent alone if it has not made its group yet."""
+    """Signal the agent's process group; the agent alone if it has not made its group yet. Not its ranks:
+    torchrun starts each in a session of its own, and passes on a SIGTERM to them itself."""
     try:
         os.killpg(agent.pid, signum)
     except ProcessLookupError:
@@ -660,11 +661,29 @@ class JobRunner:
             tick()
             time.sleep(TICK_S)
 
+    def _own_trainers(self, channels: list[RankChannel]) -> list[int]:
+        """The pids of this job's trainers that are still the processes that registered: the only
+        ones the daemon may signal (another launcher's ranks never are)."""
+        if self.external is not None:
+            return []
+        return [
+            c.trainer_pid
+            for c in channels
+            if c.trainer_pid and c.trainer_start is not None and process_start_time(c.trainer_pid) == c.trainer_start
+        ]
+
     def _stop_all(self) -> int | None:
         """Stop torchrun's group and every producer; reclaim segments of the dead. Idempotent."""
+        with self._lock:
+            channels = list(self._channels.values())
         if self.torchrun is not None and self.torchrun.poll() is None:
             _signal_group(self.torchrun, signal.SIGTERM)
-            _signal_group(self.torchrun, signal.SIGCONT)  # a stopped rank acts on the SIGTERM only once continued
+            # a stopped process acts on the SIGTERM only once continued; torchrun starts each rank in a
+            # session of its own, so the group's SIGCONT reaches the agent but not the ranks
+            _signal_group(self.torchrun, signal.SIGCONT)
+            for pid in self._own_trainers(channels):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
             try:
                 self.torchrun.wait(self.stop_grace_s)
             except subprocess.TimeoutExpired:
@@ -674,13 +693,10 @@ class JobRunner:
             self.exit_code = self.torchrun.returncode
         with self._lock:
             channels = list(self._channels.values())
+        for pid in self._own_trainers(channels):
+            with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
+                os.kill(pid, signal.SIGKILL)
         for channel in channels:
-            started = channel.trainer_start
-            if self.external is not None:
-                started = None  # another launcher's ranks: never signalled by the daemon
-            if channel.trainer_pid and started is not None and process_start_time(channel.trainer_pid) == started:
-                with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
-                    os.kill(channel.trainer_pid, signal.SIGKILL)
             channel.producer.stop()
         reclaim_stale_segments()
         for directory in self._scratch:
