@@ -10,7 +10,8 @@ events, and watches the processes: torchrun's exit status decides SUCCEEDED/FAIL
 producer that exits non-zero (killed, crashed) FAILS the job with a message naming its pid
 and rank -- producers are not restarted behind torchrun's back, except when a restarted
 rank re-opens its channel (`open_channel`). On cancel or failure everything is stopped:
-SIGTERM to torchrun's group, then SIGKILL; producers stopped; stale segments reclaimed.
+SIGTERM to torchrun, which passes it on to its ranks, then SIGKILL to what of the job remains;
+producers stopped; stale segments reclaimed.
 
 The job manager drives a runner through its public methods only: `run`, `cancel(reason)`,
 `fail(reason)`, `open_channel`/`release_channel` for its ranks, `channel_stats()` for its
@@ -166,6 +167,16 @@ class _Tail:
         return [line.decode(errors="replace").rstrip("\r") for line in complete]
 
 
+def _processes_under(agent: ForkedProcess) -> list[psutil.Process]:
+    """Every process under the agent now: its ranks and theirs. torchrun starts each rank in a session
+    of its own, out of reach of a signal to the agent's group; psutil signals a process only while it
+    is the one listed here (a pid reused since is left alone)."""
+    try:
+        return psutil.Process(agent.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
 def _signal_group(agent: ForkedProcess, signum: int) -> None:
     """Signal the agent's process group; the agent alone if it has not made its group yet. Not its ranks:
     torchrun starts each in a session of its own, and passes on a SIGTERM to them itself."""
@@ -185,7 +196,7 @@ def _forked_torchrun(argv: list[str], log_path: str, cwd: str, env: dict[str, st
     """
     from torch.distributed.run import main  # preloaded by the forkserver: no import cost
 
-    os.setsid()  # the runner signals the agent and its ranks as one group
+    os.setsid()  # the runner signals the agent as a group (its ranks, in sessions of their own, one by one)
     run_as_job_work()  # ranks inherit it: the daemon answers its callers first when cores are short
     redirect_output(log_path)
     os.chdir(cwd)
@@ -661,42 +672,35 @@ class JobRunner:
             tick()
             time.sleep(TICK_S)
 
-    def _own_trainers(self, channels: list[RankChannel]) -> list[int]:
-        """The pids of this job's trainers that are still the processes that registered: the only
-        ones the daemon may signal (another launcher's ranks never are)."""
-        if self.external is not None:
-            return []
-        return [
-            c.trainer_pid
-            for c in channels
-            if c.trainer_pid and c.trainer_start is not None and process_start_time(c.trainer_pid) == c.trainer_start
-        ]
-
     def _stop_all(self) -> int | None:
-        """Stop torchrun's group and every producer; reclaim segments of the dead. Idempotent."""
-        with self._lock:
-            channels = list(self._channels.values())
+        """Stop torchrun, every process under it and every producer; reclaim segments of the dead. Idempotent."""
         if self.torchrun is not None and self.torchrun.poll() is None:
+            under = _processes_under(self.torchrun)
             _signal_group(self.torchrun, signal.SIGTERM)
-            # a stopped process acts on the SIGTERM only once continued; torchrun starts each rank in a
-            # session of its own, so the group's SIGCONT reaches the agent but not the ranks
             _signal_group(self.torchrun, signal.SIGCONT)
-            for pid in self._own_trainers(channels):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+            for process in under:  # a stopped rank acts on the SIGTERM torchrun passes on only once continued
+                with contextlib.suppress(psutil.Error):
+                    process.resume()
             try:
                 self.torchrun.wait(self.stop_grace_s)
             except subprocess.TimeoutExpired:
+                under += _processes_under(self.torchrun)
                 _signal_group(self.torchrun, signal.SIGKILL)
                 self.torchrun.wait()
+            for process in under:  # what outlived its agent (a rank that ignores SIGTERM): nothing of the job stays
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
         if self.torchrun is not None:
             self.exit_code = self.torchrun.returncode
         with self._lock:
             channels = list(self._channels.values())
-        for pid in self._own_trainers(channels):
-            with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
-                os.kill(pid, signal.SIGKILL)
         for channel in channels:
+            started = channel.trainer_start
+            if self.external is not None:
+                started = None  # another launcher's ranks: never signalled by the daemon
+            if channel.trainer_pid and started is not None and process_start_time(channel.trainer_pid) == started:
+                with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
+                    os.kill(channel.trainer_pid, signal.SIGKILL)
             channel.producer.stop()
         reclaim_stale_segments()
         for directory in self._scratch:

@@ -171,3 +171,42 @@ def test_a_killed_rank_of_a_script_job_is_restarted_and_resumes(inproc_daemon):
     assert [r.epoch for r in final.history] == list(range(10))
     with open(Path(final.log_path).parent / "history.csv") as f:
         assert [line.split(",")[0] for line in f.read().splitlines()[1:]] == [str(e) for e in range(10)]
+
+
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
+def test_a_cancelled_job_leaves_no_rank_that_ignored_sigterm_or_was_stopped(inproc_daemon, tmp_path, monkeypatch):
+    """torchrun starts each rank in a session of its own: the daemon's signals to the agent's group do not
+    reach them. A rank that ignores SIGTERM, and one stopped with SIGSTOP, both before they ever opened a
+    channel (so the daemon has no pid of theirs), still end with their job."""
+    from graphtier.service.daemon.jobs import runner
+
+    monkeypatch.setattr(runner, "STOP_GRACE_S", 3.0)  # the wait for the agent before SIGKILL, shortened
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open(os.path.join({str(tmp_path)!r}, 'rank%s.pid' % os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+        "time.sleep(600)\n"
+    )
+    pid_files = [tmp_path / "rank0.pid", tmp_path / "rank1.pid"]
+    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+        job = client.submit_job(JobSpec(**SPEC, script=str(script)))
+        deadline = time.monotonic() + 120
+        while not all(p.exists() and p.read_text() for p in pid_files) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ranks = [int(p.read_text()) for p in pid_files]
+        os.kill(ranks[1], signal.SIGSTOP)
+        cancelled = client.cancel_job(job.job_id, "test says stop")
+    assert cancelled.state == JobState.CANCELLED
+    alive = [pid for pid in ranks if _state(pid) not in ("gone", "Z")]
+    for pid in alive:  # nothing of the test stays behind when it fails
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"ranks {alive} outlived their cancelled job"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
