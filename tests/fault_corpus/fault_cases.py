@@ -860,11 +860,21 @@ def _attached_rank_scenario(corpus) -> dict[str, Outcome]:
             rank = subprocess.Popen(
                 [sys.executable, str(base / "train.py")], stdout=output, stderr=subprocess.STDOUT, env=env, cwd=base
             )
+
+        def attached_job():
+            return next((j for j in daemon_jobs(daemon) if j.spec.script.endswith("train.py")), None)
+
+        def shown_running() -> bool:
+            job = attached_job()
+            return job is not None and job.state == jobs_pb2.JOB_STATE_RUNNING and job.progress.global_step > 0
+
         stepping = wait_for(
             lambda: (base / "rank.out").read_text().count("step") >= 3 or rank.poll() is not None, corpus.left()
         )
-        jobs = daemon_jobs(daemon)
-        attached = next((j for j in jobs if j.spec.script.endswith("train.py")), None)
+        # the rank prints a step before the daemon's next supervision tick has taken in its report: shown
+        # running within the deadline, not at the instant of the third line
+        wait_for(lambda: shown_running() or rank.poll() is not None, corpus.left())
+        attached = attached_job()
         shown = "no job"
         if attached is not None:
             state, step = jobs_pb2.JobState.Name(attached.state), attached.progress.global_step
