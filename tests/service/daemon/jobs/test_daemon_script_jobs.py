@@ -194,6 +194,7 @@ def test_a_cancelled_job_leaves_no_rank_that_ignored_sigterm_or_was_stopped(inpr
         deadline = time.monotonic() + 120
         while not all(p.exists() and p.read_text() for p in pid_files) and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert all(p.exists() for p in pid_files), f"the ranks never started: {client.get_job(job.job_id).message}"
         ranks = [int(p.read_text()) for p in pid_files]
         os.kill(ranks[1], signal.SIGSTOP)
         cancelled = client.cancel_job(job.job_id, "test says stop")
