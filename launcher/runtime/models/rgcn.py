@@ -87,8 +87,7 @@ class HeteroInput(nn.Module):
     per-type LayerNorm, then its dropout, without a ReLU (the rows start at zero, where a ReLU would
     stop their gradients; a lazy Adam moves them by ~lr a step, far below the layers' biases, until
     the LayerNorm rescales them). HGT takes it: on Freebase, every type featureless, it stayed under
-    label propagation without it. R-GAT does not: with it, it overfit Freebase within a few epochs
-    (best epochs 0-6) and one seed of three fell under label propagation.
+    label propagation without it. R-GAT does not: with it, it overfits Freebase within a few epochs.
     A residual embedding beside neighbour means is never normalised: the means bring the scale."""
 
     offsets: Tensor  # a buffer: the first global id of each node type

@@ -10,6 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from graphtier.contract.errors import DaemonRequestError
@@ -199,15 +200,14 @@ def test_a_cancelled_job_leaves_no_rank_that_ignored_sigterm_or_was_stopped(inpr
         os.kill(ranks[1], signal.SIGSTOP)
         cancelled = client.cancel_job(job.job_id, "test says stop")
     assert cancelled.state == JobState.CANCELLED
-    alive = [pid for pid in ranks if _state(pid) not in ("gone", "Z")]
+    alive = [pid for pid in ranks if psutil.pid_exists(pid) and _status(pid) != psutil.STATUS_ZOMBIE]
     for pid in alive:  # nothing of the test stays behind when it fails
         os.kill(pid, signal.SIGKILL)
     assert not alive, f"ranks {alive} outlived their cancelled job"
 
 
-def _state(pid: int) -> str:
+def _status(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return "gone"
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_DEAD
