@@ -6,13 +6,15 @@ execs). A daemon that stops cleanly writes one byte first (`stand_down`): it rem
 itself, and the reaper exits. A daemon that dies (kill -9, the OOM killer) closes the pipe by
 dying. The reaper then waits until the daemon's processes are gone -- every process whose
 environment names the daemon's scratch directory as TMPDIR: the forkserver, producers, torchrun
-agents and their ranks, which end on their own once their owner is gone (forkserver.py) -- and
-takes the runtime directory's lock. A daemon started since holds it, and cleans up itself: the
-reaper leaves. Otherwise it removes the scratch directory (multiprocessing's pymp-*, torchrun's
-files; only one whose mark names the dead daemon), the dead daemon's sockets and endpoints and the
-lock file, and reclaims the shared-memory segments of owners that are gone, as a clean stop and
-the next start would. If the reaper is killed too (a whole process group at once), the next daemon
-still removes it all at its start.
+agents and their ranks, which end on their own once their owner is gone (forkserver.py) -- for at
+most `PROCESSES_GONE_S`, and takes the runtime directory's lock. A daemon started since holds it,
+and cleans up itself: the reaper leaves. Otherwise it kills what of the dead daemon still runs (a
+process that ignored its SIGTERM, or one that left its agent's tree and got none) and removes the
+scratch directory (multiprocessing's pymp-*, torchrun's files; only one whose mark names the dead
+daemon), then the dead daemon's sockets and endpoints and the lock file, and reclaims the
+shared-memory segments of owners that are gone, as a clean stop and the next start would. If the
+reaper is killed too (a whole process group at once), the next daemon still removes it all at its
+start.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ import stat
 import time
 from pathlib import Path
 
+import psutil
+
+from graphtier.contract.processes import processes_with_environment
 from graphtier.contract.runtime_dir import ENDPOINTS_FILE, LOCK_FILE, read_daemon_address
 
 log = logging.getLogger("graphtierd")
@@ -100,6 +105,7 @@ def _reap(daemon: int, runtime_dir: Path, scratch: Path, sockets: tuple[Path, ..
         removed = []
         with contextlib.suppress(OSError):
             if (scratch / SCRATCH_MARK).read_text().strip() == str(daemon):
+                _kill_left(scratch)  # under the lock: no daemon started since, so these are the dead one's
                 shutil.rmtree(scratch, ignore_errors=True)
                 removed.append(str(scratch))
         address = read_daemon_address(runtime_dir)
@@ -129,15 +135,15 @@ def _reap(daemon: int, runtime_dir: Path, scratch: Path, sockets: tuple[Path, ..
 
 def _processes_using(scratch: Path) -> list[int]:
     """Processes (but this one) whose environment names `scratch` as TMPDIR: the dead daemon's."""
-    marker = f"TMPDIR={scratch}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return processes_with_environment({"TMPDIR": str(scratch)})
+
+
+def _kill_left(scratch: Path) -> None:
+    """SIGKILL what of the dead daemon is still running after `PROCESSES_GONE_S`: a process that ignored
+    the SIGTERM its owner's end brought (or never got one: it left the agent's tree)."""
+    for pid in _processes_using(scratch):
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)  # signalled only while it is this process (a reused pid is left alone)
+            process.resume()
+            process.kill()
+            log.warning("the reaper of a dead graphtierd killed pid %d (%s), which outlived it", pid, process.name())

@@ -111,6 +111,39 @@ def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rm
     assert "Traceback" not in third.log(), third.log()[-3000:]
 
 
+def test_the_reaper_kills_what_of_its_dead_daemon_still_runs(tmp_path, monkeypatch):
+    """A process of a dead daemon that ignored the SIGTERM its owner's end brought (or left its agent's
+    tree and got none) is killed by the reaper once its wait is over, before the scratch goes."""
+    from graphtier.contract.runtime_dir import LOCK_FILE
+    from graphtier.service.daemon import reaper
+
+    monkeypatch.setattr(reaper, "PROCESSES_GONE_S", 1.0)  # the reaper's wait for them to end, shortened
+    run, scratch = tmp_path / "run", tmp_path / "run" / "tmp"
+    scratch.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (scratch / reaper.SCRATCH_MARK).write_text(str(dead.pid))
+    (run / LOCK_FILE).touch()
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)",
+        ],
+        env={**os.environ, "TMPDIR": str(scratch)},
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline()
+        reaper._reap(dead.pid, run, scratch, ())
+        assert stubborn.wait(10) == -9
+        assert not scratch.exists() and not (run / LOCK_FILE).exists()
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+            stubborn.wait()
+
+
 def test_the_scratch_directory_is_removed_after_multiprocessings_own_clean_up(tmp_path):
     # multiprocessing.util imported first (torch's imports may do that), then the scratch directory made
     # and multiprocessing's pymp-* in it: the exit removes both, the pymp-* first, without the
