@@ -55,7 +55,7 @@ from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, j
 from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
-from graphtier.contract.processes import run_as_job_work, runs_below
+from graphtier.contract.processes import processes_with_environment, run_as_job_work, runs_below
 from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
 from graphtier.service.daemon.jobs.mps import GpuShare
@@ -84,6 +84,9 @@ STOP_GRACE_S = 15.0
 # rendezvous on the coordinator's store, which a lost node or a cut link leaves it waiting on for
 # the read timeout; the job must end within the peer timeout and a few seconds instead.
 LOST_NODE_GRACE_S = 3.0
+# What a job left running once torchrun is gone (a process that left the agent's tree) gets this long to
+# act on its SIGTERM before SIGKILL
+LEFT_BEHIND_GRACE_S = 3.0
 MAX_SOCKET_PATH = 100
 
 
@@ -175,6 +178,21 @@ def _processes_under(agent: ForkedProcess) -> list[psutil.Process]:
         return psutil.Process(agent.pid).children(recursive=True)
     except psutil.Error:
         return []
+
+
+def _still_running(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Those of `processes` still running after up to `timeout_s`. An exited process that nobody reaped yet
+    (a zombie: its parent, init by now, collects it when it gets to it) counts as ended."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def _signal_group(agent: ForkedProcess, signum: int) -> None:
@@ -672,6 +690,33 @@ class JobRunner:
             tick()
             time.sleep(TICK_S)
 
+    def _end_left_behind(self) -> None:
+        """End what the job left running once torchrun and its ranks are gone: a process that left the
+        agent's tree (a double fork, a daemonised helper of a user's script), which no signal to the tree
+        reaches. It still holds the job's token in its environment, as every process the job started
+        does; it gets SIGTERM, then SIGKILL after `LEFT_BEHIND_GRACE_S`, and a line in the job log."""
+        left = []
+        for pid in processes_with_environment({JOB_ID_ENV: self.job_id, JOB_TOKEN_ENV: self.job_token}):
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)  # signalled only while it is this process (a reused pid is left alone)
+                left.append((process, " ".join(process.cmdline()) or process.name()))
+                process.resume()
+                process.terminate()
+        if not left:
+            return
+        alive = _still_running([process for process, _ in left], LEFT_BEHIND_GRACE_S)
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        _still_running(alive, LEFT_BEHIND_GRACE_S)  # a big process takes a moment to give back its memory
+        named = "; ".join(f"pid {process.pid}: {command[:120]}" for process, command in left)
+        note = (
+            f"graphtierd: ended {len(left)} process(es) this job left running after its ranks ({named}); "
+            f"{len(alive)} of them ignored SIGTERM and were killed. A job's processes end with it."
+        )
+        with contextlib.suppress(OSError), open(self.log_path, "a") as out:
+            out.write(note + "\n")
+
     def _stop_all(self) -> int | None:
         """Stop torchrun, every process under it and every producer; reclaim segments of the dead. Idempotent."""
         if self.torchrun is not None and self.torchrun.poll() is None:
@@ -702,6 +747,8 @@ class JobRunner:
                 with contextlib.suppress(ProcessLookupError):  # a rank torchrun did not take down
                     os.kill(channel.trainer_pid, signal.SIGKILL)
             channel.producer.stop()
+        if self.external is None:
+            self._end_left_behind()
         reclaim_stale_segments()
         for directory in self._scratch:
             shutil.rmtree(directory, ignore_errors=True)

@@ -206,6 +206,39 @@ def test_a_cancelled_job_leaves_no_rank_that_ignored_sigterm_or_was_stopped(inpr
     assert not alive, f"ranks {alive} outlived their cancelled job"
 
 
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
+def test_a_process_that_left_the_ranks_tree_ends_with_its_job(inproc_daemon, tmp_path):
+    """A rank's child that double-forks out of torchrun's tree (reparented to init, in a session of its own) and
+    ignores SIGTERM is reached by no signal to the agent or its ranks; it still ends when its job does, and the
+    job log says so."""
+    script = tmp_path / "daemonises.py"
+    pid_file = tmp_path / "left.pid"
+    script.write_text(
+        "import os, signal, time\n"
+        "if os.environ['RANK'] == '0' and os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"        open({str(pid_file)!r} + '.part', 'w').write(str(os.getpid()))\n"
+        f"        os.rename({str(pid_file)!r} + '.part', {str(pid_file)!r})\n"
+        "        time.sleep(600)\n"
+        "    os._exit(0)\n"
+        f"while not os.path.exists({str(pid_file)!r}):\n"
+        "    time.sleep(0.05)\n"
+    )
+    final, _ = _run(inproc_daemon, JobSpec(**SPEC, script=str(script)))
+    assert pid_file.exists(), f"the script never started its process: {final.message}"
+    left = int(pid_file.read_text())
+    alive = psutil.pid_exists(left) and _status(left) != psutil.STATUS_ZOMBIE
+    if alive:  # nothing of the test stays behind when it fails
+        os.kill(left, signal.SIGKILL)
+    assert not alive, f"pid {left}, started by a rank outside torchrun's tree, outlived its {final.state.name} job"
+    assert final.state == JobState.SUCCEEDED, final.message
+    log = Path(final.log_path).read_text()
+    assert f"ended 1 process(es) this job left running after its ranks (pid {left}:" in log, log[-2000:]
+    assert "1 of them ignored SIGTERM and were killed" in log
+
+
 def _status(pid: int) -> str:
     try:
         return psutil.Process(pid).status()
