@@ -84,7 +84,14 @@ def metrics(
         "gathered",
         title="jobs (batches/s: all ranks; last 10 s, or the whole run once ended)",
     )
-    times = compact_table("job", "sample s", "gather s", "train s", "data wait s", title="seconds by job, all ranks")
+    times = compact_table(
+        "job",
+        "sample s",
+        "gather s",
+        "train s",
+        "data wait s",
+        title="seconds by job, all ranks (-: a job whose ranks this daemon no longer holds)",
+    )
     for job in snapshot.jobs:
         jobs.add_row(
             job.job_id,
@@ -97,10 +104,10 @@ def metrics(
             _pct(job.traffic.hit_ratio),
             human_bytes(job.traffic.total_bytes),
         )
-        times.add_row(
+        times.add_row(  # an earlier daemon's job, or one retired, has no ranks here: its seconds are unknown, not 0
             job.job_id,
             *(
-                f"{sum(getattr(r, name) for r in job.ranks):.2f}"
+                f"{sum(getattr(r, name) for r in job.ranks):.2f}" if job.ranks else "-"
                 for name in ("sample_seconds", "gather_seconds", "train_seconds", "data_wait_seconds")
             ),
         )

@@ -71,6 +71,11 @@ def test_checkpoints_go_with_success_and_series_fold_away_after_the_grace(daemon
         assert listed.returncode == 0, listed.stderr
         row = next(j for j in json.loads(listed.stdout)["jobs"] if j["job_id"] == job_id)
         assert row["batches_total"] == ended.batches_total and row["traffic"]["total_bytes"] > 0
+        assert row["ranks"] == []  # its trainers retired: their seconds are not held, and not shown as 0
+        table = _graphtier("metrics", "--runtime-dir", daemon.runtime_dir)
+        assert table.returncode == 0, table.stderr
+        seconds = table.stdout[table.stdout.index("seconds by job") :].splitlines()
+        assert any(line.split() == [job_id, "-", "-", "-", "-"] for line in seconds), table.stdout
         log_path = daemon.runtime_dir / "jobs" / job_id / "job.log"
         log_path.unlink()
         with pytest.raises(DaemonRequestError, match=f"job '{job_id}' has ended and its log .*job.log is gone"):
