@@ -1,9 +1,8 @@
 """Process lifetimes. Whether a process still runs, read from /proc: shared by the data plane (who
 owns a shared-memory segment) and the CLI (has a stopped daemon's process ended), which must not
-load the data plane (torch) to ask. Which processes carry a mark in their environment: how the
-daemon finds what a job or a dead daemon left running, whatever became of its parents. The
-priority job work runs at, shared by the daemon (its ranks and producers) and ranks another
-launcher started (`graphtier.connect`). And a quick exit for the processes that load it.
+load the data plane (torch) to ask. The priority job work runs at, shared by the daemon (its ranks and
+producers) and ranks another launcher started (`graphtier.connect`). And a quick exit for the
+processes that load it.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Mapping
 from typing import NoReturn
 
 
@@ -33,28 +31,6 @@ def process_start_time(pid: int) -> int | None:
     if state in ("Z", "X", "x"):
         return None
     return start_time
-
-
-def processes_with_environment(entries: Mapping[str, str]) -> list[int]:
-    """Pids (but this process's) whose environment holds every `NAME=VALUE` of `entries`.
-
-    A process inherits its environment from whatever started it, through any number of forks, and
-    keeps it when it leaves its parent's tree (a double fork reparents it to init): the mark finds it
-    where a walk of the tree would not. Processes that end while being read, or that this user may not
-    read, are skipped.
-    """
-    marks = {f"{name}={value}".encode() for name, value in entries.items()}
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marks <= set(f.read().split(b"\0")):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 JOB_NICENESS = 5  # job work's niceness above the daemon's: its control plane stays responsive

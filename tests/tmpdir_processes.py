@@ -7,11 +7,19 @@ and the fault corpus.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-
-from graphtier.contract.processes import processes_with_environment
 
 
 def processes_using(scratch: Path | str) -> list[int]:
     """Pids whose environment holds TMPDIR=`scratch` (processes that end while being read are skipped)."""
-    return processes_with_environment({"TMPDIR": str(scratch)})
+    marker = f"TMPDIR={scratch}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found

@@ -31,7 +31,7 @@ from graphtier.contract.identity import identity_socket_path
 from graphtier.contract.processes import exit_without_teardown
 from graphtier.service.daemon.config import DaemonConfig
 from graphtier.service.daemon.instance import InstanceLock
-from graphtier.service.daemon.reaper import SCRATCH_MARK, mark_scratch, stand_down, start_reaper
+from graphtier.service.daemon.reaper import SCRATCH_MARK, kill_left, mark_scratch, stand_down, start_reaper
 from graphtier.service.daemon.systemd import SystemdNotifier
 
 SCRATCH_DIR = "tmp"  # the daemon's temporary directory, inside its runtime directory
@@ -194,7 +194,8 @@ def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
     """`<runtime_dir>/tmp`, emptied, as this process's and its children's temporary directory:
     multiprocessing's pymp-* and torchrun's files then live (and die) with the daemon; what a daemon
     killed with -9 left there is removed by its reaper (reaper.py), or else by the next daemon, instead
-    of staying in /tmp forever.
+    of staying in /tmp forever. The next daemon also kills what of the dead one still runs (its reaper
+    leaves that to a daemon started before its wait was over).
     A `tmp` the daemon did not make (no SCRATCH_MARK inside: a user's, in a runtime directory given
     as a home) is never removed: DaemonError naming it."""
     scratch = runtime_dir / SCRATCH_DIR
@@ -204,7 +205,8 @@ def private_scratch_dir(runtime_dir: Path, log: logging.Logger) -> Path:
                 f"{scratch} exists and is not a scratch directory graphtierd made; nothing was removed: give the "
                 "daemon a runtime directory of its own (--runtime-dir) or move it away"
             )
-        log.info("removed stale %s left by a daemon that died", scratch)
+        killed = kill_left(scratch)  # under this daemon's lock, before it starts anything: a dead daemon's
+        log.info("removed stale %s left by a daemon that died (and %d of its processes)", scratch, len(killed))
         shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(mode=0o700)
     mark_scratch(scratch)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import psutil
 
-from graphtier.contract.processes import processes_with_environment
 from graphtier.contract.runtime_dir import ENDPOINTS_FILE, LOCK_FILE, read_daemon_address
+from graphtier.service.daemon.jobs.left_behind import describe, end_processes, marked_processes
 
 log = logging.getLogger("graphtierd")
 
@@ -102,10 +102,10 @@ def _reap(daemon: int, runtime_dir: Path, scratch: Path, sockets: tuple[Path, ..
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # a daemon started since: it removed what was stale
-        removed = []
+        removed, killed = [], []
         with contextlib.suppress(OSError):
             if (scratch / SCRATCH_MARK).read_text().strip() == str(daemon):
-                _kill_left(scratch)  # under the lock: no daemon started since, so these are the dead one's
+                killed = kill_left(scratch)  # under the lock: no daemon started since, so these are the dead one's
                 shutil.rmtree(scratch, ignore_errors=True)
                 removed.append(str(scratch))
         address = read_daemon_address(runtime_dir)
@@ -126,24 +126,27 @@ def _reap(daemon: int, runtime_dir: Path, scratch: Path, sockets: tuple[Path, ..
 
     segments = reclaim_stale_segments()
     log.warning(
-        "graphtierd pid %d ended without stopping (killed?); its reaper removed %s and %d stale segment(s)",
+        "graphtierd pid %d ended without stopping (killed?); its reaper removed %s and %d stale segment(s), and "
+        "killed %d process(es) that outlived it",
         daemon,
         ", ".join(removed) or "nothing else",
         len(segments),
+        len(killed),
     )
 
 
-def _processes_using(scratch: Path) -> list[int]:
+def _processes_using(scratch: Path) -> list[psutil.Process]:
     """Processes (but this one) whose environment names `scratch` as TMPDIR: the dead daemon's."""
-    return processes_with_environment({"TMPDIR": str(scratch)})
+    return marked_processes({"TMPDIR": str(scratch)})
 
 
-def _kill_left(scratch: Path) -> None:
-    """SIGKILL what of the dead daemon is still running after `PROCESSES_GONE_S`: a process that ignored
-    the SIGTERM its owner's end brought (or never got one: it left the agent's tree)."""
-    for pid in _processes_using(scratch):
-        with contextlib.suppress(psutil.Error):
-            process = psutil.Process(pid)  # signalled only while it is this process (a reused pid is left alone)
-            process.resume()
-            process.kill()
-            log.warning("the reaper of a dead graphtierd killed pid %d (%s), which outlived it", pid, process.name())
+def kill_left(scratch: Path) -> list[str]:
+    """SIGKILL what of a dead daemon still runs (a process that ignored the SIGTERM its owner's end
+    brought, or left its agent's tree and got none), and wait for it to go: each one described. Only
+    for a dead daemon's `scratch`, under the runtime directory's lock (no daemon started since)."""
+    left = _processes_using(scratch)
+    named = [describe(process) for process in left]
+    end_processes(left, term_grace_s=0)
+    for line in named:
+        log.warning("killed %s, which outlived its dead graphtierd", line)
+    return named

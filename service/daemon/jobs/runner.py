@@ -11,7 +11,9 @@ producer that exits non-zero (killed, crashed) FAILS the job with a message nami
 and rank -- producers are not restarted behind torchrun's back, except when a restarted
 rank re-opens its channel (`open_channel`). On cancel or failure everything is stopped:
 SIGTERM to torchrun, which passes it on to its ranks, then SIGKILL to what of the job remains;
-producers stopped; stale segments reclaimed.
+producers stopped; stale segments reclaimed. However a job ends, what its ranks left running
+outside torchrun's tree (a double fork) is found by the job's token in its environment and
+ended (left_behind.py). Ranks another launcher started are never signalled.
 
 The job manager drives a runner through its public methods only: `run`, `cancel(reason)`,
 `fail(reason)`, `open_channel`/`release_channel` for its ranks, `channel_stats()` for its
@@ -55,9 +57,10 @@ from graphtier.contract.jobs.directory import CHECKPOINT_GLOB, checkpoint_dir, j
 from graphtier.contract.jobs.rank_failures import first_rank_failure
 from graphtier.contract.jobs.spec import JobSpec
 from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
-from graphtier.contract.processes import processes_with_environment, run_as_job_work, runs_below
+from graphtier.contract.processes import run_as_job_work, runs_below
 from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
+from graphtier.service.daemon.jobs.left_behind import describe, end_processes, marked_processes, still_running
 from graphtier.service.daemon.jobs.mps import GpuShare
 from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline import (
@@ -85,8 +88,9 @@ STOP_GRACE_S = 15.0
 # the read timeout; the job must end within the peer timeout and a few seconds instead.
 LOST_NODE_GRACE_S = 3.0
 # What a job left running once torchrun is gone (a process that left the agent's tree) gets this long to
-# act on its SIGTERM before SIGKILL
+# act on its SIGTERM before SIGKILL; the scan is repeated while it finds more, this many times at most
 LEFT_BEHIND_GRACE_S = 3.0
+LEFT_BEHIND_ROUNDS = 3
 MAX_SOCKET_PATH = 100
 
 
@@ -178,21 +182,6 @@ def _processes_under(agent: ForkedProcess) -> list[psutil.Process]:
         return psutil.Process(agent.pid).children(recursive=True)
     except psutil.Error:
         return []
-
-
-def _still_running(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
-    """Those of `processes` still running after up to `timeout_s`. An exited process that nobody reaped yet
-    (a zombie: its parent, init by now, collects it when it gets to it) counts as ended."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = []
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                if process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.05)
 
 
 def _signal_group(agent: ForkedProcess, signum: int) -> None:
@@ -692,27 +681,24 @@ class JobRunner:
 
     def _end_left_behind(self) -> None:
         """End what the job left running once torchrun and its ranks are gone: a process that left the
-        agent's tree (a double fork, a daemonised helper of a user's script), which no signal to the tree
-        reaches. It still holds the job's token in its environment, as every process the job started
-        does; it gets SIGTERM, then SIGKILL after `LEFT_BEHIND_GRACE_S`, and a line in the job log."""
-        left = []
-        for pid in processes_with_environment({JOB_ID_ENV: self.job_id, JOB_TOKEN_ENV: self.job_token}):
-            with contextlib.suppress(psutil.Error):
-                process = psutil.Process(pid)  # signalled only while it is this process (a reused pid is left alone)
-                left.append((process, " ".join(process.cmdline()) or process.name()))
-                process.resume()
-                process.terminate()
-        if not left:
+        agent's tree (a double fork, a helper a user's script daemonised), which no signal to the tree
+        reaches. Every process the job's ranks start holds the job's id and token in its environment
+        (left_behind.py); those found get SIGTERM, SIGKILL after `LEFT_BEHIND_GRACE_S`, and a line in the
+        job log. Scanned again while a round finds more (a helper that forks anew), `LEFT_BEHIND_ROUNDS`
+        times at most."""
+        named: list[str] = []
+        killed = 0
+        for _ in range(LEFT_BEHIND_ROUNDS):
+            left = marked_processes({JOB_ID_ENV: self.job_id, JOB_TOKEN_ENV: self.job_token})
+            if not left:
+                break
+            named += [describe(process) for process in left]
+            killed += len(end_processes(left, LEFT_BEHIND_GRACE_S))
+        if not named:
             return
-        alive = _still_running([process for process, _ in left], LEFT_BEHIND_GRACE_S)
-        for process in alive:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        _still_running(alive, LEFT_BEHIND_GRACE_S)  # a big process takes a moment to give back its memory
-        named = "; ".join(f"pid {process.pid}: {command[:120]}" for process, command in left)
         note = (
-            f"graphtierd: ended {len(left)} process(es) this job left running after its ranks ({named}); "
-            f"{len(alive)} of them ignored SIGTERM and were killed. A job's processes end with it."
+            f"graphtierd: ended {len(named)} process(es) this job left running after its ranks ({'; '.join(named)}); "
+            f"{killed} of them ignored SIGTERM and were killed. A job's processes end with it."
         )
         with contextlib.suppress(OSError), open(self.log_path, "a") as out:
             out.write(note + "\n")
@@ -735,6 +721,7 @@ class JobRunner:
             for process in under:  # what outlived its agent (a rank that ignores SIGTERM): nothing of the job stays
                 with contextlib.suppress(psutil.Error):
                     process.kill()
+            still_running(under, LEFT_BEHIND_GRACE_S)  # gone before their segments are reclaimed below
         if self.torchrun is not None:
             self.exit_code = self.torchrun.returncode
         with self._lock:
