@@ -90,7 +90,7 @@ def metrics(
         "gather s",
         "train s",
         "data wait s",
-        title="seconds by job, all ranks (-: a job whose ranks this daemon no longer holds)",
+        title="seconds by job, all ranks (-: no rank figures here: not started, retired, or an earlier daemon's)",
     )
     for job in snapshot.jobs:
         jobs.add_row(
@@ -104,7 +104,7 @@ def metrics(
             _pct(job.traffic.hit_ratio),
             human_bytes(job.traffic.total_bytes),
         )
-        times.add_row(  # an earlier daemon's job, or one retired, has no ranks here: its seconds are unknown, not 0
+        times.add_row(  # a job with no ranks here (not started, retired, an earlier daemon's): unknown, not 0
             job.job_id,
             *(
                 f"{sum(getattr(r, name) for r in job.ranks):.2f}" if job.ranks else "-"

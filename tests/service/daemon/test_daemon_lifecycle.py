@@ -137,6 +137,14 @@ def _running_pids(pids: list[int]) -> list[int]:
     return alive
 
 
+def _wait_for_reaper(daemon, timeout_s: float = 60.0) -> str:
+    """The killed daemon's log once its reaper has said what it did (or after `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while "its reaper removed" not in daemon.log() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return daemon.log()
+
+
 def test_kill9_of_the_daemon_mid_job_takes_its_processes_down(daemon_processes, small_rmat, shm_of):
     """No job process runs on unsupervised: producers and torchrun die with the daemon, ranks with them."""
     first = daemon_processes(small_rmat.directory.parent)
@@ -163,6 +171,7 @@ def test_kill9_of_the_daemon_mid_job_takes_its_processes_down(daemon_processes, 
         time.sleep(0.2)
     assert not _running_pids(tree), [" ".join(psutil.Process(p).cmdline()) for p in _running_pids(tree)]
     assert not [name for pid in producers for name in shm_of(pid)]  # SIGTERMed producers unlinked their slots
+    assert "killed 0 process(es) that outlived it" in _wait_for_reaper(first)  # they ended on their own
 
     second = daemon_processes(small_rmat.directory.parent)
     second.start()

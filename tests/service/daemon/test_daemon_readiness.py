@@ -3,8 +3,11 @@ with the daemon (even by kill -9: its reaper removes it), and a socket group."""
 
 from __future__ import annotations
 
+import fcntl
 import grp
 import os
+import re
+import signal
 import socket
 import stat
 import subprocess
@@ -94,6 +97,7 @@ def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rm
     assert not processes_using(scratch) and sorted(os.listdir(run)) == ["daemon.log"]
     said = f"graphtierd pid {first.pid} ended without stopping (killed?); its reaper removed {scratch}"
     assert _wait(lambda: said in first.log()), first.log()[-2000:]
+    assert "killed 0 process(es) that outlived it" in first.log()  # they ended with their owner, unkilled
 
     second = daemon_processes(small_rmat.directory.parent)
     second.start()
@@ -103,17 +107,38 @@ def test_the_scratch_directory_lives_and_dies_with_the_daemon(tmp_path, small_rm
     reaper.kill()  # the reaper killed with its daemon (a whole process group at once) ...
     second.kill9()
     assert scratch.exists()
+    stubborn = _ignoring_sigterm({"TMPDIR": str(scratch)})  # ... and a process of it that ignored its end
     third = daemon_processes(small_rmat.directory.parent)
-    third.start()
-    assert f"removed stale {scratch}" in third.log()  # ... the next daemon removes what they left
+    try:
+        third.start()
+        assert stubborn.wait(10) == -signal.SIGKILL  # ... the next daemon kills and removes what they left
+    finally:
+        _kill(stubborn)
+    # the stubborn one, and maybe the dead daemon's forkserver on its way out
+    assert re.search(f"removed stale {re.escape(str(scratch))} left by a daemon that died \\(and [1-9]", third.log())
     assert third.terminate() == 0
     assert not scratch.exists() and not processes_using(scratch)  # the forkserver ended before the daemon did
     assert "Traceback" not in third.log(), third.log()[-3000:]
 
 
-def test_the_reaper_kills_what_of_its_dead_daemon_still_runs(tmp_path, monkeypatch):
+def _ignoring_sigterm(environment: dict[str, str]) -> subprocess.Popen:
+    """A process that ignores SIGTERM, with `environment` added to its own; started once it says so."""
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
+    process = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **environment}, stdout=subprocess.PIPE)
+    assert process.stdout is not None and process.stdout.readline()
+    return process
+
+
+def _kill(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_the_reaper_kills_what_of_its_dead_daemon_still_runs_and_nothing_else(tmp_path, monkeypatch):
     """A process of a dead daemon that ignored the SIGTERM its owner's end brought (or left its agent's
-    tree and got none) is killed by the reaper once its wait is over, before the scratch goes."""
+    tree and got none) is killed by the reaper once its wait is over, before the scratch goes; one whose
+    scratch names another daemon, or while a daemon holds the lock, is left alone."""
     from graphtier.contract.runtime_dir import LOCK_FILE
     from graphtier.service.daemon import reaper
 
@@ -122,26 +147,23 @@ def test_the_reaper_kills_what_of_its_dead_daemon_still_runs(tmp_path, monkeypat
     scratch.mkdir(parents=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (scratch / reaper.SCRATCH_MARK).write_text(str(dead.pid))
     (run / LOCK_FILE).touch()
-    stubborn = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)",
-        ],
-        env={**os.environ, "TMPDIR": str(scratch)},
-        stdout=subprocess.PIPE,
-    )
+    stubborn = _ignoring_sigterm({"TMPDIR": str(scratch)})
     try:
-        assert stubborn.stdout is not None and stubborn.stdout.readline()
+        (scratch / reaper.SCRATCH_MARK).write_text(str(os.getpid()))  # another daemon's scratch
         reaper._reap(dead.pid, run, scratch, ())
-        assert stubborn.wait(10) == -9
+        assert stubborn.poll() is None and scratch.exists()
+        (run / LOCK_FILE).touch()  # (it removed the dead daemon's lock file)
+        with open(run / LOCK_FILE) as held:  # a daemon started since holds the lock
+            fcntl.flock(held, fcntl.LOCK_EX)
+            (scratch / reaper.SCRATCH_MARK).write_text(str(dead.pid))
+            reaper._reap(dead.pid, run, scratch, ())
+            assert stubborn.poll() is None and scratch.exists()
+        reaper._reap(dead.pid, run, scratch, ())  # the dead daemon's, nobody holds the lock
+        assert stubborn.wait(10) == -signal.SIGKILL
         assert not scratch.exists() and not (run / LOCK_FILE).exists()
     finally:
-        if stubborn.poll() is None:
-            stubborn.kill()
-            stubborn.wait()
+        _kill(stubborn)
 
 
 def test_the_scratch_directory_is_removed_after_multiprocessings_own_clean_up(tmp_path):

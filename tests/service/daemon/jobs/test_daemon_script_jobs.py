@@ -7,12 +7,15 @@ import os
 import re
 import signal
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from graphtier.contract.environment import JOB_ID_ENV, JOB_TOKEN_ENV
 from graphtier.contract.errors import DaemonRequestError
 from graphtier.contract.jobs.artifact import read_manifest
 from graphtier.contract.jobs.spec import JobSpec
@@ -196,23 +199,23 @@ def test_a_cancelled_job_leaves_no_rank_that_ignored_sigterm_or_was_stopped(inpr
         while not all(p.exists() and p.read_text() for p in pid_files) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert all(p.exists() for p in pid_files), f"the ranks never started: {client.get_job(job.job_id).message}"
-        ranks = [int(p.read_text()) for p in pid_files]
-        os.kill(ranks[1], signal.SIGSTOP)
+        ranks = [psutil.Process(int(p.read_text())) for p in pid_files]  # bound to them: a reused pid is not theirs
+        ranks[1].suspend()
         cancelled = client.cancel_job(job.job_id, "test says stop")
     assert cancelled.state == JobState.CANCELLED
-    alive = [pid for pid in ranks if psutil.pid_exists(pid) and _status(pid) != psutil.STATUS_ZOMBIE]
-    for pid in alive:  # nothing of the test stays behind when it fails
-        os.kill(pid, signal.SIGKILL)
-    assert not alive, f"ranks {alive} outlived their cancelled job"
+    alive = _running(ranks)
+    for process in alive:  # nothing of the test stays behind when it fails
+        process.kill()
+    assert not alive, f"ranks {[p.pid for p in alive]} outlived their cancelled job"
 
 
 @pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_a_process_that_left_the_ranks_tree_ends_with_its_job(inproc_daemon, tmp_path):
     """A rank's child that double-forks out of torchrun's tree (reparented to init, in a session of its own) and
     ignores SIGTERM is reached by no signal to the agent or its ranks; it still ends when its job does, and the
-    job log says so."""
+    job log says so. A process with the job's id but not its token is not the job's: it is left alone."""
     script = tmp_path / "daemonises.py"
-    pid_file = tmp_path / "left.pid"
+    pid_file, go = tmp_path / "left.pid", tmp_path / "go"
     script.write_text(
         "import os, signal, time\n"
         "if os.environ['RANK'] == '0' and os.fork() == 0:\n"
@@ -223,24 +226,44 @@ def test_a_process_that_left_the_ranks_tree_ends_with_its_job(inproc_daemon, tmp
         f"        os.rename({str(pid_file)!r} + '.part', {str(pid_file)!r})\n"
         "        time.sleep(600)\n"
         "    os._exit(0)\n"
-        f"while not os.path.exists({str(pid_file)!r}):\n"
+        f"while not (os.path.exists({str(pid_file)!r}) and os.path.exists({str(go)!r})):\n"
         "    time.sleep(0.05)\n"
     )
-    final, _ = _run(inproc_daemon, JobSpec(**SPEC, script=str(script)))
-    assert pid_file.exists(), f"the script never started its process: {final.message}"
-    left = int(pid_file.read_text())
-    alive = psutil.pid_exists(left) and _status(left) != psutil.STATUS_ZOMBIE
-    if alive:  # nothing of the test stays behind when it fails
-        os.kill(left, signal.SIGKILL)
-    assert not alive, f"pid {left}, started by a rank outside torchrun's tree, outlived its {final.state.name} job"
+    decoy = None
+    with DaemonClient(runtime_dir=inproc_daemon.config.runtime_dir) as client:
+        job_id = client.submit_job(JobSpec(**SPEC, script=str(script))).job_id
+        marks = {JOB_ID_ENV: job_id, JOB_TOKEN_ENV: "not-this-jobs-token"}
+        decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={**os.environ, **marks})
+        try:
+            deadline = time.monotonic() + 120
+            while not pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert pid_file.exists(), f"the script never started its process: {client.get_job(job_id).message}"
+            left = psutil.Process(int(pid_file.read_text()))  # bound to it: a pid reused later is not it
+            go.touch()
+            list(client.job_events(job_id, follow=True))
+            final = client.get_job(job_id)
+            alive = _running([left])
+            for process in alive:  # nothing of the test stays behind when it fails
+                process.kill()
+            assert not alive, f"pid {left.pid}, outside torchrun's tree, outlived its {final.state.name} job"
+            assert decoy.poll() is None, "a process that only shares the job's id was ended with it"
+        finally:
+            decoy.kill()
+            decoy.wait()
     assert final.state == JobState.SUCCEEDED, final.message
     log = Path(final.log_path).read_text()
-    assert f"ended 1 process(es) this job left running after its ranks (pid {left}:" in log, log[-2000:]
+    assert f"ended 1 process(es) this job left running after its ranks (pid {left.pid}:" in log, log[-2000:]
     assert "1 of them ignored SIGTERM and were killed" in log
 
 
-def _status(pid: int) -> str:
+def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running: not ended, not a zombie nobody reaped yet, not a pid reused since."""
+    return [p for p in processes if p.is_running() and _status(p) != psutil.STATUS_ZOMBIE]
+
+
+def _status(process: psutil.Process) -> str:
     try:
-        return psutil.Process(pid).status()
+        return process.status()
     except psutil.NoSuchProcess:
         return psutil.STATUS_DEAD
