@@ -12,7 +12,7 @@ import typer
 
 from graphtier.contract.command_line import FlagTyper, GivenOptions, with_model_options
 from graphtier.contract.inference import DEFAULT_CHUNK, DEFAULT_EMBEDDINGS
-from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.spec import HOP_FIELDS, JobSpec
 from graphtier.launcher.cli import job_report
 from graphtier.launcher.cli.job_report import wrapped as _wrapped
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption, runtime_directory
@@ -122,6 +122,8 @@ def submit(
             defaults = script_defaults(Path(job_spec.script))  # the script's JOB_DEFAULTS under what was given
             if defaults:
                 given_fields = job_spec.model_dump(include=job_spec.model_fields_set)
+                if given_fields.keys() & HOP_FIELDS:  # the hops given replace the script's, in either form
+                    defaults = {name: value for name, value in defaults.items() if name not in HOP_FIELDS}
                 job_spec = JobSpec.build({**defaults, **given_fields}, source=f"{job_spec.script}: {DEFAULTS_NAME}")
         if nested:
             current = {name: getattr(job_spec, name) for name in nested}
