@@ -411,6 +411,8 @@ def test_a_featureless_link_models_embeddings_start_from_its_learned_rows(daemon
         trained = run(client, spec)
         inferred = run(client, JobSpec(dataset="toy-edges", from_job=trained.job_id, nproc_per_node=2))
     assert inferred.progress.traffic.total_rows == 0  # its inputs are the learned rows, not features
+    training_only = ("covers the whole train split", "the job learns")  # true of its training job alone
+    assert not [note for note in inferred.notes if any(words in note for words in training_only)], inferred.notes
     _score_out_writes_only_a_new_file(runtime, inferred.job_id, tmp_path)
     embeddings = read_output(predictions_dir(job_directory(runtime, inferred.job_id)))["embeddings"]
     assert embeddings.shape[1] == 16
