@@ -58,11 +58,16 @@ LINK = Section("Link prediction")
 INFERENCE = Section("Inference")
 
 
+# the two forms of a job's hops: plain fanouts, or per-relation ones that set fanouts to their bounds
+HOP_FIELDS = frozenset({"fanouts", "relation_fanouts"})
+
+
 def _fanout_flag(text: str) -> dict[str, Any]:
-    """--fanout: `15,10,5` sets `fanouts`; hops naming relations (`head-rel-tail:k,...;5`) set `relation_fanouts`."""
+    """--fanout: `15,10,5` sets `fanouts` (and clears a spec file's `relation_fanouts`, which would otherwise
+    win over it); hops naming relations (`head-rel-tail:k,...;5`) set `relation_fanouts`."""
     if ":" in text or ";" in text:
         return {"relation_fanouts": split_fanout_hops(text)}
-    return {"fanouts": parse_fanouts(text)}
+    return {"fanouts": parse_fanouts(text), "relation_fanouts": []}
 
 
 def _eval_fanout_flag(text: str) -> dict[str, Any]:
@@ -468,6 +473,11 @@ class JobSpec(BaseModel):
                     f"rgat, hgt or preagg (or a script), not {self.model}"
                 )
             bounds = [hop_fanout_bound(hop, hop_number=i + 1) for i, hop in enumerate(self.relation_fanouts)]
+            if "fanouts" in self.model_fields_set and len(self.fanouts) != len(bounds):
+                raise ValueError(
+                    f"fanouts {self.fanouts} name {len(self.fanouts)} hop(s) but relation_fanouts "
+                    f"{self.relation_fanouts} name {len(bounds)}: relation_fanouts set the hops; give one of them"
+                )
             object.__setattr__(self, "fanouts", bounds)  # frozen: the hops' bounds size slots and model layers
         if self.model not in HETERO_MODELS:
             return
@@ -555,8 +565,10 @@ class JobSpec(BaseModel):
         """
         import yaml  # only here: `job status` and the wire conversions never read YAML
 
+        from graphtier.contract.unique_keys import load_yaml
+
         try:
-            loaded = yaml.safe_load(Path(path).read_text())
+            loaded = load_yaml(Path(path).read_text())
         except OSError as exc:
             raise InvalidRequestError(f"{path}: cannot read the job spec ({exc.strerror})") from None
         except yaml.YAMLError as exc:

@@ -381,6 +381,7 @@ def tiering_report(
     Says how many batches and rows it replayed, and when that is too few for the figures to hold."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+    from graphtier.contract.errors import GraphtierError
     from graphtier.contract.fanouts import parse_fanouts
     from graphtier.service.prepared import PreparedDataset
     from graphtier.service.tiering import build_tiering_report
@@ -388,7 +389,15 @@ def tiering_report(
 
     with error_boundary():
         dataset = PreparedDataset.open(name, out)
+        if png is not None and png.is_dir():
+            raise GraphtierError(f"--png {png}: a directory; give the file to write the figure to")
         if dataset.manifest.hetero is not None:
+            unserved = [flag for flag, given in (("--png", png), ("--host-budget", host_budget)) if given is not None]
+            if unserved:
+                raise GraphtierError(
+                    f"{', '.join(unserved)}: not served for heterogeneous dataset {name!r} (its report is a table "
+                    "of the device tier's hit ratio per node type); leave them out"
+                )
             _hetero_tiering_report(dataset, budget, fanout, batch_size, epochs, seed, json_out)
             return
         fanouts = parse_fanouts(fanout)

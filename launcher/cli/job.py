@@ -12,7 +12,7 @@ import typer
 
 from graphtier.contract.command_line import FlagTyper, GivenOptions, with_model_options
 from graphtier.contract.inference import DEFAULT_CHUNK, DEFAULT_EMBEDDINGS
-from graphtier.contract.jobs.spec import JobSpec
+from graphtier.contract.jobs.spec import HOP_FIELDS, JobSpec
 from graphtier.launcher.cli import job_report
 from graphtier.launcher.cli.job_report import wrapped as _wrapped
 from graphtier.launcher.cli.options import JsonOption, RuntimeDirOption, runtime_directory
@@ -122,6 +122,8 @@ def submit(
             defaults = script_defaults(Path(job_spec.script))  # the script's JOB_DEFAULTS under what was given
             if defaults:
                 given_fields = job_spec.model_dump(include=job_spec.model_fields_set)
+                if given_fields.keys() & HOP_FIELDS:  # the hops given replace the script's, in either form
+                    defaults = {name: value for name, value in defaults.items() if name not in HOP_FIELDS}
                 job_spec = JobSpec.build({**defaults, **given_fields}, source=f"{job_spec.script}: {DEFAULTS_NAME}")
         if nested:
             current = {name: getattr(job_spec, name) for name in nested}
@@ -313,16 +315,19 @@ def score(
     pairs: Annotated[
         Path, typer.Option("--pairs", help="candidate pairs in the source's ids: two a line, or an [P, 2] .npy")
     ],
-    out: Annotated[Path | None, typer.Option("--out", help="write the scores here (.npy); default: print them")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="a new file to write the scores to (.npy, added when missing); default: print them"),
+    ] = None,
     runtime_dir: RuntimeDirOption = None,
 ) -> None:
     """Score candidate pairs with an inference job's node embeddings and its link model's decoder."""
-    import numpy as np
-
     from graphtier.contract.errors import GraphtierError
     from graphtier.launcher.runtime.pair_scores import read_pairs_file, score_pairs
 
     with error_boundary():
+        if out is not None:
+            out = _new_npy_file(out)
         with _client(runtime_dir) as client:
             where, endpoints = client.runtime_dir, client.endpoints
             if endpoints is None:
@@ -337,8 +342,38 @@ def score(
         candidates = read_pairs_file(pairs)
         scores = score_pairs(where, Path(endpoints.dataset_root), job_id, candidates).numpy()
         if out is not None:
-            np.save(out, scores)
+            _write_new_npy(out, scores)
             console.print(f"scored {len(scores):,} pairs into {out}")
         else:
             for (u, v), value in zip(candidates.tolist(), scores.tolist(), strict=True):
                 typer.echo(f"{u}\t{v}\t{value:.6g}")
+
+
+def _new_npy_file(out: Path) -> Path:
+    """`out` with `.npy` added when missing (as numpy names it); GraphtierError when something is there
+    already (a file, a directory, a link): graphtier writes a new file, never over one it did not make."""
+    from graphtier.contract.errors import GraphtierError
+
+    out = out if out.suffix == ".npy" else out.with_name(f"{out.name}.npy")
+    if out.exists() or out.is_symlink():
+        raise GraphtierError(f"--out {out}: already exists; give a new file (nothing was written)")
+    return out
+
+
+def _write_new_npy(out: Path, array: Any) -> None:
+    """`array` saved as the new file `out`: created exclusively (never through a link, never over a file made
+    meanwhile) and removed again if writing it fails."""
+    import numpy as np
+
+    from graphtier.contract.errors import GraphtierError
+
+    try:
+        handle = open(out, "xb")  # noqa: SIM115 - closed below, and the file removed on failure
+    except FileExistsError:
+        raise GraphtierError(f"--out {out}: already exists; give a new file (nothing was written)") from None
+    try:
+        with handle:
+            np.save(handle, array)
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise

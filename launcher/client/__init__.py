@@ -12,6 +12,7 @@ job as a plain document (`get_job_document`, `job_document.py`), loads the jobs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -403,18 +404,23 @@ class DaemonClient:
         from graphtier.v1 import jobs_pb2
 
         out = Path(out)
+        if out.is_symlink():
+            raise DaemonError(f"--out {out}: a symbolic link; give a new directory (the link is left as it is)")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise DaemonError(f"--out {out}: exists and is not an empty directory; give a new one")
+        self._check_answering()  # before anything is made: a stopped daemon leaves nothing behind
+        made = [parent for parent in reversed(out.parents) if not parent.exists()]  # removed again on failure
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.parent / f".{out.name}.partial-{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
-        self._check_answering()
-        stream = self._jobs.ExportJob(
-            jobs_pb2.ExportJobRequest(job_id=job_id), timeout=timeout_s, metadata=self._call_metadata()
-        )
         files: dict[str, Any] = {}
+        stream = None
+        exported = False
         try:
+            partial.mkdir()
+            stream = self._jobs.ExportJob(
+                jobs_pb2.ExportJobRequest(job_id=job_id), timeout=timeout_s, metadata=self._call_metadata()
+            )
             for chunk in stream:
                 name = Path(chunk.path).name
                 if not name or name != chunk.path or name.startswith("."):
@@ -432,6 +438,7 @@ class DaemonClient:
             if out.exists():
                 out.rmdir()  # empty, as checked first
             os.replace(partial, out)
+            exported = True
             return manifest
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.UNAVAILABLE:
@@ -442,8 +449,13 @@ class DaemonClient:
         finally:
             for handle in files.values():
                 handle.close()
-            stream.cancel()
+            if stream is not None:
+                stream.cancel()
             shutil.rmtree(partial, ignore_errors=True)
+            if not exported:
+                for parent in reversed(made):  # the folders made for --out, innermost first, if still empty
+                    with contextlib.suppress(OSError):
+                        parent.rmdir()
 
     # Cluster
 

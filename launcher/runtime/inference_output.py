@@ -55,6 +55,8 @@ def read_ids_file(path: Path) -> Tensor:
             raise GraphtierError(f"ids file {path}: not a readable .npy ({exc})") from None
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
             raise GraphtierError(f"ids file {path}: holds {array.dtype} {array.shape}; give a 1-D integer array")
+        if array.size == 0:
+            raise GraphtierError(f"ids file {path}: holds no ids")
         return torch.from_numpy(array.astype(np.int64))
     values = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):

@@ -42,6 +42,8 @@ def read_pairs_file(path: Path) -> Tensor:
             raise GraphtierError(f"pairs file {path}: not a readable .npy ({exc})") from None
         if array.ndim != 2 or array.shape[1] != 2 or not np.issubdtype(array.dtype, np.integer):
             raise GraphtierError(f"pairs file {path}: holds {array.dtype} {array.shape}; give an integer [P, 2] array")
+        if array.size == 0:
+            raise GraphtierError(f"pairs file {path}: holds no pairs")
         return torch.from_numpy(array.astype(np.int64))
     pairs = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):

@@ -9,7 +9,6 @@ This module stays light (no torch, no grpc) so that a second `graphtierd` is ref
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +29,7 @@ from graphtier.contract.environment import GPU_TIERS_ENV
 from graphtier.contract.errors import DaemonConfigError
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.options import FILE_ONLY, Flag, Section
+from graphtier.contract.unique_keys import load_json, load_yaml
 from graphtier.service.daemon.cluster.settings import ClusterConfig
 
 FILES = Section("Files")
@@ -498,8 +498,8 @@ def _read_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise DaemonConfigError(f"{path}: cannot read the daemon config ({exc.strerror})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        data = load_json(text) if path.suffix == ".json" else load_yaml(text)
+    except (ValueError, yaml.YAMLError) as exc:  # ValueError: json.JSONDecodeError's base, a key given twice
         raise DaemonConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
     if data is None:
         return {}

@@ -6,6 +6,7 @@ install without it (the container image) writes the report and says how to get t
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,15 @@ def write_cumulative_access_png(report: TieringReport, path: Path) -> Path:
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path = Path(path)
+    if path.is_dir():
+        plt.close(fig)
+        raise IsADirectoryError(errno.EISDIR, "a directory, not a file to write the figure to", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(tmp, format="png")
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)  # gone once renamed; left by nothing that failed
     return path

@@ -41,15 +41,16 @@ def spec_notes(spec: JobSpec, handle: SharedDatasetHandle) -> list[str]:
     notes = []
     what = "train edges" if spec.task == "link" else "ids"
     featureless = handle.resident_features is None and handle.storage_features is None and handle.hetero is None
+    trains = not spec.infers  # an inference job takes no steps over the train split and learns nothing
     if (
-        spec.task == "link" and featureless
+        trains and spec.task == "link" and featureless
     ):  # a heterogeneous dataset's rows are per type (its featureless types: below)
         notes.append(
             f"dataset {handle.dataset!r} has no node features: the job learns a {spec.hidden}-wide embedding per "
             f"node ({handle.plan.num_nodes:,} rows), gathered per batch and updated sparsely"
         )
     plan = epoch_plan(spec, handle)
-    if plan.steps_per_epoch == 1:
+    if trains and plan.steps_per_epoch == 1:
         suggest = 1 << (max(plan.shard_size // 2, 1).bit_length() - 1)  # a power of two giving 2+ steps
         notes.append(
             f"batch {spec.batch_size} x {spec.world_size} rank(s) covers the whole train split "

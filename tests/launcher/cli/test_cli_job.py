@@ -128,6 +128,45 @@ def test_bad_job_specs_are_refused_before_anything_runs(cli, tmp_path):
     assert nothing.exit_code != 0 and "start one with `graphtier cluster start`" in nothing.output
 
 
+def test_a_key_given_twice_or_hops_that_disagree_are_refused_naming_them(cli, tmp_path):
+    """A spec or daemon config holding one key twice is refused naming the key and its lines (YAML would keep
+    the last silently); fanouts and relation_fanouts naming different hop counts are refused, not one dropped."""
+    run = tmp_path / "run"
+    spec = tmp_path / "job.yaml"
+    spec.write_text("dataset: rmat12\nepochs: 1\ndataset: acm\n")
+    twice = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert twice.exit_code == 2 and "line 3: key 'dataset' is given twice (first on line 1)" in twice.output
+    spec.write_text("dataset: acm\nmodel: rgcn\nfanouts: [5, 5, 5]\nrelation_fanouts: ['5', '5']\n")
+    hops = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert hops.exit_code == 2 and "fanouts [5, 5, 5] name 3 hop(s) but relation_fanouts ['5', '5'] name 2" in (
+        hops.output
+    )
+    config = tmp_path / "daemon.yaml"
+    config.write_text("max_running_jobs: 1\nmax_running_jobs: 4\n")
+    started = cli("cluster", "start", "--config", config, "--runtime-dir", run)
+    assert started.exit_code == 2 and "key 'max_running_jobs' is given twice" in started.output
+    assert not (run / "daemon.sock").exists()
+
+
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
+def test_the_fanout_flag_overrides_a_spec_files_relation_fanouts(cli, tmp_path, prepared_acm, running_daemon):
+    """`--fanout 6,6,6` over a spec file's per-relation hops runs the flag's 3 hops (`flags override its fields`),
+    not the file's 2 with the flag dropped."""
+    spec = tmp_path / "acm.yaml"
+    spec.write_text("dataset: acm\nmodel: rgcn\nhidden: 8\nepochs: 1\nrelation_fanouts: ['3', '4']\n")
+    args = ("job", "submit", "--spec", spec, "--runtime-dir", running_daemon, "--json")
+    submitted = cli(*args, "--fanout", "6,6,6")
+    assert submitted.exit_code == 0, submitted.output
+    job = json.loads(submitted.stdout)
+    assert job["spec"]["fanouts"] == [6, 6, 6] and job["spec"]["relation_fanouts"] == []
+    assert cli("job", "cancel", job["job_id"], "--runtime-dir", running_daemon).exit_code == 0
+    submitted = cli(*args)  # the file's own hops without the flag
+    assert submitted.exit_code == 0, submitted.output
+    job = json.loads(submitted.stdout)
+    assert job["spec"]["fanouts"] == [3, 4] and job["spec"]["relation_fanouts"] == ["3", "4"]
+    assert cli("job", "cancel", job["job_id"], "--runtime-dir", running_daemon).exit_code == 0
+
+
 @pytest.mark.long  # over 20 s on 2 cores: CI's second step
 def test_submit_wait_status_list_logs_cancel(cli, tmp_path, running_daemon, small_rmat):
     run = running_daemon

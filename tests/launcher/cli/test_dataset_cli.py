@@ -86,6 +86,24 @@ def test_tiering_report_json_and_png(home, tmp_path):
 
 
 @pytest.mark.long  # 3 s or more on 2 cores: CI's second step
+def test_tiering_report_refuses_a_figure_it_cannot_write_or_draw(home, tmp_path, prepared_acm):
+    """--png naming a directory is refused before the replay, leaving nothing beside it (no `.NAME.tmp`);
+    on a heterogeneous dataset, whose report draws no figure and has no storage tier, --png and
+    --host-budget are refused instead of ignored."""
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    args = ["dataset", "tiering-report", "--fanout", "5,5", "--batch-size", "64", "--epochs", "1"]
+    refused = graphtier(*args, "tiny", "--png", folder, home=home, check=False)
+    assert refused.returncode == 2 and f"--png {folder}: a directory" in refused.stderr, refused.stderr
+    assert list(tmp_path.iterdir()) == [folder] and not any(folder.iterdir())
+    root = prepared_acm.directory.parent
+    for flag, value in (("--png", tmp_path / "acm.png"), ("--host-budget", "30%")):
+        hetero = graphtier(*args, "acm", "--out", root, flag, value, home=home, check=False)
+        assert hetero.returncode == 2 and f"{flag}: not served for heterogeneous dataset 'acm'" in hetero.stderr
+    assert list(tmp_path.iterdir()) == [folder]
+
+
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
 def test_tiering_report_without_matplotlib_skips_only_the_figure(home, tmp_path):
     """An install without the `plots` extra (the container image): the report in full, one line on the figure."""
     png = tmp_path / "fig.png"

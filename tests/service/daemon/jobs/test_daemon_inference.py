@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -304,7 +306,11 @@ def test_an_id_file_computes_its_nodes_rows_in_its_order(daemon, cora_nodes, tmp
         )
         listed.write_text("5\n99999\n")
         failed = run(client, JobSpec(dataset="cora-nodes", from_job=trained.job_id, ids=str(listed)), JobState.FAILED)
+        empty = tmp_path / "none.npy"
+        np.save(empty, np.zeros(0, dtype=np.int64))  # as an empty text file: no rows to write is not a success
+        nothing = run(client, JobSpec(dataset="cora-nodes", from_job=trained.job_id, ids=str(empty)), JobState.FAILED)
     assert f"ids file {listed}: ids [99999] are not nodes of dataset 'cora-nodes'" in failed.message
+    assert f"ids file {empty}: holds no ids" in nothing.message
     out = predictions_dir(job_directory(runtime, final.job_id))
     arrays = read_output(out)
     assert read_manifest(out).rows == str(listed) and np.array_equal(arrays["ids"], ids.numpy())
@@ -405,7 +411,41 @@ def test_a_featureless_link_models_embeddings_start_from_its_learned_rows(daemon
         trained = run(client, spec)
         inferred = run(client, JobSpec(dataset="toy-edges", from_job=trained.job_id, nproc_per_node=2))
     assert inferred.progress.traffic.total_rows == 0  # its inputs are the learned rows, not features
+    training_only = ("covers the whole train split", "the job learns")  # true of its training job alone
+    assert not [note for note in inferred.notes if any(words in note for words in training_only)], inferred.notes
+    _score_out_writes_only_a_new_file(runtime, inferred.job_id, tmp_path)
     embeddings = read_output(predictions_dir(job_directory(runtime, inferred.job_id)))["embeddings"]
     assert embeddings.shape[1] == 16
     for name, value in trained.result.metrics.items():
         assert inferred.result.metrics[name] == pytest.approx(value, abs=2e-3), name
+
+
+def _graphtier(runtime_dir: Path, *args: object) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "graphtier.launcher.cli", *map(str, args), "--runtime-dir", str(runtime_dir)]
+    wide = {**os.environ, "COLUMNS": "500"}  # paths printed whole
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, env=wide)
+
+
+def _score_out_writes_only_a_new_file(runtime: Path, job_id: str, tmp_path: Path) -> None:
+    """`job score --out` writes a new .npy and says which; it never writes over a file or through a link, and
+    an empty pairs file is refused as an empty text one is."""
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("0 1\n2 3\n")
+    kept = tmp_path / "notes.txt"
+    kept.write_text("mine\n")
+    (tmp_path / "link.npy").symlink_to(kept)
+    old = tmp_path / "old.npy"
+    np.save(old, np.arange(3))
+    for taken in (tmp_path / "link.npy", old):
+        refused = _graphtier(runtime, "job", "score", job_id, "--pairs", pairs, "--out", taken)
+        assert refused.returncode == 2 and f"--out {taken}: already exists" in refused.stderr, refused.stderr
+    assert kept.read_text() == "mine\n" and np.array_equal(np.load(old), np.arange(3))
+    written = _graphtier(runtime, "job", "score", job_id, "--pairs", pairs, "--out", tmp_path / "scores")
+    assert written.returncode == 0 and f"scored 2 pairs into {tmp_path / 'scores.npy'}" in written.stderr
+    assert np.load(tmp_path / "scores.npy").shape == (2,)
+    again = _graphtier(runtime, "job", "score", job_id, "--pairs", pairs, "--out", tmp_path / "scores.npy")
+    assert again.returncode == 2 and "already exists" in again.stderr
+    empty = tmp_path / "pairs.npy"
+    np.save(empty, np.zeros((0, 2), dtype=np.int64))
+    nothing = _graphtier(runtime, "job", "score", job_id, "--pairs", empty)
+    assert nothing.returncode == 2 and f"pairs file {empty}: holds no pairs" in nothing.stderr

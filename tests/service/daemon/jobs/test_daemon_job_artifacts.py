@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -155,6 +156,30 @@ def test_export_is_refused_naming_why_for_a_failed_or_unknown_job(daemon_process
     assert not (tmp_path / "m1").exists()
     unknown = _graphtier(daemon.runtime_dir, "job", "export", "999", "--out", tmp_path / "m2")
     assert unknown.returncode != 0 and "no job '999' in this daemon" in unknown.stderr
+
+
+@pytest.mark.long  # 3 s or more on 2 cores: CI's second step
+def test_a_refused_export_leaves_nothing_behind(daemon_processes, cora, tmp_path):
+    """An export the daemon does not answer (stopped), or answers with a refusal, leaves neither its partial
+    directory nor the folders it made for --out; a link as --out is refused, its target untouched."""
+    daemon = daemon_processes(cora.directory.parent)
+    endpoints = daemon.start()
+    before = set(os.listdir(tmp_path))
+    os.kill(endpoints.pid, signal.SIGSTOP)
+    try:
+        stopped = _graphtier(daemon.runtime_dir, "job", "export", "1", "--out", tmp_path / "made" / "m1")
+    finally:
+        os.kill(endpoints.pid, signal.SIGCONT)
+    assert stopped.returncode == 1 and f"(pid {endpoints.pid}) is not answering" in stopped.stderr
+    unknown = _graphtier(daemon.runtime_dir, "job", "export", "999", "--out", tmp_path / "made" / "deeper" / "m2")
+    assert unknown.returncode != 0 and "no job '999' in this daemon" in unknown.stderr
+    assert set(os.listdir(tmp_path)) == before  # no `made/`, no `.m1.partial-PID`
+    target = tmp_path / "kept"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    linked = _graphtier(daemon.runtime_dir, "job", "export", "999", "--out", tmp_path / "link")
+    assert linked.returncode != 0 and f"--out {tmp_path / 'link'}: a symbolic link" in linked.stderr
+    assert (tmp_path / "link").is_symlink() and target.is_dir() and not any(target.iterdir())
 
 
 @pytest.mark.long  # over 20 s on 2 cores: CI's second step
