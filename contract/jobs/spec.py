@@ -64,9 +64,12 @@ HOP_FIELDS = frozenset({"fanouts", "relation_fanouts"})
 
 def _fanout_flag(text: str) -> dict[str, Any]:
     """--fanout: `15,10,5` sets `fanouts` (and clears a spec file's `relation_fanouts`, which would otherwise
-    win over it); hops naming relations (`head-rel-tail:k,...;5`) set `relation_fanouts`."""
+    win over it); hops naming relations (`head-rel-tail:k,...;5`) set `relation_fanouts`, and `fanouts` to
+    their bounds (over a spec file's, whose hop count may differ)."""
     if ":" in text or ";" in text:
-        return {"relation_fanouts": split_fanout_hops(text)}
+        hops = split_fanout_hops(text)
+        bounds = [hop_fanout_bound(hop, hop_number=number) for number, hop in enumerate(hops, start=1)]
+        return {"relation_fanouts": hops, "fanouts": bounds}
     return {"fanouts": parse_fanouts(text), "relation_fanouts": []}
 
 

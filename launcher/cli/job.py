@@ -368,7 +368,7 @@ def _write_new_npy(out: Path, array: Any) -> None:
     from graphtier.contract.errors import GraphtierError
 
     try:
-        handle = open(out, "xb")  # noqa: SIM115 - closed below, and the file removed on failure
+        handle = open(out, "xb")  # closed below, and the file removed on failure
     except FileExistsError:
         raise GraphtierError(f"--out {out}: already exists; give a new file (nothing was written)") from None
     try:

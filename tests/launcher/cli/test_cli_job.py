@@ -165,6 +165,12 @@ def test_the_fanout_flag_overrides_a_spec_files_relation_fanouts(cli, tmp_path, 
     job = json.loads(submitted.stdout)
     assert job["spec"]["fanouts"] == [3, 4] and job["spec"]["relation_fanouts"] == ["3", "4"]
     assert cli("job", "cancel", job["job_id"], "--runtime-dir", running_daemon).exit_code == 0
+    spec.write_text("dataset: acm\nmodel: rgcn\nhidden: 8\nepochs: 1\nfanouts: [5, 5, 5]\n")
+    submitted = cli(*args, "--fanout", "3;4")  # per-relation hops over the file's plain ones: the flag's 2
+    assert submitted.exit_code == 0, submitted.output
+    job = json.loads(submitted.stdout)
+    assert job["spec"]["fanouts"] == [3, 4] and job["spec"]["relation_fanouts"] == ["3", "4"]
+    assert cli("job", "cancel", job["job_id"], "--runtime-dir", running_daemon).exit_code == 0
 
 
 @pytest.mark.long  # over 20 s on 2 cores: CI's second step
