@@ -53,3 +53,14 @@ def load_json(text: str) -> Any:
         return mapping
 
     return json.loads(text, object_pairs_hook=unique)
+
+
+def describe_yaml_error(error: yaml.YAMLError) -> str:
+    """A YAML error as one line: the problem and where (`line L, column C`), without PyYAML's several lines
+    and the quoted snippet."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        context = f" ({error.context})" if error.context else ""
+        return f"{where}{error.problem}{context}"
+    return " ".join(str(error).split())

@@ -68,7 +68,10 @@ def _fanout_flag(text: str) -> dict[str, Any]:
     their bounds (over a spec file's, whose hop count may differ)."""
     if ":" in text or ";" in text:
         hops = split_fanout_hops(text)
-        bounds = [hop_fanout_bound(hop, hop_number=number) for number, hop in enumerate(hops, start=1)]
+        try:
+            bounds = [hop_fanout_bound(hop, hop_number=number) for number, hop in enumerate(hops, start=1)]
+        except ValueError:
+            return {"relation_fanouts": hops}  # the spec's validation names the bad hop
         return {"relation_fanouts": hops, "fanouts": bounds}
     return {"fanouts": parse_fanouts(text), "relation_fanouts": []}
 
@@ -547,7 +550,7 @@ class JobSpec(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = describe_validation_error(exc)
+            problems = describe_validation_error(exc, known=cls.model_fields)
             raise InvalidRequestError(f"{source}: invalid job spec: {problems}") from None
 
     @classmethod
@@ -568,14 +571,14 @@ class JobSpec(BaseModel):
         """
         import yaml  # only here: `job status` and the wire conversions never read YAML
 
-        from graphtier.contract.unique_keys import load_yaml
+        from graphtier.contract.unique_keys import describe_yaml_error, load_yaml
 
         try:
             loaded = load_yaml(Path(path).read_text())
         except OSError as exc:
             raise InvalidRequestError(f"{path}: cannot read the job spec ({exc.strerror})") from None
         except yaml.YAMLError as exc:
-            raise InvalidRequestError(f"{path}: not valid YAML ({exc})") from None
+            raise InvalidRequestError(f"{path}: not valid YAML ({describe_yaml_error(exc)})") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

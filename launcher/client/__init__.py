@@ -29,6 +29,7 @@ from graphtier.contract.errors import (
     DaemonNotAnsweringError,
     DaemonNotRunningError,
     DaemonRequestError,
+    InvalidRequestError,
 )
 from graphtier.contract.identity import AUTH_HEADER, identity_socket_path
 from graphtier.contract.jobs.state import JOB_TOKEN_HEADER
@@ -405,9 +406,9 @@ class DaemonClient:
 
         out = Path(out)
         if out.is_symlink():
-            raise DaemonError(f"--out {out}: a symbolic link; give a new directory (the link is left as it is)")
+            raise InvalidRequestError(f"--out {out}: a symbolic link; give a new directory (the link is left as it is)")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise DaemonError(f"--out {out}: exists and is not an empty directory; give a new one")
+            raise InvalidRequestError(f"--out {out}: exists and is not an empty directory; give a new one")
         self._check_answering()  # before anything is made: a stopped daemon leaves nothing behind
         made = [parent for parent in reversed(out.parents) if not parent.exists()]  # removed again on failure
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from graphtier.contract.environment import GPU_TIERS_ENV
 from graphtier.contract.errors import DaemonConfigError
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.options import FILE_ONLY, Flag, Section
-from graphtier.contract.unique_keys import load_json, load_yaml
+from graphtier.contract.unique_keys import describe_yaml_error, load_json, load_yaml
 from graphtier.service.daemon.cluster.settings import ClusterConfig
 
 FILES = Section("Files")
@@ -489,7 +489,12 @@ class DaemonConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise DaemonConfigError(f"{where}: {describe_validation_error(exc)}") from None
+            raise DaemonConfigError(f"{where}: {describe_validation_error(exc, known=_setting_names())}") from None
+
+
+def _setting_names() -> set[str]:
+    """Every setting's name, the cluster section's too: what a misspelt key in a config file is matched to."""
+    return set(DaemonConfig.model_fields) | set(ClusterConfig.model_fields)
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -499,8 +504,10 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise DaemonConfigError(f"{path}: cannot read the daemon config ({exc.strerror})") from None
     try:
         data = load_json(text) if path.suffix == ".json" else load_yaml(text)
-    except (ValueError, yaml.YAMLError) as exc:  # ValueError: json.JSONDecodeError's base, a key given twice
-        raise DaemonConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise DaemonConfigError(f"{path}: not valid YAML: {describe_yaml_error(exc)}") from None
+    except ValueError as exc:  # json.JSONDecodeError's base, and a key given twice
+        raise DaemonConfigError(f"{path}: not valid JSON: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

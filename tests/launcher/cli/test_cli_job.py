@@ -141,10 +141,22 @@ def test_a_key_given_twice_or_hops_that_disagree_are_refused_naming_them(cli, tm
     assert hops.exit_code == 2 and "fanouts [5, 5, 5] name 3 hop(s) but relation_fanouts ['5', '5'] name 2" in (
         hops.output
     )
+    spec.write_text("dataset: rmat12\nfanout: [5, 5]\n")  # the flag's name, not the field's
+    misspelt = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert misspelt.exit_code == 2 and "fanout: Extra inputs are not permitted (did you mean 'fanouts'?)" in (
+        misspelt.output
+    )
+    spec.write_text("dataset: rmat12\n  epochs: [\n")
+    broken = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+    assert broken.exit_code == 2 and broken.output.count("\n") == 1, broken.output  # one line, naming where
+    assert f"{spec}: not valid YAML (line 2, column 9: mapping values are not allowed here)" in broken.output
     config = tmp_path / "daemon.yaml"
     config.write_text("max_running_jobs: 1\nmax_running_jobs: 4\n")
     started = cli("cluster", "start", "--config", config, "--runtime-dir", run)
     assert started.exit_code == 2 and "key 'max_running_jobs' is given twice" in started.output
+    config.write_text("max_running_job: 4\n")
+    started = cli("cluster", "start", "--config", config, "--runtime-dir", run)
+    assert started.exit_code == 2 and "(did you mean 'max_running_jobs'?)" in started.output, started.output
     assert not (run / "daemon.sock").exists()
 
 
