@@ -292,6 +292,8 @@ def predict(
             }
             if ids is not None:
                 values["ids"] = script_path(ids, "--ids")
+                if client.endpoints is not None:
+                    _check_ids_file(ids, source.dataset, Path(client.endpoints.dataset_root))
             job = client.submit_job(JobSpec.build(values, source="command line"))
             if not wait:
                 if json_out:
@@ -307,6 +309,21 @@ def predict(
             console.print(f"submitted inference job [bold]{job.job_id}[/]")
             job = follow(client, job.job_id, quiet=json_out)
         _finish(job, json_out)
+
+
+def _check_ids_file(ids: Path, dataset: str, dataset_root: Path) -> None:
+    """Refuse an --ids file the job would fail on (unreadable, empty, not integers, ids that are not the
+    dataset's nodes) before it is submitted, as its ranks will read it: GraphtierError naming the file and
+    the ids. Left to the job when this machine cannot open the daemon's datasets."""
+    from graphtier.contract.errors import PreparedDatasetError
+    from graphtier.launcher.runtime.inference_output import output_groups
+    from graphtier.service.prepared import PreparedDataset
+
+    try:
+        prepared = PreparedDataset.open(dataset, dataset_root)
+    except PreparedDatasetError:
+        return  # another machine's daemon, or a dataset removed meanwhile: the job says
+    output_groups(prepared, prepared.manifest.hetero, ids)
 
 
 @app.command()

@@ -309,6 +309,11 @@ def test_an_id_file_computes_its_nodes_rows_in_its_order(daemon, cora_nodes, tmp
         empty = tmp_path / "none.npy"
         np.save(empty, np.zeros(0, dtype=np.int64))  # as an empty text file: no rows to write is not a success
         nothing = run(client, JobSpec(dataset="cora-nodes", from_job=trained.job_id, ids=str(empty)), JobState.FAILED)
+        jobs = len(client.list_jobs())
+        for bad, said in ((listed, "ids [99999] are not nodes of dataset 'cora-nodes'"), (empty, "holds no ids")):
+            refused = _graphtier(runtime, "job", "predict", trained.job_id, "--ids", bad)  # refused before it runs
+            assert refused.returncode == 2 and f"ids file {bad}: {said}" in refused.stderr, refused.stderr
+        assert len(client.list_jobs()) == jobs  # nothing submitted
     assert f"ids file {listed}: ids [99999] are not nodes of dataset 'cora-nodes'" in failed.message
     assert f"ids file {empty}: holds no ids" in nothing.message
     out = predictions_dir(job_directory(runtime, final.job_id))
