@@ -268,6 +268,7 @@ def _split_from_files(
     pairs_undirected = undirected or _is_symmetric(num_nodes, src, dst)
     keys = _distinct_keys(num_nodes, src, dst, pairs_undirected)
     pairs = {split: read_pairs(spec.files / f"{split}.txt", original_ids, num_nodes) for split in LINK_NEGATIVE_SPLITS}
+    _check_held_out(spec.files, pairs, num_nodes, pairs_undirected, original_ids)
     held_out = torch.cat([_distinct_keys(num_nodes, p[:, 0], p[:, 1], pairs_undirected) for p in pairs.values()])
     train = keys[~torch.isin(keys, held_out)]
     if train.numel() == 0:
@@ -280,12 +281,61 @@ def _split_from_files(
         given = spec.files / f"{split}_neg.txt"
         if given.exists():
             negatives[split] = read_pairs(given, original_ids, num_nodes)
+            _check_negatives(given, negatives[split], every, num_nodes, pairs_undirected, original_ids)
         elif pairs[split].shape[0] > 0:
             negatives[split] = _negative_pool(num_nodes, every, pairs_undirected, spec.eval_negatives, generator)
     return LinkSplit(
         {split: pairs[split] for split in LINK_SPLITS}, negatives, undirected_pairs=pairs_undirected,
         self_loops_dropped=loops,
     )  # fmt: skip
+
+
+def _pair_keys(pairs: torch.Tensor, num_nodes: int, undirected: bool) -> torch.Tensor:
+    """One key per pair (either order alike when `undirected`), in the pairs' order."""
+    u, v = pairs[:, 0], pairs[:, 1]
+    if undirected:
+        u, v = torch.minimum(u, v), torch.maximum(u, v)
+    return u * num_nodes + v
+
+
+def _refuse_first(
+    path: Path, pairs: torch.Tensor, bad: torch.Tensor, why: str, original_ids: torch.Tensor | None
+) -> None:
+    """DatasetSourceError naming the first of `pairs` (of `path`) that `bad` marks, in the file's ids, and `why`."""
+    if bool(bad.any()):
+        first = int(bad.nonzero()[0])
+        pair = pairs[first] if original_ids is None else original_ids[pairs[first]]
+        u, v = pair.tolist()
+        raise DatasetSourceError(str(path), f"pair {first + 1} ({u} {v}) {why}")
+
+
+def _check_held_out(
+    folder: Path, pairs: dict[str, torch.Tensor], num_nodes: int, undirected: bool, original_ids: torch.Tensor | None
+) -> None:
+    """Val and test pairs that evaluate something: each file holds pairs, none a self-loop (the graph's
+    are dropped), and no pair in both (a test pair seen by validation is no test)."""
+    for split, given in pairs.items():
+        path = folder / f"{split}.txt"
+        if given.shape[0] == 0:
+            raise DatasetSourceError(str(path), f"holds no pairs: a link job needs {split} pairs to evaluate on")
+        loops = given[:, 0] == given[:, 1]
+        _refuse_first(path, given, loops, "is a self-loop; the graph's self-loops are dropped", original_ids)
+    val, test = (_pair_keys(pairs[split], num_nodes, undirected) for split in ("val", "test"))
+    _refuse_first(folder / "test.txt", pairs["test"], torch.isin(test, val), "is in val.txt too", original_ids)
+
+
+def _check_negatives(
+    path: Path,
+    given: torch.Tensor,
+    edges: torch.Tensor,
+    num_nodes: int,
+    undirected: bool,
+    original_ids: torch.Tensor | None,
+) -> None:
+    """Negatives that are negatives: no self-loop, no edge of the graph (held-out pairs included)."""
+    _refuse_first(path, given, given[:, 0] == given[:, 1], "is a self-loop, not a negative", original_ids)
+    edge = torch.isin(_pair_keys(given, num_nodes, undirected), edges)
+    _refuse_first(path, given, edge, "is an edge of the graph (or a val or test pair), not a negative", original_ids)
 
 
 def _negative_pool(

@@ -137,12 +137,12 @@ def _prepare_from_files(tmp_path, files: dict[str, str]):
 
 def test_split_read_from_files_maps_ids_and_removes_val_and_test(tmp_path):
     ds = _prepare_from_files(
-        tmp_path, {"val.txt": "# u v\n10 20\n", "test.txt": "30 40\n0 200\n", "test_neg.txt": "0 50\n60 390\n"}
+        tmp_path, {"val.txt": "# u v\n10 20\n", "test.txt": "30 40\n0 200\n", "test_neg.txt": "0 50\n60 380\n"}
     )
     source_ids = ds.array("original_ids")[ds.array("new_to_old")]  # reordered id -> the file's id
     assert source_ids[ds.array("link_val")].tolist() == [[10, 20]]
     assert source_ids[ds.array("link_test")].tolist() == [[30, 40], [0, 200]]  # (0, 200) was no edge: kept as given
-    assert source_ids[ds.array("link_test_neg")].tolist() == [[0, 50], [60, 390]]
+    assert source_ids[ds.array("link_test_neg")].tolist() == [[0, 50], [60, 380]]
     assert ds.array("link_val_neg").shape == (50, 2)  # no val_neg.txt: a pool is drawn
     edges = _edge_keys(ds)
     n = ds.manifest.num_nodes
@@ -151,6 +151,30 @@ def test_split_read_from_files_maps_ids_and_removes_val_and_test(tmp_path):
             assert u * n + v not in edges and v * n + u not in edges
     assert ds.manifest.link_split["sizes"] == {"train": 78, "val": 1, "test": 2}  # 80 ring pairs, 2 held out
     assert ds.manifest.link_split["files"] == str((tmp_path / "split").resolve())
+
+
+@pytest.mark.parametrize(
+    ("files", "said"),
+    [
+        ({"val.txt": "", "test.txt": "30 40\n"}, r"val\.txt.*holds no pairs: a link job needs val pairs"),
+        ({"val.txt": "10 20\n", "test.txt": "30 40\n30 30\n"}, r"test\.txt.*pair 2 \(30 30\) is a self-loop"),
+        ({"val.txt": "10 20\n30 40\n", "test.txt": "0 200\n40 30\n"}, r"test\.txt.*pair 2 \(40 30\) is in val"),
+        (  # 390 -> 60 is a ring edge (undirected: either way)
+            {"val.txt": "10 20\n", "test.txt": "30 40\n", "val_neg.txt": "0 50\n60 390\n"},
+            r"val_neg\.txt.*pair 2 \(60 390\) is an edge of the graph",
+        ),
+        (
+            {"val.txt": "10 20\n", "test.txt": "30 40\n", "test_neg.txt": "20 10\n"},
+            r"test_neg\.txt.*pair 1 \(20 10\) is an edge of the graph \(or a val or test pair\)",
+        ),
+    ],
+)
+def test_pair_files_that_would_evaluate_nothing_or_mislead_are_refused(tmp_path, files, said):
+    """An empty val or test file, a self-loop, a pair in val and test, or a 'negative' that is an edge: a link
+    job's figures over them would mean nothing, or flatter it. Refused naming the file and pair, in its ids."""
+    with pytest.raises(DatasetSourceError, match=said):
+        _prepare_from_files(tmp_path, files)
+    assert not (tmp_path / "out" / "ring").exists()
 
 
 def test_a_pair_file_naming_an_unknown_node_says_which_line(tmp_path):
