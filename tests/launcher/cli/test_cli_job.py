@@ -133,23 +133,20 @@ def test_a_key_given_twice_or_hops_that_disagree_are_refused_naming_them(cli, tm
     the last silently); fanouts and relation_fanouts naming different hop counts are refused, not one dropped."""
     run = tmp_path / "run"
     spec = tmp_path / "job.yaml"
-    spec.write_text("dataset: rmat12\nepochs: 1\ndataset: acm\n")
-    twice = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
-    assert twice.exit_code == 2 and "line 3: key 'dataset' is given twice (first on line 1)" in twice.output
-    spec.write_text("dataset: acm\nmodel: rgcn\nfanouts: [5, 5, 5]\nrelation_fanouts: ['5', '5']\n")
-    hops = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
-    assert hops.exit_code == 2 and "fanouts [5, 5, 5] name 3 hop(s) but relation_fanouts ['5', '5'] name 2" in (
-        hops.output
-    )
-    spec.write_text("dataset: rmat12\nfanout: [5, 5]\n")  # the flag's name, not the field's
-    misspelt = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
-    assert misspelt.exit_code == 2 and "fanout: Extra inputs are not permitted (did you mean 'fanouts'?)" in (
-        misspelt.output
-    )
-    spec.write_text("dataset: rmat12\n  epochs: [\n")
-    broken = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
-    assert broken.exit_code == 2 and broken.output.count("\n") == 1, broken.output  # one line, naming where
-    assert f"{spec}: not valid YAML (line 2, column 9: mapping values are not allowed here)" in broken.output
+    refusals = {  # the file, and what its one line of refusal says
+        "dataset: rmat12\nepochs: 1\ndataset: acm\n": "line 3: key 'dataset' is given twice (first on line 1)",
+        "dataset: acm\nmodel: rgcn\nfanouts: [5, 5, 5]\nrelation_fanouts: ['5', '5']\n": (
+            "fanouts [5, 5, 5] name 3 hop(s) but relation_fanouts ['5', '5'] name 2"
+        ),
+        "dataset: rmat12\nfanout: [5, 5]\n": "fanout: Extra inputs are not permitted (did you mean 'fanouts'?)",
+        "dataset: rmat12\n  epochs: [\n": (
+            f"{spec}: not valid YAML (line 2, column 9: mapping values are not allowed here)"
+        ),
+    }
+    for text, said in refusals.items():
+        spec.write_text(text)
+        refused = cli("job", "submit", "--spec", spec, "--runtime-dir", run)
+        assert refused.exit_code == 2 and refused.output.count("\n") == 1 and said in refused.output, refused.output
     config = tmp_path / "daemon.yaml"
     config.write_text("max_running_jobs: 1\nmax_running_jobs: 4\n")
     started = cli("cluster", "start", "--config", config, "--runtime-dir", run)
