@@ -571,7 +571,7 @@ class JobSpec(BaseModel):
         """
         import yaml  # only here: `job status` and the wire conversions never read YAML
 
-        from graphtier.contract.unique_keys import describe_yaml_error, load_yaml
+        from graphtier.contract.settings_files import describe_yaml_error, load_yaml
 
         try:
             loaded = load_yaml(Path(path).read_text())

@@ -29,7 +29,7 @@ from graphtier.contract.environment import GPU_TIERS_ENV
 from graphtier.contract.errors import DaemonConfigError
 from graphtier.contract.messages import describe_validation_error
 from graphtier.contract.options import FILE_ONLY, Flag, Section
-from graphtier.contract.unique_keys import describe_yaml_error, load_json, load_yaml
+from graphtier.contract.settings_files import describe_yaml_error, load_json, load_yaml
 from graphtier.service.daemon.cluster.settings import ClusterConfig
 
 FILES = Section("Files")

@@ -1,5 +1,6 @@
-"""YAML and JSON read with every mapping key given once: a key given twice (`dataset: a` then
-`dataset: b`) is refused naming it and its line, instead of the last one silently winning."""
+"""The YAML and JSON files users write settings in (job specs, daemon configs), read strictly: every
+mapping key given once -- a key given twice (`dataset: a` then `dataset: b`) is refused naming it and
+its line, instead of the last one silently winning -- and a YAML error told in one line."""
 
 from __future__ import annotations
 
