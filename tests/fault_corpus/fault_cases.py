@@ -1303,6 +1303,20 @@ CASES: list[Case | Covered] = [
         ("runtime_dir", "too long", "at most 71 bytes"),
     ),
     Covered(
+        "spec-file-keys",
+        "specs",
+        "a job spec or daemon config naming a key twice, a misspelt key (`fanout:`), per-relation and plain hops "
+        "that disagree, YAML broken mid-file: refused in one line naming the key, its lines or the field meant",
+        "tests/launcher/cli/test_cli_job.py::test_a_key_given_twice_or_hops_that_disagree_are_refused_naming_them",
+    ),
+    Covered(
+        "link-split-misleading-pairs",
+        "files",
+        "--edge-split files:DIR with an empty val.txt, a self-loop, a pair in val and test, or a negative that is "
+        "an edge: refused naming the file and pair, nothing prepared",
+        "tests/service/prepared/test_edge_split.py::test_pair_files_that_would_evaluate_nothing_or_mislead_are_refused",
+    ),
+    Covered(
         "daemon-bad-flags",
         "flags",
         "graphtierd flags that cannot work (--shm-budget 101%, --idle-unload nan, ...)",
