@@ -62,6 +62,11 @@ INFERENCE = Section("Inference")
 HOP_FIELDS = frozenset({"fanouts", "relation_fanouts"})
 
 
+def _hop_bounds(hops: list[str]) -> list[int]:
+    """Each per-relation hop's fanout bound (ValueError naming a malformed hop): the plain fanouts they set."""
+    return [hop_fanout_bound(hop, hop_number=number) for number, hop in enumerate(hops, start=1)]
+
+
 def _fanout_flag(text: str) -> dict[str, Any]:
     """--fanout: `15,10,5` sets `fanouts` (and clears a spec file's `relation_fanouts`, which would otherwise
     win over it); hops naming relations (`head-rel-tail:k,...;5`) set `relation_fanouts`, and `fanouts` to
@@ -69,7 +74,7 @@ def _fanout_flag(text: str) -> dict[str, Any]:
     if ":" in text or ";" in text:
         hops = split_fanout_hops(text)
         try:
-            bounds = [hop_fanout_bound(hop, hop_number=number) for number, hop in enumerate(hops, start=1)]
+            bounds = _hop_bounds(hops)
         except ValueError:
             return {"relation_fanouts": hops}  # the spec's validation names the bad hop
         return {"relation_fanouts": hops, "fanouts": bounds}
@@ -478,7 +483,7 @@ class JobSpec(BaseModel):
                     f"relation fanouts {self.relation_fanouts} sample a heterogeneous graph: they need model rgcn, "
                     f"rgat, hgt or preagg (or a script), not {self.model}"
                 )
-            bounds = [hop_fanout_bound(hop, hop_number=i + 1) for i, hop in enumerate(self.relation_fanouts)]
+            bounds = _hop_bounds(self.relation_fanouts)
             if "fanouts" in self.model_fields_set and len(self.fanouts) != len(bounds):
                 raise ValueError(
                     f"fanouts {self.fanouts} name {len(self.fanouts)} hop(s) but relation_fanouts "

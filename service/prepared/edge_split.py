@@ -216,10 +216,15 @@ def split_edges(
     return LinkSplit(pairs, negatives, undirected_pairs=pairs_undirected, self_loops_dropped=loops)
 
 
-def _distinct_keys(num_nodes: int, src: torch.Tensor, dst: torch.Tensor, undirected: bool) -> torch.Tensor:
+def _pair_keys(num_nodes: int, src: torch.Tensor, dst: torch.Tensor, undirected: bool) -> torch.Tensor:
+    """One key per pair (either order alike when `undirected`), in the pairs' order."""
     if undirected:
-        return torch.unique(torch.minimum(src, dst) * num_nodes + torch.maximum(src, dst))
-    return torch.unique(src * num_nodes + dst)
+        src, dst = torch.minimum(src, dst), torch.maximum(src, dst)
+    return src * num_nodes + dst
+
+
+def _distinct_keys(num_nodes: int, src: torch.Tensor, dst: torch.Tensor, undirected: bool) -> torch.Tensor:
+    return torch.unique(_pair_keys(num_nodes, src, dst, undirected))
 
 
 def read_pairs(path: Path, original_ids: torch.Tensor | None, num_nodes: int) -> torch.Tensor:
@@ -290,14 +295,6 @@ def _split_from_files(
     )  # fmt: skip
 
 
-def _pair_keys(pairs: torch.Tensor, num_nodes: int, undirected: bool) -> torch.Tensor:
-    """One key per pair (either order alike when `undirected`), in the pairs' order."""
-    u, v = pairs[:, 0], pairs[:, 1]
-    if undirected:
-        u, v = torch.minimum(u, v), torch.maximum(u, v)
-    return u * num_nodes + v
-
-
 def _refuse_first(
     path: Path, pairs: torch.Tensor, bad: torch.Tensor, why: str, original_ids: torch.Tensor | None
 ) -> None:
@@ -320,7 +317,7 @@ def _check_held_out(
             raise DatasetSourceError(str(path), f"holds no pairs: a link job needs {split} pairs to evaluate on")
         loops = given[:, 0] == given[:, 1]
         _refuse_first(path, given, loops, "is a self-loop; the graph's self-loops are dropped", original_ids)
-    val, test = (_pair_keys(pairs[split], num_nodes, undirected) for split in ("val", "test"))
+    val, test = (_pair_keys(num_nodes, pairs[split][:, 0], pairs[split][:, 1], undirected) for split in ("val", "test"))
     _refuse_first(folder / "test.txt", pairs["test"], torch.isin(test, val), "is in val.txt too", original_ids)
 
 
@@ -334,7 +331,7 @@ def _check_negatives(
 ) -> None:
     """Negatives that are negatives: no self-loop, no edge of the graph (held-out pairs included)."""
     _refuse_first(path, given, given[:, 0] == given[:, 1], "is a self-loop, not a negative", original_ids)
-    edge = torch.isin(_pair_keys(given, num_nodes, undirected), edges)
+    edge = torch.isin(_pair_keys(num_nodes, given[:, 0], given[:, 1], undirected), edges)
     _refuse_first(path, given, edge, "is an edge of the graph (or a val or test pair), not a negative", original_ids)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import psutil
 
 GONE_POLL_S = 0.05
+KILLED_GONE_S = 3.0  # at most this long for a killed process to give back its memory
 
 
 def marked_processes(marks: Mapping[str, str]) -> list[psutil.Process]:
@@ -66,7 +67,7 @@ def end_processes(processes: list[psutil.Process], term_grace_s: float) -> list[
     for process in killed:
         with contextlib.suppress(psutil.Error):
             process.kill()
-    still_running(killed, max(term_grace_s, 3.0))  # a big process takes a moment to give back its memory
+    still_running(killed, KILLED_GONE_S)  # a big process takes a moment to give back its memory
     return killed
 
 

@@ -60,7 +60,7 @@ from graphtier.contract.jobs.view import JobPlacementInfo, LogLine
 from graphtier.contract.processes import run_as_job_work, runs_below
 from graphtier.service.daemon.jobs.events import RANK_PREFIX
 from graphtier.service.daemon.jobs.external_launch import ExternalAgent
-from graphtier.service.daemon.jobs.left_behind import describe, end_processes, marked_processes, still_running
+from graphtier.service.daemon.jobs.left_behind import describe, end_processes, marked_processes
 from graphtier.service.daemon.jobs.mps import GpuShare
 from graphtier.service.memory import DeviceMemoryMode
 from graphtier.service.pipeline import (
@@ -718,10 +718,9 @@ class JobRunner:
                 under += _processes_under(self.torchrun)
                 _signal_group(self.torchrun, signal.SIGKILL)
                 self.torchrun.wait()
-            for process in under:  # what outlived its agent (a rank that ignores SIGTERM): nothing of the job stays
-                with contextlib.suppress(psutil.Error):
-                    process.kill()
-            still_running(under, LEFT_BEHIND_GRACE_S)  # gone before their segments are reclaimed below
+            # what outlived its agent (a rank that ignores SIGTERM) is killed, and gone before its segments are
+            # reclaimed below: nothing of the job stays
+            end_processes(under, term_grace_s=0)
         if self.torchrun is not None:
             self.exit_code = self.torchrun.returncode
         with self._lock:
