@@ -24,6 +24,15 @@ TORCH_LIBRARY(graphtier, m) {
       "compact_csc_keys_(Tensor(a!) keys, int start, int stop, int dest, int num_nodes, "
       "int first_column, Tensor(b!) degree) -> int");
   m.def("pull_sum_(Tensor(a!) out, Tensor share, Tensor offsets, Tensor row) -> ()");
+  m.def(
+      "relation_attention(Tensor table, Tensor edge_row, Tensor indptr, Tensor relation, "
+      "Tensor att_src, Tensor score_dst, float negative_slope) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "relation_attention_backward(Tensor grad_out, Tensor table, Tensor edge_row, Tensor indptr, "
+      "Tensor relation, Tensor att_src, Tensor score_dst, Tensor alpha, Tensor score, "
+      "float negative_slope) -> (Tensor, Tensor, Tensor)");
+  m.def("sparse_input_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");
+  m.def("sparse_input_linear_weight_grad(Tensor grad_out, Tensor x) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
@@ -34,6 +43,10 @@ TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("scatter_csc_keys_", &graphtier::scatter_csc_keys_);
   m.impl("compact_csc_keys_", &graphtier::compact_csc_keys_);
   m.impl("pull_sum_", &graphtier::pull_sum_);
+  m.impl("relation_attention", &graphtier::relation_attention);
+  m.impl("relation_attention_backward", &graphtier::relation_attention_backward);
+  m.impl("sparse_input_linear", &graphtier::sparse_input_linear);
+  m.impl("sparse_input_linear_weight_grad", &graphtier::sparse_input_linear_weight_grad);
 }
 
 static PyModuleDef native_module = {

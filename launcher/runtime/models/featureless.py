@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import FeaturelessInit, NodeTypeInfo
+from graphtier.launcher.runtime.models.sparse_input import SparseInputLinear
 
 ROW_STATE_BUFFERS = ("exp_avg", "exp_avg_sq", "steps")  # a SparseEmbedding's row-wise Adam state
 
@@ -82,7 +83,7 @@ class _RelationMean(nn.Module):
     def __init__(self, count: int, feature_dim: int, hidden: int) -> None:
         super().__init__()
         self.register_buffer("rows", torch.zeros(count, feature_dim))
-        self.project = nn.Linear(feature_dim, hidden)
+        self.project = SparseInputLinear(feature_dim, hidden)  # means of bag-of-words rows are sparse too
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.project(self.rows.index_select(0, ids))

@@ -23,11 +23,12 @@ from torch import Tensor, nn
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.contract.hetero import HeteroSchema
-from graphtier.launcher.runtime.models.block_ops import destination_index, segment_softmax
+from graphtier.launcher.runtime.models.block_ops import relation_attention
 from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.launcher.runtime.models.gat import GATConv
 from graphtier.launcher.runtime.models.rgcn import HeteroInput, check_layer_count
+from graphtier.service.native_ops import Backend
 from graphtier.service.sampling import Block
 
 
@@ -50,6 +51,7 @@ class RGATConv(nn.Module):
     slot: Tensor
     leaving: Tensor
     ends_at: Tensor
+    backend: Backend = "auto"  # the attention's: native where built (`block_ops.relation_attention`)
 
     def __init__(
         self,
@@ -112,7 +114,7 @@ class RGATConv(nn.Module):
                 maps = weight[relations].reshape(len(relations) * heads * out_dim, self.in_dim)
                 tables.append((grouped[begin : begin + rows] @ maps.t()).view(rows * len(relations), heads, out_dim))
             sizes.append(rows * len(relations))
-        src, dst, rel = block.indices, destination_index(block), edge_types
+        src, rel = block.indices, edge_types
         if not tables or src.numel() == 0:
             messages = x.new_zeros((n, heads, out_dim))
         else:
@@ -120,20 +122,18 @@ class RGATConv(nn.Module):
             sizes_t = torch.tensor(sizes, dtype=torch.int64, device=x.device)
             base = torch.cumsum(sizes_t, 0) - sizes_t
             head = self.head_of[rel]
-            row = base[head] + position[src] * self.leaving[head] + self.slot[rel]
-            mapped = table.index_select(0, row)  # [E, H, C]: each edge's source through its relation's map
-            score_src = (mapped * self._parameters_of("att_src").squeeze(1).index_select(0, rel)).sum(-1)
+            row = base[head] + position[src] * self.leaving[head] + self.slot[rel]  # each edge's mapped source
             # a_dst . (W x_dst) == (W^T a_dst) . x_dst: the destinations' logits without mapping their rows
             folded = torch.einsum(
                 "rhci,rhc->rhi",
                 weight.view(num_relations, heads, out_dim, self.in_dim),
                 self._parameters_of("att_dst")[:, 0],
             )
-            score_dst = (x[:n] @ folded.reshape(num_relations * heads, self.in_dim).t()).view(n * num_relations, heads)
-            group = dst * num_relations + rel
-            scores = F.leaky_relu(score_src + score_dst.index_select(0, group), first.negative_slope)
-            alpha = segment_softmax(scores, group, n * num_relations)
-            messages = x.new_zeros((n, heads, out_dim)).index_add_(0, dst, mapped * alpha.unsqueeze(-1))
+            score_dst = (x[:n] @ folded.reshape(num_relations * heads, self.in_dim).t()).view(n, num_relations, heads)
+            att_src = self._parameters_of("att_src").squeeze(1)  # [R, H, C]
+            messages = relation_attention(
+                block, table, row, rel, att_src, score_dst, first.negative_slope, backend=self.backend
+            )
         out = messages.reshape(n, -1) if self.concat else messages.mean(dim=1)
         bias = self.ends_at @ self._parameters_of("bias")  # [T, width]: the biases of the relations ending at a type
         return out + bias.index_select(0, node_types[:n])

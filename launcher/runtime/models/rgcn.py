@@ -25,6 +25,7 @@ from graphtier.launcher.runtime.models.featureless import (
     NeighbourMeanInput,
     SparseEmbedding,
 )
+from graphtier.launcher.runtime.models.sparse_input import SparseInputLinear
 from graphtier.service.sampling import Block
 
 
@@ -116,7 +117,7 @@ class HeteroInput(nn.Module):
                 if starts_from_neighbour_means(featureless.init, info):
                     self.neighbour[info.name] = NeighbourMeanInput(info, hidden)
             else:
-                self.project[info.name] = nn.Linear(info.feature_dim, hidden)
+                self.project[info.name] = SparseInputLinear(info.feature_dim, hidden)
         self.embedding_dropout = Dropout(featureless.dropout)
         self.norm = nn.ModuleDict()  # per type with a linear map of features, when normalising
         self.embed_norm = nn.ModuleDict()  # per type whose whole input is a learned embedding, when asked

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from native_backends import BACKENDS
 from typed_blocks import NODE_TYPES, RELATIONS, in_block_order, in_pyg_layout, typed_block
 
 from graphtier.launcher.runtime.models.rgat import RGAT, RGATConv
@@ -50,12 +51,14 @@ def _reference_rows(ref, block: Block, rel, types, x, node_types, relations, wid
 
 
 @pytest.mark.filterwarnings("ignore:There exist node types")  # venue, on purpose
+@pytest.mark.parametrize("backend", BACKENDS)  # the attention's native op and its torch fallback
 @pytest.mark.parametrize(("seed", "concat"), [(0, True), (1, False), (2, True)])
-def test_layer_matches_pyg_heteroconv_of_gatconv_for_every_destination_type(seed, concat):
+def test_layer_matches_pyg_heteroconv_of_gatconv_for_every_destination_type(seed, concat, backend):
     torch.manual_seed(seed)
     block, rel, types = typed_block(seed)
     out = DIM // HEADS if concat else 3
     ours, ref = _pair(NODE_TYPES, RELATIONS, out, concat)
+    ours.backend = backend
     x = torch.randn(block.num_src, DIM, requires_grad=True)
 
     width = out * HEADS if concat else out

@@ -1,0 +1,156 @@
+// A linear map of mostly-zero input rows (launcher/runtime/models/sparse_input.py has the contract
+// and the torch fallback each op is tested against): out = x @ weight^T + bias, and the weight's
+// gradient grad_out^T @ x, each skipping x's zeros.
+//
+// Bag-of-words features (ACM's papers: 1,902 columns, ~5% of a sampled batch's values non-zero)
+// make the input layer the largest matrix product of a heterogeneous step, nearly all of it
+// multiplying zeros. Here a row costs one scan of its values plus `out_dim` multiply-adds per
+// non-zero. The input needs no gradient (features are data), so only the weight's is computed.
+// The multiply-adds are compiled twice, for AVX2 with FMA and for the baseline x86-64, and the
+// loader picks the one the CPU runs (GCC's target_clones), as the package is built for any x86-64.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "graphtier/ops.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define GRAPHTIER_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GRAPHTIER_CPU_CLONES
+#endif
+
+namespace graphtier {
+namespace {
+
+constexpr int64_t kValuesPerTask = 1 << 16;  // input values scanned per parallel task
+constexpr int64_t kGroup = 8;                // values tested for zero at once
+constexpr int64_t kColumnBlock = 256;        // input columns whose weights one pass over the rows shares
+constexpr int64_t kTile = 32;                // side of a transposed tile
+
+// y[0:n] += a * w[0:n]; the pointers never alias.
+inline void add_scaled(float* __restrict__ y, const float* __restrict__ w, float a, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) y[k] += a * w[k];
+}
+
+// Calls visit(c, value) for every non-zero value of row[0:n], in column order. Groups of kGroup
+// values whose bits are all zero are skipped by one test (a -0.0 is visited, and adds nothing).
+template <typename Visit>
+inline void for_each_non_zero(const float* __restrict__ row, int64_t n, Visit&& visit) {
+  int64_t c = 0;
+  for (; c + kGroup <= n; c += kGroup) {
+    uint32_t bits[kGroup];
+    std::memcpy(bits, row + c, sizeof(bits));
+    uint32_t any = 0;
+    for (int64_t k = 0; k < kGroup; ++k) any |= bits[k];
+    if (any == 0) continue;
+    for (int64_t k = c; k < c + kGroup; ++k) {
+      if (row[k] != 0.0f) visit(k, row[k]);
+    }
+  }
+  for (; c < n; ++c) {
+    if (row[c] != 0.0f) visit(c, row[c]);
+  }
+}
+
+// out[i] = bias + sum over x[i]'s non-zeros c of x[i, c] * columns[c], rows [begin, end); column
+// block by column block, so that a block's weights stay in the cache for every row.
+GRAPHTIER_CPU_CLONES
+void forward_rows(const float* xs, const float* columns, const float* bias, float* out,
+                  int64_t begin, int64_t end, int64_t in_dim, int64_t out_dim) {
+  for (int64_t i = begin; i < end; ++i) std::copy(bias, bias + out_dim, out + i * out_dim);
+  for (int64_t c0 = 0; c0 < in_dim; c0 += kColumnBlock) {
+    const int64_t width = std::min(kColumnBlock, in_dim - c0);
+    for (int64_t i = begin; i < end; ++i) {
+      float* y = out + i * out_dim;
+      for_each_non_zero(xs + i * in_dim + c0, width, [&](int64_t c, float value) {
+        add_scaled(y, columns + (c0 + c) * out_dim, value, out_dim);
+      });
+    }
+  }
+}
+
+// grad_columns[c] += x[i, c] * grad_out[i] for every row i and non-zero column c in [begin, end).
+GRAPHTIER_CPU_CLONES
+void grad_columns_of(const float* xs, const float* grad_out, float* grad_columns, int64_t rows,
+                     int64_t begin, int64_t end, int64_t in_dim, int64_t out_dim) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* g = grad_out + i * out_dim;
+    for_each_non_zero(xs + i * in_dim + begin, end - begin, [&](int64_t c, float value) {
+      add_scaled(grad_columns + (begin + c) * out_dim, g, value, out_dim);
+    });
+  }
+}
+
+// dst[j, i] = src[i, j] for a [rows, cols] src, tile by tile, tiles split among threads.
+void transpose_into(const float* src, float* dst, int64_t rows, int64_t cols) {
+  const int64_t tile_rows = (rows + kTile - 1) / kTile;
+  at::parallel_for(0, tile_rows, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t ti = begin; ti < end; ++ti) {
+      const int64_t i0 = ti * kTile, i1 = std::min(rows, i0 + kTile);
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        const int64_t j1 = std::min(cols, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) {
+          for (int64_t j = j0; j < j1; ++j) dst[j * rows + i] = src[i * cols + j];
+        }
+      }
+    }
+  });
+}
+
+void check_float_matrix(const at::Tensor& t) {
+  TORCH_CHECK(t.device().is_cpu() && t.dim() == 2 && t.is_contiguous() &&
+                  t.scalar_type() == at::kFloat,
+              "sparse_input_linear: matrices must be contiguous 2-D float32 on the CPU");
+}
+
+}  // namespace
+
+at::Tensor sparse_input_linear(const at::Tensor& x, const at::Tensor& weight,
+                               const at::Tensor& bias) {
+  check_float_matrix(x);
+  check_float_matrix(weight);
+  const int64_t rows = x.size(0), in_dim = x.size(1), out_dim = weight.size(0);
+  TORCH_CHECK(weight.size(1) == in_dim && bias.device().is_cpu() && bias.is_contiguous() &&
+                  bias.scalar_type() == at::kFloat && bias.dim() == 1 && bias.numel() == out_dim,
+              "sparse_input_linear: shapes disagree");
+  at::Tensor columns = at::empty({in_dim, out_dim}, weight.options());  // a column's weights in a row
+  transpose_into(weight.data_ptr<float>(), columns.data_ptr<float>(), out_dim, in_dim);
+  at::Tensor out = at::empty({rows, out_dim}, x.options());
+  const float* xs = x.data_ptr<float>();
+  const float* wt = columns.data_ptr<float>();
+  const float* b = bias.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t grain = std::max<int64_t>(1, kValuesPerTask / std::max<int64_t>(in_dim, 1));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    forward_rows(xs, wt, b, o, begin, end, in_dim, out_dim);
+  });
+  return out;
+}
+
+at::Tensor sparse_input_linear_weight_grad(const at::Tensor& grad_out, const at::Tensor& x) {
+  check_float_matrix(grad_out);
+  check_float_matrix(x);
+  const int64_t rows = x.size(0), in_dim = x.size(1), out_dim = grad_out.size(1);
+  TORCH_CHECK(grad_out.size(0) == rows, "sparse_input_linear_weight_grad: shapes disagree");
+  at::Tensor columns = at::zeros({in_dim, out_dim}, x.options());  // the gradient, transposed
+  const float* xs = x.data_ptr<float>();
+  const float* g = grad_out.data_ptr<float>();
+  float* gc = columns.data_ptr<float>();
+  // a task owns a range of input columns: its rows of the transposed gradient are its own
+  const int64_t grain = std::max<int64_t>(1, kValuesPerTask / std::max<int64_t>(rows, 1));
+  at::parallel_for(0, in_dim, grain, [&](int64_t begin, int64_t end) {
+    grad_columns_of(xs, g, gc, rows, begin, end, in_dim, out_dim);
+  });
+  at::Tensor grad_weight = at::empty({out_dim, in_dim}, x.options());
+  transpose_into(gc, grad_weight.data_ptr<float>(), in_dim, out_dim);
+  return grad_weight;
+}
+
+}  // namespace graphtier
