@@ -34,6 +34,9 @@ One step, timed from its start to the end of Adam's update:
 Steps alternate (graphtier, PyG, graphtier, ...) so that other load falls on both alike; the first
 `WARMUP` steps of each are dropped. It prints steps/s of each, the ratio graphtier/PyG (target >= 3x)
 and the same ratio of median step times, the parameter count and the load average before and after.
+Where the native ops are built, a third contender runs graphtier's step with the model's R-GAT attention
+and sparse input maps on their torch fallbacks (`RGATConv.backend` and `SparseInputLinear.backend`
+"torch"), and the gain of the native ones is printed, from the same run.
 
 PyG runs on torch-sparse's ops only (pyg-lib cannot be installed on this machine class); see
 tests/bench/baselines/setup_pyg.sh. Without them the bench prints graphtier's numbers alone.
@@ -59,9 +62,12 @@ from torch import nn
 
 from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches, hetero_forward
 from graphtier.launcher.runtime.models.factory import build_hetero_model
+from graphtier.launcher.runtime.models.rgat import RGATConv
+from graphtier.launcher.runtime.models.sparse_input import SparseInputLinear
 from graphtier.launcher.runtime.objectives import NodeClassification
 from graphtier.launcher.runtime.train_config import TrainConfig
 from graphtier.launcher.runtime.train_loop import build_optimizers
+from graphtier.service.native_ops import Backend, native_available
 from graphtier.service.pipeline.epoch_plan import EpochPlan
 from graphtier.service.placement import PlacementPlan, TierBudgets
 from graphtier.service.prepared import PrepareConfig, PreparedDataset, prepare_dataset
@@ -102,9 +108,17 @@ def count_parameters(module: nn.Module) -> int:
 
 
 def graphtier_contender(
-    attached: AttachedDataset, fanouts: list[str], batch_size: int, classes: int, hidden: int, heads: int, plan: list
+    attached: AttachedDataset,
+    fanouts: list[str],
+    batch_size: int,
+    classes: int,
+    hidden: int,
+    heads: int,
+    plan: list,
+    model_ops: Backend = "auto",
 ) -> tuple[Sampler, nn.Module]:
-    """graphtier's step (module docstring): a rank's batch of the seeds, then the train loop's step."""
+    """graphtier's step (module docstring): a rank's batch of the seeds, then the train loop's step.
+    `model_ops` "torch": the model's attention and input maps on their torch fallbacks, not the native ops."""
     schema = attached.handle.hetero
     assert schema is not None
     source = HeteroLocalBatches(attached, fanouts, batch_size)
@@ -114,6 +128,9 @@ def graphtier_contender(
     torch.manual_seed(config.seed)
     model = build_hetero_model("rgat", schema, hidden, classes, len(fanouts), dropout=config.dropout, heads=heads)
     model.train()
+    for module in model.modules():
+        if isinstance(module, RGATConv | SparseInputLinear):
+            module.backend = model_ops
     optimizer, embeddings = build_optimizers(model, config)
     objective = NodeClassification(None, model, hetero_forward)
     device = torch.device("cpu")
@@ -135,7 +152,8 @@ def graphtier_contender(
         finally:
             batch.release()
 
-    return Sampler("graphtier R-GAT (typed sampler + tiers)", step, 10**9), model
+    name = "graphtier R-GAT (typed sampler + tiers)" if model_ops != "torch" else "graphtier R-GAT, torch model ops"
+    return Sampler(name, step, 10**9), model
 
 
 class _Gat(nn.Module):
@@ -307,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
                         f"PyG {count_parameters(their_model):,}"
                     )
                 contenders.append(theirs)
+            if native_available():  # what the native model ops bring, in the same run
+                fallback, _ = graphtier_contender(
+                    attached, hops, args.batch_size, dataset.manifest.num_classes, args.hidden, args.heads, plan,
+                    model_ops="torch",
+                )  # fmt: skip
+                contenders.append(fallback)
             print(machine_info(args.threads))
             print(
                 f"graph {args.source.name}: {dataset.manifest.num_nodes:,} nodes, {dataset.manifest.num_edges:,} "
@@ -318,9 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             attached.detach()
             store.close()
-        reference = results[1] if len(results) > 1 else None
+        reference = results[1] if why_not is None else None
         print_results(results)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
+        if native_available():
+            fallback_result = results[-1]
+            print(
+                f"graphtier's native model ops vs their torch fallbacks: "
+                f"{fallback_result.median_ms / results[0].median_ms:.2f}x by median step time"
+            )
         if reference is None:
             print(f"PyG baseline not measured: {why_not}; {SETUP_HINT}")
             return 0
