@@ -1,7 +1,7 @@
 """R-GAT (relational graph attention) over heterogeneous sampled blocks, as MLPerf Training's GNN
 benchmark defines it (R-GAT on IGBH).
 
-A layer holds one `GATConv` per relation and sums, for every destination, the outputs of the
+A layer holds, per relation, what a `GATConv` holds and sums, for every destination, the outputs of the
 relations ending at its type: PyG's `HeteroConv({relation: GATConv(..., add_self_loops=False)},
 aggr="sum")`, computed on the typed sampler's blocks (checked with the same weights against PyG).
 Each relation's attention is soft-maxed over a destination's sampled in-edges of that relation only;
@@ -15,6 +15,7 @@ column) would leave every score near zero and the attention uniform.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -26,7 +27,6 @@ from graphtier.contract.hetero import HeteroSchema
 from graphtier.launcher.runtime.models.block_ops import relation_attention
 from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
-from graphtier.launcher.runtime.models.gat import GATConv
 from graphtier.launcher.runtime.models.rgcn import HeteroInput, check_layer_count
 from graphtier.service.native_ops import Backend
 from graphtier.service.sampling import Block
@@ -35,21 +35,22 @@ from graphtier.service.sampling import Block
 class RGATConv(nn.Module):
     """One relational attention layer: [num_src, in] -> [num_dst, heads * out] (concat) or [num_dst, out].
 
-    Its parameters are one `GATConv` per relation (`convs[r]`); the forward runs every relation in one
-    pass rather than one relation after another. Each node type's source rows are mapped once by the
-    linear maps of all the relations leaving that type (one matrix product per type, [rows, k * heads *
-    out]), and each edge reads the row of its own relation. The attention logits of both ends fold the
-    attention vectors into the linear maps (`a . W x == (W^T a) . x`), so no destination row is mapped.
-    The softmax runs over a destination's in-edges of one relation (the groups `dst * R + relation`), the
-    weighted messages of all relations are summed into the destination at once, and each destination
-    gets the biases of the relations ending at its type, as `HeteroConv(aggr="sum")` adds them.
+    Per relation r it holds what a `GATConv` holds, stacked over the relations: `weight[r]` (the linear map,
+    [heads * out, in]), `att_src[r]` and `att_dst[r]` ([heads, out]) and `bias[r]`; a checkpoint written
+    with one `GATConv` per relation (`convs.{r}.lin.weight`, ...) loads into them. The forward runs every
+    relation in one pass rather than one relation after another. Each node type's source rows are mapped
+    once by the linear maps of all the relations leaving that type (one matrix product per type, [rows,
+    k * heads * out]), and each edge reads the row of its own relation. The attention logits of both ends
+    fold the attention vectors into the linear maps (`a . W x == (W^T a) . x`), so no destination row is
+    mapped. The softmax runs over a destination's in-edges of one relation, the weighted messages of all
+    relations are summed into the destination at once (`block_ops.relation_attention`), and each
+    destination gets the biases of the relations ending at its type, as `HeteroConv(aggr="sum")` adds them.
     """
 
-    # buffers, per relation: its head type, its place among the relations leaving that type; per type: how
-    # many relations leave it, and which relations end at it ([T, R], 1.0 where one does)
-    head_of: Tensor
+    # buffers, per relation: its first row in its head type's block of mapped rows and the rows per node
+    # there (how many relations leave that type); per type: which relations end at it ([T, R], 1.0 where one does)
     slot: Tensor
-    leaving: Tensor
+    stride: Tensor
     ends_at: Tensor
     backend: Backend = "auto"  # the attention's: native where built (`block_ops.relation_attention`)
 
@@ -62,32 +63,37 @@ class RGATConv(nn.Module):
         *,
         heads: int,
         concat: bool,
+        negative_slope: float = 0.2,
     ) -> None:
         """`relation_types`: per relation id, the (head, tail) node type indices it joins."""
         super().__init__()
         self.in_dim, self.out_dim, self.heads, self.concat = in_dim, out_dim, heads, concat
-        self.num_types = num_types
+        self.num_types, self.negative_slope = num_types, negative_slope
         self.relation_types = [(int(head), int(tail)) for head, tail in relation_types]
-        self.convs = nn.ModuleList(GATConv(in_dim, out_dim, heads=heads, concat=concat) for _ in self.relation_types)
+        count = len(self.relation_types)
+        width = heads * out_dim if concat else out_dim
+        self.weight = nn.Parameter(torch.empty(count, heads * out_dim, in_dim))
+        self.att_src = nn.Parameter(torch.empty(count, heads, out_dim))
+        self.att_dst = nn.Parameter(torch.empty(count, heads, out_dim))
+        self.bias = nn.Parameter(torch.zeros(count, width))
+        for r in range(count):  # GATConv's initialisation, relation by relation, in its order of draws
+            nn.init.kaiming_uniform_(self.weight.data[r], a=math.sqrt(5))  # nn.Linear's, then replaced
+            nn.init.xavier_uniform_(self.weight.data[r])
+            nn.init.xavier_uniform_(self.att_src.data[r : r + 1])
+            nn.init.xavier_uniform_(self.att_dst.data[r : r + 1])
         # the relations leaving each type, in relation order: their maps are one product per type
         self.outgoing = [[r for r, (head, _) in enumerate(self.relation_types) if head == t] for t in range(num_types)]
-        slot = [0] * len(self.relation_types)
+        slot, stride = [0] * count, [0] * count
         for relations in self.outgoing:
             for place, r in enumerate(relations):
-                slot[r] = place
-        ends_at = torch.zeros(num_types, len(self.relation_types))
+                slot[r], stride[r] = place, len(relations)
+        ends_at = torch.zeros(num_types, count)
         for r, (_, tail) in enumerate(self.relation_types):
             ends_at[tail, r] = 1.0
-        head_of = torch.tensor([head for head, _ in self.relation_types], dtype=torch.int64)
-        self.register_buffer("head_of", head_of, persistent=False)
-        leaving = torch.tensor([len(relations) for relations in self.outgoing], dtype=torch.int64)
-        self.register_buffer("leaving", leaving, persistent=False)
         self.register_buffer("slot", torch.tensor(slot, dtype=torch.int64), persistent=False)
+        self.register_buffer("stride", torch.tensor(stride, dtype=torch.int64), persistent=False)
         self.register_buffer("ends_at", ends_at, persistent=False)
-
-    def _parameters_of(self, name: str) -> Tensor:
-        """The relations' parameter `name` stacked: [R, *shape]."""
-        return torch.stack([conv.get_parameter(name) for conv in self.convs])
+        self._register_load_state_dict_pre_hook(_stack_per_relation_convs)
 
     def forward(self, block: Block, edge_types: Tensor, node_types: Tensor, x: Tensor) -> Tensor:
         """`node_types`: the type of each of the block's sources (its destinations come first)."""
@@ -96,47 +102,56 @@ class RGATConv(nn.Module):
         width = out_dim * heads if self.concat else out_dim
         if not num_relations:
             return x.new_zeros((n, width))
-        first: GATConv = self.convs[0]  # type: ignore[assignment]  # every relation's conv has the same slope
-        weight = self._parameters_of("lin.weight")  # [R, H * C, in]
         # the sources grouped by type (stable: block order within a type), and each one's place in its group
         counts = torch.bincount(node_types, minlength=self.num_types)
         order = torch.argsort(node_types, stable=True)
-        starts = torch.cumsum(counts, 0) - counts
-        position = torch.empty_like(node_types)
-        position[order] = torch.arange(node_types.numel(), device=x.device) - starts[node_types[order]]
+        before = torch.cumsum(F.one_hot(node_types, self.num_types), 0)  # [S, T]: nodes of each type so far
+        position = before.gather(1, node_types.unsqueeze(1)).squeeze(1) - 1
         # per type, its rows through the maps of the relations leaving it: one table of mapped rows
         grouped = x.index_select(0, order)
-        tables, sizes = [], []
-        for t, relations in enumerate(self.outgoing):
-            rows = int(counts[t]) if relations else 0
-            if rows:
-                begin = int(starts[t])
-                maps = weight[relations].reshape(len(relations) * heads * out_dim, self.in_dim)
-                tables.append((grouped[begin : begin + rows] @ maps.t()).view(rows * len(relations), heads, out_dim))
-            sizes.append(rows * len(relations))
-        src, rel = block.indices, edge_types
-        if not tables or src.numel() == 0:
+        tables, first_row, start, begin = [], [0] * self.num_types, 0, 0
+        for t, rows in enumerate(counts.tolist()):
+            relations = self.outgoing[t]
+            if rows and relations:
+                maps = self.weight[relations[0]] if len(relations) == 1 else self.weight[relations]
+                mapped = grouped[begin : begin + rows] @ maps.reshape(-1, self.in_dim).t()
+                tables.append(mapped.view(rows * len(relations), heads, out_dim))
+                first_row[t] = start
+                start += rows * len(relations)
+            begin += rows
+        if not tables or block.num_edges == 0:
             messages = x.new_zeros((n, heads, out_dim))
         else:
             table = torch.cat(tables) if len(tables) > 1 else tables[0]
-            sizes_t = torch.tensor(sizes, dtype=torch.int64, device=x.device)
-            base = torch.cumsum(sizes_t, 0) - sizes_t
-            head = self.head_of[rel]
-            row = base[head] + position[src] * self.leaving[head] + self.slot[rel]  # each edge's mapped source
+            rel = edge_types
+            base = torch.tensor([first_row[head] for head, _ in self.relation_types], device=x.device) + self.slot
+            row = position[block.indices] * self.stride[rel] + base[rel]  # each edge's mapped source
             # a_dst . (W x_dst) == (W^T a_dst) . x_dst: the destinations' logits without mapping their rows
             folded = torch.einsum(
-                "rhci,rhc->rhi",
-                weight.view(num_relations, heads, out_dim, self.in_dim),
-                self._parameters_of("att_dst")[:, 0],
+                "rhci,rhc->rhi", self.weight.view(num_relations, heads, out_dim, self.in_dim), self.att_dst
             )
             score_dst = (x[:n] @ folded.reshape(num_relations * heads, self.in_dim).t()).view(n, num_relations, heads)
-            att_src = self._parameters_of("att_src").squeeze(1)  # [R, H, C]
             messages = relation_attention(
-                block, table, row, rel, att_src, score_dst, first.negative_slope, backend=self.backend
+                block, table, row, rel, self.att_src, score_dst, self.negative_slope, backend=self.backend
             )
         out = messages.reshape(n, -1) if self.concat else messages.mean(dim=1)
-        bias = self.ends_at @ self._parameters_of("bias")  # [T, width]: the biases of the relations ending at a type
+        bias = self.ends_at @ self.bias  # [T, width]: the biases of the relations ending at a type
         return out + bias.index_select(0, node_types[:n])
+
+
+_PER_RELATION = {"lin.weight": "weight", "att_src": "att_src", "att_dst": "att_dst", "bias": "bias"}
+
+
+def _stack_per_relation_convs(state_dict: dict, prefix: str, *_args) -> None:
+    """A checkpoint's per-relation `GATConv`s (`{prefix}convs.{r}.lin.weight`, ...), as earlier releases
+    wrote them, stacked into this layer's parameters (`{prefix}weight`, ...), in place."""
+    for old, new in _PER_RELATION.items():
+        keys: list[str] = []
+        while f"{prefix}convs.{len(keys)}.{old}" in state_dict:
+            keys.append(f"{prefix}convs.{len(keys)}.{old}")
+        if keys and f"{prefix}{new}" not in state_dict:
+            rows = [state_dict.pop(key) for key in keys]
+            state_dict[f"{prefix}{new}"] = torch.cat(rows) if old in ("att_src", "att_dst") else torch.stack(rows)
 
 
 class RGAT(nn.Module):

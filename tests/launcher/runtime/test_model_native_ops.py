@@ -1,5 +1,6 @@
 """The models' native ops give their torch fallbacks' values and gradients: R-GAT's attention over a block
-(`block_ops.relation_attention`) and the input map of mostly-zero feature rows (`SparseInputLinear`)."""
+(`block_ops.relation_attention`) and the input map of mostly-zero feature rows (`SparseInputLinear`); and
+R-GAT's layer, its parameters stacked over relations, starts and loads as one `GATConv` per relation did."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from native_backends import needs_native
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.models.block_ops import relation_attention
+from graphtier.launcher.runtime.models.gat import GATConv
+from graphtier.launcher.runtime.models.rgat import RGATConv
 from graphtier.launcher.runtime.models.sparse_input import SparseInputLinear
 from graphtier.service.sampling import Block
 
@@ -108,3 +111,28 @@ def test_sparse_input_linear_takes_the_kernel_only_for_sparse_rows_that_need_no_
     (grad,) = torch.autograd.grad(layer(with_grad).sum(), with_grad)
     torch.testing.assert_close(grad, layer.weight.sum(0).expand_as(sparse))
     assert list(dict(layer.state_dict())) == ["weight", "bias"]  # nn.Linear's names: checkpoints unchanged
+
+
+def test_rgat_layer_draws_gatconvs_initial_weights_and_loads_their_checkpoints():
+    """The stacked layer starts from the weights one `GATConv` per relation draws from the same seed, and a
+    state dict written in that per-relation layout (`convs.{r}.lin.weight`, ...) loads into it unchanged."""
+    relation_types = [(0, 1), (1, 0), (0, 0)]
+    torch.manual_seed(3)
+    per_relation = [GATConv(16, 4, heads=2, concat=True) for _ in relation_types]
+    torch.manual_seed(3)
+    layer = RGATConv(16, 4, 2, relation_types, heads=2, concat=True)
+    for r, conv in enumerate(per_relation):
+        torch.testing.assert_close(layer.weight[r], conv.lin.weight, rtol=0, atol=0)
+        torch.testing.assert_close(layer.att_src[r : r + 1], conv.att_src, rtol=0, atol=0)
+        torch.testing.assert_close(layer.att_dst[r : r + 1], conv.att_dst, rtol=0, atol=0)
+        with torch.no_grad():
+            conv.bias.uniform_(-1.0, 1.0)
+    legacy = {
+        f"convs.{r}.{name}": value for r, conv in enumerate(per_relation) for name, value in conv.state_dict().items()
+    }
+    fresh = RGATConv(16, 4, 2, relation_types, heads=2, concat=True)
+    fresh.load_state_dict(legacy)
+    for r, conv in enumerate(per_relation):
+        torch.testing.assert_close(fresh.bias[r], conv.bias, rtol=0, atol=0)
+        torch.testing.assert_close(fresh.weight[r], conv.lin.weight, rtol=0, atol=0)
+    assert set(fresh.state_dict()) == {"weight", "att_src", "att_dst", "bias"}

@@ -31,14 +31,20 @@ def _pair(node_types: list[str], relations: list[tuple[str, str, str]], out: int
         aggr="sum",
     )
     with torch.no_grad():
-        for r, relation in enumerate(relations):
-            mine, theirs = ours.convs[r], ref.convs[relation]
-            mine.bias.uniform_(-1.0, 1.0)  # away from zero, so a bias added to the wrong rows shows
-            theirs.lin.weight.copy_(mine.lin.weight)
-            theirs.att_src.copy_(mine.att_src)
-            theirs.att_dst.copy_(mine.att_dst)
-            theirs.bias.copy_(mine.bias)
+        ours.bias.uniform_(-1.0, 1.0)  # away from zero, so a bias added to the wrong rows shows
+    _copy_weights(ours, ref, relations)
     return ours, ref
+
+
+def _copy_weights(ours: RGATConv, ref, relations: list[tuple[str, str, str]]) -> None:
+    """Ours's weights into PyG's `GATConv` of each relation: the linear map, both attention vectors, the bias."""
+    with torch.no_grad():
+        for r, relation in enumerate(relations):
+            theirs = ref.convs[relation]
+            theirs.lin.weight.copy_(ours.weight[r])
+            theirs.att_src.copy_(ours.att_src[r : r + 1])
+            theirs.att_dst.copy_(ours.att_dst[r : r + 1])
+            theirs.bias.copy_(ours.bias[r])
 
 
 def _reference_rows(ref, block: Block, rel, types, x, node_types, relations, width: int) -> torch.Tensor:
@@ -99,9 +105,7 @@ def test_layer_matches_pyg_on_a_sampled_acm_batch(prepared_acm):
         for layer, (block, rel) in enumerate(zip(batch.blocks, batch.edge_types, strict=True)):
             conv = model.convs[layer]
             _, ref = _pair(node_types, relations, conv.out_dim, conv.concat)
-            for r, relation in enumerate(relations):  # ref's weights from the model's own layer
-                for name in ("lin.weight", "att_src", "att_dst", "bias"):
-                    ref.convs[relation].get_parameter(name).copy_(conv.convs[r].get_parameter(name))
+            _copy_weights(conv, ref, relations)  # ref's weights from the model's own layer
             block_types = types[: block.num_src]
             out = conv(block, rel, block_types, x[: block.num_src])
             width = out.shape[1]
