@@ -90,11 +90,12 @@ class EmbeddingOptimizer:
             ids, grad = all_gather_rows(ids, grad)
             if skip or ids.numel() == 0:
                 continue
-            rows, inverse = torch.unique(ids, return_inverse=True)
-            summed = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device)
-            summed.index_add_(0, inverse, grad)
-            if world > 1:
-                summed /= world
+            if world == 1:  # one rank's rows are distinct already (`_touched_rows`)
+                rows, summed = ids, grad
+            else:
+                rows, inverse = torch.unique(ids, return_inverse=True)
+                summed = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device)
+                summed.index_add_(0, inverse, grad).div_(world)
             if self.on_nonfinite != "off" and not bool(torch.isfinite(summed).all()):
                 if self.on_nonfinite == "fail":
                     raise NonFiniteError(f"the gradient of {name}.weight is not finite (on_nonfinite: fail)")

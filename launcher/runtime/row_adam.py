@@ -4,11 +4,16 @@ A row's moments and step count advance only when a step touches it (the rows of 
 batch read), so a step costs the rows, not the table. With `weight_decay` the rows first shrink by
 `lr x weight_decay` of themselves (decoupled, AdamW's form). Used by the featureless types' embedding
 optimizer (`embedding_optimizer.py`) and a featureless link job's shared input rows (`link_model.py`).
+On CPU float32 tables, where the native ops are built, it is one pass over the rows
+(`native/cpu/row_adam.cpp`); the torch ops below are its fallback and reference.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
+
+from graphtier.service.native_ops import Backend, resolve_backend
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -24,10 +29,24 @@ def row_adam_step(
     *,
     lr: float,
     weight_decay: float = 0.0,
+    backend: Backend = "auto",
 ) -> None:
     """Update `weight[rows]` in place by `grad` ([len(rows), width], one row per distinct id), with the
     moments `exp_avg`/`exp_avg_sq` and per-row `steps` of the same table."""
     beta1, beta2 = ADAM_BETAS
+    native = (
+        weight.device.type == "cpu"
+        and weight.dtype == exp_avg.dtype == exp_avg_sq.dtype == grad.dtype == torch.float32
+        and steps.dtype == torch.int64
+        and all(t.is_contiguous() for t in (weight, exp_avg, exp_avg_sq, steps))
+        and resolve_backend(backend, "row-wise Adam") == "native"
+    )
+    if native:
+        torch.ops.graphtier.row_adam_(
+            weight, exp_avg, exp_avg_sq, steps, rows.to(torch.int64).contiguous(), grad.contiguous(),
+            lr, beta1, beta2, ADAM_EPS, weight_decay,
+        )  # fmt: skip
+        return
     steps[rows] += 1
     step = steps[rows].to(grad.dtype).unsqueeze(1)
     m = exp_avg[rows].mul_(beta1).add_(grad, alpha=1 - beta1)

@@ -31,6 +31,9 @@ TORCH_LIBRARY(graphtier, m) {
       "relation_attention_backward(Tensor grad_out, Tensor table, Tensor edge_row, Tensor indptr, "
       "Tensor relation, Tensor att_src, Tensor score_dst, Tensor alpha, Tensor score, "
       "float negative_slope) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "row_adam_(Tensor(a!) weight, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor(d!) steps, "
+      "Tensor rows, Tensor grad, float lr, float beta1, float beta2, float eps, float weight_decay) -> ()");
   m.def("sparse_input_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");
   m.def("sparse_input_linear_weight_grad(Tensor grad_out, Tensor x) -> Tensor");
 }
@@ -45,6 +48,7 @@ TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("pull_sum_", &graphtier::pull_sum_);
   m.impl("relation_attention", &graphtier::relation_attention);
   m.impl("relation_attention_backward", &graphtier::relation_attention_backward);
+  m.impl("row_adam_", &graphtier::row_adam_);
   m.impl("sparse_input_linear", &graphtier::sparse_input_linear);
   m.impl("sparse_input_linear_weight_grad", &graphtier::sparse_input_linear_weight_grad);
 }

@@ -79,4 +79,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relation_attention_backward(
 at::Tensor sparse_input_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor sparse_input_linear_weight_grad(const at::Tensor& grad_out, const at::Tensor& x);
 
+// One lazy AdamW step on the distinct rows `rows` of a table, its moments and per-row step counts
+// (row_adam.cpp; the contract and the torch fallback are in launcher/runtime/row_adam.py).
+void row_adam_(at::Tensor& weight, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, at::Tensor& steps,
+               const at::Tensor& rows, const at::Tensor& grad, double lr, double beta1, double beta2,
+               double eps, double weight_decay);
+
 }  // namespace graphtier
