@@ -4,20 +4,22 @@
 //
 // Bag-of-words features (ACM's papers: 1,902 columns, ~5% of a sampled batch's values non-zero)
 // make the input layer the largest matrix product of a heterogeneous step, nearly all of it
-// multiplying zeros. Here each row is scanned once, eight values compared with zero at a time (no
-// branch per value: a mispredicted branch per value cost more than the products), and only its
-// non-zeros are multiplied: `out_dim` multiply-adds each, forward and for the weight's gradient.
-// The input needs no gradient (features are data). The multiply-adds are compiled twice, for AVX2
-// with FMA and for the baseline x86-64, and the loader picks the one the CPU runs (GCC's
-// target_clones).
+// multiplying zeros. Here the columns go block by block: a block's weights (forward) or gradient
+// rows (backward) are laid out one column to a row in a small buffer that stays in the cache, each
+// row's values in the block are compared with zero eight at a time (a mispredicted branch per value
+// cost more than the products), and each non-zero adds one contiguous row: `out_dim`
+// multiply-adds. Nothing the size of the weight is transposed or zero-filled, which on a machine of
+// little memory bandwidth cost as much as the products. The input needs no gradient (features are
+// data). The multiply-adds are compiled twice, for AVX2 with FMA and for the baseline x86-64, and
+// the loader picks the one the CPU runs (GCC's target_clones).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -34,9 +36,10 @@
 namespace graphtier {
 namespace {
 
-constexpr int64_t kTile = 32;           // side of a transposed tile
-constexpr int64_t kRowsPerTask = 32;      // output rows per parallel task
-constexpr int64_t kColumnsPerTask = 256;  // weight-gradient rows per parallel task (multiple of 8)
+constexpr int64_t kRowsPerTask = 32;      // output rows per parallel task, at least
+constexpr int64_t kForwardColumns = 64;   // input columns whose weights the forward transposes at once
+constexpr int64_t kBlockColumns = 16;     // input columns whose gradient rows are summed in the cache
+constexpr int64_t kBlocksPerTask = 8;      // such blocks per parallel task
 
 // y[0:n] += a * w[0:n]; the pointers never alias.
 inline void add_scaled(float* __restrict__ y, const float* __restrict__ w, float a, int64_t n) {
@@ -67,45 +70,41 @@ inline void for_each_non_zero(const float* row, int64_t n, Visit&& visit) {
   }
 }
 
-// out[i] = bias + sum over x[i]'s non-zeros c of x[i, c] * columns[c], rows [begin, end).
+// out[i] += sum over x[i, c0:c0 + width]'s non-zeros c of x[i, c] * weight[:, c], rows [begin, end):
+// the block's weights first transposed into `scratch` ([width, out_dim], in the cache), so that each
+// non-zero adds one contiguous row.
 GRAPHTIER_CPU_CLONES
-void forward_rows(const float* xs, const float* columns, const float* bias, float* out,
-                  int64_t begin, int64_t end, int64_t in_dim, int64_t out_dim) {
+void forward_block(const float* xs, const float* weight, float* out, float* scratch, int64_t begin,
+                   int64_t end, int64_t c0, int64_t width, int64_t in_dim, int64_t out_dim) {
+  for (int64_t k = 0; k < out_dim; ++k) {
+    const float* row = weight + k * in_dim + c0;
+    for (int64_t c = 0; c < width; ++c) scratch[c * out_dim + k] = row[c];
+  }
   for (int64_t i = begin; i < end; ++i) {
     float* y = out + i * out_dim;
-    std::copy(bias, bias + out_dim, y);
-    for_each_non_zero(xs + i * in_dim, in_dim, [&](int64_t c, float value) {
-      add_scaled(y, columns + c * out_dim, value, out_dim);
+    for_each_non_zero(xs + i * in_dim + c0, width, [&](int64_t c, float value) {
+      add_scaled(y, scratch + c * out_dim, value, out_dim);
     });
   }
 }
 
-// grad_columns[c] += x[i, c] * grad_out[i] for every row i and non-zero column c in [begin, end).
+// grad_weight[:, c0:c0 + width] = sum over rows i of grad_out[i]^T x[i, c0:c0 + width], over x's
+// non-zeros: summed into `scratch` ([width, out_dim], a column's gradient in a row, in the cache),
+// then written into the gradient's columns once.
 GRAPHTIER_CPU_CLONES
-void grad_columns_of(const float* xs, const float* grad_out, float* grad_columns, int64_t rows,
-                     int64_t begin, int64_t end, int64_t in_dim, int64_t out_dim) {
+void grad_block(const float* xs, const float* grad_out, float* grad_weight, float* scratch,
+                int64_t rows, int64_t c0, int64_t width, int64_t in_dim, int64_t out_dim) {
+  std::fill(scratch, scratch + width * out_dim, 0.0f);
   for (int64_t i = 0; i < rows; ++i) {
     const float* g = grad_out + i * out_dim;
-    for_each_non_zero(xs + i * in_dim + begin, end - begin, [&](int64_t c, float value) {
-      add_scaled(grad_columns + (begin + c) * out_dim, g, value, out_dim);
+    for_each_non_zero(xs + i * in_dim + c0, width, [&](int64_t c, float value) {
+      add_scaled(scratch + c * out_dim, g, value, out_dim);
     });
   }
-}
-
-// dst[j, i] = src[i, j] for a [rows, cols] src, tile by tile, tiles split among threads.
-void transpose_into(const float* src, float* dst, int64_t rows, int64_t cols) {
-  const int64_t tile_rows = (rows + kTile - 1) / kTile;
-  at::parallel_for(0, tile_rows, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t ti = begin; ti < end; ++ti) {
-      const int64_t i0 = ti * kTile, i1 = std::min(rows, i0 + kTile);
-      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-        const int64_t j1 = std::min(cols, j0 + kTile);
-        for (int64_t i = i0; i < i1; ++i) {
-          for (int64_t j = j0; j < j1; ++j) dst[j * rows + i] = src[i * cols + j];
-        }
-      }
-    }
-  });
+  for (int64_t k = 0; k < out_dim; ++k) {
+    float* row = grad_weight + k * in_dim + c0;
+    for (int64_t c = 0; c < width; ++c) row[c] = scratch[c * out_dim + k];
+  }
 }
 
 void check_float_matrix(const at::Tensor& t) {
@@ -124,15 +123,23 @@ at::Tensor sparse_input_linear(const at::Tensor& x, const at::Tensor& weight,
   TORCH_CHECK(weight.size(1) == in_dim && bias.device().is_cpu() && bias.is_contiguous() &&
                   bias.scalar_type() == at::kFloat && bias.dim() == 1 && bias.numel() == out_dim,
               "sparse_input_linear: shapes disagree");
-  at::Tensor columns = at::empty({in_dim, out_dim}, weight.options());  // a column's weights in a row
-  transpose_into(weight.data_ptr<float>(), columns.data_ptr<float>(), out_dim, in_dim);
   at::Tensor out = at::empty({rows, out_dim}, x.options());
   const float* xs = x.data_ptr<float>();
-  const float* wt = columns.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
   const float* b = bias.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
-    forward_rows(xs, wt, b, o, begin, end, in_dim, out_dim);
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows / kRowsPerTask));
+  // a task owns a range of rows and runs every column block over them
+  at::parallel_for(0, tasks, 1, [&](int64_t first, int64_t last) {
+    std::vector<float> scratch(kForwardColumns * out_dim);
+    for (int64_t task = first; task < last; ++task) {
+      const int64_t begin = rows * task / tasks, end = rows * (task + 1) / tasks;
+      for (int64_t i = begin; i < end; ++i) std::copy(b, b + out_dim, o + i * out_dim);
+      for (int64_t c0 = 0; c0 < in_dim; c0 += kForwardColumns) {
+        forward_block(xs, w, o, scratch.data(), begin, end, c0, std::min(kForwardColumns, in_dim - c0),
+                      in_dim, out_dim);
+      }
+    }
   });
   return out;
 }
@@ -142,16 +149,20 @@ at::Tensor sparse_input_linear_weight_grad(const at::Tensor& grad_out, const at:
   check_float_matrix(x);
   const int64_t rows = x.size(0), in_dim = x.size(1), out_dim = grad_out.size(1);
   TORCH_CHECK(grad_out.size(0) == rows, "sparse_input_linear_weight_grad: shapes disagree");
-  at::Tensor columns = at::zeros({in_dim, out_dim}, x.options());  // the gradient, transposed
+  at::Tensor grad_weight = at::empty({out_dim, in_dim}, x.options());
   const float* xs = x.data_ptr<float>();
   const float* g = grad_out.data_ptr<float>();
-  float* gc = columns.data_ptr<float>();
-  // a task owns a range of input columns: its rows of the transposed gradient are its own
-  at::parallel_for(0, in_dim, kColumnsPerTask, [&](int64_t begin, int64_t end) {
-    grad_columns_of(xs, g, gc, rows, begin, end, in_dim, out_dim);
+  float* gw = grad_weight.data_ptr<float>();
+  // a task owns blocks of input columns: their columns of the gradient are its own
+  const int64_t blocks = (in_dim + kBlockColumns - 1) / kBlockColumns;
+  at::parallel_for(0, blocks, kBlocksPerTask, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(kBlockColumns * out_dim);
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t c0 = block * kBlockColumns;
+      grad_block(xs, g, gw, scratch.data(), rows, c0, std::min(kBlockColumns, in_dim - c0), in_dim,
+                 out_dim);
+    }
   });
-  at::Tensor grad_weight = at::empty({out_dim, in_dim}, x.options());
-  transpose_into(gc, grad_weight.data_ptr<float>(), in_dim, out_dim);
   return grad_weight;
 }
 
