@@ -105,7 +105,7 @@ class RGATConv(nn.Module):
         # the sources grouped by type (stable: block order within a type), and each one's place in its group
         counts = torch.bincount(node_types, minlength=self.num_types)
         order = torch.argsort(node_types, stable=True)
-        before = torch.cumsum(F.one_hot(node_types, self.num_types), 0)  # [S, T]: nodes of each type so far
+        before = torch.cumsum(F.one_hot(node_types.long(), self.num_types), 0)  # [S, T]: nodes of each type so far
         position = before.gather(1, node_types.unsqueeze(1)).squeeze(1) - 1
         # per type, its rows through the maps of the relations leaving it: one table of mapped rows
         grouped = x.index_select(0, order)

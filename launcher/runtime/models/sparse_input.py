@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from graphtier.service.native_ops import Backend, resolve_backend
 
-SPARSE_SHARE = 0.1  # at most this share of non-zeros: the kernel (a third faster than the product at ACM's ~5%)
+SPARSE_SHARE = 0.1  # at most this share of non-zeros: the kernel (at ACM's ~5%: about half the product's time)
 PROBE_ROWS = 64  # the rows whose non-zeros decide (a count over every row cost a tenth of the kernel)
 
 
