@@ -4,17 +4,21 @@
 //
 // Bag-of-words features (ACM's papers: 1,902 columns, ~5% of a sampled batch's values non-zero)
 // make the input layer the largest matrix product of a heterogeneous step, nearly all of it
-// multiplying zeros. Here the columns go block by block: a block's weights (forward) or gradient
-// rows (backward) are laid out one column to a row in a small buffer that stays in the cache, each
-// row's values in the block are compared with zero eight at a time (a mispredicted branch per value
-// cost more than the products), and each non-zero adds one contiguous row: `out_dim`
-// multiply-adds. Nothing the size of the weight is transposed or zero-filled, which on a machine of
-// little memory bandwidth cost as much as the products. The input needs no gradient (features are
-// data). The multiply-adds are compiled twice, for AVX2 with FMA and for the baseline x86-64, and
-// the loader picks the one the CPU runs (GCC's target_clones).
+// multiplying zeros. Each row's values are compared with zero eight at a time (a mispredicted
+// branch per value cost more than the products) and each non-zero adds one contiguous row:
+// `out_dim` multiply-adds. With few rows (a thread's outputs fit the cache) the columns go block by
+// block: a block's weights (forward) or gradient rows (backward) laid out one column to a row in a
+// small buffer, so nothing the size of the weight is transposed or zero-filled, which on a machine
+// of little memory bandwidth cost as much as the products. With many rows each row is finished at
+// once over the weight transposed once, and the gradient is summed transposed, a thread owning a
+// range of input columns. Both orders add a row's, or a column's, terms in the same order, so the
+// results do not depend on the path. The input needs no gradient (features are data). The
+// multiply-adds are compiled twice, for AVX2 with FMA and for the baseline x86-64, and the loader
+// picks the one the CPU runs (GCC's target_clones).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -36,7 +40,10 @@
 namespace graphtier {
 namespace {
 
+constexpr int64_t kBlockedRows = 512;     // rows per thread up to which the column blocks pay
 constexpr int64_t kRowsPerTask = 32;      // output rows per parallel task, at least
+constexpr int64_t kColumnsPerTask = 256;  // transposed-gradient rows per parallel task, many rows
+constexpr int64_t kTile = 32;             // side of a transposed tile
 constexpr int64_t kForwardColumns = 64;   // input columns whose weights the forward transposes at once
 constexpr int64_t kBlockColumns = 16;     // input columns whose gradient rows are summed in the cache
 constexpr int64_t kBlocksPerTask = 8;      // such blocks per parallel task
@@ -107,6 +114,47 @@ void grad_block(const float* xs, const float* grad_out, float* grad_weight, floa
   }
 }
 
+// out[i] = bias + sum over x[i]'s non-zeros c of x[i, c] * columns[c], rows [begin, end).
+GRAPHTIER_CPU_CLONES
+void forward_rows(const float* xs, const float* columns, const float* bias, float* out,
+                  int64_t begin, int64_t end, int64_t in_dim, int64_t out_dim) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* y = out + i * out_dim;
+    std::copy(bias, bias + out_dim, y);
+    for_each_non_zero(xs + i * in_dim, in_dim, [&](int64_t c, float value) {
+      add_scaled(y, columns + c * out_dim, value, out_dim);
+    });
+  }
+}
+
+// grad_columns[c] += x[i, c] * grad_out[i] for every row i and non-zero column c in [begin, end).
+GRAPHTIER_CPU_CLONES
+void grad_columns_of(const float* xs, const float* grad_out, float* grad_columns, int64_t rows,
+                     int64_t begin, int64_t end, int64_t in_dim, int64_t out_dim) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* g = grad_out + i * out_dim;
+    for_each_non_zero(xs + i * in_dim + begin, end - begin, [&](int64_t c, float value) {
+      add_scaled(grad_columns + (begin + c) * out_dim, g, value, out_dim);
+    });
+  }
+}
+
+// dst[j, i] = src[i, j] for a [rows, cols] src, tile by tile, tiles split among threads.
+void transpose_into(const float* src, float* dst, int64_t rows, int64_t cols) {
+  const int64_t tile_rows = (rows + kTile - 1) / kTile;
+  at::parallel_for(0, tile_rows, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t ti = begin; ti < end; ++ti) {
+      const int64_t i0 = ti * kTile, i1 = std::min(rows, i0 + kTile);
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        const int64_t j1 = std::min(cols, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) {
+          for (int64_t j = j0; j < j1; ++j) dst[j * rows + i] = src[i * cols + j];
+        }
+      }
+    }
+  });
+}
+
 void check_float_matrix(const at::Tensor& t) {
   TORCH_CHECK(t.device().is_cpu() && t.dim() == 2 && t.is_contiguous() &&
                   t.scalar_type() == at::kFloat,
@@ -128,8 +176,19 @@ at::Tensor sparse_input_linear(const at::Tensor& x, const at::Tensor& weight,
   const float* w = weight.data_ptr<float>();
   const float* b = bias.data_ptr<float>();
   float* o = out.data_ptr<float>();
+  if (rows > kBlockedRows * at::get_num_threads()) {
+    // many rows: a task's outputs outgrow the cache, so each row is finished at once, over the whole
+    // weight transposed once (a column's weights in a row)
+    at::Tensor columns = at::empty({in_dim, out_dim}, weight.options());
+    transpose_into(w, columns.data_ptr<float>(), out_dim, in_dim);
+    const float* wt = columns.data_ptr<float>();
+    at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
+      forward_rows(xs, wt, b, o, begin, end, in_dim, out_dim);
+    });
+    return out;
+  }
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows / kRowsPerTask));
-  // a task owns a range of rows and runs every column block over them
+  // a task owns a range of rows (in the cache) and runs every column block over them
   at::parallel_for(0, tasks, 1, [&](int64_t first, int64_t last) {
     std::vector<float> scratch(kForwardColumns * out_dim);
     for (int64_t task = first; task < last; ++task) {
@@ -149,9 +208,19 @@ at::Tensor sparse_input_linear_weight_grad(const at::Tensor& grad_out, const at:
   check_float_matrix(x);
   const int64_t rows = x.size(0), in_dim = x.size(1), out_dim = grad_out.size(1);
   TORCH_CHECK(grad_out.size(0) == rows, "sparse_input_linear_weight_grad: shapes disagree");
-  at::Tensor grad_weight = at::empty({out_dim, in_dim}, x.options());
   const float* xs = x.data_ptr<float>();
   const float* g = grad_out.data_ptr<float>();
+  at::Tensor grad_weight = at::empty({out_dim, in_dim}, x.options());
+  if (rows > kBlockedRows * at::get_num_threads()) {
+    // many rows: summed into the transposed gradient, a task owning a range of its rows, then transposed
+    at::Tensor columns = at::zeros({in_dim, out_dim}, x.options());
+    float* gc = columns.data_ptr<float>();
+    at::parallel_for(0, in_dim, kColumnsPerTask, [&](int64_t begin, int64_t end) {
+      grad_columns_of(xs, g, gc, rows, begin, end, in_dim, out_dim);
+    });
+    transpose_into(gc, grad_weight.data_ptr<float>(), in_dim, out_dim);
+    return grad_weight;
+  }
   float* gw = grad_weight.data_ptr<float>();
   // a task owns blocks of input columns: their columns of the gradient are its own
   const int64_t blocks = (in_dim + kBlockColumns - 1) / kBlockColumns;

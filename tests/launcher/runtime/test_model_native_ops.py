@@ -79,8 +79,9 @@ def _feature_rows(seed: int, rows: int = 70, columns: int = 301) -> torch.Tensor
 
 @needs_native
 @pytest.mark.parametrize("threads", [1, 2])
-def test_sparse_input_linear_gives_the_dense_products_values_and_gradients(threads):
-    x = _feature_rows(0)
+@pytest.mark.parametrize("rows", [70, 1100])  # a thread's outputs in the cache (column blocks), and not (row by row)
+def test_sparse_input_linear_gives_the_dense_products_values_and_gradients(threads, rows):
+    x = _feature_rows(0, rows=rows)
     upstream = torch.randn(x.shape[0], 24, generator=torch.Generator().manual_seed(1))
     results = {}
     before = torch.get_num_threads()
