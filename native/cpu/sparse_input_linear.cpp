@@ -54,8 +54,8 @@ inline void add_scaled(float* __restrict__ y, const float* __restrict__ w, float
 }
 
 // Calls visit(c, value) for every non-zero value of row[0:n], in column order: eight values are
-// compared with zero at once and only the set bits of the result are visited (a -0.0 is visited,
-// and adds nothing).
+// compared with zero at once and only the set bits of the result are visited (zeros of either sign
+// are skipped; a NaN is visited, so it reaches the output as through the dense product).
 template <typename Visit>
 inline void for_each_non_zero(const float* row, int64_t n, Visit&& visit) {
   int64_t c = 0;
@@ -212,7 +212,7 @@ at::Tensor sparse_input_linear_weight_grad(const at::Tensor& grad_out, const at:
   const float* g = grad_out.data_ptr<float>();
   at::Tensor grad_weight = at::empty({out_dim, in_dim}, x.options());
   if (rows > kBlockedRows * at::get_num_threads()) {
-    // many rows: summed into the transposed gradient, a task owning a range of its rows, then transposed
+    // many rows: summed into the transposed gradient, a task owning a range of input columns, then transposed
     at::Tensor columns = at::zeros({in_dim, out_dim}, x.options());
     float* gc = columns.data_ptr<float>();
     at::parallel_for(0, in_dim, kColumnsPerTask, [&](int64_t begin, int64_t end) {

@@ -112,6 +112,11 @@ def test_sparse_input_linear_takes_the_kernel_only_for_sparse_rows_that_need_no_
     (grad,) = torch.autograd.grad(layer(with_grad).sum(), with_grad)
     torch.testing.assert_close(grad, layer.weight.sum(0).expand_as(sparse))
     assert list(dict(layer.state_dict())) == ["weight", "bias"]  # nn.Linear's names: checkpoints unchanged
+    poisoned = sparse.clone()
+    poisoned[6, 11] = float("nan")  # a NaN feature reaches its row's outputs, as through the dense product
+    with torch.no_grad():
+        out = layer(poisoned)
+    assert layer._sparse(poisoned) and torch.isnan(out[6]).all() and not torch.isnan(out[7]).any()
 
 
 def test_rgat_layer_draws_gatconvs_initial_weights_and_loads_their_checkpoints():
