@@ -54,6 +54,13 @@ Shape check(const at::Tensor& table, const at::Tensor& edge_row, const at::Tenso
                   att_src.size(2) == s.channels && score_dst.size(0) == s.num_dst &&
                   score_dst.size(1) == s.relations && score_dst.size(2) == s.heads,
               "relation_attention: shapes disagree");
+  return s;
+}
+
+// The forward's last-line check of the index data (the backward gets the tensors the forward saved):
+// indptr runs from 0 to the edge count without decreasing, each edge's row and relation in range.
+void check_indices(const Shape& s, const at::Tensor& table, const at::Tensor& edge_row,
+                   const at::Tensor& indptr, const at::Tensor& relation) {
   const int64_t* off = indptr.data_ptr<int64_t>();
   TORCH_CHECK(off[0] == 0 && off[s.num_dst] == s.edges, "relation_attention: indptr must run 0..edges");
   for (int64_t v = 0; v < s.num_dst; ++v) {
@@ -67,7 +74,6 @@ Shape check(const at::Tensor& table, const at::Tensor& edge_row, const at::Tenso
     TORCH_CHECK(static_cast<uint64_t>(row[e]) < rows && static_cast<uint64_t>(rel[e]) < relations,
                 "relation_attention: an edge's row or relation is out of range");
   }
-  return s;
 }
 
 int64_t grain_of(const Shape& s) {
@@ -81,6 +87,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relation_attention(
     const at::Tensor& relation, const at::Tensor& att_src, const at::Tensor& score_dst,
     double negative_slope) {
   const Shape s = check(table, edge_row, indptr, relation, att_src, score_dst);
+  check_indices(s, table, edge_row, indptr, relation);
   const int64_t H = s.heads, C = s.channels, R = s.relations;
   at::Tensor out = at::zeros({s.num_dst, H, C}, table.options());
   at::Tensor alpha = at::empty({s.edges, H}, table.options());

@@ -103,10 +103,10 @@ class RGATConv(nn.Module):
         if not num_relations:
             return x.new_zeros((n, width))
         # the sources grouped by type (stable: block order within a type), and each one's place in its group
-        counts = torch.bincount(node_types, minlength=self.num_types)
         order = torch.argsort(node_types, stable=True)
         before = torch.cumsum(F.one_hot(node_types.long(), self.num_types), 0)  # [S, T]: nodes of each type so far
         position = before.gather(1, node_types.unsqueeze(1)).squeeze(1) - 1
+        counts = before[-1] if len(before) else before.new_zeros(self.num_types)  # the nodes of each type
         # per type, its rows through the maps of the relations leaving it: one table of mapped rows
         grouped = x.index_select(0, order)
         tables, first_row, start, begin = [], [0] * self.num_types, 0, 0
