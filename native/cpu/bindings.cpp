@@ -34,8 +34,20 @@ TORCH_LIBRARY(graphtier, m) {
   m.def(
       "row_adam_(Tensor(a!) weight, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor(d!) steps, "
       "Tensor rows, Tensor grad, float lr, float beta1, float beta2, float eps, float weight_decay) -> ()");
-  m.def("sparse_input_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");
-  m.def("sparse_input_linear_weight_grad(Tensor grad_out, Tensor x) -> Tensor");
+  m.def(
+      "rgat_conv(Tensor x, Tensor weight, Tensor att_src, Tensor att_dst, Tensor bias, Tensor indptr, "
+      "Tensor indices, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, bool concat, "
+      "float negative_slope) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "rgat_conv_backward(Tensor grad_out, Tensor x, Tensor weight, Tensor att_src, Tensor att_dst, "
+      "Tensor indptr, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, bool concat, "
+      "float negative_slope, Tensor table, Tensor edge_row, Tensor alpha, Tensor score, Tensor score_dst, "
+      "Tensor folded) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("sparse_rows(Tensor x, int probe_rows, float max_share) -> (Tensor, Tensor, Tensor)");
+  m.def("sparse_rows_linear(Tensor offsets, Tensor columns, Tensor values, Tensor weight, Tensor bias) -> Tensor");
+  m.def(
+      "sparse_rows_weight_grad(Tensor offsets, Tensor columns, Tensor values, Tensor grad_out, int in_dim) "
+      "-> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
@@ -49,8 +61,11 @@ TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("relation_attention", &graphtier::relation_attention);
   m.impl("relation_attention_backward", &graphtier::relation_attention_backward);
   m.impl("row_adam_", &graphtier::row_adam_);
-  m.impl("sparse_input_linear", &graphtier::sparse_input_linear);
-  m.impl("sparse_input_linear_weight_grad", &graphtier::sparse_input_linear_weight_grad);
+  m.impl("rgat_conv", &graphtier::rgat_conv);
+  m.impl("rgat_conv_backward", &graphtier::rgat_conv_backward);
+  m.impl("sparse_rows", &graphtier::sparse_rows);
+  m.impl("sparse_rows_linear", &graphtier::sparse_rows_linear);
+  m.impl("sparse_rows_weight_grad", &graphtier::sparse_rows_weight_grad);
 }
 
 static PyModuleDef native_module = {

@@ -28,7 +28,7 @@ from graphtier.launcher.runtime.models.block_ops import relation_attention
 from graphtier.launcher.runtime.models.dropout import Dropout
 from graphtier.launcher.runtime.models.featureless import FeaturelessOptions
 from graphtier.launcher.runtime.models.rgcn import HeteroInput, check_layer_count
-from graphtier.service.native_ops import Backend
+from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling import Block
 
 
@@ -52,7 +52,8 @@ class RGATConv(nn.Module):
     slot: Tensor
     stride: Tensor
     ends_at: Tensor
-    backend: Backend = "auto"  # the attention's: native where built (`block_ops.relation_attention`)
+    relation_types: Tensor  # int64 [R, 2]: each relation's (head, tail) node types
+    backend: Backend = "auto"  # "auto": the native layer (`native/cpu/rgat_conv.cpp`) where built; "torch"
 
     def __init__(
         self,
@@ -69,8 +70,8 @@ class RGATConv(nn.Module):
         super().__init__()
         self.in_dim, self.out_dim, self.heads, self.concat = in_dim, out_dim, heads, concat
         self.num_types, self.negative_slope = num_types, negative_slope
-        self.relation_types = [(int(head), int(tail)) for head, tail in relation_types]
-        count = len(self.relation_types)
+        pairs = [(int(head), int(tail)) for head, tail in relation_types]
+        count = len(pairs)
         width = heads * out_dim if concat else out_dim
         self.weight = nn.Parameter(torch.empty(count, heads * out_dim, in_dim))
         self.att_src = nn.Parameter(torch.empty(count, heads, out_dim))
@@ -82,26 +83,31 @@ class RGATConv(nn.Module):
             nn.init.xavier_uniform_(self.att_src.data[r : r + 1])
             nn.init.xavier_uniform_(self.att_dst.data[r : r + 1])
         # the relations leaving each type, in relation order: their maps are one product per type
-        self.outgoing = [[r for r, (head, _) in enumerate(self.relation_types) if head == t] for t in range(num_types)]
+        self.outgoing = [[r for r, (head, _) in enumerate(pairs) if head == t] for t in range(num_types)]
         slot, stride = [0] * count, [0] * count
         for relations in self.outgoing:
             for place, r in enumerate(relations):
                 slot[r], stride[r] = place, len(relations)
         ends_at = torch.zeros(num_types, count)
-        for r, (_, tail) in enumerate(self.relation_types):
+        for r, (_, tail) in enumerate(pairs):
             ends_at[tail, r] = 1.0
         self.register_buffer("slot", torch.tensor(slot, dtype=torch.int64), persistent=False)
         self.register_buffer("stride", torch.tensor(stride, dtype=torch.int64), persistent=False)
         self.register_buffer("ends_at", ends_at, persistent=False)
+        self.register_buffer("relation_types", torch.tensor(pairs, dtype=torch.int64).view(count, 2), persistent=False)
         self._register_load_state_dict_pre_hook(_stack_per_relation_convs)
 
     def forward(self, block: Block, edge_types: Tensor, node_types: Tensor, x: Tensor) -> Tensor:
         """`node_types`: the type of each of the block's sources (its destinations come first)."""
         n, heads, out_dim = block.num_dst, self.heads, self.out_dim
-        num_relations = len(self.relation_types)
+        num_relations = self.weight.shape[0]
         width = out_dim * heads if self.concat else out_dim
         if not num_relations:
             return x.new_zeros((n, width))
+        if self._native(x):
+            return _NativeRGATConv.apply(
+                x.contiguous(), self.weight, self.att_src, self.att_dst, self.bias, block, edge_types, node_types, self
+            )
         # the sources grouped by type (stable: block order within a type), and each one's place in its group
         order = torch.argsort(node_types, stable=True)
         before = torch.cumsum(F.one_hot(node_types.long(), self.num_types), 0)  # [S, T]: nodes of each type so far
@@ -124,19 +130,52 @@ class RGATConv(nn.Module):
         else:
             table = torch.cat(tables) if len(tables) > 1 else tables[0]
             rel = edge_types
-            base = torch.tensor([first_row[head] for head, _ in self.relation_types], device=x.device) + self.slot
+            base = torch.tensor([first_row[head] for head in self.relation_types[:, 0].tolist()], device=x.device)
+            base = base + self.slot
             row = position[block.indices] * self.stride[rel] + base[rel]  # each edge's mapped source
             # a_dst . (W x_dst) == (W^T a_dst) . x_dst: the destinations' logits without mapping their rows
             folded = torch.einsum(
                 "rhci,rhc->rhi", self.weight.view(num_relations, heads, out_dim, self.in_dim), self.att_dst
             )
             score_dst = (x[:n] @ folded.reshape(num_relations * heads, self.in_dim).t()).view(n, num_relations, heads)
-            messages = relation_attention(
-                block, table, row, rel, self.att_src, score_dst, self.negative_slope, backend=self.backend
-            )
+            messages = relation_attention(block, table, row, rel, self.att_src, score_dst, self.negative_slope)
         out = messages.reshape(n, -1) if self.concat else messages.mean(dim=1)
         bias = self.ends_at @ self.bias  # [T, width]: the biases of the relations ending at a type
         return out + bias.index_select(0, node_types[:n])
+
+    def _native(self, x: Tensor) -> bool:
+        """Whether the layer runs as the native op: CPU float32 where the ops are built (`backend`)."""
+        params = (x, self.weight, self.att_src, self.att_dst, self.bias)
+        if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in params):
+            return False
+        return resolve_backend(self.backend, "R-GAT layer") == "native"
+
+
+class _NativeRGATConv(torch.autograd.Function):
+    """`RGATConv`'s forward as one native call (`torch.ops.graphtier.rgat_conv`) and its backward as another;
+    gradients for x, weight, att_src, att_dst and bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, att_src, att_dst, bias, block: Block, edge_types, node_types, conv: RGATConv):
+        settings = (conv.num_types, conv.concat, conv.negative_slope)
+        indptr, edge_types = block.indptr.contiguous(), edge_types.to(torch.int64).contiguous()
+        node_types = node_types.to(torch.int64).contiguous()
+        out, *saved = torch.ops.graphtier.rgat_conv(
+            x, weight, att_src, att_dst, bias, indptr, block.indices.contiguous(), edge_types, node_types,
+            conv.relation_types, *settings,
+        )  # fmt: skip
+        ctx.save_for_backward(x, weight, att_src, att_dst, indptr, edge_types, node_types, conv.relation_types, *saved)
+        ctx.settings = settings
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        x, weight, att_src, att_dst, indptr, edge_types, node_types, relation_types, *saved = ctx.saved_tensors
+        grads = torch.ops.graphtier.rgat_conv_backward(
+            grad_out.contiguous(), x, weight, att_src, att_dst, indptr, edge_types, node_types, relation_types,
+            *ctx.settings, *saved,
+        )  # fmt: skip
+        return (*grads, None, None, None, None)
 
 
 _PER_RELATION = {"lin.weight": "weight", "att_src": "att_src", "att_dst": "att_dst", "bias": "bias"}

@@ -74,10 +74,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relation_attention_backward(
     const at::Tensor& score_dst, const at::Tensor& alpha, const at::Tensor& score,
     double negative_slope);
 
-// x @ weight^T + bias and the weight's gradient grad_out^T @ x, skipping x's zeros
-// (sparse_input_linear.cpp; contract and fallback in launcher/runtime/models/sparse_input.py).
-at::Tensor sparse_input_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
-at::Tensor sparse_input_linear_weight_grad(const at::Tensor& grad_out, const at::Tensor& x);
+// One R-GAT layer over a block, every relation at once (rgat_conv.cpp; the contract and the torch
+// forward it is tested against are in launcher/runtime/models/rgat.py). The forward returns (out,
+// then what its backward reads: table, edge_row, alpha, score, score_dst, folded); the backward
+// returns the gradients of x, weight, att_src, att_dst and bias.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgat_conv(
+    const at::Tensor& x, const at::Tensor& weight, const at::Tensor& att_src, const at::Tensor& att_dst,
+    const at::Tensor& bias, const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_types,
+    const at::Tensor& node_types, const at::Tensor& relation_types, int64_t num_types, bool concat,
+    double negative_slope);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgat_conv_backward(
+    const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& att_src,
+    const at::Tensor& att_dst, const at::Tensor& indptr, const at::Tensor& edge_types,
+    const at::Tensor& node_types, const at::Tensor& relation_types, int64_t num_types, bool concat,
+    double negative_slope, const at::Tensor& table, const at::Tensor& edge_row, const at::Tensor& alpha,
+    const at::Tensor& score, const at::Tensor& score_dst, const at::Tensor& folded);
+
+// x's non-zeros as compressed rows (offsets, int32 columns, values), or three empty tensors when
+// its first `probe_rows` rows are more than `max_share` non-zero; over them, x @ weight^T + bias and
+// the weight's gradient grad_out^T @ x (sparse_input_linear.cpp; contract and fallback in
+// launcher/runtime/models/sparse_input.py).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sparse_rows(const at::Tensor& x, int64_t probe_rows,
+                                                           double max_share);
+at::Tensor sparse_rows_linear(const at::Tensor& offsets, const at::Tensor& columns, const at::Tensor& values,
+                              const at::Tensor& weight, const at::Tensor& bias);
+at::Tensor sparse_rows_weight_grad(const at::Tensor& offsets, const at::Tensor& columns, const at::Tensor& values,
+                                   const at::Tensor& grad_out, int64_t in_dim);
 
 // One lazy AdamW step on the distinct rows `rows` of a table, its moments and per-row step counts
 // (row_adam.cpp; the contract and the torch fallback are in launcher/runtime/row_adam.py).

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from native_backends import needs_native
+from typed_blocks import NODE_TYPES, typed_block
+from typed_blocks import RELATIONS as TYPED_RELATIONS
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.models.block_ops import relation_attention
@@ -66,6 +68,49 @@ def test_relation_attention_refuses_parameters_that_do_not_fit_the_block():
         relation_attention(block, table, edge_row, relation, att_src[:, :, :-1], score_dst, 0.2)
 
 
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("seed", "concat"), [(0, True), (1, False), (2, True)])
+def test_native_rgat_layer_gives_the_torch_layers_values_and_gradients(seed, concat, threads):
+    """The layer as one native call and its backward (`native/cpu/rgat_conv.cpp`) against the layer's torch
+    ops, on a typed block with a destination without in-edges and a type no relation reaches (venue)."""
+    block, rel, types = typed_block(seed)
+    relation_types = [(NODE_TYPES.index(head), NODE_TYPES.index(tail)) for head, _, tail in TYPED_RELATIONS]
+    torch.manual_seed(seed)
+    layer = RGATConv(16, 4 if concat else 3, len(NODE_TYPES), relation_types, heads=HEADS, concat=concat)
+    with torch.no_grad():
+        layer.bias.uniform_(-1.0, 1.0)
+    x = torch.randn(block.num_src, 16, generator=torch.Generator().manual_seed(seed))
+    upstream = torch.randn(block.num_dst, layer.bias.shape[1], generator=torch.Generator().manual_seed(seed + 10))
+    results = {}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for backend in ("torch", "native"):
+            layer.backend = backend
+            layer.zero_grad(set_to_none=True)
+            rows = x.clone().requires_grad_()
+            out = layer(block, rel, types, rows)
+            (out * upstream).sum().backward()
+            results[backend] = (out.detach(), rows.grad, *(p.grad for p in layer.parameters()))
+    finally:
+        torch.set_num_threads(before)
+    assert results["native"][0][1].abs().sum() > 0  # no in-edges, yet the biases of the relations ending there
+    for ours, reference in zip(results["native"], results["torch"], strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-5)
+
+
+@needs_native
+def test_native_rgat_layer_refuses_an_edge_leaving_a_source_of_another_type():
+    block, rel, types = typed_block(0)
+    relation_types = [(NODE_TYPES.index(head), NODE_TYPES.index(tail)) for head, _, tail in TYPED_RELATIONS]
+    layer = RGATConv(16, 4, len(NODE_TYPES), relation_types, heads=HEADS, concat=True)
+    wrong = rel.clone()
+    wrong[0] = (rel[0] + 1) % len(TYPED_RELATIONS)  # its source is not of that relation's head type
+    with pytest.raises(RuntimeError, match="leaves a source of node type"):
+        layer(block, wrong, types, torch.randn(block.num_src, 16))
+
+
 def _feature_rows(seed: int, rows: int = 70, columns: int = 301) -> torch.Tensor:
     """Bag-of-words-like rows (~5% non-zero; 301 columns: not a multiple of the kernel's groups), one
     row all zeros, one dense, one holding a -0.0."""
@@ -104,10 +149,12 @@ def test_sparse_input_linear_gives_the_dense_products_values_and_gradients(threa
 def test_sparse_input_linear_takes_the_kernel_only_for_sparse_rows_that_need_no_gradient():
     layer = SparseInputLinear(301, 16)
     sparse = _feature_rows(1)
-    assert layer._sparse(sparse)
-    assert not layer._sparse(torch.randn(70, 301))  # dense rows: the product is faster
-    assert not layer._sparse(sparse.clone().requires_grad_())  # rows that need a gradient: the product's backward
-    assert not layer._sparse(sparse.double())
+    assert layer._sparse_rows(sparse) is not None
+    assert layer._sparse_rows(torch.randn(70, 301)) is None  # dense rows: the product is faster
+    assert (
+        layer._sparse_rows(sparse.clone().requires_grad_()) is None
+    )  # rows that need a gradient: the product's backward
+    assert layer._sparse_rows(sparse.double()) is None
     with_grad = sparse.clone().requires_grad_()
     (grad,) = torch.autograd.grad(layer(with_grad).sum(), with_grad)
     torch.testing.assert_close(grad, layer.weight.sum(0).expand_as(sparse))
@@ -116,7 +163,7 @@ def test_sparse_input_linear_takes_the_kernel_only_for_sparse_rows_that_need_no_
     poisoned[6, 11] = float("nan")  # a NaN feature reaches its row's outputs, as through the dense product
     with torch.no_grad():
         out = layer(poisoned)
-    assert layer._sparse(poisoned) and torch.isnan(out[6]).all() and not torch.isnan(out[7]).any()
+    assert layer._sparse_rows(poisoned) is not None and torch.isnan(out[6]).all() and not torch.isnan(out[7]).any()
 
 
 def test_rgat_layer_draws_gatconvs_initial_weights_and_loads_their_checkpoints():
