@@ -40,9 +40,9 @@ TORCH_LIBRARY(graphtier, m) {
       "float negative_slope) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "rgat_conv_backward(Tensor grad_out, Tensor x, Tensor weight, Tensor att_src, Tensor att_dst, "
-      "Tensor indptr, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, bool concat, "
-      "float negative_slope, Tensor table, Tensor edge_row, Tensor alpha, Tensor score, Tensor score_dst, "
-      "Tensor folded) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "Tensor indptr, Tensor indices, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, "
+      "bool concat, float negative_slope, Tensor alpha, Tensor score, Tensor score_dst, Tensor folded_src, "
+      "Tensor folded_dst, Tensor sums) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("sparse_rows(Tensor x, int probe_rows, float max_share) -> (Tensor, Tensor, Tensor)");
   m.def("sparse_rows_linear(Tensor offsets, Tensor columns, Tensor values, Tensor weight, Tensor bias) -> Tensor");
   m.def(

@@ -158,23 +158,25 @@ class _NativeRGATConv(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, att_src, att_dst, bias, block: Block, edge_types, node_types, conv: RGATConv):
         settings = (conv.num_types, conv.concat, conv.negative_slope)
-        indptr, edge_types = block.indptr.contiguous(), edge_types.to(torch.int64).contiguous()
-        node_types = node_types.to(torch.int64).contiguous()
-        out, *saved = torch.ops.graphtier.rgat_conv(
-            x, weight, att_src, att_dst, bias, indptr, block.indices.contiguous(), edge_types, node_types,
-            conv.relation_types, *settings,
-        )  # fmt: skip
-        ctx.save_for_backward(x, weight, att_src, att_dst, indptr, edge_types, node_types, conv.relation_types, *saved)
+        graph = (
+            block.indptr.contiguous(),
+            block.indices.contiguous(),
+            edge_types.to(torch.int64).contiguous(),
+            node_types.to(torch.int64).contiguous(),
+            conv.relation_types,
+        )
+        out, *saved = torch.ops.graphtier.rgat_conv(x, weight, att_src, att_dst, bias, *graph, *settings)
+        ctx.save_for_backward(x, weight, att_src, att_dst, *graph, *saved)
         ctx.settings = settings
         return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        x, weight, att_src, att_dst, indptr, edge_types, node_types, relation_types, *saved = ctx.saved_tensors
+        x, weight, att_src, att_dst, *rest = ctx.saved_tensors
+        graph, saved = rest[:5], rest[5:]
         grads = torch.ops.graphtier.rgat_conv_backward(
-            grad_out.contiguous(), x, weight, att_src, att_dst, indptr, edge_types, node_types, relation_types,
-            *ctx.settings, *saved,
-        )  # fmt: skip
+            grad_out.contiguous(), x, weight, att_src, att_dst, *graph, *ctx.settings, *saved
+        )
         return (*grads, None, None, None, None)
 
 

@@ -76,8 +76,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relation_attention_backward(
 
 // One R-GAT layer over a block, every relation at once (rgat_conv.cpp; the contract and the torch
 // forward it is tested against are in launcher/runtime/models/rgat.py). The forward returns (out,
-// then what its backward reads: table, edge_row, alpha, score, score_dst, folded); the backward
-// returns the gradients of x, weight, att_src, att_dst and bias.
+// then what its backward reads: alpha, score, score_dst, folded_src, folded_dst, sums); the
+// backward returns the gradients of x, weight, att_src, att_dst and bias.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgat_conv(
     const at::Tensor& x, const at::Tensor& weight, const at::Tensor& att_src, const at::Tensor& att_dst,
     const at::Tensor& bias, const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_types,
@@ -85,10 +85,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     double negative_slope);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgat_conv_backward(
     const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& att_src,
-    const at::Tensor& att_dst, const at::Tensor& indptr, const at::Tensor& edge_types,
+    const at::Tensor& att_dst, const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_types,
     const at::Tensor& node_types, const at::Tensor& relation_types, int64_t num_types, bool concat,
-    double negative_slope, const at::Tensor& table, const at::Tensor& edge_row, const at::Tensor& alpha,
-    const at::Tensor& score, const at::Tensor& score_dst, const at::Tensor& folded);
+    double negative_slope, const at::Tensor& alpha, const at::Tensor& score, const at::Tensor& score_dst,
+    const at::Tensor& folded_src, const at::Tensor& folded_dst, const at::Tensor& sums);
 
 // x's non-zeros as compressed rows (offsets, int32 columns, values), or three empty tensors when
 // its first `probe_rows` rows are more than `max_share` non-zero; over them, x @ weight^T + bias and

@@ -101,13 +101,13 @@ def test_native_rgat_layer_gives_the_torch_layers_values_and_gradients(seed, con
 
 
 @needs_native
-def test_native_rgat_layer_refuses_an_edge_leaving_a_source_of_another_type():
+def test_native_rgat_layer_refuses_an_edge_between_types_its_relation_does_not_join():
     block, rel, types = typed_block(0)
     relation_types = [(NODE_TYPES.index(head), NODE_TYPES.index(tail)) for head, _, tail in TYPED_RELATIONS]
     layer = RGATConv(16, 4, len(NODE_TYPES), relation_types, heads=HEADS, concat=True)
     wrong = rel.clone()
-    wrong[0] = (rel[0] + 1) % len(TYPED_RELATIONS)  # its source is not of that relation's head type
-    with pytest.raises(RuntimeError, match="leaves a source of node type"):
+    wrong[0] = (rel[0] + 1) % len(TYPED_RELATIONS)  # its ends are not that relation's types
+    with pytest.raises(RuntimeError, match="joins node types .* not the relation"):
         layer(block, wrong, types, torch.randn(block.num_src, 16))
 
 
