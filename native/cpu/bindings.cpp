@@ -25,13 +25,6 @@ TORCH_LIBRARY(graphtier, m) {
       "int first_column, Tensor(b!) degree) -> int");
   m.def("pull_sum_(Tensor(a!) out, Tensor share, Tensor offsets, Tensor row) -> ()");
   m.def(
-      "relation_attention(Tensor table, Tensor edge_row, Tensor indptr, Tensor relation, "
-      "Tensor att_src, Tensor score_dst, float negative_slope) -> (Tensor, Tensor, Tensor)");
-  m.def(
-      "relation_attention_backward(Tensor grad_out, Tensor table, Tensor edge_row, Tensor indptr, "
-      "Tensor relation, Tensor att_src, Tensor score_dst, Tensor alpha, Tensor score, "
-      "float negative_slope) -> (Tensor, Tensor, Tensor)");
-  m.def(
       "row_adam_(Tensor(a!) weight, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor(d!) steps, "
       "Tensor rows, Tensor grad, float lr, float beta1, float beta2, float eps, float weight_decay) -> ()");
   m.def(
@@ -58,8 +51,6 @@ TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("scatter_csc_keys_", &graphtier::scatter_csc_keys_);
   m.impl("compact_csc_keys_", &graphtier::compact_csc_keys_);
   m.impl("pull_sum_", &graphtier::pull_sum_);
-  m.impl("relation_attention", &graphtier::relation_attention);
-  m.impl("relation_attention_backward", &graphtier::relation_attention_backward);
   m.impl("row_adam_", &graphtier::row_adam_);
   m.impl("rgat_conv", &graphtier::rgat_conv);
   m.impl("rgat_conv_backward", &graphtier::rgat_conv_backward);

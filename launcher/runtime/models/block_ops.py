@@ -6,8 +6,8 @@ A block is a CSC bipartite graph: destination v's in-edges are `indices[indptr[v
 `num_dst` rows only, so a layer never computes rows the next layer does not read. All
 operations are vectorised; the weighted sum runs as a sparse CSR x dense product (one pass
 over the edges, no [num_edges, F] message tensor) with a hand-written backward. R-GAT's attention
-(`relation_attention`) is one native op and its backward where the ops are built
-(`native/cpu/relation_attention.cpp`), the torch ops here elsewhere and as its reference.
+(`relation_attention`) is its layer's torch forward; on the CPU the layer is one native op
+(`native/cpu/rgat_conv.cpp`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphtier.contract.errors import GraphtierError
-from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling import Block
 
 
@@ -112,37 +111,6 @@ def attention_sum(values: Tensor, src: Tensor, dst: Tensor, alpha: Tensor, num_d
     return values.new_zeros((num_dst, *values.shape[1:])).index_add_(0, dst, msg)
 
 
-class _RelationAttention(torch.autograd.Function):
-    """`relation_attention` through the native op and its backward (gradients: table, att_src, score_dst)."""
-
-    @staticmethod
-    def forward(
-        ctx,
-        table: Tensor,
-        edge_row: Tensor,
-        indptr: Tensor,
-        relation: Tensor,
-        att_src: Tensor,
-        score_dst: Tensor,
-        negative_slope: float,
-    ) -> Tensor:
-        out, alpha, score = torch.ops.graphtier.relation_attention(
-            table, edge_row, indptr, relation, att_src, score_dst, negative_slope
-        )
-        ctx.save_for_backward(table, edge_row, indptr, relation, att_src, score_dst, alpha, score)
-        ctx.negative_slope = negative_slope
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        table, edge_row, indptr, relation, att_src, score_dst, alpha, score = ctx.saved_tensors
-        grad_table, grad_att, grad_score_dst = torch.ops.graphtier.relation_attention_backward(
-            grad_out.contiguous(), table, edge_row, indptr, relation, att_src, score_dst, alpha, score,
-            ctx.negative_slope,
-        )  # fmt: skip
-        return grad_table, None, None, None, grad_att, grad_score_dst, None
-
-
 def relation_attention(
     block: Block,
     table: Tensor,
@@ -151,7 +119,6 @@ def relation_attention(
     att_src: Tensor,
     score_dst: Tensor,
     negative_slope: float,
-    backend: Backend = "auto",
 ) -> Tensor:
     """[num_dst, H, C]: R-GAT's attention-weighted sum of every relation's messages into each destination.
 
@@ -160,7 +127,7 @@ def relation_attention(
     `score_dst[v, relation[e]]`) per head, soft-maxed over the destination's in-edges of that relation
     only; the destination gets the sum of its edges' rows weighted by those. `table` [M, H, C],
     `att_src` [R, H, C] and `score_dst` [num_dst, R, H] get gradients; `edge_row` and `relation` are
-    int64 [num_edges]. Native on CPU float32 where the ops are built (`backend`), torch ops otherwise.
+    int64 [num_edges]. `RGATConv`'s torch forward: on the CPU the native layer does all of it in one call.
     """
     num_dst, heads = block.num_dst, table.shape[1]
     num_relations = att_src.shape[0]
@@ -169,16 +136,6 @@ def relation_attention(
             f"relation_attention: score_dst {tuple(score_dst.shape)} and att_src {tuple(att_src.shape)} do not fit "
             f"{num_dst} destinations, {num_relations} relations and table rows {tuple(table.shape[1:])}"
         )
-    native = (
-        table.device.type == "cpu"
-        and table.dtype == att_src.dtype == score_dst.dtype == torch.float32
-        and resolve_backend(backend, "R-GAT attention") == "native"
-    )
-    if native:
-        return _RelationAttention.apply(
-            table.contiguous(), edge_row.to(torch.int64).contiguous(), block.indptr.contiguous(),
-            relation.to(torch.int64).contiguous(), att_src.contiguous(), score_dst.contiguous(), negative_slope,
-        )  # fmt: skip
     dst = destination_index(block)
     mapped = table.index_select(0, edge_row)  # [E, H, C]
     score_src = (mapped * att_src.index_select(0, relation)).sum(-1)

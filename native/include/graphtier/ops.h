@@ -60,20 +60,6 @@ int64_t compact_csc_keys_(at::Tensor& keys, int64_t start, int64_t stop, int64_t
 void pull_sum_(at::Tensor& out, const at::Tensor& share, const at::Tensor& offsets,
                const at::Tensor& row);
 
-// R-GAT's attention over a block, every relation at once (relation_attention.cpp; the contract
-// and the torch fallback are in launcher/runtime/models/block_ops.py): returns (out [num_dst, H,
-// C], alpha [E, H], score [E, H]); the backward returns the gradients of table, att_src and
-// score_dst.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> relation_attention(
-    const at::Tensor& table, const at::Tensor& edge_row, const at::Tensor& indptr,
-    const at::Tensor& relation, const at::Tensor& att_src, const at::Tensor& score_dst,
-    double negative_slope);
-std::tuple<at::Tensor, at::Tensor, at::Tensor> relation_attention_backward(
-    const at::Tensor& grad_out, const at::Tensor& table, const at::Tensor& edge_row,
-    const at::Tensor& indptr, const at::Tensor& relation, const at::Tensor& att_src,
-    const at::Tensor& score_dst, const at::Tensor& alpha, const at::Tensor& score,
-    double negative_slope);
-
 // One R-GAT layer over a block, every relation at once (rgat_conv.cpp; the contract and the torch
 // forward it is tested against are in launcher/runtime/models/rgat.py). The forward returns (out,
 // then what its backward reads: alpha, score, score_dst, folded_src, folded_dst, sums); the

@@ -1,5 +1,5 @@
-"""The models' native ops give their torch fallbacks' values and gradients: R-GAT's attention over a block
-(`block_ops.relation_attention`) and the input map of mostly-zero feature rows (`SparseInputLinear`); and
+"""The models' native ops give their torch fallbacks' values and gradients: R-GAT's layer as one call
+(`native/cpu/rgat_conv.cpp`) and the input map of mostly-zero feature rows (`SparseInputLinear`); and
 R-GAT's layer, its parameters stacked over relations, starts and loads as one `GATConv` per relation did."""
 
 from __future__ import annotations
@@ -17,55 +17,7 @@ from graphtier.launcher.runtime.models.rgat import RGATConv
 from graphtier.launcher.runtime.models.sparse_input import SparseInputLinear
 from graphtier.service.sampling import Block
 
-HEADS, CHANNELS, RELATIONS = 4, 8, 3
-
-
-def _attention_inputs(seed: int):
-    """A block of 30 destinations with skewed in-degrees (some none, some of one relation only), a
-    table of mapped rows, every edge's row and relation, and the attention's parameters."""
-    g = torch.Generator().manual_seed(seed)
-    num_dst, rows = 30, 50
-    degree = (torch.rand(num_dst, generator=g) ** 3 * 25).long()
-    degree[:3] = 0  # destinations without in-edges get zero rows
-    edges = int(degree.sum())
-    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(degree, 0)])
-    relation = torch.randint(0, RELATIONS, (edges,), generator=g)
-    relation[indptr[5] : indptr[6]] = 1  # one destination reached by a single relation
-    block = Block(indptr=indptr, indices=torch.randint(0, rows, (edges,), generator=g), num_src=rows, num_dst=num_dst)
-    edge_row = torch.randint(0, rows, (edges,), generator=g)
-    table = torch.randn(rows, HEADS, CHANNELS, generator=g, requires_grad=True)
-    att_src = torch.randn(RELATIONS, HEADS, CHANNELS, generator=g, requires_grad=True)
-    score_dst = torch.randn(num_dst, RELATIONS, HEADS, generator=g, requires_grad=True)
-    return block, table, edge_row, relation, att_src, score_dst
-
-
-@needs_native
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_native_relation_attention_gives_the_fallbacks_values_and_gradients(seed, threads):
-    block, table, edge_row, relation, att_src, score_dst = _attention_inputs(seed)
-    upstream = torch.randn(block.num_dst, HEADS, CHANNELS, generator=torch.Generator().manual_seed(seed + 10))
-    results = {}
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for backend in ("torch", "native"):
-            out = relation_attention(block, table, edge_row, relation, att_src, score_dst, 0.2, backend=backend)
-            grads = torch.autograd.grad((out * upstream).sum(), (table, att_src, score_dst))
-            results[backend] = (out, *grads)
-    finally:
-        torch.set_num_threads(before)
-    assert results["native"][0][:3].abs().sum() == 0  # no in-edges: nothing arrives
-    for ours, reference in zip(results["native"], results["torch"], strict=True):
-        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
-
-
-def test_relation_attention_refuses_parameters_that_do_not_fit_the_block():
-    block, table, edge_row, relation, att_src, score_dst = _attention_inputs(0)
-    with pytest.raises(GraphtierError, match="score_dst"):
-        relation_attention(block, table, edge_row, relation, att_src, score_dst[:-1], 0.2)
-    with pytest.raises(GraphtierError, match="att_src"):
-        relation_attention(block, table, edge_row, relation, att_src[:, :, :-1], score_dst, 0.2)
+HEADS, CHANNELS, RELATIONS = 4, 8, 3  # the attention tests' shapes
 
 
 @needs_native
@@ -111,6 +63,33 @@ def test_native_rgat_layer_refuses_an_edge_between_types_its_relation_does_not_j
         layer(block, wrong, types, torch.randn(block.num_src, 16))
 
 
+def _attention_inputs(seed: int):
+    """A block of 30 destinations with skewed in-degrees (some none, some of one relation only), a
+    table of mapped rows, every edge's row and relation, and the attention's parameters."""
+    g = torch.Generator().manual_seed(seed)
+    num_dst, rows = 30, 50
+    degree = (torch.rand(num_dst, generator=g) ** 3 * 25).long()
+    degree[:3] = 0  # destinations without in-edges get zero rows
+    edges = int(degree.sum())
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(degree, 0)])
+    relation = torch.randint(0, RELATIONS, (edges,), generator=g)
+    relation[indptr[5] : indptr[6]] = 1  # one destination reached by a single relation
+    block = Block(indptr=indptr, indices=torch.randint(0, rows, (edges,), generator=g), num_src=rows, num_dst=num_dst)
+    edge_row = torch.randint(0, rows, (edges,), generator=g)
+    table = torch.randn(rows, HEADS, CHANNELS, generator=g, requires_grad=True)
+    att_src = torch.randn(RELATIONS, HEADS, CHANNELS, generator=g, requires_grad=True)
+    score_dst = torch.randn(num_dst, RELATIONS, HEADS, generator=g, requires_grad=True)
+    return block, table, edge_row, relation, att_src, score_dst
+
+
+def test_relation_attention_refuses_parameters_that_do_not_fit_the_block():
+    block, table, edge_row, relation, att_src, score_dst = _attention_inputs(0)
+    with pytest.raises(GraphtierError, match="score_dst"):
+        relation_attention(block, table, edge_row, relation, att_src, score_dst[:-1], 0.2)
+    with pytest.raises(GraphtierError, match="att_src"):
+        relation_attention(block, table, edge_row, relation, att_src[:, :, :-1], score_dst, 0.2)
+
+
 def _feature_rows(seed: int, rows: int = 70, columns: int = 301) -> torch.Tensor:
     """Bag-of-words-like rows (~5% non-zero; 301 columns: not a multiple of the kernel's groups), one
     row all zeros, one dense, one holding a -0.0."""
@@ -124,7 +103,7 @@ def _feature_rows(seed: int, rows: int = 70, columns: int = 301) -> torch.Tensor
 
 @needs_native
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("rows", [70, 1100])  # a thread's outputs in the cache (column blocks), and not (row by row)
+@pytest.mark.parametrize("rows", [70, 1100])  # fewer rows than a thread's share, and several shares
 def test_sparse_input_linear_gives_the_dense_products_values_and_gradients(threads, rows):
     x = _feature_rows(0, rows=rows)
     upstream = torch.randn(x.shape[0], 24, generator=torch.Generator().manual_seed(1))
