@@ -36,7 +36,7 @@ TORCH_LIBRARY(graphtier, m) {
       "Tensor indptr, Tensor indices, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, "
       "bool concat, float negative_slope, Tensor alpha, Tensor score, Tensor score_dst, Tensor folded_src, "
       "Tensor folded_dst, Tensor sums) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
-  m.def("sparse_rows(Tensor x, int probe_rows, float max_share) -> (Tensor, Tensor, Tensor)");
+  m.def("sparse_rows(Tensor x, float max_share) -> (Tensor, Tensor, Tensor)");
   m.def("sparse_rows_linear(Tensor offsets, Tensor columns, Tensor values, Tensor weight, Tensor bias) -> Tensor");
   m.def(
       "sparse_rows_weight_grad(Tensor offsets, Tensor columns, Tensor values, Tensor grad_out, int in_dim) "

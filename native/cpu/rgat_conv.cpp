@@ -125,6 +125,20 @@ Layout layout_of(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
   return l;
 }
 
+// The two vector kernels of the layer, compiled for AVX-512, for AVX2 with FMA and for the baseline
+// x86-64 (the loader picks the one the CPU runs); the dot product's partial sums run in parallel
+// lanes (a single running sum would wait on every multiply-add).
+GRAPHTIER_CPU_CLONES float dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+GRAPHTIER_CPU_CLONES void add_scaled(float* __restrict__ y, const float* __restrict__ x, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
 // folded[r * H + h] = sum_c att[r, h, c] W_r[h, c]: [R * H, in].
 at::Tensor fold(const Layout& l, const at::Tensor& weight, const at::Tensor& att) {
   at::Tensor folded = at::zeros({l.relations * l.heads, l.in}, weight.options());
@@ -133,10 +147,7 @@ at::Tensor fold(const Layout& l, const at::Tensor& weight, const at::Tensor& att
   float* f = folded.data_ptr<float>();
   for (int64_t rh = 0; rh < l.relations * l.heads; ++rh) {
     for (int64_t c = 0; c < l.channels; ++c) {
-      const float scale = a[rh * l.channels + c];
-      const float* wr = w + (rh * l.channels + c) * l.in;
-      float* fr = f + rh * l.in;
-      for (int64_t i = 0; i < l.in; ++i) fr[i] += scale * wr[i];
+      add_scaled(f + rh * l.in, w + (rh * l.channels + c) * l.in, a[rh * l.channels + c], l.in);
     }
   }
   return folded;
@@ -155,31 +166,11 @@ at::Tensor unfold(const Layout& l, const at::Tensor& weight, const at::Tensor& a
     const float* gfr = gf + rh * l.in;
     for (int64_t c = 0; c < l.channels; ++c) {
       const int64_t at_c = rh * l.channels + c;
-      const float* wr = w + at_c * l.in;
-      float* gwr = gw + at_c * l.in;
-      float dot = 0.0f;
-      for (int64_t i = 0; i < l.in; ++i) {
-        gwr[i] += a[at_c] * gfr[i];
-        dot += gfr[i] * wr[i];
-      }
-      ga[at_c] = dot;
+      add_scaled(gw + at_c * l.in, gfr, a[at_c], l.in);
+      ga[at_c] = dot(gfr, w + at_c * l.in, l.in);
     }
   }
   return grad_att;
-}
-
-// The two vector kernels of the attention, compiled for AVX-512, for AVX2 with FMA and for the baseline
-// x86-64 (the loader picks the one the CPU runs); the dot product's partial sums run in parallel
-// lanes (a single running sum would wait on every multiply-add).
-GRAPHTIER_CPU_CLONES float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-GRAPHTIER_CPU_CLONES void add_scaled(float* __restrict__ y, const float* __restrict__ x, float a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 int64_t grain_of(const Layout& l) {

@@ -4,17 +4,18 @@
 //
 // Bag-of-words features (ACM's papers: 1,902 columns, ~5% of a sampled batch's values non-zero)
 // make the input layer the largest matrix product of a heterogeneous step, nearly all of it
-// multiplying zeros. `sparse_rows` reads x once and keeps its non-zeros as compressed rows (CSR:
+// multiplying zeros. `sparse_rows` reads x and keeps its non-zeros as compressed rows (CSR:
 // offsets, columns, values); the product and, in the backward, the weight's gradient run over
-// those, so the dense rows are scanned once per step rather than once per pass. Each row's values
-// are compared with zero eight at a time (a mispredicted branch per value cost more than the
-// products). The weight is transposed once per call, so that each non-zero adds one contiguous row
-// of `out_dim` multiply-adds, and the gradient is summed transposed, then transposed back, tile by
-// tile (a weight kept transposed instead made torch's fused Adam copy its gradient every step).
-// The product is parallel over rows; the gradient over ranges of input columns, a thread owning
-// its rows of the gradient and adding the terms in row order, so results do not depend on the
-// number of threads. The multiply-adds are compiled for AVX-512, for AVX2 with FMA and for the
-// baseline x86-64; the loader picks the one the CPU runs (GCC's target_clones).
+// those, so the dense rows are not scanned again per pass. With AVX-512 the scan takes sixteen
+// values at a time without a branch (compare, then compress the kept lanes); elsewhere eight, visiting
+// the set bits (a mispredicted branch per value cost more than the products). The weight is
+// transposed once per call, so that each non-zero adds one contiguous row of `out_dim`
+// multiply-adds (with AVX-512 into a row of outputs held in registers), and the gradient is summed
+// transposed, then transposed back (a weight kept transposed instead made torch's fused Adam copy
+// its gradient every step). The product is parallel over rows; the gradient over ranges of input
+// columns, a thread owning its rows of the gradient and adding the terms in row order, so results
+// do not depend on the number of threads. The plain multiply-adds are compiled for AVX-512, for
+// AVX2 with FMA and for the baseline x86-64; the loader picks the one the CPU runs (target_clones).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -92,7 +93,7 @@ void compress_generic(const float* row, int64_t n, int32_t* columns, float* valu
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GRAPHTIER_HAS_AVX512_PATH 1
+#define GRAPHTIER_X86_KERNELS 1
 // The lanes of x[c:c + 16] (those below n) that are not zero: "not equal, or unordered" keeps NaN.
 __attribute__((target("avx512f"))) inline __mmask16 non_zero_lanes(const float* row, int64_t c, int64_t n,
                                                                     __m512* v) {
@@ -130,7 +131,7 @@ using CompressRow = void (*)(const float*, int64_t, int32_t*, float*);
 
 // The widest row scan this CPU runs.
 std::pair<CountRow, CompressRow> row_scan() {
-#if defined(GRAPHTIER_HAS_AVX512_PATH)
+#if defined(GRAPHTIER_X86_KERNELS)
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt");
   if (avx512) return {count_avx512, compress_avx512};
 #endif
@@ -170,19 +171,62 @@ void gradient_columns(const int64_t* offsets, const int32_t* columns, const floa
   }
 }
 
-// dst[j, i] = src[i, j] for the 8 x 8 block at src[i0:i0 + 8, j0:j0 + 8]: with AVX2, eight rows loaded,
-// interleaved by unpacks and lane permutes, eight rows stored.
-void transpose_block_generic(const float* src, float* dst, int64_t rows, int64_t cols, int64_t i0, int64_t j0) {
-  for (int64_t i = i0; i < i0 + 8; ++i) {
-    for (int64_t j = j0; j < j0 + 8; ++j) dst[j * rows + i] = src[i * cols + j];
+#if defined(GRAPHTIER_X86_KERNELS)
+// The product for out_dim == 16 * K (K <= 16) with AVX-512: a row's outputs held in K registers, so
+// that each non-zero costs K loads and K multiply-adds rather than also a load and a store of its
+// output row. Terms are added in the same order as above.
+template <int K>
+__attribute__((target("avx512f"))) void product_rows_blocked(const int64_t* offsets, const int32_t* columns,
+                                                             const float* values, const float* weight_t,
+                                                             const float* bias, float* out, int64_t begin,
+                                                             int64_t end) {
+  constexpr int64_t out_dim = 16 * K;
+  for (int64_t i = begin; i < end; ++i) {
+    __m512 acc[K];
+    for (int j = 0; j < K; ++j) acc[j] = _mm512_loadu_ps(bias + 16 * j);
+    for (int64_t k = offsets[i]; k < offsets[i + 1]; ++k) {
+      const __m512 v = _mm512_set1_ps(values[k]);
+      const float* w = weight_t + static_cast<int64_t>(columns[k]) * out_dim;
+      for (int j = 0; j < K; ++j) acc[j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 16 * j), acc[j]);
+    }
+    for (int j = 0; j < K; ++j) _mm512_storeu_ps(out + i * out_dim + 16 * j, acc[j]);
   }
 }
 
-#if defined(GRAPHTIER_HAS_AVX512_PATH)
+// The blocked product for out_dim, when out_dim is 16, 32, ..., 256 (the caller checks AVX-512).
+template <int K = 16>
+bool product_rows_fixed(int64_t out_dim, const int64_t* offsets, const int32_t* columns, const float* values,
+                        const float* weight_t, const float* bias, float* out, int64_t begin, int64_t end) {
+  if constexpr (K == 0) {
+    return false;
+  } else {
+    if (out_dim != 16 * K) {
+      return product_rows_fixed<K - 1>(out_dim, offsets, columns, values, weight_t, bias, out, begin, end);
+    }
+    product_rows_blocked<K>(offsets, columns, values, weight_t, bias, out, begin, end);
+    return true;
+  }
+}
+
+bool has_avx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+}
+#endif
+
+// dst[j, i] = src[i, j] for the 8 x 8 block at src[i0:i0 + 8, j0:j0 + 8]: with AVX2, eight rows loaded,
+// interleaved by unpacks and lane permutes, eight rows stored.
+void transpose_block_generic(const float* src, float* dst, int64_t rows, int64_t stride, int64_t i0, int64_t j0) {
+  for (int64_t i = i0; i < i0 + 8; ++i) {
+    for (int64_t j = j0; j < j0 + 8; ++j) dst[j * rows + i] = src[i * stride + j];
+  }
+}
+
+#if defined(GRAPHTIER_X86_KERNELS)
 __attribute__((target("avx2"))) void transpose_block_avx2(const float* src, float* dst, int64_t rows,
-                                                          int64_t cols, int64_t i0, int64_t j0) {
+                                                          int64_t stride, int64_t i0, int64_t j0) {
   __m256 r[8], t[8];
-  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + (i0 + k) * cols + j0);
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + (i0 + k) * stride + j0);
   for (int k = 0; k < 8; k += 2) {
     t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
     t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
@@ -200,22 +244,25 @@ __attribute__((target("avx2"))) void transpose_block_avx2(const float* src, floa
 }
 #endif
 
-// dst[j, i] = src[i, j] for a [rows, cols] src: 8 x 8 blocks, a band of 8 source rows per task
+// dst[j, i] = src[i * stride + j] for a [rows, cols] src (rows `stride` floats apart): 8 x 8 blocks, a band of 8 source rows per task
 // (its reads contiguous, its writes 32 bytes a row), the edges value by value.
-void transpose_into(const float* src, float* dst, int64_t rows, int64_t cols) {
+void transpose_into(const float* src, int64_t stride, float* dst, int64_t rows, int64_t cols) {
   auto block = transpose_block_generic;
-#if defined(GRAPHTIER_HAS_AVX512_PATH)
+#if defined(GRAPHTIER_X86_KERNELS)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) block = transpose_block_avx2;
 #endif
   const int64_t full_rows = rows / 8 * 8, full_cols = cols / 8 * 8;
   at::parallel_for(0, full_rows / 8, kTransposeBands, [&](int64_t begin, int64_t end) {
-    for (int64_t band = begin; band < end; ++band) {
-      for (int64_t j0 = 0; j0 < full_cols; j0 += 8) block(src, dst, rows, cols, band * 8, j0);
+    for (int64_t band = begin; band < end; band += 2) {  // two bands at once: whole 64-byte lines written
+      for (int64_t j0 = 0; j0 < full_cols; j0 += 8) {
+        block(src, dst, rows, stride, band * 8, j0);
+        if (band + 1 < end) block(src, dst, rows, stride, band * 8 + 8, j0);
+      }
     }
   });
   for (int64_t i = 0; i < rows; ++i) {  // the columns right of the last block, then the rows below
-    for (int64_t j = i < full_rows ? full_cols : 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+    for (int64_t j = i < full_rows ? full_cols : 0; j < cols; ++j) dst[j * rows + i] = src[i * stride + j];
   }
 }
 
@@ -240,30 +287,26 @@ void check_sparse_rows(const at::Tensor& offsets, const at::Tensor& columns, con
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> sparse_rows(const at::Tensor& x, int64_t probe_rows,
-                                                           double max_share) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sparse_rows(const at::Tensor& x, double max_share) {
   check_float_matrix(x, "x");
   const int64_t rows = x.size(0), in_dim = x.size(1);
   TORCH_CHECK(in_dim <= INT32_MAX, "sparse rows: at most 2^31 - 1 columns");
   const float* xs = x.data_ptr<float>();
-  const int64_t probe = std::min(std::max<int64_t>(probe_rows, 0), rows);
-  int64_t probed = 0;
   const auto [count_row, compress_row] = row_scan();
-  for (int64_t i = 0; i < probe; ++i) probed += count_row(xs + i * in_dim, in_dim);
-  const auto long_options = x.options().dtype(at::kLong);
-  if (static_cast<double>(probed) > max_share * static_cast<double>(probe * in_dim)) {
-    return {at::empty({0}, long_options), at::empty({0}, x.options().dtype(at::kInt)),
-            at::empty({0}, x.options())};  // too dense: no offsets say so
-  }
-  // two passes over the rows, each parallel: count each row's non-zeros, then, their places known
-  // from the running sum, write each row's columns and values in place
-  at::Tensor offsets = at::empty({rows + 1}, long_options);
+  // two passes over the rows, each parallel: count each row's non-zeros (a compare and a popcount per
+  // sixteen values, far cheaper than the product it decides on), then, when they are few enough,
+  // write each row's columns and values in place, their places known from the running sum
+  at::Tensor offsets = at::empty({rows + 1}, x.options().dtype(at::kLong));
   int64_t* off = offsets.data_ptr<int64_t>();
   off[0] = 0;
   at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) off[i + 1] = count_row(xs + i * in_dim, in_dim);
   });
   for (int64_t i = 0; i < rows; ++i) off[i + 1] += off[i];
+  if (static_cast<double>(off[rows]) > max_share * static_cast<double>(rows * in_dim)) {
+    return {at::empty({0}, offsets.options()), at::empty({0}, x.options().dtype(at::kInt)),
+            at::empty({0}, x.options())};  // too dense: no offsets say so
+  }
   at::Tensor columns = at::empty({off[rows]}, x.options().dtype(at::kInt));
   at::Tensor values = at::empty({off[rows]}, x.options());
   int32_t* cols = columns.data_ptr<int32_t>();
@@ -287,13 +330,16 @@ at::Tensor sparse_rows_linear(const at::Tensor& offsets, const at::Tensor& colum
               "sparse rows: a column is past weight's columns");
   at::Tensor out = at::empty({rows, out_dim}, weight.options());
   at::Tensor weight_t = at::empty({in_dim, out_dim}, weight.options());  // a column's weights in a row
-  transpose_into(weight.data_ptr<float>(), weight_t.data_ptr<float>(), out_dim, in_dim);
+  transpose_into(weight.data_ptr<float>(), in_dim, weight_t.data_ptr<float>(), out_dim, in_dim);
   const int64_t* off = offsets.data_ptr<int64_t>();
   const float* vals = values.data_ptr<float>();
   const float* wt = weight_t.data_ptr<float>();
   const float* b = bias.data_ptr<float>();
   float* o = out.data_ptr<float>();
   at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
+#if defined(GRAPHTIER_X86_KERNELS)
+    if (has_avx512() && product_rows_fixed(out_dim, off, cols, vals, wt, b, o, begin, end)) return;
+#endif
     product_rows(off, cols, vals, wt, b, o, begin, end, out_dim);
   });
   return out;
@@ -316,12 +362,11 @@ at::Tensor sparse_rows_weight_grad(const at::Tensor& offsets, const at::Tensor& 
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), in_dim / 8));
   at::parallel_for(0, tasks, 1, [&](int64_t first, int64_t last) {
     for (int64_t task = first; task < last; ++task) {
-      gradient_columns(off, cols, vals, g, gt, rows, in_dim * task / tasks, in_dim * (task + 1) / tasks,
-                       out_dim);
+      gradient_columns(off, cols, vals, g, gt, rows, in_dim * task / tasks, in_dim * (task + 1) / tasks, out_dim);
     }
   });
   at::Tensor grad_weight = at::empty({out_dim, in_dim}, grad_out.options());  // the weight's layout
-  transpose_into(gt, grad_weight.data_ptr<float>(), in_dim, out_dim);
+  transpose_into(gt, out_dim, grad_weight.data_ptr<float>(), in_dim, out_dim);
   return grad_weight;
 }
 

@@ -2,8 +2,8 @@
 
 Bag-of-words features (ACM's papers: 1,902 columns, ~5% of a sampled batch's values non-zero) make a
 heterogeneous model's input map the largest matrix product of its step, nearly all of it multiplying
-zeros. On the CPU, where the native ops are built (`native/cpu/sparse_input_linear.cpp`), rows whose
-first `PROBE_ROWS` are at most `SPARSE_SHARE` non-zero are read once into compressed rows (their non-zeros'
+zeros. On the CPU, where the native ops are built (`native/cpu/sparse_input_linear.cpp`), rows at most
+`SPARSE_SHARE` non-zero are read once into compressed rows (their non-zeros'
 columns and values), and the product and the weight's gradient multiply only those (the rows are data:
 they get no gradient). Denser rows, other devices, inputs that need a gradient and builds without the ops take
 `nn.Linear`'s product, which is also the reference the kernel is tested against. The parameters and
@@ -19,7 +19,6 @@ from torch import Tensor, nn
 from graphtier.service.native_ops import Backend, resolve_backend
 
 SPARSE_SHARE = 0.1  # at most this share of non-zeros: the kernel (at ACM's ~5%: about half the product's time)
-PROBE_ROWS = 64  # the rows whose non-zeros decide (a count over every row cost a tenth of the kernel)
 
 
 class _SparseRowsLinear(torch.autograd.Function):
@@ -65,5 +64,5 @@ class SparseInputLinear(nn.Linear):
         if resolve_backend(self.backend, "sparse input linear") != "native":
             return None
         share = 1.0 if self.backend == "native" else SPARSE_SHARE
-        offsets, columns, values = torch.ops.graphtier.sparse_rows(x.contiguous(), PROBE_ROWS, share)
+        offsets, columns, values = torch.ops.graphtier.sparse_rows(x.contiguous(), share)
         return None if offsets.numel() == 0 else (offsets, columns, values)

@@ -77,11 +77,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgat_conv
     const at::Tensor& folded_src, const at::Tensor& folded_dst, const at::Tensor& sums);
 
 // x's non-zeros as compressed rows (offsets, int32 columns, values), or three empty tensors when
-// its first `probe_rows` rows are more than `max_share` non-zero; over them, x @ weight^T + bias and
+// more than `max_share` of its values are non-zero; over them, x @ weight^T + bias and
 // the weight's gradient grad_out^T @ x (sparse_input_linear.cpp; contract and fallback in
 // launcher/runtime/models/sparse_input.py).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> sparse_rows(const at::Tensor& x, int64_t probe_rows,
-                                                           double max_share);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sparse_rows(const at::Tensor& x, double max_share);
 at::Tensor sparse_rows_linear(const at::Tensor& offsets, const at::Tensor& columns, const at::Tensor& values,
                               const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor sparse_rows_weight_grad(const at::Tensor& offsets, const at::Tensor& columns, const at::Tensor& values,
