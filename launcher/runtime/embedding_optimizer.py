@@ -90,36 +90,29 @@ class EmbeddingOptimizer:
             ids, grad = all_gather_rows(ids, grad)
             if skip or ids.numel() == 0:
                 continue
-            if world == 1:  # one rank's rows are distinct already (`_touched_rows`)
-                rows, summed = ids, grad
-            else:
-                rows, inverse = torch.unique(ids, return_inverse=True)
-                summed = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device)
-                summed.index_add_(0, inverse, grad).div_(world)
-            if self.on_nonfinite != "off" and not bool(torch.isfinite(summed).all()):
+            if world > 1:  # the ranks' gradients of a row are summed below, DDP's average
+                grad = grad / world
+            rows = row_adam_step(
+                table.weight.data, table.exp_avg, table.exp_avg_sq, table.steps, ids, grad,
+                lr=self.lr, weight_decay=self.weight_decay, check_finite=self.on_nonfinite != "off",
+            )  # fmt: skip
+            if rows is None:
                 if self.on_nonfinite == "fail":
                     raise NonFiniteError(f"the gradient of {name}.weight is not finite (on_nonfinite: fail)")
                 continue  # skip-step: these rows keep their values, equal on every rank
-            self._adamw(table, rows, summed)
-            updated += int(rows.numel())
+            updated += rows
         return updated
-
-    def _adamw(self, table: SparseEmbedding, rows: Tensor, grad: Tensor) -> None:
-        row_adam_step(
-            table.weight.data, table.exp_avg, table.exp_avg_sq, table.steps, rows, grad,
-            lr=self.lr, weight_decay=self.weight_decay,
-        )  # fmt: skip
 
 
 def _touched_rows(table: SparseEmbedding) -> tuple[Tensor, Tensor]:
-    """(row ids, gradient rows) of this rank's step, duplicates summed; none when it has no gradient."""
+    """(row ids, gradient rows) of this rank's step, an id possibly more than once (`row_adam_step` sums
+    them); none when it has no gradient."""
     grad = table.weight.grad
     width = table.weight.shape[1]
     if grad is None:
         device = table.weight.device
         return torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, width, device=device)
-    if grad.is_sparse:
-        grad = grad.coalesce()
-        return grad.indices()[0], grad.values().reshape(-1, width)
+    if grad.is_sparse:  # as the embedding's backward made it, uncoalesced: the sort is the step's
+        return grad._indices()[0], grad._values().reshape(-1, width)
     touched = grad.abs().sum(1).nonzero().squeeze(1)  # a dense gradient (not in row mode): its non-zero rows
     return touched, grad.index_select(0, touched)

@@ -26,7 +26,8 @@ TORCH_LIBRARY(graphtier, m) {
   m.def("pull_sum_(Tensor(a!) out, Tensor share, Tensor offsets, Tensor row) -> ()");
   m.def(
       "row_adam_(Tensor(a!) weight, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor(d!) steps, "
-      "Tensor rows, Tensor grad, float lr, float beta1, float beta2, float eps, float weight_decay) -> ()");
+      "Tensor rows, Tensor grad, float lr, float beta1, float beta2, float eps, float weight_decay, "
+      "bool check_finite) -> int");
   m.def(
       "rgat_conv(Tensor x, Tensor weight, Tensor att_src, Tensor att_dst, Tensor bias, Tensor indptr, "
       "Tensor indices, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, bool concat, "

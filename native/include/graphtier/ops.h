@@ -86,10 +86,12 @@ at::Tensor sparse_rows_linear(const at::Tensor& offsets, const at::Tensor& colum
 at::Tensor sparse_rows_weight_grad(const at::Tensor& offsets, const at::Tensor& columns, const at::Tensor& values,
                                    const at::Tensor& grad_out, int64_t in_dim);
 
-// One lazy AdamW step on the distinct rows `rows` of a table, its moments and per-row step counts
-// (row_adam.cpp; the contract and the torch fallback are in launcher/runtime/row_adam.py).
-void row_adam_(at::Tensor& weight, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, at::Tensor& steps,
-               const at::Tensor& rows, const at::Tensor& grad, double lr, double beta1, double beta2,
-               double eps, double weight_decay);
+// One lazy AdamW step on the rows `rows` of a table (a repeated row's gradients summed), its moments
+// and per-row step counts; returns the distinct rows updated, or -1 when `check_finite` found a
+// non-finite gradient and changed nothing (row_adam.cpp; the contract and the torch fallback are in
+// launcher/runtime/row_adam.py).
+int64_t row_adam_(at::Tensor& weight, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, at::Tensor& steps,
+                  const at::Tensor& rows, const at::Tensor& grad, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, bool check_finite);
 
 }  // namespace graphtier
