@@ -49,7 +49,8 @@ namespace {
 constexpr int64_t kPrefetchLines = 16;          // cache lines of a row prefetched (1 KiB)
 constexpr int64_t kPrefetchAheadBytes = 8192;   // prefetched bytes in flight per thread ...
 constexpr int64_t kMaxRowPrefetch = 16;         // ... over at most this many rows ahead
-constexpr int64_t kCopyGrain = 2048;            // rows per chunk of the copy pass
+constexpr int64_t kCopyGrainBytes = int64_t{1} << 20;  // bytes per chunk of the copy pass ...
+constexpr int64_t kCopyGrain = 2048;                   // ... and at most this many rows
 constexpr int64_t kScanMinGrain = 16384;        // least ids per chunk of the passes over the ids
 constexpr int64_t kSortMinRows = 32768;         // batches at least this long are read ...
 constexpr int64_t kSortMaxRowBytes = 2048;      // ... when their rows are at most this wide ...
@@ -365,6 +366,9 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     return counts;
   }
 
+  // Chunks of the copy pass by bytes, so that a batch of wide rows (a few hundred rows of bag-of-words
+  // features, megabytes) is not copied by one thread.
+  const int64_t copy_grain = std::clamp<int64_t>(kCopyGrainBytes / std::max<int64_t>(rb, 1), 1, kCopyGrain);
   // One copy per row (pass 3), the lines of the row `row_prefetch` iterations ahead prefetched:
   // 16 rows of 512 B, 8 rows of 1 KiB or more (of which the first KiB).
   const int64_t prefetch_bytes = std::min(rb, kPrefetchLines * 64);
@@ -399,7 +403,7 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
     });
     auto row_at = [key](int64_t j) { return static_cast<int64_t>(key[j] >> 32); };
     auto position_at = [key](int64_t j) { return static_cast<int64_t>(key[j] & 0xffffffffu); };
-    parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
+    parallel_chunks(n, copy_grain, nthreads, [&](int64_t begin, int64_t end) {
       if (fixed_width && stream_rows_fixed(rb, begin, end, src_of, dst, row_at, position_at)) return;
       for (int64_t j = begin; j < end; ++j) {
         if (j + row_prefetch < end) {
@@ -413,7 +417,7 @@ at::Tensor tiered_gather(const at::Tensor& ids, const at::Tensor& resident,
   } else {
     auto row_at = [id](int64_t i) { return id[i]; };
     auto position_at = [](int64_t i) { return i; };
-    parallel_chunks(n, kCopyGrain, nthreads, [&](int64_t begin, int64_t end) {
+    parallel_chunks(n, copy_grain, nthreads, [&](int64_t begin, int64_t end) {
       if (fixed_width && stream_rows_fixed(rb, begin, end, src_of, dst, row_at, position_at)) return;
       for (int64_t i = begin; i < end; ++i) {
         if (i + row_prefetch < end) prefetch_row(src_of(id[i + row_prefetch]));
