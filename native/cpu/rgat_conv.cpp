@@ -64,11 +64,11 @@ void check_cpu(const at::Tensor& t, at::ScalarType dtype, int64_t dim, const cha
               " tensor on the CPU");
 }
 
-// The layout of a call, with every index checked: each edge's source and relation in range, its
-// relation leaving the source's type and ending at the destination's.
+// The layout of a call, with every index checked (the edges when `check_edges`): each edge's source
+// and relation in range, its relation leaving the source's type and ending at the destination's.
 Layout layout_of(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& att_src, const at::Tensor& indptr,
                  const at::Tensor& indices, const at::Tensor& edge_types, const at::Tensor& node_types,
-                 const at::Tensor& relation_types, int64_t num_types) {
+                 const at::Tensor& relation_types, int64_t num_types, bool check_edges) {
   check_cpu(x, at::kFloat, 2, "x");
   check_cpu(weight, at::kFloat, 3, "weight");
   check_cpu(att_src, at::kFloat, 3, "att_src");
@@ -112,7 +112,7 @@ Layout layout_of(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
   const int64_t* src = indices.data_ptr<int64_t>();
   const int64_t* rel = edge_types.data_ptr<int64_t>();
   TORCH_CHECK(l.dsts == 0 || (off[0] == 0 && off[l.dsts] == l.edges), "rgat_conv: indptr must run 0..edges");
-  for (int64_t v = 0; v < l.dsts; ++v) {
+  for (int64_t v = 0; check_edges && v < l.dsts; ++v) {
     TORCH_CHECK(off[v] <= off[v + 1], "rgat_conv: indptr decreases at destination ", v);
     for (int64_t e = off[v]; e < off[v + 1]; ++e) {
       const int64_t s = src[e], r = rel[e];
@@ -194,7 +194,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& bias, const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_types,
     const at::Tensor& node_types, const at::Tensor& relation_types, int64_t num_types, bool concat,
     double negative_slope) {
-  const Layout l = layout_of(x, weight, att_src, indptr, indices, edge_types, node_types, relation_types, num_types);
+  const Layout l =
+      layout_of(x, weight, att_src, indptr, indices, edge_types, node_types, relation_types, num_types, true);
   const int64_t R = l.relations, H = l.heads, C = l.channels, in = l.in, n = l.dsts, width = concat ? H * C : C;
   check_cpu(att_dst, at::kFloat, 3, "att_dst");
   check_cpu(bias, at::kFloat, 2, "bias");
@@ -288,7 +289,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgat_conv
     const at::Tensor& node_types, const at::Tensor& relation_types, int64_t num_types, bool concat,
     double negative_slope, const at::Tensor& alpha, const at::Tensor& score, const at::Tensor& score_dst,
     const at::Tensor& folded_src, const at::Tensor& folded_dst, const at::Tensor& sums) {
-  const Layout l = layout_of(x, weight, att_src, indptr, indices, edge_types, node_types, relation_types, num_types);
+  // the forward checked these edges (the same tensors, saved): not again
+  const Layout l =
+      layout_of(x, weight, att_src, indptr, indices, edge_types, node_types, relation_types, num_types, false);
   const int64_t R = l.relations, H = l.heads, C = l.channels, in = l.in, n = l.dsts, E = l.edges;
   const int64_t width = concat ? H * C : C;
   check_cpu(grad_out, at::kFloat, 2, "grad_out");
@@ -370,7 +373,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgat_conv
     }
   });
   at::Tensor grad_x = at::zeros_like(x);
-  grad_x.index_add_(0, indices, edge_grad);
+  float* gx = grad_x.data_ptr<float>();
+  for (int64_t e = 0; e < E; ++e) add_scaled(gx + src[e] * in, eg + e * in, 1.0f, in);  // into shared rows
   grad_x.narrow(0, 0, n).addmm_(grad_score_dst, folded_dst);
   at::Tensor grad_folded_dst = at::mm(grad_score_dst.t(), x.narrow(0, 0, n));  // [R * H, in]
   at::Tensor grad_folded_src = at::zeros_like(folded_src);
