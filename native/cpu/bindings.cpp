@@ -37,6 +37,7 @@ TORCH_LIBRARY(graphtier, m) {
       "Tensor indptr, Tensor indices, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, "
       "bool concat, float negative_slope, Tensor alpha, Tensor score, Tensor score_dst, Tensor folded_src, "
       "Tensor folded_dst, Tensor sums) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("dropout_bits(Tensor x, Tensor bits, int threshold, float scale) -> (Tensor, Tensor)");
   m.def("sparse_rows(Tensor x, float max_share) -> (Tensor, Tensor, Tensor)");
   m.def("sparse_rows_linear(Tensor offsets, Tensor columns, Tensor values, Tensor weight, Tensor bias) -> Tensor");
   m.def(
@@ -55,6 +56,7 @@ TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("row_adam_", &graphtier::row_adam_);
   m.impl("rgat_conv", &graphtier::rgat_conv);
   m.impl("rgat_conv_backward", &graphtier::rgat_conv_backward);
+  m.impl("dropout_bits", &graphtier::dropout_bits);
   m.impl("sparse_rows", &graphtier::sparse_rows);
   m.impl("sparse_rows_linear", &graphtier::sparse_rows_linear);
   m.impl("sparse_rows_weight_grad", &graphtier::sparse_rows_weight_grad);

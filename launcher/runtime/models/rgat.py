@@ -224,7 +224,7 @@ class RGAT(nn.Module):
             else RGATConv(hidden, hidden // heads, types, relation_types, heads=heads, concat=True)
             for layer in range(num_layers)
         )
-        self.dropout = Dropout(dropout)
+        self.dropout = Dropout(dropout, draw="bits")  # the faster draw (models/dropout.py)
         self.negative_slope = negative_slope
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from native_backends import BACKENDS
 
 from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.models import GATConv, GCNConv, SAGEConv, build_model
@@ -130,27 +131,48 @@ def test_mismatched_inputs_and_widths_are_refused():
         build_model("gcn", 4, 0, 3, 2)
 
 
+@pytest.mark.parametrize("draw", ["uniform", "bits"])
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
-def test_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_mask(p):
+def test_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_mask(p, draw):
     from graphtier.launcher.runtime.models.base import Dropout as BuiltinsDropout
     from graphtier.nn import Dropout  # the public path scripts use
 
     assert Dropout is BuiltinsDropout
-    drop = Dropout(p)
+    drop = Dropout(p, draw=draw)
+    # the bits draw keeps 1 - p rounded to a multiple of 1/65536, and scales by that rate
+    scale = 1 / (1 - p) if draw == "uniform" else 65536 / (65536 - round(p * 65536))
     x = torch.rand(400, 500) + 0.5  # no zeros of its own
     torch.manual_seed(0)
     y = drop(x.requires_grad_())
     kept = y != 0
     n = kept.numel()
     assert abs(kept.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5  # 5 standard errors
-    torch.testing.assert_close(y[kept], x[kept] / (1 - p))  # kept ones scaled as nn.Dropout scales them
+    torch.testing.assert_close(y[kept], x[kept] * scale)  # kept ones scaled as nn.Dropout scales them
     y.sum().backward()
-    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    torch.testing.assert_close(x.grad, kept.float() * scale)
     torch.manual_seed(0)
     assert torch.equal(drop(x.detach()), y.detach())  # the mask comes from torch's generator: seeded runs repeat
     drop.eval()
     assert drop(x) is x  # evaluation: the identity, as nn.Dropout
-    inplace = Dropout(p, inplace=True).train()
+    inplace = Dropout(p, inplace=True, draw=draw).train()  # the bits draw in place: its torch ops, the same mask
     z = x.detach().clone()
     torch.manual_seed(0)
     assert inplace(z) is z and torch.equal(z, y.detach())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_bits_dropout_gives_the_same_mask_native_and_torch(backend):
+    from graphtier.nn import Dropout
+
+    drop = Dropout(0.3, draw="bits")
+    drop.backend = backend
+    x = torch.rand(37, 11) + 0.5  # 407 values: the last word's lanes only partly used
+    torch.manual_seed(4)
+    y = drop(x)
+    torch.manual_seed(4)
+    bits = torch.randint(0, 1 << 48, (136,), dtype=torch.int64)
+    lanes = torch.cat([(bits >> (16 * lane)) & 0xFFFF for lane in range(3)])[:407]  # element i: lane i // 136
+    kept = (lanes >= round(0.3 * 65536)).view(37, 11)
+    torch.testing.assert_close(y, torch.where(kept, x * (65536 / (65536 - round(0.3 * 65536))), 0.0))
+    with pytest.raises(ValueError, match="draw must be"):
+        Dropout(0.3, draw="bernoulli")
