@@ -38,6 +38,7 @@ TORCH_LIBRARY(graphtier, m) {
       "bool concat, float negative_slope, Tensor alpha, Tensor score, Tensor score_dst, Tensor folded_src, "
       "Tensor folded_dst, Tensor sums) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("dropout_bits(Tensor x, Tensor bits, int threshold, float scale) -> (Tensor, Tensor)");
+  m.def("group_by_type(Tensor node_ids, Tensor node_types, Tensor offsets) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("sparse_rows(Tensor x, float max_share) -> (Tensor, Tensor, Tensor)");
   m.def("sparse_rows_linear(Tensor offsets, Tensor columns, Tensor values, Tensor weight, Tensor bias) -> Tensor");
   m.def(
@@ -57,6 +58,7 @@ TORCH_LIBRARY_IMPL(graphtier, CPU, m) {
   m.impl("rgat_conv", &graphtier::rgat_conv);
   m.impl("rgat_conv_backward", &graphtier::rgat_conv_backward);
   m.impl("dropout_bits", &graphtier::dropout_bits);
+  m.impl("group_by_type", &graphtier::group_by_type);
   m.impl("sparse_rows", &graphtier::sparse_rows);
   m.impl("sparse_rows_linear", &graphtier::sparse_rows_linear);
   m.impl("sparse_rows_weight_grad", &graphtier::sparse_rows_weight_grad);

@@ -26,6 +26,7 @@ from graphtier.launcher.runtime.models.featureless import (
     SparseEmbedding,
 )
 from graphtier.launcher.runtime.models.sparse_input import SparseInputLinear
+from graphtier.service.native_ops import Backend, resolve_backend
 from graphtier.service.sampling import Block
 
 
@@ -74,6 +75,43 @@ def check_layer_count(num_layers: int, blocks: Sequence[Block], edge_types: Sequ
     """A heterogeneous model takes one block and one edge-type vector per layer; anything else is refused."""
     if len(blocks) != num_layers or len(edge_types) != num_layers:
         raise GraphtierError(f"the model has {num_layers} layers but got {len(blocks)} blocks")
+
+
+def group_by_type(
+    node_ids: Tensor, node_types: Tensor, offsets: Tensor, backend: Backend = "auto"
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A sample's nodes grouped by type: `order` (their positions, type after type, ascending within a
+    type), `inverse` (`order[inverse[i]] == i`), the type-local ids in that order and the nodes of each
+    type. `offsets` [T + 1]: type t owns ids [offsets[t], offsets[t + 1]) (`HeteroSchema.offsets`); a
+    node outside its type's range is refused. One native pass on the CPU where the ops are built
+    (`native/cpu/group_by_type.cpp`), these torch ops elsewhere."""
+    node_ids, node_types = node_ids.to(torch.int64), node_types.to(torch.int64)
+    if node_ids.device.type == "cpu" and resolve_backend(backend, "group by type") == "native":
+        return torch.ops.graphtier.group_by_type(node_ids.contiguous(), node_types.contiguous(), offsets.contiguous())
+    types = offsets.numel() - 1
+    if node_types.numel() and (int(node_types.min()) < 0 or int(node_types.max()) >= types):
+        raise GraphtierError(f"node types must be in [0, {types}), got {node_types.unique().tolist()}")
+    if bool(((node_ids < offsets[node_types]) | (node_ids >= offsets[node_types + 1])).any()):
+        raise GraphtierError("group_by_type: a node id is not in the id range of its type")
+    order = torch.argsort(node_types, stable=True)
+    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
+    local = node_ids[order] - offsets[node_types[order]]
+    return order, inverse, local, torch.bincount(node_types, minlength=types)
+
+
+class _InNodeOrder(torch.autograd.Function):
+    """Rows grouped by type back in node order, `out[i] = grouped[inverse[i]]`; a permutation, so the
+    backward gathers the gradient by `order` (no scatter)."""
+
+    @staticmethod
+    def forward(ctx, grouped: Tensor, inverse: Tensor, order: Tensor) -> Tensor:
+        ctx.save_for_backward(order)
+        return grouped.index_select(0, inverse)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (order,) = ctx.saved_tensors
+        return grad.index_select(0, order), None, None
 
 
 class HeteroInput(nn.Module):
@@ -141,30 +179,36 @@ class HeteroInput(nn.Module):
         return [name for module in self.neighbour.values() for name in getattr(module, "arrays", [])]
 
     def forward(self, node_ids: Tensor, node_types: Tensor, features: dict[str, Tensor]) -> Tensor:
-        """[len(node_ids), hidden]. `features[t]` holds the rows of type t's nodes, in their order in node_ids."""
-        out = torch.zeros((node_ids.numel(), self.hidden), dtype=torch.float32, device=node_ids.device)
-        for index, info in enumerate(self.schema.node_types):
-            where = (node_types == index).nonzero().squeeze(1)
-            if where.numel() == 0:
+        """[len(node_ids), hidden]. `features[t]` holds the rows of type t's nodes, in their order in node_ids.
+        Each type's rows are computed from its nodes (grouped once, `group_by_type`) and put back in node
+        order by one permutation."""
+        order, inverse, local, counts = group_by_type(node_ids, node_types, self.offsets)
+        rows_by_type, start = [], 0
+        for info, count in zip(self.schema.node_types, counts.tolist(), strict=True):
+            if count == 0:
                 continue
             if info.featureless:
-                local = node_ids[where] - self.offsets[index]
-                rows = self.embed[info.name](local)
+                ids = local[start : start + count]
+                rows = self.embed[info.name](ids)
                 if info.name in self.embed_norm:
                     rows = self.embed_norm[info.name](rows)
                 rows = self.embedding_dropout(rows)
                 if info.name in self.neighbour:
-                    rows = rows + self._normalised(info.name, self.neighbour[info.name](local))
-                out[where] = rows
+                    rows = rows + self._normalised(info.name, self.neighbour[info.name](ids))
             else:
                 rows = features.get(info.name)
-                if rows is None or rows.shape != (where.numel(), info.feature_dim):
+                if rows is None or rows.shape != (count, info.feature_dim):
                     got = None if rows is None else tuple(rows.shape)
                     raise GraphtierError(
-                        f"features of node type {info.name!r} must be [{where.numel()}, {info.feature_dim}], got {got}"
+                        f"features of node type {info.name!r} must be [{count}, {info.feature_dim}], got {got}"
                     )
-                out[where] = self._normalised(info.name, self.project[info.name](rows))
-        return out
+                rows = self._normalised(info.name, self.project[info.name](rows))
+            rows_by_type.append(rows.to(torch.float32))
+            start += count
+        if not rows_by_type:
+            return torch.zeros((node_ids.numel(), self.hidden), dtype=torch.float32, device=node_ids.device)
+        grouped = torch.cat(rows_by_type) if len(rows_by_type) > 1 else rows_by_type[0]
+        return _InNodeOrder.apply(grouped, inverse, order)
 
     def _normalised(self, name: str, rows: Tensor) -> Tensor:
         """A type's linear input rows, normalised when the model asked for it (class docstring)."""

@@ -100,4 +100,10 @@ int64_t row_adam_(at::Tensor& weight, at::Tensor& exp_avg, at::Tensor& exp_avg_s
 std::tuple<at::Tensor, at::Tensor> dropout_bits(const at::Tensor& x, const at::Tensor& bits, int64_t threshold,
                                                 double scale);
 
+// A heterogeneous sample's nodes grouped by type: (order, inverse, type-local ids in that order,
+// counts per type) (group_by_type.cpp; contract and fallback in launcher/runtime/models/rgcn.py).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_by_type(const at::Tensor& node_ids,
+                                                                          const at::Tensor& node_types,
+                                                                          const at::Tensor& offsets);
+
 }  // namespace graphtier

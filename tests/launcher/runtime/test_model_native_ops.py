@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from native_backends import needs_native
+from native_backends import BACKENDS, needs_native
 from typed_blocks import NODE_TYPES, typed_block
 from typed_blocks import RELATIONS as TYPED_RELATIONS
 
@@ -14,6 +14,7 @@ from graphtier.contract.errors import GraphtierError
 from graphtier.launcher.runtime.models.block_ops import relation_attention
 from graphtier.launcher.runtime.models.gat import GATConv
 from graphtier.launcher.runtime.models.rgat import RGATConv
+from graphtier.launcher.runtime.models.rgcn import group_by_type
 from graphtier.launcher.runtime.models.sparse_input import SparseInputLinear
 from graphtier.service.sampling import Block
 
@@ -168,3 +169,19 @@ def test_rgat_layer_draws_gatconvs_initial_weights_and_loads_their_checkpoints()
         torch.testing.assert_close(fresh.bias[r], conv.bias, rtol=0, atol=0)
         torch.testing.assert_close(fresh.weight[r], conv.lin.weight, rtol=0, atol=0)
     assert set(fresh.state_dict()) == {"weight", "att_src", "att_dst", "bias"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_group_by_type_groups_stably_and_refuses_an_id_outside_its_type(backend):
+    """The input layer's grouping (`rgcn.group_by_type`), native and torch: each type's nodes in their order,
+    the inverse permutation, type-local ids and counts; an id outside its type's range is refused."""
+    offsets = torch.tensor([0, 10, 15, 40])  # three types: ids 0-9, 10-14, 15-39
+    node_ids = torch.tensor([12, 3, 20, 11, 0, 39, 7])
+    node_types = torch.tensor([1, 0, 2, 1, 0, 2, 0])
+    order, inverse, local, counts = group_by_type(node_ids, node_types, offsets, backend=backend)
+    assert order.tolist() == [1, 4, 6, 0, 3, 2, 5]
+    assert torch.equal(order[inverse], torch.arange(7))
+    assert local.tolist() == [3, 0, 7, 2, 1, 5, 24]
+    assert counts.tolist() == [3, 2, 2]
+    with pytest.raises((RuntimeError, GraphtierError), match="id range of its type"):
+        group_by_type(node_ids, torch.tensor([1, 0, 2, 1, 0, 2, 1]), offsets, backend=backend)  # 7 is no type-1 id
