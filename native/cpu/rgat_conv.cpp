@@ -17,8 +17,14 @@
 // (parallel over destinations, no atomics); the maps are one batched product per relation, over
 // the heads. Torch ran the layer as about sixty ops and as many autograd nodes, which on a
 // mini-batch's small blocks was most of its time.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

@@ -37,14 +37,18 @@ class RGATConv(nn.Module):
 
     Per relation r it holds what a `GATConv` holds, stacked over the relations: `weight[r]` (the linear map,
     [heads * out, in]), `att_src[r]` and `att_dst[r]` ([heads, out]) and `bias[r]`; a checkpoint written
-    with one `GATConv` per relation (`convs.{r}.lin.weight`, ...) loads into them. The forward runs every
-    relation in one pass rather than one relation after another. Each node type's source rows are mapped
-    once by the linear maps of all the relations leaving that type (one matrix product per type, [rows,
-    k * heads * out]), and each edge reads the row of its own relation. The attention logits of both ends
-    fold the attention vectors into the linear maps (`a . W x == (W^T a) . x`), so no destination row is
-    mapped. The softmax runs over a destination's in-edges of one relation, the weighted messages of all
-    relations are summed into the destination at once (`block_ops.relation_attention`), and each
-    destination gets the biases of the relations ending at its type, as `HeteroConv(aggr="sum")` adds them.
+    with one `GATConv` per relation (`convs.{r}.lin.weight`, ...) loads into them. Every relation runs in
+    one pass rather than one relation after another. The attention logits of both ends fold the attention
+    vectors into the linear maps (`a . W x == (W^T a) . x`); the softmax runs over a destination's in-edges
+    of one relation; each destination gets the sum over the relations ending at its type of their
+    attention-weighted messages, plus their biases, as `HeteroConv(aggr="sum")` adds them.
+
+    On CPU float32 where the native ops are built (`backend`), the layer is one native call and its
+    backward (`native/cpu/rgat_conv.cpp`): since the map is linear, each destination's attention-weighted
+    sum of raw input rows per relation and head is mapped once, rather than every source row through every
+    relation leaving its type. Elsewhere, torch ops: each node type's source rows mapped once by the maps
+    of all the relations leaving it (one matrix product per type), each edge reading its relation's row
+    (`block_ops.relation_attention`); the native layer is tested against these.
     """
 
     # buffers, per relation: its first row in its head type's block of mapped rows and the rows per node
