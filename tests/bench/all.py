@@ -57,6 +57,7 @@ BENCHES = (
     Bench("load_verify", "bench_load_verify.py"),
     Bench("memory", "bench_memory.py"),
     Bench("inference", "bench_inference.py"),
+    Bench("rgat_e2e", "bench_rgat_e2e.py"),
 )
 
 

@@ -42,7 +42,7 @@ PyG runs on torch-sparse's ops only (pyg-lib cannot be installed on this machine
 tests/bench/baselines/setup_pyg.sh. Without them the bench prints graphtier's numbers alone.
 
 Run: python tests/bench/bench_rgat_e2e.py [--source DIR] [--fanout '10;10'] [--batch-size 32]
-     [--seeds train|papers] [--steps 60] [--threads 2] [--ts-ops DIR]
+     [--seeds train|papers] [--steps 60] [--threads 2] [--ts-ops DIR] [--quick] [--json FILE]
      (e.g. --batch-size 1024 --seeds papers, MLPerf-style large batches)
 """
 
@@ -58,6 +58,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from bench_sampler import DEFAULT_TS_OPS, SETUP_HINT, Result, Sampler, load_pyg, machine_info, time_interleaved
+from machine import write_figures
 from torch import nn
 
 from graphtier.launcher.runtime.hetero_batches import HeteroLocalBatches, hetero_forward
@@ -269,6 +270,34 @@ def print_results(results: list[Result]) -> None:
         )
 
 
+def figures_of(results: list[Result], reference: Result | None) -> list[dict[str, object]]:
+    """The records `python -m tests.bench.all` tabulates: graphtier's median step, and against PyG (when
+    measured) and its own model ops' torch fallbacks (when built), ratios of steps/s from the same run."""
+    ours = results[0]
+    figures: list[dict[str, object]] = [{"name": "graphtier R-GAT median step", "value": ours.median_ms, "unit": "ms"}]
+    if reference is not None:
+        figures.append(
+            {
+                "name": "R-GAT training steps/s",
+                "value": ours.batches_per_s / reference.batches_per_s,
+                "unit": "x",
+                "baseline": "PyG to_hetero(GATConv) + NeighborLoader",
+                "target": TARGET_RATIO,
+            }
+        )
+    if native_available():
+        fallback = results[-1]
+        figures.append(
+            {
+                "name": "R-GAT training steps/s",
+                "value": ours.batches_per_s / fallback.batches_per_s,
+                "unit": "x",
+                "baseline": "its model ops' torch fallbacks",
+            }
+        )
+    return figures
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="heterogeneous OGB dataset root (ACM)")
@@ -285,7 +314,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ts-ops", type=Path, default=Path(os.environ.get("BASELINE_TS_OPS", DEFAULT_TS_OPS)))
-    return p.parse_args(argv)
+    p.add_argument("--quick", action="store_true", help="40 steps of each (python -m tests.bench.all)")
+    p.add_argument("--json", help="also write the figures as JSON here (python -m tests.bench.all)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps = min(args.steps, 40)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             store.close()
         reference = results[1] if why_not is None else None
         print_results(results)
+        write_figures(args.json, "R-GAT end to end", figures_of(results, reference), batch_size=args.batch_size)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
         if native_available():
             fallback_result = results[-1]

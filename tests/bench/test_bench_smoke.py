@@ -108,13 +108,17 @@ def test_the_table_judges_a_most_target_by_better_lower() -> None:
 
 
 @pytest.mark.long  # prepares ACM: 3 s or more on 2 cores
-def test_bench_rgat_e2e_prints_steps_per_second(shared_datasets: Path) -> None:
+def test_bench_rgat_e2e_prints_steps_per_second(shared_datasets: Path, tmp_path: Path) -> None:
     source = shared_datasets / "ogb_hetero_acm"
     if not source.is_dir():
         pytest.skip(f"{source} not found")
     bench = Path(__file__).resolve().parent / "bench_rgat_e2e.py"
+    record = tmp_path / "rgat.json"
     proc = subprocess.run(
-        [sys.executable, str(bench), "--source", str(source), "--steps", "5", "--batch-size", "16"],
+        [
+            *(sys.executable, str(bench), "--source", str(source), "--steps", "5", "--batch-size", "16"),
+            *("--json", str(record)),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -124,8 +128,11 @@ def test_bench_rgat_e2e_prints_steps_per_second(shared_datasets: Path) -> None:
     assert "R-GAT 2 layers, hidden 128, 4 heads" in out
     ours = next(line for line in out.splitlines() if line.startswith("graphtier R-GAT"))
     assert float(ours.split()[-5]) > 0  # steps/s: the first of the five figures
+    figures = {(f["name"], f.get("baseline")): f for f in json.loads(record.read_text())["figures"]}
+    assert figures["graphtier R-GAT median step", None]["value"] > 0  # what `python -m tests.bench.all` tabulates
     if any(line.startswith("PyG to_hetero") for line in out.splitlines()):
         assert "steps/s (target >= 3x)" in out
+        assert figures["R-GAT training steps/s", "PyG to_hetero(GATConv) + NeighborLoader"]["target"] == 3.0
     else:
         assert "setup_pyg.sh" in out  # tells how to get the baseline
 
