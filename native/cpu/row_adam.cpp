@@ -22,13 +22,8 @@
 #include <numeric>
 #include <vector>
 
+#include "graphtier/cpu_clones.h"
 #include "graphtier/ops.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define GRAPHTIER_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define GRAPHTIER_CPU_CLONES
-#endif
 
 namespace graphtier {
 namespace {

@@ -199,7 +199,7 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_resumes(inproc_daemon):
         fanouts=[5, 5],
         batch_size=32,
         hidden=16,
-        epochs=2,
+        epochs=30,  # 210 steps: on a fast CPU two epochs ended before the rank could be killed
         nproc_per_node=2,
         checkpoint_every_steps=3,
         max_restarts=1,
