@@ -52,11 +52,9 @@ def row_adam_step(
             lr, beta1, beta2, ADAM_EPS, weight_decay, check_finite,
         )  # fmt: skip
         return None if updated < 0 else updated
-    rows, inverse = torch.unique(rows, return_inverse=True)
-    if rows.numel() < inverse.numel():  # repeated rows: their gradients summed
-        grad = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device).index_add_(
-            0, inverse, grad
-        )
+    rows, inverse = torch.unique(rows, return_inverse=True)  # sorted: each gradient row goes to its id's place
+    summed = torch.zeros(rows.numel(), grad.shape[1], dtype=grad.dtype, device=grad.device)
+    grad = summed.index_add_(0, inverse, grad)  # a repeated row's gradients summed
     if check_finite and not bool(torch.isfinite(grad).all()):
         return None
     steps[rows] += 1

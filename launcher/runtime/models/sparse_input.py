@@ -3,11 +3,11 @@
 Bag-of-words features (ACM's papers: 1,902 columns, ~5% of a sampled batch's values non-zero) make a
 heterogeneous model's input map the largest matrix product of its step, nearly all of it multiplying
 zeros. On the CPU, where the native ops are built (`native/cpu/sparse_input_linear.cpp`), rows at most
-`SPARSE_SHARE` non-zero are read once into compressed rows (their non-zeros'
-columns and values), and the product and the weight's gradient multiply only those (the rows are data:
-they get no gradient). Denser rows, other devices, inputs that need a gradient and builds without the ops take
-`nn.Linear`'s product, which is also the reference the kernel is tested against. The parameters and
-their names are `nn.Linear`'s, so checkpoints and exported weights are unchanged.
+`SPARSE_SHARE` non-zero are read once into compressed rows (their non-zeros' columns and values), and
+the product and the weight's gradient multiply only those (the rows are data: they get no gradient).
+Denser rows, other devices, inputs that need a gradient and builds without the ops take `nn.Linear`'s
+product, which is also the reference the kernel is tested against. The parameters and their names are
+`nn.Linear`'s, so checkpoints and exported weights are unchanged.
 """
 
 from __future__ import annotations
