@@ -200,7 +200,7 @@ class Job:
             )
         self._epoch, self._index = 0, 0
         self._current: Batch | None = None  # the batch `batches()` yielded last, until its step ends
-        self._finished = self._closed = self._own_launch = False
+        self._finished = self._closed = False
         self._launch: tuple[str, int] | None = None  # (launch id, agent pid) of a launch this script registered
         self._prepared: PreparedDataset | None = None
         # a decoder reading common-neighbour features: over the training graph, built once for training and evaluation
@@ -671,7 +671,7 @@ class Job:
         if self._closed:
             return
         self._closed = True
-        if error is not None and self._own_launch:  # no rank_main around it to tell the daemon why
+        if error is not None:  # before leaving the process group: the peers' lost connections come after it
             write_rank_failure(self.job_dir, self.rank, error)
         if error is None and self._launch is not None and os.environ.get("LOCAL_RANK") == "0":
             discard_launch_secret(*self._launch)  # the node's ranks all attached long ago; none will again
@@ -690,7 +690,6 @@ class Job:
         `connect()` calls it for a job the script registered; an exception that ends the script
         fails the job with it.
         """
-        self._own_launch = True
         previous_hook = sys.excepthook
 
         def record(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:

@@ -27,9 +27,15 @@ def failure_line(exc: BaseException) -> str:
 
 
 def write_rank_failure(job_dir: Path, rank: int, exc: BaseException) -> Path:
-    """Record why `rank` fails; returns the file written (never raises: the rank is dying anyway)."""
+    """Record why `rank` fails; returns the file (never raises: the rank is dying anyway). The first record
+    of a rank and attempt stands: a script's job writes it as the exception leaves the script's `with`
+    block, before the rank leaves the process group (whose peers then fail too, of a lost connection),
+    and the rank's entry point, which sees the same exception later, does not rewrite it (its time is
+    what orders the ranks' failures)."""
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     path = rank_failure_dir(job_dir) / f"attempt{attempt:03d}-rank{rank}.txt"
+    if path.exists():
+        return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
