@@ -37,7 +37,7 @@ TORCH_LIBRARY(graphtier, m) {
       "Tensor indptr, Tensor indices, Tensor edge_types, Tensor node_types, Tensor relation_types, int num_types, "
       "bool concat, float negative_slope, Tensor alpha, Tensor score, Tensor score_dst, Tensor folded_src, "
       "Tensor folded_dst, Tensor sums) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
-  m.def("dropout_bits(Tensor x, Tensor bits, int threshold, float scale) -> (Tensor, Tensor)");
+  m.def("dropout_bits(Tensor x, int seed, int threshold, float scale) -> (Tensor, Tensor)");
   m.def("group_by_type(Tensor node_ids, Tensor node_types, Tensor offsets) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("sparse_rows(Tensor x, float max_share) -> (Tensor, Tensor, Tensor)");
   m.def("sparse_rows_linear(Tensor offsets, Tensor columns, Tensor values, Tensor weight, Tensor bias) -> Tensor");

@@ -59,3 +59,11 @@ def uniform_below(keys: torch.Tensor, j: int, bound: torch.Tensor) -> torch.Tens
     """Draw number `j` of each key, as a uniform integer in [0, bound) (bound >= 1)."""
     h = splitmix64(keys + to_int64(j * GOLDEN))
     return _shr(h, 11) % bound
+
+
+def stream(seed: int, count: int) -> torch.Tensor:
+    """The first `count` words (int64) of the stream keyed by `seed`: word w is
+    `splitmix64(splitmix64(seed) + w * GOLDEN)`, `draw(splitmix64(seed), w)` in the header. The
+    bits draw of `graphtier.nn.Dropout` reads its masks from it."""
+    key = to_int64(splitmix64_int(seed & _MASK64))
+    return splitmix64(torch.arange(count, dtype=torch.int64) * to_int64(GOLDEN) + key)

@@ -7,14 +7,15 @@ from torch's generator (so `torch.manual_seed` fixes them):
 
 - `draw="uniform"` (the default): a `torch.rand` value per element compared with p; the mask kept
   for the backward is bool, one byte an element, as torch's is.
-- `draw="bits"`: sixteen random bits per element, three elements to a 48-bit word from
-  `torch.randint` (a third of the draws; of W words, element i takes the (i // W)-th 16 bits of
-  word i % W), compared with p rounded to a multiple of 1/65536 (the kept values scaled by the
-  rounded keep rate, so the expectation is unchanged). On CPU float32 rows where the native ops are
-  built the mask and the product are one pass (`native/cpu/dropout_bits.cpp`), elsewhere the torch
-  ops below, with the same result. R-GAT uses it: at ACM's mini-batches the uniform draws were a
-  tenth of its step. A model's accuracy figures hold for the draw they were measured with, so the
-  others keep the uniform one.
+- `draw="bits"`: sixteen random bits per element from a counter-based stream (the sampler's
+  splitmix64, `service/sampling/counter_rng.py`) keyed by one value drawn from torch's generator per
+  call; of W = ceil(n / 4) 64-bit words, element i takes the (i // W)-th 16 bits of word i % W. p is
+  rounded to a multiple of 1/65536 and the kept values scaled by the rounded keep rate, so the
+  expectation is unchanged. Words depend only on (key, index): on CPU float32 rows where the native
+  ops are built they, the mask and the product are one parallel pass (`native/cpu/dropout_bits.cpp`),
+  elsewhere the torch ops below, with the same result. R-GAT uses it: torch's Mersenne Twister draws
+  one element after another, which at ACM's mini-batches was a tenth of its step. A model's accuracy
+  figures hold for the draw they were measured with, so the others keep the uniform one.
 
 On other devices (CUDA's fused kernel) it is `nn.Dropout` itself. Public as `graphtier.nn.Dropout`,
 for scripts' own models.
@@ -29,9 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphtier.service.native_ops import Backend, resolve_backend
+from graphtier.service.sampling.counter_rng import stream
 
 DropoutDraw = Literal["uniform", "bits"]
-_LANES = 3  # 16-bit lanes per 48-bit word of the bits draw
+_LANES = 4  # 16-bit lanes per 64-bit word of the bits draw
 _LEVELS = 1 << 16  # values of a lane
 
 
@@ -40,8 +42,8 @@ class _BitsDropout(torch.autograd.Function):
     multiplier (the scale where kept, 0), one float an element: one product, no bool to float."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, bits: Tensor, threshold: int, scale: float) -> Tensor:
-        out, multiplier = torch.ops.graphtier.dropout_bits(x, bits, threshold, scale)
+    def forward(ctx, x: Tensor, seed: int, threshold: int, scale: float) -> Tensor:
+        out, multiplier = torch.ops.graphtier.dropout_bits(x, seed, threshold, scale)
         ctx.save_for_backward(multiplier)
         return out
 
@@ -60,7 +62,7 @@ class Dropout(nn.Dropout):
         p: Probability of an element being zeroed.
         inplace: Whether to zero and scale the input in place.
         draw: How the CPU mask is drawn: "uniform" (a `torch.rand` value an element) or "bits"
-            (sixteen random bits an element, p rounded to a multiple of 1/65536).
+            (sixteen counter-based random bits an element, p rounded to a multiple of 1/65536).
     """
 
     backend: Backend = "auto"  # the bits draw's: the native op where built, or "torch"
@@ -92,10 +94,11 @@ class Dropout(nn.Dropout):
         """The bits draw (module docstring)."""
         threshold = round(self.p * _LEVELS)
         scale = _LEVELS / (_LEVELS - threshold) if threshold < _LEVELS else 0.0
-        bits = torch.randint(0, 1 << (16 * _LANES), ((x.numel() + _LANES - 1) // _LANES,), dtype=torch.int64)
+        seed = int(torch.randint(0, 1 << 62, (1,), dtype=torch.int64))  # the stream's key, from torch's generator
         native = x.dtype == torch.float32 and not self.inplace and resolve_backend(self.backend, "dropout") == "native"
         if native:
-            return _BitsDropout.apply(x.contiguous(), bits, threshold, scale)
-        lanes = torch.cat([(bits >> (16 * lane)) & (_LEVELS - 1) for lane in range(_LANES)])  # element i: lane i // W
+            return _BitsDropout.apply(x.contiguous(), seed, threshold, scale)
+        words = stream(seed, (x.numel() + _LANES - 1) // _LANES)
+        lanes = torch.cat([(words >> (16 * lane)) & (_LEVELS - 1) for lane in range(_LANES)])  # element i: i // W
         keep = (lanes[: x.numel()] >= threshold).view(x.shape)
         return x.mul_(keep).mul_(scale) if self.inplace else x.mul(keep).mul_(scale)

@@ -94,11 +94,11 @@ int64_t row_adam_(at::Tensor& weight, at::Tensor& exp_avg, at::Tensor& exp_avg_s
                   const at::Tensor& rows, const at::Tensor& grad, double lr, double beta1, double beta2, double eps,
                   double weight_decay, bool check_finite);
 
-// Dropout from random bits: with W words, element i kept when 16-bit lane i / W of bits[i % W] is
-// at least `threshold`, kept values times `scale`; returns (result, each element's multiplier)
-// (dropout_bits.cpp; contract and reference in launcher/runtime/models/dropout.py).
-std::tuple<at::Tensor, at::Tensor> dropout_bits(const at::Tensor& x, const at::Tensor& bits, int64_t threshold,
-                                                double scale);
+// Dropout from counter-based random bits keyed by `seed`: element i kept when 16-bit lane i / W of
+// word i % W (W = ceil(n / 4); word w = draw(splitmix64(seed), w), counter_rng.h) is at least
+// `threshold`, kept values times `scale`; returns (result, each element's multiplier)
+// (dropout_bits.cpp; contract and torch twin in launcher/runtime/models/dropout.py).
+std::tuple<at::Tensor, at::Tensor> dropout_bits(const at::Tensor& x, int64_t seed, int64_t threshold, double scale);
 
 // A heterogeneous sample's nodes grouped by type: (order, inverse, type-local ids in that order,
 // counts per type) (group_by_type.cpp; contract and fallback in launcher/runtime/models/rgcn.py).

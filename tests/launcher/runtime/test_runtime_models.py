@@ -162,16 +162,21 @@ def test_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_mask(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_bits_dropout_gives_the_same_mask_native_and_torch(backend):
+    """The bits draw's mask, native and torch, against its definition in Python integers: one key from
+    torch's generator, word w = splitmix64(splitmix64(key) + w * GOLDEN), element i the (i // W)-th 16 bits
+    of word i % W."""
     from graphtier.nn import Dropout
+    from graphtier.service.sampling.counter_rng import GOLDEN, splitmix64_int
 
     drop = Dropout(0.3, draw="bits")
     drop.backend = backend
-    x = torch.rand(37, 11) + 0.5  # 407 values: the last word's lanes only partly used
+    x = torch.rand(37, 11) + 0.5  # 407 values: the last quarter one element short
     torch.manual_seed(4)
     y = drop(x)
     torch.manual_seed(4)
-    bits = torch.randint(0, 1 << 48, (136,), dtype=torch.int64)
-    lanes = torch.cat([(bits >> (16 * lane)) & 0xFFFF for lane in range(3)])[:407]  # element i: lane i // 136
+    key = splitmix64_int(int(torch.randint(0, 1 << 62, (1,), dtype=torch.int64)))
+    words = [splitmix64_int((key + w * GOLDEN) % (1 << 64)) for w in range(102)]
+    lanes = torch.tensor([(words[i % 102] >> (16 * (i // 102))) & 0xFFFF for i in range(407)])
     kept = (lanes >= round(0.3 * 65536)).view(37, 11)
     torch.testing.assert_close(y, torch.where(kept, x * (65536 / (65536 - round(0.3 * 65536))), 0.0))
     with pytest.raises(ValueError, match="draw must be"):
