@@ -89,6 +89,12 @@ void compress_generic(const float* row, int64_t n, int32_t* columns, float* valu
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define GRAPHTIER_X86_KERNELS 1
+// Whether this CPU runs the AVX-512 kernels below (they use popcnt too), asked once.
+inline bool has_avx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt");
+  return avx512;
+}
+
 // The lanes of x[c:c + 16] (those below n) that are not zero: "not equal, or unordered" keeps NaN.
 __attribute__((target("avx512f"))) inline __mmask16 non_zero_lanes(const float* row, int64_t c, int64_t n,
                                                                     __m512* v) {
@@ -127,8 +133,7 @@ using CompressRow = void (*)(const float*, int64_t, int32_t*, float*);
 // The widest row scan this CPU runs.
 std::pair<CountRow, CompressRow> row_scan() {
 #if defined(GRAPHTIER_X86_KERNELS)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt");
-  if (avx512) return {count_avx512, compress_avx512};
+  if (has_avx512()) return {count_avx512, compress_avx512};
 #endif
   return {count_generic, compress_generic};
 }
@@ -203,10 +208,6 @@ bool product_rows_fixed(int64_t out_dim, const int64_t* offsets, const int32_t* 
   }
 }
 
-bool has_avx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512;
-}
 #endif
 
 // dst[j, i] = src[i, j] for the 8 x 8 block at src[i0:i0 + 8, j0:j0 + 8]: with AVX2, eight rows loaded,

@@ -88,6 +88,7 @@ class RGATConv(nn.Module):
             nn.init.xavier_uniform_(self.att_dst.data[r : r + 1])
         # the relations leaving each type, in relation order: their maps are one product per type
         self.outgoing = [[r for r, (head, _) in enumerate(pairs) if head == t] for t in range(num_types)]
+        self.heads_of = [head for head, _ in pairs]  # each relation's head type (the torch forward's table rows)
         slot, stride = [0] * count, [0] * count
         for relations in self.outgoing:
             for place, r in enumerate(relations):
@@ -134,8 +135,7 @@ class RGATConv(nn.Module):
         else:
             table = torch.cat(tables) if len(tables) > 1 else tables[0]
             rel = edge_types
-            base = torch.tensor([first_row[head] for head in self.relation_types[:, 0].tolist()], device=x.device)
-            base = base + self.slot
+            base = torch.tensor([first_row[head] for head in self.heads_of], device=x.device) + self.slot
             row = position[block.indices] * self.stride[rel] + base[rel]  # each edge's mapped source
             # a_dst . (W x_dst) == (W^T a_dst) . x_dst: the destinations' logits without mapping their rows
             folded = torch.einsum(
